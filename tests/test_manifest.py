@@ -1,0 +1,136 @@
+"""Manifest parsing: headers, quoting, encodings, line numbers and every rejection reason."""
+
+import gzip
+import json
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from transforms import dead_letters as reasons
+from transforms.dead_letters import DeadLetter
+from transforms.manifest import (AUTOML_LAYOUT, ManifestError, ManifestRow, ReadManifest,
+                                 find_manifests, read_header, read_manifest, resolve_uri)
+
+
+def write(path, text, encoding="utf-8"):
+    path.write_bytes(text.encode(encoding) if isinstance(text, str) else text)
+    return str(path)
+
+
+def parse(tmp_path, text, name="manifest.csv"):
+    return list(read_manifest(write(tmp_path / name, text)))
+
+
+def test_headerless_automl_rows_resolve_relative_uris(tmp_path):
+    rows = parse(tmp_path, "TRAIN,images/a.jpg,cat\nvalidation,/abs/b.png,dog\n"
+                           "Test,gs://bucket/c.jpg,cat\n")
+    assert rows == [
+        ManifestRow(str(tmp_path / "manifest.csv"), 1, "TRAIN,images/a.jpg,cat", "train",
+                    str(tmp_path / "images/a.jpg"), "cat"),
+        ManifestRow(str(tmp_path / "manifest.csv"), 2, "validation,/abs/b.png,dog",
+                    "validation", "/abs/b.png", "dog"),
+        ManifestRow(str(tmp_path / "manifest.csv"), 3, "Test,gs://bucket/c.jpg,cat", "test",
+                    "gs://bucket/c.jpg", "cat"),
+    ]
+
+
+def test_header_by_name_in_any_order_is_skipped(tmp_path):
+    rows = parse(tmp_path, "label,Image_URI,split\ncat,a.jpg,train\n")
+    assert [(r.line, r.split, r.uri.rsplit("/", 1)[1], r.label) for r in rows] == [
+        (2, "train", "a.jpg", "cat")]
+
+
+def test_header_without_label_column_is_a_manifest_error(tmp_path):
+    path = write(tmp_path / "m.csv", "split,image_uri,kind\ntrain,a.jpg,cat\n")
+    with pytest.raises(ManifestError, match="names no label column"):
+        read_header(path)
+
+
+def test_quoted_fields_unicode_crlf_bom_and_blank_lines(tmp_path):
+    text = ('\ufeffsplit,image_uri,label\r\n'
+            'train,"images/fleur, été 01.jpg","a ""quoted"" label"\r\n'
+            '\r\n'
+            'test,images/b.jpg,chat noir\r\n')
+    rows = parse(tmp_path, text)
+    assert [(r.line, r.uri.rsplit("/", 1)[1], r.label) for r in rows] == [
+        (2, "fleur, été 01.jpg", 'a "quoted" label'), (4, "b.jpg", "chat noir")]
+    assert rows[0].raw == 'train,"images/fleur, été 01.jpg","a ""quoted"" label"'
+
+
+def test_bom_before_a_headerless_first_row(tmp_path):
+    rows = parse(tmp_path, "\ufeffTRAIN,a.jpg,cat\n")
+    assert rows[0].split == "train" and rows[0].line == 1
+
+
+def test_trailing_empty_fields_are_tolerated(tmp_path):
+    assert parse(tmp_path, "train,a.jpg,cat,,\n")[0].label == "cat"
+
+
+@pytest.mark.parametrize("line, reason", [
+    ("TRIAN,a.jpg,cat", reasons.INVALID_SPLIT),
+    ("UNASSIGNED,a.jpg,cat", reasons.UNASSIGNED_SPLIT),
+    (",a.jpg,cat", reasons.MISSING_SPLIT),
+    ("a.jpg,cat", reasons.MISSING_SPLIT),
+    ("train,a.jpg,", reasons.MISSING_LABEL),
+    ("train,,cat", reasons.MISSING_URI),
+    ("train,a.jpg,cat,extra", reasons.WRONG_COLUMN_COUNT),
+    ("train", reasons.WRONG_COLUMN_COUNT),
+    ('train,"a.jpg"x,cat', reasons.MALFORMED_ROW),
+    ('train,"a.jpg,cat', reasons.MALFORMED_ROW),
+])
+def test_each_bad_row_is_a_dead_letter_with_its_reason(tmp_path, line, reason):
+    rows = parse(tmp_path, f"train,good.jpg,cat\n{line}\ntest,good2.jpg,dog\n")
+    assert [type(r) for r in rows] == [ManifestRow, DeadLetter, ManifestRow]
+    bad = rows[1]
+    assert (bad.line, bad.raw, bad.reason) == (2, line, reason)
+    assert bad.message
+
+
+def test_unterminated_quote_costs_only_its_own_row(tmp_path):
+    rows = parse(tmp_path, 'train,"a.jpg,cat\ntrain,b.jpg,dog\ntrain,c.jpg,cat\n')
+    assert [getattr(r, "reason", "ok") for r in rows] == [reasons.MALFORMED_ROW, "ok", "ok"]
+
+
+def test_invalid_utf8_row_is_rejected_alone_and_dead_letter_is_valid_json(tmp_path):
+    rows = parse(tmp_path, b"train,a.jpg,cat\ntrain,caf\xe9.jpg,cat\ntrain,b.jpg,dog\n")
+    assert [getattr(r, "reason", "ok") for r in rows] == ["ok", reasons.INVALID_ENCODING, "ok"]
+    record = json.loads(rows[1].to_json())
+    assert record["raw"] == "train,caf\\xe9.jpg,cat" and record["line"] == 2
+
+
+def test_gzip_manifest_is_read_by_extension(tmp_path):
+    path = tmp_path / "m.csv.gz"
+    path.write_bytes(gzip.compress(b"split,image_uri,label\ntrain,a.jpg,cat\n"))
+    assert [r.label for r in read_manifest(str(path))] == ["cat"]
+
+
+def test_find_manifests_expands_globs_and_names_what_is_missing(tmp_path):
+    write(tmp_path / "a.csv", "train,a.jpg,cat\n")
+    write(tmp_path / "b.csv", "train,b.jpg,cat\n")
+    assert find_manifests([str(tmp_path / "*.csv"), str(tmp_path / "a.csv")]) == [
+        str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
+    with pytest.raises(ManifestError, match="manifest not found: .*nope.csv"):
+        find_manifests([str(tmp_path / "nope.csv")])
+
+
+def test_read_header_defaults_to_automl_order(tmp_path):
+    assert read_header(write(tmp_path / "m.csv", "train,a.jpg,cat\n")) is AUTOML_LAYOUT
+
+
+def test_resolve_uri():
+    assert resolve_uri("x/y.jpg", "/data") == "/data/x/y.jpg"
+    assert resolve_uri("s3://b/k.jpg", "/data") == "s3://b/k.jpg"
+    assert resolve_uri("/abs.jpg", "gs://b/dir") == "/abs.jpg"
+
+
+def test_read_manifest_transform_splits_rows_and_dead_letters(tmp_path):
+    first = write(tmp_path / "one.csv", "train,a.jpg,cat\nbad,b.jpg,cat\n")
+    second = write(tmp_path / "two.csv", "image_uri,label,split\nc.jpg,dog,test\n")
+    with TestPipeline() as p:
+        read = p | ReadManifest([first, second])
+        assert_that(read.rows | "Rows" >> beam.Map(lambda r: (r.line, r.label)),
+                    equal_to([(1, "cat"), (2, "dog")]), label="rows")
+        assert_that(read.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.reason)),
+                    equal_to([(2, reasons.INVALID_SPLIT)]), label="dead")

@@ -1,0 +1,1 @@
+"""Beam DoFns and PTransforms of the image-tfrecords pipeline."""

@@ -1,0 +1,32 @@
+"""Rows that could not become an example, kept with the reason so nothing is lost."""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+# Reason codes a manifest row can be rejected with before any image is read.
+MALFORMED_ROW = "malformed_row"
+WRONG_COLUMN_COUNT = "wrong_column_count"
+INVALID_ENCODING = "invalid_encoding"
+MISSING_URI = "missing_uri"
+MISSING_LABEL = "missing_label"
+MISSING_SPLIT = "missing_split"
+INVALID_SPLIT = "invalid_split"
+UNASSIGNED_SPLIT = "unassigned_split"
+UNSEEN_LABEL = "unseen_label"
+
+
+class DeadLetter(NamedTuple):
+    """One rejected manifest row, written as one line of OUTPUT/errors-*.jsonl."""
+
+    manifest: str
+    line: int
+    raw: str
+    uri: str
+    split: str
+    reason: str
+    message: str
+
+    def to_json(self) -> str:
+        return json.dumps(self._asdict(), ensure_ascii=False, sort_keys=True)

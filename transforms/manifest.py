@@ -1,0 +1,226 @@
+"""Reads AutoML Vision / TFRecorder image manifests (`split,image_uri,label`) with Beam.
+
+Each manifest file is streamed by one DoFn call, line by line, so no process ever holds
+the whole manifest. A row is one physical line: a stray quote then costs only its own
+row instead of swallowing the rest of the file (image manifests have no multi-line fields).
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import dataclasses
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from transforms import dead_letters as reasons
+from transforms.dead_letters import DeadLetter
+
+SPLITS = ("train", "validation", "test")
+DEAD_LETTERS = "dead_letters"
+
+# Header names recognised for each column (compared lower-cased); AutoML order otherwise.
+_COLUMN_NAMES = {
+    "split": {"split", "set", "ml_use", "subset"},
+    "uri": {"image_uri", "uri", "image", "image_path", "path", "file", "filename",
+            "file_path", "gcs_file_path", "image_url", "url"},
+    "label": {"label", "class", "category", "class_name"},
+}
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be read at all (as opposed to a bad row in it)."""
+
+
+class ManifestRow(NamedTuple):
+    """One valid manifest row; `uri` is resolved against the manifest's folder."""
+
+    manifest: str
+    line: int
+    raw: str
+    split: str
+    uri: str
+    label: str
+
+    def dead_letter(self, reason: str, message: str) -> DeadLetter:
+        return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
+                          reason, message)
+
+
+@dataclasses.dataclass(frozen=True)
+class ColumnLayout:
+    """Where each column is in a row; `width` is the number of fields a row must have."""
+
+    uri: int
+    label: int
+    split: int | None
+    width: int
+
+    @classmethod
+    def detect(cls, first_row: Sequence[str], source: str) -> tuple[ColumnLayout, bool]:
+        """Returns the layout and whether `first_row` is a header (to skip)."""
+        names = [field.strip().lower() for field in first_row]
+        found = {column: names.index(name)
+                 for column, known in _COLUMN_NAMES.items()
+                 for name in names if name in known}
+        if len(found) < 2:
+            return AUTOML_LAYOUT, False
+        for column in ("uri", "label"):
+            if column not in found:
+                raise ManifestError(
+                    f"{source}: the header {','.join(first_row)!r} names no {column} column "
+                    f"(expected one of: {', '.join(sorted(_COLUMN_NAMES[column]))})")
+        return cls(found["uri"], found["label"], found.get("split"), len(names)), True
+
+
+AUTOML_LAYOUT = ColumnLayout(split=0, uri=1, label=2, width=3)
+
+
+def find_manifests(patterns: Iterable[str]) -> list[str]:
+    """Expands paths and globs to manifest files, failing clearly for one that matches nothing."""
+    paths: set[str] = set()
+    for pattern in patterns:
+        matched = [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+        if not matched:
+            raise ManifestError(f"manifest not found: {pattern}")
+        paths.update(matched)
+    return sorted(paths)
+
+
+def read_header(path: str) -> ColumnLayout:
+    """Reads only the first line of `path`: lets the launcher reject a bad header up front."""
+    for _, raw in _numbered_lines(path):
+        fields = _split_fields(raw)
+        if isinstance(fields, list):
+            return ColumnLayout.detect(fields, path)[0]
+        break
+    return AUTOML_LAYOUT
+
+
+def read_manifest(path: str) -> Iterator[ManifestRow | DeadLetter]:
+    """Yields every data row of one manifest file as a ManifestRow or a DeadLetter."""
+    folder = FileSystems.split(path)[0]
+    layout = None
+    for line, raw in _numbered_lines(path):
+        fields = _split_fields(raw)
+        if layout is None and isinstance(fields, list):
+            layout, is_header = ColumnLayout.detect(fields, path)
+            if is_header:
+                continue
+        yield _parse_row(path, folder, line, raw, fields, layout or AUTOML_LAYOUT)
+
+
+def resolve_uri(uri: str, folder: str) -> str:
+    """Absolute paths and URLs stay as they are; relative ones are relative to the manifest."""
+    if uri.startswith("/") or "://" in uri:
+        return uri
+    return FileSystems.join(folder, uri)
+
+
+def _numbered_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text without line end) for every non-blank line.
+
+    surrogateescape keeps undecodable bytes so that row alone can be rejected.
+    """
+    with FileSystems.open(path) as binary:
+        for number, data in enumerate(iter(binary.readline, b""), start=1):
+            if number == 1 and data.startswith(codecs.BOM_UTF8):
+                data = data[len(codecs.BOM_UTF8):]
+            line = data.decode("utf-8", "surrogateescape").rstrip("\r\n")
+            if line.strip():
+                yield number, line
+
+
+def _split_fields(raw: str) -> list[str] | csv.Error:
+    try:
+        return next(csv.reader([raw], strict=True))
+    except csv.Error as error:
+        return error
+
+
+def _parse_row(manifest: str, folder: str, line: int, raw: str,
+               fields: list[str] | csv.Error, layout: ColumnLayout) -> ManifestRow | DeadLetter:
+    def reject(reason: str, message: str, uri: str = "", split: str = "") -> DeadLetter:
+        return DeadLetter(manifest, line, _printable(raw), uri, split, reason, message)
+
+    if _has_undecodable_bytes(raw):
+        return reject(reasons.INVALID_ENCODING, "the row is not valid UTF-8")
+    if isinstance(fields, csv.Error):
+        return reject(reasons.MALFORMED_ROW, f"cannot parse the row as CSV: {fields}")
+    fields = [field.strip() for field in fields]
+    while len(fields) > layout.width and not fields[-1]:
+        fields.pop()  # trailing commas are common in exported manifests
+    if layout is AUTOML_LAYOUT and len(fields) == 2:
+        return reject(reasons.MISSING_SPLIT,
+                      "the row has no split column (image_uri,label); "
+                      "automatic splits are not supported yet")
+    if len(fields) != layout.width:
+        return reject(reasons.WRONG_COLUMN_COUNT,
+                      f"expected {layout.width} fields, found {len(fields)}")
+
+    uri = fields[layout.uri]
+    split = fields[layout.split] if layout.split is not None else ""
+    if not uri:
+        return reject(reasons.MISSING_URI, "the image URI is empty", split=split)
+    uri = resolve_uri(uri, folder)
+    split_error = _split_error(split)
+    if split_error:
+        return reject(*split_error, uri=uri, split=split)
+    label = fields[layout.label]
+    if not label:
+        return reject(reasons.MISSING_LABEL, "the label is empty", uri=uri, split=split)
+    return ManifestRow(manifest, line, raw, split.lower(), uri, label)
+
+
+def _split_error(split: str) -> tuple[str, str] | None:
+    if split.lower() in SPLITS:
+        return None
+    if not split:
+        return reasons.MISSING_SPLIT, "the split is empty; automatic splits are not supported yet"
+    if split.lower() == "unassigned":
+        return reasons.UNASSIGNED_SPLIT, "UNASSIGNED rows are not supported yet"
+    return reasons.INVALID_SPLIT, f"split {split!r} is not one of TRAIN, VALIDATION, TEST"
+
+
+def _has_undecodable_bytes(text: str) -> bool:
+    return any("\udc80" <= char <= "\udcff" for char in text)
+
+
+def _printable(raw: str) -> str:
+    """Undecodable bytes as \\xNN escapes, so the dead letter itself is valid UTF-8."""
+    return raw.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+class _ParseManifestFile(beam.DoFn):
+    """Streams one manifest file; valid rows to the main output, the rest as DeadLetters."""
+
+    def __init__(self) -> None:
+        self._rows_read = Metrics.counter("manifest", "rows_read")
+        self._rows_rejected = Metrics.counter("manifest", "rows_rejected")
+
+    def process(self, path: str) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput]:
+        for item in read_manifest(path):
+            self._rows_read.inc()
+            if isinstance(item, DeadLetter):
+                self._rows_rejected.inc()
+                yield beam.pvalue.TaggedOutput(DEAD_LETTERS, item)
+            else:
+                yield item
+
+
+class ReadManifest(beam.PTransform):
+    """Manifest files -> ManifestRows (main output) and DeadLetters (DEAD_LETTERS)."""
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        super().__init__()
+        self._paths = list(paths)
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
+        return (pbegin
+                | "ManifestFiles" >> beam.Create(self._paths)
+                | "ParseRows" >> beam.ParDo(_ParseManifestFile()).with_outputs(
+                    DEAD_LETTERS, main="rows"))
