@@ -1,0 +1,24 @@
+# `make demo` and `make test` work on a fresh machine: they create .venv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+INSTALLED := $(VENV)/.installed
+
+.PHONY: demo test clean
+
+$(INSTALLED): requirements.txt setup.py
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet -r requirements.txt
+	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+# The sample set has broken rows on purpose (see sample_data/README.md), hence the
+# higher error threshold.
+demo: $(INSTALLED)
+	$(VENV)/bin/image-tfrecords convert --manifest sample_data/manifest.csv \
+		--output_dir demo-output --overwrite --max_error_fraction 0.25
+
+test: $(INSTALLED)
+	$(VENV)/bin/python -m pytest tests
+
+clean:
+	rm -rf $(VENV) demo-output *.egg-info

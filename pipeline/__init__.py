@@ -1,0 +1,1 @@
+"""The image-tfrecords pipeline: options, the graph and the entry points."""

@@ -1,0 +1,62 @@
+"""The whole pipeline on one screen.
+
+The manifest is read twice, because rows are small and images are not: the first pass
+learns the label vocabulary (tf.Transform, TRAIN only) and the shard plan; the second
+gives every row its label id, groups the rows by shard, and only then reads each image
+once, inside the DoFn that writes its shard. No image byte is shuffled or passed through
+TensorFlow, and no stage waits on a side input while holding the manifest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apache_beam as beam
+import tensorflow_transform.beam as tft_beam
+
+from pipeline.options import ConvertOptions
+from transforms.dead_letters import DeadLetter
+from transforms.labels import AnalyzeLabels, ApplyLabels
+from transforms.manifest import ReadManifest
+from transforms.publish import PublishOutput
+from transforms.shards import PlanShards, WriteShards
+
+_MB = 1 << 20
+
+
+def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_dir: str,
+          run_info: dict[str, Any]) -> None:
+    output_dir = options.output_dir
+
+    # Pass 1, over the small rows: the label vocabulary and how many shards each split gets.
+    planning = p | "ReadManifestToPlan" >> ReadManifest(manifests)
+    transform_fn = (planning.rows
+                    | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
+                    | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label, temp_dir))
+    transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
+        output_dir)
+    shard_plan = planning.rows | "PlanShards" >> PlanShards(
+        options.num_shards, int(options.target_shard_mb * _MB))
+
+    # Pass 2: label ids for every split, then each shard loads and writes its own images.
+    manifest = p | "ReadManifest" >> ReadManifest(manifests)
+    labelled = manifest.rows | "ApplyLabels" >> ApplyLabels(transform_fn, temp_dir)
+    written = labelled.labelled | "WriteShards" >> WriteShards(
+        shard_plan, temp_dir, options.compression, options.image_settings(),
+        options.decode_threads)
+
+    dead_letters = ((manifest.dead_letters, labelled.dead_letters, written.dead_letters)
+                    | "DeadLetters" >> beam.Flatten())
+    dead_letter_files = (dead_letters
+                         | "ToJson" >> beam.Map(DeadLetter.to_json)
+                         | "WriteDeadLetters" >> beam.io.WriteToText(
+                             f"{output_dir}/errors", file_name_suffix=".jsonl", num_shards=1))
+    rows_read = ((manifest.rows, manifest.dead_letters)
+                 | "AllRows" >> beam.Flatten()
+                 | "CountRows" >> beam.combiners.Count.Globally())
+
+    _ = ({"shards": written.shards,
+          "dead_letter_reasons": dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
+          "rows_read": rows_read,
+          "written": (transform_fn_written, dead_letter_files)}
+         | "Publish" >> PublishOutput(output_dir, temp_dir, options.compression, run_info))

@@ -1,0 +1,101 @@
+"""The job's own flags, as a PipelineOptions subclass so every Beam runner flag passes through."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from transforms.images import ImageSettings
+from transforms.labels import UNSEEN_LABEL_POLICIES
+
+_PILLOW_MAX_PIXELS = ImageSettings().max_pixels
+
+
+class ConvertOptions(PipelineOptions):
+    """Options of `image-tfrecords convert` / `python -m pipeline`."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        group = parser.add_argument_group("image-tfrecords")
+        group.add_argument(
+            "--manifest", action="append",
+            help="Manifest CSV (split,image_uri,label), a path or glob, local or remote. "
+                 "Repeat for several; relative image URIs are relative to the manifest.")
+        group.add_argument(
+            "--output_dir",
+            help="Where the shards, transform_fn/, summary.json and errors-*.jsonl go.")
+        group.add_argument(
+            "--overwrite", action="store_true",
+            help="Replace the outputs of a previous run in a non-empty --output_dir.")
+        group.add_argument(
+            "--image_format", choices=("keep", "jpeg", "png"), default="keep",
+            help="keep: store JPEG/PNG bytes as they are and re-encode only what "
+                 "TensorFlow cannot decode; jpeg/png: store every image in that format.")
+        group.add_argument(
+            "--max_side", type=int,
+            help="Resize images whose longer side exceeds this many pixels (aspect kept).")
+        group.add_argument(
+            "--jpeg_quality", type=int, default=95,
+            help="Quality of images re-encoded as JPEG (1-100).")
+        group.add_argument(
+            "--max_image_pixels", type=int, default=_PILLOW_MAX_PIXELS,
+            help="Images with more pixels are rejected as decompression bombs.")
+        group.add_argument(
+            "--num_shards", type=int,
+            help="Shards per split (fewer if a split has fewer examples). "
+                 "Default: from --target_shard_mb.")
+        group.add_argument(
+            "--target_shard_mb", type=float, default=128.0,
+            help="Target shard size in MB, estimated from the source file sizes.")
+        group.add_argument(
+            "--compression", choices=("none", "gzip"), default="none",
+            help="gzip writes .tfrecord.gz shards.")
+        group.add_argument(
+            "--unseen_label", choices=UNSEEN_LABEL_POLICIES, default="error",
+            help="A VALIDATION/TEST label that TRAIN never saw: 'error' dead-letters the "
+                 "row; 'oov' keeps it with label id len(vocabulary).")
+        group.add_argument(
+            "--max_error_fraction", type=float, default=0.01,
+            help="Exit non-zero when more than this fraction of rows is dead-lettered.")
+        group.add_argument(
+            "--decode_threads", type=int, default=os.cpu_count() or 1,
+            help="Threads per worker that read and decode images.")
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The names of this job's own options (not Beam's), in --help order."""
+        parser = argparse.ArgumentParser()
+        cls._add_argparse_args(parser)
+        return [action.dest for action in parser._actions if action.dest != "help"]
+
+    def values(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.names()}
+
+    def problems(self) -> list[str]:
+        """What is wrong with the options, in words a user can act on."""
+        found = []
+        if not self.manifest:
+            found.append("--manifest is required")
+        if not self.output_dir:
+            found.append("--output_dir is required")
+        if self.max_side is not None and self.max_side < 1:
+            found.append("--max_side must be a positive number of pixels")
+        if not 1 <= self.jpeg_quality <= 100:
+            found.append("--jpeg_quality must be between 1 and 100")
+        if self.max_image_pixels < 1:
+            found.append("--max_image_pixels must be positive")
+        if self.num_shards is not None and self.num_shards < 1:
+            found.append("--num_shards must be at least 1")
+        if self.target_shard_mb <= 0:
+            found.append("--target_shard_mb must be positive")
+        if not 0 <= self.max_error_fraction <= 1:
+            found.append("--max_error_fraction must be between 0 and 1")
+        if self.decode_threads < 1:
+            found.append("--decode_threads must be at least 1")
+        return found
+
+    def image_settings(self) -> ImageSettings:
+        return ImageSettings(image_format=self.image_format, max_side=self.max_side,
+                             jpeg_quality=self.jpeg_quality, max_pixels=self.max_image_pixels)

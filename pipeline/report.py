@@ -1,0 +1,32 @@
+"""The table printed at the end of a run, made from summary.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def format_report(summary: dict[str, Any], output_dir: str, wall_seconds: float) -> str:
+    rows = [("split", "examples", "shards", "MB", "labels")]
+    for split, stats in summary["splits"].items():
+        labels = ", ".join(f"{label} {count}" for label, count in stats["labels"].items())
+        rows.append((split, str(stats["examples"]), str(len(stats["shards"])),
+                     f"{stats['bytes'] / 1e6:.1f}", labels or "-"))
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    lines = [f"image-tfrecords: {output_dir}"]
+    lines += ["  ".join([cell.ljust(width) if column == 0 else cell.rjust(width)
+                         for column, (cell, width) in enumerate(zip(row, widths))] + [row[4]])
+              for row in rows]
+    if summary["empty_splits"]:
+        lines.append(f"empty splits (no shards written): {', '.join(summary['empty_splits'])}")
+    lines.append(
+        f"rows read {summary['rows_read']} = {summary['examples_written']} examples written"
+        f" + {summary['rows_dead_lettered']} dead-lettered ({summary['error_fraction']:.1%})"
+        + ("" if summary["accounted"] else "  MISMATCH: rows were lost"))
+    by_reason = summary["errors"]["by_reason"]
+    if by_reason:
+        lines.append("dead letters by reason: "
+                     + ", ".join(f"{reason} {count}" for reason, count in by_reason.items())
+                     + f"  ({', '.join(summary['errors']['files'])})")
+    images_per_second = summary["examples_written"] / wall_seconds if wall_seconds else 0.0
+    lines.append(f"wall {wall_seconds:.1f} s, {images_per_second:.1f} images/s")
+    return "\n".join(lines)

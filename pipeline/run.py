@@ -1,0 +1,98 @@
+"""Runs one conversion: checks what can be checked up front, runs the graph, reports."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+from pipeline.graph import build
+from pipeline.options import ConvertOptions
+from pipeline.report import format_report
+from transforms.manifest import ManifestError, find_manifests, read_header
+from transforms.publish import SUMMARY_FILE
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+class UsageError(ValueError):
+    """Options or an output location that cannot work; reported without a traceback."""
+
+
+_VERSIONED = ("image-tfrecords", "apache-beam", "tensorflow", "tensorflow-transform",
+              "tfx-bsl", "pillow", "pyarrow", "numpy")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = PipelineOptions(list(sys.argv[1:] if argv is None else argv))
+    convert = options.view_as(ConvertOptions)
+    try:
+        manifests = _preflight(convert)
+    except (UsageError, ManifestError) as problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+
+    started = time.monotonic()
+    run_info = {
+        "manifests": manifests,
+        "options": {"runner": options.view_as(StandardOptions).runner or "DirectRunner",
+                    **convert.values()},
+        "versions": {name: _version(name) for name in _VERSIONED},
+        "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    }
+    temp_dir = FileSystems.join(convert.output_dir, f".tmp-{uuid.uuid4().hex[:12]}")
+    with beam.Pipeline(runner=_runner(options), options=options) as p:
+        build(p, convert, manifests, temp_dir, run_info)
+
+    with FileSystems.open(FileSystems.join(convert.output_dir, SUMMARY_FILE)) as file:
+        summary = json.load(file)
+    print(format_report(summary, convert.output_dir, time.monotonic() - started))
+    if not summary["examples_written"]:
+        print("error: no example was written", file=sys.stderr)
+        return EXIT_FAILED
+    if summary["error_fraction"] > convert.max_error_fraction:
+        print(f"error: {summary['error_fraction']:.1%} of rows were dead-lettered, more than "
+              f"--max_error_fraction {convert.max_error_fraction:.1%} "
+              f"(see {convert.output_dir}/errors-*.jsonl)", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _preflight(convert: ConvertOptions) -> list[str]:
+    """Usage errors before any worker starts: options, manifests, headers, the output dir."""
+    problems = convert.problems()
+    if problems:
+        raise UsageError("; ".join(problems))
+    manifests = find_manifests(convert.manifest)
+    for manifest in manifests:
+        read_header(manifest)
+    existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
+    if existing and not convert.overwrite:
+        raise UsageError(f"--output_dir {convert.output_dir} is not empty; "
+                            "pass --overwrite to replace its contents")
+    return manifests
+
+
+def _runner(options: PipelineOptions) -> FnApiRunner | None:
+    """DirectRunner jobs run on Beam's in-process FnApiRunner.
+
+    Beam 2.77's DirectRunner would first try Prism, which it downloads from GitHub at
+    run time; the FnApiRunner is the engine it falls back to, without the download.
+    """
+    if options.view_as(StandardOptions).runner in (None, "DirectRunner"):
+        return FnApiRunner()
+    return None  # Beam resolves --runner
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"

@@ -1,0 +1,21 @@
+"""Packages pipeline/ and transforms/ (also what Dataflow workers install via --setup_file)."""
+
+from setuptools import setup
+
+setup(
+    name="image-tfrecords",
+    version="0.1.0",
+    description="Apache Beam pipeline: image manifest -> split-partitioned TFRecord shards",
+    packages=["pipeline", "transforms"],
+    python_requires=">=3.10",
+    install_requires=[
+        "apache-beam[gcp]>=2.77,<3",
+        "tensorflow>=2.21,<2.22",
+        "tensorflow-transform>=1.21,<1.22",
+        "tfx-bsl>=1.21,<1.22",
+        "pillow>=11,<14",
+        "pyarrow>=14",
+        "google-cloud-storage>=2.18,<4",
+    ],
+    entry_points={"console_scripts": ["image-tfrecords=pipeline.cli:main"]},
+)

@@ -1,0 +1,53 @@
+"""Shared test helpers: real image files made with Pillow, and reading shards back."""
+
+import io
+import os
+import struct
+import zlib
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from PIL import Image  # noqa: E402
+
+
+def photo_like(width: int, height: int, seed: int, mode: str = "RGB") -> Image.Image:
+    """Smooth gradients plus noise: compresses and decodes like a photo, unlike flat colour."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    channels = [(np.sin(x / (7 + seed % 5 + c)) + np.cos(y / (5 + c))) * 60 + 128
+                for c in range(4)]
+    pixels = np.stack(channels, axis=-1) + rng.normal(0, 12, (height, width, 4))
+    image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGBA")
+    return image.convert(mode) if mode != "RGBA" else image
+
+
+def encode(image: Image.Image, fmt: str, **params) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, fmt, **params)
+    return buffer.getvalue()
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A tiny PNG whose header claims width x height: a decompression bomb's signature."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b""))
+
+
+def read_examples(pattern: str, compression: str = "") -> list[tf.train.Example]:
+    files = sorted(tf.io.gfile.glob(pattern))
+    return [tf.train.Example.FromString(record.numpy())
+            for record in tf.data.TFRecordDataset(files, compression_type=compression)]
+
+
+def feature(example: tf.train.Example, key: str):
+    value = example.features.feature[key]
+    kind = value.WhichOneof("kind")
+    values = list(getattr(value, kind).value)
+    return values[0] if len(values) == 1 else values
+

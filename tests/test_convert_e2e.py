@@ -1,0 +1,209 @@
+"""End to end on the DirectRunner: real images in, shards + transform_fn + summary out."""
+
+import glob
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_transform as tft
+from PIL import Image
+
+from conftest import encode, feature, photo_like, png_declaring, read_examples
+from pipeline import run
+
+LABELS = ("cat", "dog", "fish")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """Images of every kind the issue names, and one row per kind of failure."""
+    root = tmp_path_factory.mktemp("data")
+    (root / "img").mkdir()
+    rows, expected = [], {}
+
+    def add(name, data, split, label, source=None):
+        (root / "img" / name).write_bytes(data)
+        rows.append(f"{split},img/{name},{label}")
+        expected[str(root / "img" / name)] = (split, label, source)
+
+    for i in range(18):
+        split = ("TRAIN", "train", "Validation", "test")[i % 4] if i >= 6 else "train"
+        label = LABELS[i % 3]
+        image = photo_like(40 + i, 30 + 2 * i, seed=i)
+        add(f"photo{i:02d}.jpg", encode(image, "JPEG", quality=90), split, label)
+    add("rgba.png", encode(photo_like(33, 21, 1, "RGBA"), "PNG"), "train", "cat")
+    add("gray.png", encode(photo_like(25, 17, 2, "L"), "PNG"), "validation", "dog")
+    gif = photo_like(24, 24, 3).quantize(64)
+    add("palette.gif", encode(gif, "GIF"), "train", "fish", source=gif.convert("RGB"))
+    tiff = photo_like(20, 28, 4)
+    add("photo.tiff", encode(tiff, "TIFF"), "test", "cat", source=tiff)
+
+    (root / "img" / "empty.jpg").write_bytes(b"")
+    (root / "img" / "text.jpg").write_text("not an image\n")
+    whole = encode(photo_like(64, 64, 5), "JPEG")
+    (root / "img" / "truncated.jpg").write_bytes(whole[: len(whole) // 2])
+    (root / "img" / "bomb.png").write_bytes(png_declaring(100_000, 100_000))
+    add("unseen.jpg", encode(photo_like(16, 16, 6), "JPEG"), "test", "bird")
+    broken = {"missing.jpg": ("train", "file_not_found"), "empty.jpg": ("train", "empty_file"),
+              "text.jpg": ("validation", "not_an_image"),
+              "truncated.jpg": ("test", "truncated_image"),
+              "bomb.png": ("train", "decompression_bomb")}
+    rows += [f"{split},img/{name},cat" for name, (split, _) in broken.items()]
+    rows.append("TRIAN,img/photo00.jpg,cat")
+    (root / "manifest.csv").write_text("image_uri,split,label\n" + "\n".join(
+        f"{r.split(',')[1]},{r.split(',')[0]},{r.split(',')[2]}" for r in rows) + "\n")
+    reasons = {f"img/{n}": reason for n, (_, reason) in broken.items()}
+    return root, expected, reasons
+
+
+def convert(manifest, output, *flags):
+    return run.main(["--manifest", str(manifest), "--output_dir", str(output), *flags])
+
+
+@pytest.fixture(scope="module")
+def converted(dataset, tmp_path_factory):
+    root, _, _ = dataset
+    output = tmp_path_factory.mktemp("out") / "tfrecords"
+    code = convert(root / "manifest.csv", output, "--max_error_fraction", "0.5")
+    return output, code
+
+
+def test_run_succeeds_and_writes_each_split(converted):
+    output, code = converted
+    assert code == 0
+    names = sorted(os.listdir(output))
+    for split in ("train", "validation", "test"):
+        assert f"{split}-00000-of-00001.tfrecord" in names
+    assert {"transform_fn", "transformed_metadata", "summary.json",
+            "errors-00000-of-00001.jsonl"} <= set(names)
+    assert not [n for n in names if n.startswith(".tmp")], "temp dir left behind"
+
+
+def test_every_example_decodes_to_its_source_pixels(converted, dataset):
+    output, _ = converted
+    root, expected, _ = dataset
+    seen = set()
+    for split in ("train", "validation", "test"):
+        for example in read_examples(f"{output}/{split}-*.tfrecord"):
+            uri = feature(example, "image/source_id").decode()
+            want_split, label, source = expected[uri]
+            assert want_split.lower() == split
+            assert feature(example, "image/class/text").decode() == label
+            encoded = feature(example, "image/encoded")
+            decoded = tf.io.decode_image(encoded).numpy()
+            source_bytes = open(uri, "rb").read()
+            if source is None:  # JPEG and PNG are stored byte for byte
+                assert encoded == source_bytes
+                assert feature(example, "image/format").decode() == Image.open(uri).format.lower()
+            else:
+                assert feature(example, "image/format") == b"png"
+                assert np.array_equal(decoded, np.asarray(source))
+            assert decoded.shape == (feature(example, "image/height"),
+                                     feature(example, "image/width"),
+                                     feature(example, "image/channels"))
+            assert feature(example, "image/filename").decode() == os.path.basename(uri)
+            seen.add(uri)
+    assert seen == {uri for uri, (_, label, _) in expected.items() if label != "bird"}
+
+
+def test_label_ids_map_through_the_written_vocabulary(converted):
+    output, _ = converted
+    transform_output = tft.TFTransformOutput(str(output))
+    vocabulary = [w.decode() for w in transform_output.vocabulary_by_name("label")]
+    assert sorted(vocabulary) == sorted(LABELS)  # TRAIN's labels, not the unseen "bird"
+    for split in ("train", "validation", "test"):
+        for example in read_examples(f"{output}/{split}-*.tfrecord"):
+            label_id = feature(example, "image/class/label")
+            assert vocabulary[label_id] == feature(example, "image/class/text").decode()
+    served = transform_output.transform_features_layer()({"label": tf.constant(["dog", "bird"])})
+    assert served["label_id"].numpy().tolist() == [vocabulary.index("dog"), -1]
+
+
+def test_summary_matches_the_files(converted, dataset):
+    output, _ = converted
+    _, expected, reasons = dataset
+    summary = json.loads((output / "summary.json").read_text())
+    good = [uri for uri, (_, label, _) in expected.items() if label != "bird"]
+    assert summary["rows_read"] == len(expected) + len(reasons) + 1
+    assert summary["examples_written"] == len(good)
+    assert summary["rows_dead_lettered"] == len(reasons) + 2
+    assert summary["accounted"] is True
+    for split, stats in summary["splits"].items():
+        files = stats["shards"]
+        counted = sum(1 for _ in tf.data.TFRecordDataset(
+            [str(output / f["file"]) for f in files]))
+        assert counted == stats["examples"] == sum(f["records"] for f in files)
+        assert sum(stats["labels"].values()) == stats["examples"]
+        want = sum(1 for uri in good if expected[uri][0].lower() == split)
+        assert stats["examples"] == want
+    assert summary["splits"]["train"]["reencoded"] == {"format": 1}
+    assert summary["versions"]["apache-beam"].startswith("2.")
+    assert summary["options"]["max_error_fraction"] == 0.5
+
+
+def test_dead_letters_name_row_and_reason(converted, dataset):
+    output, _ = converted
+    _, _, reasons = dataset
+    letters = [json.loads(line) for line in
+               (output / "errors-00000-of-00001.jsonl").read_text().splitlines()]
+    by_uri = {letter["raw"].split(",")[0]: letter for letter in letters}
+    for uri, reason in reasons.items():
+        assert by_uri[uri]["reason"] == reason, by_uri[uri]
+        assert by_uri[uri]["line"] > 1 and by_uri[uri]["message"]
+    assert by_uri["img/unseen.jpg"]["reason"] == "unseen_label"
+    assert by_uri["img/photo00.jpg"]["reason"] == "invalid_split"
+    assert len(letters) == len(reasons) + 2
+
+
+def test_error_fraction_over_the_limit_fails_the_run(dataset, tmp_path, capsys):
+    root, _, _ = dataset
+    assert convert(root / "manifest.csv", tmp_path / "out") == run.EXIT_FAILED
+    assert "--max_error_fraction" in capsys.readouterr().err
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["accounted"]
+
+
+def test_gzip_fixed_shards_oov_and_overwrite_replaces_stale_shards(dataset, tmp_path):
+    root, _, _ = dataset
+    output = tmp_path / "out"
+    flags = ["--max_error_fraction", "0.5", "--compression", "gzip", "--num_shards", "3",
+             "--unseen_label", "oov"]
+    assert convert(root / "manifest.csv", output, *flags) == 0
+    train = sorted(glob.glob(f"{output}/train-*"))
+    assert train == [f"{output}/train-0000{i}-of-00003.tfrecord.gz" for i in range(3)]
+    test_examples = read_examples(f"{output}/test-*.tfrecord.gz", "GZIP")
+    vocabulary = tft.TFTransformOutput(str(output)).vocabulary_by_name("label")
+    bird = [e for e in test_examples if feature(e, "image/class/text") == b"bird"]
+    assert len(bird) == 1 and feature(bird[0], "image/class/label") == len(vocabulary)
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["splits"]["test"]["unseen_label_examples"] == 1
+    first_run = {name: open(name, "rb").read() for name in train}
+
+    assert convert(root / "manifest.csv", output, *flags) == run.EXIT_USAGE  # not empty
+    assert convert(root / "manifest.csv", output, *flags, "--overwrite") == 0
+    assert {name: open(name, "rb").read() for name in train} == first_run  # deterministic
+
+    flags[flags.index("--num_shards") + 1] = "1"
+    assert convert(root / "manifest.csv", output, *flags, "--overwrite") == 0
+    assert sorted(glob.glob(f"{output}/train-*")) == [
+        f"{output}/train-00000-of-00001.tfrecord.gz"]
+
+
+def test_usage_errors_are_one_clear_line(tmp_path, capsys):
+    assert convert(tmp_path / "nope.csv", tmp_path / "out") == run.EXIT_USAGE
+    assert capsys.readouterr().err.strip() == f"error: manifest not found: {tmp_path}/nope.csv"
+    (tmp_path / "m.csv").write_text("train,a.jpg,cat\n")
+    assert convert(tmp_path / "m.csv", tmp_path / "out", "--jpeg_quality", "0") == 2
+    assert "--jpeg_quality must be between 1 and 100" in capsys.readouterr().err
+
+
+def test_a_split_with_no_rows_writes_no_shards(tmp_path):
+    (tmp_path / "a.jpg").write_bytes(encode(photo_like(20, 20, 1), "JPEG"))
+    shutil.copy(tmp_path / "a.jpg", tmp_path / "b.jpg")
+    (tmp_path / "m.csv").write_text("train,a.jpg,cat\nvalidation,b.jpg,cat\n")
+    assert convert(tmp_path / "m.csv", tmp_path / "out") == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["empty_splits"] == ["test"]
+    assert not glob.glob(f"{tmp_path}/out/test-*")

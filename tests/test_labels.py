@@ -1,0 +1,56 @@
+"""tf.Transform label ids: vocabulary from TRAIN only, applied to every split."""
+
+import apache_beam as beam
+import tensorflow_transform as tft
+import tensorflow_transform.beam as tft_beam
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels, ApplyLabels
+from transforms.manifest import ManifestRow
+
+
+def row(line, split, label):
+    return ManifestRow("m.csv", line, f"{split},x{line}.jpg,{label}", split,
+                       f"/x{line}.jpg", label)
+
+
+TRAIN = [row(1, "train", "cat"), row(2, "train", "dog"), row(3, "train", "cat"),
+         row(4, "train", "été")]
+OTHERS = [row(5, "test", "dog"), row(6, "validation", "bird")]
+
+
+def test_vocabulary_is_trains_by_frequency_and_unseen_labels_are_dead_letters(tmp_path):
+    output = str(tmp_path / "out")
+    with TestPipeline() as p:
+        transform_fn = (p | "Train" >> beam.Create(TRAIN)
+                        | AnalyzeLabels("error", str(tmp_path / "tmp")))
+        _ = transform_fn | tft_beam.WriteTransformFn(output)
+        labelled = (p | "All" >> beam.Create(TRAIN + OTHERS)
+                    | ApplyLabels(transform_fn, str(tmp_path / "tmp")))
+        assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_id)),
+                    equal_to([(1, 0), (2, 2), (3, 0), (4, 1), (5, 2)]), label="ids")
+        assert_that(labelled.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.reason)),
+                    equal_to([(6, "unseen_label")]), label="dead")
+    vocabulary = tft.TFTransformOutput(output).vocabulary_by_name(LABEL_VOCABULARY)
+    # Most frequent first; ties in descending byte order (tf.Transform's rule).
+    assert [w.decode() for w in vocabulary] == ["cat", "été", "dog"]
+
+
+def test_oov_policy_keeps_unseen_labels_with_the_bucket_id(tmp_path):
+    with TestPipeline() as p:
+        transform_fn = (p | "Train" >> beam.Create(TRAIN)
+                        | AnalyzeLabels("oov", str(tmp_path / "tmp")))
+        labelled = (p | "All" >> beam.Create(OTHERS)
+                    | ApplyLabels(transform_fn, str(tmp_path / "tmp")))
+        assert_that(labelled.labelled | beam.Map(lambda l: (l.row.label, l.label_id)),
+                    equal_to([("dog", 2), ("bird", 3)]))
+
+
+def test_rows_survive_the_passthrough_unchanged(tmp_path):
+    with TestPipeline() as p:
+        transform_fn = (p | "Train" >> beam.Create(TRAIN)
+                        | AnalyzeLabels("error", str(tmp_path / "tmp")))
+        labelled = (p | "All" >> beam.Create(TRAIN)
+                    | ApplyLabels(transform_fn, str(tmp_path / "tmp")))
+        assert_that(labelled.labelled | beam.Map(lambda l: l.row), equal_to(TRAIN))

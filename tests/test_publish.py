@@ -1,0 +1,66 @@
+"""Publishing shards under final names, and the accounting in summary.json."""
+
+import os
+
+from transforms.publish import build_summary, publish_shards
+from transforms.shards import ShardWritten
+
+
+def temp_shard(tmp_path, split, shard, examples, labels=None):
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)
+    path = temp / f"{split}-{shard:05d}.tfrecord"
+    path.write_bytes(b"x" * examples)
+    return ShardWritten(split, shard, str(path), examples, examples, examples,
+                        labels or {"cat": examples}, {})
+
+
+def test_shards_are_renumbered_without_empty_ones_and_stale_ones_go(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train-00000-of-00004.tfrecord").write_bytes(b"old")
+    (out / "train-00003-of-00004.tfrecord").write_bytes(b"old")
+    (out / "notes.txt").write_text("not ours")
+    shards = [temp_shard(tmp_path, "train", 3, 2), temp_shard(tmp_path, "train", 0, 5),
+              temp_shard(tmp_path, "train", 1, 0), temp_shard(tmp_path, "test", 0, 1)]
+
+    published = publish_shards(shards, str(out), "none")
+
+    assert [(name, s.shard) for name, s in published["train"]] == [
+        ("train-00000-of-00002.tfrecord", 0), ("train-00001-of-00002.tfrecord", 3)]
+    assert sorted(os.listdir(out)) == ["notes.txt", "test-00000-of-00001.tfrecord",
+                                       "train-00000-of-00002.tfrecord",
+                                       "train-00001-of-00002.tfrecord"]
+    assert (out / "train-00001-of-00002.tfrecord").read_bytes() == b"xx"
+    assert os.listdir(tmp_path / "tmp") == []  # the empty shard's temp file is gone too
+
+
+def test_publishing_again_after_a_retry_is_harmless(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    shards = [temp_shard(tmp_path, "train", 0, 3)]
+    publish_shards(shards, str(out), "none")
+    again = publish_shards(shards, str(out), "none")
+    assert [name for name, _ in again["train"]] == ["train-00000-of-00001.tfrecord"]
+    assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
+
+
+def test_summary_accounts_for_every_row():
+    files = {"train": [("train-00000-of-00001.tfrecord",
+                        ShardWritten("train", 0, "t", 3, 30, 28, {"cat": 2, "dog": 1},
+                                     {"format": 1}))],
+             "test": [("test-00000-of-00001.tfrecord",
+                       ShardWritten("test", 0, "t", 2, 20, 20, {"cat": 1, "bird": 1}, {}))]}
+    summary = build_summary(files, {"file_not_found": 2}, rows_read=7,
+                            vocabulary=["cat", "dog"], error_files=["errors.jsonl"],
+                            run_info={"options": {}})
+    assert (summary["examples_written"], summary["rows_dead_lettered"]) == (5, 2)
+    assert summary["accounted"] is True
+    assert summary["error_fraction"] == 2 / 7
+    assert summary["splits"]["test"]["unseen_label_examples"] == 1
+    assert summary["empty_splits"] == ["validation"]
+    assert summary["splits"]["train"]["shards"] == [
+        {"file": "train-00000-of-00001.tfrecord", "records": 3, "bytes": 30}]
+    lost = build_summary(files, {}, rows_read=7, vocabulary=["cat"], error_files=[],
+                         run_info={})
+    assert lost["accounted"] is False

@@ -1,0 +1,155 @@
+"""The last step: shards get their final names and summary.json is written, in the pipeline.
+
+It runs once every shard, the dead letters and the transform_fn are written, so shard
+files appear under their final names only when the run succeeds; it is idempotent, so a
+runner may retry it. Doing this in the pipeline (not the launcher) keeps it true on
+Dataflow, where the launcher may be gone before the job ends.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import apache_beam as beam
+import tensorflow_transform as tft
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.labels import LABEL_VOCABULARY
+from transforms.manifest import SPLITS
+from transforms.shards import ShardWritten, shard_file_suffix
+
+SUMMARY_FILE = "summary.json"
+
+
+class AccountingError(RuntimeError):
+    """rows read != examples written + rows dead-lettered: something was lost."""
+
+
+class PublishOutput(beam.PTransform):
+    """Renames the shards into place and writes OUTPUT/summary.json.
+
+    Input: a dict of PCollections: "shards" (ShardWritten), "dead_letter_reasons"
+    (reason codes), "rows_read" (one count), and "written" (anything that must be
+    complete first: the transform_fn and the dead-letter files).
+    """
+
+    def __init__(self, output_dir: str, temp_dir: str, compression: str,
+                 run_info: dict[str, Any]) -> None:
+        super().__init__()
+        self._output_dir = output_dir
+        self._temp_dir = temp_dir
+        self._compression = compression
+        self._run_info = run_info
+
+    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
+        errors_by_reason = (inputs["dead_letter_reasons"]
+                            | "CountByReason" >> beam.combiners.Count.PerElement())
+        written = inputs["written"] | "AllWritten" >> beam.Flatten()
+        return (inputs["rows_read"].pipeline
+                | "Once" >> beam.Create([None])
+                | "Publish" >> beam.Map(
+                    self._publish,
+                    shards=beam.pvalue.AsList(inputs["shards"]),
+                    errors_by_reason=beam.pvalue.AsDict(errors_by_reason),
+                    rows_read=beam.pvalue.AsSingleton(inputs["rows_read"]),
+                    written=beam.pvalue.AsList(written)))
+
+    def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
+                 rows_read: int, written: list[Any]) -> dict[str, Any]:
+        files = publish_shards(shards, self._output_dir, self._compression)
+        vocabulary = [word.decode() for word in tft.TFTransformOutput(
+            self._output_dir).vocabulary_by_name(LABEL_VOCABULARY)]
+        summary = build_summary(files, errors_by_reason, rows_read, vocabulary,
+                                error_files=sorted(FileSystems.split(str(path))[1]
+                                                   for path in written
+                                                   if str(path).endswith(".jsonl")),
+                                run_info=self._run_info)
+        with FileSystems.create(FileSystems.join(self._output_dir, SUMMARY_FILE)) as out:
+            out.write(json.dumps(summary, indent=2, ensure_ascii=False).encode())
+        if FileSystems.exists(self._temp_dir):
+            FileSystems.delete([self._temp_dir])
+        if not summary["accounted"]:
+            raise AccountingError(
+                f"rows read ({rows_read}) != examples written ({summary['examples_written']})"
+                f" + rows dead-lettered ({summary['rows_dead_lettered']})")
+        return summary
+
+
+def publish_shards(shards: Iterable[ShardWritten], output_dir: str,
+                   compression: str) -> dict[str, list[tuple[str, ShardWritten]]]:
+    """Renames non-empty temp shards to `split-IIIII-of-NNNNN` and deletes stale ones.
+
+    Returns split -> [(final file name, shard)] in shard order.
+    """
+    suffix = shard_file_suffix(compression)
+    by_split: dict[str, list[ShardWritten]] = collections.defaultdict(list)
+    for shard in sorted(shards, key=lambda s: (s.split, s.shard)):
+        if shard.examples:
+            by_split[shard.split].append(shard)
+        elif FileSystems.exists(shard.temp_path):
+            FileSystems.delete([shard.temp_path])
+    previous = {m.path for split in SPLITS
+                for m in FileSystems.match([FileSystems.join(
+                    output_dir, f"{split}-*-of-*.tfrecord*")])[0].metadata_list}
+    published: dict[str, list[tuple[str, ShardWritten]]] = {}
+    sources, destinations = [], []
+    for split, split_shards in by_split.items():
+        names = [f"{split}-{index:05d}-of-{len(split_shards):05d}{suffix}"
+                 for index in range(len(split_shards))]
+        published[split] = list(zip(names, split_shards))
+        for name, shard in published[split]:
+            destination = FileSystems.join(output_dir, name)
+            previous.discard(destination)
+            if FileSystems.exists(shard.temp_path):  # else a retry already moved it
+                sources.append(shard.temp_path)
+                destinations.append(destination)
+    if sources:
+        FileSystems.rename(sources, destinations)
+    if previous:
+        FileSystems.delete(sorted(previous))
+    return published
+
+
+def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
+                  errors_by_reason: dict[str, int], rows_read: int,
+                  vocabulary: Sequence[str], error_files: list[str],
+                  run_info: dict[str, Any]) -> dict[str, Any]:
+    """summary.json: counts per split and label, shard files, errors and the accounting."""
+    known = set(vocabulary)
+    splits = {}
+    for split in SPLITS:
+        shards = [shard for _, shard in files.get(split, [])]
+        labels: collections.Counter[str] = collections.Counter()
+        reencoded: collections.Counter[str] = collections.Counter()
+        for shard in shards:
+            labels.update(shard.labels)
+            reencoded.update(shard.reencoded)
+        splits[split] = {
+            "examples": sum(shard.examples for shard in shards),
+            "bytes": sum(shard.bytes for shard in shards),
+            "source_bytes": sum(shard.source_bytes for shard in shards),
+            "labels": dict(sorted(labels.items())),
+            "unseen_label_examples": sum(n for label, n in labels.items() if label not in known),
+            "reencoded": dict(sorted(reencoded.items())),
+            "shards": [{"file": name, "records": shard.examples, "bytes": shard.bytes}
+                       for name, shard in files.get(split, [])],
+        }
+    examples_written = sum(split["examples"] for split in splits.values())
+    rows_dead_lettered = sum(errors_by_reason.values())
+    return {
+        "rows_read": rows_read,
+        "examples_written": examples_written,
+        "rows_dead_lettered": rows_dead_lettered,
+        "accounted": rows_read == examples_written + rows_dead_lettered,
+        "error_fraction": rows_dead_lettered / rows_read if rows_read else 0.0,
+        "splits": splits,
+        "empty_splits": [split for split in SPLITS if not splits[split]["examples"]],
+        "vocabulary": {"label": list(vocabulary)},
+        "errors": {"by_reason": dict(sorted(errors_by_reason.items())), "files": error_files},
+        **run_info,
+        "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    }

@@ -1,0 +1,207 @@
+"""Shards planned on the small manifest rows; one DoFn per shard loads its images and writes it.
+
+Why not `WriteToTFRecord`: with a fixed shard count it keys every record randomly and
+groups the encoded images (a full shuffle of the image bytes that the DirectRunner holds
+in memory, in an order that changes per run); with a runner-chosen count the number and
+size of files follow the bundling. Grouping the small rows by shard instead moves about a
+hundred bytes per image, keeps shard sizes near the target and makes the output
+deterministic: a row's shard is a hash of its URI and rows are written in hash order.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple, TypeVar
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.tfrecordio import _TFRecordUtil
+from apache_beam.metrics import Metrics
+
+from transforms.examples import encode_example
+from transforms.images import ImageRejected, ImageSettings, prepare_image, read_image_bytes
+from transforms.labels import LabelledRow
+from transforms.manifest import DEAD_LETTERS, ManifestRow
+
+_SIZE_SAMPLE = 32  # files per split whose sizes estimate the split's total bytes
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def shard_file_suffix(compression: str) -> str:
+    return ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
+
+
+def shard_of(uri: str, num_shards: int) -> int:
+    return int.from_bytes(_uri_digest(uri)[:8], "big") % num_shards
+
+
+def shards_for(rows: int, mean_file_bytes: float, target_shard_bytes: int) -> int:
+    """Enough shards that none exceeds the target, never more shards than rows."""
+    return max(1, min(rows, math.ceil(rows * mean_file_bytes / target_shard_bytes)))
+
+
+class ShardWritten(NamedTuple):
+    """One shard file written to the temp dir, awaiting its final name."""
+
+    split: str
+    shard: int
+    temp_path: str
+    examples: int
+    bytes: int
+    source_bytes: int
+    labels: dict[str, int]  # label text -> examples
+    reencoded: dict[str, int]  # why -> examples whose image was re-encoded
+
+
+class PlanShards(beam.PTransform):
+    """ManifestRows -> (split, number of shards), from --num_shards or the target size.
+
+    The size estimate stats a fixed, hash-chosen sample of files per split, so the plan
+    is the same on every run of the same manifest.
+    """
+
+    def __init__(self, num_shards: int | None, target_shard_bytes: int) -> None:
+        super().__init__()
+        self._num_shards = num_shards
+        self._target_shard_bytes = target_shard_bytes
+
+    def expand(self, rows: beam.PCollection) -> beam.PCollection:
+        uris = rows | "BySplit" >> beam.Map(lambda row: (row.split, row.uri))
+        counts = uris | "CountRows" >> beam.combiners.Count.PerKey()
+        if self._num_shards:
+            return counts | "FixedCount" >> beam.MapTuple(
+                lambda split, count: (split, min(count, self._num_shards)))
+        mean_sizes = (uris
+                      | "SampleFiles" >> beam.combiners.Top.PerKey(
+                          _SIZE_SAMPLE, key=_uri_digest, reverse=True)
+                      | "MeanFileSize" >> beam.MapTuple(
+                          lambda split, sample: (split, _mean_file_size(sample))))
+        return ({"rows": counts, "mean_bytes": mean_sizes}
+                | "Join" >> beam.CoGroupByKey()
+                | "ShardCount" >> beam.MapTuple(lambda split, stats: (split, shards_for(
+                    stats["rows"][0], stats["mean_bytes"][0], self._target_shard_bytes))))
+
+
+class WriteShards(beam.PTransform):
+    """LabelledRows -> ShardWritten per file; failed images -> DEAD_LETTERS.
+
+    `plan` is PlanShards' output: (split, number of shards).
+    """
+
+    def __init__(self, plan: beam.PCollection, temp_dir: str, compression: str,
+                 settings: ImageSettings, decode_threads: int) -> None:
+        super().__init__()
+        self._plan = plan
+        self._writer = _WriteShardFile(temp_dir, compression, settings, decode_threads)
+
+    def expand(self, labelled: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        return (labelled
+                | "KeyByShard" >> beam.Map(
+                    lambda item, plan: ((item.row.split,
+                                         shard_of(item.row.uri, plan[item.row.split])), item),
+                    plan=beam.pvalue.AsDict(self._plan))
+                | "GroupByShard" >> beam.GroupByKey()
+                | "LoadAndWrite" >> beam.ParDo(self._writer).with_outputs(
+                    DEAD_LETTERS, main="shards"))
+
+
+class _WriteShardFile(beam.DoFn):
+    """Loads, checks and encodes one shard's images in order and writes its TFRecord file.
+
+    Images are read and decoded on a small thread pool (Pillow and file reads release the
+    GIL) through a bounded window, so at most a few images are in memory at once.
+    """
+
+    def __init__(self, temp_dir: str, compression: str, settings: ImageSettings,
+                 decode_threads: int) -> None:
+        self._temp_dir = temp_dir
+        self._compression = compression
+        self._settings = settings
+        self._decode_threads = decode_threads
+        self._written = Metrics.counter("images", "written")
+        self._rejected = Metrics.counter("images", "rejected")
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def setup(self) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(self._decode_threads)
+
+    def teardown(self) -> None:
+        if self._executor:
+            self._executor.shutdown()
+
+    def process(self, shard_rows: tuple[tuple[str, int], Iterable[LabelledRow]]
+                ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
+        (split, shard), rows = shard_rows
+        ordered = sorted(rows, key=lambda item: _write_order(item.row))
+        temp_path = FileSystems.join(
+            self._temp_dir, f"{split}-{shard:05d}{shard_file_suffix(self._compression)}")
+        examples = written_bytes = source_bytes = 0
+        labels: collections.Counter[str] = collections.Counter()
+        reencoded: collections.Counter[str] = collections.Counter()
+        compression = (CompressionTypes.GZIP if self._compression == "gzip"
+                       else CompressionTypes.UNCOMPRESSED)
+        with FileSystems.create(temp_path, compression_type=compression) as out:
+            window = 2 * self._decode_threads + 2
+            for item, outcome in zip(ordered, _ordered_map(self._executor, self._encode,
+                                                           ordered, window)):
+                if isinstance(outcome, ImageRejected):
+                    self._rejected.inc()
+                    yield beam.pvalue.TaggedOutput(DEAD_LETTERS, item.row.dead_letter(
+                        outcome.reason, outcome.message))
+                    continue
+                record, reencoded_because, source_size = outcome
+                _TFRecordUtil.write_record(out, record)
+                self._written.inc()
+                examples += 1
+                written_bytes += len(record)
+                source_bytes += source_size
+                labels[item.row.label] += 1
+                if reencoded_because:
+                    reencoded[reencoded_because] += 1
+        yield ShardWritten(split, shard, temp_path, examples, written_bytes, source_bytes,
+                           dict(labels), dict(reencoded))
+
+    def _encode(self, item: LabelledRow) -> tuple[bytes, str | None, int] | ImageRejected:
+        try:
+            data = read_image_bytes(item.row.uri)
+            image = prepare_image(data, self._settings)
+        except ImageRejected as rejected:
+            return rejected
+        return encode_example(item.row, item.label_id, image), image.reencoded, len(data)
+
+
+def _ordered_map(executor: concurrent.futures.Executor, fn: Callable[[_T], _R],
+                 items: Iterable[_T], window: int) -> Iterator[_R]:
+    """executor.map with at most `window` results pending, so memory stays bounded."""
+    pending: collections.deque[concurrent.futures.Future] = collections.deque()
+    for item in items:
+        pending.append(executor.submit(fn, item))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+def _uri_digest(uri: str) -> bytes:
+    return hashlib.sha256(uri.encode("utf-8", "surrogateescape")).digest()
+
+
+def _write_order(row: ManifestRow) -> tuple[bytes, str, int]:
+    """A fixed pseudo-random order: shards do not keep the manifest's class-sorted runs."""
+    return _uri_digest(row.uri), row.manifest, row.line
+
+
+def _mean_file_size(uris: Iterable[str]) -> float:
+    sizes = []
+    for uri in uris:
+        try:
+            sizes.extend(m.size_in_bytes for m in FileSystems.match([uri])[0].metadata_list)
+        except Exception:  # noqa: BLE001 - a missing file only leaves the estimate smaller
+            continue
+    return sum(sizes) / len(sizes) if sizes else 0.0
