@@ -13,7 +13,7 @@ setup(
         "tensorflow>=2.21,<2.22",
         "tensorflow-transform>=1.21,<1.22",
         "tfx-bsl>=1.21,<1.22",
-        "pillow>=11,<14",
+        "pillow>=11,<13",  # transforms/images.py runs Pillow's format search itself
         "pyarrow>=14",
         "google-cloud-storage>=2.18,<4",
     ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
@@ -31,6 +32,28 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     # TensorFlow's C++ start-up chatter hides the report; set before TensorFlow loads.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in args or "--help" in args:
+        print(_full_help())
+        return 0
     from pipeline import run  # noqa: PLC0415 - imports TensorFlow, after the env above
 
-    return run.main(sys.argv[1:] if argv is None else argv)
+    return run.main(args)
+
+
+def _full_help() -> str:
+    """Help for this job's options and for every Beam option, since all pass through."""
+    from apache_beam.options.pipeline_options import PipelineOptions  # noqa: PLC0415
+
+    from pipeline.options import ConvertOptions  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(
+        prog="image-tfrecords convert", allow_abbrev=False, conflict_handler="resolve",
+        usage="%(prog)s --manifest CSV --output_dir DIR [options]",
+        description="Convert an image manifest into split-partitioned TFRecord shards.")
+    beam_options = [cls for cls in PipelineOptions.__subclasses__() if cls is not ConvertOptions]
+    ConvertOptions._add_argparse_args(parser)  # noqa: SLF001 - Beam's own extension point
+    beam_group = parser.add_argument_group("Beam options (passed to the runner unchanged)")
+    for options_class in beam_options:
+        options_class._add_argparse_args(beam_group)  # noqa: SLF001
+    return parser.format_help()

@@ -1,0 +1,96 @@
+"""Shard planning and the per-shard writer, on real image files."""
+
+import concurrent.futures
+import threading
+import time
+
+import apache_beam as beam
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from conftest import encode, feature, photo_like, read_examples
+from transforms.images import ImageSettings
+from transforms.labels import LabelledRow
+from transforms.manifest import ManifestRow
+from transforms.shards import (PlanShards, _ordered_map, _WriteShardFile, shard_of,
+                               shards_for)
+
+
+def labelled(tmp_path, name, label_id=0, split="train", data=None):
+    path = tmp_path / name
+    if data is not None:
+        path.write_bytes(data)
+    return LabelledRow(ManifestRow("m.csv", len(name), f"{split},{name},x", split, str(path),
+                                   f"label{label_id}"), label_id)
+
+
+def test_shard_count_from_size_never_exceeds_rows():
+    assert shards_for(1000, 1_000_000, 128 << 20) == 8  # 1 GB at 128 MiB
+    assert shards_for(3, 100 << 20, 1 << 20) == 3
+    assert shards_for(10, 0.0, 1 << 20) == 1
+
+
+def test_shard_of_is_stable_and_spreads_uris():
+    assert shard_of("gs://b/a.jpg", 8) == shard_of("gs://b/a.jpg", 8)
+    counts = [0] * 4
+    for i in range(4000):
+        counts[shard_of(f"img/{i}.jpg", 4)] += 1
+    assert min(counts) > 900
+
+
+def test_ordered_map_keeps_order_and_bounds_work_in_flight():
+    in_flight, peak, lock = 0, 0, threading.Lock()
+
+    def slow(item):
+        nonlocal in_flight, peak
+        with lock:
+            in_flight += 1
+            peak = max(peak, in_flight)
+        time.sleep(0.002 * (item % 3))
+        with lock:
+            in_flight -= 1
+        return item * 2
+
+    def items():
+        for item in range(50):
+            yield item
+
+    with concurrent.futures.ThreadPoolExecutor(4) as executor:
+        assert list(_ordered_map(executor, slow, items(), window=5)) == [i * 2 for i in range(50)]
+    assert peak <= 5
+
+
+def test_plan_from_sampled_file_sizes(tmp_path):
+    rows = [labelled(tmp_path, f"{i}.bin", data=b"x" * 1000, split="train").row
+            for i in range(40)]
+    rows += [labelled(tmp_path, f"t{i}.bin", data=b"x" * 1000, split="test").row
+             for i in range(2)]
+    with TestPipeline() as p:
+        plan = p | beam.Create(rows) | PlanShards(None, target_shard_bytes=10_000)
+        assert_that(plan, equal_to([("train", 4), ("test", 1)]))
+
+
+def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):
+    good = [labelled(tmp_path, f"{i}.jpg", i % 2, data=encode(photo_like(16, 12, i), "JPEG"))
+            for i in range(6)]
+    missing = labelled(tmp_path, "missing.jpg")
+    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", ImageSettings(), decode_threads=3)
+    writer.setup()
+    try:
+        outputs = list(writer.process((("train", 2), [missing, *reversed(good)])))
+        first_bytes = open(tmp_path / "tmp" / "train-00002.tfrecord", "rb").read()
+        again = list(writer.process((("train", 2), [*good, missing])))  # a retry, reordered
+    finally:
+        writer.teardown()
+    written = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
+    dead = [o.value for o in outputs if isinstance(o, beam.pvalue.TaggedOutput)]
+    assert [d.reason for d in dead] == ["file_not_found"]
+    (shard,) = written
+    assert shard.temp_path == str(tmp_path / "tmp" / "train-00002.tfrecord")
+    assert (shard.examples, shard.labels) == (6, {"label0": 3, "label1": 3})
+    examples = read_examples(shard.temp_path)
+    uris = [feature(e, "image/source_id").decode() for e in examples]
+    assert sorted(uris) == sorted(item.row.uri for item in good)
+    assert uris != [item.row.uri for item in good]  # hash order, not manifest order
+    assert [o for o in again if not isinstance(o, beam.pvalue.TaggedOutput)] == written
+    assert open(shard.temp_path, "rb").read() == first_bytes

@@ -1,0 +1,315 @@
+"""Reading image files and turning their bytes into what an example stores.
+
+Plain, thread-safe functions: the per-shard writer calls them from a thread pool, so
+nothing here touches process-wide state (warnings filters, Pillow's module globals).
+JPEG and PNG bytes are stored untouched whenever TensorFlow decodes them to the same
+pixels as Pillow; everything else is re-encoded, and the reason is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+import zlib
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from PIL import ExifTags, Image, ImageFile, ImageOps
+
+REASONS = (
+    "file_not_found",      # the URI names no file
+    "read_error",          # a directory, no permission, or the filesystem failed
+    "empty_file",          # zero bytes
+    "not_an_image",        # no Pillow plugin recognises the bytes
+    "truncated_image",     # the data ends before the image does
+    "decompression_bomb",  # width * height above ImageSettings.max_pixels
+    "decode_error",        # recognised but undecodable: corrupt data, unsupported variant
+    "encode_error",        # decoded, but converting or re-encoding it failed
+)
+
+_JPEG_FORMATS = frozenset({"JPEG", "MPO"})  # MPO: a JPEG with extra frames appended (phones)
+_JPEG_KEPT_MODES = frozenset({"L", "RGB"})  # CMYK/YCCK are the only other modes Pillow opens
+_TRANSPOSING = range(2, 9)  # EXIF orientations that move pixels; others are 1 or invalid
+_AXES_SWAPPED = range(5, 9)
+_CHANNELS = {"L": 1, "I;16": 1, "LA": 2, "RGB": 3, "P": 3, "RGBA": 4}
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Channels libpng (so TF) yields per IHDR colour type; Pillow's modes differ for 16-bit
+# grey+alpha (opened as RGBA), and palettes expand to RGB, or RGBA given a tRNS chunk.
+_PNG_COLOR_TYPE_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
+
+
+class ImageRejected(Exception):
+    """An image that cannot become an example.
+
+    `reason` is a stable machine code (one of REASONS), `message` human text.
+    """
+
+    def __init__(self, reason: str, message: str):
+        if reason not in REASONS:
+            raise ValueError(f"unknown rejection reason {reason!r}")
+        # Both in args so the exception pickles (Beam may ship it between processes).
+        super().__init__(reason, message)
+        self.reason = reason
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSettings:
+    """How images are checked and what is stored for them."""
+
+    image_format: str = "keep"  # "keep" | "jpeg" | "png"
+    max_side: int | None = None  # resize so the longer side <= max_side, aspect kept
+    jpeg_quality: int = 95
+    max_pixels: int = 89_478_485  # Pillow's default MAX_IMAGE_PIXELS
+
+    def __post_init__(self) -> None:
+        if self.image_format not in ("keep", "jpeg", "png"):
+            raise ValueError(f"image_format must be keep, jpeg or png, not {self.image_format!r}")
+        if self.max_side is not None and self.max_side < 1:
+            raise ValueError("max_side must be a positive number of pixels")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ValueError("jpeg_quality must be between 1 and 100")
+        if self.max_pixels < 1:
+            raise ValueError("max_pixels must be positive")
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedImage:
+    """The bytes to store for one image, described as TensorFlow will decode them."""
+
+    encoded: bytes  # what goes into image/encoded
+    format: str  # "jpeg" or "png", the format of `encoded`
+    width: int
+    height: int
+    channels: int  # the last dimension of tf.io.decode_image(encoded)
+    source_format: str  # Pillow's name of the source format, e.g. "JPEG", "GIF"
+    reencoded: str | None  # None: `encoded` is the source bytes; else format, mode,
+    # orientation, resized or requested_format (the first that applies, in that order)
+
+
+def read_image_bytes(uri: str) -> bytes:
+    """Reads the whole file through Beam's FileSystems (local paths and any Beam scheme)."""
+    try:
+        # UNCOMPRESSED: Beam would otherwise gunzip a file whose name ends in .gz.
+        with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as file:
+            data = file.read()
+    except FileNotFoundError as error:
+        raise ImageRejected("file_not_found", f"no such file: {uri}") from error
+    except Exception as error:  # each filesystem raises its own types (e.g. GCS NotFound)
+        if not _exists(uri):
+            raise ImageRejected("file_not_found", f"no such file: {uri}") from error
+        raise ImageRejected("read_error", f"cannot read {uri}: {error}") from error
+    if not data:
+        raise ImageRejected("empty_file", f"{uri} is empty")
+    return data
+
+
+def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
+    """Decodes `data` fully with Pillow (proving it is an image) and returns the bytes to store."""
+    image, target, orientation = _decode(data, settings)
+    source_format = image.format or "unknown"
+    # Pillow accepts PNGs whose checksums or IEND TF's libpng rejects: check every source
+    # PNG, so whether one is rejected does not depend on the settings.
+    png_channels = _png_channels(data) if source_format == "PNG" else None
+    reason = _reencode_reason(image, orientation, target, settings.image_format)
+    if reason is None:
+        channels = png_channels if png_channels is not None else _CHANNELS[image.mode]
+        return PreparedImage(data, "jpeg" if source_format in _JPEG_FORMATS else "png",
+                             image.width, image.height, channels, source_format, None)
+
+    out_format = settings.image_format
+    if out_format == "keep":
+        out_format = "jpeg" if source_format in _JPEG_FORMATS else "png"
+    try:
+        if orientation in _TRANSPOSING:
+            image = ImageOps.exif_transpose(image)
+        if out_format == "jpeg":
+            image = _jpeg_mode(image)
+        else:
+            image = _png_mode(image, resizing=target is not None)
+        if target is not None:
+            size = target[::-1] if orientation in _AXES_SWAPPED else target
+            image = image.resize(size, Image.Resampling.LANCZOS)
+        encoded = _encode(image, out_format, settings.jpeg_quality)
+    except Exception as error:  # Pillow's conversions and encoders raise assorted types
+        raise ImageRejected("encode_error", f"cannot re-encode as {out_format}: {error}") from error
+    return PreparedImage(encoded, out_format, image.width, image.height, _CHANNELS[image.mode],
+                         source_format, reason)
+
+
+def _exists(uri: str) -> bool:
+    """Whether `uri` exists, or True when even that cannot be told (so: a read error)."""
+    try:
+        return FileSystems.exists(uri)
+    except Exception:  # the same broken filesystem that failed the read
+        return True
+
+
+def _decode(data: bytes, settings: ImageSettings,
+            ) -> tuple[ImageFile.ImageFile, tuple[int, int] | None, object]:
+    """The fully loaded image, the size to resize it to (source axes), its EXIF orientation."""
+    try:
+        image = _open(data, settings.max_pixels)
+        target = _fit(image.size, settings.max_side)
+        if target is not None and image.format in _JPEG_FORMATS:
+            # libjpeg can decode at 1/2, 1/4 or 1/8 scale: far less work. Staying at twice
+            # the target or more (as Image.thumbnail does) leaves LANCZOS detail to filter.
+            image.draft(None, (2 * target[0], 2 * target[1]))
+        image.load()
+        orientation = image.getexif().get(ExifTags.Base.Orientation, 1)
+    except ImageRejected:
+        raise
+    except Image.DecompressionBombError as error:  # plugins' own checks (GIF, TIFF tiles, ICO)
+        raise ImageRejected("decompression_bomb", str(error)) from error
+    except Exception as error:  # plugins raise OSError, SyntaxError, ValueError, EOFError...
+        text = str(error) or type(error).__name__
+        # Pillow's words for data ending early: "image file is truncated", "Truncated File
+        # Read", "truncated PNG file". Its "broken data stream" means corrupt, not short.
+        truncated = "truncated" in text.lower()
+        raise ImageRejected("truncated_image" if truncated else "decode_error", text) from error
+    return image, target, orientation
+
+
+def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:
+    """Image.open, with `max_pixels` checked before any pixel is allocated.
+
+    Image.open itself applies the process-wide Image.MAX_IMAGE_PIXELS and reports through
+    the global warnings machinery; neither can be set per call from a thread pool, so this
+    runs the same plugin search with our own limit in their place.
+    """
+    Image.preinit()  # the common formats first, in the order Image.open tries them
+    Image.init()
+    file = io.BytesIO(data)
+    prefix = data[:16]
+    failures = []
+    for name in list(Image.ID):
+        factory, accept = Image.OPEN[name]
+        recognised = False
+        try:
+            if accept:
+                result = accept(prefix)
+                if not result or isinstance(result, str):  # a str: known but unsupported
+                    continue
+                recognised = True
+            file.seek(0)
+            image = factory(file, "")
+        except (SyntaxError, IndexError, TypeError, struct.error) as error:
+            # What Image.open also takes to mean "not this format". A matching signature
+            # with a header cut short lands here too: say so in the message.
+            if recognised:
+                failures.append(f"{name} header unreadable: {error}")
+            continue
+        width, height = image.size
+        if width * height > max_pixels:
+            raise ImageRejected("decompression_bomb",
+                                f"{width}x{height} exceeds the limit of {max_pixels} pixels")
+        return image
+    detail = f" ({'; '.join(failures)})" if failures else ""
+    raise ImageRejected("not_an_image", f"not in any image format Pillow reads{detail}")
+
+
+def _fit(size: tuple[int, int], max_side: int | None) -> tuple[int, int] | None:
+    """The size with the longer side exactly `max_side`, or None when no resize is needed."""
+    width, height = size
+    if max_side is None or max(width, height) <= max_side:
+        return None
+    if width >= height:
+        return max_side, max(1, round(height * max_side / width))
+    return max(1, round(width * max_side / height)), max_side
+
+
+def _reencode_reason(image: Image.Image, orientation: object,
+                     target: tuple[int, int] | None, image_format: str) -> str | None:
+    """Why the source bytes cannot be stored as they are, or None when they can."""
+    if image.format in _JPEG_FORMATS:
+        source = "jpeg"
+    elif image.format == "PNG":
+        source = "png"  # every mode Pillow opens a PNG in is one libpng decodes alike
+    else:
+        return "format"
+    if source == "jpeg" and image.mode not in _JPEG_KEPT_MODES:
+        return "mode"
+    if orientation in _TRANSPOSING:
+        return "orientation"
+    if target is not None:
+        return "resized"
+    if image_format not in ("keep", source):
+        return "requested_format"
+    return None
+
+
+def _png_channels(data: bytes) -> int:
+    """Checks a PNG's chunks as libpng does; returns the channels TF decodes it to.
+
+    Critical chunks must pass their CRC and the file must reach a complete IEND; libpng
+    only warns about ancillary chunks, so their checksums are not checked either.
+    """
+    view = memoryview(data)
+    position = len(_PNG_SIGNATURE)
+    color_type, has_trns = None, False
+    while True:
+        if position + 12 > len(data):
+            raise ImageRejected("truncated_image", "PNG data ends before its IEND chunk")
+        length, kind = struct.unpack_from(">I4s", data, position)
+        end = position + 12 + length
+        if end > len(data):
+            raise ImageRejected("truncated_image", f"PNG data ends inside a {kind!r} chunk")
+        critical = not kind[0] & 0x20
+        stored_crc = struct.unpack_from(">I", data, end - 4)[0]
+        if critical and zlib.crc32(view[position + 4:end - 4]) != stored_crc:
+            raise ImageRejected("decode_error", f"PNG {kind!r} chunk fails its CRC check")
+        if kind == b"IHDR":
+            color_type = data[position + 17]
+        elif kind == b"tRNS":
+            has_trns = True
+        elif kind == b"IEND":
+            break
+        position = end
+    if color_type == 3 and has_trns:
+        return 4
+    return _PNG_COLOR_TYPE_CHANNELS[color_type]
+
+
+def _png_mode(image: Image.Image, resizing: bool) -> Image.Image:
+    """The image in a mode PNG stores and TF decodes to the same pixels."""
+    if image.mode in ("L", "LA", "RGB", "RGBA", "I;16"):
+        return image
+    if image.mode == "P" and not image.has_transparency_data and not resizing:
+        return image  # a palette PNG is smaller; resampling needs real colours
+    if image.mode == "1":
+        return image.convert("L")
+    if image.mode == "I" or image.mode.startswith("I;16"):
+        # Via "I": Pillow's direct I;16B -> I;16 conversion clips to 8 bits.
+        return image.convert("I").convert("I;16")
+    return image.convert("RGBA" if image.has_transparency_data else "RGB")
+
+
+def _jpeg_mode(image: Image.Image) -> Image.Image:
+    """The image in L or RGB, the modes JPEG stores; alpha is composited over white."""
+    if image.mode in _JPEG_KEPT_MODES:
+        return image
+    if image.mode == "1":
+        return image.convert("L")
+    if image.mode == "I" or image.mode.startswith("I;16"):
+        # The high byte, as TF's uint8 decode of a 16-bit PNG gives.
+        return image.convert("I").point(lambda value: value / 256).convert("L")
+    if image.has_transparency_data:
+        image = image.convert("LA" if image.mode == "LA" else "RGBA")
+        white = Image.new(image.mode, image.size, "white")
+        return Image.alpha_composite(white, image).convert(image.mode[:-1])
+    return image.convert("RGB")
+
+
+def _encode(image: Image.Image, out_format: str, jpeg_quality: int) -> bytes:
+    # Pixels only: a source's ICC profile or EXIF may no longer match the converted pixels.
+    image.info = {}
+    buffer = io.BytesIO()
+    if out_format == "jpeg":
+        image.save(buffer, "JPEG", quality=jpeg_quality)
+    else:
+        image.save(buffer, "PNG")
+    return buffer.getvalue()
