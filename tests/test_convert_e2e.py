@@ -136,6 +136,7 @@ def test_summary_matches_the_files(converted, dataset):
         counted = sum(1 for _ in tf.data.TFRecordDataset(
             [str(output / f["file"]) for f in files]))
         assert counted == stats["examples"] == sum(f["records"] for f in files)
+        assert all(f["bytes"] == os.path.getsize(output / f["file"]) for f in files)
         assert sum(stats["labels"].values()) == stats["examples"]
         want = sum(1 for uri in good if expected[uri][0].lower() == split)
         assert stats["examples"] == want
@@ -207,3 +208,19 @@ def test_a_split_with_no_rows_writes_no_shards(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["empty_splits"] == ["test"]
     assert not glob.glob(f"{tmp_path}/out/test-*")
+
+
+def test_image_options_reach_the_writer(dataset, tmp_path):
+    root, _, _ = dataset
+    output = tmp_path / "out"
+    assert convert(root / "manifest.csv", output, "--max_error_fraction", "0.5",
+                   "--image_format", "png", "--max_side", "24") == 0
+    examples = read_examples(f"{output}/*.tfrecord")
+    assert examples and all(feature(e, "image/format") == b"png" for e in examples)
+    for example in examples:
+        decoded = tf.io.decode_image(feature(example, "image/encoded")).numpy()
+        assert max(decoded.shape[:2]) <= 24
+        assert decoded.shape[:2] == (feature(example, "image/height"),
+                                     feature(example, "image/width"))
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["splits"]["train"]["reencoded"]["resized"] > 0

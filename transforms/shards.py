@@ -53,8 +53,8 @@ class ShardWritten(NamedTuple):
     shard: int
     temp_path: str
     examples: int
-    bytes: int
-    source_bytes: int
+    bytes: int  # of the file as written (compressed with --compression gzip)
+    source_bytes: int  # of the source image files
     labels: dict[str, int]  # label text -> examples
     reencoded: dict[str, int]  # why -> examples whose image was re-encoded
 
@@ -141,7 +141,7 @@ class _WriteShardFile(beam.DoFn):
         ordered = sorted(rows, key=lambda item: _write_order(item.row))
         temp_path = FileSystems.join(
             self._temp_dir, f"{split}-{shard:05d}{shard_file_suffix(self._compression)}")
-        examples = written_bytes = source_bytes = 0
+        examples = source_bytes = 0
         labels: collections.Counter[str] = collections.Counter()
         reencoded: collections.Counter[str] = collections.Counter()
         compression = (CompressionTypes.GZIP if self._compression == "gzip"
@@ -159,12 +159,12 @@ class _WriteShardFile(beam.DoFn):
                 _TFRecordUtil.write_record(out, record)
                 self._written.inc()
                 examples += 1
-                written_bytes += len(record)
                 source_bytes += source_size
                 labels[item.row.label] += 1
                 if reencoded_because:
                     reencoded[reencoded_because] += 1
-        yield ShardWritten(split, shard, temp_path, examples, written_bytes, source_bytes,
+        file_bytes = FileSystems.match([temp_path])[0].metadata_list[0].size_in_bytes
+        yield ShardWritten(split, shard, temp_path, examples, file_bytes, source_bytes,
                            dict(labels), dict(reencoded))
 
     def _encode(self, item: LabelledRow) -> tuple[bytes, str | None, int] | ImageRejected:
