@@ -51,12 +51,13 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
                          | "ToJson" >> beam.Map(DeadLetter.to_json)
                          | "WriteDeadLetters" >> beam.io.WriteToText(
                              f"{output_dir}/errors", file_name_suffix=".jsonl", num_shards=1))
-    rows_read = ((manifest.rows, manifest.dead_letters)
-                 | "AllRows" >> beam.Flatten()
-                 | "CountRows" >> beam.combiners.Count.Globally())
+    # Counted apart and summed later: a Flatten of the rows would be materialised.
+    row_counts = ((manifest.rows | "CountRows" >> beam.combiners.Count.Globally(),
+                   manifest.dead_letters | "CountRejected" >> beam.combiners.Count.Globally())
+                  | "RowCounts" >> beam.Flatten())
 
     _ = ({"shards": written.shards,
           "dead_letter_reasons": dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
-          "rows_read": rows_read,
+          "row_counts": row_counts,
           "written": (transform_fn_written, dead_letter_files)}
          | "Publish" >> PublishOutput(output_dir, temp_dir, options.compression, run_info))

@@ -33,8 +33,8 @@ class PublishOutput(beam.PTransform):
     """Renames the shards into place and writes OUTPUT/summary.json.
 
     Input: a dict of PCollections: "shards" (ShardWritten), "dead_letter_reasons"
-    (reason codes), "rows_read" (one count), and "written" (anything that must be
-    complete first: the transform_fn and the dead-letter files).
+    (reason codes), "row_counts" (counts that sum to the rows read), and "written"
+    (anything that must be complete first: the transform_fn and the dead-letter files).
     """
 
     def __init__(self, output_dir: str, temp_dir: str, compression: str,
@@ -49,17 +49,18 @@ class PublishOutput(beam.PTransform):
         errors_by_reason = (inputs["dead_letter_reasons"]
                             | "CountByReason" >> beam.combiners.Count.PerElement())
         written = inputs["written"] | "AllWritten" >> beam.Flatten()
-        return (inputs["rows_read"].pipeline
+        return (inputs["row_counts"].pipeline
                 | "Once" >> beam.Create([None])
                 | "Publish" >> beam.Map(
                     self._publish,
                     shards=beam.pvalue.AsList(inputs["shards"]),
                     errors_by_reason=beam.pvalue.AsDict(errors_by_reason),
-                    rows_read=beam.pvalue.AsSingleton(inputs["rows_read"]),
+                    row_counts=beam.pvalue.AsList(inputs["row_counts"]),
                     written=beam.pvalue.AsList(written)))
 
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
-                 rows_read: int, written: list[Any]) -> dict[str, Any]:
+                 row_counts: list[int], written: list[Any]) -> dict[str, Any]:
+        rows_read = sum(row_counts)
         files = publish_shards(shards, self._output_dir, self._compression)
         vocabulary = [word.decode() for word in tft.TFTransformOutput(
             self._output_dir).vocabulary_by_name(LABEL_VOCABULARY)]
