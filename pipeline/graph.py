@@ -9,19 +9,35 @@ TensorFlow, and no stage waits on a side input while holding the manifest.
 
 from __future__ import annotations
 
+import json
+import uuid
 from typing import Any
 
 import apache_beam as beam
 import tensorflow_transform.beam as tft_beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from pipeline.options import ConvertOptions
 from transforms.dead_letters import DeadLetter
 from transforms.labels import AnalyzeLabels, ApplyLabels
 from transforms.manifest import ReadManifest
-from transforms.publish import PublishOutput
+from transforms.publish import SUMMARY_FILE, PublishOutput
 from transforms.shards import PlanShards, WriteShards
 
 _MB = 1 << 20
+
+
+def run(options: PipelineOptions, manifests: list[str], run_info: dict[str, Any]
+        ) -> dict[str, Any]:
+    """Runs the conversion to the end and returns the summary.json it wrote."""
+    convert = options.view_as(ConvertOptions)
+    temp_dir = FileSystems.join(convert.output_dir, f".tmp-{uuid.uuid4().hex[:12]}")
+    with beam.Pipeline(runner=_runner(options), options=options) as p:
+        build(p, convert, manifests, temp_dir, run_info)
+    with FileSystems.open(FileSystems.join(convert.output_dir, SUMMARY_FILE)) as file:
+        return json.load(file)
 
 
 def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_dir: str,
@@ -32,7 +48,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
     planning = p | "ReadManifestToPlan" >> ReadManifest(manifests)
     transform_fn = (planning.rows
                     | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
-                    | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label, temp_dir))
+                    | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", temp_dir))
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         output_dir)
     shard_plan = planning.rows | "PlanShards" >> PlanShards(
@@ -61,3 +77,14 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
           "row_counts": row_counts,
           "written": (transform_fn_written, dead_letter_files)}
          | "Publish" >> PublishOutput(output_dir, temp_dir, options.compression, run_info))
+
+
+def _runner(options: PipelineOptions) -> FnApiRunner | None:
+    """DirectRunner jobs run on Beam's in-process FnApiRunner.
+
+    Beam 2.77's DirectRunner would first try Prism, which it downloads from GitHub at
+    run time; the FnApiRunner is the engine it falls back to, without the download.
+    """
+    if options.view_as(StandardOptions).runner in (None, "DirectRunner"):
+        return FnApiRunner()
+    return None  # Beam resolves --runner

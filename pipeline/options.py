@@ -8,7 +8,6 @@ import os
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms.images import ImageSettings
-from transforms.labels import UNSEEN_LABEL_POLICIES
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 
@@ -53,7 +52,7 @@ class ConvertOptions(PipelineOptions):
             "--compression", choices=("none", "gzip"), default="none",
             help="gzip writes .tfrecord.gz shards.")
         group.add_argument(
-            "--unseen_label", choices=UNSEEN_LABEL_POLICIES, default="error",
+            "--unseen_label", choices=("error", "oov"), default="error",
             help="A VALIDATION/TEST label that TRAIN never saw: 'error' dead-letters the "
                  "row; 'oov' keeps it with label id len(vocabulary).")
         group.add_argument(

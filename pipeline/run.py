@@ -4,24 +4,20 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
-import json
 import sys
 import time
-import uuid
 from collections.abc import Sequence
 
-import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from pipeline.graph import build
 from pipeline.options import ConvertOptions
 from pipeline.report import format_report
 from transforms.manifest import ManifestError, find_manifests, read_header
-from transforms.publish import SUMMARY_FILE
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
 class UsageError(ValueError):
     """Options or an output location that cannot work; reported without a traceback."""
 
@@ -47,12 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "versions": {name: _version(name) for name in _VERSIONED},
         "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
     }
-    temp_dir = FileSystems.join(convert.output_dir, f".tmp-{uuid.uuid4().hex[:12]}")
-    with beam.Pipeline(runner=_runner(options), options=options) as p:
-        build(p, convert, manifests, temp_dir, run_info)
+    # TensorFlow loads here, so usage errors above come back in a second, not six.
+    from pipeline import graph  # noqa: PLC0415
 
-    with FileSystems.open(FileSystems.join(convert.output_dir, SUMMARY_FILE)) as file:
-        summary = json.load(file)
+    summary = graph.run(options, manifests, run_info)
     print(format_report(summary, convert.output_dir, time.monotonic() - started))
     if not summary["examples_written"]:
         print("error: no example was written", file=sys.stderr)
@@ -78,17 +72,6 @@ def _preflight(convert: ConvertOptions) -> list[str]:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "
                             "pass --overwrite to replace its contents")
     return manifests
-
-
-def _runner(options: PipelineOptions) -> FnApiRunner | None:
-    """DirectRunner jobs run on Beam's in-process FnApiRunner.
-
-    Beam 2.77's DirectRunner would first try Prism, which it downloads from GitHub at
-    run time; the FnApiRunner is the engine it falls back to, without the download.
-    """
-    if options.view_as(StandardOptions).runner in (None, "DirectRunner"):
-        return FnApiRunner()
-    return None  # Beam resolves --runner
 
 
 def _version(distribution: str) -> str:

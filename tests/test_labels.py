@@ -20,17 +20,17 @@ TRAIN = [row(1, "train", "cat"), row(2, "train", "dog"), row(3, "train", "cat"),
 OTHERS = [row(5, "test", "dog"), row(6, "validation", "bird")]
 
 
-def apply_labels(p, tmp_path, unseen_label, rows):
+def apply_labels(p, tmp_path, oov_bucket, rows):
     """TRAIN -> transform_fn (written to tmp_path/out) -> applied to `rows`."""
     transform_fn = (p | "Train" >> beam.Create(TRAIN)
-                    | AnalyzeLabels(unseen_label, str(tmp_path / "tmp")))
+                    | AnalyzeLabels(oov_bucket, str(tmp_path / "tmp")))
     _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
     return p | "Rows" >> beam.Create(rows) | ApplyLabels(transform_fn, str(tmp_path / "tmp"))
 
 
 def test_vocabulary_is_trains_by_frequency_and_unseen_labels_are_dead_letters(tmp_path):
     with TestPipeline() as p:
-        labelled = apply_labels(p, tmp_path, "error", TRAIN + OTHERS)
+        labelled = apply_labels(p, tmp_path, False, TRAIN + OTHERS)
         assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_id)),
                     equal_to([(1, 0), (2, 2), (3, 0), (4, 1), (5, 2)]), label="ids")
         assert_that(labelled.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.reason)),
@@ -43,12 +43,12 @@ def test_vocabulary_is_trains_by_frequency_and_unseen_labels_are_dead_letters(tm
 
 def test_oov_policy_keeps_unseen_labels_with_the_bucket_id(tmp_path):
     with TestPipeline() as p:
-        labelled = apply_labels(p, tmp_path, "oov", OTHERS)
+        labelled = apply_labels(p, tmp_path, True, OTHERS)
         assert_that(labelled.labelled | beam.Map(lambda l: (l.row.label, l.label_id)),
                     equal_to([("dog", 2), ("bird", 3)]))
 
 
 def test_rows_survive_the_passthrough_unchanged(tmp_path):
     with TestPipeline() as p:
-        labelled = apply_labels(p, tmp_path, "error", TRAIN)
+        labelled = apply_labels(p, tmp_path, False, TRAIN)
         assert_that(labelled.labelled | beam.Map(lambda l: l.row), equal_to(TRAIN))

@@ -25,7 +25,6 @@ from transforms.manifest import DEAD_LETTERS, ManifestRow
 LABEL = "label"
 LABEL_ID = "label_id"
 LABEL_VOCABULARY = "label"  # file name of the vocabulary under transform_fn/assets/
-UNSEEN_LABEL_POLICIES = ("error", "oov")
 UNSEEN_LABEL_ID = -1  # what the transform gives an unseen label without an OOV bucket
 
 _ROW = "row"  # passthrough column: the serialized ManifestRow
@@ -57,9 +56,9 @@ class LabelledRow(NamedTuple):
 class AnalyzeLabels(beam.PTransform):
     """TRAIN ManifestRows -> the transform_fn holding the label vocabulary."""
 
-    def __init__(self, unseen_label: str, temp_dir: str) -> None:
+    def __init__(self, oov_bucket: bool, temp_dir: str) -> None:
         super().__init__()
-        self._oov_bucket = unseen_label == "oov"
+        self._oov_bucket = oov_bucket
         self._temp_dir = temp_dir
 
     def expand(self, train_rows: beam.PCollection) -> tuple:
