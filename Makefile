@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test clean
+BENCH_INSTALLED := $(VENV)/.bench-installed
+
+.PHONY: demo test bench clean
 
 $(INSTALLED): requirements.txt setup.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +21,14 @@ demo: $(INSTALLED)
 
 test: $(INSTALLED)
 	$(VENV)/bin/python -m pytest tests
+
+$(BENCH_INSTALLED): $(INSTALLED) bench/requirements.txt
+	$(VENV)/bin/pip install --quiet -r bench/requirements.txt
+	touch $@
+
+# Ours against bench/handwritten.py, side by side: see bench/RESULTS.md (about 20 minutes).
+bench: $(BENCH_INSTALLED)
+	$(VENV)/bin/python bench/write_bench.py --json bench/results.json
 
 clean:
 	rm -rf $(VENV) demo-output *.egg-info

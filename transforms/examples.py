@@ -39,8 +39,9 @@ def encode_example(row: ManifestRow, label_id: int, image: PreparedImage) -> byt
         "image/class/text": row.label.encode(),
     }
     features = {key: _feature(value) for key, value in values.items()}
-    return example_pb2.Example(
-        features=feature_pb2.Features(feature=features)).SerializeToString()
+    # deterministic: map entries in key order, so the same image always gives the same bytes.
+    return example_pb2.Example(features=feature_pb2.Features(
+        feature=features)).SerializeToString(deterministic=True)
 
 
 def _feature(value: bytes | int) -> feature_pb2.Feature:
