@@ -45,7 +45,8 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
     output_dir = options.output_dir
 
     # Pass 1, over the small rows: the label vocabulary and how many shards each split gets.
-    planning = p | "ReadManifestToPlan" >> ReadManifest(manifests)
+    split_fractions = options.split_fraction_values()
+    planning = p | "ReadManifestToPlan" >> ReadManifest(manifests, split_fractions)
     transform_fn = (planning.rows
                     | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
                     | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", temp_dir))
@@ -55,7 +56,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
         options.num_shards, int(options.target_shard_mb * _MB))
 
     # Pass 2: label ids for every split, then each shard loads and writes its own images.
-    manifest = p | "ReadManifest" >> ReadManifest(manifests)
+    manifest = p | "ReadManifest" >> ReadManifest(manifests, split_fractions)
     labelled = manifest.rows | "ApplyLabels" >> ApplyLabels(transform_fn, temp_dir)
     written = labelled.labelled | "WriteShards" >> WriteShards(
         shard_plan, temp_dir, options.compression, options.image_settings(),

@@ -29,6 +29,11 @@ class ConvertOptions(PipelineOptions):
             "--overwrite", action="store_true",
             help="Replace the outputs of a previous run in a non-empty --output_dir.")
         group.add_argument(
+            "--split_fractions", default="0.8,0.1,0.1",
+            help="train,validation,test fractions for rows without a split (UNASSIGNED, "
+                 "empty, or no split column): assigned from a hash of the image URI, so "
+                 "the same row always lands in the same split.")
+        group.add_argument(
             "--image_format", choices=("keep", "jpeg", "png"), default="keep",
             help="keep: store JPEG/PNG bytes as they are and re-encode only what "
                  "TensorFlow cannot decode; jpeg/png: store every image in that format.")
@@ -79,6 +84,10 @@ class ConvertOptions(PipelineOptions):
             found.append("--manifest is required")
         if not self.output_dir:
             found.append("--output_dir is required")
+        try:
+            self.split_fraction_values()
+        except ValueError as problem:
+            found.append(f"--split_fractions {self.split_fractions!r}: {problem}")
         if self.max_side is not None and self.max_side < 1:
             found.append("--max_side must be a positive number of pixels")
         if not 1 <= self.jpeg_quality <= 100:
@@ -94,6 +103,15 @@ class ConvertOptions(PipelineOptions):
         if self.decode_threads < 1:
             found.append("--decode_threads must be at least 1")
         return found
+
+    def split_fraction_values(self) -> tuple[float, float, float]:
+        try:
+            values = tuple(float(part) for part in self.split_fractions.split(","))
+        except ValueError:
+            values = ()
+        if len(values) != 3 or min(values) < 0 or abs(sum(values) - 1) > 1e-6:
+            raise ValueError("give three non-negative fractions that sum to 1, e.g. 0.8,0.1,0.1")
+        return values
 
     def image_settings(self) -> ImageSettings:
         return ImageSettings(image_format=self.image_format, max_side=self.max_side,

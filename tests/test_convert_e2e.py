@@ -13,6 +13,7 @@ from PIL import Image
 
 from conftest import encode, feature, photo_like, png_declaring, read_examples
 from pipeline import run
+from transforms.manifest import assign_split
 
 LABELS = ("cat", "dog", "fish")
 
@@ -224,3 +225,31 @@ def test_image_options_reach_the_writer(dataset, tmp_path):
                                      feature(example, "image/width"))
     summary = json.loads((output / "summary.json").read_text())
     assert summary["splits"]["train"]["reencoded"]["resized"] > 0
+
+
+def test_several_manifests_without_splits_make_one_output(tmp_path):
+    (tmp_path / "img").mkdir()
+    labels = {f"{i:02d}.jpg": ("cat", "dog", "fish")[i % 3] for i in range(18)}
+    for i, name in enumerate(labels):
+        (tmp_path / "img" / name).write_bytes(encode(photo_like(20, 16, i), "JPEG"))
+    names = list(labels)
+    (tmp_path / "no-split-column.csv").write_text(
+        "image_uri,label\n" + "".join(f"img/{n},{labels[n]}\n" for n in names[:9]))
+    (tmp_path / "unassigned-1.csv").write_text(
+        "".join(f"UNASSIGNED,img/{n},{labels[n]}\n" for n in names[9:]))
+    fractions = (0.5, 0.25, 0.25)
+    assert run.main(["--manifest", str(tmp_path / "no-split-column.csv"),
+                     "--manifest", str(tmp_path / "unassigned-*.csv"),
+                     "--output_dir", str(tmp_path / "out"), "--split_fractions", "0.5,0.25,0.25",
+                     "--unseen_label", "oov"]) == 0
+    seen = {}
+    for split in ("train", "validation", "test"):
+        for example in read_examples(f"{tmp_path}/out/{split}-*.tfrecord"):
+            name = os.path.basename(feature(example, "image/source_id").decode())
+            assert name not in seen
+            seen[name] = split
+            assert feature(example, "image/class/text").decode() == labels[name]
+    assert seen == {name: assign_split(f"img/{name}", fractions) for name in names}
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["rows_read"] == 18 and summary["accounted"]
+    assert len(summary["manifests"]) == 2

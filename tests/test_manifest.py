@@ -10,8 +10,9 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
-from transforms.manifest import (AUTOML_LAYOUT, ManifestError, ManifestRow, ReadManifest,
-                                 find_manifests, read_header, read_manifest, resolve_uri)
+from transforms.manifest import (AUTOML_LAYOUT, SPLITS, ManifestError, ManifestRow,
+                                 ReadManifest, assign_split, find_manifests, read_header,
+                                 read_manifest, resolve_uri)
 
 
 def write(path, text, encoding="utf-8"):
@@ -70,9 +71,6 @@ def test_trailing_empty_fields_are_tolerated(tmp_path):
 
 @pytest.mark.parametrize("line, reason", [
     ("TRIAN,a.jpg,cat", reasons.INVALID_SPLIT),
-    ("UNASSIGNED,a.jpg,cat", reasons.UNASSIGNED_SPLIT),
-    (",a.jpg,cat", reasons.MISSING_SPLIT),
-    ("a.jpg,cat", reasons.MISSING_SPLIT),
     ("train,a.jpg,", reasons.MISSING_LABEL),
     ("train,,cat", reasons.MISSING_URI),
     ("train,a.jpg,cat,extra", reasons.WRONG_COLUMN_COUNT),
@@ -134,3 +132,33 @@ def test_read_manifest_transform_splits_rows_and_dead_letters(tmp_path):
                     equal_to([(1, "cat"), (2, "dog")]), label="rows")
         assert_that(read.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.reason)),
                     equal_to([(2, reasons.INVALID_SPLIT)]), label="dead")
+
+
+@pytest.mark.parametrize("text", [
+    "UNASSIGNED,img/a.jpg,cat\n", "unassigned,img/a.jpg,cat\n", ",img/a.jpg,cat\n",
+    "img/a.jpg,cat\n", "image_uri,label\nimg/a.jpg,cat\n", "label,path\ncat,img/a.jpg\n",
+])
+def test_rows_without_a_split_get_the_hash_assigned_one(tmp_path, text):
+    (row,) = parse(tmp_path, text)
+    assert row.split == assign_split("img/a.jpg", (0.8, 0.1, 0.1))
+    assert row.uri == str(tmp_path / "img/a.jpg") and row.label == "cat"
+
+
+def test_assigned_splits_follow_the_fractions_and_ignore_row_order(tmp_path):
+    uris = [f"gs://bucket/photos/{i:05d}.jpg" for i in range(20000)]
+    splits = [assign_split(uri, (0.7, 0.2, 0.1)) for uri in uris]
+    for split, fraction in zip(SPLITS, (0.7, 0.2, 0.1)):
+        assert abs(splits.count(split) / len(uris) - fraction) < 0.01
+    forward = parse(tmp_path, "".join(f"UNASSIGNED,{u},x\n" for u in uris[:50]), "a.csv")
+    backward = parse(tmp_path, "".join(f"UNASSIGNED,{u},x\n" for u in uris[49::-1]), "b.csv")
+    assert {r.uri: r.split for r in forward} == {r.uri: r.split for r in backward}
+    assert {assign_split(u, (1, 0, 0)) for u in uris[:100]} == {"train"}
+    assert {assign_split(u, (0, 0, 1)) for u in uris[:100]} == {"test"}
+
+
+def test_the_split_depends_on_the_uri_as_written_not_the_manifests_location(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = parse(tmp_path / "a", "img/x.jpg,cat\n")[0]
+    second = parse(tmp_path / "b", "img/x.jpg,cat\n")[0]
+    assert first.split == second.split and first.uri != second.uri

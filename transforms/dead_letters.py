@@ -11,9 +11,7 @@ WRONG_COLUMN_COUNT = "wrong_column_count"
 INVALID_ENCODING = "invalid_encoding"
 MISSING_URI = "missing_uri"
 MISSING_LABEL = "missing_label"
-MISSING_SPLIT = "missing_split"
 INVALID_SPLIT = "invalid_split"
-UNASSIGNED_SPLIT = "unassigned_split"
 UNSEEN_LABEL = "unseen_label"
 
 

@@ -1,4 +1,4 @@
-"""Reads AutoML Vision / TFRecorder image manifests (`split,image_uri,label`) with Beam.
+"""Reads AutoML Vision / TFRecorder image manifests (`[split,]image_uri,label`) with Beam.
 
 Each manifest file is streamed by one DoFn call, line by line, so no process ever holds
 the whole manifest. A row is one physical line: a stray quote then costs only its own
@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import csv
 import dataclasses
+import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -21,6 +22,7 @@ from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
 
 SPLITS = ("train", "validation", "test")
+DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 DEAD_LETTERS = "dead_letters"
 
 # Header names recognised for each column (compared lower-cased); AutoML order otherwise.
@@ -78,6 +80,7 @@ class ColumnLayout:
 
 
 AUTOML_LAYOUT = ColumnLayout(split=0, uri=1, label=2, width=3)
+URI_LABEL_LAYOUT = ColumnLayout(split=None, uri=0, label=1, width=2)  # AutoML without a set
 
 
 def find_manifests(patterns: Iterable[str]) -> list[str]:
@@ -101,8 +104,13 @@ def read_header(path: str) -> ColumnLayout:
     return AUTOML_LAYOUT
 
 
-def read_manifest(path: str) -> Iterator[ManifestRow | DeadLetter]:
-    """Yields every data row of one manifest file as a ManifestRow or a DeadLetter."""
+def read_manifest(path: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRACTIONS
+                  ) -> Iterator[ManifestRow | DeadLetter]:
+    """Yields every data row of one manifest file as a ManifestRow or a DeadLetter.
+
+    Rows without a split (UNASSIGNED, empty, or no split column) get one from
+    assign_split with `split_fractions` (train, validation, test).
+    """
     folder = FileSystems.split(path)[0]
     layout = None
     for line, raw in _numbered_lines(path):
@@ -111,7 +119,25 @@ def read_manifest(path: str) -> Iterator[ManifestRow | DeadLetter]:
             layout, is_header = ColumnLayout.detect(fields, path)
             if is_header:
                 continue
-        yield _parse_row(path, folder, line, raw, fields, layout or AUTOML_LAYOUT)
+        yield _parse_row(path, folder, line, raw, fields, layout or AUTOML_LAYOUT,
+                         split_fractions)
+
+
+def assign_split(uri: str, split_fractions: Sequence[float]) -> str:
+    """A split from a hash of the URI as written in the manifest.
+
+    The same row gets the same split on every run and runner, in any row order, and
+    wherever the manifest is moved; the "split:" salt keeps this hash independent of the
+    one that picks a shard.
+    """
+    digest = hashlib.sha256(b"split:" + uri.encode("utf-8", "surrogateescape")).digest()
+    position = int.from_bytes(digest[:8], "big") / 2**64
+    bound = 0.0
+    for split, fraction in zip(SPLITS, split_fractions, strict=True):
+        bound += fraction
+        if position < bound:
+            return split
+    return SPLITS[-1]  # only reached through rounding of fractions summing to 1
 
 
 def resolve_uri(uri: str, folder: str) -> str:
@@ -143,7 +169,8 @@ def _split_fields(raw: str) -> list[str] | csv.Error:
 
 
 def _parse_row(manifest: str, folder: str, line: int, raw: str,
-               fields: list[str] | csv.Error, layout: ColumnLayout) -> ManifestRow | DeadLetter:
+               fields: list[str] | csv.Error, layout: ColumnLayout,
+               split_fractions: Sequence[float]) -> ManifestRow | DeadLetter:
     def reject(reason: str, message: str, uri: str = "", split: str = "") -> DeadLetter:
         return DeadLetter(manifest, line, _printable(raw), uri, split, reason, message)
 
@@ -155,35 +182,25 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
     while len(fields) > layout.width and not fields[-1]:
         fields.pop()  # trailing commas are common in exported manifests
     if layout is AUTOML_LAYOUT and len(fields) == 2:
-        return reject(reasons.MISSING_SPLIT,
-                      "the row has no split column (image_uri,label); "
-                      "automatic splits are not supported yet")
+        layout = URI_LABEL_LAYOUT
     if len(fields) != layout.width:
         return reject(reasons.WRONG_COLUMN_COUNT,
                       f"expected {layout.width} fields, found {len(fields)}")
 
-    uri = fields[layout.uri]
-    split = fields[layout.split] if layout.split is not None else ""
-    if not uri:
+    written_uri = fields[layout.uri]
+    split = fields[layout.split].lower() if layout.split is not None else ""
+    if not written_uri:
         return reject(reasons.MISSING_URI, "the image URI is empty", split=split)
-    uri = resolve_uri(uri, folder)
-    split_error = _split_error(split)
-    if split_error:
-        return reject(*split_error, uri=uri, split=split)
+    uri = resolve_uri(written_uri, folder)
+    if split in ("", "unassigned"):
+        split = assign_split(written_uri, split_fractions)
+    elif split not in SPLITS:
+        return reject(reasons.INVALID_SPLIT, f"split {split!r} is not one of TRAIN, "
+                      "VALIDATION, TEST or UNASSIGNED", uri=uri, split=split)
     label = fields[layout.label]
     if not label:
         return reject(reasons.MISSING_LABEL, "the label is empty", uri=uri, split=split)
-    return ManifestRow(manifest, line, raw, split.lower(), uri, label)
-
-
-def _split_error(split: str) -> tuple[str, str] | None:
-    if split.lower() in SPLITS:
-        return None
-    if not split:
-        return reasons.MISSING_SPLIT, "the split is empty; automatic splits are not supported yet"
-    if split.lower() == "unassigned":
-        return reasons.UNASSIGNED_SPLIT, "UNASSIGNED rows are not supported yet"
-    return reasons.INVALID_SPLIT, f"split {split!r} is not one of TRAIN, VALIDATION, TEST"
+    return ManifestRow(manifest, line, raw, split, uri, label)
 
 
 def _has_undecodable_bytes(text: str) -> bool:
@@ -198,12 +215,13 @@ def _printable(raw: str) -> str:
 class _ParseManifestFile(beam.DoFn):
     """Streams one manifest file; valid rows to the main output, the rest as DeadLetters."""
 
-    def __init__(self) -> None:
+    def __init__(self, split_fractions: Sequence[float]) -> None:
+        self._split_fractions = tuple(split_fractions)
         self._rows_read = Metrics.counter("manifest", "rows_read")
         self._rows_rejected = Metrics.counter("manifest", "rows_rejected")
 
     def process(self, path: str) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput]:
-        for item in read_manifest(path):
+        for item in read_manifest(path, self._split_fractions):
             self._rows_read.inc()
             if isinstance(item, DeadLetter):
                 self._rows_rejected.inc()
@@ -215,12 +233,15 @@ class _ParseManifestFile(beam.DoFn):
 class ReadManifest(beam.PTransform):
     """Manifest files -> ManifestRows (main output) and DeadLetters (DEAD_LETTERS)."""
 
-    def __init__(self, paths: Sequence[str]) -> None:
+    def __init__(self, paths: Sequence[str],
+                 split_fractions: Sequence[float] = DEFAULT_SPLIT_FRACTIONS) -> None:
         super().__init__()
         self._paths = list(paths)
+        self._split_fractions = split_fractions
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
         return (pbegin
                 | "ManifestFiles" >> beam.Create(self._paths)
-                | "ParseRows" >> beam.ParDo(_ParseManifestFile()).with_outputs(
+                | "ParseRows" >> beam.ParDo(
+                    _ParseManifestFile(self._split_fractions)).with_outputs(
                     DEAD_LETTERS, main="rows"))
