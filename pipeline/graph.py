@@ -21,6 +21,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from pipeline.options import ConvertOptions
 from transforms.dead_letters import DeadLetter
+from transforms.folder import ReadImageFolder
 from transforms.labels import AnalyzeLabels, ApplyLabels
 from transforms.manifest import ReadManifest
 from transforms.publish import SUMMARY_FILE, PublishOutput
@@ -45,8 +46,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
     output_dir = options.output_dir
 
     # Pass 1, over the small rows: the label vocabulary and how many shards each split gets.
-    split_fractions = options.split_fraction_values()
-    planning = p | "ReadManifestToPlan" >> ReadManifest(manifests, split_fractions)
+    planning = p | "ReadSourceToPlan" >> _read_rows(options, manifests)
     transform_fn = (planning.rows
                     | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
                     | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", temp_dir))
@@ -56,7 +56,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
         options.num_shards, int(options.target_shard_mb * _MB))
 
     # Pass 2: label ids for every split, then each shard loads and writes its own images.
-    manifest = p | "ReadManifest" >> ReadManifest(manifests, split_fractions)
+    manifest = p | "ReadSource" >> _read_rows(options, manifests)
     labelled = manifest.rows | "ApplyLabels" >> ApplyLabels(transform_fn, temp_dir)
     written = labelled.labelled | "WriteShards" >> WriteShards(
         shard_plan, temp_dir, options.compression, options.image_settings(),
@@ -78,6 +78,13 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
           "row_counts": row_counts,
           "written": (transform_fn_written, dead_letter_files)}
          | "Publish" >> PublishOutput(output_dir, temp_dir, options.compression, run_info))
+
+
+def _read_rows(options: ConvertOptions, manifests: list[str]) -> beam.PTransform:
+    """The source's rows: a manifest's lines or an image folder's files."""
+    if options.image_folder:
+        return ReadImageFolder(options.image_folder, options.split_fraction_values())
+    return ReadManifest(manifests, options.split_fraction_values())
 
 
 def _runner(options: PipelineOptions) -> FnApiRunner | None:

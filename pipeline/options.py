@@ -23,6 +23,11 @@ class ConvertOptions(PipelineOptions):
             help="Manifest CSV (split,image_uri,label), a path or glob, local or remote. "
                  "Repeat for several; relative image URIs are relative to the manifest.")
         group.add_argument(
+            "--image_folder",
+            help="Instead of --manifest: a folder of ROOT/<split>/<label>/<file> or "
+                 "ROOT/<label>/<file> images (the split then assigned as for UNASSIGNED "
+                 "rows), local or remote.")
+        group.add_argument(
             "--output_dir",
             help="Where the shards, transform_fn/, summary.json and errors-*.jsonl go.")
         group.add_argument(
@@ -80,8 +85,8 @@ class ConvertOptions(PipelineOptions):
     def problems(self) -> list[str]:
         """What is wrong with the options, in words a user can act on."""
         found = []
-        if not self.manifest:
-            found.append("--manifest is required")
+        if bool(self.manifest) == bool(self.image_folder):
+            found.append("give either --manifest or --image_folder")
         if not self.output_dir:
             found.append("--output_dir is required")
         try:

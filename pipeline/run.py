@@ -13,6 +13,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipeline.options import ConvertOptions
 from pipeline.report import format_report
+from transforms.folder import check_folder
 from transforms.manifest import ManifestError, find_manifests, read_header
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -37,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     started = time.monotonic()
     run_info = {
-        "manifests": manifests,
+        **({"image_folder": convert.image_folder} if convert.image_folder
+           else {"manifests": manifests}),
         "options": {"runner": options.view_as(StandardOptions).runner or "DirectRunner",
                     **convert.values()},
         "versions": {name: _version(name) for name in _VERSIONED},
@@ -60,11 +62,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _preflight(convert: ConvertOptions) -> list[str]:
-    """Usage errors before any worker starts: options, manifests, headers, the output dir."""
+    """Usage errors before any worker starts: options, sources, headers, the output dir.
+
+    Returns the manifest files (none for an image folder).
+    """
     problems = convert.problems()
     if problems:
         raise UsageError("; ".join(problems))
-    manifests = find_manifests(convert.manifest)
+    if convert.image_folder:
+        check_folder(convert.image_folder)
+        manifests = []
+    else:
+        manifests = find_manifests(convert.manifest)
     for manifest in manifests:
         read_header(manifest)
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
