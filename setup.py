@@ -1,4 +1,5 @@
-"""Packages pipeline/ and transforms/ (also what Dataflow workers install via --setup_file)."""
+"""Packages image_tfrecords/, pipeline/ and transforms/ (what Dataflow workers install via
+--setup_file too)."""
 
 from setuptools import setup
 
@@ -6,7 +7,7 @@ setup(
     name="image-tfrecords",
     version="0.1.0",
     description="Apache Beam pipeline: image manifest -> split-partitioned TFRecord shards",
-    packages=["pipeline", "transforms"],
+    packages=["image_tfrecords", "pipeline", "transforms"],
     python_requires=">=3.10",
     install_requires=[
         "apache-beam[gcp]>=2.77,<3",

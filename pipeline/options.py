@@ -110,14 +110,19 @@ class ConvertOptions(PipelineOptions):
         return found
 
     def split_fraction_values(self) -> tuple[float, float, float]:
-        try:
-            values = tuple(float(part) for part in self.split_fractions.split(","))
-        except ValueError:
-            values = ()
-        if len(values) != 3 or min(values) < 0 or abs(sum(values) - 1) > 1e-6:
-            raise ValueError("give three non-negative fractions that sum to 1, e.g. 0.8,0.1,0.1")
-        return values
+        return parse_split_fractions(self.split_fractions)
 
     def image_settings(self) -> ImageSettings:
         return ImageSettings(image_format=self.image_format, max_side=self.max_side,
                              jpeg_quality=self.jpeg_quality, max_pixels=self.max_image_pixels)
+
+
+def parse_split_fractions(text: str) -> tuple[float, float, float]:
+    """"0.8,0.1,0.1" -> (0.8, 0.1, 0.1); ValueError unless three fractions summing to 1."""
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or min(values) < 0 or abs(sum(values) - 1) > 1e-6:
+        raise ValueError("give three non-negative fractions that sum to 1, e.g. 0.8,0.1,0.1")
+    return values

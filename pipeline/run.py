@@ -7,6 +7,7 @@ import importlib.metadata
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -28,14 +29,27 @@ _VERSIONED = ("image-tfrecords", "apache-beam", "tensorflow", "tensorflow-transf
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = PipelineOptions(list(sys.argv[1:] if argv is None else argv))
-    convert = options.view_as(ConvertOptions)
+    """The command line: the report on stdout, problems on stderr, an exit status."""
     try:
-        manifests = _preflight(convert)
+        summary, convert = convert_and_report(sys.argv[1:] if argv is None else argv)
     except (UsageError, ManifestError) as problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    problem = outcome_problem(summary, convert.max_error_fraction)
+    if problem:
+        print(f"error: {problem} (see {convert.output_dir}/errors-*.jsonl)", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
+
+def convert_and_report(argv: Sequence[str]) -> tuple[dict[str, Any], ConvertOptions]:
+    """Runs one conversion, prints its report; returns summary.json and the options.
+
+    Raises UsageError or ManifestError before any work starts.
+    """
+    options = PipelineOptions(list(argv))
+    convert = options.view_as(ConvertOptions)
+    manifests = _preflight(convert)
     started = time.monotonic()
     run_info = {
         **({"image_folder": convert.image_folder} if convert.image_folder
@@ -50,15 +64,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     summary = graph.run(options, manifests, run_info)
     print(format_report(summary, convert.output_dir, time.monotonic() - started))
+    return summary, convert
+
+
+def outcome_problem(summary: dict[str, Any], max_error_fraction: float) -> str | None:
+    """Why a finished run counts as failed, or None."""
     if not summary["examples_written"]:
-        print("error: no example was written", file=sys.stderr)
-        return EXIT_FAILED
-    if summary["error_fraction"] > convert.max_error_fraction:
-        print(f"error: {summary['error_fraction']:.1%} of rows were dead-lettered, more than "
-              f"--max_error_fraction {convert.max_error_fraction:.1%} "
-              f"(see {convert.output_dir}/errors-*.jsonl)", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+        return "no example was written"
+    if summary["error_fraction"] > max_error_fraction:
+        return (f"{summary['error_fraction']:.1%} of rows were dead-lettered, more than "
+                f"--max_error_fraction {max_error_fraction:.1%}")
+    return None
 
 
 def _preflight(convert: ConvertOptions) -> list[str]:

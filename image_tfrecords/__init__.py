@@ -1,0 +1,161 @@
+"""Python API: `image_tfrecords.convert(source, output_dir, **options)` and `df.tfrecords`.
+
+    import image_tfrecords
+    result = image_tfrecords.convert("data.csv", "out/", num_shards=4)
+    result = df.tfrecords.to_tfrecords("out/", runner="DirectRunner")   # a pandas DataFrame
+
+Options are the command line's, as keyword arguments (`max_side=512`, `overwrite=True`,
+any Beam option too). Importing this module registers the DataFrame accessor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.options import parse_split_fractions
+from pipeline.run import convert_and_report, outcome_problem
+from transforms.manifest import assign_split
+
+__all__ = ["ConversionResult", "convert"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionResult:
+    """What one conversion wrote; `problem` is why it counts as failed, or None."""
+
+    output_dir: str
+    summary: dict[str, Any]
+    problem: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    @property
+    def rows_read(self) -> int:
+        return self.summary["rows_read"]
+
+    @property
+    def examples_written(self) -> int:
+        return self.summary["examples_written"]
+
+    @property
+    def rows_dead_lettered(self) -> int:
+        return self.summary["rows_dead_lettered"]
+
+    @property
+    def examples(self) -> dict[str, int]:
+        return {split: stats["examples"] for split, stats in self.summary["splits"].items()}
+
+    @property
+    def files(self) -> dict[str, list[str]]:
+        """The shard paths of each split."""
+        return {split: [FileSystems.join(self.output_dir, shard["file"])
+                        for shard in stats["shards"]]
+                for split, stats in self.summary["splits"].items()}
+
+    @property
+    def error_files(self) -> list[str]:
+        return [FileSystems.join(self.output_dir, name)
+                for name in self.summary["errors"]["files"]]
+
+
+def convert(source: str | pd.DataFrame, output_dir: str, **options: Any) -> ConversionResult:
+    """Converts a manifest CSV (path or glob), an image folder, or a DataFrame.
+
+    A DataFrame needs an image URI and a label column named as in a manifest header
+    (`image_uri`, `label`, optionally `split`); relative paths in it are relative to the
+    current directory, and rows without a split get one from a hash of the URI as given,
+    as in a CSV. Raises ValueError for unusable options or a missing source.
+    """
+    if isinstance(source, pd.DataFrame):
+        fractions = parse_split_fractions(options.get("split_fractions", "0.8,0.1,0.1"))
+        with _dataframe_manifest(source, fractions, options.get("temp_location")) as manifest:
+            return _convert({"manifest": manifest, **options}, output_dir)
+    if _is_folder(source):
+        return _convert({"image_folder": source, **options}, output_dir)
+    return _convert({"manifest": source, **options}, output_dir)
+
+
+@pd.api.extensions.register_dataframe_accessor("tfrecords")
+class TFRecordsAccessor:
+    """`df.tfrecords.to_tfrecords(output_dir, **options)`, as TFRecorder users know it."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self._frame = frame
+
+    def to_tfrecords(self, output_dir: str, **options: Any) -> ConversionResult:
+        return convert(self._frame, output_dir, **options)
+
+
+def _convert(options: dict[str, Any], output_dir: str) -> ConversionResult:
+    summary, convert_options = convert_and_report(
+        ["--output_dir", output_dir, *_flags(options)])
+    return ConversionResult(output_dir, summary,
+                            outcome_problem(summary, convert_options.max_error_fraction))
+
+
+def _flags(options: dict[str, Any]) -> Iterator[str]:
+    """Keyword arguments as command-line flags: True -> --flag, a list -> repeated."""
+    for name, value in options.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            yield f"--{name}"
+            continue
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            yield from (f"--{name}", str(item))
+
+
+class _dataframe_manifest:  # noqa: N801 - used as a context manager, like open()
+    """Writes a DataFrame as a headed manifest CSV where the workers can read it.
+
+    That is --temp_location when given (a bucket, for Dataflow), else the local temp dir.
+    """
+
+    def __init__(self, frame: pd.DataFrame, split_fractions: tuple[float, float, float],
+                 folder: str | None) -> None:
+        self._frame = frame
+        self._split_fractions = split_fractions
+        folder = folder or tempfile.gettempdir()
+        self.path = FileSystems.join(folder, f"manifest-{uuid.uuid4().hex[:12]}.csv")
+
+    def __enter__(self) -> str:
+        frame = self._frame.copy()
+        uri_column = next((c for c in ("image_uri", "uri", "path", "image") if c in frame), None)
+        if uri_column is None or "label" not in frame:
+            raise ValueError("the DataFrame needs an image_uri (or uri/path/image) column "
+                             "and a label column")
+        uris = frame[uri_column].astype(str)
+        # Assigned before the URIs are made absolute, so the split does not depend on
+        # the current directory.
+        splits = frame["split"] if "split" in frame else pd.Series("", index=frame.index)
+        splits = splits.fillna("").astype(str)
+        unassigned = splits.str.strip().str.lower().isin(["", "unassigned"])
+        splits[unassigned] = [assign_split(uri, self._split_fractions)
+                              for uri in uris[unassigned]]
+        frame["split"] = splits
+        frame[uri_column] = [_absolute(uri) for uri in uris]
+        columns = ["split", uri_column, "label"]
+        with FileSystems.create(self.path) as out:
+            out.write(frame[columns].to_csv(index=False).encode())
+        return self.path
+
+    def __exit__(self, *_: object) -> None:
+        FileSystems.delete([self.path])
+
+
+def _absolute(uri: str) -> str:
+    return uri if "://" in uri or os.path.isabs(uri) else os.path.abspath(uri)
+
+
+def _is_folder(source: str) -> bool:
+    return os.path.isdir(source) or (("://" in source) and source.endswith("/"))

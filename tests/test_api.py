@@ -1,0 +1,77 @@
+"""The Python API: convert() from a CSV, a folder or a DataFrame, and df.tfrecords."""
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+import image_tfrecords
+from conftest import encode, feature, photo_like, read_examples
+from transforms.manifest import assign_split
+
+
+@pytest.fixture()
+def photos(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "img").mkdir()
+    names = [f"img/{i}.jpg" for i in range(6)]
+    for i, name in enumerate(names):
+        (tmp_path / name).write_bytes(encode(photo_like(16, 12, i), "JPEG"))
+    return tmp_path, names
+
+
+def test_dataframe_with_relative_paths_and_some_splits_missing(photos):
+    root, names = photos
+    frame = pd.DataFrame({"image_uri": names, "label": ["cat", "dog"] * 3,
+                          "split": ["train", "train", "TRAIN", None, "test", "UNASSIGNED"]})
+    result = frame.tfrecords.to_tfrecords(str(root / "out"), unseen_label="oov")
+    assert result.ok and result.rows_read == 6 and result.examples_written == 6
+    splits = {}
+    for split, files in result.files.items():
+        for example in read_examples(files[0]) if files else []:
+            splits[feature(example, "image/source_id").decode()] = split
+    expected = {str(root / n): s for n, s in zip(names[:3] + names[4:5],
+                                                  ["train"] * 3 + ["test"])}
+    for name in (names[3], names[5]):  # hashed as given, not as resolved
+        expected[str(root / name)] = assign_split(name, (0.8, 0.1, 0.1))
+    assert splits == expected
+    assert not [n for n in os.listdir(root) if n.startswith("manifest-")]
+
+
+def test_convert_from_a_csv_and_from_a_folder(photos):
+    root, names = photos
+    (root / "m.csv").write_text("".join(f"train,{n},cat\n" for n in names))
+    result = image_tfrecords.convert(str(root / "m.csv"), str(root / "a"), num_shards=2)
+    assert result.examples == {"train": 6, "validation": 0, "test": 0}
+    assert len(result.files["train"]) == 2 and result.error_files
+    assert json.loads((root / "a" / "summary.json").read_text())["options"]["num_shards"] == 2
+
+    (root / "folder" / "train" / "cat").mkdir(parents=True)
+    for name in names:
+        os.rename(root / name, root / "folder" / "train" / "cat" / os.path.basename(name))
+    result = image_tfrecords.convert(str(root / "folder"), str(root / "b"))
+    assert result.examples["train"] == 6
+
+
+def test_a_failed_run_is_reported_not_raised_and_bad_options_raise(photos):
+    root, names = photos
+    (root / "m.csv").write_text(f"train,{names[0]},cat\ntrain,img/missing.jpg,cat\n")
+    result = image_tfrecords.convert(str(root / "m.csv"), str(root / "out"))
+    assert not result.ok and "more than --max_error_fraction" in result.problem
+    assert result.rows_dead_lettered == 1
+    with pytest.raises(ValueError, match="--jpeg_quality"):
+        image_tfrecords.convert(str(root / "m.csv"), str(root / "other"), jpeg_quality=0)
+    with pytest.raises(ValueError, match="needs an image_uri"):
+        image_tfrecords.convert(pd.DataFrame({"file": names}), str(root / "other"))
+
+
+def test_dataframe_without_a_split_column(photos):
+    root, names = photos
+    frame = pd.DataFrame({"path": names, "label": ["cat"] * 6})
+    result = image_tfrecords.convert(frame, str(root / "out"), split_fractions="0.5,0.5,0",
+                                     unseen_label="oov")
+    want = {"train": 0, "validation": 0, "test": 0}
+    for name in names:
+        want[assign_split(name, (0.5, 0.5, 0.0))] += 1
+    assert result.examples == want and want["test"] == 0
