@@ -1,8 +1,17 @@
 """Publishing shards under final names, and the accounting in summary.json."""
 
+import json
 import os
 
-from transforms.publish import build_summary, publish_shards
+import apache_beam as beam
+import pytest
+import tensorflow_transform.beam as tft_beam
+from apache_beam.testing.test_pipeline import TestPipeline
+
+from transforms.labels import AnalyzeLabels
+from transforms.manifest import ManifestRow
+from transforms.publish import (AccountingError, PublishOutput, build_summary, move_into_place,
+                                name_shards)
 from transforms.shards import ShardWritten
 
 
@@ -24,7 +33,8 @@ def test_shards_are_renumbered_without_empty_ones_and_stale_ones_go(tmp_path):
     shards = [temp_shard(tmp_path, "train", 3, 2), temp_shard(tmp_path, "train", 0, 5),
               temp_shard(tmp_path, "train", 1, 0), temp_shard(tmp_path, "test", 0, 1)]
 
-    published = publish_shards(shards, str(out), "none")
+    published = name_shards(shards, "none")
+    move_into_place(published, shards, str(out))
 
     assert [(name, s.shard) for name, s in published["train"]] == [
         ("train-00000-of-00002.tfrecord", 0), ("train-00001-of-00002.tfrecord", 3)]
@@ -35,13 +45,14 @@ def test_shards_are_renumbered_without_empty_ones_and_stale_ones_go(tmp_path):
     assert os.listdir(tmp_path / "tmp") == []  # the empty shard's temp file is gone too
 
 
-def test_publishing_again_after_a_retry_is_harmless(tmp_path):
+def test_moving_again_after_a_retry_is_harmless(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish_shards(shards, str(out), "none")
-    again = publish_shards(shards, str(out), "none")
-    assert [name for name, _ in again["train"]] == ["train-00000-of-00001.tfrecord"]
+    named = name_shards(shards, "none")
+    move_into_place(named, shards, str(out))
+    move_into_place(named, shards, str(out))
+    assert [name for name, _ in named["train"]] == ["train-00000-of-00001.tfrecord"]
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
 
 
@@ -64,3 +75,17 @@ def test_summary_accounts_for_every_row():
     lost = build_summary(files, {}, rows_read=7, vocabulary=["cat"], error_files=[],
                          run_info={})
     assert lost["accounted"] is False
+
+
+def test_a_run_that_lost_rows_publishes_no_shard(tmp_path):
+    out = tmp_path / "out"
+    with TestPipeline() as p:
+        _ = (p | beam.Create([ManifestRow("m", 1, "r", "train", "/a.jpg", "cat")])
+             | AnalyzeLabels(False, str(tmp_path / "tft")) | tft_beam.WriteTransformFn(str(out)))
+    shards = [temp_shard(tmp_path, "train", 0, 3)]
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info={})
+    with pytest.raises(AccountingError, match="no shard was published"):
+        publish._publish(None, shards, {"file_not_found": 1}, [5], [])
+    assert not list(out.glob("train-*"))
+    assert (tmp_path / "tmp" / "train-00000.tfrecord").exists()
+    assert json.loads((out / "summary.json").read_text())["accounted"] is False

@@ -61,7 +61,7 @@ class PublishOutput(beam.PTransform):
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
                  row_counts: list[int], written: list[Any]) -> dict[str, Any]:
         rows_read = sum(row_counts)
-        files = publish_shards(shards, self._output_dir, self._compression)
+        files = name_shards(shards, self._compression)
         vocabulary = [word.decode() for word in tft.TFTransformOutput(
             self._output_dir).vocabulary_by_name(LABEL_VOCABULARY)]
         summary = build_summary(files, errors_by_reason, rows_read, vocabulary,
@@ -69,50 +69,59 @@ class PublishOutput(beam.PTransform):
                                                    for path in written
                                                    if str(path).endswith(".jsonl")),
                                 run_info=self._run_info)
+        if summary["accounted"]:
+            move_into_place(files, shards, self._output_dir)
         with FileSystems.create(FileSystems.join(self._output_dir, SUMMARY_FILE)) as out:
             out.write(json.dumps(summary, indent=2, ensure_ascii=False).encode())
-        if FileSystems.exists(self._temp_dir):
-            FileSystems.delete([self._temp_dir])
-        if not summary["accounted"]:
+        if not summary["accounted"]:  # the temp dir stays, as evidence
             raise AccountingError(
                 f"rows read ({rows_read}) != examples written ({summary['examples_written']})"
-                f" + rows dead-lettered ({summary['rows_dead_lettered']})")
+                f" + rows dead-lettered ({summary['rows_dead_lettered']}); no shard was "
+                f"published, the written ones are in {self._temp_dir}")
+        if FileSystems.exists(self._temp_dir):
+            FileSystems.delete([self._temp_dir])
         return summary
 
 
-def publish_shards(shards: Iterable[ShardWritten], output_dir: str,
-                   compression: str) -> dict[str, list[tuple[str, ShardWritten]]]:
-    """Renames non-empty temp shards to `split-IIIII-of-NNNNN` and deletes stale ones.
+def name_shards(shards: Iterable[ShardWritten], compression: str
+                ) -> dict[str, list[tuple[str, ShardWritten]]]:
+    """split -> [(final file name, shard)] for the non-empty shards, in shard order.
 
-    Returns split -> [(final file name, shard)] in shard order.
+    Names follow the shards actually written (`split-IIIII-of-NNNNN`), so a planned
+    shard that got no image leaves no gap.
     """
     suffix = shard_file_suffix(compression)
     by_split: dict[str, list[ShardWritten]] = collections.defaultdict(list)
     for shard in sorted(shards, key=lambda s: (s.split, s.shard)):
         if shard.examples:
             by_split[shard.split].append(shard)
-        elif FileSystems.exists(shard.temp_path):
-            FileSystems.delete([shard.temp_path])
+    return {split: [(f"{split}-{index:05d}-of-{len(split_shards):05d}{suffix}", shard)
+                    for index, shard in enumerate(split_shards)]
+            for split, split_shards in by_split.items()}
+
+
+def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]],
+                    shards: Iterable[ShardWritten], output_dir: str) -> None:
+    """Renames the named temp shards into `output_dir` and deletes what is stale there.
+
+    Stale: shard files of an earlier run that this one does not replace, and the temp
+    files of shards that got no image. Safe to repeat after a retry.
+    """
     previous = {m.path for split in SPLITS
                 for m in FileSystems.match([FileSystems.join(
                     output_dir, f"{split}-*-of-*.tfrecord*")])[0].metadata_list}
-    published: dict[str, list[tuple[str, ShardWritten]]] = {}
     sources, destinations = [], []
-    for split, split_shards in by_split.items():
-        names = [f"{split}-{index:05d}-of-{len(split_shards):05d}{suffix}"
-                 for index in range(len(split_shards))]
-        published[split] = list(zip(names, split_shards))
-        for name, shard in published[split]:
-            destination = FileSystems.join(output_dir, name)
-            previous.discard(destination)
-            if FileSystems.exists(shard.temp_path):  # else a retry already moved it
-                sources.append(shard.temp_path)
-                destinations.append(destination)
+    for name, shard in (item for named in files.values() for item in named):
+        destination = FileSystems.join(output_dir, name)
+        previous.discard(destination)
+        if FileSystems.exists(shard.temp_path):  # else a retry already moved it
+            sources.append(shard.temp_path)
+            destinations.append(destination)
     if sources:
         FileSystems.rename(sources, destinations)
-    if previous:
-        FileSystems.delete(sorted(previous))
-    return published
+    empty = [s.temp_path for s in shards if not s.examples and FileSystems.exists(s.temp_path)]
+    if previous or empty:
+        FileSystems.delete(sorted(previous) + empty)
 
 
 def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
