@@ -44,12 +44,14 @@ def run(options: PipelineOptions, manifests: list[str], run_info: dict[str, Any]
 def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_dir: str,
           run_info: dict[str, Any]) -> None:
     output_dir = options.output_dir
+    multi_label = options.label_mode == "multi"
 
     # Pass 1, over the small rows: the label vocabulary and how many shards each split gets.
     planning = p | "ReadSourceToPlan" >> _read_rows(options, manifests)
     transform_fn = (planning.rows
                     | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
-                    | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", temp_dir))
+                    | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", temp_dir,
+                                                      multi_label))
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         output_dir)
     shard_plan = planning.rows | "PlanShards" >> PlanShards(
@@ -57,7 +59,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
 
     # Pass 2: label ids for every split, then each shard loads and writes its own images.
     manifest = p | "ReadSource" >> _read_rows(options, manifests)
-    labelled = manifest.rows | "ApplyLabels" >> ApplyLabels(transform_fn, temp_dir)
+    labelled = manifest.rows | "ApplyLabels" >> ApplyLabels(transform_fn, temp_dir, multi_label)
     written = labelled.labelled | "WriteShards" >> WriteShards(
         shard_plan, temp_dir, options.compression, options.image_settings(),
         options.decode_threads)
@@ -84,7 +86,7 @@ def _read_rows(options: ConvertOptions, manifests: list[str]) -> beam.PTransform
     """The source's rows: a manifest's lines or an image folder's files."""
     if options.image_folder:
         return ReadImageFolder(options.image_folder, options.split_fraction_values())
-    return ReadManifest(manifests, options.split_fraction_values())
+    return ReadManifest(manifests, options.row_rules())
 
 
 def _runner(options: PipelineOptions) -> FnApiRunner | None:

@@ -8,6 +8,7 @@ import os
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms.images import ImageSettings
+from transforms.manifest import RowRules
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 
@@ -38,6 +39,14 @@ class ConvertOptions(PipelineOptions):
             help="train,validation,test fractions for rows without a split (UNASSIGNED, "
                  "empty, or no split column): assigned from a hash of the image URI, so "
                  "the same row always lands in the same split.")
+        group.add_argument(
+            "--label_mode", choices=("single", "multi"), default="single",
+            help="multi: each row may carry several labels (AutoML's "
+                 "split,uri,label1,label2,... or labels joined by --label_separator); "
+                 "image/class/label and image/class/text then hold one value per label.")
+        group.add_argument(
+            "--label_separator", default="|",
+            help="With --label_mode multi: what joins several labels inside one field.")
         group.add_argument(
             "--image_format", choices=("keep", "jpeg", "png"), default="keep",
             help="keep: store JPEG/PNG bytes as they are and re-encode only what "
@@ -93,6 +102,8 @@ class ConvertOptions(PipelineOptions):
             self.split_fraction_values()
         except ValueError as problem:
             found.append(f"--split_fractions {self.split_fractions!r}: {problem}")
+        if not self.label_separator:
+            found.append("--label_separator must not be empty")
         if self.max_side is not None and self.max_side < 1:
             found.append("--max_side must be a positive number of pixels")
         if not 1 <= self.jpeg_quality <= 100:
@@ -111,6 +122,10 @@ class ConvertOptions(PipelineOptions):
 
     def split_fraction_values(self) -> tuple[float, float, float]:
         return parse_split_fractions(self.split_fractions)
+
+    def row_rules(self) -> RowRules:
+        return RowRules(self.split_fraction_values(), self.label_mode == "multi",
+                        self.label_separator)
 
     def image_settings(self) -> ImageSettings:
         return ImageSettings(image_format=self.image_format, max_side=self.max_side,

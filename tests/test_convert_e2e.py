@@ -286,3 +286,38 @@ def test_give_either_a_manifest_or_a_folder(tmp_path, capsys):
     assert run.main(["--image_folder", str(tmp_path / "none"),
                      "--output_dir", str(tmp_path / "out")]) == run.EXIT_USAGE
     assert "image folder not found or empty" in capsys.readouterr().err
+
+
+def test_multi_label_examples_hold_every_label(tmp_path):
+    (tmp_path / "img").mkdir()
+    rows = {"0.jpg": ("train", "cat|dog"), "1.jpg": ("train", "cat"), "2.jpg": ("train", "fish"),
+            "3.jpg": ("test", "dog|fish"), "4.jpg": ("test", "cat|bird")}
+    for i, name in enumerate(rows):
+        (tmp_path / "img" / name).write_bytes(encode(photo_like(16, 12, i), "JPEG"))
+    (tmp_path / "m.csv").write_text("".join(
+        f"{split},img/{name},{labels.replace('|', ',')}\n" for name, (split, labels) in rows.items()))
+    assert run.main(["--manifest", str(tmp_path / "m.csv"), "--output_dir",
+                     str(tmp_path / "out"), "--label_mode", "multi",
+                     "--max_error_fraction", "0.5"]) == 0
+    output = tft.TFTransformOutput(str(tmp_path / "out"))
+    vocabulary = [w.decode() for w in output.vocabulary_by_name("label")]
+    spec = {"image/source_id": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.VarLenFeature(tf.int64),
+            "image/class/text": tf.io.VarLenFeature(tf.string)}
+    found = {}
+    for split in ("train", "test"):
+        for record in tf.data.TFRecordDataset(glob.glob(f"{tmp_path}/out/{split}-*")):
+            parsed = tf.io.parse_single_example(record, spec)
+            ids = tf.sparse.to_dense(parsed["image/class/label"]).numpy().tolist()
+            texts = [t.decode() for t in tf.sparse.to_dense(parsed["image/class/text"]).numpy()]
+            assert [vocabulary[i] for i in ids] == texts
+            found[os.path.basename(parsed["image/source_id"].numpy().decode())] = (split, texts)
+    assert found == {name: (split, labels.split("|")) for name, (split, labels) in rows.items()
+                     if "bird" not in labels}
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["splits"]["train"]["labels"] == {"cat": 2, "dog": 1, "fish": 1}
+    assert summary["errors"]["by_reason"] == {"unseen_label": 1}
+    served = output.transform_features_layer()(
+        {"label": tf.sparse.from_dense(tf.constant([["dog", "fish"]]))})
+    assert tf.sparse.to_dense(served["label_id"]).numpy().tolist() == [
+        [vocabulary.index("dog"), vocabulary.index("fish")]]

@@ -11,12 +11,12 @@ from transforms.manifest import ManifestRow
 
 def test_every_contract_key_parses_with_its_dtype():
     row = ManifestRow("m.csv", 3, "train,gs://b/dir/été.jpg,cat", "train",
-                      "gs://b/dir/été.jpg", "chat noir")
+                      "gs://b/dir/été.jpg", ("chat noir",))
     image = PreparedImage(b"\xff\xd8jpeg bytes", "jpeg", 20, 10, 3, "JPEG", None)
     dtypes = {"bytes": tf.string, "int64": tf.int64}
     spec = {key: tf.io.FixedLenFeature([], dtypes[kind]) for key, kind in FEATURE_TYPES.items()}
     parsed = {key: value.numpy() for key, value in tf.io.parse_single_example(
-        encode_example(row, 7, image), spec).items()}
+        encode_example(row, [7], image), spec).items()}
     assert parsed == {
         "image/encoded": b"\xff\xd8jpeg bytes", "image/format": b"jpeg",
         "image/height": 10, "image/width": 20, "image/channels": 3,

@@ -19,11 +19,11 @@ def test_split_and_label_folders_and_label_only_folders(tmp_path):
                "cat/deeper/d.jpg")
     rows = sorted(folder_rows(str(tmp_path) + "/", (0.8, 0.1, 0.1)), key=lambda r: r.raw)
     good = [r for r in rows if isinstance(r, ManifestRow)]
-    assert [(r.raw, r.split, r.label, r.uri) for r in good] == [
-        ("TRAIN/cat/a.jpg", "train", "cat", str(tmp_path / "TRAIN/cat/a.jpg")),
-        ("fish/c.jpeg", assign_split("fish/c.jpeg", (0.8, 0.1, 0.1)), "fish",
+    assert [(r.raw, r.split, r.labels, r.uri) for r in good] == [
+        ("TRAIN/cat/a.jpg", "train", ("cat",), str(tmp_path / "TRAIN/cat/a.jpg")),
+        ("fish/c.jpeg", assign_split("fish/c.jpeg", (0.8, 0.1, 0.1)), ("fish",),
          str(tmp_path / "fish/c.jpeg")),
-        ("validation/dog/b.PNG", "validation", "dog", str(tmp_path / "validation/dog/b.PNG")),
+        ("validation/dog/b.PNG", "validation", ("dog",), str(tmp_path / "validation/dog/b.PNG")),
     ]
     misplaced = [(r.raw, r.reason) for r in rows if not isinstance(r, ManifestRow)]
     assert misplaced == [("cat/deeper/d.jpg", NOT_IN_LABEL_FOLDER),

@@ -12,7 +12,7 @@ from transforms.manifest import ManifestRow
 
 def row(line, split, label):
     return ManifestRow("m.csv", line, f"{split},x{line}.jpg,{label}", split,
-                       f"/x{line}.jpg", label)
+                       f"/x{line}.jpg", (label,))
 
 
 TRAIN = [row(1, "train", "cat"), row(2, "train", "dog"), row(3, "train", "cat"),
@@ -31,8 +31,8 @@ def apply_labels(p, tmp_path, oov_bucket, rows):
 def test_vocabulary_is_trains_by_frequency_and_unseen_labels_are_dead_letters(tmp_path):
     with TestPipeline() as p:
         labelled = apply_labels(p, tmp_path, False, TRAIN + OTHERS)
-        assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_id)),
-                    equal_to([(1, 0), (2, 2), (3, 0), (4, 1), (5, 2)]), label="ids")
+        assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_ids)),
+                    equal_to([(1, (0,)), (2, (2,)), (3, (0,)), (4, (1,)), (5, (2,))]), label="ids")
         assert_that(labelled.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.reason)),
                     equal_to([(6, "unseen_label")]), label="dead")
     vocabulary = tft.TFTransformOutput(str(tmp_path / "out")).vocabulary_by_name(
@@ -44,11 +44,35 @@ def test_vocabulary_is_trains_by_frequency_and_unseen_labels_are_dead_letters(tm
 def test_oov_policy_keeps_unseen_labels_with_the_bucket_id(tmp_path):
     with TestPipeline() as p:
         labelled = apply_labels(p, tmp_path, True, OTHERS)
-        assert_that(labelled.labelled | beam.Map(lambda l: (l.row.label, l.label_id)),
-                    equal_to([("dog", 2), ("bird", 3)]))
+        assert_that(labelled.labelled | beam.Map(lambda l: (l.row.labels, l.label_ids)),
+                    equal_to([(("dog",), (2,)), (("bird",), (3,))]))
 
 
 def test_rows_survive_the_passthrough_unchanged(tmp_path):
     with TestPipeline() as p:
         labelled = apply_labels(p, tmp_path, False, TRAIN)
         assert_that(labelled.labelled | beam.Map(lambda l: l.row), equal_to(TRAIN))
+
+
+def multi(line, split, *labels):
+    return ManifestRow("m.csv", line, "raw", split, f"/m{line}.jpg", labels)
+
+
+def test_multi_label_vocabulary_covers_every_train_label(tmp_path):
+    train = [multi(1, "train", "cat", "dog"), multi(2, "train", "cat"),
+             multi(3, "train", "fish", "cat")]
+    others = [multi(4, "test", "dog", "fish"), multi(5, "test", "cat", "bird")]
+    with TestPipeline() as p:
+        transform_fn = (p | "Train" >> beam.Create(train)
+                        | AnalyzeLabels(False, str(tmp_path / "tmp"), multi_label=True))
+        _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
+        labelled = (p | "Rows" >> beam.Create(train + others)
+                    | ApplyLabels(transform_fn, str(tmp_path / "tmp"), multi_label=True))
+        assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_ids)),
+                    equal_to([(1, (0, 2)), (2, (0,)), (3, (1, 0)), (4, (2, 1))]), label="ids")
+        assert_that(labelled.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.message)),
+                    equal_to([(5, "label 'bird' does not occur in the TRAIN split")]),
+                    label="dead")
+    vocabulary = tft.TFTransformOutput(str(tmp_path / "out")).vocabulary_by_name(
+        LABEL_VOCABULARY)
+    assert [w.decode() for w in vocabulary] == ["cat", "fish", "dog"]

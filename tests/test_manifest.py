@@ -10,7 +10,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
-from transforms.manifest import (AUTOML_LAYOUT, SPLITS, ManifestError, ManifestRow,
+from transforms.manifest import (AUTOML_LAYOUT, SPLITS, ManifestError, ManifestRow, RowRules,
                                  ReadManifest, assign_split, find_manifests, read_header,
                                  read_manifest, resolve_uri)
 
@@ -29,17 +29,17 @@ def test_headerless_automl_rows_resolve_relative_uris(tmp_path):
                            "Test,gs://bucket/c.jpg,cat\n")
     assert rows == [
         ManifestRow(str(tmp_path / "manifest.csv"), 1, "TRAIN,images/a.jpg,cat", "train",
-                    str(tmp_path / "images/a.jpg"), "cat"),
+                    str(tmp_path / "images/a.jpg"), ("cat",)),
         ManifestRow(str(tmp_path / "manifest.csv"), 2, "validation,/abs/b.png,dog",
-                    "validation", "/abs/b.png", "dog"),
+                    "validation", "/abs/b.png", ("dog",)),
         ManifestRow(str(tmp_path / "manifest.csv"), 3, "Test,gs://bucket/c.jpg,cat", "test",
-                    "gs://bucket/c.jpg", "cat"),
+                    "gs://bucket/c.jpg", ("cat",)),
     ]
 
 
 def test_header_by_name_in_any_order_is_skipped(tmp_path):
     rows = parse(tmp_path, "label,Image_URI,split\ncat,a.jpg,train\n")
-    assert [(r.line, r.split, r.uri.rsplit("/", 1)[1], r.label) for r in rows] == [
+    assert [(r.line, r.split, r.uri.rsplit("/", 1)[1], r.labels[0]) for r in rows] == [
         (2, "train", "a.jpg", "cat")]
 
 
@@ -55,7 +55,7 @@ def test_quoted_fields_unicode_crlf_bom_and_blank_lines(tmp_path):
             '\r\n'
             'test,images/b.jpg,chat noir\r\n')
     rows = parse(tmp_path, text)
-    assert [(r.line, r.uri.rsplit("/", 1)[1], r.label) for r in rows] == [
+    assert [(r.line, r.uri.rsplit("/", 1)[1], r.labels[0]) for r in rows] == [
         (2, "fleur, été 01.jpg", 'a "quoted" label'), (4, "b.jpg", "chat noir")]
     assert rows[0].raw == 'train,"images/fleur, été 01.jpg","a ""quoted"" label"'
 
@@ -66,7 +66,7 @@ def test_bom_before_a_headerless_first_row(tmp_path):
 
 
 def test_trailing_empty_fields_are_tolerated(tmp_path):
-    assert parse(tmp_path, "train,a.jpg,cat,,\n")[0].label == "cat"
+    assert parse(tmp_path, "train,a.jpg,cat,,\n")[0].labels == ("cat",)
 
 
 @pytest.mark.parametrize("line, reason", [
@@ -101,7 +101,7 @@ def test_invalid_utf8_row_is_rejected_alone_and_dead_letter_is_valid_json(tmp_pa
 def test_gzip_manifest_is_read_by_extension(tmp_path):
     path = tmp_path / "m.csv.gz"
     path.write_bytes(gzip.compress(b"split,image_uri,label\ntrain,a.jpg,cat\n"))
-    assert [r.label for r in read_manifest(str(path))] == ["cat"]
+    assert [r.labels for r in read_manifest(str(path))] == [("cat",)]
 
 
 def test_find_manifests_expands_globs_and_names_what_is_missing(tmp_path):
@@ -128,7 +128,7 @@ def test_read_manifest_transform_splits_rows_and_dead_letters(tmp_path):
     second = write(tmp_path / "two.csv", "image_uri,label,split\nc.jpg,dog,test\n")
     with TestPipeline() as p:
         read = p | ReadManifest([first, second])
-        assert_that(read.rows | "Rows" >> beam.Map(lambda r: (r.line, r.label)),
+        assert_that(read.rows | "Rows" >> beam.Map(lambda r: (r.line, r.labels[0])),
                     equal_to([(1, "cat"), (2, "dog")]), label="rows")
         assert_that(read.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.reason)),
                     equal_to([(2, reasons.INVALID_SPLIT)]), label="dead")
@@ -141,7 +141,7 @@ def test_read_manifest_transform_splits_rows_and_dead_letters(tmp_path):
 def test_rows_without_a_split_get_the_hash_assigned_one(tmp_path, text):
     (row,) = parse(tmp_path, text)
     assert row.split == assign_split("img/a.jpg", (0.8, 0.1, 0.1))
-    assert row.uri == str(tmp_path / "img/a.jpg") and row.label == "cat"
+    assert row.uri == str(tmp_path / "img/a.jpg") and row.labels == ("cat",)
 
 
 def test_assigned_splits_follow_the_fractions_and_ignore_row_order(tmp_path):
@@ -162,3 +162,29 @@ def test_the_split_depends_on_the_uri_as_written_not_the_manifests_location(tmp_
     first = parse(tmp_path / "a", "img/x.jpg,cat\n")[0]
     second = parse(tmp_path / "b", "img/x.jpg,cat\n")[0]
     assert first.split == second.split and first.uri != second.uri
+
+
+MULTI = RowRules(multi_label=True)
+
+
+@pytest.mark.parametrize("text, split, labels", [
+    ("train,a.jpg,cat,dog\n", "train", ("cat", "dog")),
+    ("TEST,a.jpg,cat\n", "test", ("cat",)),
+    ("a.jpg,cat,dog,cat\n", None, ("cat", "dog")),
+    ("UNASSIGNED,a.jpg,cat|dog,,\n", None, ("cat", "dog")),
+    ("split,image_uri,label\nvalidation,a.jpg, cat | dog \n", "validation", ("cat", "dog")),
+])
+def test_multi_label_rows(tmp_path, text, split, labels):
+    (row,) = list(read_manifest(write(tmp_path / "m.csv", text), MULTI))
+    assert row.labels == labels and row.uri == str(tmp_path / "a.jpg")
+    assert row.split == (split or assign_split("a.jpg", MULTI.split_fractions))
+
+
+def test_multi_label_rows_without_labels_are_dead_letters(tmp_path):
+    rows = list(read_manifest(write(tmp_path / "m.csv", "train,a.jpg\ntrain,b.jpg,|,\n"), MULTI))
+    assert [r.reason for r in rows] == [reasons.MISSING_LABEL] * 2
+
+
+def test_single_label_rules_do_not_split_on_the_separator(tmp_path):
+    (row,) = list(read_manifest(write(tmp_path / "m.csv", "train,a.jpg,cat|dog\n")))
+    assert row.labels == ("cat|dog",)

@@ -80,7 +80,7 @@ def test_summary_accounts_for_every_row():
 def test_a_run_that_lost_rows_publishes_no_shard(tmp_path):
     out = tmp_path / "out"
     with TestPipeline() as p:
-        _ = (p | beam.Create([ManifestRow("m", 1, "r", "train", "/a.jpg", "cat")])
+        _ = (p | beam.Create([ManifestRow("m", 1, "r", "train", "/a.jpg", ("cat",))])
              | AnalyzeLabels(False, str(tmp_path / "tft")) | tft_beam.WriteTransformFn(str(out)))
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info={})

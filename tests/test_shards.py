@@ -22,7 +22,7 @@ def labelled(tmp_path, name, label_id=0, split="train", data=None):
     if data is not None:
         path.write_bytes(data)
     return LabelledRow(ManifestRow("m.csv", len(name), f"{split},{name},x", split, str(path),
-                                   f"label{label_id}"), label_id)
+                                   (f"label{label_id}",)), (label_id,))
 
 
 def test_shard_count_from_size_never_exceeds_rows():

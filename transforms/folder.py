@@ -43,10 +43,10 @@ def folder_rows(root: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRAC
             continue
         parts = relative.split("/")
         if len(parts) == 3 and parts[0].lower() in SPLITS:
-            yield ManifestRow(root, 0, relative, parts[0].lower(), metadata.path, parts[1])
+            yield ManifestRow(root, 0, relative, parts[0].lower(), metadata.path, (parts[1],))
         elif len(parts) == 2:
             yield ManifestRow(root, 0, relative, assign_split(relative, split_fractions),
-                              metadata.path, parts[0])
+                              metadata.path, (parts[0],))
         else:
             yield DeadLetter(root, 0, relative, metadata.path, "", NOT_IN_LABEL_FOLDER,
                              "expected ROOT/<label>/<file> or ROOT/<split>/<label>/<file> "

@@ -29,17 +29,29 @@ UNSEEN_LABEL_ID = -1  # what the transform gives an unseen label without an OOV 
 
 _ROW = "row"  # passthrough column: the serialized ManifestRow
 _BYTES_LIST = pa.large_list(pa.large_binary())
-_LABEL_TENSOR = schema_pb2.TensorRepresentation(
-    dense_tensor=schema_pb2.TensorRepresentation.DenseTensor(
-        column_name=LABEL, shape=schema_pb2.FixedShape()))
-_ANALYZE_INPUT = tfxio.TensorAdapterConfig(pa.schema([(LABEL, _BYTES_LIST)]),
-                                           {LABEL: _LABEL_TENSOR})
-_TRANSFORM_INPUT = tfxio.TensorAdapterConfig(
-    pa.schema([(LABEL, _BYTES_LIST), (_ROW, _BYTES_LIST)]), {LABEL: _LABEL_TENSOR})
+
+
+def _input_config(multi_label: bool, with_row: bool) -> tfxio.TensorAdapterConfig:
+    """The tensor `label` is for the transform_fn: a string per row, or a list of them.
+
+    Single labels stay a dense scalar, so a serving model feeds plain strings.
+    """
+    if multi_label:
+        label = schema_pb2.TensorRepresentation(
+            varlen_sparse_tensor=schema_pb2.TensorRepresentation.VarLenSparseTensor(
+                column_name=LABEL))
+    else:
+        label = schema_pb2.TensorRepresentation(
+            dense_tensor=schema_pb2.TensorRepresentation.DenseTensor(
+                column_name=LABEL, shape=schema_pb2.FixedShape()))
+    columns = [(LABEL, _BYTES_LIST)] + ([(_ROW, _BYTES_LIST)] if with_row else [])
+    return tfxio.TensorAdapterConfig(pa.schema(columns), {LABEL: label})
 
 
 def preprocessing_fn(inputs: dict, *, oov_bucket: bool) -> dict:
-    """label -> label_id; ids follow TRAIN frequency (0 = most frequent).
+    """label -> label_id (a list of labels -> a list of ids); ids follow TRAIN frequency.
+
+    0 is the most frequent label; ties go by descending bytes (tf.Transform's order).
 
     An unseen label gets id len(vocabulary) with `oov_bucket`, otherwise UNSEEN_LABEL_ID.
     """
@@ -50,15 +62,16 @@ def preprocessing_fn(inputs: dict, *, oov_bucket: bool) -> dict:
 
 class LabelledRow(NamedTuple):
     row: ManifestRow
-    label_id: int
+    label_ids: tuple[int, ...]  # one per row.labels, in the same order
 
 
 class AnalyzeLabels(beam.PTransform):
     """TRAIN ManifestRows -> the transform_fn holding the label vocabulary."""
 
-    def __init__(self, oov_bucket: bool, temp_dir: str) -> None:
+    def __init__(self, oov_bucket: bool, temp_dir: str, multi_label: bool = False) -> None:
         super().__init__()
         self._oov_bucket = oov_bucket
+        self._multi_label = multi_label
         self._temp_dir = temp_dir
 
     def expand(self, train_rows: beam.PCollection) -> tuple:
@@ -66,7 +79,7 @@ class AnalyzeLabels(beam.PTransform):
                    | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
                    | "ToRecordBatch" >> beam.Map(_labels_batch))
         with tft_beam.Context(temp_dir=self._temp_dir):
-            return ((batches, _ANALYZE_INPUT)
+            return ((batches, _input_config(self._multi_label, with_row=False))
                     | "Vocabulary" >> tft_beam.AnalyzeDataset(
                         functools.partial(preprocessing_fn, oov_bucket=self._oov_bucket)))
 
@@ -77,9 +90,10 @@ class ApplyLabels(beam.PTransform):
     With the OOV bucket an unseen label keeps its row and gets the OOV id instead.
     """
 
-    def __init__(self, transform_fn: tuple, temp_dir: str) -> None:
+    def __init__(self, transform_fn: tuple, temp_dir: str, multi_label: bool = False) -> None:
         super().__init__()
         self._transform_fn = transform_fn
+        self._multi_label = multi_label
         self._temp_dir = temp_dir
 
     def expand(self, rows: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
@@ -87,7 +101,8 @@ class ApplyLabels(beam.PTransform):
                    | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
                    | "ToRecordBatch" >> beam.Map(_rows_batch))
         with tft_beam.Context(temp_dir=self._temp_dir, passthrough_keys={_ROW}):
-            transformed, _ = (((batches, _TRANSFORM_INPUT), self._transform_fn)
+            transformed, _ = (((batches, _input_config(self._multi_label, with_row=True)),
+                               self._transform_fn)
                               | "Transform" >> tft_beam.TransformDataset(
                                   output_record_batches=True))
         return transformed | "Unbatch" >> beam.FlatMap(_labelled_rows).with_outputs(
@@ -96,12 +111,13 @@ class ApplyLabels(beam.PTransform):
 
 def _labels_batch(rows: Sequence[ManifestRow]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [pa.array([[row.label.encode()] for row in rows], _BYTES_LIST)], [LABEL])
+        [pa.array([[label.encode() for label in row.labels] for row in rows], _BYTES_LIST)],
+        [LABEL])
 
 
 def _rows_batch(rows: Sequence[ManifestRow]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [pa.array([[row.label.encode()] for row in rows], _BYTES_LIST),
+        [pa.array([[label.encode() for label in row.labels] for row in rows], _BYTES_LIST),
          pa.array([[json.dumps(row).encode()] for row in rows], _BYTES_LIST)],
         [LABEL, _ROW])
 
@@ -109,12 +125,16 @@ def _rows_batch(rows: Sequence[ManifestRow]) -> pa.RecordBatch:
 def _labelled_rows(transformed: tuple[pa.RecordBatch, dict]
                    ) -> Iterator[LabelledRow | beam.pvalue.TaggedOutput]:
     batch, _ = transformed
-    label_ids = batch.column(LABEL_ID).flatten().to_pylist()
+    ids_per_row = batch.column(LABEL_ID).to_pylist()
     serialized_rows = batch.column(_ROW).flatten().to_pylist()
-    for label_id, serialized in zip(label_ids, serialized_rows, strict=True):
-        row = ManifestRow(*json.loads(serialized))
-        if label_id == UNSEEN_LABEL_ID:
+    for label_ids, serialized in zip(ids_per_row, serialized_rows, strict=True):
+        fields = json.loads(serialized)
+        row = ManifestRow(*fields[:-1], tuple(fields[-1]))
+        unseen = [label for label, label_id in zip(row.labels, label_ids, strict=True)
+                  if label_id == UNSEEN_LABEL_ID]
+        if unseen:
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, row.dead_letter(
-                reasons.UNSEEN_LABEL, f"label {row.label!r} does not occur in the TRAIN split"))
+                reasons.UNSEEN_LABEL,
+                f"label {', '.join(map(repr, unseen))} does not occur in the TRAIN split"))
         else:
-            yield LabelledRow(row, label_id)
+            yield LabelledRow(row, tuple(label_ids))

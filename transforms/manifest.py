@@ -34,6 +34,20 @@ _COLUMN_NAMES = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class RowRules:
+    """How rows are read: split fractions for rows without one, and multi-label rows.
+
+    With `multi_label`, every non-empty field after the URI of a headerless row is a
+    label (AutoML's `split,uri,label1,label2,...`), and any label field may also hold
+    several labels joined by `label_separator`.
+    """
+
+    split_fractions: tuple[float, float, float] = DEFAULT_SPLIT_FRACTIONS
+    multi_label: bool = False
+    label_separator: str = "|"
+
+
 class ManifestError(ValueError):
     """A manifest that cannot be read at all (as opposed to a bad row in it)."""
 
@@ -46,7 +60,7 @@ class ManifestRow(NamedTuple):
     raw: str
     split: str
     uri: str
-    label: str
+    labels: tuple[str, ...]  # one label, or several with multi-label rules
 
     def dead_letter(self, reason: str, message: str) -> DeadLetter:
         return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
@@ -104,12 +118,12 @@ def read_header(path: str) -> ColumnLayout:
     return AUTOML_LAYOUT
 
 
-def read_manifest(path: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRACTIONS
+def read_manifest(path: str, rules: RowRules = RowRules()
                   ) -> Iterator[ManifestRow | DeadLetter]:
     """Yields every data row of one manifest file as a ManifestRow or a DeadLetter.
 
     Rows without a split (UNASSIGNED, empty, or no split column) get one from
-    assign_split with `split_fractions` (train, validation, test).
+    assign_split with the rules' split fractions (train, validation, test).
     """
     folder = FileSystems.split(path)[0]
     layout = None
@@ -119,8 +133,7 @@ def read_manifest(path: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FR
             layout, is_header = ColumnLayout.detect(fields, path)
             if is_header:
                 continue
-        yield _parse_row(path, folder, line, raw, fields, layout or AUTOML_LAYOUT,
-                         split_fractions)
+        yield _parse_row(path, folder, line, raw, fields, layout or AUTOML_LAYOUT, rules)
 
 
 def assign_split(uri: str, split_fractions: Sequence[float]) -> str:
@@ -170,7 +183,7 @@ def _split_fields(raw: str) -> list[str] | csv.Error:
 
 def _parse_row(manifest: str, folder: str, line: int, raw: str,
                fields: list[str] | csv.Error, layout: ColumnLayout,
-               split_fractions: Sequence[float]) -> ManifestRow | DeadLetter:
+               rules: RowRules) -> ManifestRow | DeadLetter:
     def reject(reason: str, message: str, uri: str = "", split: str = "") -> DeadLetter:
         return DeadLetter(manifest, line, _printable(raw), uri, split, reason, message)
 
@@ -181,9 +194,17 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
     fields = [field.strip() for field in fields]
     while len(fields) > layout.width and not fields[-1]:
         fields.pop()  # trailing commas are common in exported manifests
-    if layout is AUTOML_LAYOUT and len(fields) == 2:
+    headerless = layout in (AUTOML_LAYOUT, URI_LABEL_LAYOUT)
+    if headerless and rules.multi_label:  # split,uri,labels... or uri,labels...
+        layout = (AUTOML_LAYOUT if fields[0].lower() in (*SPLITS, "unassigned", "")
+                  else URI_LABEL_LAYOUT)
+    elif layout is AUTOML_LAYOUT and len(fields) == 2:
         layout = URI_LABEL_LAYOUT
-    if len(fields) != layout.width:
+    if headerless and rules.multi_label:
+        if len(fields) <= layout.uri:
+            return reject(reasons.WRONG_COLUMN_COUNT,
+                          f"expected at least {layout.uri + 2} fields, found {len(fields)}")
+    elif len(fields) != layout.width:
         return reject(reasons.WRONG_COLUMN_COUNT,
                       f"expected {layout.width} fields, found {len(fields)}")
 
@@ -193,14 +214,20 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
         return reject(reasons.MISSING_URI, "the image URI is empty", split=split)
     uri = resolve_uri(written_uri, folder)
     if split in ("", "unassigned"):
-        split = assign_split(written_uri, split_fractions)
+        split = assign_split(written_uri, rules.split_fractions)
     elif split not in SPLITS:
         return reject(reasons.INVALID_SPLIT, f"split {split!r} is not one of TRAIN, "
                       "VALIDATION, TEST or UNASSIGNED", uri=uri, split=split)
-    label = fields[layout.label]
-    if not label:
+    if not rules.multi_label:
+        labels: tuple[str, ...] = tuple(filter(None, [fields[layout.label]]))
+    else:
+        label_fields = fields[layout.label:] if headerless else [fields[layout.label]]
+        labels = tuple(dict.fromkeys(  # each label once, in order
+            label.strip() for field in label_fields
+            for label in field.split(rules.label_separator) if label.strip()))
+    if not labels:
         return reject(reasons.MISSING_LABEL, "the label is empty", uri=uri, split=split)
-    return ManifestRow(manifest, line, raw, split, uri, label)
+    return ManifestRow(manifest, line, raw, split, uri, labels)
 
 
 def _has_undecodable_bytes(text: str) -> bool:
@@ -215,13 +242,13 @@ def _printable(raw: str) -> str:
 class _ParseManifestFile(beam.DoFn):
     """Streams one manifest file; valid rows to the main output, the rest as DeadLetters."""
 
-    def __init__(self, split_fractions: Sequence[float]) -> None:
-        self._split_fractions = tuple(split_fractions)
+    def __init__(self, rules: RowRules) -> None:
+        self._rules = rules
         self._rows_read = Metrics.counter("manifest", "rows_read")
         self._rows_rejected = Metrics.counter("manifest", "rows_rejected")
 
     def process(self, path: str) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput]:
-        for item in read_manifest(path, self._split_fractions):
+        for item in read_manifest(path, self._rules):
             self._rows_read.inc()
             if isinstance(item, DeadLetter):
                 self._rows_rejected.inc()
@@ -233,15 +260,14 @@ class _ParseManifestFile(beam.DoFn):
 class ReadManifest(beam.PTransform):
     """Manifest files -> ManifestRows (main output) and DeadLetters (DEAD_LETTERS)."""
 
-    def __init__(self, paths: Sequence[str],
-                 split_fractions: Sequence[float] = DEFAULT_SPLIT_FRACTIONS) -> None:
+    def __init__(self, paths: Sequence[str], rules: RowRules = RowRules()) -> None:
         super().__init__()
         self._paths = list(paths)
-        self._split_fractions = split_fractions
+        self._rules = rules
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
         return (pbegin
                 | "ManifestFiles" >> beam.Create(self._paths)
                 | "ParseRows" >> beam.ParDo(
-                    _ParseManifestFile(self._split_fractions)).with_outputs(
+                    _ParseManifestFile(self._rules)).with_outputs(
                     DEAD_LETTERS, main="rows"))

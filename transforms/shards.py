@@ -55,7 +55,7 @@ class ShardWritten(NamedTuple):
     examples: int
     bytes: int  # of the file as written (compressed with --compression gzip)
     source_bytes: int  # of the source image files
-    labels: dict[str, int]  # label text -> examples
+    labels: dict[str, int]  # label text -> examples carrying it
     reencoded: dict[str, int]  # why -> examples whose image was re-encoded
 
 
@@ -160,7 +160,7 @@ class _WriteShardFile(beam.DoFn):
                 self._written.inc()
                 examples += 1
                 source_bytes += source_size
-                labels[item.row.label] += 1
+                labels.update(item.row.labels)
                 if reencoded_because:
                     reencoded[reencoded_because] += 1
         file_bytes = FileSystems.match([temp_path])[0].metadata_list[0].size_in_bytes
@@ -173,7 +173,7 @@ class _WriteShardFile(beam.DoFn):
             image = prepare_image(data, self._settings)
         except ImageRejected as rejected:
             return rejected
-        return encode_example(item.row, item.label_id, image), image.reencoded, len(data)
+        return encode_example(item.row, item.label_ids, image), image.reencoded, len(data)
 
 
 def _ordered_map(executor: concurrent.futures.Executor, fn: Callable[[_T], _R],
