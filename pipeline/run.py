@@ -15,7 +15,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from pipeline.options import ConvertOptions
 from pipeline.report import format_report
 from transforms.folder import check_folder
-from transforms.manifest import ManifestError, find_manifests, read_header
+from transforms.manifest import ManifestError, find_manifests, is_jsonl, read_header
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -91,7 +91,8 @@ def _preflight(convert: ConvertOptions) -> list[str]:
     else:
         manifests = find_manifests(convert.manifest)
     for manifest in manifests:
-        read_header(manifest)
+        if not is_jsonl(manifest):
+            read_header(manifest)
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
     if existing and not convert.overwrite:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "

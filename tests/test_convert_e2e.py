@@ -321,3 +321,20 @@ def test_multi_label_examples_hold_every_label(tmp_path):
         {"label": tf.sparse.from_dense(tf.constant([["dog", "fish"]]))})
     assert tf.sparse.to_dense(served["label_id"]).numpy().tolist() == [
         [vocabulary.index("dog"), vocabulary.index("fish")]]
+
+
+def test_a_vertex_ai_jsonl_import_file_converts(tmp_path):
+    (tmp_path / "img").mkdir()
+    lines = []
+    for i, (label, ml_use) in enumerate([("cat", "training"), ("dog", "training"),
+                                         ("cat", "validation"), ("dog", "test")]):
+        (tmp_path / "img" / f"{i}.jpg").write_bytes(encode(photo_like(16, 12, i), "JPEG"))
+        lines.append(json.dumps({
+            "imageGcsUri": f"img/{i}.jpg", "classificationAnnotation": {"displayName": label},
+            "dataItemResourceLabels": {"aiplatform.googleapis.com/ml_use": ml_use}}))
+    (tmp_path / "import.jsonl").write_text("\n".join(lines) + "\n")
+    assert run.main(["--manifest", str(tmp_path / "import.jsonl"),
+                     "--output_dir", str(tmp_path / "out")]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert {split: stats["labels"] for split, stats in summary["splits"].items()} == {
+        "train": {"cat": 1, "dog": 1}, "validation": {"cat": 1}, "test": {"dog": 1}}

@@ -188,3 +188,35 @@ def test_multi_label_rows_without_labels_are_dead_letters(tmp_path):
 def test_single_label_rules_do_not_split_on_the_separator(tmp_path):
     (row,) = list(read_manifest(write(tmp_path / "m.csv", "train,a.jpg,cat|dog\n")))
     assert row.labels == ("cat|dog",)
+
+
+def jsonl(**item):
+    return json.dumps(item)
+
+
+def test_vertex_ai_jsonl_lines(tmp_path):
+    lines = [
+        jsonl(imageGcsUri="gs://b/a.jpg", classificationAnnotation={"displayName": "cat"},
+              dataItemResourceLabels={"aiplatform.googleapis.com/ml_use": "training"}),
+        jsonl(imageGcsUri="img/b.jpg", classificationAnnotations=[
+            {"displayName": "cat"}, {"displayName": "dog"}],
+            dataItemResourceLabels={"aiplatform.googleapis.com/ml_use": "test"}),
+        jsonl(imageGcsUri="gs://b/c.jpg", classificationAnnotation={"displayName": "dog"}),
+        "not json",
+        jsonl(classificationAnnotation={"displayName": "dog"}),
+        jsonl(imageGcsUri="gs://b/d.jpg", boundingBoxAnnotations=[{"displayName": "dog"}]),
+        jsonl(imageGcsUri="gs://b/e.jpg", classificationAnnotation={"displayName": "x"},
+              dataItemResourceLabels={"aiplatform.googleapis.com/ml_use": "holdout"}),
+        "[1, 2]",
+    ]
+    path = write(tmp_path / "import.jsonl", "\n".join(lines) + "\n")
+    single = list(read_manifest(path))
+    assert [(r.line, r.split, r.uri, r.labels) for r in single[:1]] == [
+        (1, "train", "gs://b/a.jpg", ("cat",))]
+    assert single[2].split == assign_split("gs://b/c.jpg", (0.8, 0.1, 0.1))
+    assert [getattr(r, "reason", "ok") for r in single] == [
+        "ok", reasons.MULTIPLE_LABELS, "ok", reasons.MALFORMED_ROW, reasons.MISSING_URI,
+        reasons.UNSUPPORTED_ANNOTATION, reasons.INVALID_SPLIT, reasons.MALFORMED_ROW]
+    multi = list(read_manifest(path, MULTI))
+    assert (multi[1].split, multi[1].uri, multi[1].labels) == (
+        "test", str(tmp_path / "img/b.jpg"), ("cat", "dog"))

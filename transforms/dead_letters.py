@@ -13,6 +13,8 @@ MISSING_URI = "missing_uri"
 MISSING_LABEL = "missing_label"
 INVALID_SPLIT = "invalid_split"
 UNSEEN_LABEL = "unseen_label"
+MULTIPLE_LABELS = "multiple_labels"
+UNSUPPORTED_ANNOTATION = "unsupported_annotation"
 
 
 class DeadLetter(NamedTuple):

@@ -11,6 +11,7 @@ import codecs
 import csv
 import dataclasses
 import hashlib
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -126,6 +127,10 @@ def read_manifest(path: str, rules: RowRules = RowRules()
     assign_split with the rules' split fractions (train, validation, test).
     """
     folder = FileSystems.split(path)[0]
+    if is_jsonl(path):
+        for line, raw in _numbered_lines(path):
+            yield _parse_jsonl_row(path, folder, line, raw, rules)
+        return
     layout = None
     for line, raw in _numbered_lines(path):
         fields = _split_fields(raw)
@@ -134,6 +139,11 @@ def read_manifest(path: str, rules: RowRules = RowRules()
             if is_header:
                 continue
         yield _parse_row(path, folder, line, raw, fields, layout or AUTOML_LAYOUT, rules)
+
+
+def is_jsonl(path: str) -> bool:
+    """Vertex AI import files are JSON Lines; everything else is read as CSV."""
+    return path.lower().removesuffix(".gz").endswith((".jsonl", ".json"))
 
 
 def assign_split(uri: str, split_fractions: Sequence[float]) -> str:
@@ -213,11 +223,10 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
     if not written_uri:
         return reject(reasons.MISSING_URI, "the image URI is empty", split=split)
     uri = resolve_uri(written_uri, folder)
-    if split in ("", "unassigned"):
-        split = assign_split(written_uri, rules.split_fractions)
-    elif split not in SPLITS:
-        return reject(reasons.INVALID_SPLIT, f"split {split!r} is not one of TRAIN, "
-                      "VALIDATION, TEST or UNASSIGNED", uri=uri, split=split)
+    split_or_error = _split(split, written_uri, rules)
+    if split_or_error not in SPLITS:
+        return reject(reasons.INVALID_SPLIT, split_or_error, uri=uri, split=split)
+    split = split_or_error
     if not rules.multi_label:
         labels: tuple[str, ...] = tuple(filter(None, [fields[layout.label]]))
     else:
@@ -227,6 +236,59 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
             for label in field.split(rules.label_separator) if label.strip()))
     if not labels:
         return reject(reasons.MISSING_LABEL, "the label is empty", uri=uri, split=split)
+    return ManifestRow(manifest, line, raw, split, uri, labels)
+
+
+def _split(written: str, uri: str, rules: RowRules) -> str:
+    """The row's split, assigned when UNASSIGNED or empty; otherwise why it is invalid."""
+    split = written.strip().lower()
+    if split in SPLITS:
+        return split
+    if split in ("", "unassigned"):
+        return assign_split(uri, rules.split_fractions)
+    return f"split {written!r} is not one of TRAIN, VALIDATION, TEST or UNASSIGNED"
+
+
+_VERTEX_ML_USE = "aiplatform.googleapis.com/ml_use"
+_VERTEX_SPLITS = {"training": "train"}  # Vertex AI's ml_use values, where they differ
+
+
+def _parse_jsonl_row(manifest: str, folder: str, line: int, raw: str,
+                     rules: RowRules) -> ManifestRow | DeadLetter:
+    """One line of a Vertex AI image classification import file."""
+    def reject(reason: str, message: str, uri: str = "", split: str = "") -> DeadLetter:
+        return DeadLetter(manifest, line, _printable(raw), uri, split, reason, message)
+
+    if _has_undecodable_bytes(raw):
+        return reject(reasons.INVALID_ENCODING, "the line is not valid UTF-8")
+    try:
+        item = json.loads(raw)
+    except ValueError as error:
+        return reject(reasons.MALFORMED_ROW, f"cannot parse the line as JSON: {error}")
+    if not isinstance(item, dict):
+        return reject(reasons.MALFORMED_ROW, "expected a JSON object")
+    written_uri = item.get("imageGcsUri")
+    if not isinstance(written_uri, str) or not written_uri.strip():
+        return reject(reasons.MISSING_URI, "imageGcsUri is missing or empty")
+    uri = resolve_uri(written_uri.strip(), folder)
+    ml_use = str((item.get("dataItemResourceLabels") or {}).get(_VERTEX_ML_USE, ""))
+    split = _split(_VERTEX_SPLITS.get(ml_use.lower(), ml_use), written_uri.strip(), rules)
+    if split not in SPLITS:
+        return reject(reasons.INVALID_SPLIT, split, uri=uri, split=ml_use)
+    annotations = item.get("classificationAnnotations") or [
+        item.get("classificationAnnotation") or {}]
+    labels = tuple(dict.fromkeys(
+        str(annotation.get("displayName", "")).strip() for annotation in annotations
+        if isinstance(annotation, dict) and str(annotation.get("displayName", "")).strip()))
+    if not labels and item.get("boundingBoxAnnotations"):
+        return reject(reasons.UNSUPPORTED_ANNOTATION, "boundingBoxAnnotations (object "
+                      "detection) are not supported yet", uri=uri, split=split)
+    if not labels:
+        return reject(reasons.MISSING_LABEL, "no classification annotation with a "
+                      "displayName", uri=uri, split=split)
+    if len(labels) > 1 and not rules.multi_label:
+        return reject(reasons.MULTIPLE_LABELS, f"{len(labels)} labels; pass --label_mode "
+                      "multi to keep them all", uri=uri, split=split)
     return ManifestRow(manifest, line, raw, split, uri, labels)
 
 
