@@ -220,3 +220,9 @@ def test_vertex_ai_jsonl_lines(tmp_path):
     multi = list(read_manifest(path, MULTI))
     assert (multi[1].split, multi[1].uri, multi[1].labels) == (
         "test", str(tmp_path / "img/b.jpg"), ("cat", "dog"))
+
+
+def test_an_invalid_split_is_quoted_as_written(tmp_path):
+    (bad,) = parse(tmp_path, "TRIAN,a.jpg,cat\n")
+    assert (bad.split, bad.message) == (
+        "TRIAN", "split 'TRIAN' is not one of TRAIN, VALIDATION, TEST or UNASSIGNED")

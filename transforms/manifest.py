@@ -1,4 +1,5 @@
-"""Reads AutoML Vision / TFRecorder image manifests (`[split,]image_uri,label`) with Beam.
+"""Reads image manifests with Beam: AutoML Vision / TFRecorder CSV (`[split,]image_uri,label`,
+single or multi-label) and Vertex AI JSON Lines import files.
 
 Each manifest file is streamed by one DoFn call, line by line, so no process ever holds
 the whole manifest. A row is one physical line: a stray quote then costs only its own
@@ -208,18 +209,18 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
     if headerless and rules.multi_label:  # split,uri,labels... or uri,labels...
         layout = (AUTOML_LAYOUT if fields[0].lower() in (*SPLITS, "unassigned", "")
                   else URI_LABEL_LAYOUT)
-    elif layout is AUTOML_LAYOUT and len(fields) == 2:
-        layout = URI_LABEL_LAYOUT
-    if headerless and rules.multi_label:
         if len(fields) <= layout.uri:
             return reject(reasons.WRONG_COLUMN_COUNT,
                           f"expected at least {layout.uri + 2} fields, found {len(fields)}")
-    elif len(fields) != layout.width:
-        return reject(reasons.WRONG_COLUMN_COUNT,
-                      f"expected {layout.width} fields, found {len(fields)}")
+    else:
+        if layout is AUTOML_LAYOUT and len(fields) == 2:
+            layout = URI_LABEL_LAYOUT
+        if len(fields) != layout.width:
+            return reject(reasons.WRONG_COLUMN_COUNT,
+                          f"expected {layout.width} fields, found {len(fields)}")
 
     written_uri = fields[layout.uri]
-    split = fields[layout.split].lower() if layout.split is not None else ""
+    split = fields[layout.split] if layout.split is not None else ""
     if not written_uri:
         return reject(reasons.MISSING_URI, "the image URI is empty", split=split)
     uri = resolve_uri(written_uri, folder)
