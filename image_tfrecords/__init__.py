@@ -10,6 +10,7 @@ any Beam option too). Importing this module registers the DataFrame accessor.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import tempfile
@@ -22,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.options import parse_split_fractions
 from pipeline.run import convert_and_report, outcome_problem
-from transforms.manifest import assign_split
+from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, assign_split
 
 __all__ = ["ConversionResult", "convert"]
 
@@ -77,7 +78,8 @@ def convert(source: str | pd.DataFrame, output_dir: str, **options: Any) -> Conv
     as in a CSV. Raises ValueError for unusable options or a missing source.
     """
     if isinstance(source, pd.DataFrame):
-        fractions = parse_split_fractions(options.get("split_fractions", "0.8,0.1,0.1"))
+        fractions = (parse_split_fractions(options["split_fractions"])
+                     if "split_fractions" in options else DEFAULT_SPLIT_FRACTIONS)
         with _dataframe_manifest(source, fractions, options.get("temp_location")) as manifest:
             return _convert({"manifest": manifest, **options}, output_dir)
     if _is_folder(source):
@@ -115,42 +117,35 @@ def _flags(options: dict[str, Any]) -> Iterator[str]:
             yield from (f"--{name}", str(item))
 
 
-class _dataframe_manifest:  # noqa: N801 - used as a context manager, like open()
-    """Writes a DataFrame as a headed manifest CSV where the workers can read it.
+@contextlib.contextmanager
+def _dataframe_manifest(frame: pd.DataFrame, split_fractions: tuple[float, float, float],
+                        folder: str | None) -> Iterator[str]:
+    """A DataFrame written as a headed manifest CSV where the workers can read it.
 
-    That is --temp_location when given (a bucket, for Dataflow), else the local temp dir.
+    That is --temp_location when given (a bucket, for Dataflow), else the local temp dir;
+    the file is removed afterwards.
     """
-
-    def __init__(self, frame: pd.DataFrame, split_fractions: tuple[float, float, float],
-                 folder: str | None) -> None:
-        self._frame = frame
-        self._split_fractions = split_fractions
-        folder = folder or tempfile.gettempdir()
-        self.path = FileSystems.join(folder, f"manifest-{uuid.uuid4().hex[:12]}.csv")
-
-    def __enter__(self) -> str:
-        frame = self._frame.copy()
-        uri_column = next((c for c in ("image_uri", "uri", "path", "image") if c in frame), None)
-        if uri_column is None or "label" not in frame:
-            raise ValueError("the DataFrame needs an image_uri (or uri/path/image) column "
-                             "and a label column")
-        uris = frame[uri_column].astype(str)
-        # Assigned before the URIs are made absolute, so the split does not depend on
-        # the current directory.
-        splits = frame["split"] if "split" in frame else pd.Series("", index=frame.index)
-        splits = splits.fillna("").astype(str)
-        unassigned = splits.str.strip().str.lower().isin(["", "unassigned"])
-        splits[unassigned] = [assign_split(uri, self._split_fractions)
-                              for uri in uris[unassigned]]
-        frame["split"] = splits
-        frame[uri_column] = [_absolute(uri) for uri in uris]
-        columns = ["split", uri_column, "label"]
-        with FileSystems.create(self.path) as out:
-            out.write(frame[columns].to_csv(index=False).encode())
-        return self.path
-
-    def __exit__(self, *_: object) -> None:
-        FileSystems.delete([self.path])
+    uri_column = next((c for c in ("image_uri", "uri", "path", "image") if c in frame), None)
+    if uri_column is None or "label" not in frame:
+        raise ValueError("the DataFrame needs an image_uri (or uri/path/image) column "
+                         "and a label column")
+    uris = frame[uri_column].astype(str)
+    # Assigned before the URIs are made absolute, so the split does not depend on the
+    # current directory.
+    splits = frame["split"] if "split" in frame else pd.Series("", index=frame.index)
+    splits = splits.fillna("").astype(str)
+    unassigned = splits.str.strip().str.lower().isin(["", "unassigned"])
+    splits[unassigned] = [assign_split(uri, split_fractions) for uri in uris[unassigned]]
+    manifest = pd.DataFrame({"split": splits, uri_column: [_absolute(uri) for uri in uris],
+                             "label": frame["label"]})
+    path = FileSystems.join(folder or tempfile.gettempdir(),
+                            f"manifest-{uuid.uuid4().hex[:12]}.csv")
+    with FileSystems.create(path) as out:
+        out.write(manifest.to_csv(index=False).encode())
+    try:
+        yield path
+    finally:
+        FileSystems.delete([path])
 
 
 def _absolute(uri: str) -> str:

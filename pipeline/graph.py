@@ -58,21 +58,21 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
         options.num_shards, int(options.target_shard_mb * _MB))
 
     # Pass 2: label ids for every split, then each shard loads and writes its own images.
-    manifest = p | "ReadSource" >> _read_rows(options, manifests)
-    labelled = manifest.rows | "ApplyLabels" >> ApplyLabels(transform_fn, temp_dir, multi_label)
+    source = p | "ReadSource" >> _read_rows(options, manifests)
+    labelled = source.rows | "ApplyLabels" >> ApplyLabels(transform_fn, temp_dir, multi_label)
     written = labelled.labelled | "WriteShards" >> WriteShards(
         shard_plan, temp_dir, options.compression, options.image_settings(),
         options.decode_threads)
 
-    dead_letters = ((manifest.dead_letters, labelled.dead_letters, written.dead_letters)
+    dead_letters = ((source.dead_letters, labelled.dead_letters, written.dead_letters)
                     | "DeadLetters" >> beam.Flatten())
     dead_letter_files = (dead_letters
                          | "ToJson" >> beam.Map(DeadLetter.to_json)
                          | "WriteDeadLetters" >> beam.io.WriteToText(
                              f"{output_dir}/errors", file_name_suffix=".jsonl", num_shards=1))
     # Counted apart and summed later: a Flatten of the rows would be materialised.
-    row_counts = ((manifest.rows | "CountRows" >> beam.combiners.Count.Globally(),
-                   manifest.dead_letters | "CountRejected" >> beam.combiners.Count.Globally())
+    row_counts = ((source.rows | "CountRows" >> beam.combiners.Count.Globally(),
+                   source.dead_letters | "CountRejected" >> beam.combiners.Count.Globally())
                   | "RowCounts" >> beam.Flatten())
 
     _ = ({"shards": written.shards,

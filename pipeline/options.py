@@ -8,7 +8,7 @@ import os
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms.images import ImageSettings
-from transforms.manifest import RowRules
+from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, RowRules
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 
@@ -35,7 +35,7 @@ class ConvertOptions(PipelineOptions):
             "--overwrite", action="store_true",
             help="Replace the outputs of a previous run in a non-empty --output_dir.")
         group.add_argument(
-            "--split_fractions", default="0.8,0.1,0.1",
+            "--split_fractions", default=",".join(map(str, DEFAULT_SPLIT_FRACTIONS)),
             help="train,validation,test fractions for rows without a split (UNASSIGNED, "
                  "empty, or no split column): assigned from a hash of the image URI, so "
                  "the same row always lands in the same split.")

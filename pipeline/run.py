@@ -96,7 +96,7 @@ def _preflight(convert: ConvertOptions) -> list[str]:
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
     if existing and not convert.overwrite:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "
-                            "pass --overwrite to replace its contents")
+                         "pass --overwrite to replace its contents")
     return manifests
 
 

@@ -110,16 +110,18 @@ class ApplyLabels(beam.PTransform):
 
 
 def _labels_batch(rows: Sequence[ManifestRow]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [pa.array([[label.encode() for label in row.labels] for row in rows], _BYTES_LIST)],
-        [LABEL])
+    return pa.RecordBatch.from_arrays([_label_column(rows)], [LABEL])
 
 
 def _rows_batch(rows: Sequence[ManifestRow]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [pa.array([[label.encode() for label in row.labels] for row in rows], _BYTES_LIST),
-         pa.array([[json.dumps(row).encode()] for row in rows], _BYTES_LIST)],
+        [_label_column(rows), pa.array([[json.dumps(row).encode()] for row in rows],
+                                       _BYTES_LIST)],
         [LABEL, _ROW])
+
+
+def _label_column(rows: Sequence[ManifestRow]) -> pa.Array:
+    return pa.array([[label.encode() for label in row.labels] for row in rows], _BYTES_LIST)
 
 
 def _labelled_rows(transformed: tuple[pa.RecordBatch, dict]

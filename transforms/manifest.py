@@ -13,7 +13,7 @@ import csv
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -192,12 +192,17 @@ def _split_fields(raw: str) -> list[str] | csv.Error:
         return error
 
 
+def _rejecter(manifest: str, line: int, raw: str) -> Callable[..., DeadLetter]:
+    """reject(reason, message, uri="", split="") for one row."""
+    def reject(reason: str, message: str, uri: str = "", split: str = "") -> DeadLetter:
+        return DeadLetter(manifest, line, _printable(raw), uri, split, reason, message)
+    return reject
+
+
 def _parse_row(manifest: str, folder: str, line: int, raw: str,
                fields: list[str] | csv.Error, layout: ColumnLayout,
                rules: RowRules) -> ManifestRow | DeadLetter:
-    def reject(reason: str, message: str, uri: str = "", split: str = "") -> DeadLetter:
-        return DeadLetter(manifest, line, _printable(raw), uri, split, reason, message)
-
+    reject = _rejecter(manifest, line, raw)
     if _has_undecodable_bytes(raw):
         return reject(reasons.INVALID_ENCODING, "the row is not valid UTF-8")
     if isinstance(fields, csv.Error):
@@ -220,14 +225,14 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
                           f"expected {layout.width} fields, found {len(fields)}")
 
     written_uri = fields[layout.uri]
-    split = fields[layout.split] if layout.split is not None else ""
+    written_split = fields[layout.split] if layout.split is not None else ""
     if not written_uri:
-        return reject(reasons.MISSING_URI, "the image URI is empty", split=split)
+        return reject(reasons.MISSING_URI, "the image URI is empty", split=written_split)
     uri = resolve_uri(written_uri, folder)
-    split_or_error = _split(split, written_uri, rules)
-    if split_or_error not in SPLITS:
-        return reject(reasons.INVALID_SPLIT, split_or_error, uri=uri, split=split)
-    split = split_or_error
+    split = _split(written_split, written_uri, rules)
+    if split is None:
+        return reject(reasons.INVALID_SPLIT, _invalid_split(written_split), uri=uri,
+                      split=written_split)
     if not rules.multi_label:
         labels: tuple[str, ...] = tuple(filter(None, [fields[layout.label]]))
     else:
@@ -240,13 +245,17 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
     return ManifestRow(manifest, line, raw, split, uri, labels)
 
 
-def _split(written: str, uri: str, rules: RowRules) -> str:
-    """The row's split, assigned when UNASSIGNED or empty; otherwise why it is invalid."""
+def _split(written: str, uri: str, rules: RowRules) -> str | None:
+    """The row's split, assigned when UNASSIGNED or empty; None when it is invalid."""
     split = written.strip().lower()
     if split in SPLITS:
         return split
     if split in ("", "unassigned"):
         return assign_split(uri, rules.split_fractions)
+    return None
+
+
+def _invalid_split(written: str) -> str:
     return f"split {written!r} is not one of TRAIN, VALIDATION, TEST or UNASSIGNED"
 
 
@@ -257,9 +266,7 @@ _VERTEX_SPLITS = {"training": "train"}  # Vertex AI's ml_use values, where they 
 def _parse_jsonl_row(manifest: str, folder: str, line: int, raw: str,
                      rules: RowRules) -> ManifestRow | DeadLetter:
     """One line of a Vertex AI image classification import file."""
-    def reject(reason: str, message: str, uri: str = "", split: str = "") -> DeadLetter:
-        return DeadLetter(manifest, line, _printable(raw), uri, split, reason, message)
-
+    reject = _rejecter(manifest, line, raw)
     if _has_undecodable_bytes(raw):
         return reject(reasons.INVALID_ENCODING, "the line is not valid UTF-8")
     try:
@@ -271,11 +278,12 @@ def _parse_jsonl_row(manifest: str, folder: str, line: int, raw: str,
     written_uri = item.get("imageGcsUri")
     if not isinstance(written_uri, str) or not written_uri.strip():
         return reject(reasons.MISSING_URI, "imageGcsUri is missing or empty")
-    uri = resolve_uri(written_uri.strip(), folder)
+    written_uri = written_uri.strip()
+    uri = resolve_uri(written_uri, folder)
     ml_use = str((item.get("dataItemResourceLabels") or {}).get(_VERTEX_ML_USE, ""))
-    split = _split(_VERTEX_SPLITS.get(ml_use.lower(), ml_use), written_uri.strip(), rules)
-    if split not in SPLITS:
-        return reject(reasons.INVALID_SPLIT, split, uri=uri, split=ml_use)
+    split = _split(_VERTEX_SPLITS.get(ml_use.lower(), ml_use), written_uri, rules)
+    if split is None:
+        return reject(reasons.INVALID_SPLIT, _invalid_split(ml_use), uri=uri, split=ml_use)
     annotations = item.get("classificationAnnotations") or [
         item.get("classificationAnnotation") or {}]
     labels = tuple(dict.fromkeys(
