@@ -44,14 +44,13 @@ def run(options: PipelineOptions, manifests: list[str], run_info: dict[str, Any]
 def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_dir: str,
           run_info: dict[str, Any]) -> None:
     output_dir = options.output_dir
-    multi_label = options.label_mode == "multi"
 
     # Pass 1, over the small rows: the label vocabulary and how many shards each split gets.
     planning = p | "ReadSourceToPlan" >> _read_rows(options, manifests)
     transform_fn = (planning.rows
                     | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
                     | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", temp_dir,
-                                                      multi_label))
+                                                      options.label_mode))
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         output_dir)
     shard_plan = planning.rows | "PlanShards" >> PlanShards(
@@ -59,10 +58,11 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
 
     # Pass 2: label ids for every split, then each shard loads and writes its own images.
     source = p | "ReadSource" >> _read_rows(options, manifests)
-    labelled = source.rows | "ApplyLabels" >> ApplyLabels(transform_fn, temp_dir, multi_label)
+    labelled = source.rows | "ApplyLabels" >> ApplyLabels(transform_fn, temp_dir,
+                                                              options.label_mode)
     written = labelled.labelled | "WriteShards" >> WriteShards(
         shard_plan, temp_dir, options.compression, options.image_settings(),
-        options.decode_threads)
+        options.decode_threads, options.label_mode)
 
     dead_letters = ((source.dead_letters, labelled.dead_letters, written.dead_letters)
                     | "DeadLetters" >> beam.Flatten())
@@ -79,7 +79,9 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
           "dead_letter_reasons": dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
           "row_counts": row_counts,
           "written": (transform_fn_written, dead_letter_files)}
-         | "Publish" >> PublishOutput(output_dir, temp_dir, options.compression, run_info))
+         | "Publish" >> PublishOutput(output_dir, temp_dir, options.compression, run_info,
+                                       label_map=options.label_mode == "detection",
+                                       oov_bucket=options.unseen_label == "oov"))
 
 
 def _read_rows(options: ConvertOptions, manifests: list[str]) -> beam.PTransform:

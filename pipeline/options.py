@@ -8,7 +8,7 @@ import os
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms.images import ImageSettings
-from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, RowRules
+from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, LABEL_MODES, RowRules
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 
@@ -40,10 +40,14 @@ class ConvertOptions(PipelineOptions):
                  "empty, or no split column): assigned from a hash of the image URI, so "
                  "the same row always lands in the same split.")
         group.add_argument(
-            "--label_mode", choices=("single", "multi"), default="single",
+            "--label_mode", choices=LABEL_MODES, default="single",
             help="multi: each row may carry several labels (AutoML's "
                  "split,uri,label1,label2,... or labels joined by --label_separator); "
-                 "image/class/label and image/class/text then hold one value per label.")
+                 "image/class/label and image/class/text then hold one value per label. "
+                 "detection: each row is one bounding box (AutoML's "
+                 "split,uri,label,x_min,y_min,,,x_max,y_max,, or four vertices, relative "
+                 "to the image size); an image's boxes make one example with the Object "
+                 "Detection API's image/object/* features, plus label_map.pbtxt.")
         group.add_argument(
             "--label_separator", default="|",
             help="With --label_mode multi: what joins several labels inside one field.")
@@ -102,6 +106,9 @@ class ConvertOptions(PipelineOptions):
             self.split_fraction_values()
         except ValueError as problem:
             found.append(f"--split_fractions {self.split_fractions!r}: {problem}")
+        if self.image_folder and self.label_mode == "detection":
+            found.append("--label_mode detection needs a manifest of boxes, "
+                         "not --image_folder")
         if not self.label_separator:
             found.append("--label_separator must not be empty")
         if self.max_side is not None and self.max_side < 1:
@@ -124,8 +131,7 @@ class ConvertOptions(PipelineOptions):
         return parse_split_fractions(self.split_fractions)
 
     def row_rules(self) -> RowRules:
-        return RowRules(self.split_fraction_values(), self.label_mode == "multi",
-                        self.label_separator)
+        return RowRules(self.split_fraction_values(), self.label_mode, self.label_separator)
 
     def image_settings(self) -> ImageSettings:
         return ImageSettings(image_format=self.image_format, max_side=self.max_side,

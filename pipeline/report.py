@@ -18,8 +18,11 @@ def format_report(summary: dict[str, Any], output_dir: str, wall_seconds: float)
               for row in rows]
     if summary["empty_splits"]:
         lines.append(f"empty splits (no shards written): {', '.join(summary['empty_splits'])}")
+    written = f"{summary['examples_written']} examples written"
+    if summary["rows_in_examples"] != summary["examples_written"]:
+        written = f"{summary['rows_in_examples']} rows in {written}"
     lines.append(
-        f"rows read {summary['rows_read']} = {summary['examples_written']} examples written"
+        f"rows read {summary['rows_read']} = {written}"
         f" + {summary['rows_dead_lettered']} dead-lettered ({summary['error_fraction']:.1%})"
         + ("" if summary["accounted"] else "  MISMATCH: rows were lost"))
     by_reason = summary["errors"]["by_reason"]

@@ -92,7 +92,7 @@ def _preflight(convert: ConvertOptions) -> list[str]:
         manifests = find_manifests(convert.manifest)
     for manifest in manifests:
         if not is_jsonl(manifest):
-            read_header(manifest)
+            read_header(manifest, convert.row_rules())
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
     if existing and not convert.overwrite:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "

@@ -11,6 +11,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from transforms.examples import IMAGE_FEATURES  # noqa: E402
+
 
 def photo_like(width: int, height: int, seed: int, mode: str = "RGB") -> Image.Image:
     """Smooth gradients plus noise: compresses and decodes like a photo, unlike flat colour."""
@@ -51,3 +53,41 @@ def feature(example: tf.train.Example, key: str):
     values = list(getattr(value, kind).value)
     return values[0] if len(values) == 1 else values
 
+
+
+def object_detection_spec():
+    """The keys and dtypes the TF Object Detection API's TfExampleDecoder reads."""
+    dtypes = {"bytes": tf.string, "int64": tf.int64}
+    spec = {key: tf.io.FixedLenFeature([], dtypes[kind]) for key, kind in IMAGE_FEATURES.items()}
+    return spec | {
+        "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/xmax": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/ymin": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
+        "image/object/class/label": tf.io.VarLenFeature(tf.int64),
+        "image/object/class/text": tf.io.VarLenFeature(tf.string),
+    }
+
+
+def parse_label_map(text: str) -> dict[int, str]:
+    """id -> name, parsed by protobuf's text format into the Object Detection API's
+    StringIntLabelMap message (the same field numbers as its string_int_label_map.proto)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
+
+    field = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="string_int_label_map.proto", package="object_detection.protos", syntax="proto2")
+    item = proto.message_type.add(name="StringIntLabelMapItem")
+    item.field.add(name="name", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
+    item.field.add(name="id", number=2, type=field.TYPE_INT32, label=field.LABEL_OPTIONAL)
+    item.field.add(name="display_name", number=3, type=field.TYPE_STRING,
+                   label=field.LABEL_OPTIONAL)
+    proto.message_type.add(name="StringIntLabelMap").field.add(
+        name="item", number=1, type=field.TYPE_MESSAGE, label=field.LABEL_REPEATED,
+        type_name=".object_detection.protos.StringIntLabelMapItem")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    message = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("object_detection.protos.StringIntLabelMap"))()
+    text_format.Parse(text, message)
+    return {entry.id: entry.name for entry in message.item}

@@ -2,25 +2,58 @@
 
 import hashlib
 
+import numpy as np
 import tensorflow as tf
 
-from transforms.examples import FEATURE_TYPES, encode_example
+from conftest import object_detection_spec
+from transforms.examples import CLASSIFICATION_FEATURES, encode_example
 from transforms.images import PreparedImage
-from transforms.manifest import ManifestRow
+from transforms.labels import LabelledRow
+from transforms.manifest import Box, ManifestRow
+
+IMAGE = PreparedImage(b"\xff\xd8jpeg bytes", "jpeg", 20, 10, 3, "JPEG", None)
+DTYPES = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
+IMAGE_VALUES = {
+    "image/encoded": b"\xff\xd8jpeg bytes", "image/format": b"jpeg",
+    "image/height": 10, "image/width": 20, "image/channels": 3,
+    "image/filename": "été.jpg".encode(), "image/source_id": "gs://b/dir/été.jpg".encode(),
+    "image/key/sha256": hashlib.sha256(b"\xff\xd8jpeg bytes").hexdigest().encode(),
+}
 
 
-def test_every_contract_key_parses_with_its_dtype():
-    row = ManifestRow("m.csv", 3, "train,gs://b/dir/été.jpg,cat", "train",
-                      "gs://b/dir/été.jpg", ("chat noir",))
-    image = PreparedImage(b"\xff\xd8jpeg bytes", "jpeg", 20, 10, 3, "JPEG", None)
-    dtypes = {"bytes": tf.string, "int64": tf.int64}
-    spec = {key: tf.io.FixedLenFeature([], dtypes[kind]) for key, kind in FEATURE_TYPES.items()}
-    parsed = {key: value.numpy() for key, value in tf.io.parse_single_example(
-        encode_example(row, [7], image), spec).items()}
-    assert parsed == {
-        "image/encoded": b"\xff\xd8jpeg bytes", "image/format": b"jpeg",
-        "image/height": 10, "image/width": 20, "image/channels": 3,
-        "image/filename": "été.jpg".encode(), "image/source_id": "gs://b/dir/été.jpg".encode(),
-        "image/key/sha256": hashlib.sha256(b"\xff\xd8jpeg bytes").hexdigest().encode(),
-        "image/class/label": 7, "image/class/text": b"chat noir",
-    }
+def row(line, labels, boxes=()):
+    return ManifestRow("m.csv", line, "raw", "train", "gs://b/dir/été.jpg", labels, boxes)
+
+
+def parse(serialized, spec):
+    parsed = tf.io.parse_single_example(serialized, spec)
+    return {key: (tf.sparse.to_dense(value) if isinstance(value, tf.SparseTensor)
+                  else value).numpy() for key, value in parsed.items()}
+
+
+def test_every_classification_key_parses_with_its_dtype():
+    spec = {key: tf.io.FixedLenFeature([], DTYPES[kind])
+            for key, kind in CLASSIFICATION_FEATURES.items()}
+    serialized = encode_example([LabelledRow(row(3, ("chat noir",)), (7,))], IMAGE, "single")
+    assert parse(serialized, spec) == {
+        **IMAGE_VALUES, "image/class/label": 7, "image/class/text": b"chat noir"}
+
+
+def test_detection_example_holds_every_box_of_the_image_with_1_based_ids():
+    boxes = [Box(0.1, 0.2, 0.3, 0.4), Box(1 / 3, 0.0, 1.0, 2 / 3)]
+    rows = [LabelledRow(row(4, ("cat",), (boxes[0],)), (0,)),
+            LabelledRow(row(9, ("dog",), (boxes[1],)), (1,))]
+    parsed = parse(encode_example(rows, IMAGE, "detection"), object_detection_spec())
+    assert {key: parsed[key] for key in IMAGE_VALUES} == IMAGE_VALUES
+    assert parsed["image/object/class/label"].tolist() == [1, 2]
+    assert parsed["image/object/class/text"].tolist() == [b"cat", b"dog"]
+    for side in ("xmin", "ymin", "xmax", "ymax"):
+        np.testing.assert_array_equal(parsed[f"image/object/bbox/{side}"],
+                                      np.float32([getattr(box, side) for box in boxes]))
+
+
+def test_an_image_without_objects_has_empty_object_lists():
+    parsed = parse(encode_example([LabelledRow(row(2, ()), ())], IMAGE, "detection"),
+                   object_detection_spec())
+    assert all(parsed[key].size == 0 for key in parsed if key.startswith("image/object/"))
+    assert parsed["image/height"] == 10

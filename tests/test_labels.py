@@ -64,10 +64,10 @@ def test_multi_label_vocabulary_covers_every_train_label(tmp_path):
     others = [multi(4, "test", "dog", "fish"), multi(5, "test", "cat", "bird")]
     with TestPipeline() as p:
         transform_fn = (p | "Train" >> beam.Create(train)
-                        | AnalyzeLabels(False, str(tmp_path / "tmp"), multi_label=True))
+                        | AnalyzeLabels(False, str(tmp_path / "tmp"), label_mode="multi"))
         _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
         labelled = (p | "Rows" >> beam.Create(train + others)
-                    | ApplyLabels(transform_fn, str(tmp_path / "tmp"), multi_label=True))
+                    | ApplyLabels(transform_fn, str(tmp_path / "tmp"), label_mode="multi"))
         assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_ids)),
                     equal_to([(1, (0, 2)), (2, (0,)), (3, (1, 0)), (4, (2, 1))]), label="ids")
         assert_that(labelled.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.message)),

@@ -10,9 +10,9 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
-from transforms.manifest import (AUTOML_LAYOUT, SPLITS, ManifestError, ManifestRow, RowRules,
-                                 ReadManifest, assign_split, find_manifests, read_header,
-                                 read_manifest, resolve_uri)
+from transforms.manifest import (AUTOML_LAYOUT, SPLITS, Box, ManifestError, ManifestRow,
+                                 RowRules, ReadManifest, assign_split, find_manifests,
+                                 parse_box, read_header, read_manifest, resolve_uri)
 
 
 def write(path, text, encoding="utf-8"):
@@ -164,7 +164,7 @@ def test_the_split_depends_on_the_uri_as_written_not_the_manifests_location(tmp_
     assert first.split == second.split and first.uri != second.uri
 
 
-MULTI = RowRules(multi_label=True)
+MULTI = RowRules(label_mode="multi")
 
 
 @pytest.mark.parametrize("text, split, labels", [
@@ -226,3 +226,94 @@ def test_an_invalid_split_is_quoted_as_written(tmp_path):
     (bad,) = parse(tmp_path, "TRIAN,a.jpg,cat\n")
     assert (bad.split, bad.message) == (
         "TRIAN", "split 'TRIAN' is not one of TRAIN, VALIDATION, TEST or UNASSIGNED")
+
+
+DETECTION = RowRules(label_mode="detection")
+
+
+def detection_rows(tmp_path, text, name="boxes.csv"):
+    return list(read_manifest(write(tmp_path / name, text), DETECTION))
+
+
+@pytest.mark.parametrize("text, split, box", [
+    ("TRAIN,a.jpg,cat,0.1,0.2,,,0.5,0.6,,\n", "train", Box(0.1, 0.2, 0.5, 0.6)),
+    ("test,a.jpg,cat,0.1,0.2,,,0.5,0.6\n", "test", Box(0.1, 0.2, 0.5, 0.6)),
+    ("a.jpg,cat,0.1,0.2,,,0.5,0.6,,\n", None, Box(0.1, 0.2, 0.5, 0.6)),
+    ("UNASSIGNED,a.jpg,cat,0.1,0.2,0.5,0.2,0.5,0.6,0.1,0.6\n", None, Box(0.1, 0.2, 0.5, 0.6)),
+    ("validation,a.jpg,cat,0.5,0.6,0.1,0.6,0.1,0.2,0.5,0.2\n", "validation",
+     Box(0.1, 0.2, 0.5, 0.6)),  # four vertices in another order: the same rectangle
+    ("set,uri,ymax,xmin,label,ymin,xmax\ntrain,a.jpg,0.6,0.1,cat,0.2,0.5\n", "train",
+     Box(0.1, 0.2, 0.5, 0.6)),
+])
+def test_detection_rows_are_one_box_each(tmp_path, text, split, box):
+    (row,) = detection_rows(tmp_path, text)
+    assert (row.uri, row.labels, row.boxes) == (str(tmp_path / "a.jpg"), ("cat",), (box,))
+    assert row.split == (split or assign_split("a.jpg", DETECTION.split_fractions))
+
+
+def test_a_detection_row_without_label_and_box_is_an_image_without_objects(tmp_path):
+    (row,) = detection_rows(tmp_path, "TRAIN,a.jpg,,,,,,,,,\n")
+    assert (row.split, row.labels, row.boxes) == ("train", (), ())
+
+
+@pytest.mark.parametrize("line, reason, words", [
+    ("train,a.jpg,cat,0.1,0.2,,,1.5,0.6,,", reasons.BOX_OUT_OF_RANGE, "between 0 and 1"),
+    ("train,a.jpg,cat,-0.1,0.2,,,0.5,0.6,,", reasons.BOX_OUT_OF_RANGE, "between 0 and 1"),
+    ("train,a.jpg,cat,nan,0.2,,,0.5,0.6,,", reasons.BOX_OUT_OF_RANGE, "between 0 and 1"),
+    ("train,a.jpg,cat,0.5,0.2,,,0.5,0.6,,", reasons.EMPTY_BOX, "x_min must be below x_max"),
+    ("train,a.jpg,cat,0.1,0.7,,,0.5,0.6,,", reasons.EMPTY_BOX, "y_min below y_max"),
+    ("train,a.jpg,cat,0.1,0.2,0.1,0.2,0.1,0.2,0.1,0.2", reasons.EMPTY_BOX, "x_min must"),
+    ("train,a.jpg,cat,0.1,zero,,,0.5,0.6,,", reasons.INVALID_BOX, "not a number"),
+    ("train,a.jpg,cat,0.1,0.2,,,0.5,,,", reasons.INVALID_BOX, "or four x,y vertices"),
+    ("train,a.jpg,cat", reasons.INVALID_BOX, "or four x,y vertices"),
+    ("train,a.jpg,,0.1,0.2,,,0.5,0.6,,", reasons.MISSING_LABEL, "no label"),
+    ("train,a.jpg,cat,0.1,0.2,,,0.5,0.6,,,0.7", reasons.WRONG_COLUMN_COUNT, "3 to 11"),
+    ("train,a.jpg", reasons.WRONG_COLUMN_COUNT, "3 to 11"),
+])
+def test_invalid_boxes_are_dead_lettered_with_the_reason(tmp_path, line, reason, words):
+    (bad,) = detection_rows(tmp_path, line + "\n")
+    assert isinstance(bad, DeadLetter) and bad.reason == reason
+    assert words in bad.message
+
+
+def test_parse_box_keeps_two_vertices_as_written():
+    assert parse_box(["0.25", "0", "", "", "1", "0.75", "", ""]) == Box(0.25, 0.0, 1.0, 0.75)
+    assert parse_box(["0.5", "0.2", "", "", "0.1", "0.6", "", ""])[0] == reasons.EMPTY_BOX
+
+
+def test_a_detection_header_must_name_the_box_columns(tmp_path):
+    path = write(tmp_path / "m.csv", "split,image_uri,label\ntrain,a.jpg,cat\n")
+    with pytest.raises(ManifestError, match="names no xmin column"):
+        read_header(path, DETECTION)
+    assert read_header(path) is not None  # the same header is fine for classification
+
+
+def test_a_classification_row_with_box_fields_hints_at_detection(tmp_path):
+    (bad,) = parse(tmp_path, "TRAIN,a.jpg,cat,0.1,0.2,,,0.5,0.6,,\n")
+    assert bad.reason == reasons.WRONG_COLUMN_COUNT and "--label_mode detection" in bad.message
+
+
+def test_vertex_ai_jsonl_boxes_are_one_row_each_and_a_bad_box_costs_only_itself(tmp_path):
+    boxes = [{"displayName": "cat", "xMin": 0.1, "yMin": 0.2, "xMax": 0.5, "yMax": 0.6},
+             {"displayName": "dog", "xMin": "0.6", "yMin": "0.1", "xMax": "0.9", "yMax": "0.4"},
+             {"displayName": "dog", "xMin": 0.7, "yMin": 0.1, "xMax": 0.2, "yMax": 0.4},
+             "not an object"]
+    lines = [jsonl(imageGcsUri="gs://b/a.jpg", boundingBoxAnnotations=boxes,
+                   dataItemResourceLabels={"aiplatform.googleapis.com/ml_use": "training"}),
+             jsonl(imageGcsUri="gs://b/empty.jpg")]
+    rows = list(read_manifest(write(tmp_path / "boxes.jsonl", "\n".join(lines)), DETECTION))
+    assert [(r.line, r.labels, r.boxes) for r in rows if isinstance(r, ManifestRow)] == [
+        (1, ("cat",), (Box(0.1, 0.2, 0.5, 0.6),)), (1, ("dog",), (Box(0.6, 0.1, 0.9, 0.4),)),
+        (2, (), ())]
+    bad = [r for r in rows if isinstance(r, DeadLetter)]
+    assert [(r.line, r.reason, r.uri, r.split) for r in bad] == [
+        (1, reasons.EMPTY_BOX, "gs://b/a.jpg", "train"),
+        (1, reasons.MALFORMED_ROW, "gs://b/a.jpg", "train")]
+    assert bad[0].message.startswith("boundingBoxAnnotations[2]: ")
+    assert json.loads(bad[0].raw) == boxes[2]
+
+
+def test_rows_survive_the_json_round_trip_with_their_boxes():
+    row = ManifestRow("m.csv", 4, "raw", "train", "a.jpg", ("cat", "dog"),
+                      (Box(0.1, 0.2, 0.3, 0.4), Box(0.0, 0.0, 1.0, 1.0)))
+    assert ManifestRow.from_json(row.to_json()) == row

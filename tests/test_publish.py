@@ -20,7 +20,7 @@ def temp_shard(tmp_path, split, shard, examples, labels=None):
     temp.mkdir(exist_ok=True)
     path = temp / f"{split}-{shard:05d}.tfrecord"
     path.write_bytes(b"x" * examples)
-    return ShardWritten(split, shard, str(path), examples, examples, examples,
+    return ShardWritten(split, shard, str(path), examples, examples, examples, examples,
                         labels or {"cat": examples}, {})
 
 
@@ -58,10 +58,10 @@ def test_moving_again_after_a_retry_is_harmless(tmp_path):
 
 def test_summary_accounts_for_every_row():
     files = {"train": [("train-00000-of-00001.tfrecord",
-                        ShardWritten("train", 0, "t", 3, 30, 28, {"cat": 2, "dog": 1},
+                        ShardWritten("train", 0, "t", 3, 3, 30, 28, {"cat": 2, "dog": 1},
                                      {"format": 1}))],
              "test": [("test-00000-of-00001.tfrecord",
-                       ShardWritten("test", 0, "t", 2, 20, 20, {"cat": 1, "bird": 1}, {}))]}
+                       ShardWritten("test", 0, "t", 2, 2, 20, 20, {"cat": 1, "bird": 1}, {}))]}
     summary = build_summary(files, {"file_not_found": 2}, rows_read=7,
                             vocabulary=["cat", "dog"], error_files=["errors.jsonl"],
                             run_info={"options": {}})
@@ -75,6 +75,19 @@ def test_summary_accounts_for_every_row():
     lost = build_summary(files, {}, rows_read=7, vocabulary=["cat"], error_files=[],
                          run_info={})
     assert lost["accounted"] is False
+
+
+def test_detection_summary_accounts_for_box_rows_not_examples():
+    """Two examples made of five box rows, plus one dead-lettered box: 6 rows read."""
+    files = {"train": [("train-00000-of-00001.tfrecord",
+                        ShardWritten("train", 0, "t", 2, 5, 30, 28, {"cat": 4, "dog": 1}, {}))]}
+    summary = build_summary(files, {"empty_box": 1}, rows_read=6, vocabulary=["cat", "dog"],
+                            error_files=[], run_info={})
+    assert (summary["examples_written"], summary["rows_in_examples"]) == (2, 5)
+    assert summary["accounted"] is True
+    counted_as_examples = build_summary(files, {"empty_box": 1}, rows_read=3,
+                                        vocabulary=["cat", "dog"], error_files=[], run_info={})
+    assert counted_as_examples["accounted"] is False
 
 
 def test_a_run_that_lost_rows_publishes_no_shard(tmp_path):

@@ -12,7 +12,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from conftest import encode, feature, photo_like, read_examples
 from transforms.images import ImageSettings
 from transforms.labels import LabelledRow
-from transforms.manifest import ManifestRow
+from transforms.manifest import Box, ManifestRow
 from transforms.shards import (PlanShards, _ordered_map, _WriteShardFile, shard_of,
                                shards_for)
 
@@ -75,7 +75,8 @@ def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):
     good = [labelled(tmp_path, f"{i}.jpg", i % 2, data=encode(photo_like(16, 12, i), "JPEG"))
             for i in range(6)]
     missing = labelled(tmp_path, "missing.jpg")
-    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", ImageSettings(), decode_threads=3)
+    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", ImageSettings(), decode_threads=3,
+                             label_mode="single")
     writer.setup()
     try:
         outputs = list(writer.process((("train", 2), [missing, *reversed(good)])))
@@ -95,3 +96,30 @@ def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):
                           key=lambda uri: hashlib.sha256(uri.encode()).digest())
     assert [o for o in again if not isinstance(o, beam.pvalue.TaggedOutput)] == written
     assert open(shard.temp_path, "rb").read() == first_bytes
+
+
+def test_detection_rows_of_one_image_make_one_example_and_fail_together(tmp_path):
+    (tmp_path / "a.jpg").write_bytes(encode(photo_like(16, 12, 0), "JPEG"))
+
+    def box(name, line, label_id, x):
+        return LabelledRow(ManifestRow("m.csv", line, "raw", "train", str(tmp_path / name),
+                                       (f"label{label_id}",), (Box(x, 0.1, x + 0.1, 0.2),)),
+                           (label_id,))
+
+    rows = [box("missing.jpg", 1, 0, 0.1), box("a.jpg", 5, 1, 0.5), box("missing.jpg", 2, 1, 0.2),
+            box("a.jpg", 3, 0, 0.3)]
+    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", ImageSettings(), decode_threads=2,
+                             label_mode="detection")
+    writer.setup()
+    try:
+        outputs = list(writer.process((("train", 0), rows)))
+    finally:
+        writer.teardown()
+    dead = [o.value for o in outputs if isinstance(o, beam.pvalue.TaggedOutput)]
+    assert sorted((d.line, d.reason) for d in dead) == [(1, "file_not_found"),
+                                                        (2, "file_not_found")]
+    (shard,) = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
+    assert (shard.examples, shard.rows, shard.labels) == (1, 2, {"label0": 1, "label1": 1})
+    (example,) = read_examples(shard.temp_path)
+    assert feature(example, "image/object/class/label") == [1, 2]  # rows 3 then 5
+    assert [round(x, 6) for x in feature(example, "image/object/bbox/xmin")] == [0.3, 0.5]

@@ -15,6 +15,9 @@ INVALID_SPLIT = "invalid_split"
 UNSEEN_LABEL = "unseen_label"
 MULTIPLE_LABELS = "multiple_labels"
 UNSUPPORTED_ANNOTATION = "unsupported_annotation"
+INVALID_BOX = "invalid_box"  # not numbers, or neither two nor four vertices
+BOX_OUT_OF_RANGE = "box_out_of_range"  # a coordinate outside [0, 1]
+EMPTY_BOX = "empty_box"  # x_min >= x_max or y_min >= y_max
 
 
 class DeadLetter(NamedTuple):

@@ -8,7 +8,6 @@ what a serving model feeds it, and image bytes are loaded later, after shard ass
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -31,12 +30,13 @@ _ROW = "row"  # passthrough column: the serialized ManifestRow
 _BYTES_LIST = pa.large_list(pa.large_binary())
 
 
-def _input_config(multi_label: bool, with_row: bool) -> tfxio.TensorAdapterConfig:
-    """The tensor `label` is for the transform_fn: a string per row, or a list of them.
+def _input_config(label_mode: str, with_row: bool) -> tfxio.TensorAdapterConfig:
+    """The tensor `label` is for the transform_fn: a string per row, or a list of them
+    (multi-label, and detection, where a row may be an image without objects).
 
     Single labels stay a dense scalar, so a serving model feeds plain strings.
     """
-    if multi_label:
+    if label_mode != "single":
         label = schema_pb2.TensorRepresentation(
             varlen_sparse_tensor=schema_pb2.TensorRepresentation.VarLenSparseTensor(
                 column_name=LABEL))
@@ -68,10 +68,10 @@ class LabelledRow(NamedTuple):
 class AnalyzeLabels(beam.PTransform):
     """TRAIN ManifestRows -> the transform_fn holding the label vocabulary."""
 
-    def __init__(self, oov_bucket: bool, temp_dir: str, multi_label: bool = False) -> None:
+    def __init__(self, oov_bucket: bool, temp_dir: str, label_mode: str = "single") -> None:
         super().__init__()
         self._oov_bucket = oov_bucket
-        self._multi_label = multi_label
+        self._label_mode = label_mode
         self._temp_dir = temp_dir
 
     def expand(self, train_rows: beam.PCollection) -> tuple:
@@ -79,7 +79,7 @@ class AnalyzeLabels(beam.PTransform):
                    | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
                    | "ToRecordBatch" >> beam.Map(_labels_batch))
         with tft_beam.Context(temp_dir=self._temp_dir):
-            return ((batches, _input_config(self._multi_label, with_row=False))
+            return ((batches, _input_config(self._label_mode, with_row=False))
                     | "Vocabulary" >> tft_beam.AnalyzeDataset(
                         functools.partial(preprocessing_fn, oov_bucket=self._oov_bucket)))
 
@@ -90,10 +90,10 @@ class ApplyLabels(beam.PTransform):
     With the OOV bucket an unseen label keeps its row and gets the OOV id instead.
     """
 
-    def __init__(self, transform_fn: tuple, temp_dir: str, multi_label: bool = False) -> None:
+    def __init__(self, transform_fn: tuple, temp_dir: str, label_mode: str = "single") -> None:
         super().__init__()
         self._transform_fn = transform_fn
-        self._multi_label = multi_label
+        self._label_mode = label_mode
         self._temp_dir = temp_dir
 
     def expand(self, rows: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
@@ -101,7 +101,7 @@ class ApplyLabels(beam.PTransform):
                    | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
                    | "ToRecordBatch" >> beam.Map(_rows_batch))
         with tft_beam.Context(temp_dir=self._temp_dir, passthrough_keys={_ROW}):
-            transformed, _ = (((batches, _input_config(self._multi_label, with_row=True)),
+            transformed, _ = (((batches, _input_config(self._label_mode, with_row=True)),
                                self._transform_fn)
                               | "Transform" >> tft_beam.TransformDataset(
                                   output_record_batches=True))
@@ -115,7 +115,7 @@ def _labels_batch(rows: Sequence[ManifestRow]) -> pa.RecordBatch:
 
 def _rows_batch(rows: Sequence[ManifestRow]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [_label_column(rows), pa.array([[json.dumps(row).encode()] for row in rows],
+        [_label_column(rows), pa.array([[row.to_json().encode()] for row in rows],
                                        _BYTES_LIST)],
         [LABEL, _ROW])
 
@@ -130,8 +130,7 @@ def _labelled_rows(transformed: tuple[pa.RecordBatch, dict]
     ids_per_row = batch.column(LABEL_ID).to_pylist()
     serialized_rows = batch.column(_ROW).flatten().to_pylist()
     for label_ids, serialized in zip(ids_per_row, serialized_rows, strict=True):
-        fields = json.loads(serialized)
-        row = ManifestRow(*fields[:-1], tuple(fields[-1]))
+        row = ManifestRow.from_json(serialized)
         unseen = [label for label, label_id in zip(row.labels, label_ids, strict=True)
                   if label_id == UNSEEN_LABEL_ID]
         if unseen:

@@ -1,5 +1,5 @@
 """Reads image manifests with Beam: AutoML Vision / TFRecorder CSV (`[split,]image_uri,label`,
-single or multi-label) and Vertex AI JSON Lines import files.
+single or multi-label, or one bounding box per row) and Vertex AI JSON Lines import files.
 
 Each manifest file is streamed by one DoFn call, line by line, so no process ever holds
 the whole manifest. A row is one physical line: a stray quote then costs only its own
@@ -33,25 +33,56 @@ _COLUMN_NAMES = {
     "uri": {"image_uri", "uri", "image", "image_path", "path", "file", "filename",
             "file_path", "gcs_file_path", "image_url", "url"},
     "label": {"label", "class", "category", "class_name"},
+    "xmin": {"xmin", "x_min", "x_relative_min"},
+    "ymin": {"ymin", "y_min", "y_relative_min"},
+    "xmax": {"xmax", "x_max", "x_relative_max"},
+    "ymax": {"ymax", "y_max", "y_relative_max"},
 }
+_MAIN_COLUMNS = ("split", "uri", "label")
+_BOX_COLUMNS = ("xmin", "ymin", "xmax", "ymax")
+# AutoML detection rows end in eight coordinate fields: x_min,y_min,,,x_max,y_max,, or
+# the four vertices x_min,y_min,x_max,y_min,x_max,y_max,x_min,y_max.
+_VERTEX_FIELDS = 8
+
+
+LABEL_MODES = ("single", "multi", "detection")
 
 
 @dataclasses.dataclass(frozen=True)
 class RowRules:
-    """How rows are read: split fractions for rows without one, and multi-label rows.
+    """How rows are read: split fractions for rows without one, and what a row labels.
 
-    With `multi_label`, every non-empty field after the URI of a headerless row is a
+    label_mode "multi": every non-empty field after the URI of a headerless row is a
     label (AutoML's `split,uri,label1,label2,...`), and any label field may also hold
     several labels joined by `label_separator`.
+    label_mode "detection": a row is one bounding box (AutoML's
+    `split,uri,label,x_min,y_min,,,x_max,y_max,,` or four vertices), see parse_box.
     """
 
     split_fractions: tuple[float, float, float] = DEFAULT_SPLIT_FRACTIONS
-    multi_label: bool = False
+    label_mode: str = "single"
     label_separator: str = "|"
+
+    @property
+    def multi_label(self) -> bool:
+        return self.label_mode == "multi"
+
+    @property
+    def detection(self) -> bool:
+        return self.label_mode == "detection"
 
 
 class ManifestError(ValueError):
     """A manifest that cannot be read at all (as opposed to a bad row in it)."""
+
+
+class Box(NamedTuple):
+    """A bounding box in coordinates relative to the image's width and height, in [0, 1]."""
+
+    xmin: float
+    ymin: float
+    xmax: float
+    ymax: float
 
 
 class ManifestRow(NamedTuple):
@@ -63,36 +94,54 @@ class ManifestRow(NamedTuple):
     split: str
     uri: str
     labels: tuple[str, ...]  # one label, or several with multi-label rules
+    # Detection: the labels' boxes, one per label; a row with neither is an image
+    # without objects.
+    boxes: tuple[Box, ...] = ()
 
     def dead_letter(self, reason: str, message: str) -> DeadLetter:
         return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
                           reason, message)
 
+    def to_json(self) -> str:
+        return json.dumps(self)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ManifestRow:
+        *fields, labels, boxes = json.loads(text)
+        return cls(*fields, tuple(labels), tuple(Box(*box) for box in boxes))
+
 
 @dataclasses.dataclass(frozen=True)
 class ColumnLayout:
-    """Where each column is in a row; `width` is the number of fields a row must have."""
+    """Where each column is in a row; `width` is the number of fields a row must have.
+
+    `box`: the xmin, ymin, xmax, ymax columns of a detection manifest with a header.
+    """
 
     uri: int
     label: int
     split: int | None
     width: int
+    box: tuple[int, int, int, int] | None = None
 
     @classmethod
-    def detect(cls, first_row: Sequence[str], source: str) -> tuple[ColumnLayout, bool]:
+    def detect(cls, first_row: Sequence[str], source: str, rules: RowRules
+               ) -> tuple[ColumnLayout, bool]:
         """Returns the layout and whether `first_row` is a header (to skip)."""
         names = [field.strip().lower() for field in first_row]
         found = {column: names.index(name)
                  for column, known in _COLUMN_NAMES.items()
                  for name in names if name in known}
-        if len(found) < 2:
+        if len([column for column in found if column in _MAIN_COLUMNS]) < 2:
             return AUTOML_LAYOUT, False
-        for column in ("uri", "label"):
+        required = ("uri", "label", *(_BOX_COLUMNS if rules.detection else ()))
+        for column in required:
             if column not in found:
                 raise ManifestError(
                     f"{source}: the header {','.join(first_row)!r} names no {column} column "
                     f"(expected one of: {', '.join(sorted(_COLUMN_NAMES[column]))})")
-        return cls(found["uri"], found["label"], found.get("split"), len(names)), True
+        box = tuple(found[column] for column in _BOX_COLUMNS) if rules.detection else None
+        return cls(found["uri"], found["label"], found.get("split"), len(names), box), True
 
 
 AUTOML_LAYOUT = ColumnLayout(split=0, uri=1, label=2, width=3)
@@ -110,12 +159,12 @@ def find_manifests(patterns: Iterable[str]) -> list[str]:
     return sorted(paths)
 
 
-def read_header(path: str) -> ColumnLayout:
+def read_header(path: str, rules: RowRules = RowRules()) -> ColumnLayout:
     """Reads only the first line of `path`: lets the launcher reject a bad header up front."""
     for _, raw in _numbered_lines(path):
         fields = _split_fields(raw)
         if isinstance(fields, list):
-            return ColumnLayout.detect(fields, path)[0]
+            return ColumnLayout.detect(fields, path, rules)[0]
         break
     return AUTOML_LAYOUT
 
@@ -130,13 +179,13 @@ def read_manifest(path: str, rules: RowRules = RowRules()
     folder = FileSystems.split(path)[0]
     if is_jsonl(path):
         for line, raw in _numbered_lines(path):
-            yield _parse_jsonl_row(path, folder, line, raw, rules)
+            yield from _parse_jsonl_line(path, folder, line, raw, rules)
         return
     layout = None
     for line, raw in _numbered_lines(path):
         fields = _split_fields(raw)
         if layout is None and isinstance(fields, list):
-            layout, is_header = ColumnLayout.detect(fields, path)
+            layout, is_header = ColumnLayout.detect(fields, path, rules)
             if is_header:
                 continue
         yield _parse_row(path, folder, line, raw, fields, layout or AUTOML_LAYOUT, rules)
@@ -192,10 +241,11 @@ def _split_fields(raw: str) -> list[str] | csv.Error:
         return error
 
 
-def _rejecter(manifest: str, line: int, raw: str) -> Callable[..., DeadLetter]:
-    """reject(reason, message, uri="", split="") for one row."""
+def _rejecter(manifest: str, line: int, raw: str, where: str = ""
+              ) -> Callable[..., DeadLetter]:
+    """reject(reason, message, uri="", split="") for one row; `where` starts the message."""
     def reject(reason: str, message: str, uri: str = "", split: str = "") -> DeadLetter:
-        return DeadLetter(manifest, line, _printable(raw), uri, split, reason, message)
+        return DeadLetter(manifest, line, _printable(raw), uri, split, reason, where + message)
     return reject
 
 
@@ -211,18 +261,24 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
     while len(fields) > layout.width and not fields[-1]:
         fields.pop()  # trailing commas are common in exported manifests
     headerless = layout in (AUTOML_LAYOUT, URI_LABEL_LAYOUT)
-    if headerless and rules.multi_label:  # split,uri,labels... or uri,labels...
+    if headerless and rules.label_mode != "single":  # split,uri,... or uri,...
         layout = (AUTOML_LAYOUT if fields[0].lower() in (*SPLITS, "unassigned", "")
                   else URI_LABEL_LAYOUT)
-        if len(fields) <= layout.uri:
+        # A negative detection row keeps its empty label field: `TRAIN,uri,`.
+        least = layout.width if rules.detection else layout.uri + 1
+        most = layout.width + _VERTEX_FIELDS if rules.detection else None
+        if len(fields) < least or (most and len(fields) > most):
+            expected = f"{least} to {most}" if most else f"at least {least}"
             return reject(reasons.WRONG_COLUMN_COUNT,
-                          f"expected at least {layout.uri + 2} fields, found {len(fields)}")
+                          f"expected {expected} fields, found {len(fields)}")
     else:
         if layout is AUTOML_LAYOUT and len(fields) == 2:
             layout = URI_LABEL_LAYOUT
         if len(fields) != layout.width:
+            hint = ("; for one bounding box per row pass --label_mode detection"
+                    if headerless and _are_numbers(fields[layout.width:]) else "")
             return reject(reasons.WRONG_COLUMN_COUNT,
-                          f"expected {layout.width} fields, found {len(fields)}")
+                          f"expected {layout.width} fields, found {len(fields)}{hint}")
 
     written_uri = fields[layout.uri]
     written_split = fields[layout.split] if layout.split is not None else ""
@@ -233,6 +289,15 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
     if split is None:
         return reject(reasons.INVALID_SPLIT, _invalid_split(written_split), uri=uri,
                       split=written_split)
+    if rules.detection:
+        if layout.box is None:  # headerless: the fields after the label
+            vertices = fields[layout.label + 1:]
+            vertices += [""] * (_VERTEX_FIELDS - len(vertices))
+        else:
+            xmin, ymin, xmax, ymax = (fields[index] for index in layout.box)
+            vertices = [xmin, ymin, "", "", xmax, ymax, "", ""]
+        return _box_row(ManifestRow(manifest, line, raw, split, uri, ()),
+                        fields[layout.label], vertices, reject)
     if not rules.multi_label:
         labels: tuple[str, ...] = tuple(filter(None, [fields[layout.label]]))
     else:
@@ -243,6 +308,53 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
     if not labels:
         return reject(reasons.MISSING_LABEL, "the label is empty", uri=uri, split=split)
     return ManifestRow(manifest, line, raw, split, uri, labels)
+
+
+def parse_box(vertices: Sequence[str]) -> Box | tuple[str, str]:
+    """AutoML's eight coordinate fields -> a Box, or (dead-letter reason, message).
+
+    Two vertices (`x_min,y_min,,,x_max,y_max,,`) are taken as they are; four vertices
+    give their bounding rectangle, whatever their order.
+    """
+    present = [bool(vertex) for vertex in vertices]
+    if present == [True, True, False, False, True, True, False, False]:
+        written = [vertices[0], vertices[1], vertices[4], vertices[5]]
+    elif all(present) and len(vertices) == _VERTEX_FIELDS:
+        written = list(vertices)
+    else:
+        return (reasons.INVALID_BOX, "expected x_min,y_min,,,x_max,y_max,, or four x,y "
+                f"vertices, found {','.join(vertices)!r}")
+    try:
+        values = [float(value) for value in written]
+    except ValueError:
+        return reasons.INVALID_BOX, f"a coordinate is not a number: {','.join(written)!r}"
+    if not all(0.0 <= value <= 1.0 for value in values):  # also false for NaN
+        return (reasons.BOX_OUT_OF_RANGE, "coordinates must be relative to the image size, "
+                f"between 0 and 1: {','.join(written)}")
+    if len(values) == 4:
+        box = Box(*values)
+    else:
+        xs, ys = values[0::2], values[1::2]
+        box = Box(min(xs), min(ys), max(xs), max(ys))
+    if box.xmin >= box.xmax or box.ymin >= box.ymax:
+        return (reasons.EMPTY_BOX, f"x_min must be below x_max and y_min below y_max: "
+                f"{','.join(written)}")
+    return box
+
+
+def _box_row(image: ManifestRow, label: str, vertices: Sequence[str],
+             reject: Callable[..., DeadLetter]) -> ManifestRow | DeadLetter:
+    """One detection row: a labelled box, or with no label and no box an image without
+    objects (a negative example)."""
+    if not label and not any(vertices):
+        return image
+    if not label:
+        return reject(reasons.MISSING_LABEL, "the box has no label", uri=image.uri,
+                      split=image.split)
+    box = parse_box(vertices)
+    if not isinstance(box, Box):
+        return reject(*box, uri=image.uri, split=image.split)
+    return image._replace(labels=(label,), boxes=(box,))
 
 
 def _split(written: str, uri: str, rules: RowRules) -> str | None:
@@ -263,42 +375,94 @@ _VERTEX_ML_USE = "aiplatform.googleapis.com/ml_use"
 _VERTEX_SPLITS = {"training": "train"}  # Vertex AI's ml_use values, where they differ
 
 
-def _parse_jsonl_row(manifest: str, folder: str, line: int, raw: str,
-                     rules: RowRules) -> ManifestRow | DeadLetter:
-    """One line of a Vertex AI image classification import file."""
+def _parse_jsonl_line(manifest: str, folder: str, line: int, raw: str,
+                      rules: RowRules) -> Iterator[ManifestRow | DeadLetter]:
+    """One line of a Vertex AI image import file: one row, or with detection rules one
+    row per bounding box (so that a bad box costs only itself)."""
     reject = _rejecter(manifest, line, raw)
     if _has_undecodable_bytes(raw):
-        return reject(reasons.INVALID_ENCODING, "the line is not valid UTF-8")
+        yield reject(reasons.INVALID_ENCODING, "the line is not valid UTF-8")
+        return
     try:
         item = json.loads(raw)
     except ValueError as error:
-        return reject(reasons.MALFORMED_ROW, f"cannot parse the line as JSON: {error}")
+        yield reject(reasons.MALFORMED_ROW, f"cannot parse the line as JSON: {error}")
+        return
     if not isinstance(item, dict):
-        return reject(reasons.MALFORMED_ROW, "expected a JSON object")
+        yield reject(reasons.MALFORMED_ROW, "expected a JSON object")
+        return
     written_uri = item.get("imageGcsUri")
     if not isinstance(written_uri, str) or not written_uri.strip():
-        return reject(reasons.MISSING_URI, "imageGcsUri is missing or empty")
+        yield reject(reasons.MISSING_URI, "imageGcsUri is missing or empty")
+        return
     written_uri = written_uri.strip()
     uri = resolve_uri(written_uri, folder)
     ml_use = str((item.get("dataItemResourceLabels") or {}).get(_VERTEX_ML_USE, ""))
     split = _split(_VERTEX_SPLITS.get(ml_use.lower(), ml_use), written_uri, rules)
     if split is None:
-        return reject(reasons.INVALID_SPLIT, _invalid_split(ml_use), uri=uri, split=ml_use)
+        yield reject(reasons.INVALID_SPLIT, _invalid_split(ml_use), uri=uri, split=ml_use)
+        return
+    image = ManifestRow(manifest, line, raw, split, uri, ())
+    if rules.detection:
+        yield from _jsonl_box_rows(image, item.get("boundingBoxAnnotations") or [])
+    else:
+        yield _jsonl_classification_row(image, item, rules, reject)
+
+
+def _jsonl_classification_row(image: ManifestRow, item: dict, rules: RowRules,
+                              reject: Callable[..., DeadLetter]) -> ManifestRow | DeadLetter:
     annotations = item.get("classificationAnnotations") or [
         item.get("classificationAnnotation") or {}]
     labels = tuple(dict.fromkeys(
         str(annotation.get("displayName", "")).strip() for annotation in annotations
         if isinstance(annotation, dict) and str(annotation.get("displayName", "")).strip()))
+    where = {"uri": image.uri, "split": image.split}
     if not labels and item.get("boundingBoxAnnotations"):
-        return reject(reasons.UNSUPPORTED_ANNOTATION, "boundingBoxAnnotations (object "
-                      "detection) are not supported yet", uri=uri, split=split)
+        return reject(reasons.UNSUPPORTED_ANNOTATION, "boundingBoxAnnotations without a "
+                      "classification annotation; pass --label_mode detection", **where)
     if not labels:
         return reject(reasons.MISSING_LABEL, "no classification annotation with a "
-                      "displayName", uri=uri, split=split)
+                      "displayName", **where)
     if len(labels) > 1 and not rules.multi_label:
         return reject(reasons.MULTIPLE_LABELS, f"{len(labels)} labels; pass --label_mode "
-                      "multi to keep them all", uri=uri, split=split)
-    return ManifestRow(manifest, line, raw, split, uri, labels)
+                      "multi to keep them all", **where)
+    return image._replace(labels=labels)
+
+
+_VERTEX_BOX_KEYS = ("xMin", "yMin", "", "", "xMax", "yMax", "", "")  # as parse_box reads them
+
+
+def _jsonl_box_rows(image: ManifestRow, annotations: object
+                    ) -> Iterator[ManifestRow | DeadLetter]:
+    """A row per bounding box annotation; a line without any is an image without objects."""
+    if not isinstance(annotations, list):
+        yield _rejecter(image.manifest, image.line, image.raw)(
+            reasons.MALFORMED_ROW, "boundingBoxAnnotations is not a list",
+            uri=image.uri, split=image.split)
+        return
+    if not annotations:
+        yield image
+    for index, annotation in enumerate(annotations):
+        raw = json.dumps(annotation, ensure_ascii=False)
+        reject = _rejecter(image.manifest, image.line, raw, f"boundingBoxAnnotations[{index}]: ")
+        if not isinstance(annotation, dict):
+            yield reject(reasons.MALFORMED_ROW, "expected a JSON object", uri=image.uri,
+                         split=image.split)
+            continue
+        vertices = [_json_text(annotation.get(key)) if key else "" for key in _VERTEX_BOX_KEYS]
+        yield _box_row(image._replace(raw=raw), _json_text(annotation.get("displayName")),
+                       vertices, reject)
+
+
+def _json_text(value: object) -> str:
+    return "" if value is None else str(value).strip()
+
+
+def _are_numbers(fields: Sequence[str]) -> bool:
+    try:
+        return bool([float(field) for field in fields if field])
+    except ValueError:
+        return False
 
 
 def _has_undecodable_bytes(text: str) -> bool:

@@ -18,6 +18,7 @@ import apache_beam as beam
 import tensorflow_transform as tft
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.label_map import LABEL_MAP_FILE, label_map_text
 from transforms.labels import LABEL_VOCABULARY
 from transforms.manifest import SPLITS
 from transforms.shards import ShardWritten, shard_file_suffix
@@ -26,7 +27,7 @@ SUMMARY_FILE = "summary.json"
 
 
 class AccountingError(RuntimeError):
-    """rows read != examples written + rows dead-lettered: something was lost."""
+    """rows read != rows in examples written + rows dead-lettered: something was lost."""
 
 
 class PublishOutput(beam.PTransform):
@@ -35,15 +36,20 @@ class PublishOutput(beam.PTransform):
     Input: a dict of PCollections: "shards" (ShardWritten), "dead_letter_reasons"
     (reason codes), "row_counts" (counts that sum to the rows read), and "written"
     (anything that must be complete first: the transform_fn and the dead-letter files).
+    With `label_map` (detection) it also writes label_map.pbtxt; `oov_bucket` adds the
+    unseen labels' entry to it.
     """
 
     def __init__(self, output_dir: str, temp_dir: str, compression: str,
-                 run_info: dict[str, Any]) -> None:
+                 run_info: dict[str, Any], label_map: bool = False,
+                 oov_bucket: bool = False) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._temp_dir = temp_dir
         self._compression = compression
         self._run_info = run_info
+        self._label_map = label_map
+        self._oov_bucket = oov_bucket
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
         errors_by_reason = (inputs["dead_letter_reasons"]
@@ -69,15 +75,20 @@ class PublishOutput(beam.PTransform):
                                                    for path in written
                                                    if str(path).endswith(".jsonl")),
                                 run_info=self._run_info)
+        if self._label_map:
+            summary["label_map"] = LABEL_MAP_FILE
+            with FileSystems.create(FileSystems.join(self._output_dir, LABEL_MAP_FILE)) as out:
+                out.write(label_map_text(vocabulary, self._oov_bucket).encode())
         if summary["accounted"]:
             move_into_place(files, shards, self._output_dir)
         with FileSystems.create(FileSystems.join(self._output_dir, SUMMARY_FILE)) as out:
             out.write(json.dumps(summary, indent=2, ensure_ascii=False).encode())
         if not summary["accounted"]:  # the temp dir stays, as evidence
             raise AccountingError(
-                f"rows read ({rows_read}) != examples written ({summary['examples_written']})"
-                f" + rows dead-lettered ({summary['rows_dead_lettered']}); no shard was "
-                f"published, the written ones are in {self._temp_dir}")
+                f"rows read ({rows_read}) != rows in examples written "
+                f"({summary['rows_in_examples']}) + rows dead-lettered "
+                f"({summary['rows_dead_lettered']}); no shard was published, the written "
+                f"ones are in {self._temp_dir}")
         if FileSystems.exists(self._temp_dir):
             FileSystems.delete([self._temp_dir])
         return summary
@@ -148,13 +159,14 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
             "shards": [{"file": name, "records": shard.examples, "bytes": shard.bytes}
                        for name, shard in files.get(split, [])],
         }
-    examples_written = sum(split["examples"] for split in splits.values())
+    rows_in_examples = sum(shard.rows for named in files.values() for _, shard in named)
     rows_dead_lettered = sum(errors_by_reason.values())
     return {
         "rows_read": rows_read,
-        "examples_written": examples_written,
+        "examples_written": sum(split["examples"] for split in splits.values()),
+        "rows_in_examples": rows_in_examples,  # more than examples with detection boxes
         "rows_dead_lettered": rows_dead_lettered,
-        "accounted": rows_read == examples_written + rows_dead_lettered,
+        "accounted": rows_read == rows_in_examples + rows_dead_lettered,
         "error_fraction": rows_dead_lettered / rows_read if rows_read else 0.0,
         "splits": splits,
         "empty_splits": [split for split in SPLITS if not splits[split]["examples"]],

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import hashlib
+import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple, TypeVar
@@ -53,9 +54,10 @@ class ShardWritten(NamedTuple):
     shard: int
     temp_path: str
     examples: int
+    rows: int  # manifest rows in the examples: more than examples with detection boxes
     bytes: int  # of the file as written (compressed with --compression gzip)
     source_bytes: int  # of the source image files
-    labels: dict[str, int]  # label text -> examples carrying it
+    labels: dict[str, int]  # label text -> examples carrying it (detection: objects)
     reencoded: dict[str, int]  # why -> examples whose image was re-encoded
 
 
@@ -95,10 +97,11 @@ class WriteShards(beam.PTransform):
     """
 
     def __init__(self, plan: beam.PCollection, temp_dir: str, compression: str,
-                 settings: ImageSettings, decode_threads: int) -> None:
+                 settings: ImageSettings, decode_threads: int, label_mode: str) -> None:
         super().__init__()
         self._plan = plan
-        self._writer = _WriteShardFile(temp_dir, compression, settings, decode_threads)
+        self._writer = _WriteShardFile(temp_dir, compression, settings, decode_threads,
+                                       label_mode)
 
     def expand(self, labelled: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return (labelled
@@ -114,16 +117,19 @@ class WriteShards(beam.PTransform):
 class _WriteShardFile(beam.DoFn):
     """Loads, checks and encodes one shard's images in order and writes its TFRecord file.
 
+    In detection mode the rows of one image (one per box) are next to each other in the
+    write order, and become one example; the image is loaded once for all of them.
     Images are read and decoded on a small thread pool (Pillow and file reads release the
     GIL) through a bounded window, so at most a few images are in memory at once.
     """
 
     def __init__(self, temp_dir: str, compression: str, settings: ImageSettings,
-                 decode_threads: int) -> None:
+                 decode_threads: int, label_mode: str) -> None:
         self._temp_dir = temp_dir
         self._compression = compression
         self._settings = settings
         self._decode_threads = decode_threads
+        self._label_mode = label_mode
         self._written = Metrics.counter("images", "written")
         self._rejected = Metrics.counter("images", "rejected")
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -139,41 +145,49 @@ class _WriteShardFile(beam.DoFn):
                 ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
         (split, shard), rows = shard_rows
         ordered = sorted(rows, key=lambda item: _write_order(item.row))
+        images = [list(group) for _, group in itertools.groupby(ordered, key=self._image_of)]
         temp_path = FileSystems.join(
             self._temp_dir, f"{split}-{shard:05d}{shard_file_suffix(self._compression)}")
-        examples = source_bytes = 0
+        examples = rows_written = source_bytes = 0
         labels: collections.Counter[str] = collections.Counter()
         reencoded: collections.Counter[str] = collections.Counter()
         compression = (CompressionTypes.GZIP if self._compression == "gzip"
                        else CompressionTypes.UNCOMPRESSED)
         with FileSystems.create(temp_path, compression_type=compression) as out:
             window = 2 * self._decode_threads + 2
-            for item, outcome in zip(ordered, _ordered_map(self._executor, self._encode,
-                                                           ordered, window)):
+            for image_rows, outcome in zip(images, _ordered_map(self._executor, self._encode,
+                                                                images, window)):
                 if isinstance(outcome, ImageRejected):
                     self._rejected.inc()
-                    yield beam.pvalue.TaggedOutput(DEAD_LETTERS, item.row.dead_letter(
-                        outcome.reason, outcome.message))
+                    for item in image_rows:
+                        yield beam.pvalue.TaggedOutput(DEAD_LETTERS, item.row.dead_letter(
+                            outcome.reason, outcome.message))
                     continue
                 record, reencoded_because, source_size = outcome
                 _TFRecordUtil.write_record(out, record)
                 self._written.inc()
                 examples += 1
+                rows_written += len(image_rows)
                 source_bytes += source_size
-                labels.update(item.row.labels)
+                labels.update(label for item in image_rows for label in item.row.labels)
                 if reencoded_because:
                     reencoded[reencoded_because] += 1
         file_bytes = FileSystems.match([temp_path])[0].metadata_list[0].size_in_bytes
-        yield ShardWritten(split, shard, temp_path, examples, file_bytes, source_bytes,
-                           dict(labels), dict(reencoded))
+        yield ShardWritten(split, shard, temp_path, examples, rows_written, file_bytes,
+                           source_bytes, dict(labels), dict(reencoded))
 
-    def _encode(self, item: LabelledRow) -> tuple[bytes, str | None, int] | ImageRejected:
+    def _image_of(self, item: LabelledRow) -> str | tuple[str, str, int]:
+        """Rows with the same key make one example: in detection mode, all of an image's."""
+        row = item.row
+        return row.uri if self._label_mode == "detection" else (row.uri, row.manifest, row.line)
+
+    def _encode(self, rows: list[LabelledRow]) -> tuple[bytes, str | None, int] | ImageRejected:
         try:
-            data = read_image_bytes(item.row.uri)
+            data = read_image_bytes(rows[0].row.uri)
             image = prepare_image(data, self._settings)
         except ImageRejected as rejected:
             return rejected
-        return encode_example(item.row, item.label_ids, image), image.reencoded, len(data)
+        return encode_example(rows, image, self._label_mode), image.reencoded, len(data)
 
 
 def _ordered_map(executor: concurrent.futures.Executor, fn: Callable[[_T], _R],
