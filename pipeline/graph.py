@@ -80,7 +80,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
           "row_counts": row_counts,
           "written": (transform_fn_written, dead_letter_files)}
          | "Publish" >> PublishOutput(output_dir, temp_dir, options.compression, run_info,
-                                       label_map=options.label_mode == "detection",
+                                       options.label_mode,
                                        oov_bucket=options.unseen_label == "oov"))
 
 

@@ -116,6 +116,7 @@ def test_every_box_row_is_accounted_for(detection_output):
         "box_out_of_range": 1, "empty_box": 1, "unseen_label": 1, "file_not_found": 1,
         "truncated_image": 2}
     assert summary["accounted"] and summary["label_map"] == "label_map.pbtxt"
+    assert summary["features"]["image/object/class/label"] == {"dtype": "int64", "list": True}
     assert summary["splits"]["train"]["labels"] == {"cat": 4, "dog": 2}  # objects
     dead = [json.loads(line) for line in (output / "errors-00000-of-00001.jsonl").open()]
     assert {(d["line"], d["reason"]) for d in dead if d["reason"] == "truncated_image"} == {

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from conftest import object_detection_spec
-from transforms.examples import CLASSIFICATION_FEATURES, encode_example
+from transforms.examples import CLASSIFICATION_FEATURES, encode_example, feature_spec
 from transforms.images import PreparedImage
 from transforms.labels import LabelledRow
 from transforms.manifest import Box, ManifestRow
@@ -57,3 +57,13 @@ def test_an_image_without_objects_has_empty_object_lists():
                    object_detection_spec())
     assert all(parsed[key].size == 0 for key in parsed if key.startswith("image/object/"))
     assert parsed["image/height"] == 10
+
+
+def test_feature_spec_says_which_keys_hold_lists():
+    def lists(mode):
+        return sorted(key for key, spec in feature_spec(mode).items() if spec["list"])
+
+    assert lists("single") == []
+    assert lists("multi") == ["image/class/label", "image/class/text"]
+    assert lists("detection") == sorted(object_detection_spec().keys() - IMAGE_VALUES.keys())
+    assert feature_spec("detection")["image/object/bbox/xmin"]["dtype"] == "float"

@@ -48,6 +48,14 @@ def feature_types(label_mode: str) -> dict[str, str]:
     return DETECTION_FEATURES if label_mode == "detection" else CLASSIFICATION_FEATURES
 
 
+def feature_spec(label_mode: str) -> dict[str, dict[str, str | bool]]:
+    """What summary.json tells readers about each key: its dtype, and whether it holds a
+    list (multi-label ids and texts, every image/object/* key) rather than one value."""
+    lists = label_mode != "single"
+    return {key: {"dtype": dtype, "list": lists and key not in IMAGE_FEATURES}
+            for key, dtype in feature_types(label_mode).items()}
+
+
 def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode: str
                    ) -> bytes:
     """The serialized tf.train.Example for one image; `image.encoded` is stored as is.

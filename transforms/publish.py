@@ -18,6 +18,7 @@ import apache_beam as beam
 import tensorflow_transform as tft
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.examples import feature_spec
 from transforms.label_map import LABEL_MAP_FILE, label_map_text
 from transforms.labels import LABEL_VOCABULARY
 from transforms.manifest import SPLITS
@@ -36,19 +37,19 @@ class PublishOutput(beam.PTransform):
     Input: a dict of PCollections: "shards" (ShardWritten), "dead_letter_reasons"
     (reason codes), "row_counts" (counts that sum to the rows read), and "written"
     (anything that must be complete first: the transform_fn and the dead-letter files).
-    With `label_map` (detection) it also writes label_map.pbtxt; `oov_bucket` adds the
+    With label_mode "detection" it also writes label_map.pbtxt; `oov_bucket` adds the
     unseen labels' entry to it.
     """
 
     def __init__(self, output_dir: str, temp_dir: str, compression: str,
-                 run_info: dict[str, Any], label_map: bool = False,
+                 run_info: dict[str, Any], label_mode: str = "single",
                  oov_bucket: bool = False) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._temp_dir = temp_dir
         self._compression = compression
         self._run_info = run_info
-        self._label_map = label_map
+        self._label_mode = label_mode
         self._oov_bucket = oov_bucket
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
@@ -75,7 +76,8 @@ class PublishOutput(beam.PTransform):
                                                    for path in written
                                                    if str(path).endswith(".jsonl")),
                                 run_info=self._run_info)
-        if self._label_map:
+        summary["features"] = feature_spec(self._label_mode)
+        if self._label_mode == "detection":
             summary["label_map"] = LABEL_MAP_FILE
             with FileSystems.create(FileSystems.join(self._output_dir, LABEL_MAP_FILE)) as out:
                 out.write(label_map_text(vocabulary, self._oov_bucket).encode())
