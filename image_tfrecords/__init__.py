@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -24,6 +25,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.options import parse_split_fractions
 from pipeline.run import convert_and_report, outcome_problem
 from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, assign_split
+from transforms.schema import IMAGE, ExtraColumn, load_schema
 
 __all__ = ["ConversionResult", "convert"]
 
@@ -75,12 +77,16 @@ def convert(source: str | pd.DataFrame, output_dir: str, **options: Any) -> Conv
     A DataFrame needs an image URI and a label column named as in a manifest header
     (`image_uri`, `label`, optionally `split`); relative paths in it are relative to the
     current directory, and rows without a split get one from a hash of the URI as given,
-    as in a CSV. Raises ValueError for unusable options or a missing source.
+    as in a CSV. `schema` may be a dict (see --schema); its columns are kept from a
+    DataFrame too. Raises ValueError for unusable options or a missing source.
     """
+    if isinstance(options.get("schema"), Mapping):
+        options["schema"] = json.dumps(options["schema"])
     if isinstance(source, pd.DataFrame):
         fractions = (parse_split_fractions(options["split_fractions"])
                      if "split_fractions" in options else DEFAULT_SPLIT_FRACTIONS)
-        with _dataframe_manifest(source, fractions, options.get("temp_location")) as manifest:
+        with _dataframe_manifest(source, fractions, options.get("temp_location"),
+                                 load_schema(options.get("schema"))) as manifest:
             return _convert({"manifest": manifest, **options}, output_dir)
     if _is_folder(source):
         return _convert({"image_folder": source, **options}, output_dir)
@@ -119,7 +125,8 @@ def _flags(options: dict[str, Any]) -> Iterator[str]:
 
 @contextlib.contextmanager
 def _dataframe_manifest(frame: pd.DataFrame, split_fractions: tuple[float, float, float],
-                        folder: str | None) -> Iterator[str]:
+                        folder: str | None, extra_columns: Sequence[ExtraColumn] = ()
+                        ) -> Iterator[str]:
     """A DataFrame written as a headed manifest CSV where the workers can read it.
 
     That is --temp_location when given (a bucket, for Dataflow), else the local temp dir;
@@ -138,6 +145,12 @@ def _dataframe_manifest(frame: pd.DataFrame, split_fractions: tuple[float, float
     splits[unassigned] = [assign_split(uri, split_fractions) for uri in uris[unassigned]]
     manifest = pd.DataFrame({"split": splits, uri_column: [_absolute(uri) for uri in uris],
                              "label": frame["label"]})
+    for column in extra_columns:
+        if column.name not in frame:
+            raise ValueError(f"the DataFrame has no column {column.name!r} named in schema")
+        values = frame[column.name]
+        manifest[column.name] = (values.astype(str).map(_absolute) if column.type == IMAGE
+                                 else values)
     path = FileSystems.join(folder or tempfile.gettempdir(),
                             f"manifest-{uuid.uuid4().hex[:12]}.csv")
     with FileSystems.create(path) as out:

@@ -44,13 +44,14 @@ def run(options: PipelineOptions, manifests: list[str], run_info: dict[str, Any]
 def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_dir: str,
           run_info: dict[str, Any]) -> None:
     output_dir = options.output_dir
+    extra_columns = options.extra_columns()
 
     # Pass 1, over the small rows: the label vocabulary and how many shards each split gets.
     planning = p | "ReadSourceToPlan" >> _read_rows(options, manifests)
     transform_fn = (planning.rows
                     | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
                     | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", temp_dir,
-                                                      options.label_mode))
+                                                      options.label_mode, extra_columns))
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         output_dir)
     shard_plan = planning.rows | "PlanShards" >> PlanShards(
@@ -59,10 +60,10 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
     # Pass 2: label ids for every split, then each shard loads and writes its own images.
     source = p | "ReadSource" >> _read_rows(options, manifests)
     labelled = source.rows | "ApplyLabels" >> ApplyLabels(transform_fn, temp_dir,
-                                                              options.label_mode)
+                                                              options.label_mode, extra_columns)
     written = labelled.labelled | "WriteShards" >> WriteShards(
         shard_plan, temp_dir, options.compression, options.image_settings(),
-        options.decode_threads, options.label_mode)
+        options.decode_threads, options.label_mode, extra_columns)
 
     dead_letters = ((source.dead_letters, labelled.dead_letters, written.dead_letters)
                     | "DeadLetters" >> beam.Flatten())
@@ -80,7 +81,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
           "row_counts": row_counts,
           "written": (transform_fn_written, dead_letter_files)}
          | "Publish" >> PublishOutput(output_dir, temp_dir, options.compression, run_info,
-                                       options.label_mode,
+                                       options.label_mode, extra_columns,
                                        oov_bucket=options.unseen_label == "oov"))
 
 

@@ -9,6 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms.images import ImageSettings
 from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, LABEL_MODES, RowRules
+from transforms.schema import ExtraColumn, SchemaError, load_schema
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 
@@ -51,6 +52,12 @@ class ConvertOptions(PipelineOptions):
         group.add_argument(
             "--label_separator", default="|",
             help="With --label_mode multi: what joins several labels inside one field.")
+        group.add_argument(
+            "--schema",
+            help="Extra manifest columns to keep as typed features, as a JSON object of "
+                 "column name -> integer, float, string, categorical (a vocabulary id from "
+                 "TRAIN, like labels) or image (a second image URI), inline or in a file: "
+                 "'{\"age\": \"integer\", \"mask\": \"image\"}'. Needs a header row.")
         group.add_argument(
             "--image_format", choices=("keep", "jpeg", "png"), default="keep",
             help="keep: store JPEG/PNG bytes as they are and re-encode only what "
@@ -109,6 +116,12 @@ class ConvertOptions(PipelineOptions):
         if self.image_folder and self.label_mode == "detection":
             found.append("--label_mode detection needs a manifest of boxes, "
                          "not --image_folder")
+        try:
+            if self.extra_columns() and (self.image_folder or self.label_mode == "detection"):
+                found.append("--schema needs a classification manifest (not --image_folder "
+                             "or --label_mode detection)")
+        except SchemaError as problem:
+            found.append(str(problem))
         if not self.label_separator:
             found.append("--label_separator must not be empty")
         if self.max_side is not None and self.max_side < 1:
@@ -131,7 +144,11 @@ class ConvertOptions(PipelineOptions):
         return parse_split_fractions(self.split_fractions)
 
     def row_rules(self) -> RowRules:
-        return RowRules(self.split_fraction_values(), self.label_mode, self.label_separator)
+        return RowRules(self.split_fraction_values(), self.label_mode, self.label_separator,
+                        self.extra_columns())
+
+    def extra_columns(self) -> tuple[ExtraColumn, ...]:
+        return load_schema(self.schema)
 
     def image_settings(self) -> ImageSettings:
         return ImageSettings(image_format=self.image_format, max_side=self.max_side,

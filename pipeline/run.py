@@ -90,9 +90,12 @@ def _preflight(convert: ConvertOptions) -> list[str]:
         manifests = []
     else:
         manifests = find_manifests(convert.manifest)
+    rules = convert.row_rules()
     for manifest in manifests:
         if not is_jsonl(manifest):
-            read_header(manifest, convert.row_rules())
+            read_header(manifest, rules)
+        elif rules.extra_columns:
+            raise UsageError(f"{manifest}: --schema columns are read from CSV manifests only")
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
     if existing and not convert.overwrite:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "

@@ -18,6 +18,8 @@ UNSUPPORTED_ANNOTATION = "unsupported_annotation"
 INVALID_BOX = "invalid_box"  # not numbers, or neither two nor four vertices
 BOX_OUT_OF_RANGE = "box_out_of_range"  # a coordinate outside [0, 1]
 EMPTY_BOX = "empty_box"  # x_min >= x_max or y_min >= y_max
+INVALID_VALUE = "invalid_value"  # an extra (--schema) column's value is not of its type
+UNSEEN_CATEGORY = "unseen_category"  # a categorical value TRAIN never saw
 
 
 class DeadLetter(NamedTuple):

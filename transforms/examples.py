@@ -8,20 +8,19 @@ background class), so they match label_map.pbtxt.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tensorflow.core.example import example_pb2, feature_pb2
 
 from transforms.images import PreparedImage
 from transforms.labels import LabelledRow
+from transforms.schema import CATEGORICAL, FLOAT, IMAGE, INTEGER, STRING, ExtraColumn
 
 # The feature keys and their dtypes: the output contract readers rely on.
+_STORED_IMAGE = {"encoded": "bytes", "format": "bytes", "height": "int64", "width": "int64",
+                 "channels": "int64"}  # under image/, and under <column>/ for image columns
 IMAGE_FEATURES = {
-    "image/encoded": "bytes",
-    "image/format": "bytes",
-    "image/height": "int64",
-    "image/width": "int64",
-    "image/channels": "int64",
+    **{f"image/{key}": dtype for key, dtype in _STORED_IMAGE.items()},
     "image/filename": "bytes",
     "image/source_id": "bytes",
     "image/key/sha256": "bytes",
@@ -43,34 +42,50 @@ DETECTION_FEATURES = {
 }
 
 
-def feature_types(label_mode: str) -> dict[str, str]:
-    """The feature keys and dtypes (bytes, int64, float) of examples written in this mode."""
-    return DETECTION_FEATURES if label_mode == "detection" else CLASSIFICATION_FEATURES
+def feature_types(label_mode: str, extra_columns: Sequence[ExtraColumn] = ()
+                  ) -> dict[str, str]:
+    """The feature keys and dtypes (bytes, int64, float) of examples written in this mode.
+
+    Extra columns add `<column>` (integer, float, string; a categorical's vocabulary id,
+    with its text in `<column>/text`), or `<column>/encoded`... for a second image.
+    """
+    types = dict(DETECTION_FEATURES if label_mode == "detection" else CLASSIFICATION_FEATURES)
+    for column in extra_columns:
+        if column.type == IMAGE:
+            types |= {f"{column.name}/{key}": dtype for key, dtype in _STORED_IMAGE.items()}
+        else:
+            types[column.name] = _EXTRA_DTYPES[column.type]
+        if column.type == CATEGORICAL:
+            types[f"{column.name}/text"] = "bytes"
+    return types
 
 
-def feature_spec(label_mode: str) -> dict[str, dict[str, str | bool]]:
+_EXTRA_DTYPES = {INTEGER: "int64", FLOAT: "float", STRING: "bytes", CATEGORICAL: "int64"}
+
+
+def feature_spec(label_mode: str, extra_columns: Sequence[ExtraColumn] = ()
+                 ) -> dict[str, dict[str, str | bool]]:
     """What summary.json tells readers about each key: its dtype, and whether it holds a
     list (multi-label ids and texts, every image/object/* key) rather than one value."""
-    lists = label_mode != "single"
-    return {key: {"dtype": dtype, "list": lists and key not in IMAGE_FEATURES}
-            for key, dtype in feature_types(label_mode).items()}
+    lists = {key for key in feature_types(label_mode)
+             if label_mode != "single" and key not in IMAGE_FEATURES}
+    return {key: {"dtype": dtype, "list": key in lists}
+            for key, dtype in feature_types(label_mode, extra_columns).items()}
 
 
-def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode: str
-                   ) -> bytes:
+def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode: str,
+                   extra_columns: Sequence[ExtraColumn] = (),
+                   extra_images: Mapping[str, PreparedImage] | None = None) -> bytes:
     """The serialized tf.train.Example for one image; `image.encoded` is stored as is.
 
     `rows` are the image's manifest rows: one, or in detection mode one per box.
+    `extra_images`: the loaded image of each image extra column, by column name.
     """
     uri = rows[0].row.uri
     texts = [label.encode() for item in rows for label in item.row.labels]
     ids = [label_id for item in rows for label_id in item.label_ids]
     values = {
-        "image/encoded": image.encoded,
-        "image/format": image.format.encode(),
-        "image/height": image.height,
-        "image/width": image.width,
-        "image/channels": image.channels,
+        **_stored_image(image, "image"),
         "image/filename": uri.rsplit("/", 1)[-1].encode(),
         "image/source_id": uri.encode(),
         "image/key/sha256": hashlib.sha256(image.encoded).hexdigest().encode(),
@@ -83,11 +98,32 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
                    "image/object/class/text": texts}
     else:
         values |= {"image/class/label": ids, "image/class/text": texts}
-    types = feature_types(label_mode)
+    values |= _extra_values(rows[0], extra_columns, extra_images or {})
+    types = feature_types(label_mode, extra_columns)
     features = {key: _feature(value, types[key]) for key, value in values.items()}
     # deterministic: map entries in key order, so the same image always gives the same bytes.
     return example_pb2.Example(features=feature_pb2.Features(
         feature=features)).SerializeToString(deterministic=True)
+
+
+def _stored_image(image: PreparedImage, prefix: str) -> dict[str, bytes | int]:
+    return {f"{prefix}/encoded": image.encoded, f"{prefix}/format": image.format.encode(),
+            f"{prefix}/height": image.height, f"{prefix}/width": image.width,
+            f"{prefix}/channels": image.channels}
+
+
+def _extra_values(item: LabelledRow, columns: Sequence[ExtraColumn],
+                  images: Mapping[str, PreparedImage]) -> dict[str, bytes | int | float]:
+    values: dict[str, bytes | int | float] = {}
+    category_ids = iter(item.category_ids)
+    for column, value in zip(columns, item.row.extras, strict=True):
+        if column.type == IMAGE:
+            values |= _stored_image(images[column.name], column.name)
+        elif column.type == CATEGORICAL:
+            values |= {column.name: next(category_ids), f"{column.name}/text": value.encode()}
+        else:
+            values[column.name] = value.encode() if column.type == STRING else value
+    return values
 
 
 def _feature(value: bytes | int | list, dtype: str) -> feature_pb2.Feature:

@@ -22,6 +22,7 @@ from apache_beam.metrics import Metrics
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
+from transforms.schema import IMAGE, ExtraColumn, parse_value
 
 SPLITS = ("train", "validation", "test")
 DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
@@ -62,6 +63,7 @@ class RowRules:
     split_fractions: tuple[float, float, float] = DEFAULT_SPLIT_FRACTIONS
     label_mode: str = "single"
     label_separator: str = "|"
+    extra_columns: tuple[ExtraColumn, ...] = ()  # from --schema; need a header
 
     @property
     def multi_label(self) -> bool:
@@ -97,6 +99,7 @@ class ManifestRow(NamedTuple):
     # Detection: the labels' boxes, one per label; a row with neither is an image
     # without objects.
     boxes: tuple[Box, ...] = ()
+    extras: tuple[int | float | str, ...] = ()  # typed values of RowRules.extra_columns
 
     def dead_letter(self, reason: str, message: str) -> DeadLetter:
         return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
@@ -107,15 +110,16 @@ class ManifestRow(NamedTuple):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ManifestRow:
-        *fields, labels, boxes = json.loads(text)
-        return cls(*fields, tuple(labels), tuple(Box(*box) for box in boxes))
+        *fields, labels, boxes, extras = json.loads(text)
+        return cls(*fields, tuple(labels), tuple(Box(*box) for box in boxes), tuple(extras))
 
 
 @dataclasses.dataclass(frozen=True)
 class ColumnLayout:
     """Where each column is in a row; `width` is the number of fields a row must have.
 
-    `box`: the xmin, ymin, xmax, ymax columns of a detection manifest with a header.
+    `box`: the xmin, ymin, xmax, ymax columns of a detection manifest with a header;
+    `extras`: the columns of RowRules.extra_columns, in their order.
     """
 
     uri: int
@@ -123,16 +127,23 @@ class ColumnLayout:
     split: int | None
     width: int
     box: tuple[int, int, int, int] | None = None
+    extras: tuple[int, ...] = ()
 
     @classmethod
     def detect(cls, first_row: Sequence[str], source: str, rules: RowRules
                ) -> tuple[ColumnLayout, bool]:
         """Returns the layout and whether `first_row` is a header (to skip)."""
         names = [field.strip().lower() for field in first_row]
-        found = {column: names.index(name)
-                 for column, known in _COLUMN_NAMES.items()
-                 for name in names if name in known}
+        extra_names = {column.name.lower() for column in rules.extra_columns}
+        found: dict[str, int] = {}  # the first column of each known name, not a --schema one
+        for index, name in enumerate(names):
+            for column, known in _COLUMN_NAMES.items():
+                if name in known and name not in extra_names:
+                    found.setdefault(column, index)
         if len([column for column in found if column in _MAIN_COLUMNS]) < 2:
+            if rules.extra_columns:
+                raise ManifestError(f"{source}: --schema needs a header row naming the "
+                                    "columns (e.g. split,image_uri,label,...)")
             return AUTOML_LAYOUT, False
         required = ("uri", "label", *(_BOX_COLUMNS if rules.detection else ()))
         for column in required:
@@ -141,7 +152,14 @@ class ColumnLayout:
                     f"{source}: the header {','.join(first_row)!r} names no {column} column "
                     f"(expected one of: {', '.join(sorted(_COLUMN_NAMES[column]))})")
         box = tuple(found[column] for column in _BOX_COLUMNS) if rules.detection else None
-        return cls(found["uri"], found["label"], found.get("split"), len(names), box), True
+        extras = []
+        for column in rules.extra_columns:
+            if column.name.lower() not in names:
+                raise ManifestError(f"{source}: the header {','.join(first_row)!r} has no "
+                                    f"column {column.name!r} named in --schema")
+            extras.append(names.index(column.name.lower()))
+        return cls(found["uri"], found["label"], found.get("split"), len(names), box,
+                   tuple(extras)), True
 
 
 AUTOML_LAYOUT = ColumnLayout(split=0, uri=1, label=2, width=3)
@@ -307,7 +325,17 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
             for label in field.split(rules.label_separator) if label.strip()))
     if not labels:
         return reject(reasons.MISSING_LABEL, "the label is empty", uri=uri, split=split)
-    return ManifestRow(manifest, line, raw, split, uri, labels)
+    try:
+        extras = tuple(_extra_value(column, fields[index], folder)
+                       for column, index in zip(rules.extra_columns, layout.extras, strict=True))
+    except ValueError as problem:
+        return reject(reasons.INVALID_VALUE, str(problem), uri=uri, split=split)
+    return ManifestRow(manifest, line, raw, split, uri, labels, extras=extras)
+
+
+def _extra_value(column: ExtraColumn, text: str, folder: str) -> int | float | str:
+    value = parse_value(column, text)
+    return resolve_uri(value, folder) if column.type == IMAGE else value
 
 
 def parse_box(vertices: Sequence[str]) -> Box | tuple[str, str]:

@@ -22,6 +22,7 @@ from transforms.examples import feature_spec
 from transforms.label_map import LABEL_MAP_FILE, label_map_text
 from transforms.labels import LABEL_VOCABULARY
 from transforms.manifest import SPLITS
+from transforms.schema import CATEGORICAL, ExtraColumn
 from transforms.shards import ShardWritten, shard_file_suffix
 
 SUMMARY_FILE = "summary.json"
@@ -43,13 +44,14 @@ class PublishOutput(beam.PTransform):
 
     def __init__(self, output_dir: str, temp_dir: str, compression: str,
                  run_info: dict[str, Any], label_mode: str = "single",
-                 oov_bucket: bool = False) -> None:
+                 extra_columns: Sequence[ExtraColumn] = (), oov_bucket: bool = False) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._temp_dir = temp_dir
         self._compression = compression
         self._run_info = run_info
         self._label_mode = label_mode
+        self._extra_columns = tuple(extra_columns)
         self._oov_bucket = oov_bucket
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
@@ -69,14 +71,19 @@ class PublishOutput(beam.PTransform):
                  row_counts: list[int], written: list[Any]) -> dict[str, Any]:
         rows_read = sum(row_counts)
         files = name_shards(shards, self._compression)
-        vocabulary = [word.decode() for word in tft.TFTransformOutput(
-            self._output_dir).vocabulary_by_name(LABEL_VOCABULARY)]
+        transform_output = tft.TFTransformOutput(self._output_dir)
+        vocabulary = [word.decode()
+                      for word in transform_output.vocabulary_by_name(LABEL_VOCABULARY)]
         summary = build_summary(files, errors_by_reason, rows_read, vocabulary,
                                 error_files=sorted(FileSystems.split(str(path))[1]
                                                    for path in written
                                                    if str(path).endswith(".jsonl")),
                                 run_info=self._run_info)
-        summary["features"] = feature_spec(self._label_mode)
+        summary["vocabulary"] |= {
+            column.name: [word.decode() for word in transform_output.vocabulary_by_name(
+                column.name)]
+            for column in self._extra_columns if column.type == CATEGORICAL}
+        summary["features"] = feature_spec(self._label_mode, self._extra_columns)
         if self._label_mode == "detection":
             summary["label_map"] = LABEL_MAP_FILE
             with FileSystems.create(FileSystems.join(self._output_dir, LABEL_MAP_FILE)) as out:

@@ -15,7 +15,7 @@ import concurrent.futures
 import hashlib
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple, TypeVar
 
 import apache_beam as beam
@@ -25,9 +25,11 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from transforms.examples import encode_example
-from transforms.images import ImageRejected, ImageSettings, prepare_image, read_image_bytes
+from transforms.images import (ImageRejected, ImageSettings, PreparedImage, prepare_image,
+                               read_image_bytes)
 from transforms.labels import LabelledRow
 from transforms.manifest import DEAD_LETTERS, ManifestRow
+from transforms.schema import IMAGE, ExtraColumn
 
 _SIZE_SAMPLE = 32  # files per split whose sizes estimate the split's total bytes
 _T = TypeVar("_T")
@@ -97,11 +99,12 @@ class WriteShards(beam.PTransform):
     """
 
     def __init__(self, plan: beam.PCollection, temp_dir: str, compression: str,
-                 settings: ImageSettings, decode_threads: int, label_mode: str) -> None:
+                 settings: ImageSettings, decode_threads: int, label_mode: str,
+                 extra_columns: Sequence[ExtraColumn] = ()) -> None:
         super().__init__()
         self._plan = plan
         self._writer = _WriteShardFile(temp_dir, compression, settings, decode_threads,
-                                       label_mode)
+                                       label_mode, extra_columns)
 
     def expand(self, labelled: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return (labelled
@@ -124,12 +127,14 @@ class _WriteShardFile(beam.DoFn):
     """
 
     def __init__(self, temp_dir: str, compression: str, settings: ImageSettings,
-                 decode_threads: int, label_mode: str) -> None:
+                 decode_threads: int, label_mode: str,
+                 extra_columns: Sequence[ExtraColumn] = ()) -> None:
         self._temp_dir = temp_dir
         self._compression = compression
         self._settings = settings
         self._decode_threads = decode_threads
         self._label_mode = label_mode
+        self._extra_columns = tuple(extra_columns)
         self._written = Metrics.counter("images", "written")
         self._rejected = Metrics.counter("images", "rejected")
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -185,9 +190,24 @@ class _WriteShardFile(beam.DoFn):
         try:
             data = read_image_bytes(rows[0].row.uri)
             image = prepare_image(data, self._settings)
+            extra_images = self._extra_images(rows[0].row)
         except ImageRejected as rejected:
             return rejected
-        return encode_example(rows, image, self._label_mode), image.reencoded, len(data)
+        record = encode_example(rows, image, self._label_mode, self._extra_columns,
+                                extra_images)
+        return record, image.reencoded, len(data)
+
+    def _extra_images(self, row: ManifestRow) -> dict[str, PreparedImage]:
+        """The images of the row's image extra columns; a failure names its column."""
+        images = {}
+        for column, uri in zip(self._extra_columns, row.extras, strict=True):
+            if column.type == IMAGE:
+                try:
+                    images[column.name] = prepare_image(read_image_bytes(uri), self._settings)
+                except ImageRejected as rejected:
+                    raise ImageRejected(rejected.reason,
+                                        f"column {column.name!r}: {rejected.message}") from None
+        return images
 
 
 def _ordered_map(executor: concurrent.futures.Executor, fn: Callable[[_T], _R],
