@@ -2,6 +2,7 @@
 
 import io
 import os
+import pathlib
 import struct
 import zlib
 
@@ -12,6 +13,8 @@ import tensorflow as tf  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from transforms.examples import IMAGE_FEATURES  # noqa: E402
+
+SAMPLE_DATA = pathlib.Path(__file__).resolve().parent.parent / "sample_data"
 
 
 def photo_like(width: int, height: int, seed: int, mode: str = "RGB") -> Image.Image:

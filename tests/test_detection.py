@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from conftest import encode, object_detection_spec, parse_label_map, photo_like, read_examples
+from conftest import SAMPLE_DATA, encode, object_detection_spec, parse_label_map, photo_like, read_examples
 from pipeline import run
 
 # (split, image, label, box as x_min, y_min, x_max, y_max) per manifest row, in order.
@@ -130,3 +130,12 @@ def test_image_folders_cannot_be_read_as_detection(tmp_path, capsys):
     assert run.main(["--image_folder", str(tmp_path), "--output_dir", str(tmp_path / "o"),
                      "--label_mode", "detection"]) == run.EXIT_USAGE
     assert "--label_mode detection needs a manifest of boxes" in capsys.readouterr().err
+
+
+def test_the_bundled_detection_sample_converts(tmp_path):
+    assert run.main(["--manifest", str(SAMPLE_DATA / "detection.csv"), "--output_dir",
+                     str(tmp_path), "--label_mode", "detection",
+                     "--max_error_fraction", "0.25"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["rows_read"], summary["rows_in_examples"], summary["examples_written"],
+            summary["rows_dead_lettered"]) == (13, 11, 9, 2)

@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 import image_tfrecords
-from conftest import encode, feature, photo_like, read_examples
+from conftest import SAMPLE_DATA, encode, feature, photo_like, read_examples
 from pipeline import run
 from transforms import dead_letters as reasons
 from transforms.manifest import ManifestError, RowRules, read_manifest
@@ -162,3 +162,15 @@ def test_schema_problems_are_usage_errors(tmp_path, capsys):
     code = run.main(["--manifest", str(tmp_path / "m.csv"), "--output_dir",
                      str(tmp_path / "o"), "--schema", '{"age": "integer"}'])
     assert code == run.EXIT_USAGE and "no column 'age'" in capsys.readouterr().err
+
+
+def test_the_bundled_extra_columns_sample_converts(tmp_path):
+    assert run.main(["--manifest", str(SAMPLE_DATA / "extra_columns.csv"), "--output_dir",
+                     str(tmp_path), "--schema", str(SAMPLE_DATA / "extra_columns.schema.json"),
+                     "--max_error_fraction", "0.25"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["examples_written"], summary["errors"]["by_reason"]) == (
+        17, {"invalid_value": 1, "unseen_category": 2})
+    sides = {feature(e, "image/filename").decode(): feature(e, "long_side")
+             for e in read_examples(f"{tmp_path}/*.tfrecord")}
+    assert sides["cat_06.jpg"] == 97  # the photo's real longer side
