@@ -24,7 +24,7 @@ from transforms.dead_letters import DeadLetter
 from transforms.folder import ReadImageFolder
 from transforms.labels import AnalyzeLabels, ApplyLabels
 from transforms.manifest import ReadManifest
-from transforms.publish import SUMMARY_FILE, PublishOutput
+from transforms.publish import SUMMARY_FILE, PublishOutput, staged_dir
 from transforms.shards import PlanShards, WriteShards
 
 _MB = 1 << 20
@@ -52,8 +52,11 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
                     | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
                     | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", temp_dir,
                                                       options.label_mode, extra_columns))
+    # What is published besides the shards is staged, so the previous output stays whole
+    # until the publish step swaps everything at once.
+    staged = staged_dir(temp_dir)
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
-        output_dir)
+        staged)
     shard_plan = planning.rows | "PlanShards" >> PlanShards(
         options.num_shards, int(options.target_shard_mb * _MB))
 
@@ -70,7 +73,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
     dead_letter_files = (dead_letters
                          | "ToJson" >> beam.Map(DeadLetter.to_json)
                          | "WriteDeadLetters" >> beam.io.WriteToText(
-                             f"{output_dir}/errors", file_name_suffix=".jsonl", num_shards=1))
+                             f"{staged}/errors", file_name_suffix=".jsonl", num_shards=1))
     # Counted apart and summed later: a Flatten of the rows would be materialised.
     row_counts = ((source.rows | "CountRows" >> beam.combiners.Count.Globally(),
                    source.dead_letters | "CountRejected" >> beam.combiners.Count.Globally())

@@ -11,7 +11,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from transforms.labels import AnalyzeLabels
 from transforms.manifest import ManifestRow
 from transforms.publish import (AccountingError, PublishOutput, build_summary, move_into_place,
-                                name_shards)
+                                name_shards, staged_dir)
 from transforms.shards import ShardWritten
 
 
@@ -34,7 +34,7 @@ def test_shards_are_renumbered_without_empty_ones_and_stale_ones_go(tmp_path):
               temp_shard(tmp_path, "train", 1, 0), temp_shard(tmp_path, "test", 0, 1)]
 
     published = name_shards(shards, "none")
-    move_into_place(published, shards, str(out))
+    move_into_place(published, shards, str(tmp_path / "staged"), str(out))
 
     assert [(name, s.shard) for name, s in published["train"]] == [
         ("train-00000-of-00002.tfrecord", 0), ("train-00001-of-00002.tfrecord", 3)]
@@ -50,8 +50,8 @@ def test_moving_again_after_a_retry_is_harmless(tmp_path):
     out.mkdir()
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     named = name_shards(shards, "none")
-    move_into_place(named, shards, str(out))
-    move_into_place(named, shards, str(out))
+    move_into_place(named, shards, str(tmp_path / "staged"), str(out))
+    move_into_place(named, shards, str(tmp_path / "staged"), str(out))
     assert [name for name, _ in named["train"]] == ["train-00000-of-00001.tfrecord"]
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
 
@@ -90,15 +90,69 @@ def test_detection_summary_accounts_for_box_rows_not_examples():
     assert counted_as_examples["accounted"] is False
 
 
-def test_a_run_that_lost_rows_publishes_no_shard(tmp_path):
-    out = tmp_path / "out"
+def staged_transform_fn(tmp_path):
     with TestPipeline() as p:
         _ = (p | beam.Create([ManifestRow("m", 1, "r", "train", "/a.jpg", ("cat",))])
-             | AnalyzeLabels(False, str(tmp_path / "tft")) | tft_beam.WriteTransformFn(str(out)))
+             | AnalyzeLabels(False, str(tmp_path / "tft"))
+             | tft_beam.WriteTransformFn(staged_dir(str(tmp_path / "tmp"))))
+
+
+def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train-00000-of-00001.tfrecord").write_bytes(b"old")
+    (out / "summary.json").write_text('{"old": true}')
+    staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info={})
-    with pytest.raises(AccountingError, match="no shard was published"):
+    with pytest.raises(AccountingError, match="nothing was published"):
         publish._publish(None, shards, {"file_not_found": 1}, [5], [])
-    assert not list(out.glob("train-*"))
+    assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord"]
+    assert json.loads((out / "summary.json").read_text()) == {"old": True}
     assert (tmp_path / "tmp" / "train-00000.tfrecord").exists()
-    assert json.loads((out / "summary.json").read_text())["accounted"] is False
+    evidence = json.loads((tmp_path / "tmp" / "summary.json").read_text())
+    assert evidence["accounted"] is False
+
+
+def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp_path):
+    out = tmp_path / "out"
+    (out / "transform_fn" / "assets").mkdir(parents=True)
+    (out / "transform_fn" / "assets" / "old_vocabulary").write_text("stale")
+    (out / "label_map.pbtxt").write_text("stale: this run is not detection")
+    (out / "errors-00000-of-00001.jsonl").write_text("old errors")
+    (out / ".tmp-crashed").mkdir()  # a run that never published
+    (out / ".tmp-crashed" / "train-00000.tfrecord").write_bytes(b"partial")
+    staged_transform_fn(tmp_path)
+    staged = staged_dir(str(tmp_path / "tmp"))
+    with open(os.path.join(staged, "errors-00000-of-00001.jsonl"), "w") as file:
+        file.write("new errors")
+    shards = [temp_shard(tmp_path, "train", 0, 3)]
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info={})
+    summary = publish._publish(None, shards, {"file_not_found": 1}, [4], [])
+    assert summary["accounted"] and summary["vocabulary"]["label"] == ["cat"]
+    assert sorted(os.listdir(out)) == ["errors-00000-of-00001.jsonl", "summary.json",
+                                       "train-00000-of-00001.tfrecord", "transform_fn",
+                                       "transformed_metadata"]
+    assert (out / "errors-00000-of-00001.jsonl").read_text() == "new errors"
+    assert not (out / "transform_fn" / "assets" / "old_vocabulary").exists()
+    assert (out / "transform_fn" / "assets" / "label").read_text().split() == ["cat"]
+    assert not (tmp_path / "tmp").exists()
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    staged_transform_fn(tmp_path)
+    shards = [temp_shard(tmp_path, "train", 0, 3)]
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info={})
+    named = name_shards(shards, "none")
+    prepared = publish._prepare(named, {}, 3, [])
+    (tmp_path / "tmp" / "summary.json").write_text(json.dumps(prepared))
+    move_into_place(named, shards, staged_dir(str(tmp_path / "tmp")), str(out))  # then died
+    first = publish._publish(None, shards, {}, [3], [])
+    assert first["run_id"] == "tmp" and first == prepared
+    assert publish._publish(None, shards, {}, [3], []) == first  # retried after the end
+    assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
+    assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord",
+                                       "transform_fn", "transformed_metadata"]

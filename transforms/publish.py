@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import datetime
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -53,6 +54,7 @@ class PublishOutput(beam.PTransform):
         self._label_mode = label_mode
         self._extra_columns = tuple(extra_columns)
         self._oov_bucket = oov_bucket
+        self._run_id = FileSystems.split(temp_dir.rstrip("/"))[1]  # unique to this run
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
         errors_by_reason = (inputs["dead_letter_reasons"]
@@ -69,9 +71,43 @@ class PublishOutput(beam.PTransform):
 
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
                  row_counts: list[int], written: list[Any]) -> dict[str, Any]:
-        rows_read = sum(row_counts)
         files = name_shards(shards, self._compression)
-        transform_output = tft.TFTransformOutput(self._output_dir)
+        final = FileSystems.join(self._output_dir, SUMMARY_FILE)
+        prepared = FileSystems.join(self._temp_dir, SUMMARY_FILE)
+        if not FileSystems.exists(prepared) and FileSystems.exists(final):
+            with FileSystems.open(final) as file:
+                published = json.load(file)
+            if published.get("run_id") == self._run_id:  # a retry after the end
+                return published
+        if FileSystems.exists(prepared):  # a retry: files may have been moved already
+            with FileSystems.open(prepared) as file:
+                summary = json.load(file)
+        else:
+            summary = self._prepare(files, errors_by_reason, sum(row_counts), written)
+            _write_json(prepared, summary)
+        if not summary["accounted"]:  # nothing is published; the temp dir stays, as evidence
+            raise AccountingError(
+                f"rows read ({summary['rows_read']}) != rows in examples written "
+                f"({summary['rows_in_examples']}) + rows dead-lettered "
+                f"({summary['rows_dead_lettered']}); nothing was published, the written "
+                f"files are in {self._temp_dir}")
+        move_into_place(files, shards, staged_dir(self._temp_dir), self._output_dir)
+        _write_json(final, summary)
+        # This run's temp dir, and those of runs that crashed before publishing (match
+        # lists files, not folders).
+        crashed = {re.match(r".*?/\.tmp-[^/]+", m.path).group()
+                   for m in FileSystems.match([FileSystems.join(
+                       self._output_dir, ".tmp-*/**")])[0].metadata_list}
+        FileSystems.delete(sorted(path for path in {self._temp_dir, *crashed}
+                                  if FileSystems.exists(path)))
+        return summary
+
+    def _prepare(self, files: dict[str, list[tuple[str, ShardWritten]]],
+                 errors_by_reason: dict[str, int], rows_read: int, written: list[Any]
+                 ) -> dict[str, Any]:
+        """The summary, from the staged transform_fn's vocabularies; stages label_map.pbtxt."""
+        staged = staged_dir(self._temp_dir)
+        transform_output = tft.TFTransformOutput(staged)
         vocabulary = [word.decode()
                       for word in transform_output.vocabulary_by_name(LABEL_VOCABULARY)]
         summary = build_summary(files, errors_by_reason, rows_read, vocabulary,
@@ -79,6 +115,7 @@ class PublishOutput(beam.PTransform):
                                                    for path in written
                                                    if str(path).endswith(".jsonl")),
                                 run_info=self._run_info)
+        summary["run_id"] = self._run_id
         summary["vocabulary"] |= {
             column.name: [word.decode() for word in transform_output.vocabulary_by_name(
                 column.name)]
@@ -86,21 +123,19 @@ class PublishOutput(beam.PTransform):
         summary["features"] = feature_spec(self._label_mode, self._extra_columns)
         if self._label_mode == "detection":
             summary["label_map"] = LABEL_MAP_FILE
-            with FileSystems.create(FileSystems.join(self._output_dir, LABEL_MAP_FILE)) as out:
+            with FileSystems.create(FileSystems.join(staged, LABEL_MAP_FILE)) as out:
                 out.write(label_map_text(vocabulary, self._oov_bucket).encode())
-        if summary["accounted"]:
-            move_into_place(files, shards, self._output_dir)
-        with FileSystems.create(FileSystems.join(self._output_dir, SUMMARY_FILE)) as out:
-            out.write(json.dumps(summary, indent=2, ensure_ascii=False).encode())
-        if not summary["accounted"]:  # the temp dir stays, as evidence
-            raise AccountingError(
-                f"rows read ({rows_read}) != rows in examples written "
-                f"({summary['rows_in_examples']}) + rows dead-lettered "
-                f"({summary['rows_dead_lettered']}); no shard was published, the written "
-                f"ones are in {self._temp_dir}")
-        if FileSystems.exists(self._temp_dir):
-            FileSystems.delete([self._temp_dir])
         return summary
+
+
+def staged_dir(temp_dir: str) -> str:
+    """Where a run writes what it publishes besides the shards (transform_fn/, errors...)."""
+    return FileSystems.join(temp_dir, "staged")
+
+
+def _write_json(path: str, value: dict[str, Any]) -> None:
+    with FileSystems.create(path) as out:
+        out.write(json.dumps(value, indent=2, ensure_ascii=False).encode())
 
 
 def name_shards(shards: Iterable[ShardWritten], compression: str
@@ -120,25 +155,39 @@ def name_shards(shards: Iterable[ShardWritten], compression: str
             for split, split_shards in by_split.items()}
 
 
-def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]],
-                    shards: Iterable[ShardWritten], output_dir: str) -> None:
-    """Renames the named temp shards into `output_dir` and deletes what is stale there.
+# Everything a run publishes but summary.json; what matches and is not replaced is stale.
+_PUBLISHED = (*(f"{split}-*-of-*.tfrecord*" for split in SPLITS), "transform_fn/**",
+              "transformed_metadata/**", "errors-*.jsonl", LABEL_MAP_FILE)
 
-    Stale: shard files of an earlier run that this one does not replace, and the temp
-    files of shards that got no image. Safe to repeat after a retry.
+
+def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]],
+                    shards: Iterable[ShardWritten], staged: str, output_dir: str) -> None:
+    """Swaps this run's files into `output_dir`: the named temp shards and everything
+    staged, then deletes what is stale there.
+
+    summary.json goes first, so from here until the caller writes the new one no reader
+    takes the directory for a whole output. Stale: files of an earlier run that this one
+    does not replace, and the temp files of shards that got no image. Safe to repeat
+    after a retry.
     """
-    previous = {m.path for split in SPLITS
-                for m in FileSystems.match([FileSystems.join(
-                    output_dir, f"{split}-*-of-*.tfrecord*")])[0].metadata_list}
-    sources, destinations = [], []
-    for name, shard in (item for named in files.values() for item in named):
-        destination = FileSystems.join(output_dir, name)
-        previous.discard(destination)
-        if FileSystems.exists(shard.temp_path):  # else a retry already moved it
-            sources.append(shard.temp_path)
-            destinations.append(destination)
-    if sources:
-        FileSystems.rename(sources, destinations)
+    summary = FileSystems.join(output_dir, SUMMARY_FILE)
+    if FileSystems.exists(summary):
+        FileSystems.delete([summary])
+    previous = {m.path for pattern in _PUBLISHED
+                for m in FileSystems.match([FileSystems.join(output_dir, pattern)])[0]
+                .metadata_list}
+    moves = [(shard.temp_path, FileSystems.join(output_dir, name))
+             for named in files.values() for name, shard in named]
+    moves += [(m.path, FileSystems.join(output_dir, m.path[len(staged):].lstrip("/")))
+              for m in FileSystems.match([FileSystems.join(staged, "**")])[0].metadata_list]
+    previous -= {destination for _, destination in moves}
+    moves = [(source, destination) for source, destination in moves
+             if FileSystems.exists(source)]  # else a retry already moved it
+    for folder in sorted({FileSystems.split(destination)[0] for _, destination in moves}):
+        if not FileSystems.exists(folder):
+            FileSystems.mkdirs(folder)  # local disks need the folder; buckets have none
+    if moves:
+        FileSystems.rename(*map(list, zip(*moves)))
     empty = [s.temp_path for s in shards if not s.examples and FileSystems.exists(s.temp_path)]
     if previous or empty:
         FileSystems.delete(sorted(previous) + empty)

@@ -1,0 +1,112 @@
+"""Same bytes whatever the workers; a crashed or killed run publishes nothing; reruns complete.
+
+Beam's DirectRunner does not retry a failed bundle (Dataflow does, up to four times):
+what a retry relies on, the writer and the publish step giving the same files when run
+again, is tested in test_shards.py and test_publish.py.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import encode, photo_like
+from pipeline import run
+
+TIMINGS = ("started_at", "finished_at", "run_id")
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reliability")
+    (root / "img").mkdir()
+    rows = []
+    for i in range(60):
+        (root / "img" / f"{i}.jpg").write_bytes(encode(photo_like(32, 24, i), "JPEG"))
+        rows.append(f"UNASSIGNED,img/{i}.jpg,{('cat', 'dog', 'fish')[i % 3]}")
+    rows += ["TRAIN,img/missing.jpg,cat", "TRAIN,img/0.jpg,"]
+    (root / "m.csv").write_text("\n".join(rows) + "\n")
+    return root / "m.csv"
+
+
+def convert(manifest, output, *flags):
+    assert run.main(["--manifest", str(manifest), "--output_dir", str(output), "--num_shards",
+                     "3", "--max_error_fraction", "0.1", "--overwrite", *flags]) == 0
+
+
+def published(output):
+    """Every published file's bytes; summary.json without timings, run id and output dir; the
+    dead letters as a set (their order in the file follows the runner's bundles).
+
+    Of transform_fn/ only the vocabularies: TensorFlow writes a SavedModel with ids of
+    its own that differ on every run.
+    """
+    files = {}
+    for folder, _, names in os.walk(output):
+        for name in names:
+            path = os.path.relpath(os.path.join(folder, name), output)
+            if path.startswith(".tmp-"):
+                continue  # a run's temp dir: not published
+            if not path.startswith(("transform_fn/", "transformed_metadata/")) or (
+                    path.startswith("transform_fn/assets/")):
+                files[path] = open(os.path.join(output, path), "rb").read()
+    summary = json.loads(files.pop("summary.json"))
+    del summary["options"]["output_dir"]
+    files["summary.json"] = {k: v for k, v in summary.items() if k not in TIMINGS}
+    files["errors-00000-of-00001.jsonl"] = set(files["errors-00000-of-00001.jsonl"].splitlines())
+    return files
+
+
+@pytest.fixture(scope="module")
+def reference(manifest, tmp_path_factory):
+    output = tmp_path_factory.mktemp("reference") / "out"
+    convert(manifest, output)
+    return published(output)
+
+
+@pytest.mark.parametrize("workers", [
+    ["--direct_num_workers", "2", "--direct_running_mode", "multi_threading"],
+    ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"],
+])
+def test_same_bytes_with_one_or_two_workers(manifest, reference, tmp_path, workers):
+    convert(manifest, tmp_path / "out", *workers)
+    again = published(tmp_path / "out")
+    assert sorted(again) == sorted(reference)
+    for split in ("train", "validation", "test"):  # several shards per split to get right
+        assert len([name for name in reference if name.startswith(f"{split}-")]) >= 2
+    for name in reference:
+        assert again[name] == reference[name], name
+
+
+def test_a_killed_run_leaves_the_old_output_whole_and_a_rerun_completes(
+        manifest, reference, tmp_path):
+    output = tmp_path / "out"
+    (tmp_path / "old.csv").write_text("TRAIN,reliability-old.jpg,cat\n")
+    (tmp_path / "reliability-old.jpg").write_bytes(encode(photo_like(8, 8, 99), "JPEG"))
+    assert run.main(["--manifest", str(tmp_path / "old.csv"), "--output_dir",
+                     str(output)]) == 0
+    old = published(output)
+
+    job = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "--manifest", str(manifest), "--output_dir",
+         str(output), "--num_shards", "3", "--overwrite", "--max_error_fraction", "0.1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(names for folder, _, names in os.walk(output) if "/.tmp-" in folder):
+            assert job.poll() is None, "the job ended before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert published(output) == old  # untouched: the killed run published nothing
+    assert [name for name in os.listdir(output) if name.startswith(".tmp-")]
+
+    convert(manifest, output)
+    assert published(output) == reference
+    assert not [name for name in os.listdir(output) if name.startswith(".tmp-")]
