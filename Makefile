@@ -4,8 +4,8 @@ VENV := .venv
 INSTALLED := $(VENV)/.installed
 
 BENCH_INSTALLED := $(VENV)/.bench-installed
-# Airflow has its own venv: its Google provider needs newer Google clients than the
-# pipeline's pins. Its DAGs run the pipeline with $(VENV)'s interpreter.
+# Airflow has its own venv: its Google provider needs google-api-python-client >= 2.194,
+# tf.Transform's tfx-bsl < 2. Its DAGs run the pipeline with $(VENV)'s interpreter.
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_INSTALLED := $(AIRFLOW_VENV)/.installed
 
