@@ -4,6 +4,10 @@ VENV := .venv
 INSTALLED := $(VENV)/.installed
 
 BENCH_INSTALLED := $(VENV)/.bench-installed
+# Airflow has its own venv: its Google provider needs google-api-python-client >= 2.194,
+# tf.Transform's tfx-bsl < 2. Its DAGs run the pipeline with $(VENV)'s interpreter.
+AIRFLOW_VENV := .venv-airflow
+AIRFLOW_INSTALLED := $(AIRFLOW_VENV)/.installed
 
 .PHONY: demo test bench clean
 
@@ -19,7 +23,12 @@ demo: $(INSTALLED)
 	$(VENV)/bin/image-tfrecords convert --manifest sample_data/manifest.csv \
 		--output_dir demo-output --overwrite --max_error_fraction 0.25
 
-test: $(INSTALLED)
+$(AIRFLOW_INSTALLED): templates/airflow/requirements.txt
+	test -x $(AIRFLOW_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/pip install --quiet -r templates/airflow/requirements.txt
+	touch $@
+
+test: $(INSTALLED) $(AIRFLOW_INSTALLED)
 	$(VENV)/bin/python -m pytest tests
 
 $(BENCH_INSTALLED): $(INSTALLED) bench/requirements.txt
@@ -31,4 +40,4 @@ bench: $(BENCH_INSTALLED)
 	$(VENV)/bin/python bench/write_bench.py --json bench/results.json
 
 clean:
-	rm -rf $(VENV) demo-output *.egg-info
+	rm -rf $(VENV) $(AIRFLOW_VENV) demo-output airflow-output *.egg-info

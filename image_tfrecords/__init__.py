@@ -105,6 +105,9 @@ class TFRecordsAccessor:
 
 
 def _convert(options: dict[str, Any], output_dir: str) -> ConversionResult:
+    if options.get("no_wait_until_finish"):
+        raise ValueError("no_wait_until_finish: convert() returns the finished run's "
+                         "result; submit without waiting from the command line")
     summary, convert_options = convert_and_report(
         ["--output_dir", output_dir, *_flags(options)])
     return ConversionResult(output_dir, summary,

@@ -33,6 +33,9 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     # TensorFlow's C++ start-up chatter hides the report; set before TensorFlow loads.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # The Dataflow job id and console URL: a user needs them, and Airflow's Beam operator
+    # reads the id from the "Created job with id: [...]" line.
+    logging.getLogger("apache_beam.runners.dataflow.internal.apiclient").setLevel(logging.INFO)
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
         print(_full_help())

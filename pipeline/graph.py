@@ -18,6 +18,7 @@ import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.runners.runner import PipelineState
 
 from pipeline.options import ConvertOptions
 from transforms.dead_letters import DeadLetter
@@ -31,12 +32,19 @@ _MB = 1 << 20
 
 
 def run(options: PipelineOptions, manifests: list[str], run_info: dict[str, Any]
-        ) -> dict[str, Any]:
-    """Runs the conversion to the end and returns the summary.json it wrote."""
+        ) -> dict[str, Any] | None:
+    """Runs the conversion and returns the summary.json it wrote.
+
+    None when the job is still running: with --no_wait_until_finish (a Flex Template
+    launch) the launcher returns once the job is submitted, and the job writes
+    summary.json itself when it ends.
+    """
     convert = options.view_as(ConvertOptions)
     temp_dir = FileSystems.join(convert.output_dir, f".tmp-{uuid.uuid4().hex[:12]}")
     with beam.Pipeline(runner=_runner(options), options=options) as p:
         build(p, convert, manifests, temp_dir, run_info)
+    if not PipelineState.is_terminal(p.result.state):
+        return None
     with FileSystems.open(FileSystems.join(convert.output_dir, SUMMARY_FILE)) as file:
         return json.load(file)
 

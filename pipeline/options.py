@@ -32,8 +32,10 @@ class ConvertOptions(PipelineOptions):
         group.add_argument(
             "--output_dir",
             help="Where the shards, transform_fn/, summary.json and errors-*.jsonl go.")
+        # A bare --overwrite, or --overwrite=true|false as a Flex Template passes it.
         group.add_argument(
-            "--overwrite", action="store_true",
+            "--overwrite", nargs="?", const=True, default=False, type=parse_flag,
+            metavar="true|false",
             help="Replace the outputs of a previous run in a non-empty --output_dir.")
         group.add_argument(
             "--split_fractions", default=",".join(map(str, DEFAULT_SPLIT_FRACTIONS)),
@@ -164,3 +166,11 @@ def parse_split_fractions(text: str) -> tuple[float, float, float]:
     if len(values) != 3 or min(values) < 0 or abs(sum(values) - 1) > 1e-6:
         raise ValueError("give three non-negative fractions that sum to 1, e.g. 0.8,0.1,0.1")
     return values
+
+
+def parse_flag(text: str) -> bool:
+    """"true"/"false" (any case) -> bool; Flex Templates pass every parameter with a value."""
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
+    return value == "true"

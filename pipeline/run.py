@@ -35,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, ManifestError) as problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    if summary is None:  # submitted with --no_wait_until_finish; nothing to check yet
+        return EXIT_OK
     problem = outcome_problem(summary, convert.max_error_fraction)
     if problem:
         print(f"error: {problem} (see {convert.output_dir}/errors-*.jsonl)", file=sys.stderr)
@@ -42,10 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
-def convert_and_report(argv: Sequence[str]) -> tuple[dict[str, Any], ConvertOptions]:
+def convert_and_report(argv: Sequence[str]) -> tuple[dict[str, Any] | None, ConvertOptions]:
     """Runs one conversion, prints its report; returns summary.json and the options.
 
-    Raises UsageError or ManifestError before any work starts.
+    The summary is None for a job submitted with --no_wait_until_finish that is still
+    running. Raises UsageError or ManifestError before any work starts.
     """
     options = PipelineOptions(list(argv))
     convert = options.view_as(ConvertOptions)
@@ -63,7 +66,11 @@ def convert_and_report(argv: Sequence[str]) -> tuple[dict[str, Any], ConvertOpti
     from pipeline import graph  # noqa: PLC0415
 
     summary = graph.run(options, manifests, run_info)
-    print(format_report(summary, convert.output_dir, time.monotonic() - started))
+    if summary is None:
+        print(f"image-tfrecords: job submitted; it writes "
+              f"{convert.output_dir}/{graph.SUMMARY_FILE} when it ends")
+    else:
+        print(format_report(summary, convert.output_dir, time.monotonic() - started))
     return summary, convert
 
 

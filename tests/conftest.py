@@ -34,6 +34,14 @@ def encode(image: Image.Image, fmt: str, **params) -> bytes:
     return buffer.getvalue()
 
 
+def tiny_manifest(folder) -> str:
+    """Two JPEGs and m.csv with three rows (two train, one test) in `folder`; m.csv's path."""
+    for name, label in (("a.jpg", "cat"), ("b.jpg", "dog")):
+        (folder / name).write_bytes(encode(photo_like(32, 24, len(name + label)), "JPEG"))
+    (folder / "m.csv").write_text("train,a.jpg,cat\ntrain,b.jpg,dog\ntest,a.jpg,cat\n")
+    return str(folder / "m.csv")
+
+
 def png_declaring(width: int, height: int) -> bytes:
     """A tiny PNG whose header claims width x height: a decompression bomb's signature."""
     def chunk(kind: bytes, data: bytes) -> bytes:

@@ -64,6 +64,9 @@ def test_a_failed_run_is_reported_not_raised_and_bad_options_raise(photos):
         image_tfrecords.convert(str(root / "m.csv"), str(root / "other"), jpeg_quality=0)
     with pytest.raises(ValueError, match="needs an image_uri"):
         image_tfrecords.convert(pd.DataFrame({"file": names}), str(root / "other"))
+    with pytest.raises(ValueError, match="no_wait_until_finish"):
+        image_tfrecords.convert(str(root / "m.csv"), str(root / "other"), no_wait_until_finish=True)
+    assert not (root / "other").exists()
 
 
 def test_dataframe_without_a_split_column(photos):

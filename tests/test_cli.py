@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from conftest import encode, photo_like
+from conftest import tiny_manifest
 
 
 def run_command(*args, cwd=None):
@@ -30,9 +30,7 @@ def test_image_tfrecords_without_a_command_prints_usage_and_fails():
 
 
 def test_python_dash_m_pipeline_converts_and_prints_the_table(tmp_path):
-    for name, label in (("a.jpg", "cat"), ("b.jpg", "dog")):
-        (tmp_path / name).write_bytes(encode(photo_like(32, 24, len(name + label)), "JPEG"))
-    (tmp_path / "m.csv").write_text("train,a.jpg,cat\ntrain,b.jpg,dog\ntest,a.jpg,cat\n")
+    tiny_manifest(tmp_path)
     result = run_command(sys.executable, "-m", "pipeline", "--manifest", "m.csv",
                          "--output_dir", "out", "--runner", "DirectRunner",
                          "--direct_num_workers", "2", cwd=tmp_path)

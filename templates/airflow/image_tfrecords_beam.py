@@ -1,0 +1,90 @@
+"""Daily conversion with Apache Beam's operator: `python -m pipeline` in the project's venv.
+
+It runs on the DirectRunner, or on Dataflow when the Variable image_tfrecords_runner is
+DataflowRunner. Each run writes OUTPUT_ROOT/<logical date>/ (a re-run replaces it).
+
+Settings of the deployment:
+- IMAGE_TFRECORDS_PYTHON, in the Airflow worker's environment: the interpreter that has
+  image-tfrecords installed (a checkout's .venv/bin/python). An environment variable, not
+  an Airflow Variable: the operator's py_interpreter is not templated.
+- For Dataflow, Variables image_tfrecords_project, image_tfrecords_region,
+  image_tfrecords_bucket (temp and staging) and image_tfrecords_image (the image built
+  by templates/flex/build_and_run.sh, as the workers' SDK container); the Airflow worker
+  needs gcloud and Google Cloud credentials.
+Run params: manifest, output_root, max_error_fraction.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pathlib
+
+from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
+from airflow.sdk import DAG, Param, Variable, task
+
+# This file sits in templates/airflow/ of a checkout: the defaults point at its sample set.
+CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
+PYTHON = os.environ.get("IMAGE_TFRECORDS_PYTHON", "python3")
+
+JOB_OPTIONS = {
+    "manifest": "{{ params.manifest }}",
+    "output_dir": "{{ params.output_root }}/{{ ds }}",
+    "max_error_fraction": "{{ params.max_error_fraction }}",
+    "overwrite": True,  # a re-run of a date replaces that date's output
+}
+DATAFLOW_OPTIONS = {
+    "temp_location": "gs://{{ var.value.image_tfrecords_bucket }}/temp",
+    "staging_location": "gs://{{ var.value.image_tfrecords_bucket }}/staging",
+    "setup_file": str(CHECKOUT / "setup.py"),
+    "sdk_container_image": "{{ var.value.image_tfrecords_image }}",
+    "worker_machine_type": "n2-standard-4",
+    "max_num_workers": 20,
+    # One SDK process per worker VM: TensorFlow is loaded once, not once per core, and
+    # the shard writer's decode threads get every core.
+    "experiments": ["no_use_multiple_sdk_containers"],
+}
+
+with DAG(
+    dag_id="image_tfrecords_beam",
+    description="Image manifest -> TFRecord shards, with Apache Beam's Airflow operator",
+    schedule="@daily",
+    start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc),
+    catchup=False,
+    params={
+        "manifest": Param(str(CHECKOUT / "sample_data" / "manifest.csv"), type="string",
+                          description="Manifest path or glob (gs:// on Dataflow)."),
+        "output_root": Param(str(CHECKOUT / "airflow-output"), type="string",
+                             description="Each run writes OUTPUT_ROOT/<logical date>/."),
+        "max_error_fraction": Param(0.01, type="number", minimum=0, maximum=1,
+                                    description="Fail the run above this dead-letter share."),
+    },
+    tags=["image-tfrecords"],
+) as dag:
+
+    @task.branch
+    def choose_runner() -> str:
+        if Variable.get("image_tfrecords_runner", default="DirectRunner") == "DataflowRunner":
+            return "convert_on_dataflow"
+        return "convert_locally"
+
+    convert_locally = BeamRunPythonPipelineOperator(
+        task_id="convert_locally",
+        runner="DirectRunner",
+        py_interpreter=PYTHON,
+        py_options=["-m"],
+        py_file="pipeline",
+        pipeline_options=dict(JOB_OPTIONS),
+    )
+    convert_on_dataflow = BeamRunPythonPipelineOperator(
+        task_id="convert_on_dataflow",
+        runner="DataflowRunner",
+        py_interpreter=PYTHON,
+        py_options=["-m"],
+        py_file="pipeline",
+        pipeline_options={**JOB_OPTIONS, **DATAFLOW_OPTIONS},
+        dataflow_config={"job_name": "image-tfrecords",
+                         "project_id": "{{ var.value.image_tfrecords_project }}",
+                         "location": "{{ var.value.image_tfrecords_region }}"},
+    )
+    choose_runner() >> [convert_locally, convert_on_dataflow]

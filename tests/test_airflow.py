@@ -1,0 +1,90 @@
+"""The Airflow DAGs in templates/airflow/, run by Airflow 3 itself.
+
+Airflow lives in its own venv (.venv-airflow, from templates/airflow/requirements.txt;
+`make test` installs it); its Beam operator runs the pipeline with this interpreter.
+"""
+
+import ast
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import read_examples
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+AIRFLOW = REPO / ".venv-airflow" / "bin" / "airflow"
+PARAMETERS = {p["name"]: p for p in json.loads(
+    (REPO / "templates" / "flex" / "metadata.json").read_text())["parameters"]}
+
+pytestmark = pytest.mark.skipif(not AIRFLOW.exists(),
+                                reason="needs .venv-airflow, which `make test` installs")
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory):
+    """Runs the airflow command against a fresh home whose DAGs folder is templates/airflow."""
+    env = {**os.environ,
+           "AIRFLOW_HOME": str(tmp_path_factory.mktemp("airflow-home")),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "templates" / "airflow"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "IMAGE_TFRECORDS_PYTHON": sys.executable}
+
+    def airflow(*args: str, variables: dict[str, str] | None = None):
+        extra = {f"AIRFLOW_VAR_{name.upper()}": value for name, value in (variables or {}).items()}
+        return subprocess.run([str(AIRFLOW), *args], env={**env, **extra}, capture_output=True,
+                              text=True, timeout=600)
+
+    migrated = airflow("db", "migrate")
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    return airflow
+
+
+def test_both_dags_import(airflow):
+    listed = airflow("dags", "list", "--local", "--output", "json")
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    dags = json.loads(listed.stdout.strip().splitlines()[-1])
+    assert {dag["dag_id"] for dag in dags} == {"image_tfrecords_beam", "image_tfrecords_flex"}
+
+
+def test_the_beam_dag_converts_the_sample_set_on_the_direct_runner(airflow, tmp_path):
+    conf = {"manifest": str(REPO / "sample_data" / "manifest.csv"),
+            "output_root": str(tmp_path), "max_error_fraction": 0.25}
+    result = airflow("dags", "test", "image_tfrecords_beam", "2026-01-02", "-c", json.dumps(conf))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    assert "Skipping tasks [('convert_on_dataflow'" in result.stdout + result.stderr
+    output = tmp_path / "2026-01-02"  # date-stamped by the run's logical date
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["options"]["runner"] == "DirectRunner" and summary["options"]["overwrite"]
+    assert summary["rows_read"] == 50 and summary["rows_dead_lettered"] == 7
+    for split, examples in (("train", 31), ("validation", 6), ("test", 6)):
+        assert len(read_examples(str(output / f"{split}-*.tfrecord"))) == examples, split
+
+
+def test_the_flex_dag_renders_a_launch_the_template_accepts(airflow):
+    variables = {"image_tfrecords_project": "my-project", "image_tfrecords_region": "europe-west4",
+                 "image_tfrecords_template": "gs://my-bucket/templates/image-tfrecords.json",
+                 "image_tfrecords_image": "europe-west4-docker.pkg.dev/my-project/ml/itf:1",
+                 "image_tfrecords_bucket": "my-bucket",
+                 "image_tfrecords_manifest": "gs://my-bucket/manifests/*.csv",
+                 "image_tfrecords_output_root": "gs://my-bucket/tfrecords"}
+    result = airflow("tasks", "render", "image_tfrecords_flex", "launch_flex_template",
+                     "2026-01-02", variables=variables)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rendered = dict(re.findall(r"# property: (\w+)\n# -+\n(.*)", result.stdout))
+    assert rendered["project_id"] == "my-project" and rendered["location"] == "europe-west4"
+    launch = ast.literal_eval(rendered["body"])["launchParameter"]
+    assert launch["containerSpecGcsPath"] == variables["image_tfrecords_template"]
+    assert launch["environment"]["sdkContainerImage"] == variables["image_tfrecords_image"]
+    parameters = launch["parameters"]
+    assert parameters["manifest"] == "gs://my-bucket/manifests/*.csv"
+    assert parameters["output_dir"] == "gs://my-bucket/tfrecords/2026-01-02"
+    for name, value in parameters.items():  # what Dataflow checks before it launches
+        assert name in PARAMETERS, f"{name} is no template parameter"
+        for regex in PARAMETERS[name].get("regexes", []):
+            assert re.fullmatch(regex, value), (name, value)
+    assert {name for name, p in PARAMETERS.items() if not p["isOptional"]} <= parameters.keys()
