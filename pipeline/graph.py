@@ -22,11 +22,12 @@ from apache_beam.runners.runner import PipelineState
 
 from pipeline.options import ConvertOptions
 from transforms.dead_letters import DeadLetter
+from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder
 from transforms.labels import AnalyzeLabels, ApplyLabels
 from transforms.manifest import ReadManifest
 from transforms.publish import SUMMARY_FILE, PublishOutput, staged_dir
-from transforms.shards import PlanShards, WriteShards
+from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
 
 _MB = 1 << 20
 
@@ -76,7 +77,12 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
         shard_plan, temp_dir, options.compression, options.image_settings(),
         options.decode_threads, options.label_mode, extra_columns)
 
-    dead_letters = ((source.dead_letters, labelled.dead_letters, written.dead_letters)
+    deduped = ((written.shards, written[EXAMPLE_KEYS])
+               | "Duplicates" >> ReportDuplicates(options.dedupe == "sha256",
+                                                  options.compression, f"{staged}/duplicates"))
+
+    dead_letters = ((source.dead_letters, labelled.dead_letters, written.dead_letters,
+                     deduped["dead_letters"])
                     | "DeadLetters" >> beam.Flatten())
     dead_letter_files = (dead_letters
                          | "ToJson" >> beam.Map(DeadLetter.to_json)
@@ -87,13 +93,15 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
                    source.dead_letters | "CountRejected" >> beam.combiners.Count.Globally())
                   | "RowCounts" >> beam.Flatten())
 
-    _ = ({"shards": written.shards,
+    _ = ({"shards": deduped["shards"],
           "dead_letter_reasons": dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
           "row_counts": row_counts,
-          "written": (transform_fn_written, dead_letter_files)}
+          "duplicates_by_splits": deduped["by_splits"],
+          "written": (transform_fn_written, dead_letter_files, deduped["report"])}
          | "Publish" >> PublishOutput(output_dir, temp_dir, options.compression, run_info,
                                        options.label_mode, extra_columns,
-                                       oov_bucket=options.unseen_label == "oov"))
+                                       oov_bucket=options.unseen_label == "oov",
+                                       duplicates_dropped=options.dedupe == "sha256"))
 
 
 def _read_rows(options: ConvertOptions, manifests: list[str]) -> beam.PTransform:

@@ -88,6 +88,12 @@ class ConvertOptions(PipelineOptions):
             help="A VALIDATION/TEST label that TRAIN never saw: 'error' dead-letters the "
                  "row; 'oov' keeps it with label id len(vocabulary).")
         group.add_argument(
+            "--dedupe", choices=("none", "sha256"), default="none",
+            help="Byte-identical images are always reported (duplicates-*.jsonl, and "
+                 "summary.json); sha256 also writes each only once, keeping the copy in "
+                 "the earliest split (train, validation, test) and dead-lettering the "
+                 "others as duplicate_image.")
+        group.add_argument(
             "--max_error_fraction", type=float, default=0.01,
             help="Exit non-zero when more than this fraction of rows is dead-lettered.")
         group.add_argument(

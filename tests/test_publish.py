@@ -106,7 +106,7 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info={})
     with pytest.raises(AccountingError, match="nothing was published"):
-        publish._publish(None, shards, {"file_not_found": 1}, [5], [])
+        publish._publish(None, shards, {"file_not_found": 1}, [5], {}, [])
     assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord"]
     assert json.loads((out / "summary.json").read_text()) == {"old": True}
     assert (tmp_path / "tmp" / "train-00000.tfrecord").exists()
@@ -128,7 +128,7 @@ def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp
         file.write("new errors")
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info={})
-    summary = publish._publish(None, shards, {"file_not_found": 1}, [4], [])
+    summary = publish._publish(None, shards, {"file_not_found": 1}, [4], {}, [])
     assert summary["accounted"] and summary["vocabulary"]["label"] == ["cat"]
     assert sorted(os.listdir(out)) == ["errors-00000-of-00001.jsonl", "summary.json",
                                        "train-00000-of-00001.tfrecord", "transform_fn",
@@ -150,9 +150,9 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
     prepared = publish._prepare(named, {}, 3, [])
     (tmp_path / "tmp" / "summary.json").write_text(json.dumps(prepared))
     move_into_place(named, shards, staged_dir(str(tmp_path / "tmp")), str(out))  # then died
-    first = publish._publish(None, shards, {}, [3], [])
+    first = publish._publish(None, shards, {}, [3], {}, [])
     assert first["run_id"] == "tmp" and first == prepared
-    assert publish._publish(None, shards, {}, [3], []) == first  # retried after the end
+    assert publish._publish(None, shards, {}, [3], {}, []) == first  # retried after the end
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
     assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord",
                                        "transform_fn", "transformed_metadata"]

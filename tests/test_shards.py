@@ -12,9 +12,13 @@ from apache_beam.testing.util import assert_that, equal_to
 from conftest import encode, feature, photo_like, read_examples
 from transforms.images import ImageSettings
 from transforms.labels import LabelledRow
-from transforms.manifest import Box, ManifestRow
-from transforms.shards import (PlanShards, _ordered_map, _WriteShardFile, shard_of,
-                               shards_for)
+from transforms.manifest import DEAD_LETTERS, Box, ManifestRow
+from transforms.shards import (EXAMPLE_KEYS, PlanShards, _ordered_map, _WriteShardFile,
+                               shard_of, shards_for)
+
+
+def tagged(outputs, tag):
+    return [o.value for o in outputs if isinstance(o, beam.pvalue.TaggedOutput) and o.tag == tag]
 
 
 def labelled(tmp_path, name, label_id=0, split="train", data=None):
@@ -85,9 +89,13 @@ def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):
     finally:
         writer.teardown()
     written = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
-    dead = [o.value for o in outputs if isinstance(o, beam.pvalue.TaggedOutput)]
+    dead = tagged(outputs, DEAD_LETTERS)
     assert [d.reason for d in dead] == ["file_not_found"]
+    keys = tagged(outputs, EXAMPLE_KEYS)
     (shard,) = written
+    assert [ref.position for _, ref in keys] == list(range(6))
+    assert [sha for sha, _ in keys] == [feature(e, "image/key/sha256").decode()
+                                        for e in read_examples(shard.temp_path)]
     assert shard.temp_path == str(tmp_path / "tmp" / "train-00002.tfrecord")
     assert (shard.examples, shard.labels) == (6, {"label0": 3, "label1": 3})
     examples = read_examples(shard.temp_path)
@@ -115,7 +123,7 @@ def test_detection_rows_of_one_image_make_one_example_and_fail_together(tmp_path
         outputs = list(writer.process((("train", 0), rows)))
     finally:
         writer.teardown()
-    dead = [o.value for o in outputs if isinstance(o, beam.pvalue.TaggedOutput)]
+    dead = tagged(outputs, DEAD_LETTERS)
     assert sorted((d.line, d.reason) for d in dead) == [(1, "file_not_found"),
                                                         (2, "file_not_found")]
     (shard,) = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
@@ -123,3 +131,39 @@ def test_detection_rows_of_one_image_make_one_example_and_fail_together(tmp_path
     (example,) = read_examples(shard.temp_path)
     assert feature(example, "image/object/class/label") == [1, 2]  # rows 3 then 5
     assert [round(x, 6) for x in feature(example, "image/object/bbox/xmin")] == [0.3, 0.5]
+
+
+def write_one_shard(tmp_path, rows, label_mode):
+    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", ImageSettings(), decode_threads=2,
+                             label_mode=label_mode)
+    writer.setup()
+    try:
+        outputs = list(writer.process((("train", 0), rows)))
+    finally:
+        writer.teardown()
+    dead = tagged(outputs, DEAD_LETTERS)
+    (shard,) = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
+    return shard, dead
+
+
+def test_rows_repeating_an_image_single_label_first_row_wins_multi_label_merges(tmp_path):
+    (tmp_path / "a.jpg").write_bytes(encode(photo_like(16, 12, 0), "JPEG"))
+
+    def row(line, labels, ids):
+        return LabelledRow(ManifestRow("m.csv", line, f"train,a.jpg,{labels}", "train",
+                                       str(tmp_path / "a.jpg"), tuple(labels.split("|"))),
+                           ids)
+
+    rows = [row(7, "dog", (1,)), row(2, "cat", (0,)), row(4, "cat", (0,))]
+    shard, dead = write_one_shard(tmp_path, rows, "single")
+    assert (shard.examples, shard.rows, shard.labels) == (1, 1, {"cat": 1})
+    assert sorted((d.line, d.reason) for d in dead) == [(4, "duplicate_row"),
+                                                        (7, "duplicate_row")]
+    assert "m.csv line 2, with label 'cat' there" in [d for d in dead if d.line == 7][0].message
+
+    rows = [row(7, "dog", (1,)), row(2, "cat|fish", (0, 2)), row(4, "cat", (0,))]
+    shard, dead = write_one_shard(tmp_path, rows, "multi")
+    assert (shard.examples, shard.rows, shard.labels, dead) == (
+        1, 3, {"cat": 1, "fish": 1, "dog": 1}, [])
+    (example,) = read_examples(shard.temp_path)
+    assert feature(example, "image/class/label") == [0, 2, 1]  # rows 2, 4, 7; cat once

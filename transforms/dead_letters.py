@@ -20,6 +20,8 @@ BOX_OUT_OF_RANGE = "box_out_of_range"  # a coordinate outside [0, 1]
 EMPTY_BOX = "empty_box"  # x_min >= x_max or y_min >= y_max
 INVALID_VALUE = "invalid_value"  # an extra (--schema) column's value is not of its type
 UNSEEN_CATEGORY = "unseen_category"  # a categorical value TRAIN never saw
+DUPLICATE_ROW = "duplicate_row"  # single labels: the image is in the split already
+DUPLICATE_IMAGE = "duplicate_image"  # --dedupe sha256: a byte-identical image is kept
 
 
 class DeadLetter(NamedTuple):

@@ -7,7 +7,6 @@ background class), so they match label_map.pbtxt.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 
 from tensorflow.core.example import example_pb2, feature_pb2
@@ -82,13 +81,17 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
     `extra_images`: the loaded image of each image extra column, by column name.
     """
     uri = rows[0].row.uri
-    texts = [label.encode() for item in rows for label in item.row.labels]
-    ids = [label_id for item in rows for label_id in item.label_ids]
+    labelled = [(label, label_id) for item in rows
+                for label, label_id in zip(item.row.labels, item.label_ids, strict=True)]
+    if label_mode != "detection":  # each label once, as rows of one image are merged
+        labelled = list(dict.fromkeys(labelled))
+    texts = [label.encode() for label, _ in labelled]
+    ids = [label_id for _, label_id in labelled]
     values = {
         **_stored_image(image, "image"),
         "image/filename": uri.rsplit("/", 1)[-1].encode(),
         "image/source_id": uri.encode(),
-        "image/key/sha256": hashlib.sha256(image.encoded).hexdigest().encode(),
+        "image/key/sha256": image.sha256.encode(),
     }
     if label_mode == "detection":
         boxes = [box for item in rows for box in item.row.boxes]
@@ -104,6 +107,12 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
     # deterministic: map entries in key order, so the same image always gives the same bytes.
     return example_pb2.Example(features=feature_pb2.Features(
         feature=features)).SerializeToString(deterministic=True)
+
+
+def example_labels(rows: Sequence[LabelledRow], label_mode: str) -> list[str]:
+    """The labels of the example `rows` make: every box's, or each label once."""
+    labels = [label for item in rows for label in item.row.labels]
+    return labels if label_mode == "detection" else list(dict.fromkeys(labels))
 
 
 def _stored_image(image: PreparedImage, prefix: str) -> dict[str, bytes | int]:

@@ -9,6 +9,8 @@ pixels as Pillow; everything else is re-encoded, and the reason is recorded.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import io
 import struct
 import zlib
@@ -89,6 +91,11 @@ class PreparedImage:
     source_format: str  # Pillow's name of the source format, e.g. "JPEG", "GIF"
     reencoded: str | None  # None: `encoded` is the source bytes; else format, mode,
     # orientation, resized or requested_format (the first that applies, in that order)
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        """Hex SHA-256 of `encoded`: the example's key, and what --dedupe compares."""
+        return hashlib.sha256(self.encoded).hexdigest()
 
 
 def read_image_bytes(uri: str) -> bytes:

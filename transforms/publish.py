@@ -37,15 +37,17 @@ class PublishOutput(beam.PTransform):
     """Renames the shards into place and writes OUTPUT/summary.json.
 
     Input: a dict of PCollections: "shards" (ShardWritten), "dead_letter_reasons"
-    (reason codes), "row_counts" (counts that sum to the rows read), and "written"
-    (anything that must be complete first: the transform_fn and the dead-letter files).
+    (reason codes), "row_counts" (counts that sum to the rows read),
+    "duplicates_by_splits" ("kept split/copy split", copies) and "written" (anything
+    that must be complete first: the transform_fn, the dead letters, the duplicates).
     With label_mode "detection" it also writes label_map.pbtxt; `oov_bucket` adds the
     unseen labels' entry to it.
     """
 
     def __init__(self, output_dir: str, temp_dir: str, compression: str,
                  run_info: dict[str, Any], label_mode: str = "single",
-                 extra_columns: Sequence[ExtraColumn] = (), oov_bucket: bool = False) -> None:
+                 extra_columns: Sequence[ExtraColumn] = (), oov_bucket: bool = False,
+                 duplicates_dropped: bool = False) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._temp_dir = temp_dir
@@ -54,6 +56,7 @@ class PublishOutput(beam.PTransform):
         self._label_mode = label_mode
         self._extra_columns = tuple(extra_columns)
         self._oov_bucket = oov_bucket
+        self._duplicates_dropped = duplicates_dropped
         self._run_id = FileSystems.split(temp_dir.rstrip("/"))[1]  # unique to this run
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
@@ -67,10 +70,12 @@ class PublishOutput(beam.PTransform):
                     shards=beam.pvalue.AsList(inputs["shards"]),
                     errors_by_reason=beam.pvalue.AsDict(errors_by_reason),
                     row_counts=beam.pvalue.AsList(inputs["row_counts"]),
+                    duplicates=beam.pvalue.AsDict(inputs["duplicates_by_splits"]),
                     written=beam.pvalue.AsList(written)))
 
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
-                 row_counts: list[int], written: list[Any]) -> dict[str, Any]:
+                 row_counts: list[int], duplicates: dict[str, int], written: list[Any]
+                 ) -> dict[str, Any]:
         files = name_shards(shards, self._compression)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
         prepared = FileSystems.join(self._temp_dir, SUMMARY_FILE)
@@ -84,6 +89,10 @@ class PublishOutput(beam.PTransform):
                 summary = json.load(file)
         else:
             summary = self._prepare(files, errors_by_reason, sum(row_counts), written)
+            summary["duplicates"] = {
+                "copies": sum(duplicates.values()), "by_splits": dict(sorted(duplicates.items())),
+                "dropped": self._duplicates_dropped,
+                "files": _written_names(written, "duplicates-")}
             _write_json(prepared, summary)
         if not summary["accounted"]:  # nothing is published; the temp dir stays, as evidence
             raise AccountingError(
@@ -111,9 +120,7 @@ class PublishOutput(beam.PTransform):
         vocabulary = [word.decode()
                       for word in transform_output.vocabulary_by_name(LABEL_VOCABULARY)]
         summary = build_summary(files, errors_by_reason, rows_read, vocabulary,
-                                error_files=sorted(FileSystems.split(str(path))[1]
-                                                   for path in written
-                                                   if str(path).endswith(".jsonl")),
+                                error_files=_written_names(written, "errors-"),
                                 run_info=self._run_info)
         summary["run_id"] = self._run_id
         summary["vocabulary"] |= {
@@ -131,6 +138,12 @@ class PublishOutput(beam.PTransform):
 def staged_dir(temp_dir: str) -> str:
     """Where a run writes what it publishes besides the shards (transform_fn/, errors...)."""
     return FileSystems.join(temp_dir, "staged")
+
+
+def _written_names(written: list[Any], prefix: str) -> list[str]:
+    """The names of the files WriteToText wrote with `prefix`."""
+    return sorted(name for name in (FileSystems.split(str(path))[1] for path in written)
+                  if name.startswith(prefix))
 
 
 def _write_json(path: str, value: dict[str, Any]) -> None:
@@ -157,7 +170,7 @@ def name_shards(shards: Iterable[ShardWritten], compression: str
 
 # Everything a run publishes but summary.json; what matches and is not replaced is stale.
 _PUBLISHED = (*(f"{split}-*-of-*.tfrecord*" for split in SPLITS), "transform_fn/**",
-              "transformed_metadata/**", "errors-*.jsonl", LABEL_MAP_FILE)
+              "transformed_metadata/**", "errors-*.jsonl", "duplicates-*.jsonl", LABEL_MAP_FILE)
 
 
 def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]],

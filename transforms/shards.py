@@ -24,7 +24,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
-from transforms.examples import encode_example
+from transforms import dead_letters as reasons
+from transforms.dead_letters import DeadLetter
+from transforms.examples import encode_example, example_labels
 from transforms.images import (ImageRejected, ImageSettings, PreparedImage, prepare_image,
                                read_image_bytes)
 from transforms.labels import LabelledRow
@@ -63,6 +65,21 @@ class ShardWritten(NamedTuple):
     reencoded: dict[str, int]  # why -> examples whose image was re-encoded
 
 
+EXAMPLE_KEYS = "example_keys"  # WriteShards' output of (sha256, ExampleRef) per example
+
+
+class ExampleRef(NamedTuple):
+    """Where one written example is, what it came from and what it counted for."""
+
+    split: str
+    shard: int
+    position: int  # record index in the shard's temp file
+    rows: tuple[ManifestRow, ...]
+    labels: tuple[str, ...]
+    source_bytes: int
+    reencoded: str | None
+
+
 class PlanShards(beam.PTransform):
     """ManifestRows -> (split, number of shards), from --num_shards or the target size.
 
@@ -93,7 +110,8 @@ class PlanShards(beam.PTransform):
 
 
 class WriteShards(beam.PTransform):
-    """LabelledRows -> ShardWritten per file; failed images -> DEAD_LETTERS.
+    """LabelledRows -> ShardWritten per file; failed images -> DEAD_LETTERS; every
+    example's (sha256, ExampleRef) -> EXAMPLE_KEYS.
 
     `plan` is PlanShards' output: (split, number of shards).
     """
@@ -114,14 +132,17 @@ class WriteShards(beam.PTransform):
                     plan=beam.pvalue.AsDict(self._plan))
                 | "GroupByShard" >> beam.GroupByKey()
                 | "LoadAndWrite" >> beam.ParDo(self._writer).with_outputs(
-                    DEAD_LETTERS, main="shards"))
+                    DEAD_LETTERS, EXAMPLE_KEYS, main="shards"))
 
 
 class _WriteShardFile(beam.DoFn):
     """Loads, checks and encodes one shard's images in order and writes its TFRecord file.
 
-    In detection mode the rows of one image (one per box) are next to each other in the
-    write order, and become one example; the image is loaded once for all of them.
+    Rows naming the same image in the same split are next to each other in the write
+    order. They make one example, the image loaded once for all of them: with detection
+    one box per row, with multi-label the union of the rows' labels; with single labels
+    the first row (by manifest and line) makes the example and the others are
+    dead-lettered as duplicate_row.
     Images are read and decoded on a small thread pool (Pillow and file reads release the
     GIL) through a bounded window, so at most a few images are in memory at once.
     """
@@ -150,7 +171,14 @@ class _WriteShardFile(beam.DoFn):
                 ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
         (split, shard), rows = shard_rows
         ordered = sorted(rows, key=lambda item: _write_order(item.row))
-        images = [list(group) for _, group in itertools.groupby(ordered, key=self._image_of)]
+        images = []
+        for _, group in itertools.groupby(ordered, key=lambda item: item.row.uri):
+            first, *others = group
+            if self._label_mode == "single":
+                for other in others:
+                    yield beam.pvalue.TaggedOutput(DEAD_LETTERS, _duplicate_row(other, first))
+                others = []
+            images.append([first, *others])
         temp_path = FileSystems.join(
             self._temp_dir, f"{split}-{shard:05d}{shard_file_suffix(self._compression)}")
         examples = rows_written = source_bytes = 0
@@ -168,25 +196,25 @@ class _WriteShardFile(beam.DoFn):
                         yield beam.pvalue.TaggedOutput(DEAD_LETTERS, item.row.dead_letter(
                             outcome.reason, outcome.message))
                     continue
-                record, reencoded_because, source_size = outcome
+                record, sha256, reencoded_because, source_size = outcome
                 _TFRecordUtil.write_record(out, record)
                 self._written.inc()
+                image_labels = example_labels(image_rows, self._label_mode)
+                yield beam.pvalue.TaggedOutput(EXAMPLE_KEYS, (sha256, ExampleRef(
+                    split, shard, examples, tuple(item.row for item in image_rows),
+                    tuple(image_labels), source_size, reencoded_because)))
                 examples += 1
                 rows_written += len(image_rows)
                 source_bytes += source_size
-                labels.update(label for item in image_rows for label in item.row.labels)
+                labels.update(image_labels)
                 if reencoded_because:
                     reencoded[reencoded_because] += 1
         file_bytes = FileSystems.match([temp_path])[0].metadata_list[0].size_in_bytes
         yield ShardWritten(split, shard, temp_path, examples, rows_written, file_bytes,
                            source_bytes, dict(labels), dict(reencoded))
 
-    def _image_of(self, item: LabelledRow) -> str | tuple[str, str, int]:
-        """Rows with the same key make one example: in detection mode, all of an image's."""
-        row = item.row
-        return row.uri if self._label_mode == "detection" else (row.uri, row.manifest, row.line)
-
-    def _encode(self, rows: list[LabelledRow]) -> tuple[bytes, str | None, int] | ImageRejected:
+    def _encode(self, rows: list[LabelledRow]
+                ) -> tuple[bytes, str, str | None, int] | ImageRejected:
         try:
             data = read_image_bytes(rows[0].row.uri)
             image = prepare_image(data, self._settings)
@@ -195,7 +223,7 @@ class _WriteShardFile(beam.DoFn):
             return rejected
         record = encode_example(rows, image, self._label_mode, self._extra_columns,
                                 extra_images)
-        return record, image.reencoded, len(data)
+        return record, image.sha256, image.reencoded, len(data)
 
     def _extra_images(self, row: ManifestRow) -> dict[str, PreparedImage]:
         """The images of the row's image extra columns; a failure names its column."""
@@ -208,6 +236,14 @@ class _WriteShardFile(beam.DoFn):
                     raise ImageRejected(rejected.reason,
                                         f"column {column.name!r}: {rejected.message}") from None
         return images
+
+
+def _duplicate_row(duplicate: LabelledRow, first: LabelledRow) -> DeadLetter:
+    labels = ("" if duplicate.row.labels == first.row.labels else
+              f", with label {'|'.join(first.row.labels)!r} there")
+    return duplicate.row.dead_letter(
+        reasons.DUPLICATE_ROW, f"the same image as {first.row.manifest} line "
+        f"{first.row.line}{labels}; written once, from that row")
 
 
 def _ordered_map(executor: concurrent.futures.Executor, fn: Callable[[_T], _R],

@@ -1,0 +1,78 @@
+"""Byte-identical images: always reported; with --dedupe sha256 written once, TRAIN first."""
+
+import json
+
+import pytest
+
+from conftest import encode, feature, photo_like, read_examples
+from pipeline import run
+from transforms.duplicates import _copies
+from transforms.manifest import ManifestRow
+from transforms.shards import ExampleRef
+
+
+def ref(split, line):
+    row = ManifestRow("m.csv", line, "raw", split, f"{split}{line}.jpg", ("cat",))
+    return ExampleRef(split, 0, line, (row,), ("cat",), 10, None)
+
+
+def test_the_copy_kept_is_in_the_earliest_split_then_the_earliest_row():
+    copies = list(_copies("h", [ref("test", 1), ref("train", 9), ref("validation", 2),
+                                ref("train", 3)]))
+    assert {(d.kept.split, d.kept.position) for d in copies} == {("train", 3)}
+    assert [(d.copy.split, d.copy.position) for d in copies] == [
+        ("train", 9), ("validation", 2), ("test", 1)]
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory):
+    root = tmp_path_factory.mktemp("duplicates")
+    (root / "img").mkdir()
+    same = encode(photo_like(24, 16, 1), "JPEG")
+    other = encode(photo_like(24, 16, 2), "PNG")
+    files = {"a.jpg": same, "b.jpg": same, "c.png": other, "d.png": other,
+             "e.jpg": encode(photo_like(24, 16, 3), "JPEG")}
+    for name, data in files.items():
+        (root / "img" / name).write_bytes(data)
+    rows = ["TEST,img/b.jpg,cat", "TRAIN,img/a.jpg,cat", "TRAIN,img/c.png,dog",
+            "TRAIN,img/d.png,dog", "TRAIN,img/e.jpg,cat", "TEST,img/e.jpg,cat"]
+    (root / "m.csv").write_text("\n".join(rows) + "\n")
+    return root / "m.csv"
+
+
+def convert(manifest, output, *flags):
+    assert run.main(["--manifest", str(manifest), "--output_dir", str(output),
+                     "--max_error_fraction", "0.5", *flags]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    report = [json.loads(line) for line in (output / summary["duplicates"]["files"][0]).open()]
+    names = {split: sorted(feature(e, "image/filename").decode()
+                           for e in read_examples(f"{output}/{split}-*.tfrecord"))
+             for split in ("train", "test")}
+    return summary, report, names
+
+
+def test_copies_are_reported_but_kept_by_default(manifest, tmp_path):
+    summary, report, names = convert(manifest, tmp_path / "out")
+    assert names == {"train": ["a.jpg", "c.png", "d.png", "e.jpg"],
+                     "test": ["b.jpg", "e.jpg"]}
+    assert summary["duplicates"] == {
+        "copies": 3, "by_splits": {"train/test": 2, "train/train": 1}, "dropped": False,
+        "files": ["duplicates-00000-of-00001.jsonl"]}
+    assert sorted((d["kept"]["uri"].rsplit("/", 1)[1], d["copy"]["uri"].rsplit("/", 1)[1],
+                   d["copy"]["split"]) for d in report) == [
+        ("a.jpg", "b.jpg", "test"), ("c.png", "d.png", "train"), ("e.jpg", "e.jpg", "test")]
+
+
+def test_dedupe_writes_each_image_once_and_dead_letters_the_copies(manifest, tmp_path):
+    summary, report, names = convert(manifest, tmp_path / "out", "--dedupe", "sha256")
+    assert names == {"train": ["a.jpg", "c.png", "e.jpg"], "test": []}
+    assert summary["empty_splits"] == ["validation", "test"]
+    assert summary["errors"]["by_reason"] == {"duplicate_image": 3}
+    assert summary["accounted"] and summary["rows_read"] == 6
+    assert summary["splits"]["train"]["labels"] == {"cat": 2, "dog": 1}
+    assert summary["splits"]["train"]["shards"][0]["records"] == 3
+    assert all(d["dropped"] for d in report) and summary["duplicates"]["dropped"]
+    dead = [json.loads(line) for line in (tmp_path / "out" / "errors-00000-of-00001.jsonl")
+            .open()]
+    assert {d["line"] for d in dead} == {1, 4, 6}
+    assert any("a.jpg (train, " in d["message"] for d in dead if d["line"] == 1)
