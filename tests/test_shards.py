@@ -116,17 +116,9 @@ def test_detection_rows_of_one_image_make_one_example_and_fail_together(tmp_path
 
     rows = [box("missing.jpg", 1, 0, 0.1), box("a.jpg", 5, 1, 0.5), box("missing.jpg", 2, 1, 0.2),
             box("a.jpg", 3, 0, 0.3)]
-    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", ImageSettings(), decode_threads=2,
-                             label_mode="detection")
-    writer.setup()
-    try:
-        outputs = list(writer.process((("train", 0), rows)))
-    finally:
-        writer.teardown()
-    dead = tagged(outputs, DEAD_LETTERS)
+    shard, dead = write_one_shard(tmp_path, rows, "detection")
     assert sorted((d.line, d.reason) for d in dead) == [(1, "file_not_found"),
                                                         (2, "file_not_found")]
-    (shard,) = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
     assert (shard.examples, shard.rows, shard.labels) == (1, 2, {"label0": 1, "label1": 1})
     (example,) = read_examples(shard.temp_path)
     assert feature(example, "image/object/class/label") == [1, 2]  # rows 3 then 5
