@@ -135,8 +135,9 @@ def test_keys_summary_json_adds_are_parsed_and_images_among_them_decoded(sample_
 
 
 def test_reading_imports_neither_beam_nor_tf_transform(sample_output):
-    code = (f"import sys, image_tfrecords\n"
+    code = (f"import sys, image_tfrecords, image_tfrecords.verify, image_tfrecords.inspection\n"
             f"list(image_tfrecords.load({str(sample_output)!r}, 'test'))\n"
+            f"image_tfrecords.verify.verify({str(sample_output)!r})\n"
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in "
             f"('apache_beam', 'tensorflow_transform', 'tfx_bsl')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
