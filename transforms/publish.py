@@ -23,6 +23,7 @@ from transforms.label_map import LABEL_MAP_FILE, label_map_text
 from transforms.labels import LABEL_VOCABULARY
 from transforms.manifest import SPLITS
 from transforms.shards import ShardWritten, shard_file_suffix
+from transforms.tfds_metadata import write_tfds_metadata
 
 SUMMARY_FILE = "summary.json"
 
@@ -83,6 +84,7 @@ class PublishOutput(beam.PTransform):
                 out.write(label_map_text(vocabulary, self._oov_bucket).encode())
         if summary["accounted"]:
             move_into_place(files, shards, self._output_dir)
+            write_tfds_metadata(self._output_dir, summary)
         with FileSystems.create(FileSystems.join(self._output_dir, SUMMARY_FILE)) as out:
             out.write(json.dumps(summary, indent=2, ensure_ascii=False).encode())
         if not summary["accounted"]:  # the temp dir stays, as evidence
