@@ -65,7 +65,7 @@ def _decoder(output: Output, size: tuple[int, int] | None, channels: int):
     def decode(record: tf.Tensor) -> dict[str, tf.Tensor]:
         example = tf.io.parse_single_example(record, spec)
         for key in image_keys:
-            example[key] = decode_image(example[key], size, channels)
+            example[key] = _decode_image(example[key], size, channels)
         return example
     return decode
 
@@ -81,11 +81,12 @@ def _supervised_decoder(output: Output, size: tuple[int, int] | None, channels: 
         label = example[CLASS_LABEL]
         if multi_label:  # a sum of one-hots: labels are unique per example
             label = tf.reduce_sum(tf.one_hot(label, num_classes), axis=0)
-        return decode_image(example[IMAGE], size, channels), label
+        return _decode_image(example[IMAGE], size, channels), label
     return decode
 
 
-def decode_image(encoded: tf.Tensor, size: tuple[int, int] | None, channels: int) -> tf.Tensor:
+def _decode_image(encoded: tf.Tensor, size: tuple[int, int] | None, channels: int
+                  ) -> tf.Tensor:
     """JPEG or PNG bytes -> [height, width, channels] uint8, or resized float32."""
     image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
     return tf.image.resize(image, size) if size else image

@@ -47,13 +47,18 @@ class Output:
 
     @classmethod
     def read(cls, directory: str) -> Output:
-        """Raises FileNotFoundError when the folder has no summary.json."""
+        """Raises FileNotFoundError when the folder has no summary.json, ValueError when
+        it lists no features (written before summary.json did)."""
         directory = directory.rstrip("/")
         path = f"{directory}/{SUMMARY_FILE}"
         if not tf.io.gfile.exists(path):
             raise FileNotFoundError(f"{path} not found: not an image-tfrecords output")
         with tf.io.gfile.GFile(path, "rb") as file:
-            return cls(directory, json.loads(file.read()))
+            summary = json.loads(file.read())
+        if "features" not in summary:
+            raise ValueError(f"{path} lists no features: written by an older "
+                             "image-tfrecords, convert again to read it")
+        return cls(directory, summary)
 
     def path(self, name: str) -> str:
         """A file in the output folder (a local path or a gs:// URI)."""
@@ -77,11 +82,6 @@ class Output:
         """As tf.data.TFRecordDataset takes it: "GZIP" or ""."""
         return "GZIP" if self.summary["options"]["compression"] == "gzip" else ""
 
-    @property
-    def splits(self) -> list[str]:
-        """The splits that have examples, in the summary's order."""
-        return [split for split, stats in self.summary["splits"].items() if stats["examples"]]
-
     @functools.cached_property
     def vocabulary(self) -> list[str]:
         """The label vocabulary, read from the transform_fn's asset file (id = line)."""
@@ -90,14 +90,10 @@ class Output:
             return file.read().decode().splitlines()
 
     @property
-    def oov_bucket(self) -> bool:
-        """Whether unseen labels were kept with id len(vocabulary)."""
-        return self.summary["options"]["unseen_label"] == "oov"
-
-    @property
     def num_classes(self) -> int:
-        """Label ids a classifier must cover: the vocabulary, plus the OOV id if used."""
-        return len(self.vocabulary) + self.oov_bucket
+        """Label ids a classifier must cover: the vocabulary, plus the OOV id (len of the
+        vocabulary) that `--unseen_label oov` gives unseen labels."""
+        return len(self.vocabulary) + (self.summary["options"]["unseen_label"] == "oov")
 
     def shards(self, split: str) -> list[tuple[str, int]]:
         """(path, records) of each shard of `split`, in shard order."""

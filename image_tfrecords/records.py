@@ -29,7 +29,7 @@ class RecordError(ValueError):
         self.offset = offset
 
 
-def masked_crc(data: bytes) -> int:
+def _masked_crc(data: bytes) -> int:
     """TFRecord's CRC: CRC32C rotated right by 15 bits plus a constant."""
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
@@ -51,7 +51,7 @@ def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
                 raise RecordError(index, offset, f"truncated: the file ends {len(header)} "
                                                  f"bytes into the record's header")
             length, length_crc = _HEADER.unpack(header)
-            if masked_crc(header[:8]) != length_crc:
+            if _masked_crc(header[:8]) != length_crc:
                 raise RecordError(index, offset, "length CRC mismatch")
             body = stream.read(length + _CRC.size)
         except (OSError, EOFError, zlib.error) as problem:  # a damaged gzip stream
@@ -60,7 +60,7 @@ def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
             raise RecordError(index, offset, f"truncated: the file ends {len(body)} of "
                                              f"{length + _CRC.size} bytes into the record")
         data = body[:length]
-        if masked_crc(data) != _CRC.unpack(body[length:])[0]:
+        if _masked_crc(data) != _CRC.unpack(body[length:])[0]:
             raise RecordError(index, offset, "data CRC mismatch")
         yield data
         index += 1

@@ -52,11 +52,11 @@ def verify_main(argv: Sequence[str]) -> int:
     parser.add_argument("output_dir", help="an image-tfrecords output (local or gs://)")
     args = parser.parse_args(argv)
     _quiet_tensorflow()
-    from image_tfrecords.verify import VerifyError, verify  # noqa: PLC0415 - after the env
+    from image_tfrecords.verify import verify  # noqa: PLC0415 - after the env above
 
     try:
         verified = verify(args.output_dir)
-    except (VerifyError, FileNotFoundError) as problem:
+    except (ValueError, FileNotFoundError) as problem:  # VerifyError is a ValueError
         print(f"error: {args.output_dir}: {problem}", file=sys.stderr)
         return 1
     splits = ", ".join(f"{split} {count}" for split, count in verified.examples.items())

@@ -149,7 +149,11 @@ def test_detection_ids_are_one_based(boxes_output, tmp_path, capsys):
     assert "image/object/class/label 0 is outside the vocabulary (ids 1..2)" in text
 
 
-def test_a_folder_without_summary_json_is_an_error(tmp_path, capsys):
+def test_a_folder_without_summary_json_or_with_one_without_features_is_an_error(tmp_path,
+                                                                                capsys):
     code, text = verify(tmp_path, capsys)
     assert code == 1 and "summary.json not found" in text
+    (tmp_path / "summary.json").write_text(json.dumps({"splits": {}}))
+    code, text = verify(tmp_path, capsys)
+    assert code == 1 and "lists no features: written by an older image-tfrecords" in text
 
