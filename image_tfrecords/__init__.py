@@ -6,6 +6,10 @@
 
 Options are the command line's, as keyword arguments (`max_side=512`, `overwrite=True`,
 any Beam option too). Importing this module registers the DataFrame accessor.
+
+Reading the output back: `load()` (a tf.data.Dataset), `Output.read()` (its metadata).
+Beam and the pipeline are imported only when a conversion starts, so readers start as
+fast as TensorFlow does.
 """
 
 from __future__ import annotations
@@ -17,17 +21,17 @@ import os
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from apache_beam.io.filesystems import FileSystems
 
-from pipeline.options import parse_split_fractions
-from pipeline.run import convert_and_report, outcome_problem
-from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, assign_split
-from transforms.schema import IMAGE, ExtraColumn, load_schema
+from image_tfrecords.loader import load
+from image_tfrecords.output import Output
 
-__all__ = ["ConversionResult", "convert"]
+if TYPE_CHECKING:
+    from transforms.schema import ExtraColumn
+
+__all__ = ["ConversionResult", "Output", "convert", "load"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,12 +65,16 @@ class ConversionResult:
     @property
     def files(self) -> dict[str, list[str]]:
         """The shard paths of each split."""
+        from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415 - see top
+
         return {split: [FileSystems.join(self.output_dir, shard["file"])
                         for shard in stats["shards"]]
                 for split, stats in self.summary["splits"].items()}
 
     @property
     def error_files(self) -> list[str]:
+        from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
+
         return [FileSystems.join(self.output_dir, name)
                 for name in self.summary["errors"]["files"]]
 
@@ -80,6 +88,10 @@ def convert(source: str | pd.DataFrame, output_dir: str, **options: Any) -> Conv
     as in a CSV. `schema` may be a dict (see --schema); its columns are kept from a
     DataFrame too. Raises ValueError for unusable options or a missing source.
     """
+    from pipeline.options import parse_split_fractions  # noqa: PLC0415
+    from transforms.manifest import DEFAULT_SPLIT_FRACTIONS  # noqa: PLC0415
+    from transforms.schema import load_schema  # noqa: PLC0415
+
     if isinstance(options.get("schema"), Mapping):
         options["schema"] = json.dumps(options["schema"])
     if isinstance(source, pd.DataFrame):
@@ -105,6 +117,8 @@ class TFRecordsAccessor:
 
 
 def _convert(options: dict[str, Any], output_dir: str) -> ConversionResult:
+    from pipeline.run import convert_and_report, outcome_problem  # noqa: PLC0415
+
     if options.get("no_wait_until_finish"):
         raise ValueError("no_wait_until_finish: convert() returns the finished run's "
                          "result; submit without waiting from the command line")
@@ -135,6 +149,10 @@ def _dataframe_manifest(frame: pd.DataFrame, split_fractions: tuple[float, float
     That is --temp_location when given (a bucket, for Dataflow), else the local temp dir;
     the file is removed afterwards.
     """
+    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
+    from transforms.manifest import assign_split  # noqa: PLC0415
+    from transforms.schema import IMAGE  # noqa: PLC0415
+
     uri_column = next((c for c in ("image_uri", "uri", "path", "image") if c in frame), None)
     if uri_column is None or "label" not in frame:
         raise ValueError("the DataFrame needs an image_uri (or uri/path/image) column "

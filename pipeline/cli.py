@@ -1,4 +1,5 @@
-"""The `image-tfrecords` command: `image-tfrecords convert [options]`."""
+"""The `image-tfrecords` command: `convert` writes an output; `verify` and `inspect` read
+one back (they import TensorFlow only, not Beam)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ _USAGE = """usage: image-tfrecords COMMAND [options]
 commands:
   convert   convert an image manifest into split-partitioned TFRecord shards
             (image-tfrecords convert --help lists every option, Beam's included)
+  verify    read every shard of an output back and check it against summary.json
+  inspect   write the first records of a split back as image files plus a CSV
 """
 
 
@@ -23,16 +26,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_USAGE)
         return 0 if args else 2
     command, rest = args[0], args[1:]
-    if command == "convert":
-        exit_now(convert_main(rest))
+    commands = {"convert": convert_main, "verify": verify_main, "inspect": inspect_main}
+    if command in commands:
+        exit_now(commands[command](rest))
     print(f"error: unknown command {command!r}\n\n{_USAGE}", file=sys.stderr)
     return 2
 
 
 def convert_main(argv: Sequence[str] | None = None) -> int:
-    # TensorFlow's C++ start-up chatter hides the report; set before TensorFlow loads.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _quiet_tensorflow()
     # The Dataflow job id and console URL: a user needs them, and Airflow's Beam operator
     # reads the id from the "Created job with id: [...]" line.
     logging.getLogger("apache_beam.runners.dataflow.internal.apiclient").setLevel(logging.INFO)
@@ -43,6 +45,56 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     from pipeline import run  # noqa: PLC0415 - imports TensorFlow, after the env above
 
     return run.main(args)
+
+
+def verify_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="image-tfrecords verify",
+        description="Read every shard back: record CRCs, examples, images, label ids, and "
+                    "the counts in summary.json. Exits 1 naming the first bad shard/record.")
+    parser.add_argument("output_dir", help="an image-tfrecords output (local or gs://)")
+    args = parser.parse_args(argv)
+    _quiet_tensorflow()
+    from image_tfrecords.verify import verify  # noqa: PLC0415 - after the env above
+
+    try:
+        verified = verify(args.output_dir)
+    except (ValueError, FileNotFoundError) as problem:  # VerifyError is a ValueError
+        print(f"error: {args.output_dir}: {problem}", file=sys.stderr)
+        return 1
+    splits = ", ".join(f"{split} {count}" for split, count in verified.examples.items())
+    print(f"ok: {sum(verified.examples.values())} examples in {verified.shards} shards "
+          f"({splits}): every record, image and label id checked")
+    return 0
+
+
+def inspect_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="image-tfrecords inspect",
+        description="Write the first N records of a split as image files (their stored "
+                    "bytes), a CSV of their other features and, for detection, PNGs with "
+                    "the boxes drawn.")
+    parser.add_argument("output_dir", help="an image-tfrecords output (local or gs://)")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("-n", type=int, default=20, help="how many records (default 20)")
+    parser.add_argument("--out", required=True, help="folder to write the files into")
+    args = parser.parse_args(argv)
+    _quiet_tensorflow()
+    from image_tfrecords.inspection import CSV_FILE, inspect_split  # noqa: PLC0415
+
+    try:
+        written = inspect_split(args.output_dir, args.split, args.n, args.out)
+    except (ValueError, FileNotFoundError) as problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    print(f"{len(written) - 1} files and {CSV_FILE} written to {args.out}")
+    return 0
+
+
+def _quiet_tensorflow() -> None:
+    # TensorFlow's C++ start-up chatter hides the report; set before TensorFlow loads.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
 def exit_now(code: int) -> NoReturn:

@@ -1,20 +1,23 @@
-"""Shared test helpers: real image files made with Pillow, and reading shards back."""
+"""Shared test helpers: real image files made with Pillow, reading shards back, and
+converted outputs shared by the reader tests."""
 
 import io
 import os
-import pathlib
+import shutil
 import struct
 import zlib
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from transforms.examples import IMAGE_FEATURES  # noqa: E402
 
-SAMPLE_DATA = pathlib.Path(__file__).resolve().parent.parent / "sample_data"
+SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data"
 
 
 def photo_like(width: int, height: int, seed: int, mode: str = "RGB") -> Image.Image:
@@ -65,7 +68,6 @@ def feature(example: tf.train.Example, key: str):
     return values[0] if len(values) == 1 else values
 
 
-
 def object_detection_spec():
     """The keys and dtypes the TF Object Detection API's TfExampleDecoder reads."""
     dtypes = {"bytes": tf.string, "int64": tf.int64}
@@ -102,3 +104,79 @@ def parse_label_map(text: str) -> dict[int, str]:
         pool.FindMessageTypeByName("object_detection.protos.StringIntLabelMap"))()
     text_format.Parse(text, message)
     return {entry.id: entry.name for entry in message.item}
+
+
+SAMPLE_MANIFEST = SAMPLE_DATA / "manifest.csv"
+
+
+def convert(output: Path, *flags: str) -> Path:
+    """Runs a conversion in this process (the DirectRunner); returns the output folder."""
+    from pipeline import run
+
+    assert run.main(["--output_dir", str(output), *flags]) == 0
+    return output
+
+
+@pytest.fixture(scope="session")
+def sample_output(tmp_path_factory):
+    """sample_data/ (the `make demo` set: 43 examples, 3 classes) in 2 shards per split."""
+    return convert(tmp_path_factory.mktemp("sample") / "out", "--manifest", str(SAMPLE_MANIFEST),
+                   "--max_error_fraction", "0.25", "--num_shards", "2")
+
+
+@pytest.fixture(scope="session")
+def gzip_output(tmp_path_factory):
+    """The same, one gzip-compressed shard per split."""
+    return convert(tmp_path_factory.mktemp("gzip") / "out", "--manifest", str(SAMPLE_MANIFEST),
+                   "--max_error_fraction", "0.25", "--compression", "gzip")
+
+
+# image -> (split, labels); for detection a label is (text, (xmin, ymin, xmax, ymax)).
+MULTI_LABEL_ROWS = {"a.jpg": ("train", ["cat", "dog"]), "b.jpg": ("train", ["dog"]),
+                    "c.jpg": ("train", ["cat"]), "d.jpg": ("validation", ["dog", "cat"])}
+BOX_ROWS = {"a.jpg": ("train", [("cat", (0.1, 0.2, 0.5, 0.6)), ("dog", (0.5, 0.1, 0.9, 0.9))]),
+            "b.jpg": ("train", []), "c.jpg": ("train", [("cat", (0.0, 0.0, 1.0, 1.0))]),
+            "d.jpg": ("validation", [("dog", (0.25, 0.25, 0.75, 0.5))])}
+
+
+def _small_images(root: Path) -> None:
+    for seed, name in enumerate(sorted(MULTI_LABEL_ROWS)):
+        (root / name).write_bytes(encode(photo_like(48, 36, seed), "JPEG"))
+
+
+@pytest.fixture(scope="session")
+def multi_label_output(tmp_path_factory):
+    root = tmp_path_factory.mktemp("multi")
+    _small_images(root)
+    (root / "m.csv").write_text("split,image_uri,label\n" + "".join(
+        f"{split},{name},{'|'.join(labels)}\n"
+        for name, (split, labels) in MULTI_LABEL_ROWS.items()))
+    return convert(root / "out", "--manifest", str(root / "m.csv"), "--label_mode", "multi")
+
+
+@pytest.fixture(scope="session")
+def boxes_output(tmp_path_factory):
+    root = tmp_path_factory.mktemp("boxes")
+    _small_images(root)
+    rows = [f"{split},{name},{label},{x0},{y0},,,{x1},{y1},,"
+            for name, (split, boxes) in BOX_ROWS.items() for label, (x0, y0, x1, y1) in boxes]
+    rows += [f"{split},{name}," for name, (split, boxes) in BOX_ROWS.items() if not boxes]
+    (root / "boxes.csv").write_text("\n".join(rows) + "\n")
+    return convert(root / "out", "--manifest", str(root / "boxes.csv"),
+                   "--label_mode", "detection")
+
+
+def copy_output(output: Path, destination: Path) -> Path:
+    """A copy a test may damage, leaving the shared output intact."""
+    return Path(shutil.copytree(output, destination))
+
+
+def rewrite_records(shard: Path, change) -> None:
+    """Rewrites a shard with valid framing, calling `change(index, example)` on each
+    record's tf.train.Example first."""
+    examples = [tf.train.Example.FromString(record.numpy())
+                for record in tf.data.TFRecordDataset(str(shard))]
+    with tf.io.TFRecordWriter(str(shard)) as writer:
+        for index, example in enumerate(examples):
+            change(index, example)
+            writer.write(example.SerializeToString())

@@ -15,6 +15,9 @@ from transforms.publish import (AccountingError, PublishOutput, build_summary, m
 from transforms.shards import ShardWritten
 
 
+RUN_INFO = {"options": {"compression": "none", "label_mode": "single", "unseen_label": "error"}}
+
+
 def temp_shard(tmp_path, split, shard, examples, labels=None):
     temp = tmp_path / "tmp"
     temp.mkdir(exist_ok=True)
@@ -34,7 +37,7 @@ def test_shards_are_renumbered_without_empty_ones_and_stale_ones_go(tmp_path):
               temp_shard(tmp_path, "train", 1, 0), temp_shard(tmp_path, "test", 0, 1)]
 
     published = name_shards(shards, "none")
-    move_into_place(published, shards, str(tmp_path / "staged"), str(out))
+    move_into_place(published, shards, str(tmp_path / "staged"), [], str(out))
 
     assert [(name, s.shard) for name, s in published["train"]] == [
         ("train-00000-of-00002.tfrecord", 0), ("train-00001-of-00002.tfrecord", 3)]
@@ -50,8 +53,8 @@ def test_moving_again_after_a_retry_is_harmless(tmp_path):
     out.mkdir()
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     named = name_shards(shards, "none")
-    move_into_place(named, shards, str(tmp_path / "staged"), str(out))
-    move_into_place(named, shards, str(tmp_path / "staged"), str(out))
+    move_into_place(named, shards, str(tmp_path / "staged"), [], str(out))
+    move_into_place(named, shards, str(tmp_path / "staged"), [], str(out))
     assert [name for name, _ in named["train"]] == ["train-00000-of-00001.tfrecord"]
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
 
@@ -104,7 +107,7 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     (out / "summary.json").write_text('{"old": true}')
     staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info={})
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info=RUN_INFO)
     with pytest.raises(AccountingError, match="nothing was published"):
         publish._publish(None, shards, {"file_not_found": 1}, [5], {}, [])
     assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord"]
@@ -127,12 +130,13 @@ def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp
     with open(os.path.join(staged, "errors-00000-of-00001.jsonl"), "w") as file:
         file.write("new errors")
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info={})
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info=RUN_INFO)
     summary = publish._publish(None, shards, {"file_not_found": 1}, [4], {}, [])
     assert summary["accounted"] and summary["vocabulary"]["label"] == ["cat"]
-    assert sorted(os.listdir(out)) == ["errors-00000-of-00001.jsonl", "summary.json",
-                                       "train-00000-of-00001.tfrecord", "transform_fn",
-                                       "transformed_metadata"]
+    assert sorted(os.listdir(out)) == ["dataset_info.json", "errors-00000-of-00001.jsonl",
+                                       "features.json", "image.class.label.labels.txt",
+                                       "summary.json", "train-00000-of-00001.tfrecord",
+                                       "transform_fn", "transformed_metadata"]
     assert (out / "errors-00000-of-00001.jsonl").read_text() == "new errors"
     assert not (out / "transform_fn" / "assets" / "old_vocabulary").exists()
     assert (out / "transform_fn" / "assets" / "label").read_text().split() == ["cat"]
@@ -145,14 +149,18 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
     out.mkdir()
     staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info={})
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info=RUN_INFO)
     named = name_shards(shards, "none")
-    prepared = publish._prepare(named, {}, 3, [])
+    prepared = publish._prepare(named, {}, 3, {}, [])
     (tmp_path / "tmp" / "summary.json").write_text(json.dumps(prepared))
-    move_into_place(named, shards, staged_dir(str(tmp_path / "tmp")), str(out))  # then died
+    move_into_place(named, shards, staged_dir(str(tmp_path / "tmp")), prepared["files"],
+                    str(out))  # and then died
     first = publish._publish(None, shards, {}, [3], {}, [])
     assert first["run_id"] == "tmp" and first == prepared
     assert publish._publish(None, shards, {}, [3], {}, []) == first  # retried after the end
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
-    assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord",
-                                       "transform_fn", "transformed_metadata"]
+    assert sorted(os.listdir(out)) == ["dataset_info.json", "features.json",
+                                       "image.class.label.labels.txt", "summary.json",
+                                       "train-00000-of-00001.tfrecord", "transform_fn",
+                                       "transformed_metadata"]
+    assert (out / "transform_fn" / "assets" / "label").read_text().split() == ["cat"]

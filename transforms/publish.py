@@ -25,6 +25,7 @@ from transforms.labels import LABEL_VOCABULARY
 from transforms.manifest import SPLITS
 from transforms.schema import CATEGORICAL, ExtraColumn
 from transforms.shards import ShardWritten, shard_file_suffix
+from transforms.tfds_metadata import DATASET_INFO_FILE, FEATURES_FILE, LABELS_SUFFIX, tfds_metadata
 
 SUMMARY_FILE = "summary.json"
 
@@ -88,11 +89,8 @@ class PublishOutput(beam.PTransform):
             with FileSystems.open(prepared) as file:
                 summary = json.load(file)
         else:
-            summary = self._prepare(files, errors_by_reason, sum(row_counts), written)
-            summary["duplicates"] = {
-                "copies": sum(duplicates.values()), "by_splits": dict(sorted(duplicates.items())),
-                "dropped": self._duplicates_dropped,
-                "files": _written_names(written, "duplicates-")}
+            summary = self._prepare(files, errors_by_reason, sum(row_counts), duplicates,
+                                    written)
             _write_json(prepared, summary)
         if not summary["accounted"]:  # nothing is published; the temp dir stays, as evidence
             raise AccountingError(
@@ -100,7 +98,8 @@ class PublishOutput(beam.PTransform):
                 f"({summary['rows_in_examples']}) + rows dead-lettered "
                 f"({summary['rows_dead_lettered']}); nothing was published, the written "
                 f"files are in {self._temp_dir}")
-        move_into_place(files, shards, staged_dir(self._temp_dir), self._output_dir)
+        move_into_place(files, shards, staged_dir(self._temp_dir), summary["files"],
+                        self._output_dir)
         _write_json(final, summary)
         # This run's temp dir, and those of runs that crashed before publishing (match
         # lists files, not folders).
@@ -112,9 +111,10 @@ class PublishOutput(beam.PTransform):
         return summary
 
     def _prepare(self, files: dict[str, list[tuple[str, ShardWritten]]],
-                 errors_by_reason: dict[str, int], rows_read: int, written: list[Any]
-                 ) -> dict[str, Any]:
-        """The summary, from the staged transform_fn's vocabularies; stages label_map.pbtxt."""
+                 errors_by_reason: dict[str, int], rows_read: int, duplicates: dict[str, int],
+                 written: list[Any]) -> dict[str, Any]:
+        """The summary, from the staged transform_fn's vocabularies; stages the TFDS
+        metadata and, for detection, label_map.pbtxt."""
         staged = staged_dir(self._temp_dir)
         transform_output = tft.TFTransformOutput(staged)
         vocabulary = [word.decode()
@@ -128,10 +128,22 @@ class PublishOutput(beam.PTransform):
                 column.name)]
             for column in self._extra_columns if column.type == CATEGORICAL}
         summary["features"] = feature_spec(self._label_mode, self._extra_columns)
+        summary["duplicates"] = {
+            "copies": sum(duplicates.values()), "by_splits": dict(sorted(duplicates.items())),
+            "dropped": self._duplicates_dropped, "files": _written_names(written, "duplicates-")}
+        for name, text in tfds_metadata(summary).items():
+            with FileSystems.create(FileSystems.join(staged, name)) as out:
+                out.write(text.encode())
         if self._label_mode == "detection":
             summary["label_map"] = LABEL_MAP_FILE
             with FileSystems.create(FileSystems.join(staged, LABEL_MAP_FILE)) as out:
                 out.write(label_map_text(vocabulary, self._oov_bucket).encode())
+        # Listed now, as a retried publish finds them moved already.
+        # (match may give the paths in another form than `staged`: absolute, say)
+        marker = f"/{self._run_id}/staged/"
+        summary["files"] = sorted(
+            m.path[m.path.index(marker) + len(marker):]
+            for m in FileSystems.match([FileSystems.join(staged, "**")])[0].metadata_list)
         return summary
 
 
@@ -170,32 +182,40 @@ def name_shards(shards: Iterable[ShardWritten], compression: str
 
 # Everything a run publishes but summary.json; what matches and is not replaced is stale.
 _PUBLISHED = (*(f"{split}-*-of-*.tfrecord*" for split in SPLITS), "transform_fn/**",
-              "transformed_metadata/**", "errors-*.jsonl", "duplicates-*.jsonl", LABEL_MAP_FILE)
+              "transformed_metadata/**", "errors-*.jsonl", "duplicates-*.jsonl", LABEL_MAP_FILE,
+              DATASET_INFO_FILE, FEATURES_FILE, f"*{LABELS_SUFFIX}")
+# What readers start from: removed first, so none takes a half-swapped folder for whole
+# (summary.json is written again last; the TFDS files come with the others).
+_ENTRY_POINTS = (SUMMARY_FILE, DATASET_INFO_FILE)
 
 
 def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]],
-                    shards: Iterable[ShardWritten], staged: str, output_dir: str) -> None:
-    """Swaps this run's files into `output_dir`: the named temp shards and everything
-    staged, then deletes what is stale there.
+                    shards: Iterable[ShardWritten], staged: str, staged_files: Sequence[str],
+                    output_dir: str) -> None:
+    """Swaps this run's files into `output_dir`: the named temp shards and the
+    `staged_files` (paths relative to `staged`), then deletes what is stale there.
 
-    summary.json goes first, so from here until the caller writes the new one no reader
-    takes the directory for a whole output. Stale: files of an earlier run that this one
-    does not replace, and the temp files of shards that got no image. Safe to repeat
-    after a retry.
+    summary.json and dataset_info.json go first, so from here until the caller writes
+    the new summary.json no reader takes the directory for a whole output. Stale: files
+    of an earlier run that this one does not replace, and the temp files of shards that
+    got no image. Safe to repeat after a retry.
     """
-    summary = FileSystems.join(output_dir, SUMMARY_FILE)
-    if FileSystems.exists(summary):
-        FileSystems.delete([summary])
     previous = {m.path for pattern in _PUBLISHED
                 for m in FileSystems.match([FileSystems.join(output_dir, pattern)])[0]
                 .metadata_list}
     moves = [(shard.temp_path, FileSystems.join(output_dir, name))
              for named in files.values() for name, shard in named]
-    moves += [(m.path, FileSystems.join(output_dir, m.path[len(staged):].lstrip("/")))
-              for m in FileSystems.match([FileSystems.join(staged, "**")])[0].metadata_list]
+    moves += [(FileSystems.join(staged, name), FileSystems.join(output_dir, name))
+              for name in staged_files]
     previous -= {destination for _, destination in moves}
     moves = [(source, destination) for source, destination in moves
              if FileSystems.exists(source)]  # else a retry already moved it
+    # An entry point that a retry already moved in stays.
+    replaced = previous | {destination for _, destination in moves}
+    entry_points = [FileSystems.join(output_dir, name) for name in _ENTRY_POINTS]
+    FileSystems.delete([path for path in entry_points if FileSystems.exists(path) and (
+        path in replaced or path.endswith(SUMMARY_FILE))])
+    previous -= set(entry_points)
     for folder in sorted({FileSystems.split(destination)[0] for _, destination in moves}):
         if not FileSystems.exists(folder):
             FileSystems.mkdirs(folder)  # local disks need the folder; buckets have none

@@ -1,0 +1,140 @@
+"""`inspect_split(OUTPUT, split, n, DIR)`: the first N records of a split written back as
+files a person can look at.
+
+Each image key's stored bytes become an image file (extension from its bytes), the other
+features one row each of DIR/records.csv (lists joined by `|`), and an example with boxes
+(`image/object/bbox/*`) also gets a PNG with its boxes and label texts drawn.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import posixpath
+import re
+from collections.abc import Iterator
+
+import tensorflow as tf
+from PIL import Image, ImageDraw
+
+from image_tfrecords.output import IMAGE, Output
+from image_tfrecords.records import read_records
+
+CSV_FILE = "records.csv"
+_BOX = "image/object/bbox/"
+_BOX_TEXT = "image/object/class/text"
+_BOX_LABEL = "image/object/class/label"
+_COLOURS = ("#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6")
+
+
+def inspect_split(output_dir: str, split: str, count: int, out_dir: str) -> list[str]:
+    """Writes the files into `out_dir` (local or gs://); returns the paths written."""
+    output = Output.read(output_dir)
+    features = output.features
+    columns = ["record", "shard", "shard_record", *features,
+               *(["overlay"] if f"{_BOX}xmin" in features else [])]
+    tf.io.gfile.makedirs(out_dir)
+    rows, written = [], []
+    for index, (shard, position, record) in enumerate(
+            itertools.islice(_records(output, split), count)):
+        values = _values(tf.train.Example.FromString(record), features)
+        stem = _stem(index, values)
+        row: dict[str, object] = {"record": index, "shard": shard, "shard_record": position}
+        for key, value in values.items():
+            if key in output.image_keys:
+                name = stem if key == IMAGE else f"{stem}-{_safe(key.removesuffix('/encoded'))}"
+                row[key] = _write(out_dir, name + _extension(value), value, written)
+            else:
+                row[key] = "|".join(_text(item) for item in value) \
+                    if features[key]["list"] else _text(value)
+        if "overlay" in columns:
+            row["overlay"] = _write(out_dir, f"{stem}-boxes.png", _overlay(values), written)
+        rows.append(row)
+    table = io.StringIO()
+    writer = csv.DictWriter(table, columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    _write(out_dir, CSV_FILE, table.getvalue().encode(), written)
+    return written
+
+
+def _records(output: Output, split: str) -> Iterator[tuple[str, int, bytes]]:
+    """(shard file name, index in the shard, record), shard after shard."""
+    for path, _ in output.shards(split):
+        with tf.io.gfile.GFile(path, "rb") as file:
+            for position, record in enumerate(
+                    read_records(file, output.compression_type == "GZIP")):
+                yield posixpath.basename(path), position, record
+
+
+def _values(example: tf.train.Example, features: dict[str, dict]) -> dict[str, object]:
+    """key -> its value (a list for list keys), in summary.json's key order."""
+    values = {}
+    for key, feature in features.items():
+        holder = example.features.feature[key]
+        kind = holder.WhichOneof("kind")
+        items = list(getattr(holder, kind).value) if kind else []
+        values[key] = items if feature["list"] else items[0]
+    return values
+
+
+def _stem(index: int, values: dict[str, object]) -> str:
+    """`00003-cat_07`: the record index, then the source file's name where there is one."""
+    name = values.get("image/filename")
+    if not isinstance(name, bytes):
+        return f"{index:05d}"
+    return f"{index:05d}-{_safe(posixpath.splitext(name.decode(errors='replace'))[0])}"
+
+
+def _safe(text: str) -> str:
+    """Usable in a file name: path separators and the like become `_`."""
+    return re.sub(r"[^\w.-]+", "_", text)
+
+
+def _extension(data: bytes) -> str:
+    if data.startswith(b"\x89PNG"):
+        return ".png"
+    if data.startswith(b"\xff\xd8"):
+        return ".jpg"
+    return ".bin"
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode(errors="backslashreplace")
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _overlay(values: dict[str, object]) -> bytes:
+    """The image as PNG with each box outlined and labelled, one colour per class id."""
+    image = Image.open(io.BytesIO(values[IMAGE])).convert("RGB")
+    draw = ImageDraw.Draw(image)
+    width, height = image.size
+    boxes = zip(*(values[f"{_BOX}{side}"] for side in ("xmin", "ymin", "xmax", "ymax")),
+                values.get(_BOX_LABEL, itertools.repeat(0)),
+                values.get(_BOX_TEXT, itertools.repeat(b"")))
+    for xmin, ymin, xmax, ymax, label_id, text in boxes:
+        colour = _COLOURS[label_id % len(_COLOURS)]
+        # Pixel edges run from 0 to size - 1: a box reaching 1.0 ends on the last pixel.
+        corner = (xmin * (width - 1), ymin * (height - 1))
+        draw.rectangle([corner, (xmax * (width - 1), ymax * (height - 1))], outline=colour,
+                       width=2)
+        caption = _text(text)
+        if caption:
+            draw.rectangle(draw.textbbox(corner, caption), fill=colour)
+            draw.text(corner, caption, fill="white")
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def _write(out_dir: str, name: str, data: bytes, written: list[str]) -> str:
+    """Writes one file; returns its name (what the CSV shows)."""
+    path = f"{out_dir.rstrip('/')}/{name}"
+    with tf.io.gfile.GFile(path, "wb") as file:
+        file.write(data)
+    written.append(path)
+    return name

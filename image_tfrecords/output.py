@@ -1,0 +1,110 @@
+"""A written output folder as readers see it: summary.json, shard paths, the label vocabulary
+and the parse spec, all from the output's own metadata (local paths or gs:// alike).
+
+Reading needs TensorFlow only: this module (and every reader) imports neither Beam nor
+tf.Transform, so `load`, `verify` and `inspect` start as fast as TensorFlow does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Any
+
+import tensorflow as tf
+
+# As transforms/publish.py and transforms/labels.py write them (those import Beam and
+# tf.Transform); tests/test_output.py checks that they agree.
+SUMMARY_FILE = "summary.json"
+VOCABULARY_DIR = "transform_fn/assets"
+LABEL_VOCABULARY = "label"
+
+# Keys that hold ids of the label vocabulary -> the id of its first entry (detection ids
+# are 1-based, as the Object Detection API keeps 0 for the background).
+LABEL_ID_BASE = {"image/class/label": 0, "image/object/class/label": 1}
+# Each label-id key's companion that holds the label as written.
+LABEL_TEXT = {"image/class/label": "image/class/text",
+              "image/object/class/label": "image/object/class/text"}
+IMAGE = "image/encoded"  # the image and label `as_supervised` and TFDS pair
+CLASS_LABEL = "image/class/label"
+
+_DTYPES = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
+
+
+def is_image_key(key: str, feature: dict[str, Any]) -> bool:
+    """An image file's bytes: a single bytes value under a key ending in `/encoded`
+    (`image/encoded`, as in TensorFlow's own datasets)."""
+    return key.endswith("/encoded") and feature["dtype"] == "bytes" and not feature["list"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """An output folder and its summary.json."""
+
+    directory: str
+    summary: dict[str, Any]
+
+    @classmethod
+    def read(cls, directory: str) -> Output:
+        """Raises FileNotFoundError when the folder has no summary.json, ValueError when
+        it lists no features (written before summary.json did)."""
+        directory = directory.rstrip("/")
+        path = f"{directory}/{SUMMARY_FILE}"
+        if not tf.io.gfile.exists(path):
+            raise FileNotFoundError(f"{path} not found: not an image-tfrecords output")
+        with tf.io.gfile.GFile(path, "rb") as file:
+            summary = json.loads(file.read())
+        if "features" not in summary:
+            raise ValueError(f"{path} lists no features: written by an older "
+                             "image-tfrecords, convert again to read it")
+        return cls(directory, summary)
+
+    def path(self, name: str) -> str:
+        """A file in the output folder (a local path or a gs:// URI)."""
+        return f"{self.directory}/{name}"
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        """key -> {"dtype": bytes|int64|float, "list": bool}, as the examples hold them."""
+        return self.summary["features"]
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [key for key, feature in self.features.items() if is_image_key(key, feature)]
+
+    @property
+    def label_mode(self) -> str:
+        return self.summary["options"]["label_mode"]
+
+    @property
+    def compression_type(self) -> str:
+        """As tf.data.TFRecordDataset takes it: "GZIP" or ""."""
+        return "GZIP" if self.summary["options"]["compression"] == "gzip" else ""
+
+    @functools.cached_property
+    def vocabulary(self) -> list[str]:
+        """The label vocabulary, read from the transform_fn's asset file (id = line)."""
+        path = self.path(f"{VOCABULARY_DIR}/{LABEL_VOCABULARY}")
+        with tf.io.gfile.GFile(path, "rb") as file:
+            return file.read().decode().splitlines()
+
+    @property
+    def num_classes(self) -> int:
+        """Label ids a classifier must cover: the vocabulary, plus the OOV id (len of the
+        vocabulary) that `--unseen_label oov` gives unseen labels."""
+        return len(self.vocabulary) + (self.summary["options"]["unseen_label"] == "oov")
+
+    def shards(self, split: str) -> list[tuple[str, int]]:
+        """(path, records) of each shard of `split`, in shard order."""
+        if split not in self.summary["splits"]:
+            raise ValueError(f"unknown split {split!r}: the output has "
+                             f"{', '.join(self.summary['splits'])}")
+        return [(self.path(shard["file"]), shard["records"])
+                for shard in self.summary["splits"][split]["shards"]]
+
+    def parse_spec(self) -> dict[str, tf.io.FixedLenFeature | tf.io.RaggedFeature]:
+        """tf.io.parse_example's spec for every key: lists as RaggedFeature (1-D per example)."""
+        return {key: tf.io.RaggedFeature(_DTYPES[feature["dtype"]]) if feature["list"]
+                else tf.io.FixedLenFeature([], _DTYPES[feature["dtype"]])
+                for key, feature in self.features.items()}

@@ -1,0 +1,140 @@
+"""`verify(OUTPUT)`: reads every shard back and checks it against what summary.json says.
+
+Per record: the CRCs, the example parsed with the spec readers use, every image decoded
+(and its size, channels and SHA-256 as the example states them), every label id within
+the vocabulary and naming the label text beside it. Per shard and split: the record
+counts, and no shard file that summary.json does not list. The first problem is raised
+as a VerifyError naming the shard and record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import posixpath
+
+import numpy as np
+import tensorflow as tf
+
+from image_tfrecords.output import LABEL_ID_BASE, LABEL_TEXT, Output
+from image_tfrecords.records import RecordError, read_records
+
+
+class VerifyError(ValueError):
+    """The first problem found, naming its file (and record, where there is one)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Verified:
+    """What was checked: examples per split and the number of shard files."""
+
+    examples: dict[str, int]
+    shards: int
+
+
+def verify(output_dir: str) -> Verified:
+    """Raises VerifyError at the first problem."""
+    output = Output.read(output_dir)
+    check = _ExampleCheck(output)
+    examples: dict[str, int] = {}
+    shards = 0
+    for split, stats in output.summary["splits"].items():
+        listed = output.shards(split)
+        _check_no_unlisted_shards(output, split, {path for path, _ in listed})
+        for path, expected in listed:
+            name = posixpath.basename(path)
+            if not tf.io.gfile.exists(path):
+                raise VerifyError(f"{name}: listed in summary.json but missing")
+            count = _verify_shard(path, output.compression_type == "GZIP", check, name)
+            if count != expected:
+                raise VerifyError(f"{name}: {count} records, summary.json says {expected}")
+        examples[split] = sum(records for _, records in listed)
+        shards += len(listed)
+        if examples[split] != stats["examples"]:
+            raise VerifyError(f"split {split}: its shards hold {examples[split]} records, "
+                              f"summary.json says {stats['examples']} examples")
+    if sum(examples.values()) != output.summary["examples_written"]:
+        raise VerifyError(f"the splits hold {sum(examples.values())} examples, summary.json "
+                          f"says {output.summary['examples_written']} were written")
+    return Verified(examples, shards)
+
+
+def _verify_shard(path: str, compressed: bool, check: _ExampleCheck, name: str) -> int:
+    """Checks every record of one shard; returns how many there are."""
+    count = 0
+    with tf.io.gfile.GFile(path, "rb") as file:
+        try:
+            for count, record in enumerate(read_records(file, compressed), start=1):
+                check(record)
+        except RecordError as problem:
+            raise VerifyError(f"{name}: {problem}") from problem
+        except ValueError as problem:
+            raise VerifyError(f"{name}: record {count - 1}: {problem}") from problem
+    return count
+
+
+def _check_no_unlisted_shards(output: Output, split: str, listed: set[str]) -> None:
+    for path in tf.io.gfile.glob(output.path(f"{split}-*-of-*.tfrecord*")):
+        if path not in listed:
+            raise VerifyError(f"{posixpath.basename(path)}: a shard file summary.json "
+                              "does not list")
+
+
+class _ExampleCheck:
+    """Checks one serialized example; raises ValueError saying what is wrong."""
+
+    def __init__(self, output: Output) -> None:
+        self._spec = output.parse_spec()
+        self._images = output.image_keys
+        self._vocabulary = output.vocabulary
+        self._num_classes = output.num_classes
+        self._labels = [key for key in LABEL_ID_BASE if key in output.features]
+
+    def __call__(self, record: bytes) -> None:
+        try:
+            example = tf.io.parse_single_example(record, self._spec)
+        except tf.errors.InvalidArgumentError as problem:
+            raise ValueError(f"not an example of the features summary.json lists: "
+                             f"{problem.message.splitlines()[0]}") from problem
+        values = {key: value.numpy() for key, value in example.items()}
+        for key in self._images:
+            self._check_image(key, values)
+        for key in self._labels:
+            self._check_labels(key, values)
+
+    @staticmethod
+    def _check_image(key: str, values: dict[str, np.ndarray]) -> None:
+        """Decodes the image; checks the size, channels and SHA-256 its example states
+        (`image/height` etc. for `image/encoded`, where the example has them)."""
+        encoded = values[key]
+        try:
+            shape = tf.io.decode_image(encoded, expand_animations=False).shape
+        except tf.errors.InvalidArgumentError as problem:
+            raise ValueError(f"{key} does not decode: {problem.message}") from problem
+        prefix = key.removesuffix("/encoded")
+        for dimension, size in zip(("height", "width", "channels"), shape):
+            stated = values.get(f"{prefix}/{dimension}")
+            if stated is not None and stated != size:
+                raise ValueError(f"{key} decodes with {dimension} {size}, "
+                                 f"{prefix}/{dimension} says {stated}")
+        digest = values.get(f"{prefix}/key/sha256")
+        if digest is not None and digest.decode() != hashlib.sha256(encoded).hexdigest():
+            raise ValueError(f"{key} does not match {prefix}/key/sha256")
+
+    def _check_labels(self, key: str, values: dict[str, np.ndarray]) -> None:
+        """Every id is a vocabulary id (or the OOV id); its text is that entry's label."""
+        base = LABEL_ID_BASE[key]
+        ids = (np.atleast_1d(values[key]) - base).tolist()
+        for label_id in ids:
+            if not 0 <= label_id < self._num_classes:
+                raise ValueError(f"{key} {label_id + base} is outside the vocabulary "
+                                 f"(ids {base}..{self._num_classes - 1 + base})")
+        if LABEL_TEXT[key] not in values:
+            return
+        texts = [text.decode() for text in np.atleast_1d(values[LABEL_TEXT[key]])]
+        if len(texts) != len(ids):
+            raise ValueError(f"{len(ids)} values in {key}, {len(texts)} in {LABEL_TEXT[key]}")
+        for label_id, text in zip(ids, texts):
+            if label_id < len(self._vocabulary) and text != self._vocabulary[label_id]:
+                raise ValueError(f"{key} {label_id + base} is {self._vocabulary[label_id]!r} "
+                                 f"in the vocabulary, but {LABEL_TEXT[key]} says {text!r}")

@@ -1,0 +1,71 @@
+"""`image-tfrecords inspect`: the first records as image files, a CSV and box overlays."""
+
+import csv
+import hashlib
+
+import numpy as np
+from PIL import Image, ImageColor
+
+from conftest import BOX_ROWS, read_examples
+from image_tfrecords.inspection import _COLOURS
+from pipeline.cli import inspect_main
+
+
+def inspect(output, out, *flags):
+    assert inspect_main([str(output), "--out", str(out), *flags]) == 0
+    with (out / "records.csv").open(newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def test_first_records_become_their_stored_files_and_a_csv_row_each(sample_output, tmp_path):
+    rows = inspect(sample_output, tmp_path / "look", "--split", "train", "-n", "20")
+    stored = read_examples(f"{sample_output}/train-*.tfrecord")[:20]  # shard 0, then 1
+    assert len(rows) == 20
+    for index, (row, example) in enumerate(zip(rows, stored)):
+        keys = example.features.feature
+        image = tmp_path / "look" / row["image/encoded"]
+        assert image.read_bytes() == keys["image/encoded"].bytes_list.value[0]
+        assert hashlib.sha256(image.read_bytes()).hexdigest() == row["image/key/sha256"]
+        assert image.suffix == {"jpeg": ".jpg", "png": ".png"}[row["image/format"]]
+        assert image.name.startswith(f"{index:05d}-")
+        assert row["image/class/text"] == keys["image/class/text"].bytes_list.value[0].decode()
+        assert int(row["image/height"]) == Image.open(image).height
+    assert [row["shard"] for row in rows] == sorted(row["shard"] for row in rows)
+    assert {row["record"] for row in rows} == {str(i) for i in range(20)}
+
+
+def test_asking_for_more_records_than_the_split_has_writes_them_all(sample_output, tmp_path):
+    rows = inspect(sample_output, tmp_path / "look", "--split", "validation", "-n", "100")
+    assert len(rows) == 6 and len(list((tmp_path / "look").glob("0*"))) == 6
+
+
+def test_an_unknown_split_is_a_usage_error(sample_output, tmp_path, capsys):
+    assert inspect_main([str(sample_output), "--split", "dev", "--out", str(tmp_path)]) == 2
+    assert "unknown split 'dev'" in capsys.readouterr().err
+
+
+def test_detection_records_get_an_overlay_with_their_boxes(boxes_output, tmp_path):
+    rows = inspect(boxes_output, tmp_path / "look", "-n", "5")
+    assert len(rows) == 3
+    for row in rows:
+        boxes = BOX_ROWS[row["image/filename"]][1]
+        assert row["image/object/class/text"] == "|".join(text for text, _ in boxes)
+        overlay = np.asarray(Image.open(tmp_path / "look" / row["overlay"]).convert("RGB"))
+        image = np.asarray(Image.open(tmp_path / "look" / row["image/encoded"]).convert("RGB"))
+        assert overlay.shape == image.shape
+        if not boxes:
+            np.testing.assert_array_equal(overlay, image)
+        for (_, (xmin, _, xmax, ymax)), label in zip(
+                boxes, row["image/object/class/label"].split("|")):
+            colour = ImageColor.getrgb(_COLOURS[int(label) % len(_COLOURS)])
+            height, width = image.shape[:2]
+            x, y = round((xmin + xmax) / 2 * width), round(ymax * height)
+            edge = overlay[y - 2:y + 2, x]  # the bottom edge, below the label text
+            assert any(tuple(pixel) == colour for pixel in edge), (row["overlay"], edge)
+
+
+def test_the_csv_quotes_texts_with_commas(sample_output, tmp_path):
+    rows = inspect(sample_output, tmp_path / "look", "--split", "validation")
+    assert "fleur, été 01.jpg" in {row["image/filename"] for row in rows}
+    assert [row["image/encoded"][6:] for row in rows if "été" in row["image/encoded"]] == [
+        "fleur_été_01.jpg"]  # a usable file name

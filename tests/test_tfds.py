@@ -1,0 +1,110 @@
+"""TensorFlow Datasets reads an output as written: tfds.builder_from_directory(OUTPUT)."""
+
+import json
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from conftest import (BOX_ROWS, MULTI_LABEL_ROWS, convert, copy_output, encode, photo_like,
+                      read_examples, rewrite_records)
+from transforms.tfds_metadata import label_names, tfds_metadata
+
+TFDS_FILES = {"dataset_info.json", "features.json", "image.class.label.labels.txt"}
+
+
+def test_split_sizes_shard_lengths_and_label_names_are_the_summary_s(sample_output):
+    summary = json.loads((sample_output / "summary.json").read_text())
+    builder = tfds.builder_from_directory(str(sample_output))
+    assert builder.info.features["image/class/label"].names == summary["vocabulary"]["label"]
+    for split, stats in summary["splits"].items():
+        info = builder.info.splits[split]
+        assert info.num_examples == stats["examples"]
+        assert info.shard_lengths == [shard["records"] for shard in stats["shards"]]
+        assert sorted(info.filenames) == [
+            shard["file"] for shard in stats["shards"]]  # our files, no copies
+
+
+def test_every_example_decodes_to_rgb_pixels_and_its_label(sample_output):
+    builder = tfds.builder_from_directory(str(sample_output))
+    names = builder.info.features["image/class/label"]
+    stored = {}
+    for example in read_examples(f"{sample_output}/*.tfrecord"):
+        keys = example.features.feature
+        stored[keys["image/key/sha256"].bytes_list.value[0]] = keys
+    for split in ("train", "validation", "test"):
+        for element in tfds.as_numpy(builder.as_dataset(split=split)):
+            keys = stored.pop(element["image/key/sha256"])
+            pixels = tf.io.decode_image(keys["image/encoded"].bytes_list.value[0], channels=3)
+            np.testing.assert_array_equal(element["image/encoded"], pixels.numpy())
+            assert names.int2str(element["image/class/label"]) == \
+                element["image/class/text"].decode()
+    assert not stored  # every record, once
+
+
+def test_as_supervised_gives_image_label_pairs(sample_output):
+    builder = tfds.builder_from_directory(str(sample_output))
+    pairs = list(builder.as_dataset(split="validation", as_supervised=True))
+    assert len(pairs) == 6
+    image, label = pairs[0]
+    assert image.dtype == tf.uint8 and image.shape[-1] == 3 and label.dtype == tf.int64
+
+
+def test_multi_label_ids_are_a_sequence_of_named_classes(multi_label_output):
+    builder = tfds.builder_from_directory(str(multi_label_output))
+    names = builder.info.features["image/class/label"].feature
+    for element in tfds.as_numpy(builder.as_dataset(split="train")):
+        expected = MULTI_LABEL_ROWS[element["image/filename"].decode()][1]
+        assert [names.int2str(i) for i in element["image/class/label"]] == expected
+
+
+def test_detection_objects_keep_their_1_based_ids_named_after_a_background(boxes_output):
+    builder = tfds.builder_from_directory(str(boxes_output))
+    names = builder.info.features["image/object/class/label"].feature
+    assert names.names[0] == "[background]" and sorted(names.names[1:]) == ["cat", "dog"]
+    for element in tfds.as_numpy(builder.as_dataset(split="train")):
+        boxes = BOX_ROWS[element["image/filename"].decode()][1]
+        assert [names.int2str(i) for i in element["image/object/class/label"]] == [
+            text for text, _ in boxes]
+        np.testing.assert_allclose(element["image/object/bbox/xmin"],
+                                   np.float32([box[0] for _, box in boxes]))
+    assert builder.info.supervised_keys is None
+
+
+def test_extra_keys_and_a_second_image_become_features(sample_output, tmp_path):
+    output = copy_output(sample_output, tmp_path / "out")
+    mask = encode(photo_like(20, 10, 0, "L"), "PNG")
+
+    def add_keys(_, example):
+        example.features.feature["mask/encoded"].bytes_list.value.append(mask)
+        example.features.feature["extra/tags"].bytes_list.value.extend([b"a", b"b"])
+
+    for shard in output.glob("test-*.tfrecord"):
+        rewrite_records(shard, add_keys)
+    summary = json.loads((output / "summary.json").read_text())
+    summary["features"] |= {"mask/encoded": {"dtype": "bytes", "list": False},
+                            "extra/tags": {"dtype": "bytes", "list": True}}
+    for name, text in tfds_metadata(summary).items():
+        (output / name).write_text(text)
+    for element in tfds.as_numpy(tfds.builder_from_directory(str(output)).as_dataset(
+            split="test")):
+        assert element["mask/encoded"].shape == (10, 20, 3)
+        assert element["extra/tags"].tolist() == [b"a", b"b"]
+
+
+def test_gzip_outputs_get_no_tfds_files_and_lose_stale_ones(sample_output, tmp_path):
+    """TFDS reads uncompressed tfrecord files only."""
+    output = copy_output(sample_output, tmp_path / "out")
+    assert TFDS_FILES <= {path.name for path in output.iterdir()}
+    summary = json.loads((output / "summary.json").read_text())
+    convert(output, "--manifest", *summary["manifests"], "--max_error_fraction", "0.25",
+            "--compression", "gzip", "--overwrite")
+    assert not TFDS_FILES & {path.name for path in output.iterdir()}
+    assert tfds_metadata({**summary, "options": {**summary["options"],
+                                                 "compression": "gzip"}}) == {}
+
+
+def test_the_oov_id_is_named_after_the_vocabulary():
+    options = {"label_mode": "single", "unseen_label": "oov"}
+    assert label_names({"options": options, "vocabulary": {"label": ["b", "a"]}}) == [
+        "b", "a", "[unseen label]"]

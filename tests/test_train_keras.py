@@ -1,0 +1,17 @@
+"""examples/train_keras.py trains from the shards with Keras; a short run, as a user runs it."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_keras.py"
+
+
+def test_the_keras_example_fits_on_the_shards_and_reports_validation_accuracy(sample_output):
+    result = subprocess.run([sys.executable, str(EXAMPLE), str(sample_output), "--epochs", "2"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Epoch 2/2" in result.stdout
+    assert "validation accuracy" in result.stdout and "on 6 examples (chance 0.333)" \
+        in result.stdout
+

@@ -1,0 +1,159 @@
+"""`image-tfrecords verify`: a sound output passes; each kind of damage is caught and named."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from conftest import copy_output, encode, photo_like, rewrite_records
+from pipeline.cli import verify_main
+
+SHARD = "train-00001-of-00002.tfrecord"
+
+
+def record_offsets(path):
+    """Where each record of a TFRecord file starts, read from its length fields."""
+    data, offsets, offset = path.read_bytes(), [], 0
+    while offset < len(data):
+        offsets.append(offset)
+        offset += 16 + struct.unpack_from("<Q", data, offset)[0]
+    return offsets
+
+
+def damaged(output, tmp_path):
+    return copy_output(output, tmp_path / "out")
+
+
+def verify(output, capsys):
+    code = verify_main([str(output)])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_a_sound_output_passes_from_the_command_line(sample_output):
+    command = os.path.join(os.path.dirname(sys.executable), "image-tfrecords")
+    result = subprocess.run([command, "verify", str(sample_output)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "ok: 43 examples in 6 shards (train 31, validation 6, test 6)" in result.stdout
+
+
+@pytest.mark.parametrize("fixture", ["gzip_output", "multi_label_output", "boxes_output"])
+def test_gzip_multi_label_and_detection_outputs_pass(fixture, request, capsys):
+    assert verify(request.getfixturevalue(fixture), capsys)[0] == 0
+
+
+def test_a_truncated_shard_is_named_with_the_record_it_cuts(sample_output, tmp_path, capsys):
+    output = damaged(sample_output, tmp_path)
+    shard = output / SHARD
+    offsets = record_offsets(shard)
+    shard.write_bytes(shard.read_bytes()[:offsets[3] + 100])
+    code, text = verify(output, capsys)
+    assert code == 1
+    assert f"{SHARD}: record 3 (byte {offsets[3]}): truncated" in text
+
+
+@pytest.mark.parametrize("where, reason", [(20, "data CRC mismatch"),
+                                           (2, "length CRC mismatch")])
+def test_a_flipped_bit_is_caught_by_the_crc(sample_output, tmp_path, capsys, where, reason):
+    output = damaged(sample_output, tmp_path)
+    shard = output / SHARD
+    offsets = record_offsets(shard)
+    data = bytearray(shard.read_bytes())
+    data[offsets[2] + where] ^= 0x10
+    shard.write_bytes(bytes(data))
+    code, text = verify(output, capsys)
+    assert code == 1 and f"{SHARD}: record 2 (byte {offsets[2]}): {reason}" in text
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_gzip_shard_is_caught(gzip_output, tmp_path, capsys, damage):
+    output = damaged(gzip_output, tmp_path)
+    shard = output / "train-00000-of-00001.tfrecord.gz"
+    data = bytearray(shard.read_bytes())
+    if damage == "truncate":
+        data = data[:len(data) // 2]
+    else:
+        data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    code, text = verify(output, capsys)
+    assert code == 1 and "train-00000-of-00001.tfrecord.gz: record " in text
+
+
+def test_counts_are_checked_against_summary_json(sample_output, tmp_path, capsys):
+    output = damaged(sample_output, tmp_path)
+    summary = json.loads((output / "summary.json").read_text())
+    summary["splits"]["test"]["shards"][0]["records"] += 1
+    (output / "summary.json").write_text(json.dumps(summary))
+    code, text = verify(output, capsys)
+    records = summary["splits"]["test"]["shards"][0]["records"]
+    assert code == 1
+    assert f"test-00000-of-00002.tfrecord: {records - 1} records, summary.json says {records}" \
+        in text
+
+
+def test_missing_and_unlisted_shards_are_named(sample_output, tmp_path, capsys):
+    output = damaged(sample_output, tmp_path)
+    (output / "test-00001-of-00002.tfrecord").unlink()
+    assert "test-00001-of-00002.tfrecord: listed in summary.json but missing" in verify(
+        output, capsys)[1]
+    (output / "test-00001-of-00003.tfrecord").write_bytes(b"")
+    assert "test-00001-of-00003.tfrecord: a shard file summary.json does not list" in verify(
+        output, capsys)[1]
+
+
+def set_feature(key, kind, value, record=1):
+    """A change for rewrite_records: `key` of one record gets `value`."""
+    def change(index, example):
+        if index == record:
+            values = getattr(example.features.feature[key], kind).value
+            del values[:]
+            values.extend(value)
+    return change
+
+
+@pytest.mark.parametrize("key, kind, value, problem", [
+    ("image/class/label", "int64_list", [3], "image/class/label 3 is outside the vocabulary "
+                                             "(ids 0..2)"),
+    ("image/class/label", "int64_list", [-1], "image/class/label -1 is outside"),
+    ("image/class/text", "bytes_list", [b"dog"], "image/class/text says 'dog'"),
+    ("image/encoded", "bytes_list", [b"\xff\xd8 not a JPEG"], "image/encoded does not decode"),
+    ("image/encoded", "bytes_list", [encode(photo_like(7, 5, 0), "PNG")],
+     "image/encoded decodes with height 5, image/height says"),
+    ("image/height", "int64_list", [1, 2], "not an example of the features summary.json lists"),
+])
+def test_examples_that_contradict_themselves_or_the_vocabulary_are_named(
+        sample_output, tmp_path, capsys, key, kind, value, problem):
+    output = damaged(sample_output, tmp_path)
+    rewrite_records(output / SHARD, set_feature(key, kind, value))  # the CRCs stay valid
+    code, text = verify(output, capsys)
+    assert code == 1 and f"{SHARD}: record 1: " in text and problem in text
+
+
+def test_the_image_must_match_its_sha256(sample_output, tmp_path, capsys):
+    output = damaged(sample_output, tmp_path)
+    rewrite_records(output / SHARD, set_feature("image/key/sha256", "bytes_list", [b"0" * 64]))
+    assert "image/encoded does not match image/key/sha256" in verify(output, capsys)[1]
+
+
+def test_detection_ids_are_one_based(boxes_output, tmp_path, capsys):
+    output = damaged(boxes_output, tmp_path)
+    shard = next(output.glob("train-*.tfrecord"))
+    records = len(record_offsets(shard))
+    rewrite_records(shard, set_feature("image/object/class/label", "int64_list", [0],
+                                       record=records - 1))
+    text = verify(output, capsys)[1]
+    assert "image/object/class/label 0 is outside the vocabulary (ids 1..2)" in text
+
+
+def test_a_folder_without_summary_json_or_with_one_without_features_is_an_error(tmp_path,
+                                                                                capsys):
+    code, text = verify(tmp_path, capsys)
+    assert code == 1 and "summary.json not found" in text
+    (tmp_path / "summary.json").write_text(json.dumps({"splits": {}}))
+    code, text = verify(tmp_path, capsys)
+    assert code == 1 and "lists no features: written by an older image-tfrecords" in text
+

@@ -1,0 +1,88 @@
+"""The files TensorFlow Datasets reads, so `tfds.builder_from_directory(OUTPUT)` loads an
+output as it is: dataset_info.json (splits, shard lengths, our shard file names),
+features.json (each key of summary.json's `features` as a TFDS feature) and a
+`<key>.labels.txt` of label names per ClassLabel key.
+
+TFDS reads tfrecord files without compression only, so an output written with
+`--compression gzip` gets none of these files. Image keys become `Image` features
+decoded to RGB; label ids become `ClassLabel`s named by the vocabulary (detection ids are
+1-based, so their names start with a background entry); detection boxes stay four float
+lists, not TFDS's `BBoxFeature` (one [ymin, xmin, ymax, xmax] tensor per box under one key).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+from image_tfrecords.output import CLASS_LABEL, IMAGE, LABEL_ID_BASE, is_image_key
+from transforms.label_map import UNSEEN_LABEL_NAME
+
+DATASET_INFO_FILE = "dataset_info.json"
+FEATURES_FILE = "features.json"
+LABELS_SUFFIX = ".labels.txt"
+BACKGROUND_NAME = "[background]"  # detection's id 0, which no object has
+# TFDS's name for a shard of ours: train-00000-of-00004.tfrecord.
+FILEPATH_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"
+
+_FEATURE = "tensorflow_datasets.core.features"
+_TFDS_DTYPES = {"bytes": "string", "int64": "int64", "float": "float32"}
+
+
+def tfds_metadata(summary: dict[str, Any]) -> dict[str, str]:
+    """File name -> text of the TFDS metadata for the output `summary` describes; empty
+    for a gzip-compressed output."""
+    if summary["options"]["compression"] == "gzip":
+        return {}
+    features = summary["features"]
+    info: dict[str, Any] = {
+        "name": "image_tfrecords",
+        "version": "1.0.0",
+        "description": f"image-tfrecords output, label mode {summary['options']['label_mode']}"
+                       "; see summary.json",
+        "fileFormat": "tfrecord",
+        "splits": [{"name": split, "numBytes": stats["bytes"],
+                    "shardLengths": [shard["records"] for shard in stats["shards"]],
+                    "filepathTemplate": FILEPATH_TEMPLATE}
+                   for split, stats in summary["splits"].items() if stats["shards"]],
+    }
+    label = next((key for key in LABEL_ID_BASE if key in features), None)
+    if IMAGE in features and CLASS_LABEL in features:
+        info["supervisedKeys"] = {"tuple": {"items": [{"featureKey": IMAGE},
+                                                      {"featureKey": label}]}}
+    names = label_names(summary)
+    files = {DATASET_INFO_FILE: info, FEATURES_FILE: {
+        "pythonClassName": f"{_FEATURE}.features_dict.FeaturesDict",
+        "featuresDict": {"features": {key: _feature(key, feature, len(names))
+                                      for key, feature in features.items()}}}}
+    texts = {name: json.dumps(value, indent=2, ensure_ascii=False)
+             for name, value in files.items()}
+    if label:  # TFDS names the file after the key, '/' -> '.'
+        texts[label.replace("/", ".") + LABELS_SUFFIX] = "".join(f"{n}\n" for n in names)
+    return texts
+
+
+def label_names(summary: dict[str, Any]) -> list[str]:
+    """The name of each label id, from id 0."""
+    background = [BACKGROUND_NAME] if summary["options"]["label_mode"] == "detection" else []
+    unseen = [UNSEEN_LABEL_NAME] if summary["options"]["unseen_label"] == "oov" else []
+    return [*background, *summary["vocabulary"]["label"], *unseen]
+
+
+def _feature(key: str, feature: dict[str, Any], num_classes: int) -> dict[str, Any]:
+    """features.json's entry for one key: lists as a Sequence of their element."""
+    if is_image_key(key, feature):
+        return {"pythonClassName": f"{_FEATURE}.image_feature.Image",
+                "image": {"shape": {"dimensions": [-1, -1, 3]}, "dtype": "uint8"}}
+    if key in LABEL_ID_BASE:
+        element = {"pythonClassName": f"{_FEATURE}.class_label_feature.ClassLabel",
+                   "classLabel": {"numClasses": num_classes}}
+    else:
+        element = {"pythonClassName": f"{_FEATURE}.tensor_feature.Tensor",
+                   "tensor": {"shape": {}, "dtype": _TFDS_DTYPES[feature["dtype"]],
+                              "encoding": "none"}}
+    if not feature["list"]:
+        return element
+    return {"pythonClassName": f"{_FEATURE}.sequence_feature.Sequence",
+            "sequence": {"feature": element, "length": -1}}
