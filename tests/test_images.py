@@ -422,15 +422,15 @@ PNG_BYTES = encode(rgb(64, 48), "PNG")
 
 @pytest.mark.parametrize("data, reason", [
     (JPEG_BYTES[:2], "not_an_image"),  # just the SOI marker
-    (JPEG_BYTES[:20], "not_an_image"),  # inside the APP0 segment
+    (JPEG_BYTES[:20], "truncated_image"),  # inside the APP0 segment
     (JPEG_BYTES[:100], "truncated_image"),  # inside the quantisation tables
     (JPEG_BYTES[:len(JPEG_BYTES) // 2], "truncated_image"),  # mid-scan
     (JPEG_BYTES[:-2], "truncated_image"),  # only EOI missing
     (PROGRESSIVE_BYTES[:len(PROGRESSIVE_BYTES) // 2], "truncated_image"),
     (PROGRESSIVE_BYTES[:-1], "truncated_image"),
-    (PNG_BYTES[:8], "not_an_image"),  # the signature alone
+    (PNG_BYTES[:8], "truncated_image"),  # the signature alone
     (PNG_BYTES[:20], "truncated_image"),  # inside IHDR
-    (PNG_BYTES[:40], "not_an_image"),  # IHDR complete, IDAT header cut
+    (PNG_BYTES[:40], "truncated_image"),  # IHDR complete, IDAT header cut
     (PNG_BYTES[:len(PNG_BYTES) // 2], "truncated_image"),  # mid-IDAT
     (PNG_BYTES[:-12], "truncated_image"),  # no IEND: Pillow decodes it, TF does not
     (PNG_BYTES[:-1], "truncated_image"),  # IEND's CRC cut

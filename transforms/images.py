@@ -185,7 +185,7 @@ def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:
     Image.init()
     file = io.BytesIO(data)
     prefix = data[:16]
-    failures = []
+    failures, cut_short = [], []
     for name in list(Image.ID):
         factory, accept = Image.OPEN[name]
         recognised = False
@@ -199,15 +199,19 @@ def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:
             image = factory(file, "")
         except (SyntaxError, IndexError, TypeError, struct.error) as error:
             # What Image.open also takes to mean "not this format". A matching signature
-            # with a header cut short lands here too: say so in the message.
+            # whose header the plugin read to the end of the data is a file cut short.
             if recognised:
-                failures.append(f"{name} header unreadable: {error}")
+                problems = cut_short if file.tell() >= len(data) else failures
+                problems.append(f"{name} header unreadable: {error}")
             continue
         width, height = image.size
         if width * height > max_pixels:
             raise ImageRejected("decompression_bomb",
                                 f"{width}x{height} exceeds the limit of {max_pixels} pixels")
         return image
+    if cut_short:
+        raise ImageRejected("truncated_image", f"the data ends inside the header "
+                            f"({'; '.join(cut_short)})")
     detail = f" ({'; '.join(failures)})" if failures else ""
     raise ImageRejected("not_an_image", f"not in any image format Pillow reads{detail}")
 
