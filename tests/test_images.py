@@ -468,6 +468,28 @@ def test_undecodable_pixel_data_is_a_decode_error():
     assert (rejected.reason, rejected.message) == ("decode_error", "failed to read next frame")
 
 
+@pytest.mark.parametrize("after_scan, kept", [
+    (b"\xff\xe2\x40\x00", False),  # an APP2 marker whose length runs past the end
+    (b"\xff\xe2\x00\x06note", True),  # a whole APP2 segment
+    (b"\x00junk", True),  # stray bytes, which libjpeg skips
+])
+def test_jpeg_markers_after_the_last_scan_are_checked_as_tf_reads_them(after_scan, kept):
+    # Pillow stops once it has every pixel, so it decodes all three; libjpeg reads on.
+    data = JPEG_BYTES[:-2] + after_scan + JPEG_BYTES[-2:]
+    Image.open(io.BytesIO(data)).load()
+    if kept:
+        image = prepare_image(data, KEEP)
+        assert image.encoded == data
+        np.testing.assert_array_equal(decoded(image), tf.io.decode_jpeg(JPEG_BYTES).numpy())
+    else:
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            tf.io.decode_jpeg(data)
+        rejected = rejection(data)
+        assert (rejected.reason, rejected.message) == (
+            "decode_error", f"JPEG segment 0xFFE2 at byte {len(JPEG_BYTES) - 2} has a bad "
+            "length or runs past the end")
+
+
 def test_text_is_not_an_image():
     assert rejection(b"this is plain text, not a picture\n" * 20).reason == "not_an_image"
 
