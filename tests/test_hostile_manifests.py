@@ -442,3 +442,17 @@ def test_a_hostile_manifest_converts_with_every_row_accounted_for(image_folder, 
     finally:
         shutil.rmtree(run_dir)
         os.remove(path)
+
+
+@pytest.mark.parametrize("name, data, words", [
+    ("m.csv", b"split,label,notes\ntrain,cat,a.jpg\n", "names no uri column"),
+    ("m.csv", BOM + b"Image_URI,Set,comment\r\na.jpg,train,x\r\n", "names no label column"),
+    ("m.csv.gz", b"train,a.jpg,cat\n", "cannot read the manifest: Not a gzipped file"),
+])
+def test_a_manifest_that_cannot_be_read_at_all_stops_with_one_clear_line(tmp_path, capsys,
+                                                                         name, data, words):
+    (tmp_path / name).write_bytes(data)
+    code = run.main(["--manifest", str(tmp_path / name), "--output_dir", str(tmp_path / "out")])
+    error = capsys.readouterr().err.strip()
+    assert code == run.EXIT_USAGE and error.startswith("error: ") and words in error
+    assert "\n" not in error and not (tmp_path / "out").exists()
