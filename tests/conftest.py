@@ -13,9 +13,21 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from transforms.examples import IMAGE_FEATURES  # noqa: E402
+
+# Property tests: "ci" (the default) is reproducible and bounded: the same examples on
+# every run, no example database, no per-example deadline (a pipeline run takes seconds).
+# HYPOTHESIS_PROFILE=explore searches further, with fresh random examples each run.
+settings.register_profile(
+    "ci", max_examples=200, deadline=None, derandomize=True, database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile(
+    "explore", max_examples=2000, deadline=None, derandomize=False, database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data"
 

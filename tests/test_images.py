@@ -422,15 +422,15 @@ PNG_BYTES = encode(rgb(64, 48), "PNG")
 
 @pytest.mark.parametrize("data, reason", [
     (JPEG_BYTES[:2], "not_an_image"),  # just the SOI marker
-    (JPEG_BYTES[:20], "not_an_image"),  # inside the APP0 segment
+    (JPEG_BYTES[:20], "truncated_image"),  # inside the APP0 segment
     (JPEG_BYTES[:100], "truncated_image"),  # inside the quantisation tables
     (JPEG_BYTES[:len(JPEG_BYTES) // 2], "truncated_image"),  # mid-scan
     (JPEG_BYTES[:-2], "truncated_image"),  # only EOI missing
     (PROGRESSIVE_BYTES[:len(PROGRESSIVE_BYTES) // 2], "truncated_image"),
     (PROGRESSIVE_BYTES[:-1], "truncated_image"),
-    (PNG_BYTES[:8], "not_an_image"),  # the signature alone
+    (PNG_BYTES[:8], "truncated_image"),  # the signature alone
     (PNG_BYTES[:20], "truncated_image"),  # inside IHDR
-    (PNG_BYTES[:40], "not_an_image"),  # IHDR complete, IDAT header cut
+    (PNG_BYTES[:40], "truncated_image"),  # IHDR complete, IDAT header cut
     (PNG_BYTES[:len(PNG_BYTES) // 2], "truncated_image"),  # mid-IDAT
     (PNG_BYTES[:-12], "truncated_image"),  # no IEND: Pillow decodes it, TF does not
     (PNG_BYTES[:-1], "truncated_image"),  # IEND's CRC cut
@@ -466,6 +466,28 @@ def test_undecodable_pixel_data_is_a_decode_error():
     data[40:60] = b"\xff" * 20  # inside the VP8 bitstream
     rejected = rejection(bytes(data))
     assert (rejected.reason, rejected.message) == ("decode_error", "failed to read next frame")
+
+
+@pytest.mark.parametrize("after_scan, kept", [
+    (b"\xff\xe2\x40\x00", False),  # an APP2 marker whose length runs past the end
+    (b"\xff\xe2\x00\x06note", True),  # a whole APP2 segment
+    (b"\x00junk", True),  # stray bytes, which libjpeg skips
+])
+def test_jpeg_markers_after_the_last_scan_are_checked_as_tf_reads_them(after_scan, kept):
+    # Pillow stops once it has every pixel, so it decodes all three; libjpeg reads on.
+    data = JPEG_BYTES[:-2] + after_scan + JPEG_BYTES[-2:]
+    Image.open(io.BytesIO(data)).load()
+    if kept:
+        image = prepare_image(data, KEEP)
+        assert image.encoded == data
+        np.testing.assert_array_equal(decoded(image), tf.io.decode_jpeg(JPEG_BYTES).numpy())
+    else:
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            tf.io.decode_jpeg(data)
+        rejected = rejection(data)
+        assert (rejected.reason, rejected.message) == (
+            "decode_error", f"JPEG segment 0xFFE2 at byte {len(JPEG_BYTES) - 2} has a bad "
+            "length or runs past the end")
 
 
 def test_text_is_not_an_image():

@@ -1,7 +1,9 @@
 """Manifest parsing: headers, quoting, encodings, line numbers and every rejection reason."""
 
+import bz2
 import gzip
 import json
+import lzma
 
 import apache_beam as beam
 import pytest
@@ -102,6 +104,23 @@ def test_gzip_manifest_is_read_by_extension(tmp_path):
     path = tmp_path / "m.csv.gz"
     path.write_bytes(gzip.compress(b"split,image_uri,label\ntrain,a.jpg,cat\n"))
     assert [r.labels for r in read_manifest(str(path))] == [("cat",)]
+
+
+@pytest.mark.parametrize("name, compress", [
+    ("m.csv.gz", gzip.compress), ("m.csv.bz2", bz2.compress), ("m.csv.lzma", lzma.compress)])
+def test_a_cut_off_compressed_manifest_fails_instead_of_losing_its_tail(tmp_path, name,
+                                                                        compress):
+    data = compress("".join(f"train,{i}.jpg,cat\n" for i in range(5000)).encode())
+    path = write(tmp_path / name, data[:len(data) // 2])
+    with pytest.raises(ManifestError, match=f"{name}: cannot read the manifest: .*ended"):
+        list(read_manifest(path))
+
+
+def test_a_gz_manifest_that_is_not_gzip_is_a_manifest_error(tmp_path):
+    path = write(tmp_path / "m.csv.gz", "train,a.jpg,cat\n")
+    for read in (read_header, lambda p: list(read_manifest(p))):
+        with pytest.raises(ManifestError, match="cannot read the manifest: Not a gzipped file"):
+            read(path)
 
 
 def test_find_manifests_expands_globs_and_names_what_is_missing(tmp_path):

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import hashlib
 import io
+import re
 import struct
 import zlib
 
@@ -36,6 +37,10 @@ _TRANSPOSING = range(2, 9)  # EXIF orientations that move pixels; others are 1 o
 _AXES_SWAPPED = range(5, 9)
 _CHANNELS = {"L": 1, "I;16": 1, "LA": 2, "RGB": 3, "P": 3, "RGBA": 4}
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# JPEG markers that have no length field: TEM and RST0-7.
+_JPEG_STANDALONE_MARKERS = frozenset({0x01, *range(0xD0, 0xD8)})
+# Where a scan's entropy-coded data ends: 0xFF not followed by stuffing (00), RSTn or fill.
+_JPEG_SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 # Channels libpng (so TF) yields per IHDR colour type; Pillow's modes differ for 16-bit
 # grey+alpha (opened as RGBA), and palettes expand to RGB, or RGBA given a tRNS chunk.
 _PNG_COLOR_TYPE_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
@@ -122,6 +127,8 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
     # Pillow accepts PNGs whose checksums or IEND TF's libpng rejects: check every source
     # PNG, so whether one is rejected does not depend on the settings.
     png_channels = _png_channels(data) if source_format == "PNG" else None
+    if source_format in _JPEG_FORMATS:
+        _check_jpeg_markers(data)
     reason = _reencode_reason(image, orientation, target, settings.image_format)
     if reason is None:
         channels = png_channels if png_channels is not None else _CHANNELS[image.mode]
@@ -192,7 +199,7 @@ def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:
     Image.init()
     file = io.BytesIO(data)
     prefix = data[:16]
-    failures = []
+    failures, cut_short = [], []
     for name in list(Image.ID):
         factory, accept = Image.OPEN[name]
         recognised = False
@@ -206,15 +213,19 @@ def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:
             image = factory(file, "")
         except (SyntaxError, IndexError, TypeError, struct.error) as error:
             # What Image.open also takes to mean "not this format". A matching signature
-            # with a header cut short lands here too: say so in the message.
+            # whose header the plugin read to the end of the data is a file cut short.
             if recognised:
-                failures.append(f"{name} header unreadable: {error}")
+                problems = cut_short if file.tell() >= len(data) else failures
+                problems.append(f"{name} header unreadable: {error}")
             continue
         width, height = image.size
         if width * height > max_pixels:
             raise ImageRejected("decompression_bomb",
                                 f"{width}x{height} exceeds the limit of {max_pixels} pixels")
         return image
+    if cut_short:
+        raise ImageRejected("truncated_image", f"the data ends inside the header "
+                            f"({'; '.join(cut_short)})")
     detail = f" ({'; '.join(failures)})" if failures else ""
     raise ImageRejected("not_an_image", f"not in any image format Pillow reads{detail}")
 
@@ -279,6 +290,39 @@ def _png_channels(data: bytes) -> int:
     if color_type == 3 and has_trns:
         return 4
     return _PNG_COLOR_TYPE_CHANNELS[color_type]
+
+
+def _check_jpeg_markers(data: bytes) -> None:
+    """Walks a JPEG's markers from SOI to EOI, as libjpeg (so TF) reads them.
+
+    Pillow stops as soon as it has every pixel; libjpeg reads on to EOI and fails when
+    the data ends first, e.g. where a flipped bit or a stray 0xFF in the last scan makes
+    a marker whose segment runs past the end. Bytes between segments are skipped, as
+    libjpeg does. A corrupt length that TF would survive is rejected too (rare).
+    """
+    position, end = 2, len(data)
+    while True:
+        position = data.find(b"\xff", position)
+        if position < 0:
+            raise ImageRejected("decode_error", "JPEG data ends before its EOI marker")
+        while position < end and data[position] == 0xFF:  # fill bytes
+            position += 1
+        if position >= end:
+            raise ImageRejected("decode_error", "JPEG data ends before its EOI marker")
+        code = data[position]
+        position += 1
+        if code == 0xD9:  # EOI
+            return
+        if code == 0x00 or code in _JPEG_STANDALONE_MARKERS:
+            continue  # 0xFF00 outside a scan is a stray byte pair
+        length = int.from_bytes(data[position:position + 2], "big")
+        if length < 2 or position + length > end:
+            raise ImageRejected("decode_error", f"JPEG segment 0xFF{code:02X} at byte "
+                                f"{position - 2} has a bad length or runs past the end")
+        position += length
+        if code == 0xDA:  # SOS: entropy-coded data up to the next marker
+            scan_end = _JPEG_SCAN_END.search(data, position)
+            position = scan_end.start() if scan_end else end
 
 
 def _png_mode(image: Image.Image, resizing: bool) -> Image.Image:

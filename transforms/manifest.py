@@ -8,15 +8,20 @@ row instead of swallowing the rest of the file (image manifests have no multi-li
 
 from __future__ import annotations
 
+import bz2
 import codecs
 import csv
 import dataclasses
+import gzip
 import hashlib
 import json
+import lzma
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
@@ -243,13 +248,29 @@ def _numbered_lines(path: str) -> Iterator[tuple[int, str]]:
 
     surrogateescape keeps undecodable bytes so that row alone can be rejected.
     """
-    with FileSystems.open(path) as binary:
-        for number, data in enumerate(iter(binary.readline, b""), start=1):
-            if number == 1 and data.startswith(codecs.BOM_UTF8):
-                data = data[len(codecs.BOM_UTF8):]
-            line = data.decode("utf-8", "surrogateescape").rstrip("\r\n")
-            if line.strip():
-                yield number, line
+    try:
+        with _open_manifest(path) as binary:
+            for number, data in enumerate(iter(binary.readline, b""), start=1):
+                if number == 1 and data.startswith(codecs.BOM_UTF8):
+                    data = data[len(codecs.BOM_UTF8):]
+                line = data.decode("utf-8", "surrogateescape").rstrip("\r\n")
+                if line.strip():
+                    yield number, line
+    except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:
+        raise ManifestError(f"{path}: cannot read the manifest: {error}") from error
+
+
+# Beam's own decompression ends quietly where a cut-off stream ends; these raise EOFError,
+# so a truncated manifest fails the run instead of losing its last rows.
+_DECOMPRESSORS = {CompressionTypes.GZIP: gzip.open, CompressionTypes.BZIP2: bz2.open,
+                  CompressionTypes.LZMA: lzma.open}
+
+
+def _open_manifest(path: str):
+    decompress = _DECOMPRESSORS.get(CompressionTypes.detect_compression_type(path))
+    if decompress is None:
+        return FileSystems.open(path)
+    return decompress(FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
 
 
 def _split_fields(raw: str) -> list[str] | csv.Error:
