@@ -33,6 +33,9 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     # TensorFlow's C++ start-up chatter hides the report; set before TensorFlow loads.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # The dead-letter file is skipped when no row was rejected; Beam warns about that.
+    logging.getLogger("apache_beam.io.filebasedsink").addFilter(
+        lambda record: not record.getMessage().startswith("No shards found to finalize"))
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
         print(_full_help())

@@ -69,7 +69,10 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
     dead_letter_files = (dead_letters
                          | "ToJson" >> beam.Map(DeadLetter.to_json)
                          | "WriteDeadLetters" >> beam.io.WriteToText(
-                             f"{output_dir}/errors", file_name_suffix=".jsonl", num_shards=1))
+                             f"{output_dir}/errors", file_name_suffix=".jsonl", num_shards=1,
+                             # No empty file when no row was rejected (nor can Beam's
+                             # S3 filesystem write one).
+                             skip_if_empty=True))
     # Counted apart and summed later: a Flatten of the rows would be materialised.
     row_counts = ((source.rows | "CountRows" >> beam.combiners.Count.Globally(),
                    source.dead_letters | "CountRejected" >> beam.combiners.Count.Globally())
