@@ -10,13 +10,15 @@ TensorFlow, and no stage waits on a side input while holding the manifest.
 from __future__ import annotations
 
 import json
+import tempfile
 import uuid
 from typing import Any
 
 import apache_beam as beam
 import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
+                                                  StandardOptions)
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from pipeline.options import ConvertOptions
@@ -34,15 +36,23 @@ def run(options: PipelineOptions, manifests: list[str], run_info: dict[str, Any]
         ) -> dict[str, Any]:
     """Runs the conversion to the end and returns the summary.json it wrote."""
     convert = options.view_as(ConvertOptions)
-    temp_dir = FileSystems.join(convert.output_dir, f".tmp-{uuid.uuid4().hex[:12]}")
+    run_id = uuid.uuid4().hex[:12]
+    temp_dir = FileSystems.join(convert.output_dir, f".tmp-{run_id}")
+    # tf.Transform reads and writes through TensorFlow's filesystems, which know local
+    # paths and the real gs:// but not s3://, hdfs:// or a GCS emulator: its working
+    # folder is --temp_location (Dataflow's bucket) or the local temp dir, and the
+    # publish step copies the transform_fn to the output through Beam's FileSystems.
+    tft_dir = FileSystems.join(
+        options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir(),
+        f"image-tfrecords-{run_id}")
     with beam.Pipeline(runner=_runner(options), options=options) as p:
-        build(p, convert, manifests, temp_dir, run_info)
+        build(p, convert, manifests, temp_dir, tft_dir, run_info)
     with FileSystems.open(FileSystems.join(convert.output_dir, SUMMARY_FILE)) as file:
         return json.load(file)
 
 
 def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_dir: str,
-          run_info: dict[str, Any]) -> None:
+          tft_dir: str, run_info: dict[str, Any]) -> None:
     output_dir = options.output_dir
     multi_label = options.label_mode == "multi"
 
@@ -50,16 +60,16 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
     planning = p | "ReadSourceToPlan" >> _read_rows(options, manifests)
     transform_fn = (planning.rows
                     | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
-                    | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", temp_dir,
+                    | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", tft_dir,
                                                       multi_label))
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
-        output_dir)
+        tft_dir)
     shard_plan = planning.rows | "PlanShards" >> PlanShards(
         options.num_shards, int(options.target_shard_mb * _MB))
 
     # Pass 2: label ids for every split, then each shard loads and writes its own images.
     source = p | "ReadSource" >> _read_rows(options, manifests)
-    labelled = source.rows | "ApplyLabels" >> ApplyLabels(transform_fn, temp_dir, multi_label)
+    labelled = source.rows | "ApplyLabels" >> ApplyLabels(transform_fn, tft_dir, multi_label)
     written = labelled.labelled | "WriteShards" >> WriteShards(
         shard_plan, temp_dir, options.compression, options.image_settings(),
         options.decode_threads)
@@ -82,7 +92,8 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
           "dead_letter_reasons": dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
           "row_counts": row_counts,
           "written": (transform_fn_written, dead_letter_files)}
-         | "Publish" >> PublishOutput(output_dir, temp_dir, options.compression, run_info))
+         | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, options.compression,
+                                      run_info))
 
 
 def _read_rows(options: ConvertOptions, manifests: list[str]) -> beam.PTransform:

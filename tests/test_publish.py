@@ -16,10 +16,12 @@ from transforms.shards import ShardWritten
 
 
 def temp_shard(tmp_path, split, shard, examples, labels=None):
+    """A shard as the writer leaves it: a temp file, or none when it got no example."""
     temp = tmp_path / "tmp"
     temp.mkdir(exist_ok=True)
     path = temp / f"{split}-{shard:05d}.tfrecord"
-    path.write_bytes(b"x" * examples)
+    if examples:
+        path.write_bytes(b"x" * examples)
     return ShardWritten(split, shard, str(path), examples, examples, examples,
                         labels or {"cat": examples}, {})
 
@@ -34,7 +36,7 @@ def test_shards_are_renumbered_without_empty_ones_and_stale_ones_go(tmp_path):
               temp_shard(tmp_path, "train", 1, 0), temp_shard(tmp_path, "test", 0, 1)]
 
     published = name_shards(shards, "none")
-    move_into_place(published, shards, str(out))
+    move_into_place(published, str(out))
 
     assert [(name, s.shard) for name, s in published["train"]] == [
         ("train-00000-of-00002.tfrecord", 0), ("train-00001-of-00002.tfrecord", 3)]
@@ -42,7 +44,7 @@ def test_shards_are_renumbered_without_empty_ones_and_stale_ones_go(tmp_path):
                                        "train-00000-of-00002.tfrecord",
                                        "train-00001-of-00002.tfrecord"]
     assert (out / "train-00001-of-00002.tfrecord").read_bytes() == b"xx"
-    assert os.listdir(tmp_path / "tmp") == []  # the empty shard's temp file is gone too
+    assert os.listdir(tmp_path / "tmp") == []
 
 
 def test_moving_again_after_a_retry_is_harmless(tmp_path):
@@ -50,8 +52,8 @@ def test_moving_again_after_a_retry_is_harmless(tmp_path):
     out.mkdir()
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     named = name_shards(shards, "none")
-    move_into_place(named, shards, str(out))
-    move_into_place(named, shards, str(out))
+    move_into_place(named, str(out))
+    move_into_place(named, str(out))
     assert [name for name, _ in named["train"]] == ["train-00000-of-00001.tfrecord"]
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
 
@@ -78,14 +80,14 @@ def test_summary_accounts_for_every_row():
 
 
 def test_a_run_that_lost_rows_publishes_no_shard(tmp_path):
-    out = tmp_path / "out"
+    out, tft_dir = tmp_path / "out", tmp_path / "tft"
     with TestPipeline() as p:
         _ = (p | beam.Create([ManifestRow("m", 1, "r", "train", "/a.jpg", ("cat",))])
-             | AnalyzeLabels(False, str(tmp_path / "tft")) | tft_beam.WriteTransformFn(str(out)))
+             | AnalyzeLabels(False, str(tft_dir)) | tft_beam.WriteTransformFn(str(tft_dir)))
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info={})
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tft_dir), "none", run_info={})
     with pytest.raises(AccountingError, match="no shard was published"):
         publish._publish(None, shards, {"file_not_found": 1}, [5], [])
-    assert not list(out.glob("train-*"))
+    assert not list(out.glob("train-*")) and not (out / "transform_fn").exists()
     assert (tmp_path / "tmp" / "train-00000.tfrecord").exists()
     assert json.loads((out / "summary.json").read_text())["accounted"] is False
