@@ -26,7 +26,7 @@ from transforms.dead_letters import DeadLetter
 from transforms.folder import ReadImageFolder
 from transforms.labels import AnalyzeLabels, ApplyLabels
 from transforms.manifest import ReadManifest
-from transforms.publish import SUMMARY_FILE, PublishOutput
+from transforms.publish import SUMMARY_FILE, PublishOutput, delete_tree
 from transforms.shards import PlanShards, WriteShards
 
 _MB = 1 << 20
@@ -45,8 +45,13 @@ def run(options: PipelineOptions, manifests: list[str], run_info: dict[str, Any]
     tft_dir = FileSystems.join(
         options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir(),
         f"image-tfrecords-{run_id}")
-    with beam.Pipeline(runner=_runner(options), options=options) as p:
-        build(p, convert, manifests, temp_dir, tft_dir, run_info)
+    try:
+        with beam.Pipeline(runner=_runner(options), options=options) as p:
+            build(p, convert, manifests, temp_dir, tft_dir, run_info)
+    finally:
+        # Publishing removes it after a success; after a failure it is no evidence (the
+        # temp shards are), so it does not pile up in the temp dir either.
+        delete_tree(tft_dir)
     with FileSystems.open(FileSystems.join(convert.output_dir, SUMMARY_FILE)) as file:
         return json.load(file)
 

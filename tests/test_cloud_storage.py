@@ -5,10 +5,12 @@ command as for local paths; outputs are read back and checked like the local end
 test. Faults are injected by the proxy in front of each server (see storage_servers.py).
 """
 
+import glob
 import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -173,13 +175,15 @@ def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs):
     assert convert(f"{data}/manifest.csv", output) == run.EXIT_USAGE  # not empty
 
     # The server refuses the shard uploads: the run fails before anything is published,
-    # and the earlier output stays whole.
+    # the earlier output stays whole, and tf.Transform's local working folder is gone.
+    tf_transform_folders = set(glob.glob(f"{tempfile.gettempdir()}/image-tfrecords-*"))
     gcs.proxy.fail(r"uploadType=resumable", 403)
     with pytest.raises(Exception, match="403"):
         convert(f"{data}/manifest.csv", output, "--overwrite")
     gcs.proxy.reset()
     assert {path: get(f"{output}/{path}") for path in listing(output)
             if not path.startswith(".tmp-")} == first
+    assert set(glob.glob(f"{tempfile.gettempdir()}/image-tfrecords-*")) == tf_transform_folders
 
     # The server refuses to copy the shards to their final names (a rename, on GCS): the
     # run fails while publishing. summary.json and the earlier run's shards, even those
