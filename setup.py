@@ -10,7 +10,7 @@ setup(
     packages=["image_tfrecords", "pipeline", "transforms"],
     python_requires=">=3.10",
     install_requires=[
-        "apache-beam[gcp]>=2.77,<3",
+        "apache-beam[gcp,aws,hadoop]>=2.77,<3",  # gs://, s3://, hdfs://
         "tensorflow>=2.21,<2.22",
         "tensorflow-transform>=1.21,<1.22",
         "tfx-bsl>=1.21,<1.22",

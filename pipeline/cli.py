@@ -38,6 +38,9 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     # The Dataflow job id and console URL: a user needs them, and Airflow's Beam operator
     # reads the id from the "Created job with id: [...]" line.
     logging.getLogger("apache_beam.runners.dataflow.internal.apiclient").setLevel(logging.INFO)
+    # The dead-letter file is skipped when no row was rejected; Beam warns about that.
+    logging.getLogger("apache_beam.io.filebasedsink").addFilter(
+        lambda record: not record.getMessage().startswith("No shards found to finalize"))
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
         print(_full_help())

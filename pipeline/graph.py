@@ -10,13 +10,15 @@ TensorFlow, and no stage waits on a side input while holding the manifest.
 from __future__ import annotations
 
 import json
+import tempfile
 import uuid
 from typing import Any
 
 import apache_beam as beam
 import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
+                                                  StandardOptions)
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineState
 
@@ -26,7 +28,7 @@ from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder
 from transforms.labels import AnalyzeLabels, ApplyLabels
 from transforms.manifest import ReadManifest
-from transforms.publish import SUMMARY_FILE, PublishOutput, staged_dir
+from transforms.publish import SUMMARY_FILE, PublishOutput, delete_tree, staged_dir
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
 
 _MB = 1 << 20
@@ -41,9 +43,23 @@ def run(options: PipelineOptions, manifests: list[str], run_info: dict[str, Any]
     summary.json itself when it ends.
     """
     convert = options.view_as(ConvertOptions)
-    temp_dir = FileSystems.join(convert.output_dir, f".tmp-{uuid.uuid4().hex[:12]}")
-    with beam.Pipeline(runner=_runner(options), options=options) as p:
-        build(p, convert, manifests, temp_dir, run_info)
+    run_id = uuid.uuid4().hex[:12]
+    temp_dir = FileSystems.join(convert.output_dir, f".tmp-{run_id}")
+    # tf.Transform reads and writes through TensorFlow's filesystems, which know local
+    # paths and the real gs:// but not s3://, hdfs:// or a GCS emulator: its working
+    # folder is --temp_location (Dataflow's bucket) or the local temp dir, and the
+    # publish step copies the transform_fn to the output through Beam's FileSystems.
+    tft_dir = FileSystems.join(
+        options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir(),
+        f"image-tfrecords-{run_id}")
+    try:
+        with beam.Pipeline(runner=_runner(options), options=options) as p:
+            build(p, convert, manifests, temp_dir, tft_dir, run_info)
+    except BaseException:
+        # Publishing removes it after a success; after a failure it is no evidence (the
+        # temp shards are), so it does not pile up in the temp dir either.
+        delete_tree(tft_dir)
+        raise
     if not PipelineState.is_terminal(p.result.state):
         return None
     with FileSystems.open(FileSystems.join(convert.output_dir, SUMMARY_FILE)) as file:
@@ -51,7 +67,7 @@ def run(options: PipelineOptions, manifests: list[str], run_info: dict[str, Any]
 
 
 def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_dir: str,
-          run_info: dict[str, Any]) -> None:
+          tft_dir: str, run_info: dict[str, Any]) -> None:
     output_dir = options.output_dir
     extra_columns = options.extra_columns()
 
@@ -59,19 +75,19 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
     planning = p | "ReadSourceToPlan" >> _read_rows(options, manifests)
     transform_fn = (planning.rows
                     | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
-                    | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", temp_dir,
+                    | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", tft_dir,
                                                       options.label_mode, extra_columns))
+    transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
+        tft_dir)
     # What is published besides the shards is staged, so the previous output stays whole
     # until the publish step swaps everything at once.
     staged = staged_dir(temp_dir)
-    transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
-        staged)
     shard_plan = planning.rows | "PlanShards" >> PlanShards(
         options.num_shards, int(options.target_shard_mb * _MB))
 
     # Pass 2: label ids for every split, then each shard loads and writes its own images.
     source = p | "ReadSource" >> _read_rows(options, manifests)
-    labelled = source.rows | "ApplyLabels" >> ApplyLabels(transform_fn, temp_dir,
+    labelled = source.rows | "ApplyLabels" >> ApplyLabels(transform_fn, tft_dir,
                                                               options.label_mode, extra_columns)
     written = labelled.labelled | "WriteShards" >> WriteShards(
         shard_plan, temp_dir, options.compression, options.image_settings(),
@@ -87,7 +103,10 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
     dead_letter_files = (dead_letters
                          | "ToJson" >> beam.Map(DeadLetter.to_json)
                          | "WriteDeadLetters" >> beam.io.WriteToText(
-                             f"{staged}/errors", file_name_suffix=".jsonl", num_shards=1))
+                             f"{staged}/errors", file_name_suffix=".jsonl", num_shards=1,
+                             # No empty file when no row was rejected (nor can Beam's
+                             # S3 filesystem write one).
+                             skip_if_empty=True))
     # Counted apart and summed later: a Flatten of the rows would be materialised.
     row_counts = ((source.rows | "CountRows" >> beam.combiners.Count.Globally(),
                    source.dead_letters | "CountRejected" >> beam.combiners.Count.Globally())
@@ -98,8 +117,8 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
           "row_counts": row_counts,
           "duplicates_by_splits": deduped["by_splits"],
           "written": (transform_fn_written, dead_letter_files, deduped["report"])}
-         | "Publish" >> PublishOutput(output_dir, temp_dir, options.compression, run_info,
-                                       options.label_mode, extra_columns,
+         | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, options.compression,
+                                       run_info, options.label_mode, extra_columns,
                                        oov_bucket=options.unseen_label == "oov",
                                        duplicates_dropped=options.dedupe == "sha256"))
 

@@ -51,6 +51,9 @@ def convert_and_report(argv: Sequence[str]) -> tuple[dict[str, Any] | None, Conv
     running. Raises UsageError or ManifestError before any work starts.
     """
     options = PipelineOptions(list(argv))
+    # Beam's filesystems take their settings (S3 endpoint and keys, WebHDFS host...) from
+    # here; the pipeline sets them again for its workers.
+    FileSystems.set_options(options)
     convert = options.view_as(ConvertOptions)
     manifests = _preflight(convert)
     started = time.monotonic()
@@ -92,6 +95,18 @@ def _preflight(convert: ConvertOptions) -> list[str]:
     problems = convert.problems()
     if problems:
         raise UsageError("; ".join(problems))
+    try:
+        return _check_locations(convert)
+    except (UsageError, ManifestError):
+        raise
+    except Exception as error:  # each filesystem's own: unreachable, forbidden, no client
+        # BeamIOError holds each path's own error, which says what went wrong.
+        details = getattr(error, "exception_details", None) or {}
+        problem = "; ".join(f"{path}: {cause}" for path, cause in details.items())
+        raise UsageError(f"cannot use the storage: {problem or error}") from error
+
+
+def _check_locations(convert: ConvertOptions) -> list[str]:
     if convert.image_folder:
         check_folder(convert.image_folder)
         manifests = []

@@ -16,8 +16,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from apache_beam.io.filesystems import FileSystems  # noqa: E402
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from PIL import ExifTags, Image, ImageFile, ImageOps  # noqa: E402
 
+from conftest import put  # noqa: E402
+from storage_servers import HOST, free_port, object_pattern  # noqa: E402
 from transforms.images import (  # noqa: E402
     REASONS, ImageRejected, ImageSettings, PreparedImage, prepare_image, read_image_bytes)
 
@@ -528,25 +531,48 @@ def test_text_named_jpg_reads_but_is_not_an_image(tmp_path):
     assert rejection(read_image_bytes(str(path))).reason == "not_an_image"
 
 
-class _RemoteFailure(Exception):
-    """Stands in for a remote filesystem's own error type (e.g. GCS NotFound)."""
+# Remote files, on the running servers of conftest's gcs and s3 buckets.
+
+@pytest.fixture(params=["gcs", "s3"])
+def bucket(request):
+    return request.getfixturevalue(request.param)
 
 
-@pytest.mark.parametrize("exists, reason", [(False, "file_not_found"), (True, "read_error")])
-def test_other_filesystems_errors_are_told_apart_by_exists(monkeypatch, exists, reason):
-    monkeypatch.setattr(FileSystems, "open", _raise_remote_failure)
-    monkeypatch.setattr(FileSystems, "exists", lambda uri: exists)
-    assert _read_reason("gs://bucket/a.jpg") == reason
+def test_transient_server_errors_are_retried_and_the_file_arrives(bucket):
+    uri = f"{bucket.url}/reading/transient.jpg"
+    put(uri, JPEG_BYTES)
+    bucket.proxy.reset()  # log only the read's requests
+    bucket.proxy.fail(object_pattern("transient.jpg"), 503, times=2)
+    assert read_image_bytes(uri) == JPEG_BYTES
+    assert bucket.proxy.statuses(object_pattern("transient.jpg"))[:3] == [503, 503, 200]
 
 
-def test_filesystem_too_broken_to_say_whether_a_file_exists_is_a_read_error(monkeypatch):
-    monkeypatch.setattr(FileSystems, "open", _raise_remote_failure)
-    monkeypatch.setattr(FileSystems, "exists", _raise_remote_failure)
-    assert _read_reason("gs://bucket/a.jpg") == "read_error"
+@pytest.mark.parametrize("status, reason", [(404, "file_not_found"), (403, "read_error")])
+def test_permanent_server_errors_are_rejected_with_their_status(bucket, status, reason):
+    uri = f"{bucket.url}/reading/refused-{status}.jpg"
+    put(uri, JPEG_BYTES)
+    bucket.proxy.reset()
+    bucket.proxy.fail(object_pattern(f"refused-{status}.jpg"), status)
+    with pytest.raises(ImageRejected) as caught:
+        read_image_bytes(uri)
+    assert caught.value.reason == reason
+    assert caught.value.message.startswith(f"HTTP {status}: ") and uri in caught.value.message
+    assert bucket.proxy.statuses(object_pattern(f"refused-{status}.jpg")) == [status]
 
 
-def _raise_remote_failure(*args, **kwargs):
-    raise _RemoteFailure("backend unavailable")
+def test_missing_remote_file_is_rejected_as_not_found(bucket):
+    with pytest.raises(ImageRejected) as caught:
+        read_image_bytes(f"{bucket.url}/reading/never-written.jpg")
+    assert (caught.value.reason, caught.value.message) == (
+        "file_not_found", f"HTTP 404: no such file: {bucket.url}/reading/never-written.jpg")
+
+
+def test_unreachable_filesystem_is_a_read_error():
+    # A WebHDFS address nothing listens on: neither the read nor the check whether the
+    # file exists can get an answer, and no HTTP status.
+    FileSystems.set_options(PipelineOptions(
+        ["--hdfs_host", HOST, "--hdfs_port", str(free_port()), "--hdfs_user", "trainer"]))
+    assert _read_reason("hdfs://images/a.jpg") == "read_error"
 
 
 def _read_reason(uri: str) -> str:

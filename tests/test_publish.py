@@ -19,10 +19,12 @@ RUN_INFO = {"options": {"compression": "none", "label_mode": "single", "unseen_l
 
 
 def temp_shard(tmp_path, split, shard, examples, labels=None):
+    """A shard as the writer leaves it: a temp file, or none when it got no example."""
     temp = tmp_path / "tmp"
     temp.mkdir(exist_ok=True)
     path = temp / f"{split}-{shard:05d}.tfrecord"
-    path.write_bytes(b"x" * examples)
+    if examples:
+        path.write_bytes(b"x" * examples)
     return ShardWritten(split, shard, str(path), examples, examples, examples, examples,
                         labels or {"cat": examples}, {})
 
@@ -37,7 +39,7 @@ def test_shards_are_renumbered_without_empty_ones_and_stale_ones_go(tmp_path):
               temp_shard(tmp_path, "train", 1, 0), temp_shard(tmp_path, "test", 0, 1)]
 
     published = name_shards(shards, "none")
-    move_into_place(published, shards, str(tmp_path / "staged"), [], str(out))
+    move_into_place(published, str(tmp_path / "tmp"), [], str(out))
 
     assert [(name, s.shard) for name, s in published["train"]] == [
         ("train-00000-of-00002.tfrecord", 0), ("train-00001-of-00002.tfrecord", 3)]
@@ -45,7 +47,7 @@ def test_shards_are_renumbered_without_empty_ones_and_stale_ones_go(tmp_path):
                                        "train-00000-of-00002.tfrecord",
                                        "train-00001-of-00002.tfrecord"]
     assert (out / "train-00001-of-00002.tfrecord").read_bytes() == b"xx"
-    assert os.listdir(tmp_path / "tmp") == []  # the empty shard's temp file is gone too
+    assert os.listdir(tmp_path / "tmp") == []
 
 
 def test_moving_again_after_a_retry_is_harmless(tmp_path):
@@ -53,8 +55,8 @@ def test_moving_again_after_a_retry_is_harmless(tmp_path):
     out.mkdir()
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     named = name_shards(shards, "none")
-    move_into_place(named, shards, str(tmp_path / "staged"), [], str(out))
-    move_into_place(named, shards, str(tmp_path / "staged"), [], str(out))
+    move_into_place(named, str(tmp_path / "tmp"), [], str(out))
+    move_into_place(named, str(tmp_path / "tmp"), [], str(out))
     assert [name for name, _ in named["train"]] == ["train-00000-of-00001.tfrecord"]
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
 
@@ -97,7 +99,7 @@ def staged_transform_fn(tmp_path):
     with TestPipeline() as p:
         _ = (p | beam.Create([ManifestRow("m", 1, "r", "train", "/a.jpg", ("cat",))])
              | AnalyzeLabels(False, str(tmp_path / "tft"))
-             | tft_beam.WriteTransformFn(staged_dir(str(tmp_path / "tmp"))))
+             | tft_beam.WriteTransformFn(str(tmp_path / "tft")))
 
 
 def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(tmp_path):
@@ -107,7 +109,8 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     (out / "summary.json").write_text('{"old": true}')
     staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info=RUN_INFO)
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
+                            run_info=RUN_INFO)
     with pytest.raises(AccountingError, match="nothing was published"):
         publish._publish(None, shards, {"file_not_found": 1}, [5], {}, [])
     assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord"]
@@ -127,10 +130,12 @@ def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp
     (out / ".tmp-crashed" / "train-00000.tfrecord").write_bytes(b"partial")
     staged_transform_fn(tmp_path)
     staged = staged_dir(str(tmp_path / "tmp"))
+    os.makedirs(staged)
     with open(os.path.join(staged, "errors-00000-of-00001.jsonl"), "w") as file:
         file.write("new errors")
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info=RUN_INFO)
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
+                            run_info=RUN_INFO)
     summary = publish._publish(None, shards, {"file_not_found": 1}, [4], {}, [])
     assert summary["accounted"] and summary["vocabulary"]["label"] == ["cat"]
     assert sorted(os.listdir(out)) == ["dataset_info.json", "errors-00000-of-00001.jsonl",
@@ -149,12 +154,12 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
     out.mkdir()
     staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), "none", run_info=RUN_INFO)
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
+                            run_info=RUN_INFO)
     named = name_shards(shards, "none")
     prepared = publish._prepare(named, {}, 3, {}, [])
     (tmp_path / "tmp" / "summary.json").write_text(json.dumps(prepared))
-    move_into_place(named, shards, staged_dir(str(tmp_path / "tmp")), prepared["files"],
-                    str(out))  # and then died
+    move_into_place(named, str(tmp_path / "tmp"), prepared["files"], str(out))  # then died
     first = publish._publish(None, shards, {}, [3], {}, [])
     assert first["run_id"] == "tmp" and first == prepared
     assert publish._publish(None, shards, {}, [3], {}, []) == first  # retried after the end

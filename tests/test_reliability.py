@@ -57,7 +57,8 @@ def published(output):
     summary = json.loads(files.pop("summary.json"))
     del summary["options"]["output_dir"]
     files["summary.json"] = {k: v for k, v in summary.items() if k not in TIMINGS}
-    files["errors-00000-of-00001.jsonl"] = set(files["errors-00000-of-00001.jsonl"].splitlines())
+    files["errors-00000-of-00001.jsonl"] = set(
+        files.get("errors-00000-of-00001.jsonl", b"").splitlines())  # none: no file
     return files
 
 

@@ -94,27 +94,30 @@ class _RewriteShard(beam.DoFn):
         # A new file, the old one kept: a retried call reads the same input again.
         folder, name = FileSystems.split(shard.temp_path)
         rewritten = FileSystems.join(folder, f"deduped-{name}")
-        with FileSystems.open(shard.temp_path, compression_type=self._compression) as old, \
-                FileSystems.create(rewritten, compression_type=self._compression) as new:
-            for position in range(shard.examples):
-                record = _TFRecordUtil.read_record(old)
-                if position not in copies:
-                    _TFRecordUtil.write_record(new, record)
+        kept = shard.examples - len(copies)
+        if kept:  # else no file, like a shard that got no image
+            with FileSystems.open(shard.temp_path, compression_type=self._compression) as old, \
+                    FileSystems.create(rewritten, compression_type=self._compression) as new:
+                for position in range(shard.examples):
+                    record = _TFRecordUtil.read_record(old)
+                    if position not in copies:
+                        _TFRecordUtil.write_record(new, record)
         labels = collections.Counter(shard.labels)
         reencoded = collections.Counter(shard.reencoded)
         for duplicate in copies.values():
-            copy, kept = duplicate.copy, duplicate.kept.rows[0]
+            copy, original = duplicate.copy, duplicate.kept.rows[0]
             labels.subtract(copy.labels)
             reencoded.subtract([copy.reencoded] if copy.reencoded else [])
             self._dropped.inc()
             for row in copy.rows:
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, row.dead_letter(
-                    reasons.DUPLICATE_IMAGE, f"byte-identical to {kept.uri} ({kept.split}, "
-                    f"{kept.manifest} line {kept.line}), which is kept"))
+                    reasons.DUPLICATE_IMAGE, f"byte-identical to {original.uri} "
+                    f"({original.split}, {original.manifest} line {original.line}), which "
+                    "is kept"))
         yield shard._replace(
-            temp_path=rewritten, examples=shard.examples - len(copies),
+            temp_path=rewritten, examples=kept,
             rows=shard.rows - sum(len(d.copy.rows) for d in copies.values()),
-            bytes=FileSystems.match([rewritten])[0].metadata_list[0].size_in_bytes,
+            bytes=FileSystems.match([rewritten])[0].metadata_list[0].size_in_bytes if kept else 0,
             source_bytes=shard.source_bytes - sum(d.copy.source_bytes for d in copies.values()),
             labels={label: n for label, n in labels.items() if n > 0},
             reencoded={why: n for why, n in reencoded.items() if n > 0})
@@ -137,7 +140,7 @@ class ReportDuplicates(beam.PTransform):
         report = (duplicates
                   | "ToJson" >> beam.Map(Duplicate.to_json, dropped=self._drop)
                   | "Write" >> beam.io.WriteToText(self._report_prefix, file_name_suffix=".jsonl",
-                                                   num_shards=1))
+                                                   num_shards=1, skip_if_empty=True))
         by_splits = (duplicates
                      | "SplitPair" >> beam.Map(lambda d: f"{d.kept.split}/{d.copy.split}")
                      | "Count" >> beam.combiners.Count.PerElement())

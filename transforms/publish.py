@@ -4,6 +4,11 @@ It runs once every shard, the dead letters and the transform_fn are written, so 
 files appear under their final names only when the run succeeds; it is idempotent, so a
 runner may retry it. Doing this in the pipeline (not the launcher) keeps it true on
 Dataflow, where the launcher may be gone before the job ends.
+
+Everything here goes through Beam's FileSystems, so it works alike on local disks,
+gs://, s3:// and hdfs://. Object stores have no directories (a "directory" is a name
+prefix) and no atomic rename of several files: summary.json is therefore removed first
+and written last, so it is present only beside a complete set of shards.
 """
 
 from __future__ import annotations
@@ -12,11 +17,13 @@ import collections
 import datetime
 import json
 import re
+import shutil
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import apache_beam as beam
 import tensorflow_transform as tft
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.examples import feature_spec
@@ -28,6 +35,10 @@ from transforms.shards import ShardWritten, shard_file_suffix
 from transforms.tfds_metadata import DATASET_INFO_FILE, FEATURES_FILE, LABELS_SUFFIX, tfds_metadata
 
 SUMMARY_FILE = "summary.json"
+# What tf.Transform's WriteTransformFn writes, as tft.TFTransformOutput(OUTPUT) reads it.
+TRANSFORM_FOLDERS = (tft.TFTransformOutput.TRANSFORM_FN_DIR,
+                     tft.TFTransformOutput.TRANSFORMED_METADATA_DIR)
+_RAW = CompressionTypes.UNCOMPRESSED  # copies keep bytes as they are, whatever the name
 
 
 class AccountingError(RuntimeError):
@@ -35,23 +46,26 @@ class AccountingError(RuntimeError):
 
 
 class PublishOutput(beam.PTransform):
-    """Renames the shards into place and writes OUTPUT/summary.json.
+    """Renames the shards into place, copies the transform_fn, writes OUTPUT/summary.json.
 
     Input: a dict of PCollections: "shards" (ShardWritten), "dead_letter_reasons"
     (reason codes), "row_counts" (counts that sum to the rows read),
     "duplicates_by_splits" ("kept split/copy split", copies) and "written" (anything
     that must be complete first: the transform_fn, the dead letters, the duplicates).
-    With label_mode "detection" it also writes label_map.pbtxt; `oov_bucket` adds the
-    unseen labels' entry to it.
+    `temp_dir` holds the temp shards and what is staged; `tft_dir` is tf.Transform's
+    working folder, where WriteTransformFn wrote the transform_fn. Both are removed
+    once the run has succeeded. With label_mode "detection" it also writes
+    label_map.pbtxt; `oov_bucket` adds the unseen labels' entry to it.
     """
 
-    def __init__(self, output_dir: str, temp_dir: str, compression: str,
+    def __init__(self, output_dir: str, temp_dir: str, tft_dir: str, compression: str,
                  run_info: dict[str, Any], label_mode: str = "single",
                  extra_columns: Sequence[ExtraColumn] = (), oov_bucket: bool = False,
                  duplicates_dropped: bool = False) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._temp_dir = temp_dir
+        self._tft_dir = tft_dir
         self._compression = compression
         self._run_info = run_info
         self._label_mode = label_mode
@@ -98,16 +112,15 @@ class PublishOutput(beam.PTransform):
                 f"({summary['rows_in_examples']}) + rows dead-lettered "
                 f"({summary['rows_dead_lettered']}); nothing was published, the written "
                 f"files are in {self._temp_dir}")
-        move_into_place(files, shards, staged_dir(self._temp_dir), summary["files"],
-                        self._output_dir)
+        move_into_place(files, self._temp_dir, summary["files"], self._output_dir)
         _write_json(final, summary)
-        # This run's temp dir, and those of runs that crashed before publishing (match
+        # This run's temp dirs, and those of runs that crashed before publishing (match
         # lists files, not folders).
         crashed = {re.match(r".*?/\.tmp-[^/]+", m.path).group()
                    for m in FileSystems.match([FileSystems.join(
                        self._output_dir, ".tmp-*/**")])[0].metadata_list}
-        FileSystems.delete(sorted(path for path in {self._temp_dir, *crashed}
-                                  if FileSystems.exists(path)))
+        for folder in sorted({self._temp_dir, self._tft_dir, *crashed}):
+            delete_tree(folder)
         return summary
 
     def _prepare(self, files: dict[str, list[tuple[str, ShardWritten]]],
@@ -116,7 +129,9 @@ class PublishOutput(beam.PTransform):
         """The summary, from the staged transform_fn's vocabularies; stages the TFDS
         metadata and, for detection, label_map.pbtxt."""
         staged = staged_dir(self._temp_dir)
-        transform_output = tft.TFTransformOutput(staged)
+        for folder in TRANSFORM_FOLDERS:
+            copy_tree(FileSystems.join(self._tft_dir, folder), FileSystems.join(staged, folder))
+        transform_output = tft.TFTransformOutput(self._tft_dir)
         vocabulary = [word.decode()
                       for word in transform_output.vocabulary_by_name(LABEL_VOCABULARY)]
         summary = build_summary(files, errors_by_reason, rows_read, vocabulary,
@@ -189,41 +204,75 @@ _PUBLISHED = (*(f"{split}-*-of-*.tfrecord*" for split in SPLITS), "transform_fn/
 _ENTRY_POINTS = (SUMMARY_FILE, DATASET_INFO_FILE)
 
 
-def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]],
-                    shards: Iterable[ShardWritten], staged: str, staged_files: Sequence[str],
-                    output_dir: str) -> None:
+def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]], temp_dir: str,
+                    staged_files: Sequence[str], output_dir: str) -> None:
     """Swaps this run's files into `output_dir`: the named temp shards and the
-    `staged_files` (paths relative to `staged`), then deletes what is stale there.
+    `staged_files` (paths relative to staged_dir(temp_dir)).
 
-    summary.json and dataset_info.json go first, so from here until the caller writes
-    the new summary.json no reader takes the directory for a whole output. Stale: files
-    of an earlier run that this one does not replace, and the temp files of shards that
-    got no image. Safe to repeat after a retry.
+    In this order: summary.json and dataset_info.json go, so no reader takes the folder
+    for a whole output until the caller writes the new summary.json; then every file of
+    an earlier run that this one does not replace, so none stands beside this run's;
+    then the renames, undone if one fails. Safe to repeat after a retry: a file no longer
+    in the temp folder was moved by the first try. Listings, not a request per file, say
+    what is where.
     """
-    previous = {m.path for pattern in _PUBLISHED
-                for m in FileSystems.match([FileSystems.join(output_dir, pattern)])[0]
-                .metadata_list}
-    moves = [(shard.temp_path, FileSystems.join(output_dir, name))
-             for named in files.values() for name, shard in named]
-    moves += [(FileSystems.join(staged, name), FileSystems.join(output_dir, name))
-              for name in staged_files]
-    previous -= {destination for _, destination in moves}
-    moves = [(source, destination) for source, destination in moves
-             if FileSystems.exists(source)]  # else a retry already moved it
-    # An entry point that a retry already moved in stays.
-    replaced = previous | {destination for _, destination in moves}
-    entry_points = [FileSystems.join(output_dir, name) for name in _ENTRY_POINTS]
-    FileSystems.delete([path for path in entry_points if FileSystems.exists(path) and (
-        path in replaced or path.endswith(SUMMARY_FILE))])
-    previous -= set(entry_points)
-    for folder in sorted({FileSystems.split(destination)[0] for _, destination in moves}):
-        if not FileSystems.exists(folder):
-            FileSystems.mkdirs(folder)  # local disks need the folder; buckets have none
-    if moves:
-        FileSystems.rename(*map(list, zip(*moves)))
-    empty = [s.temp_path for s in shards if not s.examples and FileSystems.exists(s.temp_path)]
-    if previous or empty:
-        FileSystems.delete(sorted(previous) + empty)
+    staged = staged_dir(temp_dir)
+    destinations = {shard.temp_path: FileSystems.join(output_dir, name)
+                    for named in files.values() for name, shard in named}
+    destinations |= {FileSystems.join(staged, name): FileSystems.join(output_dir, name)
+                     for name in staged_files}
+    waiting = sorted(m.path for m in FileSystems.match(
+        [FileSystems.join(temp_dir, "**")])[0].metadata_list if m.path in destinations)
+    arriving = {destinations[path] for path in waiting}
+    present = {m.path for pattern in _PUBLISHED + _ENTRY_POINTS
+               for m in FileSystems.match([FileSystems.join(output_dir, pattern)])[0]
+               .metadata_list}
+    # The entry points (unless a retry moved the new one in already), then the stale.
+    entry_points = {FileSystems.join(output_dir, name) for name in _ENTRY_POINTS}
+    first = sorted(path for path in present & entry_points
+                   if path in arriving or path not in destinations.values())
+    stale = sorted(present - entry_points - set(destinations.values()))
+    for paths in (first, stale):
+        if paths:
+            FileSystems.delete(paths)
+    if FileSystems.get_filesystem(output_dir).has_dirs():  # local disks need the folders
+        for folder in sorted({FileSystems.split(path)[0] for path in arriving}):
+            if not FileSystems.exists(folder):
+                FileSystems.mkdirs(folder)
+    if not waiting:
+        return
+    try:
+        FileSystems.rename(waiting, [destinations[path] for path in waiting])
+    except Exception:
+        # Undo a partial swap: no split stands half-published, and a retry starts over.
+        arrived = {m.path for pattern in _PUBLISHED for m in FileSystems.match(
+            [FileSystems.join(output_dir, pattern)])[0].metadata_list}
+        back = [path for path in waiting if destinations[path] in arrived]
+        if back:
+            FileSystems.rename([destinations[path] for path in back], back)
+        raise
+
+
+def copy_tree(source: str, destination: str) -> None:
+    """Copies every file under `source` to the same place under `destination`, which may
+    be on another filesystem (Beam's FileSystems.copy needs both on the same one)."""
+    for metadata in FileSystems.match([FileSystems.join(source, "**")])[0].metadata_list:
+        relative = metadata.path[len(source.rstrip("/")) + 1:]
+        with FileSystems.open(metadata.path, compression_type=_RAW) as data, \
+                FileSystems.create(FileSystems.join(destination, relative),
+                                   compression_type=_RAW) as out:
+            shutil.copyfileobj(data, out)
+
+
+def delete_tree(folder: str) -> None:
+    """Deletes `folder` and everything under it; nothing happens when there is none."""
+    if FileSystems.get_filesystem(folder).has_dirs():  # local disks, HDFS
+        if FileSystems.exists(folder):
+            FileSystems.delete([folder])
+    else:
+        # An object store's folder is only a name prefix: with a trailing "/" Beam deletes
+        # every object under it (none: nothing to do); without, it would look for one object.
+        FileSystems.delete([folder.rstrip("/") + "/"])
 
 
 def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],

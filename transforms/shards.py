@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import hashlib
 import itertools
 import math
@@ -56,7 +57,7 @@ class ShardWritten(NamedTuple):
 
     split: str
     shard: int
-    temp_path: str
+    temp_path: str  # no file there when examples is 0
     examples: int
     rows: int  # manifest rows in the examples: more than examples with detection boxes
     bytes: int  # of the file as written (compressed with --compression gzip)
@@ -186,7 +187,10 @@ class _WriteShardFile(beam.DoFn):
         reencoded: collections.Counter[str] = collections.Counter()
         compression = (CompressionTypes.GZIP if self._compression == "gzip"
                        else CompressionTypes.UNCOMPRESSED)
-        with FileSystems.create(temp_path, compression_type=compression) as out:
+        with contextlib.ExitStack() as opened:
+            # Created with the first example: a shard whose images were all rejected
+            # leaves no file (and Beam's S3 filesystem cannot write an empty one).
+            out = None
             window = 2 * self._decode_threads + 2
             for image_rows, outcome in zip(images, _ordered_map(self._executor, self._encode,
                                                                 images, window)):
@@ -197,6 +201,9 @@ class _WriteShardFile(beam.DoFn):
                             outcome.reason, outcome.message))
                     continue
                 record, sha256, reencoded_because, source_size = outcome
+                if out is None:
+                    out = opened.enter_context(
+                        FileSystems.create(temp_path, compression_type=compression))
                 _TFRecordUtil.write_record(out, record)
                 self._written.inc()
                 image_labels = example_labels(image_rows, self._label_mode)
@@ -209,7 +216,7 @@ class _WriteShardFile(beam.DoFn):
                 labels.update(image_labels)
                 if reencoded_because:
                     reencoded[reencoded_because] += 1
-        file_bytes = FileSystems.match([temp_path])[0].metadata_list[0].size_in_bytes
+        file_bytes = _file_size(temp_path) if examples else 0
         yield ShardWritten(split, shard, temp_path, examples, rows_written, file_bytes,
                            source_bytes, dict(labels), dict(reencoded))
 
@@ -271,7 +278,12 @@ def _mean_file_size(uris: Iterable[str]) -> float:
     sizes = []
     for uri in uris:
         try:
-            sizes.extend(m.size_in_bytes for m in FileSystems.match([uri])[0].metadata_list)
+            sizes.append(_file_size(uri))
         except Exception:  # noqa: BLE001 - a missing file only leaves the estimate smaller
             continue
     return sum(sizes) / len(sizes) if sizes else 0.0
+
+
+def _file_size(path: str) -> int:
+    # One request on a remote filesystem, where FileSystems.match of a path takes two.
+    return FileSystems.get_filesystem(path).metadata(path).size_in_bytes

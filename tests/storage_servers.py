@@ -1,0 +1,251 @@
+"""Real storage servers for the tests, each on a free port of this machine.
+
+- `GcsEmulator`: the gcp-storage-emulator package's server (the GCS JSON API).
+- `S3Server`: moto's server (the S3 REST API, as AWS, OSS, MinIO and Ceph speak it).
+- `FaultProxy`: stands in front of one of them and forwards every request unchanged,
+  except those a test tells it to answer with an HTTP error, the way an overloaded or
+  forbidding server answers. The servers themselves cannot be told to fail.
+
+The servers run as subprocesses, so a test can also stop one mid-run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import http.server
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
+
+
+class _Server:
+    """A server subprocess on a free port; `url` is its base URL."""
+
+    def __init__(self, command: list[str], port: int, ready_path: str) -> None:
+        self.port = port
+        self.url = f"http://{HOST}:{port}"
+        self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)
+        self._wait_until_answering(ready_path)
+
+    def _wait_until_answering(self, path: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"{self._process.args[0]} exited with {self._process.returncode}")
+            try:
+                with urllib.request.urlopen(self.url + path, timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"{self._process.args[0]} did not answer within {timeout:.0f} s")
+
+    def stop(self) -> None:
+        self._process.terminate()
+        try:
+            self._process.wait(10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+def _venv_script(name: str) -> str:
+    """A console script installed beside this interpreter (the venv's bin/)."""
+    return os.path.join(os.path.dirname(sys.executable), name)
+
+
+class GcsEmulator(_Server):
+    """The GCS JSON API, in memory."""
+
+    def __init__(self) -> None:
+        port = free_port()
+        super().__init__([_venv_script("gcp-storage-emulator"), "start", "--host", HOST,
+                          "--port", str(port), "--in-memory", "--quiet"],
+                         port, "/storage/v1/b")
+
+    def create_bucket(self, name: str) -> None:
+        request = urllib.request.Request(
+            f"{self.url}/storage/v1/b?project=test", data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"}, method="POST")
+        urllib.request.urlopen(request, timeout=10).close()
+
+
+class S3Server(_Server):
+    """The S3 REST API (moto in server mode), in memory."""
+
+    def __init__(self) -> None:
+        port = free_port()
+        super().__init__([_venv_script("moto_server"), "-H", HOST, "-p", str(port)],
+                         port, "/moto-api/")
+
+    def create_bucket(self, name: str) -> None:
+        # moto takes an unsigned request; a signed one would need a client library here.
+        urllib.request.urlopen(urllib.request.Request(f"{self.url}/{name}", method="PUT"),
+                               timeout=10).close()
+
+
+def gcs_error(status: int) -> tuple[str, bytes]:
+    """An error body as the GCS JSON API sends it."""
+    return "application/json", json.dumps(
+        {"error": {"code": status, "message": f"injected {status}"}}).encode()
+
+
+def s3_error(status: int) -> tuple[str, bytes]:
+    """An error body as S3 sends it; 503 is S3's SlowDown, its throttling answer."""
+    code = {403: "AccessDenied", 404: "NoSuchKey", 429: "TooManyRequests", 500: "InternalError",
+            503: "SlowDown"}.get(status, "InternalError")
+    return "application/xml", (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}"
+                               f"</Code><Message>injected {status}</Message></Error>").encode()
+
+
+def object_pattern(name: str) -> str:
+    """A fault pattern for requests on the object whose name ends with `name` (on GCS and
+    S3), not for listings that mention the name as a prefix in their query."""
+    return r"^/[^?]*" + re.escape(name) + r"(\?|$)"
+
+
+@dataclasses.dataclass
+class Fault:
+    """Answer `status` to requests whose path (with the query) or body matches `pattern`,
+    the first `times` times (None: always). A body counts for batch requests, which name
+    the objects they act on only there."""
+
+    pattern: str
+    status: int
+    times: int | None = None
+    hits: int = 0
+
+    def applies(self, path: str, body: bytes) -> bool:
+        return ((re.search(self.pattern, path) is not None
+                 or re.search(self.pattern, body.decode("latin-1")) is not None)
+                and (self.times is None or self.hits < self.times))
+
+
+class FaultProxy:
+    """An HTTP proxy in front of `upstream_url` that injects the faults it is given.
+
+    `requests` records (method, path, status answered) for every request, in order.
+    """
+
+    _SKIPPED_HEADERS = {"transfer-encoding", "connection", "content-length", "keep-alive"}
+
+    def __init__(self, upstream_url: str, error_body: Callable[[int], tuple[str, bytes]]) -> None:
+        self._upstream = upstream_url.removeprefix("http://")
+        self._error_body = error_body
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+        self.requests: list[tuple[str, str, int]] = []
+        self._server = http.server.ThreadingHTTPServer((HOST, 0), self._handler_class())
+        self._server.daemon_threads = True
+        self.url = f"http://{HOST}:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def fail(self, pattern: str, status: int, times: int | None = None) -> Fault:
+        fault = Fault(pattern, status, times)
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def statuses(self, path_pattern: str) -> list[int]:
+        """What was answered to the requests whose path matches, in order."""
+        with self._lock:
+            return [status for _, path, status in self.requests
+                    if re.search(path_pattern, path)]
+
+    def reset(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self.requests.clear()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _injected(self, path: str, body: bytes) -> int | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.applies(path, body):
+                    fault.hits += 1
+                    return fault.status
+        return None
+
+    def _record(self, method: str, path: str, status: int) -> None:
+        with self._lock:
+            self.requests.append((method, path, status))
+
+    def _handler_class(self) -> type[http.server.BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet: the test output is the record
+                pass
+
+            def _handle(self) -> None:
+                body = self._read_body()
+                status = proxy._injected(self.path, body)
+                if status is not None:
+                    content_type, data = proxy._error_body(status)
+                    headers = [("Content-Type", content_type)]
+                else:
+                    status, headers, data = self._forward(body)
+                proxy._record(self.command, self.path, status)
+                self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
+                if self.command != "HEAD" or status >= 400:
+                    self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            def _read_body(self) -> bytes:
+                if "chunked" in self.headers.get("Transfer-Encoding", ""):
+                    chunks = []
+                    while size := int(self.rfile.readline().split(b";")[0], 16):
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                    self.rfile.readline()
+                    return b"".join(chunks)
+                return self.rfile.read(int(self.headers.get("Content-Length", 0)))
+
+            def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+                upstream = http.client.HTTPConnection(proxy._upstream, timeout=60)
+                try:
+                    headers = {name: value for name, value in self.headers.items()
+                               if name.lower() not in proxy._SKIPPED_HEADERS}
+                    if body or self.command in ("POST", "PUT", "PATCH"):
+                        headers["Content-Length"] = str(len(body))
+                    upstream.request(self.command, self.path, body or None, headers)
+                    response = upstream.getresponse()
+                    data = response.read()
+                    kept = [(name, value) for name, value in response.getheaders()
+                            if name.lower() not in proxy._SKIPPED_HEADERS]
+                    if self.command == "HEAD":  # the size of what a GET would return
+                        kept += [(name, value) for name, value in response.getheaders()
+                                 if name.lower() == "content-length"]
+                    return response.status, kept, data
+                finally:
+                    upstream.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _handle
+
+        return Handler

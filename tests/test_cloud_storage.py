@@ -1,0 +1,238 @@
+"""The whole pipeline on buckets of real servers: gs:// (a GCS emulator), s3:// (moto), mixed.
+
+Runs read their manifest and images from the bucket and write there, with the same
+command as for local paths; outputs are read back and checked like the local end-to-end
+test. Faults are injected by the proxy in front of each server (see storage_servers.py).
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_transform as tft
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from conftest import download, encode, feature, get, listing, photo_like, put, read_examples
+from pipeline import run
+from storage_servers import HOST, free_port, object_pattern
+from transforms.manifest import resolve_uri
+
+LABELS = ("cat", "dog")
+
+
+def make_dataset(folder: str, manifest: str | None = None) -> dict[str, tuple[str, str, bytes]]:
+    """Images under `folder`/img and a manifest naming them, plus a row for a missing image.
+
+    The manifest is `folder`/manifest.csv with URIs relative to it, or `manifest` with
+    absolute ones. Returns every stored image's URI -> (split, label, source bytes).
+    """
+    images = {f"photo{i}.jpg": encode(photo_like(24 + i, 18 + i, seed=i), "JPEG")
+              for i in range(6)}
+    images["palette.gif"] = encode(photo_like(20, 16, seed=9).quantize(32), "GIF")
+    images["missing.jpg"] = None
+    splits = ["train", "train", "train", "validation", "test", "train", "train", "train"]
+    prefix = f"{folder}/img/" if manifest else "img/"
+    expected, rows = {}, ["split,image_uri,label"]
+    for i, (name, data) in enumerate(images.items()):
+        rows.append(f"{splits[i]},{prefix}{name},{LABELS[i % 2]}")
+        if data is not None:
+            put(f"{folder}/img/{name}", data)
+            expected[f"{folder}/img/{name}"] = (splits[i], LABELS[i % 2], data)
+    put(manifest or f"{folder}/manifest.csv", ("\n".join(rows) + "\n").encode())
+    return expected
+
+
+def convert(manifest: str, output: str, *flags: str) -> int:
+    return run.main(["--manifest", manifest, "--output_dir", output,
+                     "--max_error_fraction", "0.5", *flags])
+
+
+def check_output(output: str, expected: dict, local) -> dict:
+    """Reads an output back from its bucket and checks it against the source images and
+    the missing one; returns summary.json."""
+    download(output, local)
+    names = set(os.listdir(local))
+    assert {"train-00000-of-00001.tfrecord", "validation-00000-of-00001.tfrecord",
+            "test-00000-of-00001.tfrecord", "transform_fn", "transformed_metadata",
+            "summary.json", "errors-00000-of-00001.jsonl", "dataset_info.json", "features.json",
+            "image.class.label.labels.txt"} == names
+    vocabulary = [w.decode() for w in
+                  tft.TFTransformOutput(str(local)).vocabulary_by_name("label")]
+    seen = set()
+    for split in ("train", "validation", "test"):
+        for example in read_examples(f"{local}/{split}-*.tfrecord"):
+            uri = feature(example, "image/source_id").decode()
+            want_split, label, source = expected[uri]
+            assert split == want_split
+            assert feature(example, "image/class/text").decode() == label
+            assert vocabulary[feature(example, "image/class/label")] == label
+            encoded = feature(example, "image/encoded")
+            if uri.endswith(".jpg"):
+                assert encoded == source
+            else:  # the GIF, re-encoded as PNG with the same pixels
+                assert np.array_equal(tf.io.decode_image(encoded).numpy(),
+                                      tf.io.decode_image(source).numpy()[0][..., :3])
+            seen.add(uri)
+    assert seen == set(expected)
+    summary = json.loads((local / "summary.json").read_text())
+    assert summary["accounted"] and summary["examples_written"] == len(expected)
+    letters = [json.loads(line) for line in
+               (local / "errors-00000-of-00001.jsonl").read_text().splitlines()]
+    folder = next(iter(expected)).rsplit("/", 1)[0]
+    assert [(letter["uri"], letter["reason"]) for letter in letters] == [
+        (f"{folder}/missing.jpg", "file_not_found")]
+    return summary
+
+
+def test_gs_manifest_images_and_output(gcs, tmp_path):
+    data, output = f"{gcs.url}/gs-run/data", f"{gcs.url}/gs-run/out"
+    expected = make_dataset(data)
+    assert convert(f"{data}/manifest.csv", output) == 0
+    summary = check_output(output, expected, tmp_path)
+    assert summary["manifests"] == [f"{data}/manifest.csv"]
+    assert not [path for path in listing(f"{gcs.url}/gs-run")
+                if ".tmp-" in path or "beam-temp" in path], "temp objects left in the bucket"
+
+
+def test_s3_round_trip_survives_transient_server_errors(s3, tmp_path):
+    """503 and 429 while an image is read are retried with backoff; every image arrives."""
+    data, output = f"{s3.url}/s3-run/data", f"{s3.url}/s3-run/out"
+    expected = make_dataset(data)
+    s3.proxy.reset()  # log only the run's requests
+    s3.proxy.fail(object_pattern("photo0.jpg"), 503, times=2)
+    s3.proxy.fail(object_pattern("photo1.jpg"), 429, times=2)
+    assert convert(f"{data}/manifest.csv", output, *s3.flags) == 0
+    check_output(output, expected, tmp_path)
+    for name, status in (("photo0.jpg", 503), ("photo1.jpg", 429)):
+        assert s3.proxy.statuses(object_pattern(name))[:3] == [status, status, 200]
+    assert not [path for path in listing(f"{s3.url}/s3-run")
+                if ".tmp-" in path or "beam-temp" in path], "temp objects left in the bucket"
+
+
+def test_local_manifest_with_gs_image_uris(gcs, tmp_path):
+    expected = make_dataset(f"{gcs.url}/local-manifest", str(tmp_path / "manifest.csv"))
+    assert convert(str(tmp_path / "manifest.csv"), str(tmp_path / "out")) == 0
+    check_output(str(tmp_path / "out"), expected, tmp_path / "read-back")
+
+
+def test_gs_images_to_s3_output_show_no_credentials(gcs, s3, tmp_path):
+    """The command line, as a user runs it: no key, secret or token in its output, its
+    logs or any file it writes."""
+    data, output = f"{gcs.url}/to-s3/data", f"{s3.url}/from-gs/out"
+    expected = make_dataset(data)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--manifest", f"{data}/manifest.csv",
+         "--output_dir", output, "--max_error_fraction", "0.5", *s3.flags],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "rows read 8 = 7 examples written + 1 dead-lettered" in result.stdout
+    check_output(output, expected, tmp_path)
+    for secret in gcs.secrets + s3.secrets:
+        assert secret not in result.stdout + result.stderr
+        for path in tmp_path.rglob("*"):
+            assert path.is_dir() or secret.encode() not in path.read_bytes(), (secret, path)
+
+
+def test_server_errors_mid_run_become_dead_letters_or_are_retried(gcs, tmp_path):
+    """403 and 404 become dead letters with the status, and the run completes; a 503 is
+    retried and its image arrives."""
+    data, output = f"{gcs.url}/faults/data", f"{gcs.url}/faults/out"
+    expected = make_dataset(data)
+    gcs.proxy.reset()
+    gcs.proxy.fail(object_pattern("photo0.jpg"), 503, times=2)
+    gcs.proxy.fail(object_pattern("photo2.jpg"), 403)
+    gcs.proxy.fail(object_pattern("photo3.jpg"), 404)
+    assert convert(f"{data}/manifest.csv", output) == 0
+
+    download(output, tmp_path)
+    written = {feature(e, "image/source_id").decode(): feature(e, "image/encoded")
+               for e in read_examples(f"{tmp_path}/*.tfrecord")}
+    assert written[f"{data}/img/photo0.jpg"] == expected[f"{data}/img/photo0.jpg"][2]
+    assert gcs.proxy.statuses(object_pattern("photo0.jpg"))[:3] == [503, 503, 200]
+    letters = {letter["uri"].rsplit("/", 1)[1]: letter for letter in map(
+        json.loads, (tmp_path / "errors-00000-of-00001.jsonl").read_text().splitlines())}
+    assert set(letters) == {"photo2.jpg", "photo3.jpg", "missing.jpg"}
+    assert letters["photo2.jpg"]["reason"] == "read_error"
+    assert letters["photo2.jpg"]["message"].startswith("HTTP 403: ")
+    assert letters["photo3.jpg"]["reason"] == "file_not_found"
+    assert letters["photo3.jpg"]["message"].startswith("HTTP 404: ")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["examples_written"] == len(expected) - 2 and summary["accounted"]
+
+
+def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs):
+    data, output = f"{gcs.url}/overwrite/data", f"{gcs.url}/overwrite/out"
+    make_dataset(data)
+    assert convert(f"{data}/manifest.csv", output, "--num_shards", "2") == 0
+    first = {path: get(f"{output}/{path}") for path in listing(output)}
+    assert "train-00001-of-00002.tfrecord" in first
+    assert convert(f"{data}/manifest.csv", output) == run.EXIT_USAGE  # not empty
+
+    # The server refuses the shard uploads: the run fails before anything is published,
+    # the earlier output stays whole, and tf.Transform's local working folder is gone.
+    tf_transform_folders = set(glob.glob(f"{tempfile.gettempdir()}/image-tfrecords-*"))
+    gcs.proxy.fail(r"uploadType=resumable", 403)
+    with pytest.raises(Exception, match="403"):
+        convert(f"{data}/manifest.csv", output, "--overwrite")
+    gcs.proxy.reset()
+    assert {path: get(f"{output}/{path}") for path in listing(output)
+            if not path.startswith(".tmp-")} == first
+    assert set(glob.glob(f"{tempfile.gettempdir()}/image-tfrecords-*")) == tf_transform_folders
+
+    # The server refuses to copy the shards to their final names (a rename, on GCS): the
+    # run fails while publishing. summary.json and the earlier run's shards, even those
+    # named as this run's, went first; no shard of either run is left to be mistaken for
+    # a complete split.
+    gcs.proxy.fail(r"copyTo/b/[^/]+/o/overwrite%2Fout%2Ftrain-", 403)
+    with pytest.raises(Exception, match="403"):
+        convert(f"{data}/manifest.csv", output, "--overwrite", "--num_shards", "1")
+    gcs.proxy.reset()
+    assert not [path for path in listing(output) if not path.startswith(".tmp-")
+                and (path == "summary.json" or ".tfrecord" in path)]
+
+    assert convert(f"{data}/manifest.csv", output, "--overwrite", "--num_shards", "1") == 0
+    replaced = [path for path in listing(output) if not path.startswith(".tmp-")]
+    assert [p for p in replaced if p.startswith("train-")] == ["train-00000-of-00001.tfrecord"]
+    assert [p for p in replaced if p.startswith("transform_fn/")] == [
+        p for p in first if p.startswith("transform_fn/")]
+    summary = json.loads(get(f"{output}/summary.json"))
+    assert summary["options"]["num_shards"] == 1 and summary["accounted"]
+
+
+# --- hdfs:// -------------------------------------------------------------------------------
+# No Hadoop cluster runs on this machine, and nothing here poses as one: these tests check
+# what reaches Beam's Hadoop filesystem (the WebHDFS settings, the paths), with the
+# WebHDFS address a port that nothing listens on.
+
+def test_hdfs_options_reach_the_webhdfs_client(capsys):
+    port = free_port()
+    code = run.main(["--manifest", "hdfs://datasets/pets/manifest.csv",
+                     "--output_dir", "hdfs://datasets/pets/tfrecords",
+                     "--hdfs_host", HOST, "--hdfs_port", str(port), "--hdfs_user", "trainer"])
+    assert code == run.EXIT_USAGE
+    error = capsys.readouterr().err
+    assert error.startswith("error: cannot use the storage: ") and error.count("\n") == 1
+    for sent in (f"host='{HOST}', port={port}", "/webhdfs/v1/datasets/pets/manifest.csv",
+                 "user.name=trainer"):
+        assert sent in error, sent
+
+
+@pytest.mark.parametrize("full_urls, manifest, image", [
+    ([], "hdfs://datasets/pets/manifest.csv", "hdfs://datasets/pets/img/a.jpg"),
+    (["--hdfs_full_urls"], "hdfs://namenode/datasets/pets/manifest.csv",
+     "hdfs://namenode/datasets/pets/img/a.jpg"),
+])
+def test_hdfs_image_uris_resolve_against_the_manifest_folder(full_urls, manifest, image):
+    FileSystems.set_options(PipelineOptions(
+        ["--hdfs_host", HOST, "--hdfs_port", str(free_port()), "--hdfs_user", "trainer",
+         *full_urls]))
+    folder = FileSystems.split(manifest)[0]
+    assert resolve_uri("img/a.jpg", folder) == image
+    assert resolve_uri("hdfs://elsewhere/b.jpg", folder) == "hdfs://elsewhere/b.jpg"
