@@ -79,9 +79,6 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
                                                       options.label_mode, extra_columns))
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         tft_dir)
-    # What is published besides the shards is staged, so the previous output stays whole
-    # until the publish step swaps everything at once.
-    staged = staged_dir(temp_dir)
     shard_plan = planning.rows | "PlanShards" >> PlanShards(
         options.num_shards, int(options.target_shard_mb * _MB))
 
@@ -93,6 +90,9 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
         shard_plan, temp_dir, options.compression, options.image_settings(),
         options.decode_threads, options.label_mode, extra_columns)
 
+    # What is published besides the shards is staged, so the previous output stays whole
+    # until the publish step swaps everything at once.
+    staged = staged_dir(temp_dir)
     deduped = ((written.shards, written[EXAMPLE_KEYS])
                | "Duplicates" >> ReportDuplicates(options.dedupe == "sha256",
                                                   options.compression, f"{staged}/duplicates"))
