@@ -4,7 +4,9 @@ Each source photo is one class; every image is a random crop of it, rescaled, ma
 flipped and saved as an RGB JPEG, so sizes and JPEG settings vary like a real photo set.
 Writes DIR/images/<class>/<class>_<i>.jpg and DIR/manifest.csv (`SPLIT,uri,label`, no
 header, URIs relative to DIR); with --rows M also DIR/manifest_M.csv, whose M rows cycle
-through the images. The output is the same for the same --seed and --images.
+through the images, each pass under its own name (DIR/copies/K, a link to DIR), since the
+same URI twice in a split is one example. The output is the same for the same --seed
+and --images.
 """
 
 from __future__ import annotations
@@ -83,12 +85,21 @@ def assign_splits(count: int, seed: int) -> list[str]:
 
 
 def write_manifest(path: Path, splits: list[str], rows: int) -> None:
-    """Row j is image j mod N with that image's split, so every split keeps its share."""
+    """Row j is image j mod N with that image's split, so every split keeps its share;
+    pass K > 0 over the images names them through DIR/copies/K."""
+    passes = -(-rows // len(splits))
+    for copy in range(1, passes):
+        link = path.parent / "copies" / str(copy)
+        link.parent.mkdir(exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to("..", target_is_directory=True)
     with path.open("w", newline="") as file:
         writer = csv.writer(file, lineterminator="\n")
         for row in range(rows):
-            index = row % len(splits)
-            writer.writerow([splits[index], image_path(index), CLASSES[index % len(CLASSES)]])
+            index, copy = row % len(splits), row // len(splits)
+            prefix = f"copies/{copy}/" if copy else ""
+            writer.writerow([splits[index], prefix + image_path(index),
+                             CLASSES[index % len(CLASSES)]])
 
 
 def main() -> None:
