@@ -77,8 +77,8 @@ def test_same_bytes_with_one_or_two_workers(manifest, reference, tmp_path, worke
     convert(manifest, tmp_path / "out", *workers)
     again = published(tmp_path / "out")
     assert sorted(again) == sorted(reference)
-    for split in ("train", "validation", "test"):  # several shards per split to get right
-        assert len([name for name in reference if name.startswith(f"{split}-")]) >= 2
+    # Several shards to get right (~50 TRAIN images over 3 shards chosen by URI hash).
+    assert len([name for name in reference if name.startswith("train-")]) == 3
     for name in reference:
         assert again[name] == reference[name], name
 
