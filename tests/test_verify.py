@@ -86,22 +86,22 @@ def test_a_damaged_gzip_shard_is_caught(gzip_output, tmp_path, capsys, damage):
 def test_counts_are_checked_against_summary_json(sample_output, tmp_path, capsys):
     output = damaged(sample_output, tmp_path)
     summary = json.loads((output / "summary.json").read_text())
-    summary["splits"]["test"]["shards"][0]["records"] += 1
+    summary["splits"]["train"]["shards"][0]["records"] += 1
     (output / "summary.json").write_text(json.dumps(summary))
     code, text = verify(output, capsys)
-    records = summary["splits"]["test"]["shards"][0]["records"]
+    records = summary["splits"]["train"]["shards"][0]["records"]
     assert code == 1
-    assert f"test-00000-of-00002.tfrecord: {records - 1} records, summary.json says {records}" \
+    assert f"train-00000-of-00002.tfrecord: {records - 1} records, summary.json says {records}" \
         in text
 
 
 def test_missing_and_unlisted_shards_are_named(sample_output, tmp_path, capsys):
     output = damaged(sample_output, tmp_path)
-    (output / "test-00001-of-00002.tfrecord").unlink()
-    assert "test-00001-of-00002.tfrecord: listed in summary.json but missing" in verify(
+    (output / "train-00001-of-00002.tfrecord").unlink()
+    assert "train-00001-of-00002.tfrecord: listed in summary.json but missing" in verify(
         output, capsys)[1]
-    (output / "test-00001-of-00003.tfrecord").write_bytes(b"")
-    assert "test-00001-of-00003.tfrecord: a shard file summary.json does not list" in verify(
+    (output / "train-00001-of-00003.tfrecord").write_bytes(b"")
+    assert "train-00001-of-00003.tfrecord: a shard file summary.json does not list" in verify(
         output, capsys)[1]
 
 
