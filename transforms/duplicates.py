@@ -21,7 +21,7 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from transforms import dead_letters as reasons
-from transforms.manifest import DEAD_LETTERS, SPLITS, ManifestRow
+from transforms.manifest import DEAD_LETTERS, SPLITS
 from transforms.shards import ExampleRef, ShardWritten
 
 class Duplicate(NamedTuple):
