@@ -120,6 +120,29 @@ def test_random_corruption_is_a_dead_letter_or_an_image_tf_decodes_as_declared(n
     assert len(outcomes) >= 2  # the corruption reached both outcomes
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning:PIL")
+@pytest.mark.parametrize("name", ["jpeg", "progressive"])
+def test_a_kept_jpeg_is_rejected_exactly_when_its_full_size_decode_fails(name):
+    # A JPEG stored as it is gets decoded at 1/8 scale, only to check it; one re-encoded
+    # as PNG is decoded at full size. Corruption must be caught the same either way.
+    intact = SOURCES[name]
+    rng = np.random.default_rng(7)
+    rejected = set()
+    for trial in range(400):
+        data = bytearray(intact[:int(rng.integers(100, len(intact)))] if trial % 4 == 0
+                         else intact)
+        for position in rng.integers(2, len(data), rng.choice([1, 2, 8])):
+            data[position] ^= 1 << int(rng.integers(8))
+        kept, full_size = outcome(bytes(data)), outcome(bytes(data), ImageSettings(
+            image_format="png"))
+        assert isinstance(kept, ImageRejected) == isinstance(full_size, ImageRejected), (
+            trial, kept, full_size)
+        if isinstance(kept, ImageRejected):
+            assert kept.reason == full_size.reason, (trial, kept, full_size)
+            rejected.add(trial)
+    assert 0 < len(rejected) < 400
+
+
 # --- bombs, in a child process whose peak memory is measured --------------------------------
 
 # The child's peak RSS is read from VmHWM: getrusage's ru_maxrss survives exec, so a

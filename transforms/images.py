@@ -15,6 +15,7 @@ import io
 import re
 import struct
 import zlib
+from typing import NamedTuple
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -143,19 +144,18 @@ def _http_status(error: BaseException) -> int | None:
 
 
 def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
-    """Decodes `data` fully with Pillow (proving it is an image) and returns the bytes to store."""
-    image, target, orientation = _decode(data, settings)
+    """Decodes `data` with Pillow (proving it is an image) and returns the bytes to store."""
+    image, target, orientation, reason, source_size = _decode(data, settings)
     source_format = image.format or "unknown"
     # Pillow accepts PNGs whose checksums or IEND TF's libpng rejects: check every source
     # PNG, so whether one is rejected does not depend on the settings.
     png_channels = _png_channels(data) if source_format == "PNG" else None
     if source_format in _JPEG_FORMATS:
         _check_jpeg_markers(data)
-    reason = _reencode_reason(image, orientation, target, settings.image_format)
     if reason is None:
         channels = png_channels if png_channels is not None else _CHANNELS[image.mode]
         return PreparedImage(data, "jpeg" if source_format in _JPEG_FORMATS else "png",
-                             image.width, image.height, channels, source_format, None)
+                             *source_size, channels, source_format, None)
 
     out_format = settings.image_format
     if out_format == "keep":
@@ -185,18 +185,39 @@ def _exists(uri: str) -> bool:
         return True
 
 
-def _decode(data: bytes, settings: ImageSettings,
-            ) -> tuple[ImageFile.ImageFile, tuple[int, int] | None, object]:
-    """The fully loaded image, the size to resize it to (source axes), its EXIF orientation."""
+class _Decoded(NamedTuple):
+    image: ImageFile.ImageFile  # loaded; smaller than the source when only checked
+    target: tuple[int, int] | None  # the size to resize to (source axes), or None
+    orientation: object  # the EXIF orientation
+    reason: str | None  # why it is re-encoded; None: the source bytes are stored
+    source_size: tuple[int, int]
+
+
+def _decode(data: bytes, settings: ImageSettings) -> _Decoded:
+    """Decodes the image, and decides whether and how it is re-encoded."""
     try:
         image = _open(data, settings.max_pixels)
-        target = _fit(image.size, settings.max_side)
-        if target is not None and image.format in _JPEG_FORMATS:
-            # libjpeg can decode at 1/2, 1/4 or 1/8 scale: far less work. Staying at twice
-            # the target or more (as Image.thumbnail does) leaves LANCZOS detail to filter.
-            image.draft(None, (2 * target[0], 2 * target[1]))
-        image.load()
-        orientation = image.getexif().get(ExifTags.Base.Orientation, 1)
+        source_size = image.size
+        target = _fit(source_size, settings.max_side)
+        if image.format in _JPEG_FORMATS:
+            # A JPEG's EXIF comes with its header, so its fate is known before decoding,
+            # and libjpeg can decode at 1/2, 1/4 or 1/8 scale for far less work.
+            orientation = _orientation(image)
+            reason = _reencode_reason(image, orientation, target, settings.image_format)
+            if reason is None:
+                # Decoded only to prove it decodes: at 1/8 scale libjpeg still reads every
+                # entropy-coded bit (where corruption and truncation show) but skips most
+                # of the IDCT and colour conversion, ~40% of a full decode.
+                image.draft(None, (1, 1))
+            elif target is not None:
+                # Twice the target or more (as Image.thumbnail does) leaves LANCZOS detail
+                # to filter.
+                image.draft(None, (2 * target[0], 2 * target[1]))
+            image.load()
+        else:
+            image.load()
+            orientation = _orientation(image)
+            reason = _reencode_reason(image, orientation, target, settings.image_format)
     except ImageRejected:
         raise
     except Image.DecompressionBombError as error:  # plugins' own checks (GIF, TIFF tiles, ICO)
@@ -207,7 +228,11 @@ def _decode(data: bytes, settings: ImageSettings,
         # Read", "truncated PNG file". Its "broken data stream" means corrupt, not short.
         truncated = "truncated" in text.lower()
         raise ImageRejected("truncated_image" if truncated else "decode_error", text) from error
-    return image, target, orientation
+    return _Decoded(image, target, orientation, reason, source_size)
+
+
+def _orientation(image: Image.Image) -> object:
+    return image.getexif().get(ExifTags.Base.Orientation, 1)
 
 
 def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:
