@@ -88,7 +88,8 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
                                                               options.label_mode, extra_columns)
     written = labelled.labelled | "WriteShards" >> WriteShards(
         shard_plan, temp_dir, options.compression, options.image_settings(),
-        options.decode_threads, options.label_mode, extra_columns)
+        options.decode_threads, options.label_mode, extra_columns,
+        keep_content=options.dedupe == "sha256")
 
     # What is published besides the shards is staged, so the previous output stays whole
     # until the publish step swaps everything at once.

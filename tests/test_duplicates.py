@@ -7,13 +7,11 @@ import pytest
 from conftest import encode, feature, photo_like, read_examples
 from pipeline import run
 from transforms.duplicates import _copies
-from transforms.manifest import ManifestRow
 from transforms.shards import ExampleRef
 
 
 def ref(split, line):
-    row = ManifestRow("m.csv", line, "raw", split, f"{split}{line}.jpg", ("cat",))
-    return ExampleRef(split, 0, line, (row,), ("cat",), 10, None)
+    return ExampleRef(split, 0, line, "m.csv", line, f"{split}{line}.jpg", None)
 
 
 def test_the_copy_kept_is_in_the_earliest_split_then_the_earliest_row():

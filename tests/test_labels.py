@@ -6,8 +6,8 @@ import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels, ApplyLabels
-from transforms.manifest import ManifestRow
+from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels, ApplyLabels, LabelledRow
+from transforms.manifest import Box, ManifestRow
 
 
 def row(line, split, label):
@@ -52,6 +52,15 @@ def test_rows_survive_the_passthrough_unchanged(tmp_path):
     with TestPipeline() as p:
         labelled = apply_labels(p, tmp_path, False, TRAIN)
         assert_that(labelled.labelled | beam.Map(lambda l: l.row), equal_to(TRAIN))
+
+
+def test_a_labelled_row_survives_its_json_round_trip():
+    # WriteShards groups rows as this JSON: every field must come back equal and typed.
+    labelled = LabelledRow(ManifestRow("m.csv", 3, "raw,\u00e9t\u00e9", "train", "/x.jpg",
+                                       ("cat", "été"), (Box(0.1, 0.2, 0.3, 0.4),) * 2,
+                                       (7, 0.5, "wet")), (0, 4), (2,))
+    assert LabelledRow.from_json(labelled.to_json()) == labelled
+    assert type(LabelledRow.from_json(labelled.to_json()).row.boxes[0]) is Box
 
 
 def multi(line, split, *labels):

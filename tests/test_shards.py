@@ -14,7 +14,7 @@ from transforms.images import ImageSettings
 from transforms.labels import LabelledRow
 from transforms.manifest import DEAD_LETTERS, Box, ManifestRow
 from transforms.shards import (EXAMPLE_KEYS, PlanShards, _ordered_map, _WriteShardFile,
-                               shard_of, shards_for)
+                               pack_rows, shard_of, shards_for)
 
 
 def tagged(outputs, tag):
@@ -83,9 +83,9 @@ def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):
                              label_mode="single")
     writer.setup()
     try:
-        outputs = list(writer.process((("train", 2), [missing, *reversed(good)])))
+        outputs = list(writer.process((("train", 2), as_grouped([missing, *reversed(good)]))))
         first_bytes = open(tmp_path / "tmp" / "train-00002.tfrecord", "rb").read()
-        again = list(writer.process((("train", 2), [*good, missing])))  # a retry, reordered
+        again = list(writer.process((("train", 2), as_grouped([*good, missing]))))  # a retry
     finally:
         writer.teardown()
     written = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
@@ -125,12 +125,17 @@ def test_detection_rows_of_one_image_make_one_example_and_fail_together(tmp_path
     assert [round(x, 6) for x in feature(example, "image/object/bbox/xmin")] == [0.3, 0.5]
 
 
+def as_grouped(rows):
+    """LabelledRows as WriteShards' GroupByKey hands them to the writer: in packs."""
+    return [pack_rows(row.to_json() for row in chunk) for chunk in (rows[:2], rows[2:]) if chunk]
+
+
 def write_one_shard(tmp_path, rows, label_mode):
     writer = _WriteShardFile(str(tmp_path / "tmp"), "none", ImageSettings(), decode_threads=2,
                              label_mode=label_mode)
     writer.setup()
     try:
-        outputs = list(writer.process((("train", 0), rows)))
+        outputs = list(writer.process((("train", 0), as_grouped(rows))))
     finally:
         writer.teardown()
     dead = tagged(outputs, DEAD_LETTERS)

@@ -31,9 +31,8 @@ class Duplicate(NamedTuple):
 
     def to_json(self, dropped: bool) -> str:
         def where(ref: ExampleRef) -> dict:
-            first = ref.rows[0]
-            return {"uri": first.uri, "split": ref.split, "manifest": first.manifest,
-                    "line": first.line}
+            return {"uri": ref.uri, "split": ref.split, "manifest": ref.manifest,
+                    "line": ref.line}
         return json.dumps({"sha256": self.sha256, "kept": where(self.kept),
                            "copy": where(self.copy), "dropped": dropped},
                           ensure_ascii=False, sort_keys=True)
@@ -49,8 +48,8 @@ class FindDuplicates(beam.PTransform):
 
 
 def _copies(sha256: str, refs: Iterable[ExampleRef]) -> Iterator[Duplicate]:
-    kept, *copies = sorted(refs, key=lambda ref: (SPLITS.index(ref.split), ref.rows[0].manifest,
-                                                  ref.rows[0].line))
+    kept, *copies = sorted(refs, key=lambda ref: (SPLITS.index(ref.split), ref.manifest,
+                                                  ref.line))
     for copy in copies:
         yield Duplicate(sha256, kept, copy)
 
@@ -58,7 +57,7 @@ def _copies(sha256: str, refs: Iterable[ExampleRef]) -> Iterator[Duplicate]:
 class DropDuplicates(beam.PTransform):
     """ShardWritten -> ShardWritten without the copies; their rows -> DEAD_LETTERS.
 
-    `duplicates` is FindDuplicates' output.
+    `duplicates` is FindDuplicates' output, from refs that carry their content.
     """
 
     def __init__(self, duplicates: beam.PCollection, compression: str) -> None:
@@ -105,20 +104,21 @@ class _RewriteShard(beam.DoFn):
         labels = collections.Counter(shard.labels)
         reencoded = collections.Counter(shard.reencoded)
         for duplicate in copies.values():
-            copy, original = duplicate.copy, duplicate.kept.rows[0]
-            labels.subtract(copy.labels)
-            reencoded.subtract([copy.reencoded] if copy.reencoded else [])
+            dropped, original = duplicate.copy.content, duplicate.kept
+            labels.subtract(dropped.labels)
+            reencoded.subtract([dropped.reencoded] if dropped.reencoded else [])
             self._dropped.inc()
-            for row in copy.rows:
+            for row in dropped.rows:
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, row.dead_letter(
                     reasons.DUPLICATE_IMAGE, f"byte-identical to {original.uri} "
                     f"({original.split}, {original.manifest} line {original.line}), which "
                     "is kept"))
         yield shard._replace(
             temp_path=rewritten, examples=kept,
-            rows=shard.rows - sum(len(d.copy.rows) for d in copies.values()),
+            rows=shard.rows - sum(len(d.copy.content.rows) for d in copies.values()),
             bytes=FileSystems.match([rewritten])[0].metadata_list[0].size_in_bytes if kept else 0,
-            source_bytes=shard.source_bytes - sum(d.copy.source_bytes for d in copies.values()),
+            source_bytes=shard.source_bytes - sum(d.copy.content.source_bytes
+                                                  for d in copies.values()),
             labels={label: n for label, n in labels.items() if n > 0},
             reencoded={why: n for why, n in reencoded.items() if n > 0})
 
@@ -139,8 +139,11 @@ class ReportDuplicates(beam.PTransform):
         duplicates = example_keys | "Find" >> FindDuplicates()
         report = (duplicates
                   | "ToJson" >> beam.Map(Duplicate.to_json, dropped=self._drop)
+                  # As many files as the runner likes (one on the DirectRunner): one file
+                  # would first group every line in one place, and there can be a line
+                  # per example.
                   | "Write" >> beam.io.WriteToText(self._report_prefix, file_name_suffix=".jsonl",
-                                                   num_shards=1, skip_if_empty=True))
+                                                   skip_if_empty=True))
         by_splits = (duplicates
                      | "SplitPair" >> beam.Map(lambda d: f"{d.kept.split}/{d.copy.split}")
                      | "Count" >> beam.combiners.Count.PerElement())

@@ -8,6 +8,7 @@ what a serving model feeds it, and image bytes are loaded later, after shard ass
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -81,6 +82,14 @@ class LabelledRow(NamedTuple):
     row: ManifestRow
     label_ids: tuple[int, ...]  # one per row.labels, in the same order
     category_ids: tuple[int, ...] = ()  # one per categorical extra column, in schema order
+
+    def to_json(self) -> bytes:
+        return json.dumps(self).encode()
+
+    @classmethod
+    def from_json(cls, text: bytes) -> LabelledRow:
+        row, label_ids, category_ids = json.loads(text)
+        return cls(ManifestRow.from_fields(row), tuple(label_ids), tuple(category_ids))
 
 
 class _Columns(NamedTuple):

@@ -115,8 +115,13 @@ class ManifestRow(NamedTuple):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ManifestRow:
-        *fields, labels, boxes, extras = json.loads(text)
-        return cls(*fields, tuple(labels), tuple(Box(*box) for box in boxes), tuple(extras))
+        return cls.from_fields(json.loads(text))
+
+    @classmethod
+    def from_fields(cls, fields: list) -> ManifestRow:
+        """The row from its JSON array (to_json's, parsed)."""
+        *scalars, labels, boxes, extras = fields
+        return cls(*scalars, tuple(labels), tuple(Box(*box) for box in boxes), tuple(extras))
 
 
 @dataclasses.dataclass(frozen=True)
