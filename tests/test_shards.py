@@ -10,11 +10,12 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from conftest import encode, feature, photo_like, read_examples
+from transforms import shards
 from transforms.images import ImageSettings
 from transforms.labels import LabelledRow
 from transforms.manifest import DEAD_LETTERS, Box, ManifestRow
-from transforms.shards import (EXAMPLE_KEYS, PlanShards, _ordered_map, _WriteShardFile,
-                               pack_rows, shard_of, shards_for)
+from transforms.shards import (EXAMPLE_KEYS, PlanShards, WriteShards, _ordered_map,
+                               _WriteShardFile, pack_rows, shard_of, shards_for)
 
 
 def tagged(outputs, tag):
@@ -73,6 +74,25 @@ def test_plan_from_sampled_file_sizes(tmp_path):
     with TestPipeline() as p:
         plan = p | beam.Create(rows) | PlanShards(None, target_shard_bytes=10_000)
         assert_that(plan, equal_to([("train", 4), ("test", 1)]))
+
+
+def test_shards_are_the_same_however_rows_are_packed(tmp_path, monkeypatch):
+    rows = [labelled(tmp_path, f"{i}.png", i % 3, split=("train", "test")[i % 2],
+                     data=encode(photo_like(8, 8, i), "PNG")) for i in range(24)]
+
+    def write(pack_bytes, folder):
+        monkeypatch.setattr(shards, "_PACK_BYTES", pack_bytes)
+        with TestPipeline() as p:
+            _ = (p | beam.Create(rows)
+                 | WriteShards(p | "Plan" >> beam.Create([("train", 3), ("test", 2)]),
+                               str(folder), "none", ImageSettings(), decode_threads=2,
+                               label_mode="single"))
+        return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+    one_pack_per_shard = write(1 << 20, tmp_path / "one")
+    assert write(1, tmp_path / "per_row") == one_pack_per_shard  # a pack per row
+    assert sum(len(read_examples(str(tmp_path / "one" / name)))
+               for name in one_pack_per_shard) == 24
 
 
 def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):
