@@ -12,16 +12,18 @@ import bz2
 import codecs
 import csv
 import dataclasses
+import functools
 import gzip
 import hashlib
 import json
 import lzma
+import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes, FileSystem
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
@@ -245,7 +247,14 @@ def resolve_uri(uri: str, folder: str) -> str:
     """Absolute paths and URLs stay as they are; relative ones are relative to the manifest."""
     if uri.startswith("/") or "://" in uri:
         return uri
-    return FileSystems.join(folder, uri)
+    return _filesystem_of(folder).join(folder, uri)
+
+
+@functools.lru_cache(maxsize=64)
+def _filesystem_of(folder: str) -> FileSystem:
+    # FileSystems.join looks the filesystem up among Beam's plugins on every call, which
+    # cost more than parsing the row itself.
+    return FileSystems.get_filesystem(folder)
 
 
 def _numbered_lines(path: str) -> Iterator[tuple[int, str]]:
@@ -519,8 +528,11 @@ def _are_numbers(fields: Sequence[str]) -> bool:
         return False
 
 
+_UNDECODABLE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of bad bytes
+
+
 def _has_undecodable_bytes(text: str) -> bool:
-    return any("\udc80" <= char <= "\udcff" for char in text)
+    return _UNDECODABLE.search(text) is not None
 
 
 def _printable(raw: str) -> str:
