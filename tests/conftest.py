@@ -98,6 +98,9 @@ def object_detection_spec():
         "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
         "image/object/class/label": tf.io.VarLenFeature(tf.int64),
         "image/object/class/text": tf.io.VarLenFeature(tf.string),
+        "image/object/difficult": tf.io.VarLenFeature(tf.int64),
+        "image/object/truncated": tf.io.VarLenFeature(tf.int64),
+        "image/object/is_crowd": tf.io.VarLenFeature(tf.int64),
     }
 
 
