@@ -1,5 +1,7 @@
-"""Reads image manifests with Beam: AutoML Vision / TFRecorder CSV (`[split,]image_uri,label`,
-single or multi-label, or one bounding box per row) and Vertex AI JSON Lines import files.
+"""Manifest rows, and the line formats: AutoML Vision / TFRecorder CSV
+(`[split,]image_uri,label`, single or multi-label, or one bounding box per row, relative
+or in pixels of a declared size) and Vertex AI JSON Lines import files. sources.py finds
+each manifest's format (COCO and Pascal VOC have their own modules) and reads it in Beam.
 
 Each manifest file is streamed by one DoFn call, line by line, so no process ever holds
 the whole manifest. A row is one physical line: a stray quote then costs only its own
@@ -19,13 +21,11 @@ import json
 import lzma
 import re
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
-import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
@@ -193,17 +193,6 @@ class ColumnLayout:
 
 AUTOML_LAYOUT = ColumnLayout(split=0, uri=1, label=2, width=3)
 URI_LABEL_LAYOUT = ColumnLayout(split=None, uri=0, label=1, width=2)  # AutoML without a set
-
-
-def find_manifests(patterns: Iterable[str]) -> list[str]:
-    """Expands paths and globs to manifest files, failing clearly for one that matches nothing."""
-    paths: set[str] = set()
-    for pattern in patterns:
-        matched = [m.path for m in FileSystems.match([pattern])[0].metadata_list]
-        if not matched:
-            raise ManifestError(f"manifest not found: {pattern}")
-        paths.update(matched)
-    return sorted(paths)
 
 
 def read_header(path: str, rules: RowRules = RowRules()) -> ColumnLayout:
@@ -628,37 +617,3 @@ def _has_undecodable_bytes(text: str) -> bool:
 def _printable(raw: str) -> str:
     """Undecodable bytes as \\xNN escapes, so the dead letter itself is valid UTF-8."""
     return raw.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-class _ParseManifestFile(beam.DoFn):
-    """Streams one manifest file; valid rows to the main output, the rest as DeadLetters."""
-
-    def __init__(self, rules: RowRules) -> None:
-        self._rules = rules
-        self._rows_read = Metrics.counter("manifest", "rows_read")
-        self._rows_rejected = Metrics.counter("manifest", "rows_rejected")
-
-    def process(self, path: str) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput]:
-        for item in read_manifest(path, self._rules):
-            self._rows_read.inc()
-            if isinstance(item, DeadLetter):
-                self._rows_rejected.inc()
-                yield beam.pvalue.TaggedOutput(DEAD_LETTERS, item)
-            else:
-                yield item
-
-
-class ReadManifest(beam.PTransform):
-    """Manifest files -> ManifestRows (main output) and DeadLetters (DEAD_LETTERS)."""
-
-    def __init__(self, paths: Sequence[str], rules: RowRules = RowRules()) -> None:
-        super().__init__()
-        self._paths = list(paths)
-        self._rules = rules
-
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
-        return (pbegin
-                | "ManifestFiles" >> beam.Create(self._paths)
-                | "ParseRows" >> beam.ParDo(
-                    _ParseManifestFile(self._rules)).with_outputs(
-                    DEAD_LETTERS, main="rows"))
