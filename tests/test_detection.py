@@ -1,6 +1,7 @@
 """Object detection end to end: box rows grouped per image, Object Detection API output."""
 
 import collections
+import io
 import json
 
 import numpy as np
@@ -139,3 +140,118 @@ def test_the_bundled_detection_sample_converts(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (summary["rows_read"], summary["rows_in_examples"], summary["examples_written"],
             summary["rows_dead_lettered"]) == (13, 11, 9, 2)
+
+
+# The Object Detection API's own CSV pair (xml_to_csv.py's columns, boxes in pixels), its
+# images in a separate folder, as its tutorial lays a project out.
+API_IMAGES = {"a.jpg": (96, 64), "b.jpg": (64, 80), "c.jpg": (80, 60), "d.jpg": (96, 64),
+              "e.jpg": (64, 48)}
+API_ROWS = {
+    "train": [("a.jpg", "cat", (10, 5, 50, 60)), ("a.jpg", "dog", (40, 0, 96, 64)),
+              ("b.jpg", "dog", (3, 7, 61, 77)), ("c.jpg", "cat", (0, 0, 33, 21)),
+              ("e.jpg", "cat", (1, 1, 30, 30))],
+    "test": [("d.jpg", "cat", (17, 11, 95, 63)), ("d.jpg", "cat", (1, 2, 3, 4))],
+}
+DECLARED = {"e.jpg": (96, 64)}  # what the CSV says instead of the real 64x48
+
+
+def reference_tf_example(group, image_dir, class_text_to_int):
+    """What the Object Detection API tutorial's generate_tfrecord.py writes for one image
+    (its create_tf_example, re-implemented): pixel / PIL's size, class ids from a map."""
+    from PIL import Image as PILImage
+
+    encoded = (image_dir / group.filename).read_bytes()
+    width, height = PILImage.open(io.BytesIO(encoded)).size
+    rows = [row for _, row in group.object.iterrows()]
+
+    def floats(values):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+    def strings(values):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+
+    return tf.train.Example(features=tf.train.Features(feature={
+        "image/height": ints([height]), "image/width": ints([width]),
+        "image/filename": strings([group.filename.encode()]),
+        "image/source_id": strings([group.filename.encode()]),
+        "image/encoded": strings([encoded]), "image/format": strings([b"jpg"]),
+        "image/object/bbox/xmin": floats([row["xmin"] / width for row in rows]),
+        "image/object/bbox/xmax": floats([row["xmax"] / width for row in rows]),
+        "image/object/bbox/ymin": floats([row["ymin"] / height for row in rows]),
+        "image/object/bbox/ymax": floats([row["ymax"] / height for row in rows]),
+        "image/object/class/text": strings([row["class"].encode() for row in rows]),
+        "image/object/class/label": ints([class_text_to_int(row["class"]) for row in rows]),
+    }))
+
+
+def reference_examples(csv_path, image_dir, class_text_to_int):
+    import pandas as pd
+
+    frame = pd.read_csv(csv_path)
+    grouped = frame.groupby("filename")
+    return {filename: reference_tf_example(
+        collections.namedtuple("data", ["filename", "object"])(filename, grouped.get_group(
+            filename)), image_dir, class_text_to_int) for filename in grouped.groups}
+
+
+def test_object_detection_api_csv_pair_matches_generate_tfrecord(tmp_path):
+    images, annotations = tmp_path / "images", tmp_path / "annotations"
+    images.mkdir()
+    annotations.mkdir()
+    for seed, (name, size) in enumerate(API_IMAGES.items()):
+        (images / name).write_bytes(encode(photo_like(*size, seed), "JPEG"))
+    for split, rows in API_ROWS.items():
+        lines = ["filename,width,height,class,xmin,ymin,xmax,ymax"] + [
+            ",".join(map(str, (name, *DECLARED.get(name, API_IMAGES[name]), label, *box)))
+            for name, label, box in rows]
+        (annotations / f"{split}_labels.csv").write_text("\n".join(lines) + "\n")
+    output = tmp_path / "out"
+    assert run.main([
+        "--manifest", f"train={annotations / 'train_labels.csv'}",
+        "--manifest", f"TEST={annotations / 'test_labels.csv'}", "--image_dir", str(images),
+        "--output_dir", str(output), "--label_mode", "detection",
+        "--max_error_fraction", "0.2"]) == 0
+
+    label_ids = {name: label_id for label_id, name in parse_label_map(
+        (output / "label_map.pbtxt").read_text()).items()}
+    for split in API_ROWS:
+        ours = {parsed["image/filename"][0].decode(): parsed
+                for parsed in map(parse_example, read_examples(f"{output}/{split}-*.tfrecord"))}
+        expected = reference_examples(annotations / f"{split}_labels.csv", images,
+                                      label_ids.__getitem__)
+        expected.pop("e.jpg", None)  # its declared size is wrong: dead-lettered below
+        assert sorted(ours) == sorted(expected)
+        for name, reference in expected.items():
+            mine = ours[name]
+            assert set(reference.features.feature) <= set(mine)
+            for key, feature in reference.features.feature.items():
+                if key in ("image/source_id", "image/format"):  # the path; "jpeg"
+                    continue
+                kind = feature.WhichOneof("kind")
+                values = list(getattr(feature, kind).value)
+                if kind == "float_list":  # both float32 of the same float64 quotient
+                    np.testing.assert_allclose(mine[key], values, rtol=1e-7)
+                else:
+                    assert mine[key].tolist() == values, key
+            objects = len(mine["image/object/class/text"])
+            for flag in ("difficult", "truncated", "is_crowd"):
+                assert mine[f"image/object/{flag}"].tolist() == [0] * objects
+
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["rows_in_examples"], summary["examples_written"],
+            summary["errors"]["by_reason"]) == (7, 6, 4, {"size_mismatch": 1})
+    assert set(summary["splits"]) >= {"train", "test"} and summary["accounted"]
+    assert summary["manifests"] == [f"TEST={annotations / 'test_labels.csv'}",
+                                    f"TRAIN={annotations / 'train_labels.csv'}"]
+    (dead,) = [json.loads(line) for line in (output / "errors-00000-of-00001.jsonl").open()]
+    assert (dead["uri"], dead["reason"]) == (str(images / "e.jpg"), "size_mismatch")
+    assert "declares a 96x64 image but the image is 64x48 pixels" in dead["message"]
+
+
+def parse_example(example):
+    """Every feature of a tf.train.Example as a numpy array of its values."""
+    return {key: np.array(getattr(feature, feature.WhichOneof("kind")).value)
+            for key, feature in example.features.feature.items()}
