@@ -255,3 +255,89 @@ def parse_example(example):
     """Every feature of a tf.train.Example as a numpy array of its values."""
     return {key: np.array(getattr(feature, feature.WhichOneof("kind")).value)
             for key, feature in example.features.feature.items()}
+
+
+def voc_annotation(filename, size, objects):
+    """A Pascal VOC annotation XML, as VOCdevkit and labelImg write it."""
+    parts = "".join(
+        f"<object><name>{name}</name><pose>Unspecified</pose><truncated>{truncated}"
+        f"</truncated><difficult>{difficult}</difficult><bndbox><xmin>{x0}</xmin>"
+        f"<ymin>{y0}</ymin><xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>"
+        for name, (x0, y0, x1, y1), difficult, truncated in objects)
+    return (f"<annotation><folder>images</folder><filename>{filename}</filename>"
+            f"<path>/home/someone/images/{filename}</path><source><database>Unknown"
+            f"</database></source><size><width>{size[0]}</width><height>{size[1]}</height>"
+            f"<depth>3</depth></size><segmented>0</segmented>{parts}</annotation>")
+
+
+def test_voc_devkit_labelimg_and_coco_convert_together_with_the_same_keys(tmp_path):
+    devkit = tmp_path / "VOCdevkit" / "VOC2007"
+    for folder in ("Annotations", "JPEGImages", "ImageSets/Main"):
+        (devkit / folder).mkdir(parents=True)
+    voc = {"000001": [("dog", (8, 4, 40, 30), 0, 0), ("person", (0, 0, 64, 48), 1, 0)],
+           "000002": [("cat", (0, 10, 20, 48), 0, 1)], "000003": [("dog", (1, 1, 9, 9), 0, 0)],
+           "000004": [("cat", (1, 1, 9, 9), 0, 0)]}  # in no ImageSets list: left out
+    for seed, (image_id, objects) in enumerate(voc.items()):
+        (devkit / "JPEGImages" / f"{image_id}.jpg").write_bytes(
+            encode(photo_like(64, 48, seed), "JPEG"))
+        (devkit / "Annotations" / f"{image_id}.xml").write_text(
+            voc_annotation(f"{image_id}.jpg", (64, 48), objects))
+    (devkit / "ImageSets/Main/train.txt").write_text("000001\n000002\n")
+    (devkit / "ImageSets/Main/val.txt").write_text("000003\n")
+    labelimg = tmp_path / "labelimg"  # labelImg: each XML beside its image
+    labelimg.mkdir()
+    (labelimg / "x.jpg").write_bytes(encode(photo_like(40, 30, 7), "JPEG"))
+    (labelimg / "x.xml").write_text(voc_annotation("x.jpg", (40, 30),
+                                                   [("cat", (4, 3, 36, 27), 0, 0)]))
+    coco = tmp_path / "coco"
+    (coco / "images").mkdir(parents=True)
+    for seed, name in enumerate(("p.jpg", "q.jpg"), start=8):
+        (coco / "images" / name).write_bytes(encode(photo_like(50, 40, seed), "JPEG"))
+    (coco / "instances_val.json").write_text(json.dumps({
+        "info": {"description": "test"}, "licenses": [],
+        "images": [{"id": 5, "file_name": "images/p.jpg", "width": 50, "height": 40},
+                   {"id": 6, "file_name": "images/q.jpg", "width": 50, "height": 40}],
+        "annotations": [
+            {"id": 1, "image_id": 5, "category_id": 1, "bbox": [5, 4, 20, 16], "iscrowd": 0,
+             "area": 320, "segmentation": [[5, 4, 25, 4, 25, 20]]},
+            {"id": 2, "image_id": 5, "category_id": 2, "bbox": [0, 0, 50, 40], "iscrowd": 1,
+             "area": 2000, "segmentation": {"counts": [0, 2000], "size": [40, 50]}},
+            {"id": 3, "image_id": 5, "category_id": 7, "bbox": [1, 1, 5, 5], "iscrowd": 0}],
+        "categories": [{"id": 1, "name": "dog", "supercategory": "animal"},
+                       {"id": 2, "name": "person", "supercategory": "person"}]}, indent=1))
+    output = tmp_path / "out"
+    assert run.main(["--manifest", str(devkit), "--manifest", f"train={labelimg}",
+                     "--manifest", f"val={coco / 'instances_val.json'}",
+                     "--output_dir", str(output), "--label_mode", "detection",
+                     "--max_error_fraction", "0.2"]) == 0
+
+    found = {(split, name): parsed for split in ("train", "validation")
+             for name, parsed in examples_by_image(output, split).items()}
+    assert sorted(found) == [("train", "000001.jpg"), ("train", "000002.jpg"),
+                             ("train", "x.jpg"), ("validation", "000003.jpg"),
+                             ("validation", "p.jpg"), ("validation", "q.jpg")]
+    names = parse_label_map((output / "label_map.pbtxt").read_text())
+    objects = {key: [(names[label], *flags) for label, *flags in zip(
+        parsed["image/object/class/label"], parsed["image/object/difficult"],
+        parsed["image/object/truncated"], parsed["image/object/is_crowd"])]
+        for key, parsed in found.items()}
+    assert objects == {  # (label, difficult, truncated, is_crowd) per object
+        ("train", "000001.jpg"): [("dog", 0, 0, 0), ("person", 1, 0, 0)],
+        ("train", "000002.jpg"): [("cat", 0, 1, 0)], ("train", "x.jpg"): [("cat", 0, 0, 0)],
+        ("validation", "000003.jpg"): [("dog", 0, 0, 0)],
+        ("validation", "p.jpg"): [("dog", 0, 0, 0), ("person", 0, 0, 1)],
+        ("validation", "q.jpg"): []}
+    p = found[("validation", "p.jpg")]
+    np.testing.assert_array_equal(
+        np.stack([p[f"image/object/bbox/{side}"] for side in ("xmin", "ymin", "xmax", "ymax")]),
+        np.float32([[5 / 50, 0], [4 / 40, 0], [25 / 50, 1], [20 / 40, 1]]))
+    assert found[("train", "x.jpg")]["image/source_id"].decode() == str(labelimg / "x.jpg")
+    serialized = [example for split in ("train", "validation")
+                  for example in read_examples(f"{output}/{split}-*.tfrecord")]
+    assert {frozenset(example.features.feature) for example in serialized} == {
+        frozenset(json.loads((output / "summary.json").read_text())["features"])}
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["rows_in_examples"], summary["examples_written"],
+            summary["errors"]["by_reason"]) == (9, 8, 6, {"unknown_category_id": 1})
+    (dead,) = [json.loads(line) for line in (output / "errors-00000-of-00001.jsonl").open()]
+    assert dead["message"].startswith("annotation id 3: category_id 7")
