@@ -341,3 +341,22 @@ def test_voc_devkit_labelimg_and_coco_convert_together_with_the_same_keys(tmp_pa
             summary["errors"]["by_reason"]) == (9, 8, 6, {"unknown_category_id": 1})
     (dead,) = [json.loads(line) for line in (output / "errors-00000-of-00001.jsonl").open()]
     assert dead["message"].startswith("annotation id 3: category_id 7")
+
+
+def test_the_bundled_api_csv_voc_and_coco_samples_convert_in_one_run(tmp_path):
+    """The README's examples: sample_data/detection/, images under sample_data/images."""
+    samples = SAMPLE_DATA / "detection"
+    assert run.main([
+        "--manifest", f"train={samples / 'api' / 'train_labels.csv'}",
+        "--manifest", f"test={samples / 'api' / 'test_labels.csv'}",
+        "--manifest", str(samples / "voc" / "VOC2007"),
+        "--manifest", f"val={samples / 'coco' / 'instances.json'}",
+        "--image_dir", str(SAMPLE_DATA / "images"), "--output_dir", str(tmp_path),
+        "--label_mode", "detection", "--max_error_fraction", "0.1"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["rows_read"], summary["rows_in_examples"], summary["examples_written"],
+            summary["errors"]["by_reason"]) == (16, 15, 12, {"size_mismatch": 1})
+    assert {split: stats["examples"] for split, stats in summary["splits"].items()} == {
+        "train": 7, "validation": 4, "test": 1}
+    assert sorted(parse_label_map((tmp_path / "label_map.pbtxt").read_text()).values()) == [
+        "cat", "cup", "flower", "saucer"]
