@@ -182,8 +182,10 @@ def test_vocdevkit_splits_come_from_image_sets_and_images_from_jpegimages(tmp_pa
         "validation", (), str(root / "Annotations" / "000002.xml"))
     assert (broken.reason, broken.manifest) == (
         reasons.INVALID_ANNOTATION, str(root / "Annotations" / "000004.xml"))
-    # SPLIT=PATH reads only that split's list.
+    # SPLIT=PATH reads only that split's list, and needs it.
     assert [row.labels for row in read(root, split="val")] == [()]
+    with pytest.raises(ManifestError, match="Main has no test.txt .*it lists train.txt, val"):
+        check_sources(find_manifests([f"test={root}"]), DETECTION)
 
 
 def test_labelimg_xml_beside_its_image_or_under_image_dir(tmp_path):

@@ -20,7 +20,7 @@ from transforms.coco import is_coco, read_coco
 from transforms.dead_letters import DeadLetter
 from transforms.manifest import (DEAD_LETTERS, ManifestError, ManifestRow, RowRules,
                                  is_jsonl, read_csv, read_header, read_jsonl)
-from transforms.voc import read_voc, xml_glob
+from transforms.voc import check_voc, read_voc, xml_glob
 
 # The lead replaces this with transforms.manifest.normalise_split (helper "headers").
 _SPLIT_NAMES = {"train": "train", "validation": "validation", "test": "test",
@@ -97,6 +97,7 @@ class _BoxesOnlyFormat:
     title: str
     claims: Callable[[str], bool]
     reader: Callable[[str, RowRules, str | None], Iterator[ManifestRow | DeadLetter]]
+    checker: Callable[[str, str | None], None] = lambda path, split: None
 
     def reads(self, path: str) -> bool:
         return self.claims(path)
@@ -105,6 +106,7 @@ class _BoxesOnlyFormat:
         if not rules.detection:
             raise ManifestError(f"{source.path} is {self.title}, which holds bounding "
                                 "boxes: pass --label_mode detection")
+        self.checker(source.path, source.split)
 
     def read(self, source: ManifestSource, rules: RowRules
              ) -> Iterator[ManifestRow | DeadLetter]:
@@ -114,7 +116,7 @@ class _BoxesOnlyFormat:
 # In the order they are asked: the first whose reads() is true reads the path.
 FORMATS: dict[str, ManifestFormat] = {format.name: format for format in (
     _BoxesOnlyFormat("pascal_voc", "Pascal VOC annotation XML",
-                     lambda path: path.lower().endswith(".xml"), read_voc),
+                     lambda path: path.lower().endswith(".xml"), read_voc, check_voc),
     _BoxesOnlyFormat("coco", "a COCO instances JSON file", is_coco, read_coco),
     _JsonlFormat(),
     _CsvFormat(),

@@ -21,8 +21,8 @@ from apache_beam.metrics import Metrics
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
-from transforms.manifest import (Box, ManifestRow, RowRules, assign_split, declared_size,
-                                 pixel_box, resolve_uri)
+from transforms.manifest import (Box, ManifestError, ManifestRow, RowRules, assign_split,
+                                 declared_size, pixel_box, resolve_uri)
 
 ANNOTATIONS = "Annotations"
 _IMAGES = "JPEGImages"
@@ -44,6 +44,20 @@ def xml_glob(path: str) -> str | None:
         if FileSystems.match([pattern])[0].metadata_list:
             return pattern
     return None
+
+
+def check_voc(pattern: str, split: str | None) -> None:
+    """Before the job: SPLIT=PATH on a VOCdevkit tree with ImageSets lists needs that
+    split's list (otherwise every XML, of any split, would get SPLIT)."""
+    root = _devkit_root(FileSystems.split(pattern)[0])
+    if split is None or root is None:
+        return
+    folder = FileSystems.join(root, "ImageSets", "Main")
+    present = [file for file in _LISTS.values()
+               if FileSystems.exists(FileSystems.join(folder, file))]
+    if present and _LISTS[split] not in present:
+        raise ManifestError(f"{folder} has no {_LISTS[split]} for --manifest "
+                            f"{split.upper()}=...; it lists {', '.join(present)}")
 
 
 def read_voc(pattern: str, rules: RowRules, split: str | None
