@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from conftest import SAMPLE_DATA, encode, object_detection_spec, parse_label_map, photo_like, read_examples
+from conftest import (SAMPLE_DATA, encode, object_detection_spec, parse_label_map, photo_like,
+                      read_examples, voc_annotation)
 from pipeline import run
 
 # (split, image, label, box as x_min, y_min, x_max, y_max) per manifest row, in order.
@@ -255,19 +256,6 @@ def parse_example(example):
     """Every feature of a tf.train.Example as a numpy array of its values."""
     return {key: np.array(getattr(feature, feature.WhichOneof("kind")).value)
             for key, feature in example.features.feature.items()}
-
-
-def voc_annotation(filename, size, objects):
-    """A Pascal VOC annotation XML, as VOCdevkit and labelImg write it."""
-    parts = "".join(
-        f"<object><name>{name}</name><pose>Unspecified</pose><truncated>{truncated}"
-        f"</truncated><difficult>{difficult}</difficult><bndbox><xmin>{x0}</xmin>"
-        f"<ymin>{y0}</ymin><xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>"
-        for name, (x0, y0, x1, y1), difficult, truncated in objects)
-    return (f"<annotation><folder>images</folder><filename>{filename}</filename>"
-            f"<path>/home/someone/images/{filename}</path><source><database>Unknown"
-            f"</database></source><size><width>{size[0]}</width><height>{size[1]}</height>"
-            f"<depth>3</depth></size><segmented>0</segmented>{parts}</annotation>")
 
 
 def test_voc_devkit_labelimg_and_coco_convert_together_with_the_same_keys(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from conftest import voc_annotation
 from pipeline import run
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
@@ -153,23 +154,13 @@ def test_coco_annotations_become_box_rows_and_bad_ones_name_their_id(tmp_path):
     assert (empty.uri, empty.labels, empty.boxes) == (str(tmp_path / "b.jpg"), (), ())
 
 
-def voc_xml(filename, objects, size=(200, 100)):
-    parts = "".join(
-        f"<object><name>{name}</name><pose>Left</pose><truncated>{truncated}</truncated>"
-        f"<difficult>{difficult}</difficult><bndbox><xmin>{x0}</xmin><ymin>{y0}</ymin>"
-        f"<xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>"
-        for name, (x0, y0, x1, y1), difficult, truncated in objects)
-    return (f"<annotation><folder>VOC2007</folder><filename>{filename}</filename>"
-            f"<size><width>{size[0]}</width><height>{size[1]}</height><depth>3</depth>"
-            f"</size><segmented>0</segmented>{parts}</annotation>")
-
-
 def test_vocdevkit_splits_come_from_image_sets_and_images_from_jpegimages(tmp_path):
     root = tmp_path / "VOCdevkit" / "VOC2007"
-    write(root / "Annotations" / "000001.xml", voc_xml(
-        "000001.jpg", [("dog", (20, 10, 120, 90), 0, 1), ("person", (0, 0, 200, 100), 1, 0)]))
-    write(root / "Annotations" / "000002.xml", voc_xml("000002.jpg", []))
-    write(root / "Annotations" / "000003.xml", voc_xml("000003.jpg", []))  # in no list
+    write(root / "Annotations" / "000001.xml", voc_annotation("000001.jpg", (200, 100), [
+        ("dog", (20, 10, 120, 90), 0, 1), ("person", (0, 0, 200, 100), 1, 0)]))
+    write(root / "Annotations" / "000002.xml", voc_annotation("000002.jpg", (200, 100), []))
+    write(root / "Annotations" / "000003.xml",  # in no list
+          voc_annotation("000003.jpg", (200, 100), []))
     write(root / "Annotations" / "000004.xml", "<annotation><filename>x")
     write(root / "ImageSets" / "Main" / "train.txt", "000001\n000004\n")
     write(root / "ImageSets" / "Main" / "val.txt", "000002\n")
@@ -189,7 +180,8 @@ def test_vocdevkit_splits_come_from_image_sets_and_images_from_jpegimages(tmp_pa
 
 
 def test_labelimg_xml_beside_its_image_or_under_image_dir(tmp_path):
-    path = write(tmp_path / "photos" / "cat.xml", voc_xml("cat.jpg", [("cat", (0, 0, 50, 50), 0, 0)]))
+    path = write(tmp_path / "photos" / "cat.xml", voc_annotation(
+        "cat.jpg", (200, 100), [("cat", (0, 0, 50, 50), 0, 0)]))
     write(tmp_path / "photos" / "nosize.xml", "<annotation><filename>n.jpg</filename></annotation>")
     row, nosize = read(tmp_path / "photos" / "*.xml", split="test")
     assert (row.uri, row.split, row.boxes) == (
