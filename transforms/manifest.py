@@ -374,7 +374,7 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
             xmin, ymin, xmax, ymax = (fields[index] for index in layout.box)
             vertices = [xmin, ymin, "", "", xmax, ymax, "", ""]
         return box_row(image, fields[layout.label], any(vertices),
-                       lambda: parse_box(vertices), reject)
+                       functools.partial(parse_box, vertices), reject)
     if not rules.multi_label:
         labels: tuple[str, ...] = tuple(filter(None, [fields[layout.label]]))
     else:
@@ -473,7 +473,7 @@ def _pixel_box_row(image: ManifestRow, fields: Sequence[str], layout: ColumnLayo
         return reject(*size, uri=image.uri, split=image.split)
     corners = [fields[index] for index in layout.box]
     return box_row(image._replace(image_size=size), fields[layout.label], any(corners),
-                   lambda: pixel_box(corners, size), reject)
+                   functools.partial(pixel_box, corners, size), reject)
 
 
 def box_row(image: ManifestRow, label: str, has_box: bool,
