@@ -189,3 +189,11 @@ def test_labelimg_xml_beside_its_image_or_under_image_dir(tmp_path):
     assert nosize.reason == reasons.INVALID_ANNOTATION and "<size>" in nosize.message
     (moved,) = read(path, RowRules(label_mode="detection", image_dir="/pictures"))
     assert moved.uri == "/pictures/cat.jpg"
+
+
+def test_the_python_api_takes_a_voc_folder_as_a_manifest_not_an_image_folder(tmp_path):
+    import image_tfrecords
+
+    write(tmp_path / "labels" / "a.xml", voc_annotation("a.jpg", (10, 10), []))
+    with pytest.raises(ValueError, match="Pascal VOC .* pass --label_mode detection"):
+        image_tfrecords.convert(str(tmp_path / "labels"), str(tmp_path / "out"))
