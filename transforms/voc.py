@@ -37,8 +37,8 @@ def xml_glob(path: str) -> str | None:
     or a VOCdevkit year folder (ROOT/Annotations/*.xml); None when it names none of these."""
     if path.lower().endswith(".xml"):
         return path
-    if "." in path.rstrip("/").rsplit("/", 1)[-1]:
-        return None  # a file name: some other manifest
+    if any(char in path.rstrip("/").rsplit("/", 1)[-1] for char in ".*?["):
+        return None  # a file name or a glob: some other manifest
     for pattern in (FileSystems.join(path, "*.xml"),
                     FileSystems.join(path, ANNOTATIONS, "*.xml")):
         if FileSystems.match([pattern])[0].metadata_list:
