@@ -17,6 +17,7 @@ setup(
         "pillow>=11,<13",  # transforms/images.py runs Pillow's format search itself
         "pyarrow>=14",
         "google-cloud-storage>=2.18,<4",
+        "ijson>=3.2,<4",  # COCO instances JSON, streamed (transforms/coco.py)
     ],
     entry_points={"console_scripts": ["image-tfrecords=pipeline.cli:main"]},
 )

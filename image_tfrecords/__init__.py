@@ -80,7 +80,8 @@ class ConversionResult:
 
 
 def convert(source: str | pd.DataFrame, output_dir: str, **options: Any) -> ConversionResult:
-    """Converts a manifest CSV (path or glob), an image folder, or a DataFrame.
+    """Converts a manifest (path or glob; a folder of Pascal VOC XMLs is one), an image
+    folder, or a DataFrame.
 
     A DataFrame needs an image URI and a label column named as in a manifest header
     (`image_uri`, `label`, optionally `split`); relative paths in it are relative to the
@@ -100,7 +101,7 @@ def convert(source: str | pd.DataFrame, output_dir: str, **options: Any) -> Conv
         with _dataframe_manifest(source, fractions, options.get("temp_location"),
                                  load_schema(options.get("schema"))) as manifest:
             return _convert({"manifest": manifest, **options}, output_dir)
-    if _is_folder(source):
+    if _is_folder(source) and not _is_voc_folder(source):
         return _convert({"image_folder": source, **options}, output_dir)
     return _convert({"manifest": source, **options}, output_dir)
 
@@ -188,3 +189,10 @@ def _absolute(uri: str) -> str:
 
 def _is_folder(source: str) -> bool:
     return os.path.isdir(source) or (("://" in source) and source.endswith("/"))
+
+
+def _is_voc_folder(source: str) -> bool:
+    """A folder of Pascal VOC annotation XMLs (or a VOCdevkit year folder) is a manifest."""
+    from transforms.voc import xml_glob  # noqa: PLC0415
+
+    return xml_glob(source) is not None

@@ -27,14 +27,14 @@ from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder
 from transforms.labels import AnalyzeLabels, ApplyLabels
-from transforms.manifest import ReadManifest
 from transforms.publish import SUMMARY_FILE, PublishOutput, delete_tree, staged_dir
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
+from transforms.sources import ManifestSource, ReadManifest
 
 _MB = 1 << 20
 
 
-def run(options: PipelineOptions, manifests: list[str], run_info: dict[str, Any]
+def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: dict[str, Any]
         ) -> dict[str, Any] | None:
     """Runs the conversion and returns the summary.json it wrote.
 
@@ -66,8 +66,8 @@ def run(options: PipelineOptions, manifests: list[str], run_info: dict[str, Any]
         return json.load(file)
 
 
-def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_dir: str,
-          tft_dir: str, run_info: dict[str, Any]) -> None:
+def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSource],
+          temp_dir: str, tft_dir: str, run_info: dict[str, Any]) -> None:
     output_dir = options.output_dir
     extra_columns = options.extra_columns()
 
@@ -124,7 +124,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
                                        duplicates_dropped=options.dedupe == "sha256"))
 
 
-def _read_rows(options: ConvertOptions, manifests: list[str]) -> beam.PTransform:
+def _read_rows(options: ConvertOptions, manifests: list[ManifestSource]) -> beam.PTransform:
     """The source's rows: a manifest's lines or an image folder's files."""
     if options.image_folder:
         return ReadImageFolder(options.image_folder, options.split_fraction_values())

@@ -22,8 +22,17 @@ class ConvertOptions(PipelineOptions):
         group = parser.add_argument_group("image-tfrecords")
         group.add_argument(
             "--manifest", action="append",
-            help="Manifest CSV (split,image_uri,label), a path or glob, local or remote. "
-                 "Repeat for several; relative image URIs are relative to the manifest.")
+            help="Manifest: AutoML/TFRecorder CSV (split,image_uri,label), Vertex AI JSON "
+                 "Lines, the Object Detection API's CSV (filename,width,height,class,xmin,"
+                 "ymin,xmax,ymax in pixels), a COCO instances JSON, or Pascal VOC XMLs (a "
+                 "folder, a VOCdevkit year folder or a glob of .xml); a path or glob, local "
+                 "or remote. SPLIT=PATH gives every row of PATH that split (train, "
+                 "validation/val, test). Repeat for several; relative image URIs are "
+                 "relative to the manifest (see --image_dir).")
+        group.add_argument(
+            "--image_dir",
+            help="Resolve relative image names against this folder instead of the "
+                 "manifest's (as generate_tfrecord.py's --image_dir), for every manifest.")
         group.add_argument(
             "--image_folder",
             help="Instead of --manifest: a folder of ROOT/<split>/<label>/<file> or "
@@ -121,6 +130,8 @@ class ConvertOptions(PipelineOptions):
             self.split_fraction_values()
         except ValueError as problem:
             found.append(f"--split_fractions {self.split_fractions!r}: {problem}")
+        if self.image_folder and self.image_dir:
+            found.append("--image_dir applies to --manifest, not --image_folder")
         if self.image_folder and self.label_mode == "detection":
             found.append("--label_mode detection needs a manifest of boxes, "
                          "not --image_folder")
@@ -153,7 +164,7 @@ class ConvertOptions(PipelineOptions):
 
     def row_rules(self) -> RowRules:
         return RowRules(self.split_fraction_values(), self.label_mode, self.label_separator,
-                        self.extra_columns())
+                        self.extra_columns(), self.image_dir)
 
     def extra_columns(self) -> tuple[ExtraColumn, ...]:
         return load_schema(self.schema)

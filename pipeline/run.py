@@ -15,7 +15,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from pipeline.options import ConvertOptions
 from pipeline.report import format_report
 from transforms.folder import check_folder
-from transforms.manifest import ManifestError, find_manifests, is_jsonl, read_header
+from transforms.manifest import ManifestError
+from transforms.sources import ManifestSource, check_sources, find_manifests
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -59,7 +60,7 @@ def convert_and_report(argv: Sequence[str]) -> tuple[dict[str, Any] | None, Conv
     started = time.monotonic()
     run_info = {
         **({"image_folder": convert.image_folder} if convert.image_folder
-           else {"manifests": manifests}),
+           else {"manifests": [source.describe() for source in manifests]}),
         "options": {"runner": options.view_as(StandardOptions).runner or "DirectRunner",
                     **convert.values()},
         "versions": {name: _version(name) for name in _VERSIONED},
@@ -87,7 +88,7 @@ def outcome_problem(summary: dict[str, Any], max_error_fraction: float) -> str |
     return None
 
 
-def _preflight(convert: ConvertOptions) -> list[str]:
+def _preflight(convert: ConvertOptions) -> list[ManifestSource]:
     """Usage errors before any worker starts: options, sources, headers, the output dir.
 
     Returns the manifest files (none for an image folder).
@@ -106,18 +107,13 @@ def _preflight(convert: ConvertOptions) -> list[str]:
         raise UsageError(f"cannot use the storage: {problem or error}") from error
 
 
-def _check_locations(convert: ConvertOptions) -> list[str]:
+def _check_locations(convert: ConvertOptions) -> list[ManifestSource]:
     if convert.image_folder:
         check_folder(convert.image_folder)
         manifests = []
     else:
         manifests = find_manifests(convert.manifest)
-    rules = convert.row_rules()
-    for manifest in manifests:
-        if not is_jsonl(manifest):
-            read_header(manifest, rules)
-        elif rules.extra_columns:
-            raise UsageError(f"{manifest}: --schema columns are read from CSV manifests only")
+    check_sources(manifests, convert.row_rules())
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
     if existing and not convert.overwrite:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "

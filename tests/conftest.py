@@ -98,6 +98,9 @@ def object_detection_spec():
         "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
         "image/object/class/label": tf.io.VarLenFeature(tf.int64),
         "image/object/class/text": tf.io.VarLenFeature(tf.string),
+        "image/object/difficult": tf.io.VarLenFeature(tf.int64),
+        "image/object/truncated": tf.io.VarLenFeature(tf.int64),
+        "image/object/is_crowd": tf.io.VarLenFeature(tf.int64),
     }
 
 
@@ -312,3 +315,16 @@ def download(folder: str, local) -> None:
         target = local / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(get(f"{folder.rstrip('/')}/{relative}"))
+
+
+def voc_annotation(filename, size, objects):
+    """A Pascal VOC annotation XML, as VOCdevkit and labelImg write it."""
+    parts = "".join(
+        f"<object><name>{name}</name><pose>Unspecified</pose><truncated>{truncated}"
+        f"</truncated><difficult>{difficult}</difficult><bndbox><xmin>{x0}</xmin>"
+        f"<ymin>{y0}</ymin><xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>"
+        for name, (x0, y0, x1, y1), difficult, truncated in objects)
+    return (f"<annotation><folder>images</folder><filename>{filename}</filename>"
+            f"<path>/home/someone/images/{filename}</path><source><database>Unknown"
+            f"</database></source><size><width>{size[0]}</width><height>{size[1]}</height>"
+            f"<depth>3</depth></size><segmented>0</segmented>{parts}</annotation>")

@@ -1,6 +1,7 @@
 """Object detection end to end: box rows grouped per image, Object Detection API output."""
 
 import collections
+import io
 import json
 
 import numpy as np
@@ -8,7 +9,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from conftest import SAMPLE_DATA, encode, object_detection_spec, parse_label_map, photo_like, read_examples
+from conftest import (SAMPLE_DATA, encode, object_detection_spec, parse_label_map, photo_like,
+                      read_examples, voc_annotation)
 from pipeline import run
 
 # (split, image, label, box as x_min, y_min, x_max, y_max) per manifest row, in order.
@@ -139,3 +141,210 @@ def test_the_bundled_detection_sample_converts(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (summary["rows_read"], summary["rows_in_examples"], summary["examples_written"],
             summary["rows_dead_lettered"]) == (13, 11, 9, 2)
+
+
+# The Object Detection API's own CSV pair (xml_to_csv.py's columns, boxes in pixels), its
+# images in a separate folder, as its tutorial lays a project out.
+API_IMAGES = {"a.jpg": (96, 64), "b.jpg": (64, 80), "c.jpg": (80, 60), "d.jpg": (96, 64),
+              "e.jpg": (64, 48)}
+API_ROWS = {
+    "train": [("a.jpg", "cat", (10, 5, 50, 60)), ("a.jpg", "dog", (40, 0, 96, 64)),
+              ("b.jpg", "dog", (3, 7, 61, 77)), ("c.jpg", "cat", (0, 0, 33, 21)),
+              ("e.jpg", "cat", (1, 1, 30, 30))],
+    "test": [("d.jpg", "cat", (17, 11, 95, 63)), ("d.jpg", "cat", (1, 2, 3, 4))],
+}
+DECLARED = {"e.jpg": (96, 64)}  # what the CSV says instead of the real 64x48
+
+
+def reference_tf_example(group, image_dir, class_text_to_int):
+    """What the Object Detection API tutorial's generate_tfrecord.py writes for one image
+    (its create_tf_example, re-implemented): pixel / PIL's size, class ids from a map."""
+    from PIL import Image as PILImage
+
+    encoded = (image_dir / group.filename).read_bytes()
+    width, height = PILImage.open(io.BytesIO(encoded)).size
+    rows = [row for _, row in group.object.iterrows()]
+
+    def floats(values):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+    def strings(values):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+
+    return tf.train.Example(features=tf.train.Features(feature={
+        "image/height": ints([height]), "image/width": ints([width]),
+        "image/filename": strings([group.filename.encode()]),
+        "image/source_id": strings([group.filename.encode()]),
+        "image/encoded": strings([encoded]), "image/format": strings([b"jpg"]),
+        "image/object/bbox/xmin": floats([row["xmin"] / width for row in rows]),
+        "image/object/bbox/xmax": floats([row["xmax"] / width for row in rows]),
+        "image/object/bbox/ymin": floats([row["ymin"] / height for row in rows]),
+        "image/object/bbox/ymax": floats([row["ymax"] / height for row in rows]),
+        "image/object/class/text": strings([row["class"].encode() for row in rows]),
+        "image/object/class/label": ints([class_text_to_int(row["class"]) for row in rows]),
+    }))
+
+
+def reference_examples(csv_path, image_dir, class_text_to_int):
+    import pandas as pd
+
+    frame = pd.read_csv(csv_path)
+    grouped = frame.groupby("filename")
+    return {filename: reference_tf_example(
+        collections.namedtuple("data", ["filename", "object"])(filename, grouped.get_group(
+            filename)), image_dir, class_text_to_int) for filename in grouped.groups}
+
+
+def test_object_detection_api_csv_pair_matches_generate_tfrecord(tmp_path):
+    images, annotations = tmp_path / "images", tmp_path / "annotations"
+    images.mkdir()
+    annotations.mkdir()
+    for seed, (name, size) in enumerate(API_IMAGES.items()):
+        (images / name).write_bytes(encode(photo_like(*size, seed), "JPEG"))
+    for split, rows in API_ROWS.items():
+        lines = ["filename,width,height,class,xmin,ymin,xmax,ymax"] + [
+            ",".join(map(str, (name, *DECLARED.get(name, API_IMAGES[name]), label, *box)))
+            for name, label, box in rows]
+        (annotations / f"{split}_labels.csv").write_text("\n".join(lines) + "\n")
+    output = tmp_path / "out"
+    assert run.main([
+        "--manifest", f"train={annotations / 'train_labels.csv'}",
+        "--manifest", f"TEST={annotations / 'test_labels.csv'}", "--image_dir", str(images),
+        "--output_dir", str(output), "--label_mode", "detection",
+        "--max_error_fraction", "0.2"]) == 0
+
+    label_ids = {name: label_id for label_id, name in parse_label_map(
+        (output / "label_map.pbtxt").read_text()).items()}
+    for split in API_ROWS:
+        ours = {parsed["image/filename"][0].decode(): parsed
+                for parsed in map(parse_example, read_examples(f"{output}/{split}-*.tfrecord"))}
+        expected = reference_examples(annotations / f"{split}_labels.csv", images,
+                                      label_ids.__getitem__)
+        expected.pop("e.jpg", None)  # its declared size is wrong: dead-lettered below
+        assert sorted(ours) == sorted(expected)
+        for name, reference in expected.items():
+            mine = ours[name]
+            assert set(reference.features.feature) <= set(mine)
+            for key, feature in reference.features.feature.items():
+                if key in ("image/source_id", "image/format"):  # the path; "jpeg"
+                    continue
+                kind = feature.WhichOneof("kind")
+                values = list(getattr(feature, kind).value)
+                if kind == "float_list":  # both float32 of the same float64 quotient
+                    np.testing.assert_allclose(mine[key], values, rtol=1e-7)
+                else:
+                    assert mine[key].tolist() == values, key
+            objects = len(mine["image/object/class/text"])
+            for flag in ("difficult", "truncated", "is_crowd"):
+                assert mine[f"image/object/{flag}"].tolist() == [0] * objects
+
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["rows_in_examples"], summary["examples_written"],
+            summary["errors"]["by_reason"]) == (7, 6, 4, {"size_mismatch": 1})
+    assert set(summary["splits"]) >= {"train", "test"} and summary["accounted"]
+    assert summary["manifests"] == [f"TEST={annotations / 'test_labels.csv'}",
+                                    f"TRAIN={annotations / 'train_labels.csv'}"]
+    (dead,) = [json.loads(line) for line in (output / "errors-00000-of-00001.jsonl").open()]
+    assert (dead["uri"], dead["reason"]) == (str(images / "e.jpg"), "size_mismatch")
+    assert "declares a 96x64 image but the image is 64x48 pixels" in dead["message"]
+
+
+def parse_example(example):
+    """Every feature of a tf.train.Example as a numpy array of its values."""
+    return {key: np.array(getattr(feature, feature.WhichOneof("kind")).value)
+            for key, feature in example.features.feature.items()}
+
+
+def test_voc_devkit_labelimg_and_coco_convert_together_with_the_same_keys(tmp_path):
+    devkit = tmp_path / "VOCdevkit" / "VOC2007"
+    for folder in ("Annotations", "JPEGImages", "ImageSets/Main"):
+        (devkit / folder).mkdir(parents=True)
+    voc = {"000001": [("dog", (8, 4, 40, 30), 0, 0), ("person", (0, 0, 64, 48), 1, 0)],
+           "000002": [("cat", (0, 10, 20, 48), 0, 1)], "000003": [("dog", (1, 1, 9, 9), 0, 0)],
+           "000004": [("cat", (1, 1, 9, 9), 0, 0)]}  # in no ImageSets list: left out
+    for seed, (image_id, objects) in enumerate(voc.items()):
+        (devkit / "JPEGImages" / f"{image_id}.jpg").write_bytes(
+            encode(photo_like(64, 48, seed), "JPEG"))
+        (devkit / "Annotations" / f"{image_id}.xml").write_text(
+            voc_annotation(f"{image_id}.jpg", (64, 48), objects))
+    (devkit / "ImageSets/Main/train.txt").write_text("000001\n000002\n")
+    (devkit / "ImageSets/Main/val.txt").write_text("000003\n")
+    labelimg = tmp_path / "labelimg"  # labelImg: each XML beside its image
+    labelimg.mkdir()
+    (labelimg / "x.jpg").write_bytes(encode(photo_like(40, 30, 7), "JPEG"))
+    (labelimg / "x.xml").write_text(voc_annotation("x.jpg", (40, 30),
+                                                   [("cat", (4, 3, 36, 27), 0, 0)]))
+    coco = tmp_path / "coco"
+    (coco / "images").mkdir(parents=True)
+    for seed, name in enumerate(("p.jpg", "q.jpg"), start=8):
+        (coco / "images" / name).write_bytes(encode(photo_like(50, 40, seed), "JPEG"))
+    (coco / "instances_val.json").write_text(json.dumps({
+        "info": {"description": "test"}, "licenses": [],
+        "images": [{"id": 5, "file_name": "images/p.jpg", "width": 50, "height": 40},
+                   {"id": 6, "file_name": "images/q.jpg", "width": 50, "height": 40}],
+        "annotations": [
+            {"id": 1, "image_id": 5, "category_id": 1, "bbox": [5, 4, 20, 16], "iscrowd": 0,
+             "area": 320, "segmentation": [[5, 4, 25, 4, 25, 20]]},
+            {"id": 2, "image_id": 5, "category_id": 2, "bbox": [0, 0, 50, 40], "iscrowd": 1,
+             "area": 2000, "segmentation": {"counts": [0, 2000], "size": [40, 50]}},
+            {"id": 3, "image_id": 5, "category_id": 7, "bbox": [1, 1, 5, 5], "iscrowd": 0}],
+        "categories": [{"id": 1, "name": "dog", "supercategory": "animal"},
+                       {"id": 2, "name": "person", "supercategory": "person"}]}, indent=1))
+    output = tmp_path / "out"
+    assert run.main(["--manifest", str(devkit), "--manifest", f"train={labelimg}",
+                     "--manifest", f"val={coco / 'instances_val.json'}",
+                     "--output_dir", str(output), "--label_mode", "detection",
+                     "--max_error_fraction", "0.2"]) == 0
+
+    found = {(split, name): parsed for split in ("train", "validation")
+             for name, parsed in examples_by_image(output, split).items()}
+    assert sorted(found) == [("train", "000001.jpg"), ("train", "000002.jpg"),
+                             ("train", "x.jpg"), ("validation", "000003.jpg"),
+                             ("validation", "p.jpg"), ("validation", "q.jpg")]
+    names = parse_label_map((output / "label_map.pbtxt").read_text())
+    objects = {key: [(names[label], *flags) for label, *flags in zip(
+        parsed["image/object/class/label"], parsed["image/object/difficult"],
+        parsed["image/object/truncated"], parsed["image/object/is_crowd"])]
+        for key, parsed in found.items()}
+    assert objects == {  # (label, difficult, truncated, is_crowd) per object
+        ("train", "000001.jpg"): [("dog", 0, 0, 0), ("person", 1, 0, 0)],
+        ("train", "000002.jpg"): [("cat", 0, 1, 0)], ("train", "x.jpg"): [("cat", 0, 0, 0)],
+        ("validation", "000003.jpg"): [("dog", 0, 0, 0)],
+        ("validation", "p.jpg"): [("dog", 0, 0, 0), ("person", 0, 0, 1)],
+        ("validation", "q.jpg"): []}
+    p = found[("validation", "p.jpg")]
+    np.testing.assert_array_equal(
+        np.stack([p[f"image/object/bbox/{side}"] for side in ("xmin", "ymin", "xmax", "ymax")]),
+        np.float32([[5 / 50, 0], [4 / 40, 0], [25 / 50, 1], [20 / 40, 1]]))
+    assert found[("train", "x.jpg")]["image/source_id"].decode() == str(labelimg / "x.jpg")
+    serialized = [example for split in ("train", "validation")
+                  for example in read_examples(f"{output}/{split}-*.tfrecord")]
+    assert {frozenset(example.features.feature) for example in serialized} == {
+        frozenset(json.loads((output / "summary.json").read_text())["features"])}
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["rows_in_examples"], summary["examples_written"],
+            summary["errors"]["by_reason"]) == (9, 8, 6, {"unknown_category_id": 1})
+    (dead,) = [json.loads(line) for line in (output / "errors-00000-of-00001.jsonl").open()]
+    assert dead["message"].startswith("annotation id 3: category_id 7")
+
+
+def test_the_bundled_api_csv_voc_and_coco_samples_convert_in_one_run(tmp_path):
+    """The README's examples: sample_data/detection/, images under sample_data/images."""
+    samples = SAMPLE_DATA / "detection"
+    assert run.main([
+        "--manifest", f"train={samples / 'api' / 'train_labels.csv'}",
+        "--manifest", f"test={samples / 'api' / 'test_labels.csv'}",
+        "--manifest", str(samples / "voc" / "VOC2007"),
+        "--manifest", f"val={samples / 'coco' / 'instances.json'}",
+        "--image_dir", str(SAMPLE_DATA / "images"), "--output_dir", str(tmp_path),
+        "--label_mode", "detection", "--max_error_fraction", "0.1"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["rows_read"], summary["rows_in_examples"], summary["examples_written"],
+            summary["errors"]["by_reason"]) == (16, 15, 12, {"size_mismatch": 1})
+    assert {split: stats["examples"] for split, stats in summary["splits"].items()} == {
+        "train": 7, "validation": 4, "test": 1}
+    assert sorted(parse_label_map((tmp_path / "label_map.pbtxt").read_text()).values()) == [
+        "cat", "cup", "flower", "saucer"]

@@ -5,16 +5,13 @@ import gzip
 import json
 import lzma
 
-import apache_beam as beam
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
 from transforms.manifest import (AUTOML_LAYOUT, SPLITS, Box, ManifestError, ManifestRow,
-                                 RowRules, ReadManifest, assign_split, find_manifests,
-                                 parse_box, read_header, read_manifest, resolve_uri)
+                                 RowRules, assign_split, parse_box, read_header,
+                                 read_manifest, resolve_uri)
 
 
 def write(path, text, encoding="utf-8"):
@@ -123,15 +120,6 @@ def test_a_gz_manifest_that_is_not_gzip_is_a_manifest_error(tmp_path):
             read(path)
 
 
-def test_find_manifests_expands_globs_and_names_what_is_missing(tmp_path):
-    write(tmp_path / "a.csv", "train,a.jpg,cat\n")
-    write(tmp_path / "b.csv", "train,b.jpg,cat\n")
-    assert find_manifests([str(tmp_path / "*.csv"), str(tmp_path / "a.csv")]) == [
-        str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
-    with pytest.raises(ManifestError, match="manifest not found: .*nope.csv"):
-        find_manifests([str(tmp_path / "nope.csv")])
-
-
 def test_read_header_defaults_to_automl_order(tmp_path):
     assert read_header(write(tmp_path / "m.csv", "train,a.jpg,cat\n")) is AUTOML_LAYOUT
 
@@ -140,17 +128,6 @@ def test_resolve_uri():
     assert resolve_uri("x/y.jpg", "/data") == "/data/x/y.jpg"
     assert resolve_uri("s3://b/k.jpg", "/data") == "s3://b/k.jpg"
     assert resolve_uri("/abs.jpg", "gs://b/dir") == "/abs.jpg"
-
-
-def test_read_manifest_transform_splits_rows_and_dead_letters(tmp_path):
-    first = write(tmp_path / "one.csv", "train,a.jpg,cat\nbad,b.jpg,cat\n")
-    second = write(tmp_path / "two.csv", "image_uri,label,split\nc.jpg,dog,test\n")
-    with TestPipeline() as p:
-        read = p | ReadManifest([first, second])
-        assert_that(read.rows | "Rows" >> beam.Map(lambda r: (r.line, r.labels[0])),
-                    equal_to([(1, "cat"), (2, "dog")]), label="rows")
-        assert_that(read.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.reason)),
-                    equal_to([(2, reasons.INVALID_SPLIT)]), label="dead")
 
 
 @pytest.mark.parametrize("text", [

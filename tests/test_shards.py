@@ -184,3 +184,37 @@ def test_rows_repeating_an_image_single_label_first_row_wins_multi_label_merges(
         1, 3, {"cat": 1, "fish": 1, "dog": 1}, [])
     (example,) = read_examples(shard.temp_path)
     assert feature(example, "image/class/label") == [0, 2, 1]  # rows 2, 4, 7; cat once
+
+
+def test_declared_sizes_are_checked_against_the_source_file_before_resizing(tmp_path):
+    """Pixel boxes were drawn on the file as stored: its own size, whatever --max_side
+    or its EXIF rotation make of the stored example."""
+    image = photo_like(40, 20, 0)
+    exif = image.getexif()
+    exif[0x0112] = 6  # stored sideways; the example is rotated upright
+    (tmp_path / "a.jpg").write_bytes(encode(image, "JPEG", exif=exif.tobytes()))
+    (tmp_path / "b.jpg").write_bytes(encode(photo_like(30, 30, 1), "JPEG"))
+
+    def box(name, line, declared):
+        return LabelledRow(ManifestRow("m.csv", line, "raw", "train", str(tmp_path / name),
+                                       ("cat",), (Box(0.1, 0.1, 0.5, 0.5),),
+                                       image_size=declared), (0,))
+
+    rows = [box("a.jpg", 1, (40, 20)), box("a.jpg", 2, (20, 40)), box("a.jpg", 3, None),
+            box("b.jpg", 4, (60, 60))]
+    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", ImageSettings(max_side=10),
+                             decode_threads=2, label_mode="detection")
+    writer.setup()
+    try:
+        outputs = list(writer.process((("train", 0), as_grouped(rows))))
+    finally:
+        writer.teardown()
+    dead = tagged(outputs, DEAD_LETTERS)
+    (shard,) = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
+    assert sorted((d.line, d.reason) for d in dead) == [(2, "size_mismatch"),
+                                                        (4, "size_mismatch")]
+    assert "declares a 20x40 image but the image is 40x20 pixels" in min(dead).message
+    assert (shard.examples, shard.rows) == (1, 2)  # a.jpg from rows 1 and 3; b.jpg none
+    (example,) = read_examples(shard.temp_path)
+    assert (feature(example, "image/width"), feature(example, "image/height")) == (5, 10)
+    assert feature(example, "image/object/difficult") == [0, 0]

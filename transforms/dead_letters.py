@@ -18,6 +18,11 @@ UNSUPPORTED_ANNOTATION = "unsupported_annotation"
 INVALID_BOX = "invalid_box"  # not numbers, or neither two nor four vertices
 BOX_OUT_OF_RANGE = "box_out_of_range"  # a coordinate outside [0, 1]
 EMPTY_BOX = "empty_box"  # x_min >= x_max or y_min >= y_max
+INVALID_SIZE = "invalid_size"  # a declared image width or height is not a positive integer
+SIZE_MISMATCH = "size_mismatch"  # the declared image size is not the image's own
+UNKNOWN_IMAGE_ID = "unknown_image_id"  # a COCO annotation's image_id names no image
+UNKNOWN_CATEGORY_ID = "unknown_category_id"  # a COCO annotation's category_id names none
+INVALID_ANNOTATION = "invalid_annotation"  # an annotation file (VOC XML) that cannot be read
 INVALID_VALUE = "invalid_value"  # an extra (--schema) column's value is not of its type
 UNSEEN_CATEGORY = "unseen_category"  # a categorical value TRAIN never saw
 DUPLICATE_ROW = "duplicate_row"  # single labels: the image is in the split already

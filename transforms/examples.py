@@ -38,6 +38,8 @@ DETECTION_FEATURES = {
     "image/object/bbox/ymax": "float",
     "image/object/class/label": "int64",  # label id + 1
     "image/object/class/text": "bytes",
+    # 0 where the source does not say (Pascal VOC's difficult/truncated, COCO's iscrowd).
+    **{f"image/object/{flag}": "int64" for flag in ("difficult", "truncated", "is_crowd")},
 }
 
 
@@ -98,6 +100,8 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
         boxes = [box for item in rows for box in item.row.boxes]
         values |= {f"image/object/bbox/{side}": [getattr(box, side) for box in boxes]
                    for side in ("xmin", "ymin", "xmax", "ymax")}
+        values |= {f"image/object/{flag}": [getattr(box, flag) for box in boxes]
+                   for flag in ("difficult", "truncated", "is_crowd")}
         values |= {"image/object/class/label": [label_id + 1 for label_id in ids],
                    "image/object/class/text": texts}
     else:

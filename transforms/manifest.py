@@ -1,5 +1,7 @@
-"""Reads image manifests with Beam: AutoML Vision / TFRecorder CSV (`[split,]image_uri,label`,
-single or multi-label, or one bounding box per row) and Vertex AI JSON Lines import files.
+"""Manifest rows, and the line formats: AutoML Vision / TFRecorder CSV
+(`[split,]image_uri,label`, single or multi-label, or one bounding box per row, relative
+or in pixels of a declared size) and Vertex AI JSON Lines import files. sources.py finds
+each manifest's format (COCO and Pascal VOC have their own modules) and reads it in Beam.
 
 Each manifest file is streamed by one DoFn call, line by line, so no process ever holds
 the whole manifest. A row is one physical line: a stray quote then costs only its own
@@ -19,13 +21,11 @@ import json
 import lzma
 import re
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
-import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
@@ -45,6 +45,9 @@ _COLUMN_NAMES = {
     "ymin": {"ymin", "y_min", "y_relative_min"},
     "xmax": {"xmax", "x_max", "x_relative_max"},
     "ymax": {"ymax", "y_max", "y_relative_max"},
+    # The Object Detection API's CSV (xml_to_csv.py): boxes in pixels of this declared size.
+    "width": {"width", "image_width"},
+    "height": {"height", "image_height"},
 }
 _MAIN_COLUMNS = ("split", "uri", "label")
 _BOX_COLUMNS = ("xmin", "ymin", "xmax", "ymax")
@@ -71,6 +74,8 @@ class RowRules:
     label_mode: str = "single"
     label_separator: str = "|"
     extra_columns: tuple[ExtraColumn, ...] = ()  # from --schema; need a header
+    # --image_dir: relative image names are relative to it instead of the manifest's folder.
+    image_dir: str | None = None
 
     @property
     def multi_label(self) -> bool:
@@ -86,12 +91,16 @@ class ManifestError(ValueError):
 
 
 class Box(NamedTuple):
-    """A bounding box in coordinates relative to the image's width and height, in [0, 1]."""
+    """A bounding box in coordinates relative to the image's width and height, in [0, 1],
+    with the Object Detection API's per-object flags (0 when the source does not say)."""
 
     xmin: float
     ymin: float
     xmax: float
     ymax: float
+    difficult: int = 0  # Pascal VOC's <difficult>
+    truncated: int = 0  # Pascal VOC's <truncated>
+    is_crowd: int = 0  # COCO's iscrowd
 
 
 class ManifestRow(NamedTuple):
@@ -107,6 +116,9 @@ class ManifestRow(NamedTuple):
     # without objects.
     boxes: tuple[Box, ...] = ()
     extras: tuple[int | float | str, ...] = ()  # typed values of RowRules.extra_columns
+    # (width, height) the annotation declares for boxes given in pixels; the shard writer
+    # dead-letters the row when the image's own size differs.
+    image_size: tuple[int, int] | None = None
 
     def dead_letter(self, reason: str, message: str) -> DeadLetter:
         return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
@@ -122,8 +134,9 @@ class ManifestRow(NamedTuple):
     @classmethod
     def from_fields(cls, fields: list) -> ManifestRow:
         """The row from its JSON array (to_json's, parsed)."""
-        *scalars, labels, boxes, extras = fields
-        return cls(*scalars, tuple(labels), tuple(Box(*box) for box in boxes), tuple(extras))
+        *scalars, labels, boxes, extras, image_size = fields
+        return cls(*scalars, tuple(labels), tuple(Box(*box) for box in boxes), tuple(extras),
+                   tuple(image_size) if image_size else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +144,7 @@ class ColumnLayout:
     """Where each column is in a row; `width` is the number of fields a row must have.
 
     `box`: the xmin, ymin, xmax, ymax columns of a detection manifest with a header;
+    `size`: its width and height columns, when its boxes are in pixels of that size;
     `extras`: the columns of RowRules.extra_columns, in their order.
     """
 
@@ -140,6 +154,7 @@ class ColumnLayout:
     width: int
     box: tuple[int, int, int, int] | None = None
     extras: tuple[int, ...] = ()
+    size: tuple[int, int] | None = None
 
     @classmethod
     def detect(cls, first_row: Sequence[str], source: str, rules: RowRules
@@ -164,6 +179,8 @@ class ColumnLayout:
                     f"{source}: the header {','.join(first_row)!r} names no {column} column "
                     f"(expected one of: {', '.join(sorted(_COLUMN_NAMES[column]))})")
         box = tuple(found[column] for column in _BOX_COLUMNS) if rules.detection else None
+        size = ((found["width"], found["height"])
+                if box and "width" in found and "height" in found else None)
         extras = []
         for column in rules.extra_columns:
             if column.name.lower() not in names:
@@ -171,27 +188,16 @@ class ColumnLayout:
                                     f"column {column.name!r} named in --schema")
             extras.append(names.index(column.name.lower()))
         return cls(found["uri"], found["label"], found.get("split"), len(names), box,
-                   tuple(extras)), True
+                   tuple(extras), size), True
 
 
 AUTOML_LAYOUT = ColumnLayout(split=0, uri=1, label=2, width=3)
 URI_LABEL_LAYOUT = ColumnLayout(split=None, uri=0, label=1, width=2)  # AutoML without a set
 
 
-def find_manifests(patterns: Iterable[str]) -> list[str]:
-    """Expands paths and globs to manifest files, failing clearly for one that matches nothing."""
-    paths: set[str] = set()
-    for pattern in patterns:
-        matched = [m.path for m in FileSystems.match([pattern])[0].metadata_list]
-        if not matched:
-            raise ManifestError(f"manifest not found: {pattern}")
-        paths.update(matched)
-    return sorted(paths)
-
-
 def read_header(path: str, rules: RowRules = RowRules()) -> ColumnLayout:
     """Reads only the first line of `path`: lets the launcher reject a bad header up front."""
-    for _, raw in _numbered_lines(path):
+    for _, raw in numbered_lines(path):
         fields = _split_fields(raw)
         if isinstance(fields, list):
             return ColumnLayout.detect(fields, path, rules)[0]
@@ -199,31 +205,45 @@ def read_header(path: str, rules: RowRules = RowRules()) -> ColumnLayout:
     return AUTOML_LAYOUT
 
 
-def read_manifest(path: str, rules: RowRules = RowRules()
+def read_manifest(path: str, rules: RowRules = RowRules(), split: str | None = None
                   ) -> Iterator[ManifestRow | DeadLetter]:
-    """Yields every data row of one manifest file as a ManifestRow or a DeadLetter.
+    """Yields every data row of one CSV or JSON Lines manifest file as a ManifestRow or a
+    DeadLetter.
 
-    Rows without a split (UNASSIGNED, empty, or no split column) get one from
-    assign_split with the rules' split fractions (train, validation, test).
+    Rows without a split (UNASSIGNED, empty, or no split column) get `split` when given
+    (--manifest SPLIT=PATH), else one from assign_split with the rules' split fractions.
+    A row naming a split other than `split` is dead-lettered.
     """
-    folder = FileSystems.split(path)[0]
-    if is_jsonl(path):
-        for line, raw in _numbered_lines(path):
-            yield from _parse_jsonl_line(path, folder, line, raw, rules)
-        return
+    return (read_jsonl if is_jsonl(path) else read_csv)(path, rules, split)
+
+
+def read_csv(path: str, rules: RowRules, split: str | None) -> Iterator[ManifestRow | DeadLetter]:
+    folder = image_folder(path, rules)
     layout = None
-    for line, raw in _numbered_lines(path):
+    for line, raw in numbered_lines(path):
         fields = _split_fields(raw)
         if layout is None and isinstance(fields, list):
             layout, is_header = ColumnLayout.detect(fields, path, rules)
             if is_header:
                 continue
-        yield _parse_row(path, folder, line, raw, fields, layout or AUTOML_LAYOUT, rules)
+        yield _parse_row(path, folder, line, raw, fields, layout or AUTOML_LAYOUT, rules, split)
+
+
+def read_jsonl(path: str, rules: RowRules, split: str | None
+               ) -> Iterator[ManifestRow | DeadLetter]:
+    folder = image_folder(path, rules)
+    for line, raw in numbered_lines(path):
+        yield from _parse_jsonl_line(path, folder, line, raw, rules, split)
 
 
 def is_jsonl(path: str) -> bool:
-    """Vertex AI import files are JSON Lines; everything else is read as CSV."""
+    """Vertex AI import files are JSON Lines (a COCO .json is told apart in sources.py)."""
     return path.lower().removesuffix(".gz").endswith((".jsonl", ".json"))
+
+
+def image_folder(path: str, rules: RowRules) -> str:
+    """What relative image names in the manifest at `path` are relative to."""
+    return rules.image_dir or FileSystems.split(path)[0]
 
 
 def assign_split(uri: str, split_fractions: Sequence[float]) -> str:
@@ -257,13 +277,13 @@ def _filesystem_of(folder: str) -> FileSystem:
     return FileSystems.get_filesystem(folder)
 
 
-def _numbered_lines(path: str) -> Iterator[tuple[int, str]]:
+def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
     """(1-based line number, text without line end) for every non-blank line.
 
     surrogateescape keeps undecodable bytes so that row alone can be rejected.
     """
     try:
-        with _open_manifest(path) as binary:
+        with open_manifest(path) as binary:
             for number, data in enumerate(iter(binary.readline, b""), start=1):
                 if number == 1 and data.startswith(codecs.BOM_UTF8):
                     data = data[len(codecs.BOM_UTF8):]
@@ -280,7 +300,8 @@ _DECOMPRESSORS = {CompressionTypes.GZIP: gzip.open, CompressionTypes.BZIP2: bz2.
                   CompressionTypes.LZMA: lzma.open}
 
 
-def _open_manifest(path: str):
+def open_manifest(path: str):
+    """The manifest's bytes, decompressed by its name's suffix; a cut-off stream raises."""
     decompress = _DECOMPRESSORS.get(CompressionTypes.detect_compression_type(path))
     if decompress is None:
         return FileSystems.open(path)
@@ -304,7 +325,7 @@ def _rejecter(manifest: str, line: int, raw: str, where: str = ""
 
 def _parse_row(manifest: str, folder: str, line: int, raw: str,
                fields: list[str] | csv.Error, layout: ColumnLayout,
-               rules: RowRules) -> ManifestRow | DeadLetter:
+               rules: RowRules, forced_split: str | None = None) -> ManifestRow | DeadLetter:
     reject = _rejecter(manifest, line, raw)
     if _has_undecodable_bytes(raw):
         return reject(reasons.INVALID_ENCODING, "the row is not valid UTF-8")
@@ -338,19 +359,22 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
     if not written_uri:
         return reject(reasons.MISSING_URI, "the image URI is empty", split=written_split)
     uri = resolve_uri(written_uri, folder)
-    split = _split(written_split, written_uri, rules)
+    split = _split(written_split, written_uri, rules, forced_split)
     if split is None:
-        return reject(reasons.INVALID_SPLIT, _invalid_split(written_split), uri=uri,
-                      split=written_split)
+        return reject(reasons.INVALID_SPLIT, _invalid_split(written_split, forced_split),
+                      uri=uri, split=written_split)
     if rules.detection:
+        image = ManifestRow(manifest, line, raw, split, uri, ())
+        if layout.size is not None:
+            return _pixel_box_row(image, fields, layout, reject)
         if layout.box is None:  # headerless: the fields after the label
             vertices = fields[layout.label + 1:]
             vertices += [""] * (_VERTEX_FIELDS - len(vertices))
         else:
             xmin, ymin, xmax, ymax = (fields[index] for index in layout.box)
             vertices = [xmin, ymin, "", "", xmax, ymax, "", ""]
-        return _box_row(ManifestRow(manifest, line, raw, split, uri, ()),
-                        fields[layout.label], vertices, reject)
+        return box_row(image, fields[layout.label], any(vertices),
+                       functools.partial(parse_box, vertices), reject)
     if not rules.multi_label:
         labels: tuple[str, ...] = tuple(filter(None, [fields[layout.label]]))
     else:
@@ -405,32 +429,84 @@ def parse_box(vertices: Sequence[str]) -> Box | tuple[str, str]:
     return box
 
 
-def _box_row(image: ManifestRow, label: str, vertices: Sequence[str],
-             reject: Callable[..., DeadLetter]) -> ManifestRow | DeadLetter:
+def declared_size(width: object, height: object) -> tuple[int, int] | tuple[str, str]:
+    """The image size an annotation declares: (width, height) as positive integers, or
+    (dead-letter reason, message)."""
+    try:
+        size = (int(str(width).strip()), int(str(height).strip()))
+    except ValueError:
+        size = (0, 0)
+    if min(size) < 1:
+        return (reasons.INVALID_SIZE, "the declared image width and height must be positive "
+                f"whole numbers of pixels, found {width!r} x {height!r}")
+    return size
+
+
+def pixel_box(corners: Sequence[object], size: tuple[int, int], difficult: int = 0,
+              truncated: int = 0, is_crowd: int = 0) -> Box | tuple[str, str]:
+    """x_min, y_min, x_max, y_max in pixels of the declared (width, height) -> a Box
+    relative to that size (pixel / size, as the Object Detection API's generate_tfrecord.py,
+    create_pascal_tf_record.py and create_coco_tf_record.py compute it), or
+    (dead-letter reason, message)."""
+    written = ",".join(map(str, corners))
+    try:
+        xmin, ymin, xmax, ymax = (float(value) for value in corners)
+    except (TypeError, ValueError):
+        return reasons.INVALID_BOX, f"a pixel coordinate is not a number: {written!r}"
+    width, height = size
+    if not (0 <= xmin <= width and 0 <= xmax <= width and 0 <= ymin <= height
+            and 0 <= ymax <= height):  # also false for NaN
+        return (reasons.BOX_OUT_OF_RANGE, f"pixel coordinates {written} lie outside the "
+                f"declared {width}x{height} image")
+    if xmin >= xmax or ymin >= ymax:
+        return (reasons.EMPTY_BOX, f"x_min must be below x_max and y_min below y_max: "
+                f"{written}")
+    return Box(xmin / width, ymin / height, xmax / width, ymax / height, difficult,
+               truncated, is_crowd)
+
+
+def _pixel_box_row(image: ManifestRow, fields: Sequence[str], layout: ColumnLayout,
+                   reject: Callable[..., DeadLetter]) -> ManifestRow | DeadLetter:
+    """A row of the Object Detection API's CSV: a box in pixels of the declared size."""
+    size = declared_size(*(fields[index] for index in layout.size))
+    if not isinstance(size[0], int):
+        return reject(*size, uri=image.uri, split=image.split)
+    corners = [fields[index] for index in layout.box]
+    return box_row(image._replace(image_size=size), fields[layout.label], any(corners),
+                   functools.partial(pixel_box, corners, size), reject)
+
+
+def box_row(image: ManifestRow, label: str, has_box: bool,
+            make_box: Callable[[], Box | tuple[str, str]], reject: Callable[..., DeadLetter]
+            ) -> ManifestRow | DeadLetter:
     """One detection row: a labelled box, or with no label and no box an image without
-    objects (a negative example)."""
-    if not label and not any(vertices):
+    objects (a negative example). `make_box`: the Box, or (dead-letter reason, message)."""
+    if not label and not has_box:
         return image
     if not label:
         return reject(reasons.MISSING_LABEL, "the box has no label", uri=image.uri,
                       split=image.split)
-    box = parse_box(vertices)
+    box = make_box()
     if not isinstance(box, Box):
         return reject(*box, uri=image.uri, split=image.split)
     return image._replace(labels=(label,), boxes=(box,))
 
 
-def _split(written: str, uri: str, rules: RowRules) -> str | None:
-    """The row's split, assigned when UNASSIGNED or empty; None when it is invalid."""
+def _split(written: str, uri: str, rules: RowRules, forced: str | None = None) -> str | None:
+    """The row's split: `forced` (--manifest SPLIT=PATH) or one assigned when UNASSIGNED
+    or empty; None when it is invalid or disagrees with `forced`."""
     split = written.strip().lower()
-    if split in SPLITS:
-        return split
     if split in ("", "unassigned"):
-        return assign_split(uri, rules.split_fractions)
+        return forced or assign_split(uri, rules.split_fractions)
+    if split in SPLITS and forced in (None, split):
+        return split
     return None
 
 
-def _invalid_split(written: str) -> str:
+def _invalid_split(written: str, forced: str | None = None) -> str:
+    if forced and written.strip().lower() in SPLITS:
+        return (f"split {written!r} disagrees with the {forced.upper()} that --manifest "
+                f"{forced.upper()}=PATH gives every row of this file")
     return f"split {written!r} is not one of TRAIN, VALIDATION, TEST or UNASSIGNED"
 
 
@@ -439,7 +515,8 @@ _VERTEX_SPLITS = {"training": "train"}  # Vertex AI's ml_use values, where they 
 
 
 def _parse_jsonl_line(manifest: str, folder: str, line: int, raw: str,
-                      rules: RowRules) -> Iterator[ManifestRow | DeadLetter]:
+                      rules: RowRules, forced_split: str | None = None
+                      ) -> Iterator[ManifestRow | DeadLetter]:
     """One line of a Vertex AI image import file: one row, or with detection rules one
     row per bounding box (so that a bad box costs only itself)."""
     reject = _rejecter(manifest, line, raw)
@@ -461,9 +538,11 @@ def _parse_jsonl_line(manifest: str, folder: str, line: int, raw: str,
     written_uri = written_uri.strip()
     uri = resolve_uri(written_uri, folder)
     ml_use = str((item.get("dataItemResourceLabels") or {}).get(_VERTEX_ML_USE, ""))
-    split = _split(_VERTEX_SPLITS.get(ml_use.lower(), ml_use), written_uri, rules)
+    written_split = _VERTEX_SPLITS.get(ml_use.lower(), ml_use)
+    split = _split(written_split, written_uri, rules, forced_split)
     if split is None:
-        yield reject(reasons.INVALID_SPLIT, _invalid_split(ml_use), uri=uri, split=ml_use)
+        yield reject(reasons.INVALID_SPLIT, _invalid_split(written_split, forced_split),
+                     uri=uri, split=ml_use)
         return
     image = ManifestRow(manifest, line, raw, split, uri, ())
     if rules.detection:
@@ -513,8 +592,8 @@ def _jsonl_box_rows(image: ManifestRow, annotations: object
                          split=image.split)
             continue
         vertices = [_json_text(annotation.get(key)) if key else "" for key in _VERTEX_BOX_KEYS]
-        yield _box_row(image._replace(raw=raw), _json_text(annotation.get("displayName")),
-                       vertices, reject)
+        yield box_row(image._replace(raw=raw), _json_text(annotation.get("displayName")),
+                      any(vertices), functools.partial(parse_box, vertices), reject)
 
 
 def _json_text(value: object) -> str:
@@ -538,37 +617,3 @@ def _has_undecodable_bytes(text: str) -> bool:
 def _printable(raw: str) -> str:
     """Undecodable bytes as \\xNN escapes, so the dead letter itself is valid UTF-8."""
     return raw.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-class _ParseManifestFile(beam.DoFn):
-    """Streams one manifest file; valid rows to the main output, the rest as DeadLetters."""
-
-    def __init__(self, rules: RowRules) -> None:
-        self._rules = rules
-        self._rows_read = Metrics.counter("manifest", "rows_read")
-        self._rows_rejected = Metrics.counter("manifest", "rows_rejected")
-
-    def process(self, path: str) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput]:
-        for item in read_manifest(path, self._rules):
-            self._rows_read.inc()
-            if isinstance(item, DeadLetter):
-                self._rows_rejected.inc()
-                yield beam.pvalue.TaggedOutput(DEAD_LETTERS, item)
-            else:
-                yield item
-
-
-class ReadManifest(beam.PTransform):
-    """Manifest files -> ManifestRows (main output) and DeadLetters (DEAD_LETTERS)."""
-
-    def __init__(self, paths: Sequence[str], rules: RowRules = RowRules()) -> None:
-        super().__init__()
-        self._paths = list(paths)
-        self._rules = rules
-
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
-        return (pbegin
-                | "ManifestFiles" >> beam.Create(self._paths)
-                | "ParseRows" >> beam.ParDo(
-                    _ParseManifestFile(self._rules)).with_outputs(
-                    DEAD_LETTERS, main="rows"))

@@ -15,6 +15,7 @@ import collections
 import concurrent.futures
 import contextlib
 import hashlib
+import io
 import itertools
 import math
 import zlib
@@ -28,6 +29,7 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
+from PIL import Image
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
@@ -72,6 +74,18 @@ class ShardWritten(NamedTuple):
 
 
 EXAMPLE_KEYS = "example_keys"  # WriteShards' output of (sha256, ExampleRef) per example
+
+
+class _Encoded(NamedTuple):
+    """One image's outcome: the example of `rows` (None when no row is left), and the
+    rows dead-lettered because the size they declare is not the image's."""
+
+    record: bytes | None
+    sha256: str
+    reencoded: str | None
+    source_size: int
+    rows: list[LabelledRow]
+    wrong_size: list[DeadLetter]
 
 
 class ExampleContent(NamedTuple):
@@ -257,7 +271,12 @@ class _WriteShardFile(beam.DoFn):
                         yield beam.pvalue.TaggedOutput(DEAD_LETTERS, item.row.dead_letter(
                             outcome.reason, outcome.message))
                     continue
-                record, sha256, reencoded_because, source_size = outcome
+                for dead in outcome.wrong_size:
+                    yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead)
+                record, sha256, reencoded_because, source_size, image_rows, _ = outcome
+                if record is None:
+                    self._rejected.inc()
+                    continue
                 if out is None:
                     out = opened.enter_context(
                         FileSystems.create(temp_path, compression_type=compression))
@@ -280,17 +299,17 @@ class _WriteShardFile(beam.DoFn):
         yield ShardWritten(split, shard, temp_path, examples, rows_written, file_bytes,
                            source_bytes, dict(labels), dict(reencoded))
 
-    def _encode(self, rows: list[LabelledRow]
-                ) -> tuple[bytes, str, str | None, int] | ImageRejected:
+    def _encode(self, rows: list[LabelledRow]) -> _Encoded | ImageRejected:
         try:
             data = read_image_bytes(rows[0].row.uri)
             image = prepare_image(data, self._settings)
             extra_images = self._extra_images(rows[0].row)
         except ImageRejected as rejected:
             return rejected
+        rows, wrong_size = _check_declared_size(rows, data)
         record = encode_example(rows, image, self._label_mode, self._extra_columns,
-                                extra_images)
-        return record, image.sha256, image.reencoded, len(data)
+                                extra_images) if rows else None
+        return _Encoded(record, image.sha256, image.reencoded, len(data), rows, wrong_size)
 
     def _extra_images(self, row: ManifestRow) -> dict[str, PreparedImage]:
         """The images of the row's image extra columns; a failure names its column."""
@@ -303,6 +322,30 @@ class _WriteShardFile(beam.DoFn):
                     raise ImageRejected(rejected.reason,
                                         f"column {column.name!r}: {rejected.message}") from None
         return images
+
+
+def _check_declared_size(rows: list[LabelledRow], data: bytes
+                         ) -> tuple[list[LabelledRow], list[DeadLetter]]:
+    """The rows whose declared image size (pixel boxes) is the image's own, and a
+    size_mismatch dead letter for each of the others: their boxes would be misplaced.
+
+    Compared with the source file's size, before any --max_side resize or EXIF rotation,
+    which is the size the pixels were annotated on (and what generate_tfrecord.py divides by).
+    """
+    if all(item.row.image_size is None for item in rows):
+        return rows, []
+    with Image.open(io.BytesIO(data)) as opened:  # prepare_image has proven it an image
+        actual = opened.size
+    kept, wrong = [], []
+    for item in rows:
+        declared = item.row.image_size
+        if declared is None or tuple(declared) == actual:
+            kept.append(item)
+        else:
+            wrong.append(item.row.dead_letter(reasons.SIZE_MISMATCH, (
+                f"the annotation declares a {declared[0]}x{declared[1]} image but the image "
+                f"is {actual[0]}x{actual[1]} pixels")))
+    return kept, wrong
 
 
 def _duplicate_row(duplicate: LabelledRow, first: LabelledRow) -> DeadLetter:

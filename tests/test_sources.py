@@ -1,0 +1,199 @@
+"""Manifest formats at parse level: the registry, --manifest SPLIT=PATH, --image_dir, the
+Object Detection API's pixel CSV, COCO instances JSON and Pascal VOC XML."""
+
+import json
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from conftest import voc_annotation
+from pipeline import run
+from transforms import dead_letters as reasons
+from transforms.dead_letters import DeadLetter
+from transforms.manifest import Box, ManifestError, ManifestRow, RowRules
+from transforms.sources import (ManifestSource, ReadManifest, check_sources, find_manifests,
+                                read_source, split_and_path)
+
+DETECTION = RowRules(label_mode="detection")
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+def read(path, rules=DETECTION, split=None):
+    (source,) = find_manifests([f"{split}={path}" if split else str(path)])
+    return list(read_source(source, rules))
+
+
+def test_find_manifests_expands_globs_and_names_what_is_missing(tmp_path):
+    write(tmp_path / "a.csv", "train,a.jpg,cat\n")
+    write(tmp_path / "b.csv", "train,b.jpg,cat\n")
+    assert find_manifests([str(tmp_path / "*.csv"), str(tmp_path / "a.csv")]) == [
+        ManifestSource(str(tmp_path / "a.csv"), "csv"),
+        ManifestSource(str(tmp_path / "b.csv"), "csv")]
+    with pytest.raises(ManifestError, match="manifest not found: .*nope.csv"):
+        find_manifests([str(tmp_path / "nope.csv")])
+    with pytest.raises(ManifestError, match="manifest not found: train=.*nope.csv"):
+        find_manifests([f"train={tmp_path / 'nope.csv'}"])
+
+
+def test_split_path_needs_a_split_name_before_the_first_equals_sign():
+    assert split_and_path("train=/d/m.csv") == ("train", "/d/m.csv")
+    assert split_and_path("VAL=/d/m.csv") == ("validation", "/d/m.csv")
+    assert split_and_path("Dev=gs://b/m.csv") == ("validation", "gs://b/m.csv")
+    assert split_and_path("gs://b/x=1/m.csv") == (None, "gs://b/x=1/m.csv")
+    assert split_and_path("/d/key=train/m.csv") == (None, "/d/key=train/m.csv")
+    assert split_and_path("holdout=/d/m.csv") == (None, "holdout=/d/m.csv")
+
+
+def test_each_format_is_found_by_its_path_and_a_few_bytes(tmp_path):
+    coco = write(tmp_path / "instances.json", json.dumps(
+        {"info": {}, "images": [], "annotations": [], "categories": []}, indent=2))
+    vertex = write(tmp_path / "import.json", json.dumps({"imageGcsUri": "a.jpg"}) + "\n")
+    write(tmp_path / "voc" / "Annotations" / "1.xml", "<annotation/>")
+    write(tmp_path / "labelimg" / "a.xml", "<annotation/>")
+    formats = {source.path: source.format for source in find_manifests([
+        coco, vertex, str(tmp_path / "voc"), str(tmp_path / "labelimg")])}
+    assert formats == {coco: "coco", vertex: "vertex_jsonl",
+                       str(tmp_path / "voc" / "Annotations" / "*.xml"): "pascal_voc",
+                       str(tmp_path / "labelimg" / "*.xml"): "pascal_voc"}
+
+
+def test_box_only_formats_need_detection_mode_before_the_job(tmp_path, capsys):
+    coco = write(tmp_path / "instances.json", '{"images": [], "annotations": []}')
+    xml = write(tmp_path / "a.xml", "<annotation/>")
+    for path, title in ((coco, "COCO"), (xml, "Pascal VOC")):
+        with pytest.raises(ManifestError, match=f"{title}.*pass --label_mode detection"):
+            check_sources(find_manifests([path]), RowRules())
+        assert run.main(["--manifest", path, "--output_dir", str(tmp_path / "o")]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("error: ") and "--label_mode detection" in line
+
+
+def test_read_manifest_transform_splits_rows_and_dead_letters(tmp_path):
+    first = write(tmp_path / "one.csv", "train,a.jpg,cat\nbad,b.jpg,cat\n")
+    second = write(tmp_path / "two.csv", "image_uri,label,split\nc.jpg,dog,test\n")
+    with TestPipeline() as p:
+        read_ = p | ReadManifest(find_manifests([first, second]))
+        assert_that(read_.rows | "Rows" >> beam.Map(lambda r: (r.line, r.labels[0])),
+                    equal_to([(1, "cat"), (2, "dog")]), label="rows")
+        assert_that(read_.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.reason)),
+                    equal_to([(2, reasons.INVALID_SPLIT)]), label="dead")
+
+
+def test_split_path_gives_rows_its_split_and_refuses_rows_naming_another(tmp_path):
+    path = write(tmp_path / "m.csv", "train,a.jpg,cat\nTEST,b.jpg,dog\n,c.jpg,cat\n")
+    rows = read(path, RowRules(), split="train")
+    assert [(item.split, type(item)) for item in rows] == [
+        ("train", ManifestRow), ("TEST", DeadLetter), ("train", ManifestRow)]
+    assert rows[1].reason == reasons.INVALID_SPLIT and "TRAIN=PATH" in rows[1].message
+    jsonl = write(tmp_path / "m.jsonl", json.dumps(
+        {"imageGcsUri": "a.jpg", "classificationAnnotation": {"displayName": "cat"}}) + "\n")
+    assert [row.split for row in read(jsonl, RowRules(), split="val")] == ["validation"]
+
+
+def test_image_dir_replaces_the_manifests_folder_for_relative_names(tmp_path):
+    path = write(tmp_path / "m.csv", "train,a.jpg,cat\ntrain,/abs/b.jpg,cat\n")
+    rows = read(path, RowRules(image_dir="/images"))
+    assert [row.uri for row in rows] == ["/images/a.jpg", "/abs/b.jpg"]
+
+
+API_CSV = """filename,width,height,class,xmin,ymin,xmax,ymax
+a.jpg,640,480,cat,64,48,320,240
+a.jpg,640,480,dog,0,0,640,480
+b.jpg,640,480,cat,10,10,700,20
+b.jpg,640,zero,cat,10,10,20,20
+b.jpg,640,480,cat,30,10,20,20
+"""
+
+
+def test_object_detection_api_csv_boxes_are_pixels_of_the_declared_size(tmp_path):
+    rows = read(write(tmp_path / "train_labels.csv", API_CSV))
+    assert [(row.labels, row.boxes, row.image_size) for row in rows[:2]] == [
+        (("cat",), (Box(0.1, 0.1, 0.5, 0.5),), (640, 480)),
+        (("dog",), (Box(0.0, 0.0, 1.0, 1.0),), (640, 480))]
+    assert [row.reason for row in rows[2:]] == [
+        reasons.BOX_OUT_OF_RANGE, reasons.INVALID_SIZE, reasons.EMPTY_BOX]
+    assert "outside the declared 640x480 image" in rows[2].message
+
+
+COCO = {
+    # annotations before images: the reader must not depend on the keys' order
+    "annotations": [
+        {"id": 11, "image_id": 1, "category_id": 3, "bbox": [32, 24, 64, 48], "iscrowd": 0},
+        {"id": 12, "image_id": 1, "category_id": 5, "bbox": [0, 0, 160, 120], "iscrowd": 1},
+        {"id": 13, "image_id": 1, "category_id": 99, "bbox": [0, 0, 10, 10]},
+        {"id": 14, "image_id": 42, "category_id": 3, "bbox": [0, 0, 10, 10]},
+        {"id": 15, "image_id": 1, "category_id": 3, "bbox": [0, 0, 10]},
+        {"id": 16, "image_id": 3, "category_id": 3, "bbox": [0, 0, 10, 10]},
+    ],
+    "images": [{"id": 1, "file_name": "a.jpg", "width": 160, "height": 120},
+               {"id": 2, "file_name": "b.jpg", "width": 160, "height": 120},
+               {"id": 3, "file_name": "c.jpg", "width": 0, "height": 120}],
+    "categories": [{"id": 3, "name": "cat"}, {"id": 5, "name": "person"}],
+}
+
+
+def test_coco_annotations_become_box_rows_and_bad_ones_name_their_id(tmp_path):
+    rows = read(write(tmp_path / "instances_val.json", json.dumps(COCO)), split="val")
+    cat, crowd, *dead, empty = rows
+    assert (cat.labels, cat.boxes, cat.image_size, cat.uri, cat.split, cat.line) == (
+        ("cat",), (Box(0.2, 0.2, 0.6, 0.6),), (160, 120), str(tmp_path / "a.jpg"),
+        "validation", 1)
+    assert crowd.boxes == (Box(0.0, 0.0, 1.0, 1.0, is_crowd=1),)
+    assert [(d.reason, d.message.split(":")[0]) for d in dead] == [
+        (reasons.UNKNOWN_CATEGORY_ID, "annotation id 13"),
+        (reasons.UNKNOWN_IMAGE_ID, "annotation id 14"),
+        (reasons.INVALID_BOX, "annotation id 15"),
+        (reasons.INVALID_SIZE, "annotation id 16")]
+    assert (empty.uri, empty.labels, empty.boxes) == (str(tmp_path / "b.jpg"), (), ())
+
+
+def test_vocdevkit_splits_come_from_image_sets_and_images_from_jpegimages(tmp_path):
+    root = tmp_path / "VOCdevkit" / "VOC2007"
+    write(root / "Annotations" / "000001.xml", voc_annotation("000001.jpg", (200, 100), [
+        ("dog", (20, 10, 120, 90), 0, 1), ("person", (0, 0, 200, 100), 1, 0)]))
+    write(root / "Annotations" / "000002.xml", voc_annotation("000002.jpg", (200, 100), []))
+    write(root / "Annotations" / "000003.xml",  # in no list
+          voc_annotation("000003.jpg", (200, 100), []))
+    write(root / "Annotations" / "000004.xml", "<annotation><filename>x")
+    write(root / "ImageSets" / "Main" / "train.txt", "000001\n000004\n")
+    write(root / "ImageSets" / "Main" / "val.txt", "000002\n")
+    dog, person, empty, broken = read(root)
+    assert (dog.split, dog.uri, dog.labels, dog.boxes, dog.image_size) == (
+        "train", str(root / "JPEGImages" / "000001.jpg"), ("dog",),
+        (Box(0.1, 0.1, 0.6, 0.9, truncated=1),), (200, 100))
+    assert person.boxes == (Box(0.0, 0.0, 1.0, 1.0, difficult=1),)
+    assert (empty.split, empty.boxes, empty.manifest) == (
+        "validation", (), str(root / "Annotations" / "000002.xml"))
+    assert (broken.reason, broken.manifest) == (
+        reasons.INVALID_ANNOTATION, str(root / "Annotations" / "000004.xml"))
+    # SPLIT=PATH reads only that split's list, and needs it.
+    assert [row.labels for row in read(root, split="val")] == [()]
+    with pytest.raises(ManifestError, match="Main has no test.txt .*it lists train.txt, val"):
+        check_sources(find_manifests([f"test={root}"]), DETECTION)
+
+
+def test_labelimg_xml_beside_its_image_or_under_image_dir(tmp_path):
+    path = write(tmp_path / "photos" / "cat.xml", voc_annotation(
+        "cat.jpg", (200, 100), [("cat", (0, 0, 50, 50), 0, 0)]))
+    write(tmp_path / "photos" / "nosize.xml", "<annotation><filename>n.jpg</filename></annotation>")
+    row, nosize = read(tmp_path / "photos" / "*.xml", split="test")
+    assert (row.uri, row.split, row.boxes) == (
+        str(tmp_path / "photos" / "cat.jpg"), "test", (Box(0.0, 0.0, 0.25, 0.5),))
+    assert nosize.reason == reasons.INVALID_ANNOTATION and "<size>" in nosize.message
+    (moved,) = read(path, RowRules(label_mode="detection", image_dir="/pictures"))
+    assert moved.uri == "/pictures/cat.jpg"
+
+
+def test_the_python_api_takes_a_voc_folder_as_a_manifest_not_an_image_folder(tmp_path):
+    import image_tfrecords
+
+    write(tmp_path / "labels" / "a.xml", voc_annotation("a.jpg", (10, 10), []))
+    with pytest.raises(ValueError, match="Pascal VOC .* pass --label_mode detection"):
+        image_tfrecords.convert(str(tmp_path / "labels"), str(tmp_path / "out"))

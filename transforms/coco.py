@@ -1,0 +1,118 @@
+"""COCO instances JSON (`instances_train2017.json`): one detection row per annotation.
+
+`bbox` is [x, y, width, height] in pixels of the image's declared width and height,
+normalised as create_coco_tf_record.py does; a category's name is the label, `iscrowd`
+becomes image/object/is_crowd, and an image no annotation names is an image without
+objects. The file is one JSON document, streamed with ijson in three passes (categories,
+images, annotations), so memory holds the category and image tables, never the
+annotations, whatever the keys' order in the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import ijson
+
+from transforms import dead_letters as reasons
+from transforms.dead_letters import DeadLetter
+from transforms.manifest import (Box, ManifestRow, RowRules, assign_split, declared_size,
+                                 image_folder, open_manifest, pixel_box, resolve_uri)
+
+# A COCO file's top-level keys; Vertex AI's JSON Lines items start with their own.
+_COCO_KEYS = frozenset({"info", "licenses", "images", "annotations", "categories"})
+
+
+def is_coco(path: str) -> bool:
+    """A .json file whose first key is one of COCO's top-level keys: read from the first
+    few bytes, whatever the file's size."""
+    if not path.lower().removesuffix(".gz").endswith(".json"):
+        return False
+    try:
+        with open_manifest(path) as file:
+            for _, event, value in ijson.parse(file):
+                if event != "start_map":
+                    return event == "map_key" and value in _COCO_KEYS
+    except ijson.JSONError:
+        return False  # not JSON at all: the JSON Lines reader names the bad lines
+    return False
+
+
+def read_coco(path: str, rules: RowRules, split: str | None
+              ) -> Iterator[ManifestRow | DeadLetter]:
+    """A ManifestRow per annotation, and per image without annotations; a DeadLetter per
+    annotation (or image) that cannot be one, its message naming the annotation's id.
+
+    `line` is the annotation's 1-based position in `annotations`, 0 for an image without
+    annotations; `raw` is the annotation (or image) as JSON.
+    """
+    categories = {category.get("id"): str(category.get("name", "")).strip()
+                  for category in _items(path, "categories.item") if isinstance(category, dict)}
+    images = {image.get("id"): _image_row(path, image, rules, split)
+              for image in _items(path, "images.item") if isinstance(image, dict)}
+    annotated = set()
+    for position, annotation in enumerate(_items(path, "annotations.item"), start=1):
+        if isinstance(annotation, dict):
+            annotated.add(annotation.get("image_id"))
+        yield _annotation_row(path, position, annotation, images, categories)
+    for image_id, image in images.items():
+        if image_id not in annotated:
+            yield image
+
+
+def _items(path: str, prefix: str) -> Iterator[Any]:
+    with open_manifest(path) as file:
+        yield from ijson.items(file, prefix, use_float=True)
+
+
+def _image_row(path: str, image: dict, rules: RowRules, forced_split: str | None
+               ) -> ManifestRow | DeadLetter:
+    """The image's row without objects, or a DeadLetter saying why its annotations cannot
+    be used."""
+    raw = json.dumps(image, ensure_ascii=False)
+    name = image.get("file_name")
+    written = name.strip() if isinstance(name, str) else ""
+    uri = resolve_uri(written, image_folder(path, rules)) if written else ""
+    split = forced_split or assign_split(written, rules.split_fractions)
+    where = f"image id {image.get('id')}: "
+    if not written:
+        return DeadLetter(path, 0, raw, "", split, reasons.MISSING_URI,
+                          where + "file_name is missing or empty")
+    size = declared_size(image.get("width"), image.get("height"))
+    if not isinstance(size[0], int):
+        return DeadLetter(path, 0, raw, uri, split, size[0], where + size[1])
+    return ManifestRow(path, 0, raw, split, uri, (), image_size=size)
+
+
+def _annotation_row(path: str, position: int, annotation: object,
+                    images: dict[object, ManifestRow | DeadLetter],
+                    categories: dict[object, str]) -> ManifestRow | DeadLetter:
+    raw = json.dumps(annotation, ensure_ascii=False)
+    if not isinstance(annotation, dict):
+        return DeadLetter(path, position, raw, "", "", reasons.MALFORMED_ROW,
+                          "an annotation must be a JSON object")
+    where = f"annotation id {annotation.get('id')}: "
+    image = images.get(annotation.get("image_id"))
+    if image is None:
+        return DeadLetter(path, position, raw, "", "", reasons.UNKNOWN_IMAGE_ID,
+                          f"{where}image_id {annotation.get('image_id')!r} is in no image")
+    if isinstance(image, DeadLetter):
+        return image._replace(line=position, raw=raw, message=where + image.message)
+    row = image._replace(line=position, raw=raw)
+    label = categories.get(annotation.get("category_id"))
+    if not label:
+        return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"{where}category_id "
+                               f"{annotation.get('category_id')!r} names no category")
+    bbox = annotation.get("bbox")
+    if not (isinstance(bbox, list) and len(bbox) == 4
+            and all(isinstance(value, (int, float)) for value in bbox)):
+        return row.dead_letter(reasons.INVALID_BOX, f"{where}bbox must be [x, y, width, "
+                               f"height] in pixels, found {bbox!r}")
+    x, y, width, height = bbox
+    box = pixel_box([x, y, x + width, y + height], row.image_size,
+                    is_crowd=int(bool(annotation.get("iscrowd"))))
+    if not isinstance(box, Box):
+        return row.dead_letter(box[0], where + box[1])
+    return row._replace(labels=(label,), boxes=(box,))

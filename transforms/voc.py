@@ -1,0 +1,156 @@
+"""Pascal VOC annotation XMLs (VOCdevkit's Annotations/, or labelImg's XML beside each
+image): one detection row per <object>, boxes normalised as create_pascal_tf_record.py does.
+
+Splits: in the VOCdevkit layout (XMLs in ROOT/Annotations/), ROOT/ImageSets/Main/
+{train,val,test}.txt list the image ids of each split, and an XML no list names is left
+out, as create_pascal_tf_record.py and TFDS leave it out (they read only listed ids);
+without those lists every image gets the --manifest SPLIT=PATH split, or one from a hash
+of its file name. With SPLIT=PATH and the lists, only that split's list is read.
+Images: ROOT/JPEGImages/<filename> in the VOCdevkit layout, else beside the XML, or under
+--image_dir.
+"""
+
+from __future__ import annotations
+
+import logging
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterator
+
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from transforms import dead_letters as reasons
+from transforms.dead_letters import DeadLetter
+from transforms.manifest import (Box, ManifestError, ManifestRow, RowRules, assign_split,
+                                 declared_size, pixel_box, resolve_uri)
+
+ANNOTATIONS = "Annotations"
+_IMAGES = "JPEGImages"
+_LISTS = {"train": "train.txt", "validation": "val.txt", "test": "test.txt"}
+_FLAGS = {"0": 0, "1": 1}
+
+_unlisted = Metrics.counter("manifest", "voc_xml_in_no_image_set")
+
+
+def xml_glob(path: str) -> str | None:
+    """The annotation XMLs `path` names: a glob or file ending in .xml, a folder of XMLs,
+    or a VOCdevkit year folder (ROOT/Annotations/*.xml); None when it names none of these."""
+    if path.lower().endswith(".xml"):
+        return path
+    if any(char in path.rstrip("/").rsplit("/", 1)[-1] for char in ".*?["):
+        return None  # a file name or a glob: some other manifest
+    for pattern in (FileSystems.join(path, "*.xml"),
+                    FileSystems.join(path, ANNOTATIONS, "*.xml")):
+        if FileSystems.match([pattern])[0].metadata_list:
+            return pattern
+    return None
+
+
+def check_voc(pattern: str, split: str | None) -> None:
+    """Before the job: SPLIT=PATH on a VOCdevkit tree with ImageSets lists needs that
+    split's list (otherwise every XML, of any split, would get SPLIT)."""
+    root = _devkit_root(FileSystems.split(pattern)[0])
+    if split is None or root is None:
+        return
+    folder = FileSystems.join(root, "ImageSets", "Main")
+    present = [file for file in _LISTS.values()
+               if FileSystems.exists(FileSystems.join(folder, file))]
+    if present and _LISTS[split] not in present:
+        raise ManifestError(f"{folder} has no {_LISTS[split]} for --manifest "
+                            f"{split.upper()}=...; it lists {', '.join(present)}")
+
+
+def read_voc(pattern: str, rules: RowRules, split: str | None
+             ) -> Iterator[ManifestRow | DeadLetter]:
+    """Every XML `pattern` matches, in path order: a row per object (an XML without
+    objects: an image without objects), or a DeadLetter naming the file and the reason."""
+    image_sets: dict[str, dict[str, str] | None] = {}  # by VOCdevkit root, each read once
+    skipped = 0
+    for metadata in sorted(FileSystems.match([pattern])[0].metadata_list,
+                           key=lambda found: found.path):
+        path = metadata.path
+        folder, name = FileSystems.split(path)
+        root = _devkit_root(folder)
+        if root is not None and root not in image_sets:
+            image_sets[root] = _read_image_sets(root, split)
+        listed = image_sets.get(root) if root is not None else None
+        image_id = name.rsplit(".", 1)[0]
+        if listed is not None and image_id not in listed:
+            skipped += 1
+            continue
+        images = rules.image_dir or (FileSystems.join(root, _IMAGES) if root else folder)
+        yield from _xml_rows(path, images, listed[image_id] if listed else split, rules)
+    if skipped:
+        _unlisted.inc(skipped)
+        logging.warning("%s: %d annotation XMLs are in no ImageSets/Main list and were left "
+                        "out", pattern, skipped)
+
+
+def _devkit_root(folder: str) -> str | None:
+    parent, name = FileSystems.split(folder)
+    return parent if name == ANNOTATIONS else None
+
+
+def _read_image_sets(root: str, split: str | None) -> dict[str, str] | None:
+    """Image id -> split from ROOT/ImageSets/Main's lists (only `split`'s when given), or
+    None when there is no list to read."""
+    lists = {name: file for name, file in _LISTS.items() if split in (None, name)}
+    found: dict[str, str] = {}
+    present = False
+    for name, file in lists.items():
+        path = FileSystems.join(root, "ImageSets", "Main", file)
+        if not FileSystems.exists(path):
+            continue
+        present = True
+        with FileSystems.open(path) as text:
+            for line in text.read().decode("utf-8").splitlines():
+                if line.strip():
+                    found.setdefault(line.split()[0], name)
+    return found if present else None
+
+
+def _xml_rows(path: str, images: str, split: str | None, rules: RowRules
+              ) -> Iterator[ManifestRow | DeadLetter]:
+    try:
+        with FileSystems.open(path) as file:
+            annotation = ElementTree.fromstring(file.read())
+    except (OSError, ElementTree.ParseError) as error:
+        yield DeadLetter(path, 0, "", "", split or "", reasons.INVALID_ANNOTATION,
+                         f"cannot parse the XML: {error}")
+        return
+    filename = (annotation.findtext("filename") or "").strip()
+    size = declared_size(annotation.findtext("size/width"), annotation.findtext("size/height"))
+    split = split or assign_split(filename, rules.split_fractions)
+    if not filename or annotation.find("size") is None:
+        yield DeadLetter(path, 0, "", "", split, reasons.INVALID_ANNOTATION,
+                         "the XML has no <filename> or no <size>")
+        return
+    uri = resolve_uri(filename, images)
+    image = ManifestRow(path, 0, filename, split, uri, ())
+    if not isinstance(size[0], int):
+        yield image.dead_letter(*size)
+        return
+    image = image._replace(image_size=size)
+    objects = annotation.findall("object")
+    if not objects:
+        yield image
+    for position, element in enumerate(objects, start=1):
+        raw = ElementTree.tostring(element, encoding="unicode").strip()
+        yield _object_row(image._replace(line=position, raw=raw), element)
+
+
+def _object_row(image: ManifestRow, element: ElementTree.Element) -> ManifestRow | DeadLetter:
+    where = f"object {image.line}: "
+    label = (element.findtext("name") or "").strip()
+    if not label:
+        return image.dead_letter(reasons.MISSING_LABEL, where + "<name> is missing or empty")
+    flags = {flag: _FLAGS.get((element.findtext(flag) or "0").strip())
+             for flag in ("difficult", "truncated")}
+    if None in flags.values():
+        return image.dead_letter(reasons.INVALID_BOX, where + "<difficult> and <truncated> "
+                                 "must be 0 or 1")
+    corners = [element.findtext(f"bndbox/{side}") for side in ("xmin", "ymin", "xmax", "ymax")]
+    box = pixel_box(corners, image.image_size, **flags)
+    if not isinstance(box, Box):
+        return image.dead_letter(box[0], where + box[1])
+    return image._replace(labels=(label,), boxes=(box,))
