@@ -13,7 +13,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from PIL import Image
 
-from conftest import encode, feature, photo_like, png_declaring, read_examples
+from conftest import SAMPLE_DATA, encode, feature, photo_like, png_declaring, read_examples
 from image_tfrecords.verify import verify
 from pipeline import run
 from transforms.manifest import assign_split
@@ -462,3 +462,16 @@ def test_a_vertex_ai_jsonl_import_file_converts(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert {split: stats["labels"] for split, stats in summary["splits"].items()} == {
         "train": {"cat": 1, "dog": 1}, "validation": {"cat": 1}, "test": {"dog": 1}}
+
+
+def test_the_readme_example_pins_the_sample_labels(tmp_path):
+    """README's --vocabulary example on the bundled sample: bird, unseen in TRAIN, gets
+    its pinned id instead of a dead letter."""
+    output = tmp_path / "out-pinned"
+    assert convert(SAMPLE_DATA / "manifest.csv", output, "--vocabulary",
+                   str(SAMPLE_DATA / "labels.txt"), "--max_error_fraction", "0.25") == 0
+    assert vocabulary_of(output) == ["bird", "cat", "coffee", "flower"]
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["examples_written"],
+            summary["rows_dead_lettered"]) == (50, 44, 6)
+    assert ("bird_01.jpg", "bird", 0) in label_ids(output)
