@@ -129,7 +129,7 @@ class TFRecordsAccessor:
 def _convert(options: dict[str, Any], output_dir: str) -> ConversionResult:
     """A failed run is returned, not raised, as the command line reports it and exits 1."""
     from pipeline.run import convert_and_report  # noqa: PLC0415
-    from transforms.publish import RunFailed  # noqa: PLC0415
+    from transforms.outcome import RunFailed  # noqa: PLC0415
 
     if options.get("no_wait_until_finish"):
         raise ValueError("no_wait_until_finish: convert() returns the finished run's "

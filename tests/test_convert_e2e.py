@@ -193,8 +193,9 @@ def test_error_fraction_over_the_limit_publishes_nothing_and_says_where_the_dead
         split: stats["examples"] for split, stats in
         json.loads((output / "summary.json").read_text())["splits"].items()}
     # The evidence, where the console says: the run's dead letters and why it failed.
-    assert letters.startswith(f"{output}/.tmp-") and letters.endswith("/staged/"
-                                                                      "errors-00000-of-00001.jsonl")
+    staged = os.path.dirname(letters)
+    assert re.fullmatch(rf"{re.escape(str(output))}/\.tmp-\w+/staged", staged)
+    assert (letters, record) == (f"{staged}/errors-00000-of-00001.jsonl", f"{staged}/FAILED.json")
     dead = {json.loads(line)["raw"].split(",")[0]: json.loads(line)["reason"]
             for line in open(letters)}
     assert reasons.items() <= dead.items()

@@ -173,7 +173,8 @@ class ApplyLabels(beam.PTransform):
                               | "Transform" >> tft_beam.TransformDataset(
                                   output_record_batches=True))
         return transformed | "Unbatch" >> beam.FlatMap(
-            _labelled_rows, self._categorical, self._unseen_where).with_outputs(DEAD_LETTERS, main="labelled")
+            _labelled_rows, self._categorical, self._unseen_where
+        ).with_outputs(DEAD_LETTERS, main="labelled")
 
 
 def _record_batch(rows: Sequence[ManifestRow], categorical: _Columns, with_row: bool
