@@ -28,7 +28,7 @@ from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder
 from transforms.labels import AnalyzeLabels, ApplyLabels
 from transforms.manifest import ReadManifest
-from transforms.outcome import PublishRules, RunFailed
+from transforms.outcome import Failure, PublishRules, RunFailed
 from transforms.publish import SUMMARY_FILE, PublishOutput, delete_tree, read_failure, staged_dir
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
@@ -68,8 +68,7 @@ def run(options: PipelineOptions, manifests: list[str], run_info: dict[str, Any]
         delete_tree(tft_dir)
         # The runner's own exception wraps the publish step's in text; FAILED.json says
         # the same in a form the launcher can report.
-        failure = read_failure(temp_dir)
-        if failure:
+        if failure := _recorded_failure(temp_dir):
             raise RunFailed(failure) from None
         raise
     if not PipelineState.is_terminal(p.result.state):
@@ -143,6 +142,15 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[str], temp_
                                        options.label_mode, extra_columns,
                                        oov_bucket=options.unseen_label == "oov",
                                        duplicates_dropped=options.dedupe == "sha256"))
+
+
+def _recorded_failure(temp_dir: str) -> Failure | None:
+    """The failure the publish step recorded, if it did; None when storage cannot say,
+    so that the exception that stopped the run is the one raised."""
+    try:
+        return read_failure(temp_dir)
+    except Exception:  # each filesystem's own
+        return None
 
 
 def _read_rows(options: ConvertOptions, manifests: list[str]) -> beam.PTransform:
