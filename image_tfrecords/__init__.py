@@ -36,11 +36,17 @@ __all__ = ["ConversionResult", "Output", "convert", "load"]
 
 @dataclasses.dataclass(frozen=True)
 class ConversionResult:
-    """What one conversion wrote; `problem` is why it counts as failed, or None."""
+    """What one conversion wrote; `problem` is why it failed, or None.
+
+    A failed run published nothing (the output is as it was): `summary` is what it would
+    have published, `files` is empty, and `error_files` are its dead letters in the run's
+    temp folder, OUTPUT/.tmp-<run id>/staged/, kept until the next run publishes.
+    """
 
     output_dir: str
     summary: dict[str, Any]
     problem: str | None
+    unpublished_error_files: tuple[str, ...] = ()  # where a failed run left its dead letters
 
     @property
     def ok(self) -> bool:
@@ -64,9 +70,11 @@ class ConversionResult:
 
     @property
     def files(self) -> dict[str, list[str]]:
-        """The shard paths of each split."""
+        """The shard paths of each split (none when the run failed)."""
         from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415 - see top
 
+        if not self.ok:
+            return {}
         return {split: [FileSystems.join(self.output_dir, shard["file"])
                         for shard in stats["shards"]]
                 for split, stats in self.summary["splits"].items()}
@@ -75,6 +83,8 @@ class ConversionResult:
     def error_files(self) -> list[str]:
         from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
 
+        if not self.ok:
+            return list(self.unpublished_error_files)
         return [FileSystems.join(self.output_dir, name)
                 for name in self.summary["errors"]["files"]]
 
@@ -118,15 +128,19 @@ class TFRecordsAccessor:
 
 
 def _convert(options: dict[str, Any], output_dir: str) -> ConversionResult:
-    from pipeline.run import convert_and_report, outcome_problem  # noqa: PLC0415
+    """A failed run is returned, not raised, as the command line reports it and exits 1."""
+    from pipeline.run import convert_and_report  # noqa: PLC0415
+    from transforms.outcome import RunFailed  # noqa: PLC0415
 
     if options.get("no_wait_until_finish"):
         raise ValueError("no_wait_until_finish: convert() returns the finished run's "
                          "result; submit without waiting from the command line")
-    summary, convert_options = convert_and_report(
-        ["--output_dir", output_dir, *_flags(options)])
-    return ConversionResult(output_dir, summary,
-                            outcome_problem(summary, convert_options.max_error_fraction))
+    try:
+        summary = convert_and_report(["--output_dir", output_dir, *_flags(options)])
+    except RunFailed as failed:
+        return ConversionResult(output_dir, failed.failure.summary, str(failed),
+                                failed.failure.dead_letters)
+    return ConversionResult(output_dir, summary, None)
 
 
 def _flags(options: dict[str, Any]) -> Iterator[str]:

@@ -27,20 +27,23 @@ from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder
 from transforms.labels import AnalyzeLabels, ApplyLabels
-from transforms.publish import SUMMARY_FILE, PublishOutput, delete_tree, staged_dir
+from transforms.outcome import Failure, PublishRules, RunFailed
+from transforms.publish import SUMMARY_FILE, PublishOutput, delete_tree, read_failure, staged_dir
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
 from transforms.sources import ManifestSource, ReadManifest
+from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 
 _MB = 1 << 20
 
 
-def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: dict[str, Any]
-        ) -> dict[str, Any] | None:
+def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: dict[str, Any],
+        pinned: PinnedVocabulary | None = None) -> dict[str, Any] | None:
     """Runs the conversion and returns the summary.json it wrote.
 
     None when the job is still running: with --no_wait_until_finish (a Flex Template
     launch) the launcher returns once the job is submitted, and the job writes
-    summary.json itself when it ends.
+    summary.json itself when it ends (or fails, publishing nothing). Raises RunFailed
+    when the job failed its outcome check; `pinned` fixes the label ids.
     """
     convert = options.view_as(ConvertOptions)
     run_id = uuid.uuid4().hex[:12]
@@ -53,12 +56,20 @@ def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: dic
         options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir(),
         f"image-tfrecords-{run_id}")
     try:
+        # Before the graph is built: tf.Transform reads the pinned file as it traces.
+        pinned_file = (write_pinned_vocabulary(pinned, FileSystems.join(tft_dir, "pinned"))
+                       if pinned else None)
         with beam.Pipeline(runner=_runner(options), options=options) as p:
-            build(p, convert, manifests, temp_dir, tft_dir, run_info)
+            build(p, convert, manifests, temp_dir, tft_dir, run_info,
+                  pinned.source if pinned else None, pinned_file)
     except BaseException:
         # Publishing removes it after a success; after a failure it is no evidence (the
-        # temp shards are), so it does not pile up in the temp dir either.
+        # temp shards and the staged transform_fn are), so it does not pile up either.
         delete_tree(tft_dir)
+        # The runner's own exception wraps the publish step's in text; FAILED.json says
+        # the same in a form the launcher can report.
+        if failure := _recorded_failure(temp_dir):
+            raise RunFailed(failure) from None
         raise
     if not PipelineState.is_terminal(p.result.state):
         return None
@@ -67,16 +78,22 @@ def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: dic
 
 
 def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSource],
-          temp_dir: str, tft_dir: str, run_info: dict[str, Any]) -> None:
+          temp_dir: str, tft_dir: str, run_info: dict[str, Any],
+          pinned_from: str | None = None, pinned_file: str | None = None) -> None:
+    """The conversion's graph; `pinned_file` is the pinned vocabulary as tf.Transform
+    reads it (write_pinned_vocabulary), `pinned_from` the file the user gave."""
     output_dir = options.output_dir
     extra_columns = options.extra_columns()
 
     # Pass 1, over the small rows: the label vocabulary and how many shards each split gets.
     planning = p | "ReadSourceToPlan" >> _read_rows(options, manifests)
-    transform_fn = (planning.rows
-                    | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
-                    | "AnalyzeLabels" >> AnalyzeLabels(options.unseen_label == "oov", tft_dir,
-                                                      options.label_mode, extra_columns))
+    train_rows = planning.rows | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
+    transform_fn = train_rows | "AnalyzeLabels" >> AnalyzeLabels(
+        options.unseen_label == "oov", tft_dir, options.label_mode, extra_columns, pinned_file)
+    # What the publish step names when a label's TRAIN rows all became dead letters.
+    train_label_rows = (train_rows
+                        | "TrainLabels" >> beam.FlatMap(lambda row: row.labels)
+                        | "CountTrainLabels" >> beam.combiners.Count.PerElement())
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         tft_dir)
     shard_plan = planning.rows | "PlanShards" >> PlanShards(
@@ -84,8 +101,8 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
 
     # Pass 2: label ids for every split, then each shard loads and writes its own images.
     source = p | "ReadSource" >> _read_rows(options, manifests)
-    labelled = source.rows | "ApplyLabels" >> ApplyLabels(transform_fn, tft_dir,
-                                                              options.label_mode, extra_columns)
+    labelled = source.rows | "ApplyLabels" >> ApplyLabels(
+        transform_fn, tft_dir, options.label_mode, extra_columns, pinned_from)
     written = labelled.labelled | "WriteShards" >> WriteShards(
         shard_plan, temp_dir, options.compression, options.image_settings(),
         options.decode_threads, options.label_mode, extra_columns,
@@ -116,12 +133,24 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     _ = ({"shards": deduped["shards"],
           "dead_letter_reasons": dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
           "row_counts": row_counts,
+          "train_label_rows": train_label_rows,
           "duplicates_by_splits": deduped["by_splits"],
           "written": (transform_fn_written, dead_letter_files, deduped["report"])}
          | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, options.compression,
-                                       run_info, options.label_mode, extra_columns,
+                                       run_info,
+                                       PublishRules(options.max_error_fraction, pinned_from),
+                                       options.label_mode, extra_columns,
                                        oov_bucket=options.unseen_label == "oov",
                                        duplicates_dropped=options.dedupe == "sha256"))
+
+
+def _recorded_failure(temp_dir: str) -> Failure | None:
+    """The failure the publish step recorded, if it did; None when storage cannot say,
+    so that the exception that stopped the run is the one raised."""
+    try:
+        return read_failure(temp_dir)
+    except Exception:  # each filesystem's own
+        return None
 
 
 def _read_rows(options: ConvertOptions, manifests: list[ManifestSource]) -> beam.PTransform:

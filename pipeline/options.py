@@ -97,6 +97,12 @@ class ConvertOptions(PipelineOptions):
             help="A VALIDATION/TEST label that TRAIN never saw: 'error' dead-letters the "
                  "row; 'oov' keeps it with label id len(vocabulary).")
         group.add_argument(
+            "--vocabulary",
+            help="Pin the label ids instead of computing them from TRAIN: a text file of "
+                 "one label per line (line 1 gets id 0), or an earlier image-tfrecords "
+                 "output folder, whose ids are kept. A label outside it is unseen "
+                 "(--unseen_label); one without examples keeps its id.")
+        group.add_argument(
             "--dedupe", choices=("none", "sha256"), default="none",
             help="Byte-identical images are always reported (duplicates-*.jsonl, and "
                  "summary.json); sha256 also writes each only once, keeping the copy in "

@@ -5,14 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 
-def format_report(summary: dict[str, Any], output_dir: str, wall_seconds: float) -> str:
+def format_report(summary: dict[str, Any], output_dir: str, wall_seconds: float,
+                  published: bool = True) -> str:
+    """The table; `published` False heads it as a failed run's, of which nothing was
+    published."""
     rows = [("split", "examples", "shards", "MB", "labels")]
     for split, stats in summary["splits"].items():
         labels = ", ".join(f"{label} {count}" for label, count in stats["labels"].items())
         rows.append((split, str(stats["examples"]), str(len(stats["shards"])),
                      f"{stats['bytes'] / 1e6:.1f}", labels or "-"))
     widths = [max(len(row[column]) for row in rows) for column in range(4)]
-    lines = [f"image-tfrecords: {output_dir}"]
+    lines = [f"image-tfrecords: {output_dir}"
+             + ("" if published else "  FAILED: nothing below was published")]
     lines += ["  ".join([cell.ljust(width) if column == 0 else cell.rjust(width)
                          for column, (cell, width) in enumerate(zip(row, widths))] + [row[4]])
               for row in rows]

@@ -16,7 +16,9 @@ from pipeline.options import ConvertOptions
 from pipeline.report import format_report
 from transforms.folder import check_folder
 from transforms.manifest import ManifestError
+from transforms.outcome import RunFailed
 from transforms.sources import ManifestSource, check_sources, find_manifests
+from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -32,24 +34,23 @@ _VERSIONED = ("image-tfrecords", "apache-beam", "tensorflow", "tensorflow-transf
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: the report on stdout, problems on stderr, an exit status."""
     try:
-        summary, convert = convert_and_report(sys.argv[1:] if argv is None else argv)
+        convert_and_report(sys.argv[1:] if argv is None else argv)
     except (UsageError, ManifestError) as problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    if summary is None:  # submitted with --no_wait_until_finish; nothing to check yet
-        return EXIT_OK
-    problem = outcome_problem(summary, convert.max_error_fraction)
-    if problem:
-        print(f"error: {problem} (see {convert.output_dir}/errors-*.jsonl)", file=sys.stderr)
+    except RunFailed as failed:
+        print(f"error: {failed}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 
 
-def convert_and_report(argv: Sequence[str]) -> tuple[dict[str, Any] | None, ConvertOptions]:
-    """Runs one conversion, prints its report; returns summary.json and the options.
+def convert_and_report(argv: Sequence[str]) -> dict[str, Any] | None:
+    """Runs one conversion, prints its report; returns the summary.json it published.
 
     The summary is None for a job submitted with --no_wait_until_finish that is still
-    running. Raises UsageError or ManifestError before any work starts.
+    running (the job then checks its outcome itself). Raises UsageError or ManifestError
+    before any work starts, RunFailed (after printing what the run would have published)
+    when the run failed its outcome check and published nothing.
     """
     options = PipelineOptions(list(argv))
     # Beam's filesystems take their settings (S3 endpoint and keys, WebHDFS host...) from
@@ -57,6 +58,7 @@ def convert_and_report(argv: Sequence[str]) -> tuple[dict[str, Any] | None, Conv
     FileSystems.set_options(options)
     convert = options.view_as(ConvertOptions)
     manifests = _preflight(convert)
+    pinned = _pinned_vocabulary(convert)
     started = time.monotonic()
     run_info = {
         **({"image_folder": convert.image_folder} if convert.image_folder
@@ -69,23 +71,28 @@ def convert_and_report(argv: Sequence[str]) -> tuple[dict[str, Any] | None, Conv
     # TensorFlow loads here, so usage errors above come back in a second, not six.
     from pipeline import graph  # noqa: PLC0415
 
-    summary = graph.run(options, manifests, run_info)
+    try:
+        summary = graph.run(options, manifests, run_info, pinned)
+    except RunFailed as failed:
+        print(format_report(failed.failure.summary, convert.output_dir,
+                            time.monotonic() - started, published=False))
+        raise
     if summary is None:
         print(f"image-tfrecords: job submitted; it writes "
               f"{convert.output_dir}/{graph.SUMMARY_FILE} when it ends")
     else:
         print(format_report(summary, convert.output_dir, time.monotonic() - started))
-    return summary, convert
+    return summary
 
 
-def outcome_problem(summary: dict[str, Any], max_error_fraction: float) -> str | None:
-    """Why a finished run counts as failed, or None."""
-    if not summary["examples_written"]:
-        return "no example was written"
-    if summary["error_fraction"] > max_error_fraction:
-        return (f"{summary['error_fraction']:.1%} of rows were dead-lettered, more than "
-                f"--max_error_fraction {max_error_fraction:.1%}")
-    return None
+def _pinned_vocabulary(convert: ConvertOptions) -> PinnedVocabulary | None:
+    """The labels of --vocabulary, read (and checked) before the job starts."""
+    if not convert.vocabulary:
+        return None
+    try:
+        return read_pinned_vocabulary(convert.vocabulary)
+    except VocabularyError as problem:
+        raise UsageError(str(problem)) from problem
 
 
 def _preflight(convert: ConvertOptions) -> list[ManifestSource]:

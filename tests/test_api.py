@@ -65,6 +65,10 @@ def test_a_failed_run_is_reported_not_raised_and_bad_options_raise(photos):
     result = image_tfrecords.convert(str(root / "m.csv"), str(root / "out"))
     assert not result.ok and "more than --max_error_fraction" in result.problem
     assert result.rows_dead_lettered == 1
+    # Nothing published: no summary.json, no shard; the dead letters stay in the temp dir.
+    assert result.files == {} and not (root / "out" / "summary.json").exists()
+    letters, = result.error_files
+    assert letters.startswith(f"{root}/out/.tmp-") and "img/missing.jpg" in open(letters).read()
     with pytest.raises(ValueError, match="--jpeg_quality"):
         image_tfrecords.convert(str(root / "m.csv"), str(root / "other"), jpeg_quality=0)
     with pytest.raises(ValueError, match="needs an image_uri"):

@@ -1,8 +1,10 @@
 """End to end on the DirectRunner: real images in, shards + transform_fn + summary out."""
 
 import glob
+import hashlib
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -11,7 +13,8 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from PIL import Image
 
-from conftest import encode, feature, photo_like, png_declaring, read_examples
+from conftest import SAMPLE_DATA, encode, feature, photo_like, png_declaring, read_examples
+from image_tfrecords.verify import verify
 from pipeline import run
 from transforms.manifest import assign_split
 from transforms.shards import shard_of
@@ -161,11 +164,129 @@ def test_dead_letters_name_row_and_reason(converted, dataset):
     assert len(letters) == len(reasons) + 2
 
 
-def test_error_fraction_over_the_limit_fails_the_run(dataset, tmp_path, capsys):
-    root, _, _ = dataset
-    assert convert(root / "manifest.csv", tmp_path / "out") == run.EXIT_FAILED
-    assert "--max_error_fraction" in capsys.readouterr().err
-    assert json.loads((tmp_path / "out" / "summary.json").read_text())["accounted"]
+def hashes(output):
+    """Every file of an output but the runs' temp dirs, with its SHA-256."""
+    return {os.path.relpath(os.path.join(folder, name), output):
+            hashlib.sha256(open(os.path.join(folder, name), "rb").read()).hexdigest()
+            for folder, _, names in os.walk(output) if "/.tmp-" not in folder + "/"
+            for name in names}
+
+
+def failure_paths(err):
+    """The dead letters and FAILED.json that the console's `error:` line names."""
+    line, = [line for line in err.splitlines() if line.startswith("error: ")]
+    letters = re.search(r"dead letters: (\S+);", line).group(1)
+    return line, letters, re.search(r"the run's summary: (\S+)$", line).group(1)
+
+
+def test_error_fraction_over_the_limit_publishes_nothing_and_says_where_the_dead_letters_are(
+        converted, dataset, tmp_path, capsys):
+    root, _, reasons = dataset
+    output = shutil.copytree(converted[0], tmp_path / "out")  # a good earlier output
+    before = hashes(output)
+    capsys.readouterr()
+    assert convert(root / "manifest.csv", output, "--overwrite") == run.EXIT_FAILED
+    line, letters, record = failure_paths(capsys.readouterr().err)
+    assert "more than --max_error_fraction 1.0%" in line and "Nothing was published" in line
+    assert hashes(output) == before  # byte for byte, summary.json included
+    assert verify(str(output)).examples == {
+        split: stats["examples"] for split, stats in
+        json.loads((output / "summary.json").read_text())["splits"].items()}
+    # The evidence, where the console says: the run's dead letters and why it failed.
+    staged = os.path.dirname(letters)
+    assert re.fullmatch(rf"{re.escape(str(output))}/\.tmp-\w+/staged", staged)
+    assert (letters, record) == (f"{staged}/errors-00000-of-00001.jsonl", f"{staged}/FAILED.json")
+    dead = {json.loads(line)["raw"].split(",")[0]: json.loads(line)["reason"]
+            for line in open(letters)}
+    assert reasons.items() <= dead.items()
+    failed = json.loads(open(record).read())
+    assert failed["problems"] == [line[len("error: "):line.index(". Nothing")]]
+    assert failed["summary"]["rows_dead_lettered"] == len(dead)
+
+
+@pytest.fixture(scope="module")
+def relabelled(tmp_path_factory):
+    """A first manifest, and a second where dog outnumbers cat in TRAIN and fish's only
+    TRAIN image is missing."""
+    root = tmp_path_factory.mktemp("relabelled")
+    (root / "img").mkdir()
+    for i in range(10):
+        (root / "img" / f"{i}.jpg").write_bytes(encode(photo_like(20, 16, i), "JPEG"))
+    first = ["train,img/0.jpg,cat", "train,img/1.jpg,cat", "train,img/2.jpg,cat",
+             "train,img/3.jpg,dog", "train,img/8.jpg,dog", "train,img/4.jpg,fish",
+             "test,img/5.jpg,dog"]
+    second = ["train,img/0.jpg,cat", "train,img/1.jpg,dog", "train,img/2.jpg,dog",
+              "train,img/3.jpg,dog", "train,img/missing.jpg,fish", "test,img/5.jpg,fish",
+              "test,img/6.jpg,cat", "test,img/7.jpg,bird"]
+    (root / "first.csv").write_text("\n".join(first) + "\n")
+    (root / "second.csv").write_text("\n".join(second) + "\n")
+    output = root / "first-out"
+    assert convert(root / "first.csv", output) == 0
+    return root, output
+
+
+def label_ids(output):
+    """(source file name, label text, label id) of every example."""
+    return sorted((os.path.basename(feature(e, "image/source_id").decode()),
+                   feature(e, "image/class/text").decode(), feature(e, "image/class/label"))
+                  for e in read_examples(f"{output}/*.tfrecord"))
+
+
+def test_a_label_whose_train_rows_all_failed_fails_the_run_unless_the_ids_are_pinned(
+        relabelled, tmp_path, capsys):
+    root, first = relabelled
+    assert vocabulary_of(first) == ["cat", "dog", "fish"]  # TRAIN frequency
+    before = hashes(first)
+    capsys.readouterr()
+    # fish would keep an id that no TRAIN example has: refused, the earlier output intact.
+    assert convert(root / "second.csv", first, "--overwrite", "--max_error_fraction",
+                   "0.5") == run.EXIT_FAILED
+    line, _, _ = failure_paths(capsys.readouterr().err)
+    assert "labels without a written TRAIN example would get ids: 'fish' (1 TRAIN row, all " \
+           "dead-lettered); fix those rows, or pin the ids with --vocabulary" in line
+    assert hashes(first) == before
+
+    # Pinned to the first output's ids: the same ids though dog is now the most frequent;
+    # fish keeps its id without a TRAIN example, bird is unseen.
+    second = tmp_path / "second"
+    assert convert(root / "second.csv", second, "--vocabulary", str(first),
+                   "--max_error_fraction", "0.5") == 0
+    assert vocabulary_of(second) == ["cat", "dog", "fish"]
+    assert label_ids(second) == [("0.jpg", "cat", 0), ("1.jpg", "dog", 1), ("2.jpg", "dog", 1),
+                                 ("3.jpg", "dog", 1), ("5.jpg", "fish", 2), ("6.jpg", "cat", 0)]
+    summary = json.loads((second / "summary.json").read_text())
+    assert summary["vocabulary_pinned_from"] == f"{first}/transform_fn/assets/label"
+    assert summary["errors"]["by_reason"] == {"file_not_found": 1, "unseen_label": 1}
+    letters = (second / "errors-00000-of-00001.jsonl").read_text()
+    assert f"label 'bird' is not in the pinned vocabulary {first}/transform_fn" in letters
+
+
+def test_a_vocabulary_file_fixes_the_ids_the_examples_and_the_transform_fn_use(
+        relabelled, tmp_path, capsys):
+    root, _ = relabelled
+    (tmp_path / "labels.txt").write_text("fish\nbird\ndog\ncat\nzebra\n")
+    output = tmp_path / "out"
+    assert convert(root / "second.csv", output, "--vocabulary", str(tmp_path / "labels.txt"),
+                   "--max_error_fraction", "0.2") == 0
+    assert vocabulary_of(output) == ["fish", "bird", "dog", "cat", "zebra"]
+    assert label_ids(output) == [("0.jpg", "cat", 3), ("1.jpg", "dog", 2), ("2.jpg", "dog", 2),
+                                 ("3.jpg", "dog", 2), ("5.jpg", "fish", 0), ("6.jpg", "cat", 3),
+                                 ("7.jpg", "bird", 1)]
+    served = tft.TFTransformOutput(str(output)).transform_features_layer()(
+        {"label": tf.constant(["cat", "zebra", "fish", "lion"])})
+    assert served["label_id"].numpy().tolist() == [3, 4, 0, -1]
+    assert verify(str(output)).examples == {"train": 4, "validation": 0, "test": 3}
+
+    (tmp_path / "twice.txt").write_text("cat\ndog\ncat\n")
+    capsys.readouterr()
+    assert convert(root / "second.csv", tmp_path / "other", "--vocabulary",
+                   str(tmp_path / "twice.txt")) == run.EXIT_USAGE
+    assert capsys.readouterr().err == (f"error: --vocabulary {tmp_path}/twice.txt: line 3: "
+                                       "'cat' repeats line 1\n")
+
+
+def vocabulary_of(output):
+    return [w.decode() for w in tft.TFTransformOutput(str(output)).vocabulary_by_name("label")]
 
 
 def test_gzip_fixed_shards_oov_and_overwrite_replaces_stale_shards(dataset, tmp_path):
@@ -342,3 +463,16 @@ def test_a_vertex_ai_jsonl_import_file_converts(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert {split: stats["labels"] for split, stats in summary["splits"].items()} == {
         "train": {"cat": 1, "dog": 1}, "validation": {"cat": 1}, "test": {"dog": 1}}
+
+
+def test_the_readme_example_pins_the_sample_labels(tmp_path):
+    """README's --vocabulary example on the bundled sample: bird, unseen in TRAIN, gets
+    its pinned id instead of a dead letter."""
+    output = tmp_path / "out-pinned"
+    assert convert(SAMPLE_DATA / "manifest.csv", output, "--vocabulary",
+                   str(SAMPLE_DATA / "labels.txt"), "--max_error_fraction", "0.25") == 0
+    assert vocabulary_of(output) == ["bird", "cat", "coffee", "flower"]
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["examples_written"],
+            summary["rows_dead_lettered"]) == (50, 44, 6)
+    assert ("bird_01.jpg", "bird", 0) in label_ids(output)

@@ -8,6 +8,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels, ApplyLabels, LabelledRow
 from transforms.manifest import Box, ManifestRow
+from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 
 
 def row(line, split, label):
@@ -85,3 +86,25 @@ def test_multi_label_vocabulary_covers_every_train_label(tmp_path):
     vocabulary = tft.TFTransformOutput(str(tmp_path / "out")).vocabulary_by_name(
         LABEL_VOCABULARY)
     assert [w.decode() for w in vocabulary] == ["cat", "fish", "dog"]
+
+
+def test_a_pinned_vocabulary_gives_its_ids_and_is_what_the_transform_fn_carries(tmp_path):
+    pinned = write_pinned_vocabulary(PinnedVocabulary("synsets.txt", ("dog", "zebra", "cat")),
+                                     str(tmp_path / "pinned"))
+    with TestPipeline() as p:
+        transform_fn = (p | "Train" >> beam.Create(TRAIN)
+                        | AnalyzeLabels(False, str(tmp_path / "tmp"), pinned_file=pinned))
+        _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
+        labelled = (p | "Rows" >> beam.Create(TRAIN + OTHERS)
+                    | ApplyLabels(transform_fn, str(tmp_path / "tmp"), pinned_from="synsets.txt"))
+        assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_ids)),
+                    equal_to([(1, (2,)), (2, (0,)), (3, (2,)), (5, (0,))]), label="ids")
+        # A TRAIN label outside the pinned list is unseen too; the message names the list.
+        assert_that(labelled.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.message)),
+                    equal_to([(4, "label 'été' is not in the pinned vocabulary synsets.txt"),
+                              (6, "label 'bird' is not in the pinned vocabulary synsets.txt")]),
+                    label="dead")
+    output = tft.TFTransformOutput(str(tmp_path / "out"))
+    # "zebra" has no row at all and keeps its id: the user asked for it.
+    assert [w.decode() for w in output.vocabulary_by_name(LABEL_VOCABULARY)] == [
+        "dog", "zebra", "cat"]

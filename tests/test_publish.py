@@ -10,12 +10,14 @@ from apache_beam.testing.test_pipeline import TestPipeline
 
 from transforms.labels import AnalyzeLabels
 from transforms.manifest import ManifestRow
-from transforms.publish import (AccountingError, PublishOutput, build_summary, move_into_place,
-                                name_shards, staged_dir)
+from transforms.outcome import PublishRules, RunFailed
+from transforms.publish import (FAILED_FILE, PublishOutput, build_summary, move_into_place,
+                                name_shards, read_failure, staged_dir)
 from transforms.shards import ShardWritten
 
 
 RUN_INFO = {"options": {"compression": "none", "label_mode": "single", "unseen_label": "error"}}
+RULES = PublishRules(max_error_fraction=0.5)
 
 
 def temp_shard(tmp_path, split, shard, examples, labels=None):
@@ -110,14 +112,20 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
-                            run_info=RUN_INFO)
-    with pytest.raises(AccountingError, match="nothing was published"):
-        publish._publish(None, shards, {"file_not_found": 1}, [5], {}, [])
+                            run_info=RUN_INFO, rules=RULES)
+    with pytest.raises(RunFailed, match=r"rows read \(5\) != .*Nothing was published"):
+        publish._publish(None, shards, {"file_not_found": 1}, [5], {"cat": 4}, {}, [])
     assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord"]
     assert json.loads((out / "summary.json").read_text()) == {"old": True}
     assert (tmp_path / "tmp" / "train-00000.tfrecord").exists()
     evidence = json.loads((tmp_path / "tmp" / "summary.json").read_text())
     assert evidence["accounted"] is False
+    # What the launcher reports: the same problem, read back from the staged FAILED.json.
+    failure = read_failure(str(tmp_path / "tmp"))
+    assert failure.record == os.path.join(staged_dir(str(tmp_path / "tmp")), FAILED_FILE)
+    assert failure.problems[0].startswith("rows read (5) != ")
+    assert failure.summary == evidence
+    assert read_failure(str(tmp_path / "nowhere")) is None
 
 
 def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp_path):
@@ -135,8 +143,8 @@ def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp
         file.write("new errors")
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
-                            run_info=RUN_INFO)
-    summary = publish._publish(None, shards, {"file_not_found": 1}, [4], {}, [])
+                            run_info=RUN_INFO, rules=RULES)
+    summary = publish._publish(None, shards, {"file_not_found": 1}, [4], {"cat": 4}, {}, [])
     assert summary["accounted"] and summary["vocabulary"]["label"] == ["cat"]
     assert sorted(os.listdir(out)) == ["dataset_info.json", "errors-00000-of-00001.jsonl",
                                        "features.json", "image.class.label.labels.txt",
@@ -155,14 +163,14 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
     staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
-                            run_info=RUN_INFO)
+                            run_info=RUN_INFO, rules=RULES)
     named = name_shards(shards, "none")
     prepared = publish._prepare(named, {}, 3, {}, [])
     (tmp_path / "tmp" / "summary.json").write_text(json.dumps(prepared))
     move_into_place(named, str(tmp_path / "tmp"), prepared["files"], str(out))  # then died
-    first = publish._publish(None, shards, {}, [3], {}, [])
+    first = publish._publish(None, shards, {}, [3], {"cat": 3}, {}, [])
     assert first["run_id"] == "tmp" and first == prepared
-    assert publish._publish(None, shards, {}, [3], {}, []) == first  # retried after the end
+    assert publish._publish(None, shards, {}, [3], {"cat": 3}, {}, []) == first  # after the end
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
     assert sorted(os.listdir(out)) == ["dataset_info.json", "features.json",
                                        "image.class.label.labels.txt", "summary.json",

@@ -1,8 +1,14 @@
-"""Label ids with tf.Transform: the vocabulary is analysed on TRAIN and applied to every split.
+"""Label ids with tf.Transform: the vocabulary is analysed on TRAIN (or pinned by the user)
+and applied to every split.
 
 Only the small manifest rows go through TensorFlow: the row travels beside the label as
 a tf.Transform passthrough column, so the transform_fn's only input is `label`, exactly
 what a serving model feeds it, and image bytes are loaded later, after shard assignment.
+
+A pinned vocabulary (--vocabulary, see vocabulary_file.py) is a text file that
+tf.Transform's apply_vocabulary reads as an asset: the SavedModel copies it to
+transform_fn/assets/label, so the published transform_fn carries the pinned ids as it
+would carry computed ones.
 """
 
 from __future__ import annotations
@@ -22,10 +28,10 @@ from tfx_bsl.public import tfxio
 from transforms import dead_letters as reasons
 from transforms.manifest import DEAD_LETTERS, ManifestRow
 from transforms.schema import CATEGORICAL, ExtraColumn
+from transforms.vocabulary_file import LABEL_VOCABULARY
 
 LABEL = "label"
 LABEL_ID = "label_id"
-LABEL_VOCABULARY = "label"  # file name of the vocabulary under transform_fn/assets/
 UNSEEN_LABEL_ID = -1  # what the transform gives an unseen label without an OOV bucket
 
 _ROW = "row"  # passthrough column: the serialized ManifestRow
@@ -57,17 +63,22 @@ def _input_config(label_mode: str, categorical: Sequence[str], with_row: bool
                                      tensors)
 
 
-def preprocessing_fn(inputs: dict, *, oov_bucket: bool, categorical: Sequence[str] = ()
-                     ) -> dict:
-    """label -> label_id (a list of labels -> a list of ids); ids follow TRAIN frequency.
+def preprocessing_fn(inputs: dict, *, oov_bucket: bool, categorical: Sequence[str] = (),
+                     pinned_file: str | None = None) -> dict:
+    """label -> label_id (a list of labels -> a list of ids); ids follow TRAIN frequency,
+    or the lines of `pinned_file` (a file named LABEL_VOCABULARY) when the user pinned them.
     Likewise each categorical column -> `<column>_id`, with a vocabulary named after it.
 
     0 is the most frequent value; ties go by descending bytes (tf.Transform's order).
     An unseen value gets id len(vocabulary) with `oov_bucket`, otherwise UNSEEN_LABEL_ID.
     """
     unseen = {"num_oov_buckets": 1} if oov_bucket else {"default_value": UNSEEN_LABEL_ID}
-    outputs = {LABEL_ID: tft.compute_and_apply_vocabulary(
-        inputs[LABEL], vocab_filename=LABEL_VOCABULARY, **unseen)}
+    if pinned_file:
+        label_ids = tft.apply_vocabulary(inputs[LABEL], pinned_file, **unseen)
+    else:
+        label_ids = tft.compute_and_apply_vocabulary(inputs[LABEL],
+                                                     vocab_filename=LABEL_VOCABULARY, **unseen)
+    outputs = {LABEL_ID: label_ids}
     for name in categorical:
         outputs[category_id(name)] = tft.compute_and_apply_vocabulary(
             inputs[name], vocab_filename=name, **unseen)
@@ -109,12 +120,14 @@ class AnalyzeLabels(beam.PTransform):
     """TRAIN ManifestRows -> the transform_fn holding the label (and category) vocabularies."""
 
     def __init__(self, oov_bucket: bool, temp_dir: str, label_mode: str = "single",
-                 extra_columns: Sequence[ExtraColumn] = ()) -> None:
+                 extra_columns: Sequence[ExtraColumn] = (), pinned_file: str | None = None
+                 ) -> None:
         super().__init__()
         self._oov_bucket = oov_bucket
         self._label_mode = label_mode
         self._categorical = _Columns.of(extra_columns)
         self._temp_dir = temp_dir
+        self._pinned_file = pinned_file  # see write_pinned_vocabulary
 
     def expand(self, train_rows: beam.PCollection) -> tuple:
         batches = (train_rows
@@ -126,22 +139,28 @@ class AnalyzeLabels(beam.PTransform):
                                             with_row=False))
                     | "Vocabulary" >> tft_beam.AnalyzeDataset(functools.partial(
                         preprocessing_fn, oov_bucket=self._oov_bucket,
-                        categorical=self._categorical.names)))
+                        categorical=self._categorical.names,
+                        pinned_file=self._pinned_file)))
 
 
 class ApplyLabels(beam.PTransform):
     """ManifestRows -> LabelledRows through `transform_fn`; unseen labels -> DEAD_LETTERS.
 
     With the OOV bucket an unseen label keeps its row and gets the OOV id instead.
+    `pinned_from` (the pinned vocabulary's file, if any) is what unseen labels are
+    said to be missing from.
     """
 
     def __init__(self, transform_fn: tuple, temp_dir: str, label_mode: str = "single",
-                 extra_columns: Sequence[ExtraColumn] = ()) -> None:
+                 extra_columns: Sequence[ExtraColumn] = (), pinned_from: str | None = None
+                 ) -> None:
         super().__init__()
         self._transform_fn = transform_fn
         self._label_mode = label_mode
         self._categorical = _Columns.of(extra_columns)
         self._temp_dir = temp_dir
+        self._unseen_where = (f"is not in the pinned vocabulary {pinned_from}" if pinned_from
+                              else "does not occur in the TRAIN split")
 
     def expand(self, rows: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         batches = (rows
@@ -154,7 +173,8 @@ class ApplyLabels(beam.PTransform):
                               | "Transform" >> tft_beam.TransformDataset(
                                   output_record_batches=True))
         return transformed | "Unbatch" >> beam.FlatMap(
-            _labelled_rows, self._categorical).with_outputs(DEAD_LETTERS, main="labelled")
+            _labelled_rows, self._categorical, self._unseen_where
+        ).with_outputs(DEAD_LETTERS, main="labelled")
 
 
 def _record_batch(rows: Sequence[ManifestRow], categorical: _Columns, with_row: bool
@@ -168,8 +188,8 @@ def _record_batch(rows: Sequence[ManifestRow], categorical: _Columns, with_row: 
                                        for values in columns.values()], list(columns))
 
 
-def _labelled_rows(transformed: tuple[pa.RecordBatch, dict], categorical: _Columns
-                   ) -> Iterator[LabelledRow | beam.pvalue.TaggedOutput]:
+def _labelled_rows(transformed: tuple[pa.RecordBatch, dict], categorical: _Columns,
+                   unseen_where: str) -> Iterator[LabelledRow | beam.pvalue.TaggedOutput]:
     batch, _ = transformed
     ids_per_row = batch.column(LABEL_ID).to_pylist()
     # One id per row: the flattened list column lines up with the rows.
@@ -188,7 +208,7 @@ def _labelled_rows(transformed: tuple[pa.RecordBatch, dict], categorical: _Colum
         if unseen:
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, row.dead_letter(
                 reasons.UNSEEN_LABEL,
-                f"label {', '.join(map(repr, unseen))} does not occur in the TRAIN split"))
+                f"label {', '.join(map(repr, unseen))} {unseen_where}"))
         elif unseen_categories:
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, row.dead_letter(
                 reasons.UNSEEN_CATEGORY, f"{', '.join(unseen_categories)} does not occur "

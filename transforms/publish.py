@@ -9,6 +9,12 @@ Everything here goes through Beam's FileSystems, so it works alike on local disk
 gs://, s3:// and hdfs://. Object stores have no directories (a "directory" is a name
 prefix) and no atomic rename of several files: summary.json is therefore removed first
 and written last, so it is present only beside a complete set of shards.
+
+Before anything is moved, the run's outcome is checked (outcome_problems: rows lost, no
+example, a label without a written TRAIN example, too many dead letters). A run that
+fails it publishes nothing: the output stays as it was, the job fails, and what the run
+wrote stays in OUTPUT/.tmp-<run id>/staged/ with FAILED.json (why, and the summary it
+would have published) beside its errors-*.jsonl, until the next run that publishes.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from transforms.examples import feature_spec
 from transforms.label_map import LABEL_MAP_FILE, label_map_text
 from transforms.labels import LABEL_VOCABULARY
 from transforms.manifest import SPLITS
+from transforms.outcome import (FAILED_FILE, Failure, PublishRules, RunFailed,
+                                outcome_problems)
 from transforms.schema import CATEGORICAL, ExtraColumn
 from transforms.shards import ShardWritten, shard_file_suffix
 from transforms.tfds_metadata import DATASET_INFO_FILE, FEATURES_FILE, LABELS_SUFFIX, tfds_metadata
@@ -41,25 +49,23 @@ TRANSFORM_FOLDERS = (tft.TFTransformOutput.TRANSFORM_FN_DIR,
 _RAW = CompressionTypes.UNCOMPRESSED  # copies keep bytes as they are, whatever the name
 
 
-class AccountingError(RuntimeError):
-    """rows read != rows in examples written + rows dead-lettered: something was lost."""
-
-
 class PublishOutput(beam.PTransform):
     """Renames the shards into place, copies the transform_fn, writes OUTPUT/summary.json.
 
     Input: a dict of PCollections: "shards" (ShardWritten), "dead_letter_reasons"
     (reason codes), "row_counts" (counts that sum to the rows read),
-    "duplicates_by_splits" ("kept split/copy split", copies) and "written" (anything
-    that must be complete first: the transform_fn, the dead letters, the duplicates).
+    "train_label_rows" ((label, TRAIN rows carrying it)), "duplicates_by_splits" ("kept
+    split/copy split", copies) and "written" (anything that must be complete first: the
+    transform_fn, the dead letters, the duplicates).
     `temp_dir` holds the temp shards and what is staged; `tft_dir` is tf.Transform's
     working folder, where WriteTransformFn wrote the transform_fn. Both are removed
     once the run has succeeded. With label_mode "detection" it also writes
-    label_map.pbtxt; `oov_bucket` adds the unseen labels' entry to it.
+    label_map.pbtxt; `oov_bucket` adds the unseen labels' entry to it. A run that
+    breaks `rules` raises RunFailed and publishes nothing (see the module's docstring).
     """
 
     def __init__(self, output_dir: str, temp_dir: str, tft_dir: str, compression: str,
-                 run_info: dict[str, Any], label_mode: str = "single",
+                 run_info: dict[str, Any], rules: PublishRules, label_mode: str = "single",
                  extra_columns: Sequence[ExtraColumn] = (), oov_bucket: bool = False,
                  duplicates_dropped: bool = False) -> None:
         super().__init__()
@@ -68,6 +74,7 @@ class PublishOutput(beam.PTransform):
         self._tft_dir = tft_dir
         self._compression = compression
         self._run_info = run_info
+        self._rules = rules
         self._label_mode = label_mode
         self._extra_columns = tuple(extra_columns)
         self._oov_bucket = oov_bucket
@@ -85,12 +92,13 @@ class PublishOutput(beam.PTransform):
                     shards=beam.pvalue.AsList(inputs["shards"]),
                     errors_by_reason=beam.pvalue.AsDict(errors_by_reason),
                     row_counts=beam.pvalue.AsList(inputs["row_counts"]),
+                    train_label_rows=beam.pvalue.AsDict(inputs["train_label_rows"]),
                     duplicates=beam.pvalue.AsDict(inputs["duplicates_by_splits"]),
                     written=beam.pvalue.AsList(written)))
 
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
-                 row_counts: list[int], duplicates: dict[str, int], written: list[Any]
-                 ) -> dict[str, Any]:
+                 row_counts: list[int], train_label_rows: dict[str, int],
+                 duplicates: dict[str, int], written: list[Any]) -> dict[str, Any]:
         files = name_shards(shards, self._compression)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
         prepared = FileSystems.join(self._temp_dir, SUMMARY_FILE)
@@ -106,12 +114,9 @@ class PublishOutput(beam.PTransform):
             summary = self._prepare(files, errors_by_reason, sum(row_counts), duplicates,
                                     written)
             _write_json(prepared, summary)
-        if not summary["accounted"]:  # nothing is published; the temp dir stays, as evidence
-            raise AccountingError(
-                f"rows read ({summary['rows_read']}) != rows in examples written "
-                f"({summary['rows_in_examples']}) + rows dead-lettered "
-                f"({summary['rows_dead_lettered']}); nothing was published, the written "
-                f"files are in {self._temp_dir}")
+        problems = outcome_problems(summary, train_label_rows, self._rules)
+        if problems:  # nothing is published; the temp dir stays, as evidence
+            raise RunFailed(self._record_failure(problems, summary))
         move_into_place(files, self._temp_dir, summary["files"], self._output_dir)
         _write_json(final, summary)
         # This run's temp dirs, and those of runs that crashed before publishing (match
@@ -122,6 +127,17 @@ class PublishOutput(beam.PTransform):
         for folder in sorted({self._temp_dir, self._tft_dir, *crashed}):
             delete_tree(folder)
         return summary
+
+    def _record_failure(self, problems: list[str], summary: dict[str, Any]) -> Failure:
+        """Writes FAILED.json beside the staged dead letters, for the user and the launcher."""
+        staged = staged_dir(self._temp_dir)
+        failure = Failure(tuple(problems), tuple(
+            FileSystems.join(staged, name) for name in summary["errors"]["files"]),
+            FileSystems.join(staged, FAILED_FILE), summary)
+        _write_json(failure.record, {"problems": failure.problems,
+                                     "dead_letters": failure.dead_letters,
+                                     "summary": summary})
+        return failure
 
     def _prepare(self, files: dict[str, list[tuple[str, ShardWritten]]],
                  errors_by_reason: dict[str, int], rows_read: int, duplicates: dict[str, int],
@@ -138,6 +154,7 @@ class PublishOutput(beam.PTransform):
                                 error_files=_written_names(written, "errors-"),
                                 run_info=self._run_info)
         summary["run_id"] = self._run_id
+        summary["vocabulary_pinned_from"] = self._rules.pinned_from
         summary["vocabulary"] |= {
             column.name: [word.decode() for word in transform_output.vocabulary_by_name(
                 column.name)]
@@ -160,6 +177,17 @@ class PublishOutput(beam.PTransform):
             m.path[m.path.index(marker) + len(marker):]
             for m in FileSystems.match([FileSystems.join(staged, "**")])[0].metadata_list)
         return summary
+
+
+def read_failure(temp_dir: str) -> Failure | None:
+    """The Failure a run with this temp dir recorded, or None when it recorded none."""
+    path = FileSystems.join(staged_dir(temp_dir), FAILED_FILE)
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as file:
+        record = json.load(file)
+    return Failure(tuple(record["problems"]), tuple(record["dead_letters"]), path,
+                   record["summary"])
 
 
 def staged_dir(temp_dir: str) -> str:

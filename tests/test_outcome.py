@@ -1,0 +1,59 @@
+"""The check a finished run must pass before anything is published."""
+
+from transforms.outcome import Failure, PublishRules, outcome_problems, unwritten_labels
+
+
+def summary(vocabulary, train_labels, rows_read=10, examples=None, dead=0, accounted=True):
+    examples = sum(train_labels.values()) if examples is None else examples
+    return {"rows_read": rows_read, "rows_in_examples": examples, "rows_dead_lettered": dead,
+            "examples_written": examples, "accounted": accounted,
+            "error_fraction": dead / rows_read, "vocabulary": {"label": vocabulary},
+            "splits": {"train": {"labels": train_labels}}}
+
+
+def test_a_good_run_has_no_problem():
+    assert outcome_problems(summary(["cat", "dog"], {"cat": 6, "dog": 4}),
+                            {"cat": 6, "dog": 4}, PublishRules(0.0)) == []
+
+
+def test_labels_whose_train_rows_were_all_dead_lettered_are_named_with_their_rows():
+    run = summary(["cat", "dog", "fish", "owl"], {"cat": 7}, dead=3)
+    problems = outcome_problems(run, {"cat": 7, "dog": 2, "fish": 1, "owl": 0},
+                                PublishRules(0.5))
+    assert problems == [
+        "labels without a written TRAIN example would get ids: 'dog' (2 TRAIN rows, all "
+        "dead-lettered), 'fish' (1 TRAIN row, all dead-lettered), 'owl' (0 TRAIN rows, all "
+        "dead-lettered); fix those rows, or pin the ids with --vocabulary FILE|OUTPUT_DIR"]
+    # Pinned by the user, a label without examples keeps its id: no problem.
+    assert outcome_problems(run, {"cat": 7, "dog": 2}, PublishRules(0.5, "v.txt")) == []
+
+
+def test_unwritten_labels_keep_the_vocabulary_order_and_ignore_unseen_ones():
+    # "bird" has examples (the OOV bucket) but no id: not the check's business.
+    assert unwritten_labels(["dog", "cat", "fish"], {"cat": 2, "bird": 1, "fish": 0},
+                            {"dog": 3, "cat": 2, "fish": 1}) == {"dog": 3, "fish": 1}
+
+
+def test_no_example_too_many_dead_letters_and_lost_rows_each_fail_the_run():
+    empty = summary(["cat"], {}, examples=0, dead=10)
+    assert outcome_problems(empty, {"cat": 10}, PublishRules(1.0)) == [
+        "no example was written"]
+    over = summary(["cat"], {"cat": 8}, dead=2)
+    assert outcome_problems(over, {"cat": 10}, PublishRules(0.2)) == []
+    assert outcome_problems(over, {"cat": 10}, PublishRules(0.1)) == [
+        "20.0% of rows were dead-lettered, more than --max_error_fraction 10.0%"]
+    lost = summary(["cat"], {"cat": 8}, dead=1, accounted=False)
+    assert outcome_problems(lost, {"cat": 10}, PublishRules(0.5)) == [
+        "rows read (10) != rows in examples written (8) + rows dead-lettered (1): "
+        "rows were lost"]
+
+
+def test_the_failure_line_says_what_failed_that_nothing_was_published_and_where_to_look():
+    failure = Failure(("no example was written", "rows were lost"),
+                      ("out/.tmp-1/staged/errors-00000-of-00001.jsonl",),
+                      "out/.tmp-1/staged/FAILED.json", {})
+    assert failure.line() == (
+        "no example was written; rows were lost. Nothing was published (the output is as "
+        "it was); dead letters: out/.tmp-1/staged/errors-00000-of-00001.jsonl; the run's "
+        "summary: out/.tmp-1/staged/FAILED.json")
+    assert "dead letters: none were written" in failure._replace(dead_letters=()).line()

@@ -1,0 +1,80 @@
+"""Whether a finished run may be published: the check the publish step makes first.
+
+Kept apart from publish.py so the launcher knows RunFailed without loading TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+FAILED_FILE = "FAILED.json"  # in a failed run's staged dir, beside its dead letters
+
+
+class PublishRules(NamedTuple):
+    """What a finished run must meet to be published, and how its vocabulary was made."""
+
+    max_error_fraction: float
+    pinned_from: str | None = None  # the pinned vocabulary's file; None: from TRAIN
+
+
+class Failure(NamedTuple):
+    """Why a run published nothing, and where what it wrote can be read."""
+
+    problems: tuple[str, ...]
+    dead_letters: tuple[str, ...]  # paths of the run's errors-*.jsonl (none: no dead letter)
+    record: str  # path of FAILED.json, which holds this and `summary`
+    summary: dict[str, Any]  # the summary.json the run would have published
+
+    def line(self) -> str:
+        """One line for the console: the problems, then where to look."""
+        letters = ", ".join(self.dead_letters) or "none were written"
+        return (f"{'; '.join(self.problems)}. Nothing was published (the output is as it "
+                f"was); dead letters: {letters}; the run's summary: {self.record}")
+
+
+class RunFailed(RuntimeError):
+    """The run failed its outcome check: nothing was published."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.line())
+        self.failure = failure
+
+
+def outcome_problems(summary: dict[str, Any], train_label_rows: dict[str, int],
+                     rules: PublishRules) -> list[str]:
+    """Why the run described by `summary` must not be published; empty when it may be.
+
+    `train_label_rows` counts the TRAIN rows read per label. Unless the vocabulary was
+    pinned, every label in it must be carried by a written TRAIN example (detection: a
+    written TRAIN object): a label whose TRAIN rows were all dead-lettered would hold an
+    id that no example has, and shift the ids after it.
+    """
+    problems = []
+    if not summary["accounted"]:
+        problems.append(
+            f"rows read ({summary['rows_read']}) != rows in examples written "
+            f"({summary['rows_in_examples']}) + rows dead-lettered "
+            f"({summary['rows_dead_lettered']}): rows were lost")
+    if not summary["examples_written"]:
+        return [*problems, "no example was written"]
+    if rules.pinned_from is None:
+        unwritten = unwritten_labels(summary["vocabulary"]["label"],
+                                     summary["splits"]["train"]["labels"], train_label_rows)
+        if unwritten:
+            problems.append(
+                "labels without a written TRAIN example would get ids: " + ", ".join(
+                    f"{label!r} ({rows} TRAIN row{'s' * (rows != 1)}, all dead-lettered)"
+                    for label, rows in unwritten.items())
+                + "; fix those rows, or pin the ids with --vocabulary FILE|OUTPUT_DIR")
+    if summary["error_fraction"] > rules.max_error_fraction:
+        problems.append(f"{summary['error_fraction']:.1%} of rows were dead-lettered, more "
+                        f"than --max_error_fraction {rules.max_error_fraction:.1%}")
+    return problems
+
+
+def unwritten_labels(vocabulary: Sequence[str], train_examples: dict[str, int],
+                     train_label_rows: dict[str, int]) -> dict[str, int]:
+    """label -> its TRAIN rows, for each vocabulary label no written TRAIN example carries."""
+    return {label: train_label_rows.get(label, 0) for label in vocabulary
+            if not train_examples.get(label)}
