@@ -12,10 +12,10 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline.options import ConvertOptions
+from pipeline.options import ConvertOptions, unknown_option_problem
 from pipeline.report import format_report
 from transforms.folder import check_folder
-from transforms.manifest import ManifestError, find_manifests, is_jsonl, read_header
+from transforms.manifest import ManifestError, check_manifest, find_manifests, is_jsonl
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -50,6 +50,10 @@ def convert_and_report(argv: Sequence[str]) -> tuple[dict[str, Any] | None, Conv
     The summary is None for a job submitted with --no_wait_until_finish that is still
     running. Raises UsageError or ManifestError before any work starts.
     """
+    # Beam itself only logs "Discarding unparseable args" and runs on with the defaults.
+    problem = unknown_option_problem(argv)
+    if problem:
+        raise UsageError(problem)
     options = PipelineOptions(list(argv))
     # Beam's filesystems take their settings (S3 endpoint and keys, WebHDFS host...) from
     # here; the pipeline sets them again for its workers.
@@ -114,10 +118,12 @@ def _check_locations(convert: ConvertOptions) -> list[str]:
         manifests = find_manifests(convert.manifest)
     rules = convert.row_rules()
     for manifest in manifests:
-        if not is_jsonl(manifest):
-            read_header(manifest, rules)
-        elif rules.extra_columns:
+        if is_jsonl(manifest) and rules.extra_columns:
             raise UsageError(f"{manifest}: --schema columns are read from CSV manifests only")
+        if is_jsonl(manifest) and (rules.uri_column or rules.label_column):
+            raise UsageError(f"{manifest}: --uri_column and --label_column name columns of "
+                             "CSV manifests only")
+        check_manifest(manifest, rules)
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
     if existing and not convert.overwrite:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "

@@ -244,7 +244,8 @@ def test_vertex_ai_jsonl_lines(tmp_path):
 def test_an_invalid_split_is_quoted_as_written(tmp_path):
     (bad,) = parse(tmp_path, "TRIAN,a.jpg,cat\n")
     assert (bad.split, bad.message) == (
-        "TRIAN", "split 'TRIAN' is not one of TRAIN, VALIDATION, TEST or UNASSIGNED")
+        "TRIAN", "split 'TRIAN' is not one of TRAIN, VALIDATION (or VAL, VALID, EVAL, DEV), "
+                 "TEST, UNASSIGNED or DISCARD")
 
 
 DETECTION = RowRules(label_mode="detection")

@@ -42,14 +42,16 @@ _RAW = CompressionTypes.UNCOMPRESSED  # copies keep bytes as they are, whatever 
 
 
 class AccountingError(RuntimeError):
-    """rows read != rows in examples written + rows dead-lettered: something was lost."""
+    """rows read != rows in examples written + rows dead-lettered + rows discarded:
+    something was lost."""
 
 
 class PublishOutput(beam.PTransform):
     """Renames the shards into place, copies the transform_fn, writes OUTPUT/summary.json.
 
     Input: a dict of PCollections: "shards" (ShardWritten), "dead_letter_reasons"
-    (reason codes), "row_counts" (counts that sum to the rows read),
+    (reason codes), "row_counts" (counts that sum to the rows read), "rows_discarded"
+    (one count: the DISCARD rows among them),
     "duplicates_by_splits" ("kept split/copy split", copies) and "written" (anything
     that must be complete first: the transform_fn, the dead letters, the duplicates).
     `temp_dir` holds the temp shards and what is staged; `tft_dir` is tf.Transform's
@@ -85,12 +87,13 @@ class PublishOutput(beam.PTransform):
                     shards=beam.pvalue.AsList(inputs["shards"]),
                     errors_by_reason=beam.pvalue.AsDict(errors_by_reason),
                     row_counts=beam.pvalue.AsList(inputs["row_counts"]),
+                    rows_discarded=beam.pvalue.AsSingleton(inputs["rows_discarded"]),
                     duplicates=beam.pvalue.AsDict(inputs["duplicates_by_splits"]),
                     written=beam.pvalue.AsList(written)))
 
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
-                 row_counts: list[int], duplicates: dict[str, int], written: list[Any]
-                 ) -> dict[str, Any]:
+                 row_counts: list[int], duplicates: dict[str, int], written: list[Any],
+                 rows_discarded: int = 0) -> dict[str, Any]:
         files = name_shards(shards, self._compression)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
         prepared = FileSystems.join(self._temp_dir, SUMMARY_FILE)
@@ -104,13 +107,14 @@ class PublishOutput(beam.PTransform):
                 summary = json.load(file)
         else:
             summary = self._prepare(files, errors_by_reason, sum(row_counts), duplicates,
-                                    written)
+                                    written, rows_discarded)
             _write_json(prepared, summary)
         if not summary["accounted"]:  # nothing is published; the temp dir stays, as evidence
             raise AccountingError(
                 f"rows read ({summary['rows_read']}) != rows in examples written "
                 f"({summary['rows_in_examples']}) + rows dead-lettered "
-                f"({summary['rows_dead_lettered']}); nothing was published, the written "
+                f"({summary['rows_dead_lettered']}) + rows discarded "
+                f"({summary['rows_discarded']}); nothing was published, the written "
                 f"files are in {self._temp_dir}")
         move_into_place(files, self._temp_dir, summary["files"], self._output_dir)
         _write_json(final, summary)
@@ -125,7 +129,7 @@ class PublishOutput(beam.PTransform):
 
     def _prepare(self, files: dict[str, list[tuple[str, ShardWritten]]],
                  errors_by_reason: dict[str, int], rows_read: int, duplicates: dict[str, int],
-                 written: list[Any]) -> dict[str, Any]:
+                 written: list[Any], rows_discarded: int = 0) -> dict[str, Any]:
         """The summary, from the staged transform_fn's vocabularies; stages the TFDS
         metadata and, for detection, label_map.pbtxt."""
         staged = staged_dir(self._temp_dir)
@@ -136,7 +140,7 @@ class PublishOutput(beam.PTransform):
                       for word in transform_output.vocabulary_by_name(LABEL_VOCABULARY)]
         summary = build_summary(files, errors_by_reason, rows_read, vocabulary,
                                 error_files=_written_names(written, "errors-"),
-                                run_info=self._run_info)
+                                run_info=self._run_info, rows_discarded=rows_discarded)
         summary["run_id"] = self._run_id
         summary["vocabulary"] |= {
             column.name: [word.decode() for word in transform_output.vocabulary_by_name(
@@ -278,8 +282,11 @@ def delete_tree(folder: str) -> None:
 def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
                   errors_by_reason: dict[str, int], rows_read: int,
                   vocabulary: Sequence[str], error_files: list[str],
-                  run_info: dict[str, Any]) -> dict[str, Any]:
-    """summary.json: counts per split and label, shard files, errors and the accounting."""
+                  run_info: dict[str, Any], rows_discarded: int = 0) -> dict[str, Any]:
+    """summary.json: counts per split and label, shard files, errors and the accounting.
+
+    `rows_discarded`: DISCARD rows, read but left out on purpose (no error).
+    """
     known = set(vocabulary)
     splits = {}
     for split in SPLITS:
@@ -306,7 +313,8 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
         "examples_written": sum(split["examples"] for split in splits.values()),
         "rows_in_examples": rows_in_examples,  # more than examples with detection boxes
         "rows_dead_lettered": rows_dead_lettered,
-        "accounted": rows_read == rows_in_examples + rows_dead_lettered,
+        "rows_discarded": rows_discarded,
+        "accounted": rows_read == rows_in_examples + rows_dead_lettered + rows_discarded,
         "error_fraction": rows_dead_lettered / rows_read if rows_read else 0.0,
         "splits": splits,
         "empty_splits": [split for split in SPLITS if not splits[split]["examples"]],
