@@ -243,21 +243,20 @@ def _chosen_columns(first_row: Sequence[str], names: Sequence[str], source: str,
 
 def _is_header(first_row: Sequence[str], next_rows: Sequence[Sequence[str]],
                found: dict[str, int]) -> bool:
-    """Two known names; one known name and no image path (`image_id,healthy,rust` over
-    ids without an extension); or a column where the next rows of the same width hold
-    image paths and the first row a word (a header of unknown names)."""
+    """Two known names; or, in a row without any image path, one known name
+    (`image_id,healthy,rust` over ids without an extension) or a column where most of
+    the next rows of its width hold an image path (a header of unknown names)."""
     known = [column for column in found if column in _MAIN_COLUMNS]
     if len(known) >= 2:
         return True
-    if known and not any(_is_image_path(field) for field in first_row):
+    if any(_is_image_path(field) for field in first_row):
+        return False
+    if known:
         return True
     width = len(_trimmed(first_row))
     same_width = [row for row in next_rows if len(_trimmed(row)) == width]
-    for index, field in enumerate(first_row):
-        paths = sum(_is_image_path(row[index]) for row in same_width)
-        if 2 * paths > len(same_width) and field.strip() and not _is_image_path(field):
-            return True
-    return False
+    return any(field.strip() and 2 * sum(_is_image_path(row[index]) for row in same_width)
+               > len(same_width) for index, field in enumerate(first_row[:width]))
 
 
 _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
