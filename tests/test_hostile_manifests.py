@@ -100,7 +100,8 @@ def header_layout(fields: list[str], following: list[list[str]]
     """The README's header rules: the first row is a header with two known names of
     split/uri/label (first of each wins); or, holding no image path, with one known name
     or a column where most next rows of its width (trailing empty fields aside) hold an
-    image path. A header needs uri and label columns, or one-hot label columns (ONE_HOT)."""
+    image path. A header needs uri and label columns, or one-hot label columns (ONE_HOT:
+    two or more other columns holding only 0 or 1 in most next rows of its width)."""
     names = [field.strip().lower() for field in fields]
     found = {}
     for index, name in enumerate(names):
@@ -124,8 +125,8 @@ def header_layout(fields: list[str], following: list[list[str]]
                   and index != found["uri"]
                   and not any(name in known for known in _COLUMN_NAMES.values())]
         rows = [row for row in following if len(row) == len(fields)]
-        if len(others) >= 2 and rows and all(
-                number(row[index]) in (0.0, 1.0) for row in rows for index in others):
+        binary = [row for row in rows if all(number(row[i]) in (0.0, 1.0) for i in others)]
+        if len(others) >= 2 and 2 * len(binary) > len(rows):
             return ONE_HOT
         return ManifestError("no label column")
     return Layout(found["uri"], found["label"], found.get("split"), len(names))

@@ -278,15 +278,15 @@ def _trimmed(fields: Sequence[str]) -> list[str]:
 
 def _one_hot_columns(first_row: Sequence[str], next_rows: Sequence[Sequence[str]],
                      taken: set[int]) -> tuple[OneHotColumn, ...]:
-    """The header's other columns, when there are at least two and every next row of the
-    header's width holds only 0 or 1 in them (and there is such a row); else none."""
+    """The header's other columns, when there are at least two and more than half of the
+    next rows of the header's width hold only 0 or 1 in them; else none. (A row holding
+    something else there is then an invalid_value dead letter.)"""
     columns = tuple(OneHotColumn(index, name.strip()) for index, name in enumerate(first_row)
                     if index not in taken and name.strip())
     rows = [row for row in next_rows if len(row) == len(first_row)]
-    if len(columns) < 2 or not rows or not all(
-            _one_hot_value(row[column.index]) is not None for row in rows for column in columns):
-        return ()
-    return columns
+    binary = sum(all(_one_hot_value(row[column.index]) is not None for column in columns)
+                 for row in rows)
+    return columns if len(columns) >= 2 and 2 * binary > len(rows) else ()
 
 
 def _one_hot_value(field: str) -> bool | None:
@@ -428,7 +428,7 @@ _SHAPES = {"box": "end in box coordinates (label,x_min,y_min,...)",
 def _row_shape(fields: Sequence[str]) -> str:
     """A headerless row's shape: "box" (a label then coordinates, in [0, 1] or not),
     "labels" (more fields after the label), "label" (uri and label only) or "other"."""
-    label_at = 2 if len(fields) >= 3 and _is_split_value(fields[0]) else 1
+    label_at = 2 if _is_split_value(fields[0]) else 1
     if len(fields) <= label_at or not fields[label_at].strip():
         return "other"
     rest = [field.strip() for field in fields[label_at + 1:]]
