@@ -1,11 +1,15 @@
-"""The installed entry points, run as a user runs them."""
+"""The installed entry points, run as a user runs them, and what stops them before the job."""
 
 import json
 import os
 import subprocess
 import sys
 
-from conftest import tiny_manifest
+import pytest
+
+import image_tfrecords
+from conftest import encode, photo_like, tiny_manifest
+from pipeline import run
 
 
 def run_command(*args, cwd=None):
@@ -39,3 +43,58 @@ def test_python_dash_m_pipeline_converts_and_prints_the_table(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["options"]["runner"] == "DirectRunner"
     assert summary["splits"]["train"]["examples"] == 2
+
+
+def test_a_kaggle_style_csv_with_a_header_and_discard_rows_converts(tmp_path, capsys):
+    """`Image,Id` (Kaggle's whale set) names the label `Id`: no class named after the
+    header; DISCARD rows are counted apart; `val` is VALIDATION."""
+    for seed, name in enumerate(("a.jpg", "b.jpg", "c.jpg", "d.jpg")):
+        (tmp_path / name).write_bytes(encode(photo_like(24, 16, seed), "JPEG"))
+    (tmp_path / "whales.csv").write_text("Image,Id,subset\na.jpg,w_1,train\nb.jpg,w_2,train\n"
+                                         "c.jpg,w_1,val\nd.jpg,w_2,DISCARD\n")
+    code = run.main(["--manifest", str(tmp_path / "whales.csv"),
+                     "--output_dir", str(tmp_path / "out")])
+    assert code == run.EXIT_OK
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert sorted(summary["vocabulary"]["label"]) == ["w_1", "w_2"]
+    assert (summary["rows_read"], summary["examples_written"], summary["rows_dead_lettered"],
+            summary["rows_discarded"], summary["accounted"]) == (4, 3, 0, 1, True)
+    assert summary["error_fraction"] == 0 and summary["splits"]["validation"]["examples"] == 1
+    assert "+ 1 discarded (DISCARD)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--num_shard", "4"], "unknown option --num_shard (did you mean --num_shards?)"),
+    (["--label_mod=multi"], "unknown option --label_mod (did you mean --label_mode?)"),
+    (["--num_shards", "four"], "argument --num_shards: invalid int value: 'four'"),
+    (["data.csv"], "unexpected argument 'data.csv'"),
+])
+def test_an_unknown_option_stops_the_run_naming_the_closest(tmp_path, capsys, args, words):
+    manifest = tiny_manifest(tmp_path)
+    code = run.main(["--manifest", manifest, "--output_dir", str(tmp_path / "out"), *args])
+    error = capsys.readouterr().err
+    assert code == run.EXIT_USAGE and error.startswith(f"error: {words}")
+    assert error.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_detection_csv_without_detection_mode_stops_naming_the_flag(tmp_path, capsys):
+    (tmp_path / "boxes.csv").write_text("TRAIN,a.jpg,cat,0.1,0.2,,,0.5,0.6,,\n"
+                                        "TRAIN,a.jpg,dog,0.5,0.5,,,0.9,0.9,,\n")
+    code = run.main(["--manifest", str(tmp_path / "boxes.csv"),
+                     "--output_dir", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert code == run.EXIT_USAGE and error.count("\n") == 1
+    assert "2 of the first 2 rows end in box coordinates" in error
+    assert "pass --label_mode detection" in error
+
+
+def test_the_command_and_the_python_api_refuse_a_mistyped_option(tmp_path):
+    manifest = tiny_manifest(tmp_path)
+    result = run_command(sys.executable, "-m", "pipeline", "--manifest", manifest,
+                         "--output_dir", str(tmp_path / "out"), "--num_shard", "4")
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith(
+        "error: unknown option --num_shard (did you mean --num_shards?)")
+    with pytest.raises(ValueError, match=r"did you mean --num_shards\?"):
+        image_tfrecords.convert(manifest, str(tmp_path / "out"), num_shard=4)
