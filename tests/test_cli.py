@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import image_tfrecords
-from conftest import encode, photo_like, tiny_manifest
+from conftest import SAMPLE_DATA, encode, photo_like, tiny_manifest
 from pipeline import run
 
 
@@ -98,3 +98,16 @@ def test_the_command_and_the_python_api_refuse_a_mistyped_option(tmp_path):
         "error: unknown option --num_shard (did you mean --num_shards?)")
     with pytest.raises(ValueError, match=r"did you mean --num_shards\?"):
         image_tfrecords.convert(manifest, str(tmp_path / "out"), num_shard=4)
+
+
+def test_the_bundled_one_hot_sample_converts_as_the_readme_says(tmp_path):
+    """sample_data/one_hot.csv: `image_id,subset,cat,coffee,flower` with 0/1 values."""
+    code = run.main(["--manifest", str(SAMPLE_DATA / "one_hot.csv"), "--label_mode", "multi",
+                     "--output_dir", str(tmp_path / "out")])
+    assert code == run.EXIT_OK
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert (summary["rows_read"], summary["examples_written"], summary["rows_dead_lettered"],
+            summary["rows_discarded"]) == (15, 13, 0, 2)
+    assert sorted(summary["vocabulary"]["label"]) == ["cat", "coffee", "flower"]
+    assert summary["splits"]["train"]["labels"] == {"cat": 4, "coffee": 4, "flower": 3}
+    assert [summary["splits"][split]["examples"] for split in ("validation", "test")] == [2, 1]
