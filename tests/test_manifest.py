@@ -471,6 +471,7 @@ def test_a_manifest_of_another_label_modes_shape_is_refused_naming_the_flag(tmp_
     ("train,a.jpg,cat,dog\ntrain,b.jpg,cat\ntest,c.jpg,dog\n", RowRules()),  # one odd row
     ("train,a.jpg,cat,dog\n", MULTI),
     ("TRAIN,a.jpg,cat,0.1,0.2,,,0.5,0.6,,\n", DETECTION),
+    (",,\n\n  ,\ntrain,a.jpg,cat\n", RowRules()),  # empty rows are dead letters, no shape
 ])
 def test_a_manifest_that_may_fit_its_label_mode_passes(tmp_path, text, rules):
     check_manifest(write(tmp_path / "m.csv", text), rules)

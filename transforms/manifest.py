@@ -428,7 +428,7 @@ _SHAPES = {"box": "end in box coordinates (label,x_min,y_min,...)",
 def _row_shape(fields: Sequence[str]) -> str:
     """A headerless row's shape: "box" (a label then coordinates, in [0, 1] or not),
     "labels" (more fields after the label), "label" (uri and label only) or "other"."""
-    label_at = 2 if _is_split_value(fields[0]) else 1
+    label_at = 2 if fields and _is_split_value(fields[0]) else 1
     if len(fields) <= label_at or not fields[label_at].strip():
         return "other"
     rest = [field.strip() for field in fields[label_at + 1:]]
