@@ -111,3 +111,27 @@ def test_the_bundled_one_hot_sample_converts_as_the_readme_says(tmp_path):
     assert sorted(summary["vocabulary"]["label"]) == ["cat", "coffee", "flower"]
     assert summary["splits"]["train"]["labels"] == {"cat": 4, "coffee": 4, "flower": 3}
     assert [summary["splits"][split]["examples"] for split in ("validation", "test")] == [2, 1]
+
+
+@pytest.mark.parametrize("files, args, words", [
+    ({"m.csv": "picture,kind\na.jpg,cat\nb.jpg,dog\n"}, ["--manifest", "m.csv"],
+     "its columns are 'picture', 'kind': name them with --uri_column NAME and "
+     "--label_column NAME"),
+    ({"m.csv": "picture,kind\na.jpg,cat\n"},
+     ["--manifest", "m.csv", "--uri_column", "picture", "--label_column", "breed"],
+     "--label_column 'breed' is not a column of the first row"),
+    ({"i.jsonl": "{}\n"}, ["--manifest", "i.jsonl", "--uri_column", "x"],
+     "--uri_column and --label_column name columns of CSV manifests only"),
+    ({"photos/cat/a.jpg": ""}, ["--image_folder", "photos", "--label_column", "x"],
+     "--uri_column and --label_column name columns of a --manifest"),
+])
+def test_column_problems_stop_before_the_job_in_one_line(tmp_path, capsys, monkeypatch, files,
+                                                         args, words):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    code = run.main([*args, "--output_dir", "out"])
+    error = capsys.readouterr().err
+    assert code == run.EXIT_USAGE and error.startswith("error: ") and words in error
+    assert error.count("\n") == 1 and not (tmp_path / "out").exists()

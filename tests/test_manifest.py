@@ -305,8 +305,12 @@ def test_parse_box_keeps_two_vertices_as_written():
 
 def test_a_detection_header_must_name_the_box_columns(tmp_path):
     path = write(tmp_path / "m.csv", "split,image_uri,label\ntrain,a.jpg,cat\n")
-    with pytest.raises(ManifestError, match="names no xmin column"):
+    with pytest.raises(ManifestError, match="names no xmin column .*pass --label_mode single"):
         read_header(path, DETECTION)
+    partial = write(tmp_path / "p.csv", "image_uri,label,xmin,ymin,xmax\na.jpg,cat,0,0,1\n")
+    with pytest.raises(ManifestError, match=r"names no ymax column \(expected one of: "
+                                            r"y_max, y_relative_max, ymax\)$"):
+        read_header(partial, DETECTION)
     assert read_header(path) is not None  # the same header is fine for classification
 
 

@@ -201,7 +201,7 @@ class ColumnLayout:
                     *(_BOX_COLUMNS if rules.detection else ()))
         for column in required:
             if column not in found:
-                raise ManifestError(_unmapped_header(first_row, source, column))
+                raise ManifestError(_unmapped_header(first_row, source, column, found))
         box = tuple(found[column] for column in _BOX_COLUMNS) if rules.detection else None
         extras = []
         for column in rules.extra_columns:
@@ -298,12 +298,16 @@ def _one_hot_value(field: str) -> bool | None:
     return {0.0: False, 1.0: True}.get(value)
 
 
-def _unmapped_header(first_row: Sequence[str], source: str, column: str) -> str:
-    """One line: the header, what it lacks, and the options that name its columns."""
+def _unmapped_header(first_row: Sequence[str], source: str, column: str,
+                     found: dict[str, int]) -> str:
+    """One line: the header, what it lacks, and the options that name its columns (or,
+    for a header naming no box column at all, the label mode it fits)."""
     if column in _BOX_COLUMNS:
+        no_box = not any(box in found for box in _BOX_COLUMNS)
         return (f"{source}: the header {','.join(first_row)!r} names no {column} column "
-                f"(expected one of: {', '.join(sorted(_COLUMN_NAMES[column]))}); without "
-                "boxes it is a classification manifest: pass --label_mode single or multi")
+                f"(expected one of: {', '.join(sorted(_COLUMN_NAMES[column]))})"
+                + ("; without boxes it is a classification manifest: pass --label_mode "
+                   "single or multi" if no_box else ""))
     return (f"{source}: the header {','.join(first_row)!r} names no {column} column "
             f"(known names: {', '.join(sorted(_COLUMN_NAMES[column]))}); its columns are "
             f"{_columns(first_row)}: name them with --uri_column NAME and --label_column NAME")
