@@ -291,8 +291,9 @@ def junk_line(draw, good: st.SearchStrategy, layout: Layout) -> bytes:
 @st.composite
 def header(draw) -> tuple[Layout, bytes | None]:
     """No header, a valid one (any order, names in any case, maybe no split column, maybe
-    an extra column) or, rarely, one that names no URI or no label column."""
-    kind = draw(st.sampled_from(["none", "none", "valid", "valid", "broken"]))
+    an extra column) or, rarely, one that names no URI or no label column, or one of
+    unknown names (refused when the rows below show it is a header)."""
+    kind = draw(st.sampled_from(["none", "none", "valid", "valid", "broken", "unknown"]))
     if kind == "none":
         return AUTOML, None
     columns = ["uri", "label"] + draw(st.sampled_from([["split"], [], ["split", "notes"]]))
@@ -306,6 +307,9 @@ def header(draw) -> tuple[Layout, bytes | None]:
              for name in names]
     if kind == "broken":
         return None, ",".join(names).encode()
+    if kind == "unknown":
+        names = draw(st.lists(st.text("abcxyz_", min_size=1, max_size=8).filter(
+            lambda name: name not in MAIN_NAMES), min_size=len(columns), max_size=len(columns)))
     index = {column: position for position, column in enumerate(columns)}
     return (Layout(index["uri"], index["label"], index.get("split"), len(columns)),
             ",".join(names).encode())
