@@ -7,7 +7,7 @@ import difflib
 import os
 from collections.abc import Sequence
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms.images import ImageSettings
 from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, LABEL_MODES, RowRules
@@ -187,50 +187,60 @@ def options_classes() -> list[type[PipelineOptions]]:
 
 
 class _ParseError(Exception):
-    pass
+    """A value a known option cannot take (argparse's own message)."""
 
 
 class _RaisingParser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage and exiting (Beam's parser exits)."""
+    """argparse that raises instead of printing usage and exiting."""
 
-    def error(self, message: str) -> None:  # noqa: D102
+    def error(self, message: str) -> None:
         raise _ParseError(message)
 
 
 def unknown_option_problem(argv: Sequence[str]) -> str | None:
     """What Beam would drop from `argv` with no more than a log line, in words: an option
     no options class knows (the closest known one named), a word that is no option's
-    value, or a value a known option cannot take. None when all is known.
-
-    A runner named by --runner is imported first, as its options (Dask's, say) exist
-    only once it is.
-    """
-    runner = PipelineOptions(list(argv)).view_as(StandardOptions).runner
-    if runner and runner != "DirectRunner":
-        from apache_beam.runners.runner import create_runner  # noqa: PLC0415
-
-        try:
-            create_runner(runner)
-        except ValueError as problem:
-            return f"--runner {runner}: {problem}"
-    parser = _RaisingParser(allow_abbrev=False, conflict_handler="resolve", add_help=False)
-    for options_class in options_classes():
-        options_class._add_argparse_args(parser)  # noqa: SLF001 - Beam's own extension point
+    value, or a value a known option cannot take. None when all is known."""
     try:
-        _, unknown = parser.parse_known_args(list(argv))
+        known, unknown = _parse_known(argv)
+        if unknown and known.runner not in (None, "DirectRunner"):
+            # A runner's own options (Dask's, say) exist once its module is imported.
+            from apache_beam.runners.runner import create_runner  # noqa: PLC0415
+
+            try:
+                create_runner(known.runner)
+            except ValueError as problem:
+                return f"--runner {known.runner}: {problem}"
+            known, unknown = _parse_known(argv)
     except _ParseError as problem:
         return str(problem)
-    known = [flag for action in parser._actions for flag in action.option_strings]  # noqa: SLF001
     problems = []
     for index, arg in enumerate(unknown):
         if arg.startswith("-"):
             name = arg.split("=", 1)[0]
-            close = difflib.get_close_matches(name, known, n=1)
+            close = difflib.get_close_matches(name, _option_names(), n=1)
             problems.append(f"unknown option {name}"
                             + (f" (did you mean {close[0]}?)" if close else ""))
         elif index == 0 or not unknown[index - 1].startswith("-") or "=" in unknown[index - 1]:
             problems.append(f"unexpected argument {arg!r} (options are --name value)")
     return "; ".join(problems) or None
+
+
+def _options_parser() -> _RaisingParser:
+    """Every option Beam accepts, as Beam's own parser has them (no abbreviations)."""
+    parser = _RaisingParser(allow_abbrev=False, conflict_handler="resolve", add_help=False)
+    for options_class in options_classes():
+        options_class._add_argparse_args(parser)  # noqa: SLF001 - Beam's own extension point
+    return parser
+
+
+def _parse_known(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    return _options_parser().parse_known_args(list(argv))
+
+
+def _option_names() -> list[str]:
+    return [flag for action in _options_parser()._actions  # noqa: SLF001
+            for flag in action.option_strings]
 
 
 def parse_split_fractions(text: str) -> tuple[float, float, float]:
