@@ -113,17 +113,16 @@ def exit_now(code: int) -> NoReturn:
 
 
 def _full_help() -> str:
-    """Help for this job's options and for every Beam option, since all pass through."""
-    from apache_beam.options.pipeline_options import PipelineOptions  # noqa: PLC0415
-
-    from pipeline.options import ConvertOptions  # noqa: PLC0415
+    """Help for this job's options and for every Beam option, since all pass through
+    (the same options the run accepts: see options.unknown_option_problem)."""
+    from pipeline.options import options_classes  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(
         prog="image-tfrecords convert", allow_abbrev=False, conflict_handler="resolve",
         usage="%(prog)s --manifest CSV --output_dir DIR [options]",
         description="Convert an image manifest into split-partitioned TFRecord shards.")
-    beam_options = [cls for cls in PipelineOptions.__subclasses__() if cls is not ConvertOptions]
-    ConvertOptions._add_argparse_args(parser)  # noqa: SLF001 - Beam's own extension point
+    own, *beam_options = options_classes()
+    own._add_argparse_args(parser)  # noqa: SLF001 - Beam's own extension point
     beam_group = parser.add_argument_group("Beam options (passed to the runner unchanged)")
     for options_class in beam_options:
         options_class._add_argparse_args(beam_group)  # noqa: SLF001

@@ -27,6 +27,7 @@ from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder
 from transforms.labels import AnalyzeLabels, ApplyLabels
+from transforms.manifest import DISCARDED
 from transforms.outcome import Failure, PublishRules, RunFailed
 from transforms.publish import SUMMARY_FILE, PublishOutput, delete_tree, read_failure, staged_dir
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
@@ -125,14 +126,20 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
                              # No empty file when no row was rejected (nor can Beam's
                              # S3 filesystem write one).
                              skip_if_empty=True))
+    # DISCARD rows are left out on purpose: read, but neither examples nor dead letters.
+    rows_discarded = ((source[DISCARDED] if not options.image_folder
+                       else p | "NoDiscardedRows" >> beam.Create([]))
+                      | "CountDiscarded" >> beam.combiners.Count.Globally())
     # Counted apart and summed later: a Flatten of the rows would be materialised.
     row_counts = ((source.rows | "CountRows" >> beam.combiners.Count.Globally(),
-                   source.dead_letters | "CountRejected" >> beam.combiners.Count.Globally())
+                   source.dead_letters | "CountRejected" >> beam.combiners.Count.Globally(),
+                   rows_discarded)
                   | "RowCounts" >> beam.Flatten())
 
     _ = ({"shards": deduped["shards"],
           "dead_letter_reasons": dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
           "row_counts": row_counts,
+          "rows_discarded": rows_discarded,
           "train_label_rows": train_label_rows,
           "duplicates_by_splits": deduped["by_splits"],
           "written": (transform_fn_written, dead_letter_files, deduped["report"])}

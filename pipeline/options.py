@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -60,6 +62,16 @@ class ConvertOptions(PipelineOptions):
                  "split,uri,label,x_min,y_min,,,x_max,y_max,, or four vertices, relative "
                  "to the image size); an image's boxes make one example with the Object "
                  "Detection API's image/object/* features, plus label_map.pbtxt.")
+        group.add_argument(
+            "--uri_column",
+            help="The header's column holding the image URI, when its name is not one "
+                 "of the known ones (image_uri, image, filename, image_id...); it also "
+                 "overrides them.")
+        group.add_argument(
+            "--label_column",
+            help="The header's column holding the label, when its name is not one of "
+                 "the known ones (label, class, category, target...); it also overrides "
+                 "them.")
         group.add_argument(
             "--label_separator", default="|",
             help="With --label_mode multi: what joins several labels inside one field.")
@@ -147,6 +159,9 @@ class ConvertOptions(PipelineOptions):
                              "or --label_mode detection)")
         except SchemaError as problem:
             found.append(str(problem))
+        if (self.uri_column or self.label_column) and self.image_folder:
+            found.append("--uri_column and --label_column name columns of a --manifest, "
+                         "not of --image_folder")
         if not self.label_separator:
             found.append("--label_separator must not be empty")
         if self.max_side is not None and self.max_side < 1:
@@ -170,7 +185,8 @@ class ConvertOptions(PipelineOptions):
 
     def row_rules(self) -> RowRules:
         return RowRules(self.split_fraction_values(), self.label_mode, self.label_separator,
-                        self.extra_columns(), self.image_dir)
+                        self.extra_columns(), image_dir=self.image_dir,
+                        uri_column=self.uri_column, label_column=self.label_column)
 
     def extra_columns(self) -> tuple[ExtraColumn, ...]:
         return load_schema(self.schema)
@@ -178,6 +194,70 @@ class ConvertOptions(PipelineOptions):
     def image_settings(self) -> ImageSettings:
         return ImageSettings(image_format=self.image_format, max_side=self.max_side,
                              jpeg_quality=self.jpeg_quality, max_pixels=self.max_image_pixels)
+
+
+def options_classes() -> list[type[PipelineOptions]]:
+    """ConvertOptions, then every PipelineOptions class Beam reads flags with (its own
+    get_all_options takes the direct subclasses, once each), runners' included."""
+    found = {str(cls): cls for cls in PipelineOptions.__subclasses__()}
+    return [ConvertOptions, *(cls for cls in found.values() if cls is not ConvertOptions)]
+
+
+class _ParseError(Exception):
+    """A value a known option cannot take (argparse's own message)."""
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:
+        raise _ParseError(message)
+
+
+def unknown_option_problem(argv: Sequence[str]) -> str | None:
+    """What Beam would drop from `argv` with no more than a log line, in words: an option
+    no options class knows (the closest known one named), a word that is no option's
+    value, or a value a known option cannot take. None when all is known."""
+    try:
+        known, unknown = _parse_known(argv)
+        if unknown and known.runner not in (None, "DirectRunner"):
+            # A runner's own options (Dask's, say) exist once its module is imported.
+            from apache_beam.runners.runner import create_runner  # noqa: PLC0415
+
+            try:
+                create_runner(known.runner)
+            except ValueError as problem:
+                return f"--runner {known.runner}: {problem}"
+            known, unknown = _parse_known(argv)
+    except _ParseError as problem:
+        return str(problem)
+    problems = []
+    for index, arg in enumerate(unknown):
+        if arg.startswith("-"):
+            name = arg.split("=", 1)[0]
+            close = difflib.get_close_matches(name, _option_names(), n=1)
+            problems.append(f"unknown option {name}"
+                            + (f" (did you mean {close[0]}?)" if close else ""))
+        elif index == 0 or not unknown[index - 1].startswith("-") or "=" in unknown[index - 1]:
+            problems.append(f"unexpected argument {arg!r} (options are --name value)")
+    return "; ".join(problems) or None
+
+
+def _options_parser() -> _RaisingParser:
+    """Every option Beam accepts, as Beam's own parser has them (no abbreviations)."""
+    parser = _RaisingParser(allow_abbrev=False, conflict_handler="resolve", add_help=False)
+    for options_class in options_classes():
+        options_class._add_argparse_args(parser)  # noqa: SLF001 - Beam's own extension point
+    return parser
+
+
+def _parse_known(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    return _options_parser().parse_known_args(list(argv))
+
+
+def _option_names() -> list[str]:
+    return [flag for action in _options_parser()._actions  # noqa: SLF001
+            for flag in action.option_strings]
 
 
 def parse_split_fractions(text: str) -> tuple[float, float, float]:

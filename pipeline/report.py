@@ -28,6 +28,8 @@ def format_report(summary: dict[str, Any], output_dir: str, wall_seconds: float,
     lines.append(
         f"rows read {summary['rows_read']} = {written}"
         f" + {summary['rows_dead_lettered']} dead-lettered ({summary['error_fraction']:.1%})"
+        + (f" + {summary['rows_discarded']} discarded (DISCARD)"
+           if summary["rows_discarded"] else "")
         + ("" if summary["accounted"] else "  MISMATCH: rows were lost"))
     by_reason = summary["errors"]["by_reason"]
     if by_reason:

@@ -12,7 +12,7 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline.options import ConvertOptions
+from pipeline.options import ConvertOptions, unknown_option_problem
 from pipeline.report import format_report
 from transforms.folder import check_folder
 from transforms.manifest import ManifestError
@@ -52,6 +52,10 @@ def convert_and_report(argv: Sequence[str]) -> dict[str, Any] | None:
     before any work starts, RunFailed (after printing what the run would have published)
     when the run failed its outcome check and published nothing.
     """
+    # Beam itself only logs "Discarding unparseable args" and runs on with the defaults.
+    problem = unknown_option_problem(argv)
+    if problem:
+        raise UsageError(problem)
     options = PipelineOptions(list(argv))
     # Beam's filesystems take their settings (S3 endpoint and keys, WebHDFS host...) from
     # here; the pipeline sets them again for its workers.

@@ -1,11 +1,15 @@
-"""The installed entry points, run as a user runs them."""
+"""The installed entry points, run as a user runs them, and what stops them before the job."""
 
 import json
 import os
 import subprocess
 import sys
 
-from conftest import tiny_manifest
+import pytest
+
+import image_tfrecords
+from conftest import SAMPLE_DATA, encode, photo_like, tiny_manifest
+from pipeline import run
 
 
 def run_command(*args, cwd=None):
@@ -39,3 +43,95 @@ def test_python_dash_m_pipeline_converts_and_prints_the_table(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["options"]["runner"] == "DirectRunner"
     assert summary["splits"]["train"]["examples"] == 2
+
+
+def test_a_kaggle_style_csv_with_a_header_and_discard_rows_converts(tmp_path, capsys):
+    """`Image,Id` (Kaggle's whale set) names the label `Id`: no class named after the
+    header; DISCARD rows are counted apart; `val` is VALIDATION."""
+    for seed, name in enumerate(("a.jpg", "b.jpg", "c.jpg", "d.jpg")):
+        (tmp_path / name).write_bytes(encode(photo_like(24, 16, seed), "JPEG"))
+    (tmp_path / "whales.csv").write_text("Image,Id,subset\na.jpg,w_1,train\nb.jpg,w_2,train\n"
+                                         "c.jpg,w_1,val\nd.jpg,w_2,DISCARD\n")
+    code = run.main(["--manifest", str(tmp_path / "whales.csv"),
+                     "--output_dir", str(tmp_path / "out")])
+    assert code == run.EXIT_OK
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert sorted(summary["vocabulary"]["label"]) == ["w_1", "w_2"]
+    assert (summary["rows_read"], summary["examples_written"], summary["rows_dead_lettered"],
+            summary["rows_discarded"], summary["accounted"]) == (4, 3, 0, 1, True)
+    assert summary["error_fraction"] == 0 and summary["splits"]["validation"]["examples"] == 1
+    assert "+ 1 discarded (DISCARD)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--num_shard", "4"], "unknown option --num_shard (did you mean --num_shards?)"),
+    (["--label_mod=multi"], "unknown option --label_mod (did you mean --label_mode?)"),
+    (["--num_shards", "four"], "argument --num_shards: invalid int value: 'four'"),
+    (["data.csv"], "unexpected argument 'data.csv'"),
+])
+def test_an_unknown_option_stops_the_run_naming_the_closest(tmp_path, capsys, args, words):
+    manifest = tiny_manifest(tmp_path)
+    code = run.main(["--manifest", manifest, "--output_dir", str(tmp_path / "out"), *args])
+    error = capsys.readouterr().err
+    assert code == run.EXIT_USAGE and error.startswith(f"error: {words}")
+    assert error.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_detection_csv_without_detection_mode_stops_naming_the_flag(tmp_path, capsys):
+    (tmp_path / "boxes.csv").write_text("TRAIN,a.jpg,cat,0.1,0.2,,,0.5,0.6,,\n"
+                                        "TRAIN,a.jpg,dog,0.5,0.5,,,0.9,0.9,,\n")
+    code = run.main(["--manifest", str(tmp_path / "boxes.csv"),
+                     "--output_dir", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert code == run.EXIT_USAGE and error.count("\n") == 1
+    assert "2 of the first 2 rows end in box coordinates" in error
+    assert "pass --label_mode detection" in error
+
+
+def test_the_command_and_the_python_api_refuse_a_mistyped_option(tmp_path):
+    manifest = tiny_manifest(tmp_path)
+    result = run_command(sys.executable, "-m", "pipeline", "--manifest", manifest,
+                         "--output_dir", str(tmp_path / "out"), "--num_shard", "4")
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith(
+        "error: unknown option --num_shard (did you mean --num_shards?)")
+    with pytest.raises(ValueError, match=r"did you mean --num_shards\?"):
+        image_tfrecords.convert(manifest, str(tmp_path / "out"), num_shard=4)
+
+
+def test_the_bundled_one_hot_sample_converts_as_the_readme_says(tmp_path):
+    """sample_data/one_hot.csv: `image_id,subset,cat,coffee,flower` with 0/1 values."""
+    code = run.main(["--manifest", str(SAMPLE_DATA / "one_hot.csv"), "--label_mode", "multi",
+                     "--output_dir", str(tmp_path / "out")])
+    assert code == run.EXIT_OK
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert (summary["rows_read"], summary["examples_written"], summary["rows_dead_lettered"],
+            summary["rows_discarded"]) == (15, 13, 0, 2)
+    assert sorted(summary["vocabulary"]["label"]) == ["cat", "coffee", "flower"]
+    assert summary["splits"]["train"]["labels"] == {"cat": 4, "coffee": 4, "flower": 3}
+    assert [summary["splits"][split]["examples"] for split in ("validation", "test")] == [2, 1]
+
+
+@pytest.mark.parametrize("files, args, words", [
+    ({"m.csv": "picture,kind\na.jpg,cat\nb.jpg,dog\n"}, ["--manifest", "m.csv"],
+     "its columns are 'picture', 'kind': name them with --uri_column NAME and "
+     "--label_column NAME"),
+    ({"m.csv": "picture,kind\na.jpg,cat\n"},
+     ["--manifest", "m.csv", "--uri_column", "picture", "--label_column", "breed"],
+     "--label_column 'breed' is not a column of the first row"),
+    ({"i.jsonl": "{}\n"}, ["--manifest", "i.jsonl", "--uri_column", "x"],
+     "--uri_column and --label_column name columns of CSV manifests only"),
+    ({"photos/cat/a.jpg": ""}, ["--image_folder", "photos", "--label_column", "x"],
+     "--uri_column and --label_column name columns of a --manifest"),
+])
+def test_column_problems_stop_before_the_job_in_one_line(tmp_path, capsys, monkeypatch, files,
+                                                         args, words):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    code = run.main([*args, "--output_dir", "out"])
+    error = capsys.readouterr().err
+    assert code == run.EXIT_USAGE and error.startswith("error: ") and words in error
+    assert error.count("\n") == 1 and not (tmp_path / "out").exists()

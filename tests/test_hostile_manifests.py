@@ -4,7 +4,8 @@ Parse level (many examples): every non-blank line gives exactly one ManifestRow 
 DeadLetter with its line number; what it gives is what an independent reading of the
 README's rules (`expected_lines` below) says, so every good row comes back as generated
 and no junk row becomes a ManifestRow unless those rules call it valid; a header naming
-no URI or label column is a ManifestError. Pipeline level (a few examples): a real run
+no URI or label column, or a first row those rules call a header of unknown names, is a
+ManifestError. Pipeline level (a few examples): a real run
 accounts for every row and writes every good row's image exactly once.
 """
 
@@ -17,16 +18,21 @@ import tempfile
 from typing import NamedTuple
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import encode, feature, photo_like, png_declaring, read_examples
 from pipeline import run
 from transforms.dead_letters import DeadLetter
-from transforms.manifest import (_COLUMN_NAMES, DEFAULT_SPLIT_FRACTIONS, ManifestError,
-                                 ManifestRow, assign_split, read_header, read_manifest)
+from transforms.manifest import (_COLUMN_NAMES, DEFAULT_SPLIT_FRACTIONS, DiscardedRow,
+                                 ManifestError, ManifestRow, assign_split, check_manifest,
+                                 read_header, read_manifest)
 
 SPLITS = ("train", "validation", "test")
+VALIDATION_NAMES = ("val", "valid", "eval", "dev")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
+LOOKAHEAD = 50  # the README: the first 50 lines tell a header from data
+ONE_HOT = "one-hot"  # a layout these tests leave to test_manifest.py
 FIELD_LIMIT = 131_072  # Python's csv.field_size_limit(): a longer field is a malformed row
 BOM = b"\xef\xbb\xbf"
 MAIN_NAMES = {name for column in ("split", "uri", "label") for name in _COLUMN_NAMES[column]}
@@ -78,19 +84,59 @@ def csv_fields(line: str) -> list[str] | None:
         i += 1
 
 
-def header_layout(fields: list[str]) -> Layout | None | ManifestError:
-    """A header names two of split/uri/label (first of each wins); it needs uri and label."""
+def image_path(field: str) -> bool:
+    text = field.strip().lower()
+    return text.endswith(IMAGE_SUFFIXES) or "/" in text or "\\" in text
+
+
+def without_trailing_empties(fields: list[str]) -> list[str]:
+    while fields and not fields[-1].strip():
+        fields = fields[:-1]
+    return fields
+
+
+def header_layout(fields: list[str], following: list[list[str]]
+                  ) -> Layout | None | ManifestError | str:
+    """The README's header rules: the first row is a header with two known names of
+    split/uri/label (first of each wins); or, holding no image path, with one known name
+    or a column where most next rows of its width (trailing empty fields aside) hold an
+    image path. A header needs uri and label columns, or one-hot label columns (ONE_HOT:
+    two or more other columns holding only 0 or 1 in most next rows of its width)."""
     names = [field.strip().lower() for field in fields]
     found = {}
     for index, name in enumerate(names):
         for column in ("split", "uri", "label"):
             if name in _COLUMN_NAMES[column]:
                 found.setdefault(column, index)
-    if len(found) < 2:
-        return None
-    if "uri" not in found or "label" not in found:
-        return ManifestError("no uri or label column")
+    if "uri" in found and "label" not in found and "id" in names:
+        found["label"] = names.index("id")
+    if len(found) < 2 and (any(image_path(field) for field in fields) or not found):
+        width = len(without_trailing_empties(fields))
+        peers = [row for row in following if len(without_trailing_empties(row)) == width]
+        by_content = not any(image_path(field) for field in fields) and any(
+            fields[index].strip() and sum(image_path(row[index]) for row in peers) * 2
+            > len(peers) for index in range(width))
+        if not by_content:
+            return None
+    if "uri" not in found:
+        return ManifestError("no uri column")
+    if "label" not in found:
+        others = [index for index, name in enumerate(names) if name.strip()
+                  and index != found["uri"]
+                  and not any(name in known for known in _COLUMN_NAMES.values())]
+        rows = [row for row in following if len(row) == len(fields)]
+        binary = [row for row in rows if all(number(row[i]) in (0.0, 1.0) for i in others)]
+        if len(others) >= 2 and 2 * len(binary) > len(rows):
+            return ONE_HOT
+        return ManifestError("no label column")
     return Layout(found["uri"], found["label"], found.get("split"), len(names))
+
+
+def number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def expected_row(text: str, layout: Layout, folder: str) -> tuple:
@@ -108,13 +154,15 @@ def expected_row(text: str, layout: Layout, folder: str) -> tuple:
     if len(fields) != layout.width:
         return "dead", "wrong_column_count"
     uri = fields[layout.uri]
+    written_split = fields[layout.split].lower() if layout.split is not None else ""
+    if written_split == "discard":
+        return ("discarded",)
     if not uri:
         return "dead", "missing_uri"
-    written_split = fields[layout.split].lower() if layout.split is not None else ""
     if written_split in ("", "unassigned"):
         split = assign_split(uri, DEFAULT_SPLIT_FRACTIONS)
-    elif written_split in SPLITS:
-        split = written_split
+    elif written_split in SPLITS or written_split in VALIDATION_NAMES:
+        split = written_split if written_split in SPLITS else "validation"
     else:
         return "dead", "invalid_split"
     if not fields[layout.label]:
@@ -123,18 +171,24 @@ def expected_row(text: str, layout: Layout, folder: str) -> tuple:
     return "row", split, resolved, (fields[layout.label],)
 
 
-def expected_lines(data: bytes, folder: str) -> tuple[Layout, dict[int, tuple]] | ManifestError:
-    """The layout and {line number: expected_row} for a manifest's bytes, or ManifestError."""
-    layout, expected = None, {}
+def expected_lines(data: bytes, folder: str
+                   ) -> tuple[Layout, dict[int, tuple]] | ManifestError | str:
+    """The layout and {line number: expected_row} for a manifest's bytes, or ManifestError,
+    or ONE_HOT."""
+    lines = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if number == 1 and raw.startswith(BOM):
             raw = raw[len(BOM):]
         text = raw.decode("utf-8", "surrogateescape").rstrip("\r")
-        if not text.strip():
-            continue  # blank lines are no rows
+        if text.strip():  # blank lines are no rows
+            lines.append((number, text))
+    layout, expected = None, {}
+    for position, (number, text) in enumerate(lines):
         if layout is None and (fields := csv_fields(text)) is not None:
-            layout = header_layout(fields) or AUTOML
-            if isinstance(layout, ManifestError):
+            following = [row for _, line in lines[position + 1:LOOKAHEAD]
+                         if (row := csv_fields(line)) is not None]
+            layout = header_layout(fields, following) or AUTOML
+            if isinstance(layout, (ManifestError, str)):
                 return layout
             if not layout.headerless:
                 continue  # the header
@@ -152,6 +206,7 @@ URI = st.builds(lambda folder, name, ext: f"{folder}{name}{ext}",
                 st.sampled_from(["", "img/", "a b/", "/abs/", "gs://bucket/"]), VALUE,
                 st.sampled_from([".jpg", ".png"]))
 SPLIT = st.sampled_from(["TRAIN", "train", "Validation", "VALIDATION", "test", "Test",
+                         "val", "Valid", "EVAL", "dev", "DISCARD", "discard",
                          "UNASSIGNED", "unassigned", ""])
 
 
@@ -236,8 +291,9 @@ def junk_line(draw, good: st.SearchStrategy, layout: Layout) -> bytes:
 @st.composite
 def header(draw) -> tuple[Layout, bytes | None]:
     """No header, a valid one (any order, names in any case, maybe no split column, maybe
-    an extra column) or, rarely, one that names no URI or no label column."""
-    kind = draw(st.sampled_from(["none", "none", "valid", "valid", "broken"]))
+    an extra column) or, rarely, one that names no URI or no label column, or one of
+    unknown names (refused when the rows below show it is a header)."""
+    kind = draw(st.sampled_from(["none", "none", "valid", "valid", "broken", "unknown"]))
     if kind == "none":
         return AUTOML, None
     columns = ["uri", "label"] + draw(st.sampled_from([["split"], [], ["split", "notes"]]))
@@ -251,6 +307,9 @@ def header(draw) -> tuple[Layout, bytes | None]:
              for name in names]
     if kind == "broken":
         return None, ",".join(names).encode()
+    if kind == "unknown":
+        names = draw(st.lists(st.text("abcxyz_", min_size=1, max_size=8).filter(
+            lambda name: name not in MAIN_NAMES), min_size=len(columns), max_size=len(columns)))
     index = {column: position for position, column in enumerate(columns)}
     return (Layout(index["uri"], index["label"], index.get("split"), len(columns)),
             ",".join(names).encode())
@@ -293,9 +352,11 @@ def manifests(draw, uris=URI, labels=VALUE, min_rows=1, max_rows=12, min_copies=
 
 # --- parse level ----------------------------------------------------------------------------
 
-def describe(item: ManifestRow | DeadLetter) -> tuple:
+def describe(item: ManifestRow | DeadLetter | DiscardedRow) -> tuple:
     if isinstance(item, DeadLetter):
         return "dead", item.reason
+    if isinstance(item, DiscardedRow):
+        return ("discarded",)
     return "row", item.split, item.uri, item.labels
 
 
@@ -307,14 +368,20 @@ def test_every_line_of_a_hostile_manifest_is_one_row_or_one_dead_letter(manifest
         with open(path, "wb") as file:
             file.write(manifest.data)
         expected = expected_lines(manifest.data, folder)
+        assume(expected != ONE_HOT)  # a broken header over 0/1 junk: see test_manifest.py
         if manifest.layout is None:  # a header naming no URI or label column
             assert isinstance(expected, ManifestError)
+        if isinstance(expected, ManifestError):  # or a first row read as a header
             for read in (read_header, lambda p: list(read_manifest(p))):
                 with pytest.raises(ManifestError, match="names no (uri|label) column"):
                     read(path)
             return
         layout, by_line = expected
         items = list(read_manifest(path))
+        try:  # the launcher's look at the first rows: no crash, at most a label-mode hint
+            check_manifest(path)
+        except ManifestError as refused:
+            assert "pass --label_mode" in str(refused)
     assert [item.line for item in items] == list(by_line)  # one each, in order
     assert {item.line: describe(item) for item in items} == by_line
     for item in items:
@@ -324,8 +391,11 @@ def test_every_line_of_a_hostile_manifest_is_one_row_or_one_dead_letter(manifest
     if layout == manifest.layout:  # unless a junk first line was taken for the header
         for line, row in manifest.good.items():
             written = "" if row.two_fields or layout.split is None else row.split.lower()
-            split = written if written in SPLITS else assign_split(row.uri,
-                                                                   DEFAULT_SPLIT_FRACTIONS)
+            if written == "discard":
+                assert by_line[line] == ("discarded",)
+                continue
+            split = ("validation" if written in VALIDATION_NAMES else written
+                     if written in SPLITS else assign_split(row.uri, DEFAULT_SPLIT_FRACTIONS))
             assert by_line[line][:2] == ("row", split)
             assert by_line[line][2].endswith(row.uri) and by_line[line][3] == (row.label,)
 
@@ -418,7 +488,7 @@ def test_a_hostile_manifest_converts_with_every_row_accounted_for(image_folder, 
     images = st.sampled_from(GOOD_IMAGES * 2 + list(BROKEN_IMAGES))
     manifest = data.draw(manifests(uris=images, labels=st.sampled_from(LABELS), min_rows=12,
                                    max_rows=20, min_copies=2)
-                         .filter(lambda m: m.layout is not None))
+                         .filter(lambda m: isinstance(expected_lines(m.data, "/m"), tuple)))
     folder = str(image_folder)
     run_dir = tempfile.mkdtemp()
     try:
@@ -449,6 +519,7 @@ def test_a_hostile_manifest_converts_with_every_row_accounted_for(image_folder, 
         assert summary["rows_in_examples"] == summary["examples_written"] == sum(
             examples.values())
         assert summary["rows_dead_lettered"] == sum(dead.values())
+        assert summary["rows_discarded"] == sum(row == ("discarded",) for row in by_line.values())
         assert summary["accounted"] is True
         letters = [json.loads(line) for name in glob.glob(f"{letters_dir}/errors-*.jsonl")
                    for line in open(name, encoding="utf-8")]

@@ -9,9 +9,16 @@ import pytest
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
-from transforms.manifest import (AUTOML_LAYOUT, SPLITS, Box, ManifestError, ManifestRow,
-                                 RowRules, assign_split, parse_box, read_header,
-                                 read_manifest, resolve_uri)
+from transforms.manifest import (AUTOML_LAYOUT, SPLITS, Box, DiscardedRow,
+                                 ManifestError, ManifestRow, RowRules, assign_split,
+                                 normalise_split, parse_box, read_header, read_manifest,
+                                 resolve_uri)
+from transforms.sources import check_sources, find_manifests
+
+
+def check_manifest(path, rules):
+    """The launcher's checks of one manifest before the job."""
+    check_sources(find_manifests([str(path)]), rules)
 
 
 def write(path, text, encoding="utf-8"):
@@ -221,7 +228,8 @@ def test_vertex_ai_jsonl_lines(tmp_path):
 def test_an_invalid_split_is_quoted_as_written(tmp_path):
     (bad,) = parse(tmp_path, "TRIAN,a.jpg,cat\n")
     assert (bad.split, bad.message) == (
-        "TRIAN", "split 'TRIAN' is not one of TRAIN, VALIDATION, TEST or UNASSIGNED")
+        "TRIAN", "split 'TRIAN' is not one of TRAIN, VALIDATION (or VAL, VALID, EVAL, DEV), "
+                 "TEST, UNASSIGNED or DISCARD")
 
 
 DETECTION = RowRules(label_mode="detection")
@@ -279,8 +287,12 @@ def test_parse_box_keeps_two_vertices_as_written():
 
 def test_a_detection_header_must_name_the_box_columns(tmp_path):
     path = write(tmp_path / "m.csv", "split,image_uri,label\ntrain,a.jpg,cat\n")
-    with pytest.raises(ManifestError, match="names no xmin column"):
+    with pytest.raises(ManifestError, match="names no xmin column .*pass --label_mode single"):
         read_header(path, DETECTION)
+    partial = write(tmp_path / "p.csv", "image_uri,label,xmin,ymin,xmax\na.jpg,cat,0,0,1\n")
+    with pytest.raises(ManifestError, match=r"names no ymax column \(expected one of: "
+                                            r"y_max, y_relative_max, ymax\)$"):
+        read_header(partial, DETECTION)
     assert read_header(path) is not None  # the same header is fine for classification
 
 
@@ -313,3 +325,150 @@ def test_rows_survive_the_json_round_trip_with_their_boxes():
     row = ManifestRow("m.csv", 4, "raw", "train", "a.jpg", ("cat", "dog"),
                       (Box(0.1, 0.2, 0.3, 0.4), Box(0.0, 0.0, 1.0, 1.0)))
     assert ManifestRow.from_json(row.to_json()) == row
+
+
+# --- headers as real datasets write them -------------------------------------------------
+
+@pytest.mark.parametrize("text, uri, labels", [
+    ("image_id,label\nimg/1.jpg,3\n", "img/1.jpg", ("3",)),  # cassava-style
+    ("Image,Id\n00022e1a.jpg,w_e15442c\n", "00022e1a.jpg", ("w_e15442c",)),  # whale
+    ("filename,class\nphotos/a.png,cat\n", "photos/a.png", ("cat",)),
+    ("path,label_name\n/abs/b.jpg,dog\n", "/abs/b.jpg", ("dog",)),
+    ("id,Image\nwhale,a.jpg\n", "a.jpg", ("whale",)),  # id beside an image, either side
+    ("fname,target\na.jpg,1\n", "a.jpg", ("1",)),
+])
+def test_headers_of_real_datasets_are_mapped_by_name(tmp_path, text, uri, labels):
+    (row,) = parse(tmp_path, text)
+    assert (row.line, row.labels) == (2, labels)
+    assert row.uri == (uri if uri.startswith("/") else str(tmp_path / uri))
+
+
+def test_a_header_of_unknown_names_is_refused_naming_its_columns_and_the_options(tmp_path):
+    path = write(tmp_path / "m.csv", "picture,kind\na.jpg,cat\nimg/b.png,dog\nc.jpg,cat\n")
+    for read in (read_header, lambda p: list(read_manifest(p))):
+        with pytest.raises(ManifestError) as refused:
+            read(path)
+        message = str(refused.value)
+        assert "'picture', 'kind'" in message and "\n" not in message
+        assert "--uri_column NAME" in message and "--label_column NAME" in message
+
+
+def test_a_first_row_with_an_image_path_is_data_even_beside_odd_rows(tmp_path):
+    rows = parse(tmp_path, "train,a.jpg,cat\nx,y,z\nb.jpg,dog\n")
+    assert [getattr(r, "reason", "ok") for r in rows] == ["ok", reasons.INVALID_SPLIT, "ok"]
+
+
+def test_one_known_name_and_no_image_path_is_a_header(tmp_path):
+    """Kaggle's plant pathology: image ids without an extension under `image_id`."""
+    path = write(tmp_path / "m.csv", "image_id,kind\nTrain_0,a\n")
+    with pytest.raises(ManifestError, match="names no label column"):
+        read_header(path)
+
+
+def test_uri_and_label_column_options_name_the_columns_and_override_known_names(tmp_path):
+    path = write(tmp_path / "m.csv", "picture,kind,label\na.jpg,cat,ignored\n")
+    (row,) = read_manifest(path, RowRules(uri_column="Picture", label_column="kind"))
+    assert (row.uri, row.labels) == (str(tmp_path / "a.jpg"), ("cat",))
+    with pytest.raises(ManifestError, match="--label_column 'breed' is not a column"):
+        read_header(path, RowRules(uri_column="picture", label_column="breed"))
+    # Naming a column makes the first row a header, even over image paths.
+    (row,) = read_manifest(write(tmp_path / "n.csv", "x.jpg,y\na.jpg,cat\n"),
+                           RowRules(uri_column="x.jpg", label_column="y"))
+    assert row.labels == ("cat",) and row.line == 2
+
+
+ONE_HOT = "image_id,healthy,multiple_diseases,rust,scab\n"
+
+
+def test_one_hot_columns_in_multi_mode_give_the_names_of_the_columns_holding_1(tmp_path):
+    text = ONE_HOT + "a.jpg,0,0,1,1\nb.jpg,1,0,0,0\nc.jpg,0,0,0,0\nd.jpg,0,2,0,0\n"
+    rows = list(read_manifest(write(tmp_path / "m.csv", text), MULTI))
+    assert [r.labels for r in rows[:2]] == [("rust", "scab"), ("healthy",)]
+    assert [(r.reason, r.line) for r in rows[2:]] == [(reasons.MISSING_LABEL, 4),
+                                                      (reasons.INVALID_VALUE, 5)]
+    assert "'multiple_diseases' holds '2'" in rows[3].message
+
+
+def test_one_hot_columns_in_single_mode_need_exactly_one_1(tmp_path):
+    text = ONE_HOT + "a.jpg,0,0,1,0\nb.jpg,0,0,1,1\nc.jpg,0,0,0,0\n"
+    rows = parse(tmp_path, text)
+    assert rows[0].labels == ("rust",)  # never "0" or "1"
+    assert [r.reason for r in rows[1:]] == [reasons.MULTIPLE_LABELS, reasons.MISSING_LABEL]
+    assert "--label_mode multi" in rows[1].message
+
+
+def test_columns_that_are_not_all_0_or_1_are_no_one_hot_labels(tmp_path):
+    path = write(tmp_path / "m.csv", "image,width,height\na.jpg,640,480\n")
+    with pytest.raises(ManifestError, match="names no label column"):
+        read_header(path)
+
+
+# --- splits -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("written, split", [
+    ("TRAIN", "train"), (" Validation ", "validation"), ("test", "test"), ("val", "validation"),
+    ("VALID", "validation"), ("Eval", "validation"), ("dev", "validation"),
+    ("", None), ("UNASSIGNED", None), ("DISCARD", None), ("training", None), ("TRIAN", None)])
+def test_normalise_split(written, split):
+    assert normalise_split(written) == split
+
+
+def test_discard_rows_are_left_out_apart_from_dead_letters(tmp_path):
+    text = "DISCARD,a.jpg,cat\ndiscard,,\nval,b.jpg,dog\nDev,c.jpg,dog\n"
+    rows = parse(tmp_path, text)
+    assert rows[:2] == [DiscardedRow(str(tmp_path / "manifest.csv"), 1),
+                        DiscardedRow(str(tmp_path / "manifest.csv"), 2)]
+    assert [r.split for r in rows[2:]] == ["validation", "validation"]
+    (row,) = list(read_manifest(write(tmp_path / "d.csv", "Discard,a.jpg,cat,0.1\n"
+                                      "dev,a.jpg,cat,0.1,0.2,,,0.5,0.6,,\n"), DETECTION))[1:]
+    assert row.split == "validation"
+
+
+# --- the label mode's shape, before the job -----------------------------------------------
+
+@pytest.mark.parametrize("text, rules, flag", [
+    ("TRAIN,a.jpg,cat,0.1,0.2,,,0.5,0.6,,\nTEST,b.jpg,dog,0.1,0.2,,,0.5,0.6,,\n", RowRules(),
+     "--label_mode detection"),
+    ("a.jpg,cat,0.1,0.2,0.5,0.2,0.5,0.6,0.1,0.6\n", MULTI, "--label_mode detection"),
+    ("filename,width,height,class,xmin,ymin,xmax,ymax\na.jpg,64,48,cat,1,2,30,40\n",
+     RowRules(), "--label_mode detection"),
+    ("train,a.jpg,cat,dog\ntrain,b.jpg,cat,bird\ntest,c.jpg,dog\n", RowRules(),
+     "--label_mode multi"),
+    ("train,a.jpg,cat\ntrain,b.jpg,dog\n", DETECTION, "--label_mode single"),
+])
+def test_a_manifest_of_another_label_modes_shape_is_refused_naming_the_flag(tmp_path, text,
+                                                                           rules, flag):
+    with pytest.raises(ManifestError, match=flag):
+        check_manifest(write(tmp_path / "m.csv", text), rules)
+
+
+@pytest.mark.parametrize("text, rules", [
+    ("TRAIN,a.jpg,\nTEST,b.jpg,\n", DETECTION),  # all negatives: odd but legal
+    ("train,a.jpg,cat,dog\ntrain,b.jpg,cat\ntest,c.jpg,dog\n", RowRules()),  # one odd row
+    ("train,a.jpg,cat,dog\n", MULTI),
+    ("TRAIN,a.jpg,cat,0.1,0.2,,,0.5,0.6,,\n", DETECTION),
+    (",,\n\n  ,\ntrain,a.jpg,cat\n", RowRules()),  # empty rows are dead letters, no shape
+])
+def test_a_manifest_that_may_fit_its_label_mode_passes(tmp_path, text, rules):
+    check_manifest(write(tmp_path / "m.csv", text), rules)
+
+
+def test_jsonl_shapes_of_another_label_mode_are_refused(tmp_path):
+    def check(items, rules):
+        path = write(tmp_path / "i.jsonl", "\n".join(jsonl(**item) for item in items))
+        check_manifest(path, rules)
+
+    several = {"imageGcsUri": "a.jpg", "classificationAnnotations": [
+        {"displayName": "cat"}, {"displayName": "dog"}]}
+    one = {"imageGcsUri": "b.jpg", "classificationAnnotation": {"displayName": "cat"}}
+    boxes = {"imageGcsUri": "c.jpg", "boundingBoxAnnotations": [
+        {"displayName": "cat", "xMin": 0.1, "yMin": 0.1, "xMax": 0.5, "yMax": 0.5}]}
+    with pytest.raises(ManifestError, match="several classificationAnnotations; pass "
+                                            "--label_mode multi"):
+        check([one, one, several], RowRules())
+    with pytest.raises(ManifestError, match="pass --label_mode detection"):
+        check([boxes, boxes, one], MULTI)
+    with pytest.raises(ManifestError, match="pass --label_mode single"):
+        check([one, one, boxes], DETECTION)
+    check([one, several], MULTI)
+    check([boxes, one], DETECTION)

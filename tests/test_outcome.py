@@ -44,8 +44,8 @@ def test_no_example_too_many_dead_letters_and_lost_rows_each_fail_the_run():
         "20.0% of rows were dead-lettered, more than --max_error_fraction 10.0%"]
     lost = summary(["cat"], {"cat": 8}, dead=1, accounted=False)
     assert outcome_problems(lost, {"cat": 10}, PublishRules(0.5)) == [
-        "rows read (10) != rows in examples written (8) + rows dead-lettered (1): "
-        "rows were lost"]
+        "rows read (10) != rows in examples written (8) + rows dead-lettered (1) + rows "
+        "discarded (0): rows were lost"]
 
 
 def test_the_failure_line_says_what_failed_that_nothing_was_published_and_where_to_look():

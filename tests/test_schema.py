@@ -11,7 +11,6 @@ import tensorflow_transform as tft
 import image_tfrecords
 from conftest import SAMPLE_DATA, encode, feature, photo_like, read_examples
 from pipeline import run
-from transforms import dead_letters as reasons
 from transforms.manifest import ManifestError, RowRules, read_manifest
 from transforms.schema import (ExtraColumn, SchemaError, load_schema, parse_value,
                                schema_columns)

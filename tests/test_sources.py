@@ -12,7 +12,7 @@ from conftest import voc_annotation
 from pipeline import run
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
-from transforms.manifest import Box, ManifestError, ManifestRow, RowRules
+from transforms.manifest import DISCARDED, Box, ManifestError, ManifestRow, RowRules
 from transforms.sources import (ManifestSource, ReadManifest, check_sources, find_manifests,
                                 read_source, split_and_path)
 
@@ -197,3 +197,13 @@ def test_the_python_api_takes_a_voc_folder_as_a_manifest_not_an_image_folder(tmp
     write(tmp_path / "labels" / "a.xml", voc_annotation("a.jpg", (10, 10), []))
     with pytest.raises(ValueError, match="Pascal VOC .* pass --label_mode detection"):
         image_tfrecords.convert(str(tmp_path / "labels"), str(tmp_path / "out"))
+
+
+def test_read_manifest_transform_gives_discarded_rows_their_own_output(tmp_path):
+    path = write(tmp_path / "m.csv", "train,a.jpg,cat\nDISCARD,b.jpg,cat\nbad,c.jpg,cat\n")
+    with TestPipeline() as p:
+        read = p | ReadManifest(find_manifests([path]))
+        assert_that(read[DISCARDED] | "Discarded" >> beam.Map(lambda d: d.line),
+                    equal_to([2]), label="discarded")
+        assert_that(read.rows | "Rows" >> beam.Map(lambda r: r.line), equal_to([1]),
+                    label="rows")

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import bz2
 import codecs
+import collections
 import csv
 import dataclasses
 import functools
 import gzip
 import hashlib
+import itertools
 import json
 import lzma
 import re
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
@@ -32,15 +34,25 @@ from transforms.dead_letters import DeadLetter
 from transforms.schema import IMAGE, ExtraColumn, parse_value
 
 SPLITS = ("train", "validation", "test")
+# Other names people give the validation split (Kaggle, TFDS, Hugging Face, folder trees).
+_VALIDATION_ALIASES = ("val", "valid", "eval", "dev")
+DISCARD = "discard"  # TFRecorder's split value for rows to leave out
 DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 DEAD_LETTERS = "dead_letters"
+DISCARDED = "discarded"  # ReadManifest's output of DiscardedRows
 
 # Header names recognised for each column (compared lower-cased); AutoML order otherwise.
+# Left out as ambiguous: "name" (a file name or a class name) and "id" (an image id or,
+# in Kaggle's whale set `Image,Id`, the label: read as the label only beside an image
+# column, see _LABEL_BESIDE_AN_IMAGE). "image_id" is Kaggle's name for the image; its
+# values are file names, or names without an extension, which then are not found.
 _COLUMN_NAMES = {
     "split": {"split", "set", "ml_use", "subset"},
     "uri": {"image_uri", "uri", "image", "image_path", "path", "file", "filename",
-            "file_path", "gcs_file_path", "image_url", "url"},
-    "label": {"label", "class", "category", "class_name"},
+            "file_name", "file_path", "filepath", "fname", "img", "image_id", "image_name",
+            "image_file", "gcs_file_path", "image_url", "url"},
+    "label": {"label", "labels", "label_name", "class", "class_name", "category",
+              "category_name", "target"},
     "xmin": {"xmin", "x_min", "x_relative_min"},
     "ymin": {"ymin", "y_min", "y_relative_min"},
     "xmax": {"xmax", "x_max", "x_relative_max"},
@@ -49,6 +61,7 @@ _COLUMN_NAMES = {
     "width": {"width", "image_width"},
     "height": {"height", "image_height"},
 }
+_LABEL_BESIDE_AN_IMAGE = "id"
 _MAIN_COLUMNS = ("split", "uri", "label")
 _BOX_COLUMNS = ("xmin", "ymin", "xmax", "ymax")
 # AutoML detection rows end in eight coordinate fields: x_min,y_min,,,x_max,y_max,, or
@@ -76,6 +89,9 @@ class RowRules:
     extra_columns: tuple[ExtraColumn, ...] = ()  # from --schema; need a header
     # --image_dir: relative image names are relative to it instead of the manifest's folder.
     image_dir: str | None = None
+    # --uri_column / --label_column: header names that override the known ones
+    uri_column: str | None = None
+    label_column: str | None = None
 
     @property
     def multi_label(self) -> bool:
@@ -101,6 +117,13 @@ class Box(NamedTuple):
     difficult: int = 0  # Pascal VOC's <difficult>
     truncated: int = 0  # Pascal VOC's <truncated>
     is_crowd: int = 0  # COCO's iscrowd
+
+
+class DiscardedRow(NamedTuple):
+    """A row whose split is DISCARD: left out on purpose, counted apart from dead letters."""
+
+    manifest: str
+    line: int
 
 
 class ManifestRow(NamedTuple):
@@ -139,45 +162,65 @@ class ManifestRow(NamedTuple):
                    tuple(image_size) if image_size else None)
 
 
+# What reading a manifest yields for each row.
+ManifestItem = ManifestRow | DeadLetter | DiscardedRow
+
+
+class OneHotColumn(NamedTuple):
+    """A label column of a one-hot manifest: the label is the column's name, 1 sets it."""
+
+    index: int
+    label: str
+
+
 @dataclasses.dataclass(frozen=True)
 class ColumnLayout:
     """Where each column is in a row; `width` is the number of fields a row must have.
 
+    `label` is None for one-hot label columns (`one_hot`, `image_id,cat,dog` with 0/1);
     `box`: the xmin, ymin, xmax, ymax columns of a detection manifest with a header;
     `size`: its width and height columns, when its boxes are in pixels of that size;
     `extras`: the columns of RowRules.extra_columns, in their order.
     """
 
     uri: int
-    label: int
+    label: int | None
     split: int | None
     width: int
     box: tuple[int, int, int, int] | None = None
     extras: tuple[int, ...] = ()
     size: tuple[int, int] | None = None
+    one_hot: tuple[OneHotColumn, ...] = ()
 
     @classmethod
-    def detect(cls, first_row: Sequence[str], source: str, rules: RowRules
-               ) -> tuple[ColumnLayout, bool]:
-        """Returns the layout and whether `first_row` is a header (to skip)."""
+    def detect(cls, first_row: Sequence[str], source: str, rules: RowRules,
+               next_rows: Sequence[Sequence[str]] = ()) -> tuple[ColumnLayout, bool]:
+        """Returns the layout and whether `first_row` is a header (to skip).
+
+        `next_rows`: the rows after it (a few dozen are enough), which tell a header of
+        unknown names from data and show one-hot label columns.
+        """
         names = [field.strip().lower() for field in first_row]
         extra_names = {column.name.lower() for column in rules.extra_columns}
-        found: dict[str, int] = {}  # the first column of each known name, not a --schema one
-        for index, name in enumerate(names):
-            for column, known in _COLUMN_NAMES.items():
-                if name in known and name not in extra_names:
-                    found.setdefault(column, index)
-        if len([column for column in found if column in _MAIN_COLUMNS]) < 2:
+        found = _named_columns(names, extra_names)
+        if rules.uri_column or rules.label_column:  # they name the columns of a header
+            found |= _chosen_columns(first_row, names, source, rules)
+        elif not _is_header(first_row, next_rows, found):
             if rules.extra_columns:
                 raise ManifestError(f"{source}: --schema needs a header row naming the "
                                     "columns (e.g. split,image_uri,label,...)")
             return AUTOML_LAYOUT, False
-        required = ("uri", "label", *(_BOX_COLUMNS if rules.detection else ()))
+        one_hot = ()
+        if "label" not in found and "uri" in found and not rules.detection:
+            taken = {index for index, name in enumerate(names)
+                     if name in extra_names or any(name in known
+                                                   for known in _COLUMN_NAMES.values())}
+            one_hot = _one_hot_columns(first_row, next_rows, taken | {found["uri"]})
+        required = ("uri", *(() if one_hot else ("label",)),
+                    *(_BOX_COLUMNS if rules.detection else ()))
         for column in required:
             if column not in found:
-                raise ManifestError(
-                    f"{source}: the header {','.join(first_row)!r} names no {column} column "
-                    f"(expected one of: {', '.join(sorted(_COLUMN_NAMES[column]))})")
+                raise ManifestError(_unmapped_header(first_row, source, column, found))
         box = tuple(found[column] for column in _BOX_COLUMNS) if rules.detection else None
         size = ((found["width"], found["height"])
                 if box and "width" in found and "height" in found else None)
@@ -187,28 +230,140 @@ class ColumnLayout:
                 raise ManifestError(f"{source}: the header {','.join(first_row)!r} has no "
                                     f"column {column.name!r} named in --schema")
             extras.append(names.index(column.name.lower()))
-        return cls(found["uri"], found["label"], found.get("split"), len(names), box,
-                   tuple(extras), size), True
+        return cls(found["uri"], found.get("label"), found.get("split"), len(names), box,
+                   tuple(extras), size, one_hot), True
+
+
+def _named_columns(names: Sequence[str], extra_names: set[str]) -> dict[str, int]:
+    """column -> the first index of a known name for it, not a --schema column's."""
+    found: dict[str, int] = {}
+    for index, name in enumerate(names):
+        for column, known in _COLUMN_NAMES.items():
+            if name in known and name not in extra_names:
+                found.setdefault(column, index)
+    if ("uri" in found and "label" not in found and _LABEL_BESIDE_AN_IMAGE in names
+            and _LABEL_BESIDE_AN_IMAGE not in extra_names):
+        found["label"] = names.index(_LABEL_BESIDE_AN_IMAGE)
+    return found
+
+
+def _chosen_columns(first_row: Sequence[str], names: Sequence[str], source: str,
+                    rules: RowRules) -> dict[str, int]:
+    """The columns --uri_column and --label_column name, found in the header's names."""
+    chosen = {}
+    for column, option, name in (("uri", "--uri_column", rules.uri_column),
+                                 ("label", "--label_column", rules.label_column)):
+        if name is None:
+            continue
+        if name.strip().lower() not in names:
+            raise ManifestError(f"{source}: {option} {name!r} is not a column of the first "
+                                f"row, whose columns are {_columns(first_row)}")
+        chosen[column] = names.index(name.strip().lower())
+    return chosen
+
+
+def _is_header(first_row: Sequence[str], next_rows: Sequence[Sequence[str]],
+               found: dict[str, int]) -> bool:
+    """Two known names; or, in a row without any image path, one known name
+    (`image_id,healthy,rust` over ids without an extension) or a column where most of
+    the next rows of its width hold an image path (a header of unknown names)."""
+    known = [column for column in found if column in _MAIN_COLUMNS]
+    if len(known) >= 2:
+        return True
+    if any(_is_image_path(field) for field in first_row):
+        return False
+    if known:
+        return True
+    width = len(_trimmed(first_row))
+    same_width = [row for row in next_rows if len(_trimmed(row)) == width]
+    return any(field.strip() and 2 * sum(_is_image_path(row[index]) for row in same_width)
+               > len(same_width) for index, field in enumerate(first_row[:width]))
+
+
+_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
+
+
+def _is_image_path(field: str) -> bool:
+    """What an image URI looks like: an image file extension, or a folder or scheme."""
+    text = field.strip().lower()
+    return text.endswith(_IMAGE_EXTENSIONS) or "/" in text or "\\" in text
+
+
+def _trimmed(fields: Sequence[str]) -> list[str]:
+    """The fields without trailing empty ones (exported manifests often end in commas)."""
+    fields = list(fields)
+    while fields and not fields[-1].strip():
+        fields.pop()
+    return fields
+
+
+def _one_hot_columns(first_row: Sequence[str], next_rows: Sequence[Sequence[str]],
+                     taken: set[int]) -> tuple[OneHotColumn, ...]:
+    """The header's other columns, when there are at least two and more than half of the
+    next rows of the header's width hold only 0 or 1 in them; else none. (A row holding
+    something else there is then an invalid_value dead letter.)"""
+    columns = tuple(OneHotColumn(index, name.strip()) for index, name in enumerate(first_row)
+                    if index not in taken and name.strip())
+    rows = [row for row in next_rows if len(row) == len(first_row)]
+    binary = sum(all(_one_hot_value(row[column.index]) is not None for column in columns)
+                 for row in rows)
+    return columns if len(columns) >= 2 and 2 * binary > len(rows) else ()
+
+
+def _one_hot_value(field: str) -> bool | None:
+    """"1" -> True, "0" -> False (also "1.0", as pandas writes floats); None otherwise."""
+    try:
+        value = float(field)
+    except ValueError:
+        return None
+    return {0.0: False, 1.0: True}.get(value)
+
+
+def _unmapped_header(first_row: Sequence[str], source: str, column: str,
+                     found: dict[str, int]) -> str:
+    """One line: the header, what it lacks, and the options that name its columns (or,
+    for a header naming no box column at all, the label mode it fits)."""
+    if column in _BOX_COLUMNS:
+        no_box = not any(box in found for box in _BOX_COLUMNS)
+        return (f"{source}: the header {','.join(first_row)!r} names no {column} column "
+                f"(expected one of: {', '.join(sorted(_COLUMN_NAMES[column]))})"
+                + ("; without boxes it is a classification manifest: pass --label_mode "
+                   "single or multi" if no_box else ""))
+    return (f"{source}: the header {','.join(first_row)!r} names no {column} column "
+            f"(known names: {', '.join(sorted(_COLUMN_NAMES[column]))}); its columns are "
+            f"{_columns(first_row)}: name them with --uri_column NAME and --label_column NAME")
+
+
+def _columns(fields: Sequence[str]) -> str:
+    return ", ".join(repr(field.strip()) for field in fields)
 
 
 AUTOML_LAYOUT = ColumnLayout(split=0, uri=1, label=2, width=3)
 URI_LABEL_LAYOUT = ColumnLayout(split=None, uri=0, label=1, width=2)  # AutoML without a set
 
 
+# Rows read ahead of the first: to tell a header from data, and the label mode's shape.
+_LOOKAHEAD = 50
+
+
 def read_header(path: str, rules: RowRules = RowRules()) -> ColumnLayout:
-    """Reads only the first line of `path`: lets the launcher reject a bad header up front."""
-    for _, raw in numbered_lines(path):
-        fields = _split_fields(raw)
-        if isinstance(fields, list):
-            return ColumnLayout.detect(fields, path, rules)[0]
-        break
-    return AUTOML_LAYOUT
+    """Reads only the first rows of a CSV manifest: lets the launcher reject a header it
+    cannot map, or rows of another --label_mode's shape, before the job starts."""
+    head = _parsed_rows(itertools.islice(numbered_lines(path), _LOOKAHEAD))
+    if not head:
+        return AUTOML_LAYOUT
+    layout, is_header = ColumnLayout.detect(head[0], path, rules, head[1:])
+    problem = label_mode_problem(head[0] if is_header else None,
+                                 head[1:] if is_header else head, rules)
+    if problem:
+        raise ManifestError(f"{path}: {problem}")
+    return layout
 
 
 def read_manifest(path: str, rules: RowRules = RowRules(), split: str | None = None
-                  ) -> Iterator[ManifestRow | DeadLetter]:
-    """Yields every data row of one CSV or JSON Lines manifest file as a ManifestRow or a
-    DeadLetter.
+                  ) -> Iterator[ManifestItem]:
+    """Yields every data row of one CSV or JSON Lines manifest file as a ManifestRow, a
+    DeadLetter, or a DiscardedRow for a DISCARD row.
 
     Rows without a split (UNASSIGNED, empty, or no split column) get `split` when given
     (--manifest SPLIT=PATH), else one from assign_split with the rules' split fractions.
@@ -217,13 +372,17 @@ def read_manifest(path: str, rules: RowRules = RowRules(), split: str | None = N
     return (read_jsonl if is_jsonl(path) else read_csv)(path, rules, split)
 
 
-def read_csv(path: str, rules: RowRules, split: str | None) -> Iterator[ManifestRow | DeadLetter]:
+def read_csv(path: str, rules: RowRules, split: str | None
+             ) -> Iterator[ManifestItem]:
     folder = image_folder(path, rules)
+    lines = numbered_lines(path)
+    head = list(itertools.islice(lines, _LOOKAHEAD))  # the header is told by what follows
     layout = None
-    for line, raw in numbered_lines(path):
+    for line, raw in itertools.chain(head, lines):
         fields = _split_fields(raw)
         if layout is None and isinstance(fields, list):
-            layout, is_header = ColumnLayout.detect(fields, path, rules)
+            following = _parsed_rows(item for item in head if item[0] > line)
+            layout, is_header = ColumnLayout.detect(fields, path, rules, following)
             if is_header:
                 continue
         yield _parse_row(path, folder, line, raw, fields, layout or AUTOML_LAYOUT, rules, split)
@@ -234,6 +393,99 @@ def read_jsonl(path: str, rules: RowRules, split: str | None
     folder = image_folder(path, rules)
     for line, raw in numbered_lines(path):
         yield from _parse_jsonl_line(path, folder, line, raw, rules, split)
+
+
+def _parsed_rows(lines: Iterable[tuple[int, str]]) -> list[list[str]]:
+    """The fields of the lines that parse as CSV."""
+    return [fields for _, raw in lines if isinstance(fields := _split_fields(raw), list)]
+
+
+def check_jsonl(path: str, rules: RowRules = RowRules()) -> None:
+    """The launcher's look at a JSON Lines manifest's first lines: raises ManifestError
+    for lines of another --label_mode's shape (see jsonl_label_mode_problem). CSV
+    manifests get theirs from read_header."""
+    items = []
+    for _, raw in itertools.islice(numbered_lines(path), _LOOKAHEAD):
+        try:
+            item = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            items.append(item)
+    problem = jsonl_label_mode_problem(items, rules)
+    if problem:
+        raise ManifestError(f"{path}: {problem}")
+
+
+def label_mode_problem(header: Sequence[str] | None, rows: Sequence[Sequence[str]],
+                       rules: RowRules) -> str | None:
+    """Why a CSV manifest is clearly of another label mode than `rules`', naming the flag
+    to pass; None when it may fit. Clearly: a header naming box columns without
+    detection, or more than half of the first data rows shaped for the other mode (a
+    few odd rows are dead letters, not another mode; an all-negative detection set,
+    `TRAIN,a.jpg,`, is legal)."""
+    if header is not None:
+        names = _named_columns([field.strip().lower() for field in header],
+                               {column.name.lower() for column in rules.extra_columns})
+        if not rules.detection and any(column in names for column in _BOX_COLUMNS):
+            return "the header names box columns; pass --label_mode detection"
+        return None
+    shapes = collections.Counter(_row_shape(_trimmed(row)) for row in rows)
+    total = sum(shapes.values())
+    for shape, wrong, flag in (("box", not rules.detection, "detection"),
+                               ("labels", rules.label_mode == "single", "multi"),
+                               ("label", rules.detection, "single (or multi)")):
+        if wrong and 2 * shapes[shape] > total:
+            return (f"{shapes[shape]} of the first {total} rows {_SHAPES[shape]}; "
+                    f"pass --label_mode {flag}")
+    return None
+
+
+_SHAPES = {"box": "end in box coordinates (label,x_min,y_min,...)",
+           "labels": "have several label fields (split,image_uri,label1,label2,...)",
+           "label": "have a label and no box"}
+
+
+def _row_shape(fields: Sequence[str]) -> str:
+    """A headerless row's shape: "box" (a label then coordinates, in [0, 1] or not),
+    "labels" (more fields after the label), "label" (uri and label only) or "other"."""
+    label_at = 2 if fields and _is_split_value(fields[0]) else 1
+    if len(fields) <= label_at or not fields[label_at].strip():
+        return "other"
+    rest = [field.strip() for field in fields[label_at + 1:]]
+    if not rest:
+        return "label"
+    if len(rest) <= _VERTEX_FIELDS:
+        box = parse_box(rest + [""] * (_VERTEX_FIELDS - len(rest)))
+        if isinstance(box, Box) or box[0] in (reasons.BOX_OUT_OF_RANGE, reasons.EMPTY_BOX):
+            return "box"
+    return "labels"
+
+
+def jsonl_label_mode_problem(items: Sequence[dict], rules: RowRules) -> str | None:
+    """label_mode_problem for Vertex AI JSON Lines: several classification labels on any
+    line without multi (that is unambiguous), or more than half of the lines shaped for
+    the other mode (boxes and no classification, or the reverse)."""
+    boxes_only = sum(bool(item.get("boundingBoxAnnotations")) and not _classified(item)
+                     for item in items)
+    classified_only = sum(_classified(item) and not item.get("boundingBoxAnnotations")
+                          for item in items)
+    several = sum(isinstance(item.get("classificationAnnotations"), list)
+                  and len(item["classificationAnnotations"]) > 1 for item in items)
+    if rules.detection and 2 * classified_only > len(items):
+        return (f"{classified_only} of the first {len(items)} lines have a classification "
+                "annotation and no boundingBoxAnnotations; pass --label_mode single (or multi)")
+    if not rules.detection and 2 * boxes_only > len(items):
+        return (f"{boxes_only} of the first {len(items)} lines have only "
+                "boundingBoxAnnotations; pass --label_mode detection")
+    if rules.label_mode == "single" and several:
+        return (f"{several} of the first {len(items)} lines have several "
+                "classificationAnnotations; pass --label_mode multi")
+    return None
+
+
+def _classified(item: dict) -> bool:
+    return bool(item.get("classificationAnnotation") or item.get("classificationAnnotations"))
 
 
 def is_jsonl(path: str) -> bool:
@@ -325,7 +577,8 @@ def _rejecter(manifest: str, line: int, raw: str, where: str = ""
 
 def _parse_row(manifest: str, folder: str, line: int, raw: str,
                fields: list[str] | csv.Error, layout: ColumnLayout,
-               rules: RowRules, forced_split: str | None = None) -> ManifestRow | DeadLetter:
+               rules: RowRules, forced_split: str | None = None
+               ) -> ManifestRow | DeadLetter | DiscardedRow:
     reject = _rejecter(manifest, line, raw)
     if _has_undecodable_bytes(raw):
         return reject(reasons.INVALID_ENCODING, "the row is not valid UTF-8")
@@ -336,8 +589,7 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
         fields.pop()  # trailing commas are common in exported manifests
     headerless = layout in (AUTOML_LAYOUT, URI_LABEL_LAYOUT)
     if headerless and rules.label_mode != "single":  # split,uri,... or uri,...
-        layout = (AUTOML_LAYOUT if fields[0].lower() in (*SPLITS, "unassigned", "")
-                  else URI_LABEL_LAYOUT)
+        layout = AUTOML_LAYOUT if _is_split_value(fields[0]) else URI_LABEL_LAYOUT
         # A negative detection row keeps its empty label field: `TRAIN,uri,`.
         least = layout.width if rules.detection else layout.uri + 1
         most = layout.width + _VERTEX_FIELDS if rules.detection else None
@@ -356,6 +608,8 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
 
     written_uri = fields[layout.uri]
     written_split = fields[layout.split] if layout.split is not None else ""
+    if written_split.lower() == DISCARD:
+        return DiscardedRow(manifest, line)
     if not written_uri:
         return reject(reasons.MISSING_URI, "the image URI is empty", split=written_split)
     uri = resolve_uri(written_uri, folder)
@@ -375,8 +629,13 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
             vertices = [xmin, ymin, "", "", xmax, ymax, "", ""]
         return box_row(image, fields[layout.label], any(vertices),
                        functools.partial(parse_box, vertices), reject)
-    if not rules.multi_label:
-        labels: tuple[str, ...] = tuple(filter(None, [fields[layout.label]]))
+    if layout.one_hot:
+        labels = _one_hot_labels(fields, layout.one_hot, rules.multi_label,
+                                 functools.partial(reject, uri=uri, split=split))
+        if isinstance(labels, DeadLetter):
+            return labels
+    elif not rules.multi_label:
+        labels = tuple(filter(None, [fields[layout.label]]))
     else:
         label_fields = fields[layout.label:] if headerless else [fields[layout.label]]
         labels = tuple(dict.fromkeys(  # each label once, in order
@@ -390,6 +649,25 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
     except ValueError as problem:
         return reject(reasons.INVALID_VALUE, str(problem), uri=uri, split=split)
     return ManifestRow(manifest, line, raw, split, uri, labels, extras=extras)
+
+
+def _one_hot_labels(fields: Sequence[str], columns: Sequence[OneHotColumn], multi_label: bool,
+                    reject: Callable[..., DeadLetter]) -> tuple[str, ...] | DeadLetter:
+    """The names of the columns holding 1; with single labels exactly one of them."""
+    labels = []
+    for column in columns:
+        value = _one_hot_value(fields[column.index])
+        if value is None:
+            return reject(reasons.INVALID_VALUE, f"one-hot column {column.label!r} holds "
+                          f"{fields[column.index]!r}, not 0 or 1")
+        if value:
+            labels.append(column.label)
+    if not labels:
+        return reject(reasons.MISSING_LABEL, "no one-hot label column holds 1")
+    if len(labels) > 1 and not multi_label:
+        return reject(reasons.MULTIPLE_LABELS, f"{len(labels)} one-hot columns hold 1 "
+                      f"({', '.join(labels)}); pass --label_mode multi to keep them all")
+    return tuple(labels)
 
 
 def _extra_value(column: ExtraColumn, text: str, folder: str) -> int | float | str:
@@ -492,22 +770,41 @@ def box_row(image: ManifestRow, label: str, has_box: bool,
     return image._replace(labels=(label,), boxes=(box,))
 
 
+def normalise_split(text: str) -> str | None:
+    """A split as users write it -> "train", "validation" or "test"; None when it is none.
+
+    Any case; "val", "valid", "eval" and "dev" mean validation. UNASSIGNED, empty and
+    DISCARD are no split: their readers handle them.
+    """
+    name = text.strip().lower()
+    if name in SPLITS:
+        return name
+    return "validation" if name in _VALIDATION_ALIASES else None
+
+
+def _is_split_value(field: str) -> bool:
+    """Whether a headerless row's first field is a split column (not an image URI)."""
+    return (normalise_split(field) is not None
+            or field.strip().lower() in ("", "unassigned", DISCARD))
+
+
 def _split(written: str, uri: str, rules: RowRules, forced: str | None = None) -> str | None:
     """The row's split: `forced` (--manifest SPLIT=PATH) or one assigned when UNASSIGNED
     or empty; None when it is invalid or disagrees with `forced`."""
-    split = written.strip().lower()
-    if split in ("", "unassigned"):
+    split = normalise_split(written)
+    if split is None and written.strip().lower() in ("", "unassigned"):
         return forced or assign_split(uri, rules.split_fractions)
-    if split in SPLITS and forced in (None, split):
+    if split is not None and forced in (None, split):
         return split
     return None
 
 
 def _invalid_split(written: str, forced: str | None = None) -> str:
-    if forced and written.strip().lower() in SPLITS:
+    if forced and normalise_split(written):
         return (f"split {written!r} disagrees with the {forced.upper()} that --manifest "
                 f"{forced.upper()}=PATH gives every row of this file")
-    return f"split {written!r} is not one of TRAIN, VALIDATION, TEST or UNASSIGNED"
+    return (f"split {written!r} is not one of TRAIN, VALIDATION (or VAL, VALID, EVAL, DEV), "
+            "TEST, UNASSIGNED or DISCARD")
 
 
 _VERTEX_ML_USE = "aiplatform.googleapis.com/ml_use"

@@ -55,7 +55,8 @@ def outcome_problems(summary: dict[str, Any], train_label_rows: dict[str, int],
         problems.append(
             f"rows read ({summary['rows_read']}) != rows in examples written "
             f"({summary['rows_in_examples']}) + rows dead-lettered "
-            f"({summary['rows_dead_lettered']}): rows were lost")
+            f"({summary['rows_dead_lettered']}) + rows discarded "
+            f"({summary['rows_discarded']}): rows were lost")
     if not summary["examples_written"]:
         return [*problems, "no example was written"]
     if rules.pinned_from is None:

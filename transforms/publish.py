@@ -53,10 +53,11 @@ class PublishOutput(beam.PTransform):
     """Renames the shards into place, copies the transform_fn, writes OUTPUT/summary.json.
 
     Input: a dict of PCollections: "shards" (ShardWritten), "dead_letter_reasons"
-    (reason codes), "row_counts" (counts that sum to the rows read),
-    "train_label_rows" ((label, TRAIN rows carrying it)), "duplicates_by_splits" ("kept
-    split/copy split", copies) and "written" (anything that must be complete first: the
-    transform_fn, the dead letters, the duplicates).
+    (reason codes), "row_counts" (counts that sum to the rows read), "rows_discarded"
+    (one count: the DISCARD rows among them), "train_label_rows" ((label, TRAIN rows
+    carrying it)), "duplicates_by_splits" ("kept split/copy split", copies) and
+    "written" (anything that must be complete first: the transform_fn, the dead letters,
+    the duplicates).
     `temp_dir` holds the temp shards and what is staged; `tft_dir` is tf.Transform's
     working folder, where WriteTransformFn wrote the transform_fn. Both are removed
     once the run has succeeded. With label_mode "detection" it also writes
@@ -92,12 +93,13 @@ class PublishOutput(beam.PTransform):
                     shards=beam.pvalue.AsList(inputs["shards"]),
                     errors_by_reason=beam.pvalue.AsDict(errors_by_reason),
                     row_counts=beam.pvalue.AsList(inputs["row_counts"]),
+                    rows_discarded=beam.pvalue.AsSingleton(inputs["rows_discarded"]),
                     train_label_rows=beam.pvalue.AsDict(inputs["train_label_rows"]),
                     duplicates=beam.pvalue.AsDict(inputs["duplicates_by_splits"]),
                     written=beam.pvalue.AsList(written)))
 
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
-                 row_counts: list[int], train_label_rows: dict[str, int],
+                 row_counts: list[int], rows_discarded: int, train_label_rows: dict[str, int],
                  duplicates: dict[str, int], written: list[Any]) -> dict[str, Any]:
         files = name_shards(shards, self._compression)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
@@ -112,7 +114,7 @@ class PublishOutput(beam.PTransform):
                 summary = json.load(file)
         else:
             summary = self._prepare(files, errors_by_reason, sum(row_counts), duplicates,
-                                    written)
+                                    written, rows_discarded)
             _write_json(prepared, summary)
         problems = outcome_problems(summary, train_label_rows, self._rules)
         if problems:  # nothing is published; the temp dir stays, as evidence
@@ -141,7 +143,7 @@ class PublishOutput(beam.PTransform):
 
     def _prepare(self, files: dict[str, list[tuple[str, ShardWritten]]],
                  errors_by_reason: dict[str, int], rows_read: int, duplicates: dict[str, int],
-                 written: list[Any]) -> dict[str, Any]:
+                 written: list[Any], rows_discarded: int) -> dict[str, Any]:
         """The summary, from the staged transform_fn's vocabularies; stages the TFDS
         metadata and, for detection, label_map.pbtxt."""
         staged = staged_dir(self._temp_dir)
@@ -152,7 +154,7 @@ class PublishOutput(beam.PTransform):
                       for word in transform_output.vocabulary_by_name(LABEL_VOCABULARY)]
         summary = build_summary(files, errors_by_reason, rows_read, vocabulary,
                                 error_files=_written_names(written, "errors-"),
-                                run_info=self._run_info)
+                                run_info=self._run_info, rows_discarded=rows_discarded)
         summary["run_id"] = self._run_id
         summary["vocabulary_pinned_from"] = self._rules.pinned_from
         summary["vocabulary"] |= {
@@ -306,8 +308,11 @@ def delete_tree(folder: str) -> None:
 def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
                   errors_by_reason: dict[str, int], rows_read: int,
                   vocabulary: Sequence[str], error_files: list[str],
-                  run_info: dict[str, Any]) -> dict[str, Any]:
-    """summary.json: counts per split and label, shard files, errors and the accounting."""
+                  run_info: dict[str, Any], rows_discarded: int = 0) -> dict[str, Any]:
+    """summary.json: counts per split and label, shard files, errors and the accounting.
+
+    `rows_discarded`: DISCARD rows, read but left out on purpose (no error).
+    """
     known = set(vocabulary)
     splits = {}
     for split in SPLITS:
@@ -334,7 +339,8 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
         "examples_written": sum(split["examples"] for split in splits.values()),
         "rows_in_examples": rows_in_examples,  # more than examples with detection boxes
         "rows_dead_lettered": rows_dead_lettered,
-        "accounted": rows_read == rows_in_examples + rows_dead_lettered,
+        "rows_discarded": rows_discarded,
+        "accounted": rows_read == rows_in_examples + rows_dead_lettered + rows_discarded,
         "error_fraction": rows_dead_lettered / rows_read if rows_read else 0.0,
         "splits": splits,
         "empty_splits": [split for split in SPLITS if not splits[split]["examples"]],

@@ -18,18 +18,10 @@ from apache_beam.metrics import Metrics
 
 from transforms.coco import is_coco, read_coco
 from transforms.dead_letters import DeadLetter
-from transforms.manifest import (DEAD_LETTERS, ManifestError, ManifestRow, RowRules,
-                                 is_jsonl, read_csv, read_header, read_jsonl)
+from transforms.manifest import (DEAD_LETTERS, DISCARDED, DiscardedRow, ManifestError,
+                                 ManifestItem, ManifestRow, RowRules, check_jsonl, is_jsonl, normalise_split,
+                                 read_csv, read_header, read_jsonl)
 from transforms.voc import check_voc, read_voc, xml_glob
-
-# The lead replaces this with transforms.manifest.normalise_split (helper "headers").
-_SPLIT_NAMES = {"train": "train", "validation": "validation", "test": "test",
-                "val": "validation", "valid": "validation", "eval": "validation",
-                "dev": "validation"}
-
-
-def normalise_split(text: str) -> str | None:
-    return _SPLIT_NAMES.get(text.strip().lower())
 
 
 class ManifestSource(NamedTuple):
@@ -54,7 +46,7 @@ class ManifestFormat(Protocol):
     def check(self, source: ManifestSource, rules: RowRules) -> None: ...
 
     def read(self, source: ManifestSource, rules: RowRules
-             ) -> Iterator[ManifestRow | DeadLetter]: ...
+             ) -> Iterator[ManifestItem]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +60,7 @@ class _CsvFormat:
         read_header(source.path, rules)
 
     def read(self, source: ManifestSource, rules: RowRules
-             ) -> Iterator[ManifestRow | DeadLetter]:
+             ) -> Iterator[ManifestItem]:
         return read_csv(source.path, rules, source.split)
 
 
@@ -83,9 +75,10 @@ class _JsonlFormat:
         if rules.extra_columns:
             raise ManifestError(f"{source.path}: --schema columns are read from CSV "
                                 "manifests only")
+        check_jsonl(source.path, rules)
 
     def read(self, source: ManifestSource, rules: RowRules
-             ) -> Iterator[ManifestRow | DeadLetter]:
+             ) -> Iterator[ManifestItem]:
         return read_jsonl(source.path, rules, source.split)
 
 
@@ -96,7 +89,7 @@ class _BoxesOnlyFormat:
     name: str
     title: str
     claims: Callable[[str], bool]
-    reader: Callable[[str, RowRules, str | None], Iterator[ManifestRow | DeadLetter]]
+    reader: Callable[[str, RowRules, str | None], Iterator[ManifestItem]]
     checker: Callable[[str, str | None], None] = lambda path, split: None
 
     def reads(self, path: str) -> bool:
@@ -109,7 +102,7 @@ class _BoxesOnlyFormat:
         self.checker(source.path, source.split)
 
     def read(self, source: ManifestSource, rules: RowRules
-             ) -> Iterator[ManifestRow | DeadLetter]:
+             ) -> Iterator[ManifestItem]:
         return self.reader(source.path, rules, source.split)
 
 
@@ -156,21 +149,26 @@ def format_of(path: str) -> str:
 def check_sources(sources: Sequence[ManifestSource], rules: RowRules) -> None:
     """Each source's format's checks before the job; raises ManifestError."""
     for source in sources:
+        if source.format != "csv" and (rules.uri_column or rules.label_column):
+            raise ManifestError(f"{source.path}: --uri_column and --label_column name "
+                                "columns of CSV manifests only")
         FORMATS[source.format].check(source, rules)
 
 
 def read_source(source: ManifestSource, rules: RowRules = RowRules()
-                ) -> Iterator[ManifestRow | DeadLetter]:
+                ) -> Iterator[ManifestItem]:
     return FORMATS[source.format].read(source, rules)
 
 
 class _ParseManifestFile(beam.DoFn):
-    """Streams one manifest; valid rows to the main output, the rest as DeadLetters."""
+    """Streams one manifest; valid rows to the main output, the rest as DeadLetters or,
+    for DISCARD rows, DiscardedRows."""
 
     def __init__(self, rules: RowRules) -> None:
         self._rules = rules
         self._rows_read = Metrics.counter("manifest", "rows_read")
         self._rows_rejected = Metrics.counter("manifest", "rows_rejected")
+        self._rows_discarded = Metrics.counter("manifest", "rows_discarded")
 
     def process(self, source: ManifestSource
                 ) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput]:
@@ -179,12 +177,16 @@ class _ParseManifestFile(beam.DoFn):
             if isinstance(item, DeadLetter):
                 self._rows_rejected.inc()
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, item)
+            elif isinstance(item, DiscardedRow):
+                self._rows_discarded.inc()
+                yield beam.pvalue.TaggedOutput(DISCARDED, item)
             else:
                 yield item
 
 
 class ReadManifest(beam.PTransform):
-    """ManifestSources -> ManifestRows (main output) and DeadLetters (DEAD_LETTERS)."""
+    """ManifestSources -> ManifestRows (main output), DeadLetters (DEAD_LETTERS) and the
+    DISCARD rows (DISCARDED)."""
 
     def __init__(self, sources: Sequence[ManifestSource], rules: RowRules = RowRules()
                  ) -> None:
@@ -197,4 +199,4 @@ class ReadManifest(beam.PTransform):
                 | "ManifestFiles" >> beam.Create(self._sources)
                 | "ParseRows" >> beam.ParDo(
                     _ParseManifestFile(self._rules)).with_outputs(
-                    DEAD_LETTERS, main="rows"))
+                    DEAD_LETTERS, DISCARDED, main="rows"))
