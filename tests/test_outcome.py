@@ -6,6 +6,7 @@ from transforms.outcome import Failure, PublishRules, outcome_problems, unwritte
 def summary(vocabulary, train_labels, rows_read=10, examples=None, dead=0, accounted=True):
     examples = sum(train_labels.values()) if examples is None else examples
     return {"rows_read": rows_read, "rows_in_examples": examples, "rows_dead_lettered": dead,
+            "rows_discarded": 0,
             "examples_written": examples, "accounted": accounted,
             "error_fraction": dead / rows_read, "vocabulary": {"label": vocabulary},
             "splits": {"train": {"labels": train_labels}}}
