@@ -5,12 +5,10 @@ command as for local paths; outputs are read back and checked like the local end
 test. Faults are injected by the proxy in front of each server (see storage_servers.py).
 """
 
-import glob
 import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import pytest
@@ -167,7 +165,7 @@ def test_server_errors_mid_run_become_dead_letters_or_are_retried(gcs, tmp_path)
     assert summary["examples_written"] == len(expected) - 2 and summary["accounted"]
 
 
-def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs):
+def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs, tmp_path):
     data, output = f"{gcs.url}/overwrite/data", f"{gcs.url}/overwrite/out"
     make_dataset(data)
     assert convert(f"{data}/manifest.csv", output, "--num_shards", "2") == 0
@@ -177,14 +175,16 @@ def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs):
 
     # The server refuses the shard uploads: the run fails before anything is published,
     # the earlier output stays whole, and tf.Transform's local working folder is gone.
-    tf_transform_folders = set(glob.glob(f"{tempfile.gettempdir()}/image-tfrecords-*"))
+    # The run has a temp folder of its own, so no other process's folder can show up.
+    temp = tmp_path / "temp"
+    temp.mkdir()
     gcs.proxy.fail(r"uploadType=resumable", 403)
     with pytest.raises(Exception, match="403"):
-        convert(f"{data}/manifest.csv", output, "--overwrite")
+        convert(f"{data}/manifest.csv", output, "--overwrite", "--temp_location", str(temp))
     gcs.proxy.reset()
     assert {path: get(f"{output}/{path}") for path in listing(output)
             if not path.startswith(".tmp-")} == first
-    assert set(glob.glob(f"{tempfile.gettempdir()}/image-tfrecords-*")) == tf_transform_folders
+    assert not list(temp.iterdir())
 
     # The server refuses to copy the shards to their final names (a rename, on GCS): the
     # run fails while publishing. summary.json and the earlier run's shards, even those
