@@ -30,8 +30,8 @@ from apache_beam.metrics import Metrics
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
 from transforms.schema import IMAGE, ExtraColumn, parse_value
+from transforms.splits import SPLITS, normalise_split  # noqa: F401 - shared by all readers
 
-SPLITS = ("train", "validation", "test")
 DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 DEAD_LETTERS = "dead_letters"
 
