@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import itertools
 import sys
 import time
 from collections.abc import Sequence
@@ -14,10 +15,13 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipeline.options import ConvertOptions
 from pipeline.report import format_report
+from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from transforms.folder import check_folder
-from transforms.manifest import ManifestError, find_manifests, is_jsonl, read_header
+from transforms.manifest import (ManifestError, ManifestRow, RowRules, find_manifests, is_jsonl,
+                                 read_header, read_manifest)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_ROWS_PROBED = 10  # rows of a manifest whose images the storage probe may read
 
 
 class UsageError(ValueError):
@@ -107,22 +111,40 @@ def _preflight(convert: ConvertOptions) -> list[str]:
 
 
 def _check_locations(convert: ConvertOptions) -> list[str]:
+    probe_storage(_source_locations(convert))
     if convert.image_folder:
-        check_folder(convert.image_folder)
+        first_images = [check_folder(convert.image_folder)]
         manifests = []
     else:
         manifests = find_manifests(convert.manifest)
+        first_images = _first_image_uris(manifests, convert.row_rules())
     rules = convert.row_rules()
     for manifest in manifests:
         if not is_jsonl(manifest):
             read_header(manifest, rules)
         elif rules.extra_columns:
             raise UsageError(f"{manifest}: --schema columns are read from CSV manifests only")
+    probe_storage(first_images)
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
     if existing and not convert.overwrite:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "
                          "pass --overwrite to replace its contents")
     return manifests
+
+
+def _source_locations(convert: ConvertOptions) -> list[str]:
+    """What the launcher reads first, probed before it is listed or read: the manifest
+    files named without a glob, or the image folder (a trailing / lists it)."""
+    if convert.image_folder:
+        return [convert.image_folder.rstrip("/") + "/"]
+    return [pattern for pattern in convert.manifest if not any(c in pattern for c in "*?[")]
+
+
+def _first_image_uris(manifests: list[str], rules: RowRules) -> list[str]:
+    """The image URIs of the first rows of the first manifests: what the probe reads."""
+    return [row.uri for manifest in manifests[:FILES_PER_SCHEME]
+            for row in itertools.islice(read_manifest(manifest, rules), _ROWS_PROBED)
+            if isinstance(row, ManifestRow)]
 
 
 def _version(distribution: str) -> str:

@@ -27,10 +27,13 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".tif", ".tiff", ".
 _SPLIT_LAYOUT = "ROOT/<split>/<label>/<file>"
 
 
-def check_folder(root: str) -> None:
-    """Fails clearly when `root` holds no file at all; lists at most one file to tell."""
-    if not FileSystems.match([_everything_under(root)], limits=[1])[0].metadata_list:
+def check_folder(root: str) -> str:
+    """The path of a file under `root` (the storage probe reads it); fails clearly when
+    there is none. Lists at most one file."""
+    found = FileSystems.match([_everything_under(root)], limits=[1])[0].metadata_list
+    if not found:
         raise ManifestError(f"image folder not found or empty: {root}")
+    return found[0].path
 
 
 def folder_rows(root: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRACTIONS

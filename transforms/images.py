@@ -117,7 +117,7 @@ def read_image_bytes(uri: str) -> bytes:
         with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as file:
             data = file.read()
     except Exception as error:  # each filesystem raises its own types (e.g. GCS NotFound)
-        status = _http_status(error)
+        status = http_status(error)
         prefix = f"HTTP {status}: " if status else ""
         if isinstance(error, FileNotFoundError) or status == 404 or (
                 status is None and not _exists(uri)):
@@ -128,7 +128,7 @@ def read_image_bytes(uri: str) -> bytes:
     return data
 
 
-def _http_status(error: BaseException) -> int | None:
+def http_status(error: BaseException) -> int | None:
     """The HTTP error status behind a filesystem error, or None (a local error, say).
 
     GCS and S3 errors carry it as `code`; Beam's S3 filesystem raises its 404 as a
