@@ -120,7 +120,21 @@ def expected_row(text: str, layout: Layout, folder: str) -> tuple:
     if not fields[layout.label]:
         return "dead", "missing_label"
     resolved = uri if uri.startswith("/") or "://" in uri else os.path.join(folder, uri)
-    return "row", split, resolved, (fields[layout.label],)
+    return "row", split, normalised(resolved), (fields[layout.label],)
+
+
+def normalised(uri: str) -> str:
+    """`a/./b`, `a/x/../b` and `a//b` are `a/b`; in a URL, below its bucket."""
+    scheme, separator, rest = uri.rpartition("://")
+    prefix, path = (f"{scheme}://{rest.split('/', 1)[0]}", "/" + rest.split("/", 1)[1]) \
+        if separator else ("", uri)
+    parts = []
+    for part in path.split("/"):
+        if part == "..":
+            parts = parts[:-1]
+        elif part not in ("", "."):
+            parts.append(part)
+    return prefix + ("/" if path.startswith("/") else "") + "/".join(parts)
 
 
 def expected_lines(data: bytes, folder: str) -> tuple[Layout, dict[int, tuple]] | ManifestError:

@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import json
 import lzma
+import posixpath
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -244,10 +245,30 @@ def assign_split(uri: str, split_fractions: Sequence[float]) -> str:
 
 
 def resolve_uri(uri: str, folder: str) -> str:
-    """Absolute paths and URLs stay as they are; relative ones are relative to the manifest."""
-    if uri.startswith("/") or "://" in uri:
+    """Relative paths are relative to the manifest's folder; every path is normalised
+    (`a/./b`, `a/x/../b` and `a//b` name `a/b`), so repeated rows, shards and
+    image/source_id see one name per file. A URL's path is normalised after its bucket."""
+    if not (uri.startswith("/") or "://" in uri):
+        uri = _filesystem_of(folder).join(folder, uri)
+    return normalise_path(uri)
+
+
+def normalise_path(uri: str) -> str:
+    """posixpath.normpath of a local path, or of a URL's path after scheme://bucket/."""
+    scheme, separator, rest = uri.partition("://")
+    if not separator:
+        return _normpath(uri)
+    bucket, slash, path = rest.partition("/")
+    if not path:
         return uri
-    return _filesystem_of(folder).join(folder, uri)
+    # Rooted, so ".." cannot climb above the bucket.
+    return f"{scheme}://{bucket}{slash}{_normpath('/' + path)[1:]}"
+
+
+def _normpath(path: str) -> str:
+    # normpath keeps exactly two leading slashes (POSIX leaves their meaning open); on
+    # Linux and in buckets they mean one.
+    return posixpath.normpath("/" + path.lstrip("/") if path.startswith("//") else path)
 
 
 @functools.lru_cache(maxsize=64)
