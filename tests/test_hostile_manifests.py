@@ -341,7 +341,10 @@ def test_every_line_of_a_hostile_manifest_is_one_row_or_one_dead_letter(manifest
             split = written if written in SPLITS else assign_split(row.uri,
                                                                    DEFAULT_SPLIT_FRACTIONS)
             assert by_line[line][:2] == ("row", split)
-            assert by_line[line][2].endswith(row.uri) and by_line[line][3] == (row.label,)
+            absolute = row.uri.startswith("/") or "://" in row.uri
+            assert by_line[line][2] == normalised(
+                row.uri if absolute else os.path.join(folder, row.uri))
+            assert by_line[line][3] == (row.label,)
 
 
 def test_the_oracle_reads_the_readme_examples_as_the_readme_says():
