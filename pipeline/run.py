@@ -116,15 +116,14 @@ def _check_locations(convert: ConvertOptions) -> list[str]:
         first_images = [check_folder(convert.image_folder)]
         manifests = []
     else:
-        manifests = find_manifests(convert.manifest)
-        first_images = _first_image_uris(manifests, convert.row_rules())
+        manifests, first_images = find_manifests(convert.manifest), []
     rules = convert.row_rules()
     for manifest in manifests:
         if not is_jsonl(manifest):
             read_header(manifest, rules)
         elif rules.extra_columns:
             raise UsageError(f"{manifest}: --schema columns are read from CSV manifests only")
-    probe_storage(first_images)
+    probe_storage(first_images + _first_image_uris(manifests, rules))
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
     if existing and not convert.overwrite:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "
@@ -134,10 +133,13 @@ def _check_locations(convert: ConvertOptions) -> list[str]:
 
 def _source_locations(convert: ConvertOptions) -> list[str]:
     """What the launcher reads first, probed before it is listed or read: the manifest
-    files named without a glob, or the image folder (a trailing / lists it)."""
+    files named without a glob, or the image folder, and the output folder (a trailing /
+    lists a folder)."""
+    output = convert.output_dir.rstrip("/") + "/"
     if convert.image_folder:
-        return [convert.image_folder.rstrip("/") + "/"]
-    return [pattern for pattern in convert.manifest if not any(c in pattern for c in "*?[")]
+        return [convert.image_folder.rstrip("/") + "/", output]
+    return [*(pattern for pattern in convert.manifest if not any(c in pattern for c in "*?[")),
+            output]
 
 
 def _first_image_uris(manifests: list[str], rules: RowRules) -> list[str]:

@@ -18,7 +18,8 @@ import tensorflow_transform as tft
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from conftest import download, encode, feature, get, listing, photo_like, put, read_examples
+from conftest import (download, encode, feature, get, listing, photo_like, put, read_examples,
+                      tiny_manifest)
 from conftest import BUCKET
 from pipeline import run
 from pipeline.storage_probe import PROBE_SECONDS, probe_storage
@@ -284,6 +285,13 @@ def test_an_unreachable_gcs_host_stops_the_run_naming_what_the_client_retries(
     error = stops_fast(image_manifest(tmp_path, uri), capsys, uri)
     assert f"no answer within {PROBE_SECONDS:g} s; the client retries: " in error
     assert "Connection refused" in error or "ConnectionError" in error
+
+
+def test_an_unreachable_output_bucket_stops_the_run_before_any_listing_hangs(
+        gcs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://{HOST}:{free_port()}")
+    stops_fast(["--manifest", tiny_manifest(tmp_path), "--output_dir", f"{gcs.url}/out"],
+               capsys, f"{gcs.url}/out/")
 
 
 def test_a_stopped_s3_server_stops_the_run(tmp_path, capsys):
