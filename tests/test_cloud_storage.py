@@ -308,11 +308,13 @@ def test_missing_files_in_a_bucket_that_exists_are_no_storage_problem(gcs, s3):
     """They become file_not_found dead letters in the job, as before; the probe goes on
     to the next file of the scheme and stops at the first it reads."""
     put(f"{s3.url}/probe/there.jpg", b"x")
+    put(f"{gcs.url}/probe/other.jpg", b"x")  # the bucket holds a file, not these
     gcs.proxy.reset()
-    probe_storage([f"{gcs.url}/probe/missing.jpg", f"{gcs.url}/probe/also-missing.jpg",
+    probe_storage([f"{gcs.url}/probe/first-missing.jpg", f"{gcs.url}/probe/also-missing.jpg",
                    f"{s3.url}/probe/missing.jpg", f"{s3.url}/probe/there.jpg",
                    f"{s3.url}/probe/never-read.jpg", "/local/paths/are/not/probed.jpg"])
-    assert gcs.proxy.statuses(object_pattern("missing.jpg"))[:1] == [404]
+    assert gcs.proxy.statuses(object_pattern("first-missing.jpg"))[:1] == [404]
+    assert gcs.proxy.statuses(object_pattern("also-missing.jpg"))[:1] == [404]
     assert s3.proxy.statuses(object_pattern("never-read.jpg")) == []
 
 
