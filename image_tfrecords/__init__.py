@@ -89,15 +89,16 @@ class ConversionResult:
                 for name in self.summary["errors"]["files"]]
 
 
-def convert(source: str | pd.DataFrame, output_dir: str, **options: Any) -> ConversionResult:
-    """Converts a manifest (path or glob; a folder of Pascal VOC XMLs is one), an image
-    folder, or a DataFrame.
+def convert(source: str | os.PathLike | Sequence[str | os.PathLike] | pd.DataFrame,
+            output_dir: str, **options: Any) -> ConversionResult:
+    """Converts a manifest (a path or glob; a folder of Pascal VOC XMLs is one), a list of
+    them, an image folder, or a DataFrame.
 
     A DataFrame needs an image URI and a label column named as in a manifest header
     (`image_uri`, `label`, optionally `split`); relative paths in it are relative to the
     current directory, and rows without a split get one from a hash of the URI as given,
     as in a CSV. `schema` may be a dict (see --schema); its columns are kept from a
-    DataFrame too. Raises ValueError for unusable options or a missing source.
+    DataFrame too. Raises ValueError for an unusable source or options, or a missing source.
     """
     from pipeline.options import parse_split_fractions  # noqa: PLC0415
     from transforms.manifest import DEFAULT_SPLIT_FRACTIONS  # noqa: PLC0415
@@ -111,9 +112,24 @@ def convert(source: str | pd.DataFrame, output_dir: str, **options: Any) -> Conv
         with _dataframe_manifest(source, fractions, options.get("temp_location"),
                                  load_schema(options.get("schema"))) as manifest:
             return _convert({"manifest": manifest, **options}, output_dir)
-    if _is_folder(source) and not _is_voc_folder(source):
-        return _convert({"image_folder": source, **options}, output_dir)
-    return _convert({"manifest": source, **options}, output_dir)
+    paths = _source_paths(source)
+    if len(paths) == 1 and _is_image_folder(paths[0]):
+        return _convert({"image_folder": paths[0], **options}, output_dir)
+    return _convert({"manifest": paths, **options}, output_dir)
+
+
+def _source_paths(source: object) -> list[str]:
+    """A path or a list (or tuple) of paths as strings; ValueError for anything else."""
+    sources = list(source) if isinstance(source, (list, tuple)) else [source]
+    if not sources or not all(isinstance(item, (str, os.PathLike)) and os.fspath(item)
+                              for item in sources):
+        raise ValueError(f"source {source!r}: give a manifest path or glob, a list of them, "
+                         "an image folder or a pandas DataFrame")
+    paths = [os.fspath(item) for item in sources]
+    if len(paths) > 1 and any(_is_image_folder(path) for path in paths):
+        raise ValueError(f"source {source!r}: a list holds manifests; convert an image "
+                         "folder on its own")
+    return paths
 
 
 @pd.api.extensions.register_dataframe_accessor("tfrecords")
@@ -201,12 +217,10 @@ def _absolute(uri: str) -> str:
     return uri if "://" in uri or os.path.isabs(uri) else os.path.abspath(uri)
 
 
-def _is_folder(source: str) -> bool:
-    return os.path.isdir(source) or (("://" in source) and source.endswith("/"))
-
-
-def _is_voc_folder(source: str) -> bool:
-    """A folder of Pascal VOC annotation XMLs (or a VOCdevkit year folder) is a manifest."""
+def _is_image_folder(source: str) -> bool:
+    """A folder, but not one of Pascal VOC annotation XMLs (or a VOCdevkit year folder),
+    which is a manifest."""
     from transforms.voc import xml_glob  # noqa: PLC0415
 
-    return xml_glob(source) is not None
+    is_folder = os.path.isdir(source) or (("://" in source) and source.endswith("/"))
+    return is_folder and xml_glob(source) is None

@@ -20,7 +20,8 @@ def load(output_dir: str, split: str = "train", *, batch_size: int | None = 32,
          image_size: int | tuple[int, int] | None = None, shuffle: bool | None = None,
          shuffle_buffer: int = 1024, as_supervised: bool = False, channels: int = 3,
          seed: int | None = None) -> tf.data.Dataset:
-    """The examples of `split` in OUTPUT, local or gs://, gzip-compressed or not.
+    """The examples of `split` (any case; val, valid, eval, dev mean validation) in OUTPUT,
+    local or gs://, gzip-compressed or not.
 
     Elements are dicts of every key in summary.json's `features`: each image key decoded
     to `channels` channels (uint8, or float32 in [0, 255] resized to `image_size`), list
@@ -32,6 +33,7 @@ def load(output_dir: str, split: str = "train", *, batch_size: int | None = 32,
     unbatched; without `image_size`, batched images are ragged.
     """
     output = Output.read(output_dir)
+    split = output.split_name(split)
     paths = [path for path, _ in output.shards(split)]
     if not paths:
         raise ValueError(f"split {split!r} of {output_dir} has no examples")

@@ -14,6 +14,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from transforms.splits import SPLIT_NAMES, normalise_split
+
 # As transforms/publish.py and transforms/labels.py write them (those import Beam and
 # tf.Transform); tests/test_output.py checks that they agree.
 SUMMARY_FILE = "summary.json"
@@ -95,13 +97,22 @@ class Output:
         vocabulary) that `--unseen_label oov` gives unseen labels."""
         return len(self.vocabulary) + (self.summary["options"]["unseen_label"] == "oov")
 
-    def shards(self, split: str) -> list[tuple[str, int]]:
-        """(path, records) of each shard of `split`, in shard order."""
-        if split not in self.summary["splits"]:
-            raise ValueError(f"unknown split {split!r}: the output has "
+    def split_name(self, split: str) -> str:
+        """The output's name for `split` as a user writes it ("TRAIN", "Validation",
+        "val"...); ValueError when it is no split or the output has none of it."""
+        name = normalise_split(split)
+        if name is None:
+            raise ValueError(f"unknown split {split!r}: give one of {SPLIT_NAMES}")
+        if name not in self.summary["splits"]:
+            raise ValueError(f"split {split!r}: the output has only "
                              f"{', '.join(self.summary['splits'])}")
+        return name
+
+    def shards(self, split: str) -> list[tuple[str, int]]:
+        """(path, records) of each shard of `split` (any case, see split_name), in
+        shard order."""
         return [(self.path(shard["file"]), shard["records"])
-                for shard in self.summary["splits"][split]["shards"]]
+                for shard in self.summary["splits"][self.split_name(split)]["shards"]]
 
     def parse_spec(self) -> dict[str, tf.io.FixedLenFeature | tf.io.RaggedFeature]:
         """tf.io.parse_example's spec for every key: lists as RaggedFeature (1-D per example)."""

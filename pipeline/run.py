@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import itertools
 import sys
 import time
 from collections.abc import Sequence
@@ -14,13 +15,16 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipeline.options import ConvertOptions, unknown_option_problem
 from pipeline.report import format_report
+from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from transforms.folder import check_folder
-from transforms.manifest import ManifestError
+from transforms.manifest import ManifestError, ManifestRow, RowRules
 from transforms.outcome import RunFailed
-from transforms.sources import ManifestSource, check_sources, find_manifests
+from transforms.sources import (ManifestSource, check_sources, find_manifests, read_source,
+                                split_and_path)
 from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_ROWS_PROBED = 10  # rows of a manifest whose images the storage probe may read
 
 
 class UsageError(ValueError):
@@ -119,17 +123,42 @@ def _preflight(convert: ConvertOptions) -> list[ManifestSource]:
 
 
 def _check_locations(convert: ConvertOptions) -> list[ManifestSource]:
+    probe_storage(_source_locations(convert))
     if convert.image_folder:
-        check_folder(convert.image_folder)
+        first_images = [check_folder(convert.image_folder)]
         manifests = []
     else:
-        manifests = find_manifests(convert.manifest)
-    check_sources(manifests, convert.row_rules())
+        manifests, first_images = find_manifests(convert.manifest), []
+    rules = convert.row_rules()
+    check_sources(manifests, rules)
+    probe_storage(first_images + _first_image_uris(manifests, rules))
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
     if existing and not convert.overwrite:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "
                          "pass --overwrite to replace its contents")
     return manifests
+
+
+def _source_locations(convert: ConvertOptions) -> list[str]:
+    """What the launcher reads first, probed before it is listed or read: the manifest
+    files named without a glob, or the image folder, and the output folder (a trailing /
+    lists a folder)."""
+    output = convert.output_dir.rstrip("/") + "/"
+    if convert.image_folder:
+        return [convert.image_folder.rstrip("/") + "/", output]
+    paths = (split_and_path(argument)[1] for argument in convert.manifest)
+    return [*(path for path in paths if not any(c in path for c in "*?[")), output]
+
+
+def _first_image_uris(manifests: list[ManifestSource], rules: RowRules) -> list[str]:
+    """The image URIs of the first rows of the first manifests: what the probe reads.
+
+    Not from COCO files: their first row comes only after their image table is read.
+    """
+    readable = [source for source in manifests if source.format != "coco"]
+    return [row.uri for source in readable[:FILES_PER_SCHEME]
+            for row in itertools.islice(read_source(source, rules), _ROWS_PROBED)
+            if isinstance(row, ManifestRow)]
 
 
 def _version(distribution: str) -> str:

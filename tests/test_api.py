@@ -40,11 +40,14 @@ def test_dataframe_with_relative_paths_and_some_splits_missing(photos):
     assert not [n for n in os.listdir(root) if n.startswith("manifest-")]
 
 
-def test_convert_from_a_csv_and_from_a_folder(photos):
+def test_convert_from_a_list_of_csvs_and_from_a_folder(photos):
     root, names = photos
-    (root / "m.csv").write_text("".join(f"train,{n},cat\n" for n in names))
-    result = image_tfrecords.convert(str(root / "m.csv"), str(root / "a"), num_shards=2)
+    (root / "m.csv").write_text("".join(f"train,{n},cat\n" for n in names[:4]))
+    (root / "n.csv").write_text("".join(f"train,{n},cat\n" for n in names[4:]))
+    result = image_tfrecords.convert([str(root / "m.csv"), root / "n.csv"], str(root / "a"),
+                                     num_shards=2)
     assert result.examples == {"train": 6, "validation": 0, "test": 0}
+    assert result.summary["manifests"] == [str(root / "m.csv"), str(root / "n.csv")]
     # Shards are chosen by a hash of the resolved URI: both get images unless the hash
     # happens to put all six in one (the temp folder's name decides).
     used = {shard_of(str(root / name), 2) for name in names}
@@ -73,6 +76,10 @@ def test_a_failed_run_is_reported_not_raised_and_bad_options_raise(photos):
         image_tfrecords.convert(str(root / "m.csv"), str(root / "other"), jpeg_quality=0)
     with pytest.raises(ValueError, match="needs an image_uri"):
         image_tfrecords.convert(pd.DataFrame({"file": names}), str(root / "other"))
+    for unusable in (0, None, "", [], [0], (str(root / "m.csv"), None), b"m.csv",
+                     [str(root / "m.csv"), str(root / "img")]):
+        with pytest.raises(ValueError, match=r"^source .*: (give a manifest path|a list holds)"):
+            image_tfrecords.convert(unusable, str(root / "other"))
     with pytest.raises(ValueError, match="no_wait_until_finish"):
         image_tfrecords.convert(str(root / "m.csv"), str(root / "other"), no_wait_until_finish=True)
     assert not (root / "other").exists()

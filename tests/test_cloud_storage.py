@@ -5,12 +5,11 @@ command as for local paths; outputs are read back and checked like the local end
 test. Faults are injected by the proxy in front of each server (see storage_servers.py).
 """
 
-import glob
 import json
 import os
 import subprocess
 import sys
-import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -19,10 +18,14 @@ import tensorflow_transform as tft
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from conftest import download, encode, feature, get, listing, photo_like, put, read_examples
+from conftest import (download, encode, feature, get, listing, photo_like, put, read_examples,
+                      tiny_manifest)
+from conftest import BUCKET
 from pipeline import run
-from storage_servers import HOST, free_port, object_pattern
+from pipeline.storage_probe import PROBE_SECONDS, probe_storage
+from storage_servers import HOST, S3Server, free_port, object_pattern
 from transforms.manifest import resolve_uri
+from transforms.shards import mean_file_size
 
 LABELS = ("cat", "dog")
 
@@ -167,7 +170,7 @@ def test_server_errors_mid_run_become_dead_letters_or_are_retried(gcs, tmp_path)
     assert summary["examples_written"] == len(expected) - 2 and summary["accounted"]
 
 
-def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs):
+def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs, tmp_path):
     data, output = f"{gcs.url}/overwrite/data", f"{gcs.url}/overwrite/out"
     make_dataset(data)
     assert convert(f"{data}/manifest.csv", output, "--num_shards", "2") == 0
@@ -177,14 +180,16 @@ def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs):
 
     # The server refuses the shard uploads: the run fails before anything is published,
     # the earlier output stays whole, and tf.Transform's local working folder is gone.
-    tf_transform_folders = set(glob.glob(f"{tempfile.gettempdir()}/image-tfrecords-*"))
+    # The run has a temp folder of its own, so no other process's folder can show up.
+    temp = tmp_path / "temp"
+    temp.mkdir()
     gcs.proxy.fail(r"uploadType=resumable", 403)
     with pytest.raises(Exception, match="403"):
-        convert(f"{data}/manifest.csv", output, "--overwrite")
+        convert(f"{data}/manifest.csv", output, "--overwrite", "--temp_location", str(temp))
     gcs.proxy.reset()
     assert {path: get(f"{output}/{path}") for path in listing(output)
             if not path.startswith(".tmp-")} == first
-    assert set(glob.glob(f"{tempfile.gettempdir()}/image-tfrecords-*")) == tf_transform_folders
+    assert not list(temp.iterdir())
 
     # The server refuses to copy the shards to their final names (a rename, on GCS): the
     # run fails while publishing. summary.json and the earlier run's shards, even those
@@ -236,3 +241,91 @@ def test_hdfs_image_uris_resolve_against_the_manifest_folder(full_urls, manifest
     folder = FileSystems.split(manifest)[0]
     assert resolve_uri("img/a.jpg", folder) == image
     assert resolve_uri("hdfs://elsewhere/b.jpg", folder) == "hdfs://elsewhere/b.jpg"
+
+
+# --- fail fast on storage -------------------------------------------------------------------
+# Before the job, the launcher reads the first images of each remote scheme with one short
+# deadline (pipeline/storage_probe.py). Each case here took minutes of retries before.
+
+def stops_fast(argv, capsys, uri):
+    """Runs the command line; asserts it stopped in seconds with one line naming `uri`.
+    Returns that line."""
+    started = time.monotonic()
+    assert run.main(argv) == run.EXIT_USAGE
+    assert time.monotonic() - started < PROBE_SECONDS + 5
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: cannot use the storage: {uri}: ") and error.count("\n") == 1
+    return error
+
+
+def image_manifest(tmp_path, *uris):
+    (tmp_path / "m.csv").write_text("".join(f"train,{uri},cat\n" for uri in uris))
+    return ["--manifest", str(tmp_path / "m.csv"), "--output_dir", str(tmp_path / "out")]
+
+
+def test_a_bucket_that_does_not_exist_stops_the_run(gcs, tmp_path, capsys):
+    uri = "gs://no-such-bucket/img/a.jpg"
+    error = stops_fast(image_manifest(tmp_path, uri, "gs://no-such-bucket/img/b.jpg"),
+                       capsys, uri)
+    assert "cannot list gs://no-such-bucket/: " in error and "404" in error
+
+
+def test_a_forbidden_bucket_stops_the_run_with_the_status(gcs, tmp_path, capsys):
+    put(f"{gcs.url}/forbidden/a.jpg", encode(photo_like(8, 8, 1), "JPEG"))
+    gcs.proxy.fail(object_pattern("forbidden/a.jpg"), 403)
+    error = stops_fast(image_manifest(tmp_path, f"{gcs.url}/forbidden/a.jpg"), capsys,
+                       f"{gcs.url}/forbidden/a.jpg")
+    assert "HTTP 403" in error or "403 GET" in error
+
+
+def test_an_unreachable_gcs_host_stops_the_run_naming_what_the_client_retries(
+        gcs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://{HOST}:{free_port()}")
+    uri = f"{gcs.url}/img/a.jpg"
+    error = stops_fast(image_manifest(tmp_path, uri), capsys, uri)
+    assert f"no answer within {PROBE_SECONDS:g} s; the client retries: " in error
+    assert "Connection refused" in error or "ConnectionError" in error
+
+
+def test_an_unreachable_output_bucket_stops_the_run_before_any_listing_hangs(
+        gcs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://{HOST}:{free_port()}")
+    stops_fast(["--manifest", tiny_manifest(tmp_path), "--output_dir", f"{gcs.url}/out"],
+               capsys, f"{gcs.url}/out/")
+
+
+def test_a_stopped_s3_server_stops_the_run(tmp_path, capsys):
+    server = S3Server()
+    server.create_bucket(BUCKET)
+    server.stop()
+    uri = f"s3://{BUCKET}/img/a.jpg"
+    stops_fast([*image_manifest(tmp_path, uri), "--s3_endpoint_url", server.url,
+                "--s3_region_name", "us-east-1", "--s3_access_key_id", "AKIAPROBE",
+                "--s3_secret_access_key", "probe"], capsys, uri)
+
+
+def test_missing_files_in_a_bucket_that_exists_are_no_storage_problem(gcs, s3):
+    """They become file_not_found dead letters in the job, as before; the probe goes on
+    to the next file of the scheme and stops at the first it reads."""
+    put(f"{s3.url}/probe/there.jpg", b"x")
+    put(f"{gcs.url}/probe/other.jpg", b"x")  # the bucket holds a file, not these
+    gcs.proxy.reset()
+    probe_storage([f"{gcs.url}/probe/first-missing.jpg", f"{gcs.url}/probe/also-missing.jpg",
+                   f"{s3.url}/probe/missing.jpg", f"{s3.url}/probe/there.jpg",
+                   f"{s3.url}/probe/never-read.jpg", "/local/paths/are/not/probed.jpg"])
+    assert gcs.proxy.statuses(object_pattern("first-missing.jpg"))[:1] == [404]
+    assert gcs.proxy.statuses(object_pattern("also-missing.jpg"))[:1] == [404]
+    assert s3.proxy.statuses(object_pattern("never-read.jpg")) == []
+
+
+def test_the_size_estimate_stats_its_sample_at_once_within_a_bound(gcs, tmp_path, monkeypatch):
+    """32 files on a host that does not answer cost the bound once, not 32 retry loops;
+    the files that answered make the estimate."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://{HOST}:{free_port()}")
+    for name, size in (("a.jpg", 100), ("b.jpg", 300)):
+        (tmp_path / name).write_bytes(b"x" * size)
+    sample = [str(tmp_path / "a.jpg"), str(tmp_path / "b.jpg"), str(tmp_path / "missing.jpg"),
+              *(f"{gcs.url}/unreachable/{i}.jpg" for i in range(32))]
+    started = time.monotonic()
+    assert mean_file_size(sample, seconds=2) == 200
+    assert time.monotonic() - started < 4

@@ -380,31 +380,6 @@ def test_several_manifests_without_splits_make_one_output(tmp_path):
     assert len(summary["manifests"]) == 2
 
 
-def test_an_image_folder_converts_like_a_manifest(tmp_path):
-    root = tmp_path / "photos"
-    for i, relative in enumerate(["train/cat/0.jpg", "train/dog/1.jpg", "train/cat/2.png",
-                                  "test/dog/3.jpg", "cat/4.jpg", "dog/5.jpg"]):
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(encode(photo_like(18, 14, i), "PNG" if relative.endswith("png")
-                                else "JPEG"))
-    (root / "README.txt").write_text("not an image")
-    assert run.main(["--image_folder", str(root), "--output_dir", str(tmp_path / "out"),
-                     "--unseen_label", "oov"]) == 0
-    found = {}
-    for split in ("train", "validation", "test"):
-        for example in read_examples(f"{tmp_path}/out/{split}-*.tfrecord"):
-            relative = feature(example, "image/source_id").decode()[len(str(root)) + 1:]
-            found[relative] = (split, feature(example, "image/class/text").decode())
-    expected = {"train/cat/0.jpg": ("train", "cat"), "train/dog/1.jpg": ("train", "dog"),
-                "train/cat/2.png": ("train", "cat"), "test/dog/3.jpg": ("test", "dog"),
-                "cat/4.jpg": (assign_split("cat/4.jpg", (0.8, 0.1, 0.1)), "cat"),
-                "dog/5.jpg": (assign_split("dog/5.jpg", (0.8, 0.1, 0.1)), "dog")}
-    assert found == expected
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["image_folder"] == str(root) and summary["accounted"]
-
-
 def test_give_either_a_manifest_or_a_folder(tmp_path, capsys):
     assert run.main(["--output_dir", str(tmp_path / "out")]) == run.EXIT_USAGE
     assert "give either --manifest or --image_folder" in capsys.readouterr().err

@@ -19,10 +19,11 @@ from apache_beam.io.filesystems import FileSystems  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from PIL import ExifTags, Image, ImageFile, ImageOps  # noqa: E402
 
-from conftest import put  # noqa: E402
+from conftest import photo_like, put  # noqa: E402
 from storage_servers import HOST, free_port, object_pattern  # noqa: E402
 from transforms.images import (  # noqa: E402
-    REASONS, ImageRejected, ImageSettings, PreparedImage, prepare_image, read_image_bytes)
+    REASONS, ImageRejected, ImageSettings, PreparedImage, _is_lossy_webp, prepare_image,
+    read_image_bytes)
 
 KEEP = ImageSettings()
 
@@ -212,7 +213,7 @@ def _lossless_cases():
     deep = np.random.default_rng(7).integers(0, 65536, (20, 30), dtype=np.uint16)
     deep_big_endian = Image.frombytes("I;16B", (30, 20), deep.astype(">u2").tobytes())
     cmyk = Image.frombytes("CMYK", (30, 20), alpha4.tobytes())
-    lossy_webp = encode(Image.fromarray(colour), "WEBP", quality=60)
+    lossy_webp_alpha = encode(Image.fromarray(alpha4), "WEBP", quality=60)
     cases = [
         ("GIF", encode(palette, "GIF"), "GIF", pixels_of(palette.convert("RGB")), tf.uint8),
         ("GIF transparent", gif_transparent, "GIF",
@@ -234,8 +235,8 @@ def _lossless_cases():
          colour, tf.uint8),
         ("WebP lossless RGBA", encode(Image.fromarray(alpha4), "WEBP", lossless=True), "WEBP",
          alpha4, tf.uint8),
-        ("WebP lossy", lossy_webp, "WEBP", pixels_of(Image.open(io.BytesIO(lossy_webp))),
-         tf.uint8),
+        ("WebP lossy RGBA", lossy_webp_alpha, "WEBP",
+         pixels_of(Image.open(io.BytesIO(lossy_webp_alpha))), tf.uint8),
     ]
     return [pytest.param(*case[1:], id=case[0]) for case in cases]
 
@@ -248,6 +249,29 @@ def test_formats_tf_cannot_take_become_png_with_the_same_pixels(data, source_for
                                                                     "format")
     assert (image.width, image.height) == (30, 20)
     np.testing.assert_array_equal(decoded(image, dtype), expected)
+
+
+@pytest.mark.parametrize("quality", [60, 95])
+def test_lossy_webp_becomes_jpeg_close_to_its_pixels_and_far_smaller_than_png(quality):
+    source = photo_like(160, 120, seed=3)
+    webp = encode(source, "WEBP", quality=quality)
+    image = prepare_image(webp, KEEP)
+    assert (image.format, image.source_format, image.reencoded, image.channels) == (
+        "jpeg", "WEBP", "format", 3)
+    webp_pixels = pixels_of(Image.open(io.BytesIO(webp))).astype(int)
+    assert np.abs(decoded(image).astype(int) - webp_pixels).mean() < 4  # JPEG q95 of noise
+    as_png = prepare_image(webp, ImageSettings(image_format="png")).encoded
+    assert len(image.encoded) * 3 < len(as_png)
+
+
+def test_webp_kinds_are_told_apart_by_their_bitstream_chunk():
+    colour = photo_like(30, 20, seed=1)
+    assert _is_lossy_webp(encode(colour, "WEBP", quality=80))
+    assert _is_lossy_webp(encode(colour.convert("RGBA"), "WEBP", quality=80))  # VP8X + ALPH
+    assert not _is_lossy_webp(encode(colour, "WEBP", lossless=True))
+    with_exif = encode(colour, "WEBP", quality=80, exif=Image.Exif().tobytes())
+    assert with_exif[12:16] == b"VP8X" and _is_lossy_webp(with_exif)
+    assert not _is_lossy_webp(b"RIFF\x04\x00\x00\x00WEBP")
 
 
 def test_palette_without_transparency_stays_a_palette_png():

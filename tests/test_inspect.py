@@ -4,6 +4,7 @@ import csv
 import hashlib
 
 import numpy as np
+import pytest
 from PIL import Image, ImageColor
 
 from conftest import BOX_ROWS, read_examples
@@ -34,14 +35,17 @@ def test_first_records_become_their_stored_files_and_a_csv_row_each(sample_outpu
     assert {row["record"] for row in rows} == {str(i) for i in range(20)}
 
 
-def test_asking_for_more_records_than_the_split_has_writes_them_all(sample_output, tmp_path):
-    rows = inspect(sample_output, tmp_path / "look", "--split", "validation", "-n", "100")
+@pytest.mark.parametrize("split", ["validation", "VALIDATION", "val", "Dev"])
+def test_asking_for_more_records_than_the_split_has_writes_them_all(sample_output, tmp_path,
+                                                                    split):
+    rows = inspect(sample_output, tmp_path / "look", "--split", split, "-n", "100")
     assert len(rows) == 6 and len(list((tmp_path / "look").glob("0*"))) == 6
 
 
 def test_an_unknown_split_is_a_usage_error(sample_output, tmp_path, capsys):
-    assert inspect_main([str(sample_output), "--split", "dev", "--out", str(tmp_path)]) == 2
-    assert "unknown split 'dev'" in capsys.readouterr().err
+    assert inspect_main([str(sample_output), "--split", "holdout", "--out", str(tmp_path)]) == 2
+    assert "unknown split 'holdout': give one of train, validation, test" in (
+        capsys.readouterr().err)
 
 
 def test_detection_records_get_an_overlay_with_their_boxes(boxes_output, tmp_path):

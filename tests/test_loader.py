@@ -63,9 +63,22 @@ def test_train_is_shuffled_anew_each_pass_other_splits_read_in_a_fixed_order(sam
         dataset = image_tfrecords.load(str(sample_output), split, batch_size=None)
         return [element["image/key/sha256"].numpy() for element in dataset]
 
-    first, second = order("train"), order("train")
+    first, second = order("train"), order("TRAIN")
     assert first != second and sorted(first) == sorted(second)
-    assert order("validation") == order("validation")
+    assert order("validation") == order("Validation") == order("val") == order("eval")
+
+
+def test_a_split_is_named_in_any_case_and_an_unknown_one_is_refused(sample_output, tmp_path):
+    output = image_tfrecords.Output.read(str(sample_output))
+    assert output.shards("Test") == output.shards("test") and output.shards("DEV")
+    with pytest.raises(ValueError, match="unknown split 'holdout': give one of train"):
+        image_tfrecords.load(str(sample_output), "holdout")
+    copy = copy_output(sample_output, tmp_path / "copy")
+    summary = json.loads((copy / "summary.json").read_text())
+    del summary["splits"]["test"]
+    (copy / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match="split 'TEST': the output has only train, validation"):
+        image_tfrecords.Output.read(str(copy)).shards("TEST")
 
 
 def test_gzip_output_loads_the_same_examples(sample_output, gzip_output):

@@ -137,6 +137,32 @@ def test_resolve_uri():
     assert resolve_uri("/abs.jpg", "gs://b/dir") == "/abs.jpg"
 
 
+@pytest.mark.parametrize("written, folder, resolved", [
+    ("../img/./a.jpg", "/data/manifests", "/data/img/a.jpg"),
+    ("img//a.jpg", "/data", "/data/img/a.jpg"),
+    ("/x/../y//./a.jpg", "/data", "/y/a.jpg"),
+    ("//x/a.jpg", "/data", "/x/a.jpg"),
+    ("../img/a.jpg", "gs://b/data", "gs://b/img/a.jpg"),
+    ("gs://b/data/../img//a.jpg", "/data", "gs://b/img/a.jpg"),
+    ("s3://b/../../a.jpg", "/data", "s3://b/a.jpg"),  # never above the bucket
+    ("gs://b//a.jpg", "/data", "gs://b/a.jpg"),
+    ("hdfs://datasets/pets/./a.jpg", "/data", "hdfs://datasets/pets/a.jpg"),
+])
+def test_resolved_uris_are_normalised_so_one_file_has_one_name(written, folder, resolved):
+    assert resolve_uri(written, folder) == resolved
+
+
+def test_a_row_keeps_its_split_from_the_uri_as_written_and_gets_the_normalised_uri(tmp_path):
+    """Splits of existing manifests do not move: UNASSIGNED rows hash what was written."""
+    written = [f"img/{i}/../a{i}.jpg" for i in range(40)]
+    path = write(tmp_path / "m.csv", "".join(f"UNASSIGNED,{uri},cat\n" for uri in written))
+    rows = list(read_manifest(path))
+    assert [row.uri for row in rows] == [str(tmp_path / f"img/a{i}.jpg") for i in range(40)]
+    assert [row.split for row in rows] == [assign_split(uri, (0.8, 0.1, 0.1)) for uri in written]
+    assert [row.split for row in rows] != [assign_split(f"img/a{i}.jpg", (0.8, 0.1, 0.1))
+                                           for i in range(40)]
+
+
 @pytest.mark.parametrize("text", [
     "UNASSIGNED,img/a.jpg,cat\n", "unassigned,img/a.jpg,cat\n", ",img/a.jpg,cat\n",
     "img/a.jpg,cat\n", "image_uri,label\nimg/a.jpg,cat\n", "label,path\ncat,img/a.jpg\n",

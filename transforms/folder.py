@@ -1,4 +1,4 @@
-"""Reads an image folder, `ROOT/<SPLIT>/<label>/<file>` or `ROOT/<label>/<file>`, as rows.
+"""Reads an image folder, `ROOT/<split>/<label>/<file>` or `ROOT/<label>/<file>`, as rows.
 
 The folder is listed by a worker with Beam's FileSystems.match (`ROOT/**`: the same on
 local disks and buckets, which have no real directories), never walked by the launcher.
@@ -14,43 +14,83 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms.dead_letters import DeadLetter
-from transforms.manifest import (DEAD_LETTERS, DEFAULT_SPLIT_FRACTIONS, SPLITS, ManifestError,
-                                 ManifestRow, assign_split)
+from transforms.manifest import (DEAD_LETTERS, DEFAULT_SPLIT_FRACTIONS, ManifestError,
+                                 ManifestRow, assign_split, normalise_split)
+from transforms.splits import SPLIT_NAMES
 
-NOT_IN_LABEL_FOLDER = "not_in_label_folder"
+NOT_IN_LABEL_FOLDER = "not_in_label_folder"  # a file not at the depth of the layout
+NOT_IN_SPLIT_FOLDER = "not_in_split_folder"  # split folders exist; this top folder is none
+LABEL_IS_SPLIT_NAME = "label_is_split_name"  # e.g. train/val/x.jpg: a split is no class
 # What Keras' image_dataset_from_directory reads too; other files (.DS_Store, notes) are
 # not images a user meant to convert.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp")
+_SPLIT_LAYOUT = "ROOT/<split>/<label>/<file>"
 
 
-def check_folder(root: str) -> None:
-    """Fails clearly when `root` holds no file at all; lists at most one file to tell."""
-    if not FileSystems.match([_everything_under(root)], limits=[1])[0].metadata_list:
+def check_folder(root: str) -> str:
+    """The path of a file under `root` (the storage probe reads it); fails clearly when
+    there is none. Lists at most one file."""
+    found = FileSystems.match([_everything_under(root)], limits=[1])[0].metadata_list
+    if not found:
         raise ManifestError(f"image folder not found or empty: {root}")
+    return found[0].path
 
 
 def folder_rows(root: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRACTIONS
                 ) -> Iterator[ManifestRow | DeadLetter]:
-    """Every image file under `root` as a ManifestRow; a file at the wrong depth as a DeadLetter.
+    """Every image file under `root` as a ManifestRow; a misplaced one as a DeadLetter.
 
-    `line` is 0 and `raw` the path relative to `root`: a folder has no lines.
+    Once any top-level folder is a split name (normalise_split: `val`, `Train`...), the
+    whole tree is read as ROOT/<split>/<label>/<file>, so a split never becomes a class;
+    otherwise as ROOT/<label>/<file>, the split assigned from the path as for UNASSIGNED
+    rows. `line` is 0 and `raw` the path relative to `root`: a folder has no lines.
     """
     root = root.rstrip("/")
-    for metadata in FileSystems.match([_everything_under(root)])[0].metadata_list:
-        relative = metadata.path[len(root) + 1:]
-        name = relative.rsplit("/", 1)[-1]
-        if name.startswith(".") or not name.lower().endswith(IMAGE_EXTENSIONS):
-            continue
-        parts = relative.split("/")
-        if len(parts) == 3 and parts[0].lower() in SPLITS:
-            yield ManifestRow(root, 0, relative, parts[0].lower(), metadata.path, (parts[1],))
-        elif len(parts) == 2:
-            yield ManifestRow(root, 0, relative, assign_split(relative, split_fractions),
-                              metadata.path, (parts[0],))
+    images = [(metadata.path, metadata.path[len(root) + 1:])
+              for metadata in FileSystems.match([_everything_under(root)])[0].metadata_list
+              if _is_image_name(metadata.path)]
+    split_layout = any("/" in relative and normalise_split(relative.split("/", 1)[0])
+                       for _, relative in images)
+    for path, relative in images:
+        if split_layout:
+            yield _split_layout_row(root, path, relative)
         else:
-            yield DeadLetter(root, 0, relative, metadata.path, "", NOT_IN_LABEL_FOLDER,
-                             "expected ROOT/<label>/<file> or ROOT/<split>/<label>/<file> "
-                             f"with <split> one of {', '.join(SPLITS)}")
+            yield _label_layout_row(root, path, relative, split_fractions)
+
+
+def _is_image_name(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def _split_layout_row(root: str, path: str, relative: str) -> ManifestRow | DeadLetter:
+    parts = relative.split("/")
+    split = normalise_split(parts[0]) if len(parts) > 1 else None
+    if len(parts) > 1 and split is None:
+        return DeadLetter(root, 0, relative, path, "", NOT_IN_SPLIT_FOLDER,
+                          f"the folder has split folders, so images go in {_SPLIT_LAYOUT}; "
+                          f"{parts[0]!r} is not a split: {SPLIT_NAMES}")
+    if len(parts) != 3:
+        where = {1: "directly in ROOT", 2: f"directly in split folder {parts[0]!r}"}.get(
+            len(parts), f"{len(parts) - 1} folders deep")
+        return DeadLetter(root, 0, relative, path, split or "", NOT_IN_LABEL_FOLDER,
+                          f"the image is {where}; expected {_SPLIT_LAYOUT}")
+    if normalise_split(parts[1]):
+        return DeadLetter(root, 0, relative, path, split, LABEL_IS_SPLIT_NAME,
+                          f"label folder {parts[1]!r} is a split name, not a class; "
+                          f"expected {_SPLIT_LAYOUT}")
+    return ManifestRow(root, 0, relative, split, path, (parts[1],))
+
+
+def _label_layout_row(root: str, path: str, relative: str,
+                      split_fractions: Sequence[float]) -> ManifestRow | DeadLetter:
+    parts = relative.split("/")
+    if len(parts) != 2:
+        return DeadLetter(root, 0, relative, path, "", NOT_IN_LABEL_FOLDER,
+                          f"expected ROOT/<label>/<file>, or {_SPLIT_LAYOUT} with <split> "
+                          f"one of {SPLIT_NAMES}")
+    return ManifestRow(root, 0, relative, assign_split(relative, split_fractions), path,
+                       (parts[0],))
 
 
 def _everything_under(root: str) -> str:

@@ -117,7 +117,7 @@ def read_image_bytes(uri: str) -> bytes:
         with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as file:
             data = file.read()
     except Exception as error:  # each filesystem raises its own types (e.g. GCS NotFound)
-        status = _http_status(error)
+        status = http_status(error)
         prefix = f"HTTP {status}: " if status else ""
         if isinstance(error, FileNotFoundError) or status == 404 or (
                 status is None and not _exists(uri)):
@@ -128,7 +128,7 @@ def read_image_bytes(uri: str) -> bytes:
     return data
 
 
-def _http_status(error: BaseException) -> int | None:
+def http_status(error: BaseException) -> int | None:
     """The HTTP error status behind a filesystem error, or None (a local error, say).
 
     GCS and S3 errors carry it as `code`; Beam's S3 filesystem raises its 404 as a
@@ -159,7 +159,7 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
 
     out_format = settings.image_format
     if out_format == "keep":
-        out_format = "jpeg" if source_format in _JPEG_FORMATS else "png"
+        out_format = _kept_as(source_format, image, data)
     try:
         if orientation in _TRANSPOSING:
             image = ImageOps.exif_transpose(image)
@@ -175,6 +175,32 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
         raise ImageRejected("encode_error", f"cannot re-encode as {out_format}: {error}") from error
     return PreparedImage(encoded, out_format, image.width, image.height, _CHANNELS[image.mode],
                          source_format, reason)
+
+
+def _kept_as(source_format: str, image: Image.Image, data: bytes) -> str:
+    """What --image_format keep re-encodes a source as: JPEG stays JPEG; a lossy WebP
+    without alpha becomes JPEG (its loss is paid already: as a PNG it took about 11x its
+    size); everything else PNG, lossless and with its alpha (a lossy WebP's included,
+    since JPEG has no alpha channel)."""
+    if source_format in _JPEG_FORMATS:
+        return "jpeg"
+    if source_format == "WEBP" and _is_lossy_webp(data) and "A" not in image.getbands():
+        return "jpeg"
+    return "png"
+
+
+def _is_lossy_webp(data: bytes) -> bool:
+    """Whether a WebP holds a lossy ("VP8 ") bitstream rather than a lossless ("VP8L")
+    one: the first chunk after the RIFF header, or one inside an extended (VP8X) file.
+    An animation's frames sit inside ANMF chunks and count as lossless (kept as PNG)."""
+    offset = 12  # "RIFF", size, "WEBP"
+    while offset + 8 <= len(data):
+        kind = data[offset:offset + 4]
+        if kind in (b"VP8 ", b"VP8L"):
+            return kind == b"VP8 "
+        size = int.from_bytes(data[offset + 4:offset + 8], "little")
+        offset += 8 + size + (size & 1)  # chunks are padded to an even size
+    return False
 
 
 def _exists(uri: str) -> bool:

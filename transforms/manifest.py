@@ -21,6 +21,7 @@ import hashlib
 import itertools
 import json
 import lzma
+import posixpath
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -32,10 +33,8 @@ from apache_beam.io.filesystems import FileSystems
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
 from transforms.schema import IMAGE, ExtraColumn, parse_value
+from transforms.splits import SPLITS, normalise_split
 
-SPLITS = ("train", "validation", "test")
-# Other names people give the validation split (Kaggle, TFDS, Hugging Face, folder trees).
-_VALIDATION_ALIASES = ("val", "valid", "eval", "dev")
 DISCARD = "discard"  # TFRecorder's split value for rows to leave out
 DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 DEAD_LETTERS = "dead_letters"
@@ -516,10 +515,30 @@ def assign_split(uri: str, split_fractions: Sequence[float]) -> str:
 
 
 def resolve_uri(uri: str, folder: str) -> str:
-    """Absolute paths and URLs stay as they are; relative ones are relative to the manifest."""
-    if uri.startswith("/") or "://" in uri:
+    """Relative paths are relative to the manifest's folder; every path is normalised
+    (`a/./b`, `a/x/../b` and `a//b` name `a/b`), so repeated rows, shards and
+    image/source_id see one name per file. A URL's path is normalised after its bucket."""
+    if not (uri.startswith("/") or "://" in uri):
+        uri = _filesystem_of(folder).join(folder, uri)
+    return normalise_path(uri)
+
+
+def normalise_path(uri: str) -> str:
+    """posixpath.normpath of a local path, or of a URL's path after scheme://bucket/."""
+    scheme, separator, rest = uri.partition("://")
+    if not separator:
+        return _normpath(uri)
+    bucket, slash, path = rest.partition("/")
+    if not path:
         return uri
-    return _filesystem_of(folder).join(folder, uri)
+    # Rooted, so ".." cannot climb above the bucket.
+    return f"{scheme}://{bucket}{slash}{_normpath('/' + path)[1:]}"
+
+
+def _normpath(path: str) -> str:
+    # normpath keeps exactly two leading slashes (POSIX leaves their meaning open); on
+    # Linux and in buckets they mean one.
+    return posixpath.normpath("/" + path.lstrip("/") if path.startswith("//") else path)
 
 
 @functools.lru_cache(maxsize=64)
@@ -768,18 +787,6 @@ def box_row(image: ManifestRow, label: str, has_box: bool,
     if not isinstance(box, Box):
         return reject(*box, uri=image.uri, split=image.split)
     return image._replace(labels=(label,), boxes=(box,))
-
-
-def normalise_split(text: str) -> str | None:
-    """A split as users write it -> "train", "validation" or "test"; None when it is none.
-
-    Any case; "val", "valid", "eval" and "dev" mean validation. UNASSIGNED, empty and
-    DISCARD are no split: their readers handle them.
-    """
-    name = text.strip().lower()
-    if name in SPLITS:
-        return name
-    return "validation" if name in _VALIDATION_ALIASES else None
 
 
 def _is_split_value(field: str) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import io
 import itertools
@@ -33,6 +34,7 @@ from PIL import Image
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
+from transforms.deadline import within_deadline
 from transforms.examples import encode_example, example_labels
 from transforms.images import (ImageRejected, ImageSettings, PreparedImage, prepare_image,
                                read_image_bytes)
@@ -41,6 +43,7 @@ from transforms.manifest import DEAD_LETTERS, ManifestRow
 from transforms.schema import IMAGE, ExtraColumn
 
 _SIZE_SAMPLE = 32  # files per split whose sizes estimate the split's total bytes
+_SIZE_SECONDS = 10.0  # for statting a split's sample, all files at once
 _PACK_BYTES = 4 << 20  # row JSON a packer holds before packing what it has
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -112,8 +115,9 @@ class ExampleRef(NamedTuple):
 class PlanShards(beam.PTransform):
     """ManifestRows -> (split, number of shards), from --num_shards or the target size.
 
-    The size estimate stats a fixed, hash-chosen sample of files per split, so the plan
-    is the same on every run of the same manifest.
+    The size estimate stats a fixed, hash-chosen sample of files per split, all at once
+    and within a bound (a split's files that did not answer in time are left out), so
+    the plan is the same on every run of the same manifest whose storage answers.
     """
 
     def __init__(self, num_shards: int | None, target_shard_bytes: int) -> None:
@@ -131,7 +135,7 @@ class PlanShards(beam.PTransform):
                       | "SampleFiles" >> beam.combiners.Top.PerKey(
                           _SIZE_SAMPLE, key=_uri_digest, reverse=True)
                       | "MeanFileSize" >> beam.MapTuple(
-                          lambda split, sample: (split, _mean_file_size(sample))))
+                          lambda split, sample: (split, mean_file_size(sample))))
         return ({"rows": counts, "mean_bytes": mean_sizes}
                 | "Join" >> beam.CoGroupByKey()
                 | "ShardCount" >> beam.MapTuple(lambda split, stats: (split, shards_for(
@@ -377,13 +381,15 @@ def _write_order(row: ManifestRow) -> tuple[bytes, str, int]:
     return _uri_digest(row.uri), row.manifest, row.line
 
 
-def _mean_file_size(uris: Iterable[str]) -> float:
-    sizes = []
-    for uri in uris:
-        try:
-            sizes.append(_file_size(uri))
-        except Exception:  # noqa: BLE001 - a missing file only leaves the estimate smaller
-            continue
+def mean_file_size(uris: Iterable[str], seconds: float = _SIZE_SECONDS) -> float:
+    """The mean size of the files that could be statted, all at once, within `seconds`.
+
+    A missing file, or one whose storage did not answer in time, only leaves the sample
+    smaller; with no size at all the mean is 0 (one shard per split).
+    """
+    found = within_deadline([functools.partial(_file_size, uri) for uri in uris], seconds,
+                            "size-estimate")
+    sizes = [size for size in found if size is not None]
     return sum(sizes) / len(sizes) if sizes else 0.0
 
 

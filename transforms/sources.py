@@ -19,8 +19,9 @@ from apache_beam.metrics import Metrics
 from transforms.coco import is_coco, read_coco
 from transforms.dead_letters import DeadLetter
 from transforms.manifest import (DEAD_LETTERS, DISCARDED, DiscardedRow, ManifestError,
-                                 ManifestItem, ManifestRow, RowRules, check_jsonl, is_jsonl, normalise_split,
-                                 read_csv, read_header, read_jsonl)
+                                 ManifestItem, ManifestRow, RowRules, check_jsonl, is_jsonl, read_csv,
+                                 read_header, read_jsonl)
+from transforms.splits import normalise_split
 from transforms.voc import check_voc, read_voc, xml_glob
 
 

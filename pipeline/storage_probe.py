@@ -1,0 +1,166 @@
+"""Fail fast on storage: reads a few files per remote scheme before the job starts.
+
+Unreachable storage otherwise shows only inside the job, after each image read has
+retried for minutes (GCS's client retries a refused connection for 120 s, Beam's S3 and
+credential lookups back off for as long). Here each scheme's first files are read in
+threads with one short deadline; the first that cannot be read stops the run with its URI
+and the cause. A file that is merely missing is not a storage problem (its row is
+dead-lettered as file_not_found later), once a listing shows its bucket is there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterable, Iterator
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.deadline import within_deadline
+from transforms.images import http_status
+
+PROBE_SECONDS = 8.0  # for every probe together; a reachable bucket answers in well under 1 s
+FILES_PER_SCHEME = 3
+# Loggers through which the clients report what they retry (Beam's S3 reads log to the
+# root logger); the last line one of them logged from a probe's thread is the cause a
+# timed-out probe names.
+_RETRY_LOGGERS = ("", "apache_beam.utils.retry", "google.api_core.retry",
+                  "urllib3.connectionpool")
+_DEBUG_RETRY_LOGGER = "google.api_core.retry"  # says what it retries only at DEBUG
+
+
+class StorageUnreachable(Exception):
+    """A probed file's storage cannot be used; the message names the URI and the cause."""
+
+
+def probe_storage(uris: Iterable[str], seconds: float = PROBE_SECONDS) -> None:
+    """Reads up to FILES_PER_SCHEME of `uris` per remote scheme, the schemes in parallel.
+
+    Per scheme, files are tried in order until one reads (or is missing from a bucket
+    that exists). Raises StorageUnreachable for the first failure; local paths are skipped.
+    """
+    by_scheme: dict[str, list[str]] = {}
+    for uri in uris:
+        scheme = uri.partition("://")[0] if "://" in uri else ""
+        if scheme and len(by_scheme.setdefault(scheme, [])) < FILES_PER_SCHEME:
+            by_scheme[scheme].append(uri)
+    if not by_scheme:
+        return
+    attempts = [_Attempt(found) for found in by_scheme.values()]
+    with _retry_lines_recorded():
+        within_deadline([attempt.run for attempt in attempts], seconds, "storage-probe")
+    for attempt in attempts:
+        if attempt.error is not None:
+            raise attempt.error
+    for attempt in attempts:
+        if not attempt.finished:
+            raise StorageUnreachable(
+                f"{attempt.uri}: no answer within {seconds:g} s"
+                + (f"; the client retries: {attempt.last_line}" if attempt.last_line else
+                   " (host unreachable, or the client waits for credentials?)"))
+
+
+class _Attempt:
+    """One scheme's probe: the URI being read, what its client last logged retrying,
+    and how it ended."""
+
+    def __init__(self, uris: list[str]) -> None:
+        self.uris = uris
+        self.uri = uris[0]
+        self.last_line: str | None = None
+        self.error: StorageUnreachable | None = None
+        self.finished = False
+
+    def run(self) -> None:
+        """Tries the files in order until one reads or is missing from its bucket."""
+        _ATTEMPTS[threading.get_ident()] = self
+        try:
+            for uri in self.uris:
+                self.uri, self.last_line = uri, None
+                if _probe(uri):
+                    break
+        except StorageUnreachable as error:
+            self.error = error
+        except Exception as error:  # noqa: BLE001 - e.g. no filesystem for the scheme
+            self.error = StorageUnreachable(f"{self.uri}: {_cause(error)}")
+        finally:
+            self.finished = True
+            del _ATTEMPTS[threading.get_ident()]  # thread ids are reused
+
+
+def _probe(uri: str) -> bool:
+    """True when `uri` was read (a folder, ending in /, listed); False when it is missing
+    from a bucket that exists."""
+    if uri.endswith("/"):
+        _list_one(uri, uri)
+        return True
+    try:
+        with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as file:
+            file.read(1)
+        return True
+    except Exception as error:  # noqa: BLE001 - each filesystem raises its own types
+        if not (isinstance(error, FileNotFoundError) or http_status(error) == 404):
+            raise StorageUnreachable(f"{uri}: {_cause(error)}") from error
+    bucket = _bucket_of(uri) + "/"
+    if not _list_one(uri, bucket):
+        raise StorageUnreachable(f"{uri}: {bucket} does not exist or holds no file")
+    return False
+
+
+def _list_one(uri: str, folder: str) -> bool:
+    """Whether `folder` holds a file; StorageUnreachable (naming `uri`) when it cannot
+    be listed."""
+    try:
+        return bool(FileSystems.match([f"{folder}**"], limits=[1])[0].metadata_list)
+    except Exception as error:  # noqa: BLE001 - each filesystem raises its own types
+        raise StorageUnreachable(f"{uri}: cannot list {folder}: {_cause(error)}") from error
+
+
+def _bucket_of(uri: str) -> str:
+    """gs://bucket/a/b.jpg -> gs://bucket (an hdfs:// path's first folder)."""
+    scheme, _, path = uri.partition("://")
+    return f"{scheme}://{path.split('/', 1)[0]}"
+
+
+def _cause(error: BaseException) -> str:
+    """The innermost useful message: BeamIOError wraps each path's own error."""
+    details = getattr(error, "exception_details", None)
+    if details:
+        return _cause(next(iter(details.values())))
+    status = http_status(error)
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return f"HTTP {status}: {text}" if status and str(status) not in text else text
+
+
+# Probe thread id -> its attempt; read by the filter below from the clients' threads.
+_ATTEMPTS: dict[int, _Attempt] = {}
+
+
+def _record_probe_retries(record: logging.LogRecord) -> bool:
+    """A filter on the retry loggers: a line logged from a probe's thread is kept as its
+    attempt's last line and not shown (the probe's error line says what matters), also
+    from a probe still retrying after the launcher gave up on it."""
+    attempt = _ATTEMPTS.get(record.thread)
+    if attempt is None:
+        return True
+    attempt.last_line = record.getMessage().splitlines()[0][:300]
+    return False
+
+
+@contextlib.contextmanager
+def _retry_lines_recorded() -> Iterator[None]:
+    """The filter above on each retry logger, and google-api-core's at DEBUG while the
+    probes run."""
+    for name in _RETRY_LOGGERS:
+        logger = logging.getLogger(name)
+        if _record_probe_retries not in logger.filters:
+            logger.addFilter(_record_probe_retries)
+    debug_logger = logging.getLogger(_DEBUG_RETRY_LOGGER)
+    level = debug_logger.level
+    debug_logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        debug_logger.setLevel(level)
