@@ -150,8 +150,8 @@ def as_grouped(rows):
     return [pack_rows(row.to_json() for row in chunk) for chunk in (rows[:2], rows[2:]) if chunk]
 
 
-def write_one_shard(tmp_path, rows, label_mode):
-    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", ImageSettings(), decode_threads=2,
+def write_one_shard(tmp_path, rows, label_mode, settings=ImageSettings()):
+    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", settings, decode_threads=2,
                              label_mode=label_mode)
     writer.setup()
     try:
@@ -202,15 +202,7 @@ def test_declared_sizes_are_checked_against_the_source_file_before_resizing(tmp_
 
     rows = [box("a.jpg", 1, (40, 20)), box("a.jpg", 2, (20, 40)), box("a.jpg", 3, None),
             box("b.jpg", 4, (60, 60))]
-    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", ImageSettings(max_side=10),
-                             decode_threads=2, label_mode="detection")
-    writer.setup()
-    try:
-        outputs = list(writer.process((("train", 0), as_grouped(rows))))
-    finally:
-        writer.teardown()
-    dead = tagged(outputs, DEAD_LETTERS)
-    (shard,) = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
+    shard, dead = write_one_shard(tmp_path, rows, "detection", ImageSettings(max_side=10))
     assert sorted((d.line, d.reason) for d in dead) == [(2, "size_mismatch"),
                                                         (4, "size_mismatch")]
     assert "declares a 20x40 image but the image is 40x20 pixels" in min(dead).message
