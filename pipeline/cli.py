@@ -41,6 +41,10 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     # The dead-letter file is skipped when no row was rejected; Beam warns about that.
     logging.getLogger("apache_beam.io.filebasedsink").addFilter(
         lambda record: not record.getMessage().startswith("No shards found to finalize"))
+    # A run that fails its outcome check raises RunFailed in the publish step, and the
+    # launcher prints it as one `error:` line; Beam's traceback of it would bury that.
+    logging.getLogger("apache_beam.runners.common").addFilter(
+        lambda record: "RunFailed" not in record.getMessage())
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
         print(_full_help())

@@ -45,6 +45,18 @@ def test_python_dash_m_pipeline_converts_and_prints_the_table(tmp_path):
     assert summary["splits"]["train"]["examples"] == 2
 
 
+def test_a_failed_run_ends_in_one_error_line_without_a_traceback(tmp_path):
+    """The sample set has 7 broken rows of 50: over the default --max_error_fraction."""
+    result = run_command(sys.executable, "-m", "pipeline", "--manifest",
+                         str(SAMPLE_DATA / "manifest.csv"), "--output_dir", "out", cwd=tmp_path)
+    assert result.returncode == run.EXIT_FAILED
+    assert "Traceback" not in result.stderr and "RunFailed" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "dead-lettered" in line]
+    assert line.startswith("error: 14.0% of rows were dead-lettered") and "FAILED.json" in line
+    assert "FAILED: nothing below was published" in result.stdout
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
 def test_a_kaggle_style_csv_with_a_header_and_discard_rows_converts(tmp_path, capsys):
     """`Image,Id` (Kaggle's whale set) names the label `Id`: no class named after the
     header; DISCARD rows are counted apart; `val` is VALIDATION."""
