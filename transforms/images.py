@@ -97,6 +97,9 @@ class PreparedImage:
     source_format: str  # Pillow's name of the source format, e.g. "JPEG", "GIF"
     reencoded: str | None  # None: `encoded` is the source bytes; else format, mode,
     # orientation, resized or requested_format (the first that applies, in that order)
+    # (width, height) of the source file as stored, before any resize or EXIF rotation:
+    # what pixel boxes were drawn on
+    source_size: tuple[int, int]
 
     @functools.cached_property
     def sha256(self) -> str:
@@ -155,7 +158,7 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
     if reason is None:
         channels = png_channels if png_channels is not None else _CHANNELS[image.mode]
         return PreparedImage(data, "jpeg" if source_format in _JPEG_FORMATS else "png",
-                             *source_size, channels, source_format, None)
+                             *source_size, channels, source_format, None, source_size)
 
     out_format = settings.image_format
     if out_format == "keep":
@@ -174,7 +177,7 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
     except Exception as error:  # Pillow's conversions and encoders raise assorted types
         raise ImageRejected("encode_error", f"cannot re-encode as {out_format}: {error}") from error
     return PreparedImage(encoded, out_format, image.width, image.height, _CHANNELS[image.mode],
-                         source_format, reason)
+                         source_format, reason, source_size)
 
 
 def _kept_as(source_format: str, image: Image.Image, data: bytes) -> str:

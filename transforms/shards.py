@@ -16,7 +16,6 @@ import concurrent.futures
 import contextlib
 import functools
 import hashlib
-import io
 import itertools
 import math
 import zlib
@@ -30,7 +29,6 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
-from PIL import Image
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
@@ -310,7 +308,7 @@ class _WriteShardFile(beam.DoFn):
             extra_images = self._extra_images(rows[0].row)
         except ImageRejected as rejected:
             return rejected
-        rows, wrong_size = _check_declared_size(rows, data)
+        rows, wrong_size = _check_declared_size(rows, image.source_size)
         record = encode_example(rows, image, self._label_mode, self._extra_columns,
                                 extra_images) if rows else None
         return _Encoded(record, image.sha256, image.reencoded, len(data), rows, wrong_size)
@@ -328,7 +326,7 @@ class _WriteShardFile(beam.DoFn):
         return images
 
 
-def _check_declared_size(rows: list[LabelledRow], data: bytes
+def _check_declared_size(rows: list[LabelledRow], actual: tuple[int, int]
                          ) -> tuple[list[LabelledRow], list[DeadLetter]]:
     """The rows whose declared image size (pixel boxes) is the image's own, and a
     size_mismatch dead letter for each of the others: their boxes would be misplaced.
@@ -336,10 +334,6 @@ def _check_declared_size(rows: list[LabelledRow], data: bytes
     Compared with the source file's size, before any --max_side resize or EXIF rotation,
     which is the size the pixels were annotated on (and what generate_tfrecord.py divides by).
     """
-    if all(item.row.image_size is None for item in rows):
-        return rows, []
-    with Image.open(io.BytesIO(data)) as opened:  # prepare_image has proven it an image
-        actual = opened.size
     kept, wrong = [], []
     for item in rows:
         declared = item.row.image_size
