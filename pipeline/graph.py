@@ -106,7 +106,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
         transform_fn, tft_dir, options.label_mode, extra_columns, pinned_from)
     written = labelled.labelled | "WriteShards" >> WriteShards(
         shard_plan, temp_dir, options.compression, options.image_settings(),
-        options.decode_threads, options.label_mode, extra_columns,
+        options.decoding(), options.label_mode, extra_columns,
         keep_content=options.dedupe == "sha256")
 
     # What is published besides the shards is staged, so the previous output stays whole

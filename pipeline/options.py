@@ -7,8 +7,9 @@ import difflib
 import os
 from collections.abc import Sequence
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import DebugOptions, PipelineOptions, StandardOptions
 
+from transforms.decode_pool import Decoding
 from transforms.images import ImageSettings
 from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, LABEL_MODES, RowRules
 from transforms.schema import ExtraColumn, SchemaError, load_schema
@@ -124,8 +125,20 @@ class ConvertOptions(PipelineOptions):
             "--max_error_fraction", type=float, default=0.01,
             help="Exit non-zero when more than this fraction of rows is dead-lettered.")
         group.add_argument(
+            "--decode_processes", type=int, default=None,
+            help="Processes per worker that decode images (Pillow only, no TensorFlow), "
+                 "so one worker uses every core; 0 decodes in the worker's threads. "
+                 "Default: one per core of the machine, or 0 on Dataflow, which already "
+                 "runs one worker process per vCPU (unless "
+                 "--experiments no_use_multiple_sdk_containers).")
+        group.add_argument(
+            "--decode_timeout", type=float, default=120.0,
+            help="Seconds one image may take to decode in a decoding process; a slower "
+                 "image is dead-lettered as decode_timeout.")
+        group.add_argument(
             "--decode_threads", type=int, default=os.cpu_count() or 1,
-            help="Threads per worker that read and decode images.")
+            help="Threads per worker that read images and hand them to the decoders "
+                 "(at least two per decoding process are used).")
 
     @classmethod
     def names(cls) -> list[str]:
@@ -178,6 +191,10 @@ class ConvertOptions(PipelineOptions):
             found.append("--max_error_fraction must be between 0 and 1")
         if self.decode_threads < 1:
             found.append("--decode_threads must be at least 1")
+        if self.decode_processes is not None and self.decode_processes < 0:
+            found.append("--decode_processes must be 0 or more")
+        if self.decode_timeout <= 0:
+            found.append("--decode_timeout must be positive")
         return found
 
     def split_fraction_values(self) -> tuple[float, float, float]:
@@ -190,6 +207,13 @@ class ConvertOptions(PipelineOptions):
 
     def extra_columns(self) -> tuple[ExtraColumn, ...]:
         return load_schema(self.schema)
+
+    def decoding(self) -> Decoding:
+        """Where images are decoded; the default process count depends on the runner."""
+        processes = self.decode_processes
+        if processes is None and _runs_a_process_per_core(self):
+            processes = 0
+        return Decoding(processes, self.decode_threads, self.decode_timeout)
 
     def image_settings(self) -> ImageSettings:
         return ImageSettings(image_format=self.image_format, max_side=self.max_side,
@@ -277,3 +301,12 @@ def parse_flag(text: str) -> bool:
     if value not in ("true", "false"):
         raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
     return value == "true"
+
+
+def _runs_a_process_per_core(options: PipelineOptions) -> bool:
+    """Dataflow runs one SDK process per vCPU, each writing shards: decoding processes
+    would only multiply the processes per core."""
+    runner = options.view_as(StandardOptions).runner
+    runner_name = runner if isinstance(runner, str) or runner is None else type(runner).__name__
+    return (runner_name or "").lower() in ("dataflowrunner", "dataflow") and not (
+        options.view_as(DebugOptions).lookup_experiment("no_use_multiple_sdk_containers"))

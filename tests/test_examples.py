@@ -11,7 +11,8 @@ from transforms.images import PreparedImage
 from transforms.labels import LabelledRow
 from transforms.manifest import Box, ManifestRow
 
-IMAGE = PreparedImage(b"\xff\xd8jpeg bytes", "jpeg", 20, 10, 3, "JPEG", None, (20, 10))
+IMAGE = PreparedImage(b"\xff\xd8jpeg bytes", "jpeg", 20, 10, 3, "JPEG", None, (20, 10),
+                      hashlib.sha256(b"\xff\xd8jpeg bytes").hexdigest())
 DTYPES = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
 IMAGE_VALUES = {
     "image/encoded": b"\xff\xd8jpeg bytes", "image/format": b"jpeg",

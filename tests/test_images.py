@@ -1,7 +1,6 @@
 """transforms.images on real files made with Pillow, decoded back with TensorFlow's own decoder."""
 
 import concurrent.futures
-import gzip
 import io
 import os
 import pickle
@@ -15,15 +14,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from apache_beam.io.filesystems import FileSystems  # noqa: E402
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from PIL import ExifTags, Image, ImageFile, ImageOps  # noqa: E402
 
-from conftest import photo_like, put  # noqa: E402
-from storage_servers import HOST, free_port, object_pattern  # noqa: E402
+from conftest import photo_like  # noqa: E402
 from transforms.images import (  # noqa: E402
-    REASONS, ImageRejected, ImageSettings, PreparedImage, _is_lossy_webp, prepare_image,
-    read_image_bytes)
+    REASONS, ImageRejected, ImageSettings, PreparedImage, _is_lossy_webp, prepare_image)
 
 KEEP = ImageSettings()
 
@@ -521,90 +516,6 @@ def test_text_is_not_an_image():
     assert rejection(b"this is plain text, not a picture\n" * 20).reason == "not_an_image"
 
 
-# --- reading files -------------------------------------------------------------------------
-
-def test_read_image_bytes_returns_the_file_unchanged(tmp_path):
-    path = tmp_path / "photo.jpg"
-    path.write_bytes(JPEG_BYTES)
-    assert read_image_bytes(str(path)) == JPEG_BYTES
-
-
-def test_read_image_bytes_does_not_decompress_by_extension(tmp_path):
-    path = tmp_path / "photo.png.gz"
-    path.write_bytes(gzip.compress(PNG_BYTES))
-    assert read_image_bytes(str(path)) == path.read_bytes()
-
-
-def test_empty_file_is_rejected(tmp_path):
-    path = tmp_path / "empty.jpg"
-    path.write_bytes(b"")
-    assert _read_reason(str(path)) == "empty_file"
-
-
-def test_missing_file_is_rejected(tmp_path):
-    assert _read_reason(str(tmp_path / "missing.jpg")) == "file_not_found"
-
-
-def test_directory_is_a_read_error(tmp_path):
-    assert _read_reason(str(tmp_path)) == "read_error"
-
-
-def test_text_named_jpg_reads_but_is_not_an_image(tmp_path):
-    path = tmp_path / "notes.jpg"
-    path.write_text("shopping list: eggs, milk\n")
-    assert rejection(read_image_bytes(str(path))).reason == "not_an_image"
-
-
-# Remote files, on the running servers of conftest's gcs and s3 buckets.
-
-@pytest.fixture(params=["gcs", "s3"])
-def bucket(request):
-    return request.getfixturevalue(request.param)
-
-
-def test_transient_server_errors_are_retried_and_the_file_arrives(bucket):
-    uri = f"{bucket.url}/reading/transient.jpg"
-    put(uri, JPEG_BYTES)
-    bucket.proxy.reset()  # log only the read's requests
-    bucket.proxy.fail(object_pattern("transient.jpg"), 503, times=2)
-    assert read_image_bytes(uri) == JPEG_BYTES
-    assert bucket.proxy.statuses(object_pattern("transient.jpg"))[:3] == [503, 503, 200]
-
-
-@pytest.mark.parametrize("status, reason", [(404, "file_not_found"), (403, "read_error")])
-def test_permanent_server_errors_are_rejected_with_their_status(bucket, status, reason):
-    uri = f"{bucket.url}/reading/refused-{status}.jpg"
-    put(uri, JPEG_BYTES)
-    bucket.proxy.reset()
-    bucket.proxy.fail(object_pattern(f"refused-{status}.jpg"), status)
-    with pytest.raises(ImageRejected) as caught:
-        read_image_bytes(uri)
-    assert caught.value.reason == reason
-    assert caught.value.message.startswith(f"HTTP {status}: ") and uri in caught.value.message
-    assert bucket.proxy.statuses(object_pattern(f"refused-{status}.jpg")) == [status]
-
-
-def test_missing_remote_file_is_rejected_as_not_found(bucket):
-    with pytest.raises(ImageRejected) as caught:
-        read_image_bytes(f"{bucket.url}/reading/never-written.jpg")
-    assert (caught.value.reason, caught.value.message) == (
-        "file_not_found", f"HTTP 404: no such file: {bucket.url}/reading/never-written.jpg")
-
-
-def test_unreachable_filesystem_is_a_read_error():
-    # A WebHDFS address nothing listens on: neither the read nor the check whether the
-    # file exists can get an answer, and no HTTP status.
-    FileSystems.set_options(PipelineOptions(
-        ["--hdfs_host", HOST, "--hdfs_port", str(free_port()), "--hdfs_user", "trainer"]))
-    assert _read_reason("hdfs://images/a.jpg") == "read_error"
-
-
-def _read_reason(uri: str) -> str:
-    with pytest.raises(ImageRejected) as caught:
-        read_image_bytes(uri)
-    return caught.value.reason
-
-
 # --- decompression bombs -------------------------------------------------------------------
 
 @pytest.mark.parametrize("bit_depth, color_type", [(8, 2), (1, 0)])
@@ -664,7 +575,7 @@ def test_rejections_pickle_with_reason_and_message():
 def test_reasons_are_the_documented_codes():
     assert set(REASONS) == {"file_not_found", "read_error", "empty_file", "not_an_image",
                             "truncated_image", "decompression_bomb", "decode_error",
-                            "encode_error"}
+                            "encode_error", "decode_crash", "decode_timeout"}
     with pytest.raises(ValueError):
         ImageRejected("something_else", "no such code")
 

@@ -11,6 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from conftest import encode, feature, photo_like, read_examples
 from transforms import shards
+from transforms.decode_pool import Decoding
 from transforms.images import ImageSettings
 from transforms.labels import LabelledRow
 from transforms.manifest import DEAD_LETTERS, Box, ManifestRow
@@ -85,7 +86,7 @@ def test_shards_are_the_same_however_rows_are_packed(tmp_path, monkeypatch):
         with TestPipeline() as p:
             _ = (p | beam.Create(rows)
                  | WriteShards(p | "Plan" >> beam.Create([("train", 3), ("test", 2)]),
-                               str(folder), "none", ImageSettings(), decode_threads=2,
+                               str(folder), "none", ImageSettings(), Decoding(processes=1, threads=2),
                                label_mode="single"))
         return {path.name: path.read_bytes() for path in folder.iterdir()}
 
@@ -99,7 +100,7 @@ def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):
     good = [labelled(tmp_path, f"{i}.jpg", i % 2, data=encode(photo_like(16, 12, i), "JPEG"))
             for i in range(6)]
     missing = labelled(tmp_path, "missing.jpg")
-    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", ImageSettings(), decode_threads=3,
+    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", ImageSettings(), Decoding(2, threads=3),
                              label_mode="single")
     writer.setup()
     try:
@@ -151,7 +152,7 @@ def as_grouped(rows):
 
 
 def write_one_shard(tmp_path, rows, label_mode, settings=ImageSettings()):
-    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", settings, decode_threads=2,
+    writer = _WriteShardFile(str(tmp_path / "tmp"), "none", settings, Decoding(0, threads=2),
                              label_mode=label_mode)
     writer.setup()
     try:

@@ -2,6 +2,8 @@
 
 Plain, thread-safe functions: the per-shard writer calls them from a thread pool, so
 nothing here touches process-wide state (warnings filters, Pillow's module globals).
+Pillow only, no Beam or TensorFlow: the decoding processes (decode_pool.py) import this
+module and nothing heavier. Reading the files is image_files.py's.
 JPEG and PNG bytes are stored untouched whenever TensorFlow decodes them to the same
 pixels as Pillow; everything else is re-encoded, and the reason is recorded.
 """
@@ -9,7 +11,6 @@ pixels as Pillow; everything else is re-encoded, and the reason is recorded.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import io
 import re
@@ -17,8 +18,6 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from PIL import ExifTags, Image, ImageFile, ImageOps
 
 REASONS = (
@@ -30,6 +29,8 @@ REASONS = (
     "decompression_bomb",  # width * height above ImageSettings.max_pixels
     "decode_error",        # recognised but undecodable: corrupt data, unsupported variant
     "encode_error",        # decoded, but converting or re-encoding it failed
+    "decode_crash",        # the decoding process died on it (a crash, the OOM killer)
+    "decode_timeout",      # decoding took longer than --decode_timeout
 )
 
 _JPEG_FORMATS = frozenset({"JPEG", "MPO"})  # MPO: a JPEG with extra frames appended (phones)
@@ -100,50 +101,9 @@ class PreparedImage:
     # (width, height) of the source file as stored, before any resize or EXIF rotation:
     # what pixel boxes were drawn on
     source_size: tuple[int, int]
-
-    @functools.cached_property
-    def sha256(self) -> str:
-        """Hex SHA-256 of `encoded`: the example's key, and what --dedupe compares."""
-        return hashlib.sha256(self.encoded).hexdigest()
-
-
-def read_image_bytes(uri: str) -> bytes:
-    """Reads the whole file through Beam's FileSystems (local paths and any Beam scheme).
-
-    Transient server errors (HTTP 429, 5xx, dropped connections) are retried with backoff
-    by the filesystem's own client (google-cloud-storage for gs://, botocore for s3://),
-    so they are not retried again here; what still fails is rejected, with the HTTP status
-    in the message when the server gave one.
-    """
-    try:
-        # UNCOMPRESSED: Beam would otherwise gunzip a file whose name ends in .gz.
-        with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as file:
-            data = file.read()
-    except Exception as error:  # each filesystem raises its own types (e.g. GCS NotFound)
-        status = http_status(error)
-        prefix = f"HTTP {status}: " if status else ""
-        if isinstance(error, FileNotFoundError) or status == 404 or (
-                status is None and not _exists(uri)):
-            raise ImageRejected("file_not_found", f"{prefix}no such file: {uri}") from error
-        raise ImageRejected("read_error", f"{prefix}cannot read {uri}: {error}") from error
-    if not data:
-        raise ImageRejected("empty_file", f"{uri} is empty")
-    return data
-
-
-def http_status(error: BaseException) -> int | None:
-    """The HTTP error status behind a filesystem error, or None (a local error, say).
-
-    GCS and S3 errors carry it as `code`; Beam's S3 filesystem raises its 404 as a
-    FileNotFoundError while handling the S3 error, so the chain of causes is searched.
-    """
-    seen: BaseException | None = error
-    while seen is not None:
-        code = getattr(seen, "code", None)
-        if isinstance(code, int) and 400 <= code < 600:
-            return code
-        seen = seen.__cause__ or seen.__context__
-    return None
+    # Hex SHA-256 of `encoded`: the example's key, and what --dedupe compares. Computed
+    # where the image is decoded, off the process that writes the shard.
+    sha256: str
 
 
 def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
@@ -158,7 +118,8 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
     if reason is None:
         channels = png_channels if png_channels is not None else _CHANNELS[image.mode]
         return PreparedImage(data, "jpeg" if source_format in _JPEG_FORMATS else "png",
-                             *source_size, channels, source_format, None, source_size)
+                             *source_size, channels, source_format, None, source_size,
+                             _sha256(data))
 
     out_format = settings.image_format
     if out_format == "keep":
@@ -177,7 +138,11 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
     except Exception as error:  # Pillow's conversions and encoders raise assorted types
         raise ImageRejected("encode_error", f"cannot re-encode as {out_format}: {error}") from error
     return PreparedImage(encoded, out_format, image.width, image.height, _CHANNELS[image.mode],
-                         source_format, reason, source_size)
+                         source_format, reason, source_size, _sha256(encoded))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _kept_as(source_format: str, image: Image.Image, data: bytes) -> str:
@@ -204,14 +169,6 @@ def _is_lossy_webp(data: bytes) -> bool:
         size = int.from_bytes(data[offset + 4:offset + 8], "little")
         offset += 8 + size + (size & 1)  # chunks are padded to an even size
     return False
-
-
-def _exists(uri: str) -> bool:
-    """Whether `uri` exists, or True when even that cannot be told (so: a read error)."""
-    try:
-        return FileSystems.exists(uri)
-    except Exception:  # the same broken filesystem that failed the read
-        return True
 
 
 class _Decoded(NamedTuple):

@@ -31,11 +31,13 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import dead_letters as reasons
+from transforms import decode_pool
 from transforms.dead_letters import DeadLetter
+from transforms.decode_pool import Decoding
 from transforms.deadline import within_deadline
 from transforms.examples import encode_example, example_labels
-from transforms.images import (ImageRejected, ImageSettings, PreparedImage, prepare_image,
-                               read_image_bytes)
+from transforms.image_files import read_image_bytes
+from transforms.images import ImageRejected, ImageSettings, PreparedImage
 from transforms.labels import LabelledRow
 from transforms.manifest import DEAD_LETTERS, ManifestRow
 from transforms.schema import IMAGE, ExtraColumn
@@ -148,12 +150,12 @@ class WriteShards(beam.PTransform):
     """
 
     def __init__(self, plan: beam.PCollection, temp_dir: str, compression: str,
-                 settings: ImageSettings, decode_threads: int, label_mode: str,
+                 settings: ImageSettings, decoding: Decoding, label_mode: str,
                  extra_columns: Sequence[ExtraColumn] = (), keep_content: bool = False
                  ) -> None:
         super().__init__()
         self._plan = plan
-        self._writer = _WriteShardFile(temp_dir, compression, settings, decode_threads,
+        self._writer = _WriteShardFile(temp_dir, compression, settings, decoding,
                                        label_mode, extra_columns, keep_content)
 
     def expand(self, labelled: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
@@ -214,18 +216,20 @@ class _WriteShardFile(beam.DoFn):
     one box per row, with multi-label the union of the rows' labels; with single labels
     the first row (by manifest and line) makes the example and the others are
     dead-lettered as duplicate_row.
-    Images are read and decoded on a small thread pool (Pillow and file reads release the
-    GIL) through a bounded window, so at most a few images are in memory at once.
+    Images are read on a small thread pool through a bounded window, so at most a few
+    images are in memory at once, and decoded by the process's decode pool
+    (decode_pool.py), or in those threads with --decode_processes 0. Either way the file
+    is written in the rows' order, so the bytes do not depend on how images were decoded.
     """
 
     def __init__(self, temp_dir: str, compression: str, settings: ImageSettings,
-                 decode_threads: int, label_mode: str,
+                 decoding: Decoding, label_mode: str,
                  extra_columns: Sequence[ExtraColumn] = (), keep_content: bool = False
                  ) -> None:
         self._temp_dir = temp_dir
         self._compression = compression
         self._settings = settings
-        self._decode_threads = decode_threads
+        self._decoding = decoding
         self._label_mode = label_mode
         self._extra_columns = tuple(extra_columns)
         self._keep_content = keep_content
@@ -234,11 +238,14 @@ class _WriteShardFile(beam.DoFn):
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     def setup(self) -> None:
-        self._executor = concurrent.futures.ThreadPoolExecutor(self._decode_threads)
+        self._prepare = decode_pool.acquire(self._decoding)
+        self._executor = concurrent.futures.ThreadPoolExecutor(self._decoding.thread_count())
 
     def teardown(self) -> None:
         if self._executor:
             self._executor.shutdown()
+            self._executor = None
+            decode_pool.release(self._decoding)
 
     def process(self, shard_packs: tuple[tuple[str, int], Iterable[bytes]]
                 ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
@@ -264,7 +271,7 @@ class _WriteShardFile(beam.DoFn):
             # Created with the first example: a shard whose images were all rejected
             # leaves no file (and Beam's S3 filesystem cannot write an empty one).
             out = None
-            window = 2 * self._decode_threads + 2
+            window = 2 * self._decoding.thread_count() + 2
             for image_rows, outcome in zip(images, _ordered_map(self._executor, self._encode,
                                                                 images, window)):
                 if isinstance(outcome, ImageRejected):
@@ -304,7 +311,7 @@ class _WriteShardFile(beam.DoFn):
     def _encode(self, rows: list[LabelledRow]) -> _Encoded | ImageRejected:
         try:
             data = read_image_bytes(rows[0].row.uri)
-            image = prepare_image(data, self._settings)
+            image = self._prepare(data, self._settings)
             extra_images = self._extra_images(rows[0].row)
         except ImageRejected as rejected:
             return rejected
@@ -319,7 +326,7 @@ class _WriteShardFile(beam.DoFn):
         for column, uri in zip(self._extra_columns, row.extras, strict=True):
             if column.type == IMAGE:
                 try:
-                    images[column.name] = prepare_image(read_image_bytes(uri), self._settings)
+                    images[column.name] = self._prepare(read_image_bytes(uri), self._settings)
                 except ImageRejected as rejected:
                     raise ImageRejected(rejected.reason,
                                         f"column {column.name!r}: {rejected.message}") from None

@@ -1,0 +1,185 @@
+"""transforms.decode_pool: real worker processes decoding real images, killed for real."""
+
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from PIL import Image
+
+import transforms
+from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
+from transforms.decode_pool import DecodePool, Decoding
+from transforms.images import ImageRejected, ImageSettings, prepare_image
+
+KEEP = ImageSettings()
+JPEG = encode(photo_like(48, 32, 1), "JPEG", quality=90)
+
+
+@pytest.fixture(scope="module")
+def slow_png():
+    """A real image that takes about a second to decode: 81 megapixels of one colour
+    (a 250 KB file, just under Pillow's pixel limit)."""
+    return encode(Image.new("RGB", (9000, 9000), (10, 200, 30)), "PNG")
+
+
+@pytest.fixture
+def pool():
+    started = DecodePool(1, timeout_s=60.0)
+    yield started
+    started.close()
+
+
+def outcome(prepare, data, settings=KEEP):
+    try:
+        return prepare(data, settings)
+    except ImageRejected as rejected:
+        return rejected.reason, rejected.message
+
+
+def test_workers_import_neither_tensorflow_nor_beam():
+    imported = subprocess.run(
+        [sys.executable, "-c", "import sys, transforms.decode_pool; "
+         "print(' '.join(sorted({name.split('.')[0] for name in sys.modules})))"],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(
+            transforms.__file__))}).stdout.split()
+    assert "PIL" in imported
+    assert not {"tensorflow", "apache_beam", "tensorflow_transform"} & set(imported)
+
+
+def test_pool_decodes_exactly_as_in_process(pool):
+    gif = encode(photo_like(24, 24, 3).quantize(64), "GIF")
+    rgba = encode(photo_like(33, 21, 1, "RGBA"), "PNG")
+    cut = JPEG[: len(JPEG) // 2]
+    for data, settings in [(JPEG, KEEP), (JPEG, ImageSettings(max_side=20)), (gif, KEEP),
+                           (rgba, ImageSettings(image_format="jpeg")), (cut, KEEP),
+                           (b"plain text", KEEP)]:
+        assert outcome(pool.prepare, data, settings) == outcome(prepare_image, data, settings)
+    # The source bytes are not sent back: the stored bytes are the very object given.
+    assert pool.prepare(JPEG, KEEP).encoded is JPEG
+
+
+def test_a_worker_killed_mid_image_costs_only_that_image(pool, slow_png):
+    (pid,) = pool.pids()
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        decoding = thread.submit(outcome, pool.prepare, slow_png)
+        _wait_until_busy(pid)
+        os.kill(pid, signal.SIGKILL)
+        reason, message = decoding.result(timeout=30)
+    assert reason == "decode_crash"
+    assert "killed by SIGKILL" in message and "out-of-memory killer" in message
+    # Replaced: the next image decodes in a new process, as before.
+    assert pool.prepare(JPEG, KEEP) == prepare_image(JPEG, KEEP)
+    assert pool.pids() != [pid] and len(pool.pids()) == 1
+
+
+def test_a_worker_killed_between_images_loses_nothing(pool):
+    (pid,) = pool.pids()
+    os.kill(pid, signal.SIGKILL)
+    _wait_until_dead(pid)
+    # The image is sent to a new worker: it was never being decoded when the old one died.
+    assert pool.prepare(JPEG, KEEP) == prepare_image(JPEG, KEEP)
+
+
+def test_a_decode_past_the_time_limit_is_stopped_and_the_pool_goes_on(slow_png):
+    pool = DecodePool(2, timeout_s=0.2)
+    try:
+        old = set(pool.pids())
+        with concurrent.futures.ThreadPoolExecutor(3) as threads:
+            slow = threads.submit(outcome, pool.prepare, slow_png)
+            quick = [threads.submit(pool.prepare, JPEG, KEEP) for _ in range(20)]
+            assert slow.result(timeout=30) == (
+                "decode_timeout",
+                "decoding took longer than 0.2 s (--decode_timeout); the decoder was stopped")
+            assert all(future.result() == prepare_image(JPEG, KEEP) for future in quick)
+        # The stopped worker is gone; its replacement and the other worker remain.
+        assert len(set(pool.pids()) & old) == 1 and len(pool.pids()) == 2
+        assert not any(map(_alive, old - set(pool.pids())))
+    finally:
+        pool.close()
+
+
+def test_close_stops_every_worker():
+    pool = DecodePool(2, timeout_s=60.0)
+    workers = pool.pids()
+    pool.close()
+    assert not any(map(_alive, workers))
+
+
+def test_default_decoding_uses_the_cores_this_process_may_run_on():
+    cores = len(os.sched_getaffinity(0))
+    assert Decoding().process_count() == cores
+    assert Decoding(processes=0, threads=3).thread_count() == 3
+    assert Decoding(processes=4, threads=3).thread_count() == 8
+
+
+def _wait_until_busy(pid: int) -> None:
+    """Until the worker has spent CPU time on the image it was just given."""
+    worker = psutil.Process(pid)
+    start = sum(worker.cpu_times()[:2])
+    deadline = time.monotonic() + 20
+    while sum(worker.cpu_times()[:2]) - start < 0.1:
+        assert time.monotonic() < deadline, "the worker never started decoding"
+        time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    """Running, or sleeping: not gone and not a zombie (dead, not yet reaped)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_until_dead(pid: int) -> None:
+    deadline = time.monotonic() + 20
+    while _alive(pid):
+        assert time.monotonic() < deadline, "the killed worker is still running"
+        time.sleep(0.01)
+
+
+# --- in a whole run ------------------------------------------------------------------------
+
+def test_shards_are_the_same_bytes_whatever_the_number_of_decode_processes(sample_output,
+                                                                          tmp_path):
+    # sample_output decodes in a process per core (the default): compare with 0 and 1.
+    def written(output):
+        return {path.name: path.read_bytes() for path in output.iterdir()
+                if path.name.endswith((".tfrecord", ".jsonl"))}
+
+    for processes in ("0", "1"):
+        output = convert(tmp_path / processes, "--manifest", str(SAMPLE_MANIFEST),
+                         "--max_error_fraction", "0.25", "--num_shards", "2",
+                         "--decode_processes", processes)
+        assert written(output) == written(sample_output)
+        # The DoFn's teardown stopped the pool: no decoding process outlives the run.
+        assert not [child for child in psutil.Process().children(recursive=True)
+                    if "transforms.decode_pool" in child.cmdline()]
+    assert sum(name.endswith(".tfrecord") for name in written(sample_output)) == 6
+
+
+def test_an_image_past_the_time_limit_is_dead_lettered_and_the_rest_written(tmp_path,
+                                                                          slow_png):
+    (tmp_path / "img").mkdir()
+    rows = []
+    for i in range(6):
+        (tmp_path / "img" / f"{i}.jpg").write_bytes(encode(photo_like(40, 30, i), "JPEG"))
+        rows.append(f"train,img/{i}.jpg,{('cat', 'dog')[i % 2]}")
+    (tmp_path / "img" / "huge.png").write_bytes(slow_png)
+    rows.append("train,img/huge.png,cat")
+    (tmp_path / "manifest.csv").write_text("\n".join(rows) + "\n")
+    output = convert(tmp_path / "out", "--manifest", str(tmp_path / "manifest.csv"),
+                     "--decode_processes", "2", "--decode_timeout", "0.2",
+                     "--max_error_fraction", "0.5")
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["examples_written"],
+            summary["rows_dead_lettered"]) == (7, 6, 1)
+    (letter,) = [json.loads(line) for line in
+                 (output / "errors-00000-of-00001.jsonl").read_text().splitlines()]
+    assert (letter["uri"].endswith("img/huge.png"), letter["reason"]) == (True, "decode_timeout")

@@ -1,0 +1,58 @@
+"""Reading image files through Beam's FileSystems, with the reasons a read fails.
+
+Kept apart from images.py, which must stay free of Beam for the decoding processes.
+"""
+
+from __future__ import annotations
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.images import ImageRejected
+
+
+def read_image_bytes(uri: str) -> bytes:
+    """Reads the whole file through Beam's FileSystems (local paths and any Beam scheme).
+
+    Transient server errors (HTTP 429, 5xx, dropped connections) are retried with backoff
+    by the filesystem's own client (google-cloud-storage for gs://, botocore for s3://),
+    so they are not retried again here; what still fails is rejected, with the HTTP status
+    in the message when the server gave one.
+    """
+    try:
+        # UNCOMPRESSED: Beam would otherwise gunzip a file whose name ends in .gz.
+        with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as file:
+            data = file.read()
+    except Exception as error:  # each filesystem raises its own types (e.g. GCS NotFound)
+        status = http_status(error)
+        prefix = f"HTTP {status}: " if status else ""
+        if isinstance(error, FileNotFoundError) or status == 404 or (
+                status is None and not _exists(uri)):
+            raise ImageRejected("file_not_found", f"{prefix}no such file: {uri}") from error
+        raise ImageRejected("read_error", f"{prefix}cannot read {uri}: {error}") from error
+    if not data:
+        raise ImageRejected("empty_file", f"{uri} is empty")
+    return data
+
+
+def http_status(error: BaseException) -> int | None:
+    """The HTTP error status behind a filesystem error, or None (a local error, say).
+
+    GCS and S3 errors carry it as `code`; Beam's S3 filesystem raises its 404 as a
+    FileNotFoundError while handling the S3 error, so the chain of causes is searched.
+    """
+    seen: BaseException | None = error
+    while seen is not None:
+        code = getattr(seen, "code", None)
+        if isinstance(code, int) and 400 <= code < 600:
+            return code
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _exists(uri: str) -> bool:
+    """Whether `uri` exists, or True when even that cannot be told (so: a read error)."""
+    try:
+        return FileSystems.exists(uri)
+    except Exception:  # the same broken filesystem that failed the read
+        return True
