@@ -65,6 +65,17 @@ def test_pool_decodes_exactly_as_in_process(pool):
     assert pool.prepare(JPEG, KEEP).encoded is JPEG
 
 
+def test_images_larger_than_the_shared_memory_go_through_the_pipe():
+    pool = DecodePool(1, timeout_s=60.0, slot_bytes=len(JPEG) - 1)
+    try:
+        small = encode(photo_like(4, 4, 2), "PNG")
+        assert len(small) < len(JPEG) - 1
+        for data in (JPEG, small, JPEG):  # after each other: the slot never holds stale bytes
+            assert pool.prepare(data, KEEP) == prepare_image(data, KEEP)
+    finally:
+        pool.close()
+
+
 def test_a_worker_killed_mid_image_costs_only_that_image(pool, slow_png):
     (pid,) = pool.pids()
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
