@@ -14,8 +14,8 @@ from PIL import Image
 
 import transforms
 from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
-from transforms.decode_pool import DecodePool, Decoding
-from transforms.images import ImageRejected, ImageSettings, prepare_image
+from transforms.decode_pool import DecodePool, Decoding, prepare_in_process
+from transforms.images import ImageRejected, ImageSettings
 
 KEEP = ImageSettings()
 JPEG = encode(photo_like(48, 32, 1), "JPEG", quality=90)
@@ -35,11 +35,14 @@ def pool():
     started.close()
 
 
-def outcome(prepare, data, settings=KEEP):
-    try:
-        return prepare(data, settings)
-    except ImageRejected as rejected:
-        return rejected.reason, rejected.message
+def outcomes(prepare_all, images, settings=KEEP):
+    """Each image's PreparedImage, or its rejection as (reason, message)."""
+    return [(image.reason, image.message) if isinstance(image, ImageRejected) else image
+            for image in prepare_all(images, settings)]
+
+
+def in_process(*images, settings=KEEP):
+    return outcomes(prepare_in_process, images, settings)
 
 
 def test_workers_import_neither_tensorflow_nor_beam():
@@ -57,12 +60,14 @@ def test_pool_decodes_exactly_as_in_process(pool):
     gif = encode(photo_like(24, 24, 3).quantize(64), "GIF")
     rgba = encode(photo_like(33, 21, 1, "RGBA"), "PNG")
     cut = JPEG[: len(JPEG) // 2]
-    for data, settings in [(JPEG, KEEP), (JPEG, ImageSettings(max_side=20)), (gif, KEEP),
-                           (rgba, ImageSettings(image_format="jpeg")), (cut, KEEP),
-                           (b"plain text", KEEP)]:
-        assert outcome(pool.prepare, data, settings) == outcome(prepare_image, data, settings)
+    batch = [JPEG, gif, rgba, cut, b"plain text", JPEG]
+    for settings in (KEEP, ImageSettings(max_side=20), ImageSettings(image_format="jpeg")):
+        assert outcomes(pool.prepare_all, batch, settings) == in_process(*batch,
+                                                                         settings=settings)
+    assert [reason for reason, _ in in_process(cut, b"plain text")] == [
+        "truncated_image", "not_an_image"]
     # The source bytes are not sent back: the stored bytes are the very object given.
-    assert pool.prepare(JPEG, KEEP).encoded is JPEG
+    assert pool.prepare_all([JPEG], KEEP)[0].encoded is JPEG
 
 
 def test_images_larger_than_the_shared_memory_go_through_the_pipe():
@@ -70,8 +75,11 @@ def test_images_larger_than_the_shared_memory_go_through_the_pipe():
     try:
         small = encode(photo_like(4, 4, 2), "PNG")
         assert len(small) < len(JPEG) - 1
-        for data in (JPEG, small, JPEG):  # after each other: the slot never holds stale bytes
-            assert pool.prepare(data, KEEP) == prepare_image(data, KEEP)
+        # One at a time (the slot never holds stale bytes), and in a batch: the small
+        # image shares the memory, the others go through the pipe.
+        for data in (JPEG, small, JPEG):
+            assert outcomes(pool.prepare_all, [data]) == in_process(data)
+        assert outcomes(pool.prepare_all, [small, JPEG, small]) == in_process(small, JPEG, small)
     finally:
         pool.close()
 
@@ -79,14 +87,15 @@ def test_images_larger_than_the_shared_memory_go_through_the_pipe():
 def test_a_worker_killed_mid_image_costs_only_that_image(pool, slow_png):
     (pid,) = pool.pids()
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
-        decoding = thread.submit(outcome, pool.prepare, slow_png)
+        # The photos before the slow image are answered before it; those after it go
+        # to the replacement.
+        decoding = thread.submit(outcomes, pool.prepare_all, [JPEG, slow_png, JPEG, JPEG])
         _wait_until_busy(pid)
         os.kill(pid, signal.SIGKILL)
-        reason, message = decoding.result(timeout=30)
+        first, (reason, message), *rest = decoding.result(timeout=30)
     assert reason == "decode_crash"
     assert "killed by SIGKILL" in message and "out-of-memory killer" in message
-    # Replaced: the next image decodes in a new process, as before.
-    assert pool.prepare(JPEG, KEEP) == prepare_image(JPEG, KEEP)
+    assert [first, *rest] == in_process(JPEG, JPEG, JPEG)
     assert pool.pids() != [pid] and len(pool.pids()) == 1
 
 
@@ -94,8 +103,8 @@ def test_a_worker_killed_between_images_loses_nothing(pool):
     (pid,) = pool.pids()
     os.kill(pid, signal.SIGKILL)
     _wait_until_dead(pid)
-    # The image is sent to a new worker: it was never being decoded when the old one died.
-    assert pool.prepare(JPEG, KEEP) == prepare_image(JPEG, KEEP)
+    # The images go to a new worker: none was being decoded when the old one died.
+    assert outcomes(pool.prepare_all, [JPEG, JPEG]) == in_process(JPEG, JPEG)
 
 
 def test_a_decode_past_the_time_limit_is_stopped_and_the_pool_goes_on(slow_png):
@@ -103,12 +112,13 @@ def test_a_decode_past_the_time_limit_is_stopped_and_the_pool_goes_on(slow_png):
     try:
         old = set(pool.pids())
         with concurrent.futures.ThreadPoolExecutor(3) as threads:
-            slow = threads.submit(outcome, pool.prepare, slow_png)
-            quick = [threads.submit(pool.prepare, JPEG, KEEP) for _ in range(20)]
-            assert slow.result(timeout=30) == (
-                "decode_timeout",
-                "decoding took longer than 0.2 s (--decode_timeout); the decoder was stopped")
-            assert all(future.result() == prepare_image(JPEG, KEEP) for future in quick)
+            slow = threads.submit(outcomes, pool.prepare_all, [slow_png, JPEG])
+            quick = [threads.submit(outcomes, pool.prepare_all, [JPEG]) for _ in range(20)]
+            assert slow.result(timeout=30) == [
+                ("decode_timeout",
+                 "decoding took longer than 0.2 s (--decode_timeout); the decoder was stopped"),
+                *in_process(JPEG)]
+            assert all(future.result() == in_process(JPEG) for future in quick)
         # The stopped worker is gone; its replacement and the other worker remain.
         assert len(set(pool.pids()) & old) == 1 and len(pool.pids()) == 2
         assert not any(map(_alive, old - set(pool.pids())))

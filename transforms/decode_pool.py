@@ -25,11 +25,12 @@ import dataclasses
 import mmap
 import os
 import queue
+import select
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import NamedTuple
 
@@ -47,7 +48,8 @@ _SLOT_BYTES = 32 << 20
 _START_SECONDS = 120.0  # for a worker's imports, on a machine busy starting many
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-PrepareImage = Callable[[bytes, ImageSettings], PreparedImage]
+Prepared = PreparedImage | ImageRejected
+PrepareImages = Callable[[Sequence[bytes], ImageSettings], list[Prepared]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,17 +79,30 @@ class Decoding:
 
 class _Decoded(NamedTuple):
     """A worker's answer: the prepared image, without the bytes it was sent when those
-    are what it stores (they need not cross the pipe twice)."""
+    are what it stores (they need not cross back)."""
 
     image: PreparedImage
     source_kept: bool
 
 
-class DecodePool:
-    """`processes` decoding workers; prepare() is prepare_image, run in one of them.
+def prepare_in_process(images: Sequence[bytes], settings: ImageSettings) -> list[Prepared]:
+    """prepare_image of each, in this process: what --decode_processes 0 uses."""
+    return [_prepared(data, settings) for data in images]
 
-    Thread-safe: each call takes an idle worker, so at most `processes` images decode at
-    once and a call waits for a free worker.
+
+def _prepared(data: bytes, settings: ImageSettings) -> Prepared:
+    try:
+        return prepare_image(data, settings)
+    except ImageRejected as rejected:
+        return rejected
+
+
+class DecodePool:
+    """`processes` decoding workers; prepare_all() is prepare_in_process, run in one.
+
+    Thread-safe: each call takes an idle worker for its whole batch, so at most
+    `processes` images decode at once and a call waits for a free worker. A batch costs
+    one wake-up of the worker instead of one per image (about 60 us of CPU each here).
     """
 
     def __init__(self, processes: int, timeout_s: float, slot_bytes: int = _SLOT_BYTES
@@ -104,16 +119,13 @@ class DecodePool:
             worker.wait_ready()
             self._idle.put(worker)
 
-    def prepare(self, data: bytes, settings: ImageSettings) -> PreparedImage:
+    def prepare_all(self, images: Sequence[bytes], settings: ImageSettings) -> list[Prepared]:
         worker = self._idle.get()
         try:
-            decoded = worker.decode(data, settings, self._timeout_s)
+            answers = worker.decode(images, settings, self._timeout_s)
         finally:
             self._idle.put(worker)
-        if isinstance(decoded, ImageRejected):
-            raise decoded
-        image, source_kept = decoded
-        return dataclasses.replace(image, encoded=data) if source_kept else image
+        return [_restored(answer, data) for data, answer in zip(images, answers, strict=True)]
 
     def pids(self) -> list[int]:
         """The workers' process ids (tests kill them)."""
@@ -124,6 +136,12 @@ class DecodePool:
             worker.close()
 
 
+def _restored(answer: _Decoded | ImageRejected, sent: bytes) -> Prepared:
+    if isinstance(answer, ImageRejected):
+        return answer
+    return dataclasses.replace(answer.image, encoded=sent) if answer.source_kept else answer.image
+
+
 class _Worker:
     """One decoding process and the two pipes to it; replaced at once after a crash or a
     timeout, so the pool stays whole."""
@@ -132,6 +150,7 @@ class _Worker:
         self._process: subprocess.Popen | None = None
         self._inbox: Connection | None = None  # what the worker sends
         self._outbox: Connection | None = None  # what the worker reads
+        self._answered = select.poll()  # on _inbox: cheaper than Connection.poll's selector
         # Kept across replacements: a new process maps the same memory.
         self._slot_fd = os.memfd_create("decode-slot")
         os.ftruncate(self._slot_fd, slot_bytes)
@@ -158,10 +177,12 @@ class _Worker:
             os.close(worker_writes)
         self._inbox = Connection(inbox, writable=False)
         self._outbox = Connection(outbox, readable=False)
+        self._answered = select.poll()
+        self._answered.register(inbox, select.POLLIN)
 
     def wait_ready(self) -> None:
         try:
-            ready = self._inbox.poll(_START_SECONDS) and self._inbox.recv() == _READY
+            ready = self._answers_within(_START_SECONDS) and self._inbox.recv() == _READY
         except EOFError:  # it failed to start; its traceback is on stderr
             ready = False
         if not ready:
@@ -170,28 +191,53 @@ class _Worker:
             raise RuntimeError("a decoding process did not start (python -m "
                                "transforms.decode_pool); see its error above")
 
-    def decode(self, data: bytes, settings: ImageSettings, timeout_s: float
-               ) -> _Decoded | ImageRejected:
-        try:
-            if len(data) <= len(self._slot):
-                self._slot[:len(data)] = data
-                self._outbox.send((len(data), settings))
+    def decode(self, images: Sequence[bytes], settings: ImageSettings, timeout_s: float
+               ) -> list[_Decoded | ImageRejected]:
+        """Each image's answer, in order. The worker answers each as it is done, so after
+        a crash or a timeout the image it was on is known: that one is rejected, and the
+        rest of the batch goes to the replacement, none decoded twice."""
+        answers: list[_Decoded | ImageRejected] = []
+        while len(answers) < len(images):
+            pending = images[len(answers):]
+            try:
+                self._send(pending, settings)
+            except OSError:  # it died while idle: none of these reached it
+                self._replace()
+                continue
+            for _ in pending:
+                if not self._answers_within(timeout_s):
+                    self._replace()
+                    answers.append(ImageRejected("decode_timeout", (
+                        f"decoding took longer than {timeout_s:g} s (--decode_timeout); "
+                        "the decoder was stopped")))
+                    break
+                try:
+                    answers.append(self._inbox.recv())
+                except EOFError:
+                    how = _death(self._replace())
+                    answers.append(ImageRejected("decode_crash", (
+                        f"the decoding process died ({how}) on this image; the image "
+                        "is skipped and the run goes on")))
+                    break
+        return answers
+
+    def _send(self, images: Sequence[bytes], settings: ImageSettings) -> None:
+        """The images one after another in the shared memory, as their lengths; those
+        past its end inline."""
+        items: list[int | bytes] = []
+        offset = 0
+        for data in images:
+            if offset + len(data) <= len(self._slot):
+                self._slot[offset:offset + len(data)] = data
+                offset += len(data)
+                items.append(len(data))
             else:
-                self._outbox.send((data, settings))
-        except OSError:
-            # It died between images (killed while idle): this image never reached it.
-            self._replace()
-            return self.decode(data, settings, timeout_s)
-        if not self._inbox.poll(timeout_s):
-            self._replace()
-            return ImageRejected("decode_timeout", f"decoding took longer than "
-                                 f"{timeout_s:g} s (--decode_timeout); the decoder was stopped")
-        try:
-            return self._inbox.recv()
-        except EOFError:
-            how = _death(self._replace())
-            return ImageRejected("decode_crash", f"the decoding process died ({how}) on "
-                                 "this image; the image is skipped and the run goes on")
+                items.append(data)
+        self._outbox.send((items, settings))
+
+    def _answers_within(self, seconds: float) -> bool:
+        """Whether an answer, or the end of the pipe (a dead worker), is there in time."""
+        return bool(self._answered.poll(seconds * 1000))
 
     def _replace(self) -> int | None:
         """Kills this process, which is dead or hung, and starts another; returns the
@@ -237,18 +283,18 @@ _shared: DecodePool | None = None
 _shared_users = 0
 
 
-def acquire(decoding: Decoding) -> PrepareImage:
-    """The prepare function the writer uses: the process's shared pool's, started by the
-    first caller, or prepare_image itself when `decoding` has no processes."""
+def acquire(decoding: Decoding) -> PrepareImages:
+    """The function the writer prepares its images with: the process's shared pool's,
+    started by the first caller, or prepare_in_process when `decoding` has no processes."""
     global _shared, _shared_users
     processes = decoding.process_count()
     if processes == 0:
-        return prepare_image
+        return prepare_in_process
     with _shared_lock:
         if _shared is None:
             _shared = DecodePool(processes, decoding.timeout_s)
         _shared_users += 1
-        return _shared.prepare
+        return _shared.prepare_all
 
 
 def release(decoding: Decoding) -> None:
@@ -264,8 +310,8 @@ def release(decoding: Decoding) -> None:
 
 
 def _serve(reads: int, writes: int, slot_fd: int) -> None:
-    """A worker's loop: one (bytes or their length in the slot, settings) in, one
-    _Decoded or ImageRejected out."""
+    """A worker's loop: a batch in (each image's length in the shared memory, or its
+    bytes), and for each image, as soon as it is done, a _Decoded or ImageRejected out."""
     # Ctrl-C reaches the whole process group: the writer handles it and closes the pipes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     inbox = Connection(reads, writable=False)
@@ -276,19 +322,26 @@ def _serve(reads: int, writes: int, slot_fd: int) -> None:
     outbox.send(_READY)
     while True:
         try:
-            data, settings = inbox.recv()
+            items, settings = inbox.recv()
         except EOFError:  # the writer is done with it, or has died
             return
-        if isinstance(data, int):
-            data = slot[:data]
-        try:
-            image = prepare_image(data, settings)
-        except ImageRejected as rejected:
-            outbox.send(rejected)
-            continue
-        source_kept = image.encoded is data
-        outbox.send(_Decoded(dataclasses.replace(image, encoded=b"") if source_kept else image,
-                             source_kept))
+        offset = 0
+        for item in items:
+            if isinstance(item, int):
+                data = slot[offset:offset + item]
+                offset += item
+            else:
+                data = item
+            outbox.send(_answer(data, settings))
+
+
+def _answer(data: bytes, settings: ImageSettings) -> _Decoded | ImageRejected:
+    image = _prepared(data, settings)
+    if isinstance(image, ImageRejected):
+        return image
+    source_kept = image.encoded is data
+    return _Decoded(dataclasses.replace(image, encoded=b"") if source_kept else image,
+                    source_kept)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,9 @@ from transforms.schema import IMAGE, ExtraColumn
 _SIZE_SAMPLE = 32  # files per split whose sizes estimate the split's total bytes
 _SIZE_SECONDS = 10.0  # for statting a split's sample, all files at once
 _PACK_BYTES = 4 << 20  # row JSON a packer holds before packing what it has
+# Images a writer thread reads and hands to a decoder at once: with the window of
+# batches in flight, up to about 8 x (threads + 2) images are in memory per shard writer.
+_BATCH_IMAGES = 8
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
@@ -216,9 +219,10 @@ class _WriteShardFile(beam.DoFn):
     one box per row, with multi-label the union of the rows' labels; with single labels
     the first row (by manifest and line) makes the example and the others are
     dead-lettered as duplicate_row.
-    Images are read on a small thread pool through a bounded window, so at most a few
-    images are in memory at once, and decoded by the process's decode pool
-    (decode_pool.py), or in those threads with --decode_processes 0. Either way the file
+    Images are read in batches on a small thread pool through a bounded window, so at
+    most a few batches are in memory at once, and each batch is decoded by one of the
+    process's decoding processes (decode_pool.py), or in its thread with
+    --decode_processes 0. Either way the file
     is written in the rows' order, so the bytes do not depend on how images were decoded.
     """
 
@@ -238,7 +242,7 @@ class _WriteShardFile(beam.DoFn):
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     def setup(self) -> None:
-        self._prepare = decode_pool.acquire(self._decoding)
+        self._prepare_all = decode_pool.acquire(self._decoding)
         self._executor = concurrent.futures.ThreadPoolExecutor(self._decoding.thread_count())
 
     def teardown(self) -> None:
@@ -271,9 +275,14 @@ class _WriteShardFile(beam.DoFn):
             # Created with the first example: a shard whose images were all rejected
             # leaves no file (and Beam's S3 filesystem cannot write an empty one).
             out = None
-            window = 2 * self._decoding.thread_count() + 2
-            for image_rows, outcome in zip(images, _ordered_map(self._executor, self._encode,
-                                                                images, window)):
+            threads = self._decoding.thread_count()
+            # Images go to a thread, and on to a decoding process, a batch at a time: small
+            # enough that every thread gets work in a small shard.
+            size = max(1, min(_BATCH_IMAGES, len(images) // threads))
+            batches = [images[start:start + size] for start in range(0, len(images), size)]
+            outcomes = itertools.chain.from_iterable(
+                _ordered_map(self._executor, self._encode_batch, batches, threads + 1))
+            for image_rows, outcome in zip(images, outcomes, strict=True):
                 if isinstance(outcome, ImageRejected):
                     self._rejected.inc()
                     for item in image_rows:
@@ -308,10 +317,19 @@ class _WriteShardFile(beam.DoFn):
         yield ShardWritten(split, shard, temp_path, examples, rows_written, file_bytes,
                            source_bytes, dict(labels), dict(reencoded))
 
-    def _encode(self, rows: list[LabelledRow]) -> _Encoded | ImageRejected:
+    def _encode_batch(self, batch: list[list[LabelledRow]]) -> list[_Encoded | ImageRejected]:
+        """Each image's outcome: its files read here, decoded together by one decoder."""
+        read = [_read(rows[0].row.uri) for rows in batch]
+        decoded = iter(self._prepare_all(
+            [data for data in read if isinstance(data, bytes)], self._settings))
+        return [self._encode(rows, data, next(decoded)) if isinstance(data, bytes) else data
+                for rows, data in zip(batch, read)]
+
+    def _encode(self, rows: list[LabelledRow], data: bytes, image: PreparedImage | ImageRejected
+                ) -> _Encoded | ImageRejected:
         try:
-            data = read_image_bytes(rows[0].row.uri)
-            image = self._prepare(data, self._settings)
+            if isinstance(image, ImageRejected):
+                raise image
             extra_images = self._extra_images(rows[0].row)
         except ImageRejected as rejected:
             return rejected
@@ -326,11 +344,21 @@ class _WriteShardFile(beam.DoFn):
         for column, uri in zip(self._extra_columns, row.extras, strict=True):
             if column.type == IMAGE:
                 try:
-                    images[column.name] = self._prepare(read_image_bytes(uri), self._settings)
+                    (image,) = self._prepare_all([read_image_bytes(uri)], self._settings)
+                    if isinstance(image, ImageRejected):
+                        raise image
+                    images[column.name] = image
                 except ImageRejected as rejected:
                     raise ImageRejected(rejected.reason,
                                         f"column {column.name!r}: {rejected.message}") from None
         return images
+
+
+def _read(uri: str) -> bytes | ImageRejected:
+    try:
+        return read_image_bytes(uri)
+    except ImageRejected as rejected:
+        return rejected
 
 
 def _check_declared_size(rows: list[LabelledRow], actual: tuple[int, int]
