@@ -345,12 +345,13 @@ def main() -> None:
     largest = max(args.sizes)
     if args.rows and args.rows <= largest:
         parser.error(f"--rows must be larger than the largest size ({largest})")
-    if len(args.ours_decode_processes) == 1:
+    decode_processes = list(dict.fromkeys(args.ours_decode_processes))  # one run set each
+    if len(decode_processes) == 1:
         parser.error("--ours_decode_processes needs two counts or more to compare")
     check_memory_fields()
     json_path = args.json or args.workdir / "results.json"
     ours_args = shlex.split(args.ours_args)
-    tools = tools_for(ours_args, args.ours_decode_processes)
+    tools = tools_for(ours_args, decode_processes)
 
     # (name, manifest, tools): the scaling runs only on the image sets.
     datasets: list[tuple[str, Path, list[Tool]]] = []
@@ -367,7 +368,7 @@ def main() -> None:
     results: dict = {
         "config": {"sizes": sorted(set(args.sizes)), "rows": args.rows, "rounds": args.rounds,
                    "seed": args.seed, "ours_args": ours_args,
-                   "ours_decode_processes": args.ours_decode_processes,
+                   "ours_decode_processes": decode_processes,
                    "cpus": os.cpu_count(),
                    "memory_gb": round(psutil.virtual_memory().total / 1e9, 1),
                    "python": platform.python_version(), "platform": platform.platform(),
@@ -379,7 +380,7 @@ def main() -> None:
         result = bench_dataset(name, manifest.resolve(), args.workdir / "runs" / slug,
                                args.rounds, dataset_tools)
         if len(dataset_tools) > len(BASELINES) + 1:
-            result["scaling"] = scaling_of(result, args.ours_decode_processes)
+            result["scaling"] = scaling_of(result, decode_processes)
         results["datasets"].append(result)
         print_table(result, args.rounds)
         # Saved after every dataset, so a long run that stops keeps what it measured.
