@@ -102,12 +102,20 @@ class TreeSampler(threading.Thread):
         self.root = psutil.Process(pid)
         self.done = threading.Event()
         self.peaks = dict.fromkeys(MEMORY_FIELDS, 0)
+        # The root process's own CPU seconds (not its children's), as last seen: for ours
+        # the process that runs Beam and writes every shard, whose work does not spread
+        # over the decoding processes.
+        self.root_cpu_s = 0.0
 
     def run(self) -> None:
         for sample in itertools.count():
             fields = MEMORY_FIELDS if sample % PSS_EVERY == 0 else ("Rss",)
             for field, total in self._tree_memory(fields).items():
                 self.peaks[field] = max(self.peaks[field], total)
+            try:
+                self.root_cpu_s = sum(self.root.cpu_times()[:2])
+            except psutil.Error:  # the root has exited
+                pass
             if self.done.wait(SAMPLE_SECONDS):
                 return
 
@@ -143,8 +151,9 @@ def check_memory_fields() -> None:
         sys.exit(f"this kernel's smaps_rollup lacks {', '.join(missing)} (Linux 5.8+ has them)")
 
 
-def measure(cmd: list[str], log: Path) -> tuple[int, float, float, dict[str, int]]:
-    """Runs `cmd`, output to `log`: exit code, wall s, CPU s, its tree's memory peaks.
+def measure(cmd: list[str], log: Path) -> tuple[int, float, float, float, dict[str, int]]:
+    """Runs `cmd`, output to `log`: exit code, wall s, CPU s, the root process's own CPU s
+    (to within a sampling interval), its tree's memory peaks.
 
     CPU is wait4's rusage of the child, which includes every descendant that was waited
     for (Beam's and the pool's worker processes are), so the whole tree's user+sys time.
@@ -159,14 +168,15 @@ def measure(cmd: list[str], log: Path) -> tuple[int, float, float, dict[str, int
         sampler.done.set()
         sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, so tell Popen
-    return proc.returncode, wall, usage.ru_utime + usage.ru_stime, sampler.peaks
+    return (proc.returncode, wall, usage.ru_utime + usage.ru_stime, sampler.root_cpu_s,
+            sampler.peaks)
 
 
 def run_tool(tool: Tool, manifest: Path, out: Path, log: Path,
              source_bytes: int) -> dict[str, float]:
     """One measured run of `tool` into the fresh folder `out`; exits if the tool fails."""
     cmd = [*tool.command, "--manifest", str(manifest), "--output_dir", str(out)]
-    code, wall, cpu, memory = measure(cmd, log)
+    code, wall, cpu, root_cpu, memory = measure(cmd, log)
     if code != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
         sys.exit(f"{tool.name} exited with {code} ({shlex.join(cmd)}); end of {log}:\n{tail}")
@@ -178,7 +188,7 @@ def run_tool(tool: Tool, manifest: Path, out: Path, log: Path,
             sys.exit(f"{tool.name} printed no example count; see {log}")
         examples = int(found[1])
     output_bytes = sum(path.stat().st_size for path in out.glob("*.tfrecord*"))
-    return {"wall_s": wall, "cpu_s": cpu, "examples": examples,
+    return {"wall_s": wall, "cpu_s": cpu, "root_cpu_s": root_cpu, "examples": examples,
             **{f"peak_{field.lower()}_mb": peak / 2**20 for field, peak in memory.items()},
             "images_per_s": examples / wall, "output_bytes": output_bytes,
             "output_per_source": output_bytes / source_bytes}
@@ -290,12 +300,20 @@ def scaling_of(result: dict, decode_processes: list[int]) -> dict:
 
 
 def marginal_cpu(small: dict, large: dict) -> dict:
-    """CPU ms per image from the smallest image set to the largest, per tool, and ratios."""
-    per_tool = {tool: 1000 * (large["median"][tool]["cpu_s"] - small["median"][tool]["cpu_s"])
-                / (large["median"][tool]["examples"] - small["median"][tool]["examples"])
-                for tool in large["median"]}
+    """CPU ms per image from the smallest image set to the largest, per tool, and ratios;
+    and ours' writing process alone (its own CPU, decoding processes excluded): the work
+    per image that one process does whatever the cores, so the core count at which it
+    becomes the limit is about the total per image over it."""
+    def per_image(tool: str, key: str) -> float:
+        return 1000 * (large["median"][tool][key] - small["median"][tool][key]) / (
+            large["median"][tool]["examples"] - small["median"][tool]["examples"])
+
+    per_tool = {tool: per_image(tool, "cpu_s") for tool in large["median"]}
+    writer = per_image("ours", "root_cpu_s")
     return {"from": small["name"], "to": large["name"], "ms_per_image": per_tool,
-            "ratio": {f"ours/{base}": per_tool["ours"] / per_tool[base] for base in BASELINES}}
+            "ratio": {f"ours/{base}": per_tool["ours"] / per_tool[base] for base in BASELINES},
+            "ours_writer_ms_per_image": writer,
+            "ours_writer_limit_cores": per_tool["ours"] / writer if writer > 0 else None}
 
 
 def print_table(result: dict, rounds: int) -> None:
@@ -321,6 +339,10 @@ def print_marginal(marginal: dict) -> None:
     print(f"marginal CPU per image, {marginal['from']} to {marginal['to']}: "
           + ", ".join(f"{tool} {ms:.2f} ms" for tool, ms in marginal["ms_per_image"].items())
           + "; " + ", ".join(f"{name} {value:.2f}" for name, value in marginal["ratio"].items()))
+    limit = marginal["ours_writer_limit_cores"]
+    print(f"ours' writing process: {marginal['ours_writer_ms_per_image']:.2f} ms per image "
+          "of its own; the limit at about "
+          + (f"{limit:.1f} cores" if limit else "(no measurable writer CPU)"))
 
 
 def main() -> None:
