@@ -14,7 +14,7 @@ from PIL import Image
 
 import transforms
 from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
-from transforms.decode_pool import DecodePool, Decoding, prepare_in_process
+from transforms.decode_pool import DecodePool, Decoding, prepare_in_process, usable_cores
 from transforms.images import ImageRejected, ImageSettings
 
 KEEP = ImageSettings()
@@ -49,9 +49,7 @@ def test_workers_import_neither_tensorflow_nor_beam():
     imported = subprocess.run(
         [sys.executable, "-c", "import sys, transforms.decode_pool; "
          "print(' '.join(sorted({name.split('.')[0] for name in sys.modules})))"],
-        capture_output=True, text=True, check=True,
-        env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(
-            transforms.__file__))}).stdout.split()
+        capture_output=True, text=True, check=True, env=_package_path()).stdout.split()
     assert "PIL" in imported
     assert not {"tensorflow", "apache_beam", "tensorflow_transform"} & set(imported)
 
@@ -135,7 +133,21 @@ def test_close_stops_every_worker():
 
 def test_default_decoding_uses_the_cores_this_process_may_run_on():
     cores = len(os.sched_getaffinity(0))
-    assert Decoding().process_count() == cores
+    assert Decoding().process_count() == usable_cores() <= cores
+    # A process pinned to one core (as by taskset, or a container's cpuset) gets one.
+    pinned = subprocess.run(
+        [sys.executable, "-c", "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})"
+         "; from transforms.decode_pool import Decoding; print(Decoding().process_count())"],
+        capture_output=True, text=True, check=True, env=_package_path()).stdout
+    assert pinned.strip() == "1"
+
+
+def test_a_cpu_quota_caps_the_default(tmp_path):
+    cpu_max = tmp_path / "cpu.max"
+    cpu_max.write_text("150000 100000\n")  # 1.5 CPUs, as docker --cpus 1.5 writes it
+    assert usable_cores(str(cpu_max)) == min(2, len(os.sched_getaffinity(0)))
+    cpu_max.write_text("max 100000\n")
+    assert usable_cores(str(cpu_max)) == len(os.sched_getaffinity(0))
     assert Decoding(processes=0, threads=3).thread_count() == 3
     assert Decoding(processes=4, threads=3).thread_count() == 8
 
@@ -204,3 +216,8 @@ def test_an_image_past_the_time_limit_is_dead_lettered_and_the_rest_written(tmp_
     (letter,) = [json.loads(line) for line in
                  (output / "errors-00000-of-00001.jsonl").read_text().splitlines()]
     assert (letter["uri"].endswith("img/huge.png"), letter["reason"]) == (True, "decode_timeout")
+
+
+def _package_path() -> dict[str, str]:
+    """The environment, with this checkout's packages importable."""
+    return {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(transforms.__file__))}

@@ -22,6 +22,7 @@ was on when it died is known exactly.
 from __future__ import annotations
 
 import dataclasses
+import math
 import mmap
 import os
 import queue
@@ -29,6 +30,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -68,9 +70,7 @@ class Decoding:
     timeout_s: float = 120.0
 
     def process_count(self) -> int:
-        if self.processes is not None:
-            return self.processes
-        return len(os.sched_getaffinity(0))  # the cores this process may run on
+        return self.processes if self.processes is not None else usable_cores()
 
     def thread_count(self) -> int:
         # Two per decoding process keep each busy while the other thread reads or writes.
@@ -152,7 +152,7 @@ class _Worker:
         self._outbox: Connection | None = None  # what the worker reads
         self._answered = select.poll()  # on _inbox: cheaper than Connection.poll's selector
         # Kept across replacements: a new process maps the same memory.
-        self._slot_fd = os.memfd_create("decode-slot")
+        self._slot_fd = _shared_memory_fd()
         os.ftruncate(self._slot_fd, slot_bytes)
         self._slot = mmap.mmap(self._slot_fd, slot_bytes)
 
@@ -267,6 +267,31 @@ class _Worker:
         self.stop()
         self._slot.close()
         os.close(self._slot_fd)
+
+
+def usable_cores(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The cores this process may use: those it may run on (Linux's affinity mask, a
+    container's cpuset), fewer under a CPU quota (cgroup v2 cpu.max, e.g. a Kubernetes
+    CPU limit or docker --cpus)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    try:
+        with open(cpu_max, encoding="ascii") as file:
+            quota, period = file.read().split()
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):  # no cgroup v2 here (macOS, cgroup v1): no quota known
+        pass
+    return cores
+
+
+def _shared_memory_fd() -> int:
+    """A file descriptor of memory a child process can map: a memfd on Linux, elsewhere
+    (macOS) an unlinked temporary file."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("decode-slot")
+    with tempfile.TemporaryFile() as file:
+        return os.dup(file.fileno())
 
 
 def _death(code: int | None) -> str:
