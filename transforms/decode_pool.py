@@ -2,10 +2,10 @@
 
 The shard writer's threads read the files and write the shard; decoding (Pillow, the
 SHA-256 of the stored bytes, any re-encoding) holds most of each image's CPU time, and in
-one process the GIL would leave the writer at about two cores. So each thread hands its
-image to one of a few decoding processes and waits. Those processes import Pillow and
-images.py only, never TensorFlow or Beam: a worker costs about 30 MB and starts in a
-fraction of a second.
+one process the GIL would leave the writer at about two cores. So each thread hands a
+batch of images to one of a few decoding processes and waits. Those processes import
+Pillow and images.py only, never TensorFlow or Beam: a worker takes about 28 MB RSS
+(19 MB PSS) and two start in 0.4 s here.
 
 They are started with a fresh interpreter (subprocess, a fork followed by exec), the only
 start method that is safe in a process where TensorFlow's and gRPC's threads already run:
@@ -15,8 +15,8 @@ forkserver would re-import the launcher's __main__ (TensorFlow) in every worker.
 Isolation is a reliability gain too: an image that crashes its decoder (a segfault in a C
 library, the kernel's OOM killer) or decodes past --decode_timeout costs only its own
 row, dead-lettered as decode_crash or decode_timeout; the worker is replaced and nothing
-else is lost or decoded twice. Each worker decodes one image at a time, so the image it
-was on when it died is known exactly.
+else is lost or decoded twice. Each worker decodes one image at a time and answers each
+as soon as it is done, so the image it was on when it died is known exactly.
 """
 
 from __future__ import annotations
