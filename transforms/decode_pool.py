@@ -36,9 +36,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import NamedTuple
 
-from PIL import Image
-
-from transforms.images import ImageRejected, ImageSettings, PreparedImage, prepare_image
+from transforms.images import (ImageRejected, ImageSettings, PreparedImage, load_plugins,
+                               prepare_image)
 
 _READY = "ready"  # a worker's first message, once its imports are done
 # Images up to this size reach a worker through memory it shares with the writer: a
@@ -343,7 +342,7 @@ def _serve(reads: int, writes: int, slot_fd: int) -> None:
     outbox = Connection(writes, readable=False)
     slot = mmap.mmap(slot_fd, 0)  # all of it
     # Pillow imports its format plugins on first use: now, not within an image's time limit.
-    Image.init()
+    load_plugins()
     outbox.send(_READY)
     while True:
         try:

@@ -228,8 +228,7 @@ def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:
     the global warnings machinery; neither can be set per call from a thread pool, so this
     runs the same plugin search with our own limit in their place.
     """
-    Image.preinit()  # the common formats first, in the order Image.open tries them
-    Image.init()
+    load_plugins()
     file = io.BytesIO(data)
     prefix = data[:16]
     failures, cut_short = [], []
@@ -261,6 +260,13 @@ def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:
                             f"({'; '.join(cut_short)})")
     detail = f" ({'; '.join(failures)})" if failures else ""
     raise ImageRejected("not_an_image", f"not in any image format Pillow reads{detail}")
+
+
+def load_plugins() -> None:
+    """Imports Pillow's format plugins: the common ones first, so that they are tried
+    first (some plugins have no signature check, and are tried by opening the data)."""
+    Image.preinit()
+    Image.init()
 
 
 def _fit(size: tuple[int, int], max_side: int | None) -> tuple[int, int] | None:
