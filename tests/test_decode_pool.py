@@ -85,8 +85,7 @@ def test_images_larger_than_the_shared_memory_go_through_the_pipe():
 def test_a_worker_killed_mid_image_costs_only_that_image(pool, slow_png):
     (pid,) = pool.pids()
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
-        # The photos before the slow image are answered before it; those after it go
-        # to the replacement.
+        # The photos before and after the slow image are decoded by the replacement.
         decoding = thread.submit(outcomes, pool.prepare_all, [JPEG, slow_png, JPEG, JPEG])
         _wait_until_busy(pid)
         os.kill(pid, signal.SIGKILL)
