@@ -23,7 +23,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineState
 
 from pipeline.options import ConvertOptions
-from pipeline.signatures import cached_signatures
+from pipeline.beam_lookups import cached_lookups
 from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder
@@ -69,8 +69,8 @@ def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: dic
         # Before the graph is built: tf.Transform reads the pinned file as it traces.
         pinned_file = (write_pinned_vocabulary(pinned, FileSystems.join(tft_dir, "pinned"))
                        if pinned else None)
-        with cached_signatures(), beam.Pipeline(runner=_runner(options),
-                                                options=options) as p:
+        with cached_lookups(), beam.Pipeline(runner=_runner(options),
+                                             options=options) as p:
             build(p, convert, manifests, temp_dir, tft_dir, run_info,
                   pinned.source if pinned else None, pinned_file)
     except BaseException:
