@@ -18,7 +18,7 @@ import apache_beam as beam
 import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
-                                                  StandardOptions, TypeOptions)
+                                                  StandardOptions)
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineState
 
@@ -48,14 +48,6 @@ def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: dic
     when the job failed its outcome check; `pinned` fixes the label ids.
     """
     convert = options.view_as(ConvertOptions)
-    # Beam's construction-time type checks (and the type inference that comes with
-    # them) inspect every transform's signature, tf.Transform's included: about 1.2 s
-    # of CPU per run, a fifth of a 200-image run's fixed cost. They catch programming
-    # errors, which the tests catch too: each transform's own tests build it with the
-    # checks on (TestPipeline). Without the inference every PCollection is typed Any;
-    # ours carrying rows were Any already, and the counts and strings that were typed
-    # are encoded by Beam's generic coder without pickling.
-    options.view_as(TypeOptions).pipeline_type_check = False
     run_id = uuid.uuid4().hex[:12]
     temp_dir = FileSystems.join(convert.output_dir, f".tmp-{run_id}")
     # tf.Transform reads and writes through TensorFlow's filesystems, which know local
