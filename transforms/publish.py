@@ -53,9 +53,10 @@ class PublishOutput(beam.PTransform):
     """Renames the shards into place, copies the transform_fn, writes OUTPUT/summary.json.
 
     Input: a dict of PCollections: "shards" (ShardWritten), "dead_letter_reasons"
-    (reason codes), "row_counts" (counts that sum to the rows read), "rows_discarded"
-    (one count: the DISCARD rows among them), "train_label_rows" ((label, TRAIN rows
-    carrying it)), "duplicates_by_splits" ("kept split/copy split", copies) and
+    (reason codes), "row_counts" (counts that sum to the rows read; a source with
+    nothing to count gives none), "rows_discarded" (the DISCARD rows among them: one
+    count, or none for 0), "train_label_rows" ((label, TRAIN rows carrying it)),
+    "duplicates_by_splits" ("kept split/copy split", copies) and
     "written" (anything that must be complete first: the transform_fn, the dead letters,
     the duplicates).
     `temp_dir` holds the temp shards and what is staged; `tft_dir` is tf.Transform's
@@ -93,7 +94,8 @@ class PublishOutput(beam.PTransform):
                     shards=beam.pvalue.AsList(inputs["shards"]),
                     errors_by_reason=beam.pvalue.AsDict(errors_by_reason),
                     row_counts=beam.pvalue.AsList(inputs["row_counts"]),
-                    rows_discarded=beam.pvalue.AsSingleton(inputs["rows_discarded"]),
+                    rows_discarded=beam.pvalue.AsSingleton(inputs["rows_discarded"],
+                                                           default_value=0),
                     train_label_rows=beam.pvalue.AsDict(inputs["train_label_rows"]),
                     duplicates=beam.pvalue.AsDict(inputs["duplicates_by_splits"]),
                     written=beam.pvalue.AsList(written)))
