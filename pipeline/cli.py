@@ -45,15 +45,6 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     # launcher prints it as one `error:` line; Beam's traceback of it would bury that.
     logging.getLogger("apache_beam.runners.common").addFilter(
         lambda record: "RunFailed" not in record.getMessage())
-    # The transform_fn is a TF1 SavedModel on purpose (labels._tft_context); that
-    # tf.Transform says so, that TF1's writer leaves tf.Transform's own graph
-    # collections out and that its functions are deprecated is noise to a user.
-    for name, noise in (("absl", "Tensorflow Transform is running in tf.compat.v1 mode"),
-                        ("tensorflow", "Issue encountered when serializing"),
-                        ("tensorflow", "Expected binary or unicode string, got type_url"),
-                        ("tensorflow", "build_tensor_info (from tensorflow")):
-        logging.getLogger(name).addFilter(
-            lambda record, noise=noise: noise not in record.getMessage())
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
         print(_full_help())

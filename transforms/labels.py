@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import apache_beam as beam
 import pyarrow as pa
@@ -134,7 +134,7 @@ class AnalyzeLabels(beam.PTransform):
                    | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
                    | "ToRecordBatch" >> beam.Map(_record_batch, self._categorical,
                                                  with_row=False))
-        with _tft_context(self._temp_dir):
+        with tft_beam.Context(temp_dir=self._temp_dir):
             return ((batches, _input_config(self._label_mode, self._categorical.names,
                                             with_row=False))
                     | "Vocabulary" >> tft_beam.AnalyzeDataset(functools.partial(
@@ -168,24 +168,13 @@ class ApplyLabels(beam.PTransform):
                    | "ToRecordBatch" >> beam.Map(_record_batch, self._categorical,
                                                  with_row=True))
         config = _input_config(self._label_mode, self._categorical.names, with_row=True)
-        with _tft_context(self._temp_dir, passthrough_keys={_ROW}):
+        with tft_beam.Context(temp_dir=self._temp_dir, passthrough_keys={_ROW}):
             transformed, _ = (((batches, config), self._transform_fn)
                               | "Transform" >> tft_beam.TransformDataset(
                                   output_record_batches=True))
         return transformed | "Unbatch" >> beam.FlatMap(
             _labelled_rows, self._categorical, self._unseen_where
         ).with_outputs(DEAD_LETTERS, main="labelled")
-
-
-def _tft_context(temp_dir: str, **settings: Any) -> tft_beam.Context:
-    """tf.Transform's settings for both passes.
-
-    The transform_fn is a TF1 SavedModel (a graph run in a Session): tf.Transform
-    builds it, and the SavedModel of the analyzers' inputs, without tracing and saving
-    tf.functions, about 1 s of CPU less per run whatever its size. TF2's
-    TFTransformOutput reads it alike (vocabulary_by_name, transform_features_layer).
-    """
-    return tft_beam.Context(temp_dir=temp_dir, force_tf_compat_v1=True, **settings)
 
 
 def _record_batch(rows: Sequence[ManifestRow], categorical: _Columns, with_row: bool
