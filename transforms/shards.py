@@ -46,7 +46,7 @@ _SIZE_SAMPLE = 32  # files per split whose sizes estimate the split's total byte
 _SIZE_SECONDS = 10.0  # for statting a split's sample, all files at once
 _PACK_BYTES = 4 << 20  # row JSON a packer holds before packing what it has
 # Images a writer thread reads and hands to a decoder at once: with the window of
-# batches in flight, up to about 8 x (threads + 2) images are in memory per shard writer.
+# batches in flight, up to 8 x (threads + 1) images are in memory per shard writer.
 _BATCH_IMAGES = 8
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -222,8 +222,8 @@ class _WriteShardFile(beam.DoFn):
     Images are read in batches on a small thread pool through a bounded window, so at
     most a few batches are in memory at once, and each batch is decoded by one of the
     process's decoding processes (decode_pool.py), or in its thread with
-    --decode_processes 0. Either way the file
-    is written in the rows' order, so the bytes do not depend on how images were decoded.
+    --decode_processes 0. Either way the file is written in the rows' order, so its bytes
+    do not depend on where or how many at once images were decoded.
     """
 
     def __init__(self, temp_dir: str, compression: str, settings: ImageSettings,
@@ -327,9 +327,9 @@ class _WriteShardFile(beam.DoFn):
 
     def _encode(self, rows: list[LabelledRow], data: bytes, image: PreparedImage | ImageRejected
                 ) -> _Encoded | ImageRejected:
+        if isinstance(image, ImageRejected):
+            return image
         try:
-            if isinstance(image, ImageRejected):
-                raise image
             extra_images = self._extra_images(rows[0].row)
         except ImageRejected as rejected:
             return rejected
