@@ -38,7 +38,12 @@ def test_a_sound_output_passes_from_the_command_line(sample_output):
     result = subprocess.run([command, "verify", str(sample_output)], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "ok: 43 examples in 6 shards (train 31, validation 6, test 6)" in result.stdout
+    # Up to 2 per split: a row's shard is a hash of its absolute path, so where the
+    # checkout lies decides whether a split's 6 images all fall in one of its 2 shards.
+    shards = len(list(sample_output.glob("*.tfrecord")))
+    assert 3 <= shards <= 6
+    assert (f"ok: 43 examples in {shards} shards (train 31, validation 6, test 6)"
+            in result.stdout)
 
 
 @pytest.mark.parametrize("fixture", ["gzip_output", "multi_label_output", "boxes_output"])
