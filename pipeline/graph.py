@@ -22,8 +22,8 @@ from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOp
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineState
 
-from pipeline.options import ConvertOptions
 from pipeline.beam_lookups import cached_lookups
+from pipeline.options import ConvertOptions
 from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder

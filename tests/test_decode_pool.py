@@ -14,6 +14,7 @@ from PIL import Image
 
 import transforms
 from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
+from pipeline.options import ConvertOptions
 from transforms.decode_pool import DecodePool, Decoding, prepare_in_process, usable_cores
 from transforms.images import ImageRejected, ImageSettings
 
@@ -139,6 +140,18 @@ def test_default_decoding_uses_the_cores_this_process_may_run_on():
          "; from transforms.decode_pool import Decoding; print(Decoding().process_count())"],
         capture_output=True, text=True, check=True, env=_package_path()).stdout
     assert pinned.strip() == "1"
+
+
+def test_dataflow_decodes_in_process_unless_it_runs_one_sdk_process_per_vm():
+    def processes(*flags):
+        return ConvertOptions(["--manifest", "m.csv", "--output_dir", "out",
+                               *flags]).decoding().processes
+
+    assert processes() is None  # the DirectRunner: a process per core, found there
+    assert processes("--runner", "DataflowRunner") == 0
+    assert processes("--runner", "DataflowRunner",
+                     "--experiments", "no_use_multiple_sdk_containers") is None
+    assert processes("--runner", "DataflowRunner", "--decode_processes", "3") == 3
 
 
 def test_a_cpu_quota_caps_the_default(tmp_path):

@@ -113,7 +113,6 @@ class DecodePool:
                  ) -> None:
         if processes < 1:
             raise ValueError("a decode pool needs at least one process")
-        self.processes = processes
         self._timeout_s = timeout_s
         self._workers = [_Worker(slot_bytes) for _ in range(processes)]
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
