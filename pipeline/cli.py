@@ -49,8 +49,10 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     if "-h" in args or "--help" in args:
         print(_full_help())
         return 0
-    from pipeline import run  # noqa: PLC0415 - imports TensorFlow, after the env above
+    from pipeline.collector import uncollected  # noqa: PLC0415
 
+    with uncollected():
+        from pipeline import run  # noqa: PLC0415 - imports TensorFlow, after the env above
     return run.main(args)
 
 

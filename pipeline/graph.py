@@ -23,6 +23,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineState
 
 from pipeline.beam_lookups import cached_lookups
+from pipeline.collector import uncollected
 from pipeline.options import ConvertOptions
 from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
@@ -61,10 +62,10 @@ def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: dic
         # Before the graph is built: tf.Transform reads the pinned file as it traces.
         pinned_file = (write_pinned_vocabulary(pinned, FileSystems.join(tft_dir, "pinned"))
                        if pinned else None)
-        with cached_lookups(), beam.Pipeline(runner=_runner(options),
-                                             options=options) as p:
-            build(p, convert, manifests, temp_dir, tft_dir, run_info,
-                  pinned.source if pinned else None, pinned_file)
+        with cached_lookups(), beam.Pipeline(runner=_runner(options), options=options) as p:
+            with uncollected():  # the graph lives until the run, as this block exits, ends
+                build(p, convert, manifests, temp_dir, tft_dir, run_info,
+                      pinned.source if pinned else None, pinned_file)
     except BaseException:
         # Publishing removes it after a success; after a failure it is no evidence (the
         # temp shards and the staged transform_fn are), so it does not pile up either.

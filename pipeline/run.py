@@ -13,6 +13,7 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from pipeline.collector import frozen_for_the_run, uncollected
 from pipeline.options import ConvertOptions, unknown_option_problem
 from pipeline.report import format_report
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
@@ -76,11 +77,12 @@ def convert_and_report(argv: Sequence[str]) -> dict[str, Any] | None:
         "versions": {name: _version(name) for name in _VERSIONED},
         "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
     }
-    # TensorFlow loads here, so usage errors above come back in a second, not six.
-    from pipeline import graph  # noqa: PLC0415
-
     try:
-        summary = graph.run(options, manifests, run_info, pinned)
+        with frozen_for_the_run():
+            # TensorFlow loads here, so usage errors above come back in a second, not six.
+            with uncollected():
+                from pipeline import graph  # noqa: PLC0415
+            summary = graph.run(options, manifests, run_info, pinned)
     except RunFailed as failed:
         print(format_report(failed.failure.summary, convert.output_dir,
                             time.monotonic() - started, published=False))

@@ -1,5 +1,6 @@
 """The Python API: convert() from a CSV, a folder or a DataFrame, and df.tfrecords."""
 
+import gc
 import json
 import os
 
@@ -54,6 +55,8 @@ def test_convert_from_a_list_of_csvs_and_from_a_folder(photos):
     assert len(result.files["train"]) == len(used)
     assert result.error_files == [] and not list(root.glob("a/errors-*"))  # nothing rejected
     assert json.loads((root / "a" / "summary.json").read_text())["options"]["num_shards"] == 2
+    # The run froze what lives as long as it does; an API caller gets the collector back.
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
     (root / "folder" / "train" / "cat").mkdir(parents=True)
     for name in names:
