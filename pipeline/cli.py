@@ -10,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from pipeline.console import quiet_console
+
 _USAGE = """usage: image-tfrecords COMMAND [options]
 
 commands:
@@ -18,6 +20,10 @@ commands:
   verify    read every shard of an output back and check it against summary.json
   inspect   write the first records of a split back as image files plus a CSV
 """
+
+
+_VERBOSE_HELP = ("print all that TensorFlow's libraries print, their start-up lines "
+                 "included")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,9 +44,6 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     # The Dataflow job id and console URL: a user needs them, and Airflow's Beam operator
     # reads the id from the "Created job with id: [...]" line.
     logging.getLogger("apache_beam.runners.dataflow.internal.apiclient").setLevel(logging.INFO)
-    # The dead-letter file is skipped when no row was rejected; Beam warns about that.
-    logging.getLogger("apache_beam.io.filebasedsink").addFilter(
-        lambda record: not record.getMessage().startswith("No shards found to finalize"))
     # A run that fails its outcome check raises RunFailed in the publish step, and the
     # launcher prints it as one `error:` line; Beam's traceback of it would bury that.
     logging.getLogger("apache_beam.runners.common").addFilter(
@@ -62,12 +65,14 @@ def verify_main(argv: Sequence[str]) -> int:
         description="Read every shard back: record CRCs, examples, images, label ids, and "
                     "the counts in summary.json. Exits 1 naming the first bad shard/record.")
     parser.add_argument("output_dir", help="an image-tfrecords output (local or gs://)")
+    parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
     args = parser.parse_args(argv)
     _quiet_tensorflow()
-    from image_tfrecords.verify import verify  # noqa: PLC0415 - after the env above
-
     try:
-        verified = verify(args.output_dir)
+        with quiet_console(args.verbose):
+            from image_tfrecords.verify import verify  # noqa: PLC0415 - after the env above
+
+            verified = verify(args.output_dir)
     except (ValueError, FileNotFoundError) as problem:  # VerifyError is a ValueError
         print(f"error: {args.output_dir}: {problem}", file=sys.stderr)
         return 1
@@ -87,12 +92,14 @@ def inspect_main(argv: Sequence[str]) -> int:
     parser.add_argument("--split", default="train")
     parser.add_argument("-n", type=int, default=20, help="how many records (default 20)")
     parser.add_argument("--out", required=True, help="folder to write the files into")
+    parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
     args = parser.parse_args(argv)
     _quiet_tensorflow()
-    from image_tfrecords.inspection import CSV_FILE, inspect_split  # noqa: PLC0415
-
     try:
-        written = inspect_split(args.output_dir, args.split, args.n, args.out)
+        with quiet_console(args.verbose):
+            from image_tfrecords.inspection import CSV_FILE, inspect_split  # noqa: PLC0415
+
+            written = inspect_split(args.output_dir, args.split, args.n, args.out)
     except (ValueError, FileNotFoundError) as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2

@@ -139,6 +139,13 @@ class ConvertOptions(PipelineOptions):
             "--decode_threads", type=int, default=os.cpu_count() or 1,
             help="Threads per worker that read images and hand them to the decoders "
                  "(at least two per decoding process are used).")
+        group.add_argument(
+            "--verbose", nargs="?", const=True, default=False, type=parse_flag,
+            metavar="true|false",
+            help="Print all that TensorFlow's and Beam's libraries print. By default their "
+                 "start-up lines (such as the GPU probe's 'failed call to cuInit' on a "
+                 "machine without a GPU) and Beam's routine messages are left out; "
+                 "warnings and errors still show.")
 
     @classmethod
     def names(cls) -> list[str]:

@@ -14,6 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipeline.collector import frozen_for_the_run, uncollected
+from pipeline.console import quiet_console
 from pipeline.options import ConvertOptions, unknown_option_problem
 from pipeline.report import format_report
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
@@ -66,6 +67,12 @@ def convert_and_report(argv: Sequence[str]) -> dict[str, Any] | None:
     # here; the pipeline sets them again for its workers.
     FileSystems.set_options(options)
     convert = options.view_as(ConvertOptions)
+    with quiet_console(convert.verbose):
+        return _run(options, convert)
+
+
+def _run(options: PipelineOptions, convert: ConvertOptions) -> dict[str, Any] | None:
+    """convert_and_report's work, within its console filter."""
     manifests = _preflight(convert)
     pinned = _pinned_vocabulary(convert)
     started = time.monotonic()

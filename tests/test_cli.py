@@ -40,6 +40,11 @@ def test_python_dash_m_pipeline_converts_and_prints_the_table(tmp_path):
                          "--direct_num_workers", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "rows read 3 = 3 examples written + 0 dead-lettered" in result.stdout
+    # A quiet console: none of TensorFlow's native start-up lines (on a machine without a
+    # GPU, "failed call to cuInit") nor Beam's routine messages; Beam's warning about
+    # these very options (two workers, in memory) shows.
+    assert [line.split(":")[0] for line in result.stderr.splitlines()] == [
+        "WARNING apache_beam.runners.portability.fn_api_runner.fn_runner"]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["options"]["runner"] == "DirectRunner"
     assert summary["splits"]["train"]["examples"] == 2

@@ -1,0 +1,138 @@
+"""What a run prints besides its own report: nothing that reads as a failure when none is.
+
+TensorFlow's C++ libraries write start-up lines straight to file descriptor 2 before
+their logging is set up, so TF_CPP_MIN_LOG_LEVEL does not reach them; on a machine
+without a GPU every run began with
+
+    WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+    I0000 00:00:1795400634.736171    8512 cudart_stub.cc:31] Could not find cuda drivers ...
+    E0000 00:00:1795400638.274696    8512 cuda_platform.cc:52] failed call to cuInit: ...
+
+quiet_console() passes descriptor 2 through a filter thread that drops those lines (the
+informational and warning ones, and the GPU probe's errors) and copies everything else
+through as it comes: Python's own warnings and tracebacks, any other native error. Beam's
+log lines that only describe its normal work are dropped too. `--verbose` shows it all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import logging
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator
+
+# absl's format: severity, date (0000 before logging is set up), time, thread, file:line].
+_NATIVE_LINE = re.compile(rb"^([IWEF])\d{4} [\d:.]+ +\d+ ([\w.-]+):\d+\] ")
+_ABSL_PREAMBLE = b"WARNING: All log messages before absl::InitializeLog() is called"
+_LINE_END = re.compile(rb"[\r\n]")
+# The native errors of probing for a GPU that is not there: not a failure of the run.
+_GPU_PROBES = (b"cuda_platform.cc", b"cuda_driver.cc", b"cuda_executor.cc",
+               b"cuda_diagnostics.cc", b"cudart_stub.cc")
+# Beam's messages that describe its normal work: (logger, start of the message).
+_ROUTINE_BEAM_MESSAGES = (
+    # The dead-letter file is skipped when no row was rejected.
+    ("apache_beam.io.filebasedsink", "No shards found to finalize"),
+)
+
+
+def is_routine_native_line(line: bytes) -> bool:
+    """Whether a line on descriptor 2 is native start-up chatter, not a problem."""
+    if line.startswith(_ABSL_PREAMBLE):
+        return True
+    native = _NATIVE_LINE.match(line)
+    if not native:
+        return False
+    severity, source = native.groups()
+    return severity in (b"I", b"W") or (severity == b"E" and source in _GPU_PROBES)
+
+
+@contextlib.contextmanager
+def quiet_console(verbose: bool = False) -> Iterator[None]:
+    """Within the block, routine native lines and Beam messages are not printed."""
+    if verbose:
+        yield
+        return
+    with _routine_beam_messages_dropped(), _native_lines_filtered():
+        yield
+
+
+@contextlib.contextmanager
+def _routine_beam_messages_dropped() -> Iterator[None]:
+    filters = []
+    for name, start in _ROUTINE_BEAM_MESSAGES:
+        def routine(record: logging.LogRecord, start: str = start) -> bool:
+            return not record.getMessage().startswith(start)
+        logging.getLogger(name).addFilter(routine)
+        filters.append((name, routine))
+    try:
+        yield
+    finally:
+        for name, routine in filters:
+            logging.getLogger(name).removeFilter(routine)
+
+
+@contextlib.contextmanager
+def _native_lines_filtered() -> Iterator[None]:
+    """Descriptor 2 goes through a pipe to a thread that copies all but routine lines to
+    where it went before; restored, with everything written drained, on leaving."""
+    sys.stderr.flush()
+    real = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    # The copier writes to a descriptor of its own, closed when it ends: it may outlive
+    # the block, reading what processes started within it still write.
+    copier = threading.Thread(target=_copy_lines, args=(read_end, os.dup(real)), daemon=True,
+                              name="native-stderr-filter")
+    copier.start()
+    # A crash's traceback goes straight to the terminal, as the copier dies with the
+    # process; where something else set up faulthandler (pytest does), it is left alone.
+    crash_file = None if faulthandler.is_enabled() else os.fdopen(os.dup(real), "w")
+    if crash_file:
+        faulthandler.enable(crash_file)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(real, 2)  # the pipe's last writer here: the copier reads to its end
+        copier.join(timeout=2.0)  # not for processes started within that hold the pipe still
+        if crash_file:
+            faulthandler.disable()
+            crash_file.close()
+        os.close(real)
+
+
+def _copy_lines(read_end: int, out: int) -> None:
+    """Copies to `out` all but routine lines. A line ends at \n or at \r (a progress
+    bar's update: what follows it starts a line of its own); one that cannot be a native
+    line is copied as it arrives, not held back until its end."""
+    pending = b""
+    with os.fdopen(read_end, "rb", buffering=0) as pipe, os.fdopen(out, "wb", buffering=0):
+        while chunk := pipe.read(65536):
+            pending += chunk
+            while end := _LINE_END.search(pending):
+                line, pending = pending[:end.end()], pending[end.end():]
+                if not is_routine_native_line(line[:-1]):
+                    _write_all(out, line)
+            if pending and not _may_become_native(pending):
+                _write_all(out, pending)
+                pending = b""
+        if pending and not is_routine_native_line(pending):
+            _write_all(out, pending)
+
+
+def _may_become_native(start: bytes) -> bool:
+    """Whether a line that begins with `start` could still turn out to be routine."""
+    if _ABSL_PREAMBLE.startswith(start[:len(_ABSL_PREAMBLE)]):
+        return True
+    return start[:1] in (b"I", b"W", b"E") and (
+        len(start) < 64 and b"]" not in start or _NATIVE_LINE.match(start) is not None)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]

@@ -1,0 +1,77 @@
+"""console: TensorFlow's native start-up lines and Beam's routine messages kept out of
+what a run prints; everything else still printed, in order, as it comes."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pipeline.console import is_routine_native_line
+
+# Written by TensorFlow 2.21 at import and first use on a machine without a GPU.
+PREAMBLE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+NO_DRIVERS = (b"I0000 00:00:1795400634.736171    8512 cudart_stub.cc:31] Could not find cuda "
+              b"drivers on your machine, GPU will not be used.")
+NO_CUINIT = (b"E0000 00:00:1795400638.274696    8512 cuda_platform.cc:52] failed call to cuInit: "
+             b"INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)")
+REAL_ERROR = (b"E1123 03:10:11.123456   77 op_kernel.cc:1839] OP_REQUIRES failed at "
+              b"lookup_table_op.cc:929 : NOT_FOUND: vocabulary file")
+
+
+@pytest.mark.parametrize("line", [PREAMBLE, NO_DRIVERS, NO_CUINIT,
+                                  b"W0000 00:00:17.1 12 cpu_feature_guard.cc:210] x"])
+def test_start_up_lines_are_routine(line):
+    assert is_routine_native_line(line)
+
+
+@pytest.mark.parametrize("line", [
+    REAL_ERROR,
+    b"F1123 03:10:11.1 77 tensor.cc:12] Check failed: dims",  # a fatal error
+    b"WARNING apache_beam.io.gcp.gcsio: retrying",  # Python logging, ours or Beam's
+    b"Error: something else", b"Traceback (most recent call last):", b""])
+def test_other_lines_are_not(line):
+    assert not is_routine_native_line(line)
+
+
+def run_python(code: str, verbose: bool) -> subprocess.CompletedProcess:
+    writes = [PREAMBLE + b"\n", NO_DRIVERS + b"\n" + REAL_ERROR + b"\n"]
+    split_routine_line = [NO_CUINIT[:30], NO_CUINIT[30:] + b"\n"]
+    script = textwrap.dedent(f"""
+        import os, sys, logging
+        from pipeline.console import quiet_console
+        with quiet_console(verbose={verbose}):
+            for data in {writes!r}:
+                os.write(2, data)  # as C++ writes: straight to the descriptor
+            print("a Python warning", file=sys.stderr, flush=True)
+            os.write(2, b"progress 50%\\r")  # no line end: copied through all the same
+            for data in {split_routine_line!r}:
+                os.write(2, data)
+            logging.getLogger("apache_beam.io.filebasedsink").warning(
+                "No shards found to finalize. num_shards: 1, skipped: 1")
+            logging.getLogger("apache_beam.io.filebasedsink").warning("a real Beam warning")
+            {code}
+        print("after the block", file=sys.stderr)
+        """)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+
+
+def test_routine_lines_are_dropped_and_the_rest_kept_in_order():
+    result = run_python("", verbose=False)
+    assert result.returncode == 0
+    assert result.stderr.split(b"\n") == [
+        REAL_ERROR, b"a Python warning", b"progress 50%\ra real Beam warning",
+        b"after the block", b""]
+
+
+def test_verbose_prints_everything():
+    result = run_python("", verbose=True)
+    for written in (PREAMBLE, NO_DRIVERS, NO_CUINIT, REAL_ERROR,
+                    b"No shards found to finalize. num_shards: 1, skipped: 1"):
+        assert written + b"\n" in result.stderr
+
+
+def test_a_crash_inside_still_shows_its_traceback():
+    result = run_python("import faulthandler; faulthandler._sigsegv()", verbose=False)
+    assert result.returncode != 0
+    assert b"Fatal Python error: Segmentation fault" in result.stderr
