@@ -36,6 +36,20 @@ def format_report(summary: dict[str, Any], output_dir: str, wall_seconds: float,
         lines.append("dead letters by reason: "
                      + ", ".join(f"{reason} {count}" for reason, count in by_reason.items())
                      + f"  ({', '.join(summary['errors']['files'])})")
+    duplicates = summary["duplicates"]
+    if duplicates["copies"]:
+        lines.append(_duplicates_line(duplicates))
     images_per_second = summary["examples_written"] / wall_seconds if wall_seconds else 0.0
     lines.append(f"wall {wall_seconds:.1f} s, {images_per_second:.1f} images/s")
     return "\n".join(lines)
+
+
+def _duplicates_line(duplicates: dict[str, Any]) -> str:
+    """Copies by "kept split/copy split"; a pair of two splits is a leak (a TEST image
+    also in TRAIN inflates the test score)."""
+    pairs = ", ".join(
+        f"{pair} {count}" + (" (leak)" if len(set(pair.split("/"))) > 1 else "")
+        for pair, count in duplicates["by_splits"].items())
+    dropped = "; the copies dropped (--dedupe sha256)" if duplicates["dropped"] else ""
+    return (f"byte-identical images: {pairs}{dropped}"
+            f"  ({', '.join(duplicates['files'])})")

@@ -49,8 +49,16 @@ def convert(manifest, output, *flags):
     return summary, report, names
 
 
-def test_copies_are_reported_but_kept_by_default(manifest, tmp_path):
+def printed_duplicates(capsys) -> str:
+    (line,) = [line for line in capsys.readouterr().out.splitlines()
+               if line.startswith("byte-identical images")]
+    return line
+
+
+def test_copies_are_reported_but_kept_by_default(manifest, tmp_path, capsys):
     summary, report, names = convert(manifest, tmp_path / "out")
+    assert printed_duplicates(capsys) == ("byte-identical images: train/test 2 (leak), "
+                                          "train/train 1  (duplicates-00000-of-00001.jsonl)")
     assert names == {"train": ["a.jpg", "c.png", "d.png", "e.jpg"],
                      "test": ["b.jpg", "e.jpg"]}
     assert summary["duplicates"] == {
@@ -61,8 +69,10 @@ def test_copies_are_reported_but_kept_by_default(manifest, tmp_path):
         ("a.jpg", "b.jpg", "test"), ("c.png", "d.png", "train"), ("e.jpg", "e.jpg", "test")]
 
 
-def test_dedupe_writes_each_image_once_and_dead_letters_the_copies(manifest, tmp_path):
+def test_dedupe_writes_each_image_once_and_dead_letters_the_copies(manifest, tmp_path, capsys):
     summary, report, names = convert(manifest, tmp_path / "out", "--dedupe", "sha256")
+    assert printed_duplicates(capsys).endswith(
+        "train/train 1; the copies dropped (--dedupe sha256)  (duplicates-00000-of-00001.jsonl)")
     assert names == {"train": ["a.jpg", "c.png", "e.jpg"], "test": []}
     assert summary["empty_splits"] == ["validation", "test"]
     assert summary["errors"]["by_reason"] == {"duplicate_image": 3}
