@@ -17,14 +17,13 @@ from typing import Any
 import apache_beam as beam
 import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
-                                                  StandardOptions)
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineState
 
 from pipeline.beam_lookups import cached_lookups
 from pipeline.collector import uncollected
-from pipeline.options import ConvertOptions
+from pipeline.options import ConvertOptions, runs_on_the_direct_runner
 from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder
@@ -183,6 +182,6 @@ def _runner(options: PipelineOptions) -> FnApiRunner | None:
     Beam 2.77's DirectRunner would first try Prism, which it downloads from GitHub at
     run time; the FnApiRunner is the engine it falls back to, without the download.
     """
-    if options.view_as(StandardOptions).runner in (None, "DirectRunner"):
+    if runs_on_the_direct_runner(options):
         return FnApiRunner()
     return None  # Beam resolves --runner

@@ -7,7 +7,8 @@ import difflib
 import os
 from collections.abc import Sequence
 
-from apache_beam.options.pipeline_options import DebugOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, PipelineOptions,
+                                                  StandardOptions)
 
 from transforms.decode_pool import Decoding
 from transforms.images import ImageSettings
@@ -139,6 +140,12 @@ class ConvertOptions(PipelineOptions):
             "--decode_threads", type=int, default=os.cpu_count() or 1,
             help="Threads per worker that read images and hand them to the decoders "
                  "(at least two per decoding process are used).")
+        group.add_argument(
+            "--quiet", nargs="?", const=True, default=False, type=parse_flag,
+            metavar="true|false",
+            help="No live progress. By default a local run shows it: a bar on a terminal, "
+                 "else a line every 5%% (for logs); a remote run names the counters to "
+                 "watch in its runner's UI.")
         group.add_argument(
             "--verbose", nargs="?", const=True, default=False, type=parse_flag,
             metavar="true|false",
@@ -308,6 +315,17 @@ def parse_flag(text: str) -> bool:
     if value not in ("true", "false"):
         raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
     return value == "true"
+
+
+def runs_on_the_direct_runner(options: PipelineOptions) -> bool:
+    return options.view_as(StandardOptions).runner in (None, "DirectRunner")
+
+
+def writes_shards_in_this_process(options: PipelineOptions) -> bool:
+    """Whether the shard writers run in the launcher's own process: on the DirectRunner's
+    FnApiRunner, unless --direct_running_mode multi_processing gives it worker processes."""
+    return (runs_on_the_direct_runner(options)
+            and options.view_as(DirectOptions).direct_running_mode != "multi_processing")
 
 
 def _runs_a_process_per_core(options: PipelineOptions) -> bool:

@@ -16,6 +16,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from pipeline.collector import frozen_for_the_run, uncollected
 from pipeline.console import quiet_console
 from pipeline.options import ConvertOptions, unknown_option_problem
+from pipeline.progress import shown_progress
 from pipeline.report import format_report
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from transforms.folder import check_folder
@@ -67,7 +68,7 @@ def convert_and_report(argv: Sequence[str]) -> dict[str, Any] | None:
     # here; the pipeline sets them again for its workers.
     FileSystems.set_options(options)
     convert = options.view_as(ConvertOptions)
-    with quiet_console(convert.verbose):
+    with shown_progress(options), quiet_console(convert.verbose):
         return _run(options, convert)
 
 

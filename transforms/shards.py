@@ -31,7 +31,7 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import dead_letters as reasons
-from transforms import decode_pool
+from transforms import decode_pool, live_progress
 from transforms.dead_letters import DeadLetter
 from transforms.decode_pool import Decoding
 from transforms.deadline import within_deadline
@@ -197,6 +197,7 @@ class _PackByShard(beam.DoFn):
 
     def _packs(self) -> Iterator[tuple[tuple[str, int], bytes]]:
         for key, lines in self._held.items():
+            live_progress.planned(len(lines))
             yield key, pack_rows(lines)
         self._held.clear()
         self._held_bytes = 0
@@ -262,6 +263,7 @@ class _WriteShardFile(beam.DoFn):
             if self._label_mode == "single":
                 for other in others:
                     yield beam.pvalue.TaggedOutput(DEAD_LETTERS, _duplicate_row(other, first))
+                live_progress.handled(len(others), len(others))
                 others = []
             images.append([first, *others])
         temp_path = FileSystems.join(
@@ -288,9 +290,11 @@ class _WriteShardFile(beam.DoFn):
                     for item in image_rows:
                         yield beam.pvalue.TaggedOutput(DEAD_LETTERS, item.row.dead_letter(
                             outcome.reason, outcome.message))
+                    live_progress.handled(len(image_rows), len(image_rows))
                     continue
                 for dead in outcome.wrong_size:
                     yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead)
+                live_progress.handled(len(image_rows), len(outcome.wrong_size))
                 record, sha256, reencoded_because, source_size, image_rows, _ = outcome
                 if record is None:
                     self._rejected.inc()

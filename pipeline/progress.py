@@ -1,0 +1,104 @@
+"""Live progress of a run: a tqdm bar on a terminal, a line every few percent in a log.
+
+Local runs only: the DirectRunner's shard writers run in this process and report each
+row they are done with (transforms/live_progress.py). A remote runner's workers cannot
+reach this process; its own UI shows the job and Beam's counters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import TextIO
+
+from apache_beam.options.pipeline_options import PipelineOptions
+from tqdm import tqdm
+
+from pipeline.options import ConvertOptions, writes_shards_in_this_process
+from transforms import live_progress
+
+STEP_PERCENT = 5  # a line in a log at every 5% of the rows
+REMOTE_NOTE = ("progress: shown by the runner's UI for the job; the counters to watch are "
+               "images/written and images/rejected (Beam metrics, namespace images)")
+
+
+@contextlib.contextmanager
+def shown_progress(options: PipelineOptions) -> Iterator[None]:
+    """Within the block, the run's progress is shown on stderr, unless --quiet.
+
+    Enter it before the console filter (console.py): the bar writes to the terminal
+    itself, through a descriptor of its own.
+    """
+    if options.view_as(ConvertOptions).quiet:
+        yield
+        return
+    if not writes_shards_in_this_process(options):
+        print(REMOTE_NOTE, file=sys.stderr, flush=True)
+        yield
+        return
+    with os.fdopen(os.dup(sys.stderr.fileno()), "w") as out:
+        progress = LiveProgress(out, terminal=out.isatty())
+        try:
+            with live_progress.listening(progress):
+                yield
+        finally:
+            progress.close()
+
+
+class LiveProgress:
+    """A live_progress.Listener that shows rows done of rows planned, their rate, the
+    time left and the dead letters so far; the rate and time left count from the first
+    row written, not from the start-up."""
+
+    def __init__(self, out: TextIO, terminal: bool) -> None:
+        self._out = out
+        self._terminal = terminal
+        self._lock = threading.Lock()  # writers may run on several threads
+        self._planned = self._done = self._dead_letters = 0
+        self._started: float | None = None
+        self._bar: tqdm | None = None
+        self._next_step = STEP_PERCENT
+
+    def planned(self, rows: int) -> None:
+        with self._lock:
+            self._planned += rows
+            if self._bar is not None:
+                self._bar.total = self._planned
+
+    def handled(self, rows: int, dead_letters: int) -> None:
+        with self._lock:
+            if self._started is None:
+                self._started = time.monotonic()
+                if self._terminal:
+                    self._bar = tqdm(total=self._planned, file=self._out, unit=" rows",
+                                     desc="writing", dynamic_ncols=True)
+            self._done += rows
+            self._dead_letters += dead_letters
+            if self._bar is not None:
+                self._bar.set_postfix_str(f"{self._dead_letters:,} dead letters", refresh=False)
+                self._bar.update(rows)
+                if self._done >= self._planned:  # done: the bar's last state, before the table
+                    self._bar.close()
+            elif self._percent() >= self._next_step:
+                self._print_line()
+                self._next_step = (self._percent() // STEP_PERCENT + 1) * STEP_PERCENT
+
+    def close(self) -> None:
+        with self._lock:
+            if self._bar is not None:
+                self._bar.close()
+
+    def _percent(self) -> int:
+        return 100 * self._done // self._planned if self._planned else 100
+
+    def _print_line(self) -> None:
+        seconds = time.monotonic() - self._started
+        rate = self._done / seconds if seconds > 0 else 0.0
+        left = (self._planned - self._done) / rate if rate else 0.0
+        print(f"progress: {self._done:,}/{self._planned:,} rows ({self._percent()}%), "
+              f"{rate:,.0f} rows/s, {left:,.0f} s left, {self._dead_letters:,} dead letters",
+              file=self._out, flush=True)

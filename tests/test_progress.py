@@ -1,0 +1,86 @@
+"""Live progress: a bar on a terminal, a line every 5% without one, none with --quiet; a
+remote run names the counters to watch."""
+
+import fcntl
+import io
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from conftest import tiny_manifest
+from pipeline.progress import REMOTE_NOTE, LiveProgress, shown_progress
+
+
+def test_without_a_terminal_a_line_every_five_percent():
+    out = io.StringIO()
+    progress = LiveProgress(out, terminal=False)
+    progress.planned(40)
+    progress.planned(60)  # the rows reach the writers in packs
+    for row in range(100):
+        progress.handled(1, dead_letters=int(row % 10 == 0))
+    lines = out.getvalue().splitlines()
+    assert [line.split("(")[1].split(")")[0] for line in lines] == [
+        f"{percent}%" for percent in range(5, 101, 5)]
+    assert lines[-1].startswith("progress: 100/100 rows (100%), ")
+    assert lines[-1].endswith(" s left, 10 dead letters")
+
+
+def test_on_a_terminal_a_bar_that_ends_when_the_last_row_is_done():
+    out = io.StringIO()
+    progress = LiveProgress(out, terminal=True)
+    progress.planned(30)
+    for _ in range(3):
+        progress.handled(10, dead_letters=1)
+    final = out.getvalue().split("\r")[-1]
+    assert final.startswith("writing: 100%|") and "30/30" in final
+    assert final.endswith("3 dead letters]\n")  # closed: what follows starts a new line
+
+
+def test_a_remote_run_names_the_counters_to_watch(capsys):
+    options = PipelineOptions(["--manifest", "m.csv", "--output_dir", "gs://b/out",
+                               "--runner", "DataflowRunner"])
+    with shown_progress(options):
+        pass
+    assert capsys.readouterr().err == REMOTE_NOTE + "\n"
+
+
+def convert_command(tmp_path, *flags):
+    tiny_manifest(tmp_path)
+    return [sys.executable, "-m", "pipeline", "--manifest", "m.csv", "--output_dir", "out",
+            *flags]
+
+
+def test_a_run_in_a_terminal_shows_the_bar(tmp_path):
+    """The command in a pseudo-terminal of 24 rows and 100 columns, as a user runs it."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    process = subprocess.Popen(convert_command(tmp_path), cwd=tmp_path, stdin=follower,
+                               stdout=follower, stderr=follower)
+    os.close(follower)
+    printed = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: every holder of the terminal has exited
+            break
+        if not chunk:
+            break
+        printed += chunk
+    os.close(leader)
+    assert process.wait(timeout=300) == 0
+    text = printed.decode()
+    assert "writing: 100%|" in text and "3/3 [" in text and "rows/s, 0 dead letters]" in text
+    assert text.index("writing: 100%|") < text.index("rows read 3 = 3 examples written")
+    assert "progress: " not in text  # the bar, not the lines for logs
+
+
+def test_quiet_shows_no_progress(tmp_path):
+    result = subprocess.run(convert_command(tmp_path, "--quiet"), cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "" and "rows read 3 = 3 examples written" in result.stdout
