@@ -45,11 +45,8 @@ class ConvertOptions(PipelineOptions):
         group.add_argument(
             "--output_dir",
             help="Where the shards, transform_fn/, summary.json and errors-*.jsonl go.")
-        # A bare --overwrite, or --overwrite=true|false as a Flex Template passes it.
-        group.add_argument(
-            "--overwrite", nargs="?", const=True, default=False, type=parse_flag,
-            metavar="true|false",
-            help="Replace the outputs of a previous run in a non-empty --output_dir.")
+        _add_switch(group, "--overwrite",
+                    "Replace the outputs of a previous run in a non-empty --output_dir.")
         group.add_argument(
             "--split_fractions", default=",".join(map(str, DEFAULT_SPLIT_FRACTIONS)),
             help="train,validation,test fractions for rows without a split (UNASSIGNED, "
@@ -140,19 +137,15 @@ class ConvertOptions(PipelineOptions):
             "--decode_threads", type=int, default=os.cpu_count() or 1,
             help="Threads per worker that read images and hand them to the decoders "
                  "(at least two per decoding process are used).")
-        group.add_argument(
-            "--quiet", nargs="?", const=True, default=False, type=parse_flag,
-            metavar="true|false",
-            help="No live progress. By default a local run shows it: a bar on a terminal, "
-                 "else a line every 5%% (for logs); a remote run names the counters to "
-                 "watch in its runner's UI.")
-        group.add_argument(
-            "--verbose", nargs="?", const=True, default=False, type=parse_flag,
-            metavar="true|false",
-            help="Print all that TensorFlow's and Beam's libraries print. By default their "
-                 "start-up lines (such as the GPU probe's 'failed call to cuInit' on a "
-                 "machine without a GPU) and Beam's routine messages are left out; "
-                 "warnings and errors still show.")
+        _add_switch(group, "--quiet",
+                    "No live progress. By default a local run shows it: a bar on a "
+                    "terminal, else a line every 5%% (for logs); a remote run names the "
+                    "counters to watch in its runner's UI.")
+        _add_switch(group, "--verbose",
+                    "Print all that TensorFlow's and Beam's libraries print. By default "
+                    "their start-up lines (such as the GPU probe's 'failed call to cuInit' "
+                    "on a machine without a GPU) and Beam's routine messages are left out; "
+                    "warnings and errors still show.")
 
     @classmethod
     def names(cls) -> list[str]:
@@ -315,6 +308,13 @@ def parse_flag(text: str) -> bool:
     if value not in ("true", "false"):
         raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
     return value == "true"
+
+
+def _add_switch(group: argparse._ArgumentGroup, flag: str, help_text: str) -> None:
+    """An off-by-default switch: a bare --flag, or --flag=true|false as a Flex Template
+    passes it."""
+    group.add_argument(flag, nargs="?", const=True, default=False, type=parse_flag,
+                       metavar="true|false", help=help_text)
 
 
 def runs_on_the_direct_runner(options: PipelineOptions) -> bool:
