@@ -79,7 +79,8 @@ class LiveProgress:
             self._done += rows
             self._dead_letters += dead_letters
             if self._bar is not None:
-                self._bar.set_postfix_str(f"{self._dead_letters:,} dead letters", refresh=False)
+                self._bar.set_postfix_str(f"dead letters: {self._dead_letters:,}",
+                                          refresh=False)
                 self._bar.update(rows)
                 if self._done >= self._planned:  # done: the bar's last state, before the table
                     self._bar.close()
@@ -100,5 +101,5 @@ class LiveProgress:
         rate = self._done / seconds if seconds > 0 else 0.0
         left = (self._planned - self._done) / rate if rate else 0.0
         print(f"progress: {self._done:,}/{self._planned:,} rows ({self._percent()}%), "
-              f"{rate:,.0f} rows/s, {left:,.0f} s left, {self._dead_letters:,} dead letters",
+              f"{rate:,.0f} rows/s, {left:,.0f} s left, dead letters: {self._dead_letters:,}",
               file=self._out, flush=True)

@@ -27,7 +27,7 @@ def test_without_a_terminal_a_line_every_five_percent():
     assert [line.split("(")[1].split(")")[0] for line in lines] == [
         f"{percent}%" for percent in range(5, 101, 5)]
     assert lines[-1].startswith("progress: 100/100 rows (100%), ")
-    assert lines[-1].endswith(" s left, 10 dead letters")
+    assert lines[-1].endswith(" s left, dead letters: 10")
 
 
 def test_on_a_terminal_a_bar_that_ends_when_the_last_row_is_done():
@@ -38,7 +38,7 @@ def test_on_a_terminal_a_bar_that_ends_when_the_last_row_is_done():
         progress.handled(10, dead_letters=1)
     final = out.getvalue().split("\r")[-1]
     assert final.startswith("writing: 100%|") and "30/30" in final
-    assert final.endswith("3 dead letters]\n")  # closed: what follows starts a new line
+    assert final.endswith("dead letters: 3]\n")  # closed: what follows starts a new line
 
 
 def test_a_remote_run_names_the_counters_to_watch(capsys):
@@ -74,7 +74,7 @@ def test_a_run_in_a_terminal_shows_the_bar(tmp_path):
     os.close(leader)
     assert process.wait(timeout=300) == 0
     text = printed.decode()
-    assert "writing: 100%|" in text and "3/3 [" in text and "rows/s, 0 dead letters]" in text
+    assert "writing: 100%|" in text and "3/3 [" in text and "rows/s, dead letters: 0]" in text
     assert text.index("writing: 100%|") < text.index("rows read 3 = 3 examples written")
     assert "progress: " not in text  # the bar, not the lines for logs
 

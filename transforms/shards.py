@@ -260,7 +260,7 @@ class _WriteShardFile(beam.DoFn):
         images = []
         for _, group in itertools.groupby(ordered, key=lambda item: item.row.uri):
             first, *others = group
-            if self._label_mode == "single":
+            if self._label_mode == "single" and others:
                 for other in others:
                     yield beam.pvalue.TaggedOutput(DEAD_LETTERS, _duplicate_row(other, first))
                 live_progress.handled(len(others), len(others))
