@@ -30,8 +30,8 @@ REMOTE_NOTE = ("progress: shown by the runner's UI for the job; the counters to 
 def shown_progress(options: PipelineOptions) -> Iterator[None]:
     """Within the block, the run's progress is shown on stderr, unless --quiet.
 
-    Enter it before the console filter (console.py): the bar writes to the terminal
-    itself, through a descriptor of its own.
+    Enter it before the console filter (console.py), so that the bar writes to the
+    terminal itself.
     """
     if options.view_as(ConvertOptions).quiet:
         yield
@@ -40,13 +40,25 @@ def shown_progress(options: PipelineOptions) -> Iterator[None]:
         print(REMOTE_NOTE, file=sys.stderr, flush=True)
         yield
         return
-    with os.fdopen(os.dup(sys.stderr.fileno()), "w") as out:
+    with _stderr_past_the_console_filter() as out:
         progress = LiveProgress(out, terminal=out.isatty())
         try:
             with live_progress.listening(progress):
                 yield
         finally:
             progress.close()
+
+
+@contextlib.contextmanager
+def _stderr_past_the_console_filter() -> Iterator[TextIO]:
+    """The process's stderr through a descriptor of its own, which the console filter
+    (it redirects descriptor 2) does not reach; or sys.stderr where that is something
+    else (a notebook's stream, pytest's capture), which the filter does not reach either."""
+    if sys.stderr is not sys.__stderr__:
+        yield sys.stderr
+        return
+    with os.fdopen(os.dup(sys.stderr.fileno()), "w") as out:
+        yield out
 
 
 class LiveProgress:
