@@ -47,6 +47,7 @@ def is_routine_native_line(line: bytes) -> bool:
     if not native:
         return False
     severity, source = native.groups()
+    # I and W: what TF_CPP_MIN_LOG_LEVEL=2 (set by the CLI) hides once logging is set up.
     return severity in (b"I", b"W") or (severity == b"E" and source in _GPU_PROBES)
 
 
