@@ -18,12 +18,15 @@ from typing import TextIO
 from apache_beam.options.pipeline_options import PipelineOptions
 from tqdm import tqdm
 
-from pipeline.options import ConvertOptions, writes_shards_in_this_process
+from pipeline.options import (ConvertOptions, runs_on_the_direct_runner,
+                              writes_shards_in_this_process)
 from transforms import live_progress
 
 STEP_PERCENT = 5  # a line in a log at every 5% of the rows
 REMOTE_NOTE = ("progress: shown by the runner's UI for the job; the counters to watch are "
                "images/written and images/rejected (Beam metrics, namespace images)")
+WORKER_PROCESSES_NOTE = ("progress: not shown: with --direct_running_mode multi_processing "
+                         "the shards are written in the DirectRunner's worker processes")
 
 
 @contextlib.contextmanager
@@ -37,7 +40,8 @@ def shown_progress(options: PipelineOptions) -> Iterator[None]:
         yield
         return
     if not writes_shards_in_this_process(options):
-        print(REMOTE_NOTE, file=sys.stderr, flush=True)
+        print(WORKER_PROCESSES_NOTE if runs_on_the_direct_runner(options) else REMOTE_NOTE,
+              file=sys.stderr, flush=True)
         yield
         return
     with _stderr_past_the_console_filter() as out:

@@ -13,7 +13,7 @@ import termios
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from conftest import tiny_manifest
-from pipeline.progress import REMOTE_NOTE, LiveProgress, shown_progress
+from pipeline.progress import REMOTE_NOTE, WORKER_PROCESSES_NOTE, LiveProgress, shown_progress
 
 
 def test_without_a_terminal_a_line_every_five_percent():
@@ -42,11 +42,16 @@ def test_on_a_terminal_a_bar_that_ends_when_the_last_row_is_done():
 
 
 def test_a_remote_run_names_the_counters_to_watch(capsys):
-    options = PipelineOptions(["--manifest", "m.csv", "--output_dir", "gs://b/out",
-                               "--runner", "DataflowRunner"])
-    with shown_progress(options):
-        pass
-    assert capsys.readouterr().err == REMOTE_NOTE + "\n"
+    def note(*flags):
+        with shown_progress(PipelineOptions(["--manifest", "m.csv", "--output_dir", "out",
+                                             *flags])):
+            pass
+        return capsys.readouterr().err
+
+    assert note("--runner", "DataflowRunner") == REMOTE_NOTE + "\n"
+    assert note("--runner", "FlinkRunner") == REMOTE_NOTE + "\n"
+    assert note("--direct_running_mode", "multi_processing") == WORKER_PROCESSES_NOTE + "\n"
+    assert note("--runner", "DataflowRunner", "--quiet") == ""
 
 
 def convert_command(tmp_path, *flags):
