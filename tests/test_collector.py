@@ -2,6 +2,7 @@
 collector's scans during a run, and handed back to it afterwards."""
 
 import gc
+import weakref
 
 import pytest
 
@@ -33,15 +34,29 @@ def test_a_collector_that_was_off_stays_off():
     assert not gc.isenabled()
 
 
+class Node:
+    """A cycle of one: only the cycle collector frees it."""
+
+    def __init__(self) -> None:
+        self.itself = self
+
+
+def garbage_cycle() -> weakref.ref:
+    """A weak reference to a cycle nothing else holds."""
+    return weakref.ref(Node())
+
+
 def test_what_the_run_froze_returns_to_the_collector():
     with frozen_for_the_run():
         with uncollected():
-            pass
-        cycle = []
-        cycle.append(cycle)  # made after the freeze: collected as usual
-        del cycle
-        assert gc.collect() >= 1
+            made_within = garbage_cycle()
+        made_after = garbage_cycle()
+        gc.collect()
+        assert made_within() is not None  # frozen: not even a full collection frees it
+        assert made_after() is None  # made after the freeze: collected as usual
     assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert made_within() is None  # back with the collector
 
 
 def test_what_was_frozen_before_the_run_stays_frozen():
