@@ -18,6 +18,8 @@ setup(
         "pyarrow>=14",
         "google-cloud-storage>=2.18,<4",
         "ijson>=3.2,<4",  # COCO instances JSON, streamed (transforms/coco.py)
+        "numpy>=2.0,<3",  # pHash (transforms/images.py), np.bitwise_count (near_duplicates.py)
+        "tqdm>=4.66,<5",  # the progress bar on a terminal (pipeline/progress.py)
     ],
     entry_points={"console_scripts": ["image-tfrecords=pipeline.cli:main"]},
 )

@@ -2,8 +2,8 @@
 
 Plain, thread-safe functions: the per-shard writer calls them from a thread pool, so
 nothing here touches process-wide state (warnings filters, Pillow's module globals).
-Pillow only, no Beam or TensorFlow: the decoding processes (decode_pool.py) import this
-module and nothing heavier. Reading the files is image_files.py's.
+Pillow and NumPy only, no Beam or TensorFlow: the decoding processes (decode_pool.py)
+import this module and nothing heavier. Reading the files is image_files.py's.
 JPEG and PNG bytes are stored untouched whenever TensorFlow decodes them to the same
 pixels as Pillow; everything else is re-encoded, and the reason is recorded.
 """
@@ -18,6 +18,7 @@ import struct
 import zlib
 from typing import NamedTuple
 
+import numpy as np
 from PIL import ExifTags, Image, ImageFile, ImageOps
 
 REASONS = (
@@ -46,6 +47,13 @@ _JPEG_SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 # Channels libpng (so TF) yields per IHDR colour type; Pillow's modes differ for 16-bit
 # grey+alpha (opened as RGBA), and palettes expand to RGB, or RGBA given a tRNS chunk.
 _PNG_COLOR_TYPE_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
+# pHash looks at a 32x32 grey copy of the image: a JPEG is decoded at the smallest DCT
+# scale at least that size, and a larger image is first box-reduced to about twice it.
+_HASH_SIDE = 32
+# The first 8 rows of the unnormalised DCT-II matrix (scipy.fftpack.dct's default, which
+# imagehash uses): 2 cos(pi k (2n + 1) / 2N).
+_DCT_LOW = 2 * np.cos(np.pi * np.arange(8)[:, None] * (2 * np.arange(_HASH_SIDE) + 1)
+                      / (2 * _HASH_SIDE))
 
 
 class ImageRejected(Exception):
@@ -104,6 +112,9 @@ class PreparedImage:
     # Hex SHA-256 of `encoded`: the example's key, and what --dedupe compares. Computed
     # where the image is decoded, off the process that writes the shard.
     sha256: str
+    # The 64-bit pHash of the pixels stored, from the same decode: near-copies
+    # (resized, recompressed, re-saved, slightly cropped or brightened) differ in few bits.
+    perceptual_hash: int
 
 
 def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
@@ -119,7 +130,7 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
         channels = png_channels if png_channels is not None else _CHANNELS[image.mode]
         return PreparedImage(data, "jpeg" if source_format in _JPEG_FORMATS else "png",
                              *source_size, channels, source_format, None, source_size,
-                             _sha256(data))
+                             _sha256(data), perceptual_hash(image))
 
     out_format = settings.image_format
     if out_format == "keep":
@@ -135,10 +146,36 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
             size = target[::-1] if orientation in _AXES_SWAPPED else target
             image = image.resize(size, Image.Resampling.LANCZOS)
         encoded = _encode(image, out_format, settings.jpeg_quality)
+        hashed = perceptual_hash(image)
     except Exception as error:  # Pillow's conversions and encoders raise assorted types
         raise ImageRejected("encode_error", f"cannot re-encode as {out_format}: {error}") from error
     return PreparedImage(encoded, out_format, image.width, image.height, _CHANNELS[image.mode],
-                         source_format, reason, source_size, _sha256(encoded))
+                         source_format, reason, source_size, _sha256(encoded), hashed)
+
+
+def perceptual_hash(image: Image.Image) -> int:
+    """The pHash of the image as TensorFlow will see it (alpha over white, 16-bit as its
+    high byte), box-reduced, as a 64-bit integer: imagehash.phash's of the reduced image,
+    bit for bit (tests/test_images.py).
+
+    imagehash.phash costs ~300 us an image, as much as the JPEG check it follows (most
+    of it per-call overhead in NumPy and SciPy on 64 numbers); the same steps here cost
+    ~80 us, with no SciPy in the decoding processes (bench/RESULTS.md).
+    """
+    image = _jpeg_mode(image)
+    # A box reduction to no less than 32 pixels first: LANCZOS costs with its input (a
+    # 12-megapixel image's would cost more than the rest of the hash).
+    factor = min(image.size) // _HASH_SIDE
+    if factor > 1:
+        image = image.reduce(factor)
+    # imagehash.phash: grey, LANCZOS to 32x32, a 2-D DCT-II, the 8x8 lowest frequencies
+    # against their median, read row by row, the first bit the highest.
+    pixels = np.asarray(image.convert("L").resize((_HASH_SIDE, _HASH_SIDE),
+                                                  Image.Resampling.LANCZOS), dtype=np.float64)
+    low = _DCT_LOW @ pixels @ _DCT_LOW.T
+    middle = np.sort(low, axis=None)
+    median = (middle[31] + middle[32]) / 2
+    return int.from_bytes(np.packbits(low > median).tobytes(), "big")
 
 
 def _sha256(data: bytes) -> str:
@@ -191,10 +228,12 @@ def _decode(data: bytes, settings: ImageSettings) -> _Decoded:
             orientation = _orientation(image)
             reason = _reencode_reason(image, orientation, target, settings.image_format)
             if reason is None:
-                # Decoded only to prove it decodes: at 1/8 scale libjpeg still reads every
-                # entropy-coded bit (where corruption and truncation show) but skips most
-                # of the IDCT and colour conversion, ~40% of a full decode.
-                image.draft(None, (1, 1))
+                # Decoded only to prove it decodes, and for its perceptual hash: at 1/8
+                # scale (less for an image under 256 pixels, so the hash gets its 32)
+                # libjpeg still reads every entropy-coded bit (where corruption and
+                # truncation show) but skips most of the IDCT and colour conversion,
+                # ~40% of a full decode.
+                image.draft(None, (_HASH_SIDE, _HASH_SIDE))
             elif target is not None:
                 # Twice the target or more (as Image.thumbnail does) leaves LANCZOS detail
                 # to filter.
