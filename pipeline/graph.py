@@ -109,14 +109,14 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     written = labelled.labelled | "WriteShards" >> WriteShards(
         shard_plan, temp_dir, options.compression, options.image_settings(),
         options.decoding(), options.label_mode, extra_columns,
-        keep_content=options.dedupe == "sha256")
+        keep_content=options.dedupe != "none")
 
     # What is published besides the shards is staged, so the previous output stays whole
     # until the publish step swaps everything at once.
     staged = staged_dir(temp_dir)
     deduped = ((written.shards, written[EXAMPLE_KEYS])
-               | "Duplicates" >> ReportDuplicates(options.dedupe == "sha256",
-                                                  options.compression, f"{staged}/duplicates"))
+               | "Duplicates" >> ReportDuplicates(options.dedupe, options.near_duplicate_distance,
+                                                  options.compression, staged))
 
     dead_letters = ((source.dead_letters, labelled.dead_letters, written.dead_letters,
                      deduped["dead_letters"])
@@ -144,13 +144,15 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
           "rows_discarded": rows_discarded,
           "train_label_rows": train_label_rows,
           "duplicates_by_splits": deduped["by_splits"],
+          "near_duplicates_by_splits": deduped["near_by_splits"],
           "written": (transform_fn_written, dead_letter_files, deduped["report"])}
          | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, options.compression,
                                        run_info,
                                        PublishRules(options.max_error_fraction, pinned_from),
                                        options.label_mode, extra_columns,
                                        oov_bucket=options.unseen_label == "oov",
-                                       duplicates_dropped=options.dedupe == "sha256"))
+                                       dedupe=options.dedupe,
+                                       near_distance=options.near_duplicate_distance))
 
 
 def _count() -> beam.PTransform:

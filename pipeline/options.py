@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, PipelineOptions,
                                                   StandardOptions)
 
+from transforms.copies import DEDUPE_MODES, DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
 from transforms.decode_pool import Decoding
 from transforms.images import ImageSettings
 from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, LABEL_MODES, RowRules
@@ -114,11 +115,19 @@ class ConvertOptions(PipelineOptions):
                  "output folder, whose ids are kept. A label outside it is unseen "
                  "(--unseen_label); one without examples keeps its id.")
         group.add_argument(
-            "--dedupe", choices=("none", "sha256"), default="none",
-            help="Byte-identical images are always reported (duplicates-*.jsonl, and "
-                 "summary.json); sha256 also writes each only once, keeping the copy in "
-                 "the earliest split (train, validation, test) and dead-lettering the "
-                 "others as duplicate_image.")
+            "--dedupe", choices=DEDUPE_MODES, default="none",
+            help="Byte-identical images and near-copies are always reported "
+                 "(duplicates-*.jsonl, near_duplicates-*.jsonl and summary.json); sha256 "
+                 "also writes each byte-identical image only once, keeping the copy in the "
+                 "earliest split (train, validation, test) and dead-lettering the others "
+                 "as duplicate_image; near also drops near-copies, as "
+                 "near_duplicate_image.")
+        group.add_argument(
+            "--near_duplicate_distance", type=int, default=DEFAULT_NEAR_DISTANCE,
+            help="Two images are near-copies when their 64-bit perceptual hashes (pHash) "
+                 f"differ in at most this many bits, 0 to {MAX_NEAR_DISTANCE}. The default finds "
+                 "resized, recompressed, re-saved and brightened copies and most 3%% "
+                 "crops while pairing almost no distinct photos (README: Near-duplicates).")
         group.add_argument(
             "--max_error_fraction", type=float, default=0.01,
             help="Exit non-zero when more than this fraction of rows is dead-lettered.")
@@ -202,6 +211,8 @@ class ConvertOptions(PipelineOptions):
             found.append("--decode_processes must be 0 or more")
         if self.decode_timeout <= 0:
             found.append("--decode_timeout must be positive")
+        if not 0 <= self.near_duplicate_distance <= MAX_NEAR_DISTANCE:
+            found.append(f"--near_duplicate_distance must be 0 to {MAX_NEAR_DISTANCE} bits")
         return found
 
     def split_fraction_values(self) -> tuple[float, float, float]:

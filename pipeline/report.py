@@ -38,18 +38,23 @@ def format_report(summary: dict[str, Any], output_dir: str, wall_seconds: float,
                      + f"  ({', '.join(summary['errors']['files'])})")
     duplicates = summary["duplicates"]
     if duplicates["copies"]:
-        lines.append(_duplicates_line(duplicates))
+        lines.append(_copies_line("byte-identical images", duplicates,
+                                  "--dedupe sha256" if not summary["near_duplicates"]["dropped"]
+                                  else "--dedupe near"))
+    near = summary["near_duplicates"]
+    if near["copies"]:
+        lines.append(_copies_line(f"near-copies (pHash within {near['max_distance']} bits)",
+                                  near, "--dedupe near"))
     images_per_second = summary["examples_written"] / wall_seconds if wall_seconds else 0.0
     lines.append(f"wall {wall_seconds:.1f} s, {images_per_second:.1f} images/s")
     return "\n".join(lines)
 
 
-def _duplicates_line(duplicates: dict[str, Any]) -> str:
+def _copies_line(heading: str, copies: dict[str, Any], dropped_by: str) -> str:
     """Copies by "kept split/copy split"; a pair of two splits is a leak (a TEST image
     also in TRAIN inflates the test score)."""
     pairs = ", ".join(
         f"{pair} {count}" + (" (leak)" if len(set(pair.split("/"))) > 1 else "")
-        for pair, count in duplicates["by_splits"].items())
-    dropped = "; the copies dropped (--dedupe sha256)" if duplicates["dropped"] else ""
-    return (f"byte-identical images: {pairs}{dropped}"
-            f"  ({', '.join(duplicates['files'])})")
+        for pair, count in copies["by_splits"].items())
+    dropped = f"; the copies dropped ({dropped_by})" if copies["dropped"] else ""
+    return f"{heading}: {pairs}{dropped}  ({', '.join(copies['files'])})"

@@ -11,7 +11,7 @@ from transforms.shards import ExampleRef
 
 
 def ref(split, line):
-    return ExampleRef(split, 0, line, "m.csv", line, f"{split}{line}.jpg", None)
+    return ExampleRef(split, 0, line, "m.csv", line, f"{split}{line}.jpg", ("cat",), 0, None)
 
 
 def test_the_copy_kept_is_in_the_earliest_split_then_the_earliest_row():

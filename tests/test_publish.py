@@ -114,7 +114,7 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
                             run_info=RUN_INFO, rules=RULES)
     with pytest.raises(RunFailed, match=r"rows read \(5\) != .*Nothing was published"):
-        publish._publish(None, shards, {"file_not_found": 1}, [5], 0, {"cat": 4}, {}, [])
+        publish._publish(None, shards, {"file_not_found": 1}, [5], 0, {"cat": 4}, {}, {}, [])
     assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord"]
     assert json.loads((out / "summary.json").read_text()) == {"old": True}
     assert (tmp_path / "tmp" / "train-00000.tfrecord").exists()
@@ -144,7 +144,7 @@ def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
                             run_info=RUN_INFO, rules=RULES)
-    summary = publish._publish(None, shards, {"file_not_found": 1}, [4], 0, {"cat": 4}, {}, [])
+    summary = publish._publish(None, shards, {"file_not_found": 1}, [4], 0, {"cat": 4}, {}, {}, [])
     assert summary["accounted"] and summary["vocabulary"]["label"] == ["cat"]
     assert sorted(os.listdir(out)) == ["dataset_info.json", "errors-00000-of-00001.jsonl",
                                        "features.json", "image.class.label.labels.txt",
@@ -165,12 +165,12 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
                             run_info=RUN_INFO, rules=RULES)
     named = name_shards(shards, "none")
-    prepared = publish._prepare(named, {}, 3, {}, [], 0)
+    prepared = publish._prepare(named, {}, 3, ({}, {}), [], 0)
     (tmp_path / "tmp" / "summary.json").write_text(json.dumps(prepared))
     move_into_place(named, str(tmp_path / "tmp"), prepared["files"], str(out))  # then died
-    first = publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, [])
+    first = publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, {}, [])
     assert first["run_id"] == "tmp" and first == prepared
-    assert publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, []) == first  # after the end
+    assert publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, {}, []) == first  # after the end
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
     assert sorted(os.listdir(out)) == ["dataset_info.json", "features.json",
                                        "image.class.label.labels.txt", "summary.json",

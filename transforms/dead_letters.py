@@ -26,7 +26,8 @@ INVALID_ANNOTATION = "invalid_annotation"  # an annotation file (VOC XML) that c
 INVALID_VALUE = "invalid_value"  # an extra (--schema) column's value is not of its type
 UNSEEN_CATEGORY = "unseen_category"  # a categorical value TRAIN never saw
 DUPLICATE_ROW = "duplicate_row"  # single labels: the image is in the split already
-DUPLICATE_IMAGE = "duplicate_image"  # --dedupe sha256: a byte-identical image is kept
+DUPLICATE_IMAGE = "duplicate_image"  # --dedupe: a byte-identical image is kept
+NEAR_DUPLICATE_IMAGE = "near_duplicate_image"  # --dedupe near: a near-copy is kept
 
 
 class DeadLetter(NamedTuple):

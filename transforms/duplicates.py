@@ -1,10 +1,11 @@
-"""Byte-identical images: always reported, and with --dedupe sha256 written only once.
+"""Byte-identical and near-copy images: always reported; --dedupe writes each once.
 
-The shard writer reports every example's SHA-256 with the rows it came from; grouping
-those small records (never the images) finds the copies. The copy kept is the one in
-the earliest split (TRAIN, VALIDATION, TEST), then the earliest row, so dropping a copy
-never takes an image out of TRAIN to leave it in TEST: a copy across splits is a leak.
-Dropping rewrites only the shards that hold a dropped copy, from their temp files.
+The shard writer reports every example's SHA-256 and perceptual hash with the rows it
+came from; grouping those small records (never the images) finds the copies, exact ones
+here and near ones in near_duplicates.py. The copy kept is the one in the earliest split
+(TRAIN, VALIDATION, TEST), then the earliest row, so dropping a copy never takes an
+image out of TRAIN to leave it in TEST: a copy across splits is a leak. Dropping
+rewrites only the shards that hold a dropped copy, from their temp files.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from transforms import dead_letters as reasons
-from transforms.manifest import DEAD_LETTERS, SPLITS
+from transforms.copies import DEDUPE_MODES
+from transforms.manifest import DEAD_LETTERS
+from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, order
 from transforms.shards import ExampleRef, ShardWritten
 
 class Duplicate(NamedTuple):
@@ -31,11 +34,15 @@ class Duplicate(NamedTuple):
 
     def to_json(self, dropped: bool) -> str:
         def where(ref: ExampleRef) -> dict:
-            return {"uri": ref.uri, "split": ref.split, "manifest": ref.manifest,
-                    "line": ref.line}
+            return {"uri": ref.uri, "split": ref.split, "labels": list(ref.labels),
+                    "manifest": ref.manifest, "line": ref.line}
         return json.dumps({"sha256": self.sha256, "kept": where(self.kept),
                            "copy": where(self.copy), "dropped": dropped},
                           ensure_ascii=False, sort_keys=True)
+
+    def why_dropped(self) -> str:
+        return (f"byte-identical to {self.kept.uri} ({self.kept.split}, {self.kept.manifest} "
+                f"line {self.kept.line}), which is kept")
 
 
 class FindDuplicates(beam.PTransform):
@@ -48,8 +55,7 @@ class FindDuplicates(beam.PTransform):
 
 
 def _copies(sha256: str, refs: Iterable[ExampleRef]) -> Iterator[Duplicate]:
-    kept, *copies = sorted(refs, key=lambda ref: (SPLITS.index(ref.split), ref.manifest,
-                                                  ref.line))
+    kept, *copies = sorted(refs, key=order)
     for copy in copies:
         yield Duplicate(sha256, kept, copy)
 
@@ -57,7 +63,7 @@ def _copies(sha256: str, refs: Iterable[ExampleRef]) -> Iterator[Duplicate]:
 class DropDuplicates(beam.PTransform):
     """ShardWritten -> ShardWritten without the copies; their rows -> DEAD_LETTERS.
 
-    `duplicates` is FindDuplicates' output, from refs that carry their content.
+    `duplicates`: Duplicates and NearDuplicates, from refs that carry their content.
     """
 
     def __init__(self, duplicates: beam.PCollection, compression: str) -> None:
@@ -81,12 +87,17 @@ class _RewriteShard(beam.DoFn):
         self._compression = (CompressionTypes.GZIP if compression == "gzip"
                              else CompressionTypes.UNCOMPRESSED)
         self._dropped = Metrics.counter("images", "duplicates_dropped")
+        self._near_dropped = Metrics.counter("images", "near_duplicates_dropped")
 
     def process(self, keyed: tuple[tuple[str, int], dict[str, list]]
                 ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
         _, grouped = keyed
         (shard,) = grouped["shard"]
-        copies = {duplicate.copy.position: duplicate for duplicate in grouped["copies"]}
+        copies: dict[int, Duplicate | NearDuplicate] = {}
+        # A copy both byte-identical to one image and near another is dropped as the first.
+        for duplicate in sorted(grouped["copies"], key=lambda d: (
+                isinstance(d, NearDuplicate), order(d.kept))):
+            copies.setdefault(duplicate.copy.position, duplicate)
         if not copies:
             yield shard
             return
@@ -104,15 +115,15 @@ class _RewriteShard(beam.DoFn):
         labels = collections.Counter(shard.labels)
         reencoded = collections.Counter(shard.reencoded)
         for duplicate in copies.values():
-            dropped, original = duplicate.copy.content, duplicate.kept
-            labels.subtract(dropped.labels)
+            dropped = duplicate.copy.content
+            labels.subtract(duplicate.copy.labels)
             reencoded.subtract([dropped.reencoded] if dropped.reencoded else [])
-            self._dropped.inc()
+            near = isinstance(duplicate, NearDuplicate)
+            (self._near_dropped if near else self._dropped).inc()
             for row in dropped.rows:
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, row.dead_letter(
-                    reasons.DUPLICATE_IMAGE, f"byte-identical to {original.uri} "
-                    f"({original.split}, {original.manifest} line {original.line}), which "
-                    "is kept"))
+                    reasons.NEAR_DUPLICATE_IMAGE if near else reasons.DUPLICATE_IMAGE,
+                    duplicate.why_dropped()))
         yield shard._replace(
             temp_path=rewritten, examples=kept,
             rows=shard.rows - sum(len(d.copy.content.rows) for d in copies.values()),
@@ -125,31 +136,54 @@ class _RewriteShard(beam.DoFn):
 
 class ReportDuplicates(beam.PTransform):
     """(shards, example keys) -> a dict of PCollections: "shards" (without the copies
-    when `drop`), "dead_letters" (the dropped copies' rows), "report" (the written
-    duplicates-*.jsonl) and "by_splits" ("kept split/copy split" -> copies)."""
+    that `dedupe` drops), "dead_letters" (the dropped copies' rows), "report" (the
+    written duplicates-*.jsonl and near_duplicates-*.jsonl), "by_splits" and
+    "near_by_splits" ("kept split/copy split" -> copies)."""
 
-    def __init__(self, drop: bool, compression: str, report_prefix: str) -> None:
+    def __init__(self, dedupe: str, near_distance: int, compression: str,
+                 report_dir: str) -> None:
         super().__init__()
-        self._drop = drop
+        if dedupe not in DEDUPE_MODES:
+            raise ValueError(f"dedupe must be one of {DEDUPE_MODES}, not {dedupe!r}")
+        self._dedupe = dedupe
+        self._near_distance = near_distance
         self._compression = compression
-        self._report_prefix = report_prefix
+        self._report_dir = report_dir
 
     def expand(self, written: tuple[beam.PCollection, beam.PCollection]) -> dict:
         shards, example_keys = written
-        duplicates = example_keys | "Find" >> FindDuplicates()
-        report = (duplicates
-                  | "ToJson" >> beam.Map(Duplicate.to_json, dropped=self._drop)
-                  # As many files as the runner likes (one on the DirectRunner): one file
-                  # would first group every line in one place, and there can be a line
-                  # per example.
-                  | "Write" >> beam.io.WriteToText(self._report_prefix, file_name_suffix=".jsonl",
+        exact = example_keys | "Find" >> FindDuplicates()
+        near = example_keys | "FindNear" >> FindNearDuplicates(self._near_distance)
+        reports = (_report(exact, "", self._dedupe != "none", self._report_dir),
+                   _report(near, "Near", self._dedupe == "near", self._report_dir))
+        result = {"report": reports | "Reports" >> beam.Flatten(),
+                  "by_splits": exact | "Count" >> _CountBySplits(),
+                  "near_by_splits": near | "CountNear" >> _CountBySplits()}
+        if self._dedupe == "none":
+            return result | {"shards": shards, "dead_letters": (
+                shards.pipeline | "NoneDropped" >> beam.Create([]))}
+        dropped = ((exact, near) if self._dedupe == "near" else (exact,)
+                   ) | "Dropped" >> beam.Flatten()
+        deduped = shards | "Drop" >> DropDuplicates(dropped, self._compression)
+        return result | {"shards": deduped.shards, "dead_letters": deduped[DEAD_LETTERS]}
+
+
+def _report(copies: beam.PCollection, name: str, dropped: bool, folder: str
+            ) -> beam.PCollection:
+    """Writes duplicates-*.jsonl (`name` "") or near_duplicates-*.jsonl ("Near")."""
+    prefix = f"{folder}/{'near_' if name else ''}duplicates"
+    return (copies
+            | f"{name}ToJson" >> beam.Map(lambda copy: copy.to_json(dropped))
+            # As many files as the runner likes (one on the DirectRunner): one file would
+            # first group every line in one place, and there can be a line per example.
+            | f"Write{name}" >> beam.io.WriteToText(prefix, file_name_suffix=".jsonl",
                                                    skip_if_empty=True))
-        by_splits = (duplicates
-                     | "SplitPair" >> beam.Map(lambda d: f"{d.kept.split}/{d.copy.split}")
-                     | "Count" >> beam.combiners.Count.PerElement())
-        if not self._drop:
-            return {"shards": shards, "report": report, "by_splits": by_splits,
-                    "dead_letters": shards.pipeline | "NoneDropped" >> beam.Create([])}
-        deduped = shards | "Drop" >> DropDuplicates(duplicates, self._compression)
-        return {"shards": deduped.shards, "report": report, "by_splits": by_splits,
-                "dead_letters": deduped[DEAD_LETTERS]}
+
+
+class _CountBySplits(beam.PTransform):
+    """Duplicates -> ("kept split/copy split", copies)."""
+
+    def expand(self, copies: beam.PCollection) -> beam.PCollection:
+        return (copies
+                | "SplitPair" >> beam.Map(lambda d: f"{d.kept.split}/{d.copy.split}")
+                | "PerPair" >> beam.combiners.Count.PerElement())

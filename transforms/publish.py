@@ -32,6 +32,7 @@ import tensorflow_transform as tft
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.copies import DEFAULT_NEAR_DISTANCE
 from transforms.examples import feature_spec
 from transforms.label_map import LABEL_MAP_FILE, label_map_text
 from transforms.labels import LABEL_VOCABULARY
@@ -56,7 +57,8 @@ class PublishOutput(beam.PTransform):
     (reason codes), "row_counts" (counts that sum to the rows read; a source with
     nothing to count gives none), "rows_discarded" (the DISCARD rows among them: one
     count, or none for 0), "train_label_rows" ((label, TRAIN rows carrying it)),
-    "duplicates_by_splits" ("kept split/copy split", copies) and
+    "duplicates_by_splits" and "near_duplicates_by_splits" ("kept split/copy split",
+    copies) and
     "written" (anything that must be complete first: the transform_fn, the dead letters,
     the duplicates).
     `temp_dir` holds the temp shards and what is staged; `tft_dir` is tf.Transform's
@@ -69,7 +71,7 @@ class PublishOutput(beam.PTransform):
     def __init__(self, output_dir: str, temp_dir: str, tft_dir: str, compression: str,
                  run_info: dict[str, Any], rules: PublishRules, label_mode: str = "single",
                  extra_columns: Sequence[ExtraColumn] = (), oov_bucket: bool = False,
-                 duplicates_dropped: bool = False) -> None:
+                 dedupe: str = "none", near_distance: int = DEFAULT_NEAR_DISTANCE) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._temp_dir = temp_dir
@@ -80,7 +82,8 @@ class PublishOutput(beam.PTransform):
         self._label_mode = label_mode
         self._extra_columns = tuple(extra_columns)
         self._oov_bucket = oov_bucket
-        self._duplicates_dropped = duplicates_dropped
+        self._dedupe = dedupe
+        self._near_distance = near_distance
         self._run_id = FileSystems.split(temp_dir.rstrip("/"))[1]  # unique to this run
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
@@ -98,11 +101,13 @@ class PublishOutput(beam.PTransform):
                                                            default_value=0),
                     train_label_rows=beam.pvalue.AsDict(inputs["train_label_rows"]),
                     duplicates=beam.pvalue.AsDict(inputs["duplicates_by_splits"]),
+                    near_duplicates=beam.pvalue.AsDict(inputs["near_duplicates_by_splits"]),
                     written=beam.pvalue.AsList(written)))
 
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
                  row_counts: list[int], rows_discarded: int, train_label_rows: dict[str, int],
-                 duplicates: dict[str, int], written: list[Any]) -> dict[str, Any]:
+                 duplicates: dict[str, int], near_duplicates: dict[str, int],
+                 written: list[Any]) -> dict[str, Any]:
         files = name_shards(shards, self._compression)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
         prepared = FileSystems.join(self._temp_dir, SUMMARY_FILE)
@@ -115,7 +120,8 @@ class PublishOutput(beam.PTransform):
             with FileSystems.open(prepared) as file:
                 summary = json.load(file)
         else:
-            summary = self._prepare(files, errors_by_reason, sum(row_counts), duplicates,
+            summary = self._prepare(files, errors_by_reason, sum(row_counts),
+                                    (duplicates, near_duplicates),
                                     written, rows_discarded)
             _write_json(prepared, summary)
         problems = outcome_problems(summary, train_label_rows, self._rules)
@@ -144,7 +150,8 @@ class PublishOutput(beam.PTransform):
         return failure
 
     def _prepare(self, files: dict[str, list[tuple[str, ShardWritten]]],
-                 errors_by_reason: dict[str, int], rows_read: int, duplicates: dict[str, int],
+                 errors_by_reason: dict[str, int], rows_read: int,
+                 copies: tuple[dict[str, int], dict[str, int]],
                  written: list[Any], rows_discarded: int) -> dict[str, Any]:
         """The summary, from the staged transform_fn's vocabularies; stages the TFDS
         metadata and, for detection, label_map.pbtxt."""
@@ -164,9 +171,15 @@ class PublishOutput(beam.PTransform):
                 column.name)]
             for column in self._extra_columns if column.type == CATEGORICAL}
         summary["features"] = feature_spec(self._label_mode, self._extra_columns)
+        duplicates, near_duplicates = copies  # "kept split/copy split" -> copies
         summary["duplicates"] = {
             "copies": sum(duplicates.values()), "by_splits": dict(sorted(duplicates.items())),
-            "dropped": self._duplicates_dropped, "files": _written_names(written, "duplicates-")}
+            "dropped": self._dedupe != "none", "files": _written_names(written, "duplicates-")}
+        summary["near_duplicates"] = {
+            "copies": sum(near_duplicates.values()),
+            "by_splits": dict(sorted(near_duplicates.items())),
+            "max_distance": self._near_distance, "dropped": self._dedupe == "near",
+            "files": _written_names(written, "near_duplicates-")}
         for name, text in tfds_metadata(summary).items():
             with FileSystems.create(FileSystems.join(staged, name)) as out:
                 out.write(text.encode())
@@ -229,7 +242,8 @@ def name_shards(shards: Iterable[ShardWritten], compression: str
 
 # Everything a run publishes but summary.json; what matches and is not replaced is stale.
 _PUBLISHED = (*(f"{split}-*-of-*.tfrecord*" for split in SPLITS), "transform_fn/**",
-              "transformed_metadata/**", "errors-*.jsonl", "duplicates-*.jsonl", LABEL_MAP_FILE,
+              "transformed_metadata/**", "errors-*.jsonl", "duplicates-*.jsonl",
+              "near_duplicates-*.jsonl", LABEL_MAP_FILE,
               DATASET_INFO_FILE, FEATURES_FILE, f"*{LABELS_SUFFIX}")
 # What readers start from: removed first, so none takes a half-swapped folder for whole
 # (summary.json is written again last; the TFDS files come with the others).

@@ -88,6 +88,7 @@ class _Encoded(NamedTuple):
 
     record: bytes | None
     sha256: str
+    perceptual_hash: int
     reencoded: str | None
     source_size: int
     rows: list[LabelledRow]
@@ -98,7 +99,6 @@ class ExampleContent(NamedTuple):
     """What a written example came from and counted for: what dropping it takes back."""
 
     rows: tuple[ManifestRow, ...]
-    labels: tuple[str, ...]
     source_bytes: int
     reencoded: str | None
 
@@ -112,6 +112,8 @@ class ExampleRef(NamedTuple):
     manifest: str
     line: int
     uri: str
+    labels: tuple[str, ...]  # label texts (detection: one per object)
+    perceptual_hash: int  # images.PreparedImage.perceptual_hash
     content: ExampleContent | None  # only for WriteShards(keep_content=True)
 
 
@@ -295,7 +297,7 @@ class _WriteShardFile(beam.DoFn):
                 for dead in outcome.wrong_size:
                     yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead)
                 live_progress.handled(len(image_rows), len(outcome.wrong_size))
-                record, sha256, reencoded_because, source_size, image_rows, _ = outcome
+                record, sha256, phash, reencoded_because, source_size, image_rows, _ = outcome
                 if record is None:
                     self._rejected.inc()
                     continue
@@ -307,10 +309,10 @@ class _WriteShardFile(beam.DoFn):
                 image_labels = example_labels(image_rows, self._label_mode)
                 first = image_rows[0].row
                 content = ExampleContent(tuple(item.row for item in image_rows),
-                                         tuple(image_labels), source_size, reencoded_because)
+                                         source_size, reencoded_because)
                 yield beam.pvalue.TaggedOutput(EXAMPLE_KEYS, (sha256, ExampleRef(
                     split, shard, examples, first.manifest, first.line, first.uri,
-                    content if self._keep_content else None)))
+                    tuple(image_labels), phash, content if self._keep_content else None)))
                 examples += 1
                 rows_written += len(image_rows)
                 source_bytes += source_size
@@ -340,7 +342,8 @@ class _WriteShardFile(beam.DoFn):
         rows, wrong_size = _check_declared_size(rows, image.source_size)
         record = encode_example(rows, image, self._label_mode, self._extra_columns,
                                 extra_images) if rows else None
-        return _Encoded(record, image.sha256, image.reencoded, len(data), rows, wrong_size)
+        return _Encoded(record, image.sha256, image.perceptual_hash, image.reencoded, len(data),
+                        rows, wrong_size)
 
     def _extra_images(self, row: ManifestRow) -> dict[str, PreparedImage]:
         """The images of the row's image extra columns; a failure names its column."""
