@@ -1,6 +1,7 @@
 """Near-copies: planted copies found across and within splits, distinct photos not paired,
 the same pairs on every run and in every input order, and --dedupe near."""
 
+import hashlib
 import itertools
 import json
 import random
@@ -16,7 +17,7 @@ from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 from conftest import encode, feature, read_examples
 from pipeline import run
 from transforms.copies import HASH_BITS
-from transforms.near_duplicates import FindNearDuplicates, band_masks, order
+from transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
 from transforms.shards import ExampleRef
 
 
@@ -172,22 +173,22 @@ def test_bands_cover_the_hash_and_close_hashes_share_one(max_distance, rng):
 
 
 def ref(index, split, phash):
-    return ExampleRef(split, 0, index, "m.csv", index, f"img{index}.jpg", ("x",), phash, None)
+    return ExampleRef(split, index % 4, index, "m.csv", index, f"img{index}.jpg", ("x",),
+                      phash, None)
 
 
 def every_pair(keyed, max_distance):
     """The reference: for each example, its preferred earlier near-copy, all pairs tried."""
     found = {}
-    refs = sorted(keyed, key=lambda k: order(k[1]))
+    refs = sorted(keyed, key=lambda k: near_order(k[1]))
     for later, (sha, copy) in enumerate(refs):
-        candidates = [(kept_sha, kept) for kept_sha, kept in refs[:later]
-                      if kept_sha != sha
-                      and bin(kept.perceptual_hash ^ copy.perceptual_hash).count("1") <= max_distance]
+        def distance(kept):
+            return (kept.perceptual_hash ^ copy.perceptual_hash).bit_count()
+        candidates = [kept for kept_sha, kept in refs[:later]
+                      if kept_sha != sha and distance(kept) <= max_distance]
         if candidates:
-            _, kept = min(candidates, key=lambda k: (
-                order(k[1])[0], bin(k[1].perceptual_hash ^ copy.perceptual_hash).count("1"),
-                order(k[1])))
-            found[copy.uri] = (kept.uri, bin(kept.perceptual_hash ^ copy.perceptual_hash).count("1"))
+            kept = min(candidates, key=lambda k: (near_order(k)[0], distance(k), near_order(k)))
+            found[copy.uri] = (kept.uri, distance(kept))
     return found
 
 
@@ -209,7 +210,8 @@ def test_the_band_search_finds_what_comparing_every_pair_finds(max_distance):
         phash = rng.choice(centres) if index % 3 else rng.getrandbits(64)
         for bit in rng.sample(range(64), rng.randint(0, 14)):
             phash ^= 1 << bit
-        sha = f"sha{index // 2 if index % 10 == 0 else index}"
+        content = index // 2 if index % 10 == 0 else index
+        sha = hashlib.sha256(str(content).encode()).hexdigest()
         keyed.append((sha, ref(index, rng.choice(("train", "validation", "test")), phash)))
     expected = every_pair(keyed, max_distance)
     assert expected  # the case is not vacuous

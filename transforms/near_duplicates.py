@@ -7,9 +7,9 @@ grouped under each of its bands' values, and distances are computed only inside 
 group: no all-pairs comparison, and every close pair is found, in the first band it
 agrees on and nowhere else.
 
-Reported is, for each example with a close example earlier in the order (split TRAIN,
-VALIDATION, TEST, then manifest and line), the one it is a copy of: the closest in the
-earliest split. That is one line per copy, however large a cluster of copies is (a
+Reported is, for each example with a close example earlier in the near order (split
+TRAIN, VALIDATION, TEST, then a hash of the URI), the one it is a copy of: the closest
+in the earliest split. That is one line per copy, however large a cluster of copies is (a
 thousand blank frames give 999 lines, not half a million pairs), and what --dedupe near
 drops. Byte-identical pairs are left to duplicates.py.
 """
@@ -17,6 +17,7 @@ drops. Byte-identical pairs are left to duplicates.py.
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import pickle
 from collections.abc import Iterable, Iterator
@@ -36,11 +37,12 @@ _HELD_EXAMPLES = 4096  # examples a bundle holds before sending its band packs
 _BLOCK_CELLS = 1 << 20  # distances computed at once inside a group, bounding its memory
 
 Keyed = tuple[str, ExampleRef]  # (sha256, where the example is), as WriteShards gives
-# An example in a band group: its order (split index, manifest, line, URI), its pHash,
-# its SHA-256 and its ExampleRef's fields, made an ExampleRef again only for the pairs
-# found. Plain tuples, which pickle and sort several times faster than NamedTuples:
-# every example is in max_distance + 1 groups.
-_Member = tuple[int, str, int, str, int, str, tuple]
+Place = tuple[str, int, int]  # (split, shard, position): where an example was written
+# An example in a band group: its near order, its pHash, the first 8 bytes of its
+# SHA-256 (byte-identical pairs are left out) and its place. Each example is in
+# max_distance + 1 groups: a few flat values pickle and sort several times faster than
+# its ExampleRef, in a tenth of the memory.
+_Member = tuple[bytes, int, bytes, Place]
 
 
 class NearDuplicate(NamedTuple):
@@ -76,9 +78,10 @@ def order(ref: ExampleRef) -> tuple:
     return SPLITS.index(ref.split), ref.manifest, ref.line, ref.uri
 
 
+
 class FindNearDuplicates(beam.PTransform):
     """(sha256, ExampleRef) -> a NearDuplicate for every example with a near-copy
-    earlier in the order: its closest in the earliest split."""
+    earlier in the near order: its closest in the earliest split."""
 
     def __init__(self, max_distance: int) -> None:
         super().__init__()
@@ -88,17 +91,40 @@ class FindNearDuplicates(beam.PTransform):
 
     def expand(self, keyed: beam.PCollection) -> beam.PCollection:
         masks = band_masks(self._max_distance)
-        return (keyed
-                | "PackByBand" >> beam.ParDo(_PackByBand(masks))
-                | "ByBand" >> beam.GroupByKey()
-                | "CloseEarlier" >> beam.FlatMap(_close_earlier, masks, self._max_distance)
-                | "ClosestPerCopy" >> beam.CombinePerKey(_preferred)
-                | "Values" >> beam.Values())
+        # copy's place -> (kept's split, distance, kept's near order, kept's place): the
+        # least of them is the one preferred.
+        links = (keyed
+                 | "PackByBand" >> beam.ParDo(_PackByBand(masks))
+                 | "ByBand" >> beam.GroupByKey()
+                 | "CloseEarlier" >> beam.FlatMap(_close_earlier, masks, self._max_distance)
+                 | "ClosestPerCopy" >> beam.CombinePerKey(min))
+        # The band groups carry places, not ExampleRefs (each example is in
+        # max_distance + 1 of them): the pairs found get theirs here.
+        return ({"ref": keyed | "ByPlace" >> beam.Map(lambda k: (_place(k[1]), k[1])),
+                 "copy_of": links,
+                 "kept_for": links | "ByKept" >> beam.MapTuple(
+                     lambda copy, link: (link[3], (copy, link[1])))}
+                | "WithRefs" >> beam.CoGroupByKey()
+                | "Ends" >> beam.FlatMapTuple(_pair_ends)
+                | "ByCopy" >> beam.GroupByKey()
+                | "Pairs" >> beam.MapTuple(_pair))
+
+
+def _place(ref: ExampleRef) -> Place:
+    return ref.split, ref.shard, ref.position
+
+
+def near_order(ref: ExampleRef) -> bytes:
+    """Which of two near-copies is kept: the earliest split, then the URI that hashes
+    lowest. A fixed order that packs in 9 bytes (the band groups hold every example
+    max_distance + 1 times), where order() would hold the manifest and URI."""
+    digest = hashlib.sha256(ref.uri.encode("utf-8", "surrogateescape")).digest()
+    return bytes([SPLITS.index(ref.split)]) + digest[:8]
 
 
 class _PackByBand(beam.DoFn):
-    """(sha256, ref) -> ((band, band value), pickled [(sha256, ref), ...]) per bundle, so
-    the grouping moves a pack per band value, not max_distance + 1 elements per example."""
+    """(sha256, ref) -> ((band, band value), pickled members) per bundle, so the grouping
+    moves a pack per band value, not max_distance + 1 elements per example."""
 
     def __init__(self, masks: tuple[int, ...]) -> None:
         self._masks = masks
@@ -110,7 +136,8 @@ class _PackByBand(beam.DoFn):
 
     def process(self, keyed: Keyed) -> Iterator[tuple[tuple[int, int], bytes]]:
         sha256, ref = keyed
-        member = (*order(ref), ref.perceptual_hash, sha256, tuple(ref))
+        member = (near_order(ref), ref.perceptual_hash, bytes.fromhex(sha256[:16]),
+                  _place(ref))
         for band, mask in enumerate(self._masks):
             self._held[band, ref.perceptual_hash & mask].append(member)
         self._hashed.inc()
@@ -133,9 +160,9 @@ class _PackByBand(beam.DoFn):
 
 def _close_earlier(group: tuple[tuple[int, int], Iterable[bytes]],
                    masks: tuple[int, ...], max_distance: int
-                   ) -> Iterator[tuple[tuple[str, int, int], NearDuplicate]]:
-    """For each member of a band group with a close earlier member, the preferred one,
-    keyed by the copy.
+                   ) -> Iterator[tuple[Place, tuple[int, int, bytes, Place]]]:
+    """For each member of a band group with a close earlier member, the preferred one:
+    (copy's place, (kept's split, distance, kept's near order, kept's place)).
 
     A pair is taken here only if this is the first band its hashes agree on, so a pair
     agreeing on several bands is weighed once.
@@ -145,9 +172,9 @@ def _close_earlier(group: tuple[tuple[int, int], Iterable[bytes]],
     count = len(members)
     if count < 2:
         return
-    splits, _, _, _, phashes, sha256s, refs = zip(*members)
+    orders, phashes, contents, places = zip(*members)
     hashes = np.array(phashes, dtype=np.uint64)
-    splits = np.array(splits, dtype=np.int64)
+    splits = np.array([order_key[0] for order_key in orders], dtype=np.int64)
     block = max(1, _BLOCK_CELLS // count)
     for start in range(1, count, block):
         # Each member's distances to the members before it (the lower triangle).
@@ -160,17 +187,33 @@ def _close_earlier(group: tuple[tuple[int, int], Iterable[bytes]],
         pair_xor = xor[row_at, column]
         row = rows[row_at]
         keep = _no_earlier_band_agrees(pair_xor, masks[:band]) & np.array(
-            [sha256s[r] != sha256s[c] for r, c in zip(row, column)], dtype=bool)
+            [contents[r] != contents[c] for r, c in zip(row, column)], dtype=bool)
         row, column, pair_xor = row[keep], column[keep], pair_xor[keep]
         distance = np.bitwise_count(pair_xor).astype(np.int64)
-        # Per copy: the earliest split first, then the closest, then the earliest row.
+        # Per copy: the earliest split first, then the closest, then the earliest.
         chosen = np.lexsort((column, distance, splits[column], row))
         first_of_row = np.ones(len(chosen), dtype=bool)
         first_of_row[1:] = row[chosen][1:] != row[chosen][:-1]
         for pick in chosen[first_of_row]:
-            copy = ExampleRef(*refs[row[pick]])
-            yield ((copy.split, copy.shard, copy.position),
-                   NearDuplicate(int(distance[pick]), ExampleRef(*refs[column[pick]]), copy))
+            kept = column[pick]
+            yield places[row[pick]], (int(splits[kept]), int(distance[pick]), orders[kept],
+                                      places[kept])
+
+
+def _pair_ends(place: Place, grouped: dict[str, list]
+               ) -> Iterator[tuple[Place, tuple[str, int, ExampleRef]]]:
+    """An example's ref, to each pair it is an end of, keyed by the pair's copy."""
+    (ref,) = grouped["ref"]
+    for _, distance, _, _ in grouped["copy_of"]:
+        yield place, ("copy", distance, ref)
+    for copy, distance in grouped["kept_for"]:
+        yield copy, ("kept", distance, ref)
+
+
+def _pair(_: Place, ends: Iterable[tuple[str, int, ExampleRef]]) -> NearDuplicate:
+    refs = {end: (distance, ref) for end, distance, ref in ends}
+    distance, copy = refs["copy"]
+    return NearDuplicate(distance, refs["kept"][1], copy)
 
 
 def _no_earlier_band_agrees(xor: np.ndarray, earlier_masks: tuple[int, ...]) -> np.ndarray:
@@ -178,9 +221,3 @@ def _no_earlier_band_agrees(xor: np.ndarray, earlier_masks: tuple[int, ...]) -> 
     for mask in earlier_masks:
         agrees |= (xor & np.uint64(mask)) == 0
     return ~agrees
-
-
-def _preferred(candidates: Iterable[NearDuplicate]) -> NearDuplicate:
-    """Of one copy's candidates from all bands, the one _close_earlier would prefer."""
-    return min(candidates, key=lambda near: (SPLITS.index(near.kept.split), near.distance,
-                                             order(near.kept)))
