@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
-from conftest import encode, feature, read_examples
+from conftest import convert, encode, feature, read_examples
 from pipeline import run
 from transforms.copies import HASH_BITS
 from transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
@@ -84,9 +84,9 @@ def corpus(tmp_path_factory):
     return root / "m.csv"
 
 
-def convert(manifest, output, *flags):
-    assert run.main(["--manifest", str(manifest), "--output_dir", str(output),
-                     "--max_error_fraction", "0.5", *flags]) == 0
+def converted(manifest, output, *flags):
+    """summary.json and the near_duplicates lines of a run."""
+    convert(output, "--manifest", str(manifest), "--max_error_fraction", "0.5", *flags)
     summary = json.loads((output / "summary.json").read_text())
     lines = [line for name in summary["near_duplicates"]["files"]
              for line in (output / name).read_text().splitlines()]
@@ -105,7 +105,7 @@ PLANTED_PAIRS = {("scene0.jpg", "scene0_small.jpg"),
 
 
 def test_planted_copies_are_found_and_distinct_scenes_are_not_paired(corpus, tmp_path, capsys):
-    summary, lines = convert(corpus, tmp_path / "out")
+    summary, lines = converted(corpus, tmp_path / "out")
     assert names(lines) == PLANTED_PAIRS
     assert summary["near_duplicates"] == {
         "copies": 7, "by_splits": {"train/test": 6, "train/train": 1}, "max_distance": 10,
@@ -124,19 +124,19 @@ def test_planted_copies_are_found_and_distinct_scenes_are_not_paired(corpus, tmp
 
 
 def test_the_pairs_are_the_same_on_every_run(corpus, tmp_path):
-    _, first = convert(corpus, tmp_path / "one")
-    _, second = convert(corpus, tmp_path / "two", "--num_shards", "3")
+    _, first = converted(corpus, tmp_path / "one")
+    _, second = converted(corpus, tmp_path / "two", "--num_shards", "3")
     assert sorted(first) == sorted(second)
 
 
 def test_a_smaller_distance_finds_fewer_and_zero_only_equal_hashes(corpus, tmp_path):
-    summary, lines = convert(corpus, tmp_path / "out", "--near_duplicate_distance", "0")
+    summary, lines = converted(corpus, tmp_path / "out", "--near_duplicate_distance", "0")
     assert all(json.loads(line)["distance"] == 0 for line in lines)
     assert summary["near_duplicates"]["copies"] == len(lines) < 7
 
 
 def test_dedupe_near_drops_the_copies_and_keeps_train(corpus, tmp_path):
-    summary, lines = convert(corpus, tmp_path / "out", "--dedupe", "near")
+    summary, lines = converted(corpus, tmp_path / "out", "--dedupe", "near")
     assert summary["errors"]["by_reason"] == {"duplicate_image": 1, "near_duplicate_image": 7}
     assert summary["accounted"] and summary["rows_read"] == DISTINCT + 1 + 6 + 8 + 1
     assert summary["near_duplicates"]["dropped"] and summary["duplicates"]["dropped"]

@@ -24,8 +24,9 @@ from apache_beam.metrics import Metrics
 from transforms import dead_letters as reasons
 from transforms.copies import DEDUPE_MODES
 from transforms.manifest import DEAD_LETTERS
-from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, order
+from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
 from transforms.shards import ExampleRef, ShardWritten
+
 
 class Duplicate(NamedTuple):
     sha256: str
@@ -33,11 +34,8 @@ class Duplicate(NamedTuple):
     copy: ExampleRef
 
     def to_json(self, dropped: bool) -> str:
-        def where(ref: ExampleRef) -> dict:
-            return {"uri": ref.uri, "split": ref.split, "labels": list(ref.labels),
-                    "manifest": ref.manifest, "line": ref.line}
-        return json.dumps({"sha256": self.sha256, "kept": where(self.kept),
-                           "copy": where(self.copy), "dropped": dropped},
+        return json.dumps({"sha256": self.sha256, "kept": described(self.kept),
+                           "copy": described(self.copy), "dropped": dropped},
                           ensure_ascii=False, sort_keys=True)
 
     def why_dropped(self) -> str:

@@ -54,9 +54,7 @@ class NearDuplicate(NamedTuple):
 
     def to_json(self, dropped: bool) -> str:
         def where(ref: ExampleRef) -> dict:
-            return {"uri": ref.uri, "split": ref.split, "labels": list(ref.labels),
-                    "manifest": ref.manifest, "line": ref.line,
-                    "perceptual_hash": f"{ref.perceptual_hash:016x}"}
+            return described(ref) | {"perceptual_hash": f"{ref.perceptual_hash:016x}"}
         return json.dumps({"distance": self.distance, "kept": where(self.kept),
                            "copy": where(self.copy), "dropped": dropped},
                           ensure_ascii=False, sort_keys=True)
@@ -64,6 +62,12 @@ class NearDuplicate(NamedTuple):
     def why_dropped(self) -> str:
         return (f"a near-copy (perceptual hash {self.distance} bits away) of {self.kept.uri} "
                 f"({self.kept.split}, {self.kept.manifest} line {self.kept.line})")
+
+
+def described(ref: ExampleRef) -> dict:
+    """An example as the reports of copies name it."""
+    return {"uri": ref.uri, "split": ref.split, "labels": list(ref.labels),
+            "manifest": ref.manifest, "line": ref.line}
 
 
 def band_masks(max_distance: int) -> tuple[int, ...]:
