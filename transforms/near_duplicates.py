@@ -8,8 +8,8 @@ group: no all-pairs comparison, and every close pair is found, in the first band
 agrees on and nowhere else.
 
 Reported is, for each example with a close example earlier in the near order (split
-TRAIN, VALIDATION, TEST, then a hash of the URI), the one it is a copy of: the closest
-in the earliest split. That is one line per copy, however large a cluster of copies is (a
+TRAIN, VALIDATION, TEST, then line), the one it is a copy of: the closest in the
+earliest split. That is one line per copy, however large a cluster of copies is (a
 thousand blank frames give 999 lines, not half a million pairs), and what --dedupe near
 drops. Byte-identical pairs are left to duplicates.py.
 """
@@ -119,11 +119,13 @@ def _place(ref: ExampleRef) -> Place:
 
 
 def near_order(ref: ExampleRef) -> bytes:
-    """Which of two near-copies is kept: the earliest split, then the URI that hashes
-    lowest. A fixed order that packs in 9 bytes (the band groups hold every example
-    max_distance + 1 times), where order() would hold the manifest and URI."""
+    """Which of two near-copies is kept: the earliest split, then the earliest line, then
+    the URI that hashes lowest (rows of image folders, equal lines of two manifests).
+    17 bytes, as the band groups hold every example max_distance + 1 times; order()
+    would hold the manifest and the URI. Not the absolute URI first: the choice would
+    change with the folder the data is in."""
     digest = hashlib.sha256(ref.uri.encode("utf-8", "surrogateescape")).digest()
-    return bytes([SPLITS.index(ref.split)]) + digest[:8]
+    return bytes([SPLITS.index(ref.split)]) + ref.line.to_bytes(8, "big") + digest[:8]
 
 
 class _PackByBand(beam.DoFn):
