@@ -82,7 +82,6 @@ def order(ref: ExampleRef) -> tuple:
     return SPLITS.index(ref.split), ref.manifest, ref.line, ref.uri
 
 
-
 class FindNearDuplicates(beam.PTransform):
     """(sha256, ExampleRef) -> a NearDuplicate for every example with a near-copy
     earlier in the near order: its closest in the earliest split."""
