@@ -127,7 +127,7 @@ class ConvertOptions(PipelineOptions):
             help="Two images are near-copies when their 64-bit perceptual hashes (pHash) "
                  f"differ in at most this many bits, 0 to {MAX_NEAR_DISTANCE}. The default finds "
                  "resized, recompressed, re-saved and brightened copies and most 3%% "
-                 "crops while pairing almost no distinct photos (README: Near-duplicates).")
+                 "crops while pairing almost no distinct photos (README: Near-copies).")
         group.add_argument(
             "--max_error_fraction", type=float, default=0.01,
             help="Exit non-zero when more than this fraction of rows is dead-lettered.")

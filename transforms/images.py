@@ -47,8 +47,8 @@ _JPEG_SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 # Channels libpng (so TF) yields per IHDR colour type; Pillow's modes differ for 16-bit
 # grey+alpha (opened as RGBA), and palettes expand to RGB, or RGBA given a tRNS chunk.
 _PNG_COLOR_TYPE_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
-# pHash looks at a 32x32 grey copy of the image: a JPEG is decoded at the smallest DCT
-# scale at least that size, and a larger image is first box-reduced to about twice it.
+# pHash looks at a 32x32 grey copy of the image (hash_input), made from whatever the
+# decode gave: a kept JPEG's 1/8-scale check decode, or the image as stored.
 _HASH_SIDE = 32
 # The first 8 rows of the unnormalised DCT-II matrix (scipy.fftpack.dct's default, which
 # imagehash uses): 2 cos(pi k (2n + 1) / 2N).
@@ -160,7 +160,7 @@ def perceptual_hash(image: Image.Image) -> int:
 
     imagehash.phash costs ~300 us an image, half as much as the JPEG check it follows
     (most of it per-call overhead in NumPy and SciPy on 64 numbers); the same steps here
-    cost ~70 us, with no SciPy in the decoding processes.
+    cost ~90 us, with no SciPy in the decoding processes (bench/RESULTS.md, issue 15).
     """
     # imagehash.phash of a 32x32 grey image: its 2-D DCT-II, the 8x8 lowest
     # frequencies against their median, read row by row, the first bit the highest.
