@@ -12,7 +12,8 @@ from transforms.labels import LabelledRow
 from transforms.manifest import Box, ManifestRow
 
 IMAGE = PreparedImage(b"\xff\xd8jpeg bytes", "jpeg", 20, 10, 3, "JPEG", None, (20, 10),
-                      hashlib.sha256(b"\xff\xd8jpeg bytes").hexdigest(), 0x8F3A5C0012345678)
+                      hashlib.sha256(b"\xff\xd8jpeg bytes").hexdigest(), 0x8F3A5C0012345678,
+                      b"\xff\xd8thumbnail")
 DTYPES = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
 IMAGE_VALUES = {
     "image/encoded": b"\xff\xd8jpeg bytes", "image/format": b"jpeg",

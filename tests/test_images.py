@@ -19,8 +19,8 @@ from PIL import ExifTags, Image, ImageFile, ImageOps  # noqa: E402
 
 from conftest import photo_like  # noqa: E402
 from transforms.images import (  # noqa: E402
-    REASONS, ImageRejected, ImageSettings, PreparedImage, _is_lossy_webp, hash_input,
-    perceptual_hash, prepare_image)
+    REASONS, THUMBNAIL_SIDE, ImageRejected, ImageSettings, PreparedImage, _is_lossy_webp,
+    hash_input, perceptual_hash, prepare_image, thumbnail_of)
 
 KEEP = ImageSettings()
 
@@ -617,3 +617,29 @@ def test_the_perceptual_hash_is_imagehash_phash_bit_for_bit(size, mode):
     assert small.size == (32, 32) and small.mode == "L"
     assert np.array_equal(np.asarray(small), np.asarray(hash_input(as_tf_sees_it)))
     assert perceptual_hash(image) == int(str(imagehash.phash(small)), 16)
+
+
+@pytest.mark.parametrize("size", [(1, 1), (96, 40), (97, 97), (640, 480), (333, 4000)])
+@pytest.mark.parametrize("mode", ["RGB", "L", "RGBA", "I;16"])
+def test_thumbnails_are_small_jpegs_of_the_image(size, mode):
+    """report.html's thumbnail: a JPEG of at most 96 px a side that looks like the image
+    (alpha over white, 16-bit as its high byte), from any decode the writer holds."""
+    image = photo_like(*size, seed=7, mode="RGBA")
+    if mode == "I;16":
+        image = Image.fromarray(np.asarray(image.convert("L"), np.uint16) * 257)
+    elif mode != "RGBA":
+        image = image.convert("RGB").convert(mode)
+    thumbnail = Image.open(io.BytesIO(thumbnail_of(image)))
+    assert thumbnail.format == "JPEG" and thumbnail.mode in ("L", "RGB")
+    assert 0 < max(thumbnail.size) <= THUMBNAIL_SIDE
+    # The same picture: its mean grey is the source's, within JPEG's and the box's error.
+    source_grey = np.asarray(hash_input(image), np.float64).mean()
+    assert abs(np.asarray(thumbnail.convert("L"), np.float64).mean() - source_grey) < 12
+    if max(size) >= 2 * THUMBNAIL_SIDE:  # reduced by a whole factor, never enlarged
+        assert max(thumbnail.size) > THUMBNAIL_SIDE // 2
+
+
+def test_every_prepared_image_carries_its_thumbnail():
+    for data in (encode(rgb(), "JPEG"), encode(rgb(), "PNG"), encode(rgb(), "GIF")):
+        image = prepare_image(data, KEEP)
+        assert Image.open(io.BytesIO(image.thumbnail)).format == "JPEG"
