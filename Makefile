@@ -28,7 +28,15 @@ $(AIRFLOW_INSTALLED): templates/airflow/requirements.txt
 	$(AIRFLOW_VENV)/bin/pip install --quiet -r templates/airflow/requirements.txt
 	touch $@
 
-test: $(INSTALLED) $(AIRFLOW_INSTALLED)
+# The report tests render report.html in Debian's headless Chromium.
+CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium
+
+test: $(INSTALLED) $(AIRFLOW_INSTALLED) $(CHROMIUM)
 	$(VENV)/bin/python -m pytest tests
 
 $(BENCH_INSTALLED): $(INSTALLED) bench/requirements.txt

@@ -8,6 +8,7 @@ setup(
     version="0.1.0",
     description="Apache Beam pipeline: image manifest -> split-partitioned TFRecord shards",
     packages=["image_tfrecords", "pipeline", "transforms"],
+    package_data={"transforms": ["report_page.html"]},  # report.html's template
     python_requires=">=3.10",
     install_requires=[
         "apache-beam[gcp,aws,hadoop]>=2.77,<3",  # gs://, s3://, hdfs://
@@ -20,6 +21,8 @@ setup(
         "ijson>=3.2,<4",  # COCO instances JSON, streamed (transforms/coco.py)
         "numpy>=2.0,<3",  # pHash (transforms/images.py), np.bitwise_count (near_duplicates.py)
         "tqdm>=4.66,<5",  # the progress bar on a terminal (pipeline/progress.py)
+        "jinja2>=3.1,<4",  # report.html (transforms/report_page.py)
+        "pygal>=3.1,<4",  # report.html's plots, as inline SVG
     ],
     entry_points={"console_scripts": ["image-tfrecords=pipeline.cli:main"]},
 )

@@ -19,6 +19,7 @@ commands:
             (image-tfrecords convert --help lists every option, Beam's included)
   verify    read every shard of an output back and check it against summary.json
   inspect   write the first records of a split back as image files plus a CSV
+  report    write an output's report.html again, from its own files
 """
 
 
@@ -32,7 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_USAGE)
         return 0 if args else 2
     command, rest = args[0], args[1:]
-    commands = {"convert": convert_main, "verify": verify_main, "inspect": inspect_main}
+    commands = {"convert": convert_main, "verify": verify_main, "inspect": inspect_main,
+                "report": report_main}
     if command in commands:
         exit_now(commands[command](rest))
     print(f"error: unknown command {command!r}\n\n{_USAGE}", file=sys.stderr)
@@ -104,6 +106,29 @@ def inspect_main(argv: Sequence[str]) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     print(f"{len(written) - 1} files and {CSV_FILE} written to {args.out}")
+    return 0
+
+
+def report_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="image-tfrecords report",
+        description="Write OUTPUT/report.html again from the output's own files (summary.json, "
+                    "the shards, the dead letters and the copies found), in one pass over the "
+                    "shards: for an output written before reports were, or one whose report "
+                    "was lost.")
+    parser.add_argument("output_dir", help="an image-tfrecords output (local or gs://)")
+    parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
+    args = parser.parse_args(argv)
+    _quiet_tensorflow()
+    try:
+        with quiet_console(args.verbose):
+            from image_tfrecords.report import rebuild_report  # noqa: PLC0415
+
+            written = rebuild_report(args.output_dir)
+    except (ValueError, FileNotFoundError) as problem:
+        print(f"error: {args.output_dir}: {problem}", file=sys.stderr)
+        return 1
+    print(f"written: {written}")
     return 0
 
 

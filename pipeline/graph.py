@@ -31,6 +31,7 @@ from transforms.labels import AnalyzeLabels, ApplyLabels
 from transforms.manifest import DISCARDED
 from transforms.outcome import Failure, PublishRules, RunFailed
 from transforms.publish import SUMMARY_FILE, PublishOutput, delete_tree, read_failure, staged_dir
+from transforms.report_content import GatherReportContent
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
 from transforms.sources import ManifestSource, ReadManifest
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
@@ -138,6 +139,12 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
                    rows_discarded)
                   | "RowCounts" >> beam.Flatten())
 
+    report_content = ({"example_keys": written[EXAMPLE_KEYS],
+                       "duplicates": deduped["duplicates"],
+                       "near_duplicates": deduped["near_duplicates"],
+                       "dropped": deduped["dropped"], "dead_letters": dead_letters}
+                      | "ReportContent" >> GatherReportContent(temp_dir))
+
     _ = ({"shards": deduped["shards"],
           "dead_letter_reasons": dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
           "row_counts": row_counts,
@@ -145,6 +152,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
           "train_label_rows": train_label_rows,
           "duplicates_by_splits": deduped["by_splits"],
           "near_duplicates_by_splits": deduped["near_by_splits"],
+          "report_content": report_content,
           "written": (transform_fn_written, dead_letter_files, deduped["report"])}
          | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, options.compression,
                                        run_info,

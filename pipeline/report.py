@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from transforms.report_page import REPORT_FILE
+
 
 def format_report(summary: dict[str, Any], output_dir: str, wall_seconds: float,
                   published: bool = True) -> str:
@@ -45,6 +47,9 @@ def format_report(summary: dict[str, Any], output_dir: str, wall_seconds: float,
     if near["copies"]:
         lines.append(_copies_line(f"near-copies (pHash within {near['max_distance']} bits)",
                                   near, "--dedupe near"))
+    if published and REPORT_FILE in summary.get("files", []):
+        lines.append(f"report: {output_dir.rstrip('/')}/{REPORT_FILE} (plots, a sample of "
+                     "each label, dead letters and copies side by side)")
     images_per_second = summary["examples_written"] / wall_seconds if wall_seconds else 0.0
     lines.append(f"wall {wall_seconds:.1f} s, {images_per_second:.1f} images/s")
     return "\n".join(lines)

@@ -65,7 +65,7 @@ def check_output(output: str, expected: dict, local) -> dict:
     assert {"train-00000-of-00001.tfrecord", "validation-00000-of-00001.tfrecord",
             "test-00000-of-00001.tfrecord", "transform_fn", "transformed_metadata",
             "summary.json", "errors-00000-of-00001.jsonl", "dataset_info.json", "features.json",
-            "image.class.label.labels.txt"} == names
+            "image.class.label.labels.txt", "report.html"} == names
     vocabulary = [w.decode() for w in
                   tft.TFTransformOutput(str(local)).vocabulary_by_name("label")]
     seen = set()

@@ -13,11 +13,13 @@ from transforms.manifest import ManifestRow
 from transforms.outcome import PublishRules, RunFailed
 from transforms.publish import (FAILED_FILE, PublishOutput, build_summary, move_into_place,
                                 name_shards, read_failure, staged_dir)
+from transforms.report_page import ReportContent
 from transforms.shards import ShardWritten
 
 
 RUN_INFO = {"options": {"compression": "none", "label_mode": "single", "unseen_label": "error"}}
 RULES = PublishRules(max_error_fraction=0.5)
+NO_CONTENT = ReportContent(samples={}, duplicates=[], near_duplicates=[], dead_letters={})
 
 
 def temp_shard(tmp_path, split, shard, examples, labels=None):
@@ -28,7 +30,7 @@ def temp_shard(tmp_path, split, shard, examples, labels=None):
     if examples:
         path.write_bytes(b"x" * examples)
     return ShardWritten(split, shard, str(path), examples, examples, examples, examples,
-                        labels or {"cat": examples}, {})
+                        labels or {"cat": examples}, {}, {}, {})
 
 
 def test_shards_are_renumbered_without_empty_ones_and_stale_ones_go(tmp_path):
@@ -66,9 +68,10 @@ def test_moving_again_after_a_retry_is_harmless(tmp_path):
 def test_summary_accounts_for_every_row():
     files = {"train": [("train-00000-of-00001.tfrecord",
                         ShardWritten("train", 0, "t", 3, 3, 30, 28, {"cat": 2, "dog": 1},
-                                     {"format": 1}))],
+                                     {"format": 1}, {"≤ 512 px": 3}, {"≤ 16 KB": 3}))],
              "test": [("test-00000-of-00001.tfrecord",
-                       ShardWritten("test", 0, "t", 2, 2, 20, 20, {"cat": 1, "bird": 1}, {}))]}
+                       ShardWritten("test", 0, "t", 2, 2, 20, 20, {"cat": 1, "bird": 1}, {},
+                                    {"≤ 64 px": 1, "≤ 512 px": 1}, {"≤ 4 KB": 2}))]}
     summary = build_summary(files, {"file_not_found": 2}, rows_read=7,
                             vocabulary=["cat", "dog"], error_files=["errors.jsonl"],
                             run_info={"options": {}})
@@ -79,6 +82,8 @@ def test_summary_accounts_for_every_row():
     assert summary["empty_splits"] == ["validation"]
     assert summary["splits"]["train"]["shards"] == [
         {"file": "train-00000-of-00001.tfrecord", "records": 3, "bytes": 30}]
+    assert summary["splits"]["test"]["longest_side"] == {"≤ 64 px": 1, "≤ 512 px": 1}
+    assert summary["splits"]["test"]["file_bytes"] == {"≤ 4 KB": 2}
     lost = build_summary(files, {}, rows_read=7, vocabulary=["cat"], error_files=[],
                          run_info={})
     assert lost["accounted"] is False
@@ -87,7 +92,7 @@ def test_summary_accounts_for_every_row():
 def test_detection_summary_accounts_for_box_rows_not_examples():
     """Two examples made of five box rows, plus one dead-lettered box: 6 rows read."""
     files = {"train": [("train-00000-of-00001.tfrecord",
-                        ShardWritten("train", 0, "t", 2, 5, 30, 28, {"cat": 4, "dog": 1}, {}))]}
+                        ShardWritten("train", 0, "t", 2, 5, 30, 28, {"cat": 4, "dog": 1}, {}, {}, {}))]}
     summary = build_summary(files, {"empty_box": 1}, rows_read=6, vocabulary=["cat", "dog"],
                             error_files=[], run_info={})
     assert (summary["examples_written"], summary["rows_in_examples"]) == (2, 5)
@@ -114,7 +119,7 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
                             run_info=RUN_INFO, rules=RULES)
     with pytest.raises(RunFailed, match=r"rows read \(5\) != .*Nothing was published"):
-        publish._publish(None, shards, {"file_not_found": 1}, [5], 0, {"cat": 4}, {}, {}, [])
+        publish._publish(None, shards, {"file_not_found": 1}, [5], 0, {"cat": 4}, {}, {}, NO_CONTENT, [])
     assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord"]
     assert json.loads((out / "summary.json").read_text()) == {"old": True}
     assert (tmp_path / "tmp" / "train-00000.tfrecord").exists()
@@ -144,11 +149,11 @@ def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
                             run_info=RUN_INFO, rules=RULES)
-    summary = publish._publish(None, shards, {"file_not_found": 1}, [4], 0, {"cat": 4}, {}, {}, [])
+    summary = publish._publish(None, shards, {"file_not_found": 1}, [4], 0, {"cat": 4}, {}, {}, NO_CONTENT, [])
     assert summary["accounted"] and summary["vocabulary"]["label"] == ["cat"]
     assert sorted(os.listdir(out)) == ["dataset_info.json", "errors-00000-of-00001.jsonl",
                                        "features.json", "image.class.label.labels.txt",
-                                       "summary.json", "train-00000-of-00001.tfrecord",
+                                       "report.html", "summary.json", "train-00000-of-00001.tfrecord",
                                        "transform_fn", "transformed_metadata"]
     assert (out / "errors-00000-of-00001.jsonl").read_text() == "new errors"
     assert not (out / "transform_fn" / "assets" / "old_vocabulary").exists()
@@ -165,15 +170,16 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
     publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
                             run_info=RUN_INFO, rules=RULES)
     named = name_shards(shards, "none")
-    prepared = publish._prepare(named, {}, 3, ({}, {}), [], 0)
+    prepared = publish._prepare(named, {}, 3, ({}, {}), [], 0, NO_CONTENT)
     (tmp_path / "tmp" / "summary.json").write_text(json.dumps(prepared))
     move_into_place(named, str(tmp_path / "tmp"), prepared["files"], str(out))  # then died
-    first = publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, {}, [])
+    first = publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, {}, NO_CONTENT, [])
     assert first["run_id"] == "tmp" and first == prepared
-    assert publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, {}, []) == first  # after the end
+    assert publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, {}, NO_CONTENT, []) == first  # after the end
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
     assert sorted(os.listdir(out)) == ["dataset_info.json", "features.json",
-                                       "image.class.label.labels.txt", "summary.json",
+                                       "image.class.label.labels.txt", "report.html",
+                                       "summary.json",
                                        "train-00000-of-00001.tfrecord", "transform_fn",
                                        "transformed_metadata"]
     assert (out / "transform_fn" / "assets" / "label").read_text().split() == ["cat"]

@@ -88,12 +88,15 @@ def test_shards_are_the_same_however_rows_are_packed(tmp_path, monkeypatch):
                  | WriteShards(p | "Plan" >> beam.Create([("train", 3), ("test", 2)]),
                                str(folder), "none", ImageSettings(), Decoding(processes=1, threads=2),
                                label_mode="single"))
-        return {path.name: path.read_bytes() for path in folder.iterdir()}
+        # The shards and the thumbnails written beside them.
+        return {str(path.relative_to(folder)): path.read_bytes()
+                for path in folder.rglob("*") if path.is_file()}
 
     one_pack_per_shard = write(1 << 20, tmp_path / "one")
     assert write(1, tmp_path / "per_row") == one_pack_per_shard  # a pack per row
     assert sum(len(read_examples(str(tmp_path / "one" / name)))
-               for name in one_pack_per_shard) == 24
+               for name in one_pack_per_shard if name.endswith(".tfrecord")) == 24
+    assert sum(name.startswith("thumbnails/") for name in one_pack_per_shard) == 5
 
 
 def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):

@@ -23,6 +23,7 @@ from apache_beam.metrics import Metrics
 
 from transforms import dead_letters as reasons
 from transforms.copies import DEDUPE_MODES
+from transforms.histograms import file_bytes_bin, longest_side_bin
 from transforms.manifest import DEAD_LETTERS
 from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
 from transforms.shards import ExampleRef, ShardWritten
@@ -112,10 +113,14 @@ class _RewriteShard(beam.DoFn):
                         _TFRecordUtil.write_record(new, record)
         labels = collections.Counter(shard.labels)
         reencoded = collections.Counter(shard.reencoded)
+        longest_side = collections.Counter(shard.longest_side)
+        file_bytes = collections.Counter(shard.file_bytes)
         for duplicate in copies.values():
             dropped = duplicate.copy.content
             labels.subtract(duplicate.copy.labels)
             reencoded.subtract([dropped.reencoded] if dropped.reencoded else [])
+            longest_side[longest_side_bin(dropped.longest_side)] -= 1
+            file_bytes[file_bytes_bin(dropped.source_bytes)] -= 1
             near = isinstance(duplicate, NearDuplicate)
             (self._near_dropped if near else self._dropped).inc()
             for row in dropped.rows:
@@ -128,15 +133,20 @@ class _RewriteShard(beam.DoFn):
             bytes=FileSystems.match([rewritten])[0].metadata_list[0].size_in_bytes if kept else 0,
             source_bytes=shard.source_bytes - sum(d.copy.content.source_bytes
                                                   for d in copies.values()),
-            labels={label: n for label, n in labels.items() if n > 0},
-            reencoded={why: n for why, n in reencoded.items() if n > 0})
+            labels=_positive(labels), reencoded=_positive(reencoded),
+            longest_side=_positive(longest_side), file_bytes=_positive(file_bytes))
+
+
+def _positive(counts: collections.Counter[str]) -> dict[str, int]:
+    return {key: n for key, n in counts.items() if n > 0}
 
 
 class ReportDuplicates(beam.PTransform):
     """(shards, example keys) -> a dict of PCollections: "shards" (without the copies
     that `dedupe` drops), "dead_letters" (the dropped copies' rows), "report" (the
     written duplicates-*.jsonl and near_duplicates-*.jsonl), "by_splits" and
-    "near_by_splits" ("kept split/copy split" -> copies)."""
+    "near_by_splits" ("kept split/copy split" -> copies), "duplicates" and
+    "near_duplicates" (every copy found) and "dropped" (the copies dropped)."""
 
     def __init__(self, dedupe: str, near_distance: int, compression: str,
                  report_dir: str) -> None:
@@ -156,14 +166,16 @@ class ReportDuplicates(beam.PTransform):
                    _report(near, "Near", self._dedupe == "near", self._report_dir))
         result = {"report": reports | "Reports" >> beam.Flatten(),
                   "by_splits": exact | "Count" >> _CountBySplits(),
-                  "near_by_splits": near | "CountNear" >> _CountBySplits()}
+                  "near_by_splits": near | "CountNear" >> _CountBySplits(),
+                  "duplicates": exact, "near_duplicates": near}
         if self._dedupe == "none":
-            return result | {"shards": shards, "dead_letters": (
-                shards.pipeline | "NoneDropped" >> beam.Create([]))}
+            nothing = shards.pipeline | "NoneDropped" >> beam.Create([])
+            return result | {"shards": shards, "dead_letters": nothing, "dropped": nothing}
         dropped = ((exact, near) if self._dedupe == "near" else (exact,)
                    ) | "Dropped" >> beam.Flatten()
         deduped = shards | "Drop" >> DropDuplicates(dropped, self._compression)
-        return result | {"shards": deduped.shards, "dead_letters": deduped[DEAD_LETTERS]}
+        return result | {"shards": deduped.shards, "dead_letters": deduped[DEAD_LETTERS],
+                         "dropped": dropped}
 
 
 def _report(copies: beam.PCollection, name: str, dropped: bool, folder: str

@@ -34,11 +34,13 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.copies import DEFAULT_NEAR_DISTANCE
 from transforms.examples import feature_spec
+from transforms.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from transforms.label_map import LABEL_MAP_FILE, label_map_text
 from transforms.labels import LABEL_VOCABULARY
 from transforms.manifest import SPLITS
 from transforms.outcome import (FAILED_FILE, Failure, PublishRules, RunFailed,
                                 outcome_problems)
+from transforms.report_page import REPORT_FILE, ReportContent, render_report
 from transforms.schema import CATEGORICAL, ExtraColumn
 from transforms.shards import ShardWritten, shard_file_suffix
 from transforms.tfds_metadata import DATASET_INFO_FILE, FEATURES_FILE, LABELS_SUFFIX, tfds_metadata
@@ -58,7 +60,7 @@ class PublishOutput(beam.PTransform):
     nothing to count gives none), "rows_discarded" (the DISCARD rows among them: one
     count, or none for 0), "train_label_rows" ((label, TRAIN rows carrying it)),
     "duplicates_by_splits" and "near_duplicates_by_splits" ("kept split/copy split",
-    copies) and
+    copies), "report_content" (the one ReportContent of report.html) and
     "written" (anything that must be complete first: the transform_fn, the dead letters,
     the duplicates).
     `temp_dir` holds the temp shards and what is staged; `tft_dir` is tf.Transform's
@@ -102,12 +104,13 @@ class PublishOutput(beam.PTransform):
                     train_label_rows=beam.pvalue.AsDict(inputs["train_label_rows"]),
                     duplicates=beam.pvalue.AsDict(inputs["duplicates_by_splits"]),
                     near_duplicates=beam.pvalue.AsDict(inputs["near_duplicates_by_splits"]),
+                    report_content=beam.pvalue.AsSingleton(inputs["report_content"]),
                     written=beam.pvalue.AsList(written)))
 
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
                  row_counts: list[int], rows_discarded: int, train_label_rows: dict[str, int],
                  duplicates: dict[str, int], near_duplicates: dict[str, int],
-                 written: list[Any]) -> dict[str, Any]:
+                 report_content: ReportContent, written: list[Any]) -> dict[str, Any]:
         files = name_shards(shards, self._compression)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
         prepared = FileSystems.join(self._temp_dir, SUMMARY_FILE)
@@ -122,7 +125,7 @@ class PublishOutput(beam.PTransform):
         else:
             summary = self._prepare(files, errors_by_reason, sum(row_counts),
                                     (duplicates, near_duplicates),
-                                    written, rows_discarded)
+                                    written, rows_discarded, report_content)
             _write_json(prepared, summary)
         problems = outcome_problems(summary, train_label_rows, self._rules)
         if problems:  # nothing is published; the temp dir stays, as evidence
@@ -152,9 +155,10 @@ class PublishOutput(beam.PTransform):
     def _prepare(self, files: dict[str, list[tuple[str, ShardWritten]]],
                  errors_by_reason: dict[str, int], rows_read: int,
                  copies: tuple[dict[str, int], dict[str, int]],
-                 written: list[Any], rows_discarded: int) -> dict[str, Any]:
+                 written: list[Any], rows_discarded: int, report_content: ReportContent
+                 ) -> dict[str, Any]:
         """The summary, from the staged transform_fn's vocabularies; stages the TFDS
-        metadata and, for detection, label_map.pbtxt."""
+        metadata, report.html and, for detection, label_map.pbtxt."""
         staged = staged_dir(self._temp_dir)
         for folder in TRANSFORM_FOLDERS:
             copy_tree(FileSystems.join(self._tft_dir, folder), FileSystems.join(staged, folder))
@@ -190,9 +194,12 @@ class PublishOutput(beam.PTransform):
         # Listed now, as a retried publish finds them moved already.
         # (match may give the paths in another form than `staged`: absolute, say)
         marker = f"/{self._run_id}/staged/"
-        summary["files"] = sorted(
+        summary["files"] = sorted([REPORT_FILE, *(
             m.path[m.path.index(marker) + len(marker):]
-            for m in FileSystems.match([FileSystems.join(staged, "**")])[0].metadata_list)
+            for m in FileSystems.match([FileSystems.join(staged, "**")])[0].metadata_list)])
+        # Last, as it shows the summary whole.
+        with FileSystems.create(FileSystems.join(staged, REPORT_FILE)) as out:
+            out.write(render_report(summary, report_content, self._output_dir).encode())
         return summary
 
 
@@ -243,7 +250,7 @@ def name_shards(shards: Iterable[ShardWritten], compression: str
 # Everything a run publishes but summary.json; what matches and is not replaced is stale.
 _PUBLISHED = (*(f"{split}-*-of-*.tfrecord*" for split in SPLITS), "transform_fn/**",
               "transformed_metadata/**", "errors-*.jsonl", "duplicates-*.jsonl",
-              "near_duplicates-*.jsonl", LABEL_MAP_FILE,
+              "near_duplicates-*.jsonl", REPORT_FILE, LABEL_MAP_FILE,
               DATASET_INFO_FILE, FEATURES_FILE, f"*{LABELS_SUFFIX}")
 # What readers start from: removed first, so none takes a half-swapped folder for whole
 # (summary.json is written again last; the TFDS files come with the others).
@@ -335,9 +342,13 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
         shards = [shard for _, shard in files.get(split, [])]
         labels: collections.Counter[str] = collections.Counter()
         reencoded: collections.Counter[str] = collections.Counter()
+        longest_side: collections.Counter[str] = collections.Counter()
+        file_bytes: collections.Counter[str] = collections.Counter()
         for shard in shards:
             labels.update(shard.labels)
             reencoded.update(shard.reencoded)
+            longest_side.update(shard.longest_side)
+            file_bytes.update(shard.file_bytes)
         splits[split] = {
             "examples": sum(shard.examples for shard in shards),
             "bytes": sum(shard.bytes for shard in shards),
@@ -345,6 +356,11 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
             "labels": dict(sorted(labels.items())),
             "unseen_label_examples": sum(n for label, n in labels.items() if label not in known),
             "reencoded": dict(sorted(reencoded.items())),
+            # Source images by histograms' bins, smallest first.
+            "longest_side": {name: longest_side[name] for name in LONGEST_SIDE_BINS
+                             if longest_side[name]},
+            "file_bytes": {name: file_bytes[name] for name in FILE_BYTE_BINS
+                           if file_bytes[name]},
             "shards": [{"file": name, "records": shard.examples, "bytes": shard.bytes}
                        for name, shard in files.get(split, [])],
         }

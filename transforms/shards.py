@@ -36,6 +36,7 @@ from transforms.dead_letters import DeadLetter
 from transforms.decode_pool import Decoding
 from transforms.deadline import within_deadline
 from transforms.examples import encode_example, example_labels
+from transforms.histograms import file_bytes_bin, longest_side_bin
 from transforms.image_files import read_image_bytes
 from transforms.images import ImageRejected, ImageSettings, PreparedImage
 from transforms.labels import LabelledRow
@@ -77,6 +78,8 @@ class ShardWritten(NamedTuple):
     source_bytes: int  # of the source image files
     labels: dict[str, int]  # label text -> examples carrying it (detection: objects)
     reencoded: dict[str, int]  # why -> examples whose image was re-encoded
+    longest_side: dict[str, int]  # histograms.LONGEST_SIDE_BINS -> source images
+    file_bytes: dict[str, int]  # histograms.FILE_BYTE_BINS -> source files
 
 
 EXAMPLE_KEYS = "example_keys"  # WriteShards' output of (sha256, ExampleRef) per example
@@ -87,10 +90,13 @@ class _Encoded(NamedTuple):
     rows dead-lettered because the size they declare is not the image's."""
 
     record: bytes | None
+    # What is kept of the PreparedImage, whose bytes are in `record` already.
     sha256: str
     perceptual_hash: int
+    thumbnail: bytes
     reencoded: str | None
-    source_size: int
+    longest_side: int  # of the source image, in pixels
+    source_bytes: int
     rows: list[LabelledRow]
     wrong_size: list[DeadLetter]
 
@@ -101,6 +107,13 @@ class ExampleContent(NamedTuple):
     rows: tuple[ManifestRow, ...]
     source_bytes: int
     reencoded: str | None
+    longest_side: int  # of the source image, in pixels
+
+
+def thumbnails_path(temp_dir: str, split: str, shard: int) -> str:
+    """Where WriteShards puts a shard's thumbnails (images.thumbnail_of), a record per
+    example in the shard's order, for report.html."""
+    return FileSystems.join(temp_dir, "thumbnails", f"{split}-{shard:05d}.records")
 
 
 class ExampleRef(NamedTuple):
@@ -273,12 +286,14 @@ class _WriteShardFile(beam.DoFn):
         examples = rows_written = source_bytes = 0
         labels: collections.Counter[str] = collections.Counter()
         reencoded: collections.Counter[str] = collections.Counter()
+        longest_sides: collections.Counter[str] = collections.Counter()
+        file_bytes: collections.Counter[str] = collections.Counter()
         compression = (CompressionTypes.GZIP if self._compression == "gzip"
                        else CompressionTypes.UNCOMPRESSED)
         with contextlib.ExitStack() as opened:
             # Created with the first example: a shard whose images were all rejected
             # leaves no file (and Beam's S3 filesystem cannot write an empty one).
-            out = None
+            out = thumbnails = None
             threads = self._decoding.thread_count()
             # Images go to a thread, and on to a decoding process, a batch at a time: small
             # enough that every thread gets work in a small shard.
@@ -297,31 +312,39 @@ class _WriteShardFile(beam.DoFn):
                 for dead in outcome.wrong_size:
                     yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead)
                 live_progress.handled(len(image_rows), len(outcome.wrong_size))
-                record, sha256, phash, reencoded_because, source_size, image_rows, _ = outcome
+                record, image_rows = outcome.record, outcome.rows
                 if record is None:
                     self._rejected.inc()
                     continue
                 if out is None:
                     out = opened.enter_context(
                         FileSystems.create(temp_path, compression_type=compression))
+                    thumbnails = opened.enter_context(FileSystems.create(
+                        thumbnails_path(self._temp_dir, split, shard)))
                 _TFRecordUtil.write_record(out, record)
+                _TFRecordUtil.write_record(thumbnails, outcome.thumbnail)
                 self._written.inc()
                 image_labels = example_labels(image_rows, self._label_mode)
                 first = image_rows[0].row
                 content = ExampleContent(tuple(item.row for item in image_rows),
-                                         source_size, reencoded_because)
-                yield beam.pvalue.TaggedOutput(EXAMPLE_KEYS, (sha256, ExampleRef(
+                                         outcome.source_bytes, outcome.reencoded,
+                                         outcome.longest_side)
+                yield beam.pvalue.TaggedOutput(EXAMPLE_KEYS, (outcome.sha256, ExampleRef(
                     split, shard, examples, first.manifest, first.line, first.uri,
-                    tuple(image_labels), phash, content if self._keep_content else None)))
+                    tuple(image_labels), outcome.perceptual_hash,
+                    content if self._keep_content else None)))
                 examples += 1
                 rows_written += len(image_rows)
-                source_bytes += source_size
+                source_bytes += outcome.source_bytes
                 labels.update(image_labels)
-                if reencoded_because:
-                    reencoded[reencoded_because] += 1
-        file_bytes = _file_size(temp_path) if examples else 0
-        yield ShardWritten(split, shard, temp_path, examples, rows_written, file_bytes,
-                           source_bytes, dict(labels), dict(reencoded))
+                if outcome.reencoded:
+                    reencoded[outcome.reencoded] += 1
+                longest_sides[longest_side_bin(outcome.longest_side)] += 1
+                file_bytes[file_bytes_bin(outcome.source_bytes)] += 1
+        file_size = _file_size(temp_path) if examples else 0
+        yield ShardWritten(split, shard, temp_path, examples, rows_written, file_size,
+                           source_bytes, dict(labels), dict(reencoded), dict(longest_sides),
+                           dict(file_bytes))
 
     def _encode_batch(self, batch: list[list[LabelledRow]]) -> list[_Encoded | ImageRejected]:
         """Each image's outcome: its files read here, decoded together by one decoder."""
@@ -342,8 +365,8 @@ class _WriteShardFile(beam.DoFn):
         rows, wrong_size = _check_declared_size(rows, image.source_size)
         record = encode_example(rows, image, self._label_mode, self._extra_columns,
                                 extra_images) if rows else None
-        return _Encoded(record, image.sha256, image.perceptual_hash, image.reencoded, len(data),
-                        rows, wrong_size)
+        return _Encoded(record, image.sha256, image.perceptual_hash, image.thumbnail,
+                        image.reencoded, max(image.source_size), len(data), rows, wrong_size)
 
     def _extra_images(self, row: ManifestRow) -> dict[str, PreparedImage]:
         """The images of the row's image extra columns; a failure names its column."""

@@ -1,0 +1,122 @@
+"""What report.html shows besides summary.json's numbers, gathered from small records.
+
+The sample (per split and label, the examples of lowest report_page.sample_rank), the
+first copies of each kind and the first dead letters of each reason are picked by
+combiners, so no stage holds more than the page shows. Their thumbnails are then read
+from the files the shard writer wrote beside its shards: the writer's own decode, so no
+image is read again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.tfrecordio import _TFRecordUtil
+
+from transforms.dead_letters import DeadLetter
+from transforms.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
+                                    Pictured, RejectedRow, ReportContent, copy_rank,
+                                    sample_rank)
+from transforms.shards import ExampleRef, thumbnails_path
+
+Place = tuple[str, int, int]  # (split, shard, position) of an example in the temp shards
+
+
+def _place(ref: ExampleRef) -> Place:
+    return ref.split, ref.shard, ref.position
+
+
+class GatherReportContent(beam.PTransform):
+    """A dict of PCollections -> one ReportContent: "example_keys" (WriteShards'),
+    "duplicates" and "near_duplicates" (every copy found), "dropped" (the copies --dedupe
+    dropped, left out of the sample) and "dead_letters".
+
+    `temp_dir` is where WriteShards wrote the shards and their thumbnails.
+    """
+
+    def __init__(self, temp_dir: str) -> None:
+        super().__init__()
+        self._temp_dir = temp_dir
+
+    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
+        written = ({"ref": inputs["example_keys"] | "ByPlace" >> beam.MapTuple(
+                        lambda _, ref: (_place(ref), ref)),
+                    "dropped": inputs["dropped"] | "DroppedPlaces" >> beam.Map(
+                        lambda copy: (_place(copy.copy), None))}
+                   | "JoinDropped" >> beam.CoGroupByKey()
+                   | "Kept" >> beam.FlatMap(
+                       lambda joined: () if joined[1]["dropped"] else joined[1]["ref"]))
+        samples = (written
+                   | "ByLabel" >> beam.FlatMap(lambda ref: (
+                       ((ref.split, label), ref) for label in sorted(set(ref.labels))))
+                   | "Sample" >> beam.combiners.Top.PerKey(
+                       SAMPLE_PER_LABEL, key=lambda ref: sample_rank(ref.uri), reverse=True))
+        duplicates = inputs["duplicates"] | "FirstCopies" >> _first_copies()
+        near = inputs["near_duplicates"] | "FirstNear" >> _first_copies()
+        rejected = (inputs["dead_letters"]
+                    | "ByReason" >> beam.Map(lambda dead: (dead.reason, dead))
+                    | "FirstRejected" >> beam.combiners.Top.PerKey(
+                        REJECTED_SHOWN, key=lambda dead: (dead.manifest, dead.line),
+                        reverse=True))
+        thumbnails = ((samples | "SampleRefs" >> beam.FlatMap(lambda keyed: keyed[1]),
+                       duplicates | "CopyRefs" >> beam.FlatMap(_refs_of_copies),
+                       near | "NearRefs" >> beam.FlatMap(_refs_of_copies))
+                      | "Shown" >> beam.Flatten()
+                      | "ByShard" >> beam.Map(lambda ref: ((ref.split, ref.shard), ref.position))
+                      | "GroupByShard" >> beam.GroupByKey()
+                      | "ReadThumbnails" >> beam.FlatMap(self._read_thumbnails))
+        return (inputs["example_keys"].pipeline
+                | "Once" >> beam.Create([None])
+                | "Assemble" >> beam.Map(
+                    _assemble, samples=beam.pvalue.AsList(samples),
+                    duplicates=beam.pvalue.AsSingleton(duplicates),
+                    near=beam.pvalue.AsSingleton(near),
+                    rejected=beam.pvalue.AsList(rejected),
+                    thumbnails=beam.pvalue.AsDict(thumbnails)))
+
+    def _read_thumbnails(self, shard_positions: tuple[tuple[str, int], Iterable[int]]
+                         ) -> Iterator[tuple[Place, bytes]]:
+        """The thumbnails at these positions of one shard, in one pass over its file."""
+        (split, shard), positions = shard_positions
+        wanted = set(positions)
+        with FileSystems.open(thumbnails_path(self._temp_dir, split, shard)) as file:
+            for position in range(max(wanted) + 1):
+                thumbnail = _TFRecordUtil.read_record(file)
+                if position in wanted:
+                    yield (split, shard, position), thumbnail
+
+
+def _first_copies() -> beam.PTransform:
+    """Copies -> [the first PAIRS_SHOWN, by report_page.copy_rank]."""
+    return beam.combiners.Top.Of(PAIRS_SHOWN, key=lambda copy: copy_rank(
+        copy.copy.split, copy.copy.manifest, copy.copy.line, copy.copy.uri), reverse=True)
+
+
+def _refs_of_copies(copies: list[Any]) -> Iterator[ExampleRef]:
+    for copy in copies:
+        yield copy.kept
+        yield copy.copy
+
+
+def _assemble(_: None, samples: list[tuple[tuple[str, str], list[ExampleRef]]],
+              duplicates: list[Any], near: list[Any],
+              rejected: list[tuple[str, list[DeadLetter]]],
+              thumbnails: dict[Place, bytes]) -> ReportContent:
+    def pictured(ref: ExampleRef) -> Pictured:
+        return Pictured(ref.uri, ref.split, ref.labels, thumbnails.get(_place(ref)))
+
+    def pairs(copies: list[Any]) -> list[CopyPair]:
+        # A Duplicate has no distance: its images are byte-identical.
+        return [CopyPair(pictured(copy.kept), pictured(copy.copy), getattr(copy, "distance", 0))
+                for copy in copies]
+
+    by_split: dict[str, dict[str, list[Pictured]]] = {}
+    for (split, label), refs in sorted(samples):
+        by_split.setdefault(split, {})[label] = [pictured(ref) for ref in refs]
+    return ReportContent(
+        samples=by_split, duplicates=pairs(duplicates), near_duplicates=pairs(near),
+        dead_letters={reason: [RejectedRow(dead.manifest, dead.line, dead.uri, dead.message)
+                               for dead in rows] for reason, rows in sorted(rejected)})

@@ -1,0 +1,150 @@
+"""report.html: one self-contained page of what a run wrote, to look at before training.
+
+Its numbers come from summary.json only. What it shows besides them (thumbnails of a
+sample per split and label, the first dead letters of each reason, copies side by side)
+is a ReportContent: gathered in the pipeline from the writer's own decode
+(report_content.py), or by `image-tfrecords report` from an existing output
+(image_tfrecords/report.py). Both pick the same examples, by the ranks defined here.
+Plots are pygal's SVG, inline; thumbnails are data: URIs; nothing is fetched (no script,
+font or style), so the page works offline and downloaded from a bucket. Every number
+printed from summary.json carries its path there (data-summary), which is how the tests
+check the page against the file.
+
+Pure Python: no Beam, no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jinja2
+import pygal
+from pygal.style import DefaultStyle
+
+from transforms.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
+from transforms.splits import SPLITS
+
+REPORT_FILE = "report.html"
+SAMPLE_PER_LABEL = 8  # thumbnails per split and label
+PAIRS_SHOWN = 50  # copies of each kind shown side by side (all are in the .jsonl files)
+REJECTED_SHOWN = 5  # dead letters shown per reason
+LABELS_PLOTTED = 40  # labels in the examples plot; the table below it has all of them
+# Labels whose sample is shown: with 1,000 labels the page would hold 24,000 thumbnails.
+LABELS_SAMPLED = 100
+
+
+def sample_rank(uri: str) -> bytes:
+    """The sample of a split and label is its examples of lowest rank: the same examples
+    on every run, spread over the manifest rather than its first rows."""
+    return hashlib.sha256(b"sample:" + uri.encode("utf-8", "surrogateescape")).digest()
+
+
+def copy_rank(split: str, manifest: str, line: int, uri: str) -> tuple:
+    """The copies shown are the first in this order of the copy (the one not kept)."""
+    return SPLITS.index(split), manifest, line, uri
+
+
+class Pictured(NamedTuple):
+    """An example as the page shows it."""
+
+    uri: str
+    split: str
+    labels: tuple[str, ...]
+    thumbnail: bytes | None  # a small JPEG (images.thumbnail_of); None when there is none
+
+
+class CopyPair(NamedTuple):
+    kept: Pictured
+    copy: Pictured
+    distance: int  # pHash bits apart; 0 for byte-identical images
+
+
+class RejectedRow(NamedTuple):
+    manifest: str
+    line: int
+    uri: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportContent:
+    """What the page shows besides summary.json's numbers."""
+
+    samples: Mapping[str, Mapping[str, Sequence[Pictured]]]  # split -> label -> examples
+    duplicates: Sequence[CopyPair]  # the first PAIRS_SHOWN, by copy_rank
+    near_duplicates: Sequence[CopyPair]
+    dead_letters: Mapping[str, Sequence[RejectedRow]]  # reason -> the first rows
+
+
+def render_report(summary: dict[str, Any], content: ReportContent, output_dir: str) -> str:
+    """The page's HTML, for the output in `output_dir` that `summary` describes."""
+    splits = {split: _split_counts(summary["splits"].get(split, {})) for split in SPLITS}
+    labels = _labels(splits)
+    reencoded = sorted({why for split in SPLITS for why in splits[split]["reencoded"]})
+    plotted = labels[:LABELS_PLOTTED]
+    plots = {
+        "labels": _bars("Examples per label", plotted, splits, "labels",
+                        rotate=len(plotted) > 8),
+        "sides": _bars("Source images by longest side", list(LONGEST_SIDE_BINS), splits,
+                       "longest_side"),
+        "bytes": _bars("Source files by size", list(FILE_BYTE_BINS), splits, "file_bytes"),
+        "reencoded": _bars("Images re-encoded, by reason", reencoded, splits, "reencoded"),
+    }
+    return _environment().get_template("report_page.html").render(
+        summary=summary, split_counts=splits, content=content, output_dir=output_dir,
+        splits=SPLITS, labels=labels, labels_plotted=LABELS_PLOTTED, plots=plots,
+        labels_sampled=LABELS_SAMPLED,
+        side_bins=LONGEST_SIDE_BINS, byte_bins=FILE_BYTE_BINS, reencoded=reencoded,
+        copies=[("duplicates", "Byte-identical images", content.duplicates),
+                ("near_duplicates", "Near-copies", content.near_duplicates)],
+        empty_copies={"copies": 0, "by_splits": {}, "dropped": False, "files": []})
+
+
+def _split_counts(split: dict[str, Any]) -> dict[str, Any]:
+    """A split's counts the page shows; empty for what an older output did not count."""
+    return {"examples": split.get("examples", 0),
+            **{name: split.get(name, {})
+               for name in ("labels", "reencoded", "longest_side", "file_bytes")}}
+
+
+def _environment() -> jinja2.Environment:
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent), autoescape=True,
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    environment.filters["data_uri"] = _data_uri
+    environment.filters["path"] = lambda keys: json.dumps(list(keys), ensure_ascii=False)
+    return environment
+
+
+def _data_uri(jpeg: bytes | None) -> str:
+    return f"data:image/jpeg;base64,{base64.b64encode(jpeg).decode()}" if jpeg else ""
+
+
+def _labels(splits: dict[str, dict[str, Any]]) -> list[str]:
+    """Every label with an example, most TRAIN examples first (then VALIDATION, TEST)."""
+    names = {label for split in SPLITS for label in splits[split]["labels"]}
+    return sorted(names, key=lambda label: (
+        [-splits[split]["labels"].get(label, 0) for split in SPLITS], label))
+
+
+def _bars(title: str, categories: list[str], splits: dict[str, dict[str, Any]],
+          counted: str, rotate: bool = False) -> str:
+    """A bar chart of splits[split][counted][category], a series per split, as inline SVG
+    (no script: pygal's tooltips would load one from the network)."""
+    if not categories:
+        return ""
+    chart = pygal.Bar(title=title, js=[], disable_xml_declaration=True, width=900,
+                      height=380, x_label_rotation=40 if rotate else 0, style=DefaultStyle,
+                      legend_at_bottom=True, truncate_label=24)
+    chart.x_labels = categories
+    for split in SPLITS:
+        values = [splits[split][counted].get(category, 0) for category in categories]
+        if any(values):
+            chart.add(split, values)
+    return chart.render(is_unicode=True)
