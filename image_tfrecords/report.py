@@ -1,0 +1,140 @@
+"""`rebuild_report(OUTPUT)`: report.html made again from an output that exists.
+
+For an output written before there was a report, or to see one again after its files
+changed. The numbers are summary.json's; the sample, the copies and the dead letters are
+the ones the pipeline picks (report_page's ranks), read from the output's own files in
+one pass over the shards. Thumbnails come from the stored images here, as the source
+images may be gone; a copy that --dedupe dropped is not in the shards, and shows none.
+"""
+
+from __future__ import annotations
+
+import heapq
+import io
+import json
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import tensorflow as tf
+from PIL import Image
+
+from image_tfrecords.output import IMAGE, LABEL_TEXT, Output
+from image_tfrecords.records import read_records
+from transforms.images import THUMBNAIL_SIDE, thumbnail_of
+from transforms.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, REPORT_FILE,
+                                    SAMPLE_PER_LABEL, CopyPair, Pictured, RejectedRow,
+                                    ReportContent, copy_rank, render_report, sample_rank)
+
+_T = TypeVar("_T")
+_Shown = tuple[str, str]  # (split, uri): an example the page pictures
+
+
+def rebuild_report(output_dir: str) -> str:
+    """Writes OUTPUT/report.html and returns its path."""
+    output = Output.read(output_dir)
+    summary = output.summary
+    copies = {kind: _first(_json_lines(output, summary.get(kind, {}).get("files", [])),
+                           PAIRS_SHOWN, _copy_rank)
+              for kind in ("duplicates", "near_duplicates")}
+    wanted = {(image["split"], image["uri"])
+              for pairs in copies.values() for pair in pairs for image in (pair["kept"],
+                                                                             pair["copy"])}
+    samples, thumbnails = _sample(output, wanted)
+
+    def pictured(image: dict[str, Any]) -> Pictured:
+        shown = image["split"], image["uri"]
+        return Pictured(image["uri"], image["split"], tuple(image["labels"]),
+                        thumbnails.get(shown))
+
+    rejected: dict[str, list[dict[str, Any]]] = {}
+    for dead in _json_lines(output, summary["errors"]["files"]):
+        rejected.setdefault(dead["reason"], []).append(dead)
+    content = ReportContent(
+        samples=samples,
+        duplicates=[CopyPair(pictured(pair["kept"]), pictured(pair["copy"]), 0)
+                    for pair in copies["duplicates"]],
+        near_duplicates=[CopyPair(pictured(pair["kept"]), pictured(pair["copy"]),
+                                  pair["distance"]) for pair in copies["near_duplicates"]],
+        dead_letters={reason: [RejectedRow(dead["manifest"], dead["line"], dead["uri"],
+                                           dead["message"])
+                               for dead in _first(rows, REJECTED_SHOWN, _row_rank)]
+                      for reason, rows in sorted(rejected.items())})
+    path = output.path(REPORT_FILE)
+    with tf.io.gfile.GFile(path, "wb") as out:
+        out.write(render_report(summary, content, output_dir).encode())
+    return path
+
+
+def _sample(output: Output, wanted: set[_Shown]
+            ) -> tuple[dict[str, dict[str, list[Pictured]]], dict[_Shown, bytes]]:
+    """The sample of each split and label, and the thumbnails of the `wanted` examples:
+    one pass over every shard, decoding only the images that are shown (or, for the
+    sample, that are the lowest-ranked so far)."""
+    (text_key,) = (key for key in LABEL_TEXT.values() if key in output.features)
+    samples: dict[str, dict[str, list[Pictured]]] = {}
+    thumbnails: dict[_Shown, bytes] = {}
+    for split in output.summary["splits"]:
+        lowest: dict[str, list[tuple[bytes, Pictured]]] = {}  # label -> a max-heap, negated
+        for record in _records(output, split):
+            example = tf.train.Example.FromString(record)
+            features = example.features.feature
+            uri = features["image/source_id"].bytes_list.value[0].decode()
+            labels = tuple(text.decode() for text in features[text_key].bytes_list.value)
+            rank = _negated(sample_rank(uri))
+            thumbnail = None
+            if (split, uri) in wanted:
+                thumbnail = thumbnails[split, uri] = _thumbnail(features[IMAGE])
+            for label in sorted(set(labels)):
+                heap = lowest.setdefault(label, [])
+                if len(heap) == SAMPLE_PER_LABEL and rank <= heap[0][0]:
+                    continue
+                thumbnail = thumbnail or _thumbnail(features[IMAGE])
+                entry = (rank, Pictured(uri, split, labels, thumbnail))
+                if len(heap) < SAMPLE_PER_LABEL:
+                    heapq.heappush(heap, entry)
+                else:
+                    heapq.heapreplace(heap, entry)
+        if lowest:
+            samples[split] = {label: [pictured for _, pictured in sorted(heap, reverse=True)]
+                              for label, heap in sorted(lowest.items())}
+    return samples, thumbnails
+
+
+def _negated(rank: bytes) -> bytes:
+    """A rank whose order is the reverse of `rank`'s, so that heapq's min-heap keeps the
+    highest of the lowest ranks on top."""
+    return bytes(255 - byte for byte in rank)
+
+
+def _thumbnail(image: tf.train.Feature) -> bytes:
+    with Image.open(io.BytesIO(image.bytes_list.value[0])) as stored:
+        stored.draft(None, (THUMBNAIL_SIDE, THUMBNAIL_SIDE))  # JPEGs decode at a scale
+        stored.load()
+        return thumbnail_of(stored)
+
+
+def _records(output: Output, split: str) -> Iterator[bytes]:
+    for path, _ in output.shards(split):
+        with tf.io.gfile.GFile(path, "rb") as file:
+            yield from read_records(file, output.compression_type == "GZIP")
+
+
+def _json_lines(output: Output, files: Iterable[str]) -> Iterator[dict[str, Any]]:
+    for name in files:
+        with tf.io.gfile.GFile(output.path(name), "rb") as file:
+            for line in file:
+                if line.strip():
+                    yield json.loads(line)
+
+
+def _first(items: Iterable[_T], count: int, rank: Callable[[_T], Any]) -> list[_T]:
+    return heapq.nsmallest(count, items, key=rank)
+
+
+def _copy_rank(pair: dict[str, Any]) -> tuple:
+    copy = pair["copy"]
+    return copy_rank(copy["split"], copy["manifest"], copy["line"], copy["uri"])
+
+
+def _row_rank(dead: dict[str, Any]) -> tuple:
+    return dead["manifest"], dead["line"]
