@@ -1,0 +1,227 @@
+"""report.html: rendered by a real browser (Debian's headless Chromium), its numbers equal
+to summary.json's, nothing fetched from the network, thumbnails that are real images, the
+same page content when `image-tfrecords report` rebuilds it from the output's files,
+and, with --dedupe, a sample and histograms of what was written, not of what was dropped.
+"""
+
+import base64
+import html.parser
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from conftest import convert, encode
+from pipeline.cli import report_main
+from test_near_duplicates import PLANTED, scene
+from transforms.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes_bin, longest_side_bin
+from transforms.images import THUMBNAIL_SIDE
+from transforms.report_page import (LABELS_SAMPLED, REPORT_FILE, SAMPLE_PER_LABEL, Pictured,
+                                    ReportContent, render_report)
+
+CHROMIUM = shutil.which("chromium")
+# As the machine's notes give them: no sandbox as root, and none of Chromium's own
+# connections (refused on a closed network, many at a time).
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync")
+
+
+def chromium(tmp_path, *args: str) -> str:
+    """Runs headless Chromium with its own profile folder; returns what it printed."""
+    if CHROMIUM is None:
+        pytest.fail("Debian's chromium is not installed: `make test` installs it")
+    done = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                           *args], capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout
+
+
+class Page(html.parser.HTMLParser):
+    """What a rendered page shows: each data-summary element's path and text, and per
+    section (the id of the h2 above it) the pictured URIs and their thumbnails."""
+
+    def __init__(self, dom: str) -> None:
+        super().__init__()
+        self.numbers: list[tuple[list, str]] = []
+        self.pictured: dict[str, list[str]] = {}
+        self.thumbnails: list[str] = []  # data: URIs
+        self.fetched: list[str] = []  # every src or href that is not data: or #anchor
+        self.scripts_with_src = 0
+        self._section = ""
+        self._open: list | None = None
+        self.feed(dom)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "h2":
+            self._section = attrs.get("id", "")
+        if "data-summary" in attrs:
+            self._open = [json.loads(attrs["data-summary"]), ""]
+        for name in ("src", "href"):
+            if name in attrs and not attrs[name].startswith(("data:", "#")):
+                self.fetched.append(attrs[name])
+        if tag == "script" and attrs.get("src"):
+            self.scripts_with_src += 1
+        if tag == "img":
+            self.pictured.setdefault(self._section, []).append(attrs["alt"])
+            self.thumbnails.append(attrs["src"])
+        if tag == "span" and "missing" in attrs.get("class", ""):
+            self.pictured.setdefault(self._section, []).append(None)
+
+    def handle_data(self, data):
+        if self._open is not None:
+            self._open[1] += data
+
+    def handle_endtag(self, tag):
+        if self._open is not None:
+            self.numbers.append(tuple(self._open))
+            self._open = None
+
+
+def at(summary, path):
+    for key in path:
+        summary = summary[key]
+    return summary
+
+
+def rendered(tmp_path, output) -> Page:
+    return Page(chromium(tmp_path, "--dump-dom", (output / REPORT_FILE).as_uri()))
+
+
+def test_the_page_renders_in_chromium_with_summary_json_numbers(sample_output, tmp_path):
+    summary = json.loads((sample_output / "summary.json").read_text())
+    page = rendered(tmp_path, sample_output)
+    # Every number the page prints from summary.json is the file's, and none is missing.
+    shown = {tuple(path): text.strip() for path, text in page.numbers}
+    assert shown and all(text == str(at(summary, path)) for path, text in shown.items())
+    expected = {("rows_read",), ("rows_in_examples",), ("rows_dead_lettered",),
+                ("examples_written",), ("near_duplicates", "copies"),
+                ("near_duplicates", "by_splits", "train/train"),
+                *(("errors", "by_reason", reason) for reason in summary["errors"]["by_reason"]),
+                *(("splits", split, counted, name)
+                  for split, stats in summary["splits"].items()
+                  for counted in ("labels", "longest_side", "file_bytes", "reencoded")
+                  for name in stats[counted]),
+                *(("splits", split, "examples") for split in summary["splits"])}
+    assert expected <= set(shown)
+    assert summary["rows_read"] == 50 and summary["near_duplicates"]["copies"] == 3
+    # Works offline: nothing to fetch, no script from anywhere.
+    assert page.fetched == [] and page.scripts_with_src == 0
+    # A sample of each label in each split: 8 of TRAIN's 10 or 11, all of TEST's 2.
+    sample = page.pictured["sample"]
+    assert len(sample) == len(set(sample)) == 3 * SAMPLE_PER_LABEL + 3 * 2 + 3 * 2
+    # Near-copies side by side, both images pictured.
+    assert len(page.pictured["near_duplicates"]) == 2 * 3 and None not in sample
+    for uri in page.thumbnails:
+        thumbnail = Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1])))
+        assert thumbnail.format == "JPEG" and 0 < max(thumbnail.size) <= THUMBNAIL_SIDE
+    # The screenshot is a page with content: text, plots and pictures, not a blank.
+    chromium(tmp_path, "--window-size=1200,3000", f"--screenshot={tmp_path / 'shot.png'}",
+             (sample_output / REPORT_FILE).as_uri())
+    with Image.open(tmp_path / "shot.png") as shot:
+        assert shot.size == (1200, 3000)
+        colours = shot.convert("RGB").getcolors(maxcolors=1 << 20)
+    assert len(colours) > 500
+    background = max(colours)[0] / (1200 * 3000)
+    assert background < 0.9
+
+
+def test_the_histograms_count_every_example():
+    assert [longest_side_bin(side) for side in (1, 64, 65, 4096, 4097)] == [
+        LONGEST_SIDE_BINS[0], LONGEST_SIDE_BINS[0], LONGEST_SIDE_BINS[1],
+        LONGEST_SIDE_BINS[-2], LONGEST_SIDE_BINS[-1]]
+    assert [file_bytes_bin(size) for size in (0, 4096, 4097, 16 << 20, (16 << 20) + 1)] == [
+        FILE_BYTE_BINS[0], FILE_BYTE_BINS[0], FILE_BYTE_BINS[1], FILE_BYTE_BINS[-2],
+        FILE_BYTE_BINS[-1]]
+
+
+@pytest.fixture(scope="module")
+def leaky(tmp_path_factory):
+    """TRAIN: 12 distinct scenes, 10 of label a. TEST: 3 distinct scenes, a resized copy
+    of scene 1 (a near-copy leak), a byte-identical copy of scene 2 (a duplicate), a
+    missing file and a row with no label."""
+    root = tmp_path_factory.mktemp("leaky")
+    rows = []
+    for seed in range(12):
+        (root / f"scene{seed}.jpg").write_bytes(encode(scene(seed), "JPEG", quality=90))
+        rows.append(f"TRAIN,scene{seed}.jpg,{'a' if seed < 10 else 'b'}")
+    for seed in range(20, 23):
+        (root / f"scene{seed}.jpg").write_bytes(encode(scene(seed), "JPEG", quality=90))
+        rows.append(f"TEST,scene{seed}.jpg,b")
+    (root / "scene1_small.jpg").write_bytes(PLANTED["resized"](scene(1)))
+    shutil.copy(root / "scene2.jpg", root / "scene2_copy.jpg")
+    rows += ["TEST,scene1_small.jpg,a", "TEST,scene2_copy.jpg,a", "TEST,gone.jpg,a",
+             "TEST,scene20.jpg,"]
+    (root / "m.csv").write_text("\n".join(rows) + "\n")
+    return root / "m.csv"
+
+
+def test_with_dedupe_the_report_shows_what_was_written(leaky, tmp_path):
+    output = convert(tmp_path / "out", "--manifest", str(leaky), "--dedupe", "near",
+                     "--num_shards", "2", "--max_error_fraction", "0.5")
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["duplicates"]["by_splits"] == {"train/test": 1}
+    assert summary["near_duplicates"]["by_splits"] == {"train/test": 1}
+    for stats in summary["splits"].values():  # the dropped copies are taken out
+        assert sum(stats["longest_side"].values()) == stats["examples"]
+        assert sum(stats["file_bytes"].values()) == stats["examples"]
+    assert summary["splits"]["test"]["examples"] == 3
+    page = rendered(tmp_path, output)
+    assert all(text.strip() == str(at(summary, path)) for path, text in page.numbers)
+    sample = page.pictured["sample"]
+    assert len(sample) == SAMPLE_PER_LABEL + 2 + 3  # TRAIN a, TRAIN b, TEST b
+    assert not any("scene1_small" in uri or "scene2_copy" in uri for uri in sample)
+    # The copies are shown with both thumbnails: the dropped one's from the writer's decode.
+    for kind in ("duplicates", "near_duplicates"):
+        kept, copy = page.pictured[kind]
+        assert None not in (kept, copy)
+    assert page.pictured["duplicates"][1].endswith("scene2_copy.jpg")
+
+    # Rebuilt from the output's files: the same numbers, sample and copies (a dropped copy
+    # is not in the shards, so it has no thumbnail there).
+    (output / REPORT_FILE).unlink()
+    assert report_main([str(output)]) == 0
+    rebuilt = rendered(tmp_path, output)
+    assert rebuilt.numbers == page.numbers
+    assert rebuilt.pictured["sample"] == sample
+    for kind in ("duplicates", "near_duplicates"):
+        assert rebuilt.pictured[kind] == [page.pictured[kind][0], None]
+
+
+def test_the_report_is_rebuilt_from_a_gzip_output(gzip_output, tmp_path):
+    copy = shutil.copytree(gzip_output, tmp_path / "copy")
+    original = rendered(tmp_path, copy)
+    (copy / REPORT_FILE).unlink()
+    # The installed command, as a user runs it.
+    command = Path(sys.executable).parent / "image-tfrecords"
+    done = subprocess.run([str(command), "report", str(copy)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"written: {copy / REPORT_FILE}\n"
+    rebuilt = rendered(tmp_path, copy)
+    assert rebuilt.numbers == original.numbers
+    assert rebuilt.pictured == original.pictured
+
+
+def test_with_many_labels_the_sample_shows_those_with_most_train_examples():
+    """1,000 classes would make a page of 24,000 thumbnails: the sample shows 100 labels,
+    those with the most TRAIN examples; the table still counts every label."""
+    labels = {f"class{index:03d}": 1000 - index for index in range(150)}
+    split = {"examples": sum(labels.values()), "labels": labels, "reencoded": {},
+             "longest_side": {}, "file_bytes": {}}
+    summary = {"rows_read": split["examples"], "rows_in_examples": split["examples"],
+               "examples_written": split["examples"], "rows_dead_lettered": 0,
+               "rows_discarded": 0, "accounted": True, "finished_at": "now",
+               "splits": {"train": split}, "errors": {"by_reason": {}, "files": []}}
+    samples = {"train": {label: [Pictured(f"/{label}.jpg", "train", (label,), b"\xff\xd8")]
+                         for label in labels}}
+    page = Page(render_report(summary, ReportContent(samples, [], [], {}), "out"))
+    assert page.pictured["sample"] == [f"/class{index:03d}.jpg"
+                                       for index in range(LABELS_SAMPLED)]
+    assert {tuple(path) for path, _ in page.numbers} >= {
+        ("splits", "train", "labels", label) for label in labels}
