@@ -139,10 +139,10 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
                    rows_discarded)
                   | "RowCounts" >> beam.Flatten())
 
-    report_content = ({"example_keys": written[EXAMPLE_KEYS],
-                       "duplicates": deduped["duplicates"],
-                       "near_duplicates": deduped["near_duplicates"],
-                       "dropped": deduped["dropped"], "dead_letters": dead_letters}
+    # What report.html shows besides summary.json: a sample, the first copies and dead letters.
+    report_content = ({"example_keys": written[EXAMPLE_KEYS], "dead_letters": dead_letters}
+                      | {kind: deduped[kind] for kind in ("duplicates", "near_duplicates",
+                                                           "dropped") if kind in deduped}
                       | "ReportContent" >> GatherReportContent(temp_dir))
 
     _ = ({"shards": deduped["shards"],

@@ -146,7 +146,7 @@ class ReportDuplicates(beam.PTransform):
     that `dedupe` drops), "dead_letters" (the dropped copies' rows), "report" (the
     written duplicates-*.jsonl and near_duplicates-*.jsonl), "by_splits" and
     "near_by_splits" ("kept split/copy split" -> copies), "duplicates" and
-    "near_duplicates" (every copy found) and "dropped" (the copies dropped)."""
+    "near_duplicates" (every copy found) and, when `dedupe` drops any, "dropped"."""
 
     def __init__(self, dedupe: str, near_distance: int, compression: str,
                  report_dir: str) -> None:
@@ -169,8 +169,8 @@ class ReportDuplicates(beam.PTransform):
                   "near_by_splits": near | "CountNear" >> _CountBySplits(),
                   "duplicates": exact, "near_duplicates": near}
         if self._dedupe == "none":
-            nothing = shards.pipeline | "NoneDropped" >> beam.Create([])
-            return result | {"shards": shards, "dead_letters": nothing, "dropped": nothing}
+            return result | {"shards": shards, "dead_letters": (
+                shards.pipeline | "NoneDropped" >> beam.Create([]))}
         dropped = ((exact, near) if self._dedupe == "near" else (exact,)
                    ) | "Dropped" >> beam.Flatten()
         deduped = shards | "Drop" >> DropDuplicates(dropped, self._compression)

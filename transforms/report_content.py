@@ -32,7 +32,7 @@ def _place(ref: ExampleRef) -> Place:
 class GatherReportContent(beam.PTransform):
     """A dict of PCollections -> one ReportContent: "example_keys" (WriteShards'),
     "duplicates" and "near_duplicates" (every copy found), "dropped" (the copies --dedupe
-    dropped, left out of the sample) and "dead_letters".
+    dropped, left out of the sample; absent when it drops none) and "dead_letters".
 
     `temp_dir` is where WriteShards wrote the shards and their thumbnails.
     """
@@ -42,13 +42,14 @@ class GatherReportContent(beam.PTransform):
         self._temp_dir = temp_dir
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
-        written = ({"ref": inputs["example_keys"] | "ByPlace" >> beam.MapTuple(
-                        lambda _, ref: (_place(ref), ref)),
-                    "dropped": inputs["dropped"] | "DroppedPlaces" >> beam.Map(
-                        lambda copy: (_place(copy.copy), None))}
-                   | "JoinDropped" >> beam.CoGroupByKey()
-                   | "Kept" >> beam.FlatMap(
-                       lambda joined: () if joined[1]["dropped"] else joined[1]["ref"]))
+        written = inputs["example_keys"] | "Refs" >> beam.MapTuple(lambda _, ref: ref)
+        if "dropped" in inputs:  # a join of every example, only when it can matter
+            written = ({"ref": written | "ByPlace" >> beam.Map(lambda ref: (_place(ref), ref)),
+                        "dropped": inputs["dropped"] | "DroppedPlaces" >> beam.Map(
+                            lambda copy: (_place(copy.copy), None))}
+                       | "JoinDropped" >> beam.CoGroupByKey()
+                       | "Kept" >> beam.FlatMap(
+                           lambda joined: () if joined[1]["dropped"] else joined[1]["ref"]))
         samples = (written
                    | "ByLabel" >> beam.FlatMap(lambda ref: (
                        ((ref.split, label), ref) for label in sorted(set(ref.labels))))

@@ -19,6 +19,7 @@ import base64
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -37,6 +38,7 @@ REJECTED_SHOWN = 5  # dead letters shown per reason
 LABELS_PLOTTED = 40  # labels in the examples plot; the table below it has all of them
 # Labels whose sample is shown: with 1,000 labels the page would hold 24,000 thumbnails.
 LABELS_SAMPLED = 100
+_PYGAL_DATED = re.compile(r"<!--Generated with pygal [^>]*-->")
 
 
 def sample_rank(uri: str) -> bytes:
@@ -142,9 +144,11 @@ def _bars(title: str, categories: list[str], splits: dict[str, dict[str, Any]],
     chart = pygal.Bar(title=title, js=[], disable_xml_declaration=True, width=900,
                       height=380, x_label_rotation=40 if rotate else 0, style=DefaultStyle,
                       legend_at_bottom=True, truncate_label=24)
+    chart.uuid = counted  # the SVG's id: a random one by default
     chart.x_labels = categories
     for split in SPLITS:
         values = [splits[split][counted].get(category, 0) for category in categories]
         if any(values):
             chart.add(split, values)
-    return chart.render(is_unicode=True)
+    # Without the comment that dates it, the same summary gives the same page.
+    return _PYGAL_DATED.sub("", chart.render(is_unicode=True))
