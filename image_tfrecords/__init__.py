@@ -80,6 +80,16 @@ class ConversionResult:
                 for split, stats in self.summary["splits"].items()}
 
     @property
+    def report(self) -> str | None:
+        """The path of report.html, the page to look at before training (None when the
+        run failed: its report is in the run's temp folder, with its dead letters)."""
+        from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
+
+        from transforms.report_page import REPORT_FILE  # noqa: PLC0415 - Jinja2 and pygal
+
+        return FileSystems.join(self.output_dir, REPORT_FILE) if self.ok else None
+
+    @property
     def error_files(self) -> list[str]:
         from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
 

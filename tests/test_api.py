@@ -54,6 +54,7 @@ def test_convert_from_a_list_of_csvs_and_from_a_folder(photos):
     used = {shard_of(str(root / name), 2) for name in names}
     assert len(result.files["train"]) == len(used)
     assert result.error_files == [] and not list(root.glob("a/errors-*"))  # nothing rejected
+    assert result.report == str(root / "a" / "report.html") and os.path.exists(result.report)
     assert json.loads((root / "a" / "summary.json").read_text())["options"]["num_shards"] == 2
     # The run froze what lives as long as it does; an API caller gets the collector back.
     assert gc.isenabled() and gc.get_freeze_count() == 0
@@ -75,6 +76,9 @@ def test_a_failed_run_is_reported_not_raised_and_bad_options_raise(photos):
     assert result.files == {} and not (root / "out" / "summary.json").exists()
     letters, = result.error_files
     assert letters.startswith(f"{root}/out/.tmp-") and "img/missing.jpg" in open(letters).read()
+    # Its report is staged beside them, to look at what went wrong.
+    assert result.report is None
+    assert "img/missing.jpg" in open(os.path.join(os.path.dirname(letters), "report.html")).read()
     with pytest.raises(ValueError, match="--jpeg_quality"):
         image_tfrecords.convert(str(root / "m.csv"), str(root / "other"), jpeg_quality=0)
     with pytest.raises(ValueError, match="needs an image_uri"):
