@@ -19,7 +19,8 @@ from PIL import Image
 from conftest import convert, encode
 from pipeline.cli import report_main
 from test_near_duplicates import PLANTED, scene
-from transforms.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes_bin, longest_side_bin
+from transforms.histograms import (FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes_bin,
+                                   longest_side_bin)
 from transforms.images import THUMBNAIL_SIDE
 from transforms.report_page import (LABELS_SAMPLED, REPORT_FILE, SAMPLE_PER_LABEL, Pictured,
                                     ReportContent, render_report)
