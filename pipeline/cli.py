@@ -7,7 +7,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from pipeline.console import quiet_console
@@ -62,14 +62,9 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
 
 
 def verify_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="image-tfrecords verify",
-        description="Read every shard back: record CRCs, examples, images, label ids, and "
-                    "the counts in summary.json. Exits 1 naming the first bad shard/record.")
-    parser.add_argument("output_dir", help="an image-tfrecords output (local or gs://)")
-    parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
-    args = parser.parse_args(argv)
-    _quiet_tensorflow()
+    args = _output_arguments(
+        "verify", "Read every shard back: record CRCs, examples, images, label ids, and the "
+                  "counts in summary.json. Exits 1 naming the first bad shard/record.", argv)
     try:
         with quiet_console(args.verbose):
             from image_tfrecords.verify import verify  # noqa: PLC0415 - after the env above
@@ -85,18 +80,15 @@ def verify_main(argv: Sequence[str]) -> int:
 
 
 def inspect_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="image-tfrecords inspect",
-        description="Write the first N records of a split as image files (their stored "
-                    "bytes), a CSV of their other features and, for detection, PNGs with "
-                    "the boxes drawn.")
-    parser.add_argument("output_dir", help="an image-tfrecords output (local or gs://)")
-    parser.add_argument("--split", default="train")
-    parser.add_argument("-n", type=int, default=20, help="how many records (default 20)")
-    parser.add_argument("--out", required=True, help="folder to write the files into")
-    parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
-    args = parser.parse_args(argv)
-    _quiet_tensorflow()
+    def selection(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--split", default="train")
+        parser.add_argument("-n", type=int, default=20, help="how many records (default 20)")
+        parser.add_argument("--out", required=True, help="folder to write the files into")
+
+    args = _output_arguments(
+        "inspect", "Write the first N records of a split as image files (their stored "
+                   "bytes), a CSV of their other features and, for detection, PNGs with the "
+                   "boxes drawn.", argv, selection)
     try:
         with quiet_console(args.verbose):
             from image_tfrecords.inspection import CSV_FILE, inspect_split  # noqa: PLC0415
@@ -110,16 +102,11 @@ def inspect_main(argv: Sequence[str]) -> int:
 
 
 def report_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="image-tfrecords report",
-        description="Write OUTPUT/report.html again from the output's own files (summary.json, "
-                    "the shards, the dead letters and the copies found), in one pass over the "
-                    "shards: for an output written before reports were, or one whose report "
-                    "was lost.")
-    parser.add_argument("output_dir", help="an image-tfrecords output (local or gs://)")
-    parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
-    args = parser.parse_args(argv)
-    _quiet_tensorflow()
+    args = _output_arguments(
+        "report", "Write OUTPUT/report.html again from the output's own files (summary.json, "
+                  "the shards, the dead letters and the copies found), in one pass over the "
+                  "shards: for an output written before reports were, or one whose report "
+                  "was lost.", argv)
     try:
         with quiet_console(args.verbose):
             from image_tfrecords.report import rebuild_report  # noqa: PLC0415
@@ -130,6 +117,21 @@ def report_main(argv: Sequence[str]) -> int:
         return 1
     print(f"written: {written}")
     return 0
+
+
+def _output_arguments(command: str, description: str, argv: Sequence[str],
+                      more: Callable[[argparse.ArgumentParser], None] | None = None
+                      ) -> argparse.Namespace:
+    """The options of a command that reads an output (verify, inspect, report): the
+    folder, `more`'s, and --verbose; TensorFlow is quietened before the command loads it."""
+    parser = argparse.ArgumentParser(prog=f"image-tfrecords {command}", description=description)
+    parser.add_argument("output_dir", help="an image-tfrecords output (local or gs://)")
+    if more:
+        more(parser)
+    parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
+    args = parser.parse_args(argv)
+    _quiet_tensorflow()
+    return args
 
 
 def _quiet_tensorflow() -> None:
