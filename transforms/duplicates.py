@@ -34,6 +34,11 @@ class Duplicate(NamedTuple):
     kept: ExampleRef
     copy: ExampleRef
 
+    @property
+    def distance(self) -> int:
+        """Perceptual-hash bits apart, as a NearDuplicate has: none, the bytes are equal."""
+        return 0
+
     def to_json(self, dropped: bool) -> str:
         return json.dumps({"sha256": self.sha256, "kept": described(self.kept),
                            "copy": described(self.copy), "dropped": dropped},

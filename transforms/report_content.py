@@ -110,8 +110,7 @@ def _assemble(_: None, samples: list[tuple[tuple[str, str], list[ExampleRef]]],
         return Pictured(ref.uri, ref.split, ref.labels, thumbnails.get(_place(ref)))
 
     def pairs(copies: list[Any]) -> list[CopyPair]:
-        # A Duplicate has no distance: its images are byte-identical.
-        return [CopyPair(pictured(copy.kept), pictured(copy.copy), getattr(copy, "distance", 0))
+        return [CopyPair(pictured(copy.kept), pictured(copy.copy), copy.distance)
                 for copy in copies]
 
     by_split: dict[str, dict[str, list[Pictured]]] = {}
