@@ -1,7 +1,13 @@
-"""Makes a benchmark image set from the real photos shipped inside the scikit-image wheel.
+"""Makes a benchmark image set: crops of real photos, or distinct drawn scenes.
 
+--kind crops (the default): from the real photos shipped inside the scikit-image wheel.
 Each source photo is one class; every image is a random crop of it, rescaled, maybe
 flipped and saved as an RGB JPEG, so sizes and JPEG settings vary like a real photo set.
+Crops of one photo overlap, so more than half the images are near-copies of another to
+pHash: a set as clustered as a dataset gets.
+--kind scenes: every image is its own drawn scene (a gradient, shapes, blur and grain),
+of the same sizes and JPEG settings, and one in NEAR_COPY_EVERY is a near-copy of the
+image before it (resized to 80% and recompressed), as copies are in a public dataset.
 Writes DIR/images/<class>/<class>_<i>.jpg and DIR/manifest.csv (`SPLIT,uri,label`, no
 header, URIs relative to DIR); with --rows M also DIR/manifest_M.csv, whose M rows cycle
 through the images, each pass under its own name (DIR/copies/K, a link to DIR), since the
@@ -13,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import shutil
 from collections.abc import Callable
 from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFilter
 from skimage import data
 
 # Colour photos that load offline from the scikit-image wheel (scikit-learn's sample
@@ -37,6 +44,7 @@ MIN_CROP = 0.4            # smallest crop side, as a fraction of the photo's sid
 LONG_SIDE = (320, 800)    # inclusive range of the output's longer side, px
 QUALITY = (80, 95)        # inclusive JPEG quality range
 SPLITS = (("TRAIN", 0.8), ("VALIDATION", 0.1), ("TEST", 0.1))
+NEAR_COPY_EVERY = 50      # --kind scenes: image i is a near-copy of i - 1 when i % 50 == 49
 
 _photos: dict[str, Image.Image] = {}
 
@@ -52,11 +60,13 @@ def image_path(index: int) -> str:
     return f"images/{label}/{label}_{index:05d}.jpg"
 
 
-def make_image(task: tuple[Path, int, int]) -> int:
+def make_image(task: tuple[Path, str, int, int]) -> int:
     """Writes image `index` and returns its size in bytes."""
-    out, seed, index = task
+    out, kind, seed, index = task
     # A generator per image, so the result does not depend on which worker draws it.
     rng = np.random.default_rng((seed, index))
+    if kind == "scenes":
+        return _save(out, index, _scene_or_copy(seed, index), rng)
     photo = _photos[CLASSES[index % len(CLASSES)]]
     crop_w, crop_h = (round(side * rng.uniform(MIN_CROP, 1.0)) for side in photo.size)
     left = int(rng.integers(0, photo.width - crop_w + 1))
@@ -66,9 +76,45 @@ def make_image(task: tuple[Path, int, int]) -> int:
                          box=(left, top, left + crop_w, top + crop_h))
     if rng.random() < 0.5:
         image = image.transpose(Image.FLIP_LEFT_RIGHT)
+    return _save(out, index, image, rng)
+
+
+def _save(out: Path, index: int, image: Image.Image, rng: np.random.Generator) -> int:
     path = out / image_path(index)
     image.save(path, "JPEG", quality=int(rng.integers(QUALITY[0], QUALITY[1] + 1)))
     return path.stat().st_size
+
+
+def _scene_or_copy(seed: int, index: int) -> Image.Image:
+    if index % NEAR_COPY_EVERY != NEAR_COPY_EVERY - 1:
+        return _scene(np.random.default_rng((seed, index, 1)))
+    original = _scene(np.random.default_rng((seed, index - 1, 1)))
+    smaller = original.resize((original.width * 4 // 5, original.height * 4 // 5), Image.LANCZOS)
+    buffer = io.BytesIO()
+    smaller.save(buffer, "JPEG", quality=70)
+    return Image.open(buffer)
+
+
+def _scene(rng: np.random.Generator) -> Image.Image:
+    """A distinct picture per generator: a gradient sky, shapes of random colours, blur
+    and grain, its longer side in LONG_SIDE."""
+    long_side = int(rng.integers(LONG_SIDE[0], LONG_SIDE[1] + 1))
+    width, height = long_side, round(long_side * rng.uniform(0.6, 1.0))
+    if rng.random() < 0.3:
+        width, height = height, width
+    top, bottom = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
+    ramp = np.linspace(0, 1, height)[:, None, None]
+    pixels = np.broadcast_to(top + (bottom - top) * ramp, (height, width, 3))
+    image = Image.fromarray(pixels.astype(np.uint8))
+    draw = ImageDraw.Draw(image)
+    for _ in range(int(rng.integers(6, 16))):
+        xs, ys = sorted(rng.integers(0, width, 2)), sorted(rng.integers(0, height, 2))
+        shape = (int(xs[0]), int(ys[0]), int(xs[1]) + 8, int(ys[1]) + 8)
+        fill = tuple(int(c) for c in rng.integers(0, 256, 3))
+        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(shape, fill=fill)
+    image = image.filter(ImageFilter.GaussianBlur(1.5))
+    grain = rng.normal(0, 6, (height, width, 3))
+    return Image.fromarray(np.clip(np.asarray(image) + grain, 0, 255).astype(np.uint8))
 
 
 def assign_splits(count: int, seed: int) -> list[str]:
@@ -108,6 +154,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="dataset folder")
     parser.add_argument("--images", type=int, required=True, help="number of images")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kind", choices=("crops", "scenes"), default="crops",
+                        help="crops of six photos (default), or distinct drawn scenes")
     parser.add_argument("--rows", type=int, help="also write manifest_ROWS.csv (ROWS > images)")
     parser.add_argument("--processes", type=int, default=2, help="worker processes")
     args = parser.parse_args()
@@ -120,7 +168,7 @@ def main() -> None:
     shutil.rmtree(args.out / "images", ignore_errors=True)
     for label in CLASSES:
         (args.out / "images" / label).mkdir(parents=True)
-    tasks = [(args.out, args.seed, index) for index in range(args.images)]
+    tasks = [(args.out, args.kind, args.seed, index) for index in range(args.images)]
     with Pool(args.processes, initializer=_load_photos) as pool:
         source_bytes = sum(pool.imap_unordered(make_image, tasks, chunksize=64))
 
