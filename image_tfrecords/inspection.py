@@ -19,7 +19,6 @@ import tensorflow as tf
 from PIL import Image, ImageDraw
 
 from image_tfrecords.output import IMAGE, Output
-from image_tfrecords.records import read_records
 
 CSV_FILE = "records.csv"
 _BOX = "image/object/bbox/"
@@ -62,10 +61,8 @@ def inspect_split(output_dir: str, split: str, count: int, out_dir: str) -> list
 def _records(output: Output, split: str) -> Iterator[tuple[str, int, bytes]]:
     """(shard file name, index in the shard, record), shard after shard."""
     for path, _ in output.shards(split):
-        with tf.io.gfile.GFile(path, "rb") as file:
-            for position, record in enumerate(
-                    read_records(file, output.compression_type == "GZIP")):
-                yield posixpath.basename(path), position, record
+        for position, record in enumerate(output.read_shard(path)):
+            yield posixpath.basename(path), position, record
 
 
 def _values(example: tf.train.Example, features: dict[str, dict]) -> dict[str, object]:

@@ -13,7 +13,6 @@ import tensorflow as tf
 from image_tfrecords.output import CLASS_LABEL, IMAGE, Output
 
 AUTOTUNE = tf.data.AUTOTUNE
-_READ_BUFFER = 8 << 20  # bytes per shard reader: large sequential reads suit gs:// too
 
 
 def load(output_dir: str, split: str = "train", *, batch_size: int | None = 32,
@@ -45,8 +44,7 @@ def load(output_dir: str, split: str = "train", *, batch_size: int | None = 32,
     if shuffle:
         files = files.shuffle(len(paths), seed=seed)
     records = files.interleave(
-        lambda path: tf.data.TFRecordDataset(
-            path, compression_type=output.compression_type, buffer_size=_READ_BUFFER),
+        output.shard_format.dataset,
         num_parallel_calls=AUTOTUNE, deterministic=not shuffle)
     if shuffle:
         # Serialized records: a buffer of encoded images, not of decoded pixels.

@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
 
+from transforms.file_formats import DEFAULT_FORMAT, GFiles, ShardFormat, shard_format
 from transforms.splits import SPLIT_NAMES, normalise_split
 
 # As transforms/publish.py and transforms/labels.py write them (those import Beam and
@@ -79,10 +81,11 @@ class Output:
     def label_mode(self) -> str:
         return self.summary["options"]["label_mode"]
 
-    @property
-    def compression_type(self) -> str:
-        """As tf.data.TFRecordDataset takes it: "GZIP" or ""."""
-        return "GZIP" if self.summary["options"]["compression"] == "gzip" else ""
+    @functools.cached_property
+    def shard_format(self) -> ShardFormat:
+        """How its shards are read (an output from before --file_format is TFRecord)."""
+        options = self.summary["options"]
+        return shard_format(options.get("file_format", DEFAULT_FORMAT), options["compression"])
 
     @functools.cached_property
     def vocabulary(self) -> list[str]:
@@ -113,6 +116,11 @@ class Output:
         shard order."""
         return [(self.path(shard["file"]), shard["records"])
                 for shard in self.summary["splits"][self.split_name(split)]["shards"]]
+
+    def read_shard(self, path: str) -> Iterator[bytes]:
+        """The records of one shard, in order, each checked as its format can; raises
+        file_formats.RecordError at the first that cannot be read."""
+        return self.shard_format.read(path, GFiles())
 
     def parse_spec(self) -> dict[str, tf.io.FixedLenFeature | tf.io.RaggedFeature]:
         """tf.io.parse_example's spec for every key: lists as RaggedFeature (1-D per example)."""

@@ -19,7 +19,6 @@ import tensorflow as tf
 from PIL import Image
 
 from image_tfrecords.output import IMAGE, LABEL_TEXT, Output
-from image_tfrecords.records import read_records
 from transforms.images import THUMBNAIL_SIDE, thumbnail_of
 from transforms.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, REPORT_FILE,
                                     SAMPLE_PER_LABEL, CopyPair, Pictured, RejectedRow,
@@ -115,8 +114,7 @@ def _thumbnail(image: tf.train.Feature) -> bytes:
 
 def _records(output: Output, split: str) -> Iterator[bytes]:
     for path, _ in output.shards(split):
-        with tf.io.gfile.GFile(path, "rb") as file:
-            yield from read_records(file, output.compression_type == "GZIP")
+        yield from output.read_shard(path)
 
 
 def _json_lines(output: Output, files: Iterable[str]) -> Iterator[dict[str, Any]]:

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from image_tfrecords.output import LABEL_ID_BASE, LABEL_TEXT, Output
-from image_tfrecords.records import RecordError, read_records
+from transforms.file_formats import RecordError, shard_globs
 
 
 class VerifyError(ValueError):
@@ -45,7 +45,7 @@ def verify(output_dir: str) -> Verified:
             name = posixpath.basename(path)
             if not tf.io.gfile.exists(path):
                 raise VerifyError(f"{name}: listed in summary.json but missing")
-            count = _verify_shard(path, output.compression_type == "GZIP", check, name)
+            count = _verify_shard(output, path, check, name)
             if count != expected:
                 raise VerifyError(f"{name}: {count} records, summary.json says {expected}")
         examples[split] = sum(records for _, records in listed)
@@ -59,22 +59,22 @@ def verify(output_dir: str) -> Verified:
     return Verified(examples, shards)
 
 
-def _verify_shard(path: str, compressed: bool, check: _ExampleCheck, name: str) -> int:
+def _verify_shard(output: Output, path: str, check: _ExampleCheck, name: str) -> int:
     """Checks every record of one shard; returns how many there are."""
     count = 0
-    with tf.io.gfile.GFile(path, "rb") as file:
-        try:
-            for count, record in enumerate(read_records(file, compressed), start=1):
-                check(record)
-        except RecordError as problem:
-            raise VerifyError(f"{name}: {problem}") from problem
-        except ValueError as problem:
-            raise VerifyError(f"{name}: record {count - 1}: {problem}") from problem
+    try:
+        for count, record in enumerate(output.read_shard(path), start=1):
+            check(record)
+    except RecordError as problem:
+        raise VerifyError(f"{name}: {problem}") from problem
+    except ValueError as problem:
+        raise VerifyError(f"{name}: record {count - 1}: {problem}") from problem
     return count
 
 
 def _check_no_unlisted_shards(output: Output, split: str, listed: set[str]) -> None:
-    for path in tf.io.gfile.glob(output.path(f"{split}-*-of-*.tfrecord*")):
+    for path in (found for glob in shard_globs(split)
+                 for found in tf.io.gfile.glob(output.path(glob))):
         if path not in listed:
             raise VerifyError(f"{posixpath.basename(path)}: a shard file summary.json "
                               "does not list")

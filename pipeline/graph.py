@@ -88,6 +88,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     reads it (write_pinned_vocabulary), `pinned_from` the file the user gave."""
     output_dir = options.output_dir
     extra_columns = options.extra_columns()
+    shard_format = options.shard_format()
 
     # Pass 1, over the small rows: the label vocabulary and how many shards each split gets.
     planning = p | "ReadSourceToPlan" >> _read_rows(options, manifests)
@@ -108,7 +109,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     labelled = source.rows | "ApplyLabels" >> ApplyLabels(
         transform_fn, tft_dir, options.label_mode, extra_columns, pinned_from)
     written = labelled.labelled | "WriteShards" >> WriteShards(
-        shard_plan, temp_dir, options.compression, options.image_settings(),
+        shard_plan, temp_dir, shard_format, options.image_settings(),
         options.decoding(), options.label_mode, extra_columns,
         keep_content=options.dedupe != "none")
 
@@ -117,7 +118,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     staged = staged_dir(temp_dir)
     deduped = ((written.shards, written[EXAMPLE_KEYS])
                | "Duplicates" >> ReportDuplicates(options.dedupe, options.near_duplicate_distance,
-                                                  options.compression, staged))
+                                                  shard_format, staged))
 
     dead_letters = ((source.dead_letters, labelled.dead_letters, written.dead_letters,
                      deduped["dead_letters"])
@@ -154,7 +155,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
           "near_duplicates_by_splits": deduped["near_by_splits"],
           "report_content": report_content,
           "written": (transform_fn_written, dead_letter_files, deduped["report"])}
-         | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, options.compression,
+         | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, shard_format,
                                        run_info,
                                        PublishRules(options.max_error_fraction, pinned_from),
                                        options.label_mode, extra_columns,

@@ -12,6 +12,7 @@ from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, P
 
 from transforms.copies import DEDUPE_MODES, DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
 from transforms.decode_pool import Decoding
+from transforms.file_formats import DEFAULT_FORMAT, ShardFormat, format_names, shard_format
 from transforms.images import ImageSettings
 from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, LABEL_MODES, RowRules
 from transforms.schema import ExtraColumn, SchemaError, load_schema
@@ -102,8 +103,12 @@ class ConvertOptions(PipelineOptions):
             "--target_shard_mb", type=float, default=128.0,
             help="Target shard size in MB, estimated from the source file sizes.")
         group.add_argument(
+            "--file_format", choices=format_names(), default=DEFAULT_FORMAT,
+            help="The shards' file format (TFDS's name for the choice): tfrecord writes "
+                 "SPLIT-NNNNN-of-NNNNN.tfrecord files.")
+        group.add_argument(
             "--compression", choices=("none", "gzip"), default="none",
-            help="gzip writes .tfrecord.gz shards.")
+            help="gzip writes .tfrecord.gz shards (tfrecord only).")
         group.add_argument(
             "--unseen_label", choices=("error", "oov"), default="error",
             help="A VALIDATION/TEST label that TRAIN never saw: 'error' dead-letters the "
@@ -213,6 +218,10 @@ class ConvertOptions(PipelineOptions):
             found.append("--decode_timeout must be positive")
         if not 0 <= self.near_duplicate_distance <= MAX_NEAR_DISTANCE:
             found.append(f"--near_duplicate_distance must be 0 to {MAX_NEAR_DISTANCE} bits")
+        try:
+            self.shard_format()
+        except ValueError as problem:
+            found.append(str(problem))
         return found
 
     def split_fraction_values(self) -> tuple[float, float, float]:
@@ -232,6 +241,9 @@ class ConvertOptions(PipelineOptions):
         if processes is None and _runs_a_process_per_core(self):
             processes = 0
         return Decoding(processes, self.decode_threads, self.decode_timeout)
+
+    def shard_format(self) -> ShardFormat:
+        return shard_format(self.file_format, self.compression)
 
     def image_settings(self) -> ImageSettings:
         return ImageSettings(image_format=self.image_format, max_side=self.max_side,

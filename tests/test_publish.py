@@ -15,6 +15,7 @@ from transforms.publish import (FAILED_FILE, PublishOutput, build_summary, move_
                                 name_shards, read_failure, staged_dir)
 from transforms.report_page import ReportContent
 from transforms.shards import ShardWritten
+from transforms.tfrecord_format import TFRecordFormat
 
 
 RUN_INFO = {"options": {"compression": "none", "label_mode": "single", "unseen_label": "error"}}
@@ -42,7 +43,7 @@ def test_shards_are_renumbered_without_empty_ones_and_stale_ones_go(tmp_path):
     shards = [temp_shard(tmp_path, "train", 3, 2), temp_shard(tmp_path, "train", 0, 5),
               temp_shard(tmp_path, "train", 1, 0), temp_shard(tmp_path, "test", 0, 1)]
 
-    published = name_shards(shards, "none")
+    published = name_shards(shards, TFRecordFormat())
     move_into_place(published, str(tmp_path / "tmp"), [], str(out))
 
     assert [(name, s.shard) for name, s in published["train"]] == [
@@ -58,7 +59,7 @@ def test_moving_again_after_a_retry_is_harmless(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    named = name_shards(shards, "none")
+    named = name_shards(shards, TFRecordFormat())
     move_into_place(named, str(tmp_path / "tmp"), [], str(out))
     move_into_place(named, str(tmp_path / "tmp"), [], str(out))
     assert [name for name, _ in named["train"]] == ["train-00000-of-00001.tfrecord"]
@@ -116,7 +117,7 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     (out / "summary.json").write_text('{"old": true}')
     staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), TFRecordFormat(),
                             run_info=RUN_INFO, rules=RULES)
     with pytest.raises(RunFailed, match=r"rows read \(5\) != .*Nothing was published"):
         publish._publish(None, shards, {"file_not_found": 1}, [5], 0, {"cat": 4}, {}, {}, NO_CONTENT, [])
@@ -147,7 +148,7 @@ def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp
     with open(os.path.join(staged, "errors-00000-of-00001.jsonl"), "w") as file:
         file.write("new errors")
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), TFRecordFormat(),
                             run_info=RUN_INFO, rules=RULES)
     summary = publish._publish(None, shards, {"file_not_found": 1}, [4], 0, {"cat": 4}, {}, {}, NO_CONTENT, [])
     assert summary["accounted"] and summary["vocabulary"]["label"] == ["cat"]
@@ -167,9 +168,9 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
     out.mkdir()
     staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), "none",
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), TFRecordFormat(),
                             run_info=RUN_INFO, rules=RULES)
-    named = name_shards(shards, "none")
+    named = name_shards(shards, TFRecordFormat())
     prepared = publish._prepare(named, {}, 3, ({}, {}), [], 0, NO_CONTENT)
     (tmp_path / "tmp" / "summary.json").write_text(json.dumps(prepared))
     move_into_place(named, str(tmp_path / "tmp"), prepared["files"], str(out))  # then died

@@ -16,13 +16,12 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from transforms import dead_letters as reasons
 from transforms.copies import DEDUPE_MODES
+from transforms.file_formats import BeamFiles, ShardFormat
 from transforms.histograms import file_bytes_bin, longest_side_bin
 from transforms.manifest import DEAD_LETTERS
 from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
@@ -70,10 +69,10 @@ class DropDuplicates(beam.PTransform):
     `duplicates`: Duplicates and NearDuplicates, from refs that carry their content.
     """
 
-    def __init__(self, duplicates: beam.PCollection, compression: str) -> None:
+    def __init__(self, duplicates: beam.PCollection, shard_format: ShardFormat) -> None:
         super().__init__()
         self._duplicates = duplicates
-        self._compression = compression
+        self._format = shard_format
 
     def expand(self, shards: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return ({"shard": shards | "KeyShards" >> beam.Map(
@@ -82,14 +81,13 @@ class DropDuplicates(beam.PTransform):
                     lambda duplicate: ((duplicate.copy.split, duplicate.copy.shard),
                                        duplicate))}
                 | "ByShard" >> beam.CoGroupByKey()
-                | "Rewrite" >> beam.ParDo(_RewriteShard(self._compression)).with_outputs(
+                | "Rewrite" >> beam.ParDo(_RewriteShard(self._format)).with_outputs(
                     DEAD_LETTERS, main="shards"))
 
 
 class _RewriteShard(beam.DoFn):
-    def __init__(self, compression: str) -> None:
-        self._compression = (CompressionTypes.GZIP if compression == "gzip"
-                             else CompressionTypes.UNCOMPRESSED)
+    def __init__(self, shard_format: ShardFormat) -> None:
+        self._format = shard_format
         self._dropped = Metrics.counter("images", "duplicates_dropped")
         self._near_dropped = Metrics.counter("images", "near_duplicates_dropped")
 
@@ -110,12 +108,11 @@ class _RewriteShard(beam.DoFn):
         rewritten = FileSystems.join(folder, f"deduped-{name}")
         kept = shard.examples - len(copies)
         if kept:  # else no file, like a shard that got no image
-            with FileSystems.open(shard.temp_path, compression_type=self._compression) as old, \
-                    FileSystems.create(rewritten, compression_type=self._compression) as new:
-                for position in range(shard.examples):
-                    record = _TFRecordUtil.read_record(old)
+            with self._format.create(rewritten, BeamFiles()) as new:
+                for position, record in enumerate(self._format.read(shard.temp_path,
+                                                                    BeamFiles())):
                     if position not in copies:
-                        _TFRecordUtil.write_record(new, record)
+                        new.write(record)
         labels = collections.Counter(shard.labels)
         reencoded = collections.Counter(shard.reencoded)
         longest_side = collections.Counter(shard.longest_side)
@@ -153,14 +150,14 @@ class ReportDuplicates(beam.PTransform):
     "near_by_splits" ("kept split/copy split" -> copies), "duplicates" and
     "near_duplicates" (every copy found) and, when `dedupe` drops any, "dropped"."""
 
-    def __init__(self, dedupe: str, near_distance: int, compression: str,
+    def __init__(self, dedupe: str, near_distance: int, shard_format: ShardFormat,
                  report_dir: str) -> None:
         super().__init__()
         if dedupe not in DEDUPE_MODES:
             raise ValueError(f"dedupe must be one of {DEDUPE_MODES}, not {dedupe!r}")
         self._dedupe = dedupe
         self._near_distance = near_distance
-        self._compression = compression
+        self._format = shard_format
         self._report_dir = report_dir
 
     def expand(self, written: tuple[beam.PCollection, beam.PCollection]) -> dict:
@@ -178,7 +175,7 @@ class ReportDuplicates(beam.PTransform):
                 shards.pipeline | "NoneDropped" >> beam.Create([]))}
         dropped = ((exact, near) if self._dedupe == "near" else (exact,)
                    ) | "Dropped" >> beam.Flatten()
-        deduped = shards | "Drop" >> DropDuplicates(dropped, self._compression)
+        deduped = shards | "Drop" >> DropDuplicates(dropped, self._format)
         return result | {"shards": deduped.shards, "dead_letters": deduped[DEAD_LETTERS],
                          "dropped": dropped}
 

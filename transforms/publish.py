@@ -34,6 +34,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.copies import DEFAULT_NEAR_DISTANCE
 from transforms.examples import feature_spec
+from transforms.file_formats import ShardFormat, shard_globs
 from transforms.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from transforms.label_map import LABEL_MAP_FILE, label_map_text
 from transforms.labels import LABEL_VOCABULARY
@@ -42,7 +43,7 @@ from transforms.outcome import (FAILED_FILE, Failure, PublishRules, RunFailed,
                                 outcome_problems)
 from transforms.report_page import REPORT_FILE, ReportContent, render_report
 from transforms.schema import CATEGORICAL, ExtraColumn
-from transforms.shards import ShardWritten, shard_file_suffix
+from transforms.shards import ShardWritten
 from transforms.tfds_metadata import DATASET_INFO_FILE, FEATURES_FILE, LABELS_SUFFIX, tfds_metadata
 
 SUMMARY_FILE = "summary.json"
@@ -70,7 +71,7 @@ class PublishOutput(beam.PTransform):
     breaks `rules` raises RunFailed and publishes nothing (see the module's docstring).
     """
 
-    def __init__(self, output_dir: str, temp_dir: str, tft_dir: str, compression: str,
+    def __init__(self, output_dir: str, temp_dir: str, tft_dir: str, shard_format: ShardFormat,
                  run_info: dict[str, Any], rules: PublishRules, label_mode: str = "single",
                  extra_columns: Sequence[ExtraColumn] = (), oov_bucket: bool = False,
                  dedupe: str = "none", near_distance: int = DEFAULT_NEAR_DISTANCE) -> None:
@@ -78,7 +79,7 @@ class PublishOutput(beam.PTransform):
         self._output_dir = output_dir
         self._temp_dir = temp_dir
         self._tft_dir = tft_dir
-        self._compression = compression
+        self._format = shard_format
         self._run_info = run_info
         self._rules = rules
         self._label_mode = label_mode
@@ -111,7 +112,7 @@ class PublishOutput(beam.PTransform):
                  row_counts: list[int], rows_discarded: int, train_label_rows: dict[str, int],
                  duplicates: dict[str, int], near_duplicates: dict[str, int],
                  report_content: ReportContent, written: list[Any]) -> dict[str, Any]:
-        files = name_shards(shards, self._compression)
+        files = name_shards(shards, self._format)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
         prepared = FileSystems.join(self._temp_dir, SUMMARY_FILE)
         if not FileSystems.exists(prepared) and FileSystems.exists(final):
@@ -230,14 +231,14 @@ def _write_json(path: str, value: dict[str, Any]) -> None:
         out.write(json.dumps(value, indent=2, ensure_ascii=False).encode())
 
 
-def name_shards(shards: Iterable[ShardWritten], compression: str
+def name_shards(shards: Iterable[ShardWritten], shard_format: ShardFormat
                 ) -> dict[str, list[tuple[str, ShardWritten]]]:
     """split -> [(final file name, shard)] for the non-empty shards, in shard order.
 
     Names follow the shards actually written (`split-IIIII-of-NNNNN`), so a planned
     shard that got no image leaves no gap.
     """
-    suffix = shard_file_suffix(compression)
+    suffix = shard_format.suffix
     by_split: dict[str, list[ShardWritten]] = collections.defaultdict(list)
     for shard in sorted(shards, key=lambda s: (s.split, s.shard)):
         if shard.examples:
@@ -248,7 +249,7 @@ def name_shards(shards: Iterable[ShardWritten], compression: str
 
 
 # Everything a run publishes but summary.json; what matches and is not replaced is stale.
-_PUBLISHED = (*(f"{split}-*-of-*.tfrecord*" for split in SPLITS), "transform_fn/**",
+_PUBLISHED = (*(glob for split in SPLITS for glob in shard_globs(split)), "transform_fn/**",
               "transformed_metadata/**", "errors-*.jsonl", "duplicates-*.jsonl",
               "near_duplicates-*.jsonl", REPORT_FILE, LABEL_MAP_FILE,
               DATASET_INFO_FILE, FEATURES_FILE, f"*{LABELS_SUFFIX}")

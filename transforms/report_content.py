@@ -14,13 +14,13 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.tfrecordio import _TFRecordUtil
 
 from transforms.dead_letters import DeadLetter
 from transforms.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
                                     Pictured, RejectedRow, ReportContent, copy_rank,
                                     sample_rank)
 from transforms.shards import ExampleRef, thumbnails_path
+from transforms.tfrecord_format import read_records
 
 Place = tuple[str, int, int]  # (split, shard, position) of an example in the temp shards
 
@@ -84,8 +84,7 @@ class GatherReportContent(beam.PTransform):
         (split, shard), positions = shard_positions
         wanted = set(positions)
         with FileSystems.open(thumbnails_path(self._temp_dir, split, shard)) as file:
-            for position in range(max(wanted) + 1):
-                thumbnail = _TFRecordUtil.read_record(file)
+            for position, thumbnail in zip(range(max(wanted) + 1), read_records(file)):
                 if position in wanted:
                     yield (split, shard, position), thumbnail
 

@@ -23,9 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple, TypeVar
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
@@ -36,12 +34,14 @@ from transforms.dead_letters import DeadLetter
 from transforms.decode_pool import Decoding
 from transforms.deadline import within_deadline
 from transforms.examples import encode_example, example_labels
+from transforms.file_formats import BeamFiles, ShardFormat
 from transforms.histograms import file_bytes_bin, longest_side_bin
 from transforms.image_files import read_image_bytes
 from transforms.images import ImageRejected, ImageSettings, PreparedImage
 from transforms.labels import LabelledRow
 from transforms.manifest import DEAD_LETTERS, ManifestRow
 from transforms.schema import IMAGE, ExtraColumn
+from transforms.tfrecord_format import write_record
 
 _SIZE_SAMPLE = 32  # files per split whose sizes estimate the split's total bytes
 _SIZE_SECONDS = 10.0  # for statting a split's sample, all files at once
@@ -51,10 +51,6 @@ _PACK_BYTES = 4 << 20  # row JSON a packer holds before packing what it has
 _BATCH_IMAGES = 8
 _T = TypeVar("_T")
 _R = TypeVar("_R")
-
-
-def shard_file_suffix(compression: str) -> str:
-    return ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
 
 
 def shard_of(uri: str, num_shards: int) -> int:
@@ -112,7 +108,8 @@ class ExampleContent(NamedTuple):
 
 def thumbnails_path(temp_dir: str, split: str, shard: int) -> str:
     """Where WriteShards puts a shard's thumbnails (images.thumbnail_of), a record per
-    example in the shard's order, for report.html."""
+    example in the shard's order, for report.html: TFRecord-framed, whatever the shards'
+    format (a file of the run's own, read back by report_content.py)."""
     return FileSystems.join(temp_dir, "thumbnails", f"{split}-{shard:05d}.records")
 
 
@@ -167,13 +164,13 @@ class WriteShards(beam.PTransform):
     `plan` is PlanShards' output: (split, number of shards).
     """
 
-    def __init__(self, plan: beam.PCollection, temp_dir: str, compression: str,
+    def __init__(self, plan: beam.PCollection, temp_dir: str, shard_format: ShardFormat,
                  settings: ImageSettings, decoding: Decoding, label_mode: str,
                  extra_columns: Sequence[ExtraColumn] = (), keep_content: bool = False
                  ) -> None:
         super().__init__()
         self._plan = plan
-        self._writer = _WriteShardFile(temp_dir, compression, settings, decoding,
+        self._writer = _WriteShardFile(temp_dir, shard_format, settings, decoding,
                                        label_mode, extra_columns, keep_content)
 
     def expand(self, labelled: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
@@ -242,12 +239,12 @@ class _WriteShardFile(beam.DoFn):
     do not depend on where or how many at once images were decoded.
     """
 
-    def __init__(self, temp_dir: str, compression: str, settings: ImageSettings,
+    def __init__(self, temp_dir: str, shard_format: ShardFormat, settings: ImageSettings,
                  decoding: Decoding, label_mode: str,
                  extra_columns: Sequence[ExtraColumn] = (), keep_content: bool = False
                  ) -> None:
         self._temp_dir = temp_dir
-        self._compression = compression
+        self._format = shard_format
         self._settings = settings
         self._decoding = decoding
         self._label_mode = label_mode
@@ -282,14 +279,12 @@ class _WriteShardFile(beam.DoFn):
                 others = []
             images.append([first, *others])
         temp_path = FileSystems.join(
-            self._temp_dir, f"{split}-{shard:05d}{shard_file_suffix(self._compression)}")
+            self._temp_dir, f"{split}-{shard:05d}{self._format.suffix}")
         examples = rows_written = source_bytes = 0
         labels: collections.Counter[str] = collections.Counter()
         reencoded: collections.Counter[str] = collections.Counter()
         longest_sides: collections.Counter[str] = collections.Counter()
         file_bytes: collections.Counter[str] = collections.Counter()
-        compression = (CompressionTypes.GZIP if self._compression == "gzip"
-                       else CompressionTypes.UNCOMPRESSED)
         with contextlib.ExitStack() as opened:
             # Created with the first example: a shard whose images were all rejected
             # leaves no file (and Beam's S3 filesystem cannot write an empty one).
@@ -318,11 +313,11 @@ class _WriteShardFile(beam.DoFn):
                     continue
                 if out is None:
                     out = opened.enter_context(
-                        FileSystems.create(temp_path, compression_type=compression))
+                        self._format.create(temp_path, BeamFiles()))
                     thumbnails = opened.enter_context(FileSystems.create(
                         thumbnails_path(self._temp_dir, split, shard)))
-                _TFRecordUtil.write_record(out, record)
-                _TFRecordUtil.write_record(thumbnails, outcome.thumbnail)
+                out.write(record)
+                write_record(thumbnails, outcome.thumbnail)
                 self._written.inc()
                 image_labels = example_labels(image_rows, self._label_mode)
                 first = image_rows[0].row

@@ -17,6 +17,7 @@ from typing import Any
 
 
 from image_tfrecords.output import CLASS_LABEL, IMAGE, LABEL_ID_BASE, is_image_key
+from transforms.file_formats import DEFAULT_FORMAT, shard_format
 from transforms.label_map import UNSEEN_LABEL_NAME
 
 DATASET_INFO_FILE = "dataset_info.json"
@@ -41,7 +42,8 @@ def tfds_metadata(summary: dict[str, Any]) -> dict[str, str]:
         "version": "1.0.0",
         "description": f"image-tfrecords output, label mode {summary['options']['label_mode']}"
                        "; see summary.json",
-        "fileFormat": "tfrecord",
+        "fileFormat": shard_format(summary["options"].get("file_format", DEFAULT_FORMAT)
+                                   ).tfds_name,
         "splits": [{"name": split, "numBytes": stats["bytes"],
                     "shardLengths": [shard["records"] for shard in stats["shards"]],
                     "filepathTemplate": FILEPATH_TEMPLATE}
