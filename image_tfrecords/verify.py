@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from image_tfrecords.output import LABEL_ID_BASE, LABEL_TEXT, Output
-from transforms.file_formats import RecordError, shard_globs
+from transforms.file_formats import GFiles, RecordError, shard_globs
 
 
 class VerifyError(ValueError):
@@ -40,7 +40,10 @@ def verify(output_dir: str) -> Verified:
     shards = 0
     for split, stats in output.summary["splits"].items():
         listed = output.shards(split)
-        _check_no_unlisted_shards(output, split, {path for path, _ in listed})
+        companions = {path: [output.path(name) for name in shard.get("companions", [])]
+                      for (path, _), shard in zip(listed, stats["shards"])}
+        _check_no_unlisted_shards(output, split, {path for path, _ in listed}
+                                  | {path for paths in companions.values() for path in paths})
         for path, expected in listed:
             name = posixpath.basename(path)
             if not tf.io.gfile.exists(path):
@@ -48,6 +51,7 @@ def verify(output_dir: str) -> Verified:
             count = _verify_shard(output, path, check, name)
             if count != expected:
                 raise VerifyError(f"{name}: {count} records, summary.json says {expected}")
+            _verify_companions(output, path, companions[path])
         examples[split] = sum(records for _, records in listed)
         shards += len(listed)
         if examples[split] != stats["examples"]:
@@ -70,6 +74,20 @@ def _verify_shard(output: Output, path: str, check: _ExampleCheck, name: str) ->
     except ValueError as problem:
         raise VerifyError(f"{name}: record {count - 1}: {problem}") from problem
     return count
+
+
+def _verify_companions(output: Output, shard: str, companions: list[str]) -> None:
+    """The files beside a shard (a TFRecord shard's .idx) are there and agree with it."""
+    if not companions:
+        return
+    names = ", ".join(posixpath.basename(path) for path in companions)
+    for path in companions:
+        if not tf.io.gfile.exists(path):
+            raise VerifyError(f"{posixpath.basename(path)}: listed in summary.json but missing")
+    try:
+        output.shard_format.check_companions(shard, GFiles())
+    except ValueError as problem:
+        raise VerifyError(f"{names}: {problem}") from problem
 
 
 def _check_no_unlisted_shards(output: Output, split: str, listed: set[str]) -> None:

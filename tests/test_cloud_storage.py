@@ -62,8 +62,9 @@ def check_output(output: str, expected: dict, local) -> dict:
     the missing one; returns summary.json."""
     download(output, local)
     names = set(os.listdir(local))
-    assert {"train-00000-of-00001.tfrecord", "validation-00000-of-00001.tfrecord",
-            "test-00000-of-00001.tfrecord", "transform_fn", "transformed_metadata",
+    shards = {f"{split}-00000-of-00001.tfrecord" for split in ("train", "validation", "test")}
+    # Each shard's index is published beside it, through the same bucket filesystem.
+    assert {*shards, *(f"{shard}.idx" for shard in shards), "transform_fn", "transformed_metadata",
             "summary.json", "errors-00000-of-00001.jsonl", "dataset_info.json", "features.json",
             "image.class.label.labels.txt", "report.html"} == names
     vocabulary = [w.decode() for w in
@@ -204,7 +205,8 @@ def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs, tm
 
     assert convert(f"{data}/manifest.csv", output, "--overwrite", "--num_shards", "1") == 0
     replaced = [path for path in listing(output) if not path.startswith(".tmp-")]
-    assert [p for p in replaced if p.startswith("train-")] == ["train-00000-of-00001.tfrecord"]
+    assert [p for p in replaced if p.startswith("train-")] == [
+        "train-00000-of-00001.tfrecord", "train-00000-of-00001.tfrecord.idx"]
     assert [p for p in replaced if p.startswith("transform_fn/")] == [
         p for p in first if p.startswith("transform_fn/")]
     summary = json.loads(get(f"{output}/summary.json"))

@@ -295,7 +295,7 @@ def test_gzip_fixed_shards_oov_and_overwrite_replaces_stale_shards(dataset, tmp_
     flags = ["--max_error_fraction", "0.5", "--compression", "gzip", "--num_shards", "3",
              "--unseen_label", "oov"]
     assert convert(root / "manifest.csv", output, *flags) == 0
-    train = sorted(glob.glob(f"{output}/train-*"))
+    train = sorted(glob.glob(f"{output}/train-*.tfrecord.gz"))
     # A shard that got no image is not written; which do depends on the URIs' hashes.
     used = len({shard_of(uri, 3) for uri, (split, _, _) in expected.items()
                 if split.lower() == "train"})
@@ -314,8 +314,10 @@ def test_gzip_fixed_shards_oov_and_overwrite_replaces_stale_shards(dataset, tmp_
 
     flags[flags.index("--num_shards") + 1] = "1"
     assert convert(root / "manifest.csv", output, *flags, "--overwrite") == 0
+    # The stale shards and their indexes are gone.
     assert sorted(glob.glob(f"{output}/train-*")) == [
-        f"{output}/train-00000-of-00001.tfrecord.gz"]
+        f"{output}/train-00000-of-00001.tfrecord.gz",
+        f"{output}/train-00000-of-00001.tfrecord.gz.idx"]
 
 
 def test_usage_errors_are_one_clear_line(tmp_path, capsys):
@@ -406,7 +408,7 @@ def test_multi_label_examples_hold_every_label(tmp_path):
             "image/class/text": tf.io.VarLenFeature(tf.string)}
     found = {}
     for split in ("train", "test"):
-        for record in tf.data.TFRecordDataset(glob.glob(f"{tmp_path}/out/{split}-*")):
+        for record in tf.data.TFRecordDataset(glob.glob(f"{tmp_path}/out/{split}-*.tfrecord")):
             parsed = tf.io.parse_single_example(record, spec)
             ids = tf.sparse.to_dense(parsed["image/class/label"]).numpy().tolist()
             texts = [t.decode() for t in tf.sparse.to_dense(parsed["image/class/text"]).numpy()]

@@ -34,6 +34,12 @@ def test_tfrecord_shards_read_back_as_written_and_as_tf_data_reads_them(
         for record in RECORDS:
             writer.write(record)
     assert list(fmt.read(path, read_files())) == RECORDS
+    # Its index, written beside it: a line per record, offsets in the uncompressed stream.
+    assert fmt.companions == (".idx",)
+    spans = [line.split() for line in (tmp_path / f"{path}.idx").read_text().splitlines()]
+    sizes = [16 + len(record) for record in RECORDS]
+    assert spans == [[str(sum(sizes[:i])), str(size)] for i, size in enumerate(sizes)]
+    fmt.check_companions(path, read_files())
     assert [r.numpy() for r in fmt.dataset(tf.constant(path))] == RECORDS
     # The same records give the same bytes (no time or name in a gzip header).
     again = str(tmp_path / f"again{suffix}")

@@ -3,6 +3,8 @@ which its torch `TFRecordDataset` iterates, in a process without TensorFlow (the
 own copy of TensorFlow's protos cannot load beside TensorFlow's), images decoded by Pillow.
 """
 
+import hashlib
+import json
 import subprocess
 import sys
 
@@ -65,3 +67,50 @@ def test_every_example_reads_without_tensorflow_to_tensorflow_s_pixels_and_label
                 stored["image/class/label"].int64_list.value)
             keys |= {f"{split}/{index}/pixels", f"{split}/{index}/label"}
     assert set(found.files) == keys  # every record, none twice
+
+
+# What the README's PyTorch reader does with several DataLoader workers: each worker reads
+# its part of every shard, found through the shard's .idx, with no pass of its own.
+INDEXED_READER = """
+import hashlib, json, sys
+sys.modules["tensorflow"] = None  # as on a machine without TensorFlow
+from tfrecord.reader import tfrecord_loader
+
+output, workers = sys.argv[1], int(sys.argv[2])
+summary = json.load(open(f"{output}/summary.json"))
+compression = "gzip" if summary["options"]["compression"] == "gzip" else None
+seen = []
+for stats in summary["splits"].values():
+    for shard in stats["shards"]:
+        (index,) = shard["companions"]
+        for worker in range(workers):
+            for features in tfrecord_loader(
+                    f"{output}/{shard['file']}", f"{output}/{index}", {"image/encoded": "byte"},
+                    shard=(worker, workers), compression_type=compression):
+                seen.append([shard["file"], worker,
+                             hashlib.sha256(features["image/encoded"]).hexdigest()])
+json.dump(seen, sys.stdout)
+"""
+
+
+@pytest.mark.parametrize("fixture", ["sample_output", "gzip_output"])
+def test_workers_splitting_shards_by_their_index_read_every_example_once(fixture, request):
+    output = request.getfixturevalue(fixture)
+    workers = 3
+    result = subprocess.run([sys.executable, "-c", INDEXED_READER, str(output), str(workers)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    compression = "GZIP" if fixture == "gzip_output" else ""
+    summary = json.loads((output / "summary.json").read_text())
+    for stats in summary["splits"].values():
+        for shard in stats["shards"]:
+            in_order = [hashlib.sha256(example.features.feature["image/encoded"]
+                                       .bytes_list.value[0]).hexdigest()
+                        for example in read_examples(str(output / shard["file"]), compression)]
+            parts = [[digest for file, worker, digest in seen
+                      if file == shard["file"] and worker == part] for part in range(workers)]
+            # Each worker a contiguous part (none empty where there are enough records),
+            # together the shard once, in order.
+            assert sum(parts, []) == in_order, shard["file"]
+            assert all(parts) or len(in_order) < workers, shard["file"]

@@ -110,6 +110,26 @@ def test_missing_and_unlisted_shards_are_named(sample_output, tmp_path, capsys):
         output, capsys)[1]
 
 
+def test_a_shard_index_that_disagrees_with_its_shard_or_is_missing_is_named(
+        sample_output, tmp_path, capsys):
+    output = damaged(sample_output, tmp_path)
+    index = output / f"{SHARD}.idx"
+    starts = record_offsets(output / SHARD)
+    ends = starts[1:] + [(output / SHARD).stat().st_size]
+    lines = index.read_text().splitlines()
+    # tfrecord2idx's format: where each record starts, and its bytes with the framing.
+    assert lines == [f"{start} {end - start}" for start, end in zip(starts, ends)]
+    index.write_text("\n".join(lines[:2] + ["0 16"] + lines[3:]) + "\n")
+    code, text = verify(output, capsys)
+    assert code == 1
+    assert f"{SHARD}.idx: line 3 is '0 16', the record there is '{lines[2]}'" in text
+    index.write_text("\n".join(lines[:-1]) + "\n")
+    assert f"{SHARD}.idx: {len(lines) - 1} lines for {len(lines)} records" in verify(
+        output, capsys)[1]
+    index.unlink()
+    assert f"{SHARD}.idx: listed in summary.json but missing" in verify(output, capsys)[1]
+
+
 def set_feature(key, kind, value, record=1):
     """A change for rewrite_records: `key` of one record gets `value`."""
     def change(index, example):

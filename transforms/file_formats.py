@@ -83,6 +83,9 @@ class ShardFormat(abc.ABC):
     tfds_name: ClassVar[str]  # TFDS's tfds.core.FileFormat value for the same files
     stem: ClassVar[str]  # how its shards' names end, before any compression's suffix
     compressions: ClassVar[tuple[str, ...]] = ("none",)  # --compression values it takes
+    # Files `create` writes beside each shard, named as the shard plus one of these; they
+    # are staged, published and verified with it.
+    companions: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, compression: str = "none") -> None:
         if compression not in self.compressions:
@@ -108,6 +111,10 @@ class ShardFormat(abc.ABC):
     def read(self, path: str, files: Files) -> Iterator[bytes]:
         """Every record of the shard at `path`, in order, each checked as the format
         can; raises RecordError at the first that cannot be read."""
+
+    def check_companions(self, path: str, files: Files) -> None:
+        """Raises ValueError saying where a companion of the shard at `path` disagrees
+        with the shard."""
 
     @abc.abstractmethod
     def dataset(self, path: tf.Tensor) -> tf.data.Dataset:

@@ -131,7 +131,8 @@ class PublishOutput(beam.PTransform):
         problems = outcome_problems(summary, train_label_rows, self._rules)
         if problems:  # nothing is published; the temp dir stays, as evidence
             raise RunFailed(self._record_failure(problems, summary))
-        move_into_place(files, self._temp_dir, summary["files"], self._output_dir)
+        move_into_place(files, self._temp_dir, summary["files"], self._output_dir,
+                        self._format.companions)
         _write_json(final, summary)
         # This run's temp dirs, and those of runs that crashed before publishing (match
         # lists files, not folders).
@@ -168,7 +169,8 @@ class PublishOutput(beam.PTransform):
                       for word in transform_output.vocabulary_by_name(LABEL_VOCABULARY)]
         summary = build_summary(files, errors_by_reason, rows_read, vocabulary,
                                 error_files=_written_names(written, "errors-"),
-                                run_info=self._run_info, rows_discarded=rows_discarded)
+                                run_info=self._run_info, rows_discarded=rows_discarded,
+                                companions=self._format.companions)
         summary["run_id"] = self._run_id
         summary["vocabulary_pinned_from"] = self._rules.pinned_from
         summary["vocabulary"] |= {
@@ -259,8 +261,10 @@ _ENTRY_POINTS = (SUMMARY_FILE, DATASET_INFO_FILE)
 
 
 def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]], temp_dir: str,
-                    staged_files: Sequence[str], output_dir: str) -> None:
-    """Swaps this run's files into `output_dir`: the named temp shards and the
+                    staged_files: Sequence[str], output_dir: str,
+                    companions: Sequence[str] = ()) -> None:
+    """Swaps this run's files into `output_dir`: the named temp shards, the files
+    beside each named as it plus one of `companions` (ShardFormat.companions), and the
     `staged_files` (paths relative to staged_dir(temp_dir)).
 
     In this order: summary.json and dataset_info.json go, so no reader takes the folder
@@ -271,8 +275,9 @@ def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]], temp_dir: 
     what is where.
     """
     staged = staged_dir(temp_dir)
-    destinations = {shard.temp_path: FileSystems.join(output_dir, name)
-                    for named in files.values() for name, shard in named}
+    destinations = {shard.temp_path + companion: FileSystems.join(output_dir, name + companion)
+                    for named in files.values() for name, shard in named
+                    for companion in ("", *companions)}
     destinations |= {FileSystems.join(staged, name): FileSystems.join(output_dir, name)
                      for name in staged_files}
     waiting = sorted(m.path for m in FileSystems.match(
@@ -332,10 +337,12 @@ def delete_tree(folder: str) -> None:
 def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
                   errors_by_reason: dict[str, int], rows_read: int,
                   vocabulary: Sequence[str], error_files: list[str],
-                  run_info: dict[str, Any], rows_discarded: int = 0) -> dict[str, Any]:
+                  run_info: dict[str, Any], rows_discarded: int = 0,
+                  companions: Sequence[str] = ()) -> dict[str, Any]:
     """summary.json: counts per split and label, shard files, errors and the accounting.
 
-    `rows_discarded`: DISCARD rows, read but left out on purpose (no error).
+    `rows_discarded`: DISCARD rows, read but left out on purpose (no error);
+    `companions`: the suffixes of the files beside each shard (ShardFormat.companions).
     """
     known = set(vocabulary)
     splits = {}
@@ -363,6 +370,8 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
             "file_bytes": {name: file_bytes[name] for name in FILE_BYTE_BINS
                            if file_bytes[name]},
             "shards": [{"file": name, "records": shard.examples, "bytes": shard.bytes}
+                       | ({"companions": [name + suffix for suffix in companions]}
+                          if companions else {})
                        for name, shard in files.get(split, [])],
         }
     rows_in_examples = sum(shard.rows for named in files.values() for _, shard in named)

@@ -1,10 +1,17 @@
-"""TFRecord shards: `.tfrecord`, or `.tfrecord.gz` with --compression gzip.
+"""TFRecord shards: `.tfrecord`, or `.tfrecord.gz` with --compression gzip, each with an
+index beside it, `<shard file>.idx`.
 
 The framing is read and written here in plain Python with every CRC checked, so a damaged
 record is named by its index and byte offset (tf.data names only the file), and no
 private Beam helper is needed. A record is: length (uint64 LE), masked CRC32C of the
 length, the data, masked CRC32C of the data. A gzip shard is one gzip stream around the
 same framing (deterministic: no file name or time in its header).
+
+The index has one line per record, `offset length` (where the record starts and its
+bytes with the framing), as the `tfrecord` package's and NVIDIA DALI's `tfrecord2idx`
+tools write it, so their readers can split a shard between workers without a pass of
+their own. Offsets are into the uncompressed stream, as the `tfrecord` package seeks a
+gzip shard (DALI reads uncompressed shards only).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ _HEADER = struct.Struct("<QI")
 _CRC = struct.Struct("<I")
 _LENGTH = struct.Struct("<Q")
 _MASK_DELTA = 0xA282EAD8
+INDEX_SUFFIX = ".idx"
 _GZIP_LEVEL = 6  # zlib's default, as Beam's and TensorFlow's gzip writers use
 _READ_BUFFER = 8 << 20  # tf.data's bytes per shard reader: large sequential reads suit gs:// too
 
@@ -37,6 +45,7 @@ class TFRecordFormat(ShardFormat):
     tfds_name = "tfrecord"
     stem = ".tfrecord"
     compressions = ("none", "gzip")
+    companions = (INDEX_SUFFIX,)
 
     @property
     def suffix(self) -> str:
@@ -45,11 +54,28 @@ class TFRecordFormat(ShardFormat):
     @contextlib.contextmanager
     def create(self, path: str, files: Files) -> Iterator[_FramedWriter]:
         with files.create(path) as raw, self._wrapped(raw, "wb") as stream:
-            yield _FramedWriter(stream)
+            writer = _FramedWriter(stream)
+            yield writer
+        with files.create(path + INDEX_SUFFIX) as index:
+            index.write(_index_text(writer.spans))
 
     def read(self, path: str, files: Files) -> Iterator[bytes]:
         with files.open(path) as raw:
-            yield from read_records(raw, self.compression == "gzip")
+            for _, data in _framed(raw, self.compression == "gzip"):
+                yield data
+
+    def check_companions(self, path: str, files: Files) -> None:
+        with files.open(path) as raw:
+            spans = [(offset, _framing_bytes(data))
+                     for offset, data in _framed(raw, self.compression == "gzip")]
+        with files.open(path + INDEX_SUFFIX) as index:
+            listed = index.read().decode("ascii", "replace").splitlines()
+        for line_number, (line, span) in enumerate(zip(listed, spans), start=1):
+            if line != f"{span[0]} {span[1]}":
+                raise ValueError(f"line {line_number} is {line!r}, the record there is "
+                                 f"'{span[0]} {span[1]}'")
+        if len(listed) != len(spans):
+            raise ValueError(f"{len(listed)} lines for {len(spans)} records")
 
     def dataset(self, path: tf.Tensor) -> tf.data.Dataset:
         import tensorflow as tf
@@ -70,9 +96,22 @@ class TFRecordFormat(ShardFormat):
 class _FramedWriter:
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
+        self.spans: list[tuple[int, int]] = []  # (offset, bytes) of each record written
+        self._offset = 0
 
     def write(self, record: bytes) -> None:
         write_record(self._stream, record)
+        size = _framing_bytes(record)
+        self.spans.append((self._offset, size))
+        self._offset += size
+
+
+def _index_text(spans: list[tuple[int, int]]) -> bytes:
+    return "".join(f"{offset} {size}\n" for offset, size in spans).encode("ascii")
+
+
+def _framing_bytes(data: bytes) -> int:
+    return _HEADER.size + len(data) + _CRC.size
 
 
 def write_record(stream: BinaryIO, data: bytes) -> None:
@@ -83,7 +122,13 @@ def write_record(stream: BinaryIO, data: bytes) -> None:
 
 
 def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
-    """Yields each record's data; raises RecordError at the first bad one.
+    """Yields each record's data; raises RecordError at the first bad one."""
+    for _, data in _framed(file, compressed):
+        yield data
+
+
+def _framed(file: BinaryIO, compressed: bool) -> Iterator[tuple[int, bytes]]:
+    """(offset, data) of each record; raises RecordError at the first bad one.
 
     Offsets are into the uncompressed stream.
     """
@@ -109,7 +154,7 @@ def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
         data = body[:length]
         if _masked_crc(data) != _CRC.unpack(body[length:])[0]:
             raise RecordError(index, offset, "data CRC mismatch")
-        yield data
+        yield offset, data
         index += 1
         offset += _HEADER.size + len(body)
 
