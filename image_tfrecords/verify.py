@@ -48,10 +48,10 @@ def verify(output_dir: str) -> Verified:
             name = posixpath.basename(path)
             if not tf.io.gfile.exists(path):
                 raise VerifyError(f"{name}: listed in summary.json but missing")
-            count = _verify_shard(output, path, check, name)
-            if count != expected:
-                raise VerifyError(f"{name}: {count} records, summary.json says {expected}")
-            _verify_companions(output, path, companions[path])
+            sizes = _verify_shard(output, path, check, name)
+            if len(sizes) != expected:
+                raise VerifyError(f"{name}: {len(sizes)} records, summary.json says {expected}")
+            _verify_companions(output, path, companions[path], sizes)
         examples[split] = sum(records for _, records in listed)
         shards += len(listed)
         if examples[split] != stats["examples"]:
@@ -63,21 +63,24 @@ def verify(output_dir: str) -> Verified:
     return Verified(examples, shards)
 
 
-def _verify_shard(output: Output, path: str, check: _ExampleCheck, name: str) -> int:
-    """Checks every record of one shard; returns how many there are."""
-    count = 0
+def _verify_shard(output: Output, path: str, check: _ExampleCheck, name: str) -> list[int]:
+    """Checks every record of one shard; returns their sizes in bytes, in order."""
+    sizes: list[int] = []
     try:
-        for count, record in enumerate(output.read_shard(path), start=1):
+        for record in output.read_shard(path):
+            sizes.append(len(record))
             check(record)
     except RecordError as problem:
         raise VerifyError(f"{name}: {problem}") from problem
     except ValueError as problem:
-        raise VerifyError(f"{name}: record {count - 1}: {problem}") from problem
-    return count
+        raise VerifyError(f"{name}: record {len(sizes) - 1}: {problem}") from problem
+    return sizes
 
 
-def _verify_companions(output: Output, shard: str, companions: list[str]) -> None:
-    """The files beside a shard (a TFRecord shard's .idx) are there and agree with it."""
+def _verify_companions(output: Output, shard: str, companions: list[str],
+                       record_sizes: list[int]) -> None:
+    """The files beside a shard (a TFRecord shard's .idx) are there and agree with its
+    records (of `record_sizes` bytes)."""
     if not companions:
         return
     names = ", ".join(posixpath.basename(path) for path in companions)
@@ -85,7 +88,7 @@ def _verify_companions(output: Output, shard: str, companions: list[str]) -> Non
         if not tf.io.gfile.exists(path):
             raise VerifyError(f"{posixpath.basename(path)}: listed in summary.json but missing")
     try:
-        output.shard_format.check_companions(shard, GFiles())
+        output.shard_format.check_companions(shard, GFiles(), record_sizes)
     except ValueError as problem:
         raise VerifyError(f"{names}: {problem}") from problem
 

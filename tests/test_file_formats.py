@@ -29,24 +29,28 @@ def test_tfrecord_shards_read_back_as_written_and_as_tf_data_reads_them(
         tmp_path, compression, suffix, write_files, read_files):
     fmt = shard_format("tfrecord", compression)
     assert fmt.suffix == suffix
-    path = str(tmp_path / f"train-00000-of-00001{suffix}")
+    shard = tmp_path / f"train-00000-of-00001{suffix}"
+    path = str(shard)
     with fmt.create(path, write_files()) as writer:
         for record in RECORDS:
             writer.write(record)
     assert list(fmt.read(path, read_files())) == RECORDS
     # Its index, written beside it: a line per record, offsets in the uncompressed stream.
     assert fmt.companions == (".idx",)
-    spans = [line.split() for line in (tmp_path / f"{path}.idx").read_text().splitlines()]
+    index = tmp_path / f"{shard.name}.idx"
+    spans = [line.split() for line in index.read_text().splitlines()]
     sizes = [16 + len(record) for record in RECORDS]
     assert spans == [[str(sum(sizes[:i])), str(size)] for i, size in enumerate(sizes)]
-    fmt.check_companions(path, read_files())
+    fmt.check_companions(path, read_files(), [len(record) for record in RECORDS])
+    with pytest.raises(ValueError, match="4 lines for 3 records"):
+        fmt.check_companions(path, read_files(), [len(record) for record in RECORDS[:3]])
     assert [r.numpy() for r in fmt.dataset(tf.constant(path))] == RECORDS
     # The same records give the same bytes (no time or name in a gzip header).
     again = str(tmp_path / f"again{suffix}")
     with fmt.create(again, write_files()) as writer:
         for record in RECORDS:
             writer.write(record)
-    assert (tmp_path / f"again{suffix}").read_bytes() == (tmp_path / path).read_bytes()
+    assert (tmp_path / f"again{suffix}").read_bytes() == shard.read_bytes()
 
 
 def test_a_damaged_record_is_named_by_index_and_offset(tmp_path):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO, ClassVar, Protocol
 
 if TYPE_CHECKING:
@@ -112,9 +112,9 @@ class ShardFormat(abc.ABC):
         """Every record of the shard at `path`, in order, each checked as the format
         can; raises RecordError at the first that cannot be read."""
 
-    def check_companions(self, path: str, files: Files) -> None:
+    def check_companions(self, path: str, files: Files, record_sizes: Sequence[int]) -> None:
         """Raises ValueError saying where a companion of the shard at `path` disagrees
-        with the shard."""
+        with the shard, whose records, as `read` gave them, have `record_sizes` bytes."""
 
     @abc.abstractmethod
     def dataset(self, path: tf.Tensor) -> tf.data.Dataset:

@@ -20,7 +20,7 @@ import contextlib
 import gzip
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
 import google_crc32c
@@ -53,29 +53,27 @@ class TFRecordFormat(ShardFormat):
 
     @contextlib.contextmanager
     def create(self, path: str, files: Files) -> Iterator[_FramedWriter]:
-        with files.create(path) as raw, self._wrapped(raw, "wb") as stream:
+        with files.create(path) as raw, self._compressing(raw) as stream:
             writer = _FramedWriter(stream)
             yield writer
         with files.create(path + INDEX_SUFFIX) as index:
-            index.write(_index_text(writer.spans))
+            index.write("".join(_index_lines(writer.sizes)).encode("ascii"))
 
     def read(self, path: str, files: Files) -> Iterator[bytes]:
         with files.open(path) as raw:
-            for _, data in _framed(raw, self.compression == "gzip"):
-                yield data
+            yield from read_records(raw, self.compression == "gzip")
 
-    def check_companions(self, path: str, files: Files) -> None:
-        with files.open(path) as raw:
-            spans = [(offset, _framing_bytes(data))
-                     for offset, data in _framed(raw, self.compression == "gzip")]
+    def check_companions(self, path: str, files: Files, record_sizes: Sequence[int]) -> None:
+        # The index follows from the records' sizes alone: no second read of the shard.
         with files.open(path + INDEX_SUFFIX) as index:
-            listed = index.read().decode("ascii", "replace").splitlines()
-        for line_number, (line, span) in enumerate(zip(listed, spans), start=1):
-            if line != f"{span[0]} {span[1]}":
-                raise ValueError(f"line {line_number} is {line!r}, the record there is "
-                                 f"'{span[0]} {span[1]}'")
-        if len(listed) != len(spans):
-            raise ValueError(f"{len(listed)} lines for {len(spans)} records")
+            listed = index.read().decode("ascii", "replace").splitlines(keepends=True)
+        expected = list(_index_lines(record_sizes))
+        for line_number, (line, right) in enumerate(zip(listed, expected), start=1):
+            if line != right:
+                raise ValueError(f"line {line_number} is {line.rstrip()!r}, the record "
+                                 f"there is '{right.rstrip()}'")
+        if len(listed) != len(expected):
+            raise ValueError(f"{len(listed)} lines for {len(expected)} records")
 
     def dataset(self, path: tf.Tensor) -> tf.data.Dataset:
         import tensorflow as tf
@@ -84,11 +82,11 @@ class TFRecordFormat(ShardFormat):
             buffer_size=_READ_BUFFER)
 
     @contextlib.contextmanager
-    def _wrapped(self, raw: BinaryIO, mode: str) -> Iterator[BinaryIO]:
+    def _compressing(self, raw: BinaryIO) -> Iterator[BinaryIO]:
         if self.compression != "gzip":
             yield raw
             return
-        with gzip.GzipFile(filename="", fileobj=raw, mode=mode, mtime=0,
+        with gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0,
                            compresslevel=_GZIP_LEVEL) as stream:
             yield stream
 
@@ -96,22 +94,21 @@ class TFRecordFormat(ShardFormat):
 class _FramedWriter:
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
-        self.spans: list[tuple[int, int]] = []  # (offset, bytes) of each record written
-        self._offset = 0
+        self.sizes: list[int] = []  # of each record written, for the index
 
     def write(self, record: bytes) -> None:
         write_record(self._stream, record)
-        size = _framing_bytes(record)
-        self.spans.append((self._offset, size))
-        self._offset += size
+        self.sizes.append(len(record))
 
 
-def _index_text(spans: list[tuple[int, int]]) -> bytes:
-    return "".join(f"{offset} {size}\n" for offset, size in spans).encode("ascii")
-
-
-def _framing_bytes(data: bytes) -> int:
-    return _HEADER.size + len(data) + _CRC.size
+def _index_lines(record_sizes: Iterable[int]) -> Iterator[str]:
+    """The index's `offset length` lines: where each record starts in the uncompressed
+    stream, and its bytes with the framing."""
+    offset = 0
+    for size in record_sizes:
+        framed = _HEADER.size + size + _CRC.size
+        yield f"{offset} {framed}\n"
+        offset += framed
 
 
 def write_record(stream: BinaryIO, data: bytes) -> None:
@@ -122,13 +119,7 @@ def write_record(stream: BinaryIO, data: bytes) -> None:
 
 
 def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
-    """Yields each record's data; raises RecordError at the first bad one."""
-    for _, data in _framed(file, compressed):
-        yield data
-
-
-def _framed(file: BinaryIO, compressed: bool) -> Iterator[tuple[int, bytes]]:
-    """(offset, data) of each record; raises RecordError at the first bad one.
+    """Yields each record's data; raises RecordError at the first bad one.
 
     Offsets are into the uncompressed stream.
     """
@@ -154,7 +145,7 @@ def _framed(file: BinaryIO, compressed: bool) -> Iterator[tuple[int, bytes]]:
         data = body[:length]
         if _masked_crc(data) != _CRC.unpack(body[length:])[0]:
             raise RecordError(index, offset, "data CRC mismatch")
-        yield offset, data
+        yield data
         index += 1
         offset += _HEADER.size + len(body)
 
