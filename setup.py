@@ -6,7 +6,8 @@ from setuptools import setup
 setup(
     name="image-tfrecords",
     version="0.1.0",
-    description="Apache Beam pipeline: image manifest -> split-partitioned TFRecord shards",
+    description="Apache Beam pipeline: image manifest -> split-partitioned TFRecord or "
+                "ArrayRecord shards",
     packages=["image_tfrecords", "pipeline", "transforms"],
     package_data={"transforms": ["report_page.html"]},  # report.html's template
     python_requires=">=3.10",
@@ -23,6 +24,9 @@ setup(
         "tqdm>=4.66,<5",  # the progress bar on a terminal (pipeline/progress.py)
         "jinja2>=3.1,<4",  # report.html (transforms/report_page.py)
         "pygal>=3.1,<4",  # report.html's plots, as inline SVG
+        "array-record>=0.8,<0.9",  # --file_format array_record (transforms/array_record_format.py)
     ],
+    # Reading ArrayRecord outputs with Grain (JAX), as the README shows.
+    extras_require={"grain": ["grain>=0.2.18,<0.3"]},
     entry_points={"console_scripts": ["image-tfrecords=pipeline.cli:main"]},
 )

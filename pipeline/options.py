@@ -12,7 +12,8 @@ from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, P
 
 from transforms.copies import DEDUPE_MODES, DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
 from transforms.decode_pool import Decoding
-from transforms.file_formats import DEFAULT_FORMAT, ShardFormat, format_names, shard_format
+from transforms.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
+                                     format_names, shard_format)
 from transforms.images import ImageSettings
 from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, LABEL_MODES, RowRules
 from transforms.schema import ExtraColumn, SchemaError, load_schema
@@ -105,10 +106,13 @@ class ConvertOptions(PipelineOptions):
         group.add_argument(
             "--file_format", choices=format_names(), default=DEFAULT_FORMAT,
             help="The shards' file format (TFDS's name for the choice): tfrecord writes "
-                 "SPLIT-NNNNN-of-NNNNN.tfrecord files.")
+                 "SPLIT-NNNNN-of-NNNNN.tfrecord files with a .idx index beside each, "
+                 "array_record writes SPLIT-NNNNN-of-NNNNN.array_record files (random "
+                 "access: Grain, TFDS data sources).")
         group.add_argument(
-            "--compression", choices=("none", "gzip"), default="none",
-            help="gzip writes .tfrecord.gz shards (tfrecord only).")
+            "--compression", choices=compression_names(), default="none",
+            help="tfrecord: gzip writes .tfrecord.gz shards. array_record: zstd "
+                 "compresses each record inside the file. Encoded images gain little.")
         group.add_argument(
             "--unseen_label", choices=("error", "oov"), default="error",
             help="A VALIDATION/TEST label that TRAIN never saw: 'error' dead-letters the "

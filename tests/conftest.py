@@ -24,6 +24,10 @@ from PIL import Image  # noqa: E402
 
 from storage_servers import FaultProxy, GcsEmulator, S3Server, gcs_error, s3_error  # noqa: E402
 from transforms.examples import IMAGE_FEATURES  # noqa: E402
+from transforms.file_formats import format_names  # noqa: E402
+
+# The end-to-end tests that take `sample_output` run once per format (--file_format).
+FILE_FORMATS = format_names()
 
 # Property tests: "ci" (the default) is reproducible and bounded: the same examples on
 # every run, no example database, no per-example deadline (a pipeline run takes seconds).
@@ -74,10 +78,36 @@ def png_declaring(width: int, height: int) -> bytes:
             + chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b""))
 
 
-def read_examples(pattern: str, compression: str = "") -> list[tf.train.Example]:
-    files = sorted(tf.io.gfile.glob(pattern))
-    return [tf.train.Example.FromString(record.numpy())
-            for record in tf.data.TFRecordDataset(files, compression_type=compression)]
+def shard_pattern(output, split: str = "*") -> str:
+    """Matches the shards of `split` in `output`, in the format it was written in."""
+    from image_tfrecords.output import Output
+    return f"{output}/{split}-*-of-*{Output.read(str(output)).shard_format.suffix}"
+
+
+def shard_files(output: Path, split: str = "*") -> list[Path]:
+    """The shard files of `split` in a local `output`, in name order."""
+    return sorted(output.glob(Path(shard_pattern(output, split)).name))
+
+
+def read_examples(pattern: str) -> list[tf.train.Example]:
+    """The examples of the shards `pattern` matches, in name order."""
+    return [tf.train.Example.FromString(record)
+            for path in sorted(tf.io.gfile.glob(pattern)) for record in shard_records(path)]
+
+
+def shard_records(path) -> list[bytes]:
+    """A shard's records as its format's own library reads them (not our reader):
+    tf.data for TFRecord, array_record's reader for ArrayRecord."""
+    path = str(path)
+    if path.endswith(".array_record"):
+        from array_record.python.array_record_module import ArrayRecordReader
+        reader = ArrayRecordReader(path)
+        try:
+            return reader.read_all()
+        finally:
+            reader.close()
+    compression = "GZIP" if path.endswith(".gz") else ""
+    return [record.numpy() for record in tf.data.TFRecordDataset(path, compression)]
 
 
 def feature(example: tf.train.Example, key: str):
@@ -140,10 +170,31 @@ def convert(output: Path, *flags: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def sample_output(tmp_path_factory):
-    """sample_data/ (the `make demo` set: 43 examples, 3 classes) in 2 shards per split."""
-    return convert(tmp_path_factory.mktemp("sample") / "out", "--manifest", str(SAMPLE_MANIFEST),
-                   "--max_error_fraction", "0.25", "--num_shards", "2")
+def sample_outputs(tmp_path_factory):
+    """file format -> sample_data/ (the `make demo` set: 43 examples, 3 classes) in 2
+    shards per split, converted once per session."""
+    converted = {}
+
+    def output(file_format: str) -> Path:
+        if file_format not in converted:
+            converted[file_format] = convert(
+                tmp_path_factory.mktemp(f"sample-{file_format}") / "out",
+                "--manifest", str(SAMPLE_MANIFEST), "--max_error_fraction", "0.25",
+                "--num_shards", "2", "--file_format", file_format)
+        return converted[file_format]
+    return output
+
+
+@pytest.fixture(params=FILE_FORMATS)
+def sample_output(request, sample_outputs):
+    """The sample output in each file format: a test taking it runs once per format."""
+    return sample_outputs(request.param)
+
+
+@pytest.fixture
+def tfrecord_output(sample_outputs):
+    """The sample output as TFRecord, for what only that format has (its framing, .idx)."""
+    return sample_outputs("tfrecord")
 
 
 @pytest.fixture(scope="session")
@@ -194,14 +245,22 @@ def copy_output(output: Path, destination: Path) -> Path:
 
 
 def rewrite_records(shard: Path, change) -> None:
-    """Rewrites a shard with valid framing, calling `change(index, example)` on each
-    record's tf.train.Example first."""
-    examples = [tf.train.Example.FromString(record.numpy())
-                for record in tf.data.TFRecordDataset(str(shard))]
+    """Rewrites a shard as its format's own library writes it (valid framing and hashes),
+    calling `change(index, example)` on each record's tf.train.Example first."""
+    examples = [tf.train.Example.FromString(record) for record in shard_records(shard)]
+    for index, example in enumerate(examples):
+        change(index, example)
+    records = [example.SerializeToString() for example in examples]
+    if shard.name.endswith(".array_record"):
+        from array_record.python.array_record_module import ArrayRecordWriter
+        writer = ArrayRecordWriter(str(shard), "group_size:1")
+        for record in records:
+            writer.write(record)
+        writer.close()
+        return
     with tf.io.TFRecordWriter(str(shard)) as writer:
-        for index, example in enumerate(examples):
-            change(index, example)
-            writer.write(example.SerializeToString())
+        for record in records:
+            writer.write(record)
 
 # --- buckets on running servers ------------------------------------------------------------
 

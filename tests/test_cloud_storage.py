@@ -18,8 +18,8 @@ import tensorflow_transform as tft
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from conftest import (download, encode, feature, get, listing, photo_like, put, read_examples,
-                      tiny_manifest)
+from conftest import (FILE_FORMATS, download, encode, feature, get, listing, photo_like, put,
+                      read_examples, shard_pattern, tiny_manifest)
 from conftest import BUCKET
 from pipeline import run
 from pipeline.storage_probe import PROBE_SECONDS, probe_storage
@@ -57,21 +57,22 @@ def convert(manifest: str, output: str, *flags: str) -> int:
                      "--max_error_fraction", "0.5", *flags])
 
 
-def check_output(output: str, expected: dict, local) -> dict:
+def check_output(output: str, expected: dict, local, file_format: str = "tfrecord") -> dict:
     """Reads an output back from its bucket and checks it against the source images and
     the missing one; returns summary.json."""
     download(output, local)
     names = set(os.listdir(local))
-    shards = {f"{split}-00000-of-00001.tfrecord" for split in ("train", "validation", "test")}
-    # Each shard's index is published beside it, through the same bucket filesystem.
-    assert {*shards, *(f"{shard}.idx" for shard in shards), "transform_fn", "transformed_metadata",
+    shards = {f"{split}-00000-of-00001.{file_format}" for split in ("train", "validation", "test")}
+    # A TFRecord shard's index is published beside it, through the same bucket filesystem.
+    indexes = {f"{shard}.idx" for shard in shards} if file_format == "tfrecord" else set()
+    assert {*shards, *indexes, "transform_fn", "transformed_metadata",
             "summary.json", "errors-00000-of-00001.jsonl", "dataset_info.json", "features.json",
             "image.class.label.labels.txt", "report.html"} == names
     vocabulary = [w.decode() for w in
                   tft.TFTransformOutput(str(local)).vocabulary_by_name("label")]
     seen = set()
     for split in ("train", "validation", "test"):
-        for example in read_examples(f"{local}/{split}-*.tfrecord"):
+        for example in read_examples(shard_pattern(local, split)):
             uri = feature(example, "image/source_id").decode()
             want_split, label, source = expected[uri]
             assert split == want_split
@@ -95,28 +96,35 @@ def check_output(output: str, expected: dict, local) -> dict:
     return summary
 
 
-def test_gs_manifest_images_and_output(gcs, tmp_path):
-    data, output = f"{gcs.url}/gs-run/data", f"{gcs.url}/gs-run/out"
+@pytest.mark.parametrize("file_format", FILE_FORMATS)
+def test_gs_manifest_images_and_output(gcs, tmp_path, file_format):
+    """ArrayRecord shards are written locally (the library opens local paths only) and
+    copied to the bucket."""
+    run_folder = f"{gcs.url}/gs-run-{file_format}"
+    data, output = f"{run_folder}/data", f"{run_folder}/out"
     expected = make_dataset(data)
-    assert convert(f"{data}/manifest.csv", output) == 0
-    summary = check_output(output, expected, tmp_path)
+    assert convert(f"{data}/manifest.csv", output, "--file_format", file_format) == 0
+    summary = check_output(output, expected, tmp_path, file_format)
     assert summary["manifests"] == [f"{data}/manifest.csv"]
-    assert not [path for path in listing(f"{gcs.url}/gs-run")
+    assert not [path for path in listing(run_folder)
                 if ".tmp-" in path or "beam-temp" in path], "temp objects left in the bucket"
 
 
-def test_s3_round_trip_survives_transient_server_errors(s3, tmp_path):
+@pytest.mark.parametrize("file_format", FILE_FORMATS)
+def test_s3_round_trip_survives_transient_server_errors(s3, tmp_path, file_format):
     """503 and 429 while an image is read are retried with backoff; every image arrives."""
-    data, output = f"{s3.url}/s3-run/data", f"{s3.url}/s3-run/out"
+    run_folder = f"{s3.url}/s3-run-{file_format}"
+    data, output = f"{run_folder}/data", f"{run_folder}/out"
     expected = make_dataset(data)
     s3.proxy.reset()  # log only the run's requests
     s3.proxy.fail(object_pattern("photo0.jpg"), 503, times=2)
     s3.proxy.fail(object_pattern("photo1.jpg"), 429, times=2)
-    assert convert(f"{data}/manifest.csv", output, *s3.flags) == 0
-    check_output(output, expected, tmp_path)
+    assert convert(f"{data}/manifest.csv", output, "--file_format", file_format,
+                   *s3.flags) == 0
+    check_output(output, expected, tmp_path, file_format)
     for name, status in (("photo0.jpg", 503), ("photo1.jpg", 429)):
         assert s3.proxy.statuses(object_pattern(name))[:3] == [status, status, 200]
-    assert not [path for path in listing(f"{s3.url}/s3-run")
+    assert not [path for path in listing(run_folder)
                 if ".tmp-" in path or "beam-temp" in path], "temp objects left in the bucket"
 
 

@@ -1,4 +1,5 @@
-"""End to end on the DirectRunner: real images in, shards + transform_fn + summary out."""
+"""End to end on the DirectRunner: real images in, shards + transform_fn + summary out,
+in each file format (`converted` is parametrised by --file_format)."""
 
 import glob
 import hashlib
@@ -13,7 +14,8 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from PIL import Image
 
-from conftest import SAMPLE_DATA, encode, feature, photo_like, png_declaring, read_examples
+from conftest import (FILE_FORMATS, SAMPLE_DATA, encode, feature, photo_like, png_declaring,
+                      read_examples, shard_pattern, shard_records)
 from image_tfrecords.verify import verify
 from pipeline import run
 from transforms.manifest import assign_split
@@ -68,11 +70,12 @@ def convert(manifest, output, *flags):
     return run.main(["--manifest", str(manifest), "--output_dir", str(output), *flags])
 
 
-@pytest.fixture(scope="module")
-def converted(dataset, tmp_path_factory):
+@pytest.fixture(scope="module", params=FILE_FORMATS)
+def converted(request, dataset, tmp_path_factory):
     root, _, _ = dataset
-    output = tmp_path_factory.mktemp("out") / "tfrecords"
-    code = convert(root / "manifest.csv", output, "--max_error_fraction", "0.5")
+    output = tmp_path_factory.mktemp("out") / request.param
+    code = convert(root / "manifest.csv", output, "--max_error_fraction", "0.5",
+                   "--file_format", request.param)
     return output, code
 
 
@@ -80,8 +83,9 @@ def test_run_succeeds_and_writes_each_split(converted):
     output, code = converted
     assert code == 0
     names = sorted(os.listdir(output))
+    suffix = {"tfrecord": ".tfrecord", "array_record": ".array_record"}[output.name]
     for split in ("train", "validation", "test"):
-        assert f"{split}-00000-of-00001.tfrecord" in names
+        assert f"{split}-00000-of-00001{suffix}" in names
     assert {"transform_fn", "transformed_metadata", "summary.json",
             "errors-00000-of-00001.jsonl"} <= set(names)
     assert not [n for n in names if n.startswith(".tmp")], "temp dir left behind"
@@ -92,7 +96,7 @@ def test_every_example_decodes_to_its_source_pixels(converted, dataset):
     root, expected, _ = dataset
     seen = set()
     for split in ("train", "validation", "test"):
-        for example in read_examples(f"{output}/{split}-*.tfrecord"):
+        for example in read_examples(shard_pattern(output, split)):
             uri = feature(example, "image/source_id").decode()
             want_split, label, source = expected[uri]
             assert want_split.lower() == split
@@ -120,7 +124,7 @@ def test_label_ids_map_through_the_written_vocabulary(converted):
     vocabulary = [w.decode() for w in transform_output.vocabulary_by_name("label")]
     assert sorted(vocabulary) == sorted(LABELS)  # TRAIN's labels, not the unseen "bird"
     for split in ("train", "validation", "test"):
-        for example in read_examples(f"{output}/{split}-*.tfrecord"):
+        for example in read_examples(shard_pattern(output, split)):
             label_id = feature(example, "image/class/label")
             assert vocabulary[label_id] == feature(example, "image/class/text").decode()
     served = transform_output.transform_features_layer()({"label": tf.constant(["dog", "bird"])})
@@ -138,8 +142,7 @@ def test_summary_matches_the_files(converted, dataset):
     assert summary["accounted"] is True
     for split, stats in summary["splits"].items():
         files = stats["shards"]
-        counted = sum(1 for _ in tf.data.TFRecordDataset(
-            [str(output / f["file"]) for f in files]))
+        counted = sum(len(shard_records(output / f["file"])) for f in files)
         assert counted == stats["examples"] == sum(f["records"] for f in files)
         assert all(f["bytes"] == os.path.getsize(output / f["file"]) for f in files)
         assert sum(stats["labels"].values()) == stats["examples"]
@@ -300,7 +303,7 @@ def test_gzip_fixed_shards_oov_and_overwrite_replaces_stale_shards(dataset, tmp_
     used = len({shard_of(uri, 3) for uri, (split, _, _) in expected.items()
                 if split.lower() == "train"})
     assert train == [f"{output}/train-{i:05d}-of-{used:05d}.tfrecord.gz" for i in range(used)]
-    test_examples = read_examples(f"{output}/test-*.tfrecord.gz", "GZIP")
+    test_examples = read_examples(f"{output}/test-*.tfrecord.gz")
     vocabulary = tft.TFTransformOutput(str(output)).vocabulary_by_name("label")
     bird = [e for e in test_examples if feature(e, "image/class/text") == b"bird"]
     assert len(bird) == 1 and feature(bird[0], "image/class/label") == len(vocabulary)

@@ -191,9 +191,9 @@ def _wait_until_dead(pid: int) -> None:
 
 # --- in a whole run ------------------------------------------------------------------------
 
-def test_shards_are_the_same_bytes_whatever_the_number_of_decode_processes(sample_output,
+def test_shards_are_the_same_bytes_whatever_the_number_of_decode_processes(tfrecord_output,
                                                                           tmp_path):
-    # sample_output decodes in a process per core (the default): compare with 0 and 1.
+    # tfrecord_output decodes in a process per core (the default): compare with 0 and 1.
     def written(output):
         return {path.name: path.read_bytes() for path in output.iterdir()
                 if path.name.endswith((".tfrecord", ".jsonl"))}
@@ -202,12 +202,12 @@ def test_shards_are_the_same_bytes_whatever_the_number_of_decode_processes(sampl
         output = convert(tmp_path / processes, "--manifest", str(SAMPLE_MANIFEST),
                          "--max_error_fraction", "0.25", "--num_shards", "2",
                          "--decode_processes", processes)
-        assert written(output) == written(sample_output)
+        assert written(output) == written(tfrecord_output)
         # The DoFn's teardown stopped the pool: no decoding process outlives the run.
         assert not [child for child in psutil.Process().children(recursive=True)
                     if "transforms.decode_pool" in child.cmdline()]
     # Not a comparison of nothing: every split has shards.
-    assert {name.split("-")[0] for name in written(sample_output)
+    assert {name.split("-")[0] for name in written(tfrecord_output)
             if name.endswith(".tfrecord")} == {"train", "validation", "test"}
 
 

@@ -1,21 +1,27 @@
-"""The shard file-format interface: its registry, and TFRecord written and read back
+"""The shard file-format interface: its registry, and each format written and read back
 through both filesystems (Beam's, as the pipeline writes, and TensorFlow's gfile, as
-readers read), checked against tf.data."""
+readers read), checked against tf.data and the format's own library."""
+
+import fnmatch
 
 import pytest
 import tensorflow as tf
 
+from conftest import shard_records
+
 from transforms import file_formats
 from transforms.file_formats import (BeamFiles, GFiles, RecordError, ShardFormat,
-                                     format_names, shard_format, shard_globs)
+                                     compression_names, format_names, shard_format,
+                                     shard_globs)
 from transforms.tfrecord_format import TFRecordFormat
 
 RECORDS = [b"", b"one", bytes(range(256)) * 40, "ünïcode".encode()]
 
 
 def test_formats_are_looked_up_by_name_and_refuse_what_they_cannot_do():
-    assert "tfrecord" in format_names()
+    assert format_names() == ("tfrecord", "array_record")
     assert isinstance(shard_format("tfrecord", "gzip"), TFRecordFormat)
+    assert compression_names() == ("none", "gzip", "zstd")
     with pytest.raises(ValueError, match=r"unknown file format 'parquet': give one of .*tfrecord"):
         shard_format("parquet")
     with pytest.raises(ValueError, match="--compression zstd is not available with "
@@ -23,34 +29,76 @@ def test_formats_are_looked_up_by_name_and_refuse_what_they_cannot_do():
         shard_format("tfrecord", "zstd")
 
 
-@pytest.mark.parametrize("compression, suffix", [("none", ".tfrecord"), ("gzip", ".tfrecord.gz")])
+FORMATS = [("tfrecord", "none", ".tfrecord"), ("tfrecord", "gzip", ".tfrecord.gz"),
+           ("array_record", "none", ".array_record"), ("array_record", "zstd", ".array_record")]
+
+
+def write(fmt, path, files, records=RECORDS):
+    with fmt.create(path, files) as writer:
+        for record in records:
+            writer.write(record)
+
+
+@pytest.mark.parametrize("name, compression, suffix", FORMATS)
 @pytest.mark.parametrize("write_files, read_files", [(BeamFiles, GFiles), (GFiles, BeamFiles)])
-def test_tfrecord_shards_read_back_as_written_and_as_tf_data_reads_them(
-        tmp_path, compression, suffix, write_files, read_files):
-    fmt = shard_format("tfrecord", compression)
+def test_shards_read_back_as_written_and_as_tf_data_and_their_library_read_them(
+        tmp_path, name, compression, suffix, write_files, read_files):
+    fmt = shard_format(name, compression)
     assert fmt.suffix == suffix
     shard = tmp_path / f"train-00000-of-00001{suffix}"
     path = str(shard)
-    with fmt.create(path, write_files()) as writer:
-        for record in RECORDS:
-            writer.write(record)
+    write(fmt, path, write_files())
+    assert fnmatch.fnmatch(shard.name, fmt.shard_glob("train"))
     assert list(fmt.read(path, read_files())) == RECORDS
-    # Its index, written beside it: a line per record, offsets in the uncompressed stream.
+    assert shard_records(shard) == RECORDS  # tf.data's or array_record's own reader
+    assert [r.numpy() for r in fmt.dataset(tf.constant(path))] == RECORDS
+    # The same records give the same bytes (no time or name in a gzip header).
+    again = tmp_path / f"again{suffix}"
+    write(fmt, str(again), write_files())
+    assert again.read_bytes() == shard.read_bytes()
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_a_tfrecord_shard_has_an_index_of_where_each_record_starts(tmp_path, compression):
+    fmt = shard_format("tfrecord", compression)
+    shard = tmp_path / f"s{fmt.suffix}"
+    write(fmt, str(shard), BeamFiles())
+    # A line per record, offsets in the uncompressed stream.
     assert fmt.companions == (".idx",)
     index = tmp_path / f"{shard.name}.idx"
     spans = [line.split() for line in index.read_text().splitlines()]
     sizes = [16 + len(record) for record in RECORDS]
     assert spans == [[str(sum(sizes[:i])), str(size)] for i, size in enumerate(sizes)]
-    fmt.check_companions(path, read_files(), [len(record) for record in RECORDS])
+    fmt.check_companions(str(shard), GFiles(), [len(record) for record in RECORDS])
     with pytest.raises(ValueError, match="4 lines for 3 records"):
-        fmt.check_companions(path, read_files(), [len(record) for record in RECORDS[:3]])
+        fmt.check_companions(str(shard), GFiles(), [len(record) for record in RECORDS[:3]])
+
+
+def test_array_record_shards_elsewhere_than_on_disk_go_through_the_files_given(tmp_path):
+    """The array_record library opens local paths only: a shard for another filesystem
+    (ram:// here, gs:// or s3:// in a run) is written locally, then copied there."""
+    fmt = shard_format("array_record")
+    path = f"ram://{tmp_path.name}/train-00000-of-00001.array_record"
+    write(fmt, path, GFiles())
+    assert tf.io.gfile.exists(path) and not list(tmp_path.iterdir())
+    assert list(fmt.read(path, GFiles())) == RECORDS
     assert [r.numpy() for r in fmt.dataset(tf.constant(path))] == RECORDS
-    # The same records give the same bytes (no time or name in a gzip header).
-    again = str(tmp_path / f"again{suffix}")
-    with fmt.create(again, write_files()) as writer:
-        for record in RECORDS:
-            writer.write(record)
-    assert (tmp_path / f"again{suffix}").read_bytes() == shard.read_bytes()
+
+
+def test_a_damaged_array_record_is_named_by_its_index(tmp_path):
+    fmt = shard_format("array_record")
+    path = tmp_path / "s.array_record"
+    records = [bytes([index]) * 5000 for index in range(8)]
+    write(fmt, str(path), BeamFiles(), records)
+    data = bytearray(path.read_bytes())
+    data[data.index(records[5]) + 100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    reading = fmt.read(str(path), GFiles())
+    with pytest.raises(RecordError, match=r"record 5: .*hash mismatch"):
+        list(reading)
+    path.write_bytes(b"not an ArrayRecord file")
+    with pytest.raises(RecordError, match="record 0: not a readable ArrayRecord file"):
+        list(fmt.read(str(path), GFiles()))
 
 
 def test_a_damaged_record_is_named_by_index_and_offset(tmp_path):
@@ -87,4 +135,5 @@ def test_a_registered_format_is_offered_everywhere_formats_are_listed(monkeypatc
 
     assert "plain" in format_names()
     assert shard_format("plain").suffix == ".plain"
-    assert shard_globs("test") == ("test-*-of-*.tfrecord*", "test-*-of-*.plain*")
+    assert shard_globs("test") == ("test-*-of-*.tfrecord*", "test-*-of-*.array_record*",
+                                    "test-*-of-*.plain*")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageColor
 
-from conftest import BOX_ROWS, read_examples
+from conftest import BOX_ROWS, read_examples, shard_pattern
 from image_tfrecords.inspection import _COLOURS
 from pipeline.cli import inspect_main
 
@@ -20,7 +20,7 @@ def inspect(output, out, *flags):
 
 def test_first_records_become_their_stored_files_and_a_csv_row_each(sample_output, tmp_path):
     rows = inspect(sample_output, tmp_path / "look", "--split", "train", "-n", "20")
-    stored = read_examples(f"{sample_output}/train-*.tfrecord")[:20]  # shard 0, then 1
+    stored = read_examples(shard_pattern(sample_output, "train"))[:20]  # shard 0, then 1
     assert len(rows) == 20
     for index, (row, example) in enumerate(zip(rows, stored)):
         keys = example.features.feature
@@ -36,14 +36,14 @@ def test_first_records_become_their_stored_files_and_a_csv_row_each(sample_outpu
 
 
 @pytest.mark.parametrize("split", ["validation", "VALIDATION", "val", "Dev"])
-def test_asking_for_more_records_than_the_split_has_writes_them_all(sample_output, tmp_path,
+def test_asking_for_more_records_than_the_split_has_writes_them_all(tfrecord_output, tmp_path,
                                                                     split):
-    rows = inspect(sample_output, tmp_path / "look", "--split", split, "-n", "100")
+    rows = inspect(tfrecord_output, tmp_path / "look", "--split", split, "-n", "100")
     assert len(rows) == 6 and len(list((tmp_path / "look").glob("0*"))) == 6
 
 
-def test_an_unknown_split_is_a_usage_error(sample_output, tmp_path, capsys):
-    assert inspect_main([str(sample_output), "--split", "holdout", "--out", str(tmp_path)]) == 2
+def test_an_unknown_split_is_a_usage_error(tfrecord_output, tmp_path, capsys):
+    assert inspect_main([str(tfrecord_output), "--split", "holdout", "--out", str(tmp_path)]) == 2
     assert "unknown split 'holdout': give one of train, validation, test" in (
         capsys.readouterr().err)
 
@@ -68,8 +68,8 @@ def test_detection_records_get_an_overlay_with_their_boxes(boxes_output, tmp_pat
             assert any(tuple(pixel) == colour for pixel in edge), (row["overlay"], edge)
 
 
-def test_the_csv_quotes_texts_with_commas(sample_output, tmp_path):
-    rows = inspect(sample_output, tmp_path / "look", "--split", "validation")
+def test_the_csv_quotes_texts_with_commas(tfrecord_output, tmp_path):
+    rows = inspect(tfrecord_output, tmp_path / "look", "--split", "validation")
     assert "fleur, été 01.jpg" in {row["image/filename"] for row in rows}
     assert [row["image/encoded"][6:] for row in rows if "été" in row["image/encoded"]] == [
         "fleur_été_01.jpg"]  # a usable file name

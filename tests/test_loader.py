@@ -11,7 +11,7 @@ import tensorflow_transform as tft
 
 import image_tfrecords
 from conftest import (BOX_ROWS, MULTI_LABEL_ROWS, copy_output, encode, photo_like,
-                      read_examples, rewrite_records)
+                      read_examples, rewrite_records, shard_files, shard_pattern)
 from image_tfrecords import output as reader_output
 from transforms import labels, publish
 
@@ -26,7 +26,7 @@ def test_every_example_loads_with_every_key_and_its_decoded_image(sample_output)
     for split, stats in summary["splits"].items():
         loaded = by_sha256(image_tfrecords.load(str(sample_output), split, batch_size=None))
         assert len(loaded) == stats["examples"]
-        for example in read_examples(f"{sample_output}/{split}-*.tfrecord"):
+        for example in read_examples(shard_pattern(sample_output, split)):
             keys = example.features.feature
             element = loaded[keys["image/key/sha256"].bytes_list.value[0].decode()]
             assert set(element) == set(summary["features"])
@@ -68,12 +68,12 @@ def test_train_is_shuffled_anew_each_pass_other_splits_read_in_a_fixed_order(sam
     assert order("validation") == order("Validation") == order("val") == order("eval")
 
 
-def test_a_split_is_named_in_any_case_and_an_unknown_one_is_refused(sample_output, tmp_path):
-    output = image_tfrecords.Output.read(str(sample_output))
+def test_a_split_is_named_in_any_case_and_an_unknown_one_is_refused(tfrecord_output, tmp_path):
+    output = image_tfrecords.Output.read(str(tfrecord_output))
     assert output.shards("Test") == output.shards("test") and output.shards("DEV")
     with pytest.raises(ValueError, match="unknown split 'holdout': give one of train"):
-        image_tfrecords.load(str(sample_output), "holdout")
-    copy = copy_output(sample_output, tmp_path / "copy")
+        image_tfrecords.load(str(tfrecord_output), "holdout")
+    copy = copy_output(tfrecord_output, tmp_path / "copy")
     summary = json.loads((copy / "summary.json").read_text())
     del summary["splits"]["test"]
     (copy / "summary.json").write_text(json.dumps(summary))
@@ -81,9 +81,9 @@ def test_a_split_is_named_in_any_case_and_an_unknown_one_is_refused(sample_outpu
         image_tfrecords.Output.read(str(copy)).shards("TEST")
 
 
-def test_gzip_output_loads_the_same_examples(sample_output, gzip_output):
+def test_gzip_output_loads_the_same_examples(tfrecord_output, gzip_output):
     for split in ("train", "validation", "test"):
-        plain = by_sha256(image_tfrecords.load(str(sample_output), split, batch_size=None))
+        plain = by_sha256(image_tfrecords.load(str(tfrecord_output), split, batch_size=None))
         gzip = by_sha256(image_tfrecords.load(str(gzip_output), split, batch_size=None))
         assert sorted(plain) == sorted(gzip)
 
@@ -92,12 +92,13 @@ def test_loads_through_tensorflow_filesystems_not_only_local_paths(sample_output
     """ram:// stands in for gs://: both are reached through tf.io.gfile only."""
     # In name order: TensorFlow's ram:// cannot create a file once a longer name that
     # starts with its name (its .idx) is there (it reads back empty; gs:// has no such rule).
+    folder = f"ram://{sample_output.parent.name}"
     for path in sorted(sample_output.rglob("*")):
         if path.is_file():
-            target = f"ram://loader/{path.relative_to(sample_output)}"
+            target = f"{folder}/{path.relative_to(sample_output)}"
             tf.io.gfile.makedirs(target.rsplit("/", 1)[0])
             tf.io.gfile.copy(str(path), target, overwrite=True)
-    batches = image_tfrecords.load("ram://loader", "validation", image_size=16,
+    batches = image_tfrecords.load(folder, "validation", image_size=16,
                                    as_supervised=True)
     assert sum(len(labels) for _, labels in batches) == 6
 
@@ -138,7 +139,7 @@ def test_keys_summary_json_adds_are_parsed_and_images_among_them_decoded(sample_
         example.features.feature["mask/encoded"].bytes_list.value.append(mask)
         example.features.feature["extra/score"].float_list.value.append(index / 2)
 
-    for shard in output.glob("validation-*.tfrecord"):
+    for shard in shard_files(output, "validation"):
         rewrite_records(shard, add_keys)
     summary = json.loads((output / "summary.json").read_text())
     summary["features"] |= {"mask/encoded": {"dtype": "bytes", "list": False},

@@ -1,16 +1,38 @@
-"""TensorFlow Datasets reads an output as written: tfds.builder_from_directory(OUTPUT)."""
+"""TensorFlow Datasets reads an output as written: tfds.builder_from_directory(OUTPUT),
+through `as_dataset` (tf.data) for TFRecord, `as_data_source` (random access) for
+ArrayRecord, which TFDS reads no other way."""
 
+import io
 import json
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from PIL import Image
 
 from conftest import (BOX_ROWS, MULTI_LABEL_ROWS, convert, copy_output, encode, photo_like,
-                      read_examples, rewrite_records)
+                      read_examples, rewrite_records, shard_files, shard_pattern)
 from transforms.tfds_metadata import label_names, tfds_metadata
 
 TFDS_FILES = {"dataset_info.json", "features.json", "image.class.label.labels.txt"}
+
+
+def elements(builder, split):
+    """The decoded examples of `split`, as TFDS reads the output's file format."""
+    if builder.info.file_format == tfds.core.FileFormat.ARRAY_RECORD:
+        return list(builder.as_data_source(split=split))
+    return list(tfds.as_numpy(builder.as_dataset(split=split)))
+
+
+def decoded(builder, encoded: bytes) -> np.ndarray | None:
+    """The RGB pixels TFDS decodes an image to: TensorFlow's decoder in tf.data, Pillow in
+    a data source (without OpenCV installed). None where a data source gives no RGB: it
+    returns Pillow's array as stored, a palette PNG's indices or an RGBA PNG's 4 channels
+    (README, "TensorFlow Datasets")."""
+    if builder.info.file_format == tfds.core.FileFormat.ARRAY_RECORD:
+        with Image.open(io.BytesIO(encoded)) as image:
+            return np.asarray(image.convert("RGB")) if image.mode in ("RGB", "L") else None
+    return tf.io.decode_image(encoded, channels=3).numpy()
 
 
 def test_split_sizes_shard_lengths_and_label_names_are_the_summary_s(sample_output):
@@ -29,21 +51,23 @@ def test_every_example_decodes_to_rgb_pixels_and_its_label(sample_output):
     builder = tfds.builder_from_directory(str(sample_output))
     names = builder.info.features["image/class/label"]
     stored = {}
-    for example in read_examples(f"{sample_output}/*.tfrecord"):
+    for example in read_examples(shard_pattern(sample_output)):
         keys = example.features.feature
         stored[keys["image/key/sha256"].bytes_list.value[0]] = keys
     for split in ("train", "validation", "test"):
-        for element in tfds.as_numpy(builder.as_dataset(split=split)):
+        for element in elements(builder, split):
             keys = stored.pop(element["image/key/sha256"])
-            pixels = tf.io.decode_image(keys["image/encoded"].bytes_list.value[0], channels=3)
-            np.testing.assert_array_equal(element["image/encoded"], pixels.numpy())
+            pixels = decoded(builder, keys["image/encoded"].bytes_list.value[0])
+            if pixels is not None:
+                np.testing.assert_array_equal(element["image/encoded"], pixels)
             assert names.int2str(element["image/class/label"]) == \
                 element["image/class/text"].decode()
     assert not stored  # every record, once
 
 
-def test_as_supervised_gives_image_label_pairs(sample_output):
-    builder = tfds.builder_from_directory(str(sample_output))
+def test_as_supervised_gives_image_label_pairs(tfrecord_output):
+    builder = tfds.builder_from_directory(str(tfrecord_output))
+    assert builder.info.supervised_keys == ("image/encoded", "image/class/label")
     pairs = list(builder.as_dataset(split="validation", as_supervised=True))
     assert len(pairs) == 6
     image, label = pairs[0]
@@ -79,22 +103,21 @@ def test_extra_keys_and_a_second_image_become_features(sample_output, tmp_path):
         example.features.feature["mask/encoded"].bytes_list.value.append(mask)
         example.features.feature["extra/tags"].bytes_list.value.extend([b"a", b"b"])
 
-    for shard in output.glob("test-*.tfrecord"):
+    for shard in shard_files(output, "test"):
         rewrite_records(shard, add_keys)
     summary = json.loads((output / "summary.json").read_text())
     summary["features"] |= {"mask/encoded": {"dtype": "bytes", "list": False},
                             "extra/tags": {"dtype": "bytes", "list": True}}
     for name, text in tfds_metadata(summary).items():
         (output / name).write_text(text)
-    for element in tfds.as_numpy(tfds.builder_from_directory(str(output)).as_dataset(
-            split="test")):
+    for element in elements(tfds.builder_from_directory(str(output)), "test"):
         assert element["mask/encoded"].shape == (10, 20, 3)
-        assert element["extra/tags"].tolist() == [b"a", b"b"]
+        assert list(element["extra/tags"]) == [b"a", b"b"]
 
 
-def test_gzip_outputs_get_no_tfds_files_and_lose_stale_ones(sample_output, tmp_path):
+def test_gzip_outputs_get_no_tfds_files_and_lose_stale_ones(tfrecord_output, tmp_path):
     """TFDS reads uncompressed tfrecord files only."""
-    output = copy_output(sample_output, tmp_path / "out")
+    output = copy_output(tfrecord_output, tmp_path / "out")
     assert TFDS_FILES <= {path.name for path in output.iterdir()}
     summary = json.loads((output / "summary.json").read_text())
     convert(output, "--manifest", *summary["manifests"], "--max_error_fraction", "0.25",

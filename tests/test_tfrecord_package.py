@@ -46,7 +46,7 @@ def decode(encoded):
     return tf.io.decode_image(encoded, channels=3)
 
 
-@pytest.mark.parametrize("fixture", ["sample_output", "gzip_output"])
+@pytest.mark.parametrize("fixture", ["tfrecord_output", "gzip_output"])
 def test_every_example_reads_without_tensorflow_to_tensorflow_s_pixels_and_labels(
         fixture, request, tmp_path):
     output = request.getfixturevalue(fixture)
@@ -55,11 +55,9 @@ def test_every_example_reads_without_tensorflow_to_tensorflow_s_pixels_and_label
     assert result.returncode == 0, result.stderr
     found = np.load(tmp_path / "r.npz")
     suffix = ".tfrecord.gz" if fixture == "gzip_output" else ".tfrecord"
-    compression = "GZIP" if fixture == "gzip_output" else ""
     keys = set()
     for split in ("train", "validation", "test"):
-        for index, example in enumerate(read_examples(f"{output}/{split}-*{suffix}",
-                                                      compression)):
+        for index, example in enumerate(read_examples(f"{output}/{split}-*{suffix}")):
             stored = example.features.feature
             expected = decode(stored["image/encoded"].bytes_list.value[0])
             np.testing.assert_array_equal(found[f"{split}/{index}/pixels"], expected.numpy())
@@ -93,7 +91,7 @@ json.dump(seen, sys.stdout)
 """
 
 
-@pytest.mark.parametrize("fixture", ["sample_output", "gzip_output"])
+@pytest.mark.parametrize("fixture", ["tfrecord_output", "gzip_output"])
 def test_workers_splitting_shards_by_their_index_read_every_example_once(fixture, request):
     output = request.getfixturevalue(fixture)
     workers = 3
@@ -101,13 +99,12 @@ def test_workers_splitting_shards_by_their_index_read_every_example_once(fixture
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
-    compression = "GZIP" if fixture == "gzip_output" else ""
     summary = json.loads((output / "summary.json").read_text())
     for stats in summary["splits"].values():
         for shard in stats["shards"]:
             in_order = [hashlib.sha256(example.features.feature["image/encoded"]
                                        .bytes_list.value[0]).hexdigest()
-                        for example in read_examples(str(output / shard["file"]), compression)]
+                        for example in read_examples(str(output / shard["file"]))]
             parts = [[digest for file, worker, digest in seen
                       if file == shard["file"] and worker == part] for part in range(workers)]
             # Each worker a contiguous part (none empty where there are enough records),

@@ -8,10 +8,11 @@ import sys
 
 import pytest
 
-from conftest import copy_output, encode, photo_like, rewrite_records
+from conftest import (copy_output, encode, photo_like, rewrite_records, shard_files,
+                      shard_records)
 from pipeline.cli import verify_main
 
-SHARD = "train-00001-of-00002.tfrecord"
+SHARD = "train-00001-of-00002.tfrecord"  # in tfrecord_output
 
 
 def record_offsets(path):
@@ -40,7 +41,7 @@ def test_a_sound_output_passes_from_the_command_line(sample_output):
     assert result.returncode == 0, result.stderr
     # Up to 2 per split: a row's shard is a hash of its absolute path, so where the
     # checkout lies decides whether a split's 6 images all fall in one of its 2 shards.
-    shards = len(list(sample_output.glob("*.tfrecord")))
+    shards = len(shard_files(sample_output))
     assert 3 <= shards <= 6
     assert (f"ok: 43 examples in {shards} shards (train 31, validation 6, test 6)"
             in result.stdout)
@@ -51,8 +52,8 @@ def test_gzip_multi_label_and_detection_outputs_pass(fixture, request, capsys):
     assert verify(request.getfixturevalue(fixture), capsys)[0] == 0
 
 
-def test_a_truncated_shard_is_named_with_the_record_it_cuts(sample_output, tmp_path, capsys):
-    output = damaged(sample_output, tmp_path)
+def test_a_truncated_shard_is_named_with_the_record_it_cuts(tfrecord_output, tmp_path, capsys):
+    output = damaged(tfrecord_output, tmp_path)
     shard = output / SHARD
     offsets = record_offsets(shard)
     shard.write_bytes(shard.read_bytes()[:offsets[3] + 100])
@@ -63,8 +64,8 @@ def test_a_truncated_shard_is_named_with_the_record_it_cuts(sample_output, tmp_p
 
 @pytest.mark.parametrize("where, reason", [(20, "data CRC mismatch"),
                                            (2, "length CRC mismatch")])
-def test_a_flipped_bit_is_caught_by_the_crc(sample_output, tmp_path, capsys, where, reason):
-    output = damaged(sample_output, tmp_path)
+def test_a_flipped_bit_is_caught_by_the_crc(tfrecord_output, tmp_path, capsys, where, reason):
+    output = damaged(tfrecord_output, tmp_path)
     shard = output / SHARD
     offsets = record_offsets(shard)
     data = bytearray(shard.read_bytes())
@@ -88,6 +89,22 @@ def test_a_damaged_gzip_shard_is_caught(gzip_output, tmp_path, capsys, damage):
     assert code == 1 and "train-00000-of-00001.tfrecord.gz: record " in text
 
 
+def test_a_damaged_array_record_shard_is_caught_by_its_chunk_hashes(sample_outputs, tmp_path,
+                                                                      capsys):
+    output = damaged(sample_outputs("array_record"), tmp_path)
+    shard = shard_files(output, "train")[1]
+    data = shard.read_bytes()
+    # Record 2's image data: the file holds each record's bytes as they are (uncompressed).
+    record = shard_records(shard)[2]
+    start = data.index(record) + len(record) // 2
+    shard.write_bytes(data[:start] + bytes([data[start] ^ 0x10]) + data[start + 1:])
+    code, text = verify(output, capsys)
+    assert code == 1 and f"{shard.name}: record 2: " in text and "hash mismatch" in text
+    shard.write_bytes(data[:len(data) // 2])
+    code, text = verify(output, capsys)
+    assert code == 1 and f"{shard.name}: record 0: not a readable ArrayRecord file" in text
+
+
 def test_counts_are_checked_against_summary_json(sample_output, tmp_path, capsys):
     output = damaged(sample_output, tmp_path)
     summary = json.loads((output / "summary.json").read_text())
@@ -95,24 +112,24 @@ def test_counts_are_checked_against_summary_json(sample_output, tmp_path, capsys
     (output / "summary.json").write_text(json.dumps(summary))
     code, text = verify(output, capsys)
     records = summary["splits"]["train"]["shards"][0]["records"]
+    shard = shard_files(output, "train")[0].name
     assert code == 1
-    assert f"train-00000-of-00002.tfrecord: {records - 1} records, summary.json says {records}" \
-        in text
+    assert f"{shard}: {records - 1} records, summary.json says {records}" in text
 
 
 def test_missing_and_unlisted_shards_are_named(sample_output, tmp_path, capsys):
     output = damaged(sample_output, tmp_path)
-    (output / "train-00001-of-00002.tfrecord").unlink()
-    assert "train-00001-of-00002.tfrecord: listed in summary.json but missing" in verify(
-        output, capsys)[1]
-    (output / "train-00001-of-00003.tfrecord").write_bytes(b"")
-    assert "train-00001-of-00003.tfrecord: a shard file summary.json does not list" in verify(
-        output, capsys)[1]
+    shard = shard_files(output, "train")[1]
+    shard.unlink()
+    assert f"{shard.name}: listed in summary.json but missing" in verify(output, capsys)[1]
+    stray = shard.name.replace("-of-00002", "-of-00003")
+    (output / stray).write_bytes(b"")
+    assert f"{stray}: a shard file summary.json does not list" in verify(output, capsys)[1]
 
 
 def test_a_shard_index_that_disagrees_with_its_shard_or_is_missing_is_named(
-        sample_output, tmp_path, capsys):
-    output = damaged(sample_output, tmp_path)
+        tfrecord_output, tmp_path, capsys):
+    output = damaged(tfrecord_output, tmp_path)
     index = output / f"{SHARD}.idx"
     starts = record_offsets(output / SHARD)
     ends = starts[1:] + [(output / SHARD).stat().st_size]
@@ -153,14 +170,15 @@ def set_feature(key, kind, value, record=1):
 def test_examples_that_contradict_themselves_or_the_vocabulary_are_named(
         sample_output, tmp_path, capsys, key, kind, value, problem):
     output = damaged(sample_output, tmp_path)
-    rewrite_records(output / SHARD, set_feature(key, kind, value))  # the CRCs stay valid
+    shard = shard_files(output, "train")[1]
+    rewrite_records(shard, set_feature(key, kind, value))  # the CRCs and hashes stay valid
     code, text = verify(output, capsys)
-    assert code == 1 and f"{SHARD}: record 1: " in text and problem in text
+    assert code == 1 and f"{shard.name}: record 1: " in text and problem in text
 
 
 def test_the_image_must_match_its_sha256(sample_output, tmp_path, capsys):
     output = damaged(sample_output, tmp_path)
-    rewrite_records(output / SHARD, set_feature("image/key/sha256", "bytes_list", [b"0" * 64]))
+    rewrite_records(shard_files(output, "train")[1], set_feature("image/key/sha256", "bytes_list", [b"0" * 64]))
     assert "image/encoded does not match image/key/sha256" in verify(output, capsys)[1]
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 DEFAULT_FORMAT = "tfrecord"
 # The modules that register a format, imported when a format is first looked up.
-_MODULES = ("transforms.tfrecord_format",)
+_MODULES = ("transforms.tfrecord_format", "transforms.array_record_format")
 _FORMATS: dict[str, type[ShardFormat]] = {}
 
 
@@ -68,10 +68,11 @@ class RecordWriter(Protocol):
 
 class RecordError(ValueError):
     """A record that cannot be read back as written; `index` counts from 0, `offset` is
-    the byte where it starts (in the uncompressed stream)."""
+    the byte where it starts (in the uncompressed stream), where the format knows it."""
 
-    def __init__(self, index: int, offset: int, reason: str) -> None:
-        super().__init__(f"record {index} (byte {offset}): {reason}")
+    def __init__(self, index: int, offset: int | None, reason: str) -> None:
+        where = "" if offset is None else f" (byte {offset})"
+        super().__init__(f"record {index}{where}: {reason}")
         self.index = index
         self.offset = offset
 
@@ -97,6 +98,11 @@ class ShardFormat(abc.ABC):
     def suffix(self) -> str:
         """Ends every shard's file name, e.g. `.tfrecord`."""
         return self.stem
+
+    @property
+    def tfds_reads(self) -> bool:
+        """Whether TFDS reads these shards (it has no gzip TFRecord reader)."""
+        return True
 
     @classmethod
     def shard_glob(cls, split: str) -> str:
@@ -130,6 +136,13 @@ def register(format_class: type[ShardFormat]) -> type[ShardFormat]:
 def format_names() -> tuple[str, ...]:
     _import_formats()
     return tuple(_FORMATS)
+
+
+def compression_names() -> tuple[str, ...]:
+    """Every --compression value some format takes, "none" first."""
+    _import_formats()
+    return tuple(dict.fromkeys(name for format_class in _FORMATS.values()
+                               for name in format_class.compressions))
 
 
 def shard_globs(split: str) -> tuple[str, ...]:

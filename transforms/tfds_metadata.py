@@ -4,7 +4,8 @@ features.json (each key of summary.json's `features` as a TFDS feature) and a
 `<key>.labels.txt` of label names per ClassLabel key.
 
 TFDS reads tfrecord files without compression only, so an output written with
-`--compression gzip` gets none of these files. Image keys become `Image` features
+`--compression gzip` gets none of these files. TFDS reads ArrayRecord shards through
+`builder.as_data_source()` (random access), not `as_dataset()`. Image keys become `Image` features
 decoded to RGB; label ids become `ClassLabel`s named by the vocabulary (detection ids are
 1-based, so their names start with a background entry); detection boxes stay four float
 lists, not TFDS's `BBoxFeature` (one [ymin, xmin, ymax, xmax] tensor per box under one key).
@@ -33,8 +34,10 @@ _TFDS_DTYPES = {"bytes": "string", "int64": "int64", "float": "float32"}
 
 def tfds_metadata(summary: dict[str, Any]) -> dict[str, str]:
     """File name -> text of the TFDS metadata for the output `summary` describes; empty
-    for a gzip-compressed output."""
-    if summary["options"]["compression"] == "gzip":
+    where TFDS cannot read the shards (gzip TFRecord)."""
+    file_format = shard_format(summary["options"].get("file_format", DEFAULT_FORMAT),
+                               summary["options"]["compression"])
+    if not file_format.tfds_reads:
         return {}
     features = summary["features"]
     info: dict[str, Any] = {
@@ -42,8 +45,7 @@ def tfds_metadata(summary: dict[str, Any]) -> dict[str, str]:
         "version": "1.0.0",
         "description": f"image-tfrecords output, label mode {summary['options']['label_mode']}"
                        "; see summary.json",
-        "fileFormat": shard_format(summary["options"].get("file_format", DEFAULT_FORMAT)
-                                   ).tfds_name,
+        "fileFormat": file_format.tfds_name,
         "splits": [{"name": split, "numBytes": stats["bytes"],
                     "shardLengths": [shard["records"] for shard in stats["shards"]],
                     "filepathTemplate": FILEPATH_TEMPLATE}

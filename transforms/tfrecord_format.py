@@ -51,6 +51,10 @@ class TFRecordFormat(ShardFormat):
     def suffix(self) -> str:
         return self.stem + (".gz" if self.compression == "gzip" else "")
 
+    @property
+    def tfds_reads(self) -> bool:
+        return self.compression == "none"
+
     @contextlib.contextmanager
     def create(self, path: str, files: Files) -> Iterator[_FramedWriter]:
         with files.create(path) as raw, self._compressing(raw) as stream:
