@@ -187,7 +187,9 @@ def run_tool(tool: Tool, manifest: Path, out: Path, log: Path,
         if found is None:
             sys.exit(f"{tool.name} printed no example count; see {log}")
         examples = int(found[1])
-    output_bytes = sum(path.stat().st_size for path in out.glob("*.tfrecord*"))
+    # The shards alone, as the baselines write no index.
+    output_bytes = sum(path.stat().st_size for path in out.iterdir()
+                       if path.name.endswith((".tfrecord", ".tfrecord.gz")))
     return {"wall_s": wall, "cpu_s": cpu, "root_cpu_s": root_cpu, "examples": examples,
             **{f"peak_{field.lower()}_mb": peak / 2**20 for field, peak in memory.items()},
             "images_per_s": examples / wall, "output_bytes": output_bytes,

@@ -6,11 +6,12 @@ bench runs them: as scripts, in child processes.
 """
 
 import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import encode, feature, photo_like, read_examples
+from conftest import encode, feature, photo_like, read_examples, shard_pattern
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 # (split, file, label, format, mode, width, height)
@@ -84,3 +85,16 @@ def test_the_process_pool_writes_the_loops_examples_in_a_shard_per_worker(tmp_pa
             "image/class/label": label_ids[label], "image/class/text": label.encode()})
     assert loop == {split: sorted(found, key=lambda features: features["image/source_id"])
                     for split, found in expected.items()}
+
+
+def test_the_bench_lists_the_examples_of_our_output_as_of_the_baselines(tfrecord_output):
+    """write_bench.py compares outputs through read_records.py: ours has an index beside
+    each shard, which is no shard to read."""
+    result = subprocess.run([sys.executable, str(BENCH / "read_records.py"),
+                             str(tfrecord_output)], capture_output=True, text=True,
+                            timeout=120, check=True)
+    listed = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted(sha256 for _, _, sha256, _ in listed) == sorted(
+        feature(example, "image/key/sha256").decode()
+        for example in read_examples(shard_pattern(tfrecord_output)))
+    assert len(listed) == 43
