@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import encode, feature, photo_like, read_examples
+from conftest import FILE_FORMATS, encode, feature, photo_like, read_examples, shard_pattern
 from pipeline import run
 from transforms.duplicates import _copies
 from transforms.shards import ExampleRef
@@ -44,7 +44,7 @@ def convert(manifest, output, *flags):
     summary = json.loads((output / "summary.json").read_text())
     report = [json.loads(line) for line in (output / summary["duplicates"]["files"][0]).open()]
     names = {split: sorted(feature(e, "image/filename").decode()
-                           for e in read_examples(f"{output}/{split}-*.tfrecord"))
+                           for e in read_examples(shard_pattern(output, split)))
              for split in ("train", "test")}
     return summary, report, names
 
@@ -69,8 +69,12 @@ def test_copies_are_reported_but_kept_by_default(manifest, tmp_path, capsys):
         ("a.jpg", "b.jpg", "test"), ("c.png", "d.png", "train"), ("e.jpg", "e.jpg", "test")]
 
 
-def test_dedupe_writes_each_image_once_and_dead_letters_the_copies(manifest, tmp_path, capsys):
-    summary, report, names = convert(manifest, tmp_path / "out", "--dedupe", "sha256")
+@pytest.mark.parametrize("file_format", FILE_FORMATS)
+def test_dedupe_writes_each_image_once_and_dead_letters_the_copies(manifest, tmp_path, capsys,
+                                                                   file_format):
+    """The shards holding copies are rewritten without them, in the output's format."""
+    summary, report, names = convert(manifest, tmp_path / "out", "--dedupe", "sha256",
+                                     "--file_format", file_format)
     assert printed_duplicates(capsys).endswith(
         "train/train 1; the copies dropped (--dedupe sha256)  (duplicates-00000-of-00001.jsonl)")
     assert names == {"train": ["a.jpg", "c.png", "e.jpg"], "test": []}

@@ -27,6 +27,9 @@ def test_formats_are_looked_up_by_name_and_refuse_what_they_cannot_do():
     with pytest.raises(ValueError, match="--compression zstd is not available with "
                                          "--file_format tfrecord"):
         shard_format("tfrecord", "zstd")
+    with pytest.raises(ValueError, match=r"--compression gzip is not available with "
+                                         r"--file_format array_record \(only none, zstd\)"):
+        shard_format("array_record", "gzip")
 
 
 FORMATS = [("tfrecord", "none", ".tfrecord"), ("tfrecord", "gzip", ".tfrecord.gz"),
