@@ -87,14 +87,12 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     """The conversion's graph; `pinned_file` is the pinned vocabulary as tf.Transform
     reads it (write_pinned_vocabulary), `pinned_from` the file the user gave."""
     output_dir = options.output_dir
-    extra_columns = options.extra_columns()
-    shard_format = options.shard_format()
+    settings = options.run_settings()
 
     # Pass 1, over the small rows: the label vocabulary and how many shards each split gets.
     planning = p | "ReadSourceToPlan" >> _read_rows(options, manifests)
     train_rows = planning.rows | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
-    transform_fn = train_rows | "AnalyzeLabels" >> AnalyzeLabels(
-        options.unseen_label == "oov", tft_dir, options.label_mode, extra_columns, pinned_file)
+    transform_fn = train_rows | "AnalyzeLabels" >> AnalyzeLabels(settings, tft_dir, pinned_file)
     # What the publish step names when a label's TRAIN rows all became dead letters.
     train_label_rows = (train_rows
                         | "TrainLabels" >> beam.FlatMap(lambda row: row.labels)
@@ -107,18 +105,14 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     # Pass 2: label ids for every split, then each shard loads and writes its own images.
     source = p | "ReadSource" >> _read_rows(options, manifests)
     labelled = source.rows | "ApplyLabels" >> ApplyLabels(
-        transform_fn, tft_dir, options.label_mode, extra_columns, pinned_from)
-    written = labelled.labelled | "WriteShards" >> WriteShards(
-        shard_plan, temp_dir, shard_format, options.image_settings(),
-        options.decoding(), options.label_mode, extra_columns,
-        keep_content=options.dedupe != "none")
+        transform_fn, settings, tft_dir, pinned_from)
+    written = labelled.labelled | "WriteShards" >> WriteShards(shard_plan, temp_dir, settings)
 
     # What is published besides the shards is staged, so the previous output stays whole
     # until the publish step swaps everything at once.
     staged = staged_dir(temp_dir)
     deduped = ((written.shards, written[EXAMPLE_KEYS])
-               | "Duplicates" >> ReportDuplicates(options.dedupe, options.near_duplicate_distance,
-                                                  shard_format, staged))
+               | "Duplicates" >> ReportDuplicates(settings, staged))
 
     dead_letters = ((source.dead_letters, labelled.dead_letters, written.dead_letters,
                      deduped["dead_letters"])
@@ -155,13 +149,8 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
           "near_duplicates_by_splits": deduped["near_by_splits"],
           "report_content": report_content,
           "written": (transform_fn_written, dead_letter_files, deduped["report"])}
-         | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, shard_format,
-                                       run_info,
-                                       PublishRules(options.max_error_fraction, pinned_from),
-                                       options.label_mode, extra_columns,
-                                       oov_bucket=options.unseen_label == "oov",
-                                       dedupe=options.dedupe,
-                                       near_distance=options.near_duplicate_distance))
+         | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, settings, run_info,
+                                       PublishRules(options.max_error_fraction, pinned_from)))
 
 
 def _count() -> beam.PTransform:

@@ -10,12 +10,13 @@ from collections.abc import Sequence
 from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, PipelineOptions,
                                                   StandardOptions)
 
-from transforms.copies import DEDUPE_MODES, DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
+from transforms.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
 from transforms.decode_pool import Decoding
 from transforms.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
                                      format_names, shard_format)
 from transforms.images import ImageSettings
-from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, LABEL_MODES, RowRules
+from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, RowRules
+from transforms.run_settings import Dedupe, LabelMode, RunSettings, UnseenLabel
 from transforms.schema import ExtraColumn, SchemaError, load_schema
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
@@ -56,7 +57,7 @@ class ConvertOptions(PipelineOptions):
                  "empty, or no split column): assigned from a hash of the image URI, so "
                  "the same row always lands in the same split.")
         group.add_argument(
-            "--label_mode", choices=LABEL_MODES, default="single",
+            "--label_mode", choices=LabelMode.values(), default=LabelMode.SINGLE.value,
             help="multi: each row may carry several labels (AutoML's "
                  "split,uri,label1,label2,... or labels joined by --label_separator); "
                  "image/class/label and image/class/text then hold one value per label. "
@@ -114,7 +115,7 @@ class ConvertOptions(PipelineOptions):
             help="tfrecord: gzip writes .tfrecord.gz shards. array_record: zstd "
                  "compresses each record inside the file. Encoded images gain little.")
         group.add_argument(
-            "--unseen_label", choices=("error", "oov"), default="error",
+            "--unseen_label", choices=UnseenLabel.values(), default=UnseenLabel.ERROR.value,
             help="A VALIDATION/TEST label that TRAIN never saw: 'error' dead-letters the "
                  "row; 'oov' keeps it with label id len(vocabulary).")
         group.add_argument(
@@ -124,7 +125,7 @@ class ConvertOptions(PipelineOptions):
                  "output folder, whose ids are kept. A label outside it is unseen "
                  "(--unseen_label); one without examples keeps its id.")
         group.add_argument(
-            "--dedupe", choices=DEDUPE_MODES, default="none",
+            "--dedupe", choices=Dedupe.values(), default=Dedupe.NONE.value,
             help="Byte-identical images and near-copies are always reported "
                  "(duplicates-*.jsonl, near_duplicates-*.jsonl and summary.json); sha256 "
                  "also writes each byte-identical image only once, keeping the copy in the "
@@ -223,7 +224,7 @@ class ConvertOptions(PipelineOptions):
         if not 0 <= self.near_duplicate_distance <= MAX_NEAR_DISTANCE:
             found.append(f"--near_duplicate_distance must be 0 to {MAX_NEAR_DISTANCE} bits")
         try:
-            self.shard_format()
+            self._shard_format()
         except ValueError as problem:
             found.append(str(problem))
         return found
@@ -239,19 +240,29 @@ class ConvertOptions(PipelineOptions):
     def extra_columns(self) -> tuple[ExtraColumn, ...]:
         return load_schema(self.schema)
 
-    def decoding(self) -> Decoding:
+    def run_settings(self) -> RunSettings:
+        """What the conversion does, for the transforms: built once, passed whole."""
+        return RunSettings(
+            label_mode=LabelMode(self.label_mode),
+            unseen_label=UnseenLabel(self.unseen_label),
+            extra_columns=self.extra_columns(),
+            shard_format=self._shard_format(),
+            image=ImageSettings(image_format=self.image_format, max_side=self.max_side,
+                                jpeg_quality=self.jpeg_quality,
+                                max_pixels=self.max_image_pixels),
+            decoding=self._decoding(),
+            dedupe=Dedupe(self.dedupe),
+            near_distance=self.near_duplicate_distance)
+
+    def _decoding(self) -> Decoding:
         """Where images are decoded; the default process count depends on the runner."""
         processes = self.decode_processes
         if processes is None and _runs_a_process_per_core(self):
             processes = 0
         return Decoding(processes, self.decode_threads, self.decode_timeout)
 
-    def shard_format(self) -> ShardFormat:
+    def _shard_format(self) -> ShardFormat:
         return shard_format(self.file_format, self.compression)
-
-    def image_settings(self) -> ImageSettings:
-        return ImageSettings(image_format=self.image_format, max_side=self.max_side,
-                             jpeg_quality=self.jpeg_quality, max_pixels=self.max_image_pixels)
 
 
 def options_classes() -> list[type[PipelineOptions]]:

@@ -145,7 +145,7 @@ def test_default_decoding_uses_the_cores_this_process_may_run_on():
 def test_dataflow_decodes_in_process_unless_it_runs_one_sdk_process_per_vm():
     def processes(*flags):
         return ConvertOptions(["--manifest", "m.csv", "--output_dir", "out",
-                               *flags]).decoding().processes
+                               *flags]).run_settings().decoding.processes
 
     assert processes() is None  # the DirectRunner: a process per core, found there
     assert processes("--runner", "DataflowRunner") == 0

@@ -10,6 +10,7 @@ from transforms.examples import CLASSIFICATION_FEATURES, encode_example, feature
 from transforms.images import PreparedImage
 from transforms.labels import LabelledRow
 from transforms.manifest import Box, ManifestRow
+from transforms.run_settings import LabelMode
 
 IMAGE = PreparedImage(b"\xff\xd8jpeg bytes", "jpeg", 20, 10, 3, "JPEG", None, (20, 10),
                       hashlib.sha256(b"\xff\xd8jpeg bytes").hexdigest(), 0x8F3A5C0012345678,
@@ -36,7 +37,7 @@ def parse(serialized, spec):
 def test_every_classification_key_parses_with_its_dtype():
     spec = {key: tf.io.FixedLenFeature([], DTYPES[kind])
             for key, kind in CLASSIFICATION_FEATURES.items()}
-    serialized = encode_example([LabelledRow(row(3, ("chat noir",)), (7,))], IMAGE, "single")
+    serialized = encode_example([LabelledRow(row(3, ("chat noir",)), (7,))], IMAGE, LabelMode.SINGLE)
     assert parse(serialized, spec) == {
         **IMAGE_VALUES, "image/class/label": 7, "image/class/text": b"chat noir"}
 
@@ -45,7 +46,7 @@ def test_detection_example_holds_every_box_of_the_image_with_1_based_ids():
     boxes = [Box(0.1, 0.2, 0.3, 0.4), Box(1 / 3, 0.0, 1.0, 2 / 3)]
     rows = [LabelledRow(row(4, ("cat",), (boxes[0],)), (0,)),
             LabelledRow(row(9, ("dog",), (boxes[1],)), (1,))]
-    parsed = parse(encode_example(rows, IMAGE, "detection"), object_detection_spec())
+    parsed = parse(encode_example(rows, IMAGE, LabelMode.DETECTION), object_detection_spec())
     assert {key: parsed[key] for key in IMAGE_VALUES} == IMAGE_VALUES
     assert parsed["image/object/class/label"].tolist() == [1, 2]
     assert parsed["image/object/class/text"].tolist() == [b"cat", b"dog"]
@@ -55,7 +56,7 @@ def test_detection_example_holds_every_box_of_the_image_with_1_based_ids():
 
 
 def test_an_image_without_objects_has_empty_object_lists():
-    parsed = parse(encode_example([LabelledRow(row(2, ()), ())], IMAGE, "detection"),
+    parsed = parse(encode_example([LabelledRow(row(2, ()), ())], IMAGE, LabelMode.DETECTION),
                    object_detection_spec())
     assert all(parsed[key].size == 0 for key in parsed if key.startswith("image/object/"))
     assert parsed["image/height"] == 10
@@ -63,7 +64,7 @@ def test_an_image_without_objects_has_empty_object_lists():
 
 def test_feature_spec_says_which_keys_hold_lists():
     def lists(mode):
-        return sorted(key for key, spec in feature_spec(mode).items() if spec["list"])
+        return sorted(key for key, spec in feature_spec(LabelMode(mode)).items() if spec["list"])
 
     assert lists("single") == []
     assert lists("multi") == ["image/class/label", "image/class/text"]

@@ -8,6 +8,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels, ApplyLabels, LabelledRow
 from transforms.manifest import Box, ManifestRow
+from transforms.run_settings import RunSettings
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 
 
@@ -23,10 +24,12 @@ OTHERS = [row(5, "test", "dog"), row(6, "validation", "bird")]
 
 def apply_labels(p, tmp_path, oov_bucket, rows):
     """TRAIN -> transform_fn (written to tmp_path/out) -> applied to `rows`."""
+    settings = RunSettings(unseen_label="oov" if oov_bucket else "error")
     transform_fn = (p | "Train" >> beam.Create(TRAIN)
-                    | AnalyzeLabels(oov_bucket, str(tmp_path / "tmp")))
+                    | AnalyzeLabels(settings, str(tmp_path / "tmp")))
     _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
-    return p | "Rows" >> beam.Create(rows) | ApplyLabels(transform_fn, str(tmp_path / "tmp"))
+    return p | "Rows" >> beam.Create(rows) | ApplyLabels(transform_fn, settings,
+                                                          str(tmp_path / "tmp"))
 
 
 def test_vocabulary_is_trains_by_frequency_and_unseen_labels_are_dead_letters(tmp_path):
@@ -74,10 +77,11 @@ def test_multi_label_vocabulary_covers_every_train_label(tmp_path):
     others = [multi(4, "test", "dog", "fish"), multi(5, "test", "cat", "bird")]
     with TestPipeline() as p:
         transform_fn = (p | "Train" >> beam.Create(train)
-                        | AnalyzeLabels(False, str(tmp_path / "tmp"), label_mode="multi"))
+                        | AnalyzeLabels(RunSettings(label_mode="multi"), str(tmp_path / "tmp")))
         _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
         labelled = (p | "Rows" >> beam.Create(train + others)
-                    | ApplyLabels(transform_fn, str(tmp_path / "tmp"), label_mode="multi"))
+                    | ApplyLabels(transform_fn, RunSettings(label_mode="multi"),
+                                  str(tmp_path / "tmp")))
         assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_ids)),
                     equal_to([(1, (0, 2)), (2, (0,)), (3, (1, 0)), (4, (2, 1))]), label="ids")
         assert_that(labelled.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.message)),
@@ -93,10 +97,11 @@ def test_a_pinned_vocabulary_gives_its_ids_and_is_what_the_transform_fn_carries(
                                      str(tmp_path / "pinned"))
     with TestPipeline() as p:
         transform_fn = (p | "Train" >> beam.Create(TRAIN)
-                        | AnalyzeLabels(False, str(tmp_path / "tmp"), pinned_file=pinned))
+                        | AnalyzeLabels(RunSettings(), str(tmp_path / "tmp"), pinned_file=pinned))
         _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
         labelled = (p | "Rows" >> beam.Create(TRAIN + OTHERS)
-                    | ApplyLabels(transform_fn, str(tmp_path / "tmp"), pinned_from="synsets.txt"))
+                    | ApplyLabels(transform_fn, RunSettings(), str(tmp_path / "tmp"),
+                                  pinned_from="synsets.txt"))
         assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_ids)),
                     equal_to([(1, (2,)), (2, (0,)), (3, (2,)), (5, (0,))]), label="ids")
         # A TRAIN label outside the pinned list is unseen too; the message names the list.

@@ -15,6 +15,7 @@ from transforms.publish import (FAILED_FILE, PublishOutput, build_summary, move_
                                 name_shards, read_failure, staged_dir)
 from transforms.report_page import ReportContent
 from transforms.shards import ShardWritten
+from transforms.run_settings import RunSettings
 from transforms.tfrecord_format import TFRecordFormat
 
 
@@ -106,7 +107,7 @@ def test_detection_summary_accounts_for_box_rows_not_examples():
 def staged_transform_fn(tmp_path):
     with TestPipeline() as p:
         _ = (p | beam.Create([ManifestRow("m", 1, "r", "train", "/a.jpg", ("cat",))])
-             | AnalyzeLabels(False, str(tmp_path / "tft"))
+             | AnalyzeLabels(RunSettings(), str(tmp_path / "tft"))
              | tft_beam.WriteTransformFn(str(tmp_path / "tft")))
 
 
@@ -117,7 +118,7 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     (out / "summary.json").write_text('{"old": true}')
     staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), TFRecordFormat(),
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), RunSettings(),
                             run_info=RUN_INFO, rules=RULES)
     with pytest.raises(RunFailed, match=r"rows read \(5\) != .*Nothing was published"):
         publish._publish(None, shards, {"file_not_found": 1}, [5], 0, {"cat": 4}, {}, {}, NO_CONTENT, [])
@@ -148,7 +149,7 @@ def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp
     with open(os.path.join(staged, "errors-00000-of-00001.jsonl"), "w") as file:
         file.write("new errors")
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), TFRecordFormat(),
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), RunSettings(),
                             run_info=RUN_INFO, rules=RULES)
     summary = publish._publish(None, shards, {"file_not_found": 1}, [4], 0, {"cat": 4}, {}, {}, NO_CONTENT, [])
     assert summary["accounted"] and summary["vocabulary"]["label"] == ["cat"]
@@ -168,7 +169,7 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
     out.mkdir()
     staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), TFRecordFormat(),
+    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), RunSettings(),
                             run_info=RUN_INFO, rules=RULES)
     named = name_shards(shards, TFRecordFormat())
     prepared = publish._prepare(named, {}, 3, ({}, {}), [], 0, NO_CONTENT)

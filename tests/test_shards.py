@@ -17,7 +17,7 @@ from transforms.labels import LabelledRow
 from transforms.manifest import DEAD_LETTERS, Box, ManifestRow
 from transforms.shards import (EXAMPLE_KEYS, PlanShards, WriteShards, _ordered_map,
                                _WriteShardFile, pack_rows, shard_of, shards_for)
-from transforms.tfrecord_format import TFRecordFormat
+from transforms.run_settings import RunSettings
 
 
 def tagged(outputs, tag):
@@ -87,8 +87,7 @@ def test_shards_are_the_same_however_rows_are_packed(tmp_path, monkeypatch):
         with TestPipeline() as p:
             _ = (p | beam.Create(rows)
                  | WriteShards(p | "Plan" >> beam.Create([("train", 3), ("test", 2)]),
-                               str(folder), TFRecordFormat(), ImageSettings(), Decoding(processes=1, threads=2),
-                               label_mode="single"))
+                               str(folder), RunSettings(decoding=Decoding(1, threads=2))))
         # The shards and the thumbnails written beside them.
         return {str(path.relative_to(folder)): path.read_bytes()
                 for path in folder.rglob("*") if path.is_file()}
@@ -104,8 +103,7 @@ def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):
     good = [labelled(tmp_path, f"{i}.jpg", i % 2, data=encode(photo_like(16, 12, i), "JPEG"))
             for i in range(6)]
     missing = labelled(tmp_path, "missing.jpg")
-    writer = _WriteShardFile(str(tmp_path / "tmp"), TFRecordFormat(), ImageSettings(), Decoding(2, threads=3),
-                             label_mode="single")
+    writer = _WriteShardFile(str(tmp_path / "tmp"), RunSettings(decoding=Decoding(2, threads=3)))
     writer.setup()
     try:
         outputs = list(writer.process((("train", 2), as_grouped([missing, *reversed(good)]))))
@@ -155,9 +153,9 @@ def as_grouped(rows):
     return [pack_rows(row.to_json() for row in chunk) for chunk in (rows[:2], rows[2:]) if chunk]
 
 
-def write_one_shard(tmp_path, rows, label_mode, settings=ImageSettings()):
-    writer = _WriteShardFile(str(tmp_path / "tmp"), TFRecordFormat(), settings, Decoding(0, threads=2),
-                             label_mode=label_mode)
+def write_one_shard(tmp_path, rows, label_mode, image=ImageSettings()):
+    writer = _WriteShardFile(str(tmp_path / "tmp"), RunSettings(
+        label_mode=label_mode, image=image, decoding=Decoding(0, threads=2)))
     writer.setup()
     try:
         outputs = list(writer.process((("train", 0), as_grouped(rows))))

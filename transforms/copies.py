@@ -1,11 +1,9 @@
-"""What counts as a copy of an image, and what --dedupe drops.
+"""What counts as a copy of an image.
 
 Read by the options as well as by duplicates.py and near_duplicates.py, and so kept free
 of TensorFlow: the command line checks its options before TensorFlow starts (and prints
 its start-up lines, which pipeline/console.py keeps out of sight).
 """
-
-DEDUPE_MODES = ("none", "sha256", "near")  # --dedupe: which copies are written only once
 
 HASH_BITS = 64  # of images.perceptual_hash
 # Chosen on planted copies among distinct photos (bench/near_duplicate_threshold.py; the

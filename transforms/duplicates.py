@@ -20,11 +20,11 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms import dead_letters as reasons
-from transforms.copies import DEDUPE_MODES
 from transforms.file_formats import BeamFiles, ShardFormat
 from transforms.histograms import file_bytes_bin, longest_side_bin
 from transforms.manifest import DEAD_LETTERS
 from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
+from transforms.run_settings import Dedupe, RunSettings
 from transforms.shards import ExampleRef, ShardWritten
 
 
@@ -145,35 +145,32 @@ def _positive(counts: collections.Counter[str]) -> dict[str, int]:
 
 class ReportDuplicates(beam.PTransform):
     """(shards, example keys) -> a dict of PCollections: "shards" (without the copies
-    that `dedupe` drops), "dead_letters" (the dropped copies' rows), "report" (the
+    that `settings.dedupe` drops), "dead_letters" (the dropped copies' rows), "report" (the
     written duplicates-*.jsonl and near_duplicates-*.jsonl), "by_splits" and
     "near_by_splits" ("kept split/copy split" -> copies), "duplicates" and
-    "near_duplicates" (every copy found) and, when `dedupe` drops any, "dropped"."""
+    "near_duplicates" (every copy found) and, when it drops any, "dropped"."""
 
-    def __init__(self, dedupe: str, near_distance: int, shard_format: ShardFormat,
-                 report_dir: str) -> None:
+    def __init__(self, settings: RunSettings, report_dir: str) -> None:
         super().__init__()
-        if dedupe not in DEDUPE_MODES:
-            raise ValueError(f"dedupe must be one of {DEDUPE_MODES}, not {dedupe!r}")
-        self._dedupe = dedupe
-        self._near_distance = near_distance
-        self._format = shard_format
+        self._dedupe = settings.dedupe
+        self._near_distance = settings.near_distance
+        self._format = settings.shard_format
         self._report_dir = report_dir
 
     def expand(self, written: tuple[beam.PCollection, beam.PCollection]) -> dict:
         shards, example_keys = written
         exact = example_keys | "Find" >> FindDuplicates()
         near = example_keys | "FindNear" >> FindNearDuplicates(self._near_distance)
-        reports = (_report(exact, "", self._dedupe != "none", self._report_dir),
-                   _report(near, "Near", self._dedupe == "near", self._report_dir))
+        reports = (_report(exact, "", self._dedupe is not Dedupe.NONE, self._report_dir),
+                   _report(near, "Near", self._dedupe is Dedupe.NEAR, self._report_dir))
         result = {"report": reports | "Reports" >> beam.Flatten(),
                   "by_splits": exact | "Count" >> _CountBySplits(),
                   "near_by_splits": near | "CountNear" >> _CountBySplits(),
                   "duplicates": exact, "near_duplicates": near}
-        if self._dedupe == "none":
+        if self._dedupe is Dedupe.NONE:
             return result | {"shards": shards, "dead_letters": (
                 shards.pipeline | "NoneDropped" >> beam.Create([]))}
-        dropped = ((exact, near) if self._dedupe == "near" else (exact,)
+        dropped = ((exact, near) if self._dedupe is Dedupe.NEAR else (exact,)
                    ) | "Dropped" >> beam.Flatten()
         deduped = shards | "Drop" >> DropDuplicates(dropped, self._format)
         return result | {"shards": deduped.shards, "dead_letters": deduped[DEAD_LETTERS],

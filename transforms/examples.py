@@ -13,6 +13,7 @@ from tensorflow.core.example import example_pb2
 
 from transforms.images import PreparedImage
 from transforms.labels import LabelledRow
+from transforms.run_settings import LabelMode
 from transforms.schema import CATEGORICAL, FLOAT, IMAGE, INTEGER, STRING, ExtraColumn
 
 # The feature keys and their dtypes: the output contract readers rely on.
@@ -43,14 +44,15 @@ DETECTION_FEATURES = {
 }
 
 
-def feature_types(label_mode: str, extra_columns: Sequence[ExtraColumn] = ()
+def feature_types(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = ()
                   ) -> dict[str, str]:
     """The feature keys and dtypes (bytes, int64, float) of examples written in this mode.
 
     Extra columns add `<column>` (integer, float, string; a categorical's vocabulary id,
     with its text in `<column>/text`), or `<column>/encoded`... for a second image.
     """
-    types = dict(DETECTION_FEATURES if label_mode == "detection" else CLASSIFICATION_FEATURES)
+    types = dict(DETECTION_FEATURES if label_mode == LabelMode.DETECTION
+                 else CLASSIFICATION_FEATURES)
     for column in extra_columns:
         if column.type == IMAGE:
             types |= {f"{column.name}/{key}": dtype for key, dtype in _STORED_IMAGE.items()}
@@ -65,17 +67,17 @@ _EXTRA_DTYPES = {INTEGER: "int64", FLOAT: "float", STRING: "bytes", CATEGORICAL:
 _LIST_FIELD = {"bytes": "bytes_list", "float": "float_list", "int64": "int64_list"}
 
 
-def feature_spec(label_mode: str, extra_columns: Sequence[ExtraColumn] = ()
+def feature_spec(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = ()
                  ) -> dict[str, dict[str, str | bool]]:
     """What summary.json tells readers about each key: its dtype, and whether it holds a
     list (multi-label ids and texts, every image/object/* key) rather than one value."""
     lists = {key for key in feature_types(label_mode)
-             if label_mode != "single" and key not in IMAGE_FEATURES}
+             if label_mode != LabelMode.SINGLE and key not in IMAGE_FEATURES}
     return {key: {"dtype": dtype, "list": key in lists}
             for key, dtype in feature_types(label_mode, extra_columns).items()}
 
 
-def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode: str,
+def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode: LabelMode,
                    extra_columns: Sequence[ExtraColumn] = (),
                    extra_images: Mapping[str, PreparedImage] | None = None) -> bytes:
     """The serialized tf.train.Example for one image; `image.encoded` is stored as is.
@@ -86,7 +88,7 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
     uri = rows[0].row.uri
     labelled = [(label, label_id) for item in rows
                 for label, label_id in zip(item.row.labels, item.label_ids, strict=True)]
-    if label_mode != "detection":  # each label once, as rows of one image are merged
+    if label_mode != LabelMode.DETECTION:  # each label once, as rows of one image are merged
         labelled = list(dict.fromkeys(labelled))
     texts = [label.encode() for label, _ in labelled]
     ids = [label_id for _, label_id in labelled]
@@ -96,7 +98,7 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
         "image/source_id": uri.encode(),
         "image/key/sha256": image.sha256.encode(),
     }
-    if label_mode == "detection":
+    if label_mode == LabelMode.DETECTION:
         boxes = [box for item in rows for box in item.row.boxes]
         values |= {f"image/object/bbox/{side}": [getattr(box, side) for box in boxes]
                    for side in ("xmin", "ymin", "xmax", "ymax")}
@@ -119,10 +121,10 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
     return example.SerializeToString(deterministic=True)
 
 
-def example_labels(rows: Sequence[LabelledRow], label_mode: str) -> list[str]:
+def example_labels(rows: Sequence[LabelledRow], label_mode: LabelMode) -> list[str]:
     """The labels of the example `rows` make: every box's, or each label once."""
     labels = [label for item in rows for label in item.row.labels]
-    return labels if label_mode == "detection" else list(dict.fromkeys(labels))
+    return labels if label_mode == LabelMode.DETECTION else list(dict.fromkeys(labels))
 
 
 def _stored_image(image: PreparedImage, prefix: str) -> dict[str, bytes | int]:

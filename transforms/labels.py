@@ -27,6 +27,7 @@ from tfx_bsl.public import tfxio
 
 from transforms import dead_letters as reasons
 from transforms.manifest import DEAD_LETTERS, ManifestRow
+from transforms.run_settings import LabelMode, RunSettings
 from transforms.schema import CATEGORICAL, ExtraColumn
 from transforms.vocabulary_file import LABEL_VOCABULARY
 
@@ -38,7 +39,7 @@ _ROW = "row"  # passthrough column: the serialized ManifestRow
 _BYTES_LIST = pa.large_list(pa.large_binary())
 
 
-def _input_config(label_mode: str, categorical: Sequence[str], with_row: bool
+def _input_config(label_mode: LabelMode, categorical: Sequence[str], with_row: bool
                   ) -> tfxio.TensorAdapterConfig:
     """The tensor `label` is for the transform_fn: a string per row, or a list of them
     (multi-label, and detection, where a row may be an image without objects); each
@@ -52,7 +53,7 @@ def _input_config(label_mode: str, categorical: Sequence[str], with_row: bool
                 column_name=name, shape=schema_pb2.FixedShape()))
 
     tensors = {name: scalar(name) for name in categorical}
-    if label_mode != "single":
+    if label_mode is not LabelMode.SINGLE:
         tensors[LABEL] = schema_pb2.TensorRepresentation(
             varlen_sparse_tensor=schema_pb2.TensorRepresentation.VarLenSparseTensor(
                 column_name=LABEL))
@@ -119,13 +120,12 @@ class _Columns(NamedTuple):
 class AnalyzeLabels(beam.PTransform):
     """TRAIN ManifestRows -> the transform_fn holding the label (and category) vocabularies."""
 
-    def __init__(self, oov_bucket: bool, temp_dir: str, label_mode: str = "single",
-                 extra_columns: Sequence[ExtraColumn] = (), pinned_file: str | None = None
+    def __init__(self, settings: RunSettings, temp_dir: str, pinned_file: str | None = None
                  ) -> None:
         super().__init__()
-        self._oov_bucket = oov_bucket
-        self._label_mode = label_mode
-        self._categorical = _Columns.of(extra_columns)
+        self._oov_bucket = settings.oov_bucket
+        self._label_mode = settings.label_mode
+        self._categorical = _Columns.of(settings.extra_columns)
         self._temp_dir = temp_dir
         self._pinned_file = pinned_file  # see write_pinned_vocabulary
 
@@ -151,13 +151,12 @@ class ApplyLabels(beam.PTransform):
     said to be missing from.
     """
 
-    def __init__(self, transform_fn: tuple, temp_dir: str, label_mode: str = "single",
-                 extra_columns: Sequence[ExtraColumn] = (), pinned_from: str | None = None
-                 ) -> None:
+    def __init__(self, transform_fn: tuple, settings: RunSettings, temp_dir: str,
+                 pinned_from: str | None = None) -> None:
         super().__init__()
         self._transform_fn = transform_fn
-        self._label_mode = label_mode
-        self._categorical = _Columns.of(extra_columns)
+        self._label_mode = settings.label_mode
+        self._categorical = _Columns.of(settings.extra_columns)
         self._temp_dir = temp_dir
         self._unseen_where = (f"is not in the pinned vocabulary {pinned_from}" if pinned_from
                               else "does not occur in the TRAIN split")

@@ -32,6 +32,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
+from transforms.run_settings import LabelMode
 from transforms.schema import IMAGE, ExtraColumn, parse_value
 from transforms.splits import SPLITS, normalise_split
 
@@ -68,9 +69,6 @@ _BOX_COLUMNS = ("xmin", "ymin", "xmax", "ymax")
 _VERTEX_FIELDS = 8
 
 
-LABEL_MODES = ("single", "multi", "detection")
-
-
 @dataclasses.dataclass(frozen=True)
 class RowRules:
     """How rows are read: split fractions for rows without one, and what a row labels.
@@ -83,7 +81,7 @@ class RowRules:
     """
 
     split_fractions: tuple[float, float, float] = DEFAULT_SPLIT_FRACTIONS
-    label_mode: str = "single"
+    label_mode: LabelMode = LabelMode.SINGLE
     label_separator: str = "|"
     extra_columns: tuple[ExtraColumn, ...] = ()  # from --schema; need a header
     # --image_dir: relative image names are relative to it instead of the manifest's folder.
@@ -92,13 +90,16 @@ class RowRules:
     uri_column: str | None = None
     label_column: str | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "label_mode", LabelMode(self.label_mode))
+
     @property
     def multi_label(self) -> bool:
-        return self.label_mode == "multi"
+        return self.label_mode is LabelMode.MULTI
 
     @property
     def detection(self) -> bool:
-        return self.label_mode == "detection"
+        return self.label_mode is LabelMode.DETECTION
 
 
 class ManifestError(ValueError):
@@ -432,7 +433,7 @@ def label_mode_problem(header: Sequence[str] | None, rows: Sequence[Sequence[str
     shapes = collections.Counter(_row_shape(_trimmed(row)) for row in rows)
     total = sum(shapes.values())
     for shape, wrong, flag in (("box", not rules.detection, "detection"),
-                               ("labels", rules.label_mode == "single", "multi"),
+                               ("labels", rules.label_mode is LabelMode.SINGLE, "multi"),
                                ("label", rules.detection, "single (or multi)")):
         if wrong and 2 * shapes[shape] > total:
             return (f"{shapes[shape]} of the first {total} rows {_SHAPES[shape]}; "
@@ -477,7 +478,7 @@ def jsonl_label_mode_problem(items: Sequence[dict], rules: RowRules) -> str | No
     if not rules.detection and 2 * boxes_only > len(items):
         return (f"{boxes_only} of the first {len(items)} lines have only "
                 "boundingBoxAnnotations; pass --label_mode detection")
-    if rules.label_mode == "single" and several:
+    if rules.label_mode is LabelMode.SINGLE and several:
         return (f"{several} of the first {len(items)} lines have several "
                 "classificationAnnotations; pass --label_mode multi")
     return None
@@ -607,7 +608,7 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
     while len(fields) > layout.width and not fields[-1]:
         fields.pop()  # trailing commas are common in exported manifests
     headerless = layout in (AUTOML_LAYOUT, URI_LABEL_LAYOUT)
-    if headerless and rules.label_mode != "single":  # split,uri,... or uri,...
+    if headerless and rules.label_mode is not LabelMode.SINGLE:  # split,uri,... or uri,...
         layout = AUTOML_LAYOUT if _is_split_value(fields[0]) else URI_LABEL_LAYOUT
         # A negative detection row keeps its empty label field: `TRAIN,uri,`.
         least = layout.width if rules.detection else layout.uri + 1

@@ -32,7 +32,6 @@ import tensorflow_transform as tft
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.copies import DEFAULT_NEAR_DISTANCE
 from transforms.examples import feature_spec
 from transforms.file_formats import ShardFormat, shard_globs
 from transforms.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
@@ -42,7 +41,8 @@ from transforms.manifest import SPLITS
 from transforms.outcome import (FAILED_FILE, Failure, PublishRules, RunFailed,
                                 outcome_problems)
 from transforms.report_page import REPORT_FILE, ReportContent, render_report
-from transforms.schema import CATEGORICAL, ExtraColumn
+from transforms.run_settings import Dedupe, LabelMode, RunSettings
+from transforms.schema import CATEGORICAL
 from transforms.shards import ShardWritten
 from transforms.tfds_metadata import DATASET_INFO_FILE, FEATURES_FILE, LABELS_SUFFIX, tfds_metadata
 
@@ -66,27 +66,21 @@ class PublishOutput(beam.PTransform):
     the duplicates).
     `temp_dir` holds the temp shards and what is staged; `tft_dir` is tf.Transform's
     working folder, where WriteTransformFn wrote the transform_fn. Both are removed
-    once the run has succeeded. With label_mode "detection" it also writes
-    label_map.pbtxt; `oov_bucket` adds the unseen labels' entry to it. A run that
+    once the run has succeeded. With `settings.label_mode` detection it also writes
+    label_map.pbtxt, with the unseen labels' entry where they have an id. A run that
     breaks `rules` raises RunFailed and publishes nothing (see the module's docstring).
     """
 
-    def __init__(self, output_dir: str, temp_dir: str, tft_dir: str, shard_format: ShardFormat,
-                 run_info: dict[str, Any], rules: PublishRules, label_mode: str = "single",
-                 extra_columns: Sequence[ExtraColumn] = (), oov_bucket: bool = False,
-                 dedupe: str = "none", near_distance: int = DEFAULT_NEAR_DISTANCE) -> None:
+    def __init__(self, output_dir: str, temp_dir: str, tft_dir: str, settings: RunSettings,
+                 run_info: dict[str, Any], rules: PublishRules) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._temp_dir = temp_dir
         self._tft_dir = tft_dir
-        self._format = shard_format
+        self._settings = settings
+        self._format = settings.shard_format
         self._run_info = run_info
         self._rules = rules
-        self._label_mode = label_mode
-        self._extra_columns = tuple(extra_columns)
-        self._oov_bucket = oov_bucket
-        self._dedupe = dedupe
-        self._near_distance = near_distance
         self._run_id = FileSystems.split(temp_dir.rstrip("/"))[1]  # unique to this run
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
@@ -176,24 +170,27 @@ class PublishOutput(beam.PTransform):
         summary["vocabulary"] |= {
             column.name: [word.decode() for word in transform_output.vocabulary_by_name(
                 column.name)]
-            for column in self._extra_columns if column.type == CATEGORICAL}
-        summary["features"] = feature_spec(self._label_mode, self._extra_columns)
+            for column in self._settings.extra_columns if column.type == CATEGORICAL}
+        summary["features"] = feature_spec(self._settings.label_mode,
+                                           self._settings.extra_columns)
         duplicates, near_duplicates = copies  # "kept split/copy split" -> copies
         summary["duplicates"] = {
             "copies": sum(duplicates.values()), "by_splits": dict(sorted(duplicates.items())),
-            "dropped": self._dedupe != "none", "files": _written_names(written, "duplicates-")}
+            "dropped": self._settings.dedupe is not Dedupe.NONE,
+            "files": _written_names(written, "duplicates-")}
         summary["near_duplicates"] = {
             "copies": sum(near_duplicates.values()),
             "by_splits": dict(sorted(near_duplicates.items())),
-            "max_distance": self._near_distance, "dropped": self._dedupe == "near",
+            "max_distance": self._settings.near_distance,
+            "dropped": self._settings.dedupe is Dedupe.NEAR,
             "files": _written_names(written, "near_duplicates-")}
         for name, text in tfds_metadata(summary).items():
             with FileSystems.create(FileSystems.join(staged, name)) as out:
                 out.write(text.encode())
-        if self._label_mode == "detection":
+        if self._settings.label_mode is LabelMode.DETECTION:
             summary["label_map"] = LABEL_MAP_FILE
             with FileSystems.create(FileSystems.join(staged, LABEL_MAP_FILE)) as out:
-                out.write(label_map_text(vocabulary, self._oov_bucket).encode())
+                out.write(label_map_text(vocabulary, self._settings.oov_bucket).encode())
         # Listed now, as a retried publish finds them moved already.
         # (match may give the paths in another form than `staged`: absolute, say)
         marker = f"/{self._run_id}/staged/"

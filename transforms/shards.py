@@ -19,7 +19,7 @@ import hashlib
 import itertools
 import math
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple, TypeVar
 
 import apache_beam as beam
@@ -31,16 +31,16 @@ from apache_beam.utils.windowed_value import WindowedValue
 from transforms import dead_letters as reasons
 from transforms import decode_pool, live_progress
 from transforms.dead_letters import DeadLetter
-from transforms.decode_pool import Decoding
 from transforms.deadline import within_deadline
 from transforms.examples import encode_example, example_labels
-from transforms.file_formats import BeamFiles, ShardFormat
+from transforms.file_formats import BeamFiles
 from transforms.histograms import file_bytes_bin, longest_side_bin
 from transforms.image_files import read_image_bytes
-from transforms.images import ImageRejected, ImageSettings, PreparedImage
+from transforms.images import ImageRejected, PreparedImage
 from transforms.labels import LabelledRow
 from transforms.manifest import DEAD_LETTERS, ManifestRow
-from transforms.schema import IMAGE, ExtraColumn
+from transforms.run_settings import LabelMode, RunSettings
+from transforms.schema import IMAGE
 from transforms.tfrecord_format import write_record
 
 _SIZE_SAMPLE = 32  # files per split whose sizes estimate the split's total bytes
@@ -124,7 +124,7 @@ class ExampleRef(NamedTuple):
     uri: str
     labels: tuple[str, ...]  # label texts (detection: one per object)
     perceptual_hash: int  # images.PreparedImage.perceptual_hash
-    content: ExampleContent | None  # only for WriteShards(keep_content=True)
+    content: ExampleContent | None  # only where RunSettings.keeps_content
 
 
 class PlanShards(beam.PTransform):
@@ -159,19 +159,16 @@ class PlanShards(beam.PTransform):
 
 class WriteShards(beam.PTransform):
     """LabelledRows -> ShardWritten per file; failed images -> DEAD_LETTERS; every
-    example's (sha256, ExampleRef) -> EXAMPLE_KEYS, with its content if `keep_content`.
+    example's (sha256, ExampleRef) -> EXAMPLE_KEYS, with its content where
+    `settings.keeps_content`.
 
     `plan` is PlanShards' output: (split, number of shards).
     """
 
-    def __init__(self, plan: beam.PCollection, temp_dir: str, shard_format: ShardFormat,
-                 settings: ImageSettings, decoding: Decoding, label_mode: str,
-                 extra_columns: Sequence[ExtraColumn] = (), keep_content: bool = False
-                 ) -> None:
+    def __init__(self, plan: beam.PCollection, temp_dir: str, settings: RunSettings) -> None:
         super().__init__()
         self._plan = plan
-        self._writer = _WriteShardFile(temp_dir, shard_format, settings, decoding,
-                                       label_mode, extra_columns, keep_content)
+        self._writer = _WriteShardFile(temp_dir, settings)
 
     def expand(self, labelled: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return (labelled
@@ -239,17 +236,14 @@ class _WriteShardFile(beam.DoFn):
     do not depend on where or how many at once images were decoded.
     """
 
-    def __init__(self, temp_dir: str, shard_format: ShardFormat, settings: ImageSettings,
-                 decoding: Decoding, label_mode: str,
-                 extra_columns: Sequence[ExtraColumn] = (), keep_content: bool = False
-                 ) -> None:
+    def __init__(self, temp_dir: str, settings: RunSettings) -> None:
         self._temp_dir = temp_dir
-        self._format = shard_format
-        self._settings = settings
-        self._decoding = decoding
-        self._label_mode = label_mode
-        self._extra_columns = tuple(extra_columns)
-        self._keep_content = keep_content
+        self._format = settings.shard_format
+        self._image = settings.image
+        self._decoding = settings.decoding
+        self._label_mode = settings.label_mode
+        self._extra_columns = settings.extra_columns
+        self._keep_content = settings.keeps_content
         self._written = Metrics.counter("images", "written")
         self._rejected = Metrics.counter("images", "rejected")
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -272,7 +266,7 @@ class _WriteShardFile(beam.DoFn):
         images = []
         for _, group in itertools.groupby(ordered, key=lambda item: item.row.uri):
             first, *others = group
-            if self._label_mode == "single" and others:
+            if self._label_mode is LabelMode.SINGLE and others:
                 for other in others:
                     yield beam.pvalue.TaggedOutput(DEAD_LETTERS, _duplicate_row(other, first))
                 live_progress.handled(len(others), len(others))
@@ -345,7 +339,7 @@ class _WriteShardFile(beam.DoFn):
         """Each image's outcome: its files read here, decoded together by one decoder."""
         read = [_read(rows[0].row.uri) for rows in batch]
         decoded = iter(self._prepare_all(
-            [data for data in read if isinstance(data, bytes)], self._settings))
+            [data for data in read if isinstance(data, bytes)], self._image))
         return [self._encode(rows, data, next(decoded)) if isinstance(data, bytes) else data
                 for rows, data in zip(batch, read)]
 
@@ -369,7 +363,7 @@ class _WriteShardFile(beam.DoFn):
         for column, uri in zip(self._extra_columns, row.extras, strict=True):
             if column.type == IMAGE:
                 try:
-                    (image,) = self._prepare_all([read_image_bytes(uri)], self._settings)
+                    (image,) = self._prepare_all([read_image_bytes(uri)], self._image)
                     if isinstance(image, ImageRejected):
                         raise image
                     images[column.name] = image
