@@ -81,10 +81,14 @@ seen = []
 for stats in summary["splits"].values():
     for shard in stats["shards"]:
         (index,) = shard["companions"]
-        for worker in range(workers):
+        # tfrecord 1.14 cannot read a one-line index (README): such a shard is read whole,
+        # by one worker. Which shards hold one record depends on the rows' paths.
+        parts = workers if shard["records"] > 1 else 1
+        for worker in range(parts):
             for features in tfrecord_loader(
-                    f"{output}/{shard['file']}", f"{output}/{index}", {"image/encoded": "byte"},
-                    shard=(worker, workers), compression_type=compression):
+                    f"{output}/{shard['file']}", f"{output}/{index}" if parts > 1 else None,
+                    {"image/encoded": "byte"}, shard=(worker, parts) if parts > 1 else None,
+                    compression_type=compression):
                 seen.append([shard["file"], worker,
                              hashlib.sha256(features["image/encoded"]).hexdigest()])
 json.dump(seen, sys.stdout)
