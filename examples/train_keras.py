@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> float:
                   metrics=["accuracy"])
     model.fit(train, validation_data=validation, epochs=args.epochs, verbose=2)
     _, accuracy = model.evaluate(validation, verbose=0)
-    examples = output.summary["splits"]["validation"]["examples"]
+    examples = output.summary.splits["validation"].examples
     print(f"validation accuracy {accuracy:.3f} on {examples} examples "
           f"(chance {1 / output.num_classes:.3f})")
     return accuracy

@@ -27,11 +27,12 @@ import pandas as pd
 
 from image_tfrecords.loader import load
 from image_tfrecords.output import Output
+from transforms.summary import Summary
 
 if TYPE_CHECKING:
     from transforms.schema import ExtraColumn
 
-__all__ = ["ConversionResult", "Output", "convert", "load"]
+__all__ = ["ConversionResult", "Output", "Summary", "convert", "load"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +45,7 @@ class ConversionResult:
     """
 
     output_dir: str
-    summary: dict[str, Any]
+    summary: Summary
     problem: str | None
     unpublished_error_files: tuple[str, ...] = ()  # where a failed run left its dead letters
 
@@ -54,19 +55,19 @@ class ConversionResult:
 
     @property
     def rows_read(self) -> int:
-        return self.summary["rows_read"]
+        return self.summary.rows_read
 
     @property
     def examples_written(self) -> int:
-        return self.summary["examples_written"]
+        return self.summary.examples_written
 
     @property
     def rows_dead_lettered(self) -> int:
-        return self.summary["rows_dead_lettered"]
+        return self.summary.rows_dead_lettered
 
     @property
     def examples(self) -> dict[str, int]:
-        return {split: stats["examples"] for split, stats in self.summary["splits"].items()}
+        return self.summary.examples
 
     @property
     def files(self) -> dict[str, list[str]]:
@@ -75,9 +76,8 @@ class ConversionResult:
 
         if not self.ok:
             return {}
-        return {split: [FileSystems.join(self.output_dir, shard["file"])
-                        for shard in stats["shards"]]
-                for split, stats in self.summary["splits"].items()}
+        return {split: [FileSystems.join(self.output_dir, shard.file) for shard in stats.shards]
+                for split, stats in self.summary.splits.items()}
 
     @property
     def report(self) -> str | None:
@@ -96,7 +96,7 @@ class ConversionResult:
         if not self.ok:
             return list(self.unpublished_error_files)
         return [FileSystems.join(self.output_dir, name)
-                for name in self.summary["errors"]["files"]]
+                for name in self.summary.errors.files]
 
 
 def convert(source: str | os.PathLike | Sequence[str | os.PathLike] | pd.DataFrame,

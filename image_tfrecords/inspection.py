@@ -19,6 +19,7 @@ import tensorflow as tf
 from PIL import Image, ImageDraw
 
 from image_tfrecords.output import IMAGE, Output
+from transforms.summary import FeatureInfo
 
 CSV_FILE = "records.csv"
 _BOX = "image/object/bbox/"
@@ -46,7 +47,7 @@ def inspect_split(output_dir: str, split: str, count: int, out_dir: str) -> list
                 row[key] = _write(out_dir, name + _extension(value), value, written)
             else:
                 row[key] = "|".join(_text(item) for item in value) \
-                    if features[key]["list"] else _text(value)
+                    if features[key].list else _text(value)
         if "overlay" in columns:
             row["overlay"] = _write(out_dir, f"{stem}-boxes.png", _overlay(values), written)
         rows.append(row)
@@ -65,14 +66,14 @@ def _records(output: Output, split: str) -> Iterator[tuple[str, int, bytes]]:
             yield posixpath.basename(path), position, record
 
 
-def _values(example: tf.train.Example, features: dict[str, dict]) -> dict[str, object]:
+def _values(example: tf.train.Example, features: dict[str, FeatureInfo]) -> dict[str, object]:
     """key -> its value (a list for list keys), in summary.json's key order."""
     values = {}
     for key, feature in features.items():
         holder = example.features.feature[key]
         kind = holder.WhichOneof("kind")
         items = list(getattr(holder, kind).value) if kind else []
-        values[key] = items if feature["list"] else items[0]
+        values[key] = items if feature.list else items[0]
     return values
 
 

@@ -38,7 +38,7 @@ def load(output_dir: str, split: str = "train", *, batch_size: int | None = 32,
         raise ValueError(f"split {split!r} of {output_dir} has no examples")
     if as_supervised and CLASS_LABEL not in output.features:
         raise ValueError(f"as_supervised needs {CLASS_LABEL}: not in a "
-                         f"{output.label_mode!r} output")
+                         f"'{output.label_mode}' output")
     shuffle = split == "train" if shuffle is None else shuffle
     files = tf.data.Dataset.from_tensor_slices(paths)
     if shuffle:
@@ -73,7 +73,7 @@ def _decoder(output: Output, size: tuple[int, int] | None, channels: int):
 def _supervised_decoder(output: Output, size: tuple[int, int] | None, channels: int):
     """Parses only the image and the label: the other keys are not needed."""
     spec = {key: value for key, value in output.parse_spec().items() if key in (IMAGE, CLASS_LABEL)}
-    multi_label = output.features[CLASS_LABEL]["list"]
+    multi_label = output.features[CLASS_LABEL].list
     num_classes = output.num_classes
 
     def decode(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

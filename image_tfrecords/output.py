@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from collections.abc import Iterator
-from typing import Any
 
+import pydantic
 import tensorflow as tf
 
-from transforms.file_formats import DEFAULT_FORMAT, GFiles, ShardFormat, shard_format
+from transforms.file_formats import GFiles, ShardFormat
+from transforms.choices import LabelMode, UnseenLabel
 from transforms.splits import SPLIT_NAMES, normalise_split
+from transforms.summary import SUMMARY_FILE, FeatureInfo, Summary
 
-# As transforms/publish.py and transforms/labels.py write them (those import Beam and
-# tf.Transform); tests/test_output.py checks that they agree.
-SUMMARY_FILE = "summary.json"
+# As transforms/labels.py writes them (it imports Beam and tf.Transform);
+# tests/test_output.py checks that they agree.
 VOCABULARY_DIR = "transform_fn/assets"
 LABEL_VOCABULARY = "label"
 
@@ -36,10 +36,10 @@ CLASS_LABEL = "image/class/label"
 _DTYPES = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
 
 
-def is_image_key(key: str, feature: dict[str, Any]) -> bool:
+def is_image_key(key: str, feature: FeatureInfo) -> bool:
     """An image file's bytes: a single bytes value under a key ending in `/encoded`
     (`image/encoded`, as in TensorFlow's own datasets)."""
-    return key.endswith("/encoded") and feature["dtype"] == "bytes" and not feature["list"]
+    return key.endswith("/encoded") and feature.dtype == "bytes" and not feature.list
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,19 +47,24 @@ class Output:
     """An output folder and its summary.json."""
 
     directory: str
-    summary: dict[str, Any]
+    summary: Summary
 
     @classmethod
     def read(cls, directory: str) -> Output:
         """Raises FileNotFoundError when the folder has no summary.json, ValueError when
-        it lists no features (written before summary.json did)."""
+        it is not one (naming what is wrong) or lists no features (written before
+        summary.json did)."""
         directory = directory.rstrip("/")
         path = f"{directory}/{SUMMARY_FILE}"
         if not tf.io.gfile.exists(path):
             raise FileNotFoundError(f"{path} not found: not an image-tfrecords output")
         with tf.io.gfile.GFile(path, "rb") as file:
-            summary = json.loads(file.read())
-        if "features" not in summary:
+            try:
+                summary = Summary.from_json(file.read())
+            except pydantic.ValidationError as problem:
+                raise ValueError(f"{path} is not a summary.json image-tfrecords reads: "
+                                 f"{problem}") from None
+        if not summary.features:
             raise ValueError(f"{path} lists no features: written by an older "
                              "image-tfrecords, convert again to read it")
         return cls(directory, summary)
@@ -69,23 +74,22 @@ class Output:
         return f"{self.directory}/{name}"
 
     @property
-    def features(self) -> dict[str, dict[str, Any]]:
-        """key -> {"dtype": bytes|int64|float, "list": bool}, as the examples hold them."""
-        return self.summary["features"]
+    def features(self) -> dict[str, FeatureInfo]:
+        """key -> its dtype and whether it is a list, as the examples hold them."""
+        return self.summary.features
 
     @property
     def image_keys(self) -> list[str]:
         return [key for key, feature in self.features.items() if is_image_key(key, feature)]
 
     @property
-    def label_mode(self) -> str:
-        return self.summary["options"]["label_mode"]
+    def label_mode(self) -> LabelMode:
+        return self.summary.options.label_mode
 
     @functools.cached_property
     def shard_format(self) -> ShardFormat:
-        """How its shards are read (an output from before --file_format is TFRecord)."""
-        options = self.summary["options"]
-        return shard_format(options.get("file_format", DEFAULT_FORMAT), options["compression"])
+        """How its shards are read."""
+        return self.summary.options.shard_format
 
     @functools.cached_property
     def vocabulary(self) -> list[str]:
@@ -98,7 +102,7 @@ class Output:
     def num_classes(self) -> int:
         """Label ids a classifier must cover: the vocabulary, plus the OOV id (len of the
         vocabulary) that `--unseen_label oov` gives unseen labels."""
-        return len(self.vocabulary) + (self.summary["options"]["unseen_label"] == "oov")
+        return len(self.vocabulary) + (self.summary.options.unseen_label is UnseenLabel.OOV)
 
     def split_name(self, split: str) -> str:
         """The output's name for `split` as a user writes it ("TRAIN", "Validation",
@@ -106,16 +110,16 @@ class Output:
         name = normalise_split(split)
         if name is None:
             raise ValueError(f"unknown split {split!r}: give one of {SPLIT_NAMES}")
-        if name not in self.summary["splits"]:
+        if name not in self.summary.splits:
             raise ValueError(f"split {split!r}: the output has only "
-                             f"{', '.join(self.summary['splits'])}")
+                             f"{', '.join(self.summary.splits)}")
         return name
 
     def shards(self, split: str) -> list[tuple[str, int]]:
         """(path, records) of each shard of `split` (any case, see split_name), in
         shard order."""
-        return [(self.path(shard["file"]), shard["records"])
-                for shard in self.summary["splits"][self.split_name(split)]["shards"]]
+        return [(self.path(shard.file), shard.records)
+                for shard in self.summary.splits[self.split_name(split)].shards]
 
     def read_shard(self, path: str) -> Iterator[bytes]:
         """The records of one shard, in order, each checked as its format can; raises
@@ -124,6 +128,6 @@ class Output:
 
     def parse_spec(self) -> dict[str, tf.io.FixedLenFeature | tf.io.RaggedFeature]:
         """tf.io.parse_example's spec for every key: lists as RaggedFeature (1-D per example)."""
-        return {key: tf.io.RaggedFeature(_DTYPES[feature["dtype"]]) if feature["list"]
-                else tf.io.FixedLenFeature([], _DTYPES[feature["dtype"]])
+        return {key: tf.io.RaggedFeature(_DTYPES[feature.dtype]) if feature.list
+                else tf.io.FixedLenFeature([], _DTYPES[feature.dtype])
                 for key, feature in self.features.items()}

@@ -32,9 +32,9 @@ def rebuild_report(output_dir: str) -> str:
     """Writes OUTPUT/report.html and returns its path."""
     output = Output.read(output_dir)
     summary = output.summary
-    copies = {kind: _first(_json_lines(output, summary.get(kind, {}).get("files", [])),
-                           PAIRS_SHOWN, _copy_rank)
-              for kind in ("duplicates", "near_duplicates")}
+    copies = {kind: _first(_json_lines(output, found.files), PAIRS_SHOWN, _copy_rank)
+              for kind, found in (("duplicates", summary.duplicates),
+                                  ("near_duplicates", summary.near_duplicates))}
     wanted = {(image["split"], image["uri"])
               for pairs in copies.values() for pair in pairs for image in (pair["kept"],
                                                                              pair["copy"])}
@@ -46,7 +46,7 @@ def rebuild_report(output_dir: str) -> str:
                         thumbnails.get(shown))
 
     rejected: dict[str, list[dict[str, Any]]] = {}
-    for dead in _json_lines(output, summary["errors"]["files"]):
+    for dead in _json_lines(output, summary.errors.files):
         rejected.setdefault(dead["reason"], []).append(dead)
     content = ReportContent(
         samples=samples,
@@ -72,7 +72,7 @@ def _sample(output: Output, wanted: set[_Shown]
     (text_key,) = (key for key in LABEL_TEXT.values() if key in output.features)
     samples: dict[str, dict[str, list[Pictured]]] = {}
     thumbnails: dict[_Shown, bytes] = {}
-    for split in output.summary["splits"]:
+    for split in output.summary.splits:
         lowest: dict[str, list[tuple[bytes, Pictured]]] = {}  # label -> a max-heap, negated
         for record in _records(output, split):
             example = tf.train.Example.FromString(record)

@@ -38,10 +38,10 @@ def verify(output_dir: str) -> Verified:
     check = _ExampleCheck(output)
     examples: dict[str, int] = {}
     shards = 0
-    for split, stats in output.summary["splits"].items():
+    for split, stats in output.summary.splits.items():
         listed = output.shards(split)
-        companions = {path: [output.path(name) for name in shard.get("companions", [])]
-                      for (path, _), shard in zip(listed, stats["shards"])}
+        companions = {path: [output.path(name) for name in shard.companions]
+                      for (path, _), shard in zip(listed, stats.shards)}
         _check_no_unlisted_shards(output, split, {path for path, _ in listed}
                                   | {path for paths in companions.values() for path in paths})
         for path, expected in listed:
@@ -54,12 +54,12 @@ def verify(output_dir: str) -> Verified:
             _verify_companions(output, path, companions[path], sizes)
         examples[split] = sum(records for _, records in listed)
         shards += len(listed)
-        if examples[split] != stats["examples"]:
+        if examples[split] != stats.examples:
             raise VerifyError(f"split {split}: its shards hold {examples[split]} records, "
-                              f"summary.json says {stats['examples']} examples")
-    if sum(examples.values()) != output.summary["examples_written"]:
+                              f"summary.json says {stats.examples} examples")
+    if sum(examples.values()) != output.summary.examples_written:
         raise VerifyError(f"the splits hold {sum(examples.values())} examples, summary.json "
-                          f"says {output.summary['examples_written']} were written")
+                          f"says {output.summary.examples_written} were written")
     return Verified(examples, shards)
 
 

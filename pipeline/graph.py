@@ -9,10 +9,8 @@ TensorFlow, and no stage waits on a side input while holding the manifest.
 
 from __future__ import annotations
 
-import json
 import tempfile
 import uuid
-from typing import Any
 
 import apache_beam as beam
 import tensorflow_transform.beam as tft_beam
@@ -30,17 +28,18 @@ from transforms.folder import ReadImageFolder
 from transforms.labels import AnalyzeLabels, ApplyLabels
 from transforms.manifest import DISCARDED
 from transforms.outcome import Failure, PublishRules, RunFailed
-from transforms.publish import SUMMARY_FILE, PublishOutput, delete_tree, read_failure, staged_dir
+from transforms.publish import PublishOutput, delete_tree, read_failure, staged_dir
 from transforms.report_content import GatherReportContent
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
 from transforms.sources import ManifestSource, ReadManifest
+from transforms.summary import SUMMARY_FILE, RunInfo, Summary
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 
 _MB = 1 << 20
 
 
-def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: dict[str, Any],
-        pinned: PinnedVocabulary | None = None) -> dict[str, Any] | None:
+def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: RunInfo,
+        pinned: PinnedVocabulary | None = None) -> Summary | None:
     """Runs the conversion and returns the summary.json it wrote.
 
     None when the job is still running: with --no_wait_until_finish (a Flex Template
@@ -78,11 +77,11 @@ def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: dic
     if not PipelineState.is_terminal(p.result.state):
         return None
     with FileSystems.open(FileSystems.join(convert.output_dir, SUMMARY_FILE)) as file:
-        return json.load(file)
+        return Summary.from_json(file.read())
 
 
 def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSource],
-          temp_dir: str, tft_dir: str, run_info: dict[str, Any],
+          temp_dir: str, tft_dir: str, run_info: RunInfo,
           pinned_from: str | None = None, pinned_file: str | None = None) -> None:
     """The conversion's graph; `pinned_file` is the pinned vocabulary as tf.Transform
     reads it (write_pinned_vocabulary), `pinned_from` the file the user gave."""

@@ -16,7 +16,8 @@ from transforms.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_na
                                      format_names, shard_format)
 from transforms.images import ImageSettings
 from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, RowRules
-from transforms.run_settings import Dedupe, LabelMode, RunSettings, UnseenLabel
+from transforms.choices import Dedupe, LabelMode, UnseenLabel
+from transforms.run_settings import RunSettings
 from transforms.schema import ExtraColumn, SchemaError, load_schema
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels

@@ -2,64 +2,62 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from transforms.report_page import REPORT_FILE
+from transforms.summary import CopiesInfo, Summary
 
 
-def format_report(summary: dict[str, Any], output_dir: str, wall_seconds: float,
+def format_report(summary: Summary, output_dir: str, wall_seconds: float,
                   published: bool = True) -> str:
     """The table; `published` False heads it as a failed run's, of which nothing was
     published."""
     rows = [("split", "examples", "shards", "MB", "labels")]
-    for split, stats in summary["splits"].items():
-        labels = ", ".join(f"{label} {count}" for label, count in stats["labels"].items())
-        rows.append((split, str(stats["examples"]), str(len(stats["shards"])),
-                     f"{stats['bytes'] / 1e6:.1f}", labels or "-"))
+    for split, stats in summary.splits.items():
+        labels = ", ".join(f"{label} {count}" for label, count in stats.labels.items())
+        rows.append((split, str(stats.examples), str(len(stats.shards)),
+                     f"{stats.bytes / 1e6:.1f}", labels or "-"))
     widths = [max(len(row[column]) for row in rows) for column in range(4)]
     lines = [f"image-tfrecords: {output_dir}"
              + ("" if published else "  FAILED: nothing below was published")]
     lines += ["  ".join([cell.ljust(width) if column == 0 else cell.rjust(width)
                          for column, (cell, width) in enumerate(zip(row, widths))] + [row[4]])
               for row in rows]
-    if summary["empty_splits"]:
-        lines.append(f"empty splits (no shards written): {', '.join(summary['empty_splits'])}")
-    written = f"{summary['examples_written']} examples written"
-    if summary["rows_in_examples"] != summary["examples_written"]:
-        written = f"{summary['rows_in_examples']} rows in {written}"
+    if summary.empty_splits:
+        lines.append(f"empty splits (no shards written): {', '.join(summary.empty_splits)}")
+    written = f"{summary.examples_written} examples written"
+    if summary.rows_in_examples != summary.examples_written:
+        written = f"{summary.rows_in_examples} rows in {written}"
     lines.append(
-        f"rows read {summary['rows_read']} = {written}"
-        f" + {summary['rows_dead_lettered']} dead-lettered ({summary['error_fraction']:.1%})"
-        + (f" + {summary['rows_discarded']} discarded (DISCARD)"
-           if summary["rows_discarded"] else "")
-        + ("" if summary["accounted"] else "  MISMATCH: rows were lost"))
-    by_reason = summary["errors"]["by_reason"]
+        f"rows read {summary.rows_read} = {written}"
+        f" + {summary.rows_dead_lettered} dead-lettered ({summary.error_fraction:.1%})"
+        + (f" + {summary.rows_discarded} discarded (DISCARD)" if summary.rows_discarded else "")
+        + ("" if summary.accounted else "  MISMATCH: rows were lost"))
+    by_reason = summary.errors.by_reason
     if by_reason:
         lines.append("dead letters by reason: "
                      + ", ".join(f"{reason} {count}" for reason, count in by_reason.items())
-                     + f"  ({', '.join(summary['errors']['files'])})")
-    duplicates = summary["duplicates"]
-    if duplicates["copies"]:
+                     + f"  ({', '.join(summary.errors.files)})")
+    duplicates = summary.duplicates
+    if duplicates.copies:
         lines.append(_copies_line("byte-identical images", duplicates,
-                                  "--dedupe sha256" if not summary["near_duplicates"]["dropped"]
+                                  "--dedupe sha256" if not summary.near_duplicates.dropped
                                   else "--dedupe near"))
-    near = summary["near_duplicates"]
-    if near["copies"]:
-        lines.append(_copies_line(f"near-copies (pHash within {near['max_distance']} bits)",
+    near = summary.near_duplicates
+    if near.copies:
+        lines.append(_copies_line(f"near-copies (pHash within {near.max_distance} bits)",
                                   near, "--dedupe near"))
-    if published and REPORT_FILE in summary.get("files", []):
+    if published and REPORT_FILE in summary.files:
         lines.append(f"report: {output_dir.rstrip('/')}/{REPORT_FILE} (plots, a sample of "
                      "each label, dead letters and copies side by side)")
-    images_per_second = summary["examples_written"] / wall_seconds if wall_seconds else 0.0
+    images_per_second = summary.examples_written / wall_seconds if wall_seconds else 0.0
     lines.append(f"wall {wall_seconds:.1f} s, {images_per_second:.1f} images/s")
     return "\n".join(lines)
 
 
-def _copies_line(heading: str, copies: dict[str, Any], dropped_by: str) -> str:
+def _copies_line(heading: str, copies: CopiesInfo, dropped_by: str) -> str:
     """Copies by "kept split/copy split"; a pair of two splits is a leak (a TEST image
     also in TRAIN inflates the test score)."""
     pairs = ", ".join(
         f"{pair} {count}" + (" (leak)" if len(set(pair.split("/"))) > 1 else "")
-        for pair, count in copies["by_splits"].items())
-    dropped = f"; the copies dropped ({dropped_by})" if copies["dropped"] else ""
-    return f"{heading}: {pairs}{dropped}  ({', '.join(copies['files'])})"
+        for pair, count in copies.by_splits.items())
+    dropped = f"; the copies dropped ({dropped_by})" if copies.dropped else ""
+    return f"{heading}: {pairs}{dropped}  ({', '.join(copies.files)})"

@@ -8,7 +8,6 @@ import itertools
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -24,6 +23,7 @@ from transforms.manifest import ManifestError, ManifestRow, RowRules
 from transforms.outcome import RunFailed
 from transforms.sources import (ManifestSource, check_sources, find_manifests, read_source,
                                 split_and_path)
+from transforms.summary import SUMMARY_FILE, RunInfo, RunOptions, Summary
 from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
-def convert_and_report(argv: Sequence[str]) -> dict[str, Any] | None:
+def convert_and_report(argv: Sequence[str]) -> Summary | None:
     """Runs one conversion, prints its report; returns the summary.json it published.
 
     The summary is None for a job submitted with --no_wait_until_finish that is still
@@ -72,19 +72,18 @@ def convert_and_report(argv: Sequence[str]) -> dict[str, Any] | None:
         return _run(options, convert)
 
 
-def _run(options: PipelineOptions, convert: ConvertOptions) -> dict[str, Any] | None:
+def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
     """convert_and_report's work, within its console filter."""
     manifests = _preflight(convert)
     pinned = _pinned_vocabulary(convert)
     started = time.monotonic()
-    run_info = {
-        **({"image_folder": convert.image_folder} if convert.image_folder
-           else {"manifests": [source.describe() for source in manifests]}),
-        "options": {"runner": options.view_as(StandardOptions).runner or "DirectRunner",
-                    **convert.values()},
-        "versions": {name: _version(name) for name in _VERSIONED},
-        "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-    }
+    run_info = RunInfo(
+        manifests=None if convert.image_folder else [source.describe() for source in manifests],
+        image_folder=convert.image_folder,
+        options=RunOptions(runner=options.view_as(StandardOptions).runner or "DirectRunner",
+                           **convert.values()),
+        versions={name: _version(name) for name in _VERSIONED},
+        started_at=datetime.datetime.now(datetime.timezone.utc).isoformat())
     try:
         with frozen_for_the_run():
             # TensorFlow loads here, so usage errors above come back in a second, not six.
@@ -97,7 +96,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> dict[str, Any] | 
         raise
     if summary is None:
         print(f"image-tfrecords: job submitted; it writes "
-              f"{convert.output_dir}/{graph.SUMMARY_FILE} when it ends")
+              f"{convert.output_dir}/{SUMMARY_FILE} when it ends")
     else:
         print(format_report(summary, convert.output_dir, time.monotonic() - started))
     return summary

@@ -48,7 +48,7 @@ def test_convert_from_a_list_of_csvs_and_from_a_folder(photos):
     result = image_tfrecords.convert([str(root / "m.csv"), root / "n.csv"], str(root / "a"),
                                      num_shards=2)
     assert result.examples == {"train": 6, "validation": 0, "test": 0}
-    assert result.summary["manifests"] == [str(root / "m.csv"), str(root / "n.csv")]
+    assert result.summary.manifests == (str(root / "m.csv"), str(root / "n.csv"))
     # Shards are chosen by a hash of the resolved URI: both get images unless the hash
     # happens to put all six in one (the temp folder's name decides).
     used = {shard_of(str(root / name), 2) for name in names}

@@ -10,7 +10,7 @@ from transforms.examples import CLASSIFICATION_FEATURES, encode_example, feature
 from transforms.images import PreparedImage
 from transforms.labels import LabelledRow
 from transforms.manifest import Box, ManifestRow
-from transforms.run_settings import LabelMode
+from transforms.choices import LabelMode
 
 IMAGE = PreparedImage(b"\xff\xd8jpeg bytes", "jpeg", 20, 10, 3, "JPEG", None, (20, 10),
                       hashlib.sha256(b"\xff\xd8jpeg bytes").hexdigest(), 0x8F3A5C0012345678,
@@ -64,9 +64,9 @@ def test_an_image_without_objects_has_empty_object_lists():
 
 def test_feature_spec_says_which_keys_hold_lists():
     def lists(mode):
-        return sorted(key for key, spec in feature_spec(LabelMode(mode)).items() if spec["list"])
+        return sorted(key for key, spec in feature_spec(LabelMode(mode)).items() if spec.list)
 
     assert lists("single") == []
     assert lists("multi") == ["image/class/label", "image/class/text"]
     assert lists("detection") == sorted(object_detection_spec().keys() - IMAGE_VALUES.keys())
-    assert feature_spec("detection")["image/object/bbox/xmin"]["dtype"] == "float"
+    assert feature_spec("detection")["image/object/bbox/xmin"].dtype == "float"

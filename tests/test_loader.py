@@ -163,7 +163,6 @@ def test_reading_imports_neither_beam_nor_tf_transform(sample_output):
 
 
 def test_the_reader_finds_the_files_where_the_writer_puts_them(sample_output):
-    assert reader_output.SUMMARY_FILE == publish.SUMMARY_FILE
     assert reader_output.LABEL_VOCABULARY == labels.LABEL_VOCABULARY
     written = tft.TFTransformOutput(str(sample_output)).vocabulary_by_name("label")
     assert image_tfrecords.Output.read(str(sample_output)).vocabulary == [

@@ -1,15 +1,17 @@
 """The check a finished run must pass before anything is published."""
 
+import json
+
 from transforms.outcome import Failure, PublishRules, outcome_problems, unwritten_labels
+from transforms.summary import RunOptions, SplitInfo, Summary
 
 
 def summary(vocabulary, train_labels, rows_read=10, examples=None, dead=0, accounted=True):
     examples = sum(train_labels.values()) if examples is None else examples
-    return {"rows_read": rows_read, "rows_in_examples": examples, "rows_dead_lettered": dead,
-            "rows_discarded": 0,
-            "examples_written": examples, "accounted": accounted,
-            "error_fraction": dead / rows_read, "vocabulary": {"label": vocabulary},
-            "splits": {"train": {"labels": train_labels}}}
+    return Summary(options=RunOptions(), rows_read=rows_read, rows_in_examples=examples,
+                   rows_dead_lettered=dead, examples_written=examples, accounted=accounted,
+                   error_fraction=dead / rows_read, vocabulary={"label": vocabulary},
+                   splits={"train": SplitInfo(labels=train_labels)})
 
 
 def test_a_good_run_has_no_problem():
@@ -50,11 +52,23 @@ def test_no_example_too_many_dead_letters_and_lost_rows_each_fail_the_run():
 
 
 def test_the_failure_line_says_what_failed_that_nothing_was_published_and_where_to_look():
-    failure = Failure(("no example was written", "rows were lost"),
-                      ("out/.tmp-1/staged/errors-00000-of-00001.jsonl",),
-                      "out/.tmp-1/staged/FAILED.json", {})
+    failure = Failure(problems=("no example was written", "rows were lost"),
+                      dead_letters=("out/.tmp-1/staged/errors-00000-of-00001.jsonl",),
+                      record="out/.tmp-1/staged/FAILED.json",
+                      summary=summary(["cat"], {}, examples=0, dead=10))
     assert failure.line() == (
         "no example was written; rows were lost. Nothing was published (the output is as "
         "it was); dead letters: out/.tmp-1/staged/errors-00000-of-00001.jsonl; the run's "
         "summary: out/.tmp-1/staged/FAILED.json")
-    assert "dead letters: none were written" in failure._replace(dead_letters=()).line()
+    assert "dead letters: none were written" in failure.model_copy(
+        update={"dead_letters": ()}).line()
+
+
+def test_failed_json_holds_the_problems_dead_letters_and_summary_but_not_its_own_path():
+    failure = Failure(problems=("no example was written",), dead_letters=(),
+                      record="out/.tmp-1/staged/FAILED.json",
+                      summary=summary(["cat"], {}, examples=0, dead=10))
+    text = failure.to_json()
+    assert sorted(json.loads(text)) == ["dead_letters", "problems", "summary"]
+    assert Failure.from_json(text, "elsewhere/FAILED.json") == failure.model_copy(
+        update={"record": "elsewhere/FAILED.json"})

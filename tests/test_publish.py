@@ -16,10 +16,12 @@ from transforms.publish import (FAILED_FILE, PublishOutput, build_summary, move_
 from transforms.report_page import ReportContent
 from transforms.shards import ShardWritten
 from transforms.run_settings import RunSettings
+from transforms.summary import RunInfo, RunOptions, ShardInfo, Summary
 from transforms.tfrecord_format import TFRecordFormat
 
 
-RUN_INFO = {"options": {"compression": "none", "label_mode": "single", "unseen_label": "error"}}
+RUN_INFO = RunInfo(options=RunOptions(compression="none", label_mode="single",
+                                      unseen_label="error"))
 RULES = PublishRules(max_error_fraction=0.5)
 NO_CONTENT = ReportContent(samples={}, duplicates=[], near_duplicates=[], dead_letters={})
 
@@ -76,19 +78,19 @@ def test_summary_accounts_for_every_row():
                                     {"≤ 64 px": 1, "≤ 512 px": 1}, {"≤ 4 KB": 2}))]}
     summary = build_summary(files, {"file_not_found": 2}, rows_read=7,
                             vocabulary=["cat", "dog"], error_files=["errors.jsonl"],
-                            run_info={"options": {}})
-    assert (summary["examples_written"], summary["rows_dead_lettered"]) == (5, 2)
-    assert summary["accounted"] is True
-    assert summary["error_fraction"] == 2 / 7
-    assert summary["splits"]["test"]["unseen_label_examples"] == 1
-    assert summary["empty_splits"] == ["validation"]
-    assert summary["splits"]["train"]["shards"] == [
-        {"file": "train-00000-of-00001.tfrecord", "records": 3, "bytes": 30}]
-    assert summary["splits"]["test"]["longest_side"] == {"≤ 64 px": 1, "≤ 512 px": 1}
-    assert summary["splits"]["test"]["file_bytes"] == {"≤ 4 KB": 2}
+                            run_info=RUN_INFO)
+    assert (summary.examples_written, summary.rows_dead_lettered) == (5, 2)
+    assert summary.accounted is True
+    assert summary.error_fraction == 2 / 7
+    assert summary.splits["test"].unseen_label_examples == 1
+    assert summary.empty_splits == ("validation",)
+    assert summary.splits["train"].shards == (
+        ShardInfo(file="train-00000-of-00001.tfrecord", records=3, bytes=30),)
+    assert summary.splits["test"].longest_side == {"≤ 64 px": 1, "≤ 512 px": 1}
+    assert summary.splits["test"].file_bytes == {"≤ 4 KB": 2}
     lost = build_summary(files, {}, rows_read=7, vocabulary=["cat"], error_files=[],
-                         run_info={})
-    assert lost["accounted"] is False
+                         run_info=RUN_INFO)
+    assert lost.accounted is False
 
 
 def test_detection_summary_accounts_for_box_rows_not_examples():
@@ -96,12 +98,19 @@ def test_detection_summary_accounts_for_box_rows_not_examples():
     files = {"train": [("train-00000-of-00001.tfrecord",
                         ShardWritten("train", 0, "t", 2, 5, 30, 28, {"cat": 4, "dog": 1}, {}, {}, {}))]}
     summary = build_summary(files, {"empty_box": 1}, rows_read=6, vocabulary=["cat", "dog"],
-                            error_files=[], run_info={})
-    assert (summary["examples_written"], summary["rows_in_examples"]) == (2, 5)
-    assert summary["accounted"] is True
+                            error_files=[], run_info=RUN_INFO)
+    assert (summary.examples_written, summary.rows_in_examples) == (2, 5)
+    assert summary.accounted is True
     counted_as_examples = build_summary(files, {"empty_box": 1}, rows_read=3,
-                                        vocabulary=["cat", "dog"], error_files=[], run_info={})
-    assert counted_as_examples["accounted"] is False
+                                        vocabulary=["cat", "dog"], error_files=[],
+                                        run_info=RUN_INFO)
+    assert counted_as_examples.accounted is False
+
+
+def publisher(tmp_path):
+    """The publish step of a run into tmp_path/out, with its temp dir tmp_path/tmp."""
+    return PublishOutput(str(tmp_path / "out"), str(tmp_path / "tmp"), str(tmp_path / "tft"),
+                         RunSettings(), run_info=RUN_INFO, rules=RULES)
 
 
 def staged_transform_fn(tmp_path):
@@ -118,8 +127,7 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     (out / "summary.json").write_text('{"old": true}')
     staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), RunSettings(),
-                            run_info=RUN_INFO, rules=RULES)
+    publish = publisher(tmp_path)
     with pytest.raises(RunFailed, match=r"rows read \(5\) != .*Nothing was published"):
         publish._publish(None, shards, {"file_not_found": 1}, [5], 0, {"cat": 4}, {}, {}, NO_CONTENT, [])
     assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord"]
@@ -131,7 +139,7 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     failure = read_failure(str(tmp_path / "tmp"))
     assert failure.record == os.path.join(staged_dir(str(tmp_path / "tmp")), FAILED_FILE)
     assert failure.problems[0].startswith("rows read (5) != ")
-    assert failure.summary == evidence
+    assert failure.summary == Summary.model_validate(evidence)
     assert read_failure(str(tmp_path / "nowhere")) is None
 
 
@@ -149,10 +157,9 @@ def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp
     with open(os.path.join(staged, "errors-00000-of-00001.jsonl"), "w") as file:
         file.write("new errors")
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), RunSettings(),
-                            run_info=RUN_INFO, rules=RULES)
+    publish = publisher(tmp_path)
     summary = publish._publish(None, shards, {"file_not_found": 1}, [4], 0, {"cat": 4}, {}, {}, NO_CONTENT, [])
-    assert summary["accounted"] and summary["vocabulary"]["label"] == ["cat"]
+    assert summary.accounted and summary.labels == ("cat",)
     assert sorted(os.listdir(out)) == ["dataset_info.json", "errors-00000-of-00001.jsonl",
                                        "features.json", "image.class.label.labels.txt",
                                        "report.html", "summary.json", "train-00000-of-00001.tfrecord",
@@ -161,7 +168,7 @@ def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp
     assert not (out / "transform_fn" / "assets" / "old_vocabulary").exists()
     assert (out / "transform_fn" / "assets" / "label").read_text().split() == ["cat"]
     assert not (tmp_path / "tmp").exists()
-    assert json.loads((out / "summary.json").read_text()) == summary
+    assert Summary.from_json((out / "summary.json").read_text()) == summary
 
 
 def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path):
@@ -169,14 +176,13 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
     out.mkdir()
     staged_transform_fn(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
-    publish = PublishOutput(str(out), str(tmp_path / "tmp"), str(tmp_path / "tft"), RunSettings(),
-                            run_info=RUN_INFO, rules=RULES)
+    publish = publisher(tmp_path)
     named = name_shards(shards, TFRecordFormat())
     prepared = publish._prepare(named, {}, 3, ({}, {}), [], 0, NO_CONTENT)
-    (tmp_path / "tmp" / "summary.json").write_text(json.dumps(prepared))
-    move_into_place(named, str(tmp_path / "tmp"), prepared["files"], str(out))  # then died
+    (tmp_path / "tmp" / "summary.json").write_text(prepared.to_json())
+    move_into_place(named, str(tmp_path / "tmp"), prepared.files, str(out))  # then died
     first = publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, {}, NO_CONTENT, [])
-    assert first["run_id"] == "tmp" and first == prepared
+    assert first.run_id == "tmp" and first == prepared
     assert publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, {}, NO_CONTENT, []) == first  # after the end
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
     assert sorted(os.listdir(out)) == ["dataset_info.json", "features.json",
@@ -185,3 +191,16 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
                                        "train-00000-of-00001.tfrecord", "transform_fn",
                                        "transformed_metadata"]
     assert (out / "transform_fn" / "assets" / "label").read_text().split() == ["cat"]
+
+
+def test_a_retry_prepares_again_the_summary_a_killed_try_left_half_written(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    staged_transform_fn(tmp_path)
+    shards, publish = [temp_shard(tmp_path, "train", 0, 3)], publisher(tmp_path)
+    whole = publish._prepare(name_shards(shards, TFRecordFormat()), {}, 3, ({}, {}), [], 0,
+                             NO_CONTENT).to_json()
+    (tmp_path / "tmp" / "summary.json").write_text(whole[:len(whole) // 2])
+    summary = publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, {}, NO_CONTENT, [])
+    assert summary.accounted and summary.examples == {"train": 3, "validation": 0, "test": 0}
+    assert Summary.from_json((out / "summary.json").read_text()) == summary

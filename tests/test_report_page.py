@@ -24,6 +24,7 @@ from transforms.histograms import (FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes
 from transforms.images import THUMBNAIL_SIDE
 from transforms.report_page import (LABELS_SAMPLED, REPORT_FILE, SAMPLE_PER_LABEL, Pictured,
                                     ReportContent, render_report)
+from transforms.summary import RunOptions, SplitInfo, Summary
 
 CHROMIUM = shutil.which("chromium")
 # As the machine's notes give them: no sandbox as root, and none of Chromium's own
@@ -214,12 +215,11 @@ def test_with_many_labels_the_sample_shows_those_with_most_train_examples():
     """1,000 classes would make a page of 24,000 thumbnails: the sample shows 100 labels,
     those with the most TRAIN examples; the table still counts every label."""
     labels = {f"class{index:03d}": 1000 - index for index in range(150)}
-    split = {"examples": sum(labels.values()), "labels": labels, "reencoded": {},
-             "longest_side": {}, "file_bytes": {}}
-    summary = {"rows_read": split["examples"], "rows_in_examples": split["examples"],
-               "examples_written": split["examples"], "rows_dead_lettered": 0,
-               "rows_discarded": 0, "accounted": True, "finished_at": "now",
-               "splits": {"train": split}, "errors": {"by_reason": {}, "files": []}}
+    examples = sum(labels.values())
+    summary = Summary(options=RunOptions(), rows_read=examples, rows_in_examples=examples,
+                      examples_written=examples, rows_dead_lettered=0, accounted=True,
+                      error_fraction=0.0, vocabulary={"label": list(labels)},
+                      splits={"train": SplitInfo(examples=examples, labels=labels)})
     samples = {"train": {label: [Pictured(f"/{label}.jpg", "train", (label,), b"\xff\xd8")]
                          for label in labels}}
     page = Page(render_report(summary, ReportContent(samples, [], [], {}), "out"))

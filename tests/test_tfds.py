@@ -12,6 +12,7 @@ from PIL import Image
 
 from conftest import (BOX_ROWS, MULTI_LABEL_ROWS, convert, copy_output, encode, photo_like,
                       read_examples, rewrite_records, shard_files, shard_pattern)
+from transforms.summary import FeatureInfo, RunOptions, Summary
 from transforms.tfds_metadata import label_names, tfds_metadata
 
 TFDS_FILES = {"dataset_info.json", "features.json", "image.class.label.labels.txt"}
@@ -105,9 +106,10 @@ def test_extra_keys_and_a_second_image_become_features(sample_output, tmp_path):
 
     for shard in shard_files(output, "test"):
         rewrite_records(shard, add_keys)
-    summary = json.loads((output / "summary.json").read_text())
-    summary["features"] |= {"mask/encoded": {"dtype": "bytes", "list": False},
-                            "extra/tags": {"dtype": "bytes", "list": True}}
+    summary = Summary.from_json((output / "summary.json").read_text())
+    summary = summary.model_copy(update={"features": summary.features | {
+        "mask/encoded": FeatureInfo(dtype="bytes", list=False),
+        "extra/tags": FeatureInfo(dtype="bytes", list=True)}})
     for name, text in tfds_metadata(summary).items():
         (output / name).write_text(text)
     for element in elements(tfds.builder_from_directory(str(output)), "test"):
@@ -119,15 +121,16 @@ def test_gzip_outputs_get_no_tfds_files_and_lose_stale_ones(tfrecord_output, tmp
     """TFDS reads uncompressed tfrecord files only."""
     output = copy_output(tfrecord_output, tmp_path / "out")
     assert TFDS_FILES <= {path.name for path in output.iterdir()}
-    summary = json.loads((output / "summary.json").read_text())
-    convert(output, "--manifest", *summary["manifests"], "--max_error_fraction", "0.25",
+    summary = Summary.from_json((output / "summary.json").read_text())
+    convert(output, "--manifest", *summary.manifests, "--max_error_fraction", "0.25",
             "--compression", "gzip", "--overwrite")
     assert not TFDS_FILES & {path.name for path in output.iterdir()}
-    assert tfds_metadata({**summary, "options": {**summary["options"],
-                                                 "compression": "gzip"}}) == {}
+    assert tfds_metadata(summary.model_copy(update={
+        "options": summary.options.model_copy(update={"compression": "gzip"})})) == {}
 
 
 def test_the_oov_id_is_named_after_the_vocabulary():
-    options = {"label_mode": "single", "unseen_label": "oov"}
-    assert label_names({"options": options, "vocabulary": {"label": ["b", "a"]}}) == [
-        "b", "a", "[unseen label]"]
+    summary = Summary(options=RunOptions(unseen_label="oov"), rows_read=0, examples_written=0,
+                      rows_in_examples=0, rows_dead_lettered=0, accounted=True,
+                      error_fraction=0.0, splits={}, vocabulary={"label": ["b", "a"]})
+    assert label_names(summary) == ["b", "a", "[unseen label]"]

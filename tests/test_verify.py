@@ -11,6 +11,7 @@ import pytest
 from conftest import (copy_output, encode, photo_like, rewrite_records, shard_files,
                       shard_records)
 from pipeline.cli import verify_main
+from transforms.summary import RunOptions, Summary
 
 SHARD = "train-00001-of-00002.tfrecord"  # in tfrecord_output
 
@@ -196,7 +197,16 @@ def test_a_folder_without_summary_json_or_with_one_without_features_is_an_error(
                                                                                 capsys):
     code, text = verify(tmp_path, capsys)
     assert code == 1 and "summary.json not found" in text
-    (tmp_path / "summary.json").write_text(json.dumps({"splits": {}}))
+    older = json.loads(Summary(options=RunOptions(), rows_read=0, examples_written=0,
+                               rows_in_examples=0, rows_dead_lettered=0, accounted=True,
+                               error_fraction=0.0, splits={}, vocabulary={"label": []}
+                               ).to_json())
+    del older["features"]
+    (tmp_path / "summary.json").write_text(json.dumps(older))
     code, text = verify(tmp_path, capsys)
     assert code == 1 and "lists no features: written by an older image-tfrecords" in text
+    (tmp_path / "summary.json").write_text(json.dumps({"splits": {}}))
+    code, text = verify(tmp_path, capsys)
+    assert code == 1 and "is not a summary.json image-tfrecords reads" in text
+    assert "rows_read\n  Field required" in text
 

@@ -24,7 +24,8 @@ from transforms.file_formats import BeamFiles, ShardFormat
 from transforms.histograms import file_bytes_bin, longest_side_bin
 from transforms.manifest import DEAD_LETTERS
 from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
-from transforms.run_settings import Dedupe, RunSettings
+from transforms.choices import Dedupe
+from transforms.run_settings import RunSettings
 from transforms.shards import ExampleRef, ShardWritten
 
 

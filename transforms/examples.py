@@ -13,8 +13,9 @@ from tensorflow.core.example import example_pb2
 
 from transforms.images import PreparedImage
 from transforms.labels import LabelledRow
-from transforms.run_settings import LabelMode
+from transforms.choices import LabelMode
 from transforms.schema import CATEGORICAL, FLOAT, IMAGE, INTEGER, STRING, ExtraColumn
+from transforms.summary import FeatureInfo
 
 # The feature keys and their dtypes: the output contract readers rely on.
 _STORED_IMAGE = {"encoded": "bytes", "format": "bytes", "height": "int64", "width": "int64",
@@ -68,12 +69,12 @@ _LIST_FIELD = {"bytes": "bytes_list", "float": "float_list", "int64": "int64_lis
 
 
 def feature_spec(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = ()
-                 ) -> dict[str, dict[str, str | bool]]:
+                 ) -> dict[str, FeatureInfo]:
     """What summary.json tells readers about each key: its dtype, and whether it holds a
     list (multi-label ids and texts, every image/object/* key) rather than one value."""
     lists = {key for key in feature_types(label_mode)
              if label_mode != LabelMode.SINGLE and key not in IMAGE_FEATURES}
-    return {key: {"dtype": dtype, "list": key in lists}
+    return {key: FeatureInfo(dtype=dtype, list=key in lists)
             for key, dtype in feature_types(label_mode, extra_columns).items()}
 
 

@@ -27,7 +27,8 @@ from tfx_bsl.public import tfxio
 
 from transforms import dead_letters as reasons
 from transforms.manifest import DEAD_LETTERS, ManifestRow
-from transforms.run_settings import LabelMode, RunSettings
+from transforms.choices import LabelMode
+from transforms.run_settings import RunSettings
 from transforms.schema import CATEGORICAL, ExtraColumn
 from transforms.vocabulary_file import LABEL_VOCABULARY
 

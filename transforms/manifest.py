@@ -32,7 +32,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
-from transforms.run_settings import LabelMode
+from transforms.choices import LabelMode
 from transforms.schema import IMAGE, ExtraColumn, parse_value
 from transforms.splits import SPLITS, normalise_split
 

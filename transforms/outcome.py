@@ -5,8 +5,13 @@ Kept apart from publish.py so the launcher knows RunFailed without loading Tenso
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+import pydantic
+
+from transforms.summary import Summary
 
 FAILED_FILE = "FAILED.json"  # in a failed run's staged dir, beside its dead letters
 
@@ -18,19 +23,29 @@ class PublishRules(NamedTuple):
     pinned_from: str | None = None  # the pinned vocabulary's file; None: from TRAIN
 
 
-class Failure(NamedTuple):
-    """Why a run published nothing, and where what it wrote can be read."""
+class Failure(pydantic.BaseModel):
+    """Why a run published nothing, and where what it wrote can be read: FAILED.json."""
+
+    model_config = pydantic.ConfigDict(frozen=True)
 
     problems: tuple[str, ...]
     dead_letters: tuple[str, ...]  # paths of the run's errors-*.jsonl (none: no dead letter)
-    record: str  # path of FAILED.json, which holds this and `summary`
-    summary: dict[str, Any]  # the summary.json the run would have published
+    record: str = pydantic.Field(exclude=True)  # path of FAILED.json, which holds the rest
+    summary: Summary  # the summary.json the run would have published
 
     def line(self) -> str:
         """One line for the console: the problems, then where to look."""
         letters = ", ".join(self.dead_letters) or "none were written"
         return (f"{'; '.join(self.problems)}. Nothing was published (the output is as it "
                 f"was); dead letters: {letters}; the run's summary: {self.record}")
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, record: str) -> Failure:
+        """The Failure that FAILED.json at `record` holds."""
+        return cls.model_validate({**json.loads(text), "record": record})
 
 
 class RunFailed(RuntimeError):
@@ -41,7 +56,7 @@ class RunFailed(RuntimeError):
         self.failure = failure
 
 
-def outcome_problems(summary: dict[str, Any], train_label_rows: dict[str, int],
+def outcome_problems(summary: Summary, train_label_rows: dict[str, int],
                      rules: PublishRules) -> list[str]:
     """Why the run described by `summary` must not be published; empty when it may be.
 
@@ -51,25 +66,25 @@ def outcome_problems(summary: dict[str, Any], train_label_rows: dict[str, int],
     id that no example has, and shift the ids after it.
     """
     problems = []
-    if not summary["accounted"]:
+    if not summary.accounted:
         problems.append(
-            f"rows read ({summary['rows_read']}) != rows in examples written "
-            f"({summary['rows_in_examples']}) + rows dead-lettered "
-            f"({summary['rows_dead_lettered']}) + rows discarded "
-            f"({summary['rows_discarded']}): rows were lost")
-    if not summary["examples_written"]:
+            f"rows read ({summary.rows_read}) != rows in examples written "
+            f"({summary.rows_in_examples}) + rows dead-lettered "
+            f"({summary.rows_dead_lettered}) + rows discarded "
+            f"({summary.rows_discarded}): rows were lost")
+    if not summary.examples_written:
         return [*problems, "no example was written"]
     if rules.pinned_from is None:
-        unwritten = unwritten_labels(summary["vocabulary"]["label"],
-                                     summary["splits"]["train"]["labels"], train_label_rows)
+        unwritten = unwritten_labels(summary.labels, summary.splits["train"].labels,
+                                     train_label_rows)
         if unwritten:
             problems.append(
                 "labels without a written TRAIN example would get ids: " + ", ".join(
                     f"{label!r} ({rows} TRAIN row{'s' * (rows != 1)}, all dead-lettered)"
                     for label, rows in unwritten.items())
                 + "; fix those rows, or pin the ids with --vocabulary FILE|OUTPUT_DIR")
-    if summary["error_fraction"] > rules.max_error_fraction:
-        problems.append(f"{summary['error_fraction']:.1%} of rows were dead-lettered, more "
+    if summary.error_fraction > rules.max_error_fraction:
+        problems.append(f"{summary.error_fraction:.1%} of rows were dead-lettered, more "
                         f"than --max_error_fraction {rules.max_error_fraction:.1%}")
     return problems
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import collections
 import datetime
-import json
 import re
 import shutil
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import apache_beam as beam
+import pydantic
 import tensorflow_transform as tft
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -41,12 +41,14 @@ from transforms.manifest import SPLITS
 from transforms.outcome import (FAILED_FILE, Failure, PublishRules, RunFailed,
                                 outcome_problems)
 from transforms.report_page import REPORT_FILE, ReportContent, render_report
-from transforms.run_settings import Dedupe, LabelMode, RunSettings
+from transforms.choices import Dedupe, LabelMode
+from transforms.run_settings import RunSettings
 from transforms.schema import CATEGORICAL
 from transforms.shards import ShardWritten
+from transforms.summary import (SUMMARY_FILE, CopiesInfo, ErrorsInfo, NearCopiesInfo, RunInfo,
+                                ShardInfo, SplitInfo, Summary)
 from transforms.tfds_metadata import DATASET_INFO_FILE, FEATURES_FILE, LABELS_SUFFIX, tfds_metadata
 
-SUMMARY_FILE = "summary.json"
 # What tf.Transform's WriteTransformFn writes, as tft.TFTransformOutput(OUTPUT) reads it.
 TRANSFORM_FOLDERS = (tft.TFTransformOutput.TRANSFORM_FN_DIR,
                      tft.TFTransformOutput.TRANSFORMED_METADATA_DIR)
@@ -72,7 +74,7 @@ class PublishOutput(beam.PTransform):
     """
 
     def __init__(self, output_dir: str, temp_dir: str, tft_dir: str, settings: RunSettings,
-                 run_info: dict[str, Any], rules: PublishRules) -> None:
+                 run_info: RunInfo, rules: PublishRules) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._temp_dir = temp_dir
@@ -105,29 +107,26 @@ class PublishOutput(beam.PTransform):
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
                  row_counts: list[int], rows_discarded: int, train_label_rows: dict[str, int],
                  duplicates: dict[str, int], near_duplicates: dict[str, int],
-                 report_content: ReportContent, written: list[Any]) -> dict[str, Any]:
+                 report_content: ReportContent, written: list[Any]) -> Summary:
         files = name_shards(shards, self._format)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
         prepared = FileSystems.join(self._temp_dir, SUMMARY_FILE)
         if not FileSystems.exists(prepared) and FileSystems.exists(final):
-            with FileSystems.open(final) as file:
-                published = json.load(file)
-            if published.get("run_id") == self._run_id:  # a retry after the end
+            published = _read_summary(final)
+            if published and published.run_id == self._run_id:  # a retry after the end
                 return published
-        if FileSystems.exists(prepared):  # a retry: files may have been moved already
-            with FileSystems.open(prepared) as file:
-                summary = json.load(file)
-        else:
+        summary = _read_summary(prepared)  # a retry: files may have been moved already
+        if summary is None:
             summary = self._prepare(files, errors_by_reason, sum(row_counts),
                                     (duplicates, near_duplicates),
                                     written, rows_discarded, report_content)
-            _write_json(prepared, summary)
+            _write_text(prepared, summary.to_json())
         problems = outcome_problems(summary, train_label_rows, self._rules)
         if problems:  # nothing is published; the temp dir stays, as evidence
             raise RunFailed(self._record_failure(problems, summary))
-        move_into_place(files, self._temp_dir, summary["files"], self._output_dir,
+        move_into_place(files, self._temp_dir, summary.files, self._output_dir,
                         self._format.companions)
-        _write_json(final, summary)
+        _write_text(final, summary.to_json())
         # This run's temp dirs, and those of runs that crashed before publishing (match
         # lists files, not folders).
         crashed = {re.match(r".*?/\.tmp-[^/]+", m.path).group()
@@ -137,69 +136,66 @@ class PublishOutput(beam.PTransform):
             delete_tree(folder)
         return summary
 
-    def _record_failure(self, problems: list[str], summary: dict[str, Any]) -> Failure:
+    def _record_failure(self, problems: list[str], summary: Summary) -> Failure:
         """Writes FAILED.json beside the staged dead letters, for the user and the launcher."""
         staged = staged_dir(self._temp_dir)
-        failure = Failure(tuple(problems), tuple(
-            FileSystems.join(staged, name) for name in summary["errors"]["files"]),
-            FileSystems.join(staged, FAILED_FILE), summary)
-        _write_json(failure.record, {"problems": failure.problems,
-                                     "dead_letters": failure.dead_letters,
-                                     "summary": summary})
+        failure = Failure(problems=problems, dead_letters=[
+            FileSystems.join(staged, name) for name in summary.errors.files],
+            record=FileSystems.join(staged, FAILED_FILE), summary=summary)
+        _write_text(failure.record, failure.to_json())
         return failure
 
     def _prepare(self, files: dict[str, list[tuple[str, ShardWritten]]],
                  errors_by_reason: dict[str, int], rows_read: int,
                  copies: tuple[dict[str, int], dict[str, int]],
                  written: list[Any], rows_discarded: int, report_content: ReportContent
-                 ) -> dict[str, Any]:
+                 ) -> Summary:
         """The summary, from the staged transform_fn's vocabularies; stages the TFDS
         metadata, report.html and, for detection, label_map.pbtxt."""
         staged = staged_dir(self._temp_dir)
         for folder in TRANSFORM_FOLDERS:
             copy_tree(FileSystems.join(self._tft_dir, folder), FileSystems.join(staged, folder))
         transform_output = tft.TFTransformOutput(self._tft_dir)
-        vocabulary = [word.decode()
-                      for word in transform_output.vocabulary_by_name(LABEL_VOCABULARY)]
-        summary = build_summary(files, errors_by_reason, rows_read, vocabulary,
+        vocabularies = {name: tuple(word.decode()
+                                    for word in transform_output.vocabulary_by_name(name))
+                        for name in [LABEL_VOCABULARY, *(
+                            column.name for column in self._settings.extra_columns
+                            if column.type == CATEGORICAL)]}
+        duplicates, near_duplicates = copies  # "kept split/copy split" -> copies
+        detection = self._settings.label_mode is LabelMode.DETECTION
+        summary = build_summary(files, errors_by_reason, rows_read, vocabularies[LABEL_VOCABULARY],
                                 error_files=_written_names(written, "errors-"),
                                 run_info=self._run_info, rows_discarded=rows_discarded,
-                                companions=self._format.companions)
-        summary["run_id"] = self._run_id
-        summary["vocabulary_pinned_from"] = self._rules.pinned_from
-        summary["vocabulary"] |= {
-            column.name: [word.decode() for word in transform_output.vocabulary_by_name(
-                column.name)]
-            for column in self._settings.extra_columns if column.type == CATEGORICAL}
-        summary["features"] = feature_spec(self._settings.label_mode,
-                                           self._settings.extra_columns)
-        duplicates, near_duplicates = copies  # "kept split/copy split" -> copies
-        summary["duplicates"] = {
-            "copies": sum(duplicates.values()), "by_splits": dict(sorted(duplicates.items())),
-            "dropped": self._settings.dedupe is not Dedupe.NONE,
-            "files": _written_names(written, "duplicates-")}
-        summary["near_duplicates"] = {
-            "copies": sum(near_duplicates.values()),
-            "by_splits": dict(sorted(near_duplicates.items())),
-            "max_distance": self._settings.near_distance,
-            "dropped": self._settings.dedupe is Dedupe.NEAR,
-            "files": _written_names(written, "near_duplicates-")}
+                                companions=self._format.companions).model_copy(update={
+            "run_id": self._run_id,
+            "vocabulary": vocabularies,
+            "vocabulary_pinned_from": self._rules.pinned_from,
+            "features": feature_spec(self._settings.label_mode, self._settings.extra_columns),
+            "duplicates": CopiesInfo(
+                copies=sum(duplicates.values()), by_splits=dict(sorted(duplicates.items())),
+                dropped=self._settings.dedupe is not Dedupe.NONE,
+                files=_written_names(written, "duplicates-")),
+            "near_duplicates": NearCopiesInfo(
+                copies=sum(near_duplicates.values()),
+                by_splits=dict(sorted(near_duplicates.items())),
+                max_distance=self._settings.near_distance,
+                dropped=self._settings.dedupe is Dedupe.NEAR,
+                files=_written_names(written, "near_duplicates-")),
+            "label_map": LABEL_MAP_FILE if detection else None})
         for name, text in tfds_metadata(summary).items():
-            with FileSystems.create(FileSystems.join(staged, name)) as out:
-                out.write(text.encode())
-        if self._settings.label_mode is LabelMode.DETECTION:
-            summary["label_map"] = LABEL_MAP_FILE
-            with FileSystems.create(FileSystems.join(staged, LABEL_MAP_FILE)) as out:
-                out.write(label_map_text(vocabulary, self._settings.oov_bucket).encode())
+            _write_text(FileSystems.join(staged, name), text)
+        if detection:
+            _write_text(FileSystems.join(staged, LABEL_MAP_FILE), label_map_text(
+                vocabularies[LABEL_VOCABULARY], self._settings.oov_bucket))
         # Listed now, as a retried publish finds them moved already.
         # (match may give the paths in another form than `staged`: absolute, say)
         marker = f"/{self._run_id}/staged/"
-        summary["files"] = sorted([REPORT_FILE, *(
+        summary = summary.model_copy(update={"files": tuple(sorted([REPORT_FILE, *(
             m.path[m.path.index(marker) + len(marker):]
-            for m in FileSystems.match([FileSystems.join(staged, "**")])[0].metadata_list)])
+            for m in FileSystems.match([FileSystems.join(staged, "**")])[0].metadata_list)]))})
         # Last, as it shows the summary whole.
-        with FileSystems.create(FileSystems.join(staged, REPORT_FILE)) as out:
-            out.write(render_report(summary, report_content, self._output_dir).encode())
+        _write_text(FileSystems.join(staged, REPORT_FILE),
+                    render_report(summary, report_content, self._output_dir))
         return summary
 
 
@@ -209,9 +205,7 @@ def read_failure(temp_dir: str) -> Failure | None:
     if not FileSystems.exists(path):
         return None
     with FileSystems.open(path) as file:
-        record = json.load(file)
-    return Failure(tuple(record["problems"]), tuple(record["dead_letters"]), path,
-                   record["summary"])
+        return Failure.from_json(file.read(), path)
 
 
 def staged_dir(temp_dir: str) -> str:
@@ -225,9 +219,21 @@ def _written_names(written: list[Any], prefix: str) -> list[str]:
                   if name.startswith(prefix))
 
 
-def _write_json(path: str, value: dict[str, Any]) -> None:
+def _read_summary(path: str) -> Summary | None:
+    """The summary at `path`; None where there is none, or none this run could have
+    written (an older version's, or one a killed try left half-written)."""
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as file:
+        try:
+            return Summary.from_json(file.read())
+        except pydantic.ValidationError:
+            return None
+
+
+def _write_text(path: str, text: str) -> None:
     with FileSystems.create(path) as out:
-        out.write(json.dumps(value, indent=2, ensure_ascii=False).encode())
+        out.write(text.encode())
 
 
 def name_shards(shards: Iterable[ShardWritten], shard_format: ShardFormat
@@ -334,8 +340,8 @@ def delete_tree(folder: str) -> None:
 def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
                   errors_by_reason: dict[str, int], rows_read: int,
                   vocabulary: Sequence[str], error_files: list[str],
-                  run_info: dict[str, Any], rows_discarded: int = 0,
-                  companions: Sequence[str] = ()) -> dict[str, Any]:
+                  run_info: RunInfo, rows_discarded: int = 0,
+                  companions: Sequence[str] = ()) -> Summary:
     """summary.json: counts per split and label, shard files, errors and the accounting.
 
     `rows_discarded`: DISCARD rows, read but left out on purpose (no error);
@@ -354,37 +360,32 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
             reencoded.update(shard.reencoded)
             longest_side.update(shard.longest_side)
             file_bytes.update(shard.file_bytes)
-        splits[split] = {
-            "examples": sum(shard.examples for shard in shards),
-            "bytes": sum(shard.bytes for shard in shards),
-            "source_bytes": sum(shard.source_bytes for shard in shards),
-            "labels": dict(sorted(labels.items())),
-            "unseen_label_examples": sum(n for label, n in labels.items() if label not in known),
-            "reencoded": dict(sorted(reencoded.items())),
-            # Source images by histograms' bins, smallest first.
-            "longest_side": {name: longest_side[name] for name in LONGEST_SIDE_BINS
-                             if longest_side[name]},
-            "file_bytes": {name: file_bytes[name] for name in FILE_BYTE_BINS
-                           if file_bytes[name]},
-            "shards": [{"file": name, "records": shard.examples, "bytes": shard.bytes}
-                       | ({"companions": [name + suffix for suffix in companions]}
-                          if companions else {})
-                       for name, shard in files.get(split, [])],
-        }
+        splits[split] = SplitInfo(
+            examples=sum(shard.examples for shard in shards),
+            bytes=sum(shard.bytes for shard in shards),
+            source_bytes=sum(shard.source_bytes for shard in shards),
+            labels=dict(sorted(labels.items())),
+            unseen_label_examples=sum(n for label, n in labels.items() if label not in known),
+            reencoded=dict(sorted(reencoded.items())),
+            longest_side={name: longest_side[name] for name in LONGEST_SIDE_BINS
+                          if longest_side[name]},
+            file_bytes={name: file_bytes[name] for name in FILE_BYTE_BINS if file_bytes[name]},
+            shards=tuple(ShardInfo(file=name, records=shard.examples, bytes=shard.bytes,
+                                   companions=tuple(name + suffix for suffix in companions))
+                         for name, shard in files.get(split, [])))
     rows_in_examples = sum(shard.rows for named in files.values() for _, shard in named)
     rows_dead_lettered = sum(errors_by_reason.values())
-    return {
-        "rows_read": rows_read,
-        "examples_written": sum(split["examples"] for split in splits.values()),
-        "rows_in_examples": rows_in_examples,  # more than examples with detection boxes
-        "rows_dead_lettered": rows_dead_lettered,
-        "rows_discarded": rows_discarded,
-        "accounted": rows_read == rows_in_examples + rows_dead_lettered + rows_discarded,
-        "error_fraction": rows_dead_lettered / rows_read if rows_read else 0.0,
-        "splits": splits,
-        "empty_splits": [split for split in SPLITS if not splits[split]["examples"]],
-        "vocabulary": {"label": list(vocabulary)},
-        "errors": {"by_reason": dict(sorted(errors_by_reason.items())), "files": error_files},
-        **run_info,
-        "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-    }
+    return Summary(
+        **dict(run_info),
+        finished_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        rows_read=rows_read,
+        examples_written=sum(split.examples for split in splits.values()),
+        rows_in_examples=rows_in_examples,
+        rows_dead_lettered=rows_dead_lettered,
+        rows_discarded=rows_discarded,
+        accounted=rows_read == rows_in_examples + rows_dead_lettered + rows_discarded,
+        error_fraction=rows_dead_lettered / rows_read if rows_read else 0.0,
+        splits=splits,
+        empty_splits=tuple(split for split in SPLITS if not splits[split].examples),
+        vocabulary={"label": tuple(vocabulary)},
+        errors=ErrorsInfo(by_reason=dict(sorted(errors_by_reason.items())), files=error_files))

@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jinja2
 import pygal
@@ -30,6 +30,7 @@ from pygal.style import DefaultStyle
 
 from transforms.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from transforms.splits import SPLITS
+from transforms.summary import SplitInfo, Summary
 
 REPORT_FILE = "report.html"
 SAMPLE_PER_LABEL = 8  # thumbnails per split and label
@@ -84,11 +85,11 @@ class ReportContent:
     dead_letters: Mapping[str, Sequence[RejectedRow]]  # reason -> the first rows
 
 
-def render_report(summary: dict[str, Any], content: ReportContent, output_dir: str) -> str:
+def render_report(summary: Summary, content: ReportContent, output_dir: str) -> str:
     """The page's HTML, for the output in `output_dir` that `summary` describes."""
-    splits = {split: _split_counts(summary["splits"].get(split, {})) for split in SPLITS}
+    splits = {split: summary.splits.get(split, SplitInfo()) for split in SPLITS}
     labels = _labels(splits)
-    reencoded = sorted({why for split in SPLITS for why in splits[split]["reencoded"]})
+    reencoded = sorted({why for split in SPLITS for why in splits[split].reencoded})
     plotted = labels[:LABELS_PLOTTED]
     plots = {
         "labels": _bars("Examples per label", plotted, splits, "labels",
@@ -103,16 +104,9 @@ def render_report(summary: dict[str, Any], content: ReportContent, output_dir: s
         splits=SPLITS, labels=labels, labels_plotted=LABELS_PLOTTED, plots=plots,
         labels_sampled=LABELS_SAMPLED,
         side_bins=LONGEST_SIDE_BINS, byte_bins=FILE_BYTE_BINS, reencoded=reencoded,
-        copies=[("duplicates", "Byte-identical images", content.duplicates),
-                ("near_duplicates", "Near-copies", content.near_duplicates)],
-        empty_copies={"copies": 0, "by_splits": {}, "dropped": False, "files": []})
-
-
-def _split_counts(split: dict[str, Any]) -> dict[str, Any]:
-    """A split's counts the page shows; empty for what an older output did not count."""
-    return {"examples": split.get("examples", 0),
-            **{name: split.get(name, {})
-               for name in ("labels", "reencoded", "longest_side", "file_bytes")}}
+        copies=[("duplicates", "Byte-identical images", summary.duplicates, content.duplicates),
+                ("near_duplicates", "Near-copies", summary.near_duplicates,
+                 content.near_duplicates)])
 
 
 def _environment() -> jinja2.Environment:
@@ -128,16 +122,16 @@ def _data_uri(jpeg: bytes | None) -> str:
     return f"data:image/jpeg;base64,{base64.b64encode(jpeg).decode()}" if jpeg else ""
 
 
-def _labels(splits: dict[str, dict[str, Any]]) -> list[str]:
+def _labels(splits: dict[str, SplitInfo]) -> list[str]:
     """Every label with an example, most TRAIN examples first (then VALIDATION, TEST)."""
-    names = {label for split in SPLITS for label in splits[split]["labels"]}
+    names = {label for split in SPLITS for label in splits[split].labels}
     return sorted(names, key=lambda label: (
-        [-splits[split]["labels"].get(label, 0) for split in SPLITS], label))
+        [-splits[split].labels.get(label, 0) for split in SPLITS], label))
 
 
-def _bars(title: str, categories: list[str], splits: dict[str, dict[str, Any]],
+def _bars(title: str, categories: list[str], splits: dict[str, SplitInfo],
           counted: str, rotate: bool = False) -> str:
-    """A bar chart of splits[split][counted][category], a series per split, as inline SVG
+    """A bar chart of the `counted` counts of each split, a series per split, as inline SVG
     (no script: pygal's tooltips would load one from the network)."""
     if not categories:
         return ""
@@ -147,7 +141,7 @@ def _bars(title: str, categories: list[str], splits: dict[str, dict[str, Any]],
     chart.uuid = counted  # the SVG's id: a random one by default
     chart.x_labels = categories
     for split in SPLITS:
-        values = [splits[split][counted].get(category, 0) for category in categories]
+        values = [getattr(splits[split], counted).get(category, 0) for category in categories]
         if any(values):
             chart.add(split, values)
     # Without the comment that dates it, the same summary gives the same page.

@@ -2,58 +2,20 @@
 `ConvertOptions.run_settings()` and passed whole to the transforms pipeline/graph.py
 wires, which read what they need from it (as TFDS passes a `ShardConfig`).
 
-The choices are enums whose members equal, and print as, the values the command line
-takes, so summary.json and messages show them as the user wrote them. Free of Beam and
-TensorFlow: the command line checks its options before either starts.
+The choices are choices.py's enums. Free of TensorFlow: the command line checks its
+options before it starts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 
+from transforms.choices import Dedupe, LabelMode, UnseenLabel
 from transforms.copies import DEFAULT_NEAR_DISTANCE
 from transforms.decode_pool import Decoding
 from transforms.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
 from transforms.images import ImageSettings
 from transforms.schema import ExtraColumn
-
-
-class _Choice(str, enum.Enum):
-    """A command-line choice: equal to its value, and formatted as it."""
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
-
-    @classmethod
-    def values(cls) -> tuple[str, ...]:
-        return tuple(member.value for member in cls)
-
-
-class LabelMode(_Choice):
-    """--label_mode: what a row labels."""
-
-    SINGLE = "single"  # one label per image
-    MULTI = "multi"  # every label of an image, as a list
-    DETECTION = "detection"  # boxes, a label each
-
-
-class UnseenLabel(_Choice):
-    """--unseen_label: a VALIDATION/TEST label that TRAIN never saw."""
-
-    ERROR = "error"  # dead-letters its row
-    OOV = "oov"  # keeps it, with the id len(vocabulary)
-
-
-class Dedupe(_Choice):
-    """--dedupe: which copies of an image are written only once."""
-
-    NONE = "none"  # copies are reported, all written
-    SHA256 = "sha256"  # byte-identical copies are dropped
-    NEAR = "near"  # near-copies too
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,7 +39,8 @@ from transforms.image_files import read_image_bytes
 from transforms.images import ImageRejected, PreparedImage
 from transforms.labels import LabelledRow
 from transforms.manifest import DEAD_LETTERS, ManifestRow
-from transforms.run_settings import LabelMode, RunSettings
+from transforms.choices import LabelMode
+from transforms.run_settings import RunSettings
 from transforms.schema import IMAGE
 from transforms.tfrecord_format import write_record
 

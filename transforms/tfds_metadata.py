@@ -18,8 +18,9 @@ from typing import Any
 
 
 from image_tfrecords.output import CLASS_LABEL, IMAGE, LABEL_ID_BASE, is_image_key
-from transforms.file_formats import DEFAULT_FORMAT, shard_format
 from transforms.label_map import UNSEEN_LABEL_NAME
+from transforms.choices import LabelMode, UnseenLabel
+from transforms.summary import FeatureInfo, Summary
 
 DATASET_INFO_FILE = "dataset_info.json"
 FEATURES_FILE = "features.json"
@@ -32,24 +33,23 @@ _FEATURE = "tensorflow_datasets.core.features"
 _TFDS_DTYPES = {"bytes": "string", "int64": "int64", "float": "float32"}
 
 
-def tfds_metadata(summary: dict[str, Any]) -> dict[str, str]:
+def tfds_metadata(summary: Summary) -> dict[str, str]:
     """File name -> text of the TFDS metadata for the output `summary` describes; empty
     where TFDS cannot read the shards (gzip TFRecord)."""
-    file_format = shard_format(summary["options"].get("file_format", DEFAULT_FORMAT),
-                               summary["options"]["compression"])
+    file_format = summary.options.shard_format
     if not file_format.tfds_reads:
         return {}
-    features = summary["features"]
+    features = summary.features
     info: dict[str, Any] = {
         "name": "image_tfrecords",
         "version": "1.0.0",
-        "description": f"image-tfrecords output, label mode {summary['options']['label_mode']}"
+        "description": f"image-tfrecords output, label mode {summary.options.label_mode}"
                        "; see summary.json",
         "fileFormat": file_format.tfds_name,
-        "splits": [{"name": split, "numBytes": stats["bytes"],
-                    "shardLengths": [shard["records"] for shard in stats["shards"]],
+        "splits": [{"name": split, "numBytes": stats.bytes,
+                    "shardLengths": [shard.records for shard in stats.shards],
                     "filepathTemplate": FILEPATH_TEMPLATE}
-                   for split, stats in summary["splits"].items() if stats["shards"]],
+                   for split, stats in summary.splits.items() if stats.shards],
     }
     label = next((key for key in LABEL_ID_BASE if key in features), None)
     if IMAGE in features and CLASS_LABEL in features:
@@ -67,14 +67,14 @@ def tfds_metadata(summary: dict[str, Any]) -> dict[str, str]:
     return texts
 
 
-def label_names(summary: dict[str, Any]) -> list[str]:
+def label_names(summary: Summary) -> list[str]:
     """The name of each label id, from id 0."""
-    background = [BACKGROUND_NAME] if summary["options"]["label_mode"] == "detection" else []
-    unseen = [UNSEEN_LABEL_NAME] if summary["options"]["unseen_label"] == "oov" else []
-    return [*background, *summary["vocabulary"]["label"], *unseen]
+    background = [BACKGROUND_NAME] if summary.options.label_mode is LabelMode.DETECTION else []
+    unseen = [UNSEEN_LABEL_NAME] if summary.options.unseen_label is UnseenLabel.OOV else []
+    return [*background, *summary.labels, *unseen]
 
 
-def _feature(key: str, feature: dict[str, Any], num_classes: int) -> dict[str, Any]:
+def _feature(key: str, feature: FeatureInfo, num_classes: int) -> dict[str, Any]:
     """features.json's entry for one key: lists as a Sequence of their element."""
     if is_image_key(key, feature):
         return {"pythonClassName": f"{_FEATURE}.image_feature.Image",
@@ -84,9 +84,9 @@ def _feature(key: str, feature: dict[str, Any], num_classes: int) -> dict[str, A
                    "classLabel": {"numClasses": num_classes}}
     else:
         element = {"pythonClassName": f"{_FEATURE}.tensor_feature.Tensor",
-                   "tensor": {"shape": {}, "dtype": _TFDS_DTYPES[feature["dtype"]],
+                   "tensor": {"shape": {}, "dtype": _TFDS_DTYPES[feature.dtype],
                               "encoding": "none"}}
-    if not feature["list"]:
+    if not feature.list:
         return element
     return {"pythonClassName": f"{_FEATURE}.sequence_feature.Sequence",
             "sequence": {"feature": element, "length": -1}}

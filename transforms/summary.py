@@ -1,0 +1,147 @@
+"""summary.json as one typed record, as TFDS's DatasetInfo and SplitInfo describe a dataset.
+
+The publish step builds a `Summary` and writes it with `to_json()`; every reader (the
+console table, report.html, the TFDS metadata, `Output`, `verify`, the Python API) reads
+it with `from_json()` and takes attributes, so no module reads the file by string keys.
+A field an older output lacks reads as its default (no histograms, no copies counted,
+TFRecord shards); a file that is not a summary raises pydantic's ValidationError (a
+ValueError) naming the field.
+
+Free of Beam and TensorFlow: readers import it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pydantic
+
+from transforms.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
+from transforms.choices import Dedupe, LabelMode, UnseenLabel
+
+SUMMARY_FILE = "summary.json"
+
+
+class _Record(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True)
+
+
+class FeatureInfo(_Record):
+    """One key of the examples: its dtype, and whether it holds a list (multi-label ids
+    and texts, every image/object/* key) rather than one value."""
+
+    dtype: Literal["bytes", "int64", "float"]
+    list: bool
+
+
+class ShardInfo(_Record):
+    file: str  # its name in the output folder
+    records: int
+    bytes: int
+    companions: tuple[str, ...] = ()  # the files beside it (ShardFormat.companions)
+
+
+class SplitInfo(_Record):
+    """What one split's shards hold; the counts by name are of examples (detection:
+    `labels` counts objects), the histograms of source images."""
+
+    examples: int = 0
+    bytes: int = 0  # of the shard files as written
+    source_bytes: int = 0  # of the source image files
+    labels: dict[str, int] = {}
+    unseen_label_examples: int = 0  # with a label the vocabulary lacks (--unseen_label oov)
+    reencoded: dict[str, int] = {}  # why -> images re-encoded
+    longest_side: dict[str, int] = {}  # histograms.LONGEST_SIDE_BINS, smallest first
+    file_bytes: dict[str, int] = {}  # histograms.FILE_BYTE_BINS, smallest first
+    shards: tuple[ShardInfo, ...] = ()
+
+
+class ErrorsInfo(_Record):
+    """The dead letters: rows that could not become an example."""
+
+    by_reason: dict[str, int] = {}
+    files: tuple[str, ...] = ()  # errors-*.jsonl
+
+
+class CopiesInfo(_Record):
+    """Copies of an image found among the examples (each beyond the one kept)."""
+
+    copies: int = 0
+    by_splits: dict[str, int] = {}  # "kept split/copy split" -> copies; two splits: a leak
+    dropped: bool = False  # whether --dedupe left them out of the shards
+    files: tuple[str, ...] = ()  # duplicates-*.jsonl or near_duplicates-*.jsonl
+
+
+class NearCopiesInfo(CopiesInfo):
+    max_distance: int | None = None  # pHash bits; None: written before near-copies were sought
+
+
+class RunOptions(_Record):
+    """The command line, every option under its flag's name (and the runner's). The ones
+    typed here are those readers act on; the others are kept as given."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="allow")
+
+    runner: str = "DirectRunner"
+    label_mode: LabelMode = LabelMode.SINGLE
+    unseen_label: UnseenLabel = UnseenLabel.ERROR
+    dedupe: Dedupe = Dedupe.NONE
+    file_format: str = DEFAULT_FORMAT  # absent: written before --file_format
+    compression: str = "none"
+
+    @property
+    def shard_format(self) -> ShardFormat:
+        """How the shards are read."""
+        return shard_format(self.file_format, self.compression)
+
+
+class RunInfo(_Record):
+    """What the launcher knows before the run starts: the sources, options and versions."""
+
+    manifests: tuple[str, ...] | None = None  # as given, SPLIT=path for a split's own
+    image_folder: str | None = None
+    options: RunOptions
+    versions: dict[str, str] = {}
+    started_at: str = ""
+
+
+class Summary(RunInfo):
+    """summary.json: what one run wrote, and the accounting that every row read is an
+    example, a dead letter or a row discarded on purpose."""
+
+    finished_at: str = ""
+    run_id: str = ""  # its temp folder's name: a retried publish step knows its own output
+    rows_read: int
+    examples_written: int
+    rows_in_examples: int  # more than examples_written with detection boxes
+    rows_dead_lettered: int
+    rows_discarded: int = 0  # DISCARD rows, read but left out on purpose
+    accounted: bool
+    error_fraction: float
+    splits: dict[str, SplitInfo]  # train, validation, test
+    empty_splits: tuple[str, ...] = ()
+    vocabulary: dict[str, tuple[str, ...]]  # "label", and each categorical --schema column
+    vocabulary_pinned_from: str | None = None  # --vocabulary's file; None: from TRAIN
+    errors: ErrorsInfo = ErrorsInfo()
+    features: dict[str, FeatureInfo] = {}
+    duplicates: CopiesInfo = CopiesInfo()
+    near_duplicates: NearCopiesInfo = NearCopiesInfo()
+    label_map: str | None = None  # label_map.pbtxt, with --label_mode detection
+    files: tuple[str, ...] = ()  # everything published besides the shards and summary.json
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The label vocabulary: a label's id is its position (detection: plus 1)."""
+        return self.vocabulary["label"]
+
+    @property
+    def examples(self) -> dict[str, int]:
+        """split -> examples written."""
+        return {split: info.examples for split, info in self.splits.items()}
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Summary:
+        return cls.model_validate_json(text)
