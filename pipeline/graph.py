@@ -10,7 +10,6 @@ TensorFlow, and no stage waits on a side input while holding the manifest.
 from __future__ import annotations
 
 import tempfile
-import uuid
 
 import apache_beam as beam
 import tensorflow_transform.beam as tft_beam
@@ -22,6 +21,7 @@ from apache_beam.runners.runner import PipelineState
 from pipeline.beam_lookups import cached_lookups
 from pipeline.collector import uncollected
 from pipeline.options import ConvertOptions, runs_on_the_direct_runner
+from pipeline import resume
 from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder
@@ -39,8 +39,8 @@ _MB = 1 << 20
 
 
 def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: RunInfo,
-        pinned: PinnedVocabulary | None = None) -> Summary | None:
-    """Runs the conversion and returns the summary.json it wrote.
+        folder: resume.RunFolder, pinned: PinnedVocabulary | None = None) -> Summary | None:
+    """Runs the conversion in `folder` and returns the summary.json it wrote.
 
     None when the job is still running: with --no_wait_until_finish (a Flex Template
     launch) the launcher returns once the job is submitted, and the job writes
@@ -48,22 +48,26 @@ def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: Run
     when the job failed its outcome check; `pinned` fixes the label ids.
     """
     convert = options.view_as(ConvertOptions)
-    run_id = uuid.uuid4().hex[:12]
-    temp_dir = FileSystems.join(convert.output_dir, f".tmp-{run_id}")
+    temp_dir = resume.temp_dir(convert.output_dir, folder.run_id)
+    if folder.resumed and (published := resume.published_by(convert.output_dir,
+                                                             folder.run_id)):
+        delete_tree(temp_dir)  # it was stopped after publishing, while cleaning up
+        return published
     # tf.Transform reads and writes through TensorFlow's filesystems, which know local
     # paths and the real gs:// but not s3://, hdfs:// or a GCS emulator: its working
     # folder is --temp_location (Dataflow's bucket) or the local temp dir, and the
     # publish step copies the transform_fn to the output through Beam's FileSystems.
     tft_dir = FileSystems.join(
         options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir(),
-        f"image-tfrecords-{run_id}")
+        f"image-tfrecords-{folder.run_id}")
+    delete_tree(tft_dir)  # a stopped run's, resumed: made again
     try:
         # Before the graph is built: tf.Transform reads the pinned file as it traces.
         pinned_file = (write_pinned_vocabulary(pinned, FileSystems.join(tft_dir, "pinned"))
                        if pinned else None)
         with cached_lookups(), beam.Pipeline(runner=_runner(options), options=options) as p:
             with uncollected():  # the graph lives until the run, as this block exits, ends
-                build(p, convert, manifests, temp_dir, tft_dir, run_info,
+                build(p, convert, manifests, temp_dir, tft_dir, run_info, folder.resumed,
                       pinned.source if pinned else None, pinned_file)
     except BaseException:
         # Publishing removes it after a success; after a failure it is no evidence (the
@@ -81,10 +85,11 @@ def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: Run
 
 
 def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSource],
-          temp_dir: str, tft_dir: str, run_info: RunInfo,
+          temp_dir: str, tft_dir: str, run_info: RunInfo, resuming: bool = False,
           pinned_from: str | None = None, pinned_file: str | None = None) -> None:
     """The conversion's graph; `pinned_file` is the pinned vocabulary as tf.Transform
-    reads it (write_pinned_vocabulary), `pinned_from` the file the user gave."""
+    reads it (write_pinned_vocabulary), `pinned_from` the file the user gave; `resuming`:
+    the shards a stopped run left in `temp_dir` are reused where their receipts say so."""
     output_dir = options.output_dir
     settings = options.run_settings()
 
@@ -105,7 +110,8 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     source = p | "ReadSource" >> _read_rows(options, manifests)
     labelled = source.rows | "ApplyLabels" >> ApplyLabels(
         transform_fn, settings, tft_dir, pinned_from)
-    written = labelled.labelled | "WriteShards" >> WriteShards(shard_plan, temp_dir, settings)
+    written = labelled.labelled | "WriteShards" >> WriteShards(shard_plan, temp_dir, settings,
+                                                               resuming)
 
     # What is published besides the shards is staged, so the previous output stays whole
     # until the publish step swaps everything at once.

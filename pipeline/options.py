@@ -52,6 +52,11 @@ class ConvertOptions(PipelineOptions):
             help="Where the shards, transform_fn/, summary.json and errors-*.jsonl go.")
         _add_switch(group, "--overwrite",
                     "Replace the outputs of a previous run in a non-empty --output_dir.")
+        _add_switch(group, "--resume",
+                    "Continue a stopped run of the same command (the same inputs and "
+                    "options) in this --output_dir: the shards it finished are reused, "
+                    "their images not read again; a stopped run made from anything else "
+                    "is refused, naming what differs.")
         group.add_argument(
             "--split_fractions", default=",".join(map(str, DEFAULT_SPLIT_FRACTIONS)),
             help="train,validation,test fractions for rows without a split (UNASSIGNED, "

@@ -45,6 +45,10 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
     if near.copies:
         lines.append(_copies_line(f"near-copies (pHash within {near.max_distance} bits)",
                                   near, "--dedupe near"))
+    if summary.resumed_shards:
+        shards = sum(len(stats.shards) for stats in summary.splits.values())
+        lines.append(f"resumed: {summary.resumed_shards} of {shards} shards reused from the "
+                     "stopped run, their images not read again")
     if published and REPORT_FILE in summary.files:
         lines.append(f"report: {output_dir.rstrip('/')}/{REPORT_FILE} (plots, a sample of "
                      "each label, dead letters and copies side by side)")

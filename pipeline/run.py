@@ -17,6 +17,8 @@ from pipeline.console import quiet_console
 from pipeline.options import ConvertOptions, unknown_option_problem
 from pipeline.progress import shown_progress
 from pipeline.report import format_report
+from pipeline.resume import (ResumeRefused, RunFolder, choose_run_folder, fingerprint, start,
+                             temp_dir)
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from transforms.folder import check_folder
 from transforms.manifest import ManifestError, ManifestRow, RowRules
@@ -84,12 +86,13 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
                            **convert.values()),
         versions={name: _version(name) for name in _VERSIONED},
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat())
+    folder = _run_folder(convert, manifests, pinned, run_info.versions)
     try:
         with frozen_for_the_run():
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             with uncollected():
                 from pipeline import graph  # noqa: PLC0415
-            summary = graph.run(options, manifests, run_info, pinned)
+            summary = graph.run(options, manifests, run_info, folder, pinned)
     except RunFailed as failed:
         print(format_report(failed.failure.summary, convert.output_dir,
                             time.monotonic() - started, published=False))
@@ -100,6 +103,24 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
     else:
         print(format_report(summary, convert.output_dir, time.monotonic() - started))
     return summary
+
+
+def _run_folder(convert: ConvertOptions, manifests: list[ManifestSource],
+                pinned: PinnedVocabulary | None, versions: dict[str, str]) -> RunFolder:
+    """The run's temp folder, started: a stopped run's with --resume, else a new one."""
+    current = fingerprint(convert, manifests, pinned, versions)
+    try:
+        folder = choose_run_folder(convert, current)
+    except ResumeRefused as refused:
+        raise UsageError(str(refused)) from None
+    path = temp_dir(convert.output_dir, folder.run_id)
+    if folder.resumed:
+        print(f"image-tfrecords: resuming the stopped run in {path}")
+    elif convert.resume:
+        print(f"image-tfrecords: no stopped run in {convert.output_dir} to resume; "
+              "starting from the first image")
+    start(path, current, folder.resumed)
+    return folder
 
 
 def _pinned_vocabulary(convert: ConvertOptions) -> PinnedVocabulary | None:

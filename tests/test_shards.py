@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import hashlib
+import pickle
 import threading
 import time
 
@@ -90,9 +91,11 @@ def test_shards_are_the_same_however_rows_are_packed(tmp_path, monkeypatch):
             _ = (p | beam.Create(rows)
                  | WriteShards(p | "Plan" >> beam.Create(list(planned.items())),
                                str(folder), RunSettings(decoding=Decoding(1, threads=2))))
-        # The shards and the thumbnails written beside them.
-        return {str(path.relative_to(folder)): path.read_bytes()
-                for path in folder.rglob("*") if path.is_file()}
+        # The shards and the thumbnails written beside them; of their receipts (which name
+        # the files where they are) the digest of the rows each was written from.
+        return {str(path.relative_to(folder)): (
+            pickle.loads(path.read_bytes()).rows_digest if path.suffix == ".receipt"
+            else path.read_bytes()) for path in folder.rglob("*") if path.is_file()}
 
     one_pack_per_shard = write(1 << 20, tmp_path / "one")
     assert write(1, tmp_path / "per_row") == one_pack_per_shard  # a pack per row
@@ -103,6 +106,7 @@ def test_shards_are_the_same_however_rows_are_packed(tmp_path, monkeypatch):
     with_rows = {(item.row.split, shard_of(item.row.uri, planned[item.row.split]))
                  for item in rows}
     assert sum(name.startswith("thumbnails/") for name in one_pack_per_shard) == len(with_rows)
+    assert sum(name.startswith("receipts/") for name in one_pack_per_shard) == len(with_rows)
 
 
 def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):

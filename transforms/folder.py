@@ -30,7 +30,7 @@ _SPLIT_LAYOUT = "ROOT/<split>/<label>/<file>"
 def check_folder(root: str) -> str:
     """The path of a file under `root` (the storage probe reads it); fails clearly when
     there is none. Lists at most one file."""
-    found = FileSystems.match([_everything_under(root)], limits=[1])[0].metadata_list
+    found = FileSystems.match([everything_under(root)], limits=[1])[0].metadata_list
     if not found:
         raise ManifestError(f"image folder not found or empty: {root}")
     return found[0].path
@@ -47,7 +47,7 @@ def folder_rows(root: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRAC
     """
     root = root.rstrip("/")
     images = [(metadata.path, metadata.path[len(root) + 1:])
-              for metadata in FileSystems.match([_everything_under(root)])[0].metadata_list
+              for metadata in FileSystems.match([everything_under(root)])[0].metadata_list
               if _is_image_name(metadata.path)]
     split_layout = any("/" in relative and normalise_split(relative.split("/", 1)[0])
                        for _, relative in images)
@@ -93,7 +93,8 @@ def _label_layout_row(root: str, path: str, relative: str,
                        (parts[0],))
 
 
-def _everything_under(root: str) -> str:
+def everything_under(root: str) -> str:
+    """The pattern of every file under `root`, however deep."""
     return f"{root.rstrip('/')}/**"
 
 

@@ -116,7 +116,9 @@ class PublishOutput(beam.PTransform):
             if published and published.run_id == self._run_id:  # a retry after the end
                 return published
         summary = _read_summary(prepared)  # a retry: files may have been moved already
-        if summary is None:
+        if summary is not None:  # what the shards given now were reused from, if resumed
+            summary = summary.model_copy(update={"resumed_shards": resumed_shards(files)})
+        else:
             summary = self._prepare(files, errors_by_reason, sum(row_counts),
                                     (duplicates, near_duplicates),
                                     written, rows_discarded, report_content)
@@ -337,6 +339,11 @@ def delete_tree(folder: str) -> None:
         FileSystems.delete([folder.rstrip("/") + "/"])
 
 
+def resumed_shards(files: dict[str, list[tuple[str, ShardWritten]]]) -> int:
+    """How many of the shards were reused from a stopped run (--resume)."""
+    return sum(shard.resumed for named in files.values() for _, shard in named)
+
+
 def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
                   errors_by_reason: dict[str, int], rows_read: int,
                   vocabulary: Sequence[str], error_files: list[str],
@@ -378,6 +385,7 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
     return Summary(
         **dict(run_info),
         finished_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        resumed_shards=resumed_shards(files),
         rows_read=rows_read,
         examples_written=sum(split.examples for split in splits.values()),
         rows_in_examples=rows_in_examples,

@@ -42,6 +42,8 @@ from transforms.manifest import DEAD_LETTERS, ManifestRow
 from transforms.choices import LabelMode
 from transforms.run_settings import RunSettings
 from transforms.schema import IMAGE
+from transforms.shard_receipts import (ShardReceipt, file_sizes, read_receipt, receipt_path,
+                                       rows_digest, write_receipt)
 from transforms.tfrecord_format import write_record
 
 _SIZE_SAMPLE = 32  # files per split whose sizes estimate the split's total bytes
@@ -77,6 +79,7 @@ class ShardWritten(NamedTuple):
     reencoded: dict[str, int]  # why -> examples whose image was re-encoded
     longest_side: dict[str, int]  # histograms.LONGEST_SIDE_BINS -> source images
     file_bytes: dict[str, int]  # histograms.FILE_BYTE_BINS -> source files
+    resumed: bool = False  # reused from a stopped run (--resume), its images not read again
 
 
 EXAMPLE_KEYS = "example_keys"  # WriteShards' output of (sha256, ExampleRef) per example
@@ -163,13 +166,16 @@ class WriteShards(beam.PTransform):
     example's (sha256, ExampleRef) -> EXAMPLE_KEYS, with its content where
     `settings.keeps_content`.
 
-    `plan` is PlanShards' output: (split, number of shards).
+    `plan` is PlanShards' output: (split, number of shards). Each shard leaves a receipt
+    (shard_receipts.py); with `resuming`, a shard whose receipt vouches for it is not
+    written again.
     """
 
-    def __init__(self, plan: beam.PCollection, temp_dir: str, settings: RunSettings) -> None:
+    def __init__(self, plan: beam.PCollection, temp_dir: str, settings: RunSettings,
+                 resuming: bool = False) -> None:
         super().__init__()
         self._plan = plan
-        self._writer = _WriteShardFile(temp_dir, settings)
+        self._writer = _WriteShardFile(temp_dir, settings, resuming)
 
     def expand(self, labelled: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return (labelled
@@ -237,8 +243,9 @@ class _WriteShardFile(beam.DoFn):
     do not depend on where or how many at once images were decoded.
     """
 
-    def __init__(self, temp_dir: str, settings: RunSettings) -> None:
+    def __init__(self, temp_dir: str, settings: RunSettings, resuming: bool = False) -> None:
         self._temp_dir = temp_dir
+        self._resuming = resuming
         self._format = settings.shard_format
         self._image = settings.image
         self._decoding = settings.decoding
@@ -247,6 +254,7 @@ class _WriteShardFile(beam.DoFn):
         self._keep_content = settings.keeps_content
         self._written = Metrics.counter("images", "written")
         self._rejected = Metrics.counter("images", "rejected")
+        self._resumed = Metrics.counter("shards", "resumed")
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     def setup(self) -> None:
@@ -264,6 +272,45 @@ class _WriteShardFile(beam.DoFn):
         (split, shard), packs = shard_packs
         ordered = sorted(itertools.chain.from_iterable(map(unpack_rows, packs)),
                          key=lambda item: _write_order(item.row))
+        digest = rows_digest(ordered)
+        receipt_at = receipt_path(self._temp_dir, split, shard)
+        receipt = read_receipt(receipt_at, digest) if self._resuming else None
+        if receipt is None:
+            receipt = yield from self._write(split, shard, ordered, digest)
+            write_receipt(receipt_at, receipt)
+            return
+        self._resumed.inc()
+        live_progress.handled(len(ordered), len(receipt.dead_letters))
+        for dead in receipt.dead_letters:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead)
+        for keyed in receipt.example_keys:
+            yield beam.pvalue.TaggedOutput(EXAMPLE_KEYS, keyed)
+        yield receipt.written._replace(resumed=True)
+
+    def _write(self, split: str, shard: int, ordered: list[LabelledRow], digest: str
+               ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
+        """Writes the shard, yielding what it gives; returns its receipt."""
+        dead_letters: list[DeadLetter] = []
+        example_keys: list[tuple[str, ExampleRef]] = []
+        for output in self._write_files(split, shard, ordered):
+            if isinstance(output, ShardWritten):
+                written = output
+            elif output.tag == DEAD_LETTERS:
+                dead_letters.append(output.value)
+            else:
+                example_keys.append(output.value)
+            yield output
+        files = ((written.temp_path, *(written.temp_path + suffix
+                                       for suffix in self._format.companions),
+                  thumbnails_path(self._temp_dir, split, shard))
+                 if written.examples else ())
+        return ShardReceipt(digest, written, tuple(dead_letters), tuple(example_keys),
+                            file_sizes(files))
+
+    def _write_files(self, split: str, shard: int, ordered: list[LabelledRow]
+                     ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
+        """The shard's file, its companions and thumbnails, closed before the ShardWritten
+        that comes last."""
         images = []
         for _, group in itertools.groupby(ordered, key=lambda item: item.row.uri):
             first, *others = group

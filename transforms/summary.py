@@ -111,6 +111,7 @@ class Summary(RunInfo):
 
     finished_at: str = ""
     run_id: str = ""  # its temp folder's name: a retried publish step knows its own output
+    resumed_shards: int = 0  # shards reused from a stopped run (--resume), not written again
     rows_read: int
     examples_written: int
     rows_in_examples: int  # more than examples_written with detection boxes

@@ -1,0 +1,181 @@
+"""Which temp folder a run writes into: a new one, or with --resume a stopped run's.
+
+Every run first writes OUTPUT/.tmp-<run id>/run.json, the fingerprint of what it is made
+from: the manifests' contents (or the image folder's listing), the pinned vocabulary,
+the options that change what is written, and the versions. `--resume` reuses the newest
+stopped run's folder whose fingerprint is this run's, and the shard writer then reuses
+every shard whose receipt vouches for it (transforms/shard_receipts.py). A stopped run
+made from anything else is refused, in one line that says what differs: its shards would
+not be this run's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import pydantic
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.options import ConvertOptions
+from transforms.folder import everything_under
+from transforms.outcome import FAILED_FILE
+from transforms.sources import ManifestSource
+from transforms.summary import SUMMARY_FILE, Summary
+from transforms.vocabulary_file import PinnedVocabulary
+
+RUN_FILE = "run.json"
+# Options that change nothing a run writes, and may differ between a run and its resume;
+# the sources (--manifest, --image_folder) are compared by their contents.
+_NOT_COMPARED = frozenset({"manifest", "image_folder", "output_dir", "overwrite", "resume",
+                           "quiet", "verbose", "decode_processes", "decode_timeout",
+                           "decode_threads", "max_error_fraction"})
+_CHUNK = 1 << 20
+
+
+class ResumeRefused(ValueError):
+    """--resume found a stopped run made from other inputs or settings."""
+
+
+class Fingerprint(pydantic.BaseModel):
+    """What a run is made from, as run.json holds it."""
+
+    model_config = pydantic.ConfigDict(frozen=True)
+
+    sources: dict[str, str]  # manifest, image folder or pinned vocabulary -> its SHA-256
+    options: dict[str, Any]  # the options that change what is written
+    versions: dict[str, str]
+
+    def differences(self, stopped: Fingerprint) -> list[str]:
+        """What differs from the `stopped` run's, in words."""
+        found = []
+        for name in sorted(self.sources.keys() | stopped.sources.keys()):
+            if name not in stopped.sources:
+                found.append(f"{name} is new")
+            elif name not in self.sources:
+                found.append(f"{name} is no longer given")
+            elif self.sources[name] != stopped.sources[name]:
+                found.append(f"{name} has changed")
+        found += [f"--{name} {self.options.get(name)!r} (the stopped run's: "
+                  f"{stopped.options.get(name)!r})"
+                  for name in sorted(self.options.keys() | stopped.options.keys())
+                  if self.options.get(name) != stopped.options.get(name)]
+        found += [f"{name} {self.versions.get(name)} (the stopped run's: "
+                  f"{stopped.versions.get(name)})"
+                  for name in sorted(self.versions.keys() | stopped.versions.keys())
+                  if self.versions.get(name) != stopped.versions.get(name)]
+        return found
+
+
+class RunFolder(NamedTuple):
+    """The temp folder a run writes into, OUTPUT/.tmp-<run_id>."""
+
+    run_id: str
+    resumed: bool  # a stopped run's, whose finished shards are reused
+
+
+def fingerprint(convert: ConvertOptions, manifests: Sequence[ManifestSource],
+                pinned: PinnedVocabulary | None, versions: dict[str, str]) -> Fingerprint:
+    if convert.image_folder:
+        sources = {convert.image_folder: _listing_digest(convert.image_folder)}
+    else:
+        sources = {source.describe(): _contents_digest(source.path) for source in manifests}
+    if pinned:
+        sources[f"--vocabulary {pinned.source}"] = hashlib.sha256(
+            "\n".join(pinned.labels).encode()).hexdigest()
+    return Fingerprint(sources=sources, versions=versions, options={
+        name: value for name, value in convert.values().items() if name not in _NOT_COMPARED})
+
+
+def choose_run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolder:
+    """A new folder; with --resume the newest stopped run's with this fingerprint (a new
+    one where there is none). Raises ResumeRefused when stopped runs are there but none
+    was made from the same inputs and settings."""
+    stopped = _stopped_runs(convert.output_dir) if convert.resume else []
+    for run_id, recorded in stopped:
+        if recorded == current:
+            return RunFolder(run_id, resumed=True)
+    if stopped:
+        run_id, recorded = stopped[0]
+        raise ResumeRefused(
+            f"--resume: the stopped run in {temp_dir(convert.output_dir, run_id)} was made "
+            f"from other inputs or settings: {'; '.join(current.differences(recorded))}. "
+            "Run without --resume to start again from the first image")
+    return RunFolder(uuid.uuid4().hex[:12], resumed=False)
+
+
+def temp_dir(output_dir: str, run_id: str) -> str:
+    return FileSystems.join(output_dir, f".tmp-{run_id}")
+
+
+def start(folder: str, current: Fingerprint, resumed: bool) -> None:
+    """Records a new run's fingerprint; readies a stopped run's folder to be resumed:
+    what it staged is made again (unless it was publishing, which the publish step
+    finishes from what it prepared), its shards stay for their receipts."""
+    if not resumed:
+        with FileSystems.create(FileSystems.join(folder, RUN_FILE)) as out:
+            out.write(current.model_dump_json(indent=2).encode())
+        return
+    staged = FileSystems.join(folder, "staged")
+    publishing = (FileSystems.exists(FileSystems.join(folder, SUMMARY_FILE))
+                  and not FileSystems.exists(FileSystems.join(staged, FAILED_FILE)))
+    if not publishing:
+        leftovers = [metadata.path for result in FileSystems.match(
+            [FileSystems.join(staged, "**"), FileSystems.join(folder, SUMMARY_FILE)])
+            for metadata in result.metadata_list]
+        if leftovers:
+            FileSystems.delete(leftovers)
+
+
+def published_by(output_dir: str, run_id: str) -> Summary | None:
+    """The output's summary.json when the run `run_id` published it (it was stopped
+    while removing its temp folder), else None."""
+    path = FileSystems.join(output_dir, SUMMARY_FILE)
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as file:
+        try:
+            summary = Summary.from_json(file.read())
+        except pydantic.ValidationError:
+            return None
+    return summary if summary.run_id == f".tmp-{run_id}" else None
+
+
+def _stopped_runs(output_dir: str) -> list[tuple[str, Fingerprint]]:
+    """(run id, fingerprint) of the stopped runs in `output_dir`, newest first."""
+    found = []
+    for metadata in FileSystems.match(
+            [FileSystems.join(output_dir, f".tmp-*/{RUN_FILE}")])[0].metadata_list:
+        run_id = metadata.path.rsplit("/", 2)[-2].removeprefix(".tmp-")
+        with FileSystems.open(metadata.path) as file:
+            try:
+                found.append((metadata.last_updated_in_seconds, run_id,
+                              Fingerprint.model_validate_json(file.read())))
+            except pydantic.ValidationError:
+                continue  # a run.json cut short: that run never started writing
+    return [(run_id, recorded) for _, run_id, recorded in sorted(found, reverse=True)]
+
+
+def _contents_digest(pattern: str) -> str:
+    """Of every file `pattern` matches (one manifest, or a Pascal VOC glob), in order."""
+    digest = hashlib.sha256()
+    for metadata in sorted(FileSystems.match([pattern])[0].metadata_list,
+                           key=lambda m: m.path):
+        digest.update(metadata.path.encode() + b"\0")
+        with FileSystems.open(metadata.path,
+                              compression_type=CompressionTypes.UNCOMPRESSED) as file:
+            while chunk := file.read(_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _listing_digest(root: str) -> str:
+    """Of an image folder's listing: every file's path and size (not its bytes)."""
+    digest = hashlib.sha256()
+    for metadata in sorted(FileSystems.match([everything_under(root)])[0].metadata_list,
+                           key=lambda m: m.path):
+        digest.update(f"{metadata.path}\0{metadata.size_in_bytes}\n".encode())
+    return digest.hexdigest()
