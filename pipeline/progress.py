@@ -24,7 +24,8 @@ from transforms import live_progress
 
 STEP_PERCENT = 5  # a line in a log at every 5% of the rows
 REMOTE_NOTE = ("progress: shown by the runner's UI for the job; the counters to watch are "
-               "images/written and images/rejected (Beam metrics, namespace images)")
+               "images/written and images/rejected (Beam metrics, namespace images), and "
+               "with --resume shards/resumed")
 WORKER_PROCESSES_NOTE = ("progress: not shown: with --direct_running_mode multi_processing "
                          "the shards are written in the DirectRunner's worker processes")
 

@@ -3,7 +3,8 @@ publishes what an uninterrupted run does, reusing the shards it had finished; a 
 run made from other inputs or options is refused.
 
 The stopped runs are real processes killed with SIGKILL, at points chosen by counting
-calls in the pipeline's own code (see STOPPER), so each kill lands where the test says.
+calls in the pipeline's own code (bench/stop_at.py), so each kill lands where the test
+says.
 """
 
 import json
@@ -11,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,32 +20,7 @@ from conftest import download, encode, photo_like, put
 from pipeline import run
 from test_reliability import published
 
-# Runs the command line in this process and SIGKILLs its whole process group (its
-# decoding processes too) at the N-th call of a function of the pipeline's: after the call
-# returns, or before it starts.
-STOPPER = """
-import functools, importlib, os, signal, sys
-module_name, function, when, count = sys.argv[1:5]
-module = importlib.import_module(module_name)
-original = getattr(module, function)
-calls = 0
-
-@functools.wraps(original)
-def stopping(*args, **kwargs):
-    global calls
-    calls += 1
-    if when == "before" and calls == int(count):
-        os.killpg(0, signal.SIGKILL)
-    result = original(*args, **kwargs)
-    if when == "after" and calls == int(count):
-        os.killpg(0, signal.SIGKILL)
-    return result
-
-import pipeline.graph  # its own names for publish's functions stay the originals
-setattr(module, function, stopping)
-from pipeline import run
-sys.exit(run.main(sys.argv[5:]))
-"""
+STOP_AT = Path(__file__).parent.parent / "bench" / "stop_at.py"
 SPLITS = {"train": 40, "validation": 16, "test": 16}  # 2 shards each, none empty
 SHARDS = 6
 
@@ -68,8 +45,8 @@ def arguments(manifest: str, output: str, *flags: str, shards_per_split: int = 2
 
 
 def stopped_run(argv: list[str], module: str, function: str, when: str, count: int) -> None:
-    """Runs the command line in a new process group, SIGKILLed as STOPPER says."""
-    job = subprocess.run([sys.executable, "-c", STOPPER, module, function, when, str(count),
+    """Runs the command line in a new process group, SIGKILLed as bench/stop_at.py says."""
+    job = subprocess.run([sys.executable, str(STOP_AT), module, function, when, str(count),
                           *argv], capture_output=True, text=True, timeout=300,
                          start_new_session=True)
     assert job.returncode == -signal.SIGKILL, job.stderr[-3000:]
@@ -143,6 +120,18 @@ def test_a_run_stopped_while_publishing_resumes_to_the_same_output(local, capsys
     stopped_run(arguments(manifest, str(output)), "transforms.publish", function, when, 1)
     resumed(arguments(manifest, str(output)), capsys)
     assert json.loads((output / "summary.json").read_text())["resumed_shards"] == reused
+    same_output(output, reference)
+
+
+def test_a_failed_run_resumed_with_a_higher_error_threshold_reuses_every_shard(
+        local, tmp_path, capsys):
+    """2 of 74 rows are dead letters: more than 1%, so the first run publishes nothing."""
+    manifest, _, reference = local
+    output = tmp_path / "out"
+    assert run.main(arguments(manifest, str(output), "--max_error_fraction", "0.01")) == 1
+    assert "more than --max_error_fraction 1.0%" in capsys.readouterr().err
+    printed = resumed(arguments(manifest, str(output)), capsys)
+    assert f"resumed: {SHARDS} of {SHARDS} shards reused" in printed
     same_output(output, reference)
 
 
