@@ -1,10 +1,11 @@
 """What `--resume` saves: a full run against the resume of a run stopped with half its
 shards written, side by side on the same data.
 
-Each round: a full run; then a run SIGKILLed once half the shards' receipts are written
-(bench/stop_at.py); then the same command with --resume, timed. Prints the walls, the
-ratio resumed / full and the shards the resume reused, and checks that the resumed
-output's shards are byte for byte the full run's.
+Each round: a full run; a run SIGKILLed once half the shards' receipts are written
+(bench/stop_at.py), then the same command with --resume, timed; and as the floor, the
+resume of a run stopped with every shard written (just before it moved them into
+place). Prints the walls, the ratios to the full run and the shards each resume reused,
+and checks that the resumed outputs' shards are byte for byte the full run's.
 
     .venv/bin/python bench/make_dataset.py --out /tmp/bench-2000 --images 2000
     .venv/bin/python bench/resume_bench.py --data /tmp/bench-2000 --rounds 3
@@ -50,28 +51,35 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="resume-bench-"))
     full_out, resumed_out = folder / "full", folder / "resumed"
     shards = 3 * SHARDS_PER_SPLIT
-    rows = []
+    # Where each stopped run is killed: the resume of the first redoes half the shards.
+    stops = {"half": ("transforms.shards", "write_receipt", "after", shards // 2),
+             "all": ("transforms.publish", "move_into_place", "before", 1)}
+    walls: dict[str, list[float]] = {"full": [], "half": [], "all": []}
     for round_number in range(1, args.rounds + 1):
-        full = timed([sys.executable, "-m", "pipeline", *convert_command(args.data, full_out)])
-        stopper = [sys.executable, str(HERE / "stop_at.py"), "transforms.shards",
-                   "write_receipt", "after", str(shards // 2),
-                   *convert_command(args.data, resumed_out)]
-        stopped = subprocess.run(stopper, stdout=subprocess.DEVNULL, start_new_session=True)
-        if stopped.returncode != -9:
-            sys.exit(f"the run to stop ended with {stopped.returncode}, not SIGKILL")
-        resumed = timed([sys.executable, "-m", "pipeline",
-                         *convert_command(args.data, resumed_out, "--resume")])
-        summary = json.loads((resumed_out / "summary.json").read_text())
-        if shard_digests(resumed_out) != shard_digests(full_out):
-            sys.exit("the resumed run's shards are not the full run's")
-        rows.append({"round": round_number, "full_s": full, "resumed_s": resumed,
-                     "resumed_shards": summary["resumed_shards"], "shards": shards})
-        print(f"round {round_number}: full {full:.1f} s, resumed {resumed:.1f} s "
-              f"({resumed / full:.2f}), {summary['resumed_shards']} of {shards} shards reused")
-    ratios = [row["resumed_s"] / row["full_s"] for row in rows]
-    print(f"median: full {statistics.median(r['full_s'] for r in rows):.1f} s, resumed "
-          f"{statistics.median(r['resumed_s'] for r in rows):.1f} s, resumed / full "
-          f"{statistics.median(ratios):.2f} (range {min(ratios):.2f}-{max(ratios):.2f})")
+        walls["full"].append(timed([sys.executable, "-m", "pipeline",
+                                    *convert_command(args.data, full_out)]))
+        line = f"round {round_number}: full {walls['full'][-1]:.1f} s"
+        for name, (module, function, when, count) in stops.items():
+            stopped = subprocess.run(
+                [sys.executable, str(HERE / "stop_at.py"), module, function, when, str(count),
+                 *convert_command(args.data, resumed_out)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            if stopped.returncode != -9:
+                sys.exit(f"the run to stop ended with {stopped.returncode}, not SIGKILL")
+            walls[name].append(timed([sys.executable, "-m", "pipeline",
+                                      *convert_command(args.data, resumed_out, "--resume")]))
+            reused = json.loads((resumed_out / "summary.json").read_text())["resumed_shards"]
+            if shard_digests(resumed_out) != shard_digests(full_out):
+                sys.exit("the resumed run's shards are not the full run's")
+            line += (f", resumed from {name} {walls[name][-1]:.1f} s "
+                     f"({walls[name][-1] / walls['full'][-1]:.2f}, {reused} of {shards} reused)")
+        print(line)
+    for name in ("half", "all"):
+        ratios = [resumed / full for resumed, full in zip(walls[name], walls["full"])]
+        print(f"resumed from {name} / full: median {statistics.median(ratios):.2f} "
+              f"(range {min(ratios):.2f}-{max(ratios):.2f}); walls, medians: full "
+              f"{statistics.median(walls['full']):.1f} s, resumed "
+              f"{statistics.median(walls[name]):.1f} s")
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineState
 
+from pipeline import resume
 from pipeline.beam_lookups import cached_lookups
 from pipeline.collector import uncollected
 from pipeline.options import ConvertOptions, runs_on_the_direct_runner
-from pipeline import resume
 from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder
@@ -60,7 +60,7 @@ def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: Run
     tft_dir = FileSystems.join(
         options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir(),
         f"image-tfrecords-{folder.run_id}")
-    delete_tree(tft_dir)  # a stopped run's, resumed: made again
+    delete_tree(tft_dir)  # a resumed run's, left by the stopped one: made again
     try:
         # Before the graph is built: tf.Transform reads the pinned file as it traces.
         pinned_file = (write_pinned_vocabulary(pinned, FileSystems.join(tft_dir, "pinned"))
