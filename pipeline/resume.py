@@ -22,7 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.options import ConvertOptions
 from transforms.folder import everything_under
-from transforms.outcome import FAILED_FILE
+from transforms.outcome import FAILED_FILE, read_summary
 from transforms.sources import ManifestSource
 from transforms.summary import SUMMARY_FILE, Summary
 from transforms.vocabulary_file import PinnedVocabulary
@@ -133,15 +133,8 @@ def start(folder: str, current: Fingerprint, resumed: bool) -> None:
 def published_by(output_dir: str, run_id: str) -> Summary | None:
     """The output's summary.json when the run `run_id` published it (it was stopped
     while removing its temp folder), else None."""
-    path = FileSystems.join(output_dir, SUMMARY_FILE)
-    if not FileSystems.exists(path):
-        return None
-    with FileSystems.open(path) as file:
-        try:
-            summary = Summary.from_json(file.read())
-        except pydantic.ValidationError:
-            return None
-    return summary if summary.run_id == f".tmp-{run_id}" else None
+    summary = read_summary(FileSystems.join(output_dir, SUMMARY_FILE))
+    return summary if summary and summary.run_id == f".tmp-{run_id}" else None
 
 
 def _stopped_runs(output_dir: str) -> list[tuple[str, Fingerprint]]:

@@ -1,6 +1,8 @@
-"""Whether a finished run may be published: the check the publish step makes first.
+"""Whether a finished run may be published: the check the publish step makes first, and
+reading back the summary a run prepared or published.
 
-Kept apart from publish.py so the launcher knows RunFailed without loading TensorFlow.
+Kept apart from publish.py so the launcher knows RunFailed, and reads a summary, without
+loading TensorFlow.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import pydantic
+from apache_beam.io.filesystems import FileSystems
 
 from transforms.summary import Summary
 
@@ -46,6 +49,18 @@ class Failure(pydantic.BaseModel):
     def from_json(cls, text: str | bytes, record: str) -> Failure:
         """The Failure that FAILED.json at `record` holds."""
         return cls.model_validate({**json.loads(text), "record": record})
+
+
+def read_summary(path: str) -> Summary | None:
+    """The summary at `path`; None where there is none, or none this version could have
+    written (an older version's, or one a killed run left half-written)."""
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as file:
+        try:
+            return Summary.from_json(file.read())
+        except pydantic.ValidationError:
+            return None
 
 
 class RunFailed(RuntimeError):

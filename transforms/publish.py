@@ -27,7 +27,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import apache_beam as beam
-import pydantic
 import tensorflow_transform as tft
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -39,7 +38,7 @@ from transforms.label_map import LABEL_MAP_FILE, label_map_text
 from transforms.labels import LABEL_VOCABULARY
 from transforms.manifest import SPLITS
 from transforms.outcome import (FAILED_FILE, Failure, PublishRules, RunFailed,
-                                outcome_problems)
+                                outcome_problems, read_summary)
 from transforms.report_page import REPORT_FILE, ReportContent, render_report
 from transforms.choices import Dedupe, LabelMode
 from transforms.run_settings import RunSettings
@@ -111,11 +110,11 @@ class PublishOutput(beam.PTransform):
         files = name_shards(shards, self._format)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
         prepared = FileSystems.join(self._temp_dir, SUMMARY_FILE)
-        if not FileSystems.exists(prepared) and FileSystems.exists(final):
-            published = _read_summary(final)
+        if not FileSystems.exists(prepared):
+            published = read_summary(final)
             if published and published.run_id == self._run_id:  # a retry after the end
                 return published
-        summary = _read_summary(prepared)  # a retry: files may have been moved already
+        summary = read_summary(prepared)  # a retry: files may have been moved already
         if summary is not None:  # what the shards given now were reused from, if resumed
             summary = summary.model_copy(update={"resumed_shards": resumed_shards(files)})
         else:
@@ -219,18 +218,6 @@ def _written_names(written: list[Any], prefix: str) -> list[str]:
     """The names of the files WriteToText wrote with `prefix`."""
     return sorted(name for name in (FileSystems.split(str(path))[1] for path in written)
                   if name.startswith(prefix))
-
-
-def _read_summary(path: str) -> Summary | None:
-    """The summary at `path`; None where there is none, or none this run could have
-    written (an older version's, or one a killed try left half-written)."""
-    if not FileSystems.exists(path):
-        return None
-    with FileSystems.open(path) as file:
-        try:
-            return Summary.from_json(file.read())
-        except pydantic.ValidationError:
-            return None
 
 
 def _write_text(path: str, text: str) -> None:

@@ -93,8 +93,8 @@ def read_receipt(path: str, digest: str) -> ShardReceipt | None:
 
 
 def _flush_to_disk(path: str) -> None:
-    """Local files only: an object store holds an object once its upload closed."""
-    if FileSystems.get_scheme(path) in (None, "file"):
+    """Plain local paths only: an object store holds an object once its upload closed."""
+    if FileSystems.get_scheme(path) is None:
         descriptor = os.open(path, os.O_RDONLY)
         try:
             os.fsync(descriptor)
