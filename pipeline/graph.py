@@ -117,7 +117,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     # until the publish step swaps everything at once.
     staged = staged_dir(temp_dir)
     deduped = ((written.shards, written[EXAMPLE_KEYS])
-               | "Duplicates" >> ReportDuplicates(settings, staged))
+               | "Duplicates" >> ReportDuplicates(settings, temp_dir, staged))
 
     dead_letters = ((source.dead_letters, labelled.dead_letters, written.dead_letters,
                      deduped["dead_letters"])

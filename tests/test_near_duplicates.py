@@ -1,6 +1,7 @@
 """Near-copies: planted copies found across and within splits, distinct photos not paired,
 the same pairs on every run and in every input order, and --dedupe near."""
 
+import collections
 import hashlib
 import itertools
 import json
@@ -18,6 +19,7 @@ from conftest import convert, encode, feature, read_examples
 from pipeline import run
 from transforms.copies import HASH_BITS
 from transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
+from transforms.shard_receipts import ShardReceipt, receipt_path, write_receipt
 from transforms.shards import ExampleRef
 
 
@@ -181,27 +183,41 @@ def ref(index, split, phash):
 def every_pair(keyed, max_distance):
     """The reference: for each example, its preferred earlier near-copy, all pairs tried."""
     found = {}
-    refs = sorted(keyed, key=lambda k: near_order(k[1]))
+    refs = sorted(keyed, key=lambda k: near_order(*k))
     for later, (sha, copy) in enumerate(refs):
         def distance(kept):
             return (kept.perceptual_hash ^ copy.perceptual_hash).bit_count()
-        candidates = [kept for kept_sha, kept in refs[:later]
+        candidates = [(kept_sha, kept) for kept_sha, kept in refs[:later]
                       if kept_sha != sha and distance(kept) <= max_distance]
         if candidates:
-            kept = min(candidates, key=lambda k: (near_order(k)[0], distance(k), near_order(k)))
+            _, kept = min(candidates, key=lambda k: (
+                near_order(*k)[0], distance(k[1]), near_order(*k)))
             found[copy.uri] = (kept.uri, distance(kept))
     return found
 
 
-def assert_search_finds(keyed, max_distance, expected):
+def with_receipts(temp_dir, keyed):
+    """The examples, with the receipts the shard writer would have left for their shards
+    (where the search reads the refs of the pairs it finds)."""
+    by_shard = collections.defaultdict(list)
+    for sha, example in keyed:
+        by_shard[example.split, example.shard].append((sha, example))
+    for (split, shard), keys in by_shard.items():
+        write_receipt(receipt_path(str(temp_dir), split, shard),
+                      ShardReceipt("", None, (), tuple(keys), ()))
+    return keyed
+
+
+def assert_search_finds(temp_dir, keyed, max_distance, expected):
     with beam.Pipeline() as p:
-        found = (p | beam.Create(keyed) | FindNearDuplicates(max_distance)
+        found = (p | beam.Create(with_receipts(temp_dir, keyed))
+                 | FindNearDuplicates(max_distance, str(temp_dir))
                  | beam.Map(lambda near: (near.copy.uri, (near.kept.uri, near.distance))))
         assert_that(found, equal_to(list(expected.items())))
 
 
 @pytest.mark.parametrize("max_distance", [0, 4, 10])
-def test_the_band_search_finds_what_comparing_every_pair_finds(max_distance):
+def test_the_band_search_finds_what_comparing_every_pair_finds(max_distance, tmp_path):
     rng = random.Random(max_distance)
     # Clusters around a few centres (many candidates per band value) plus loners, some
     # hashes equal, some examples byte-identical (the same sha256): never near-copies.
@@ -216,6 +232,6 @@ def test_the_band_search_finds_what_comparing_every_pair_finds(max_distance):
         keyed.append((sha, ref(index, rng.choice(("train", "validation", "test")), phash)))
     expected = every_pair(keyed, max_distance)
     assert expected  # the case is not vacuous
-    assert_search_finds(keyed, max_distance, expected)
+    assert_search_finds(tmp_path, keyed, max_distance, expected)
     rng.shuffle(keyed)
-    assert_search_finds(keyed, max_distance, expected)
+    assert_search_finds(tmp_path, keyed, max_distance, expected)

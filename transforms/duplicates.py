@@ -149,19 +149,24 @@ class ReportDuplicates(beam.PTransform):
     that `settings.dedupe` drops), "dead_letters" (the dropped copies' rows), "report" (the
     written duplicates-*.jsonl and near_duplicates-*.jsonl), "by_splits" and
     "near_by_splits" ("kept split/copy split" -> copies), "duplicates" and
-    "near_duplicates" (every copy found) and, when it drops any, "dropped"."""
+    "near_duplicates" (every copy found) and, when it drops any, "dropped".
 
-    def __init__(self, settings: RunSettings, report_dir: str) -> None:
+    `temp_dir` is where the shards and their receipts were written, `report_dir` where
+    the reports are staged."""
+
+    def __init__(self, settings: RunSettings, temp_dir: str, report_dir: str) -> None:
         super().__init__()
         self._dedupe = settings.dedupe
         self._near_distance = settings.near_distance
         self._format = settings.shard_format
+        self._temp_dir = temp_dir
         self._report_dir = report_dir
 
     def expand(self, written: tuple[beam.PCollection, beam.PCollection]) -> dict:
         shards, example_keys = written
         exact = example_keys | "Find" >> FindDuplicates()
-        near = example_keys | "FindNear" >> FindNearDuplicates(self._near_distance)
+        near = example_keys | "FindNear" >> FindNearDuplicates(self._near_distance,
+                                                               self._temp_dir)
         reports = (_report(exact, "", self._dedupe is not Dedupe.NONE, self._report_dir),
                    _report(near, "Near", self._dedupe is Dedupe.NEAR, self._report_dir))
         result = {"report": reports | "Reports" >> beam.Flatten(),

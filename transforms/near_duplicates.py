@@ -16,7 +16,6 @@ drops. Byte-identical pairs are left to duplicates.py.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
@@ -29,23 +28,36 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.copies import HASH_BITS, MAX_NEAR_DISTANCE
 from transforms.manifest import SPLITS
+from transforms.shard_receipts import example_refs
 from transforms.shards import ExampleRef
 
 _HELD_EXAMPLES = 4096  # examples a bundle holds before sending its band packs
 _BLOCK_CELLS = 1 << 20  # distances computed at once inside a group, bounding its memory
 
 Keyed = tuple[str, ExampleRef]  # (sha256, where the example is), as WriteShards gives
-Place = tuple[str, int, int]  # (split, shard, position): where an example was written
-# An example in a band group: its near order (split, line, URI rank), its pHash, the
-# first 8 bytes of its SHA-256 (byte-identical pairs are left out) and where it is (split,
-# shard, position). Each example is in max_distance + 1 groups: as 41 bytes of an array,
+Shard = tuple[str, int]  # (split, shard)
+# An example in a band group: its near order (split, line, the first 8 bytes of its
+# SHA-256, which also leave byte-identical pairs out), its pHash and where it is (split,
+# shard, position). Each example is in max_distance + 1 groups: as 33 bytes of an array,
 # a bundle's members pack per band value, and a group unpacks, without a Python object
 # per member (as pickled tuples, packing alone took ~1 s of 10,000 images' run).
-_MEMBER = np.dtype([("split", "u1"), ("line", "<u8"), ("uri_rank", "<u8"), ("hash", "<u8"),
-                    ("content", "<u8"), ("shard", "<u4"), ("position", "<u4")])
+_MEMBER = np.dtype([("split", "u1"), ("line", "<u8"), ("content", "<u8"), ("hash", "<u8"),
+                    ("shard", "<u4"), ("position", "<u4")])
 # A group's members are sorted by these, the last first: the near order, then the rest,
 # so that the order is total.
-_MEMBER_ORDER = ("position", "shard", "content", "hash", "uri_rank", "line", "split")
+_MEMBER_ORDER = ("position", "shard", "hash", "content", "line", "split")
+
+
+class Link(NamedTuple):
+    """A copy's close earlier example, as a band group found it; of a copy's links, the
+    least is preferred: the earliest split, then the closest, then the earliest."""
+
+    kept_split: int  # SPLITS' index
+    distance: int
+    kept_line: int
+    kept_content: int
+    kept_shard: int
+    kept_position: int
 
 
 class NearDuplicate(NamedTuple):
@@ -87,47 +99,41 @@ def order(ref: ExampleRef) -> tuple:
 
 class FindNearDuplicates(beam.PTransform):
     """(sha256, ExampleRef) -> a NearDuplicate for every example with a near-copy
-    earlier in the near order: its closest in the earliest split."""
+    earlier in the near order: its closest in the earliest split.
 
-    def __init__(self, max_distance: int) -> None:
+    The band groups carry places, not ExampleRefs (each example is in max_distance + 1
+    of them); the pairs found get both ends' refs from their shards' receipts in
+    `temp_dir` (shard_receipts.py; the writer writes one before its shard's outputs leave
+    the bundle), each receipt read at most twice, rather than from a join with every
+    example's ref (half of this search's cost, bench/RESULTS.md).
+    """
+
+    def __init__(self, max_distance: int, temp_dir: str) -> None:
         super().__init__()
         if not 0 <= max_distance <= MAX_NEAR_DISTANCE:
             raise ValueError(f"max_distance must be 0 to {MAX_NEAR_DISTANCE} bits")
         self._max_distance = max_distance
+        self._temp_dir = temp_dir
 
     def expand(self, keyed: beam.PCollection) -> beam.PCollection:
         masks = band_masks(self._max_distance)
-        # copy's place -> (kept's split, distance, kept's line and URI rank, kept's place): the
-        # least of them is the one preferred.
-        links = (keyed
-                 | "PackByBand" >> beam.ParDo(_PackByBand(masks))
-                 | "ByBand" >> beam.GroupByKey()
-                 | "CloseEarlier" >> beam.FlatMap(_close_earlier, masks, self._max_distance)
-                 | "ClosestPerCopy" >> beam.CombinePerKey(min))
-        # The band groups carry places, not ExampleRefs (each example is in
-        # max_distance + 1 of them): the pairs found get theirs here.
-        return ({"ref": keyed | "ByPlace" >> beam.Map(lambda k: (_place(k[1]), k[1])),
-                 "copy_of": links,
-                 "kept_for": links | "ByKept" >> beam.MapTuple(
-                     lambda copy, link: (link[3], (copy, link[1])))}
-                | "WithRefs" >> beam.CoGroupByKey()
-                | "Ends" >> beam.FlatMapTuple(_pair_ends)
-                | "ByCopy" >> beam.GroupByKey()
-                | "Pairs" >> beam.MapTuple(_pair))
+        return (keyed
+                | "PackByBand" >> beam.ParDo(_PackByBand(masks))
+                | "ByBand" >> beam.GroupByKey()
+                | "CloseEarlier" >> beam.FlatMap(_close_earlier, masks, self._max_distance)
+                | "ByCopyShard" >> beam.GroupByKey()
+                | "CopyRefs" >> beam.ParDo(_CopyRefs(self._temp_dir))
+                | "ByKeptShard" >> beam.GroupByKey()
+                | "Pairs" >> beam.ParDo(_Pairs(self._temp_dir)))
 
 
-def _place(ref: ExampleRef) -> Place:
-    return ref.split, ref.shard, ref.position
-
-
-def near_order(ref: ExampleRef) -> tuple[int, int, int]:
+def near_order(sha256: str, ref: ExampleRef) -> tuple[int, int, int]:
     """Which of two near-copies is kept: the earliest split, then the earliest line, then
-    the URI that hashes lowest (rows of image folders, equal lines of two manifests).
-    Three numbers, as the band groups hold every example max_distance + 1 times; order()
-    would hold the manifest and the URI. Not the absolute URI first: the choice would
-    change with the folder the data is in."""
-    digest = hashlib.sha256(ref.uri.encode("utf-8", "surrogateescape")).digest()
-    return SPLITS.index(ref.split), ref.line, int.from_bytes(digest[:8], "big")
+    the lowest SHA-256 (rows of image folders, equal lines of two manifests). Three
+    numbers, as the band groups hold every example max_distance + 1 times; order() would
+    hold the manifest and the URI. Not the URI: the choice would change with the folder
+    the data is in."""
+    return SPLITS.index(ref.split), ref.line, int(sha256[:16], 16)
 
 
 class _PackByBand(beam.DoFn):
@@ -143,8 +149,8 @@ class _PackByBand(beam.DoFn):
 
     def process(self, keyed: Keyed) -> Iterator[tuple[tuple[int, int], bytes]]:
         sha256, ref = keyed
-        self._held.append((*near_order(ref), ref.perceptual_hash, int(sha256[:16], 16),
-                           ref.shard, ref.position))
+        self._held.append((*near_order(sha256, ref), ref.perceptual_hash, ref.shard,
+                           ref.position))
         self._hashed.inc()
         if len(self._held) >= _HELD_EXAMPLES:
             yield from self._packs()
@@ -170,9 +176,9 @@ class _PackByBand(beam.DoFn):
 
 def _close_earlier(group: tuple[tuple[int, int], Iterable[bytes]],
                    masks: tuple[int, ...], max_distance: int
-                   ) -> Iterator[tuple[Place, tuple[int, int, bytes, Place]]]:
+                   ) -> Iterator[tuple[Shard, tuple[int, Link]]]:
     """For each member of a band group with a close earlier member, the preferred one:
-    (copy's place, (kept's split, distance, kept's line and URI rank, kept's place)).
+    ((copy's split, shard), (copy's position, Link)).
 
     A pair is taken here only if this is the first band its hashes agree on, so a pair
     agreeing on several bands is weighed once.
@@ -183,52 +189,68 @@ def _close_earlier(group: tuple[tuple[int, int], Iterable[bytes]],
     if count < 2:
         return
     members = members[np.lexsort([members[field] for field in _MEMBER_ORDER])]
-    hashes, contents = members["hash"], members["content"]
-    splits = members["split"].astype(np.int64)
+    hashes = members["hash"]
     block = max(1, _BLOCK_CELLS // count)
-    for start in range(1, count, block):
-        # Each member's distances to the members before it (the lower triangle).
-        rows = np.arange(start, min(count, start + block))
-        xor = hashes[rows, None] ^ hashes[None, :rows[-1]]
-        row_at, column = np.nonzero((np.bitwise_count(xor) <= max_distance)
-                                    & (np.arange(rows[-1])[None, :] < rows[:, None]))
-        # The few close pairs left: first agreeing on this band (each earlier band
-        # differs in at least one bit), and not byte-identical.
-        pair_xor = xor[row_at, column]
-        row = rows[row_at]
+    for start in range(0, count, block):
+        stop = min(count, start + block)
+        # Distances from members start:stop to every member up to them; the pairs kept
+        # are the few close ones with the other member earlier (the lower triangle).
+        close = np.bitwise_count(hashes[start:stop, None] ^ hashes[None, :stop]) <= max_distance
+        row, column = np.divmod(np.flatnonzero(close), stop)
+        row += start
+        earlier = column < row
+        row, column = row[earlier], column[earlier]
+        pair_xor = hashes[row] ^ hashes[column]
+        # First agreeing on this band (each earlier band differs in at least one bit),
+        # and not byte-identical.
         keep = (_no_earlier_band_agrees(pair_xor, masks[:band])
-                & (contents[row] != contents[column]))
+                & (members["content"][row] != members["content"][column]))
         row, column, pair_xor = row[keep], column[keep], pair_xor[keep]
         distance = np.bitwise_count(pair_xor).astype(np.int64)
         # Per copy: the earliest split first, then the closest, then the earliest.
-        chosen = np.lexsort((column, distance, splits[column], row))
+        chosen = np.lexsort((column, distance, members["split"][column], row))
         first_of_row = np.ones(len(chosen), dtype=bool)
         first_of_row[1:] = row[chosen][1:] != row[chosen][:-1]
         for pick in chosen[first_of_row]:
-            kept = members[column[pick]]
-            kept_order = int(kept["line"]), int(kept["uri_rank"])
-            yield _member_place(members[row[pick]]), (
-                int(kept["split"]), int(distance[pick]), kept_order, _member_place(kept))
+            copy, kept = members[row[pick]], members[column[pick]]
+            yield (SPLITS[copy["split"]], int(copy["shard"])), (int(copy["position"]), Link(
+                int(kept["split"]), int(distance[pick]), int(kept["line"]),
+                int(kept["content"]), int(kept["shard"]), int(kept["position"])))
 
 
-def _member_place(member: np.void) -> Place:
-    return SPLITS[member["split"]], int(member["shard"]), int(member["position"])
+class _CopyRefs(beam.DoFn):
+    """(copy's shard, its copies' links) -> (kept's shard, (kept's position, distance,
+    copy's ExampleRef)) per copy, for the link preferred (the least: earliest split,
+    closest, earliest)."""
+
+    def __init__(self, temp_dir: str) -> None:
+        self._temp_dir = temp_dir
+
+    def process(self, shard_links: tuple[Shard, Iterable[tuple[int, Link]]]
+                ) -> Iterator[tuple[Shard, tuple[int, int, ExampleRef]]]:
+        (split, shard), links = shard_links
+        preferred: dict[int, Link] = {}
+        for position, link in links:
+            if position not in preferred or link < preferred[position]:
+                preferred[position] = link
+        refs = example_refs(self._temp_dir, split, shard)
+        for position, link in sorted(preferred.items()):
+            yield ((SPLITS[link.kept_split], link.kept_shard),
+                   (link.kept_position, link.distance, refs[position]))
 
 
-def _pair_ends(place: Place, grouped: dict[str, list]
-               ) -> Iterator[tuple[Place, tuple[str, int, ExampleRef]]]:
-    """An example's ref, to each pair it is an end of, keyed by the pair's copy."""
-    (ref,) = grouped["ref"]
-    for _, distance, _, _ in grouped["copy_of"]:
-        yield place, ("copy", distance, ref)
-    for copy, distance in grouped["kept_for"]:
-        yield copy, ("kept", distance, ref)
+class _Pairs(beam.DoFn):
+    """(kept's shard, its copies) -> a NearDuplicate per copy, with the kept ExampleRef."""
 
+    def __init__(self, temp_dir: str) -> None:
+        self._temp_dir = temp_dir
 
-def _pair(_: Place, ends: Iterable[tuple[str, int, ExampleRef]]) -> NearDuplicate:
-    refs = {end: (distance, ref) for end, distance, ref in ends}
-    distance, copy = refs["copy"]
-    return NearDuplicate(distance, refs["kept"][1], copy)
+    def process(self, shard_copies: tuple[Shard, Iterable[tuple[int, int, ExampleRef]]]
+                ) -> Iterator[NearDuplicate]:
+        (split, shard), copies = shard_copies
+        refs = example_refs(self._temp_dir, split, shard)
+        for kept_position, distance, copy in copies:
+            yield NearDuplicate(distance, refs[kept_position], copy)
 
 
 def _no_earlier_band_agrees(xor: np.ndarray, earlier_masks: tuple[int, ...]) -> np.ndarray:

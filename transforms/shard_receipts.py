@@ -1,5 +1,7 @@
 """A receipt beside each finished shard, so a stopped run's finished shards are reused
-(`--resume`) without reading their images again.
+(`--resume`) without reading their images again, and the near-copy search names the
+pairs it found from their shards' records (example_refs) instead of carrying every
+example's through its groups.
 
 The shard writer writes a shard's receipt only once the shard's files are closed (and on
 a local disk flushed to it): what the shard holds and what it gave the rest of the
@@ -77,8 +79,7 @@ def read_receipt(path: str, digest: str) -> ShardReceipt | None:
     """The receipt at `path` when the shard it vouches for can be reused as it is: made
     from rows of this `digest`, every file there at its size. None otherwise."""
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as file:
-            receipt = pickle.loads(file.read())
+        receipt = _load(path)
     except Exception:  # none there, or not a whole receipt: the shard is written again
         return None
     if not isinstance(receipt, ShardReceipt) or receipt.rows_digest != digest:
@@ -90,6 +91,17 @@ def read_receipt(path: str, digest: str) -> ShardReceipt | None:
         except Exception:  # each filesystem's own "not found"
             return None
     return receipt
+
+
+def example_refs(temp_dir: str, split: str, shard: int) -> dict[int, Any]:
+    """A finished shard's ExampleRefs by position, from its receipt: where the near-copy
+    search finds the refs of the pairs it found."""
+    return {ref.position: ref for _, ref in _load(receipt_path(temp_dir, split, shard)).example_keys}
+
+
+def _load(path: str) -> ShardReceipt:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as file:
+        return pickle.loads(file.read())
 
 
 def _flush_to_disk(path: str) -> None:
