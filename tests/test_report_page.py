@@ -111,7 +111,7 @@ def test_the_page_renders_in_chromium_with_summary_json_numbers(sample_output, t
                   for name in stats[counted]),
                 *(("splits", split, "examples") for split in summary["splits"])}
     assert expected <= set(shown)
-    assert summary["rows_read"] == 50 and summary["near_duplicates"]["copies"] == 3
+    assert summary["rows_read"] == 50 and summary["near_duplicates"]["copies"] == 4
     # Works offline: nothing to fetch, no script from anywhere.
     assert page.fetched == [] and page.scripts_with_src == 0
     # A sample of each label in each split: 8 of TRAIN's 10 or 11, all of TEST's 2.
@@ -119,7 +119,7 @@ def test_the_page_renders_in_chromium_with_summary_json_numbers(sample_output, t
     assert len(sample) == len(set(sample)) == 3 * SAMPLE_PER_LABEL + 3 * 2 + 3 * 2
     # Near-copies side by side, both images pictured.
     near = page.pictured["near_duplicates"]
-    assert len(near) == 2 * 3 and None not in near
+    assert len(near) == 2 * 4 and None not in near
     for uri in page.thumbnails:
         thumbnail = Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1])))
         assert thumbnail.format == "JPEG" and 0 < max(thumbnail.size) <= THUMBNAIL_SIDE
