@@ -165,7 +165,8 @@ def perceptual_hash(image: Image.Image) -> int:
 
     imagehash.phash costs ~300 us an image, half as much as the JPEG check it follows
     (most of it per-call overhead in NumPy and SciPy on 64 numbers); the same steps here
-    cost ~35 us, with no SciPy in the decoding processes (bench/RESULTS.md, issue 15).
+    cost ~35 us alone and ~60 us between decodes, whose caches they share, with no SciPy
+    in the decoding processes (bench/RESULTS.md, issue 15).
     """
     # imagehash.phash of a 32x32 grey image: its 2-D DCT-II, the 8x8 lowest
     # frequencies against their median, read row by row, the first bit the highest.
