@@ -9,7 +9,7 @@ BENCH_INSTALLED := $(VENV)/.bench-installed
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_INSTALLED := $(AIRFLOW_VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean job-servers
 
 $(INSTALLED): requirements.txt setup.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,18 @@ $(AIRFLOW_INSTALLED): templates/airflow/requirements.txt
 	$(AIRFLOW_VENV)/bin/pip install --quiet -r templates/airflow/requirements.txt
 	touch $@
 
+# Beam's Flink and Spark job servers, from Maven Central (job_servers/pom.xml says which
+# and why): FlinkRunner and SparkRunner runs are handed these jars by path
+# (pipeline/engines.py), so none depends on the download Beam would make at run time.
+JOB_SERVER_JARS := job_servers/flink/target/beam-flink-1.19-job-server.jar \
+	job_servers/spark/target/beam-spark-3-job-server.jar
+
+$(JOB_SERVER_JARS) &: job_servers/pom.xml job_servers/flink/pom.xml job_servers/spark/pom.xml
+	mvn --batch-mode --quiet --file job_servers/pom.xml package
+	touch $(JOB_SERVER_JARS)
+
+job-servers: $(JOB_SERVER_JARS)
+
 # The report tests render report.html in Debian's headless Chromium.
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -36,7 +48,7 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium
 
-test: $(INSTALLED) $(AIRFLOW_INSTALLED) $(CHROMIUM)
+test: $(INSTALLED) $(AIRFLOW_INSTALLED) $(CHROMIUM) $(JOB_SERVER_JARS)
 	$(VENV)/bin/python -m pytest tests
 
 $(BENCH_INSTALLED): $(INSTALLED) bench/requirements.txt
@@ -49,4 +61,4 @@ bench: $(BENCH_INSTALLED)
 	$(VENV)/bin/python bench/write_bench.py --ours_decode_processes 1 2 --json bench/results.json
 
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) demo-output airflow-output *.egg-info
+	rm -rf $(VENV) $(AIRFLOW_VENV) demo-output airflow-output *.egg-info job_servers/*/target

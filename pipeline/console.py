@@ -34,9 +34,17 @@ _GPU_PROBES = (b"cuda_platform.cc", b"cuda_driver.cc", b"cuda_executor.cc",
                b"cuda_diagnostics.cc", b"cudart_stub.cc")
 # Beam's messages that describe its normal work: (logger, start of the message).
 _ROUTINE_BEAM_MESSAGES = (
-    # The dead-letter file is skipped when no row was rejected.
+    # A duplicates file is skipped when no copy was found.
     ("apache_beam.io.filebasedsink", "No shards found to finalize"),
+    # A Flink or Spark job server started and stopped (its log is named instead: engines.py).
+    ("apache_beam.utils.subprocess_server", "Really starting service"),
+    ("apache_beam.utils.subprocess_server", "Really destroying service"),
 )
+# When a Flink or Spark job ends, its job server hangs up on the SDK workers that LOOPBACK
+# runs in this process: each of their gRPC streams ends CANCELLED, and Beam logs it (and
+# its threads raise it) as if it were a failure. A job that really failed says so itself.
+_HANG_UP_MESSAGE = ("apache_beam.runners.worker.data_plane",
+                    "Failed to read inputs in the data plane")
 
 
 def is_routine_native_line(line: bytes) -> bool:
@@ -57,7 +65,7 @@ def quiet_console(verbose: bool = False) -> Iterator[None]:
     if verbose:
         yield
         return
-    with _routine_beam_messages_dropped(), _native_lines_filtered():
+    with _routine_beam_messages_dropped(), _hang_ups_dropped(), _native_lines_filtered():
         yield
 
 
@@ -74,6 +82,33 @@ def _routine_beam_messages_dropped() -> Iterator[None]:
     finally:
         for name, routine in filters:
             logging.getLogger(name).removeFilter(routine)
+
+
+@contextlib.contextmanager
+def _hang_ups_dropped() -> Iterator[None]:
+    """Within the block, a job server's hang-up is neither logged nor raised in a thread."""
+    def logged_hang_up(record: logging.LogRecord) -> bool:
+        return not (record.getMessage().startswith(_HANG_UP_MESSAGE[1]) and record.exc_info
+                    and _is_hang_up(record.exc_info[1]))
+
+    def raise_unless_hang_up(args: threading.ExceptHookArgs) -> None:
+        if not _is_hang_up(args.exc_value):
+            raised(args)
+
+    logger = logging.getLogger(_HANG_UP_MESSAGE[0])
+    logger.addFilter(logged_hang_up)
+    raised, threading.excepthook = threading.excepthook, raise_unless_hang_up
+    try:
+        yield
+    finally:
+        threading.excepthook = raised
+        logger.removeFilter(logged_hang_up)
+
+
+def _is_hang_up(error: BaseException | None) -> bool:
+    import grpc  # noqa: PLC0415 - Beam's own dependency, loaded by then
+
+    return isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.CANCELLED
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from pipeline import resume
 from pipeline.beam_lookups import cached_lookups
 from pipeline.collector import uncollected
 from pipeline.options import ConvertOptions, runs_on_the_direct_runner
-from transforms.dead_letters import DeadLetter
+from transforms.dead_letter_file import WriteDeadLetters
 from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder
 from transforms.labels import AnalyzeLabels, ApplyLabels
@@ -122,13 +122,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     dead_letters = ((source.dead_letters, labelled.dead_letters, written.dead_letters,
                      deduped["dead_letters"])
                     | "DeadLetters" >> beam.Flatten())
-    dead_letter_files = (dead_letters
-                         | "ToJson" >> beam.Map(DeadLetter.to_json)
-                         | "WriteDeadLetters" >> beam.io.WriteToText(
-                             f"{staged}/errors", file_name_suffix=".jsonl", num_shards=1,
-                             # No empty file when no row was rejected (nor can Beam's
-                             # S3 filesystem write one).
-                             skip_if_empty=True))
+    dead_letter_files = dead_letters | "WriteDeadLetters" >> WriteDeadLetters(staged)
     # DISCARD rows are left out on purpose: read, but neither examples nor dead letters.
     rows_discarded = ((source[DISCARDED] if not options.image_folder
                        else p | "NoDiscardedRows" >> beam.Create([]))

@@ -14,6 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipeline.collector import frozen_for_the_run, uncollected
 from pipeline.console import quiet_console
+from pipeline.engines import EngineUnusable, job_server_log, use_built_job_server
 from pipeline.options import ConvertOptions, unknown_option_problem
 from pipeline.progress import shown_progress
 from pipeline.report import format_report
@@ -76,6 +77,10 @@ def convert_and_report(argv: Sequence[str]) -> Summary | None:
 
 def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
     """convert_and_report's work, within its console filter."""
+    try:
+        engine = use_built_job_server(options)
+    except EngineUnusable as problem:
+        raise UsageError(str(problem)) from None
     manifests = _preflight(convert)
     pinned = _pinned_vocabulary(convert)
     started = time.monotonic()
@@ -88,7 +93,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat())
     folder = _run_folder(convert, manifests, pinned, run_info.versions)
     try:
-        with frozen_for_the_run():
+        with frozen_for_the_run(), job_server_log(engine, folder.run_id):
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             with uncollected():
                 from pipeline import graph  # noqa: PLC0415

@@ -1,0 +1,135 @@
+"""Flink and Spark: the job servers `make job-servers` builds, handed to Beam by path.
+
+FlinkRunner and SparkRunner hand the pipeline to a Java job server, which runs it on the
+engine; with no job server named, Beam would download one from a Maven URL at run time.
+A run here never depends on that: the jar built from job_servers/ (Maven, Java 17) is
+given to Beam by path unless the user names another jar or a running job server
+(--job_endpoint). The job server's own log, where the engine names the job and its
+states, goes to a file of its own that the console names, not to the console.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import pathlib
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+
+from apache_beam.options.pipeline_options import (FlinkRunnerOptions, GoogleCloudOptions,
+                                                  PipelineOptions, PortableOptions,
+                                                  SparkRunnerOptions, StandardOptions)
+
+JOB_SERVERS = pathlib.Path(__file__).resolve().parents[1] / "job_servers"
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """One engine Beam runs the job on through a job server."""
+
+    name: str
+    jar_option: str  # the PipelineOptions attribute that names the job server's jar
+    options_class: type[PipelineOptions]
+    built_jar: pathlib.Path  # what `make job-servers` builds
+    logger: str  # the logger Beam writes the job server's output to (its class name)
+    master_option: str
+    local_master: re.Pattern  # a master that runs inside the job server, on this machine
+
+    def master(self, options: PipelineOptions) -> str:
+        return getattr(options.view_as(self.options_class), self.master_option)
+
+
+ENGINES = {
+    "flinkrunner": Engine(
+        name="Flink", jar_option="flink_job_server_jar", options_class=FlinkRunnerOptions,
+        built_jar=JOB_SERVERS / "flink" / "target" / "beam-flink-1.19-job-server.jar",
+        logger="FlinkJarJobServer", master_option="flink_master",
+        local_master=re.compile(r"\[(local|auto)\]")),
+    "sparkrunner": Engine(
+        name="Spark", jar_option="spark_job_server_jar", options_class=SparkRunnerOptions,
+        built_jar=JOB_SERVERS / "spark" / "target" / "beam-spark-3-job-server.jar",
+        logger="SparkJarJobServer", master_option="spark_master_url",
+        local_master=re.compile(r"local(\[.+\])?")),
+}
+
+
+class EngineUnusable(ValueError):
+    """An engine run that cannot start as asked; reported as a usage error."""
+
+
+def engine_of(options: PipelineOptions) -> Engine | None:
+    """The engine of --runner FlinkRunner / SparkRunner (any case, 'Runner' optional)."""
+    runner = options.view_as(StandardOptions).runner
+    if not isinstance(runner, str):
+        return None
+    name = runner.lower()
+    return ENGINES.get(name if name.endswith("runner") else name + "runner")
+
+
+def use_built_job_server(options: PipelineOptions) -> Engine | None:
+    """Names the built job server's jar in `options` where the user named none.
+
+    Returns the run's engine (None for other runners). Raises EngineUnusable when the
+    jar is not built, or when a cluster's workers would write tf.Transform's files to
+    this machine's temp folder.
+    """
+    engine = engine_of(options)
+    if engine is None:
+        return None
+    engine_options = options.view_as(engine.options_class)
+    if not (options.view_as(PortableOptions).job_endpoint
+            or getattr(engine_options, engine.jar_option)):
+        if not engine.built_jar.exists():
+            raise EngineUnusable(
+                f"--runner {engine.name}Runner needs Beam's {engine.name} job server: "
+                f"`make job-servers` builds it (Maven and Java 17) into {engine.built_jar}; "
+                f"or give --{engine.jar_option} JAR, or --job_endpoint HOST:PORT of a "
+                "running one")
+        setattr(engine_options, engine.jar_option, str(engine.built_jar))
+    if not (runs_on_this_machine(engine, options)
+            or options.view_as(GoogleCloudOptions).temp_location):
+        raise EngineUnusable(
+            f"--temp_location: on a {engine.name} cluster ({engine.master_option} "
+            f"{engine.master(options)}) the workers write tf.Transform's files there; give "
+            "a folder every worker reaches (gs://..., s3://... or a shared mount)")
+    return engine
+
+
+def runs_on_this_machine(engine: Engine, options: PipelineOptions) -> bool:
+    """Whether every worker shares this machine's disk: an engine started inside its job
+    server, or workers in this process (LOOPBACK)."""
+    return bool(engine.local_master.fullmatch(engine.master(options).strip())
+                or options.view_as(PortableOptions).environment_type == "LOOPBACK")
+
+
+@contextlib.contextmanager
+def job_server_log(engine: Engine | None, run_id: str) -> Iterator[pathlib.Path | None]:
+    """Within the block, the job server's output goes to a file the console names.
+
+    Beam logs each line the job server prints at INFO, under the job server's class name;
+    Flink's and Spark's own lines (the job's id, its states, the web UI's address) are
+    there. The file stays after the run.
+    """
+    if engine is None:
+        yield None
+        return
+    path = pathlib.Path(tempfile.gettempdir()) / f"image-tfrecords-{run_id}-{engine.name.lower()}.log"
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger(engine.logger)
+    previous = logger.level, logger.propagate
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    logger.addHandler(handler)
+    print(f"image-tfrecords: running on {engine.name}; the job server's log: {path}",
+          file=sys.stderr, flush=True)
+    try:
+        yield path
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous[0])
+        logger.propagate = previous[1]
+        handler.close()
