@@ -11,6 +11,7 @@ once the 12th shard's receipt is written. Start it in a process group of its own
 
 import functools
 import importlib
+import itertools
 import os
 import signal
 import sys
@@ -18,19 +19,21 @@ import sys
 
 def stop_at(module_name: str, function: str, when: str, count: int) -> None:
     """Replaces MODULE.FUNCTION with one that kills the process group at its `count`-th
-    call, `before` it runs or `after` it returns."""
+    call in this process, `before` it runs or `after` it returns.
+
+    The count lives in `sys`, not in the wrapper: a portable runner (Flink, Spark) pickles
+    the DoFns by value with the module's globals, so each unpickled copy of the wrapper
+    would count its own calls."""
     module = importlib.import_module(module_name)
     original = getattr(module, function)
-    calls = 0
 
     @functools.wraps(original)
     def stopping(*args, **kwargs):
-        nonlocal calls
-        calls += 1
-        if when == "before" and calls == count:
+        call = next(sys.__dict__.setdefault("_stop_at_calls", itertools.count(1)))
+        if when == "before" and call == count:
             os.killpg(0, signal.SIGKILL)
         result = original(*args, **kwargs)
-        if when == "after" and calls == count:
+        if when == "after" and call == count:
             os.killpg(0, signal.SIGKILL)
         return result
 

@@ -34,8 +34,6 @@ _GPU_PROBES = (b"cuda_platform.cc", b"cuda_driver.cc", b"cuda_executor.cc",
                b"cuda_diagnostics.cc", b"cudart_stub.cc")
 # Beam's messages that describe its normal work: (logger, start of the message).
 _ROUTINE_BEAM_MESSAGES = (
-    # A duplicates file is skipped when no copy was found.
-    ("apache_beam.io.filebasedsink", "No shards found to finalize"),
     # A Flink or Spark job server started and stopped (its log is named instead: engines.py).
     ("apache_beam.utils.subprocess_server", "Really starting service"),
     ("apache_beam.utils.subprocess_server", "Really destroying service"),

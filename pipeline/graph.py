@@ -22,7 +22,7 @@ from pipeline import resume
 from pipeline.beam_lookups import cached_lookups
 from pipeline.collector import uncollected
 from pipeline.options import ConvertOptions, runs_on_the_direct_runner
-from transforms.dead_letter_file import WriteDeadLetters
+from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
 from transforms.folder import ReadImageFolder
 from transforms.labels import AnalyzeLabels, ApplyLabels
@@ -31,6 +31,7 @@ from transforms.outcome import Failure, PublishRules, RunFailed
 from transforms.publish import PublishOutput, delete_tree, read_failure, staged_dir
 from transforms.report_content import GatherReportContent
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
+from transforms.sorted_lines import WriteSortedLines
 from transforms.sources import ManifestSource, ReadManifest
 from transforms.summary import SUMMARY_FILE, RunInfo, Summary
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
@@ -122,7 +123,8 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     dead_letters = ((source.dead_letters, labelled.dead_letters, written.dead_letters,
                      deduped["dead_letters"])
                     | "DeadLetters" >> beam.Flatten())
-    dead_letter_files = dead_letters | "WriteDeadLetters" >> WriteDeadLetters(staged)
+    dead_letter_files = dead_letters | "WriteDeadLetters" >> WriteSortedLines(
+        f"{staged}/errors", DeadLetter.to_json, sort_key=lambda d: (d.manifest, d.line))
     # DISCARD rows are left out on purpose: read, but neither examples nor dead letters.
     rows_discarded = ((source[DISCARDED] if not options.image_folder
                        else p | "NoDiscardedRows" >> beam.Create([]))

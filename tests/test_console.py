@@ -47,9 +47,9 @@ def run_python(code: str, verbose: bool) -> subprocess.CompletedProcess:
             os.write(2, b"progress 50%\\r")  # no line end: copied through all the same
             for data in {split_routine_line!r}:
                 os.write(2, data)
-            logging.getLogger("apache_beam.io.filebasedsink").warning(
-                "No shards found to finalize. num_shards: 1, skipped: 1")
-            logging.getLogger("apache_beam.io.filebasedsink").warning("a real Beam warning")
+            logging.getLogger("apache_beam.utils.subprocess_server").warning(
+                "Really starting service at localhost:1 with cmd: java")
+            logging.getLogger("apache_beam.utils.subprocess_server").warning("a real Beam warning")
             {code}
         print("after the block", file=sys.stderr)
         """)
@@ -67,7 +67,7 @@ def test_routine_lines_are_dropped_and_the_rest_kept_in_order():
 def test_verbose_prints_everything():
     result = run_python("", verbose=True)
     for written in (PREAMBLE, NO_DRIVERS, NO_CUINIT, REAL_ERROR,
-                    b"No shards found to finalize. num_shards: 1, skipped: 1"):
+                    b"Really starting service at localhost:1 with cmd: java"):
         assert written + b"\n" in result.stderr
 
 

@@ -40,8 +40,7 @@ def convert(manifest, output, *flags):
 
 def published(output):
     """Every published file's bytes; summary.json without timings, run id and output dir,
-    report.html without the end time and output dir; the dead letters as a set (their
-    order in the file follows the runner's bundles).
+    report.html without the end time and output dir.
 
     Of transform_fn/ only the vocabularies: TensorFlow writes a SavedModel with ids of
     its own that differ on every run.
@@ -63,8 +62,6 @@ def published(output):
     for varying in (summary["finished_at"], str(output)):
         report = report.replace(varying, "")
     files["report.html"] = report
-    files["errors-00000-of-00001.jsonl"] = set(
-        files.get("errors-00000-of-00001.jsonl", b"").splitlines())  # none: no file
     return files
 
 

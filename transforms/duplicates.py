@@ -27,6 +27,7 @@ from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, descri
 from transforms.choices import Dedupe
 from transforms.run_settings import RunSettings
 from transforms.shards import ExampleRef, ShardWritten
+from transforms.sorted_lines import WriteSortedLines
 
 
 class Duplicate(NamedTuple):
@@ -187,12 +188,8 @@ def _report(copies: beam.PCollection, name: str, dropped: bool, folder: str
             ) -> beam.PCollection:
     """Writes duplicates-*.jsonl (`name` "") or near_duplicates-*.jsonl ("Near")."""
     prefix = f"{folder}/{'near_' if name else ''}duplicates"
-    return (copies
-            | f"{name}ToJson" >> beam.Map(lambda copy: copy.to_json(dropped))
-            # As many files as the runner likes (one on the DirectRunner): one file would
-            # first group every line in one place, and there can be a line per example.
-            | f"Write{name}" >> beam.io.WriteToText(prefix, file_name_suffix=".jsonl",
-                                                   skip_if_empty=True))
+    return copies | f"Write{name}" >> WriteSortedLines(
+        prefix, lambda copy: copy.to_json(dropped))
 
 
 class _CountBySplits(beam.PTransform):

@@ -215,7 +215,7 @@ def staged_dir(temp_dir: str) -> str:
 
 
 def _written_names(written: list[Any], prefix: str) -> list[str]:
-    """The names of the files WriteToText wrote with `prefix`."""
+    """The names of the files written with `prefix` (WriteSortedLines)."""
     return sorted(name for name in (FileSystems.split(str(path))[1] for path in written)
                   if name.startswith(prefix))
 

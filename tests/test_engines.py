@@ -1,0 +1,191 @@
+"""Flink and Spark run the job for real, and publish what the DirectRunner publishes.
+
+Each run is `python -m pipeline` in a process of its own, on Beam's job servers as
+`make job-servers` builds them (job_servers/): FlinkRunner on an embedded Flink
+(`--flink_master [local]`, parallelism 2), SparkRunner on Spark's local mode (`local[2]`),
+with the SDK workers in the launching process (LOOPBACK). tf.Transform's vocabulary, the
+shards, dead letters, copy search, report and publish step all run on the engine; the
+job server's log, which the console names, shows the engine's own job id and states.
+"""
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLE_MANIFEST, encode, photo_like, png_declaring
+from test_reliability import published
+from test_resume import STOP_AT
+
+ENGINES = {
+    "flink": ["--runner", "FlinkRunner", "--flink_master", "[local]", "--parallelism", "2",
+              "--environment_type", "LOOPBACK"],
+    "spark": ["--runner", "SparkRunner", "--spark_master_url", "local[2]",
+              "--environment_type", "LOOPBACK"],
+}
+# What the engine's own log says of a job that ran to its end there.
+FINISHED = {
+    "flink": re.compile(r"Job BeamApp-\S+ \(([0-9a-f]{32})\) switched from state RUNNING "
+                        r"to FINISHED"),
+    "spark": re.compile(r"SparkPipelineRunner: Job (BeamApp-\S+) finished"),
+}
+SAMPLE_FLAGS = ["--manifest", str(SAMPLE_MANIFEST), "--max_error_fraction", "0.25",
+                "--num_shards", "2"]
+LOG_LINE = re.compile(r"image-tfrecords: running on (Flink|Spark); the job server's log: (\S+)")
+
+
+def pipeline(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *argv], capture_output=True,
+                          text=True, timeout=timeout, cwd=Path(__file__).parents[1])
+
+
+def engine_log(job: subprocess.CompletedProcess, engine: str) -> str:
+    """The job server's log the console named."""
+    named = LOG_LINE.search(job.stderr)
+    assert named and named.group(1).lower() == engine, job.stderr[-3000:]
+    return Path(named.group(2)).read_text()
+
+
+def comparable(output: Path) -> dict:
+    """`published`, less the runner's name."""
+    files = published(output)
+    assert files["summary.json"]["options"].pop("runner")
+    return files
+
+
+def assert_same_output(output: Path, reference: dict) -> None:
+    files = comparable(output)
+    assert sorted(files) == sorted(reference)
+    for name, content in reference.items():
+        assert files[name] == content, name
+
+
+def hostile_set(root: Path) -> Path:
+    """Images a reader stumbles on and rows a manifest gets wrong, 3 labels; m.csv's path.
+
+    Kept: 16-bit, palette-with-transparency, CMYK and animated images, a byte-identical
+    copy in TEST of a TRAIN image (--dedupe near drops it). Dead letters: a cut-off JPEG,
+    an empty file, text named .jpg, a missing file, a PNG declaring 10^10 pixels, an
+    unknown split, a missing label, a label TRAIN never saw, a row of 4 fields.
+    """
+    images = root / "img"
+    images.mkdir(parents=True)
+    rows = []
+    for index in range(24):
+        label = ("cat", "dog", "fish")[index % 3]
+        split = "TRAIN" if index < 18 else ("VALIDATION", "TEST")[index % 2]
+        (images / f"{index}.jpg").write_bytes(encode(photo_like(40, 30, index), "JPEG"))
+        rows.append(f"{split},img/{index}.jpg,{label}")
+    odd = {
+        "sixteen_bit.png": encode(photo_like(24, 20, 40, "L").convert("I;16"), "PNG"),
+        "palette.png": encode(photo_like(24, 20, 41).convert("P"), "PNG", transparency=0),
+        "cmyk.jpg": encode(photo_like(24, 20, 42, "CMYK"), "JPEG"),
+        "animated.gif": encode(photo_like(24, 20, 43).convert("P"), "GIF", save_all=True,
+                               append_images=[photo_like(24, 20, 44).convert("P")]),
+        "cut.jpg": encode(photo_like(64, 48, 45), "JPEG")[:300],
+        "empty.jpg": b"",
+        "text.jpg": b"not an image at all\n",
+        "bomb.png": png_declaring(100_000, 100_000),
+    }
+    for name, data in odd.items():
+        (images / name).write_bytes(data)
+    for index, name in enumerate(odd):
+        rows.append(f"{('TRAIN', 'VALIDATION', 'TEST')[index % 3]},img/{name},"
+                    f"{('cat', 'dog', 'fish')[index % 3]}")
+    shutil.copy(images / "0.jpg", images / "copy_of_0.jpg")
+    rows += ["TEST,img/copy_of_0.jpg,cat", "TRAIN,img/missing.jpg,dog", "TRIAN,img/1.jpg,dog",
+             "TRAIN,img/2.jpg,", "TEST,img/3.jpg,bird", "TRAIN,img/4.jpg,dog,4"]
+    (root / "m.csv").write_text("\n".join(rows) + "\n")
+    return root / "m.csv"
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """The hostile set's flags and the DirectRunner's output of it, as `comparable` reads it."""
+    root = tmp_path_factory.mktemp("hostile")
+    flags = ["--manifest", str(hostile_set(root)), "--max_error_fraction", "0.5",
+             "--num_shards", "2", "--dedupe", "near"]
+    job = pipeline(*flags, "--output_dir", str(root / "direct"))
+    assert job.returncode == 0, job.stderr[-3000:]
+    return flags, comparable(root / "direct")
+
+
+@pytest.fixture(scope="module")
+def sample(sample_outputs):
+    return SAMPLE_FLAGS, comparable(sample_outputs("tfrecord"))
+
+
+@pytest.mark.parametrize("data", ["sample", "hostile"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_engine_publishes_what_the_direct_runner_does(engine, data, request, tmp_path):
+    flags, reference = request.getfixturevalue(data)
+    output = tmp_path / "out"
+    job = pipeline(*flags, *ENGINES[engine], "--output_dir", str(output))
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert FINISHED[engine].search(engine_log(job, engine)), "no job of the engine's ran"
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["options"]["runner"] == ENGINES[engine][1]
+    assert summary["rows_read"] == summary["examples_written"] + summary["rows_dead_lettered"]
+    if data == "hostile":
+        reasons = summary["errors"]["by_reason"]
+        assert {"truncated_image", "empty_file", "not_an_image", "file_not_found",
+                "decompression_bomb", "invalid_split", "missing_label", "unseen_label",
+                "duplicate_image"} <= reasons.keys(), reasons
+    assert_same_output(output, reference)
+    # Nothing of Beam's normal shutdown reads as a failure.
+    assert "Traceback" not in job.stderr, job.stderr[-3000:]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_failed_engine_run_publishes_nothing(engine, hostile, sample_outputs, tmp_path):
+    """The hostile set with no dead letter allowed: the outcome check, on the engine, fails
+    the job; the output folder's previous contents stay byte for byte."""
+    flags, _ = hostile
+    output = shutil.copytree(sample_outputs("tfrecord"), tmp_path / "out")
+    before = published(output)
+    job = pipeline(*flags, *ENGINES[engine], "--output_dir", str(output), "--overwrite",
+                   "--max_error_fraction", "0")
+    assert job.returncode == 1, job.stderr[-3000:]
+    assert "FAILED: nothing below was published" in job.stdout
+    assert "more than --max_error_fraction 0.0%" in job.stderr
+    assert published(output) == before
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_stopped_engine_run_resumes_reusing_its_finished_shards(engine, sample, tmp_path):
+    """SIGKILLed (the launcher, its LOOPBACK workers and the job server: one process
+    group) once the engine wrote the 4th of 6 shards' receipts; resumed on the engine.
+    Two writers run at once, so a 5th receipt may land before the kill does."""
+    flags, reference = sample
+    output = tmp_path / "out"
+    argv = [*flags, *ENGINES[engine], "--output_dir", str(output)]
+    stopped = subprocess.run([sys.executable, str(STOP_AT), "transforms.shards",
+                              "write_receipt", "after", "4", *argv], capture_output=True,
+                             text=True, timeout=300, start_new_session=True,
+                             cwd=Path(__file__).parents[1])
+    assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-3000:]
+    receipts = len(list(output.glob(".tmp-*/receipts/*.receipt")))
+    assert receipts in (4, 5)
+    job = pipeline(*argv, "--resume")
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert f"resumed: {receipts} of 6 shards reused from the stopped run" in job.stdout
+    assert FINISHED[engine].search(engine_log(job, engine))
+    files = without_resume(comparable(output))
+    assert files.pop("resumed_shards") == receipts
+    expected = without_resume(reference)
+    expected.pop("resumed_shards")
+    assert sorted(files) == sorted(expected)
+    for name, content in expected.items():
+        assert files[name] == content, name
+
+
+def without_resume(files: dict) -> dict:
+    """`files` with summary.json's resumed_shards under its own key, and no resume option."""
+    summary = {**files["summary.json"], "options": {**files["summary.json"]["options"]}}
+    summary["options"].pop("resume")
+    return {**files, "summary.json": summary, "resumed_shards": summary.pop("resumed_shards")}
