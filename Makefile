@@ -61,4 +61,4 @@ bench: $(BENCH_INSTALLED)
 	$(VENV)/bin/python bench/write_bench.py --ours_decode_processes 1 2 --json bench/results.json
 
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) demo-output airflow-output *.egg-info job_servers/*/target
+	rm -rf $(VENV) $(AIRFLOW_VENV) demo-output airflow-output flink-output spark-output *.egg-info job_servers/*/target

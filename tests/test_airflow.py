@@ -65,6 +65,25 @@ def test_the_beam_dag_converts_the_sample_set_on_the_direct_runner(airflow, tmp_
         assert len(read_examples(str(output / f"{split}-*.tfrecord"))) == examples, split
 
 
+def test_the_beam_dag_converts_the_sample_set_on_flink(airflow, tmp_path):
+    """An embedded Flink ([local]) in the task, with the checkout's job server."""
+    conf = {"manifest": str(REPO / "sample_data" / "manifest.csv"),
+            "output_root": str(tmp_path), "max_error_fraction": 0.25}
+    result = airflow("dags", "test", "image_tfrecords_beam", "2026-01-03", "-c", json.dumps(conf),
+                     variables={"image_tfrecords_runner": "FlinkRunner"})
+    printed = result.stdout + result.stderr
+    assert result.returncode == 0, printed[-5000:]
+    assert "Skipping tasks [('convert_locally'" in printed
+    log = re.search(r"running on Flink; the job server's log: (\S+)", printed)
+    assert log, printed[-5000:]
+    assert re.search(r"Job BeamApp-\S+ \([0-9a-f]{32}\) switched from state RUNNING to "
+                     r"FINISHED", pathlib.Path(log.group(1)).read_text())
+    summary = json.loads((tmp_path / "2026-01-03" / "summary.json").read_text())
+    assert summary["options"]["runner"] == "FlinkRunner"
+    assert summary["rows_read"] == 50 and summary["rows_dead_lettered"] == 7
+    assert summary["examples_written"] == 43
+
+
 def test_the_flex_dag_renders_a_launch_the_template_accepts(airflow):
     variables = {"image_tfrecords_project": "my-project", "image_tfrecords_region": "europe-west4",
                  "image_tfrecords_template": "gs://my-bucket/templates/image-tfrecords.json",

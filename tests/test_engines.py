@@ -8,6 +8,7 @@ shards, dead letters, copy search, report and publish step all run on the engine
 job server's log, which the console names, shows the engine's own job id and states.
 """
 
+import dataclasses
 import json
 import re
 import shutil
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLE_MANIFEST, encode, photo_like, png_declaring
+from pipeline import engines, run
 from test_reliability import published
 from test_resume import STOP_AT
 
@@ -189,3 +191,29 @@ def without_resume(files: dict) -> dict:
     summary = {**files["summary.json"], "options": {**files["summary.json"]["options"]}}
     summary["options"].pop("resume")
     return {**files, "summary.json": summary, "resumed_shards": summary.pop("resumed_shards")}
+
+
+def test_a_cluster_run_needs_a_temp_location_its_workers_reach(tmp_path, capsys):
+    """Workers in containers elsewhere would write tf.Transform's files to their own /tmp."""
+    code = run.main(["--manifest", str(SAMPLE_MANIFEST), "--output_dir", str(tmp_path),
+                     "--runner", "FlinkRunner", "--flink_master", "flink-jobmanager:8081",
+                     "--environment_type", "DOCKER"])
+    assert code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: --temp_location: on a Flink cluster (flink_master flink-jobmanager:8081) "
+        "the workers write tf.Transform's files there; give a folder every worker reaches "
+        "(gs://..., s3://... or a shared mount)")
+
+
+def test_an_engine_run_without_its_job_server_says_how_to_build_it(tmp_path, capsys,
+                                                                   monkeypatch):
+    missing = tmp_path / "not-built.jar"
+    monkeypatch.setitem(engines.ENGINES, "sparkrunner", dataclasses.replace(
+        engines.ENGINES["sparkrunner"], built_jar=missing))
+    code = run.main(["--manifest", str(SAMPLE_MANIFEST), "--output_dir", str(tmp_path),
+                     "--runner", "spark"])
+    assert code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: --runner SparkRunner needs Beam's Spark job server: `make job-servers` "
+        f"builds it (Maven and Java 17) into {missing}; or give --spark_job_server_jar JAR, "
+        "or --job_endpoint HOST:PORT of a running one")

@@ -1,9 +1,10 @@
-"""Flink and Spark: the job reaches a portable job server with its options untouched.
+"""FlinkRunner and SparkRunner options reach a job server untouched, for what is not run
+here: a cluster's master (flink-jobmanager:8081, spark://spark-master:7077) and a launch
+that does not wait for its job (--no_wait_until_finish, as a Flex Template's).
 
-No Flink or Spark job-server jar can be fetched here, so the job server is Beam's own
-local one (LocalJobServicer), started on a localhost port: the same Job API a Flink or
-Spark job server exposes, given as --job_endpoint, with LOOPBACK workers in this process.
-FlinkRunner and SparkRunner submit to it exactly as they submit to theirs.
+The job server is Beam's own local one (LocalJobServicer) on a localhost port: the same
+Job API Flink's and Spark's job servers expose, given as --job_endpoint, with LOOPBACK
+workers in this process. Flink and Spark themselves run the job in test_engines.py.
 """
 
 import json

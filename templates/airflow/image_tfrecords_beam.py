@@ -1,7 +1,8 @@
 """Daily conversion with Apache Beam's operator: `python -m pipeline` in the project's venv.
 
-It runs on the DirectRunner, or on Dataflow when the Variable image_tfrecords_runner is
-DataflowRunner. Each run writes OUTPUT_ROOT/<logical date>/ (a re-run replaces it).
+It runs on the DirectRunner, on Dataflow when the Variable image_tfrecords_runner is
+DataflowRunner, or on Flink when it is FlinkRunner. Each run writes
+OUTPUT_ROOT/<logical date>/ (a re-run replaces it).
 
 Settings of the deployment:
 - IMAGE_TFRECORDS_PYTHON, in the Airflow worker's environment: the interpreter that has
@@ -11,6 +12,11 @@ Settings of the deployment:
   image_tfrecords_bucket (temp and staging) and image_tfrecords_image (the image built
   by templates/flex/build_and_run.sh, as the workers' SDK container); the Airflow worker
   needs gcloud and Google Cloud credentials.
+- For Flink, the checkout's job server (`make job-servers`) and the Variables
+  image_tfrecords_flink_master (default [local]: an embedded Flink in the Airflow
+  worker; host:8081 for a cluster's JobManager) and image_tfrecords_flink_parallelism
+  (default 2). The SDK workers run in the Airflow worker (LOOPBACK), so a cluster must
+  reach it, and the paths must be ones the cluster's task managers read too.
 Run params: manifest, output_root, max_error_fraction.
 """
 
@@ -44,6 +50,12 @@ DATAFLOW_OPTIONS = {
     # the shard writer's decode threads get every core.
     "experiments": ["no_use_multiple_sdk_containers"],
 }
+FLINK_OPTIONS = {
+    "flink_master": "{{ var.value.get('image_tfrecords_flink_master', '[local]') }}",
+    "parallelism": "{{ var.value.get('image_tfrecords_flink_parallelism', '2') }}",
+    "environment_type": "LOOPBACK",
+}
+RUNNER_TASKS = {"DataflowRunner": "convert_on_dataflow", "FlinkRunner": "convert_on_flink"}
 
 with DAG(
     dag_id="image_tfrecords_beam",
@@ -64,9 +76,8 @@ with DAG(
 
     @task.branch
     def choose_runner() -> str:
-        if Variable.get("image_tfrecords_runner", default="DirectRunner") == "DataflowRunner":
-            return "convert_on_dataflow"
-        return "convert_locally"
+        runner = Variable.get("image_tfrecords_runner", default="DirectRunner")
+        return RUNNER_TASKS.get(runner, "convert_locally")
 
     convert_locally = BeamRunPythonPipelineOperator(
         task_id="convert_locally",
@@ -87,4 +98,12 @@ with DAG(
                          "project_id": "{{ var.value.image_tfrecords_project }}",
                          "location": "{{ var.value.image_tfrecords_region }}"},
     )
-    choose_runner() >> [convert_locally, convert_on_dataflow]
+    convert_on_flink = BeamRunPythonPipelineOperator(
+        task_id="convert_on_flink",
+        runner="FlinkRunner",
+        py_interpreter=PYTHON,
+        py_options=["-m"],
+        py_file="pipeline",
+        pipeline_options={**JOB_OPTIONS, **FLINK_OPTIONS},
+    )
+    choose_runner() >> [convert_locally, convert_on_dataflow, convert_on_flink]
