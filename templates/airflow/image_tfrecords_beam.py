@@ -57,6 +57,15 @@ FLINK_OPTIONS = {
 }
 RUNNER_TASKS = {"DataflowRunner": "convert_on_dataflow", "FlinkRunner": "convert_on_flink"}
 
+
+def convert(task_id: str, runner: str, options: dict, **operator_args
+            ) -> BeamRunPythonPipelineOperator:
+    """`python -m pipeline` on `runner` with `options`, in the project's interpreter."""
+    return BeamRunPythonPipelineOperator(task_id=task_id, runner=runner, py_interpreter=PYTHON,
+                                         py_options=["-m"], py_file="pipeline",
+                                         pipeline_options=dict(options), **operator_args)
+
+
 with DAG(
     dag_id="image_tfrecords_beam",
     description="Image manifest -> TFRecord shards, with Apache Beam's Airflow operator",
@@ -79,31 +88,12 @@ with DAG(
         runner = Variable.get("image_tfrecords_runner", default="DirectRunner")
         return RUNNER_TASKS.get(runner, "convert_locally")
 
-    convert_locally = BeamRunPythonPipelineOperator(
-        task_id="convert_locally",
-        runner="DirectRunner",
-        py_interpreter=PYTHON,
-        py_options=["-m"],
-        py_file="pipeline",
-        pipeline_options=dict(JOB_OPTIONS),
-    )
-    convert_on_dataflow = BeamRunPythonPipelineOperator(
-        task_id="convert_on_dataflow",
-        runner="DataflowRunner",
-        py_interpreter=PYTHON,
-        py_options=["-m"],
-        py_file="pipeline",
-        pipeline_options={**JOB_OPTIONS, **DATAFLOW_OPTIONS},
+    convert_locally = convert("convert_locally", "DirectRunner", JOB_OPTIONS)
+    convert_on_dataflow = convert(
+        "convert_on_dataflow", "DataflowRunner", {**JOB_OPTIONS, **DATAFLOW_OPTIONS},
         dataflow_config={"job_name": "image-tfrecords",
                          "project_id": "{{ var.value.image_tfrecords_project }}",
-                         "location": "{{ var.value.image_tfrecords_region }}"},
-    )
-    convert_on_flink = BeamRunPythonPipelineOperator(
-        task_id="convert_on_flink",
-        runner="FlinkRunner",
-        py_interpreter=PYTHON,
-        py_options=["-m"],
-        py_file="pipeline",
-        pipeline_options={**JOB_OPTIONS, **FLINK_OPTIONS},
-    )
+                         "location": "{{ var.value.image_tfrecords_region }}"})
+    convert_on_flink = convert("convert_on_flink", "FlinkRunner",
+                               {**JOB_OPTIONS, **FLINK_OPTIONS})
     choose_runner() >> [convert_locally, convert_on_dataflow, convert_on_flink]
