@@ -26,6 +26,7 @@ setup(
         "pygal>=3.1,<4",  # report.html's plots, as inline SVG
         "array-record>=0.8,<0.9",  # --file_format array_record (transforms/array_record_format.py)
         "pydantic>=2.10,<3",  # summary.json's typed model (transforms/summary.py)
+        "psutil>=5.9,<8",  # stopping a Flink or Spark job server (pipeline/engines.py)
     ],
     # Reading ArrayRecord outputs with Grain (JAX), as the README shows.
     extras_require={"grain": ["grain>=0.2.18,<0.3"]},

@@ -19,11 +19,13 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
+import psutil
 from apache_beam.options.pipeline_options import (FlinkRunnerOptions, GoogleCloudOptions,
                                                   PipelineOptions, PortableOptions,
                                                   SparkRunnerOptions, StandardOptions)
 
 JOB_SERVERS = pathlib.Path(__file__).resolve().parents[1] / "job_servers"
+_STOP_SECONDS = 10  # a job server's JVM takes a second or two to stop once asked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Engine:
     options_class: type[PipelineOptions]
     built_jar: pathlib.Path  # what `make job-servers` builds
     logger: str  # the logger Beam writes the job server's output to (its class name)
+    job_server_argument: str  # an argument Beam starts the job server with
     master_option: str
     local_master: re.Pattern  # a master that runs inside the job server, on this machine
 
@@ -46,12 +49,14 @@ ENGINES = {
     "flinkrunner": Engine(
         name="Flink", jar_option="flink_job_server_jar", options_class=FlinkRunnerOptions,
         built_jar=JOB_SERVERS / "flink" / "target" / "beam-flink-1.19-job-server.jar",
-        logger="FlinkJarJobServer", master_option="flink_master",
+        logger="FlinkJarJobServer", job_server_argument="--flink-master",
+        master_option="flink_master",
         local_master=re.compile(r"\[(local|auto)\]")),
     "sparkrunner": Engine(
         name="Spark", jar_option="spark_job_server_jar", options_class=SparkRunnerOptions,
         built_jar=JOB_SERVERS / "spark" / "target" / "beam-spark-3-job-server.jar",
-        logger="SparkJarJobServer", master_option="spark_master_url",
+        logger="SparkJarJobServer", job_server_argument="--spark-master-url",
+        master_option="spark_master_url",
         local_master=re.compile(r"local(\[.+\])?")),
 }
 
@@ -107,11 +112,13 @@ def runs_on_this_machine(engine: Engine, options: PipelineOptions) -> bool:
 
 @contextlib.contextmanager
 def job_server_log(engine: Engine | None, run_id: str) -> Iterator[pathlib.Path | None]:
-    """Within the block, the job server's output goes to a file the console names.
+    """Within the block, the job server's output goes to a file the console names; on
+    leaving it, the job server this process started is stopped.
 
     Beam logs each line the job server prints at INFO, under the job server's class name;
     Flink's and Spark's own lines (the job's id, its states, the web UI's address) are
-    there. The file stays after the run.
+    there. The file stays after the run. Beam stops its job server at interpreter exit,
+    which the command line skips (cli.exit_now): each run would leave a JVM behind.
     """
     if engine is None:
         yield None
@@ -129,7 +136,28 @@ def job_server_log(engine: Engine | None, run_id: str) -> Iterator[pathlib.Path 
     try:
         yield path
     finally:
+        _stop_job_servers(engine)
         logger.removeHandler(handler)
         logger.setLevel(previous[0])
         logger.propagate = previous[1]
         handler.close()
+
+
+
+def _stop_job_servers(engine: Engine) -> None:
+    """Ends the job servers of `engine` this process started (java ... -jar JAR
+    --flink-master ... or --spark-master-url ...), the way Beam would: asked, then told."""
+    servers = [child for child in psutil.Process().children()
+               if engine.job_server_argument in _command_line(child)]
+    for server in servers:
+        server.terminate()
+    _, alive = psutil.wait_procs(servers, timeout=_STOP_SECONDS)
+    for server in alive:
+        server.kill()
+
+
+def _command_line(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:  # it ended meanwhile
+        return []

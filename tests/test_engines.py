@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import portpicker
+import psutil
 import pytest
 
 from conftest import SAMPLE_MANIFEST, encode, photo_like, png_declaring
@@ -51,6 +53,17 @@ def engine_log(job: subprocess.CompletedProcess, engine: str) -> str:
     named = LOG_LINE.search(job.stderr)
     assert named and named.group(1).lower() == engine, job.stderr[-3000:]
     return Path(named.group(2)).read_text()
+
+
+def job_servers_on(port: str) -> list[psutil.Process]:
+    """The job servers started with --job-port `port` that still run."""
+    def command_line(process):
+        try:
+            return process.cmdline()
+        except psutil.Error:
+            return []
+    return [process for process in psutil.process_iter()
+            if "--job-port" in (line := command_line(process)) and port in line]
 
 
 def comparable(output: Path) -> dict:
@@ -127,8 +140,10 @@ def sample(sample_outputs):
 def test_the_engine_publishes_what_the_direct_runner_does(engine, data, request, tmp_path):
     flags, reference = request.getfixturevalue(data)
     output = tmp_path / "out"
-    job = pipeline(*flags, *ENGINES[engine], "--output_dir", str(output))
+    job_port = str(portpicker.pick_unused_port())
+    job = pipeline(*flags, *ENGINES[engine], "--output_dir", str(output), "--job_port", job_port)
     assert job.returncode == 0, job.stderr[-3000:]
+    assert not job_servers_on(job_port), "the run left its job server running"
     assert FINISHED[engine].search(engine_log(job, engine)), "no job of the engine's ran"
     summary = json.loads((output / "summary.json").read_text())
     assert summary["options"]["runner"] == ENGINES[engine][1]
