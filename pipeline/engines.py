@@ -74,16 +74,15 @@ def engine_of(options: PipelineOptions) -> Engine | None:
     return ENGINES.get(name if name.endswith("runner") else name + "runner")
 
 
-def use_built_job_server(options: PipelineOptions) -> Engine | None:
-    """Names the built job server's jar in `options` where the user named none.
+def use_built_job_server(options: PipelineOptions) -> None:
+    """Names the built job server's jar in `options` where a Flink or Spark run names none.
 
-    Returns the run's engine (None for other runners). Raises EngineUnusable when the
-    jar is not built, or when a cluster's workers would write tf.Transform's files to
-    this machine's temp folder.
+    Raises EngineUnusable when the jar is not built, or when a cluster's workers would
+    write tf.Transform's files to this machine's temp folder.
     """
     engine = engine_of(options)
     if engine is None:
-        return None
+        return
     engine_options = options.view_as(engine.options_class)
     if not (options.view_as(PortableOptions).job_endpoint
             or getattr(engine_options, engine.jar_option)):
@@ -94,16 +93,15 @@ def use_built_job_server(options: PipelineOptions) -> Engine | None:
                 f"or give --{engine.jar_option} JAR, or --job_endpoint HOST:PORT of a "
                 "running one")
         setattr(engine_options, engine.jar_option, str(engine.built_jar))
-    if not (runs_on_this_machine(engine, options)
+    if not (_runs_on_this_machine(engine, options)
             or options.view_as(GoogleCloudOptions).temp_location):
         raise EngineUnusable(
             f"--temp_location: on a {engine.name} cluster ({engine.master_option} "
             f"{engine.master(options)}) the workers write tf.Transform's files there; give "
             "a folder every worker reaches (gs://..., s3://... or a shared mount)")
-    return engine
 
 
-def runs_on_this_machine(engine: Engine, options: PipelineOptions) -> bool:
+def _runs_on_this_machine(engine: Engine, options: PipelineOptions) -> bool:
     """Whether every worker shares this machine's disk: an engine started inside its job
     server, or workers in this process (LOOPBACK)."""
     return bool(engine.local_master.fullmatch(engine.master(options).strip())
@@ -111,16 +109,18 @@ def runs_on_this_machine(engine: Engine, options: PipelineOptions) -> bool:
 
 
 @contextlib.contextmanager
-def job_server_log(engine: Engine | None, run_id: str) -> Iterator[pathlib.Path | None]:
-    """Within the block, the job server's output goes to a file the console names; on
-    leaving it, the job server this process started is stopped.
+def job_server_log(options: PipelineOptions, run_id: str) -> Iterator[pathlib.Path | None]:
+    """Within the block, the output of the job server Beam starts for a Flink or Spark run
+    goes to a file the console names; on leaving it, that job server is stopped. Nothing
+    for other runners, nor for a job server already running (--job_endpoint).
 
     Beam logs each line the job server prints at INFO, under the job server's class name;
     Flink's and Spark's own lines (the job's id, its states, the web UI's address) are
     there. The file stays after the run. Beam stops its job server at interpreter exit,
     which the command line skips (cli.exit_now): each run would leave a JVM behind.
     """
-    if engine is None:
+    engine = engine_of(options)
+    if engine is None or options.view_as(PortableOptions).job_endpoint:
         yield None
         return
     path = pathlib.Path(tempfile.gettempdir()) / f"image-tfrecords-{run_id}-{engine.name.lower()}.log"

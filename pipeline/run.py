@@ -78,7 +78,7 @@ def convert_and_report(argv: Sequence[str]) -> Summary | None:
 def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
     """convert_and_report's work, within its console filter."""
     try:
-        engine = use_built_job_server(options)
+        use_built_job_server(options)
     except EngineUnusable as problem:
         raise UsageError(str(problem)) from None
     manifests = _preflight(convert)
@@ -93,7 +93,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat())
     folder = _run_folder(convert, manifests, pinned, run_info.versions)
     try:
-        with frozen_for_the_run(), job_server_log(engine, folder.run_id):
+        with frozen_for_the_run(), job_server_log(options, folder.run_id):
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             with uncollected():
                 from pipeline import graph  # noqa: PLC0415
