@@ -66,11 +66,12 @@ class EngineUnusable(ValueError):
 
 
 def engine_of(options: PipelineOptions) -> Engine | None:
-    """The engine of --runner FlinkRunner / SparkRunner (any case, 'Runner' optional)."""
+    """The engine of --runner FlinkRunner / SparkRunner (any case, 'Runner' optional, or
+    the class's dotted path)."""
     runner = options.view_as(StandardOptions).runner
     if not isinstance(runner, str):
         return None
-    name = runner.lower()
+    name = runner.rsplit(".", 1)[-1].lower()  # also apache_beam.runners....FlinkRunner
     return ENGINES.get(name if name.endswith("runner") else name + "runner")
 
 
@@ -109,7 +110,8 @@ def _runs_on_this_machine(engine: Engine, options: PipelineOptions) -> bool:
 
 
 @contextlib.contextmanager
-def job_server_log(options: PipelineOptions, run_id: str) -> Iterator[pathlib.Path | None]:
+def job_server_of_the_run(options: PipelineOptions, run_id: str
+                          ) -> Iterator[pathlib.Path | None]:
     """Within the block, the output of the job server Beam starts for a Flink or Spark run
     goes to a file the console names; on leaving it, that job server is stopped. Nothing
     for other runners, nor for a job server already running (--job_endpoint).
@@ -123,7 +125,8 @@ def job_server_log(options: PipelineOptions, run_id: str) -> Iterator[pathlib.Pa
     if engine is None or options.view_as(PortableOptions).job_endpoint:
         yield None
         return
-    path = pathlib.Path(tempfile.gettempdir()) / f"image-tfrecords-{run_id}-{engine.name.lower()}.log"
+    path = (pathlib.Path(tempfile.gettempdir())
+            / f"image-tfrecords-{run_id}-{engine.name.lower()}.log")
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger = logging.getLogger(engine.logger)
@@ -141,7 +144,6 @@ def job_server_log(options: PipelineOptions, run_id: str) -> Iterator[pathlib.Pa
         logger.setLevel(previous[0])
         logger.propagate = previous[1]
         handler.close()
-
 
 
 def _stop_job_servers(engine: Engine) -> None:

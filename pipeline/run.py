@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipeline.collector import frozen_for_the_run, uncollected
 from pipeline.console import quiet_console
-from pipeline.engines import EngineUnusable, job_server_log, use_built_job_server
+from pipeline.engines import EngineUnusable, job_server_of_the_run, use_built_job_server
 from pipeline.options import ConvertOptions, unknown_option_problem
 from pipeline.progress import shown_progress
 from pipeline.report import format_report
@@ -93,7 +93,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat())
     folder = _run_folder(convert, manifests, pinned, run_info.versions)
     try:
-        with frozen_for_the_run(), job_server_log(options, folder.run_id):
+        with frozen_for_the_run(), job_server_of_the_run(options, folder.run_id):
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             with uncollected():
                 from pipeline import graph  # noqa: PLC0415

@@ -10,6 +10,7 @@ job server's log, which the console names, shows the engine's own job id and sta
 
 import dataclasses
 import json
+import os
 import re
 import shutil
 import signal
@@ -43,9 +44,13 @@ SAMPLE_FLAGS = ["--manifest", str(SAMPLE_MANIFEST), "--max_error_fraction", "0.2
 LOG_LINE = re.compile(r"image-tfrecords: running on (Flink|Spark); the job server's log: (\S+)")
 
 
-def pipeline(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *argv], capture_output=True,
-                          text=True, timeout=timeout, cwd=Path(__file__).parents[1])
+def pipeline(*argv: str, temp: Path, script: tuple[str, ...] = ("-m", "pipeline")
+             ) -> subprocess.CompletedProcess:
+    """A conversion in a process (and process group) of its own, whose temp folder (for
+    tf.Transform's files and the job server's log) is the test's `temp`."""
+    return subprocess.run([sys.executable, *script, *argv], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).parents[1], start_new_session=True,
+                          env={**os.environ, "TMPDIR": str(temp)})
 
 
 def engine_log(job: subprocess.CompletedProcess, engine: str) -> str:
@@ -125,7 +130,7 @@ def hostile(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
     flags = ["--manifest", str(hostile_set(root)), "--max_error_fraction", "0.5",
              "--num_shards", "2", "--dedupe", "near"]
-    job = pipeline(*flags, "--output_dir", str(root / "direct"))
+    job = pipeline(*flags, "--output_dir", str(root / "direct"), temp=root)
     assert job.returncode == 0, job.stderr[-3000:]
     return flags, comparable(root / "direct")
 
@@ -141,7 +146,8 @@ def test_the_engine_publishes_what_the_direct_runner_does(engine, data, request,
     flags, reference = request.getfixturevalue(data)
     output = tmp_path / "out"
     job_port = str(portpicker.pick_unused_port())
-    job = pipeline(*flags, *ENGINES[engine], "--output_dir", str(output), "--job_port", job_port)
+    job = pipeline(*flags, *ENGINES[engine], "--output_dir", str(output), "--job_port", job_port,
+                   temp=tmp_path)
     assert job.returncode == 0, job.stderr[-3000:]
     assert not job_servers_on(job_port), "the run left its job server running"
     assert FINISHED[engine].search(engine_log(job, engine)), "no job of the engine's ran"
@@ -166,7 +172,7 @@ def test_a_failed_engine_run_publishes_nothing(engine, hostile, sample_outputs, 
     output = shutil.copytree(sample_outputs("tfrecord"), tmp_path / "out")
     before = published(output)
     job = pipeline(*flags, *ENGINES[engine], "--output_dir", str(output), "--overwrite",
-                   "--max_error_fraction", "0")
+                   "--max_error_fraction", "0", temp=tmp_path)
     assert job.returncode == 1, job.stderr[-3000:]
     assert "FAILED: nothing below was published" in job.stdout
     assert "more than --max_error_fraction 0.0%" in job.stderr
@@ -181,14 +187,12 @@ def test_a_stopped_engine_run_resumes_reusing_its_finished_shards(engine, sample
     flags, reference = sample
     output = tmp_path / "out"
     argv = [*flags, *ENGINES[engine], "--output_dir", str(output)]
-    stopped = subprocess.run([sys.executable, str(STOP_AT), "transforms.shards",
-                              "write_receipt", "after", "4", *argv], capture_output=True,
-                             text=True, timeout=300, start_new_session=True,
-                             cwd=Path(__file__).parents[1])
+    stopped = pipeline("transforms.shards", "write_receipt", "after", "4", *argv,
+                       temp=tmp_path, script=(str(STOP_AT),))
     assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-3000:]
     receipts = len(list(output.glob(".tmp-*/receipts/*.receipt")))
     assert receipts in (4, 5)
-    job = pipeline(*argv, "--resume")
+    job = pipeline(*argv, "--resume", temp=tmp_path)
     assert job.returncode == 0, job.stderr[-3000:]
     assert f"resumed: {receipts} of 6 shards reused from the stopped run" in job.stdout
     assert FINISHED[engine].search(engine_log(job, engine))
