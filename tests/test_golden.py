@@ -1,0 +1,98 @@
+"""Output bytes pinned: what the bundled samples convert to, file by file, in each kind of
+run (label modes, file formats, compression, re-encoding, copies dropped, a folder).
+
+The digests in golden/outputs.json were taken from the converter as it was before its
+shard writing moved into worker processes (issue 30), so any change to the bytes it
+writes shows here, named by configuration and file. The samples are read from the test's
+S3 bucket at a fixed path: a shard holds its images' URIs, and their hashes choose each
+image's shard and place, so local copies (whose absolute paths differ per machine) would
+give other bytes on every checkout.
+
+Where a change of output is meant, rewrite the digests with
+`IMAGE_TFRECORDS_WRITE_GOLDEN=1 pytest tests/test_golden.py` and say why in the commit.
+"""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLE_DATA, convert, put
+
+GOLDEN = Path(__file__).parent / "golden" / "outputs.json"
+ROOT = "golden"  # under the bucket
+# What summary.json says of the run rather than of its output.
+RUN_FACTS = ("options", "versions", "started_at", "finished_at", "run_id")
+SAMPLES = ["manifest.csv", "detection.csv", "one_hot.csv", "extra_columns.csv",
+           "images", "broken", "photo_folder"]
+
+# configuration -> its flags; {data} is where the samples are in the bucket.
+CONFIGURATIONS = {
+    "single_tfrecord": ["--manifest", "{data}/manifest.csv", "--num_shards", "2"],
+    "single_array_record_near_dropped": [
+        "--manifest", "{data}/manifest.csv", "--file_format", "array_record",
+        "--dedupe", "near"],
+    "single_gzip_resized_png": [
+        "--manifest", "{data}/manifest.csv", "--compression", "gzip", "--max_side", "40",
+        "--image_format", "png", "--unseen_label", "oov"],
+    "detection": ["--manifest", "{data}/detection.csv", "--label_mode", "detection"],
+    "multi_one_hot": ["--manifest", "{data}/one_hot.csv", "--label_mode", "multi",
+                      "--num_shards", "3"],
+    "extra_columns": ["--manifest", "{data}/extra_columns.csv", "--schema",
+                      str(SAMPLE_DATA / "extra_columns.schema.json"), "--image_format", "jpeg"],
+    "folder": ["--image_folder", "{data}/photo_folder"],
+}
+
+
+@pytest.fixture(scope="module")
+def data(_s3_bucket):
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    FileSystems.set_options(PipelineOptions(_s3_bucket.flags))
+    root = f"{_s3_bucket.url}/{ROOT}"
+    for sample in SAMPLES:
+        path = SAMPLE_DATA / sample
+        for file in ([path] if path.is_file() else sorted(path.rglob("*"))):
+            if file.is_file() and file.stat().st_size:  # Beam's S3 cannot write an empty one
+                put(f"{root}/{file.relative_to(SAMPLE_DATA)}", file.read_bytes())
+    return root, _s3_bucket.flags
+
+
+def digests(output: Path) -> dict[str, str]:
+    """SHA-256 of every published file but report.html (its page, not its data) and the
+    SavedModel (TensorFlow gives it new ids on every run); summary.json without what
+    describes the run, and the output folder's own path left out of every file."""
+    found = {}
+    for file in sorted(output.rglob("*")):
+        relative = file.relative_to(output).as_posix()
+        if not file.is_file() or relative == "report.html" or relative.startswith(
+                (".tmp-", "transformed_metadata/")) or (
+                relative.startswith("transform_fn/") and "/assets/" not in relative):
+            continue
+        data = file.read_bytes()
+        if relative == "summary.json":
+            summary = json.loads(data)
+            data = json.dumps({key: value for key, value in summary.items()
+                               if key not in RUN_FACTS}, sort_keys=True).encode()
+        data = data.replace(str(output).encode(), b"<output>")
+        found[relative] = hashlib.sha256(data).hexdigest()
+    return found
+
+
+@pytest.mark.parametrize("configuration", sorted(CONFIGURATIONS))
+def test_the_samples_convert_to_the_pinned_bytes(configuration, data, tmp_path):
+    root, bucket_flags = data
+    flags = [flag.format(data=root) for flag in CONFIGURATIONS[configuration]]
+    output = convert(tmp_path / "out", *flags, "--max_error_fraction", "0.5", *bucket_flags)
+    found = digests(output)
+    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    if os.environ.get("IMAGE_TFRECORDS_WRITE_GOLDEN"):
+        golden[configuration] = found
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
+    expected = golden[configuration]
+    assert sorted(found) == sorted(expected), "files written"
+    assert {name: digest for name, digest in found.items() if expected[name] != digest} == {}
