@@ -8,7 +8,7 @@ setup(
     version="0.1.0",
     description="Apache Beam pipeline: image manifest -> split-partitioned TFRecord or "
                 "ArrayRecord shards",
-    packages=["image_tfrecords", "pipeline", "transforms"],
+    packages=["image_tfrecords", "pipeline", "transforms", "worker"],
     package_data={"transforms": ["report_page.html"]},  # report.html's template
     python_requires=">=3.10",
     install_requires=[

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tensorflow.core.example import example_pb2
-
 from transforms.images import PreparedImage
 from transforms.labels import LabelledRow
 from transforms.choices import LabelMode
 from transforms.schema import CATEGORICAL, FLOAT, IMAGE, INTEGER, STRING, ExtraColumn
 from transforms.summary import FeatureInfo
+from worker.example_proto import serialize_example
 
 # The feature keys and their dtypes: the output contract readers rely on.
 _STORED_IMAGE = {"encoded": "bytes", "format": "bytes", "height": "int64", "width": "int64",
@@ -65,7 +64,6 @@ def feature_types(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = 
 
 
 _EXTRA_DTYPES = {INTEGER: "int64", FLOAT: "float", STRING: "bytes", CATEGORICAL: "int64"}
-_LIST_FIELD = {"bytes": "bytes_list", "float": "float_list", "int64": "int64_list"}
 
 
 def feature_spec(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = ()
@@ -111,15 +109,8 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
         values |= {"image/class/label": ids, "image/class/text": texts}
     values |= _extra_values(rows[0], extra_columns, extra_images or {})
     types = feature_types(label_mode, extra_columns)
-    example = example_pb2.Example()
-    # Filled in place: building Feature messages first copies every image's bytes twice
-    # more, under the GIL the decode threads wait for (a third of the protobuf time).
-    feature_map = example.features.feature
-    for key, value in values.items():
-        getattr(feature_map[key], _LIST_FIELD[types[key]]).value.extend(
-            value if isinstance(value, list) else [value])
-    # deterministic: map entries in key order, so the same image always gives the same bytes.
-    return example.SerializeToString(deterministic=True)
+    return serialize_example({key: (types[key], value if isinstance(value, list) else [value])
+                              for key, value in values.items()})
 
 
 def example_labels(rows: Sequence[LabelledRow], label_mode: LabelMode) -> list[str]:

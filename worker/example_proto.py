@@ -1,0 +1,84 @@
+"""tf.train.Example bytes without TensorFlow, for the worker processes that write shards.
+
+A worker must not import TensorFlow (2-3 s and ~400 MB each), and the protobuf classes
+other packages ship for Example (the `tfrecord` package's) cannot be loaded beside
+TensorFlow's, which the pipeline's own process has. The message is small enough to
+write directly in protobuf's wire format:
+
+    Example  { Features features = 1; }
+    Features { map<string, Feature> feature = 1; }
+    Feature  { oneof kind { BytesList bytes_list = 1; FloatList float_list = 2;
+                            Int64List int64_list = 3; } }
+    BytesList { repeated bytes value = 1; }   FloatList { repeated float value = 1 [packed]; }
+    Int64List { repeated int64 value = 1 [packed]; }
+
+written as TensorFlow's `SerializeToString(deterministic=True)` writes it: map entries in
+key order (upb's: see _map_order), each with its key and value, a list's message present
+even when empty.
+tests/test_example_proto.py compares the bytes with TensorFlow's for every kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+BYTES, FLOAT, INT64 = "bytes", "float", "int64"
+# Feature's field per kind: its tag byte (field number << 3 | 2, length-delimited).
+_KIND_TAG = {BYTES: b"\x0a", FLOAT: b"\x12", INT64: b"\x1a"}
+_FIELD_1 = b"\x0a"  # Example.features, Features.feature, the map key, each list's values
+_MAP_VALUE = b"\x12"
+
+Value = bytes | int | float
+Values = Sequence[Value]
+
+
+def serialize_example(features: Mapping[str, tuple[str, Values]]) -> bytes:
+    """The Example of `features`: key -> (kind, values), kind BYTES, FLOAT or INT64."""
+    entries = []
+    for key in sorted(features, key=_map_order):
+        kind, values = features[key]
+        feature = _length_delimited(_KIND_TAG[kind], _list(kind, values))
+        entries.append(_length_delimited(_FIELD_1, _length_delimited(
+            _FIELD_1, key.encode()) + _length_delimited(_MAP_VALUE, feature)))
+    # No features: Example.features is left unset, as TensorFlow leaves it.
+    return _length_delimited(_FIELD_1, b"".join(entries)) if entries else b""
+
+
+def _map_order(key: str) -> bytes:
+    """Protobuf's (upb's) deterministic order of string map keys: by their UTF-8 bytes,
+    except that a key comes after the longer keys it begins ("a/text" before "a", "" last).
+    0xFF, never a byte of UTF-8, sorts a key's end after any byte that could follow."""
+    return key.encode() + b"\xff"
+
+
+def _list(kind: str, values: Values) -> bytes:
+    if kind == BYTES:
+        return b"".join(_length_delimited(_FIELD_1, value) for value in values)
+    if not values:
+        return b""  # a packed field with no values is left out
+    if kind == FLOAT:
+        # As protobuf's float field: a double rounded to the nearest float32, inf past it.
+        with np.errstate(over="ignore"):
+            packed = np.asarray(values, dtype=np.float64).astype("<f4").tobytes()
+    else:
+        packed = b"".join(_varint(value & 0xFFFF_FFFF_FFFF_FFFF) for value in values)
+    return _length_delimited(_FIELD_1, packed)
+
+
+def _length_delimited(tag: bytes, payload: bytes) -> bytes:
+    return tag + _varint(len(payload)) + payload
+
+
+def _varint(value: int) -> bytes:
+    """Base-128, least significant group first; a negative int64 is its two's complement
+    (ten bytes)."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
