@@ -58,7 +58,7 @@ $(BENCH_INSTALLED): $(INSTALLED) bench/requirements.txt
 # Ours against bench/handwritten.py and bench/process_pool.py, side by side, and ours at 1
 # and 2 decode processes: see bench/RESULTS.md (about 30 minutes).
 bench: $(BENCH_INSTALLED)
-	$(VENV)/bin/python bench/write_bench.py --ours_decode_processes 1 2 --json bench/results.json
+	$(VENV)/bin/python bench/write_bench.py --ours_worker_processes 1 2 --json bench/results.json
 
 clean:
 	rm -rf $(VENV) $(AIRFLOW_VENV) demo-output airflow-output flink-output spark-output *.egg-info job_servers/*/target

@@ -52,7 +52,7 @@ def main() -> None:
     full_out, resumed_out = folder / "full", folder / "resumed"
     shards = 3 * SHARDS_PER_SPLIT
     # Where each stopped run is killed: the resume of the first redoes half the shards.
-    stops = {"half": ("transforms.shards", "write_receipt", "after", shards // 2),
+    stops = {"half": ("worker.receipts", "write_receipt", "after", shards // 2),
              "all": ("transforms.publish", "move_into_place", "before", 1)}
     walls: dict[str, list[float]] = {"full": [], "half": [], "all": []}
     for round_number in range(1, args.rounds + 1):

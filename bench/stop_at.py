@@ -1,43 +1,60 @@
-"""Runs the command line in this process and SIGKILLs its whole process group (its
-decoding processes too) at the N-th call of one of the pipeline's functions: a stopped
-run, stopped exactly where wanted, for tests/test_resume.py and bench/resume_bench.py.
+"""Runs the command line in this process and SIGKILLs its whole process group (its worker
+processes too) at the N-th call of one of the pipeline's functions: a stopped run,
+stopped exactly where wanted, for tests/test_resume.py and bench/resume_bench.py.
 
     python bench/stop_at.py MODULE FUNCTION before|after N CONVERT-ARGS...
 
-e.g. `transforms.shards write_receipt after 12 --manifest m.csv --output_dir out`: killed
+e.g. `worker.receipts write_receipt after 12 --manifest m.csv --output_dir out`: killed
 once the 12th shard's receipt is written. Start it in a process group of its own
 (start_new_session=True), or the kill takes its parent too.
+
+The function may run in this process or in the worker processes that write shards: the
+same hook is installed in each of them (this file, run by Python at their start as
+`sitecustomize`), and the calls are counted across all of them in a file, one call at a
+time under a lock, so that "after the 4th" means four calls were complete.
 """
 
+import fcntl
 import functools
 import importlib
-import itertools
 import os
+import shutil
 import signal
 import sys
+import tempfile
+
+_SPEC = "IMAGE_TFRECORDS_STOP_AT"  # "MODULE FUNCTION WHEN COUNT COUNTER-FILE"
 
 
-def stop_at(module_name: str, function: str, when: str, count: int) -> None:
+def stop_at(module_name: str, function: str, when: str, count: int, counter: str) -> None:
     """Replaces MODULE.FUNCTION with one that kills the process group at its `count`-th
-    call in this process, `before` it runs or `after` it returns.
+    call, `before` it runs or `after` it returns; calls are counted in the file `counter`.
 
-    The count lives in `sys`, not in the wrapper: a portable runner (Flink, Spark) pickles
-    the DoFns by value with the module's globals, so each unpickled copy of the wrapper
-    would count its own calls."""
+    Portable runners (Flink, Spark) pickle the DoFns by value with the module's globals:
+    the count is in the file, not in the wrapper, so every copy counts the same calls."""
     module = importlib.import_module(module_name)
     original = getattr(module, function)
 
     @functools.wraps(original)
     def stopping(*args, **kwargs):
-        call = next(sys.__dict__.setdefault("_stop_at_calls", itertools.count(1)))
-        if when == "before" and call == count:
-            os.killpg(0, signal.SIGKILL)
-        result = original(*args, **kwargs)
-        if when == "after" and call == count:
-            os.killpg(0, signal.SIGKILL)
+        with open(counter, "ab") as calls:
+            fcntl.flock(calls, fcntl.LOCK_EX)  # one call at a time in every process
+            calls.write(b".")
+            calls.flush()
+            call = os.fstat(calls.fileno()).st_size
+            if when == "before" and call == count:
+                os.killpg(0, signal.SIGKILL)
+            result = original(*args, **kwargs)
+            if when == "after" and call == count:
+                os.killpg(0, signal.SIGKILL)
         return result
 
     setattr(module, function, stopping)
+
+
+def _install_from_environment() -> None:
+    module_name, function, when, count, counter = os.environ[_SPEC].split(" ")
+    stop_at(module_name, function, when, int(count), counter)
 
 
 if __name__ == "__main__":
@@ -45,5 +62,14 @@ if __name__ == "__main__":
     from pipeline import run
 
     module_name, function, when, count = sys.argv[1:5]
-    stop_at(module_name, function, when, int(count))
+    hooks = tempfile.mkdtemp(prefix="stop-at-")
+    # Worker processes start with this file as their sitecustomize (their PYTHONPATH
+    # starts with `hooks`), which installs the same hook from the environment.
+    shutil.copy(__file__, os.path.join(hooks, "sitecustomize.py"))
+    os.environ[_SPEC] = " ".join([module_name, function, when, count,
+                                  os.path.join(hooks, "calls")])
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [hooks, os.environ.get("PYTHONPATH")]))
+    stop_at(module_name, function, when, int(count), os.path.join(hooks, "calls"))
     sys.exit(run.main(sys.argv[5:]))
+elif __name__ == "sitecustomize" and _SPEC in os.environ:
+    _install_from_environment()

@@ -5,8 +5,8 @@ worker per core, whole shards each). Datasets: one image set per --sizes (made b
 make_dataset.py, reused when present), plus a --rows manifest whose rows cycle through the
 largest set, to see whether our memory stays flat as the manifest grows. On each dataset
 the tools run alternately, --rounds times each (each round starting with the next tool),
-as child processes writing to fresh output folders. With --ours_decode_processes N...,
-ours also runs with `--decode_processes N` for each N on the image sets, for the
+as child processes writing to fresh output folders. With --ours_worker_processes N...,
+ours also runs with `--worker_processes N` for each N on the image sets, for the
 speed-up from the first N to the others.
 
 Per run: wall seconds, CPU seconds and peak memory of the whole child process tree,
@@ -52,7 +52,7 @@ VENV_BIN = BENCH.parent / ".venv" / "bin"
 PYTHON = VENV_BIN / "python"
 OURS = VENV_BIN / "image-tfrecords"
 BASELINES = ("loop", "pool")
-SCALING_FLAG = "--decode_processes"
+SCALING_FLAG = "--worker_processes"
 SAMPLE_SECONDS = 0.05
 PSS_EVERY = 10  # samples: PSS every 0.5 s (see TreeSampler)
 # smaps_rollup fields summed over the tree: run keys peak_pss_mb, peak_pss_anon_mb, ...
@@ -75,18 +75,18 @@ class Tool:
     ours: bool  # counts its examples in summary.json, not in a `wrote N examples` line
 
 
-def tools_for(ours_args: list[str], decode_processes: list[int]) -> list[Tool]:
-    """The two baselines, ours, and ours at each --decode_processes of the scaling mode."""
+def tools_for(ours_args: list[str], worker_processes: list[int]) -> list[Tool]:
+    """The two baselines, ours, and ours at each --worker_processes of the scaling mode."""
     ours = (str(OURS), "convert", "--overwrite", *ours_args)
     return [*(Tool(name, (str(PYTHON), str(BENCH / f"{script}.py")), ours=False)
               for name, script in zip(BASELINES, ("handwritten", "process_pool"))),
             Tool("ours", ours, ours=True),
             *(Tool(scaled_name(count), (*ours, SCALING_FLAG, str(count)), ours=True)
-              for count in decode_processes)]
+              for count in worker_processes)]
 
 
-def scaled_name(decode_processes: int) -> str:
-    return f"ours_dp{decode_processes}"
+def scaled_name(worker_processes: int) -> str:
+    return f"ours_dp{worker_processes}"
 
 
 class TreeSampler(threading.Thread):
@@ -293,12 +293,12 @@ def bench_dataset(name: str, manifest: Path, runs_dir: Path, rounds: int,
             "source_bytes": source_bytes, "runs": runs, "median": median, "ratio": ratio}
 
 
-def scaling_of(result: dict, decode_processes: list[int]) -> dict:
-    """Speed-up of ours from the first --decode_processes to each: time there / time here."""
-    base = result["median"][scaled_name(decode_processes[0])]
-    return {"from": decode_processes[0], "speedup": {
+def scaling_of(result: dict, worker_processes: list[int]) -> dict:
+    """Speed-up of ours from the first --worker_processes to each: time there / time here."""
+    base = result["median"][scaled_name(worker_processes[0])]
+    return {"from": worker_processes[0], "speedup": {
         str(count): {key: base[key] / result["median"][scaled_name(count)][key]
-                     for key in ("wall_s", "cpu_s")} for count in decode_processes[1:]}}
+                     for key in ("wall_s", "cpu_s")} for count in worker_processes[1:]}}
 
 
 def marginal_cpu(small: dict, large: dict) -> dict:
@@ -361,7 +361,7 @@ def main() -> None:
     parser.add_argument("--ours-args", default="",
                         help='extra `convert` flags as one string, e.g. '
                              '"--direct_num_workers 2" (a lone flag: --ours-args=--flag)')
-    parser.add_argument("--ours_decode_processes", type=int, nargs="+", default=[],
+    parser.add_argument("--ours_worker_processes", type=int, nargs="+", default=[],
                         metavar="N", help=f"also run ours with {SCALING_FLAG} N for each N "
                         "on the image sets; speed-ups are against the first N")
     parser.add_argument("--json", type=Path, help="results file (default WORKDIR/results.json)")
@@ -369,13 +369,13 @@ def main() -> None:
     largest = max(args.sizes)
     if args.rows and args.rows <= largest:
         parser.error(f"--rows must be larger than the largest size ({largest})")
-    decode_processes = list(dict.fromkeys(args.ours_decode_processes))  # one run set each
-    if len(decode_processes) == 1:
-        parser.error("--ours_decode_processes needs two counts or more to compare")
+    worker_processes = list(dict.fromkeys(args.ours_worker_processes))  # one run set each
+    if len(worker_processes) == 1:
+        parser.error("--ours_worker_processes needs two counts or more to compare")
     check_memory_fields()
     json_path = args.json or args.workdir / "results.json"
     ours_args = shlex.split(args.ours_args)
-    tools = tools_for(ours_args, decode_processes)
+    tools = tools_for(ours_args, worker_processes)
 
     # (name, manifest, tools): the scaling runs only on the image sets.
     datasets: list[tuple[str, Path, list[Tool]]] = []
@@ -392,7 +392,7 @@ def main() -> None:
     results: dict = {
         "config": {"sizes": sorted(set(args.sizes)), "rows": args.rows, "rounds": args.rounds,
                    "seed": args.seed, "ours_args": ours_args,
-                   "ours_decode_processes": decode_processes,
+                   "ours_worker_processes": worker_processes,
                    "cpus": os.cpu_count(),
                    "memory_gb": round(psutil.virtual_memory().total / 1e9, 1),
                    "python": platform.python_version(), "platform": platform.platform(),
@@ -404,7 +404,7 @@ def main() -> None:
         result = bench_dataset(name, manifest.resolve(), args.workdir / "runs" / slug,
                                args.rounds, dataset_tools)
         if len(dataset_tools) > len(BASELINES) + 1:
-            result["scaling"] = scaling_of(result, decode_processes)
+            result["scaling"] = scaling_of(result, worker_processes)
         results["datasets"].append(result)
         print_table(result, args.rounds)
         # Saved after every dataset, so a long run that stops keeps what it measured.

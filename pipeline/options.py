@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import os
 from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, PipelineOptions,
                                                   StandardOptions)
 
 from transforms.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
-from transforms.decode_pool import Decoding
+from worker.pool import Workers
 from transforms.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
                                      format_names, shard_format)
 from transforms.images import ImageSettings
@@ -148,20 +147,21 @@ class ConvertOptions(PipelineOptions):
             "--max_error_fraction", type=float, default=0.01,
             help="Exit non-zero when more than this fraction of rows is dead-lettered.")
         group.add_argument(
-            "--decode_processes", type=int, default=None,
-            help="Processes per worker that decode images (Pillow only, no TensorFlow), "
-                 "so one worker uses every core; 0 decodes in the worker's threads. "
-                 "Default: one per core of the machine, or 0 on Dataflow, which already "
-                 "runs one worker process per vCPU (unless "
+            "--worker_processes", type=int, default=None,
+            help="Processes per pipeline process that each write whole shards: read, "
+                 "check and encode the shard's images (Pillow only, no TensorFlow) and "
+                 "write its files. 0 writes them in the pipeline's own process (no "
+                 "isolation, no --decode_timeout). Default: one per core of the machine; "
+                 "one on Dataflow, which already runs an SDK process per vCPU (unless "
                  "--experiments no_use_multiple_sdk_containers).")
         group.add_argument(
             "--decode_timeout", type=float, default=120.0,
-            help="Seconds one image may take to decode in a decoding process; a slower "
+            help="Seconds one image may take to decode in a worker process; a slower "
                  "image is dead-lettered as decode_timeout.")
         group.add_argument(
-            "--decode_threads", type=int, default=os.cpu_count() or 1,
-            help="Threads per worker that read images and hand them to the decoders "
-                 "(at least two per decoding process are used).")
+            "--read_threads", type=int, default=4,
+            help="Threads per shard writer that read its images ahead of decoding (more "
+                 "for storage with long round trips).")
         _add_switch(group, "--quiet",
                     "No live progress. By default a local run shows it: a bar on a "
                     "terminal, else a line every 5%% (for logs); a remote run names the "
@@ -221,10 +221,10 @@ class ConvertOptions(PipelineOptions):
             found.append("--target_shard_mb must be positive")
         if not 0 <= self.max_error_fraction <= 1:
             found.append("--max_error_fraction must be between 0 and 1")
-        if self.decode_threads < 1:
-            found.append("--decode_threads must be at least 1")
-        if self.decode_processes is not None and self.decode_processes < 0:
-            found.append("--decode_processes must be 0 or more")
+        if self.read_threads < 1:
+            found.append("--read_threads must be at least 1")
+        if self.worker_processes is not None and self.worker_processes < 0:
+            found.append("--worker_processes must be 0 or more")
         if self.decode_timeout <= 0:
             found.append("--decode_timeout must be positive")
         if not 0 <= self.near_duplicate_distance <= MAX_NEAR_DISTANCE:
@@ -256,16 +256,16 @@ class ConvertOptions(PipelineOptions):
             image=ImageSettings(image_format=self.image_format, max_side=self.max_side,
                                 jpeg_quality=self.jpeg_quality,
                                 max_pixels=self.max_image_pixels),
-            decoding=self._decoding(),
+            workers=self._workers(),
             dedupe=Dedupe(self.dedupe),
             near_distance=self.near_duplicate_distance)
 
-    def _decoding(self) -> Decoding:
-        """Where images are decoded; the default process count depends on the runner."""
-        processes = self.decode_processes
+    def _workers(self) -> Workers:
+        """Where shards are written; the default process count depends on the runner."""
+        processes = self.worker_processes
         if processes is None and _runs_a_process_per_core(self):
-            processes = 0
-        return Decoding(processes, self.decode_threads, self.decode_timeout)
+            processes = 1  # isolation, without more busy processes than cores
+        return Workers(processes, self.read_threads, self.decode_timeout)
 
     def _shard_format(self) -> ShardFormat:
         return shard_format(self.file_format, self.compression)
@@ -373,8 +373,9 @@ def writes_shards_in_this_process(options: PipelineOptions) -> bool:
 
 
 def _runs_a_process_per_core(options: PipelineOptions) -> bool:
-    """Dataflow runs one SDK process per vCPU, each writing shards: decoding processes
-    would only multiply the processes per core."""
+    """Dataflow runs one SDK process per vCPU, each writing shards: more than one worker
+    process each would only multiply the busy processes per core (the SDK process waits
+    while its worker writes)."""
     runner = options.view_as(StandardOptions).runner
     runner_name = runner if isinstance(runner, str) or runner is None else type(runner).__name__
     return (runner_name or "").lower() in ("dataflowrunner", "dataflow") and not (

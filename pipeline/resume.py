@@ -31,8 +31,8 @@ RUN_FILE = "run.json"
 # Options that change nothing a run writes, and may differ between a run and its resume;
 # the sources (--manifest, --image_folder) are compared by their contents.
 _NOT_COMPARED = frozenset({"manifest", "image_folder", "output_dir", "overwrite", "resume",
-                           "quiet", "verbose", "decode_processes", "decode_timeout",
-                           "decode_threads", "max_error_fraction"})
+                           "quiet", "verbose", "worker_processes", "decode_timeout",
+                           "read_threads", "max_error_fraction"})
 _CHUNK = 1 << 20
 
 

@@ -19,7 +19,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.deadline import within_deadline
-from transforms.image_files import http_status
+from worker.image_files import http_status
 
 PROBE_SECONDS = 8.0  # for every probe together; a reachable bucket answers in well under 1 s
 FILES_PER_SCHEME = 3

@@ -10,7 +10,7 @@ import tensorflow as tf
 from conftest import shard_records
 
 from transforms import file_formats
-from transforms.file_formats import (BeamFiles, GFiles, RecordError, ShardFormat,
+from transforms.file_formats import (PipelineFiles, GFiles, RecordError, ShardFormat,
                                      compression_names, format_names, shard_format,
                                      shard_globs)
 from transforms.tfrecord_format import TFRecordFormat
@@ -43,7 +43,7 @@ def write(fmt, path, files, records=RECORDS):
 
 
 @pytest.mark.parametrize("name, compression, suffix", FORMATS)
-@pytest.mark.parametrize("write_files, read_files", [(BeamFiles, GFiles), (GFiles, BeamFiles)])
+@pytest.mark.parametrize("write_files, read_files", [(PipelineFiles, GFiles), (GFiles, PipelineFiles)])
 def test_shards_read_back_as_written_and_as_tf_data_and_their_library_read_them(
         tmp_path, name, compression, suffix, write_files, read_files):
     fmt = shard_format(name, compression)
@@ -65,7 +65,7 @@ def test_shards_read_back_as_written_and_as_tf_data_and_their_library_read_them(
 def test_a_tfrecord_shard_has_an_index_of_where_each_record_starts(tmp_path, compression):
     fmt = shard_format("tfrecord", compression)
     shard = tmp_path / f"s{fmt.suffix}"
-    write(fmt, str(shard), BeamFiles())
+    write(fmt, str(shard), PipelineFiles())
     # A line per record, offsets in the uncompressed stream.
     assert fmt.companions == (".idx",)
     index = tmp_path / f"{shard.name}.idx"
@@ -92,7 +92,7 @@ def test_a_damaged_array_record_is_named_by_its_index(tmp_path):
     fmt = shard_format("array_record")
     path = tmp_path / "s.array_record"
     records = [bytes([index]) * 5000 for index in range(8)]
-    write(fmt, str(path), BeamFiles(), records)
+    write(fmt, str(path), PipelineFiles(), records)
     data = bytearray(path.read_bytes())
     data[data.index(records[5]) + 100] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -107,7 +107,7 @@ def test_a_damaged_array_record_is_named_by_its_index(tmp_path):
 def test_a_damaged_record_is_named_by_index_and_offset(tmp_path):
     fmt = shard_format("tfrecord")
     path = tmp_path / "s.tfrecord"
-    with fmt.create(str(path), BeamFiles()) as writer:
+    with fmt.create(str(path), PipelineFiles()) as writer:
         for record in RECORDS:
             writer.write(record)
     data = bytearray(path.read_bytes())

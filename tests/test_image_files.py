@@ -1,4 +1,4 @@
-"""transforms.image_files: reading image files, locally and from real GCS and S3 servers."""
+"""worker.image_files: reading image files, locally and from real GCS and S3 servers."""
 
 import gzip
 
@@ -9,7 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import put
 from storage_servers import HOST, free_port, object_pattern
 from test_images import JPEG_BYTES, PNG_BYTES, rejection
-from transforms.image_files import read_image_bytes
+from worker.image_files import read_image_bytes
 from transforms.images import ImageRejected
 
 

@@ -6,7 +6,8 @@ import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels, ApplyLabels, LabelledRow
+from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels, ApplyLabels
+from worker.rows import LabelledRow
 from transforms.manifest import Box, ManifestRow
 from transforms.run_settings import RunSettings
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary

@@ -19,8 +19,9 @@ from conftest import convert, encode, feature, read_examples
 from pipeline import run
 from transforms.copies import HASH_BITS
 from transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
-from transforms.shard_receipts import ShardReceipt, receipt_path, write_receipt
-from transforms.shards import ExampleRef
+from worker.receipts import ShardReceipt, receipt_path, write_receipt
+from worker.shard_writer import ShardOutcome, ShardWritten
+from worker.shard_writer import ExampleRef
 
 
 def scene(seed: int, size=(192, 144)) -> Image.Image:
@@ -203,8 +204,9 @@ def with_receipts(temp_dir, keyed):
     for sha, example in keyed:
         by_shard[example.split, example.shard].append((sha, example))
     for (split, shard), keys in by_shard.items():
+        written = ShardWritten(split, shard, "", len(keys), len(keys), 0, 0, {}, {}, {}, {})
         write_receipt(receipt_path(str(temp_dir), split, shard),
-                      ShardReceipt("", None, (), tuple(keys), ()))
+                      ShardReceipt("", ShardOutcome(written, (), tuple(keys)), ()))
     return keyed
 
 

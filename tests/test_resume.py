@@ -97,10 +97,10 @@ def local(tmp_path_factory):
 def test_a_run_stopped_while_writing_resumes_to_the_same_output(local, capsys, function,
                                                                  when, count, reused):
     manifest, output, reference = local
-    stopped_run(arguments(manifest, str(output)), "transforms.shards", function, when, count)
+    stopped_run(arguments(manifest, str(output)), "worker.receipts", function, when, count)
     receipts = [name for folder in os.listdir(output) if folder.startswith(".tmp-")
                 for name in os.listdir(output / folder / "receipts")
-                if name.endswith(".receipt")]
+                if name.endswith(".receipt.json")]
     assert len(receipts) == reused
     printed = resumed(arguments(manifest, str(output)), capsys)
     assert f"resumed: {reused} of {SHARDS} shards reused from the stopped run" in printed
@@ -142,7 +142,7 @@ def test_a_stopped_run_made_from_other_inputs_or_options_is_refused(local, tmp_p
     changed = data / "m.csv"
     changed.write_text(open(manifest).read())
     output = str(tmp_path / "out")
-    stopped_run(arguments(str(changed), output), "transforms.shards", "write_receipt",
+    stopped_run(arguments(str(changed), output), "worker.receipts", "write_receipt",
                 "after", 2)
     capsys.readouterr()
     with changed.open("a") as file:
@@ -183,7 +183,7 @@ def test_a_run_stopped_while_writing_to_a_bucket_resumes_to_the_same_output(
     assert run.main(argv) == 0
     download(output, tmp_path / "reference")
     reference = comparable(tmp_path / "reference")
-    stopped_run(argv, "transforms.shards", "write_receipt", "after", 2)
+    stopped_run(argv, "worker.receipts", "write_receipt", "after", 2)
     printed = resumed(argv, capsys)
     assert "resumed: 2 of 3 shards reused" in printed
     download(output, tmp_path / "resumed")

@@ -2,7 +2,7 @@
 
 import concurrent.futures
 import hashlib
-import pickle
+import json
 import threading
 import time
 
@@ -12,13 +12,14 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from conftest import encode, feature, photo_like, read_examples
 from transforms import shards
-from transforms.decode_pool import Decoding
+from worker.pool import Workers
 from transforms.images import ImageSettings
-from transforms.labels import LabelledRow
+from worker.rows import LabelledRow
 from transforms.manifest import DEAD_LETTERS, Box, ManifestRow
-from transforms.shards import (EXAMPLE_KEYS, PlanShards, WriteShards, _ordered_map,
-                               _WriteShardFile, pack_rows, shard_of, shards_for)
+from transforms.shards import (EXAMPLE_KEYS, PlanShards, WriteShards, _WriteShardFile,
+                               shard_of, shards_for)
 from transforms.run_settings import RunSettings
+from worker.shard_writer import ShardTask, _ordered_map, pack_rows, write_shard
 
 
 def tagged(outputs, tag):
@@ -90,11 +91,11 @@ def test_shards_are_the_same_however_rows_are_packed(tmp_path, monkeypatch):
         with TestPipeline() as p:
             _ = (p | beam.Create(rows)
                  | WriteShards(p | "Plan" >> beam.Create(list(planned.items())),
-                               str(folder), RunSettings(decoding=Decoding(1, threads=2))))
+                               str(folder), RunSettings(workers=Workers(1, threads=2))))
         # The shards and the thumbnails written beside them; of their receipts (which name
         # the files where they are) the digest of the rows each was written from.
         return {str(path.relative_to(folder)): (
-            pickle.loads(path.read_bytes()).rows_digest if path.suffix == ".receipt"
+            json.loads(path.read_bytes())["rows_digest"] if path.suffix == ".json"
             else path.read_bytes()) for path in folder.rglob("*") if path.is_file()}
 
     one_pack_per_shard = write(1 << 20, tmp_path / "one")
@@ -113,12 +114,13 @@ def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):
     good = [labelled(tmp_path, f"{i}.jpg", i % 2, data=encode(photo_like(16, 12, i), "JPEG"))
             for i in range(6)]
     missing = labelled(tmp_path, "missing.jpg")
-    writer = _WriteShardFile(str(tmp_path / "tmp"), RunSettings(decoding=Decoding(2, threads=3)))
+    writer = _WriteShardFile(str(tmp_path / "tmp"), RunSettings(workers=Workers(2, threads=3)),
+                             resuming=False, storage_options={})
     writer.setup()
     try:
-        outputs = list(writer.process((("train", 2), as_grouped([missing, *reversed(good)]))))
+        outputs = bundle(writer, (("train", 2), as_grouped([missing, *reversed(good)])))
         first_bytes = open(tmp_path / "tmp" / "train-00002.tfrecord", "rb").read()
-        again = list(writer.process((("train", 2), as_grouped([*good, missing]))))  # a retry
+        again = bundle(writer, (("train", 2), as_grouped([*good, missing])))  # a retry
     finally:
         writer.teardown()
     written = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
@@ -158,22 +160,29 @@ def test_detection_rows_of_one_image_make_one_example_and_fail_together(tmp_path
     assert [round(x, 6) for x in feature(example, "image/object/bbox/xmin")] == [0.3, 0.5]
 
 
+def bundle(writer, *elements):
+    """What the writer gives for a bundle of these elements: the pool's outcomes come at
+    its end, as windowed values."""
+    writer.start_bundle()
+    outputs = [output for element in elements for output in writer.process(element)]
+    for output in writer.finish_bundle():
+        if isinstance(output, beam.pvalue.TaggedOutput):
+            outputs.append(beam.pvalue.TaggedOutput(output.tag, output.value.value))
+        else:
+            outputs.append(output.value)
+    return outputs
+
+
 def as_grouped(rows):
     """LabelledRows as WriteShards' GroupByKey hands them to the writer: in packs."""
     return [pack_rows(row.to_json() for row in chunk) for chunk in (rows[:2], rows[2:]) if chunk]
 
 
 def write_one_shard(tmp_path, rows, label_mode, image=ImageSettings()):
-    writer = _WriteShardFile(str(tmp_path / "tmp"), RunSettings(
-        label_mode=label_mode, image=image, decoding=Decoding(0, threads=2)))
-    writer.setup()
-    try:
-        outputs = list(writer.process((("train", 0), as_grouped(rows))))
-    finally:
-        writer.teardown()
-    dead = tagged(outputs, DEAD_LETTERS)
-    (shard,) = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
-    return shard, dead
+    outcome = write_shard(ShardTask("train", 0, tuple(as_grouped(rows)), str(tmp_path / "tmp")),
+                          RunSettings(label_mode=label_mode, image=image,
+                                      workers=Workers(0, threads=2)))
+    return outcome.written, list(outcome.dead_letters)
 
 
 def test_rows_repeating_an_image_single_label_first_row_wins_multi_label_merges(tmp_path):

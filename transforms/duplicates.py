@@ -20,13 +20,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms import dead_letters as reasons
-from transforms.file_formats import BeamFiles, ShardFormat
+from transforms.file_formats import PipelineFiles, ShardFormat
 from transforms.histograms import file_bytes_bin, longest_side_bin
 from transforms.manifest import DEAD_LETTERS
 from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
 from transforms.choices import Dedupe
 from transforms.run_settings import RunSettings
-from transforms.shards import ExampleRef, ShardWritten
+from worker.shard_writer import ExampleRef, ShardWritten
 from transforms.sorted_lines import WriteSortedLines
 
 
@@ -110,9 +110,9 @@ class _RewriteShard(beam.DoFn):
         rewritten = FileSystems.join(folder, f"deduped-{name}")
         kept = shard.examples - len(copies)
         if kept:  # else no file, like a shard that got no image
-            with self._format.create(rewritten, BeamFiles()) as new:
+            with self._format.create(rewritten, PipelineFiles()) as new:
                 for position, record in enumerate(self._format.read(shard.temp_path,
-                                                                    BeamFiles())):
+                                                                    PipelineFiles())):
                     if position not in copies:
                         new.write(record)
         labels = collections.Counter(shard.labels)

@@ -6,7 +6,7 @@ and how tf.data reads its shards; `register` adds it to the formats `--file_form
 takes. Adding a format is one new module and its name in `_MODULES`.
 
 A format opens files through the `Files` it is given, not through one filesystem: the
-pipeline passes Beam's FileSystems (gs://, s3://, the test servers), readers pass
+pipeline passes PipelineFiles (Beam's FileSystems for gs://, s3://, the test servers), readers pass
 TensorFlow's gfile (they import no Beam). Importing this module imports neither.
 """
 
@@ -28,26 +28,25 @@ _FORMATS: dict[str, type[ShardFormat]] = {}
 
 
 class Files(Protocol):
-    """Where shards are opened: Beam's FileSystems, or readers' GFiles."""
+    """Where shards are opened: the pipeline's PipelineFiles, or readers' GFiles."""
 
     def open(self, path: str) -> BinaryIO: ...
 
     def create(self, path: str) -> BinaryIO: ...
 
 
-class BeamFiles:
-    """Beam's FileSystems, as the pipeline writes: bytes as they are, whatever the name
-    (Beam would gzip a `.gz` file itself)."""
+class PipelineFiles:
+    """Where the pipeline and its worker processes write: local paths directly, other
+    schemes through Beam's FileSystems (worker/storage.py); bytes as they are, whatever the
+    name (Beam would gzip a `.gz` file itself)."""
 
     def open(self, path: str) -> BinaryIO:
-        from apache_beam.io.filesystem import CompressionTypes
-        from apache_beam.io.filesystems import FileSystems
-        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        from worker import storage
+        return storage.open_read(path)
 
     def create(self, path: str) -> BinaryIO:
-        from apache_beam.io.filesystem import CompressionTypes
-        from apache_beam.io.filesystems import FileSystems
-        return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        from worker import storage
+        return storage.create(path)
 
 
 class GFiles:

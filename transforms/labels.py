@@ -14,7 +14,6 @@ would carry computed ones.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -26,11 +25,12 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
 from transforms import dead_letters as reasons
-from transforms.manifest import DEAD_LETTERS, ManifestRow
+from transforms.manifest import DEAD_LETTERS
 from transforms.choices import LabelMode
 from transforms.run_settings import RunSettings
 from transforms.schema import CATEGORICAL, ExtraColumn
 from transforms.vocabulary_file import LABEL_VOCABULARY
+from worker.rows import LabelledRow, ManifestRow
 
 LABEL = "label"
 LABEL_ID = "label_id"
@@ -89,20 +89,6 @@ def preprocessing_fn(inputs: dict, *, oov_bucket: bool, categorical: Sequence[st
 
 def category_id(column: str) -> str:
     return f"{column}_id"
-
-
-class LabelledRow(NamedTuple):
-    row: ManifestRow
-    label_ids: tuple[int, ...]  # one per row.labels, in the same order
-    category_ids: tuple[int, ...] = ()  # one per categorical extra column, in schema order
-
-    def to_json(self) -> bytes:
-        return json.dumps(self).encode()
-
-    @classmethod
-    def from_json(cls, text: bytes) -> LabelledRow:
-        row, label_ids, category_ids = json.loads(text)
-        return cls(ManifestRow.from_fields(row), tuple(label_ids), tuple(category_ids))
 
 
 class _Columns(NamedTuple):

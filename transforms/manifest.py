@@ -35,6 +35,7 @@ from transforms.dead_letters import DeadLetter
 from transforms.choices import LabelMode
 from transforms.schema import IMAGE, ExtraColumn, parse_value
 from transforms.splits import SPLITS, normalise_split
+from worker.rows import Box, ManifestRow
 
 DISCARD = "discard"  # TFRecorder's split value for rows to leave out
 DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
@@ -106,60 +107,11 @@ class ManifestError(ValueError):
     """A manifest that cannot be read at all (as opposed to a bad row in it)."""
 
 
-class Box(NamedTuple):
-    """A bounding box in coordinates relative to the image's width and height, in [0, 1],
-    with the Object Detection API's per-object flags (0 when the source does not say)."""
-
-    xmin: float
-    ymin: float
-    xmax: float
-    ymax: float
-    difficult: int = 0  # Pascal VOC's <difficult>
-    truncated: int = 0  # Pascal VOC's <truncated>
-    is_crowd: int = 0  # COCO's iscrowd
-
-
 class DiscardedRow(NamedTuple):
     """A row whose split is DISCARD: left out on purpose, counted apart from dead letters."""
 
     manifest: str
     line: int
-
-
-class ManifestRow(NamedTuple):
-    """One valid manifest row; `uri` is resolved against the manifest's folder."""
-
-    manifest: str
-    line: int
-    raw: str
-    split: str
-    uri: str
-    labels: tuple[str, ...]  # one label, or several with multi-label rules
-    # Detection: the labels' boxes, one per label; a row with neither is an image
-    # without objects.
-    boxes: tuple[Box, ...] = ()
-    extras: tuple[int | float | str, ...] = ()  # typed values of RowRules.extra_columns
-    # (width, height) the annotation declares for boxes given in pixels; the shard writer
-    # dead-letters the row when the image's own size differs.
-    image_size: tuple[int, int] | None = None
-
-    def dead_letter(self, reason: str, message: str) -> DeadLetter:
-        return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
-                          reason, message)
-
-    def to_json(self) -> str:
-        return json.dumps(self)
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> ManifestRow:
-        return cls.from_fields(json.loads(text))
-
-    @classmethod
-    def from_fields(cls, fields: list) -> ManifestRow:
-        """The row from its JSON array (to_json's, parsed)."""
-        *scalars, labels, boxes, extras, image_size = fields
-        return cls(*scalars, tuple(labels), tuple(Box(*box) for box in boxes), tuple(extras),
-                   tuple(image_size) if image_size else None)
 
 
 # What reading a manifest yields for each row.

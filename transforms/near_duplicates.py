@@ -28,8 +28,8 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.copies import HASH_BITS, MAX_NEAR_DISTANCE
 from transforms.manifest import SPLITS
-from transforms.shard_receipts import example_refs
-from transforms.shards import ExampleRef
+from worker.receipts import example_refs
+from worker.shard_writer import ExampleRef
 
 _HELD_EXAMPLES = 4096  # examples a bundle holds before sending its band packs
 _BLOCK_CELLS = 1 << 20  # distances computed at once inside a group, bounding its memory

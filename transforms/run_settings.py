@@ -12,7 +12,7 @@ import dataclasses
 
 from transforms.choices import Dedupe, LabelMode, UnseenLabel
 from transforms.copies import DEFAULT_NEAR_DISTANCE
-from transforms.decode_pool import Decoding
+from worker.pool import Workers
 from transforms.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
 from transforms.images import ImageSettings
 from transforms.schema import ExtraColumn
@@ -29,7 +29,7 @@ class RunSettings:
     shard_format: ShardFormat = dataclasses.field(
         default_factory=lambda: shard_format(DEFAULT_FORMAT))  # --file_format, --compression
     image: ImageSettings = dataclasses.field(default_factory=ImageSettings)
-    decoding: Decoding = dataclasses.field(default_factory=Decoding)
+    workers: Workers = dataclasses.field(default_factory=Workers)
     dedupe: Dedupe = Dedupe.NONE
     near_distance: int = DEFAULT_NEAR_DISTANCE  # bits of pHash that make a near-copy
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from apache_beam.io.filesystems import FileSystems
+from worker import storage
 
 INTEGER, FLOAT, STRING, CATEGORICAL, IMAGE = "integer", "float", "string", "categorical", "image"
 COLUMN_TYPES = (INTEGER, FLOAT, STRING, CATEGORICAL, IMAGE)
@@ -42,7 +42,7 @@ def load_schema(text: str | None) -> tuple[ExtraColumn, ...]:
     else:
         source = text
         try:
-            with FileSystems.open(text) as file:
+            with storage.open_read(text) as file:
                 text = file.read().decode("utf-8")
         except Exception as error:  # noqa: BLE001 - each filesystem raises its own type
             raise SchemaError(f"cannot read the schema file {source}: {error}") from error

@@ -1,18 +1,14 @@
-"""Reading image files through Beam's FileSystems, with the reasons a read fails.
-
-Kept apart from images.py, which must stay free of Beam for the decoding processes.
-"""
+"""Reading image files (worker/storage.py: local, or any scheme of Beam's FileSystems), with
+the reasons a read fails."""
 
 from __future__ import annotations
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
 from transforms.images import ImageRejected
+from worker import storage
 
 
 def read_image_bytes(uri: str) -> bytes:
-    """Reads the whole file through Beam's FileSystems (local paths and any Beam scheme).
+    """Reads the whole file (local paths and any Beam scheme).
 
     Transient server errors (HTTP 429, 5xx, dropped connections) are retried with backoff
     by the filesystem's own client (google-cloud-storage for gs://, botocore for s3://),
@@ -20,8 +16,7 @@ def read_image_bytes(uri: str) -> bytes:
     in the message when the server gave one.
     """
     try:
-        # UNCOMPRESSED: Beam would otherwise gunzip a file whose name ends in .gz.
-        with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as file:
+        with storage.open_read(uri) as file:
             data = file.read()
     except Exception as error:  # each filesystem raises its own types (e.g. GCS NotFound)
         status = http_status(error)
@@ -53,6 +48,6 @@ def http_status(error: BaseException) -> int | None:
 def _exists(uri: str) -> bool:
     """Whether `uri` exists, or True when even that cannot be told (so: a read error)."""
     try:
-        return FileSystems.exists(uri)
+        return storage.exists(uri)
     except Exception:  # the same broken filesystem that failed the read
         return True

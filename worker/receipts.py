@@ -1,0 +1,140 @@
+"""A receipt beside each finished shard, so a stopped run's finished shards are reused
+(`--resume`) without reading their images again, and the near-copy search names the
+pairs it found from their shards' records (example_refs) instead of carrying every
+example's through its groups.
+
+The shard writer writes a shard's receipt only once the shard's files are closed (and on
+a local disk flushed to it): what the shard gave the rest of the pipeline (its
+ShardOutcome), the digest of the rows it was made from, and the size of each of its
+files. A resumed run reuses a shard only when it was made from the same rows (the same
+digest: the same images, labels, ids and split) and every file it names is there at its
+size; otherwise the shard is written again. Receipts are written under a temporary name
+and renamed into place, so none is ever read half-written.
+
+A receipt is JSON: data, never code, since the output folder may be a bucket others can
+write to. One that is there but is not a receipt stops the run, named (ReceiptError).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from transforms.dead_letters import DeadLetter
+from worker import storage
+from worker.rows import LabelledRow, ManifestRow
+
+if TYPE_CHECKING:
+    from worker.shard_writer import ExampleRef, ShardOutcome
+
+RECEIPTS_DIR = "receipts"  # in the run's temp dir
+_VERSION = 1  # of the receipt's layout
+
+
+class ReceiptError(ValueError):
+    """A receipt that is there but cannot be read as one."""
+
+
+class ShardReceipt(NamedTuple):
+    """What a finished shard gave, and the files it is made of."""
+
+    rows_digest: str  # rows_digest() of the rows it was written from
+    outcome: ShardOutcome
+    files: tuple[tuple[str, int], ...]  # (path, size in bytes): the shard, companions, thumbnails
+
+    def to_json(self) -> bytes:
+        # ASCII: a URI may hold undecodable bytes as surrogates, which only escapes carry.
+        return json.dumps({"version": _VERSION, "rows_digest": self.rows_digest,
+                           "outcome": self.outcome, "files": self.files}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ShardReceipt:
+        from worker.shard_writer import ShardOutcome, ShardWritten
+        fields = json.loads(data)
+        if fields.get("version") != _VERSION:
+            raise ValueError(f"layout {fields.get('version')!r}, not {_VERSION}")
+        written, dead_letters, example_keys = fields["outcome"]
+        outcome = ShardOutcome(
+            ShardWritten(*written), tuple(DeadLetter(*letter) for letter in dead_letters),
+            tuple((sha256, _example_ref(ref)) for sha256, ref in example_keys))
+        return cls(fields["rows_digest"], outcome,
+                   tuple((path, size) for path, size in fields["files"]))
+
+
+def _example_ref(fields: list) -> ExampleRef:
+    from worker.shard_writer import ExampleContent, ExampleRef
+    *where, labels, perceptual_hash, content = fields
+    if content is not None:
+        rows, *counts = content
+        content = ExampleContent(tuple(map(ManifestRow.from_fields, rows)), *counts)
+    return ExampleRef(*where, tuple(labels), perceptual_hash, content)
+
+
+def rows_digest(rows: Iterable[LabelledRow]) -> str:
+    """The rows a shard is written from, in its write order, as one digest."""
+    digest = hashlib.sha256()
+    for item in rows:
+        digest.update(item.to_json())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def receipt_path(temp_dir: str, split: str, shard: int) -> str:
+    return storage.join(temp_dir, RECEIPTS_DIR, f"{split}-{shard:05d}.receipt.json")
+
+
+def file_sizes(paths: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """(path, size) of each file, flushed to the disk first where it is a local one: a
+    receipt must not outlive what it vouches for through a power cut."""
+    for path in paths:
+        storage.flush_to_disk(path)
+    return tuple((path, storage.size(path)) for path in paths)
+
+
+def write_receipt(path: str, receipt: ShardReceipt) -> None:
+    partial = path + ".partial"
+    with storage.create(partial) as out:
+        out.write(receipt.to_json())
+    storage.flush_to_disk(partial)
+    storage.rename(partial, path)
+
+
+def read_receipt(path: str, digest: str) -> ShardReceipt | None:
+    """The receipt at `path` when the shard it vouches for can be reused as it is: made
+    from rows of this `digest`, every file there at its size. None otherwise; ReceiptError
+    when what is at `path` is not a receipt."""
+    try:
+        with storage.open_read(path) as file:
+            data = file.read()
+    except Exception:  # none there (each filesystem's own "not found"): written again
+        return None
+    receipt = _parsed(path, data)
+    if receipt.rows_digest != digest:
+        return None
+    for file_path, size in receipt.files:
+        try:
+            if storage.size(file_path) != size:
+                return None
+        except Exception:  # each filesystem's own "not found"
+            return None
+    return receipt
+
+
+def example_refs(temp_dir: str, split: str, shard: int) -> dict[int, ExampleRef]:
+    """A finished shard's ExampleRefs by position, from its receipt: where the near-copy
+    search finds the refs of the pairs it found."""
+    path = receipt_path(temp_dir, split, shard)
+    with storage.open_read(path) as file:
+        receipt = _parsed(path, file.read())
+    return {ref.position: ref for _, ref in receipt.outcome.example_keys}
+
+
+def _parsed(path: str, data: bytes) -> ShardReceipt:
+    try:
+        return ShardReceipt.from_json(data)
+    except Exception as error:  # malformed JSON, fields missing or of the wrong kind
+        raise ReceiptError(
+            f"{path} is not a shard receipt of this version ({type(error).__name__}: "
+            f"{error}); delete it, or the run's folder, to write its shard again") from None

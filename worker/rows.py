@@ -1,0 +1,73 @@
+"""The rows a shard is written from, as the manifest readers make them and the label step
+labels them: plain records that cross to the worker processes, free of Beam and
+TensorFlow."""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+from transforms.dead_letters import DeadLetter
+
+
+class Box(NamedTuple):
+    """A bounding box in coordinates relative to the image's width and height, in [0, 1],
+    with the Object Detection API's per-object flags (0 when the source does not say)."""
+
+    xmin: float
+    ymin: float
+    xmax: float
+    ymax: float
+    difficult: int = 0  # Pascal VOC's <difficult>
+    truncated: int = 0  # Pascal VOC's <truncated>
+    is_crowd: int = 0  # COCO's iscrowd
+
+
+class ManifestRow(NamedTuple):
+    """One valid manifest row; `uri` is resolved against the manifest's folder."""
+
+    manifest: str
+    line: int
+    raw: str
+    split: str
+    uri: str
+    labels: tuple[str, ...]  # one label, or several with multi-label rules
+    # Detection: the labels' boxes, one per label; a row with neither is an image
+    # without objects.
+    boxes: tuple[Box, ...] = ()
+    extras: tuple[int | float | str, ...] = ()  # typed values of RowRules.extra_columns
+    # (width, height) the annotation declares for boxes given in pixels; the shard writer
+    # dead-letters the row when the image's own size differs.
+    image_size: tuple[int, int] | None = None
+
+    def dead_letter(self, reason: str, message: str) -> DeadLetter:
+        return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
+                          reason, message)
+
+    def to_json(self) -> str:
+        return json.dumps(self)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ManifestRow:
+        return cls.from_fields(json.loads(text))
+
+    @classmethod
+    def from_fields(cls, fields: list) -> ManifestRow:
+        """The row from its JSON array (to_json's, parsed)."""
+        *scalars, labels, boxes, extras, image_size = fields
+        return cls(*scalars, tuple(labels), tuple(Box(*box) for box in boxes), tuple(extras),
+                   tuple(image_size) if image_size else None)
+
+
+class LabelledRow(NamedTuple):
+    row: ManifestRow
+    label_ids: tuple[int, ...]  # one per row.labels, in the same order
+    category_ids: tuple[int, ...] = ()  # one per categorical extra column, in schema order
+
+    def to_json(self) -> bytes:
+        return json.dumps(self).encode()
+
+    @classmethod
+    def from_json(cls, text: bytes) -> LabelledRow:
+        row, label_ids, category_ids = json.loads(text)
+        return cls(ManifestRow.from_fields(row), tuple(label_ids), tuple(category_ids))

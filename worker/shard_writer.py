@@ -1,0 +1,364 @@
+"""One shard, written whole by one process: its rows in, its files and a small outcome out.
+
+A shard is a pure function of its rows and the run's settings: the rows are put in the
+write order (a hash of each URI), the rows naming one image make one example, and each
+image is read, checked, re-encoded where needed and encoded as an Example in that order.
+The shard file, its companions (`.idx`), its thumbnails (for report.html) and its receipt
+(for --resume) are written here; what goes back to the pipeline is the ShardOutcome:
+counts, label counts, dead letters and each example's key for the copy search. So which
+process writes a shard, and how many write at once, changes no byte.
+
+Runs in a worker process (worker/pool.py) or, with no worker processes, in the pipeline's
+own; either way free of Beam's runner and of TensorFlow.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import dataclasses
+import hashlib
+import itertools
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
+
+from transforms import dead_letters as reasons
+from transforms.choices import LabelMode
+from transforms.dead_letters import DeadLetter
+from transforms.examples import encode_example, example_labels
+from transforms.file_formats import PipelineFiles
+from transforms.histograms import file_bytes_bin, longest_side_bin
+from transforms.images import ImageRejected, PreparedImage, prepare_image
+from transforms.schema import IMAGE
+from transforms.tfrecord_format import write_record
+from worker import receipts, storage
+from worker.image_files import read_image_bytes
+from worker.rows import LabelledRow, ManifestRow
+
+if TYPE_CHECKING:
+    from transforms.run_settings import RunSettings
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+class ShardWritten(NamedTuple):
+    """One shard file written to the temp dir, awaiting its final name."""
+
+    split: str
+    shard: int
+    temp_path: str  # no file there when examples is 0
+    examples: int
+    rows: int  # manifest rows in the examples: more than examples with detection boxes
+    bytes: int  # of the file as written (compressed with --compression gzip)
+    source_bytes: int  # of the source image files
+    labels: dict[str, int]  # label text -> examples carrying it (detection: objects)
+    reencoded: dict[str, int]  # why -> examples whose image was re-encoded
+    longest_side: dict[str, int]  # histograms.LONGEST_SIDE_BINS -> source images
+    file_bytes: dict[str, int]  # histograms.FILE_BYTE_BINS -> source files
+    resumed: bool = False  # reused from a stopped run (--resume), its images not read again
+
+
+class ExampleContent(NamedTuple):
+    """What a written example came from and counted for: what dropping it takes back."""
+
+    rows: tuple[ManifestRow, ...]
+    source_bytes: int
+    reencoded: str | None
+    longest_side: int  # of the source image, in pixels
+
+
+class ExampleRef(NamedTuple):
+    """Where one written example is, and the first of the rows it came from."""
+
+    split: str
+    shard: int
+    position: int  # record index in the shard's temp file
+    manifest: str
+    line: int
+    uri: str
+    labels: tuple[str, ...]  # label texts (detection: one per object)
+    perceptual_hash: int  # images.PreparedImage.perceptual_hash
+    content: ExampleContent | None  # only where RunSettings.keeps_content
+
+
+class ShardOutcome(NamedTuple):
+    """What a shard gave the rest of the pipeline; its receipt holds the same."""
+
+    written: ShardWritten
+    dead_letters: tuple[DeadLetter, ...]  # its rows that became no example
+    example_keys: tuple[tuple[str, ExampleRef], ...]  # (sha256, where) per example
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardTask:
+    """One shard to write: its rows, packed (pack_rows), and where its files go.
+
+    `lost`: images (by place in the shard's image order) that crashed or hung their
+    worker process on an earlier attempt, each with the reason and message of its dead
+    letter; they are not read again.
+    """
+
+    split: str
+    shard: int
+    packs: tuple[bytes, ...]
+    temp_dir: str
+    resuming: bool = False
+    lost: tuple[tuple[int, str, str], ...] = ()
+
+
+class Progress(Protocol):
+    """What a shard writer tells whoever watches it, as it goes."""
+
+    def decoding(self, image: int | None) -> None:
+        """The writer is decoding the image at this place in the shard's image order
+        (None: it is not decoding)."""
+
+    def handled(self, rows: int, dead_letters: int) -> None:
+        """`rows` more of its rows are done with, `dead_letters` of them rejected."""
+
+
+class Unwatched:
+    def decoding(self, image: int | None) -> None:
+        pass
+
+    def handled(self, rows: int, dead_letters: int) -> None:
+        pass
+
+
+def pack_rows(lines: Iterable[bytes]) -> bytes:
+    """LabelledRow JSON lines -> one pack. Level 1: rows share most of their bytes."""
+    return zlib.compress(b"\n".join(lines), 1)
+
+
+def unpack_rows(pack: bytes) -> Iterator[LabelledRow]:
+    return map(LabelledRow.from_json, zlib.decompress(pack).split(b"\n"))
+
+
+def shard_path(temp_dir: str, split: str, shard: int, suffix: str) -> str:
+    return storage.join(temp_dir, f"{split}-{shard:05d}{suffix}")
+
+
+def thumbnails_path(temp_dir: str, split: str, shard: int) -> str:
+    """Where a shard's thumbnails (images.thumbnail_of) go, a record per example in the
+    shard's order, for report.html: TFRecord-framed, whatever the shards' format (a file
+    of the run's own, read back by report_content.py)."""
+    return storage.join(temp_dir, "thumbnails", f"{split}-{shard:05d}.records")
+
+
+def uri_digest(uri: str) -> bytes:
+    return hashlib.sha256(uri.encode("utf-8", "surrogateescape")).digest()
+
+
+def write_order(row: ManifestRow) -> tuple[bytes, str, int]:
+    """A fixed pseudo-random order: shards do not keep the manifest's class-sorted runs."""
+    return uri_digest(row.uri), row.manifest, row.line
+
+
+def write_shard(task: ShardTask, settings: RunSettings, progress: Progress = Unwatched()
+                ) -> ShardOutcome:
+    """Writes the shard of `task`, or with `task.resuming` reuses what its receipt vouches
+    for; returns what it gave."""
+    ordered = sorted(itertools.chain.from_iterable(map(unpack_rows, task.packs)),
+                     key=lambda item: write_order(item.row))
+    digest = receipts.rows_digest(ordered)
+    receipt_at = receipts.receipt_path(task.temp_dir, task.split, task.shard)
+    if task.resuming and (receipt := receipts.read_receipt(receipt_at, digest)):
+        progress.handled(len(ordered), len(receipt.outcome.dead_letters))
+        outcome = receipt.outcome
+        return outcome._replace(written=outcome.written._replace(resumed=True))
+    outcome = _ShardWriter(task, settings, progress).write(ordered)
+    written = outcome.written
+    files = ((written.temp_path, *(written.temp_path + suffix
+                                   for suffix in settings.shard_format.companions),
+              thumbnails_path(task.temp_dir, task.split, task.shard))
+             if written.examples else ())
+    receipts.write_receipt(receipt_at, receipts.ShardReceipt(
+        digest, outcome, receipts.file_sizes(files)))
+    return outcome
+
+
+class _Encoded(NamedTuple):
+    """One image's outcome: the example of `rows` (None when no row is left), and the
+    rows dead-lettered because the size they declare is not the image's."""
+
+    record: bytes | None
+    # What is kept of the PreparedImage, whose bytes are in `record` already.
+    sha256: str
+    perceptual_hash: int
+    thumbnail: bytes
+    reencoded: str | None
+    longest_side: int  # of the source image, in pixels
+    source_bytes: int
+    rows: list[LabelledRow]
+    wrong_size: list[DeadLetter]
+
+
+class _ShardWriter:
+    """Rows naming the same image in the same split are next to each other in the write
+    order. They make one example, the image loaded once for all of them: with detection
+    one box per row, with multi-label the union of the rows' labels; with single labels
+    the first row (by manifest and line) makes the example and the others are
+    dead-lettered as duplicate_row.
+
+    Files are read ahead on a few threads through a bounded window (reading waits on the
+    disk or the network, decoding needs the core); images are decoded one at a time, in
+    order, in this thread.
+    """
+
+    def __init__(self, task: ShardTask, settings: RunSettings, progress: Progress) -> None:
+        self._task = task
+        self._settings = settings
+        self._progress = progress
+        self._lost = {place: ImageRejected(reason, message)
+                      for place, reason, message in task.lost}
+
+    def write(self, ordered: list[LabelledRow]) -> ShardOutcome:
+        task, settings, progress = self._task, self._settings, self._progress
+        dead_letters: list[DeadLetter] = []
+        example_keys: list[tuple[str, ExampleRef]] = []
+        images = []
+        for _, group in itertools.groupby(ordered, key=lambda item: item.row.uri):
+            first, *others = group
+            if settings.label_mode is LabelMode.SINGLE and others:
+                dead_letters.extend(_duplicate_row(other, first) for other in others)
+                progress.handled(len(others), len(others))
+                others = []
+            images.append([first, *others])
+        temp_path = shard_path(task.temp_dir, task.split, task.shard,
+                               settings.shard_format.suffix)
+        examples = rows_written = source_bytes = 0
+        labels: collections.Counter[str] = collections.Counter()
+        reencoded: collections.Counter[str] = collections.Counter()
+        longest_sides: collections.Counter[str] = collections.Counter()
+        file_bytes: collections.Counter[str] = collections.Counter()
+        threads = settings.workers.threads
+        with contextlib.ExitStack() as opened, concurrent.futures.ThreadPoolExecutor(
+                threads) as readers:
+            # Created with the first example: a shard whose images were all rejected
+            # leaves no file (and Beam's S3 filesystem cannot write an empty one).
+            out = thumbnails = None
+            read = _ordered_map(readers, self._read, enumerate(images), 2 * threads)
+            for place, (image_rows, data) in enumerate(zip(images, read, strict=True)):
+                outcome = self._encode(place, image_rows, data)
+                if isinstance(outcome, ImageRejected):
+                    dead_letters.extend(item.row.dead_letter(outcome.reason, outcome.message)
+                                        for item in image_rows)
+                    progress.handled(len(image_rows), len(image_rows))
+                    continue
+                dead_letters.extend(outcome.wrong_size)
+                progress.handled(len(image_rows), len(outcome.wrong_size))
+                record, image_rows = outcome.record, outcome.rows
+                if record is None:
+                    continue
+                if out is None:
+                    out = opened.enter_context(
+                        settings.shard_format.create(temp_path, PipelineFiles()))
+                    thumbnails = opened.enter_context(storage.create(
+                        thumbnails_path(task.temp_dir, task.split, task.shard)))
+                out.write(record)
+                write_record(thumbnails, outcome.thumbnail)
+                image_labels = example_labels(image_rows, settings.label_mode)
+                first = image_rows[0].row
+                content = ExampleContent(tuple(item.row for item in image_rows),
+                                         outcome.source_bytes, outcome.reencoded,
+                                         outcome.longest_side)
+                example_keys.append((outcome.sha256, ExampleRef(
+                    task.split, task.shard, examples, first.manifest, first.line, first.uri,
+                    tuple(image_labels), outcome.perceptual_hash,
+                    content if settings.keeps_content else None)))
+                examples += 1
+                rows_written += len(image_rows)
+                source_bytes += outcome.source_bytes
+                labels.update(image_labels)
+                if outcome.reencoded:
+                    reencoded[outcome.reencoded] += 1
+                longest_sides[longest_side_bin(outcome.longest_side)] += 1
+                file_bytes[file_bytes_bin(outcome.source_bytes)] += 1
+        file_size = storage.size(temp_path) if examples else 0
+        written = ShardWritten(task.split, task.shard, temp_path, examples, rows_written,
+                               file_size, source_bytes, dict(labels), dict(reencoded),
+                               dict(longest_sides), dict(file_bytes))
+        return ShardOutcome(written, tuple(dead_letters), tuple(example_keys))
+
+    def _read(self, placed: tuple[int, list[LabelledRow]]) -> bytes | ImageRejected:
+        place, rows = placed
+        if place in self._lost:
+            return self._lost[place]
+        try:
+            return read_image_bytes(rows[0].row.uri)
+        except ImageRejected as rejected:
+            return rejected
+
+    def _encode(self, place: int, rows: list[LabelledRow], data: bytes | ImageRejected
+                ) -> _Encoded | ImageRejected:
+        if isinstance(data, ImageRejected):
+            return data
+        self._progress.decoding(place)
+        try:
+            image = prepare_image(data, self._settings.image)
+            extra_images = self._extra_images(rows[0].row)
+        except ImageRejected as rejected:
+            return rejected
+        finally:
+            self._progress.decoding(None)
+        rows, wrong_size = _check_declared_size(rows, image.source_size)
+        record = encode_example(rows, image, self._settings.label_mode,
+                                self._settings.extra_columns, extra_images) if rows else None
+        return _Encoded(record, image.sha256, image.perceptual_hash, image.thumbnail,
+                        image.reencoded, max(image.source_size), len(data), rows, wrong_size)
+
+    def _extra_images(self, row: ManifestRow) -> dict[str, PreparedImage]:
+        """The images of the row's image extra columns; a failure names its column."""
+        images = {}
+        for column, uri in zip(self._settings.extra_columns, row.extras, strict=True):
+            if column.type == IMAGE:
+                try:
+                    images[column.name] = prepare_image(read_image_bytes(uri),
+                                                        self._settings.image)
+                except ImageRejected as rejected:
+                    raise ImageRejected(rejected.reason,
+                                        f"column {column.name!r}: {rejected.message}") from None
+        return images
+
+
+def _check_declared_size(rows: list[LabelledRow], actual: tuple[int, int]
+                         ) -> tuple[list[LabelledRow], list[DeadLetter]]:
+    """The rows whose declared image size (pixel boxes) is the image's own, and a
+    size_mismatch dead letter for each of the others: their boxes would be misplaced.
+
+    Compared with the source file's size, before any --max_side resize or EXIF rotation,
+    which is the size the pixels were annotated on (and what generate_tfrecord.py divides by).
+    """
+    kept, wrong = [], []
+    for item in rows:
+        declared = item.row.image_size
+        if declared is None or tuple(declared) == actual:
+            kept.append(item)
+        else:
+            wrong.append(item.row.dead_letter(reasons.SIZE_MISMATCH, (
+                f"the annotation declares a {declared[0]}x{declared[1]} image but the image "
+                f"is {actual[0]}x{actual[1]} pixels")))
+    return kept, wrong
+
+
+def _duplicate_row(duplicate: LabelledRow, first: LabelledRow) -> DeadLetter:
+    labels = ("" if duplicate.row.labels == first.row.labels else
+              f", with label {'|'.join(first.row.labels)!r} there")
+    return duplicate.row.dead_letter(
+        reasons.DUPLICATE_ROW, f"the same image as {first.row.manifest} line "
+        f"{first.row.line}{labels}; written once, from that row")
+
+
+def _ordered_map(executor: concurrent.futures.Executor, fn: Callable[[_T], _R],
+                 items: Iterable[_T], window: int) -> Iterator[_R]:
+    """executor.map with at most `window` results pending, so memory stays bounded."""
+    pending: collections.deque[concurrent.futures.Future] = collections.deque()
+    for item in items:
+        pending.append(executor.submit(fn, item))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
