@@ -1,9 +1,9 @@
 """Reading image files and turning their bytes into what an example stores.
 
-Plain, thread-safe functions: the per-shard writer calls them from a thread pool, so
-nothing here touches process-wide state (warnings filters, Pillow's module globals).
-Pillow and NumPy only, no Beam or TensorFlow: the decoding processes (decode_pool.py)
-import this module and nothing heavier. Reading the files is image_files.py's.
+Plain, thread-safe functions that touch no process-wide state (warnings filters,
+Pillow's module globals). Pillow and NumPy only, no Beam or TensorFlow: the worker
+processes that write shards (worker/pool.py) import this module and nothing heavier.
+Reading the files is worker/image_files.py's.
 JPEG and PNG bytes are stored untouched whenever TensorFlow decodes them to the same
 pixels as Pillow; everything else is re-encoded, and the reason is recorded.
 """
