@@ -7,7 +7,7 @@ import pytest
 from conftest import FILE_FORMATS, encode, feature, photo_like, read_examples, shard_pattern
 from pipeline import run
 from transforms.duplicates import _copies
-from worker.shard_writer import ExampleRef
+from worker.records import ExampleRef
 
 
 def ref(split, line):

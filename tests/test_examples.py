@@ -8,7 +8,7 @@ import tensorflow as tf
 from conftest import object_detection_spec
 from transforms.examples import CLASSIFICATION_FEATURES, encode_example, feature_spec
 from transforms.images import PreparedImage
-from worker.rows import LabelledRow
+from worker.records import LabelledRow
 from transforms.manifest import Box, ManifestRow
 from transforms.choices import LabelMode
 

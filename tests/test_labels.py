@@ -7,7 +7,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels, ApplyLabels
-from worker.rows import LabelledRow
+from worker.records import LabelledRow
 from transforms.manifest import Box, ManifestRow
 from transforms.run_settings import RunSettings
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary

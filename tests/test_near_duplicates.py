@@ -20,8 +20,8 @@ from pipeline import run
 from transforms.copies import HASH_BITS
 from transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
 from worker.receipts import ShardReceipt, receipt_path, write_receipt
-from worker.shard_writer import ShardOutcome, ShardWritten
-from worker.shard_writer import ExampleRef
+from worker.records import ShardOutcome, ShardWritten
+from worker.records import ExampleRef
 
 
 def scene(seed: int, size=(192, 144)) -> Image.Image:

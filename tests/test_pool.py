@@ -18,10 +18,10 @@ from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
 from pipeline.options import ConvertOptions
 from transforms.run_settings import RunSettings
 from worker.pool import ShardPool, Workers, usable_cores
-from worker.rows import LabelledRow, ManifestRow
+from worker.records import LabelledRow, ManifestRow
 from worker.shard_writer import ShardTask, pack_rows, write_shard
 
-SETTINGS = RunSettings(workers=Workers(threads=2))
+SETTINGS = RunSettings(workers=Workers(read_threads=2))
 JPEG = encode(photo_like(48, 32, 1), "JPEG", quality=90)
 
 
@@ -127,8 +127,10 @@ def test_a_decode_past_the_time_limit_is_stopped_and_the_pool_goes_on(slow_png, 
         with concurrent.futures.ThreadPoolExecutor(3) as threads:
             slow = threads.submit(pool.write, shard_task(
                 tmp_path, {"a.png": slow_png, "b.jpg": JPEG}, "slow"), SETTINGS)
-            quick = [threads.submit(pool.write, shard_task(
-                tmp_path, {"c.jpg": JPEG}, f"quick{i}"), SETTINGS) for i in range(10)]
+            # The image is written once: the tasks only differ in where their shard goes.
+            quick_task = shard_task(tmp_path, {"c.jpg": JPEG})
+            quick = [threads.submit(pool.write, dataclasses.replace(
+                quick_task, temp_dir=str(tmp_path / f"quick{i}")), SETTINGS) for i in range(10)]
             outcome = slow.result(timeout=60)
             assert [(d.reason, d.message) for d in outcome.dead_letters] == [(
                 "decode_timeout", "decoding took longer than 0.2 s (--decode_timeout); the "

@@ -14,7 +14,7 @@ from transforms.outcome import PublishRules, RunFailed
 from transforms.publish import (FAILED_FILE, PublishOutput, build_summary, move_into_place,
                                 name_shards, read_failure, staged_dir)
 from transforms.report_page import ReportContent
-from worker.shard_writer import ShardWritten
+from worker.records import ShardWritten
 from transforms.run_settings import RunSettings
 from transforms.summary import RunInfo, RunOptions, ShardInfo, Summary
 from transforms.tfrecord_format import TFRecordFormat

@@ -8,8 +8,8 @@ import pytest
 
 from transforms.dead_letters import DeadLetter
 from worker.receipts import ReceiptError, ShardReceipt, read_receipt, receipt_path, write_receipt
-from worker.rows import Box, ManifestRow
-from worker.shard_writer import ExampleContent, ExampleRef, ShardOutcome, ShardWritten
+from worker.records import (Box, ExampleContent, ExampleRef, ManifestRow, ShardOutcome,
+                            ShardWritten)
 
 
 def receipt(tmp_path):

@@ -6,7 +6,14 @@ import json
 import threading
 import time
 
+import pickle
+
 import apache_beam as beam
+from apache_beam.internal import pickler
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -14,7 +21,7 @@ from conftest import encode, feature, photo_like, read_examples
 from transforms import shards
 from worker.pool import Workers
 from transforms.images import ImageSettings
-from worker.rows import LabelledRow
+from worker.records import LabelledRow
 from transforms.manifest import DEAD_LETTERS, Box, ManifestRow
 from transforms.shards import (EXAMPLE_KEYS, PlanShards, WriteShards, _WriteShardFile,
                                shard_of, shards_for)
@@ -91,7 +98,7 @@ def test_shards_are_the_same_however_rows_are_packed(tmp_path, monkeypatch):
         with TestPipeline() as p:
             _ = (p | beam.Create(rows)
                  | WriteShards(p | "Plan" >> beam.Create(list(planned.items())),
-                               str(folder), RunSettings(workers=Workers(1, threads=2))))
+                               str(folder), RunSettings(workers=Workers(1, read_threads=2))))
         # The shards and the thumbnails written beside them; of their receipts (which name
         # the files where they are) the digest of the rows each was written from.
         return {str(path.relative_to(folder)): (
@@ -114,8 +121,8 @@ def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):
     good = [labelled(tmp_path, f"{i}.jpg", i % 2, data=encode(photo_like(16, 12, i), "JPEG"))
             for i in range(6)]
     missing = labelled(tmp_path, "missing.jpg")
-    writer = _WriteShardFile(str(tmp_path / "tmp"), RunSettings(workers=Workers(2, threads=3)),
-                             resuming=False, storage_options={})
+    writer = _WriteShardFile(str(tmp_path / "tmp"), RunSettings(workers=Workers(2, read_threads=3)),
+                             resuming=False)
     writer.setup()
     try:
         outputs = bundle(writer, (("train", 2), as_grouped([missing, *reversed(good)])))
@@ -181,7 +188,7 @@ def as_grouped(rows):
 def write_one_shard(tmp_path, rows, label_mode, image=ImageSettings()):
     outcome = write_shard(ShardTask("train", 0, tuple(as_grouped(rows)), str(tmp_path / "tmp")),
                           RunSettings(label_mode=label_mode, image=image,
-                                      workers=Workers(0, threads=2)))
+                                      workers=Workers(0, read_threads=2)))
     return outcome.written, list(outcome.dead_letters)
 
 
@@ -232,3 +239,29 @@ def test_declared_sizes_are_checked_against_the_source_file_before_resizing(tmp_
     (example,) = read_examples(shard.temp_path)
     assert (feature(example, "image/width"), feature(example, "image/height")) == (5, 10)
     assert feature(example, "image/object/difficult") == [0, 0]
+
+
+def test_the_worker_processes_get_the_options_beams_filesystems_were_given():
+    """What filesystem_options reads is Beam's own (no public getter): a Beam that keeps
+    them elsewhere fails here, not in a run that cannot reach its bucket."""
+    before = FileSystems._pipeline_options
+    try:
+        FileSystems.set_options(PipelineOptions(["--s3_endpoint_url", "http://127.0.0.1:1"]))
+        assert shards.filesystem_options()["s3_endpoint_url"] == "http://127.0.0.1:1"
+    finally:
+        FileSystems._pipeline_options = before
+
+
+def test_no_credential_is_carried_in_the_pipeline_graph(tmp_path):
+    """The shard writer is pickled into the job's graph; the S3 keys must not be."""
+    with beam.Pipeline(options=PipelineOptions(["--s3_secret_access_key", "SECRET-KEY-123"])) as p:
+        _ = (p | beam.Create([]) | WriteShards(p | "Plan" >> beam.Create([]), str(tmp_path),
+                                               RunSettings(workers=Workers(0))))
+        graph = p.to_runner_api()
+    # Beam compresses what it pickles: each DoFn's payload is unpickled and searched.
+    payloads = [pickler.loads(beam_runner_api_pb2.ParDoPayload.FromString(
+                    transform.spec.payload).do_fn.payload)
+                for transform in graph.components.transforms.values()
+                if transform.spec.urn == common_urns.primitives.PAR_DO.urn]
+    (writer,) = [fn for fn, *_ in payloads if isinstance(fn, _WriteShardFile)]
+    assert b"SECRET-KEY-123" not in pickle.dumps(writer)

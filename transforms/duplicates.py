@@ -26,7 +26,7 @@ from transforms.manifest import DEAD_LETTERS
 from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
 from transforms.choices import Dedupe
 from transforms.run_settings import RunSettings
-from worker.shard_writer import ExampleRef, ShardWritten
+from worker.records import ExampleRef, ShardWritten
 from transforms.sorted_lines import WriteSortedLines
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from transforms.images import PreparedImage
-from worker.rows import LabelledRow
+from worker.records import LabelledRow
 from transforms.choices import LabelMode
 from transforms.schema import CATEGORICAL, FLOAT, IMAGE, INTEGER, STRING, ExtraColumn
 from transforms.summary import FeatureInfo

@@ -30,7 +30,7 @@ from transforms.choices import LabelMode
 from transforms.run_settings import RunSettings
 from transforms.schema import CATEGORICAL, ExtraColumn
 from transforms.vocabulary_file import LABEL_VOCABULARY
-from worker.rows import LabelledRow, ManifestRow
+from worker.records import LabelledRow, ManifestRow
 
 LABEL = "label"
 LABEL_ID = "label_id"

@@ -35,7 +35,7 @@ from transforms.dead_letters import DeadLetter
 from transforms.choices import LabelMode
 from transforms.schema import IMAGE, ExtraColumn, parse_value
 from transforms.splits import SPLITS, normalise_split
-from worker.rows import Box, ManifestRow
+from worker.records import Box, ManifestRow
 
 DISCARD = "discard"  # TFRecorder's split value for rows to leave out
 DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)

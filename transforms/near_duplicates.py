@@ -29,7 +29,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from transforms.copies import HASH_BITS, MAX_NEAR_DISTANCE
 from transforms.manifest import SPLITS
 from worker.receipts import example_refs
-from worker.shard_writer import ExampleRef
+from worker.records import ExampleRef
 
 _HELD_EXAMPLES = 4096  # examples a bundle holds before sending its band packs
 _BLOCK_CELLS = 1 << 20  # distances computed at once inside a group, bounding its memory

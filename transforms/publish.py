@@ -43,7 +43,7 @@ from transforms.report_page import REPORT_FILE, ReportContent, render_report
 from transforms.choices import Dedupe, LabelMode
 from transforms.run_settings import RunSettings
 from transforms.schema import CATEGORICAL
-from worker.shard_writer import ShardWritten
+from worker.records import ShardWritten
 from transforms.summary import (SUMMARY_FILE, CopiesInfo, ErrorsInfo, NearCopiesInfo, RunInfo,
                                 ShardInfo, SplitInfo, Summary)
 from transforms.tfds_metadata import DATASET_INFO_FILE, FEATURES_FILE, LABELS_SUFFIX, tfds_metadata

@@ -19,7 +19,8 @@ from transforms.dead_letters import DeadLetter
 from transforms.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
                                     Pictured, RejectedRow, ReportContent, copy_rank,
                                     sample_rank)
-from worker.shard_writer import ExampleRef, thumbnails_path
+from worker.records import ExampleRef
+from worker.shard_writer import thumbnails_path
 from transforms.tfrecord_format import read_records
 
 Place = tuple[str, int, int]  # (split, shard, position) of an example in the temp shards

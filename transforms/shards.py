@@ -29,9 +29,8 @@ from transforms.deadline import within_deadline
 from transforms.manifest import DEAD_LETTERS
 from transforms.run_settings import RunSettings
 from worker import pool
-from worker.rows import LabelledRow
-from worker.shard_writer import (ShardOutcome, ShardTask, ShardWritten, pack_rows, uri_digest,
-                                 write_shard)
+from worker.records import LabelledRow, ShardOutcome, ShardWritten
+from worker.shard_writer import ShardTask, pack_rows, uri_digest, write_shard
 
 _SIZE_SAMPLE = 32  # files per split whose sizes estimate the split's total bytes
 _SIZE_SECONDS = 10.0  # for statting a split's sample, all files at once
@@ -99,11 +98,7 @@ class WriteShards(beam.PTransform):
         self._resuming = resuming
 
     def expand(self, labelled: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        # The worker processes reach remote storage with the run's options (S3's
-        # endpoint and keys, say), as Beam's filesystems in this process do.
-        storage_options = labelled.pipeline.options.get_all_options(drop_default=True)
-        writer = _WriteShardFile(self._temp_dir, self._settings, self._resuming,
-                                 storage_options)
+        writer = _WriteShardFile(self._temp_dir, self._settings, self._resuming)
         return (labelled
                 | "PackByShard" >> beam.ParDo(_PackByShard(), plan=beam.pvalue.AsDict(self._plan))
                 | "GroupByShard" >> beam.GroupByKey()
@@ -154,12 +149,10 @@ class _WriteShardFile(beam.DoFn):
     given at the bundle's end, so that as many are written at once as there are workers.
     """
 
-    def __init__(self, temp_dir: str, settings: RunSettings, resuming: bool,
-                 storage_options: dict[str, Any]) -> None:
+    def __init__(self, temp_dir: str, settings: RunSettings, resuming: bool) -> None:
         self._temp_dir = temp_dir
         self._resuming = resuming
         self._settings = settings
-        self._storage_options = storage_options
         self._written = Metrics.counter("images", "written")
         self._rejected = Metrics.counter("images", "rejected")
         self._resumed = Metrics.counter("shards", "resumed")
@@ -167,7 +160,7 @@ class _WriteShardFile(beam.DoFn):
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     def setup(self) -> None:
-        self._pool = pool.acquire(self._settings.workers, self._storage_options)
+        self._pool = pool.acquire(self._settings.workers, filesystem_options())
         if self._pool is not None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self._settings.workers.process_count())
@@ -208,12 +201,28 @@ class _WriteShardFile(beam.DoFn):
             self._resumed.inc()
         else:
             self._written.inc(written.examples)
-            self._rejected.inc(len({dead.uri for dead in outcome.dead_letters}))
+            # A shard's rows naming one image are one example or all dead letters (other
+            # rows of a written image can be dead letters too: duplicate_row).
+            self._rejected.inc(len({dead.uri for dead in outcome.dead_letters}
+                                   - {ref.uri for _, ref in outcome.example_keys}))
         for dead in outcome.dead_letters:
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead)
         for keyed in outcome.example_keys:
             yield beam.pvalue.TaggedOutput(EXAMPLE_KEYS, keyed)
         yield written
+
+
+def filesystem_options() -> dict[str, Any]:
+    """The options Beam's filesystems were given in this process (by the launcher, or on a
+    runner's worker by Beam's SDK harness from the job's options), for the worker
+    processes to reach the same storage (S3's endpoint and keys, say).
+
+    Read here, not carried in the DoFn: that would write credentials such as
+    --s3_secret_access_key into the job's graph. Beam has no public getter for them;
+    tests/test_shards.py fails if this one stops seeing what set_options gave.
+    """
+    options = FileSystems._pipeline_options
+    return options.get_all_options(drop_default=True) if options is not None else {}
 
 
 class _LiveProgress:

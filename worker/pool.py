@@ -27,6 +27,8 @@ import dataclasses
 import math
 import mmap
 import os
+import pickle
+import queue
 import select
 import signal
 import struct
@@ -41,7 +43,8 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from worker import storage
-from worker.shard_writer import ShardOutcome, ShardTask, write_shard
+from worker.records import ShardOutcome
+from worker.shard_writer import ShardTask, write_shard
 
 if TYPE_CHECKING:
     from transforms.run_settings import RunSettings
@@ -66,12 +69,12 @@ class Workers:
     processes: worker processes per pipeline process; 0 writes shards in the pipeline's
       own threads (no isolation, no time limit); None, one per core of the machine the
       pipeline process runs on, found there (a Flink or Spark worker is not the launcher).
-    threads: threads per shard writer that read its images ahead of the decoding.
+    read_threads: threads per shard writer that read its images ahead of the decoding.
     timeout_s: how long one image may take to decode in a worker process.
     """
 
     processes: int | None = None
-    threads: int = 4
+    read_threads: int = 4
     timeout_s: float = 120.0
 
     def process_count(self) -> int:
@@ -94,7 +97,6 @@ class _Failed:
 
 
 def _pickles(error: BaseException) -> bool:
-    import pickle
     try:
         pickle.loads(pickle.dumps(error))
     except Exception:
@@ -115,25 +117,20 @@ class ShardPool:
             raise ValueError("a shard pool needs at least one process")
         self._timeout_s = timeout_s
         self._workers = [_Worker(storage_options or {}) for _ in range(processes)]
-        self._idle: list[_Worker] = []
-        self._idle_changed = threading.Condition()
+        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         for worker in self._workers:  # all start at once; each waits only for its own
             worker.start()
         for worker in self._workers:
             worker.wait_ready()
-            self._idle.append(worker)
+            self._idle.put(worker)
 
     def write(self, task: ShardTask, settings: RunSettings,
               progress: ProgressSink | None = None) -> ShardOutcome:
-        with self._idle_changed:
-            self._idle_changed.wait_for(lambda: self._idle)
-            worker = self._idle.pop()
+        worker = self._idle.get()
         try:
-            return worker.write(task, settings, self._timeout_s, progress)
+            return worker.write(task, settings, self._timeout_s, _Relay(progress))
         finally:
-            with self._idle_changed:
-                self._idle.append(worker)
-                self._idle_changed.notify()
+            self._idle.put(worker)
 
     def pids(self) -> list[int]:
         """The workers' process ids (tests kill them)."""
@@ -196,11 +193,10 @@ class _Worker:
                                "worker.pool); see its error above")
 
     def write(self, task: ShardTask, settings: RunSettings, timeout_s: float,
-              progress: ProgressSink | None) -> ShardOutcome:
+              progress: _Relay) -> ShardOutcome:
         """The shard's outcome. After a crash or a timeout in an image's decoding, the
         shard is written again by the replacement, that image left out as lost; a worker
         that dies while not decoding gets the shard once more, then the run fails."""
-        reported = [0, 0]  # rows, dead letters passed on to `progress`
         died_elsewhere = False
         while True:
             try:
@@ -209,9 +205,9 @@ class _Worker:
             except OSError:  # it died while idle: the task never reached it
                 self._replace()
                 continue
-            answer = self._await_answer(timeout_s, progress, reported)
+            answer = self._await_answer(timeout_s, progress)
             if isinstance(answer, ShardOutcome):
-                self._report_rest(answer, progress, reported)
+                progress.done(answer)
                 return answer
             if isinstance(answer, _Failed):
                 answer.raise_it()
@@ -224,14 +220,15 @@ class _Worker:
                 continue
             task = dataclasses.replace(task, lost=(*task.lost, (place, reason, message)))
 
-    def _await_answer(self, timeout_s: float, progress: ProgressSink | None,
-                      reported: list[int]) -> ShardOutcome | _Failed | tuple:
+    def _await_answer(self, timeout_s: float, progress: _Relay
+                      ) -> ShardOutcome | _Failed | tuple:
         """The worker's answer, or (place of the image it died on or overran, or None
         when it was not decoding; the dead letter's reason and message)."""
         watch = min(_WATCH_SECONDS, timeout_s / 4)
         place, since = self._decoding(), time.monotonic()
         while not self._answers_within(watch):
-            self._report(progress, reported)
+            _, rows, dead_letters = _STATE.unpack_from(self._state, 0)
+            progress.so_far(rows, dead_letters)
             now, current = time.monotonic(), self._decoding()
             if current != place:
                 place, since = current, now
@@ -248,24 +245,6 @@ class _Worker:
             return place, "decode_crash", (
                 f"the process writing its shard died ({how}) decoding this image; the "
                 "shard was written again without it")
-
-    def _report(self, progress: ProgressSink | None, reported: list[int]) -> None:
-        """Passes on the rows done since the last report (of this attempt's, those past
-        what an earlier attempt reported)."""
-        if progress is None:
-            return
-        _, rows, dead = _STATE.unpack_from(self._state, 0)
-        more_rows, more_dead = rows - reported[0], dead - reported[1]
-        if more_rows > 0:
-            progress(more_rows, max(0, more_dead))
-            reported[0], reported[1] = rows, max(dead, reported[1])
-
-    @staticmethod
-    def _report_rest(outcome: ShardOutcome, progress: ProgressSink | None,
-                     reported: list[int]) -> None:
-        rows = outcome.written.rows + len(outcome.dead_letters)  # every row of the shard
-        if progress is not None and rows > reported[0]:
-            progress(rows - reported[0], max(0, len(outcome.dead_letters) - reported[1]))
 
     def _decoding(self) -> int | None:
         (place, _, _) = _STATE.unpack_from(self._state, 0)
@@ -302,6 +281,26 @@ class _Worker:
         self.stop()
         self._state.close()
         os.close(self._state_fd)
+
+
+class _Relay:
+    """Passes a shard's rows done on to the progress display, each row once: an attempt
+    that follows a crash counts from 0 again, and only rows past what was passed on are
+    news."""
+
+    def __init__(self, sink: ProgressSink | None) -> None:
+        self._sink = sink
+        self._rows = self._dead_letters = 0
+
+    def so_far(self, rows: int, dead_letters: int) -> None:
+        """This attempt has done `rows`, `dead_letters` of them rejected."""
+        if self._sink is not None and rows > self._rows:
+            self._sink(rows - self._rows, max(0, dead_letters - self._dead_letters))
+            self._rows, self._dead_letters = rows, max(dead_letters, self._dead_letters)
+
+    def done(self, outcome: ShardOutcome) -> None:
+        self.so_far(outcome.written.rows + len(outcome.dead_letters),  # all the shard's rows
+                    len(outcome.dead_letters))
 
 
 class _SharedProgress:

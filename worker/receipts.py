@@ -20,14 +20,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from transforms.dead_letters import DeadLetter
 from worker import storage
-from worker.rows import LabelledRow, ManifestRow
-
-if TYPE_CHECKING:
-    from worker.shard_writer import ExampleRef, ShardOutcome
+from worker.records import (ExampleContent, ExampleRef, LabelledRow, ManifestRow, ShardOutcome,
+                            ShardWritten)
 
 RECEIPTS_DIR = "receipts"  # in the run's temp dir
 _VERSION = 1  # of the receipt's layout
@@ -51,7 +49,6 @@ class ShardReceipt(NamedTuple):
 
     @classmethod
     def from_json(cls, data: bytes) -> ShardReceipt:
-        from worker.shard_writer import ShardOutcome, ShardWritten
         fields = json.loads(data)
         if fields.get("version") != _VERSION:
             raise ValueError(f"layout {fields.get('version')!r}, not {_VERSION}")
@@ -64,7 +61,6 @@ class ShardReceipt(NamedTuple):
 
 
 def _example_ref(fields: list) -> ExampleRef:
-    from worker.shard_writer import ExampleContent, ExampleRef
     *where, labels, perceptual_hash, content = fields
     if content is not None:
         rows, *counts = content

@@ -35,61 +35,14 @@ from transforms.schema import IMAGE
 from transforms.tfrecord_format import write_record
 from worker import receipts, storage
 from worker.image_files import read_image_bytes
-from worker.rows import LabelledRow, ManifestRow
+from worker.records import (ExampleContent, ExampleRef, LabelledRow, ManifestRow, ShardOutcome,
+                            ShardWritten)
 
 if TYPE_CHECKING:
     from transforms.run_settings import RunSettings
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
-
-
-class ShardWritten(NamedTuple):
-    """One shard file written to the temp dir, awaiting its final name."""
-
-    split: str
-    shard: int
-    temp_path: str  # no file there when examples is 0
-    examples: int
-    rows: int  # manifest rows in the examples: more than examples with detection boxes
-    bytes: int  # of the file as written (compressed with --compression gzip)
-    source_bytes: int  # of the source image files
-    labels: dict[str, int]  # label text -> examples carrying it (detection: objects)
-    reencoded: dict[str, int]  # why -> examples whose image was re-encoded
-    longest_side: dict[str, int]  # histograms.LONGEST_SIDE_BINS -> source images
-    file_bytes: dict[str, int]  # histograms.FILE_BYTE_BINS -> source files
-    resumed: bool = False  # reused from a stopped run (--resume), its images not read again
-
-
-class ExampleContent(NamedTuple):
-    """What a written example came from and counted for: what dropping it takes back."""
-
-    rows: tuple[ManifestRow, ...]
-    source_bytes: int
-    reencoded: str | None
-    longest_side: int  # of the source image, in pixels
-
-
-class ExampleRef(NamedTuple):
-    """Where one written example is, and the first of the rows it came from."""
-
-    split: str
-    shard: int
-    position: int  # record index in the shard's temp file
-    manifest: str
-    line: int
-    uri: str
-    labels: tuple[str, ...]  # label texts (detection: one per object)
-    perceptual_hash: int  # images.PreparedImage.perceptual_hash
-    content: ExampleContent | None  # only where RunSettings.keeps_content
-
-
-class ShardOutcome(NamedTuple):
-    """What a shard gave the rest of the pipeline; its receipt holds the same."""
-
-    written: ShardWritten
-    dead_letters: tuple[DeadLetter, ...]  # its rows that became no example
-    example_keys: tuple[tuple[str, ExampleRef], ...]  # (sha256, where) per example
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,7 +187,7 @@ class _ShardWriter:
         reencoded: collections.Counter[str] = collections.Counter()
         longest_sides: collections.Counter[str] = collections.Counter()
         file_bytes: collections.Counter[str] = collections.Counter()
-        threads = settings.workers.threads
+        threads = settings.workers.read_threads
         with contextlib.ExitStack() as opened, concurrent.futures.ThreadPoolExecutor(
                 threads) as readers:
             # Created with the first example: a shard whose images were all rejected

@@ -1,6 +1,7 @@
-"""The rows a shard is written from, as the manifest readers make them and the label step
-labels them: plain records that cross to the worker processes, free of Beam and
-TensorFlow."""
+"""The typed records that cross between the pipeline's process and the worker processes
+that write shards, and into the shards' receipts: the rows a shard is written from (as
+the manifest readers make them and the label step labels them) and what writing it gave.
+Plain NamedTuples, free of Beam and TensorFlow."""
 
 from __future__ import annotations
 
@@ -71,3 +72,51 @@ class LabelledRow(NamedTuple):
     def from_json(cls, text: bytes) -> LabelledRow:
         row, label_ids, category_ids = json.loads(text)
         return cls(ManifestRow.from_fields(row), tuple(label_ids), tuple(category_ids))
+
+
+class ShardWritten(NamedTuple):
+    """One shard file written to the temp dir, awaiting its final name."""
+
+    split: str
+    shard: int
+    temp_path: str  # no file there when examples is 0
+    examples: int
+    rows: int  # manifest rows in the examples: more than examples with detection boxes
+    bytes: int  # of the file as written (compressed with --compression gzip)
+    source_bytes: int  # of the source image files
+    labels: dict[str, int]  # label text -> examples carrying it (detection: objects)
+    reencoded: dict[str, int]  # why -> examples whose image was re-encoded
+    longest_side: dict[str, int]  # histograms.LONGEST_SIDE_BINS -> source images
+    file_bytes: dict[str, int]  # histograms.FILE_BYTE_BINS -> source files
+    resumed: bool = False  # reused from a stopped run (--resume), its images not read again
+
+
+class ExampleContent(NamedTuple):
+    """What a written example came from and counted for: what dropping it takes back."""
+
+    rows: tuple[ManifestRow, ...]
+    source_bytes: int
+    reencoded: str | None
+    longest_side: int  # of the source image, in pixels
+
+
+class ExampleRef(NamedTuple):
+    """Where one written example is, and the first of the rows it came from."""
+
+    split: str
+    shard: int
+    position: int  # record index in the shard's temp file
+    manifest: str
+    line: int
+    uri: str
+    labels: tuple[str, ...]  # label texts (detection: one per object)
+    perceptual_hash: int  # images.PreparedImage.perceptual_hash
+    content: ExampleContent | None  # only where RunSettings.keeps_content
+
+
+class ShardOutcome(NamedTuple):
+    """What a shard gave the rest of the pipeline; its receipt holds the same."""
+
+    written: ShardWritten
+    dead_letters: tuple[DeadLetter, ...]  # its rows that became no example
+    example_keys: tuple[tuple[str, ExampleRef], ...]  # (sha256, where) per example
