@@ -84,6 +84,31 @@ def digests(output: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("configuration", sorted(CONFIGURATIONS))
 def test_the_samples_convert_to_the_pinned_bytes(configuration, data, tmp_path):
+    assert_pinned(configuration, data, tmp_path)
+
+
+@pytest.mark.parametrize("configuration", ["detection", "multi_one_hot",
+                                           "single_array_record_near_dropped",
+                                           "single_gzip_resized_png"])
+def test_shards_written_in_parts_and_joined_are_the_pinned_bytes(configuration, data,
+                                                                 tmp_path, monkeypatch):
+    from transforms import shards
+
+    plan_split, plans = shards.plan_split, tmp_path / "plans"
+
+    def recorded(rows, shard_count):  # runs in a copy Beam unpickled: it writes a file
+        plan = plan_split(rows, shard_count)
+        with plans.open("a") as file:
+            file.write(f"{plan.parts}\n")
+        return plan
+
+    monkeypatch.setattr(shards, "PART_ROWS", 3)
+    monkeypatch.setattr(shards, "plan_split", recorded)
+    assert_pinned(configuration, data, tmp_path)
+    assert max(map(int, plans.read_text().split())) >= 2
+
+
+def assert_pinned(configuration, data, tmp_path):
     root, bucket_flags = data
     flags = [flag.format(data=root) for flag in CONFIGURATIONS[configuration]]
     output = convert(tmp_path / "out", *flags, "--max_error_fraction", "0.5", *bucket_flags)

@@ -19,7 +19,8 @@ from conftest import convert, encode, feature, read_examples
 from pipeline import run
 from transforms.copies import HASH_BITS
 from transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
-from worker.receipts import ShardReceipt, receipt_path, write_receipt
+from worker.naming import receipt_path
+from worker.receipts import ShardReceipt, write_receipt
 from worker.records import ShardOutcome, ShardWritten
 from worker.records import ExampleRef
 

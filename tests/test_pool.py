@@ -74,7 +74,7 @@ def test_a_worker_writes_the_bytes_the_pipeline_process_writes(pool, tmp_path):
     in_process = shard_task(tmp_path, images, "here")
     there = shard_task(tmp_path, images, "there")
     here_outcome = write_shard(in_process, SETTINGS)
-    there_outcome = pool.write(there, SETTINGS)
+    there_outcome = pool.run(there, SETTINGS)
     assert (sorted(d.reason for d in here_outcome.dead_letters)
             == sorted(d.reason for d in there_outcome.dead_letters)
             == ["not_an_image", "truncated_image"])
@@ -93,7 +93,7 @@ def test_a_worker_killed_mid_image_costs_only_that_image(pool, slow_png, tmp_pat
     (pid,) = pool.pids()
     task = shard_task(tmp_path, images)
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
-        writing = thread.submit(pool.write, task, SETTINGS)
+        writing = thread.submit(pool.run, task, SETTINGS)
         _wait_until_busy(pid)
         os.kill(pid, signal.SIGKILL)
         outcome = writing.result(timeout=60)
@@ -116,7 +116,7 @@ def test_a_worker_killed_between_shards_loses_nothing(pool, tmp_path):
     os.kill(pid, signal.SIGKILL)
     _wait_until_dead(pid)
     # The shard goes to a new worker: none was being written when the old one died.
-    outcome = pool.write(shard_task(tmp_path, {"a.jpg": JPEG}), SETTINGS)
+    outcome = pool.run(shard_task(tmp_path, {"a.jpg": JPEG}), SETTINGS)
     assert (outcome.written.examples, outcome.dead_letters) == (1, ())
 
 
@@ -125,11 +125,11 @@ def test_a_decode_past_the_time_limit_is_stopped_and_the_pool_goes_on(slow_png, 
     try:
         old = set(pool.pids())
         with concurrent.futures.ThreadPoolExecutor(3) as threads:
-            slow = threads.submit(pool.write, shard_task(
+            slow = threads.submit(pool.run, shard_task(
                 tmp_path, {"a.png": slow_png, "b.jpg": JPEG}, "slow"), SETTINGS)
             # The image is written once: the tasks only differ in where their shard goes.
             quick_task = shard_task(tmp_path, {"c.jpg": JPEG})
-            quick = [threads.submit(pool.write, dataclasses.replace(
+            quick = [threads.submit(pool.run, dataclasses.replace(
                 quick_task, temp_dir=str(tmp_path / f"quick{i}")), SETTINGS) for i in range(10)]
             outcome = slow.result(timeout=60)
             assert [(d.reason, d.message) for d in outcome.dead_letters] == [(
@@ -148,7 +148,7 @@ def test_an_error_writing_the_shard_is_raised_in_the_pipeline_process(pool, tmp_
     task = shard_task(tmp_path, {"a.jpg": JPEG})
     (tmp_path / "out").write_text("a file where the shard's folder goes")
     with pytest.raises(OSError, match="out"):
-        pool.write(task, SETTINGS)
+        pool.run(task, SETTINGS)
     assert len(pool.pids()) == 1  # the worker lives on
 
 

@@ -8,6 +8,8 @@ import time
 
 import pickle
 
+import pytest
+
 import apache_beam as beam
 from apache_beam.internal import pickler
 from apache_beam.portability import common_urns
@@ -23,8 +25,9 @@ from worker.pool import Workers
 from transforms.images import ImageSettings
 from worker.records import LabelledRow
 from transforms.manifest import DEAD_LETTERS, Box, ManifestRow
-from transforms.shards import (EXAMPLE_KEYS, PlanShards, WriteShards, _WriteShardFile,
-                               shard_of, shards_for)
+from transforms.file_formats import shard_format
+from transforms.shards import (EXAMPLE_KEYS, PlanShards, SplitPlan, WriteShards,
+                               _WriteShardFile, part_of, shard_of, shards_for)
 from transforms.run_settings import RunSettings
 from worker.shard_writer import ShardTask, _ordered_map, pack_rows, write_shard
 
@@ -84,14 +87,25 @@ def test_plan_from_sampled_file_sizes(tmp_path):
              for i in range(2)]
     with TestPipeline() as p:
         plan = p | beam.Create(rows) | PlanShards(None, target_shard_bytes=10_000)
-        assert_that(plan, equal_to([("train", 4), ("test", 1)]))
+        assert_that(plan, equal_to([("train", SplitPlan(4, 1)), ("test", SplitPlan(1, 1))]))
+
+
+def test_parts_are_ranges_of_the_write_order_each_about_part_rows(monkeypatch):
+    monkeypatch.setattr(shards, "PART_ROWS", 10)
+    assert shards.plan_split(rows=95, shards=2) == SplitPlan(2, 5)  # 48 rows a shard
+    assert shards.plan_split(rows=3, shards=3) == SplitPlan(3, 1)
+    uris = sorted((f"gs://b/{i}.jpg" for i in range(200)),
+                  key=lambda uri: hashlib.sha256(uri.encode()).digest())
+    parts = [part_of(uri, 4) for uri in uris]
+    assert parts == sorted(parts)  # in the write order, parts follow each other
+    assert set(parts) == {0, 1, 2, 3} and max(map(parts.count, range(4))) < 80
 
 
 def test_shards_are_the_same_however_rows_are_packed(tmp_path, monkeypatch):
     rows = [labelled(tmp_path, f"{i}.png", i % 3, split=("train", "test")[i % 2],
                      data=encode(photo_like(8, 8, i), "PNG")) for i in range(24)]
 
-    planned = {"train": 3, "test": 2}
+    planned = {"train": SplitPlan(3), "test": SplitPlan(2)}
 
     def write(pack_bytes, folder):
         monkeypatch.setattr(shards, "_PACK_BYTES", pack_bytes)
@@ -111,7 +125,7 @@ def test_shards_are_the_same_however_rows_are_packed(tmp_path, monkeypatch):
                for name in one_pack_per_shard if name.endswith(".tfrecord")) == 24
     # A thumbnails file beside each shard that got rows (where the rows' paths hash to:
     # now and then one of the 5 gets none).
-    with_rows = {(item.row.split, shard_of(item.row.uri, planned[item.row.split]))
+    with_rows = {(item.row.split, shard_of(item.row.uri, planned[item.row.split].shards))
                  for item in rows}
     assert sum(name.startswith("thumbnails/") for name in one_pack_per_shard) == len(with_rows)
     assert sum(name.startswith("receipts/") for name in one_pack_per_shard) == len(with_rows)
@@ -180,13 +194,19 @@ def bundle(writer, *elements):
     return outputs
 
 
-def as_grouped(rows):
-    """LabelledRows as WriteShards' GroupByKey hands them to the writer: in packs."""
-    return [pack_rows(row.to_json() for row in chunk) for chunk in (rows[:2], rows[2:]) if chunk]
+def as_grouped(rows, parts=1):
+    """LabelledRows as WriteShards' GroupByKey hands them to the writer: in packs, each
+    with the part of the shard its rows are in (part_of)."""
+    by_part = {}
+    for row in rows:
+        by_part.setdefault(part_of(row.row.uri, parts), []).append(row)
+    return [(part, pack_rows(row.to_json() for row in chunk))
+            for part, rows in by_part.items() for chunk in (rows[:2], rows[2:]) if chunk]
 
 
 def write_one_shard(tmp_path, rows, label_mode, image=ImageSettings()):
-    outcome = write_shard(ShardTask("train", 0, tuple(as_grouped(rows)), str(tmp_path / "tmp")),
+    packs = tuple(pack for _, pack in as_grouped(rows))
+    outcome = write_shard(ShardTask("train", 0, packs, str(tmp_path / "tmp")),
                           RunSettings(label_mode=label_mode, image=image,
                                       workers=Workers(0, read_threads=2)))
     return outcome.written, list(outcome.dead_letters)
@@ -265,3 +285,50 @@ def test_no_credential_is_carried_in_the_pipeline_graph(tmp_path):
                 if transform.spec.urn == common_urns.primitives.PAR_DO.urn]
     (writer,) = [fn for fn, *_ in payloads if isinstance(fn, _WriteShardFile)]
     assert b"SECRET-KEY-123" not in pickle.dumps(writer)
+
+
+@pytest.mark.parametrize("file_format, compression, processes", [
+    ("tfrecord", "none", 2), ("tfrecord", "gzip", 0), ("array_record", "none", 0)])
+def test_a_shard_written_in_parts_is_the_shard_written_whole(tmp_path, file_format,
+                                                             compression, processes):
+    rows = [labelled(tmp_path, f"{i}.jpg", i % 3, data=encode(photo_like(16, 12, i), "JPEG"))
+            for i in range(14)]
+    rows += [labelled(tmp_path, "missing.jpg"), rows[3]._replace(
+        row=rows[3].row._replace(line=99))]  # a dead letter, and a duplicate_row
+    settings = RunSettings(shard_format=shard_format(file_format, compression),
+                           workers=Workers(processes, read_threads=2))
+
+    def write(folder, parts, resuming=False):
+        writer = _WriteShardFile(str(folder), settings, resuming)
+        writer.setup()
+        try:
+            outputs = bundle(writer, (("train", 0), as_grouped(rows, parts)))
+        finally:
+            writer.teardown()
+        (written,) = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
+        files = {str(path.relative_to(folder)): path.read_bytes()
+                 for path in sorted(folder.rglob("*")) if path.is_file()}
+        return (written._replace(temp_path=written.temp_path.replace(str(folder), "")),
+                sorted(tagged(outputs, DEAD_LETTERS)), tagged(outputs, EXAMPLE_KEYS), files)
+
+    whole, whole_dead, whole_keys, whole_files = write(tmp_path / "whole", parts=1)
+    joined, joined_dead, joined_keys, joined_files = write(tmp_path / "parts", parts=4)
+    assert len({part_of(item.row.uri, 4) for item in rows}) == 4  # not one part after all
+    assert joined == whole and joined_dead == whole_dead and joined_keys == whole_keys
+    assert sorted(d.reason for d in whole_dead) == ["duplicate_row", "file_not_found"]
+    assert [ref.position for _, ref in joined_keys] == list(range(14))
+    published = {name: data for name, data in whole_files.items()
+                 if not name.startswith("receipts/")}
+    assert {name: joined_files[name] for name in published} == published
+    # The parts' files are gone once joined; their receipts stay, for --resume.
+    assert sorted(name for name in joined_files if name not in published) == [
+        "receipts/train-00000-0000.receipt.json", "receipts/train-00000-0001.receipt.json",
+        "receipts/train-00000-0002.receipt.json", "receipts/train-00000-0003.receipt.json",
+        "receipts/train-00000.receipt.json"]
+
+    shard_file = tmp_path / "parts" / next(name for name in published if name.startswith("train"))
+    before = shard_file.stat().st_mtime_ns
+    again, again_dead, again_keys, _ = write(tmp_path / "parts", parts=4, resuming=True)
+    assert again == whole._replace(resumed=True) and again_keys == whole_keys
+    assert again_dead == whole_dead
+    assert shard_file.stat().st_mtime_ns == before  # reused, not written again

@@ -112,6 +112,8 @@ def _on_local_disk(path: str, files: Files, *, writing: bool) -> Iterator[str]:
     from `path` through `files` first, or when `writing`, copied to it once the block exits."""
     local = _local_path(path)
     if local is not None:
+        if writing:  # as Beam's LocalFileSystem and worker/storage.py create files
+            os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
         yield local
         return
     with tempfile.TemporaryDirectory(prefix="image-tfrecords-") as folder:

@@ -20,7 +20,7 @@ from transforms.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABE
                                     Pictured, RejectedRow, ReportContent, copy_rank,
                                     sample_rank)
 from worker.records import ExampleRef
-from worker.shard_writer import thumbnails_path
+from worker.naming import thumbnails_path
 from transforms.tfrecord_format import read_records
 
 Place = tuple[str, int, int]  # (split, shard, position) of an example in the temp shards

@@ -7,6 +7,11 @@ size of files follow the bundling. Grouping the small rows by shard instead (pac
 20 bytes a row) keeps image bytes out of any shuffle, keeps shard sizes near the target
 and makes the output deterministic: a row's shard is a hash of its URI and rows are
 written in hash order (worker/shard_writer.py).
+
+A shard planned to hold more than PART_ROWS rows is cut into parts, ranges of that hash
+order, which worker processes write at once and one of them then joins
+(worker/shard_parts.py): a run with fewer shards than cores (a small dataset, a few
+large shards) still uses every core, and the bytes are those of the shard written whole.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import concurrent.futures
 import functools
 import math
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -30,15 +35,32 @@ from transforms.manifest import DEAD_LETTERS
 from transforms.run_settings import RunSettings
 from worker import pool
 from worker.records import LabelledRow, ShardOutcome, ShardWritten
-from worker.shard_writer import ShardTask, pack_rows, uri_digest, write_shard
+from worker.shard_parts import JoinTask
+from worker.shard_writer import ShardTask, pack_rows, uri_digest
 
 _SIZE_SAMPLE = 32  # files per split whose sizes estimate the split's total bytes
 _SIZE_SECONDS = 10.0  # for statting a split's sample, all files at once
 _PACK_BYTES = 4 << 20  # row JSON a packer holds before packing what it has
+# Rows a shard's part is planned to hold: ~0.3 s of a core's image work at ~0.65 ms an
+# image, against a few ms to hand a part over, join it and write its receipt.
+PART_ROWS = 512
+
+
+class SplitPlan(NamedTuple):
+    """How a split is written: its number of shards, and of parts in each shard."""
+
+    shards: int
+    parts: int = 1
 
 
 def shard_of(uri: str, num_shards: int) -> int:
     return int.from_bytes(uri_digest(uri)[:8], "big") % num_shards
+
+
+def part_of(uri: str, parts: int) -> int:
+    """The part of its shard a row goes to: a range of the first 8 bytes of the URI's
+    digest, which lead the write order, so the parts in order are the shard's rows in order."""
+    return (int.from_bytes(uri_digest(uri)[:8], "big") * parts) >> 64
 
 
 def shards_for(rows: int, mean_file_bytes: float, target_shard_bytes: int) -> int:
@@ -46,11 +68,16 @@ def shards_for(rows: int, mean_file_bytes: float, target_shard_bytes: int) -> in
     return max(1, min(rows, math.ceil(rows * mean_file_bytes / target_shard_bytes)))
 
 
+def plan_split(rows: int, shards: int) -> SplitPlan:
+    """`shards` shards, each cut into parts of about PART_ROWS rows."""
+    return SplitPlan(shards, max(1, math.ceil(rows / shards / PART_ROWS)))
+
+
 EXAMPLE_KEYS = "example_keys"  # WriteShards' output of (sha256, ExampleRef) per example
 
 
 class PlanShards(beam.PTransform):
-    """ManifestRows -> (split, number of shards), from --num_shards or the target size.
+    """ManifestRows -> (split, SplitPlan), from --num_shards or the target size.
 
     The size estimate stats a fixed, hash-chosen sample of files per split, all at once
     and within a bound (a split's files that did not answer in time are left out), so
@@ -66,8 +93,8 @@ class PlanShards(beam.PTransform):
         uris = rows | "BySplit" >> beam.Map(lambda row: (row.split, row.uri))
         counts = uris | "CountRows" >> beam.combiners.Count.PerKey()
         if self._num_shards:
-            return counts | "FixedCount" >> beam.MapTuple(
-                lambda split, count: (split, min(count, self._num_shards)))
+            return counts | "FixedCount" >> beam.MapTuple(lambda split, count: (
+                split, plan_split(count, min(count, self._num_shards))))
         mean_sizes = (uris
                       | "SampleFiles" >> beam.combiners.Top.PerKey(
                           _SIZE_SAMPLE, key=uri_digest, reverse=True)
@@ -75,8 +102,9 @@ class PlanShards(beam.PTransform):
                           lambda split, sample: (split, mean_file_size(sample))))
         return ({"rows": counts, "mean_bytes": mean_sizes}
                 | "Join" >> beam.CoGroupByKey()
-                | "ShardCount" >> beam.MapTuple(lambda split, stats: (split, shards_for(
-                    stats["rows"][0], stats["mean_bytes"][0], self._target_shard_bytes))))
+                | "ShardCount" >> beam.MapTuple(lambda split, stats: (split, plan_split(
+                    stats["rows"][0], shards_for(stats["rows"][0], stats["mean_bytes"][0],
+                                                 self._target_shard_bytes)))))
 
 
 class WriteShards(beam.PTransform):
@@ -84,7 +112,7 @@ class WriteShards(beam.PTransform):
     example's (sha256, ExampleRef) -> EXAMPLE_KEYS, with its content where
     `settings.keeps_content`.
 
-    `plan` is PlanShards' output: (split, number of shards). Each shard leaves a receipt
+    `plan` is PlanShards' output: (split, SplitPlan). Each shard leaves a receipt
     (worker/receipts.py); with `resuming`, a shard whose receipt vouches for it is not
     written again.
     """
@@ -107,8 +135,8 @@ class WriteShards(beam.PTransform):
 
 
 class _PackByShard(beam.DoFn):
-    """LabelledRows -> ((split, shard), pack): the rows as compressed JSON lines, a pack per
-    shard per bundle, or per _PACK_BYTES of rows held.
+    """LabelledRows -> ((split, shard), (part, pack)): the rows as compressed JSON lines, a
+    pack per part of a shard per bundle, or per _PACK_BYTES of rows held.
 
     The DirectRunner keeps everything a GroupByKey groups in memory, in several copies,
     until the shards are written: packed, a manifest row costs about 20 bytes there, not
@@ -117,13 +145,15 @@ class _PackByShard(beam.DoFn):
     """
 
     def start_bundle(self) -> None:
-        self._held: dict[tuple[str, int], list[bytes]] = collections.defaultdict(list)
+        self._held: dict[tuple[str, int, int], list[bytes]] = collections.defaultdict(list)
         self._held_bytes = 0
 
-    def process(self, item: LabelledRow, plan: dict[str, int]
-                ) -> Iterator[tuple[tuple[str, int], bytes]]:
+    def process(self, item: LabelledRow, plan: dict[str, SplitPlan]
+                ) -> Iterator[tuple[tuple[str, int], tuple[int, bytes]]]:
         line = item.to_json()
-        self._held[item.row.split, shard_of(item.row.uri, plan[item.row.split])].append(line)
+        split, uri = item.row.split, item.row.uri
+        shards, parts = plan[split]
+        self._held[split, shard_of(uri, shards), part_of(uri, parts)].append(line)
         self._held_bytes += len(line)
         if self._held_bytes >= _PACK_BYTES:
             yield from self._packs()
@@ -132,21 +162,23 @@ class _PackByShard(beam.DoFn):
         for keyed_pack in self._packs():
             yield GlobalWindows.windowed_value(keyed_pack)
 
-    def _packs(self) -> Iterator[tuple[tuple[str, int], bytes]]:
-        for key, lines in self._held.items():
+    def _packs(self) -> Iterator[tuple[tuple[str, int], tuple[int, bytes]]]:
+        for (split, shard, part), lines in self._held.items():
             live_progress.planned(len(lines))
-            yield key, pack_rows(lines)
+            yield (split, shard), (part, pack_rows(lines))
         self._held.clear()
         self._held_bytes = 0
 
 
 class _WriteShardFile(beam.DoFn):
-    """Has each shard written whole (worker/shard_writer.py) by one of the process's
-    worker processes (worker/pool.py), or in this process with --worker_processes 0, and
-    gives what it gave.
+    """Has each shard written (worker/shard_writer.py), whole or in parts joined after
+    (worker/shard_parts.py), by the process's worker processes (worker/pool.py), or in
+    this process with --worker_processes 0, and gives what it gave.
 
-    The shards of a bundle are handed to the workers as they come and their outcomes
-    given at the bundle's end, so that as many are written at once as there are workers.
+    The shards of a bundle are handed over as they come, each part a task of its own, and
+    their outcomes given at the bundle's end, so that as many tasks run at once as there
+    are workers. A shard's thread waits for its parts and then has them joined; the parts
+    wait for workers on threads of their own, so a shard waiting never holds up a part.
     """
 
     def __init__(self, temp_dir: str, settings: RunSettings, resuming: bool) -> None:
@@ -157,32 +189,42 @@ class _WriteShardFile(beam.DoFn):
         self._rejected = Metrics.counter("images", "rejected")
         self._resumed = Metrics.counter("shards", "resumed")
         self._pool: pool.ShardPool | None = None
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._shards: concurrent.futures.ThreadPoolExecutor | None = None
+        self._parts: concurrent.futures.ThreadPoolExecutor | None = None
 
     def setup(self) -> None:
         self._pool = pool.acquire(self._settings.workers, filesystem_options())
         if self._pool is not None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                self._settings.workers.process_count())
+            threads = self._settings.workers.process_count()
+            self._shards = concurrent.futures.ThreadPoolExecutor(threads)
+            self._parts = concurrent.futures.ThreadPoolExecutor(threads)
 
     def teardown(self) -> None:
-        if self._executor:
-            self._executor.shutdown()
-            self._executor = None
+        if self._shards:
+            self._shards.shutdown()
+            self._parts.shutdown()
+            self._shards = self._parts = None
             pool.release(self._settings.workers)
 
     def start_bundle(self) -> None:
         self._pending: list[concurrent.futures.Future[ShardOutcome]] = []
 
-    def process(self, shard_packs: tuple[tuple[str, int], Iterable[bytes]]
+    def process(self, shard_packs: tuple[tuple[str, int], Iterable[tuple[int, bytes]]]
                 ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
-        (split, shard), packs = shard_packs
-        task = ShardTask(split, shard, tuple(packs), self._temp_dir, self._resuming)
-        if self._pool is None:
-            yield from self._outputs(write_shard(task, self._settings, _LiveProgress()))
+        (split, shard), keyed_packs = shard_packs
+        by_part: dict[int, list[bytes]] = collections.defaultdict(list)
+        for part, pack in keyed_packs:
+            by_part[part].append(pack)
+        if len(by_part) == 1:  # written whole: the same bytes, without a join
+            (packs,) = by_part.values()
+            tasks = [ShardTask(split, shard, tuple(packs), self._temp_dir, self._resuming)]
         else:
-            self._pending.append(self._executor.submit(
-                self._pool.write, task, self._settings, live_progress.handled))
+            tasks = [ShardTask(split, shard, tuple(by_part[part]), self._temp_dir,
+                               self._resuming, part) for part in sorted(by_part)]
+        if self._pool is None:
+            yield from self._outputs(self._write(tasks))
+        else:
+            self._pending.append(self._shards.submit(self._write, tasks))
 
     def finish_bundle(self) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
         for written in self._pending:
@@ -193,6 +235,21 @@ class _WriteShardFile(beam.DoFn):
                 else:
                     yield GlobalWindows.windowed_value(output)
         self._pending = []
+
+    def _write(self, tasks: list[ShardTask]) -> ShardOutcome:
+        """The shard's outcome, once it is written whole or its parts joined."""
+        if len(tasks) == 1:
+            return self._run(tasks[0])
+        run_parts = self._parts.map if self._parts else map
+        _ = list(run_parts(self._run, tasks))  # what each gave is in its receipt
+        first = tasks[0]
+        return self._run(JoinTask(first.split, first.shard, tuple(task.part for task in tasks),
+                                  self._temp_dir, self._resuming))
+
+    def _run(self, task: pool.Task) -> ShardOutcome:
+        if self._pool is None:
+            return task.run(self._settings, _LiveProgress())
+        return self._pool.run(task, self._settings, live_progress.handled)
 
     def _outputs(self, outcome: ShardOutcome
                  ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:

@@ -56,9 +56,9 @@ class TFRecordFormat(ShardFormat):
         return self.compression == "none"
 
     @contextlib.contextmanager
-    def create(self, path: str, files: Files) -> Iterator[_FramedWriter]:
+    def create(self, path: str, files: Files) -> Iterator[FramedWriter]:
         with files.create(path) as raw, self._compressing(raw) as stream:
-            writer = _FramedWriter(stream)
+            writer = FramedWriter(stream)
             yield writer
         with files.create(path + INDEX_SUFFIX) as index:
             index.write("".join(_index_lines(writer.sizes)).encode("ascii"))
@@ -95,7 +95,9 @@ class TFRecordFormat(ShardFormat):
             yield stream
 
 
-class _FramedWriter:
+class FramedWriter:
+    """Writes TFRecord-framed records to a stream."""
+
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
         self.sizes: list[int] = []  # of each record written, for the index

@@ -1,9 +1,10 @@
 """Worker processes that each write whole shards, so that one run uses every core.
 
-The pipeline's process hands a worker a ShardTask (the shard's packed rows, a few KB)
-and gets back its ShardOutcome (counts, dead letters, example keys); the worker reads,
-checks and encodes every image of the shard and writes its files (shard_writer.py). The
-pipeline's process never touches an image. Workers import Pillow and this package, never
+The pipeline's process hands a worker a ShardTask (a shard's or a part's packed rows, a
+few KB) and gets back its ShardOutcome (counts, dead letters, example keys); the worker
+reads, checks and encodes every image of it and writes its files (shard_writer.py). A
+JoinTask has a worker join a shard's parts (shard_parts.py). The pipeline's process never
+touches an image. Workers import Pillow and this package, never
 TensorFlow, and Beam's filesystems only when a path is remote (storage.py): a worker takes
 about 40 MB and starts in ~0.2 s here.
 
@@ -40,11 +41,11 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from worker import storage
 from worker.records import ShardOutcome
-from worker.shard_writer import ShardTask, write_shard
+from worker.shard_writer import Progress
 
 if TYPE_CHECKING:
     from transforms.run_settings import RunSettings
@@ -60,6 +61,27 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Called with (rows, dead letters) as the workers get through rows: live_progress.handled.
 ProgressSink = Callable[[int, int], None]
+
+
+class Task(Protocol):
+    """What a worker is handed: shard_writer.ShardTask, shard_parts.JoinTask."""
+
+    split: str
+    shard: int
+
+    @property
+    def name(self) -> str: ...
+
+    def run(self, settings: RunSettings, progress: Progress) -> ShardOutcome: ...
+
+
+class _Lost(NamedTuple):
+    """A worker that died or overran: the place of the image it was decoding (None when
+    it was not decoding), and the dead letter's reason and message for it."""
+
+    place: int | None
+    reason: str
+    message: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +127,10 @@ def _pickles(error: BaseException) -> bool:
 
 
 class ShardPool:
-    """`processes` worker processes; write() is write_shard, run in one of them.
+    """`processes` worker processes; run() runs a task in one of them.
 
-    Thread-safe: each call takes an idle worker for its whole shard, so at most
-    `processes` shards are written at once and a call waits for a free worker.
+    Thread-safe: each call takes an idle worker for its whole task, so at most
+    `processes` tasks run at once and a call waits for a free worker.
     """
 
     def __init__(self, processes: int, timeout_s: float,
@@ -124,11 +146,11 @@ class ShardPool:
             worker.wait_ready()
             self._idle.put(worker)
 
-    def write(self, task: ShardTask, settings: RunSettings,
-              progress: ProgressSink | None = None) -> ShardOutcome:
+    def run(self, task: Task, settings: RunSettings,
+            progress: ProgressSink | None = None) -> ShardOutcome:
         worker = self._idle.get()
         try:
-            return worker.write(task, settings, self._timeout_s, _Relay(progress))
+            return worker.run(task, settings, self._timeout_s, _Relay(progress))
         finally:
             self._idle.put(worker)
 
@@ -192,11 +214,11 @@ class _Worker:
             raise RuntimeError("a shard-writing process did not start (python -m "
                                "worker.pool); see its error above")
 
-    def write(self, task: ShardTask, settings: RunSettings, timeout_s: float,
-              progress: _Relay) -> ShardOutcome:
-        """The shard's outcome. After a crash or a timeout in an image's decoding, the
-        shard is written again by the replacement, that image left out as lost; a worker
-        that dies while not decoding gets the shard once more, then the run fails."""
+    def run(self, task: Task, settings: RunSettings, timeout_s: float,
+            progress: _Relay) -> ShardOutcome:
+        """The task's outcome. After a crash or a timeout in an image's decoding, the
+        task is run again by the replacement, that image left out as lost; a worker that
+        dies while not decoding gets the task once more, then the run fails."""
         died_elsewhere = False
         while True:
             try:
@@ -206,24 +228,22 @@ class _Worker:
                 self._replace()
                 continue
             answer = self._await_answer(timeout_s, progress)
-            if isinstance(answer, ShardOutcome):
-                progress.done(answer)
-                return answer
             if isinstance(answer, _Failed):
                 answer.raise_it()
-            place, reason, message = answer
-            if place is None:
+            if not isinstance(answer, _Lost):
+                progress.so_far(*_STATE.unpack_from(self._state, 0)[1:])  # its last rows
+                return answer
+            if answer.place is None:
                 if died_elsewhere:
-                    raise RuntimeError(f"the process writing shard {task.split} {task.shard} "
-                                       f"died twice while not decoding an image ({message})")
+                    raise RuntimeError(f"the process writing {task.name} died twice while "
+                                       f"not decoding an image ({answer.message})")
                 died_elsewhere = True
                 continue
-            task = dataclasses.replace(task, lost=(*task.lost, (place, reason, message)))
+            task = dataclasses.replace(task, lost=(*task.lost, tuple(answer)))
 
     def _await_answer(self, timeout_s: float, progress: _Relay
-                      ) -> ShardOutcome | _Failed | tuple:
-        """The worker's answer, or (place of the image it died on or overran, or None
-        when it was not decoding; the dead letter's reason and message)."""
+                      ) -> ShardOutcome | _Failed | _Lost:
+        """The worker's answer, or what it was doing when it died or overran."""
         watch = min(_WATCH_SECONDS, timeout_s / 4)
         place, since = self._decoding(), time.monotonic()
         while not self._answers_within(watch):
@@ -234,17 +254,17 @@ class _Worker:
                 place, since = current, now
             elif place is not None and now - since > timeout_s:
                 self._replace()
-                return place, "decode_timeout", (
+                return _Lost(place, "decode_timeout", (
                     f"decoding took longer than {timeout_s:g} s (--decode_timeout); the "
-                    "process was stopped and the shard written again without this image")
+                    "process was stopped and the shard written again without this image"))
         try:
             return self._inbox.recv()
         except EOFError:
             place = self._decoding()
             how = _death(self._replace())
-            return place, "decode_crash", (
+            return _Lost(place, "decode_crash", (
                 f"the process writing its shard died ({how}) decoding this image; the "
-                "shard was written again without it")
+                "shard was written again without it"))
 
     def _decoding(self) -> int | None:
         (place, _, _) = _STATE.unpack_from(self._state, 0)
@@ -297,10 +317,6 @@ class _Relay:
         if self._sink is not None and rows > self._rows:
             self._sink(rows - self._rows, max(0, dead_letters - self._dead_letters))
             self._rows, self._dead_letters = rows, max(dead_letters, self._dead_letters)
-
-    def done(self, outcome: ShardOutcome) -> None:
-        self.so_far(outcome.written.rows + len(outcome.dead_letters),  # all the shard's rows
-                    len(outcome.dead_letters))
 
 
 class _SharedProgress:
@@ -386,7 +402,7 @@ def release(workers: Workers) -> None:
 
 
 def _serve(reads: int, writes: int, state_fd: int) -> None:
-    """A worker's loop: a shard's task in, the shard written, its outcome out."""
+    """A worker's loop: a task in, its files written, its outcome out."""
     # Ctrl-C reaches the whole process group: the pipeline handles it and closes the pipes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     inbox = Connection(reads, writable=False)
@@ -406,7 +422,7 @@ def _serve(reads: int, writes: int, state_fd: int) -> None:
         except EOFError:  # the pipeline is done with it, or has died
             return
         try:
-            answer: ShardOutcome | _Failed = write_shard(task, settings, _SharedProgress(state))
+            answer: ShardOutcome | _Failed = task.run(settings, _SharedProgress(state))
         except Exception as error:  # the pipeline's process raises it: the bundle fails
             answer = _Failed(error)
         outbox.send(answer)

@@ -11,6 +11,10 @@ digest: the same images, labels, ids and split) and every file it names is there
 size; otherwise the shard is written again. Receipts are written under a temporary name
 and renamed into place, so none is ever read half-written.
 
+A shard written in parts (shard_parts.py) has a receipt per part as well, and its own
+receipt names the digests of the parts it was joined from: a resumed run reuses a part
+that is in a finished shard, or a finished part, without writing it again.
+
 A receipt is JSON: data, never code, since the output folder may be a bucket others can
 write to. One that is there but is not a receipt stops the run, named (ReceiptError).
 """
@@ -23,12 +27,11 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from transforms.dead_letters import DeadLetter
-from worker import storage
+from worker import naming, storage
 from worker.records import (ExampleContent, ExampleRef, LabelledRow, ManifestRow, ShardOutcome,
                             ShardWritten)
 
-RECEIPTS_DIR = "receipts"  # in the run's temp dir
-_VERSION = 1  # of the receipt's layout
+_VERSION = 2  # of the receipt's layout
 
 
 class ReceiptError(ValueError):
@@ -36,16 +39,19 @@ class ReceiptError(ValueError):
 
 
 class ShardReceipt(NamedTuple):
-    """What a finished shard gave, and the files it is made of."""
+    """What a finished shard (or part of one) gave, and the files it is made of."""
 
-    rows_digest: str  # rows_digest() of the rows it was written from
+    # rows_digest() of the rows it was written from; of a joined shard, parts_digest()
+    rows_digest: str
     outcome: ShardOutcome
     files: tuple[tuple[str, int], ...]  # (path, size in bytes): the shard, companions, thumbnails
+    parts: tuple[str, ...] = ()  # a joined shard's: the rows_digest of each part, in order
 
     def to_json(self) -> bytes:
         # ASCII: a URI may hold undecodable bytes as surrogates, which only escapes carry.
         return json.dumps({"version": _VERSION, "rows_digest": self.rows_digest,
-                           "outcome": self.outcome, "files": self.files}).encode()
+                           "outcome": self.outcome, "files": self.files,
+                           "parts": self.parts}).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> ShardReceipt:
@@ -57,7 +63,8 @@ class ShardReceipt(NamedTuple):
             ShardWritten(*written), tuple(DeadLetter(*letter) for letter in dead_letters),
             tuple((sha256, _example_ref(ref)) for sha256, ref in example_keys))
         return cls(fields["rows_digest"], outcome,
-                   tuple((path, size) for path, size in fields["files"]))
+                   tuple((path, size) for path, size in fields["files"]),
+                   tuple(fields["parts"]))
 
 
 def _example_ref(fields: list) -> ExampleRef:
@@ -77,8 +84,9 @@ def rows_digest(rows: Iterable[LabelledRow]) -> str:
     return digest.hexdigest()
 
 
-def receipt_path(temp_dir: str, split: str, shard: int) -> str:
-    return storage.join(temp_dir, RECEIPTS_DIR, f"{split}-{shard:05d}.receipt.json")
+def parts_digest(part_digests: Iterable[str]) -> str:
+    """A joined shard's digest: of its parts' rows_digests, in order."""
+    return hashlib.sha256("\n".join(part_digests).encode()).hexdigest()
 
 
 def file_sizes(paths: Sequence[str]) -> tuple[tuple[str, int], ...]:
@@ -101,27 +109,64 @@ def read_receipt(path: str, digest: str) -> ShardReceipt | None:
     """The receipt at `path` when the shard it vouches for can be reused as it is: made
     from rows of this `digest`, every file there at its size. None otherwise; ReceiptError
     when what is at `path` is not a receipt."""
+    receipt = _existing(path)
+    if receipt is None or receipt.rows_digest != digest or not _files_there(receipt):
+        return None
+    return receipt
+
+
+def read_joined_part(temp_dir: str, split: str, shard: int, part: int, digest: str
+                     ) -> ShardReceipt | None:
+    """The receipt of the part when it was made from rows of this `digest` and is in a
+    finished shard (whose receipt names it, at its place, and whose files are all there):
+    its own files were deleted once joined. None otherwise."""
+    shard_receipt = _existing(naming.receipt_path(temp_dir, split, shard))
+    part_receipt = _existing(naming.receipt_path(temp_dir, split, shard, part))
+    if (shard_receipt is None or part_receipt is None or part_receipt.rows_digest != digest
+            or digest not in shard_receipt.parts or not _files_there(shard_receipt)):
+        return None
+    return part_receipt
+
+
+def read_part_receipts(temp_dir: str, split: str, shard: int, parts: Sequence[int]
+                       ) -> list[ShardReceipt]:
+    """The receipts of a shard's parts, which are all written; ReceiptError when one is
+    missing or not a receipt."""
+    found = []
+    for part in parts:
+        path = naming.receipt_path(temp_dir, split, shard, part)
+        receipt = _existing(path)
+        if receipt is None:
+            raise ReceiptError(f"{path} is missing: the part it is the receipt of was "
+                               "written, and the receipt is written last")
+        found.append(receipt)
+    return found
+
+
+def _existing(path: str) -> ShardReceipt | None:
     try:
         with storage.open_read(path) as file:
             data = file.read()
     except Exception:  # none there (each filesystem's own "not found"): written again
         return None
-    receipt = _parsed(path, data)
-    if receipt.rows_digest != digest:
-        return None
+    return _parsed(path, data)
+
+
+def _files_there(receipt: ShardReceipt) -> bool:
+    """Whether every file the receipt names is there, at the size it gives."""
     for file_path, size in receipt.files:
         try:
             if storage.size(file_path) != size:
-                return None
+                return False
         except Exception:  # each filesystem's own "not found"
-            return None
-    return receipt
+            return False
+    return True
 
 
 def example_refs(temp_dir: str, split: str, shard: int) -> dict[int, ExampleRef]:
     """A finished shard's ExampleRefs by position, from its receipt: where the near-copy
     search finds the refs of the pairs it found."""
-    path = receipt_path(temp_dir, split, shard)
+    path = naming.receipt_path(temp_dir, split, shard)
     with storage.open_read(path) as file:
         receipt = _parsed(path, file.read())
     return {ref.position: ref for _, ref in receipt.outcome.example_keys}

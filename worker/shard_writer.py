@@ -8,6 +8,12 @@ The shard file, its companions (`.idx`), its thumbnails (for report.html) and it
 counts, label counts, dead letters and each example's key for the copy search. So which
 process writes a shard, and how many write at once, changes no byte.
 
+A large shard is written in parts, so that a run with fewer shards than cores still uses
+them all: each part is a contiguous range of the write order (transforms/shards.py cuts
+it), written by the same code into a plain TFRecord-framed file, and shard_parts.py joins
+the parts in order through the shard's format, which gives the bytes of the shard
+written whole.
+
 Runs in a worker process (worker/pool.py) or, with no worker processes, in the pipeline's
 own; either way free of Beam's runner and of TensorFlow.
 """
@@ -28,12 +34,12 @@ from transforms import dead_letters as reasons
 from transforms.choices import LabelMode
 from transforms.dead_letters import DeadLetter
 from transforms.examples import encode_example, example_labels
-from transforms.file_formats import PipelineFiles
+from transforms.file_formats import PipelineFiles, RecordWriter
 from transforms.histograms import file_bytes_bin, longest_side_bin
 from transforms.images import ImageRejected, PreparedImage, prepare_image
 from transforms.schema import IMAGE
-from transforms.tfrecord_format import write_record
-from worker import receipts, storage
+from transforms.tfrecord_format import FramedWriter, write_record
+from worker import naming, receipts, storage
 from worker.image_files import read_image_bytes
 from worker.records import (ExampleContent, ExampleRef, LabelledRow, ManifestRow, ShardOutcome,
                             ShardWritten)
@@ -49,7 +55,9 @@ _R = TypeVar("_R")
 class ShardTask:
     """One shard to write: its rows, packed (pack_rows), and where its files go.
 
-    `lost`: images (by place in the shard's image order) that crashed or hung their
+    `part`: the rows are one part of the shard (its place in the shard), written as a
+    part for shard_parts.join_parts; None: they are the whole shard.
+    `lost`: images (by place in the task's image order) that crashed or hung their
     worker process on an earlier attempt, each with the reason and message of its dead
     letter; they are not read again.
     """
@@ -59,7 +67,16 @@ class ShardTask:
     packs: tuple[bytes, ...]
     temp_dir: str
     resuming: bool = False
+    part: int | None = None
     lost: tuple[tuple[int, str, str], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"shard {self.split} {self.shard}" + (
+            "" if self.part is None else f" (part {self.part})")
+
+    def run(self, settings: RunSettings, progress: Progress) -> ShardOutcome:
+        return write_shard(self, settings, progress)
 
 
 class Progress(Protocol):
@@ -90,17 +107,6 @@ def unpack_rows(pack: bytes) -> Iterator[LabelledRow]:
     return map(LabelledRow.from_json, zlib.decompress(pack).split(b"\n"))
 
 
-def shard_path(temp_dir: str, split: str, shard: int, suffix: str) -> str:
-    return storage.join(temp_dir, f"{split}-{shard:05d}{suffix}")
-
-
-def thumbnails_path(temp_dir: str, split: str, shard: int) -> str:
-    """Where a shard's thumbnails (images.thumbnail_of) go, a record per example in the
-    shard's order, for report.html: TFRecord-framed, whatever the shards' format (a file
-    of the run's own, read back by report_content.py)."""
-    return storage.join(temp_dir, "thumbnails", f"{split}-{shard:05d}.records")
-
-
 def uri_digest(uri: str) -> bytes:
     return hashlib.sha256(uri.encode("utf-8", "surrogateescape")).digest()
 
@@ -112,25 +118,31 @@ def write_order(row: ManifestRow) -> tuple[bytes, str, int]:
 
 def write_shard(task: ShardTask, settings: RunSettings, progress: Progress = Unwatched()
                 ) -> ShardOutcome:
-    """Writes the shard of `task`, or with `task.resuming` reuses what its receipt vouches
-    for; returns what it gave."""
+    """Writes the shard (or part) of `task`, or with `task.resuming` reuses what its
+    receipt vouches for; returns what it gave."""
     ordered = sorted(itertools.chain.from_iterable(map(unpack_rows, task.packs)),
                      key=lambda item: write_order(item.row))
     digest = receipts.rows_digest(ordered)
-    receipt_at = receipts.receipt_path(task.temp_dir, task.split, task.shard)
-    if task.resuming and (receipt := receipts.read_receipt(receipt_at, digest)):
+    receipt_at = naming.receipt_path(task.temp_dir, task.split, task.shard, task.part)
+    if task.resuming and (receipt := (
+            receipts.read_receipt(receipt_at, digest) or task.part is not None and
+            receipts.read_joined_part(task.temp_dir, task.split, task.shard, task.part,
+                                      digest))):
         progress.handled(len(ordered), len(receipt.outcome.dead_letters))
-        outcome = receipt.outcome
-        return outcome._replace(written=outcome.written._replace(resumed=True))
+        return resumed(receipt.outcome)
     outcome = _ShardWriter(task, settings, progress).write(ordered)
     written = outcome.written
-    files = ((written.temp_path, *(written.temp_path + suffix
-                                   for suffix in settings.shard_format.companions),
-              thumbnails_path(task.temp_dir, task.split, task.shard))
+    companions = settings.shard_format.companions if task.part is None else ()
+    files = ((written.temp_path, *(written.temp_path + suffix for suffix in companions),
+              naming.thumbnails_path(task.temp_dir, task.split, task.shard, task.part))
              if written.examples else ())
     receipts.write_receipt(receipt_at, receipts.ShardReceipt(
         digest, outcome, receipts.file_sizes(files)))
     return outcome
+
+
+def resumed(outcome: ShardOutcome) -> ShardOutcome:
+    return outcome._replace(written=outcome.written._replace(resumed=True))
 
 
 class _Encoded(NamedTuple):
@@ -180,8 +192,9 @@ class _ShardWriter:
                 progress.handled(len(others), len(others))
                 others = []
             images.append([first, *others])
-        temp_path = shard_path(task.temp_dir, task.split, task.shard,
-                               settings.shard_format.suffix)
+        temp_path = (naming.shard_path(task.temp_dir, task.split, task.shard,
+                                       settings.shard_format.suffix) if task.part is None
+                     else naming.part_path(task.temp_dir, task.split, task.shard, task.part))
         examples = rows_written = source_bytes = 0
         labels: collections.Counter[str] = collections.Counter()
         reencoded: collections.Counter[str] = collections.Counter()
@@ -207,10 +220,9 @@ class _ShardWriter:
                 if record is None:
                     continue
                 if out is None:
-                    out = opened.enter_context(
-                        settings.shard_format.create(temp_path, PipelineFiles()))
-                    thumbnails = opened.enter_context(storage.create(
-                        thumbnails_path(task.temp_dir, task.split, task.shard)))
+                    out = opened.enter_context(self._create(temp_path))
+                    thumbnails = opened.enter_context(storage.create(naming.thumbnails_path(
+                        task.temp_dir, task.split, task.shard, task.part)))
                 out.write(record)
                 write_record(thumbnails, outcome.thumbnail)
                 image_labels = example_labels(image_rows, settings.label_mode)
@@ -235,6 +247,16 @@ class _ShardWriter:
                                file_size, source_bytes, dict(labels), dict(reencoded),
                                dict(longest_sides), dict(file_bytes))
         return ShardOutcome(written, tuple(dead_letters), tuple(example_keys))
+
+    @contextlib.contextmanager
+    def _create(self, path: str) -> Iterator[RecordWriter]:
+        """The shard in its format, or a part in plain framing (joined in the format)."""
+        if self._task.part is None:
+            with self._settings.shard_format.create(path, PipelineFiles()) as out:
+                yield out
+        else:
+            with storage.create(path) as raw:
+                yield FramedWriter(raw)
 
     def _read(self, placed: tuple[int, list[LabelledRow]]) -> bytes | ImageRejected:
         place, rows = placed

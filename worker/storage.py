@@ -64,6 +64,18 @@ def rename(source: str, destination: str) -> None:
         _beam().rename([source], [destination])
 
 
+def delete(paths: list[str]) -> None:
+    """Deletes the files; one already gone is no error."""
+    for path in paths:
+        if is_local(path):
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+        elif _beam().exists(path):
+            _beam().delete([path])
+
+
 def join(base: str, *parts: str) -> str:
     return os.path.join(base, *parts) if is_local(base) else "/".join(
         [base.rstrip("/"), *parts])
