@@ -109,8 +109,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
 
     # Pass 2: label ids for every split, then each shard loads and writes its own images.
     source = p | "ReadSource" >> _read_rows(options, manifests)
-    labelled = source.rows | "ApplyLabels" >> ApplyLabels(
-        transform_fn, settings, tft_dir, pinned_from)
+    labelled = source.rows | "ApplyLabels" >> ApplyLabels(transform_fn, settings, pinned_from)
     written = labelled.labelled | "WriteShards" >> WriteShards(shard_plan, temp_dir, settings,
                                                                resuming)
 

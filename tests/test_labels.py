@@ -29,8 +29,7 @@ def apply_labels(p, tmp_path, oov_bucket, rows):
     transform_fn = (p | "Train" >> beam.Create(TRAIN)
                     | AnalyzeLabels(settings, str(tmp_path / "tmp")))
     _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
-    return p | "Rows" >> beam.Create(rows) | ApplyLabels(transform_fn, settings,
-                                                          str(tmp_path / "tmp"))
+    return p | "Rows" >> beam.Create(rows) | ApplyLabels(transform_fn, settings)
 
 
 def test_vocabulary_is_trains_by_frequency_and_unseen_labels_are_dead_letters(tmp_path):
@@ -53,7 +52,7 @@ def test_oov_policy_keeps_unseen_labels_with_the_bucket_id(tmp_path):
                     equal_to([(("dog",), (2,)), (("bird",), (3,))]))
 
 
-def test_rows_survive_the_passthrough_unchanged(tmp_path):
+def test_rows_come_through_unchanged(tmp_path):
     with TestPipeline() as p:
         labelled = apply_labels(p, tmp_path, False, TRAIN)
         assert_that(labelled.labelled | beam.Map(lambda l: l.row), equal_to(TRAIN))
@@ -81,8 +80,7 @@ def test_multi_label_vocabulary_covers_every_train_label(tmp_path):
                         | AnalyzeLabels(RunSettings(label_mode="multi"), str(tmp_path / "tmp")))
         _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
         labelled = (p | "Rows" >> beam.Create(train + others)
-                    | ApplyLabels(transform_fn, RunSettings(label_mode="multi"),
-                                  str(tmp_path / "tmp")))
+                    | ApplyLabels(transform_fn, RunSettings(label_mode="multi")))
         assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_ids)),
                     equal_to([(1, (0, 2)), (2, (0,)), (3, (1, 0)), (4, (2, 1))]), label="ids")
         assert_that(labelled.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.message)),
@@ -101,8 +99,7 @@ def test_a_pinned_vocabulary_gives_its_ids_and_is_what_the_transform_fn_carries(
                         | AnalyzeLabels(RunSettings(), str(tmp_path / "tmp"), pinned_file=pinned))
         _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
         labelled = (p | "Rows" >> beam.Create(TRAIN + OTHERS)
-                    | ApplyLabels(transform_fn, RunSettings(), str(tmp_path / "tmp"),
-                                  pinned_from="synsets.txt"))
+                    | ApplyLabels(transform_fn, RunSettings(), pinned_from="synsets.txt"))
         assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_ids)),
                     equal_to([(1, (2,)), (2, (0,)), (3, (2,)), (5, (0,))]), label="ids")
         # A TRAIN label outside the pinned list is unseen too; the message names the list.

@@ -1,9 +1,11 @@
 """Label ids with tf.Transform: the vocabulary is analysed on TRAIN (or pinned by the user)
 and applied to every split.
 
-Only the small manifest rows go through TensorFlow: the row travels beside the label as
-a tf.Transform passthrough column, so the transform_fn's only input is `label`, exactly
-what a serving model feeds it, and image bytes are loaded later, after shard assignment.
+Only the labels go through TensorFlow, to analyse them: the transform_fn's only input is
+`label` (and each categorical column), exactly what a serving model feeds it. The ids are
+then given to every row by a lookup of the vocabulary assets the transform_fn saved
+(worker/label_ids.py), which gives the ids the transform_fn gives
+(tests/test_label_ids.py), without a TensorFlow graph run or an Arrow round trip per row.
 
 A pinned vocabulary (--vocabulary, see vocabulary_file.py) is a text file that
 tf.Transform's apply_vocabulary reads as an asset: the SavedModel copies it to
@@ -21,6 +23,9 @@ import apache_beam as beam
 import pyarrow as pa
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
@@ -30,17 +35,16 @@ from transforms.choices import LabelMode
 from transforms.run_settings import RunSettings
 from transforms.schema import CATEGORICAL, ExtraColumn
 from transforms.vocabulary_file import LABEL_VOCABULARY
+from worker.label_ids import UNSEEN_ID, Vocabulary
 from worker.records import LabelledRow, ManifestRow
 
 LABEL = "label"
 LABEL_ID = "label_id"
-UNSEEN_LABEL_ID = -1  # what the transform gives an unseen label without an OOV bucket
 
-_ROW = "row"  # passthrough column: the serialized ManifestRow
 _BYTES_LIST = pa.large_list(pa.large_binary())
 
 
-def _input_config(label_mode: LabelMode, categorical: Sequence[str], with_row: bool
+def _input_config(label_mode: LabelMode, categorical: Sequence[str]
                   ) -> tfxio.TensorAdapterConfig:
     """The tensor `label` is for the transform_fn: a string per row, or a list of them
     (multi-label, and detection, where a row may be an image without objects); each
@@ -60,7 +64,7 @@ def _input_config(label_mode: LabelMode, categorical: Sequence[str], with_row: b
                 column_name=LABEL))
     else:
         tensors[LABEL] = scalar(LABEL)
-    columns = [LABEL, *categorical, *([_ROW] if with_row else [])]
+    columns = [LABEL, *categorical]
     return tfxio.TensorAdapterConfig(pa.schema([(name, _BYTES_LIST) for name in columns]),
                                      tensors)
 
@@ -72,9 +76,9 @@ def preprocessing_fn(inputs: dict, *, oov_bucket: bool, categorical: Sequence[st
     Likewise each categorical column -> `<column>_id`, with a vocabulary named after it.
 
     0 is the most frequent value; ties go by descending bytes (tf.Transform's order).
-    An unseen value gets id len(vocabulary) with `oov_bucket`, otherwise UNSEEN_LABEL_ID.
+    An unseen value gets id len(vocabulary) with `oov_bucket`, otherwise UNSEEN_ID.
     """
-    unseen = {"num_oov_buckets": 1} if oov_bucket else {"default_value": UNSEEN_LABEL_ID}
+    unseen = {"num_oov_buckets": 1} if oov_bucket else {"default_value": UNSEEN_ID}
     if pinned_file:
         label_ids = tft.apply_vocabulary(inputs[LABEL], pinned_file, **unseen)
     else:
@@ -119,11 +123,9 @@ class AnalyzeLabels(beam.PTransform):
     def expand(self, train_rows: beam.PCollection) -> tuple:
         batches = (train_rows
                    | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
-                   | "ToRecordBatch" >> beam.Map(_record_batch, self._categorical,
-                                                 with_row=False))
+                   | "ToRecordBatch" >> beam.Map(_record_batch, self._categorical))
         with tft_beam.Context(temp_dir=self._temp_dir):
-            return ((batches, _input_config(self._label_mode, self._categorical.names,
-                                            with_row=False))
+            return ((batches, _input_config(self._label_mode, self._categorical.names))
                     | "Vocabulary" >> tft_beam.AnalyzeDataset(functools.partial(
                         preprocessing_fn, oov_bucket=self._oov_bucket,
                         categorical=self._categorical.names,
@@ -131,73 +133,76 @@ class AnalyzeLabels(beam.PTransform):
 
 
 class ApplyLabels(beam.PTransform):
-    """ManifestRows -> LabelledRows through `transform_fn`; unseen labels -> DEAD_LETTERS.
+    """ManifestRows -> LabelledRows, ids looked up in the vocabularies of `transform_fn`
+    (AnalyzeLabels' output); unseen labels -> DEAD_LETTERS.
 
     With the OOV bucket an unseen label keeps its row and gets the OOV id instead.
     `pinned_from` (the pinned vocabulary's file, if any) is what unseen labels are
     said to be missing from.
     """
 
-    def __init__(self, transform_fn: tuple, settings: RunSettings, temp_dir: str,
+    def __init__(self, transform_fn: tuple, settings: RunSettings,
                  pinned_from: str | None = None) -> None:
         super().__init__()
-        self._transform_fn = transform_fn
-        self._label_mode = settings.label_mode
-        self._categorical = _Columns.of(settings.extra_columns)
-        self._temp_dir = temp_dir
-        self._unseen_where = (f"is not in the pinned vocabulary {pinned_from}" if pinned_from
-                              else "does not occur in the TRAIN split")
+        self._transform_fn_dir = transform_fn[0]  # a PCollection of the SavedModel's path
+        self._settings = settings
+        self._pinned_from = pinned_from
 
     def expand(self, rows: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        batches = (rows
-                   | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
-                   | "ToRecordBatch" >> beam.Map(_record_batch, self._categorical,
-                                                 with_row=True))
-        config = _input_config(self._label_mode, self._categorical.names, with_row=True)
-        with tft_beam.Context(temp_dir=self._temp_dir, passthrough_keys={_ROW}):
-            transformed, _ = (((batches, config), self._transform_fn)
-                              | "Transform" >> tft_beam.TransformDataset(
-                                  output_record_batches=True))
-        return transformed | "Unbatch" >> beam.FlatMap(
-            _labelled_rows, self._categorical, self._unseen_where
-        ).with_outputs(DEAD_LETTERS, main="labelled")
+        return rows | "LookUpIds" >> beam.ParDo(
+            _LookUpIds(self._settings, self._pinned_from),
+            beam.pvalue.AsSingleton(self._transform_fn_dir)).with_outputs(
+            DEAD_LETTERS, main="labelled")
 
 
-def _record_batch(rows: Sequence[ManifestRow], categorical: _Columns, with_row: bool
-                  ) -> pa.RecordBatch:
+class _LookUpIds(beam.DoFn):
+    def __init__(self, settings: RunSettings, pinned_from: str | None) -> None:
+        self._oov_bucket = settings.oov_bucket
+        self._categorical = _Columns.of(settings.extra_columns)
+        self._unseen_where = (f"is not in the pinned vocabulary {pinned_from}" if pinned_from
+                              else "does not occur in the TRAIN split")
+        self._unseen = Metrics.counter("labels", "unseen")
+        self._read_from: str | None = None
+
+    def process(self, row: ManifestRow, transform_fn_dir: str
+                ) -> Iterator[LabelledRow | beam.pvalue.TaggedOutput]:
+        if self._read_from != transform_fn_dir:  # once per DoFn instance
+            self._labels, *self._categories = [
+                _vocabulary(transform_fn_dir, name, self._oov_bucket)
+                for name in (LABEL_VOCABULARY, *self._categorical.names)]
+            self._read_from = transform_fn_dir
+        label_ids = tuple(map(self._labels.id_of, row.labels))
+        category_ids = tuple(vocabulary.id_of(str(row.extras[index])) for vocabulary, index
+                             in zip(self._categories, self._categorical.indices))
+        if UNSEEN_ID in label_ids:
+            self._unseen.inc()
+            unseen = [label for label, label_id in zip(row.labels, label_ids)
+                      if label_id == UNSEEN_ID]
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, row.dead_letter(
+                reasons.UNSEEN_LABEL,
+                f"label {', '.join(map(repr, unseen))} {self._unseen_where}"))
+        elif UNSEEN_ID in category_ids:
+            self._unseen.inc()
+            unseen = [f"{name} {row.extras[index]!r}"
+                      for name, index, category in zip(*self._categorical, category_ids)
+                      if category == UNSEEN_ID]
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, row.dead_letter(
+                reasons.UNSEEN_CATEGORY,
+                f"{', '.join(unseen)} does not occur in the TRAIN split"))
+        else:
+            yield LabelledRow(row, label_ids, category_ids)
+
+
+def _vocabulary(transform_fn_dir: str, name: str, oov_bucket: bool) -> Vocabulary:
+    """The vocabulary asset `name` of the SavedModel at `transform_fn_dir`."""
+    with FileSystems.open(FileSystems.join(transform_fn_dir, "assets", name),
+                          compression_type=CompressionTypes.UNCOMPRESSED) as file:
+        return Vocabulary.from_asset(file.read(), oov_bucket)
+
+
+def _record_batch(rows: Sequence[ManifestRow], categorical: _Columns) -> pa.RecordBatch:
     columns = {LABEL: [[label.encode() for label in row.labels] for row in rows]}
     for name, index in zip(*categorical):
         columns[name] = [[str(row.extras[index]).encode()] for row in rows]
-    if with_row:
-        columns[_ROW] = [[row.to_json().encode()] for row in rows]
     return pa.RecordBatch.from_arrays([pa.array(values, _BYTES_LIST)
                                        for values in columns.values()], list(columns))
-
-
-def _labelled_rows(transformed: tuple[pa.RecordBatch, dict], categorical: _Columns,
-                   unseen_where: str) -> Iterator[LabelledRow | beam.pvalue.TaggedOutput]:
-    batch, _ = transformed
-    ids_per_row = batch.column(LABEL_ID).to_pylist()
-    # One id per row: the flattened list column lines up with the rows.
-    category_ids = [batch.column(category_id(name)).flatten().to_pylist()
-                    for name in categorical.names]
-    serialized_rows = batch.column(_ROW).flatten().to_pylist()
-    for position, (label_ids, serialized) in enumerate(
-            zip(ids_per_row, serialized_rows, strict=True)):
-        row = ManifestRow.from_json(serialized)
-        unseen = [label for label, label_id in zip(row.labels, label_ids, strict=True)
-                  if label_id == UNSEEN_LABEL_ID]
-        row_category_ids = tuple(ids[position] for ids in category_ids)
-        unseen_categories = [f"{name} {row.extras[index]!r}"
-                             for name, index, category in zip(*categorical, row_category_ids)
-                             if category == UNSEEN_LABEL_ID]
-        if unseen:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, row.dead_letter(
-                reasons.UNSEEN_LABEL,
-                f"label {', '.join(map(repr, unseen))} {unseen_where}"))
-        elif unseen_categories:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, row.dead_letter(
-                reasons.UNSEEN_CATEGORY, f"{', '.join(unseen_categories)} does not occur "
-                "in the TRAIN split"))
-        else:
-            yield LabelledRow(row, tuple(label_ids), row_category_ids)
