@@ -105,7 +105,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         tft_dir)
     shard_plan = planning.rows | "PlanShards" >> PlanShards(
-        options.num_shards, int(options.target_shard_mb * _MB))
+        options.num_shards, int(options.target_shard_mb * _MB), settings.workers)
 
     # Pass 2: label ids for every split, then each shard loads and writes its own images.
     source = p | "ReadSource" >> _read_rows(options, manifests)

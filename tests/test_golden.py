@@ -96,22 +96,23 @@ def test_shards_written_in_parts_and_joined_are_the_pinned_bytes(configuration, 
 
     plan_split, plans = shards.plan_split, tmp_path / "plans"
 
-    def recorded(rows, shard_count):  # runs in a copy Beam unpickled: it writes a file
-        plan = plan_split(rows, shard_count)
+    def recorded(rows, shard_count, workers):  # runs in a copy Beam unpickled: it writes a file
+        plan = plan_split(rows, shard_count, workers)
         with plans.open("a") as file:
             file.write(f"{plan.parts}\n")
         return plan
 
     monkeypatch.setattr(shards, "PART_ROWS", 3)
     monkeypatch.setattr(shards, "plan_split", recorded)
-    assert_pinned(configuration, data, tmp_path)
+    assert_pinned(configuration, data, tmp_path, "--worker_processes", "4")
     assert max(map(int, plans.read_text().split())) >= 2
 
 
-def assert_pinned(configuration, data, tmp_path):
+def assert_pinned(configuration, data, tmp_path, *more_flags):
     root, bucket_flags = data
     flags = [flag.format(data=root) for flag in CONFIGURATIONS[configuration]]
-    output = convert(tmp_path / "out", *flags, "--max_error_fraction", "0.5", *bucket_flags)
+    output = convert(tmp_path / "out", *flags, "--max_error_fraction", "0.5", *bucket_flags,
+                     *more_flags)
     found = digests(output)
     golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     if os.environ.get("IMAGE_TFRECORDS_WRITE_GOLDEN"):

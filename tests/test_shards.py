@@ -86,14 +86,19 @@ def test_plan_from_sampled_file_sizes(tmp_path):
     rows += [labelled(tmp_path, f"t{i}.bin", data=b"x" * 1000, split="test").row
              for i in range(2)]
     with TestPipeline() as p:
-        plan = p | beam.Create(rows) | PlanShards(None, target_shard_bytes=10_000)
+        plan = p | beam.Create(rows) | PlanShards(None, target_shard_bytes=10_000,
+                                                  workers=Workers(1))
         assert_that(plan, equal_to([("train", SplitPlan(4, 1)), ("test", SplitPlan(1, 1))]))
 
 
-def test_parts_are_ranges_of_the_write_order_each_about_part_rows(monkeypatch):
+def test_parts_keep_the_workers_busy_and_are_ranges_of_the_write_order(monkeypatch):
     monkeypatch.setattr(shards, "PART_ROWS", 10)
-    assert shards.plan_split(rows=95, shards=2) == SplitPlan(2, 5)  # 48 rows a shard
-    assert shards.plan_split(rows=3, shards=3) == SplitPlan(3, 1)
+    # 2 shards for 8 workers: 8 parts each, were it not for PART_ROWS (48 rows a shard).
+    assert shards.plan_split(rows=95, shards=2, workers=8) == SplitPlan(2, 5)
+    assert shards.plan_split(rows=950, shards=2, workers=8) == SplitPlan(2, 8)
+    assert shards.plan_split(rows=950, shards=4, workers=2) == SplitPlan(4, 1)  # shards enough
+    assert shards.plan_split(rows=950, shards=1, workers=0) == SplitPlan(1, 1)  # in-process
+    assert shards.plan_split(rows=3, shards=3, workers=8) == SplitPlan(3, 1)
     uris = sorted((f"gs://b/{i}.jpg" for i in range(200)),
                   key=lambda uri: hashlib.sha256(uri.encode()).digest())
     parts = [part_of(uri, 4) for uri in uris]

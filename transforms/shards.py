@@ -8,10 +8,12 @@ size of files follow the bundling. Grouping the small rows by shard instead (pac
 and makes the output deterministic: a row's shard is a hash of its URI and rows are
 written in hash order (worker/shard_writer.py).
 
-A shard planned to hold more than PART_ROWS rows is cut into parts, ranges of that hash
-order, which worker processes write at once and one of them then joins
-(worker/shard_parts.py): a run with fewer shards than cores (a small dataset, a few
-large shards) still uses every core, and the bytes are those of the shard written whole.
+When a split has fewer shards than the worker processes can write at once, its shards are
+cut into parts, ranges of that hash order of at least about PART_ROWS rows, which worker
+processes write at once and one of them then joins (worker/shard_parts.py): a run with
+fewer shards than cores (a small dataset, a few large shards) still uses every core. The
+bytes are those of the shard written whole, so the plan may depend on the number of
+workers; where there are shards enough, none is cut (a join reads its examples again).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from transforms.deadline import within_deadline
 from transforms.manifest import DEAD_LETTERS
 from transforms.run_settings import RunSettings
 from worker import pool
+from worker.pool import Workers
 from worker.records import LabelledRow, ShardOutcome, ShardWritten
 from worker.shard_parts import JoinTask
 from worker.shard_writer import ShardTask, pack_rows, uri_digest
@@ -68,9 +71,11 @@ def shards_for(rows: int, mean_file_bytes: float, target_shard_bytes: int) -> in
     return max(1, min(rows, math.ceil(rows * mean_file_bytes / target_shard_bytes)))
 
 
-def plan_split(rows: int, shards: int) -> SplitPlan:
-    """`shards` shards, each cut into parts of about PART_ROWS rows."""
-    return SplitPlan(shards, max(1, math.ceil(rows / shards / PART_ROWS)))
+def plan_split(rows: int, shards: int, workers: int) -> SplitPlan:
+    """`shards` shards, each cut into as many parts as keep `workers` processes busy
+    twice over (so that they finish together), none of fewer than about PART_ROWS rows."""
+    return SplitPlan(shards, max(1, min(math.ceil(rows / shards / PART_ROWS),
+                                        math.ceil(2 * workers / shards))))
 
 
 EXAMPLE_KEYS = "example_keys"  # WriteShards' output of (sha256, ExampleRef) per example
@@ -84,17 +89,23 @@ class PlanShards(beam.PTransform):
     the plan is the same on every run of the same manifest whose storage answers.
     """
 
-    def __init__(self, num_shards: int | None, target_shard_bytes: int) -> None:
+    def __init__(self, num_shards: int | None, target_shard_bytes: int, workers: Workers
+                 ) -> None:
         super().__init__()
         self._num_shards = num_shards
         self._target_shard_bytes = target_shard_bytes
+        self._workers = workers
+
+    def _plan(self, rows: int, shards: int) -> SplitPlan:
+        # Where the plan is made: the DirectRunner's one process, or a runner's worker.
+        return plan_split(rows, shards, self._workers.process_count())
 
     def expand(self, rows: beam.PCollection) -> beam.PCollection:
         uris = rows | "BySplit" >> beam.Map(lambda row: (row.split, row.uri))
         counts = uris | "CountRows" >> beam.combiners.Count.PerKey()
         if self._num_shards:
             return counts | "FixedCount" >> beam.MapTuple(lambda split, count: (
-                split, plan_split(count, min(count, self._num_shards))))
+                split, self._plan(count, min(count, self._num_shards))))
         mean_sizes = (uris
                       | "SampleFiles" >> beam.combiners.Top.PerKey(
                           _SIZE_SAMPLE, key=uri_digest, reverse=True)
@@ -102,7 +113,7 @@ class PlanShards(beam.PTransform):
                           lambda split, sample: (split, mean_file_size(sample))))
         return ({"rows": counts, "mean_bytes": mean_sizes}
                 | "Join" >> beam.CoGroupByKey()
-                | "ShardCount" >> beam.MapTuple(lambda split, stats: (split, plan_split(
+                | "ShardCount" >> beam.MapTuple(lambda split, stats: (split, self._plan(
                     stats["rows"][0], shards_for(stats["rows"][0], stats["mean_bytes"][0],
                                                  self._target_shard_bytes)))))
 
