@@ -6,7 +6,10 @@ again; in a 200-image run (~250 transforms, tf.Transform's included):
 - the pipeline's TypeOptions, on every transform applied: 690 views, each parsing the
   command line anew with its own argparse parser, ~0.5 s of CPU.
 
-cached_lookups() answers each once, for the length of a run.
+cached_lookups() answers each once, for the length of a run. It replaces two of Beam's
+internals, so it does so only on the Beam version it was read against (VERIFIED_ON);
+on any other it changes nothing, and tests/test_beam_lookups.py fails until someone has
+read the new version's get_signature and view_as again and moved VERIFIED_ON.
 """
 
 from __future__ import annotations
@@ -17,8 +20,11 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import apache_beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import core
+
+VERIFIED_ON = "2.77.0"  # the Beam whose core.get_signature and view_as this was read against
 
 
 @contextlib.contextmanager
@@ -34,6 +40,9 @@ def cached_lookups() -> Iterator[None]:
     it was made from (PipelineOptions._all_options), so one view per class sees every
     change, as a new one would.
     """
+    if apache_beam.__version__ != VERIFIED_ON:
+        yield
+        return
     beam_get_signature, beam_view_as = core.get_signature, PipelineOptions.view_as
     core.get_signature = _remembering(beam_get_signature)
     PipelineOptions.view_as = _remembered_views(beam_view_as)

@@ -9,6 +9,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import core
 from apache_beam.typehints.decorators import get_signature as beams_own
 
+from pipeline import beam_lookups
 from pipeline.beam_lookups import _remembering, cached_lookups
 
 
@@ -78,3 +79,13 @@ def test_one_view_per_class_sees_and_makes_every_change_as_a_new_view_would():
         assert types.runtime_type_check is True
     assert options.view_as(TypeOptions) is not types
     assert options.view_as(TypeOptions).runtime_type_check is True
+
+
+def test_it_patches_only_the_beam_it_was_read_against(monkeypatch):
+    # Fails when the pinned Beam moves: read its core.get_signature and
+    # PipelineOptions.view_as again before moving VERIFIED_ON.
+    assert beam.__version__ == beam_lookups.VERIFIED_ON
+    monkeypatch.setattr(beam, "__version__", "9.99.0")
+    with cached_lookups():
+        assert core.get_signature is beams_own
+        assert PipelineOptions.view_as is beams_view_as
