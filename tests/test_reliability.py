@@ -10,9 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
+
+import image_tfrecords
 
 from conftest import encode, photo_like
 from pipeline import run
@@ -87,8 +89,15 @@ def test_same_bytes_with_one_or_two_workers(manifest, reference, tmp_path, worke
         assert again[name] == reference[name], name
 
 
-def test_a_killed_run_leaves_the_old_output_whole_and_a_rerun_completes(
-        manifest, reference, tmp_path):
+STOP_AT = Path(__file__).parent.parent / "bench" / "stop_at.py"
+
+
+@pytest.mark.parametrize(("module", "function", "when"), [
+    ("worker.receipts", "write_receipt", "after"),  # the 2nd shard written, in a worker
+    ("transforms.publish", "move_into_place", "after"),  # publishing: shards moved in
+])
+def test_a_killed_run_never_looks_like_a_good_one_and_a_rerun_completes(
+        manifest, reference, tmp_path, module, function, when):
     output = tmp_path / "out"
     (tmp_path / "old.csv").write_text("TRAIN,reliability-old.jpg,cat\n")
     (tmp_path / "reliability-old.jpg").write_bytes(encode(photo_like(8, 8, 99), "JPEG"))
@@ -96,21 +105,19 @@ def test_a_killed_run_leaves_the_old_output_whole_and_a_rerun_completes(
                      str(output)]) == 0
     old = published(output)
 
-    job = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "--manifest", str(manifest), "--output_dir",
-         str(output), "--num_shards", "3", "--overwrite", "--max_error_fraction", "0.1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not any(names for folder, _, names in os.walk(output) if "/.tmp-" in folder):
-            assert job.poll() is None, "the job ended before it could be killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-    finally:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
-    assert published(output) == old  # untouched: the killed run published nothing
+    job = subprocess.run(  # SIGKILLed, worker processes and all, where the test says
+        [sys.executable, str(STOP_AT), module, function, when, "2" if module.startswith(
+            "worker") else "1", "--manifest", str(manifest), "--output_dir", str(output),
+         "--num_shards", "3", "--overwrite", "--max_error_fraction", "0.1"],
+        capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert job.returncode == -signal.SIGKILL, job.stderr[-3000:]
     assert [name for name in os.listdir(output) if name.startswith(".tmp-")]
+    if function == "write_receipt":
+        assert published(output) == old  # untouched: the killed run published nothing
+    else:  # killed midway through the swap: no summary.json, so no reader takes it
+        assert not (output / "summary.json").exists()
+        with pytest.raises(FileNotFoundError, match="not an image-tfrecords output"):
+            image_tfrecords.load(str(output), "train")
 
     convert(manifest, output)
     assert published(output) == reference
