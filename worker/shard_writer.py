@@ -8,8 +8,8 @@ The shard file, its companions (`.idx`), its thumbnails (for report.html) and it
 counts, label counts, dead letters and each example's key for the copy search. So which
 process writes a shard, and how many write at once, changes no byte.
 
-A large shard is written in parts, so that a run with fewer shards than cores still uses
-them all: each part is a contiguous range of the write order (transforms/shards.py cuts
+Where a split has too few shards to keep the workers busy, its shards are written in
+parts: each part is a contiguous range of the write order (transforms/shards.py cuts
 it), written by the same code into a plain TFRecord-framed file, and shard_parts.py joins
 the parts in order through the shard's format, which gives the bytes of the shard
 written whole.
