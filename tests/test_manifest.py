@@ -347,12 +347,6 @@ def test_vertex_ai_jsonl_boxes_are_one_row_each_and_a_bad_box_costs_only_itself(
     assert json.loads(bad[0].raw) == boxes[2]
 
 
-def test_rows_survive_the_json_round_trip_with_their_boxes():
-    row = ManifestRow("m.csv", 4, "raw", "train", "a.jpg", ("cat", "dog"),
-                      (Box(0.1, 0.2, 0.3, 0.4), Box(0.0, 0.0, 1.0, 1.0)))
-    assert ManifestRow.from_json(row.to_json()) == row
-
-
 # --- headers as real datasets write them -------------------------------------------------
 
 @pytest.mark.parametrize("text, uri, labels", [

@@ -55,15 +55,22 @@ class SplitPlan(NamedTuple):
     shards: int
     parts: int = 1
 
+    def place(self, uri: str) -> tuple[int, int]:
+        """The row's shard, and its part of that shard, from one hash of its URI.
+
+        The shard is the first 8 bytes of the digest modulo the shards; the part is
+        their range, and as they lead the write order (worker/shard_writer.py), a
+        shard's parts in order are its rows in order."""
+        leading = int.from_bytes(uri_digest(uri)[:8], "big")
+        return leading % self.shards, (leading * self.parts) >> 64
+
 
 def shard_of(uri: str, num_shards: int) -> int:
-    return int.from_bytes(uri_digest(uri)[:8], "big") % num_shards
+    return SplitPlan(num_shards).place(uri)[0]
 
 
 def part_of(uri: str, parts: int) -> int:
-    """The part of its shard a row goes to: a range of the first 8 bytes of the URI's
-    digest, which lead the write order, so the parts in order are the shard's rows in order."""
-    return (int.from_bytes(uri_digest(uri)[:8], "big") * parts) >> 64
+    return SplitPlan(1, parts).place(uri)[1]
 
 
 def shards_for(rows: int, mean_file_bytes: float, target_shard_bytes: int) -> int:
@@ -162,9 +169,8 @@ class _PackByShard(beam.DoFn):
     def process(self, item: LabelledRow, plan: dict[str, SplitPlan]
                 ) -> Iterator[tuple[tuple[str, int], tuple[int, bytes]]]:
         line = item.to_json()
-        split, uri = item.row.split, item.row.uri
-        shards, parts = plan[split]
-        self._held[split, shard_of(uri, shards), part_of(uri, parts)].append(line)
+        split = item.row.split
+        self._held[split, *plan[split].place(item.row.uri)].append(line)
         self._held_bytes += len(line)
         if self._held_bytes >= _PACK_BYTES:
             yield from self._packs()

@@ -66,9 +66,6 @@ ProgressSink = Callable[[int, int], None]
 class Task(Protocol):
     """What a worker is handed: shard_writer.ShardTask, shard_parts.JoinTask."""
 
-    split: str
-    shard: int
-
     @property
     def name(self) -> str: ...
 

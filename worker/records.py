@@ -45,16 +45,9 @@ class ManifestRow(NamedTuple):
         return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
                           reason, message)
 
-    def to_json(self) -> str:
-        return json.dumps(self)
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> ManifestRow:
-        return cls.from_fields(json.loads(text))
-
     @classmethod
     def from_fields(cls, fields: list) -> ManifestRow:
-        """The row from its JSON array (to_json's, parsed)."""
+        """The row from its JSON array (a LabelledRow's or a receipt's, parsed)."""
         *scalars, labels, boxes, extras, image_size = fields
         return cls(*scalars, tuple(labels), tuple(Box(*box) for box in boxes), tuple(extras),
                    tuple(image_size) if image_size else None)

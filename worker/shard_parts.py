@@ -79,14 +79,11 @@ def _join_records(task: JoinTask, parts: Sequence[int], path: str,
     with settings.shard_format.create(path, PipelineFiles()) as out:
         for place in parts:
             part_path = naming.part_path(task.temp_dir, task.split, task.shard, place)
-            try:
-                part_file = storage.open_read(part_path)
-            except FileNotFoundError:
+            if not storage.exists(part_path):  # deleted by an earlier join (read_joined_part)
                 raise FileNotFoundError(
                     f"{part_path} is gone: a resumed run found this part joined into a shard "
-                    "that is no longer whole. Delete the run's folder to write it again"
-                ) from None
-            with part_file:
+                    "that is no longer whole. Delete the run's folder to write it again")
+            with storage.open_read(part_path) as part_file:
                 for record in read_records(part_file):
                     out.write(record)
 
