@@ -56,7 +56,7 @@ $(BENCH_INSTALLED): $(INSTALLED) bench/requirements.txt
 	touch $@
 
 # Ours against bench/handwritten.py and bench/process_pool.py, side by side, and ours at 1
-# and 2 decode processes: see bench/RESULTS.md (about 30 minutes).
+# and 2 worker processes: see bench/RESULTS.md (about 30 minutes).
 bench: $(BENCH_INSTALLED)
 	$(VENV)/bin/python bench/write_bench.py --ours_worker_processes 1 2 --json bench/results.json
 
