@@ -1,15 +1,18 @@
 """The whole pipeline on one screen.
 
-The manifest is read twice, because rows are small and images are not: the first pass
-learns the label vocabulary (tf.Transform, TRAIN only) and the shard plan; the second
-gives every row its label id, groups the rows by shard, and only then reads each image
-once, inside the DoFn that writes its shard. No image byte is shuffled or passed through
-TensorFlow, and no stage waits on a side input while holding the manifest.
+The manifest is read twice, in chunks that worker processes parse, because rows are small
+and images are not: the first pass learns the label vocabulary (tf.Transform, TRAIN only)
+and the shard plan; the second gives every row its label id and packs the rows by shard,
+and only then does a worker process read each image of a shard, once, and write it. This
+process handles chunks, packs and shards, never a row or an image: no image byte is
+shuffled or passed through TensorFlow, and no stage waits on a side input while holding
+the manifest.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 
 import apache_beam as beam
 import tensorflow_transform.beam as tft_beam
@@ -24,22 +27,22 @@ from pipeline.collector import uncollected
 from pipeline.options import ConvertOptions, runs_on_the_direct_runner
 from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
-from transforms.folder import ReadImageFolder
-from transforms.labels import AnalyzeLabels, ApplyLabels
-from transforms.manifest import DISCARDED
+from transforms.labels import AnalyzeLabels
 from transforms.outcome import Failure, PublishRules, RunFailed
 from transforms.publish import PublishOutput, delete_tree, read_failure, staged_dir
 from transforms.report_content import GatherReportContent
+from transforms.rows import PACKS, PackRows, SurveyRows
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
 from transforms.sorted_lines import WriteSortedLines
-from transforms.sources import ManifestSource, ReadManifest
 from transforms.summary import SUMMARY_FILE, RunInfo, Summary
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
+from worker.chunks import RowChunk
+from worker.row_tasks import ChunkSurvey
 
 _MB = 1 << 20
 
 
-def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: RunInfo,
+def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
         folder: resume.RunFolder, pinned: PinnedVocabulary | None = None) -> Summary | None:
     """Runs the conversion in `folder` and returns the summary.json it wrote.
 
@@ -68,7 +71,7 @@ def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: Run
                        if pinned else None)
         with cached_lookups(), beam.Pipeline(runner=_runner(options), options=options) as p:
             with uncollected():  # the graph lives until the run, as this block exits, ends
-                build(p, convert, manifests, temp_dir, tft_dir, run_info, folder.resumed,
+                build(p, convert, row_chunks, temp_dir, tft_dir, run_info, folder.resumed,
                       pinned.source if pinned else None, pinned_file)
     except BaseException:
         # Publishing removes it after a success; after a failure it is no evidence (the
@@ -85,7 +88,7 @@ def run(options: PipelineOptions, manifests: list[ManifestSource], run_info: Run
         return Summary.from_json(file.read())
 
 
-def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSource],
+def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
           temp_dir: str, tft_dir: str, run_info: RunInfo, resuming: bool = False,
           pinned_from: str | None = None, pinned_file: str | None = None) -> None:
     """The conversion's graph; `pinned_file` is the pinned vocabulary as tf.Transform
@@ -93,25 +96,26 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     the shards a stopped run left in `temp_dir` are reused where their receipts say so."""
     output_dir = options.output_dir
     settings = options.run_settings()
+    rules = options.row_rules()
 
-    # Pass 1, over the small rows: the label vocabulary and how many shards each split gets.
-    planning = p | "ReadSourceToPlan" >> _read_rows(options, manifests)
-    train_rows = planning.rows | "TrainRows" >> beam.Filter(lambda row: row.split == "train")
-    transform_fn = train_rows | "AnalyzeLabels" >> AnalyzeLabels(settings, tft_dir, pinned_file)
+    # Pass 1, over chunks of the small rows: the label vocabulary and each split's shards.
+    chunks = p | "RowChunks" >> beam.Create(row_chunks)
+    surveys = chunks | "SurveyRows" >> SurveyRows(rules, settings)
+    transform_fn = surveys | "AnalyzeLabels" >> AnalyzeLabels(settings, tft_dir, pinned_file)
     # What the publish step names when a label's TRAIN rows all became dead letters.
-    train_label_rows = (train_rows
-                        | "TrainLabels" >> beam.FlatMap(lambda row: row.labels)
-                        | "CountTrainLabels" >> beam.combiners.Count.PerElement())
+    train_label_rows = (surveys
+                        | "TrainLabels" >> beam.FlatMap(_label_rows)
+                        | "CountTrainLabels" >> beam.CombinePerKey(sum))
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         tft_dir)
-    shard_plan = planning.rows | "PlanShards" >> PlanShards(
+    shard_plan = surveys | "PlanShards" >> PlanShards(
         options.num_shards, int(options.target_shard_mb * _MB), settings.workers)
 
-    # Pass 2: label ids for every split, then each shard loads and writes its own images.
-    source = p | "ReadSource" >> _read_rows(options, manifests)
-    labelled = source.rows | "ApplyLabels" >> ApplyLabels(transform_fn, settings, pinned_from)
-    written = labelled.labelled | "WriteShards" >> WriteShards(shard_plan, temp_dir, settings,
-                                                               resuming)
+    # Pass 2: the chunks again, their rows labelled and packed by shard; then each shard
+    # loads and writes its own images.
+    packed = chunks | "PackRows" >> PackRows(shard_plan, transform_fn, rules, settings,
+                                             pinned_from)
+    written = packed[PACKS] | "WriteShards" >> WriteShards(temp_dir, settings, resuming)
 
     # What is published besides the shards is staged, so the previous output stays whole
     # until the publish step swaps everything at once.
@@ -119,20 +123,16 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
     deduped = ((written.shards, written[EXAMPLE_KEYS])
                | "Duplicates" >> ReportDuplicates(settings, temp_dir, staged))
 
-    dead_letters = ((source.dead_letters, labelled.dead_letters, written.dead_letters,
-                     deduped["dead_letters"])
+    dead_letters = ((surveys | "RowDeadLetters" >> beam.FlatMap(lambda s: s.dead_letters),
+                     packed.dead_letters, written.dead_letters, deduped["dead_letters"])
                     | "DeadLetters" >> beam.Flatten())
     dead_letter_files = dead_letters | "WriteDeadLetters" >> WriteSortedLines(
         f"{staged}/errors", DeadLetter.to_json, sort_key=lambda d: (d.manifest, d.line))
     # DISCARD rows are left out on purpose: read, but neither examples nor dead letters.
-    rows_discarded = ((source[DISCARDED] if not options.image_folder
-                       else p | "NoDiscardedRows" >> beam.Create([]))
-                      | "CountDiscarded" >> _count())
-    # Counted apart and summed later: a Flatten of the rows would be materialised.
-    row_counts = ((source.rows | "CountRows" >> _count(),
-                   source.dead_letters | "CountRejected" >> _count(),
-                   rows_discarded)
-                  | "RowCounts" >> beam.Flatten())
+    rows_discarded = (surveys
+                      | "Discarded" >> beam.Map(lambda survey: survey.discarded)
+                      | "CountDiscarded" >> beam.CombineGlobally(sum).without_defaults())
+    row_counts = surveys | "RowsRead" >> beam.Map(lambda survey: survey.rows_read)
 
     # What report.html shows besides summary.json: a sample, the first copies and dead letters.
     report_content = ({"example_keys": written[EXAMPLE_KEYS], "dead_letters": dead_letters}
@@ -153,11 +153,11 @@ def build(p: beam.Pipeline, options: ConvertOptions, manifests: list[ManifestSou
                                        PublishRules(options.max_error_fraction, pinned_from)))
 
 
-def _count() -> beam.PTransform:
-    """A count that is absent, not 0, when there is nothing to count (the publish step
-    takes it as 0): Beam's default 0 adds an Impulse stage and a side input to each
-    count, about 60 ms of CPU apiece on the FnApiRunner."""
-    return beam.combiners.Count.Globally().without_defaults()
+def _label_rows(survey: ChunkSurvey) -> Iterator[tuple[str, int]]:
+    """(label, TRAIN rows carrying it) of a chunk: each label of each row."""
+    for group in survey.train_labels:
+        for label in group.labels:
+            yield label, group.rows
 
 
 def _recorded_failure(temp_dir: str) -> Failure | None:
@@ -167,13 +167,6 @@ def _recorded_failure(temp_dir: str) -> Failure | None:
         return read_failure(temp_dir)
     except Exception:  # each filesystem's own
         return None
-
-
-def _read_rows(options: ConvertOptions, manifests: list[ManifestSource]) -> beam.PTransform:
-    """The source's rows: a manifest's lines or an image folder's files."""
-    if options.image_folder:
-        return ReadImageFolder(options.image_folder, options.split_fraction_values())
-    return ReadManifest(manifests, options.row_rules())
 
 
 def _runner(options: PipelineOptions) -> FnApiRunner | None:

@@ -21,11 +21,13 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.options import ConvertOptions
-from transforms.folder import everything_under
+from transforms.folder import IMAGE_FOLDER, everything_under
 from transforms.outcome import FAILED_FILE, read_summary
-from transforms.sources import ManifestSource
+from transforms.sources import FORMATS
 from transforms.summary import SUMMARY_FILE, Summary
 from transforms.vocabulary_file import PinnedVocabulary
+from worker import storage
+from worker.chunks import LineCutter, LineRange, ManifestSource, RowChunk, chunk_bytes
 
 RUN_FILE = "run.json"
 # Options that change nothing a run writes, and may differ between a run and its resume;
@@ -33,7 +35,7 @@ RUN_FILE = "run.json"
 _NOT_COMPARED = frozenset({"manifest", "image_folder", "output_dir", "overwrite", "resume",
                            "quiet", "verbose", "worker_processes", "decode_timeout",
                            "read_threads", "max_error_fraction"})
-_CHUNK = 1 << 20
+_BLOCK = 1 << 20
 
 
 class ResumeRefused(ValueError):
@@ -77,12 +79,32 @@ class RunFolder(NamedTuple):
     resumed: bool  # a stopped run's, whose finished shards are reused
 
 
-def fingerprint(convert: ConvertOptions, manifests: Sequence[ManifestSource],
-                pinned: PinnedVocabulary | None, versions: dict[str, str]) -> Fingerprint:
+class SourceScan(NamedTuple):
+    """What reading the sources once in the launcher gives: the run's fingerprint, and
+    the chunks of rows the worker processes parse (worker/chunks.py)."""
+
+    fingerprint: Fingerprint
+    chunks: list[RowChunk]
+
+
+def scan_sources(convert: ConvertOptions, manifests: Sequence[ManifestSource],
+                 pinned: PinnedVocabulary | None, versions: dict[str, str]) -> SourceScan:
+    """Reads each manifest once: its digest, and where its chunks begin and end."""
+    processes = convert.run_settings().workers.process_count()
     if convert.image_folder:
         sources = {convert.image_folder: _listing_digest(convert.image_folder)}
+        chunks = [RowChunk(ManifestSource(convert.image_folder, IMAGE_FOLDER))]
     else:
-        sources = {source.describe(): _contents_digest(source.path) for source in manifests}
+        sources, chunks = {}, []
+        for source in manifests:
+            sources[source.describe()], lines = _contents_digest(source, processes)
+            chunks += [RowChunk(source, each) for each in lines] if lines else [
+                RowChunk(source)]
+    return SourceScan(_fingerprint(convert, sources, pinned, versions), chunks)
+
+
+def _fingerprint(convert: ConvertOptions, sources: dict[str, str],
+                 pinned: PinnedVocabulary | None, versions: dict[str, str]) -> Fingerprint:
     if pinned:
         sources[f"--vocabulary {pinned.source}"] = hashlib.sha256(
             "\n".join(pinned.labels).encode()).hexdigest()
@@ -152,17 +174,26 @@ def _stopped_runs(output_dir: str) -> list[tuple[str, Fingerprint]]:
     return [(run_id, recorded) for _, run_id, recorded in sorted(found, reverse=True)]
 
 
-def _contents_digest(pattern: str) -> str:
-    """Of every file `pattern` matches (one manifest, or a Pascal VOC glob), in order."""
+def _contents_digest(source: ManifestSource, processes: int
+                     ) -> tuple[str, list[LineRange] | None]:
+    """The digest of every file the source's path matches (one manifest, or a Pascal VOC
+    glob), in order; and the file's line ranges where its format and compression let it
+    be cut (else None: one chunk of all of it)."""
     digest = hashlib.sha256()
-    for metadata in sorted(FileSystems.match([pattern])[0].metadata_list,
-                           key=lambda m: m.path):
+    matched = sorted(FileSystems.match([source.path])[0].metadata_list, key=lambda m: m.path)
+    cutter = None
+    if (FORMATS[source.format].cuts_by_lines and len(matched) == 1
+            and not storage.is_compressed(source.path)):
+        cutter = LineCutter(chunk_bytes(matched[0].size_in_bytes, processes))
+    for metadata in matched:
         digest.update(metadata.path.encode() + b"\0")
         with FileSystems.open(metadata.path,
                               compression_type=CompressionTypes.UNCOMPRESSED) as file:
-            while chunk := file.read(_CHUNK):
-                digest.update(chunk)
-    return digest.hexdigest()
+            while block := file.read(_BLOCK):
+                digest.update(block)
+                if cutter:
+                    cutter.feed(block)
+    return digest.hexdigest(), cutter.ranges() if cutter else None
 
 
 def _listing_digest(root: str) -> str:

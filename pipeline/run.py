@@ -18,8 +18,8 @@ from pipeline.engines import EngineUnusable, job_server_of_the_run, use_built_jo
 from pipeline.options import ConvertOptions, unknown_option_problem
 from pipeline.progress import shown_progress
 from pipeline.report import format_report
-from pipeline.resume import (ResumeRefused, RunFolder, choose_run_folder, fingerprint, start,
-                             temp_dir)
+from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
+                             scan_sources, start, temp_dir)
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from transforms.folder import check_folder
 from transforms.manifest import ManifestError, ManifestRow, RowRules
@@ -91,13 +91,14 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
                            **convert.values()),
         versions={name: _version(name) for name in _VERSIONED},
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat())
-    folder = _run_folder(convert, manifests, pinned, run_info.versions)
+    scan = scan_sources(convert, manifests, pinned, run_info.versions)
+    folder = _run_folder(convert, scan.fingerprint)
     try:
         with frozen_for_the_run(), job_server_of_the_run(options, folder.run_id):
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             with uncollected():
                 from pipeline import graph  # noqa: PLC0415
-            summary = graph.run(options, manifests, run_info, folder, pinned)
+            summary = graph.run(options, scan.chunks, run_info, folder, pinned)
     except RunFailed as failed:
         print(format_report(failed.failure.summary, convert.output_dir,
                             time.monotonic() - started, published=False))
@@ -110,10 +111,8 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
     return summary
 
 
-def _run_folder(convert: ConvertOptions, manifests: list[ManifestSource],
-                pinned: PinnedVocabulary | None, versions: dict[str, str]) -> RunFolder:
+def _run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolder:
     """The run's temp folder, started: a stopped run's with --resume, else a new one."""
-    current = fingerprint(convert, manifests, pinned, versions)
     try:
         folder = choose_run_folder(convert, current)
     except ResumeRefused as refused:

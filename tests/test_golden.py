@@ -122,3 +122,25 @@ def assert_pinned(configuration, data, tmp_path, *more_flags):
     expected = golden[configuration]
     assert sorted(found) == sorted(expected), "files written"
     assert {name: digest for name, digest in found.items() if expected[name] != digest} == {}
+
+
+@pytest.mark.parametrize("configuration, processes", [
+    ("extra_columns", "2"), ("detection", "2"), ("multi_one_hot", "2"),
+    ("single_tfrecord", "0")])
+def test_manifests_parsed_in_many_chunks_give_the_pinned_bytes(configuration, processes,
+                                                              data, tmp_path, monkeypatch):
+    """Rows travel in chunks of ~3 lines here (a header read once, line numbers counted
+    across chunks), parsed by worker processes or, with 0, in this one."""
+    from pipeline import resume, run
+
+    chunk_counts = []
+
+    def scan_in_small_chunks(*arguments):
+        scanned = resume.scan_sources(*arguments)
+        chunk_counts.append(len(scanned.chunks))
+        return scanned
+
+    monkeypatch.setattr(resume, "chunk_bytes", lambda file_bytes, processes: 100)
+    monkeypatch.setattr(run, "scan_sources", scan_in_small_chunks)
+    assert_pinned(configuration, data, tmp_path, "--worker_processes", processes)
+    assert chunk_counts[0] >= 6

@@ -15,6 +15,7 @@ from transforms.schema import CATEGORICAL, ExtraColumn
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 from worker.label_ids import Vocabulary
 from worker.records import ManifestRow
+from worker.row_tasks import survey
 
 # TRAIN's labels, with repeats (ids follow frequency, ties by descending bytes) and
 # labels a manifest can hold: spaces, accents, a comma, quotes, a carriage return.
@@ -39,7 +40,8 @@ def saved_transform_fn(tmp_path, settings, pinned=None):
     pinned_file = (write_pinned_vocabulary(PinnedVocabulary("given.txt", pinned),
                                            str(tmp_path / "pinned")) if pinned else None)
     with TestPipeline() as p:
-        _ = (p | beam.Create(train_rows(settings.label_mode.value))
+        _ = (p | beam.Create([survey(train_rows(settings.label_mode.value), 1,
+                                     categorical=(0,))])
              | AnalyzeLabels(settings, str(tmp_path / "tft"), pinned_file)
              | tft_beam.WriteTransformFn(str(tmp_path / "out")))
     return tft.TFTransformOutput(str(tmp_path / "out"))

@@ -1,13 +1,16 @@
-"""tf.Transform label ids: vocabulary from TRAIN only, applied to every split."""
+"""tf.Transform label ids: vocabulary from TRAIN only (as the chunks' surveys count it),
+applied to every split by the lookup the packing step makes."""
 
 import apache_beam as beam
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels, ApplyLabels
+from transforms.dead_letters import DeadLetter
+from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels
+from worker.label_ids import LabelLookup
 from worker.records import LabelledRow
+from worker.row_tasks import survey
 from transforms.manifest import Box, ManifestRow
 from transforms.run_settings import RunSettings
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
@@ -23,22 +26,31 @@ TRAIN = [row(1, "train", "cat"), row(2, "train", "dog"), row(3, "train", "cat"),
 OTHERS = [row(5, "test", "dog"), row(6, "validation", "bird")]
 
 
-def apply_labels(p, tmp_path, oov_bucket, rows):
-    """TRAIN -> transform_fn (written to tmp_path/out) -> applied to `rows`."""
-    settings = RunSettings(unseen_label="oov" if oov_bucket else "error")
-    transform_fn = (p | "Train" >> beam.Create(TRAIN)
-                    | AnalyzeLabels(settings, str(tmp_path / "tmp")))
-    _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
-    return p | "Rows" >> beam.Create(rows) | ApplyLabels(transform_fn, settings)
+def labelled_by(tmp_path, settings, train, pinned_file=None, pinned_from=None):
+    """The lookup of the transform_fn analysed on the `train` rows (as one chunk's survey)
+    and written to tmp_path/out, as the packing step makes it."""
+    with TestPipeline() as p:
+        _ = (p | beam.Create([survey(train, 1)])
+             | AnalyzeLabels(settings, str(tmp_path / "tmp"), pinned_file)
+             | tft_beam.WriteTransformFn(str(tmp_path / "out")))
+    where = (f"is not in the pinned vocabulary {pinned_from}" if pinned_from
+             else "does not occur in the TRAIN split")
+    return LabelLookup(str(tmp_path / "out" / "transform_fn"), (LABEL_VOCABULARY,), (),
+                       settings.oov_bucket, where).labelled
+
+
+def ids_and_dead_letters(label, rows):
+    """((line, ids) of the labelled rows, (line, reason, message) of the dead letters)."""
+    results = [label(row) for row in rows]
+    return ([(r.row.line, r.label_ids) for r in results if isinstance(r, LabelledRow)],
+            [(r.line, r.reason, r.message) for r in results if isinstance(r, DeadLetter)])
 
 
 def test_vocabulary_is_trains_by_frequency_and_unseen_labels_are_dead_letters(tmp_path):
-    with TestPipeline() as p:
-        labelled = apply_labels(p, tmp_path, False, TRAIN + OTHERS)
-        assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_ids)),
-                    equal_to([(1, (0,)), (2, (2,)), (3, (0,)), (4, (1,)), (5, (2,))]), label="ids")
-        assert_that(labelled.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.reason)),
-                    equal_to([(6, "unseen_label")]), label="dead")
+    label = labelled_by(tmp_path, RunSettings(), TRAIN)
+    ids, dead = ids_and_dead_letters(label, TRAIN + OTHERS)
+    assert ids == [(1, (0,)), (2, (2,)), (3, (0,)), (4, (1,)), (5, (2,))]
+    assert dead == [(6, "unseen_label", "label 'bird' does not occur in the TRAIN split")]
     vocabulary = tft.TFTransformOutput(str(tmp_path / "out")).vocabulary_by_name(
         LABEL_VOCABULARY)
     # Most frequent first; ties in descending byte order (tf.Transform's rule).
@@ -46,16 +58,14 @@ def test_vocabulary_is_trains_by_frequency_and_unseen_labels_are_dead_letters(tm
 
 
 def test_oov_policy_keeps_unseen_labels_with_the_bucket_id(tmp_path):
-    with TestPipeline() as p:
-        labelled = apply_labels(p, tmp_path, True, OTHERS)
-        assert_that(labelled.labelled | beam.Map(lambda l: (l.row.labels, l.label_ids)),
-                    equal_to([(("dog",), (2,)), (("bird",), (3,))]))
+    label = labelled_by(tmp_path, RunSettings(unseen_label="oov"), TRAIN)
+    assert [(r.row.labels, r.label_ids) for r in map(label, OTHERS)] == [
+        (("dog",), (2,)), (("bird",), (3,))]
 
 
 def test_rows_come_through_unchanged(tmp_path):
-    with TestPipeline() as p:
-        labelled = apply_labels(p, tmp_path, False, TRAIN)
-        assert_that(labelled.labelled | beam.Map(lambda l: l.row), equal_to(TRAIN))
+    label = labelled_by(tmp_path, RunSettings(), TRAIN)
+    assert [label(row).row for row in TRAIN] == TRAIN
 
 
 def test_a_labelled_row_survives_its_json_round_trip():
@@ -75,17 +85,10 @@ def test_multi_label_vocabulary_covers_every_train_label(tmp_path):
     train = [multi(1, "train", "cat", "dog"), multi(2, "train", "cat"),
              multi(3, "train", "fish", "cat")]
     others = [multi(4, "test", "dog", "fish"), multi(5, "test", "cat", "bird")]
-    with TestPipeline() as p:
-        transform_fn = (p | "Train" >> beam.Create(train)
-                        | AnalyzeLabels(RunSettings(label_mode="multi"), str(tmp_path / "tmp")))
-        _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
-        labelled = (p | "Rows" >> beam.Create(train + others)
-                    | ApplyLabels(transform_fn, RunSettings(label_mode="multi")))
-        assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_ids)),
-                    equal_to([(1, (0, 2)), (2, (0,)), (3, (1, 0)), (4, (2, 1))]), label="ids")
-        assert_that(labelled.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.message)),
-                    equal_to([(5, "label 'bird' does not occur in the TRAIN split")]),
-                    label="dead")
+    label = labelled_by(tmp_path, RunSettings(label_mode="multi"), train)
+    ids, dead = ids_and_dead_letters(label, train + others)
+    assert ids == [(1, (0, 2)), (2, (0,)), (3, (1, 0)), (4, (2, 1))]
+    assert dead == [(5, "unseen_label", "label 'bird' does not occur in the TRAIN split")]
     vocabulary = tft.TFTransformOutput(str(tmp_path / "out")).vocabulary_by_name(
         LABEL_VOCABULARY)
     assert [w.decode() for w in vocabulary] == ["cat", "fish", "dog"]
@@ -94,19 +97,13 @@ def test_multi_label_vocabulary_covers_every_train_label(tmp_path):
 def test_a_pinned_vocabulary_gives_its_ids_and_is_what_the_transform_fn_carries(tmp_path):
     pinned = write_pinned_vocabulary(PinnedVocabulary("synsets.txt", ("dog", "zebra", "cat")),
                                      str(tmp_path / "pinned"))
-    with TestPipeline() as p:
-        transform_fn = (p | "Train" >> beam.Create(TRAIN)
-                        | AnalyzeLabels(RunSettings(), str(tmp_path / "tmp"), pinned_file=pinned))
-        _ = transform_fn | tft_beam.WriteTransformFn(str(tmp_path / "out"))
-        labelled = (p | "Rows" >> beam.Create(TRAIN + OTHERS)
-                    | ApplyLabels(transform_fn, RunSettings(), pinned_from="synsets.txt"))
-        assert_that(labelled.labelled | "Ids" >> beam.Map(lambda l: (l.row.line, l.label_ids)),
-                    equal_to([(1, (2,)), (2, (0,)), (3, (2,)), (5, (0,))]), label="ids")
-        # A TRAIN label outside the pinned list is unseen too; the message names the list.
-        assert_that(labelled.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.message)),
-                    equal_to([(4, "label 'été' is not in the pinned vocabulary synsets.txt"),
-                              (6, "label 'bird' is not in the pinned vocabulary synsets.txt")]),
-                    label="dead")
+    label = labelled_by(tmp_path, RunSettings(), TRAIN, pinned, pinned_from="synsets.txt")
+    ids, dead = ids_and_dead_letters(label, TRAIN + OTHERS)
+    assert ids == [(1, (2,)), (2, (0,)), (3, (2,)), (5, (0,))]
+    # A TRAIN label outside the pinned list is unseen too; the message names the list.
+    assert [(line, message) for line, _, message in dead] == [
+        (4, "label 'été' is not in the pinned vocabulary synsets.txt"),
+        (6, "label 'bird' is not in the pinned vocabulary synsets.txt")]
     output = tft.TFTransformOutput(str(tmp_path / "out"))
     # "zebra" has no row at all and keeps its id: the user asked for it.
     assert [w.decode() for w in output.vocabulary_by_name(LABEL_VOCABULARY)] == [

@@ -18,6 +18,7 @@ from worker.records import ShardWritten
 from transforms.run_settings import RunSettings
 from transforms.summary import RunInfo, RunOptions, ShardInfo, Summary
 from transforms.tfrecord_format import TFRecordFormat
+from worker.row_tasks import survey
 
 
 RUN_INFO = RunInfo(options=RunOptions(compression="none", label_mode="single",
@@ -115,7 +116,7 @@ def publisher(tmp_path):
 
 def staged_transform_fn(tmp_path):
     with TestPipeline() as p:
-        _ = (p | beam.Create([ManifestRow("m", 1, "r", "train", "/a.jpg", ("cat",))])
+        _ = (p | beam.Create([survey([ManifestRow("m", 1, "r", "train", "/a.jpg", ("cat",))], 1)])
              | AnalyzeLabels(RunSettings(), str(tmp_path / "tft"))
              | tft_beam.WriteTransformFn(str(tmp_path / "tft")))
 

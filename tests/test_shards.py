@@ -20,15 +20,16 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from conftest import encode, feature, photo_like, read_examples
-from transforms import shards
+from transforms import in_workers, shards
 from worker.pool import Workers
 from transforms.images import ImageSettings
 from worker.records import LabelledRow
 from transforms.manifest import DEAD_LETTERS, Box, ManifestRow
 from transforms.file_formats import shard_format
-from transforms.shards import (EXAMPLE_KEYS, PlanShards, SplitPlan, WriteShards,
+from transforms.shards import (EXAMPLE_KEYS, SIZE_SAMPLE, PlanShards, SplitPlan, WriteShards,
                                _WriteShardFile, part_of, shard_of, shards_for)
 from transforms.run_settings import RunSettings
+from worker.row_tasks import pack, survey
 from worker.shard_writer import ShardTask, _ordered_map, pack_rows, write_shard
 
 
@@ -85,9 +86,11 @@ def test_plan_from_sampled_file_sizes(tmp_path):
             for i in range(40)]
     rows += [labelled(tmp_path, f"t{i}.bin", data=b"x" * 1000, split="test").row
              for i in range(2)]
+    # Two chunks' surveys: the plan samples the split's files across them.
+    surveys = [survey(rows[:25], SIZE_SAMPLE), survey(rows[25:], SIZE_SAMPLE)]
     with TestPipeline() as p:
-        plan = p | beam.Create(rows) | PlanShards(None, target_shard_bytes=10_000,
-                                                  workers=Workers(1))
+        plan = p | beam.Create(surveys) | PlanShards(None, target_shard_bytes=10_000,
+                                                     workers=Workers(1))
         assert_that(plan, equal_to([("train", SplitPlan(4, 1)), ("test", SplitPlan(1, 1))]))
 
 
@@ -106,25 +109,29 @@ def test_parts_keep_the_workers_busy_and_are_ranges_of_the_write_order(monkeypat
     assert set(parts) == {0, 1, 2, 3} and max(map(parts.count, range(4))) < 80
 
 
-def test_shards_are_the_same_however_rows_are_packed(tmp_path, monkeypatch):
+def test_shards_are_the_same_however_rows_are_packed(tmp_path):
     rows = [labelled(tmp_path, f"{i}.png", i % 3, split=("train", "test")[i % 2],
                      data=encode(photo_like(8, 8, i), "PNG")) for i in range(24)]
 
     planned = {"train": SplitPlan(3), "test": SplitPlan(2)}
 
-    def write(pack_bytes, folder):
-        monkeypatch.setattr(shards, "_PACK_BYTES", pack_bytes)
+    def write(rows_a_chunk, folder):
+        """The rows packed as chunks of `rows_a_chunk` rows each pack them (row_tasks)."""
+        packs = []
+        for start in range(0, len(rows), rows_a_chunk):
+            chunk = rows[start:start + rows_a_chunk]
+            packs += pack([item.row for item in chunk], planned, lambda row: next(
+                item for item in chunk if item.row == row)).packs
         with TestPipeline() as p:
-            _ = (p | beam.Create(rows)
-                 | WriteShards(p | "Plan" >> beam.Create(list(planned.items())),
-                               str(folder), RunSettings(workers=Workers(1, read_threads=2))))
+            _ = (p | beam.Create(packs)
+                 | WriteShards(str(folder), RunSettings(workers=Workers(1, read_threads=2))))
         # The shards and the thumbnails written beside them; of their receipts (which name
         # the files where they are) the digest of the rows each was written from.
         return {str(path.relative_to(folder)): (
             json.loads(path.read_bytes())["rows_digest"] if path.suffix == ".json"
             else path.read_bytes()) for path in folder.rglob("*") if path.is_file()}
 
-    one_pack_per_shard = write(1 << 20, tmp_path / "one")
+    one_pack_per_shard = write(len(rows), tmp_path / "one")
     assert write(1, tmp_path / "per_row") == one_pack_per_shard  # a pack per row
     assert sum(len(read_examples(str(tmp_path / "one" / name)))
                for name in one_pack_per_shard if name.endswith(".tfrecord")) == 24
@@ -272,7 +279,7 @@ def test_the_worker_processes_get_the_options_beams_filesystems_were_given():
     before = FileSystems._pipeline_options
     try:
         FileSystems.set_options(PipelineOptions(["--s3_endpoint_url", "http://127.0.0.1:1"]))
-        assert shards.filesystem_options()["s3_endpoint_url"] == "http://127.0.0.1:1"
+        assert in_workers.filesystem_options()["s3_endpoint_url"] == "http://127.0.0.1:1"
     finally:
         FileSystems._pipeline_options = before
 
@@ -280,8 +287,7 @@ def test_the_worker_processes_get_the_options_beams_filesystems_were_given():
 def test_no_credential_is_carried_in_the_pipeline_graph(tmp_path):
     """The shard writer is pickled into the job's graph; the S3 keys must not be."""
     with beam.Pipeline(options=PipelineOptions(["--s3_secret_access_key", "SECRET-KEY-123"])) as p:
-        _ = (p | beam.Create([]) | WriteShards(p | "Plan" >> beam.Create([]), str(tmp_path),
-                                               RunSettings(workers=Workers(0))))
+        _ = (p | beam.Create([]) | WriteShards(str(tmp_path), RunSettings(workers=Workers(0))))
         graph = p.to_runner_api()
     # Beam compresses what it pickles: each DoFn's payload is unpickled and searched.
     payloads = [pickler.loads(beam_runner_api_pb2.ParDoPayload.FromString(

@@ -12,9 +12,12 @@ from conftest import voc_annotation
 from pipeline import run
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
-from transforms.manifest import DISCARDED, Box, ManifestError, ManifestRow, RowRules
-from transforms.sources import (ManifestSource, ReadManifest, check_sources, find_manifests,
-                                read_source, split_and_path)
+from transforms.manifest import Box, ManifestError, ManifestRow, RowRules
+from transforms.rows import SurveyRows
+from transforms.run_settings import RunSettings
+from transforms.sources import (ManifestSource, check_sources, find_manifests, read_source,
+                                split_and_path)
+from worker.chunks import RowChunk
 
 DETECTION = RowRules(label_mode="detection")
 
@@ -75,15 +78,17 @@ def test_box_only_formats_need_detection_mode_before_the_job(tmp_path, capsys):
         assert line.startswith("error: ") and "--label_mode detection" in line
 
 
-def test_read_manifest_transform_splits_rows_and_dead_letters(tmp_path):
-    first = write(tmp_path / "one.csv", "train,a.jpg,cat\nbad,b.jpg,cat\n")
+def test_survey_rows_counts_rows_dead_letters_and_discarded_rows_of_every_chunk(tmp_path):
+    first = write(tmp_path / "one.csv", "train,a.jpg,cat\nbad,b.jpg,cat\nDISCARD,d.jpg,cat\n")
     second = write(tmp_path / "two.csv", "image_uri,label,split\nc.jpg,dog,test\n")
+    chunks = [RowChunk(source) for source in find_manifests([first, second])]
     with TestPipeline() as p:
-        read_ = p | ReadManifest(find_manifests([first, second]))
-        assert_that(read_.rows | "Rows" >> beam.Map(lambda r: (r.line, r.labels[0])),
-                    equal_to([(1, "cat"), (2, "dog")]), label="rows")
-        assert_that(read_.dead_letters | "Dead" >> beam.Map(lambda d: (d.line, d.reason)),
-                    equal_to([(2, reasons.INVALID_SPLIT)]), label="dead")
+        surveys = p | beam.Create(chunks) | SurveyRows(RowRules(), RunSettings())
+        assert_that(surveys | "Counts" >> beam.Map(
+            lambda s: (s.rows, [(d.line, d.reason) for d in s.dead_letters], s.discarded,
+                       s.rows_read)),
+            equal_to([({"train": 1}, [(2, reasons.INVALID_SPLIT)], 1, 3),
+                      ({"test": 1}, [], 0, 1)]))
 
 
 def test_split_path_gives_rows_its_split_and_refuses_rows_naming_another(tmp_path):
@@ -199,11 +204,3 @@ def test_the_python_api_takes_a_voc_folder_as_a_manifest_not_an_image_folder(tmp
         image_tfrecords.convert(str(tmp_path / "labels"), str(tmp_path / "out"))
 
 
-def test_read_manifest_transform_gives_discarded_rows_their_own_output(tmp_path):
-    path = write(tmp_path / "m.csv", "train,a.jpg,cat\nDISCARD,b.jpg,cat\nbad,c.jpg,cat\n")
-    with TestPipeline() as p:
-        read = p | ReadManifest(find_manifests([path]))
-        assert_that(read[DISCARDED] | "Discarded" >> beam.Map(lambda d: d.line),
-                    equal_to([2]), label="discarded")
-        assert_that(read.rows | "Rows" >> beam.Map(lambda r: r.line), equal_to([1]),
-                    label="rows")

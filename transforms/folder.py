@@ -1,22 +1,21 @@
 """Reads an image folder, `ROOT/<split>/<label>/<file>` or `ROOT/<label>/<file>`, as rows.
 
-The folder is listed by a worker with Beam's FileSystems.match (`ROOT/**`: the same on
-local disks and buckets, which have no real directories), never walked by the launcher.
-Each image becomes a ManifestRow, so the rest of the pipeline treats it like a CSV row.
+The folder is listed with Beam's FileSystems.match (`ROOT/**`: the same on local disks and
+buckets, which have no real directories), as one chunk of rows (worker/chunks.py). Each
+image becomes a ManifestRow, so the rest of the pipeline treats it like a CSV row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
-
 from transforms.dead_letters import DeadLetter
-from transforms.manifest import (DEAD_LETTERS, DEFAULT_SPLIT_FRACTIONS, ManifestError,
-                                 ManifestRow, assign_split, normalise_split)
+from transforms.manifest import (DEFAULT_SPLIT_FRACTIONS, ManifestError, ManifestRow,
+                                 assign_split, normalise_split)
 from transforms.splits import SPLIT_NAMES
+from worker import storage
+
+IMAGE_FOLDER = "image_folder"  # a source's format (sources.FORMATS) for --image_folder
 
 NOT_IN_LABEL_FOLDER = "not_in_label_folder"  # a file not at the depth of the layout
 NOT_IN_SPLIT_FOLDER = "not_in_split_folder"  # split folders exist; this top folder is none
@@ -30,7 +29,7 @@ _SPLIT_LAYOUT = "ROOT/<split>/<label>/<file>"
 def check_folder(root: str) -> str:
     """The path of a file under `root` (the storage probe reads it); fails clearly when
     there is none. Lists at most one file."""
-    found = FileSystems.match([everything_under(root)], limits=[1])[0].metadata_list
+    found = storage.match(everything_under(root), limit=1)
     if not found:
         raise ManifestError(f"image folder not found or empty: {root}")
     return found[0].path
@@ -47,7 +46,7 @@ def folder_rows(root: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRAC
     """
     root = root.rstrip("/")
     images = [(metadata.path, metadata.path[len(root) + 1:])
-              for metadata in FileSystems.match([everything_under(root)])[0].metadata_list
+              for metadata in storage.match(everything_under(root))
               if _is_image_name(metadata.path)]
     split_layout = any("/" in relative and normalise_split(relative.split("/", 1)[0])
                        for _, relative in images)
@@ -96,33 +95,3 @@ def _label_layout_row(root: str, path: str, relative: str,
 def everything_under(root: str) -> str:
     """The pattern of every file under `root`, however deep."""
     return f"{root.rstrip('/')}/**"
-
-
-class _ListFolder(beam.DoFn):
-    def __init__(self, split_fractions: Sequence[float]) -> None:
-        self._split_fractions = tuple(split_fractions)
-        self._rows_read = Metrics.counter("folder", "images_listed")
-
-    def process(self, root: str) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput]:
-        for item in folder_rows(root, self._split_fractions):
-            self._rows_read.inc()
-            if isinstance(item, DeadLetter):
-                yield beam.pvalue.TaggedOutput(DEAD_LETTERS, item)
-            else:
-                yield item
-
-
-class ReadImageFolder(beam.PTransform):
-    """An image folder -> ManifestRows (main output) and DeadLetters (DEAD_LETTERS)."""
-
-    def __init__(self, root: str,
-                 split_fractions: Sequence[float] = DEFAULT_SPLIT_FRACTIONS) -> None:
-        super().__init__()
-        self._root = root
-        self._split_fractions = split_fractions
-
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
-        return (pbegin
-                | "Folder" >> beam.Create([self._root])
-                | "ListImages" >> beam.ParDo(_ListFolder(self._split_fractions)).with_outputs(
-                    DEAD_LETTERS, main="rows"))

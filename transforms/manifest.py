@@ -1,40 +1,41 @@
 """Manifest rows, and the line formats: AutoML Vision / TFRecorder CSV
 (`[split,]image_uri,label`, single or multi-label, or one bounding box per row, relative
 or in pixels of a declared size) and Vertex AI JSON Lines import files. sources.py finds
-each manifest's format (COCO and Pascal VOC have their own modules) and reads it in Beam.
+each manifest's format (COCO and Pascal VOC have their own modules).
 
-Each manifest file is streamed by one DoFn call, line by line, so no process ever holds
-the whole manifest. A row is one physical line: a stray quote then costs only its own
-row instead of swallowing the rest of the file (image manifests have no multi-line fields).
+A manifest is read in chunks of whole lines (worker/chunks.py), each streamed line by line
+by a worker process, so no process ever holds the whole manifest. A row is one physical
+line: a stray quote then costs only its own row instead of swallowing the rest of the
+file (image manifests have no multi-line fields), and a line range holds whole rows.
+Free of Beam: worker processes parse the rows (storage.py reaches buckets for them).
 """
 
 from __future__ import annotations
 
-import bz2
 import codecs
 import collections
 import csv
 import dataclasses
 import functools
-import gzip
 import hashlib
+import io
 import itertools
 import json
 import lzma
+import math
 import posixpath
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import NamedTuple
-
-from apache_beam.io.filesystem import CompressionTypes, FileSystem
-from apache_beam.io.filesystems import FileSystems
+from typing import BinaryIO, NamedTuple
 
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
 from transforms.choices import LabelMode
 from transforms.schema import IMAGE, ExtraColumn, parse_value
 from transforms.splits import SPLITS, normalise_split
+from worker import storage
+from worker.chunks import LineRange
 from worker.records import Box, ManifestRow
 
 DISCARD = "discard"  # TFRecorder's split value for rows to leave out
@@ -324,26 +325,36 @@ def read_manifest(path: str, rules: RowRules = RowRules(), split: str | None = N
     return (read_jsonl if is_jsonl(path) else read_csv)(path, rules, split)
 
 
-def read_csv(path: str, rules: RowRules, split: str | None
+def read_csv(path: str, rules: RowRules, split: str | None, lines: LineRange | None = None
              ) -> Iterator[ManifestItem]:
+    """The rows of a CSV manifest, or of its `lines`; the header is told from the file's
+    first lines either way."""
     folder = image_folder(path, rules)
+    layout_line, layout, is_header = _csv_layout(path, rules)
+    for line, raw in numbered_lines(path, lines):
+        if line == layout_line and is_header:
+            continue
+        yield _parse_row(path, folder, line, raw, _split_fields(raw),
+                         layout if line >= layout_line else AUTOML_LAYOUT, rules, split)
+
+
+def _csv_layout(path: str, rules: RowRules) -> tuple[float, ColumnLayout, bool]:
+    """(the line that sets the layout: the first that parses as CSV, its layout, whether
+    it is a header); the lines before it (unparseable) are read with AUTOML_LAYOUT."""
     lines = numbered_lines(path)
     head = list(itertools.islice(lines, _LOOKAHEAD))  # the header is told by what follows
-    layout = None
     for line, raw in itertools.chain(head, lines):
         fields = _split_fields(raw)
-        if layout is None and isinstance(fields, list):
+        if isinstance(fields, list):
             following = _parsed_rows(item for item in head if item[0] > line)
-            layout, is_header = ColumnLayout.detect(fields, path, rules, following)
-            if is_header:
-                continue
-        yield _parse_row(path, folder, line, raw, fields, layout or AUTOML_LAYOUT, rules, split)
+            return (line, *ColumnLayout.detect(fields, path, rules, following))
+    return math.inf, AUTOML_LAYOUT, False
 
 
-def read_jsonl(path: str, rules: RowRules, split: str | None
+def read_jsonl(path: str, rules: RowRules, split: str | None, lines: LineRange | None = None
                ) -> Iterator[ManifestRow | DeadLetter]:
     folder = image_folder(path, rules)
-    for line, raw in numbered_lines(path):
+    for line, raw in numbered_lines(path, lines):
         yield from _parse_jsonl_line(path, folder, line, raw, rules, split)
 
 
@@ -447,7 +458,7 @@ def is_jsonl(path: str) -> bool:
 
 def image_folder(path: str, rules: RowRules) -> str:
     """What relative image names in the manifest at `path` are relative to."""
-    return rules.image_dir or FileSystems.split(path)[0]
+    return rules.image_dir or storage.split(path)[0]
 
 
 def assign_split(uri: str, split_fractions: Sequence[float]) -> str:
@@ -472,7 +483,7 @@ def resolve_uri(uri: str, folder: str) -> str:
     (`a/./b`, `a/x/../b` and `a//b` name `a/b`), so repeated rows, shards and
     image/source_id see one name per file. A URL's path is normalised after its bucket."""
     if not (uri.startswith("/") or "://" in uri):
-        uri = _filesystem_of(folder).join(folder, uri)
+        uri = storage.join(folder, uri)
     return normalise_path(uri)
 
 
@@ -494,42 +505,39 @@ def _normpath(path: str) -> str:
     return posixpath.normpath("/" + path.lstrip("/") if path.startswith("//") else path)
 
 
-@functools.lru_cache(maxsize=64)
-def _filesystem_of(folder: str) -> FileSystem:
-    # FileSystems.join looks the filesystem up among Beam's plugins on every call, which
-    # cost more than parsing the row itself.
-    return FileSystems.get_filesystem(folder)
-
-
-def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text without line end) for every non-blank line.
+def numbered_lines(path: str, lines: LineRange | None = None) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text without line end) for every non-blank line, of the
+    whole file or of `lines` (a range of an uncompressed file).
 
     surrogateescape keeps undecodable bytes so that row alone can be rejected.
     """
+    number = lines.first_line if lines else 1
     try:
-        with open_manifest(path) as binary:
-            for number, data in enumerate(iter(binary.readline, b""), start=1):
+        with (_line_range(path, lines) if lines else open_manifest(path)) as binary:
+            for data in iter(binary.readline, b""):
                 if number == 1 and data.startswith(codecs.BOM_UTF8):
                     data = data[len(codecs.BOM_UTF8):]
                 line = data.decode("utf-8", "surrogateescape").rstrip("\r\n")
                 if line.strip():
                     yield number, line
+                number += 1
     except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:
         raise ManifestError(f"{path}: cannot read the manifest: {error}") from error
 
 
-# Beam's own decompression ends quietly where a cut-off stream ends; these raise EOFError,
-# so a truncated manifest fails the run instead of losing its last rows.
-_DECOMPRESSORS = {CompressionTypes.GZIP: gzip.open, CompressionTypes.BZIP2: bz2.open,
-                  CompressionTypes.LZMA: lzma.open}
+def _line_range(path: str, lines: LineRange) -> BinaryIO:
+    with storage.open_read(path) as file:
+        file.seek(lines.start)
+        data = file.read(lines.end - lines.start)
+    if len(data) != lines.end - lines.start:
+        raise ManifestError(f"{path} is shorter than when the run was planned: it changed "
+                            "while the run read it")
+    return io.BytesIO(data)
 
 
 def open_manifest(path: str):
     """The manifest's bytes, decompressed by its name's suffix; a cut-off stream raises."""
-    decompress = _DECOMPRESSORS.get(CompressionTypes.detect_compression_type(path))
-    if decompress is None:
-        return FileSystems.open(path)
-    return decompress(FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
+    return storage.open_decompressed(path)
 
 
 def _split_fields(raw: str) -> list[str] | csv.Error:

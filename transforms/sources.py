@@ -1,58 +1,55 @@
-"""What `--manifest` names, read with Beam: one small class per manifest format, found by
-the path (as TFDS's file_adapters does for file formats).
+"""What `--manifest` names: one small class per manifest format, found by the path (as
+TFDS's file_adapters does for file formats), each reading a chunk of a manifest's rows
+(worker/chunks.py). Free of Beam, so that worker processes parse the rows.
 
 Formats: AutoML/TFRecorder CSV (and the Object Detection API's pixel-box CSV), Vertex AI
-JSON Lines, COCO instances JSON and Pascal VOC XML. `--manifest SPLIT=PATH` gives every
-row of PATH that split.
+JSON Lines, COCO instances JSON, Pascal VOC XML, and --image_folder's folders.
+`--manifest SPLIT=PATH` gives every row of PATH that split.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import NamedTuple, Protocol
-
-import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
+from typing import Protocol
 
 from transforms.coco import is_coco, read_coco
-from transforms.dead_letters import DeadLetter
-from transforms.manifest import (DEAD_LETTERS, DISCARDED, DiscardedRow, ManifestError,
-                                 ManifestItem, ManifestRow, RowRules, check_jsonl, is_jsonl, read_csv,
-                                 read_header, read_jsonl)
+from transforms.folder import IMAGE_FOLDER, check_folder, folder_rows
+from transforms.manifest import (ManifestError, ManifestItem, RowRules, check_jsonl, is_jsonl,
+                                 read_csv, read_header, read_jsonl)
 from transforms.splits import normalise_split
 from transforms.voc import check_voc, read_voc, xml_glob
-
-
-class ManifestSource(NamedTuple):
-    """One manifest to read: a file, or for Pascal VOC a glob of annotation XMLs."""
-
-    path: str
-    format: str  # a FORMATS key
-    split: str | None = None  # from --manifest SPLIT=PATH: every row's split
-
-    def describe(self) -> str:
-        return f"{self.split.upper()}={self.path}" if self.split else self.path
+from worker import storage
+from worker.chunks import LineRange, ManifestSource, RowChunk
 
 
 class ManifestFormat(Protocol):
-    """One manifest format: whether it reads a path, its checks before the job (a
-    ManifestError of one line), and its rows."""
+    """One source format: whether it reads a path, its checks before the job (a
+    ManifestError of one line), and the rows of a chunk of it.
+
+    cuts_by_lines: its uncompressed files may be cut into line ranges (worker/chunks.py);
+    in_worker: a worker process reads it. Pascal VOC and image folders are listed with
+    Beam's FileSystems.match, which the pipeline's process has loaded and a worker would
+    pay ~2 s and ~200 MB to load: they are read in the pipeline's process.
+    """
 
     name: str
+    cuts_by_lines: bool
+    in_worker: bool
 
     def reads(self, path: str) -> bool: ...
 
     def check(self, source: ManifestSource, rules: RowRules) -> None: ...
 
-    def read(self, source: ManifestSource, rules: RowRules
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestItem]: ...
 
 
 @dataclasses.dataclass(frozen=True)
 class _CsvFormat:
     name: str = "csv"
+    cuts_by_lines: bool = True
+    in_worker: bool = True
 
     def reads(self, path: str) -> bool:
         return True  # what no other format claims
@@ -60,14 +57,16 @@ class _CsvFormat:
     def check(self, source: ManifestSource, rules: RowRules) -> None:
         read_header(source.path, rules)
 
-    def read(self, source: ManifestSource, rules: RowRules
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestItem]:
-        return read_csv(source.path, rules, source.split)
+        return read_csv(source.path, rules, source.split, lines)
 
 
 @dataclasses.dataclass(frozen=True)
 class _JsonlFormat:
     name: str = "vertex_jsonl"
+    cuts_by_lines: bool = True
+    in_worker: bool = True
 
     def reads(self, path: str) -> bool:
         return is_jsonl(path)
@@ -78,9 +77,9 @@ class _JsonlFormat:
                                 "manifests only")
         check_jsonl(source.path, rules)
 
-    def read(self, source: ManifestSource, rules: RowRules
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestItem]:
-        return read_jsonl(source.path, rules, source.split)
+        return read_jsonl(source.path, rules, source.split, lines)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +90,9 @@ class _BoxesOnlyFormat:
     title: str
     claims: Callable[[str], bool]
     reader: Callable[[str, RowRules, str | None], Iterator[ManifestItem]]
+    in_worker: bool
     checker: Callable[[str, str | None], None] = lambda path, split: None
+    cuts_by_lines: bool = False
 
     def reads(self, path: str) -> bool:
         return self.claims(path)
@@ -102,18 +103,41 @@ class _BoxesOnlyFormat:
                                 "boxes: pass --label_mode detection")
         self.checker(source.path, source.split)
 
-    def read(self, source: ManifestSource, rules: RowRules
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestItem]:
         return self.reader(source.path, rules, source.split)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ImageFolder:
+    """--image_folder: ROOT/<label>/<file> or ROOT/<split>/<label>/<file> (folder.py);
+    chosen by the option, never by a path."""
+
+    name: str = IMAGE_FOLDER
+    cuts_by_lines: bool = False
+    in_worker: bool = False
+
+    def reads(self, path: str) -> bool:
+        return False
+
+    def check(self, source: ManifestSource, rules: RowRules) -> None:
+        check_folder(source.path)
+
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+             ) -> Iterator[ManifestItem]:
+        return folder_rows(source.path, rules.split_fractions)
 
 
 # In the order they are asked: the first whose reads() is true reads the path.
 FORMATS: dict[str, ManifestFormat] = {format.name: format for format in (
     _BoxesOnlyFormat("pascal_voc", "Pascal VOC annotation XML",
-                     lambda path: path.lower().endswith(".xml"), read_voc, check_voc),
-    _BoxesOnlyFormat("coco", "a COCO instances JSON file", is_coco, read_coco),
+                     lambda path: path.lower().endswith(".xml"), read_voc, in_worker=False,
+                     checker=check_voc),
+    _BoxesOnlyFormat("coco", "a COCO instances JSON file", is_coco, read_coco,
+                     in_worker=True),
     _JsonlFormat(),
     _CsvFormat(),
+    _ImageFolder(),
 )}
 
 
@@ -135,8 +159,8 @@ def find_manifests(arguments: Iterable[str]) -> list[ManifestSource]:
     for argument in arguments:
         split, path = split_and_path(argument)
         voc = xml_glob(path)
-        paths = [voc] if voc else [m.path for m in FileSystems.match([path])[0].metadata_list]
-        if not paths or (voc and not FileSystems.match([voc])[0].metadata_list):
+        paths = [voc] if voc else [found.path for found in storage.match(path)]
+        if not paths or (voc and not storage.match(voc)):
             raise ManifestError(f"manifest not found: {argument}")
         found.update(ManifestSource(each, "pascal_voc" if voc else format_of(each), split)
                      for each in paths)
@@ -158,46 +182,8 @@ def check_sources(sources: Sequence[ManifestSource], rules: RowRules) -> None:
 
 def read_source(source: ManifestSource, rules: RowRules = RowRules()
                 ) -> Iterator[ManifestItem]:
-    return FORMATS[source.format].read(source, rules)
+    return read_chunk(RowChunk(source), rules)
 
 
-class _ParseManifestFile(beam.DoFn):
-    """Streams one manifest; valid rows to the main output, the rest as DeadLetters or,
-    for DISCARD rows, DiscardedRows."""
-
-    def __init__(self, rules: RowRules) -> None:
-        self._rules = rules
-        self._rows_read = Metrics.counter("manifest", "rows_read")
-        self._rows_rejected = Metrics.counter("manifest", "rows_rejected")
-        self._rows_discarded = Metrics.counter("manifest", "rows_discarded")
-
-    def process(self, source: ManifestSource
-                ) -> Iterator[ManifestRow | beam.pvalue.TaggedOutput]:
-        for item in read_source(source, self._rules):
-            self._rows_read.inc()
-            if isinstance(item, DeadLetter):
-                self._rows_rejected.inc()
-                yield beam.pvalue.TaggedOutput(DEAD_LETTERS, item)
-            elif isinstance(item, DiscardedRow):
-                self._rows_discarded.inc()
-                yield beam.pvalue.TaggedOutput(DISCARDED, item)
-            else:
-                yield item
-
-
-class ReadManifest(beam.PTransform):
-    """ManifestSources -> ManifestRows (main output), DeadLetters (DEAD_LETTERS) and the
-    DISCARD rows (DISCARDED)."""
-
-    def __init__(self, sources: Sequence[ManifestSource], rules: RowRules = RowRules()
-                 ) -> None:
-        super().__init__()
-        self._sources = list(sources)
-        self._rules = rules
-
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
-        return (pbegin
-                | "ManifestFiles" >> beam.Create(self._sources)
-                | "ParseRows" >> beam.ParDo(
-                    _ParseManifestFile(self._rules)).with_outputs(
-                    DEAD_LETTERS, DISCARDED, main="rows"))
+def read_chunk(chunk: RowChunk, rules: RowRules) -> Iterator[ManifestItem]:
+    return FORMATS[chunk.source.format].read(chunk.source, rules, chunk.lines)

@@ -16,11 +16,9 @@ import logging
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
-
 from transforms import dead_letters as reasons
 from transforms.dead_letters import DeadLetter
+from worker import storage
 from transforms.manifest import (Box, ManifestError, ManifestRow, RowRules, assign_split,
                                  declared_size, pixel_box, resolve_uri)
 
@@ -28,8 +26,6 @@ ANNOTATIONS = "Annotations"
 _IMAGES = "JPEGImages"
 _LISTS = {"train": "train.txt", "validation": "val.txt", "test": "test.txt"}
 _FLAGS = {"0": 0, "1": 1}
-
-_unlisted = Metrics.counter("manifest", "voc_xml_in_no_image_set")
 
 
 def xml_glob(path: str) -> str | None:
@@ -39,9 +35,9 @@ def xml_glob(path: str) -> str | None:
         return path
     if any(char in path.rstrip("/").rsplit("/", 1)[-1] for char in ".*?["):
         return None  # a file name or a glob: some other manifest
-    for pattern in (FileSystems.join(path, "*.xml"),
-                    FileSystems.join(path, ANNOTATIONS, "*.xml")):
-        if FileSystems.match([pattern])[0].metadata_list:
+    for pattern in (storage.join(path, "*.xml"),
+                    storage.join(path, ANNOTATIONS, "*.xml")):
+        if storage.match(pattern):
             return pattern
     return None
 
@@ -49,12 +45,12 @@ def xml_glob(path: str) -> str | None:
 def check_voc(pattern: str, split: str | None) -> None:
     """Before the job: SPLIT=PATH on a VOCdevkit tree with ImageSets lists needs that
     split's list (otherwise every XML, of any split, would get SPLIT)."""
-    root = _devkit_root(FileSystems.split(pattern)[0])
+    root = _devkit_root(storage.split(pattern)[0])
     if split is None or root is None:
         return
-    folder = FileSystems.join(root, "ImageSets", "Main")
+    folder = storage.join(root, "ImageSets", "Main")
     present = [file for file in _LISTS.values()
-               if FileSystems.exists(FileSystems.join(folder, file))]
+               if storage.exists(storage.join(folder, file))]
     if present and _LISTS[split] not in present:
         raise ManifestError(f"{folder} has no {_LISTS[split]} for --manifest "
                             f"{split.upper()}=...; it lists {', '.join(present)}")
@@ -66,10 +62,10 @@ def read_voc(pattern: str, rules: RowRules, split: str | None
     objects: an image without objects), or a DeadLetter naming the file and the reason."""
     image_sets: dict[str, dict[str, str] | None] = {}  # by VOCdevkit root, each read once
     skipped = 0
-    for metadata in sorted(FileSystems.match([pattern])[0].metadata_list,
+    for metadata in sorted(storage.match(pattern),
                            key=lambda found: found.path):
         path = metadata.path
-        folder, name = FileSystems.split(path)
+        folder, name = storage.split(path)
         root = _devkit_root(folder)
         if root is not None and root not in image_sets:
             image_sets[root] = _read_image_sets(root, split)
@@ -78,16 +74,15 @@ def read_voc(pattern: str, rules: RowRules, split: str | None
         if listed is not None and image_id not in listed:
             skipped += 1
             continue
-        images = rules.image_dir or (FileSystems.join(root, _IMAGES) if root else folder)
+        images = rules.image_dir or (storage.join(root, _IMAGES) if root else folder)
         yield from _xml_rows(path, images, listed[image_id] if listed else split, rules)
     if skipped:
-        _unlisted.inc(skipped)
         logging.warning("%s: %d annotation XMLs are in no ImageSets/Main list and were left "
                         "out", pattern, skipped)
 
 
 def _devkit_root(folder: str) -> str | None:
-    parent, name = FileSystems.split(folder)
+    parent, name = storage.split(folder)
     return parent if name == ANNOTATIONS else None
 
 
@@ -98,11 +93,11 @@ def _read_image_sets(root: str, split: str | None) -> dict[str, str] | None:
     found: dict[str, str] = {}
     present = False
     for name, file in lists.items():
-        path = FileSystems.join(root, "ImageSets", "Main", file)
-        if not FileSystems.exists(path):
+        path = storage.join(root, "ImageSets", "Main", file)
+        if not storage.exists(path):
             continue
         present = True
-        with FileSystems.open(path) as text:
+        with storage.open_read(path) as text:
             for line in text.read().decode("utf-8").splitlines():
                 if line.strip():
                     found.setdefault(line.split()[0], name)
@@ -112,7 +107,7 @@ def _read_image_sets(root: str, split: str | None) -> dict[str, str] | None:
 def _xml_rows(path: str, images: str, split: str | None, rules: RowRules
               ) -> Iterator[ManifestRow | DeadLetter]:
     try:
-        with FileSystems.open(path) as file:
+        with storage.open_read(path) as file:
             annotation = ElementTree.fromstring(file.read())
     except (OSError, ElementTree.ParseError) as error:
         yield DeadLetter(path, 0, "", "", split or "", reasons.INVALID_ANNOTATION,

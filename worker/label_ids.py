@@ -12,7 +12,14 @@ pinned or computed, with and without the OOV bucket, for seen and unseen values.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import NamedTuple
+
+from transforms import dead_letters as reasons
+from transforms.dead_letters import DeadLetter
+from worker import storage
+from worker.records import LabelledRow, ManifestRow
 
 UNSEEN_ID = -1  # what the transform gives an unseen value without an OOV bucket
 
@@ -40,3 +47,51 @@ class Vocabulary(NamedTuple):
         if found is not None:
             return found
         return len(self.ids) if self.oov_bucket else UNSEEN_ID
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelLookup:
+    """Gives rows their label and category ids from the vocabulary assets of the
+    transform_fn at `transform_fn_dir` (read once per process), or a dead letter for a
+    row with an unseen value.
+
+    `vocabularies`: the asset names, the label's first, then one per categorical extra
+    column, whose places in ManifestRow.extras are `categorical`; `unseen_where` ends the
+    message of an unseen label ("does not occur in the TRAIN split").
+    """
+
+    transform_fn_dir: str
+    vocabularies: tuple[str, ...]
+    categorical: tuple[tuple[str, int], ...]  # (column name, place in extras)
+    oov_bucket: bool
+    unseen_where: str
+
+    def labelled(self, row: ManifestRow) -> LabelledRow | DeadLetter:
+        labels, *categories = _vocabularies(self.transform_fn_dir, self.vocabularies,
+                                            self.oov_bucket)
+        label_ids = tuple(map(labels.id_of, row.labels))
+        category_ids = tuple(vocabulary.id_of(str(row.extras[index])) for vocabulary, (_, index)
+                             in zip(categories, self.categorical))
+        if UNSEEN_ID in label_ids:
+            unseen = [label for label, label_id in zip(row.labels, label_ids)
+                      if label_id == UNSEEN_ID]
+            return row.dead_letter(reasons.UNSEEN_LABEL,
+                                   f"label {', '.join(map(repr, unseen))} {self.unseen_where}")
+        if UNSEEN_ID in category_ids:
+            unseen = [f"{name} {row.extras[index]!r}"
+                      for (name, index), category in zip(self.categorical, category_ids)
+                      if category == UNSEEN_ID]
+            return row.dead_letter(reasons.UNSEEN_CATEGORY,
+                                   f"{', '.join(unseen)} does not occur in the TRAIN split")
+        return LabelledRow(row, label_ids, category_ids)
+
+
+@functools.lru_cache(maxsize=4)
+def _vocabularies(transform_fn_dir: str, names: tuple[str, ...], oov_bucket: bool
+                  ) -> tuple[Vocabulary, ...]:
+    """The assets `names` of the SavedModel at `transform_fn_dir`."""
+    found = []
+    for name in names:
+        with storage.open_read(storage.join(transform_fn_dir, "assets", name)) as file:
+            found.append(Vocabulary.from_asset(file.read(), oov_bucket))
+    return tuple(found)

@@ -3,7 +3,8 @@
 The pipeline's process hands a worker a ShardTask (a shard's or a part's packed rows, a
 few KB) and gets back its ShardOutcome (counts, dead letters, example keys); the worker
 reads, checks and encodes every image of it and writes its files (shard_writer.py). A
-JoinTask has a worker join a shard's parts (shard_parts.py). The pipeline's process never
+JoinTask has a worker join a shard's parts (shard_parts.py); a SurveyTask or PackTask
+has it parse a chunk of the manifest (row_tasks.py). The pipeline's process never
 touches an image. Workers import Pillow and this package, never
 TensorFlow, and Beam's filesystems only when a path is remote (storage.py): a worker takes
 about 40 MB and starts in ~0.2 s here.
@@ -44,7 +45,6 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from worker import storage
-from worker.records import ShardOutcome
 from worker.shard_writer import Progress
 
 if TYPE_CHECKING:
@@ -64,12 +64,17 @@ ProgressSink = Callable[[int, int], None]
 
 
 class Task(Protocol):
-    """What a worker is handed: shard_writer.ShardTask, shard_parts.JoinTask."""
+    """What a worker is handed: shard_writer.ShardTask, shard_parts.JoinTask, and
+    row_tasks.SurveyTask and PackTask; `in_worker` is false for a task that must run in
+    the pipeline's process (transforms/in_workers.py)."""
 
     @property
     def name(self) -> str: ...
 
-    def run(self, settings: RunSettings, progress: Progress) -> ShardOutcome: ...
+    @property
+    def in_worker(self) -> bool: ...
+
+    def run(self, settings: RunSettings, progress: Progress) -> Any: ...
 
 
 class _Lost(NamedTuple):
@@ -144,7 +149,7 @@ class ShardPool:
             self._idle.put(worker)
 
     def run(self, task: Task, settings: RunSettings,
-            progress: ProgressSink | None = None) -> ShardOutcome:
+            progress: ProgressSink | None = None) -> Any:
         worker = self._idle.get()
         try:
             return worker.run(task, settings, self._timeout_s, _Relay(progress))
@@ -212,7 +217,7 @@ class _Worker:
                                "worker.pool); see its error above")
 
     def run(self, task: Task, settings: RunSettings, timeout_s: float,
-            progress: _Relay) -> ShardOutcome:
+            progress: _Relay) -> Any:
         """The task's outcome. After a crash or a timeout in an image's decoding, the
         task is run again by the replacement, that image left out as lost; a worker that
         dies while not decoding gets the task once more, then the run fails."""
@@ -239,7 +244,7 @@ class _Worker:
             task = dataclasses.replace(task, lost=(*task.lost, tuple(answer)))
 
     def _await_answer(self, timeout_s: float, progress: _Relay
-                      ) -> ShardOutcome | _Failed | _Lost:
+                      ) -> Any | _Failed | _Lost:
         """The worker's answer, or what it was doing when it died or overran."""
         watch = min(_WATCH_SECONDS, timeout_s / 4)
         place, since = self._decoding(), time.monotonic()
@@ -419,7 +424,7 @@ def _serve(reads: int, writes: int, state_fd: int) -> None:
         except EOFError:  # the pipeline is done with it, or has died
             return
         try:
-            answer: ShardOutcome | _Failed = task.run(settings, _SharedProgress(state))
+            answer: Any = task.run(settings, _SharedProgress(state))
         except Exception as error:  # the pipeline's process raises it: the bundle fails
             answer = _Failed(error)
         outbox.send(answer)

@@ -37,6 +37,8 @@ class JoinTask:
     temp_dir: str
     resuming: bool = False
 
+    in_worker = True  # (pool.Task) any process may write a shard
+
     @property
     def name(self) -> str:
         return f"shard {self.split} {self.shard} (joining {len(self.parts)} parts)"

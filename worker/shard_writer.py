@@ -70,6 +70,8 @@ class ShardTask:
     part: int | None = None
     lost: tuple[tuple[int, str, str], ...] = ()
 
+    in_worker = True  # (pool.Task) any process may write a shard
+
     @property
     def name(self) -> str:
         return f"shard {self.split} {self.shard}" + (
@@ -109,6 +111,22 @@ def unpack_rows(pack: bytes) -> Iterator[LabelledRow]:
 
 def uri_digest(uri: str) -> bytes:
     return hashlib.sha256(uri.encode("utf-8", "surrogateescape")).digest()
+
+
+class SplitPlan(NamedTuple):
+    """How a split is written: its number of shards, and of parts in each shard."""
+
+    shards: int
+    parts: int = 1
+
+    def place(self, uri: str) -> tuple[int, int]:
+        """The row's shard, and its part of that shard, from one hash of its URI.
+
+        The shard is the first 8 bytes of the digest modulo the shards; the part is
+        their range, and as they lead the write order (write_order), a
+        shard's parts in order are its rows in order."""
+        leading = int.from_bytes(uri_digest(uri)[:8], "big")
+        return leading % self.shards, (leading * self.parts) >> 64
 
 
 def write_order(row: ManifestRow) -> tuple[bytes, str, int]:

@@ -10,11 +10,16 @@ Local files behave as Beam's LocalFileSystem makes them: `create` makes the fold
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import os
 import re
 from typing import Any, BinaryIO
 
 _SCHEME = re.compile(r"^[a-zA-Z][-a-zA-Z0-9+.]*://")  # as Beam's FileSystems.get_scheme
+_DECOMPRESSORS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".lzma": lzma.open}
+_DECOMPRESSED_BY_BEAM = (".deflate", ".zst", ".zstd")
 _options: dict[str, Any] = {}
 _configured = False
 
@@ -46,11 +51,44 @@ def create(path: str) -> BinaryIO:
     return _beam().create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
+def split(path: str) -> tuple[str, str]:
+    """(folder, name), as Beam's FileSystems.split gives them (a local path made absolute)."""
+    if is_local(path):
+        return os.path.split(os.path.abspath(path))
+    return _beam().split(path)
+
+
+def open_decompressed(path: str) -> BinaryIO:
+    """The file's bytes, decompressed by its name's suffix as Beam's CompressionTypes
+    detects it. gzip, bzip2 and xz/lzma streams raise EOFError where they are cut off
+    (Beam's own decompression ends quietly there, losing the last lines); the rarer
+    .deflate and .zst are left to Beam, imported for them alone."""
+    lowered = path.lower()
+    for suffix, decompress in _DECOMPRESSORS.items():
+        if lowered.endswith(suffix):
+            return decompress(open_read(path))
+    if lowered.endswith(_DECOMPRESSED_BY_BEAM):
+        return _beam().open(path)
+    return open_read(path)
+
+
+def is_compressed(path: str) -> bool:
+    """Whether open_decompressed decompresses the file (by its name)."""
+    return path.lower().endswith((*_DECOMPRESSORS, *_DECOMPRESSED_BY_BEAM))
+
+
 def size(path: str) -> int:
     """The file's size; FileNotFoundError (locally) or the filesystem's own error."""
     if is_local(path):
         return os.stat(path).st_size
     return _beam().get_filesystem(path).metadata(path).size_in_bytes
+
+
+def match(pattern: str, limit: int | None = None) -> list:
+    """Beam's FileMetadata (path, size_in_bytes) of the files `pattern` matches (`limit`
+    at most), local or not: a glob's meaning is Beam's on every filesystem, so Beam is
+    imported for it."""
+    return _beam().match([pattern], limits=[limit])[0].metadata_list
 
 
 def exists(path: str) -> bool:

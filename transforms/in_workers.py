@@ -1,0 +1,102 @@
+"""The DoFn that has a task run by the worker processes (worker/pool.py): a chunk of rows
+to survey or pack (worker/row_tasks.py), a shard or part to write (worker/shard_writer.py).
+
+One pool per process that runs the pipeline's DoFns, shared by every such DoFn in it.
+The tasks of a bundle are handed over as they come, on threads that wait for a free
+worker, and their results given at the bundle's end, so that as many tasks run at once
+as there are workers. With --worker_processes 0, or for a task that must run where Beam
+is loaded (a source listed with Beam's FileSystems.match), it runs in this process.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.windowed_value import WindowedValue
+
+from transforms import live_progress
+from transforms.run_settings import RunSettings
+from worker import pool
+
+
+class RunInWorkers(beam.DoFn):
+    """Subclasses say what task an element is (task()) and what a task's result gives
+    (outputs()); `execute` may be overridden to run several tasks for one element."""
+
+    def __init__(self, settings: RunSettings) -> None:
+        self._settings = settings
+        self._pool: pool.ShardPool | None = None
+        self._waiting: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def task(self, element: Any, *side_inputs: Any) -> pool.Task:
+        raise NotImplementedError
+
+    def outputs(self, result: Any) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def setup(self) -> None:
+        self._pool = pool.acquire(self._settings.workers, filesystem_options())
+        if self._pool is not None:
+            self._waiting = concurrent.futures.ThreadPoolExecutor(
+                self._settings.workers.process_count())
+
+    def teardown(self) -> None:
+        if self._waiting:
+            self._waiting.shutdown()
+            self._waiting = None
+            pool.release(self._settings.workers)
+
+    def start_bundle(self) -> None:
+        self._pending: list[concurrent.futures.Future] = []
+
+    # *side_inputs unannotated: Beam's type check reads an annotation as a tuple's
+    def process(self, element: Any, *side_inputs) -> Iterator[Any]:  # noqa: ANN002
+        task = self.task(element, *side_inputs)
+        if self._pool is None:
+            yield from self.outputs(self.execute(task))
+        else:
+            self._pending.append(self._waiting.submit(self.execute, task))
+
+    def finish_bundle(self) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
+        for result in self._pending:
+            for output in self.outputs(result.result()):
+                if isinstance(output, beam.pvalue.TaggedOutput):
+                    yield beam.pvalue.TaggedOutput(
+                        output.tag, GlobalWindows.windowed_value(output.value))
+                else:
+                    yield GlobalWindows.windowed_value(output)
+        self._pending = []
+
+    def execute(self, task: pool.Task) -> Any:
+        """The task's result, from a worker process or from this one."""
+        if self._pool is None or not task.in_worker:
+            return task.run(self._settings, _LiveProgress())
+        return self._pool.run(task, self._settings, live_progress.handled)
+
+
+def filesystem_options() -> dict[str, Any]:
+    """The options Beam's filesystems were given in this process (by the launcher, or on a
+    runner's worker by Beam's SDK harness from the job's options), for the worker
+    processes to reach the same storage (S3's endpoint and keys, say).
+
+    Read here, not carried in the DoFn: that would write credentials such as
+    --s3_secret_access_key into the job's graph. Beam has no public getter for them;
+    tests/test_shards.py fails if this one stops seeing what set_options gave.
+    """
+    options = FileSystems._pipeline_options
+    return options.get_all_options(drop_default=True) if options is not None else {}
+
+
+class _LiveProgress:
+    """shard_writer.Progress for a task run in this process: rows to the display."""
+
+    def decoding(self, image: int | None) -> None:
+        pass
+
+    def handled(self, rows: int, dead_letters: int) -> None:
+        live_progress.handled(rows, dead_letters)

@@ -1,0 +1,108 @@
+"""The manifest's rows, a chunk at a time (worker/chunks.py), parsed by the worker
+processes in each pass (worker/row_tasks.py): the pipeline's process sees one element
+per chunk, and per pack of rows bound for a shard, never one per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from transforms import dead_letters as reasons
+from transforms import live_progress
+from transforms.in_workers import RunInWorkers
+from transforms.manifest import DEAD_LETTERS, RowRules
+from transforms.run_settings import RunSettings
+from transforms.labels import categorical_columns
+from transforms.shards import SIZE_SAMPLE
+from transforms.vocabulary_file import LABEL_VOCABULARY
+from worker.chunks import RowChunk
+from worker.label_ids import LabelLookup
+from worker.row_tasks import ChunkPacks, ChunkSurvey, PackTask, SurveyTask
+
+PACKS = "packs"  # PackRows' output of ((split, shard), (part, pack))
+
+
+class SurveyRows(beam.PTransform):
+    """RowChunks -> a ChunkSurvey each (pass 1)."""
+
+    def __init__(self, rules: RowRules, settings: RunSettings) -> None:
+        super().__init__()
+        self._rules = rules
+        self._settings = settings
+
+    def expand(self, chunks: beam.PCollection) -> beam.PCollection:
+        return chunks | "Survey" >> beam.ParDo(_Survey(self._rules, self._settings))
+
+
+class _Survey(RunInWorkers):
+    def __init__(self, rules: RowRules, settings: RunSettings) -> None:
+        super().__init__(settings)
+        self._rules = rules
+        self._rows_read = Metrics.counter("manifest", "rows_read")
+        self._rows_rejected = Metrics.counter("manifest", "rows_rejected")
+        self._rows_discarded = Metrics.counter("manifest", "rows_discarded")
+
+    def task(self, chunk: RowChunk) -> SurveyTask:
+        return SurveyTask(chunk, self._rules, SIZE_SAMPLE, tuple(
+            index for _, index in categorical_columns(self._settings.extra_columns)))
+
+    def outputs(self, survey: ChunkSurvey) -> Iterator[ChunkSurvey]:
+        self._rows_read.inc(survey.rows_read)
+        self._rows_rejected.inc(len(survey.dead_letters))
+        self._rows_discarded.inc(survey.discarded)
+        yield survey
+
+
+class PackRows(beam.PTransform):
+    """RowChunks -> ((split, shard), (part, pack)) (PACKS), the chunk's labelled rows
+    packed by where they are written; unseen labels -> DEAD_LETTERS (pass 2).
+
+    `plan`: PlanShards' (split, SplitPlan); `transform_fn`: AnalyzeLabels' output, whose
+    vocabulary assets give the ids (worker/label_ids.py). With the OOV bucket an unseen
+    label keeps its row and gets the OOV id instead. `pinned_from` (the pinned
+    vocabulary's file, if any) is what unseen labels are said to be missing from.
+    """
+
+    def __init__(self, plan: beam.PCollection, transform_fn: tuple, rules: RowRules,
+                 settings: RunSettings, pinned_from: str | None = None) -> None:
+        super().__init__()
+        self._plan = plan
+        self._transform_fn_dir = transform_fn[0]  # a PCollection of the SavedModel's path
+        self._rules = rules
+        self._settings = settings
+        self._pinned_from = pinned_from
+
+    def expand(self, chunks: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        return chunks | "Pack" >> beam.ParDo(
+            _Pack(self._rules, self._settings, self._pinned_from),
+            beam.pvalue.AsDict(self._plan),
+            beam.pvalue.AsSingleton(self._transform_fn_dir)).with_outputs(
+            DEAD_LETTERS, main=PACKS)
+
+
+class _Pack(RunInWorkers):
+    def __init__(self, rules: RowRules, settings: RunSettings, pinned_from: str | None
+                 ) -> None:
+        super().__init__(settings)
+        self._rules = rules
+        self._unseen_where = (f"is not in the pinned vocabulary {pinned_from}" if pinned_from
+                              else "does not occur in the TRAIN split")
+        self._unseen = Metrics.counter("labels", "unseen")
+
+    def task(self, chunk: RowChunk, plan: dict, transform_fn_dir: str) -> PackTask:
+        categorical = categorical_columns(self._settings.extra_columns)
+        return PackTask(chunk, self._rules, plan, LabelLookup(
+            transform_fn_dir, (LABEL_VOCABULARY, *(name for name, _ in categorical)),
+            categorical, self._settings.oov_bucket, self._unseen_where))
+
+    def outputs(self, packed: ChunkPacks) -> Iterator[Any]:
+        live_progress.planned(packed.rows)
+        self._unseen.inc(sum(dead.reason in (reasons.UNSEEN_LABEL, reasons.UNSEEN_CATEGORY)
+                             for dead in packed.dead_letters))
+        for dead in packed.dead_letters:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead)
+        yield from packed.packs
