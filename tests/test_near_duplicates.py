@@ -21,7 +21,7 @@ from transforms.copies import HASH_BITS
 from transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
 from worker.naming import receipt_path
 from worker.receipts import ShardReceipt, write_receipt
-from worker.records import ShardOutcome, ShardWritten
+from worker.records import ShardExamples, ShardOutcome, ShardWritten
 from worker.records import ExampleRef
 
 
@@ -199,8 +199,9 @@ def every_pair(keyed, max_distance):
 
 
 def with_receipts(temp_dir, keyed):
-    """The examples, with the receipts the shard writer would have left for their shards
-    (where the search reads the refs of the pairs it finds)."""
+    """The examples as the shard writer gives them, a ShardExamples per shard, with the
+    receipts it would have left for their shards (where the search reads the refs of the
+    pairs it finds)."""
     by_shard = collections.defaultdict(list)
     for sha, example in keyed:
         by_shard[example.split, example.shard].append((sha, example))
@@ -208,7 +209,7 @@ def with_receipts(temp_dir, keyed):
         written = ShardWritten(split, shard, "", len(keys), len(keys), 0, 0, {}, {}, {}, {})
         write_receipt(receipt_path(str(temp_dir), split, shard),
                       ShardReceipt("", ShardOutcome(written, (), tuple(keys)), ()))
-    return keyed
+    return [ShardExamples(split, shard, tuple(keys)) for (split, shard), keys in by_shard.items()]
 
 
 def assert_search_finds(temp_dir, keyed, max_distance, expected):

@@ -159,8 +159,10 @@ def test_writer_orders_by_uri_hash_and_dead_letters_bad_images(tmp_path):
     written = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
     dead = tagged(outputs, DEAD_LETTERS)
     assert [d.reason for d in dead] == ["file_not_found"]
-    keys = tagged(outputs, EXAMPLE_KEYS)
+    (examples,) = tagged(outputs, EXAMPLE_KEYS)  # one element for the shard's examples
+    keys = examples.keys
     (shard,) = written
+    assert (examples.split, examples.shard) == ("train", 2)
     assert [ref.position for _, ref in keys] == list(range(6))
     assert [sha for sha, _ in keys] == [feature(e, "image/key/sha256").decode()
                                         for e in read_examples(shard.temp_path)]
@@ -327,7 +329,7 @@ def test_a_shard_written_in_parts_is_the_shard_written_whole(tmp_path, file_form
     assert len({part_of(item.row.uri, 4) for item in rows}) == 4  # not one part after all
     assert joined == whole and joined_dead == whole_dead and joined_keys == whole_keys
     assert sorted(d.reason for d in whole_dead) == ["duplicate_row", "file_not_found"]
-    assert [ref.position for _, ref in joined_keys] == list(range(14))
+    assert [ref.position for _, ref in joined_keys[0].keys] == list(range(14))
     published = {name: data for name, data in whole_files.items()
                  if not name.startswith("receipts/")}
     assert {name: joined_files[name] for name in published} == published

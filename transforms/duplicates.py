@@ -26,7 +26,7 @@ from transforms.manifest import DEAD_LETTERS
 from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
 from transforms.choices import Dedupe
 from transforms.run_settings import RunSettings
-from worker.records import ExampleRef, ShardWritten
+from worker.records import ExampleRef, ShardExamples, ShardWritten
 from transforms.sorted_lines import WriteSortedLines
 
 
@@ -51,12 +51,37 @@ class Duplicate(NamedTuple):
 
 
 class FindDuplicates(beam.PTransform):
-    """(sha256, ExampleRef) -> a Duplicate for every copy after the one kept."""
+    """ShardExamples -> a Duplicate for every copy after the one kept.
 
-    def expand(self, keys: beam.PCollection) -> beam.PCollection:
-        return (keys
-                | "BySha256" >> beam.GroupByKey()
-                | "Copies" >> beam.FlatMapTuple(_copies))
+    Each shard's keys are split into _BUCKETS by their SHA-256 and grouped by bucket, so
+    the grouping moves a few elements per shard, not one per example."""
+
+    def expand(self, shard_examples: beam.PCollection) -> beam.PCollection:
+        return (shard_examples
+                | "ByBucket" >> beam.FlatMap(_by_bucket)
+                | "GroupByBucket" >> beam.GroupByKey()
+                | "Copies" >> beam.FlatMapTuple(_copies_in_bucket))
+
+
+_BUCKETS = 16
+
+
+def _by_bucket(examples: ShardExamples) -> Iterator[tuple[int, list[tuple[str, ExampleRef]]]]:
+    buckets: dict[int, list[tuple[str, ExampleRef]]] = collections.defaultdict(list)
+    for sha256, ref in examples.keys:
+        buckets[int(sha256[:8], 16) % _BUCKETS].append((sha256, ref))
+    return iter(buckets.items())
+
+
+def _copies_in_bucket(_: int, shards_keys: Iterable[list[tuple[str, ExampleRef]]]
+                      ) -> Iterator[Duplicate]:
+    by_sha256: dict[str, list[ExampleRef]] = collections.defaultdict(list)
+    for keys in shards_keys:
+        for sha256, ref in keys:
+            by_sha256[sha256].append(ref)
+    for sha256, refs in by_sha256.items():
+        if len(refs) > 1:
+            yield from _copies(sha256, refs)
 
 
 def _copies(sha256: str, refs: Iterable[ExampleRef]) -> Iterator[Duplicate]:
@@ -146,7 +171,7 @@ def _positive(counts: collections.Counter[str]) -> dict[str, int]:
 
 
 class ReportDuplicates(beam.PTransform):
-    """(shards, example keys) -> a dict of PCollections: "shards" (without the copies
+    """(shards, their ShardExamples) -> a dict of PCollections: "shards" (without the copies
     that `settings.dedupe` drops), "dead_letters" (the dropped copies' rows), "report" (the
     written duplicates-*.jsonl and near_duplicates-*.jsonl), "by_splits" and
     "near_by_splits" ("kept split/copy split" -> copies), "duplicates" and

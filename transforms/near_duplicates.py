@@ -29,12 +29,11 @@ from apache_beam.utils.windowed_value import WindowedValue
 from transforms.copies import HASH_BITS, MAX_NEAR_DISTANCE
 from transforms.manifest import SPLITS
 from worker.receipts import example_refs
-from worker.records import ExampleRef
+from worker.records import ExampleRef, ShardExamples
 
 _HELD_EXAMPLES = 4096  # examples a bundle holds before sending its band packs
 _BLOCK_CELLS = 1 << 20  # distances computed at once inside a group, bounding its memory
 
-Keyed = tuple[str, ExampleRef]  # (sha256, where the example is), as WriteShards gives
 Shard = tuple[str, int]  # (split, shard)
 # An example in a band group: its near order (split, line, the first 8 bytes of its
 # SHA-256, which also leave byte-identical pairs out), its pHash and where it is (split,
@@ -98,8 +97,8 @@ def order(ref: ExampleRef) -> tuple:
 
 
 class FindNearDuplicates(beam.PTransform):
-    """(sha256, ExampleRef) -> a NearDuplicate for every example with a near-copy
-    earlier in the near order: its closest in the earliest split.
+    """ShardExamples -> a NearDuplicate for every example with a near-copy earlier in the
+    near order: its closest in the earliest split.
 
     The band groups carry places, not ExampleRefs (each example is in max_distance + 1
     of them); the pairs found get both ends' refs from their shards' receipts in
@@ -137,7 +136,7 @@ def near_order(sha256: str, ref: ExampleRef) -> tuple[int, int, int]:
 
 
 class _PackByBand(beam.DoFn):
-    """(sha256, ref) -> ((band, band value), packed members) per bundle, so the grouping
+    """ShardExamples -> ((band, band value), packed members) per bundle, so the grouping
     moves a pack per band value, not max_distance + 1 elements per example."""
 
     def __init__(self, masks: tuple[int, ...]) -> None:
@@ -147,11 +146,10 @@ class _PackByBand(beam.DoFn):
     def start_bundle(self) -> None:
         self._held: list[tuple[int, ...]] = []  # rows of _MEMBER
 
-    def process(self, keyed: Keyed) -> Iterator[tuple[tuple[int, int], bytes]]:
-        sha256, ref = keyed
-        self._held.append((*near_order(sha256, ref), ref.perceptual_hash, ref.shard,
-                           ref.position))
-        self._hashed.inc()
+    def process(self, examples: ShardExamples) -> Iterator[tuple[tuple[int, int], bytes]]:
+        self._held.extend((*near_order(sha256, ref), ref.perceptual_hash, ref.shard,
+                           ref.position) for sha256, ref in examples.keys)
+        self._hashed.inc(len(examples.keys))
         if len(self._held) >= _HELD_EXAMPLES:
             yield from self._packs()
 

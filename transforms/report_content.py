@@ -9,6 +9,8 @@ image is read again.
 
 from __future__ import annotations
 
+import collections
+import heapq
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -19,7 +21,7 @@ from transforms.dead_letters import DeadLetter
 from transforms.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
                                     Pictured, RejectedRow, ReportContent, copy_rank,
                                     sample_rank)
-from worker.records import ExampleRef
+from worker.records import ExampleRef, ShardExamples
 from worker.naming import thumbnails_path
 from transforms.tfrecord_format import read_records
 
@@ -31,7 +33,8 @@ def _place(ref: ExampleRef) -> Place:
 
 
 class GatherReportContent(beam.PTransform):
-    """A dict of PCollections -> one ReportContent: "example_keys" (WriteShards'),
+    """A dict of PCollections -> one ReportContent: "example_keys" (WriteShards'
+    ShardExamples),
     "duplicates" and "near_duplicates" (every copy found), "dropped" (the copies --dedupe
     dropped, left out of the sample; absent when it drops none) and "dead_letters".
 
@@ -43,19 +46,20 @@ class GatherReportContent(beam.PTransform):
         self._temp_dir = temp_dir
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
-        written = inputs["example_keys"] | "Refs" >> beam.MapTuple(lambda _, ref: ref)
-        if "dropped" in inputs:  # a join of every example, only when it can matter
-            written = ({"ref": written | "ByPlace" >> beam.Map(lambda ref: (_place(ref), ref)),
-                        "dropped": inputs["dropped"] | "DroppedPlaces" >> beam.Map(
-                            lambda copy: (_place(copy.copy), None))}
-                       | "JoinDropped" >> beam.CoGroupByKey()
-                       | "Kept" >> beam.FlatMap(
-                           lambda joined: () if joined[1]["dropped"] else joined[1]["ref"]))
-        samples = (written
-                   | "ByLabel" >> beam.FlatMap(lambda ref: (
-                       ((ref.split, label), ref) for label in sorted(set(ref.labels))))
+        examples = inputs["example_keys"]
+        if "dropped" in inputs:  # a join by shard, only when it can matter
+            examples = ({"examples": examples | "ExamplesByShard" >> beam.Map(
+                            lambda shard: ((shard.split, shard.shard), shard)),
+                         "dropped": inputs["dropped"] | "DroppedByShard" >> beam.Map(
+                            lambda copy: ((copy.copy.split, copy.copy.shard),
+                                          copy.copy.position))}
+                        | "JoinDropped" >> beam.CoGroupByKey()
+                        | "Kept" >> beam.FlatMap(_kept))
+        # Each shard's candidates, then the best of them: a few elements per shard.
+        samples = (examples
+                   | "ShardSamples" >> beam.FlatMap(_shard_sample)
                    | "Sample" >> beam.combiners.Top.PerKey(
-                       SAMPLE_PER_LABEL, key=lambda ref: sample_rank(ref.uri), reverse=True))
+                       SAMPLE_PER_LABEL, key=_sample_rank, reverse=True))
         duplicates = inputs["duplicates"] | "FirstCopies" >> _first_copies()
         near = inputs["near_duplicates"] | "FirstNear" >> _first_copies()
         rejected = (inputs["dead_letters"]
@@ -88,6 +92,31 @@ class GatherReportContent(beam.PTransform):
             for position, thumbnail in zip(range(max(wanted) + 1), read_records(file)):
                 if position in wanted:
                     yield (split, shard, position), thumbnail
+
+
+def _sample_rank(ref: ExampleRef) -> int:
+    return sample_rank(ref.uri)
+
+
+def _shard_sample(examples: ShardExamples) -> Iterator[tuple[tuple[str, str], ExampleRef]]:
+    """The shard's candidates for the sample of each (split, label): what the sample of
+    all shards can take from it."""
+    by_label: dict[tuple[str, str], list[ExampleRef]] = collections.defaultdict(list)
+    for _, ref in examples.keys:
+        for label in set(ref.labels):
+            by_label[ref.split, label].append(ref)
+    for key, refs in by_label.items():
+        for ref in heapq.nsmallest(SAMPLE_PER_LABEL, refs, key=_sample_rank):
+            yield key, ref
+
+
+def _kept(joined: tuple[tuple[str, int], dict[str, list]]) -> Iterator[ShardExamples]:
+    """The shard's examples without the copies --dedupe dropped."""
+    _, grouped = joined
+    dropped = set(grouped["dropped"])
+    for examples in grouped["examples"]:
+        yield examples._replace(keys=tuple(
+            keyed for keyed in examples.keys if keyed[1].position not in dropped))
 
 
 def _first_copies() -> beam.PTransform:

@@ -34,7 +34,7 @@ from transforms.in_workers import RunInWorkers
 from transforms.manifest import DEAD_LETTERS
 from transforms.run_settings import RunSettings
 from worker.pool import Workers
-from worker.records import ShardOutcome, ShardWritten
+from worker.records import ShardExamples, ShardOutcome, ShardWritten
 from worker.row_tasks import sample_of
 from worker.shard_parts import JoinTask
 from worker.shard_writer import ShardTask, SplitPlan
@@ -66,7 +66,7 @@ def plan_split(rows: int, shards: int, workers: int) -> SplitPlan:
                                         math.ceil(2 * workers / shards))))
 
 
-EXAMPLE_KEYS = "example_keys"  # WriteShards' output of (sha256, ExampleRef) per example
+EXAMPLE_KEYS = "example_keys"  # WriteShards' output of ShardExamples, one per shard
 
 
 class PlanShards(beam.PTransform):
@@ -125,8 +125,8 @@ class _SampleOfSamples(beam.CombineFn):
 
 class WriteShards(beam.PTransform):
     """Packs of rows ((split, shard), (part, pack)) -> ShardWritten per file; failed
-    images -> DEAD_LETTERS; every example's (sha256, ExampleRef) -> EXAMPLE_KEYS, with its
-    content where `settings.keeps_content`.
+    images -> DEAD_LETTERS; each shard's examples' (sha256, ExampleRef), with their
+    content where `settings.keeps_content` -> EXAMPLE_KEYS, as one ShardExamples.
 
     Each shard leaves a receipt (worker/receipts.py); with `resuming`, a shard whose
     receipt vouches for it is not written again.
@@ -211,8 +211,9 @@ class _WriteShardFile(RunInWorkers):
                                    - {ref.uri for _, ref in outcome.example_keys}))
         for dead in outcome.dead_letters:
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead)
-        for keyed in outcome.example_keys:
-            yield beam.pvalue.TaggedOutput(EXAMPLE_KEYS, keyed)
+        if outcome.example_keys:
+            yield beam.pvalue.TaggedOutput(EXAMPLE_KEYS, ShardExamples(
+                written.split, written.shard, outcome.example_keys))
         yield written
 
 

@@ -113,3 +113,12 @@ class ShardOutcome(NamedTuple):
     written: ShardWritten
     dead_letters: tuple[DeadLetter, ...]  # its rows that became no example
     example_keys: tuple[tuple[str, ExampleRef], ...]  # (sha256, where) per example
+
+
+class ShardExamples(NamedTuple):
+    """A shard's examples as the copy search and the report take them: one element per
+    shard, not one per example."""
+
+    split: str
+    shard: int
+    keys: tuple[tuple[str, ExampleRef], ...]  # ShardOutcome.example_keys
