@@ -28,6 +28,7 @@ import pandas as pd
 from image_tfrecords.loader import load
 from image_tfrecords.output import Output
 from transforms.summary import Summary
+from worker.naming import REPORT_FILE
 
 if TYPE_CHECKING:
     from transforms.schema import ExtraColumn
@@ -84,8 +85,6 @@ class ConversionResult:
         """The path of report.html, the page to look at before training (None when the
         run failed: its report is in the run's temp folder, with its dead letters)."""
         from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
-
-        from transforms.report_page import REPORT_FILE  # noqa: PLC0415 - Jinja2 and pygal
 
         return FileSystems.join(self.output_dir, REPORT_FILE) if self.ok else None
 

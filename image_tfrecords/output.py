@@ -17,7 +17,8 @@ import tensorflow as tf
 from transforms.file_formats import GFiles, ShardFormat
 from transforms.choices import LabelMode, UnseenLabel
 from transforms.splits import SPLIT_NAMES, normalise_split
-from transforms.summary import SUMMARY_FILE, FeatureInfo, Summary
+from transforms.summary import FeatureInfo, Summary
+from worker.naming import SUMMARY_FILE
 
 # As transforms/labels.py writes them (it imports Beam and tf.Transform);
 # tests/test_output.py checks that they agree.

@@ -24,6 +24,8 @@ from apache_beam.options.pipeline_options import (FlinkRunnerOptions, GoogleClou
                                                   PipelineOptions, PortableOptions,
                                                   SparkRunnerOptions, StandardOptions)
 
+from worker import naming
+
 JOB_SERVERS = pathlib.Path(__file__).resolve().parents[1] / "job_servers"
 _STOP_SECONDS = 10  # a job server's JVM takes a second or two to stop once asked
 
@@ -125,8 +127,7 @@ def job_server_of_the_run(options: PipelineOptions, run_id: str
     if engine is None or options.view_as(PortableOptions).job_endpoint:
         yield None
         return
-    path = (pathlib.Path(tempfile.gettempdir())
-            / f"image-tfrecords-{run_id}-{engine.name.lower()}.log")
+    path = pathlib.Path(naming.job_server_log(tempfile.gettempdir(), run_id, engine.name))
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger = logging.getLogger(engine.logger)

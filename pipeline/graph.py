@@ -29,13 +29,14 @@ from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
 from transforms.labels import AnalyzeLabels
 from transforms.outcome import Failure, PublishRules, RunFailed
-from transforms.publish import PublishOutput, delete_tree, read_failure, staged_dir
+from transforms.publish import PublishOutput, delete_tree, read_failure
 from transforms.report_content import GatherReportContent
 from transforms.rows import PACKS, PackRows, SurveyRows
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
 from transforms.sorted_lines import WriteSortedLines
-from transforms.summary import SUMMARY_FILE, RunInfo, Summary
+from transforms.summary import RunInfo, Summary
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
+from worker import naming
 from worker.chunks import RowChunk
 from worker.row_tasks import ChunkSurvey
 
@@ -52,7 +53,7 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
     when the job failed its outcome check; `pinned` fixes the label ids.
     """
     convert = options.view_as(ConvertOptions)
-    temp_dir = resume.temp_dir(convert.output_dir, folder.run_id)
+    temp_dir = naming.temp_dir(convert.output_dir, folder.run_id)
     if folder.resumed and (published := resume.published_by(convert.output_dir,
                                                              folder.run_id)):
         delete_tree(temp_dir)  # it was stopped after publishing, while cleaning up
@@ -61,9 +62,9 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
     # paths and the real gs:// but not s3://, hdfs:// or a GCS emulator: its working
     # folder is --temp_location (Dataflow's bucket) or the local temp dir, and the
     # publish step copies the transform_fn to the output through Beam's FileSystems.
-    tft_dir = FileSystems.join(
+    tft_dir = naming.transform_dir(
         options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir(),
-        f"image-tfrecords-{folder.run_id}")
+        folder.run_id)
     delete_tree(tft_dir)  # a resumed run's, left by the stopped one: made again
     try:
         # Before the graph is built: tf.Transform reads the pinned file as it traces.
@@ -84,7 +85,7 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
         raise
     if not PipelineState.is_terminal(p.result.state):
         return None
-    with FileSystems.open(FileSystems.join(convert.output_dir, SUMMARY_FILE)) as file:
+    with FileSystems.open(FileSystems.join(convert.output_dir, naming.SUMMARY_FILE)) as file:
         return Summary.from_json(file.read())
 
 
@@ -119,7 +120,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
 
     # What is published besides the shards is staged, so the previous output stays whole
     # until the publish step swaps everything at once.
-    staged = staged_dir(temp_dir)
+    staged = naming.staged_dir(temp_dir)
     deduped = ((written.shards, written[EXAMPLE_KEYS])
                | "Duplicates" >> ReportDuplicates(settings, temp_dir, staged))
 
@@ -127,7 +128,8 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
                      packed.dead_letters, written.dead_letters, deduped["dead_letters"])
                     | "DeadLetters" >> beam.Flatten())
     dead_letter_files = dead_letters | "WriteDeadLetters" >> WriteSortedLines(
-        f"{staged}/errors", DeadLetter.to_json, sort_key=lambda d: (d.manifest, d.line))
+        naming.jsonl_list(staged, naming.ERRORS), DeadLetter.to_json,
+        sort_key=lambda d: (d.manifest, d.line))
     # DISCARD rows are left out on purpose: read, but neither examples nor dead letters.
     rows_discarded = (surveys
                       | "Discarded" >> beam.Map(lambda survey: survey.discarded)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from transforms.report_page import REPORT_FILE
+from worker.naming import REPORT_FILE
 from transforms.summary import CopiesInfo, Summary
 
 

@@ -12,7 +12,6 @@ not be this run's.
 from __future__ import annotations
 
 import hashlib
-import uuid
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -22,14 +21,13 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.options import ConvertOptions
 from transforms.folder import IMAGE_FOLDER, everything_under
-from transforms.outcome import FAILED_FILE, read_summary
+from transforms.outcome import read_summary
 from transforms.sources import FORMATS
-from transforms.summary import SUMMARY_FILE, Summary
+from transforms.summary import Summary
 from transforms.vocabulary_file import PinnedVocabulary
-from worker import storage
+from worker import naming, storage
 from worker.chunks import LineCutter, LineRange, ManifestSource, RowChunk, chunk_bytes
-
-RUN_FILE = "run.json"
+from worker.naming import FAILED_FILE, RUN_FILE, SUMMARY_FILE
 # Options that change nothing a run writes, and may differ between a run and its resume;
 # the sources (--manifest, --image_folder) are compared by their contents.
 _NOT_COMPARED = frozenset({"manifest", "image_folder", "output_dir", "overwrite", "resume",
@@ -123,14 +121,10 @@ def choose_run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolde
     if stopped:
         run_id, recorded = stopped[0]
         raise ResumeRefused(
-            f"--resume: the stopped run in {temp_dir(convert.output_dir, run_id)} was made "
+            f"--resume: the stopped run in {naming.temp_dir(convert.output_dir, run_id)} was made "
             f"from other inputs or settings: {'; '.join(current.differences(recorded))}. "
             "Run without --resume to start again from the first image")
-    return RunFolder(uuid.uuid4().hex[:12], resumed=False)
-
-
-def temp_dir(output_dir: str, run_id: str) -> str:
-    return FileSystems.join(output_dir, f".tmp-{run_id}")
+    return RunFolder(naming.new_run_id(), resumed=False)
 
 
 def start(folder: str, current: Fingerprint, resumed: bool) -> None:
@@ -141,7 +135,7 @@ def start(folder: str, current: Fingerprint, resumed: bool) -> None:
         with FileSystems.create(FileSystems.join(folder, RUN_FILE)) as out:
             out.write(current.model_dump_json(indent=2).encode())
         return
-    staged = FileSystems.join(folder, "staged")
+    staged = naming.staged_dir(folder)
     publishing = (FileSystems.exists(FileSystems.join(folder, SUMMARY_FILE))
                   and not FileSystems.exists(FileSystems.join(staged, FAILED_FILE)))
     if not publishing:
@@ -156,15 +150,15 @@ def published_by(output_dir: str, run_id: str) -> Summary | None:
     """The output's summary.json when the run `run_id` published it (it was stopped
     while removing its temp folder), else None."""
     summary = read_summary(FileSystems.join(output_dir, SUMMARY_FILE))
-    return summary if summary and summary.run_id == f".tmp-{run_id}" else None
+    return summary if summary and summary.run_id == run_id else None
 
 
 def _stopped_runs(output_dir: str) -> list[tuple[str, Fingerprint]]:
     """(run id, fingerprint) of the stopped runs in `output_dir`, newest first."""
     found = []
     for metadata in FileSystems.match(
-            [FileSystems.join(output_dir, f".tmp-*/{RUN_FILE}")])[0].metadata_list:
-        run_id = metadata.path.rsplit("/", 2)[-2].removeprefix(".tmp-")
+            [FileSystems.join(naming.every_temp_dir(output_dir), RUN_FILE)])[0].metadata_list:
+        run_id = naming.run_id_of(metadata.path.rsplit("/", 1)[0])
         with FileSystems.open(metadata.path) as file:
             try:
                 found.append((metadata.last_updated_in_seconds, run_id,

@@ -19,14 +19,16 @@ from pipeline.options import ConvertOptions, unknown_option_problem
 from pipeline.progress import shown_progress
 from pipeline.report import format_report
 from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
-                             scan_sources, start, temp_dir)
+                             scan_sources, start)
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from transforms.folder import check_folder
 from transforms.manifest import ManifestError, ManifestRow, RowRules
 from transforms.outcome import RunFailed
 from transforms.sources import (ManifestSource, check_sources, find_manifests, read_source,
                                 split_and_path)
-from transforms.summary import SUMMARY_FILE, RunInfo, RunOptions, Summary
+from transforms.summary import RunInfo, RunOptions, Summary
+from worker import naming
+from worker.naming import SUMMARY_FILE
 from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -117,7 +119,7 @@ def _run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolder:
         folder = choose_run_folder(convert, current)
     except ResumeRefused as refused:
         raise UsageError(str(refused)) from None
-    path = temp_dir(convert.output_dir, folder.run_id)
+    path = naming.temp_dir(convert.output_dir, folder.run_id)
     if folder.resumed:
         print(f"image-tfrecords: resuming the stopped run in {path}")
     elif convert.resume:

@@ -11,8 +11,9 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from transforms.labels import AnalyzeLabels
 from transforms.manifest import ManifestRow
 from transforms.outcome import PublishRules, RunFailed
-from transforms.publish import (FAILED_FILE, PublishOutput, build_summary, move_into_place,
-                                name_shards, read_failure, staged_dir)
+from transforms.publish import (PublishOutput, build_summary, move_into_place, name_shards,
+                                read_failure)
+from worker.naming import FAILED_FILE, staged_dir
 from transforms.report_page import ReportContent
 from worker.records import ShardWritten
 from transforms.run_settings import RunSettings

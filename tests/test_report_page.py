@@ -22,8 +22,8 @@ from test_near_duplicates import PLANTED, scene
 from transforms.histograms import (FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes_bin,
                                    longest_side_bin)
 from transforms.images import THUMBNAIL_SIDE
-from transforms.report_page import (LABELS_SAMPLED, REPORT_FILE, SAMPLE_PER_LABEL, Pictured,
-                                    ReportContent, render_report)
+from transforms.report_page import (LABELS_SAMPLED, SAMPLE_PER_LABEL, Pictured, ReportContent, render_report)
+from worker.naming import REPORT_FILE
 from transforms.summary import RunOptions, SplitInfo, Summary
 
 CHROMIUM = shutil.which("chromium")

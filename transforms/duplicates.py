@@ -28,6 +28,8 @@ from transforms.choices import Dedupe
 from transforms.run_settings import RunSettings
 from worker.records import ExampleRef, ShardExamples, ShardWritten
 from transforms.sorted_lines import WriteSortedLines
+from worker import naming
+from worker.naming import DUPLICATES, NEAR_DUPLICATES
 
 
 class Duplicate(NamedTuple):
@@ -212,9 +214,9 @@ class ReportDuplicates(beam.PTransform):
 def _report(copies: beam.PCollection, name: str, dropped: bool, folder: str
             ) -> beam.PCollection:
     """Writes duplicates-*.jsonl (`name` "") or near_duplicates-*.jsonl ("Near")."""
-    prefix = f"{folder}/{'near_' if name else ''}duplicates"
+    path = naming.jsonl_list(folder, NEAR_DUPLICATES if name else DUPLICATES)
     return copies | f"Write{name}" >> WriteSortedLines(
-        prefix, lambda copy: copy.to_json(dropped))
+        path, lambda copy: copy.to_json(dropped))
 
 
 class _CountBySplits(beam.PTransform):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-LABEL_MAP_FILE = "label_map.pbtxt"
 UNSEEN_LABEL_NAME = "[unseen label]"  # the OOV bucket's entry, with --unseen_label oov
 
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}

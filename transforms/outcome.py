@@ -16,7 +16,6 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.summary import Summary
 
-FAILED_FILE = "FAILED.json"  # in a failed run's staged dir, beside its dead letters
 
 
 class PublishRules(NamedTuple):

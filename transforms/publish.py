@@ -34,19 +34,22 @@ from apache_beam.io.filesystems import FileSystems
 from transforms.examples import feature_spec
 from transforms.file_formats import ShardFormat, shard_globs
 from transforms.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
-from transforms.label_map import LABEL_MAP_FILE, label_map_text
+from transforms.label_map import label_map_text
 from transforms.labels import LABEL_VOCABULARY
 from transforms.manifest import SPLITS
-from transforms.outcome import (FAILED_FILE, Failure, PublishRules, RunFailed,
-                                outcome_problems, read_summary)
-from transforms.report_page import REPORT_FILE, ReportContent, render_report
+from transforms.outcome import Failure, PublishRules, RunFailed, outcome_problems, read_summary
+from transforms.report_page import ReportContent, render_report
 from transforms.choices import Dedupe, LabelMode
 from transforms.run_settings import RunSettings
 from transforms.schema import CATEGORICAL
+from transforms.summary import (CopiesInfo, ErrorsInfo, NearCopiesInfo, RunInfo, ShardInfo,
+                                SplitInfo, Summary)
+from transforms.tfds_metadata import LABELS_SUFFIX, tfds_metadata
+from worker import naming
+from worker.naming import (DATASET_INFO_FILE, DUPLICATES, ERRORS, FAILED_FILE, FEATURES_FILE,
+                           LABEL_MAP_FILE, NEAR_DUPLICATES, REPORT_FILE, SUMMARY_FILE,
+                           staged_dir)
 from worker.records import ShardWritten
-from transforms.summary import (SUMMARY_FILE, CopiesInfo, ErrorsInfo, NearCopiesInfo, RunInfo,
-                                ShardInfo, SplitInfo, Summary)
-from transforms.tfds_metadata import DATASET_INFO_FILE, FEATURES_FILE, LABELS_SUFFIX, tfds_metadata
 
 # What tf.Transform's WriteTransformFn writes, as tft.TFTransformOutput(OUTPUT) reads it.
 TRANSFORM_FOLDERS = (tft.TFTransformOutput.TRANSFORM_FN_DIR,
@@ -82,7 +85,7 @@ class PublishOutput(beam.PTransform):
         self._format = settings.shard_format
         self._run_info = run_info
         self._rules = rules
-        self._run_id = FileSystems.split(temp_dir.rstrip("/"))[1]  # unique to this run
+        self._run_id = naming.run_id_of(temp_dir)
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
         errors_by_reason = (inputs["dead_letter_reasons"]
@@ -130,9 +133,9 @@ class PublishOutput(beam.PTransform):
         _write_text(final, summary.to_json())
         # This run's temp dirs, and those of runs that crashed before publishing (match
         # lists files, not folders).
-        crashed = {re.match(r".*?/\.tmp-[^/]+", m.path).group()
+        crashed = {re.match(rf".*?/{re.escape(naming.TEMP_PREFIX)}[^/]+", m.path).group()
                    for m in FileSystems.match([FileSystems.join(
-                       self._output_dir, ".tmp-*/**")])[0].metadata_list}
+                       naming.every_temp_dir(self._output_dir), "**")])[0].metadata_list}
         for folder in sorted({self._temp_dir, self._tft_dir, *crashed}):
             delete_tree(folder)
         return summary
@@ -165,7 +168,7 @@ class PublishOutput(beam.PTransform):
         duplicates, near_duplicates = copies  # "kept split/copy split" -> copies
         detection = self._settings.label_mode is LabelMode.DETECTION
         summary = build_summary(files, errors_by_reason, rows_read, vocabularies[LABEL_VOCABULARY],
-                                error_files=_written_names(written, "errors-"),
+                                error_files=_written_names(written, ERRORS),
                                 run_info=self._run_info, rows_discarded=rows_discarded,
                                 companions=self._format.companions).model_copy(update={
             "run_id": self._run_id,
@@ -175,13 +178,13 @@ class PublishOutput(beam.PTransform):
             "duplicates": CopiesInfo(
                 copies=sum(duplicates.values()), by_splits=dict(sorted(duplicates.items())),
                 dropped=self._settings.dedupe is not Dedupe.NONE,
-                files=_written_names(written, "duplicates-")),
+                files=_written_names(written, DUPLICATES)),
             "near_duplicates": NearCopiesInfo(
                 copies=sum(near_duplicates.values()),
                 by_splits=dict(sorted(near_duplicates.items())),
                 max_distance=self._settings.near_distance,
                 dropped=self._settings.dedupe is Dedupe.NEAR,
-                files=_written_names(written, "near_duplicates-")),
+                files=_written_names(written, NEAR_DUPLICATES)),
             "label_map": LABEL_MAP_FILE if detection else None})
         for name, text in tfds_metadata(summary).items():
             _write_text(FileSystems.join(staged, name), text)
@@ -190,7 +193,7 @@ class PublishOutput(beam.PTransform):
                 vocabularies[LABEL_VOCABULARY], self._settings.oov_bucket))
         # Listed now, as a retried publish finds them moved already.
         # (match may give the paths in another form than `staged`: absolute, say)
-        marker = f"/{self._run_id}/staged/"
+        marker = "/{}/{}/".format(*staged.rstrip("/").rsplit("/", 2)[-2:])  # <temp>/staged/
         summary = summary.model_copy(update={"files": tuple(sorted([REPORT_FILE, *(
             m.path[m.path.index(marker) + len(marker):]
             for m in FileSystems.match([FileSystems.join(staged, "**")])[0].metadata_list)]))})
@@ -209,15 +212,10 @@ def read_failure(temp_dir: str) -> Failure | None:
         return Failure.from_json(file.read(), path)
 
 
-def staged_dir(temp_dir: str) -> str:
-    """Where a run writes what it publishes besides the shards (transform_fn/, errors...)."""
-    return FileSystems.join(temp_dir, "staged")
-
-
-def _written_names(written: list[Any], prefix: str) -> list[str]:
-    """The names of the files written with `prefix` (WriteSortedLines)."""
+def _written_names(written: list[Any], stem: str) -> list[str]:
+    """The names of the lists written of `stem` (naming.jsonl_list)."""
     return sorted(name for name in (FileSystems.split(str(path))[1] for path in written)
-                  if name.startswith(prefix))
+                  if name.startswith(f"{stem}-"))
 
 
 def _write_text(path: str, text: str) -> None:
@@ -237,15 +235,15 @@ def name_shards(shards: Iterable[ShardWritten], shard_format: ShardFormat
     for shard in sorted(shards, key=lambda s: (s.split, s.shard)):
         if shard.examples:
             by_split[shard.split].append(shard)
-    return {split: [(f"{split}-{index:05d}-of-{len(split_shards):05d}{suffix}", shard)
+    return {split: [(naming.published_shard(split, index, len(split_shards), suffix), shard)
                     for index, shard in enumerate(split_shards)]
             for split, split_shards in by_split.items()}
 
 
 # Everything a run publishes but summary.json; what matches and is not replaced is stale.
 _PUBLISHED = (*(glob for split in SPLITS for glob in shard_globs(split)), "transform_fn/**",
-              "transformed_metadata/**", "errors-*.jsonl", "duplicates-*.jsonl",
-              "near_duplicates-*.jsonl", REPORT_FILE, LABEL_MAP_FILE,
+              "transformed_metadata/**", *(f"{stem}-*.jsonl" for stem in (
+                  ERRORS, DUPLICATES, NEAR_DUPLICATES)), REPORT_FILE, LABEL_MAP_FILE,
               DATASET_INFO_FILE, FEATURES_FILE, f"*{LABELS_SUFFIX}")
 # What readers start from: removed first, so none takes a half-swapped folder for whole
 # (summary.json is written again last; the TFDS files come with the others).

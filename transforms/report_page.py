@@ -32,7 +32,6 @@ from transforms.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from transforms.splits import SPLITS
 from transforms.summary import SplitInfo, Summary
 
-REPORT_FILE = "report.html"
 SAMPLE_PER_LABEL = 8  # thumbnails per split and label
 PAIRS_SHOWN = 50  # copies of each kind shown side by side (all are in the .jsonl files)
 REJECTED_SHOWN = 5  # dead letters shown per reason

@@ -11,8 +11,8 @@ from apache_beam.io.filesystems import FileSystems
 
 
 class WriteSortedLines(beam.PTransform):
-    """Writes PREFIX-00000-of-00001.jsonl, one line a element in the order of `sort_key`
-    (ties by the line), no file when there is no element; yields the file's path.
+    """Writes the file at `path` (naming.jsonl_list), one line a element in the order of
+    `sort_key` (ties by the line), no file when there is no element; yields its path.
 
     One file, sorted, so that Flink and Spark, which finish their bundles in other orders
     and write as many files as their parallelism, publish what the DirectRunner does. The
@@ -21,10 +21,10 @@ class WriteSortedLines(beam.PTransform):
     per example at most (about 300 MB for a million).
     """
 
-    def __init__(self, prefix: str, to_json: Callable[[Any], str],
+    def __init__(self, path: str, to_json: Callable[[Any], str],
                  sort_key: Callable[[Any], Any] = lambda element: ()) -> None:
         super().__init__()
-        self._path = f"{prefix}-00000-of-00001.jsonl"
+        self._path = path
         self._to_json = to_json
         self._sort_key = sort_key
 

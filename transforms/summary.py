@@ -19,7 +19,6 @@ import pydantic
 from transforms.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
 from transforms.choices import Dedupe, LabelMode, UnseenLabel
 
-SUMMARY_FILE = "summary.json"
 
 
 class _Record(pydantic.BaseModel):
@@ -110,7 +109,7 @@ class Summary(RunInfo):
     example, a dead letter or a row discarded on purpose."""
 
     finished_at: str = ""
-    run_id: str = ""  # its temp folder's name: a retried publish step knows its own output
+    run_id: str = ""  # the run's id (worker/naming.py): a retried publish step knows its own output
     resumed_shards: int = 0  # shards reused from a stopped run (--resume), not written again
     rows_read: int
     examples_written: int

@@ -21,9 +21,8 @@ from image_tfrecords.output import CLASS_LABEL, IMAGE, LABEL_ID_BASE, is_image_k
 from transforms.label_map import UNSEEN_LABEL_NAME
 from transforms.choices import LabelMode, UnseenLabel
 from transforms.summary import FeatureInfo, Summary
+from worker.naming import DATASET_INFO_FILE, FEATURES_FILE
 
-DATASET_INFO_FILE = "dataset_info.json"
-FEATURES_FILE = "features.json"
 LABELS_SUFFIX = ".labels.txt"
 BACKGROUND_NAME = "[background]"  # detection's id 0, which no object has
 # TFDS's name for a shard of ours: train-00000-of-00004.tfrecord.

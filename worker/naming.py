@@ -1,7 +1,19 @@
-"""The names of what the shard writers leave in a run's temp folder, in one place (as
-TFDS's core/naming.py): each shard and its thumbnails, the parts a large shard is written
-in before they are joined, and the receipts that vouch for each.
+"""Every name of a file or folder a run writes, in one place (as TFDS's core/naming.py).
 
+A run id is the 12 hex digits that name one run everywhere: its temp folder
+OUTPUT/.tmp-<run id>, summary.json's run_id, tf.Transform's working folder and an engine's
+job-server log. What a run publishes:
+
+    OUTPUT/train-00000-of-00004.tfrecord   a shard (and its companions: .idx)
+    OUTPUT/summary.json, report.html, errors-00000-of-00001.jsonl, duplicates-...,
+    near_duplicates-..., label_map.pbtxt, dataset_info.json, features.json
+
+and, until it publishes, what it writes in its temp folder <temp> = OUTPUT/.tmp-<run id>:
+
+    <temp>/run.json                        the run's fingerprint (pipeline/resume.py)
+    <temp>/summary.json                    the summary, once prepared
+    <temp>/staged/                         what is published besides the shards;
+                                           a failed run's FAILED.json
     <temp>/train-00003.tfrecord            a shard, awaiting its published name
     <temp>/thumbnails/train-00003.records  its thumbnails, for report.html
     <temp>/parts/train-00003-0001.records  a part of it (TFRecord-framed, uncompressed)
@@ -12,7 +24,23 @@ in before they are joined, and the receipts that vouch for each.
 
 from __future__ import annotations
 
+import uuid
+
 from worker import storage
+
+TEMP_PREFIX = ".tmp-"
+RUN_FILE = "run.json"
+STAGED_DIR = "staged"
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.html"
+FAILED_FILE = "FAILED.json"  # in a failed run's staged dir, beside its dead letters
+LABEL_MAP_FILE = "label_map.pbtxt"
+DATASET_INFO_FILE = "dataset_info.json"  # TFDS's
+FEATURES_FILE = "features.json"  # TFDS's
+# The lists of JSON lines a run publishes, by their stems: <stem>-00000-of-00001.jsonl
+ERRORS = "errors"
+DUPLICATES = "duplicates"
+NEAR_DUPLICATES = "near_duplicates"
 
 RECEIPTS_DIR = "receipts"
 THUMBNAILS_DIR = "thumbnails"
@@ -42,3 +70,46 @@ def thumbnails_path(temp_dir: str, split: str, shard: int, part: int | None = No
 
 def receipt_path(temp_dir: str, split: str, shard: int, part: int | None = None) -> str:
     return storage.join(temp_dir, RECEIPTS_DIR, _stem(split, shard, part) + ".receipt.json")
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def temp_dir(output_dir: str, run_id: str) -> str:
+    return storage.join(output_dir, TEMP_PREFIX + run_id)
+
+
+def run_id_of(temp_dir: str) -> str:
+    """The run id whose temp folder `temp_dir` is."""
+    return temp_dir.rstrip("/").rsplit("/", 1)[-1].removeprefix(TEMP_PREFIX)
+
+
+def every_temp_dir(output_dir: str) -> str:
+    """The pattern of every run's temp folder in `output_dir`."""
+    return storage.join(output_dir, TEMP_PREFIX + "*")
+
+
+def staged_dir(temp_dir: str) -> str:
+    """Where a run writes what it publishes besides the shards (transform_fn/, errors...)."""
+    return storage.join(temp_dir, STAGED_DIR)
+
+
+def transform_dir(parent: str, run_id: str) -> str:
+    """tf.Transform's working folder for the run, under --temp_location or the local
+    temp dir (tf.Transform writes through TensorFlow's filesystems, not Beam's)."""
+    return storage.join(parent, f"image-tfrecords-{run_id}")
+
+
+def job_server_log(folder: str, run_id: str, engine: str) -> str:
+    return storage.join(folder, f"image-tfrecords-{run_id}-{engine.lower()}.log")
+
+
+def published_shard(split: str, index: int, count: int, suffix: str) -> str:
+    """A shard's published name: `split-IIIII-of-NNNNN` and the format's suffix."""
+    return f"{split}-{index:05d}-of-{count:05d}{suffix}"
+
+
+def jsonl_list(folder: str, stem: str) -> str:
+    """One of the published lists of JSON lines (ERRORS, DUPLICATES, NEAR_DUPLICATES)."""
+    return f"{folder}/{stem}-00000-of-00001.jsonl"
