@@ -8,6 +8,8 @@ pHash: a set as clustered as a dataset gets.
 --kind scenes: every image is its own drawn scene (a gradient, shapes, blur and grain),
 of the same sizes and JPEG settings, and one in NEAR_COPY_EVERY is a near-copy of the
 image before it (resized to 80% and recompressed), as copies are in a public dataset.
+--kind tiny: every image is TINY_SIDE pixels square, random noise: a set whose image work
+is negligible, for the ceiling of what the pipeline's own process can handle.
 Writes DIR/images/<class>/<class>_<i>.jpg and DIR/manifest.csv (`SPLIT,uri,label`, no
 header, URIs relative to DIR); with --rows M also DIR/manifest_M.csv, whose M rows cycle
 through the images, each pass under its own name (DIR/copies/K, a link to DIR), since the
@@ -45,6 +47,7 @@ LONG_SIDE = (320, 800)    # inclusive range of the output's longer side, px
 QUALITY = (80, 95)        # inclusive JPEG quality range
 SPLITS = (("TRAIN", 0.8), ("VALIDATION", 0.1), ("TEST", 0.1))
 NEAR_COPY_EVERY = 50      # --kind scenes: image i is a near-copy of i - 1 when i % 50 == 49
+TINY_SIDE = 16            # --kind tiny: px
 
 _photos: dict[str, Image.Image] = {}
 
@@ -67,6 +70,9 @@ def make_image(task: tuple[Path, str, int, int]) -> int:
     rng = np.random.default_rng((seed, index))
     if kind == "scenes":
         return _save(out, index, _scene_or_copy(seed, index), rng)
+    if kind == "tiny":
+        noise = rng.integers(0, 256, (TINY_SIDE, TINY_SIDE, 3), dtype=np.uint8)
+        return _save(out, index, Image.fromarray(noise), rng)
     photo = _photos[CLASSES[index % len(CLASSES)]]
     crop_w, crop_h = (round(side * rng.uniform(MIN_CROP, 1.0)) for side in photo.size)
     left = int(rng.integers(0, photo.width - crop_w + 1))
@@ -154,8 +160,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="dataset folder")
     parser.add_argument("--images", type=int, required=True, help="number of images")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--kind", choices=("crops", "scenes"), default="crops",
-                        help="crops of six photos (default), or distinct drawn scenes")
+    parser.add_argument("--kind", choices=("crops", "scenes", "tiny"), default="crops",
+                        help="crops of six photos (default), distinct drawn scenes, or "
+                             "tiny noise images")
     parser.add_argument("--rows", type=int, help="also write manifest_ROWS.csv (ROWS > images)")
     parser.add_argument("--processes", type=int, default=2, help="worker processes")
     args = parser.parse_args()

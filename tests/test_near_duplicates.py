@@ -21,6 +21,8 @@ from transforms.copies import HASH_BITS
 from transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
 from worker.naming import receipt_path
 from worker.receipts import ShardReceipt, write_receipt
+from transforms.run_settings import RunSettings
+from worker.pool import Workers
 from worker.records import ShardExamples, ShardOutcome, ShardWritten
 from worker.records import ExampleRef
 
@@ -212,10 +214,11 @@ def with_receipts(temp_dir, keyed):
     return [ShardExamples(split, shard, tuple(keys)) for (split, shard), keys in by_shard.items()]
 
 
-def assert_search_finds(temp_dir, keyed, max_distance, expected):
+def assert_search_finds(temp_dir, keyed, max_distance, expected, workers=Workers(0)):
+    """The search in this process, or with `workers` its groups in worker processes."""
     with beam.Pipeline() as p:
         found = (p | beam.Create(with_receipts(temp_dir, keyed))
-                 | FindNearDuplicates(max_distance, str(temp_dir))
+                 | FindNearDuplicates(max_distance, str(temp_dir), RunSettings(workers=workers))
                  | beam.Map(lambda near: (near.copy.uri, (near.kept.uri, near.distance))))
         assert_that(found, equal_to(list(expected.items())))
 
@@ -238,4 +241,4 @@ def test_the_band_search_finds_what_comparing_every_pair_finds(max_distance, tmp
     assert expected  # the case is not vacuous
     assert_search_finds(tmp_path, keyed, max_distance, expected)
     rng.shuffle(keyed)
-    assert_search_finds(tmp_path, keyed, max_distance, expected)
+    assert_search_finds(tmp_path, keyed, max_distance, expected, Workers(2))

@@ -184,6 +184,7 @@ class ReportDuplicates(beam.PTransform):
 
     def __init__(self, settings: RunSettings, temp_dir: str, report_dir: str) -> None:
         super().__init__()
+        self._settings = settings
         self._dedupe = settings.dedupe
         self._near_distance = settings.near_distance
         self._format = settings.shard_format
@@ -194,7 +195,7 @@ class ReportDuplicates(beam.PTransform):
         shards, example_keys = written
         exact = example_keys | "Find" >> FindDuplicates()
         near = example_keys | "FindNear" >> FindNearDuplicates(self._near_distance,
-                                                               self._temp_dir)
+                                                               self._temp_dir, self._settings)
         reports = (_report(exact, "", self._dedupe is not Dedupe.NONE, self._report_dir),
                    _report(near, "Near", self._dedupe is Dedupe.NEAR, self._report_dir))
         result = {"report": reports | "Reports" >> beam.Flatten(),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -27,38 +27,14 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.copies import HASH_BITS, MAX_NEAR_DISTANCE
+from transforms.in_workers import RunInWorkers
+from transforms.run_settings import RunSettings
 from transforms.manifest import SPLITS
 from worker.receipts import example_refs
+from worker.near_search import MEMBER, CloseEarlierTask, Link, Shard
 from worker.records import ExampleRef, ShardExamples
 
 _HELD_EXAMPLES = 4096  # examples a bundle holds before sending its band packs
-_BLOCK_CELLS = 1 << 20  # distances computed at once inside a group, bounding its memory
-
-Shard = tuple[str, int]  # (split, shard)
-# An example in a band group: its near order (split, line, the first 8 bytes of its
-# SHA-256, which also leave byte-identical pairs out), its pHash and where it is (split,
-# shard, position). Each example is in max_distance + 1 groups: as 33 bytes of an array,
-# a bundle's members pack per band value, and a group unpacks, without a Python object
-# per member (as pickled tuples, packing alone took ~1 s of 10,000 images' run).
-_MEMBER = np.dtype([("split", "u1"), ("line", "<u8"), ("content", "<u8"), ("hash", "<u8"),
-                    ("shard", "<u4"), ("position", "<u4")])
-# A group's members are sorted by these, the last first: the near order, then the rest,
-# so that the order is total.
-_MEMBER_ORDER = ("position", "shard", "hash", "content", "line", "split")
-
-
-class Link(NamedTuple):
-    """A copy's close earlier example, as a band group found it; of a copy's links, the
-    least is preferred: the earliest split, then the closest, then the earliest."""
-
-    kept_split: int  # SPLITS' index
-    distance: int
-    kept_line: int
-    kept_content: int
-    kept_shard: int
-    kept_position: int
-
-
 class NearDuplicate(NamedTuple):
     """`copy` is within `distance` bits of `kept`, which comes first."""
 
@@ -104,22 +80,26 @@ class FindNearDuplicates(beam.PTransform):
     of them); the pairs found get both ends' refs from their shards' receipts in
     `temp_dir` (shard_receipts.py; the writer writes one before its shard's outputs leave
     the bundle), each receipt read at most twice, rather than from a join with every
-    example's ref (half of this search's cost, bench/RESULTS.md).
+    example's ref (half of this search's cost, bench/RESULTS.md). The distances inside
+    each group are computed by the worker processes of `settings.workers`
+    (worker/near_search.py).
     """
 
-    def __init__(self, max_distance: int, temp_dir: str) -> None:
+    def __init__(self, max_distance: int, temp_dir: str, settings: RunSettings) -> None:
         super().__init__()
         if not 0 <= max_distance <= MAX_NEAR_DISTANCE:
             raise ValueError(f"max_distance must be 0 to {MAX_NEAR_DISTANCE} bits")
         self._max_distance = max_distance
         self._temp_dir = temp_dir
+        self._settings = settings
 
     def expand(self, keyed: beam.PCollection) -> beam.PCollection:
         masks = band_masks(self._max_distance)
         return (keyed
                 | "PackByBand" >> beam.ParDo(_PackByBand(masks))
                 | "ByBand" >> beam.GroupByKey()
-                | "CloseEarlier" >> beam.FlatMap(_close_earlier, masks, self._max_distance)
+                | "CloseEarlier" >> beam.ParDo(_CloseEarlier(self._settings, masks,
+                                                             self._max_distance))
                 | "ByCopyShard" >> beam.GroupByKey()
                 | "CopyRefs" >> beam.ParDo(_CopyRefs(self._temp_dir))
                 | "ByKeptShard" >> beam.GroupByKey()
@@ -161,7 +141,7 @@ class _PackByBand(beam.DoFn):
         """For each band, the members of each of its values, as one array's bytes."""
         if not self._held:
             return
-        members = np.array(self._held, dtype=_MEMBER)
+        members = np.array(self._held, dtype=MEMBER)
         self._held = []
         for band, mask in enumerate(self._masks):
             values = members["hash"] & np.uint64(mask)
@@ -172,52 +152,22 @@ class _PackByBand(beam.DoFn):
                 yield (band, int(values[start])), members[by_value[start:end]].tobytes()
 
 
-def _close_earlier(group: tuple[tuple[int, int], Iterable[bytes]],
-                   masks: tuple[int, ...], max_distance: int
-                   ) -> Iterator[tuple[Shard, tuple[int, Link]]]:
-    """For each member of a band group with a close earlier member, the preferred one:
-    ((copy's split, shard), (copy's position, Link)).
+class _CloseEarlier(RunInWorkers):
+    """A band group -> ((copy's split, shard), (copy's position, Link)) for each member
+    with a close earlier member (near_search.close_earlier)."""
 
-    A pair is taken here only if this is the first band its hashes agree on, so a pair
-    agreeing on several bands is weighed once.
-    """
-    (band, _), packs = group
-    members = np.concatenate([np.frombuffer(pack, _MEMBER) for pack in packs])
-    count = len(members)
-    if count < 2:
-        return
-    members = members[np.lexsort([members[field] for field in _MEMBER_ORDER])]
-    hashes = members["hash"]
-    block = max(1, _BLOCK_CELLS // count)
-    for start in range(0, count, block):
-        stop = min(count, start + block)
-        # Distances from members start:stop to every member up to them; the pairs kept
-        # are the few close ones with the other member earlier (the lower triangle).
-        close = np.bitwise_count(hashes[start:stop, None] ^ hashes[None, :stop]) <= max_distance
-        row, column = np.divmod(np.flatnonzero(close), stop)
-        row += start
-        earlier = column < row
-        row, column = row[earlier], column[earlier]
-        pair_xor = hashes[row] ^ hashes[column]
-        # First agreeing on this band (each earlier band differs in at least one bit),
-        # and not byte-identical.
-        keep = (_no_earlier_band_agrees(pair_xor, masks[:band])
-                & (members["content"][row] != members["content"][column]))
-        row, column, pair_xor = row[keep], column[keep], pair_xor[keep]
-        distance = np.bitwise_count(pair_xor).astype(np.int64)
-        # Per copy: the earliest split first, then the closest, then the earliest.
-        chosen = np.lexsort((column, distance, members["split"][column], row))
-        first_of_row = np.ones(len(chosen), dtype=bool)
-        first_of_row[1:] = row[chosen][1:] != row[chosen][:-1]
-        picks = chosen[first_of_row]
-        # As Python tuples all at once: an element of a structured array costs
-        # microseconds a field, and a clustered set has a link for most examples.
-        for copy, kept, apart in zip(members[row[picks]].tolist(),
-                                     members[column[picks]].tolist(), distance[picks].tolist()):
-            split, _, _, _, shard, position = copy
-            kept_split, kept_line, kept_content, _, kept_shard, kept_position = kept
-            yield (SPLITS[split], shard), (position, Link(
-                kept_split, apart, kept_line, kept_content, kept_shard, kept_position))
+    def __init__(self, settings: RunSettings, masks: tuple[int, ...], max_distance: int
+                 ) -> None:
+        super().__init__(settings)
+        self._masks = masks
+        self._max_distance = max_distance
+
+    def task(self, group: tuple[tuple[int, int], Iterable[bytes]]) -> CloseEarlierTask:
+        (band, _), packs = group
+        return CloseEarlierTask(band, tuple(packs), self._masks, self._max_distance)
+
+    def outputs(self, links: list[tuple[Shard, tuple[int, Link]]]) -> Iterator[Any]:
+        yield from links
 
 
 class _CopyRefs(beam.DoFn):
@@ -253,10 +203,3 @@ class _Pairs(beam.DoFn):
         refs = example_refs(self._temp_dir, split, shard)
         for kept_position, distance, copy in copies:
             yield NearDuplicate(distance, refs[kept_position], copy)
-
-
-def _no_earlier_band_agrees(xor: np.ndarray, earlier_masks: tuple[int, ...]) -> np.ndarray:
-    agrees = np.zeros(len(xor), dtype=bool)
-    for mask in earlier_masks:
-        agrees |= (xor & np.uint64(mask)) == 0
-    return ~agrees
