@@ -237,8 +237,8 @@ class _Worker:
                 return answer
             if answer.place is None:
                 if died_elsewhere:
-                    raise RuntimeError(f"the process writing {task.name} died twice while "
-                                       f"not decoding an image ({answer.message})")
+                    raise RuntimeError(f"the worker process running {task.name} died twice "
+                                       f"while not decoding an image ({answer.message})")
                 died_elsewhere = True
                 continue
             task = dataclasses.replace(task, lost=(*task.lost, tuple(answer)))
