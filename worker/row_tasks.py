@@ -63,19 +63,25 @@ def sample_of(uris: list[str], size: int) -> list[str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class SurveyTask:
+class _ChunkTask:
+    """A chunk's rows to read, and how (pool.Task's in_worker: by its source's format)."""
+
     chunk: RowChunk
     rules: RowRules
+
+    @property
+    def in_worker(self) -> bool:
+        return FORMATS[self.chunk.source.format].in_worker
+
+
+@dataclasses.dataclass(frozen=True)
+class SurveyTask(_ChunkTask):
     sample_size: int
     categorical: tuple[int, ...]  # places of the categorical columns in ManifestRow.extras
 
     @property
     def name(self) -> str:
         return f"the survey of {self.chunk.name}"
-
-    @property
-    def in_worker(self) -> bool:
-        return FORMATS[self.chunk.source.format].in_worker
 
     def run(self, settings: RunSettings, progress: Progress) -> ChunkSurvey:
         return survey(read_chunk(self.chunk, self.rules), self.sample_size, self.categorical)
@@ -119,19 +125,13 @@ class ChunkPacks(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class PackTask:
-    chunk: RowChunk
-    rules: RowRules
+class PackTask(_ChunkTask):
     plan: dict[str, SplitPlan]
     labels: LabelLookup
 
     @property
     def name(self) -> str:
         return f"the packing of {self.chunk.name}"
-
-    @property
-    def in_worker(self) -> bool:
-        return FORMATS[self.chunk.source.format].in_worker
 
     def run(self, settings: RunSettings, progress: Progress) -> ChunkPacks:
         return pack(read_chunk(self.chunk, self.rules), self.plan, self.labels.labelled)
