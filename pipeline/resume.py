@@ -120,8 +120,9 @@ def choose_run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolde
             return RunFolder(run_id, resumed=True)
     if stopped:
         run_id, recorded = stopped[0]
+        stopped_dir = naming.temp_dir(convert.output_dir, run_id)
         raise ResumeRefused(
-            f"--resume: the stopped run in {naming.temp_dir(convert.output_dir, run_id)} was made "
+            f"--resume: the stopped run in {stopped_dir} was made "
             f"from other inputs or settings: {'; '.join(current.differences(recorded))}. "
             "Run without --resume to start again from the first image")
     return RunFolder(naming.new_run_id(), resumed=False)

@@ -12,8 +12,9 @@ from transforms.sources import find_manifests, read_chunk, read_source
 from worker.chunks import LineCutter, RowChunk
 from worker.row_tasks import sample_of, survey
 
-LINE = st.sampled_from([b"", b"\r", b"train,a.jpg,cat", b"TEST,b c.jpg,dog\r", b"\xc3\xa9t\xc3\xa9",
-                        b'x,"y', b"validation,d.jpg,cat,extra", b"  ", b"a" * 300])
+LINE = st.sampled_from([b"", b"\r", b"train,a.jpg,cat", b"TEST,b c.jpg,dog\r",
+                        b"\xc3\xa9t\xc3\xa9", b'x,"y', b"validation,d.jpg,cat,extra", b"  ",
+                        b"a" * 300])
 
 
 def cut(data: bytes, target: int, block: int):

@@ -50,7 +50,7 @@ class RowChunk(NamedTuple):
 
     @property
     def name(self) -> str:
-        where = f" lines {self.lines.first_line}-" if self.lines else ""
+        where = f" from line {self.lines.first_line}" if self.lines else ""
         return f"{self.source.path}{where}"
 
 

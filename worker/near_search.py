@@ -104,7 +104,8 @@ class CloseEarlierTask:
     def name(self) -> str:
         return f"the near-copy search of a group of band {self.band}"
 
-    def run(self, settings: RunSettings, progress: Progress) -> list[tuple[Shard, tuple[int, Link]]]:
+    def run(self, settings: RunSettings, progress: Progress
+            ) -> list[tuple[Shard, tuple[int, Link]]]:
         return list(close_earlier(self.band, self.packs, self.masks, self.max_distance))
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from transforms.dead_letters import DeadLetter
 from transforms.manifest import DiscardedRow, ManifestItem, RowRules
 from transforms.sources import FORMATS, read_chunk
+from transforms.splits import SPLITS
 from worker.chunks import RowChunk
 from worker.label_ids import LabelLookup
 from worker.records import LabelledRow, ManifestRow
@@ -30,7 +31,7 @@ from worker.shard_writer import Progress, SplitPlan, pack_rows, uri_digest
 if TYPE_CHECKING:
     from transforms.run_settings import RunSettings
 
-TRAIN = "train"
+TRAIN = SPLITS[0]
 
 
 class TrainLabels(NamedTuple):
