@@ -1,5 +1,5 @@
-"""Packages image_tfrecords/, pipeline/ and transforms/ (what Dataflow workers install via
---setup_file too)."""
+"""Packages image_tfrecords/, pipeline/, transforms/ and worker/ (what Dataflow workers install
+via --setup_file too)."""
 
 from setuptools import setup
 
@@ -8,24 +8,25 @@ setup(
     version="0.1.0",
     description="Apache Beam pipeline: image manifest -> split-partitioned TFRecord or "
                 "ArrayRecord shards",
-    packages=["image_tfrecords", "pipeline", "transforms", "worker"],
-    package_data={"transforms": ["report_page.html"]},  # report.html's template
+    packages=["image_tfrecords", "pipeline", "transforms", "worker", "worker.file_formats",
+              "worker.inputs"],
+    package_data={"worker": ["report_page.html"]},  # report.html's template
     python_requires=">=3.10",
     install_requires=[
         "apache-beam[gcp,aws,hadoop]>=2.77,<3",  # gs://, s3://, hdfs://
         "tensorflow>=2.21,<2.22",
         "tensorflow-transform>=1.21,<1.22",
         "tfx-bsl>=1.21,<1.22",
-        "pillow>=11,<13",  # transforms/images.py runs Pillow's format search itself
+        "pillow>=11,<13",  # worker/images.py runs Pillow's format search itself
         "pyarrow>=14",
         "google-cloud-storage>=2.18,<4",
-        "ijson>=3.2,<4",  # COCO instances JSON, streamed (transforms/coco.py)
-        "numpy>=2.0,<3",  # pHash (transforms/images.py), np.bitwise_count (near_duplicates.py)
+        "ijson>=3.2,<4",  # COCO instances JSON, streamed (worker/inputs/coco.py)
+        "numpy>=2.0,<3",  # pHash (worker/images.py), np.bitwise_count (near_duplicates.py)
         "tqdm>=4.66,<5",  # the progress bar on a terminal (pipeline/progress.py)
-        "jinja2>=3.1,<4",  # report.html (transforms/report_page.py)
+        "jinja2>=3.1,<4",  # report.html (worker/report_page.py)
         "pygal>=3.1,<4",  # report.html's plots, as inline SVG
-        "array-record>=0.8,<0.9",  # --file_format array_record (transforms/array_record_format.py)
-        "pydantic>=2.10,<3",  # summary.json's typed model (transforms/summary.py)
+        "array-record>=0.8,<0.9",  # --file_format array_record (worker/file_formats/)
+        "pydantic>=2.10,<3",  # summary.json's typed model (worker/summary.py)
         "psutil>=5.9,<8",  # stopping a Flink or Spark job server (pipeline/engines.py)
     ],
     # Reading ArrayRecord outputs with Grain (JAX), as the README shows.

@@ -27,11 +27,11 @@ import pandas as pd
 
 from image_tfrecords.loader import load
 from image_tfrecords.output import Output
-from transforms.summary import Summary
 from worker.naming import REPORT_FILE
+from worker.summary import Summary
 
 if TYPE_CHECKING:
-    from transforms.schema import ExtraColumn
+    from worker.schema import ExtraColumn
 
 __all__ = ["ConversionResult", "Output", "Summary", "convert", "load"]
 
@@ -110,8 +110,8 @@ def convert(source: str | os.PathLike | Sequence[str | os.PathLike] | pd.DataFra
     DataFrame too. Raises ValueError for an unusable source or options, or a missing source.
     """
     from pipeline.options import parse_split_fractions  # noqa: PLC0415
-    from transforms.manifest import DEFAULT_SPLIT_FRACTIONS  # noqa: PLC0415
-    from transforms.schema import load_schema  # noqa: PLC0415
+    from worker.inputs.manifest import DEFAULT_SPLIT_FRACTIONS  # noqa: PLC0415
+    from worker.schema import load_schema  # noqa: PLC0415
 
     if isinstance(options.get("schema"), Mapping):
         options["schema"] = json.dumps(options["schema"])
@@ -190,8 +190,8 @@ def _dataframe_manifest(frame: pd.DataFrame, split_fractions: tuple[float, float
     the file is removed afterwards.
     """
     from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
-    from transforms.manifest import assign_split  # noqa: PLC0415
-    from transforms.schema import IMAGE  # noqa: PLC0415
+    from worker.inputs.manifest import assign_split  # noqa: PLC0415
+    from worker.schema import IMAGE  # noqa: PLC0415
 
     uri_column = next((c for c in ("image_uri", "uri", "path", "image") if c in frame), None)
     if uri_column is None or "label" not in frame:
@@ -229,7 +229,7 @@ def _absolute(uri: str) -> str:
 def _is_image_folder(source: str) -> bool:
     """A folder, but not one of Pascal VOC annotation XMLs (or a VOCdevkit year folder),
     which is a manifest."""
-    from transforms.voc import xml_glob  # noqa: PLC0415
+    from worker.inputs.voc import xml_glob  # noqa: PLC0415
 
     is_folder = os.path.isdir(source) or (("://" in source) and source.endswith("/"))
     return is_folder and xml_glob(source) is None

@@ -19,7 +19,7 @@ import tensorflow as tf
 from PIL import Image, ImageDraw
 
 from image_tfrecords.output import IMAGE, Output
-from transforms.summary import FeatureInfo
+from worker.summary import FeatureInfo
 
 CSV_FILE = "records.csv"
 _BOX = "image/object/bbox/"

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 import pydantic
 import tensorflow as tf
 
-from transforms.file_formats import GFiles, ShardFormat
-from transforms.choices import LabelMode, UnseenLabel
-from transforms.splits import SPLIT_NAMES, normalise_split
-from transforms.summary import FeatureInfo, Summary
+from worker.choices import LabelMode, UnseenLabel
+from worker.file_formats import GFiles, ShardFormat
 from worker.naming import SUMMARY_FILE
+from worker.splits import SPLIT_NAMES, normalise_split
+from worker.summary import FeatureInfo, Summary
 
 # As transforms/labels.py writes them (it imports Beam and tf.Transform);
 # tests/test_output.py checks that they agree.

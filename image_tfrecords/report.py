@@ -19,11 +19,11 @@ import tensorflow as tf
 from PIL import Image
 
 from image_tfrecords.output import IMAGE, LABEL_TEXT, Output
-from transforms.images import THUMBNAIL_SIDE, thumbnail_of
-from transforms.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
+from worker.images import THUMBNAIL_SIDE, thumbnail_of
+from worker.naming import REPORT_FILE
+from worker.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
                                     Pictured, RejectedRow, ReportContent, copy_rank,
                                     render_report, sample_rank)
-from worker.naming import REPORT_FILE
 
 _T = TypeVar("_T")
 _Shown = tuple[str, str]  # (split, uri): an example the page pictures

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from image_tfrecords.output import LABEL_ID_BASE, LABEL_TEXT, Output
-from transforms.file_formats import GFiles, RecordError, shard_globs
+from worker.file_formats import GFiles, RecordError, shard_globs
 
 
 class VerifyError(ValueError):

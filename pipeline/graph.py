@@ -25,7 +25,6 @@ from pipeline import resume
 from pipeline.beam_lookups import cached_lookups
 from pipeline.collector import uncollected
 from pipeline.options import ConvertOptions, runs_on_the_direct_runner
-from transforms.dead_letters import DeadLetter
 from transforms.duplicates import ReportDuplicates
 from transforms.labels import AnalyzeLabels
 from transforms.outcome import Failure, PublishRules, RunFailed
@@ -34,11 +33,12 @@ from transforms.report_content import GatherReportContent
 from transforms.rows import PACKS, PackRows, SurveyRows
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
 from transforms.sorted_lines import WriteSortedLines
-from transforms.summary import RunInfo, Summary
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 from worker import naming
 from worker.chunks import RowChunk
+from worker.dead_letters import DeadLetter
 from worker.row_tasks import ChunkSurvey
+from worker.summary import RunInfo, Summary
 
 _MB = 1 << 20
 

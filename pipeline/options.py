@@ -9,15 +9,15 @@ from collections.abc import Sequence
 from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, PipelineOptions,
                                                   StandardOptions)
 
-from transforms.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
-from worker.pool import Workers
-from transforms.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
+from worker.choices import Dedupe, LabelMode, UnseenLabel
+from worker.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
+from worker.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
                                      format_names, shard_format)
-from transforms.images import ImageSettings
-from transforms.manifest import DEFAULT_SPLIT_FRACTIONS, RowRules
-from transforms.choices import Dedupe, LabelMode, UnseenLabel
-from transforms.run_settings import RunSettings
-from transforms.schema import ExtraColumn, SchemaError, load_schema
+from worker.images import ImageSettings
+from worker.inputs.manifest import DEFAULT_SPLIT_FRACTIONS, RowRules
+from worker.pool import Workers
+from worker.run_settings import RunSettings
+from worker.schema import ExtraColumn, SchemaError, load_schema
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from worker.naming import REPORT_FILE
-from transforms.summary import CopiesInfo, Summary
+from worker.summary import CopiesInfo, Summary
 
 
 def format_report(summary: Summary, output_dir: str, wall_seconds: float,

@@ -20,14 +20,14 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.options import ConvertOptions
-from transforms.folder import IMAGE_FOLDER, everything_under
 from transforms.outcome import read_summary
-from transforms.sources import FORMATS
-from transforms.summary import Summary
 from transforms.vocabulary_file import PinnedVocabulary
 from worker import naming, storage
 from worker.chunks import LineCutter, LineRange, ManifestSource, RowChunk, chunk_bytes
+from worker.inputs.folder import IMAGE_FOLDER, everything_under
+from worker.inputs.sources import FORMATS
 from worker.naming import FAILED_FILE, RUN_FILE, SUMMARY_FILE
+from worker.summary import Summary
 # Options that change nothing a run writes, and may differ between a run and its resume;
 # the sources (--manifest, --image_folder) are compared by their contents.
 _NOT_COMPARED = frozenset({"manifest", "image_folder", "output_dir", "overwrite", "resume",

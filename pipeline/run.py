@@ -21,15 +21,15 @@ from pipeline.report import format_report
 from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
                              scan_sources, start)
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
-from transforms.folder import check_folder
-from transforms.manifest import ManifestError, ManifestRow, RowRules
 from transforms.outcome import RunFailed
-from transforms.sources import (ManifestSource, check_sources, find_manifests, read_source,
-                                split_and_path)
-from transforms.summary import RunInfo, RunOptions, Summary
-from worker import naming
-from worker.naming import SUMMARY_FILE
 from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
+from worker import naming
+from worker.inputs.folder import check_folder
+from worker.inputs.manifest import ManifestError, ManifestRow, RowRules
+from worker.inputs.sources import (ManifestSource, check_sources, find_manifests, read_source,
+                                split_and_path)
+from worker.naming import SUMMARY_FILE
+from worker.summary import RunInfo, RunOptions, Summary
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _ROWS_PROBED = 10  # rows of a manifest whose images the storage probe may read

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.deadline import within_deadline
+from worker.deadline import within_deadline
 from worker.image_files import http_status
 
 PROBE_SECONDS = 8.0  # for every probe together; a reachable bucket answers in well under 1 s

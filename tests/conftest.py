@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from storage_servers import FaultProxy, GcsEmulator, S3Server, gcs_error, s3_error  # noqa: E402
-from transforms.examples import IMAGE_FEATURES  # noqa: E402
-from transforms.file_formats import format_names  # noqa: E402
+from worker.examples import IMAGE_FEATURES  # noqa: E402
+from worker.file_formats import format_names  # noqa: E402
 
 # The end-to-end tests that take `sample_output` run once per format (--file_format).
 FILE_FORMATS = format_names()

@@ -9,8 +9,8 @@ import pytest
 
 import image_tfrecords
 from conftest import encode, feature, photo_like, read_examples
-from transforms.manifest import assign_split
 from transforms.shards import shard_of
+from worker.inputs.manifest import assign_split
 
 
 @pytest.fixture()

@@ -7,9 +7,9 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.manifest import RowRules
-from transforms.sources import find_manifests, read_chunk, read_source
 from worker.chunks import LineCutter, RowChunk
+from worker.inputs.manifest import RowRules
+from worker.inputs.sources import find_manifests, read_chunk, read_source
 from worker.row_tasks import sample_of, survey
 
 LINE = st.sampled_from([b"", b"\r", b"train,a.jpg,cat", b"TEST,b c.jpg,dog\r",

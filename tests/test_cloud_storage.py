@@ -24,8 +24,8 @@ from conftest import BUCKET
 from pipeline import run
 from pipeline.storage_probe import PROBE_SECONDS, probe_storage
 from storage_servers import HOST, S3Server, free_port, object_pattern
-from transforms.manifest import resolve_uri
 from transforms.shards import mean_file_size
+from worker.inputs.manifest import resolve_uri
 
 LABELS = ("cat", "dog")
 

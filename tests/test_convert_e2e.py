@@ -18,8 +18,8 @@ from conftest import (FILE_FORMATS, SAMPLE_DATA, encode, feature, photo_like, pn
                       read_examples, shard_pattern, shard_records)
 from image_tfrecords.verify import verify
 from pipeline import run
-from transforms.manifest import assign_split
 from transforms.shards import shard_of
+from worker.inputs.manifest import assign_split
 
 LABELS = ("cat", "dog", "fish")
 

@@ -8,10 +8,10 @@ import tensorflow_transform as tft
 from conftest import encode, feature, photo_like, read_examples
 from pipeline import run
 
-from transforms.folder import (LABEL_IS_SPLIT_NAME, NOT_IN_LABEL_FOLDER, NOT_IN_SPLIT_FOLDER,
+from worker.inputs.folder import (LABEL_IS_SPLIT_NAME, NOT_IN_LABEL_FOLDER, NOT_IN_SPLIT_FOLDER,
                                check_folder, folder_rows)
-from transforms.manifest import ManifestError, ManifestRow, assign_split
-from transforms.splits import normalise_split
+from worker.inputs.manifest import ManifestError, ManifestRow, assign_split
+from worker.splits import normalise_split
 
 
 def make_files(root, *relative_paths):

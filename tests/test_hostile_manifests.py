@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from conftest import encode, feature, photo_like, png_declaring, read_examples
 from pipeline import run
-from transforms.dead_letters import DeadLetter
-from transforms.manifest import (_COLUMN_NAMES, DEFAULT_SPLIT_FRACTIONS, DiscardedRow,
+from worker.dead_letters import DeadLetter
+from worker.inputs.manifest import (_COLUMN_NAMES, DEFAULT_SPLIT_FRACTIONS, DiscardedRow,
                                  ManifestError, ManifestRow, assign_split, read_header,
                                  read_manifest)
 
@@ -38,7 +38,7 @@ BOM = b"\xef\xbb\xbf"
 MAIN_NAMES = {name for column in ("split", "uri", "label") for name in _COLUMN_NAMES[column]}
 
 
-# --- the oracle: the README's rules, read independently of transforms/manifest.py -----------
+# --- the oracle: the README's rules, read independently of worker/inputs/manifest.py -----------
 
 class Layout(NamedTuple):
     uri: int

@@ -10,7 +10,7 @@ from conftest import put
 from storage_servers import HOST, free_port, object_pattern
 from test_images import JPEG_BYTES, PNG_BYTES, rejection
 from worker.image_files import read_image_bytes
-from transforms.images import ImageRejected
+from worker.images import ImageRejected
 
 
 def test_read_image_bytes_returns_the_file_unchanged(tmp_path):

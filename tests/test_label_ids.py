@@ -10,12 +10,12 @@ import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from transforms.labels import LABEL, AnalyzeLabels, category_id, LABEL_ID
-from transforms.run_settings import RunSettings
-from transforms.schema import CATEGORICAL, ExtraColumn
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 from worker.label_ids import Vocabulary
 from worker.records import ManifestRow
 from worker.row_tasks import survey
+from worker.run_settings import RunSettings
+from worker.schema import CATEGORICAL, ExtraColumn
 
 # TRAIN's labels, with repeats (ids follow frequency, ties by descending bytes) and
 # labels a manifest can hold: spaces, accents, a comma, quotes, a carriage return.

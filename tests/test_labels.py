@@ -6,14 +6,14 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from transforms.dead_letters import DeadLetter
 from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels
+from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
+from worker.dead_letters import DeadLetter
+from worker.inputs.manifest import Box, ManifestRow
 from worker.label_ids import LabelLookup
 from worker.records import LabelledRow
 from worker.row_tasks import survey
-from transforms.manifest import Box, ManifestRow
-from transforms.run_settings import RunSettings
-from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
+from worker.run_settings import RunSettings
 
 
 def row(line, split, label):

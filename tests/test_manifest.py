@@ -7,13 +7,13 @@ import lzma
 
 import pytest
 
-from transforms import dead_letters as reasons
-from transforms.dead_letters import DeadLetter
-from transforms.manifest import (AUTOML_LAYOUT, SPLITS, Box, DiscardedRow,
+from worker import dead_letters as reasons
+from worker.dead_letters import DeadLetter
+from worker.inputs.manifest import (AUTOML_LAYOUT, SPLITS, Box, DiscardedRow,
                                  ManifestError, ManifestRow, RowRules, assign_split,
                                  normalise_split, parse_box, read_header, read_manifest,
                                  resolve_uri)
-from transforms.sources import check_sources, find_manifests
+from worker.inputs.sources import check_sources, find_manifests
 
 
 def check_manifest(path, rules):

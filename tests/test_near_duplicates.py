@@ -17,14 +17,13 @@ from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
 from conftest import convert, encode, feature, read_examples
 from pipeline import run
-from transforms.copies import HASH_BITS
 from transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
+from worker.copies import HASH_BITS
 from worker.naming import receipt_path
-from worker.receipts import ShardReceipt, write_receipt
-from transforms.run_settings import RunSettings
 from worker.pool import Workers
-from worker.records import ShardExamples, ShardOutcome, ShardWritten
-from worker.records import ExampleRef
+from worker.receipts import ShardReceipt, write_receipt
+from worker.records import ExampleRef, ShardExamples, ShardOutcome, ShardWritten
+from worker.run_settings import RunSettings
 
 
 def scene(seed: int, size=(192, 144)) -> Image.Image:

@@ -3,7 +3,7 @@
 import json
 
 from transforms.outcome import Failure, PublishRules, outcome_problems, unwritten_labels
-from transforms.summary import RunOptions, SplitInfo, Summary
+from worker.summary import RunOptions, SplitInfo, Summary
 
 
 def summary(vocabulary, train_labels, rows_read=10, examples=None, dead=0, accounted=True):

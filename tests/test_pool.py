@@ -16,9 +16,9 @@ from PIL import Image
 import worker
 from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
 from pipeline.options import ConvertOptions
-from transforms.run_settings import RunSettings
 from worker.pool import ShardPool, Workers, usable_cores
 from worker.records import LabelledRow, ManifestRow
+from worker.run_settings import RunSettings
 from worker.shard_writer import ShardTask, pack_rows, write_shard
 
 SETTINGS = RunSettings(workers=Workers(read_threads=2))

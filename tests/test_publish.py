@@ -9,17 +9,17 @@ import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from transforms.labels import AnalyzeLabels
-from transforms.manifest import ManifestRow
 from transforms.outcome import PublishRules, RunFailed
 from transforms.publish import (PublishOutput, build_summary, move_into_place, name_shards,
                                 read_failure)
+from worker.file_formats.tfrecord import TFRecordFormat
+from worker.inputs.manifest import ManifestRow
 from worker.naming import FAILED_FILE, staged_dir
-from transforms.report_page import ReportContent
 from worker.records import ShardWritten
-from transforms.run_settings import RunSettings
-from transforms.summary import RunInfo, RunOptions, ShardInfo, Summary
-from transforms.tfrecord_format import TFRecordFormat
+from worker.report_page import ReportContent
 from worker.row_tasks import survey
+from worker.run_settings import RunSettings
+from worker.summary import RunInfo, RunOptions, ShardInfo, Summary
 
 
 RUN_INFO = RunInfo(options=RunOptions(compression="none", label_mode="single",

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from transforms.dead_letters import DeadLetter
+from worker.dead_letters import DeadLetter
 from worker.naming import receipt_path
 from worker.receipts import ReceiptError, ShardReceipt, read_receipt, write_receipt
 from worker.records import (Box, ExampleContent, ExampleRef, ManifestRow, ShardOutcome,

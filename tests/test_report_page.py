@@ -19,12 +19,13 @@ from PIL import Image
 from conftest import convert, encode
 from pipeline.cli import report_main
 from test_near_duplicates import PLANTED, scene
-from transforms.histograms import (FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes_bin,
+from worker.histograms import (FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes_bin,
                                    longest_side_bin)
-from transforms.images import THUMBNAIL_SIDE
-from transforms.report_page import (LABELS_SAMPLED, SAMPLE_PER_LABEL, Pictured, ReportContent, render_report)
+from worker.images import THUMBNAIL_SIDE
 from worker.naming import REPORT_FILE
-from transforms.summary import RunOptions, SplitInfo, Summary
+from worker.report_page import (LABELS_SAMPLED, SAMPLE_PER_LABEL, Pictured, ReportContent,
+                                render_report)
+from worker.summary import RunOptions, SplitInfo, Summary
 
 CHROMIUM = shutil.which("chromium")
 # As the machine's notes give them: no sandbox as root, and none of Chromium's own

@@ -21,15 +21,15 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from conftest import encode, feature, photo_like, read_examples
 from transforms import in_workers, shards
-from worker.pool import Workers
-from transforms.images import ImageSettings
-from worker.records import LabelledRow
-from transforms.manifest import DEAD_LETTERS, Box, ManifestRow
-from transforms.file_formats import shard_format
 from transforms.shards import (EXAMPLE_KEYS, SIZE_SAMPLE, PlanShards, SplitPlan, WriteShards,
                                _WriteShardFile, part_of, shard_of, shards_for)
-from transforms.run_settings import RunSettings
+from worker.file_formats import shard_format
+from worker.images import ImageSettings
+from worker.inputs.manifest import DEAD_LETTERS, Box, ManifestRow
+from worker.pool import Workers
+from worker.records import LabelledRow
 from worker.row_tasks import pack, survey
+from worker.run_settings import RunSettings
 from worker.shard_writer import ShardTask, _ordered_map, pack_rows, write_shard
 
 

@@ -10,14 +10,14 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from conftest import voc_annotation
 from pipeline import run
-from transforms import dead_letters as reasons
-from transforms.dead_letters import DeadLetter
-from transforms.manifest import Box, ManifestError, ManifestRow, RowRules
 from transforms.rows import SurveyRows
-from transforms.run_settings import RunSettings
-from transforms.sources import (ManifestSource, check_sources, find_manifests, read_source,
-                                split_and_path)
+from worker import dead_letters as reasons
 from worker.chunks import RowChunk
+from worker.dead_letters import DeadLetter
+from worker.inputs.manifest import Box, ManifestError, ManifestRow, RowRules
+from worker.inputs.sources import (ManifestSource, check_sources, find_manifests, read_source,
+                                split_and_path)
+from worker.run_settings import RunSettings
 
 DETECTION = RowRules(label_mode="detection")
 

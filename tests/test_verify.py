@@ -11,7 +11,7 @@ import pytest
 from conftest import (copy_output, encode, photo_like, rewrite_records, shard_files,
                       shard_records)
 from pipeline.cli import verify_main
-from transforms.summary import RunOptions, Summary
+from worker.summary import RunOptions, Summary
 
 SHARD = "train-00001-of-00002.tfrecord"  # in tfrecord_output
 

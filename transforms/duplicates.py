@@ -19,17 +19,17 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from transforms import dead_letters as reasons
-from transforms.file_formats import PipelineFiles, ShardFormat
-from transforms.histograms import file_bytes_bin, longest_side_bin
-from transforms.manifest import DEAD_LETTERS
 from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
-from transforms.choices import Dedupe
-from transforms.run_settings import RunSettings
-from worker.records import ExampleRef, ShardExamples, ShardWritten
 from transforms.sorted_lines import WriteSortedLines
+from worker import dead_letters as reasons
 from worker import naming
+from worker.choices import Dedupe
+from worker.file_formats import PipelineFiles, ShardFormat
+from worker.histograms import file_bytes_bin, longest_side_bin
+from worker.inputs.manifest import DEAD_LETTERS
 from worker.naming import DUPLICATES, NEAR_DUPLICATES
+from worker.records import ExampleRef, ShardExamples, ShardWritten
+from worker.run_settings import RunSettings
 
 
 class Duplicate(NamedTuple):

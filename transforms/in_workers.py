@@ -20,8 +20,8 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import live_progress
-from transforms.run_settings import RunSettings
 from worker import pool
+from worker.run_settings import RunSettings
 
 
 class RunInWorkers(beam.DoFn):

@@ -28,12 +28,12 @@ import tensorflow_transform.beam as tft_beam
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
-from transforms.choices import LabelMode
-from transforms.run_settings import RunSettings
-from transforms.schema import CATEGORICAL, ExtraColumn
 from transforms.vocabulary_file import LABEL_VOCABULARY
+from worker.choices import LabelMode
 from worker.label_ids import UNSEEN_ID
 from worker.row_tasks import ChunkSurvey
+from worker.run_settings import RunSettings
+from worker.schema import CATEGORICAL, ExtraColumn
 
 LABEL = "label"
 LABEL_ID = "label_id"

@@ -26,13 +26,13 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms.copies import HASH_BITS, MAX_NEAR_DISTANCE
 from transforms.in_workers import RunInWorkers
-from transforms.run_settings import RunSettings
-from transforms.manifest import SPLITS
-from worker.receipts import example_refs
+from worker.copies import HASH_BITS, MAX_NEAR_DISTANCE
+from worker.inputs.manifest import SPLITS
 from worker.near_search import MEMBER, CloseEarlierTask, Link, Shard
+from worker.receipts import example_refs
 from worker.records import ExampleRef, ShardExamples
+from worker.run_settings import RunSettings
 
 _HELD_EXAMPLES = 4096  # examples a bundle holds before sending its band packs
 class NearDuplicate(NamedTuple):

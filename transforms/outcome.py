@@ -14,7 +14,7 @@ from typing import NamedTuple
 import pydantic
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.summary import Summary
+from worker.summary import Summary
 
 
 

@@ -31,25 +31,25 @@ import tensorflow_transform as tft
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.examples import feature_spec
-from transforms.file_formats import ShardFormat, shard_globs
-from transforms.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
-from transforms.label_map import label_map_text
 from transforms.labels import LABEL_VOCABULARY
-from transforms.manifest import SPLITS
 from transforms.outcome import Failure, PublishRules, RunFailed, outcome_problems, read_summary
-from transforms.report_page import ReportContent, render_report
-from transforms.choices import Dedupe, LabelMode
-from transforms.run_settings import RunSettings
-from transforms.schema import CATEGORICAL
-from transforms.summary import (CopiesInfo, ErrorsInfo, NearCopiesInfo, RunInfo, ShardInfo,
-                                SplitInfo, Summary)
 from transforms.tfds_metadata import LABELS_SUFFIX, tfds_metadata
 from worker import naming
+from worker.choices import Dedupe, LabelMode
+from worker.examples import feature_spec
+from worker.file_formats import ShardFormat, shard_globs
+from worker.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
+from worker.inputs.manifest import SPLITS
+from worker.label_map import label_map_text
 from worker.naming import (DATASET_INFO_FILE, DUPLICATES, ERRORS, FAILED_FILE, FEATURES_FILE,
                            LABEL_MAP_FILE, NEAR_DUPLICATES, REPORT_FILE, SUMMARY_FILE,
                            staged_dir)
 from worker.records import ShardWritten
+from worker.report_page import ReportContent, render_report
+from worker.run_settings import RunSettings
+from worker.schema import CATEGORICAL
+from worker.summary import (CopiesInfo, ErrorsInfo, NearCopiesInfo, RunInfo, ShardInfo,
+                                SplitInfo, Summary)
 
 # What tf.Transform's WriteTransformFn writes, as tft.TFTransformOutput(OUTPUT) reads it.
 TRANSFORM_FOLDERS = (tft.TFTransformOutput.TRANSFORM_FN_DIR,

@@ -17,13 +17,13 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.dead_letters import DeadLetter
-from transforms.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
+from worker.dead_letters import DeadLetter
+from worker.file_formats.tfrecord import read_records
+from worker.naming import thumbnails_path
+from worker.records import ExampleRef, ShardExamples
+from worker.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
                                     Pictured, RejectedRow, ReportContent, copy_rank,
                                     sample_rank)
-from worker.records import ExampleRef, ShardExamples
-from worker.naming import thumbnails_path
-from transforms.tfrecord_format import read_records
 
 Place = tuple[str, int, int]  # (split, shard, position) of an example in the temp shards
 

@@ -11,17 +11,17 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms import dead_letters as reasons
 from transforms import live_progress
 from transforms.in_workers import RunInWorkers
-from transforms.manifest import DEAD_LETTERS, RowRules
-from transforms.run_settings import RunSettings
 from transforms.labels import categorical_columns
 from transforms.shards import SIZE_SAMPLE
 from transforms.vocabulary_file import LABEL_VOCABULARY
+from worker import dead_letters as reasons
 from worker.chunks import RowChunk
+from worker.inputs.manifest import DEAD_LETTERS, RowRules
 from worker.label_ids import LabelLookup
 from worker.row_tasks import ChunkPacks, ChunkSurvey, PackTask, SurveyTask
+from worker.run_settings import RunSettings
 
 PACKS = "packs"  # PackRows' output of ((split, shard), (part, pack))
 

@@ -29,13 +29,13 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from transforms.deadline import within_deadline
 from transforms.in_workers import RunInWorkers
-from transforms.manifest import DEAD_LETTERS
-from transforms.run_settings import RunSettings
+from worker.deadline import within_deadline
+from worker.inputs.manifest import DEAD_LETTERS
 from worker.pool import Workers
 from worker.records import ShardExamples, ShardOutcome, ShardWritten
 from worker.row_tasks import sample_of
+from worker.run_settings import RunSettings
 from worker.shard_parts import JoinTask
 from worker.shard_writer import ShardTask, SplitPlan
 

@@ -18,10 +18,10 @@ from typing import Any
 
 
 from image_tfrecords.output import CLASS_LABEL, IMAGE, LABEL_ID_BASE, is_image_key
-from transforms.label_map import UNSEEN_LABEL_NAME
-from transforms.choices import LabelMode, UnseenLabel
-from transforms.summary import FeatureInfo, Summary
+from worker.choices import LabelMode, UnseenLabel
+from worker.label_map import UNSEEN_LABEL_NAME
 from worker.naming import DATASET_INFO_FILE, FEATURES_FILE
+from worker.summary import FeatureInfo, Summary
 
 LABELS_SUFFIX = ".labels.txt"
 BACKGROUND_NAME = "[background]"  # detection's id 0, which no object has

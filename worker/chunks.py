@@ -26,7 +26,7 @@ class ManifestSource(NamedTuple):
     an image folder."""
 
     path: str
-    format: str  # a transforms.sources.FORMATS key
+    format: str  # a worker.inputs.sources.FORMATS key
     split: str | None = None  # from --manifest SPLIT=PATH: every row's split
 
     def describe(self) -> str:

@@ -3,8 +3,8 @@ the reasons a read fails."""
 
 from __future__ import annotations
 
-from transforms.images import ImageRejected
 from worker import storage
+from worker.images import ImageRejected
 
 
 def read_image_bytes(uri: str) -> bytes:

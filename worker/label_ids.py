@@ -16,9 +16,9 @@ import dataclasses
 import functools
 from typing import NamedTuple
 
-from transforms import dead_letters as reasons
-from transforms.dead_letters import DeadLetter
+from worker import dead_letters as reasons
 from worker import storage
+from worker.dead_letters import DeadLetter
 from worker.records import LabelledRow, ManifestRow
 
 UNSEEN_ID = -1  # what the transform gives an unseen value without an OOV bucket

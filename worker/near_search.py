@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from transforms.splits import SPLITS
+from worker.splits import SPLITS
 
 if TYPE_CHECKING:
-    from transforms.run_settings import RunSettings
+    from worker.run_settings import RunSettings
     from worker.shard_writer import Progress
 
 _BLOCK_CELLS = 1 << 20  # distances computed at once inside a group, bounding its memory

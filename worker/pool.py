@@ -48,7 +48,7 @@ from worker import storage
 from worker.shard_writer import Progress
 
 if TYPE_CHECKING:
-    from transforms.run_settings import RunSettings
+    from worker.run_settings import RunSettings
 
 _READY = "ready"  # a worker's first message, once its imports are done
 _START_SECONDS = 120.0  # for a worker's imports, on a machine busy starting many
@@ -410,7 +410,7 @@ def _serve(reads: int, writes: int, state_fd: int) -> None:
     inbox = Connection(reads, writable=False)
     outbox = Connection(writes, readable=False)
     state = mmap.mmap(state_fd, 0)  # all of it
-    from transforms.images import load_plugins
+    from worker.images import load_plugins
     # Pillow imports its format plugins on first use: now, not within an image's time limit.
     load_plugins()
     outbox.send(_READY)

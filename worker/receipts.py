@@ -26,8 +26,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from transforms.dead_letters import DeadLetter
 from worker import naming, storage
+from worker.dead_letters import DeadLetter
 from worker.records import (ExampleContent, ExampleRef, LabelledRow, ManifestRow, ShardOutcome,
                             ShardWritten)
 

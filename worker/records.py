@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
-from transforms.dead_letters import DeadLetter
+from worker.dead_letters import DeadLetter
 
 
 class Box(NamedTuple):

@@ -19,17 +19,17 @@ import heapq
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from transforms.dead_letters import DeadLetter
-from transforms.manifest import DiscardedRow, ManifestItem, RowRules
-from transforms.sources import FORMATS, read_chunk
-from transforms.splits import SPLITS
 from worker.chunks import RowChunk
+from worker.dead_letters import DeadLetter
+from worker.inputs.manifest import DiscardedRow, ManifestItem, RowRules
+from worker.inputs.sources import FORMATS, read_chunk
 from worker.label_ids import LabelLookup
 from worker.records import LabelledRow, ManifestRow
 from worker.shard_writer import Progress, SplitPlan, pack_rows, uri_digest
+from worker.splits import SPLITS
 
 if TYPE_CHECKING:
-    from transforms.run_settings import RunSettings
+    from worker.run_settings import RunSettings
 
 TRAIN = SPLITS[0]
 

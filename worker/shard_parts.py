@@ -17,14 +17,14 @@ import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from transforms.file_formats import PipelineFiles
-from transforms.tfrecord_format import read_records
 from worker import naming, receipts, storage
+from worker.file_formats import PipelineFiles
+from worker.file_formats.tfrecord import read_records
 from worker.records import ShardOutcome, ShardWritten
 from worker.shard_writer import Progress, resumed
 
 if TYPE_CHECKING:
-    from transforms.run_settings import RunSettings
+    from worker.run_settings import RunSettings
 
 
 @dataclasses.dataclass(frozen=True)

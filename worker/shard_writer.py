@@ -30,22 +30,22 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
-from transforms import dead_letters as reasons
-from transforms.choices import LabelMode
-from transforms.dead_letters import DeadLetter
-from transforms.examples import encode_example, example_labels
-from transforms.file_formats import PipelineFiles, RecordWriter
-from transforms.histograms import file_bytes_bin, longest_side_bin
-from transforms.images import ImageRejected, PreparedImage, prepare_image
-from transforms.schema import IMAGE
-from transforms.tfrecord_format import FramedWriter, write_record
+from worker import dead_letters as reasons
 from worker import naming, receipts, storage
+from worker.choices import LabelMode
+from worker.dead_letters import DeadLetter
+from worker.examples import encode_example, example_labels
+from worker.file_formats import PipelineFiles, RecordWriter
+from worker.file_formats.tfrecord import FramedWriter, write_record
+from worker.histograms import file_bytes_bin, longest_side_bin
 from worker.image_files import read_image_bytes
+from worker.images import ImageRejected, PreparedImage, prepare_image
 from worker.records import (ExampleContent, ExampleRef, LabelledRow, ManifestRow, ShardOutcome,
                             ShardWritten)
+from worker.schema import IMAGE
 
 if TYPE_CHECKING:
-    from transforms.run_settings import RunSettings
+    from worker.run_settings import RunSettings
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import google_crc32c
 
-from transforms.file_formats import Files, RecordError, ShardFormat, register
+from worker.file_formats import Files, RecordError, ShardFormat, register
 
 if TYPE_CHECKING:
     import tensorflow as tf

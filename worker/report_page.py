@@ -28,9 +28,9 @@ import jinja2
 import pygal
 from pygal.style import DefaultStyle
 
-from transforms.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
-from transforms.splits import SPLITS
-from transforms.summary import SplitInfo, Summary
+from worker.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
+from worker.splits import SPLITS
+from worker.summary import SplitInfo, Summary
 
 SAMPLE_PER_LABEL = 8  # thumbnails per split and label
 PAIRS_SHOWN = 50  # copies of each kind shown side by side (all are in the .jsonl files)

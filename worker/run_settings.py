@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from transforms.choices import Dedupe, LabelMode, UnseenLabel
-from transforms.copies import DEFAULT_NEAR_DISTANCE
+from worker.choices import Dedupe, LabelMode, UnseenLabel
+from worker.copies import DEFAULT_NEAR_DISTANCE
+from worker.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
+from worker.images import ImageSettings
 from worker.pool import Workers
-from transforms.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
-from transforms.images import ImageSettings
-from transforms.schema import ExtraColumn
+from worker.schema import ExtraColumn
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,14 +13,14 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
-from transforms.coco import is_coco, read_coco
-from transforms.folder import IMAGE_FOLDER, check_folder, folder_rows
-from transforms.manifest import (ManifestError, ManifestItem, RowRules, check_jsonl, is_jsonl,
-                                 read_csv, read_header, read_jsonl)
-from transforms.splits import normalise_split
-from transforms.voc import check_voc, read_voc, xml_glob
 from worker import storage
 from worker.chunks import LineRange, ManifestSource, RowChunk
+from worker.inputs.coco import is_coco, read_coco
+from worker.inputs.folder import IMAGE_FOLDER, check_folder, folder_rows
+from worker.inputs.manifest import (ManifestError, ManifestItem, RowRules, check_jsonl, is_jsonl,
+                                 read_csv, read_header, read_jsonl)
+from worker.inputs.voc import check_voc, read_voc, xml_glob
+from worker.splits import normalise_split
 
 
 class ManifestFormat(Protocol):

@@ -16,8 +16,8 @@ from typing import Literal
 
 import pydantic
 
-from transforms.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
-from transforms.choices import Dedupe, LabelMode, UnseenLabel
+from worker.choices import Dedupe, LabelMode, UnseenLabel
+from worker.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
 
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from transforms.images import PreparedImage
-from worker.records import LabelledRow
-from transforms.choices import LabelMode
-from transforms.schema import CATEGORICAL, FLOAT, IMAGE, INTEGER, STRING, ExtraColumn
-from transforms.summary import FeatureInfo
+from worker.choices import LabelMode
 from worker.example_proto import serialize_example
+from worker.images import PreparedImage
+from worker.records import LabelledRow
+from worker.schema import CATEGORICAL, FLOAT, IMAGE, INTEGER, STRING, ExtraColumn
+from worker.summary import FeatureInfo
 
 # The feature keys and their dtypes: the output contract readers rely on.
 _STORED_IMAGE = {"encoded": "bytes", "format": "bytes", "height": "int64", "width": "int64",

@@ -16,10 +16,10 @@ import logging
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 
-from transforms import dead_letters as reasons
-from transforms.dead_letters import DeadLetter
+from worker import dead_letters as reasons
 from worker import storage
-from transforms.manifest import (Box, ManifestError, ManifestRow, RowRules, assign_split,
+from worker.dead_letters import DeadLetter
+from worker.inputs.manifest import (Box, ManifestError, ManifestRow, RowRules, assign_split,
                                  declared_size, pixel_box, resolve_uri)
 
 ANNOTATIONS = "Annotations"

@@ -16,9 +16,9 @@ from typing import Any
 
 import ijson
 
-from transforms import dead_letters as reasons
-from transforms.dead_letters import DeadLetter
-from transforms.manifest import (Box, ManifestRow, RowRules, assign_split, declared_size,
+from worker import dead_letters as reasons
+from worker.dead_letters import DeadLetter
+from worker.inputs.manifest import (Box, ManifestRow, RowRules, assign_split, declared_size,
                                  image_folder, open_manifest, pixel_box, resolve_uri)
 
 # A COCO file's top-level keys; Vertex AI's JSON Lines items start with their own.

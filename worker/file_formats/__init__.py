@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 DEFAULT_FORMAT = "tfrecord"
 # The modules that register a format, imported when a format is first looked up.
-_MODULES = ("transforms.tfrecord_format", "transforms.array_record_format")
+_MODULES = ("worker.file_formats.tfrecord", "worker.file_formats.array_record")
 _FORMATS: dict[str, type[ShardFormat]] = {}
 
 

@@ -29,14 +29,14 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import BinaryIO, NamedTuple
 
-from transforms import dead_letters as reasons
-from transforms.dead_letters import DeadLetter
-from transforms.choices import LabelMode
-from transforms.schema import IMAGE, ExtraColumn, parse_value
-from transforms.splits import SPLITS, normalise_split
+from worker import dead_letters as reasons
 from worker import storage
+from worker.choices import LabelMode
 from worker.chunks import LineRange
+from worker.dead_letters import DeadLetter
 from worker.records import Box, ManifestRow
+from worker.schema import IMAGE, ExtraColumn, parse_value
+from worker.splits import SPLITS, normalise_split
 
 DISCARD = "discard"  # TFRecorder's split value for rows to leave out
 DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)

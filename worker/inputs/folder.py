@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from transforms.dead_letters import DeadLetter
-from transforms.manifest import (DEFAULT_SPLIT_FRACTIONS, ManifestError, ManifestRow,
-                                 assign_split, normalise_split)
-from transforms.splits import SPLIT_NAMES
 from worker import storage
+from worker.dead_letters import DeadLetter
+from worker.inputs.manifest import (DEFAULT_SPLIT_FRACTIONS, ManifestError, ManifestRow,
+                                 assign_split, normalise_split)
+from worker.splits import SPLIT_NAMES
 
 IMAGE_FOLDER = "image_folder"  # a source's format (sources.FORMATS) for --image_folder
 

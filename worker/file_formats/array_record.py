@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
-from transforms.file_formats import Files, GFiles, RecordError, ShardFormat, register
+from worker.file_formats import Files, GFiles, RecordError, ShardFormat, register
 
 if TYPE_CHECKING:
     import tensorflow as tf
