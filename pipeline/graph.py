@@ -128,7 +128,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
                      packed.dead_letters, written.dead_letters, deduped["dead_letters"])
                     | "DeadLetters" >> beam.Flatten())
     dead_letter_files = dead_letters | "WriteDeadLetters" >> WriteSortedLines(
-        naming.jsonl_list(staged, naming.ERRORS), DeadLetter.to_json,
+        naming.jsonl_list(staged, naming.ERRORS), DeadLetter.to_json, temp_dir,
         sort_key=lambda d: (d.manifest, d.line))
     # DISCARD rows are left out on purpose: read, but neither examples nor dead letters.
     rows_discarded = (surveys

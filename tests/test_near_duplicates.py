@@ -218,7 +218,8 @@ def assert_search_finds(temp_dir, keyed, max_distance, expected, workers=Workers
     with beam.Pipeline() as p:
         found = (p | beam.Create(with_receipts(temp_dir, keyed))
                  | FindNearDuplicates(max_distance, str(temp_dir), RunSettings(workers=workers))
-                 | beam.Map(lambda near: (near.copy.uri, (near.kept.uri, near.distance))))
+                 | beam.FlatMap(lambda batch: ((near.copy.uri, (near.kept.uri, near.distance))
+                                               for near in batch)))
         assert_that(found, equal_to(list(expected.items())))
 
 

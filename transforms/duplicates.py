@@ -53,10 +53,11 @@ class Duplicate(NamedTuple):
 
 
 class FindDuplicates(beam.PTransform):
-    """ShardExamples -> a Duplicate for every copy after the one kept.
+    """ShardExamples -> batches of Duplicates: one for every copy after the one kept.
 
     Each shard's keys are split into _BUCKETS by their SHA-256 and grouped by bucket, so
-    the grouping moves a few elements per shard, not one per example."""
+    the grouping moves a few elements per shard, not one per example; each bucket's
+    copies leave as one batch."""
 
     def expand(self, shard_examples: beam.PCollection) -> beam.PCollection:
         return (shard_examples
@@ -76,14 +77,14 @@ def _by_bucket(examples: ShardExamples) -> Iterator[tuple[int, list[tuple[str, E
 
 
 def _copies_in_bucket(_: int, shards_keys: Iterable[list[tuple[str, ExampleRef]]]
-                      ) -> Iterator[Duplicate]:
+                      ) -> Iterator[tuple[Duplicate, ...]]:
     by_sha256: dict[str, list[ExampleRef]] = collections.defaultdict(list)
     for keys in shards_keys:
         for sha256, ref in keys:
             by_sha256[sha256].append(ref)
-    for sha256, refs in by_sha256.items():
-        if len(refs) > 1:
-            yield from _copies(sha256, refs)
+    if batch := tuple(copy for sha256, refs in by_sha256.items() if len(refs) > 1
+                      for copy in _copies(sha256, refs)):
+        yield batch
 
 
 def _copies(sha256: str, refs: Iterable[ExampleRef]) -> Iterator[Duplicate]:
@@ -95,7 +96,8 @@ def _copies(sha256: str, refs: Iterable[ExampleRef]) -> Iterator[Duplicate]:
 class DropDuplicates(beam.PTransform):
     """ShardWritten -> ShardWritten without the copies; their rows -> DEAD_LETTERS.
 
-    `duplicates`: Duplicates and NearDuplicates, from refs that carry their content.
+    `duplicates`: batches of Duplicates and NearDuplicates, from refs that carry their
+    content.
     """
 
     def __init__(self, duplicates: beam.PCollection, shard_format: ShardFormat) -> None:
@@ -106,9 +108,9 @@ class DropDuplicates(beam.PTransform):
     def expand(self, shards: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return ({"shard": shards | "KeyShards" >> beam.Map(
                     lambda shard: ((shard.split, shard.shard), shard)),
-                 "copies": self._duplicates | "KeyCopies" >> beam.Map(
-                    lambda duplicate: ((duplicate.copy.split, duplicate.copy.shard),
-                                       duplicate))}
+                 "copies": self._duplicates | "KeyCopies" >> beam.FlatMap(
+                    lambda batch: (((duplicate.copy.split, duplicate.copy.shard), duplicate)
+                                   for duplicate in batch))}
                 | "ByShard" >> beam.CoGroupByKey()
                 | "Rewrite" >> beam.ParDo(_RewriteShard(self._format)).with_outputs(
                     DEAD_LETTERS, main="shards"))
@@ -177,7 +179,8 @@ class ReportDuplicates(beam.PTransform):
     that `settings.dedupe` drops), "dead_letters" (the dropped copies' rows), "report" (the
     written duplicates-*.jsonl and near_duplicates-*.jsonl), "by_splits" and
     "near_by_splits" ("kept split/copy split" -> copies), "duplicates" and
-    "near_duplicates" (every copy found) and, when it drops any, "dropped".
+    "near_duplicates" (every copy found, in batches) and, when it drops any, "dropped"
+    (batches too).
 
     `temp_dir` is where the shards and their receipts were written, `report_dir` where
     the reports are staged."""
@@ -196,8 +199,8 @@ class ReportDuplicates(beam.PTransform):
         exact = example_keys | "Find" >> FindDuplicates()
         near = example_keys | "FindNear" >> FindNearDuplicates(self._near_distance,
                                                                self._temp_dir, self._settings)
-        reports = (_report(exact, "", self._dedupe is not Dedupe.NONE, self._report_dir),
-                   _report(near, "Near", self._dedupe is Dedupe.NEAR, self._report_dir))
+        reports = (self._report(exact, "", self._dedupe is not Dedupe.NONE),
+                   self._report(near, "Near", self._dedupe is Dedupe.NEAR))
         result = {"report": reports | "Reports" >> beam.Flatten(),
                   "by_splits": exact | "Count" >> _CountBySplits(),
                   "near_by_splits": near | "CountNear" >> _CountBySplits(),
@@ -211,19 +214,18 @@ class ReportDuplicates(beam.PTransform):
         return result | {"shards": deduped.shards, "dead_letters": deduped[DEAD_LETTERS],
                          "dropped": dropped}
 
-
-def _report(copies: beam.PCollection, name: str, dropped: bool, folder: str
-            ) -> beam.PCollection:
-    """Writes duplicates-*.jsonl (`name` "") or near_duplicates-*.jsonl ("Near")."""
-    path = naming.jsonl_list(folder, NEAR_DUPLICATES if name else DUPLICATES)
-    return copies | f"Write{name}" >> WriteSortedLines(
-        path, lambda copy: copy.to_json(dropped))
+    def _report(self, copies: beam.PCollection, name: str, dropped: bool) -> beam.PCollection:
+        """Writes duplicates-*.jsonl (`name` "") or near_duplicates-*.jsonl ("Near")."""
+        path = naming.jsonl_list(self._report_dir, NEAR_DUPLICATES if name else DUPLICATES)
+        return copies | f"Write{name}" >> WriteSortedLines(
+            path, lambda copy: copy.to_json(dropped), self._temp_dir, batched=True)
 
 
 class _CountBySplits(beam.PTransform):
-    """Duplicates -> ("kept split/copy split", copies)."""
+    """Batches of copies -> ("kept split/copy split", copies)."""
 
     def expand(self, copies: beam.PCollection) -> beam.PCollection:
         return (copies
-                | "SplitPair" >> beam.Map(lambda d: f"{d.kept.split}/{d.copy.split}")
+                | "SplitPair" >> beam.FlatMap(
+                    lambda batch: (f"{d.kept.split}/{d.copy.split}" for d in batch))
                 | "PerPair" >> beam.combiners.Count.PerElement())

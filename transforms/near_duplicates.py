@@ -73,8 +73,8 @@ def order(ref: ExampleRef) -> tuple:
 
 
 class FindNearDuplicates(beam.PTransform):
-    """ShardExamples -> a NearDuplicate for every example with a near-copy earlier in the
-    near order: its closest in the earliest split.
+    """ShardExamples -> batches of NearDuplicates, one for every example with a near-copy
+    earlier in the near order: its closest in the earliest split.
 
     The band groups carry places, not ExampleRefs (each example is in max_distance + 1
     of them); the pairs found get both ends' refs from their shards' receipts in
@@ -82,7 +82,9 @@ class FindNearDuplicates(beam.PTransform):
     the bundle), each receipt read at most twice, rather than from a join with every
     example's ref (half of this search's cost, bench/RESULTS.md). The distances inside
     each group are computed by the worker processes of `settings.workers`
-    (worker/near_search.py).
+    (worker/near_search.py). Links and copies travel in batches per shard: one element
+    a copy would cost Beam's coders a few microseconds each, and most examples of a set
+    of near-copies have one.
     """
 
     def __init__(self, max_distance: int, temp_dir: str, settings: RunSettings) -> None:
@@ -153,8 +155,8 @@ class _PackByBand(beam.DoFn):
 
 
 class _CloseEarlier(RunInWorkers):
-    """A band group -> ((copy's split, shard), (copy's position, Link)) for each member
-    with a close earlier member (near_search.close_earlier)."""
+    """A band group -> (copy's (split, shard), [(copy's position, Link)]) per shard, a link
+    for each member with a close earlier member (near_search.close_earlier)."""
 
     def __init__(self, settings: RunSettings, masks: tuple[int, ...], max_distance: int
                  ) -> None:
@@ -167,39 +169,49 @@ class _CloseEarlier(RunInWorkers):
         return CloseEarlierTask(band, tuple(packs), self._masks, self._max_distance)
 
     def outputs(self, links: list[tuple[Shard, tuple[int, Link]]]) -> Iterator[Any]:
-        yield from links
+        yield from by_key(links).items()
+
+
+def by_key(pairs: Iterable[tuple[Any, Any]]) -> dict[Any, list[Any]]:
+    """(key, value) pairs -> key -> its values, in their order."""
+    grouped: dict[Any, list[Any]] = {}
+    for key, value in pairs:
+        grouped.setdefault(key, []).append(value)
+    return grouped
 
 
 class _CopyRefs(beam.DoFn):
-    """(copy's shard, its copies' links) -> (kept's shard, (kept's position, distance,
-    copy's ExampleRef)) per copy, for the link preferred (the least: earliest split,
-    closest, earliest)."""
+    """(copy's shard, batches of its copies' links) -> (kept's shard, [(kept's position,
+    distance, copy's ExampleRef)]) per kept shard, a copy each for the link preferred
+    (the least: earliest split, closest, earliest)."""
 
     def __init__(self, temp_dir: str) -> None:
         self._temp_dir = temp_dir
 
-    def process(self, shard_links: tuple[Shard, Iterable[tuple[int, Link]]]
-                ) -> Iterator[tuple[Shard, tuple[int, int, ExampleRef]]]:
-        (split, shard), links = shard_links
+    def process(self, shard_links: tuple[Shard, Iterable[list[tuple[int, Link]]]]
+                ) -> Iterator[tuple[Shard, list[tuple[int, int, ExampleRef]]]]:
+        (split, shard), batches = shard_links
         preferred: dict[int, Link] = {}
-        for position, link in links:
-            if position not in preferred or link < preferred[position]:
-                preferred[position] = link
+        for links in batches:
+            for position, link in links:
+                if position not in preferred or link < preferred[position]:
+                    preferred[position] = link
         refs = example_refs(self._temp_dir, split, shard)
-        for position, link in sorted(preferred.items()):
-            yield ((SPLITS[link.kept_split], link.kept_shard),
-                   (link.kept_position, link.distance, refs[position]))
+        yield from by_key(((SPLITS[link.kept_split], link.kept_shard),
+                           (link.kept_position, link.distance, refs[position]))
+                          for position, link in sorted(preferred.items())).items()
 
 
 class _Pairs(beam.DoFn):
-    """(kept's shard, its copies) -> a NearDuplicate per copy, with the kept ExampleRef."""
+    """(kept's shard, batches of its copies) -> one batch of NearDuplicates, with the kept
+    ExampleRefs."""
 
     def __init__(self, temp_dir: str) -> None:
         self._temp_dir = temp_dir
 
-    def process(self, shard_copies: tuple[Shard, Iterable[tuple[int, int, ExampleRef]]]
-                ) -> Iterator[NearDuplicate]:
-        (split, shard), copies = shard_copies
+    def process(self, shard_copies: tuple[Shard, Iterable[list[tuple[int, int, ExampleRef]]]]
+                ) -> Iterator[tuple[NearDuplicate, ...]]:
+        (split, shard), batches = shard_copies
         refs = example_refs(self._temp_dir, split, shard)
-        for kept_position, distance, copy in copies:
-            yield NearDuplicate(distance, refs[kept_position], copy)
+        yield tuple(NearDuplicate(distance, refs[kept_position], copy)
+                    for copies in batches for kept_position, distance, copy in copies)

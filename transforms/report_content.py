@@ -35,8 +35,9 @@ def _place(ref: ExampleRef) -> Place:
 class GatherReportContent(beam.PTransform):
     """A dict of PCollections -> one ReportContent: "example_keys" (WriteShards'
     ShardExamples),
-    "duplicates" and "near_duplicates" (every copy found), "dropped" (the copies --dedupe
-    dropped, left out of the sample; absent when it drops none) and "dead_letters".
+    "duplicates" and "near_duplicates" (every copy found, in batches), "dropped" (batches
+    of the copies --dedupe dropped, left out of the sample; absent when it drops none) and
+    "dead_letters".
 
     `temp_dir` is where WriteShards wrote the shards and their thumbnails.
     """
@@ -50,9 +51,9 @@ class GatherReportContent(beam.PTransform):
         if "dropped" in inputs:  # a join by shard, only when it can matter
             examples = ({"examples": examples | "ExamplesByShard" >> beam.Map(
                             lambda shard: ((shard.split, shard.shard), shard)),
-                         "dropped": inputs["dropped"] | "DroppedByShard" >> beam.Map(
-                            lambda copy: ((copy.copy.split, copy.copy.shard),
-                                          copy.copy.position))}
+                         "dropped": inputs["dropped"] | "DroppedByShard" >> beam.FlatMap(
+                            lambda batch: (((copy.copy.split, copy.copy.shard),
+                                            copy.copy.position) for copy in batch))}
                         | "JoinDropped" >> beam.CoGroupByKey()
                         | "Kept" >> beam.FlatMap(_kept))
         # Each shard's candidates, then the best of them: a few elements per shard.
@@ -119,10 +120,14 @@ def _kept(joined: tuple[tuple[str, int], dict[str, list]]) -> Iterator[ShardExam
             keyed for keyed in examples.keys if keyed[1].position not in dropped))
 
 
-def _first_copies() -> beam.PTransform:
-    """Copies -> [the first PAIRS_SHOWN, by report_page.copy_rank]."""
-    return beam.combiners.Top.Of(PAIRS_SHOWN, key=lambda copy: copy_rank(
-        copy.copy.split, copy.copy.manifest, copy.copy.line, copy.copy.uri), reverse=True)
+@beam.ptransform_fn
+def _first_copies(batches: beam.PCollection) -> beam.PCollection:
+    """Batches of copies -> [the first PAIRS_SHOWN, by report_page.copy_rank]."""
+    return (batches
+            | "Copies" >> beam.FlatMap(iter)
+            | "First" >> beam.combiners.Top.Of(PAIRS_SHOWN, key=lambda copy: copy_rank(
+                copy.copy.split, copy.copy.manifest, copy.copy.line, copy.copy.uri),
+                reverse=True))
 
 
 def _refs_of_copies(copies: list[Any]) -> Iterator[ExampleRef]:

@@ -3,43 +3,102 @@ errors-*.jsonl and the copies' duplicates-*.jsonl and near_duplicates-*.jsonl.""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import heapq
+import json
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.windowed_value import WindowedValue
+
+from worker import naming, storage
+
+# Lines a writer holds before it writes them out as one sorted run: a few MB.
+_RUN_LINES = 10_000
 
 
 class WriteSortedLines(beam.PTransform):
-    """Writes the file at `path` (naming.jsonl_list), one line a element in the order of
-    `sort_key` (ties by the line), no file when there is no element; yields its path.
+    """Writes the file at `path` (naming.jsonl_list), one line an item in the order of
+    `sort_key` (ties by the line), no file when there is no item; yields its path. An
+    element is one item, or with `batched` a batch of them (the copies come in batches:
+    one element a copy would cost Beam's coders a few microseconds each, and a run may
+    find one for most of its examples).
 
     One file, sorted, so that Flink and Spark, which finish their bundles in other orders
     and write as many files as their parallelism, publish what the DirectRunner does. The
-    lines are held in one worker's memory to sort, a few hundred bytes each: a run that
-    publishes has at most --max_error_fraction of its rows rejected, and a line of copies
-    per example at most (about 300 MB for a million).
+    lines are written in sorted runs of at most _RUN_LINES into `temp_dir` (an external
+    merge sort), and the runs merged into the file, a line of each at a time: memory does
+    not grow with the lines (a run may find a copy for most of its examples).
     """
 
-    def __init__(self, path: str, to_json: Callable[[Any], str],
-                 sort_key: Callable[[Any], Any] = lambda element: ()) -> None:
+    def __init__(self, path: str, to_json: Callable[[Any], str], temp_dir: str,
+                 sort_key: Callable[[Any], Any] = lambda item: (), batched: bool = False
+                 ) -> None:
         super().__init__()
         self._path = path
         self._to_json = to_json
+        self._temp_dir = temp_dir
         self._sort_key = sort_key
+        self._batched = batched
 
     def expand(self, elements: beam.PCollection) -> beam.PCollection:
-        to_json, sort_key = self._to_json, self._sort_key
-        return (elements
-                | "ToLine" >> beam.Map(lambda element: (sort_key(element), to_json(element)))
-                | "AllLines" >> beam.combiners.ToList()
-                | "WriteSorted" >> beam.FlatMap(_write_sorted, self._path))
+        items = elements if not self._batched else elements | "Items" >> beam.FlatMap(iter)
+        return (items
+                | "SortedRuns" >> beam.ParDo(_WriteSortedRuns(
+                    self._path, self._to_json, self._sort_key, self._temp_dir))
+                | "AllRuns" >> beam.combiners.ToList()
+                | "Merge" >> beam.FlatMap(_merge_runs, self._path))
 
 
-def _write_sorted(lines: list[tuple[Any, str]], path: str) -> Iterator[str]:
-    if not lines:
+class _WriteSortedRuns(beam.DoFn):
+    """Items -> the paths of files of their lines, each sorted: a line is the sort key's
+    JSON, a tab (which JSON text never holds unescaped) and the item's JSON."""
+
+    def __init__(self, path: str, to_json: Callable[[Any], str],
+                 sort_key: Callable[[Any], Any], temp_dir: str) -> None:
+        self._path = path
+        self._to_json = to_json
+        self._sort_key = sort_key
+        self._temp_dir = temp_dir
+
+    def start_bundle(self) -> None:
+        self._held: list[tuple[Any, str]] = []
+
+    def process(self, item: Any) -> Iterator[str]:
+        self._held.append((self._sort_key(item), self._to_json(item)))
+        if len(self._held) >= _RUN_LINES:
+            yield self._write_run()
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self._held:
+            yield GlobalWindows.windowed_value(self._write_run())
+
+    def _write_run(self) -> str:
+        self._held.sort()
+        path = naming.sorted_lines_run(self._temp_dir, self._path)
+        with storage.create(path) as file:
+            for key, line in self._held:
+                file.write(f"{json.dumps(key)}\t{line}\n".encode())
+        self._held = []
+        return path
+
+
+def _merge_runs(runs: list[str], path: str) -> Iterator[str]:
+    if not runs:
         return
     with FileSystems.create(path, mime_type="application/json") as file:
-        for _, line in sorted(lines):
-            file.write(line.encode("utf-8") + b"\n")
+        for _, line in heapq.merge(*(_run_lines(run) for run in runs)):
+            file.write(line.encode() + b"\n")
+    storage.delete(runs)
     yield path
+
+
+def _run_lines(run: str) -> Iterable[tuple[list, str]]:
+    """A sorted run's (sort key, line) pairs, read a line at a time; the key is a list,
+    which compares as the tuple it was."""
+    with storage.open_read(run) as file:
+        for text in file:
+            key, line = text.decode().rstrip("\n").split("\t", 1)
+            yield json.loads(key), line

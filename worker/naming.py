@@ -42,6 +42,7 @@ ERRORS = "errors"
 DUPLICATES = "duplicates"
 NEAR_DUPLICATES = "near_duplicates"
 
+SORTED_LINES_DIR = "sorted-lines"  # sorted runs of those lists' lines, merged into them
 RECEIPTS_DIR = "receipts"
 THUMBNAILS_DIR = "thumbnails"
 PARTS_DIR = "parts"
@@ -113,3 +114,10 @@ def published_shard(split: str, index: int, count: int, suffix: str) -> str:
 def jsonl_list(folder: str, stem: str) -> str:
     """One of the published lists of JSON lines (ERRORS, DUPLICATES, NEAR_DUPLICATES)."""
     return f"{folder}/{stem}-00000-of-00001.jsonl"
+
+
+def sorted_lines_run(temp_dir: str, list_path: str) -> str:
+    """A new file for a sorted run of the lines of the list at `list_path`: a name of its
+    own per call, as a retried bundle writes its runs again."""
+    name = list_path.rstrip("/").rsplit("/", 1)[-1]
+    return storage.join(temp_dir, SORTED_LINES_DIR, f"{uuid.uuid4().hex}-{name}")

@@ -1,0 +1,58 @@
+"""WriteSortedLines: one file, every line once, in the order of its sort key then its text,
+written through sorted runs that are merged and deleted."""
+
+import json
+import random
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+
+from transforms import sorted_lines
+from transforms.sorted_lines import WriteSortedLines
+from worker import naming
+
+
+def items(count: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    # Keys that tie often (so the text decides) and text that is not ASCII.
+    return [{"manifest": rng.choice(["b.csv", "a.csv", "é.csv"]), "line": rng.randrange(20),
+             "uri": f"gs://bucket/{rng.randrange(10**6)}-ü.jpg"} for _ in range(count)]
+
+
+def to_json(item: dict) -> str:
+    return json.dumps(item, ensure_ascii=False, sort_keys=True)
+
+
+def key(item: dict) -> tuple:
+    return item["manifest"], item["line"]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_the_lines_come_out_sorted_through_many_runs(batched, tmp_path, monkeypatch):
+    monkeypatch.setattr(sorted_lines, "_RUN_LINES", 7)  # 300 items: dozens of runs
+    runs = []
+    new_run = naming.sorted_lines_run
+    monkeypatch.setattr(naming, "sorted_lines_run", lambda *args: runs.append(1) or new_run(*args))
+    given = items(300, seed=int(batched))
+    path = naming.jsonl_list(str(tmp_path / "staged"), naming.ERRORS)
+    elements = [given[start:start + 11] for start in range(0, len(given), 11)] if batched \
+        else given
+    with beam.Pipeline() as p:
+        written = (p | beam.Create(elements, reshuffle=False)
+                   | WriteSortedLines(path, to_json, str(tmp_path), key, batched=batched))
+        assert_that(written, equal_to([path]))
+    expected = [to_json(item) for item in sorted(given, key=lambda i: (key(i), to_json(i)))]
+    assert open(path, encoding="utf-8").read().splitlines() == expected
+    # The runs were many, and are gone.
+    assert len(runs) >= 300 // 7
+    assert not list((tmp_path / naming.SORTED_LINES_DIR).iterdir())
+
+
+def test_no_item_writes_no_file(tmp_path):
+    path = naming.jsonl_list(str(tmp_path / "staged"), naming.DUPLICATES)
+    with beam.Pipeline() as p:
+        written = (p | beam.Create([], reshuffle=False)
+                   | WriteSortedLines(path, to_json, str(tmp_path)))
+        assert_that(written, equal_to([]))
+    assert not (tmp_path / "staged").exists()
