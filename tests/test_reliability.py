@@ -109,7 +109,8 @@ def test_a_killed_run_never_looks_like_a_good_one_and_a_rerun_completes(
         [sys.executable, str(STOP_AT), module, function, when, "2" if module.startswith(
             "worker") else "1", "--manifest", str(manifest), "--output_dir", str(output),
          "--num_shards", "3", "--overwrite", "--max_error_fraction", "0.1"],
-        capture_output=True, text=True, timeout=300, start_new_session=True)
+        capture_output=True, text=True, timeout=300, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)})  # where tf.Transform's files stay
     assert job.returncode == -signal.SIGKILL, job.stderr[-3000:]
     assert [name for name in os.listdir(output) if name.startswith(".tmp-")]
     if function == "write_receipt":

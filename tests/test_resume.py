@@ -44,11 +44,13 @@ def arguments(manifest: str, output: str, *flags: str, shards_per_split: int = 2
             str(shards_per_split), "--max_error_fraction", "0.2", "--overwrite", *flags]
 
 
-def stopped_run(argv: list[str], module: str, function: str, when: str, count: int) -> None:
-    """Runs the command line in a new process group, SIGKILLed as bench/stop_at.py says."""
+def stopped_run(argv: list[str], module: str, function: str, when: str, count: int,
+                temp: Path) -> None:
+    """Runs the command line in a new process group, SIGKILLed as bench/stop_at.py says;
+    what it leaves in its temp folder (tf.Transform's) goes in `temp`."""
     job = subprocess.run([sys.executable, str(STOP_AT), module, function, when, str(count),
                           *argv], capture_output=True, text=True, timeout=300,
-                         start_new_session=True)
+                         start_new_session=True, env={**os.environ, "TMPDIR": str(temp)})
     assert job.returncode == -signal.SIGKILL, job.stderr[-3000:]
 
 
@@ -97,7 +99,8 @@ def local(tmp_path_factory):
 def test_a_run_stopped_while_writing_resumes_to_the_same_output(local, capsys, function,
                                                                  when, count, reused):
     manifest, output, reference = local
-    stopped_run(arguments(manifest, str(output)), "worker.receipts", function, when, count)
+    stopped_run(arguments(manifest, str(output)), "worker.receipts", function, when, count,
+                output.parent)
     receipts = [name for folder in os.listdir(output) if folder.startswith(".tmp-")
                 for name in os.listdir(output / folder / "receipts")
                 if name.endswith(".receipt.json")]
@@ -117,7 +120,8 @@ def test_a_run_stopped_while_writing_resumes_to_the_same_output(local, capsys, f
 def test_a_run_stopped_while_publishing_resumes_to_the_same_output(local, capsys, function,
                                                                    when, reused):
     manifest, output, reference = local
-    stopped_run(arguments(manifest, str(output)), "transforms.publish", function, when, 1)
+    stopped_run(arguments(manifest, str(output)), "transforms.publish", function, when, 1,
+                output.parent)
     resumed(arguments(manifest, str(output)), capsys)
     assert json.loads((output / "summary.json").read_text())["resumed_shards"] == reused
     same_output(output, reference)
@@ -143,7 +147,7 @@ def test_a_stopped_run_made_from_other_inputs_or_options_is_refused(local, tmp_p
     changed.write_text(open(manifest).read())
     output = str(tmp_path / "out")
     stopped_run(arguments(str(changed), output), "worker.receipts", "write_receipt",
-                "after", 2)
+                "after", 2, tmp_path)
     capsys.readouterr()
     with changed.open("a") as file:
         file.write(f"TEST,{os.path.dirname(manifest)}/img/1.jpg,dog\n")
@@ -183,7 +187,7 @@ def test_a_run_stopped_while_writing_to_a_bucket_resumes_to_the_same_output(
     assert run.main(argv) == 0
     download(output, tmp_path / "reference")
     reference = comparable(tmp_path / "reference")
-    stopped_run(argv, "worker.receipts", "write_receipt", "after", 2)
+    stopped_run(argv, "worker.receipts", "write_receipt", "after", 2, tmp_path)
     printed = resumed(argv, capsys)
     assert "resumed: 2 of 3 shards reused" in printed
     download(output, tmp_path / "resumed")
