@@ -4,11 +4,12 @@ pass 1 learns of its chunks is what it learns of all its rows."""
 import codecs
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.chunks import LineCutter, RowChunk
-from worker.inputs.manifest import RowRules
+from worker.chunks import LineCutter, RowChunk, range_digest
+from worker.inputs.manifest import ManifestError, RowRules
 from worker.inputs.sources import find_manifests, read_chunk, read_source
 from worker.row_tasks import sample_of, survey
 
@@ -36,6 +37,7 @@ def test_line_ranges_cover_the_file_in_whole_lines_numbered_from_its_start(
         assert before.end - before.start >= target  # none cut short but the last
     for each in ranges:
         assert each.first_line == data.count(b"\n", 0, each.start) + 1
+        assert each.digest == range_digest(data[each.start:each.end])
 
 
 MANIFESTS = {
@@ -91,3 +93,25 @@ def test_the_surveys_of_the_chunks_add_up_to_the_survey_of_the_whole(tmp_path):
         for group in part.train_labels:
             train[group.labels] = train.get(group.labels, 0) + group.rows
     assert train == {group.labels: group.rows for group in whole.train_labels}
+
+
+@pytest.mark.parametrize("change", [
+    lambda data: data.replace(b"img/7.jpg", b"img/77.jpg"),  # a row rewritten: lines move
+    lambda data: data.replace(b"img/7.jpg", b"img/8.jpg"),  # same length, other bytes
+])
+def test_a_manifest_that_changes_after_the_plan_fails_its_chunk_naming_the_file(
+        change, tmp_path):
+    path = tmp_path / "header.csv"
+    path.write_bytes(MANIFESTS["header.csv"])
+    chunks = chunks_of(str(path), 200)
+    assert len(chunks) > 2
+    path.write_bytes(change(path.read_bytes()))
+    failed = 0
+    for chunk in chunks:
+        try:
+            list(read_chunk(chunk, RowRules()))
+        except ManifestError as error:
+            assert str(path) in str(error) and "changed while the run read it" in str(error)
+            failed += 1
+    assert failed  # the chunks the change touched, and with a shift every later one
+

@@ -13,6 +13,7 @@ in its shard come from its URI, and every list the run writes is sorted.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import NamedTuple
 
@@ -35,11 +36,22 @@ class ManifestSource(NamedTuple):
 
 class LineRange(NamedTuple):
     """Bytes [start, end) of an uncompressed manifest, whole lines, the first numbered
-    `first_line` (1-based, blank lines counted)."""
+    `first_line` (1-based, blank lines counted), and the digest of those bytes as the
+    launcher read them: a worker that reads other bytes there (the file was rewritten or
+    appended to since) would cut lines in two, and fails the run instead."""
 
     start: int
     end: int
     first_line: int
+    digest: str = ""
+
+
+def range_digest(data: bytes) -> str:
+    return _hasher(data).hexdigest()
+
+
+def _hasher(data: bytes = b""):
+    return hashlib.blake2b(data, digest_size=16)
 
 
 class RowChunk(NamedTuple):
@@ -71,6 +83,7 @@ class LineCutter:
         self._first_line = 1  # its first line's number
         self._position = 0  # bytes fed so far
         self._newlines = 0  # line ends fed so far
+        self._digest = _hasher()  # of the range being filled, so far
 
     def feed(self, data: bytes) -> None:
         offset = 0  # in data: what is counted so far
@@ -81,15 +94,19 @@ class LineCutter:
             if newline < 0:
                 break
             self._newlines += data.count(b"\n", offset, newline + 1)
+            self._digest.update(data[offset:newline + 1])
             end = self._position + newline + 1
-            self._ranges.append(LineRange(self._start, end, self._first_line))
-            self._start, self._first_line = end, self._newlines + 1
+            self._ranges.append(LineRange(self._start, end, self._first_line,
+                                          self._digest.hexdigest()))
+            self._start, self._first_line, self._digest = end, self._newlines + 1, _hasher()
             offset = newline + 1
         self._newlines += data.count(b"\n", offset)
+        self._digest.update(data[offset:])
         self._position += len(data)
 
     def ranges(self) -> list[LineRange]:
         """The ranges of everything fed (one empty range for an empty file)."""
         if self._position > self._start or not self._ranges:
-            return [*self._ranges, LineRange(self._start, self._position, self._first_line)]
+            return [*self._ranges, LineRange(self._start, self._position, self._first_line,
+                                             self._digest.hexdigest())]
         return list(self._ranges)

@@ -32,7 +32,7 @@ from typing import BinaryIO, NamedTuple
 from worker import dead_letters as reasons
 from worker import storage
 from worker.choices import LabelMode
-from worker.chunks import LineRange
+from worker.chunks import LineRange, range_digest
 from worker.dead_letters import DeadLetter
 from worker.records import Box, ManifestRow
 from worker.schema import IMAGE, ExtraColumn, parse_value
@@ -532,6 +532,11 @@ def _line_range(path: str, lines: LineRange) -> BinaryIO:
     if len(data) != lines.end - lines.start:
         raise ManifestError(f"{path} is shorter than when the run was planned: it changed "
                             "while the run read it")
+    if lines.digest and range_digest(data) != lines.digest:
+        raise ManifestError(f"{path} changed while the run read it: its lines "
+                            f"{lines.first_line} on (bytes {lines.start}-{lines.end}) are not "
+                            "what they were when the run was planned. Run again once it "
+                            "stays put")
     return io.BytesIO(data)
 
 
