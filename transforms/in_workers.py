@@ -32,6 +32,7 @@ class RunInWorkers(beam.DoFn):
         self._settings = settings
         self._pool: pool.ShardPool | None = None
         self._waiting: concurrent.futures.ThreadPoolExecutor | None = None
+        self._threads: list[concurrent.futures.ThreadPoolExecutor] = []
 
     def task(self, element: Any, *side_inputs: Any) -> pool.Task:
         raise NotImplementedError
@@ -42,13 +43,20 @@ class RunInWorkers(beam.DoFn):
     def setup(self) -> None:
         self._pool = pool.acquire(self._settings.workers, filesystem_options())
         if self._pool is not None:
-            self._waiting = concurrent.futures.ThreadPoolExecutor(
-                self._settings.workers.process_count())
+            self._waiting = self.threads()
+
+    def threads(self) -> concurrent.futures.ThreadPoolExecutor:
+        """Threads to wait on the worker processes with, one per process; shut down with
+        this DoFn."""
+        self._threads.append(concurrent.futures.ThreadPoolExecutor(
+            self._settings.workers.process_count()))
+        return self._threads[-1]
 
     def teardown(self) -> None:
-        if self._waiting:
-            self._waiting.shutdown()
-            self._waiting = None
+        if self._pool is not None:
+            for threads in self._threads:
+                threads.shutdown()
+            self._threads, self._waiting, self._pool = [], None, None
             pool.release(self._settings.workers)
 
     def start_bundle(self) -> None:

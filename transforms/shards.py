@@ -166,14 +166,7 @@ class _WriteShardFile(RunInWorkers):
     def setup(self) -> None:
         super().setup()
         if self._pool is not None:
-            self._parts = concurrent.futures.ThreadPoolExecutor(
-                self._settings.workers.process_count())
-
-    def teardown(self) -> None:
-        if self._parts:
-            self._parts.shutdown()
-            self._parts = None
-        super().teardown()
+            self._parts = self.threads()  # not the shards' own: they wait on the parts
 
     def task(self, shard_packs: tuple[tuple[str, int], Iterable[tuple[int, bytes]]]
              ) -> list[ShardTask]:
