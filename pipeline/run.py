@@ -21,7 +21,7 @@ from pipeline.report import format_report
 from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
                              scan_sources, start)
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
-from transforms.outcome import RunFailed
+from transforms.outcome import NO_TRAIN_ROWS, RunFailed
 from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
 from worker import naming
 from worker.inputs.folder import check_folder
@@ -29,6 +29,7 @@ from worker.inputs.manifest import ManifestError, ManifestRow, RowRules
 from worker.inputs.sources import (ManifestSource, check_sources, find_manifests, read_source,
                                 split_and_path)
 from worker.naming import SUMMARY_FILE
+from worker.splits import SPLITS
 from worker.summary import RunInfo, RunOptions, Summary
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -85,6 +86,11 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
         raise UsageError(str(problem)) from None
     manifests = _preflight(convert)
     pinned = _pinned_vocabulary(convert)
+    if not pinned and manifests and all(source.split not in (None, SPLITS[0])
+                                        for source in manifests):
+        splits = " and ".join(sorted({source.split.upper() for source in manifests}))
+        raise UsageError(f"every manifest is {splits} (--manifest SPLIT=PATH), and no "
+                         f"--vocabulary is given: {NO_TRAIN_ROWS}")
     started = time.monotonic()
     run_info = RunInfo(
         manifests=None if convert.image_folder else [source.describe() for source in manifests],

@@ -109,6 +109,24 @@ def test_a_detection_csv_without_detection_mode_stops_naming_the_flag(tmp_path, 
     assert "pass --label_mode detection" in error
 
 
+def test_a_conversion_of_other_splits_alone_needs_the_vocabulary_before_the_job(
+        tmp_path, capsys):
+    manifest = tiny_manifest(tmp_path)
+    (tmp_path / "t.csv").write_text("test,a.jpg,cat\n")
+    (tmp_path / "v.csv").write_text("validation,b.jpg,dog\n")
+    arguments = ["--output_dir", str(tmp_path / "out"), "--manifest",
+                 f"TEST={tmp_path / 't.csv'}", "--manifest", f"val={tmp_path / 'v.csv'}"]
+    code = run.main(arguments)
+    error = capsys.readouterr().err
+    assert code == run.EXIT_USAGE and error.count("\n") == 1
+    assert "every manifest is TEST and VALIDATION (--manifest SPLIT=PATH)" in error
+    assert "there is no TRAIN row to learn the label ids from" in error
+    assert not (tmp_path / "out").exists()  # refused before the job
+    # With the ids of the run that converted TRAIN, it converts.
+    assert run.main(["--manifest", manifest, "--output_dir", str(tmp_path / "trained")]) == 0
+    assert run.main([*arguments, "--vocabulary", str(tmp_path / "trained")]) == 0
+
+
 def test_the_command_and_the_python_api_refuse_a_mistyped_option(tmp_path):
     manifest = tiny_manifest(tmp_path)
     result = run_command(sys.executable, "-m", "pipeline", "--manifest", manifest,

@@ -72,3 +72,15 @@ def test_failed_json_holds_the_problems_dead_letters_and_summary_but_not_its_own
     assert sorted(json.loads(text)) == ["dead_letters", "problems", "summary"]
     assert Failure.from_json(text, "elsewhere/FAILED.json") == failure.model_copy(
         update={"record": "elsewhere/FAILED.json"})
+
+
+def test_no_example_for_want_of_a_train_row_says_to_give_the_vocabulary():
+    every_row_test = summary([], {}, examples=0, dead=10)
+    (problem,) = outcome_problems(every_row_test, {}, PublishRules(1.0))
+    assert problem.startswith("no example was written: there is no TRAIN row")
+    assert "--vocabulary OUTPUT_DIR" in problem
+    # With TRAIN rows, or with the ids pinned, that is not why.
+    assert outcome_problems(every_row_test, {"cat": 3}, PublishRules(1.0)) == [
+        "no example was written"]
+    assert outcome_problems(every_row_test, {}, PublishRules(1.0, "v.txt")) == [
+        "no example was written"]

@@ -62,6 +62,12 @@ def read_summary(path: str) -> Summary | None:
             return None
 
 
+# Label ids are learnt from the TRAIN rows: without any, every label is unseen.
+NO_TRAIN_ROWS = ("there is no TRAIN row to learn the label ids from; converting other "
+                 "splits alone needs the ids of the run that converted TRAIN, "
+                 "--vocabulary OUTPUT_DIR (or a file of labels, one a line)")
+
+
 class RunFailed(RuntimeError):
     """The run failed its outcome check: nothing was published."""
 
@@ -87,7 +93,8 @@ def outcome_problems(summary: Summary, train_label_rows: dict[str, int],
             f"({summary.rows_dead_lettered}) + rows discarded "
             f"({summary.rows_discarded}): rows were lost")
     if not summary.examples_written:
-        return [*problems, "no example was written"]
+        no_train = rules.pinned_from is None and not train_label_rows
+        return [*problems, "no example was written" + (f": {NO_TRAIN_ROWS}" if no_train else "")]
     if rules.pinned_from is None:
         unwritten = unwritten_labels(summary.labels, summary.splits["train"].labels,
                                      train_label_rows)
