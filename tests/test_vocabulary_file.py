@@ -34,6 +34,23 @@ def test_empty_and_repeated_lines_are_refused_naming_the_line(tmp_path, text, pr
     assert str(raised.value) == f"--vocabulary {tmp_path}/v.txt: {problem}"
 
 
+@pytest.mark.parametrize(("text", "line"), [
+    ("item {\n  id: 1\n  name: 'raccoon'\n}\n", 1),  # the OD API tutorials' label map
+    ("# from the model zoo\nitem{\n  name: \"/m/01g317\"\n  id: 1\n  display_name: "
+     "\"person\"\n}\n", 2),
+])
+def test_an_object_detection_label_map_is_refused_before_the_job_naming_its_line(
+        tmp_path, text, line):
+    """Read a line at a time it would pin "item {", "id: 1"...: every row unseen."""
+    (tmp_path / "label_map.pbtxt").write_text(text)
+    with pytest.raises(VocabularyError) as raised:
+        read_pinned_vocabulary(str(tmp_path / "label_map.pbtxt"))
+    assert str(raised.value).startswith(
+        f"--vocabulary {tmp_path}/label_map.pbtxt: line {line} starts an Object Detection "
+        "API label map entry")
+    assert "give the names one a line, in id order" in str(raised.value)
+
+
 def test_a_missing_vocabulary_or_one_not_in_utf8_is_refused(tmp_path):
     with pytest.raises(VocabularyError, match="neither a file of labels nor an image-tfrecords "
                                               "output"):

@@ -5,6 +5,7 @@ Kept apart from labels.py so the launcher reads it without loading TensorFlow.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
@@ -12,6 +13,8 @@ from apache_beam.io.filesystems import FileSystems
 LABEL_VOCABULARY = "label"  # file name of the vocabulary under transform_fn/assets/
 # Where an earlier output keeps its label vocabulary (tft.TFTransformOutput's layout).
 _EARLIER_OUTPUT_VOCABULARY = f"transform_fn/assets/{LABEL_VOCABULARY}"
+# The first line of an Object Detection API label map's entry: `item {`.
+_LABEL_MAP_ITEM = re.compile(r"item\s*\{")
 
 
 class VocabularyError(ValueError):
@@ -45,6 +48,13 @@ def read_pinned_vocabulary(given: str) -> PinnedVocabulary:
     first_line: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         label = line.strip()  # as manifest labels are
+        if _LABEL_MAP_ITEM.match(label):
+            # Read line by line, it would pin "item {", "id: 1"...: every row unseen.
+            raise VocabularyError(
+                f"--vocabulary {source}: line {number} starts an Object Detection API "
+                "label map entry (item { id: ... name: ... }), which --vocabulary does not "
+                "read yet; give the names one a line, in id order (line 1 is detection "
+                "id 1, classification id 0)")
         if not label:
             raise VocabularyError(f"--vocabulary {source}: line {number} is empty")
         if label in first_line:
