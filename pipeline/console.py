@@ -39,8 +39,10 @@ _ROUTINE_BEAM_MESSAGES = (
     ("apache_beam.utils.subprocess_server", "Really destroying service"),
 )
 # When a Flink or Spark job ends, its job server hangs up on the SDK workers that LOOPBACK
-# runs in this process: each of their gRPC streams ends CANCELLED, and Beam logs it (and
-# its threads raise it) as if it were a failure. A job that really failed says so itself.
+# runs in this process: their gRPC streams end CANCELLED, or (Spark's state service, when
+# the job's end races a state read) UNKNOWN "Application error processing RPC", and Beam
+# logs it (and its threads raise it) as if it were a failure. A job that really failed
+# says so itself; what its threads raised is shown then too.
 _HANG_UP_MESSAGE = ("apache_beam.runners.worker.data_plane",
                     "Failed to read inputs in the data plane")
 
@@ -84,20 +86,29 @@ def _routine_beam_messages_dropped() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _hang_ups_dropped() -> Iterator[None]:
-    """Within the block, a job server's hang-up is neither logged nor raised in a thread."""
+    """Within the block, a job server's hang-up is not logged, and what a thread raised
+    because of one is held: shown only if the block ends in an exception (a failed run)."""
     def logged_hang_up(record: logging.LogRecord) -> bool:
         return not (record.getMessage().startswith(_HANG_UP_MESSAGE[1]) and record.exc_info
                     and _is_hang_up(record.exc_info[1]))
 
-    def raise_unless_hang_up(args: threading.ExceptHookArgs) -> None:
-        if not _is_hang_up(args.exc_value):
+    held: list[threading.ExceptHookArgs] = []
+
+    def hold_hang_up(args: threading.ExceptHookArgs) -> None:
+        if _is_hang_up(args.exc_value):
+            held.append(args)
+        else:
             raised(args)
 
     logger = logging.getLogger(_HANG_UP_MESSAGE[0])
     logger.addFilter(logged_hang_up)
-    raised, threading.excepthook = threading.excepthook, raise_unless_hang_up
+    raised, threading.excepthook = threading.excepthook, hold_hang_up
     try:
         yield
+    except BaseException:
+        for args in held:
+            raised(args)
+        raise
     finally:
         threading.excepthook = raised
         logger.removeFilter(logged_hang_up)
@@ -106,7 +117,11 @@ def _hang_ups_dropped() -> Iterator[None]:
 def _is_hang_up(error: BaseException | None) -> bool:
     import grpc  # noqa: PLC0415 - Beam's own dependency, loaded by then
 
-    return isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.CANCELLED
+    if not isinstance(error, grpc.RpcError):
+        return False
+    return error.code() == grpc.StatusCode.CANCELLED or (
+        error.code() == grpc.StatusCode.UNKNOWN
+        and error.details() == "Application error processing RPC")
 
 
 @contextlib.contextmanager

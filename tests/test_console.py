@@ -75,3 +75,42 @@ def test_a_crash_inside_still_shows_its_traceback():
     result = run_python("import faulthandler; faulthandler._sigsegv()", verbose=False)
     assert result.returncode != 0
     assert b"Fatal Python error: Segmentation fault" in result.stderr
+
+
+HANG_UPS = textwrap.dedent("""
+    import grpc, threading
+
+    class StreamEnded(grpc.RpcError):  # what Beam's SDK worker threads see: code and details
+        def __init__(self, code, details):
+            self._code, self._details = code, details
+        def code(self):
+            return self._code
+        def details(self):
+            return self._details
+
+    def stream_thread(code, details):
+        def read():
+            raise StreamEnded(code, details)
+        thread = threading.Thread(target=read, name=details)
+        thread.start()
+        thread.join()
+
+    stream_thread(grpc.StatusCode.CANCELLED, "Cancelled")
+    stream_thread(grpc.StatusCode.UNKNOWN, "Application error processing RPC")
+    stream_thread(grpc.StatusCode.UNAVAILABLE, "the server went away mid-job")
+""")
+
+
+@pytest.mark.parametrize("run_fails", [False, True])
+def test_a_job_servers_hang_up_is_shown_only_when_the_run_fails(run_fails):
+    """Streams that end CANCELLED, or UNKNOWN with Spark's state-service details, are the
+    job server's hang-up at the job's end: held, shown only if the block raises. Any other
+    stream error is shown as it happens."""
+    failure = "; raise SystemExit('the run failed')" if run_fails else ""
+    result = run_python(f"exec({HANG_UPS!r}){failure}", verbose=False)
+    assert result.returncode == (1 if run_fails else 0)
+    shown = result.stderr.decode()
+    assert "the server went away mid-job" in shown
+    assert ("Cancelled" in shown) is run_fails
+    assert ("Application error processing RPC" in shown) is run_fails
+    assert shown.count("Traceback") == (3 if run_fails else 1)
