@@ -1,5 +1,6 @@
 """WriteSortedLines: one file, every line once, in the order of its sort key then its text,
-written through sorted runs that are merged and deleted."""
+written through sorted runs that are merged (in passes, when they are many) and kept for
+a retried merge until the run's temp folder goes."""
 
 import json
 import random
@@ -31,6 +32,7 @@ def key(item: dict) -> tuple:
 @pytest.mark.parametrize("batched", [False, True])
 def test_the_lines_come_out_sorted_through_many_runs(batched, tmp_path, monkeypatch):
     monkeypatch.setattr(sorted_lines, "_RUN_LINES", 7)  # 300 items: dozens of runs
+    monkeypatch.setattr(sorted_lines, "_MAX_OPEN_RUNS", 5)  # merged in three passes
     runs = []
     new_run = naming.sorted_lines_run
     monkeypatch.setattr(naming, "sorted_lines_run", lambda *args: runs.append(1) or new_run(*args))
@@ -44,9 +46,11 @@ def test_the_lines_come_out_sorted_through_many_runs(batched, tmp_path, monkeypa
         assert_that(written, equal_to([path]))
     expected = [to_json(item) for item in sorted(given, key=lambda i: (key(i), to_json(i)))]
     assert open(path, encoding="utf-8").read().splitlines() == expected
-    # The runs were many, and are gone.
-    assert len(runs) >= 300 // 7
-    assert not list((tmp_path / naming.SORTED_LINES_DIR).iterdir())
+    # The runs were many, merged in passes: 43 or more, then 9 or more, then 2; all of
+    # them are still there for a retry of the merge (publishing deletes the temp folder).
+    first = 300 // 7
+    assert len(runs) >= first + first // 5 + 2
+    assert len(list((tmp_path / naming.SORTED_LINES_DIR).iterdir())) == len(runs)
 
 
 def test_no_item_writes_no_file(tmp_path):

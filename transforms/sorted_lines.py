@@ -17,6 +17,9 @@ from worker import naming, storage
 
 # Lines a writer holds before it writes them out as one sorted run: a few MB.
 _RUN_LINES = 10_000
+# Runs open at once while merging (each holds a file's buffer and, on a bucket, a
+# connection); more runs than this are merged in passes.
+_MAX_OPEN_RUNS = 128
 
 
 class WriteSortedLines(beam.PTransform):
@@ -29,8 +32,10 @@ class WriteSortedLines(beam.PTransform):
     One file, sorted, so that Flink and Spark, which finish their bundles in other orders
     and write as many files as their parallelism, publish what the DirectRunner does. The
     lines are written in sorted runs of at most _RUN_LINES into `temp_dir` (an external
-    merge sort), and the runs merged into the file, a line of each at a time: memory does
-    not grow with the lines (a run may find a copy for most of its examples).
+    merge sort), and the runs merged into the file, a line of each at a time, at most
+    _MAX_OPEN_RUNS at once: memory does not grow with the lines (a run may find a copy for
+    most of its examples). The runs stay until the temp folder goes, so that a retried
+    merge finds them.
     """
 
     def __init__(self, path: str, to_json: Callable[[Any], str], temp_dir: str,
@@ -49,7 +54,7 @@ class WriteSortedLines(beam.PTransform):
                 | "SortedRuns" >> beam.ParDo(_WriteSortedRuns(
                     self._path, self._to_json, self._sort_key, self._temp_dir))
                 | "AllRuns" >> beam.combiners.ToList()
-                | "Merge" >> beam.FlatMap(_merge_runs, self._path))
+                | "Merge" >> beam.FlatMap(_merge_runs, self._path, self._temp_dir))
 
 
 class _WriteSortedRuns(beam.DoFn):
@@ -77,22 +82,34 @@ class _WriteSortedRuns(beam.DoFn):
 
     def _write_run(self) -> str:
         self._held.sort()
-        path = naming.sorted_lines_run(self._temp_dir, self._path)
-        with storage.create(path) as file:
-            for key, line in self._held:
-                file.write(f"{json.dumps(key)}\t{line}\n".encode())
+        path = _write_run(self._temp_dir, self._path, self._held)
         self._held = []
         return path
 
 
-def _merge_runs(runs: list[str], path: str) -> Iterator[str]:
+def _write_run(temp_dir: str, path: str, pairs: Iterable[tuple[Any, str]]) -> str:
+    """Writes (sort key, line) pairs, in their order, to a new run; returns its path."""
+    run = naming.sorted_lines_run(temp_dir, path)
+    with storage.create(run) as file:
+        for key, line in pairs:
+            file.write(f"{json.dumps(key)}\t{line}\n".encode())
+    return run
+
+
+def _merge_runs(runs: list[str], path: str, temp_dir: str) -> Iterator[str]:
     if not runs:
         return
+    while len(runs) > _MAX_OPEN_RUNS:
+        runs = [_write_run(temp_dir, path, _merged(runs[start:start + _MAX_OPEN_RUNS]))
+                for start in range(0, len(runs), _MAX_OPEN_RUNS)]
     with FileSystems.create(path, mime_type="application/json") as file:
-        for _, line in heapq.merge(*(_run_lines(run) for run in runs)):
+        for _, line in _merged(runs):
             file.write(line.encode() + b"\n")
-    storage.delete(runs)
     yield path
+
+
+def _merged(runs: list[str]) -> Iterator[tuple[list, str]]:
+    return heapq.merge(*(_run_lines(run) for run in runs))
 
 
 def _run_lines(run: str) -> Iterable[tuple[list, str]]:
