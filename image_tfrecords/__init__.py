@@ -110,7 +110,7 @@ def convert(source: str | os.PathLike | Sequence[str | os.PathLike] | pd.DataFra
     DataFrame too. Raises ValueError for an unusable source or options, or a missing source.
     """
     from pipeline.options import parse_split_fractions  # noqa: PLC0415
-    from worker.inputs.manifest import DEFAULT_SPLIT_FRACTIONS  # noqa: PLC0415
+    from worker.inputs.rows import DEFAULT_SPLIT_FRACTIONS  # noqa: PLC0415
     from worker.schema import load_schema  # noqa: PLC0415
 
     if isinstance(options.get("schema"), Mapping):
@@ -190,7 +190,7 @@ def _dataframe_manifest(frame: pd.DataFrame, split_fractions: tuple[float, float
     the file is removed afterwards.
     """
     from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
-    from worker.inputs.manifest import assign_split  # noqa: PLC0415
+    from worker.inputs.rows import assign_split  # noqa: PLC0415
     from worker.schema import IMAGE  # noqa: PLC0415
 
     uri_column = next((c for c in ("image_uri", "uri", "path", "image") if c in frame), None)

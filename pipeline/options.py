@@ -14,7 +14,8 @@ from worker.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
 from worker.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
                                      format_names, shard_format)
 from worker.images import ImageSettings
-from worker.inputs.manifest import DEFAULT_SPLIT_FRACTIONS, RowRules
+from worker.inputs.rows import DEFAULT_SPLIT_FRACTIONS, RowRules
+from worker.inputs.sources import MANIFEST_FORMATS
 from worker.pool import Workers
 from worker.run_settings import RunSettings
 from worker.schema import ExtraColumn, SchemaError, load_schema
@@ -37,6 +38,11 @@ class ConvertOptions(PipelineOptions):
                  "or remote. SPLIT=PATH gives every row of PATH that split (train, "
                  "validation/val, test). Repeat for several; relative image URIs are "
                  "relative to the manifest (see --image_dir).")
+        group.add_argument(
+            "--input_format", choices=MANIFEST_FORMATS,
+            help="The format of every --manifest, where its name and first bytes do not "
+                 "say (they are sniffed, and a file that could be read as two formats is "
+                 "refused, naming them).")
         group.add_argument(
             "--image_dir",
             help="Resolve relative image names against this folder instead of the "
@@ -193,6 +199,9 @@ class ConvertOptions(PipelineOptions):
             self.split_fraction_values()
         except ValueError as problem:
             found.append(f"--split_fractions {self.split_fractions!r}: {problem}")
+        if self.image_folder and self.input_format:
+            found.append("--input_format names the format of a --manifest, not of "
+                         "--image_folder")
         if self.image_folder and self.image_dir:
             found.append("--image_dir applies to --manifest, not --image_folder")
         if self.image_folder and self.label_mode == "detection":

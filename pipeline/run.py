@@ -25,7 +25,8 @@ from transforms.outcome import NO_TRAIN_ROWS, RunFailed
 from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
 from worker import naming
 from worker.inputs.folder import check_folder
-from worker.inputs.manifest import ManifestError, ManifestRow, RowRules
+from worker.inputs.rows import ManifestError, RowRules
+from worker.records import ManifestRow
 from worker.inputs.sources import (ManifestSource, check_sources, find_manifests, read_source,
                                 split_and_path)
 from worker.naming import SUMMARY_FILE
@@ -170,7 +171,7 @@ def _check_locations(convert: ConvertOptions) -> list[ManifestSource]:
         first_images = [check_folder(convert.image_folder)]
         manifests = []
     else:
-        manifests, first_images = find_manifests(convert.manifest), []
+        manifests, first_images = find_manifests(convert.manifest, convert.input_format), []
     rules = convert.row_rules()
     check_sources(manifests, rules)
     probe_storage(first_images + _first_image_uris(manifests, rules))

@@ -10,7 +10,7 @@ import pytest
 import image_tfrecords
 from conftest import encode, feature, photo_like, read_examples
 from transforms.shards import shard_of
-from worker.inputs.manifest import assign_split
+from worker.inputs.rows import assign_split
 
 
 @pytest.fixture()

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from worker.chunks import LineCutter, RowChunk, range_digest
-from worker.inputs.manifest import ManifestError, RowRules
+from worker.inputs.rows import ManifestError, RowRules
 from worker.inputs.sources import find_manifests, read_chunk, read_source
 from worker.row_tasks import sample_of, survey
 

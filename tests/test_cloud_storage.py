@@ -25,7 +25,7 @@ from pipeline import run
 from pipeline.storage_probe import PROBE_SECONDS, probe_storage
 from storage_servers import HOST, S3Server, free_port, object_pattern
 from transforms.shards import mean_file_size
-from worker.inputs.manifest import resolve_uri
+from worker.inputs.rows import resolve_uri
 
 LABELS = ("cat", "dog")
 

@@ -19,7 +19,7 @@ from conftest import (FILE_FORMATS, SAMPLE_DATA, encode, feature, photo_like, pn
 from image_tfrecords.verify import verify
 from pipeline import run
 from transforms.shards import shard_of
-from worker.inputs.manifest import assign_split
+from worker.inputs.rows import assign_split
 
 LABELS = ("cat", "dog", "fish")
 

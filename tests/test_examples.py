@@ -9,7 +9,7 @@ from conftest import object_detection_spec
 from worker.choices import LabelMode
 from worker.examples import CLASSIFICATION_FEATURES, encode_example, feature_spec
 from worker.images import PreparedImage
-from worker.inputs.manifest import Box, ManifestRow
+from worker.records import Box, ManifestRow
 from worker.records import LabelledRow
 
 IMAGE = PreparedImage(b"\xff\xd8jpeg bytes", "jpeg", 20, 10, 3, "JPEG", None, (20, 10),

@@ -10,7 +10,8 @@ from pipeline import run
 
 from worker.inputs.folder import (LABEL_IS_SPLIT_NAME, NOT_IN_LABEL_FOLDER, NOT_IN_SPLIT_FOLDER,
                                check_folder, folder_rows)
-from worker.inputs.manifest import ManifestError, ManifestRow, assign_split
+from worker.inputs.rows import ManifestError, assign_split
+from worker.records import ManifestRow
 from worker.splits import normalise_split
 
 

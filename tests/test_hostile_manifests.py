@@ -24,9 +24,10 @@ from hypothesis import strategies as st
 from conftest import encode, feature, photo_like, png_declaring, read_examples
 from pipeline import run
 from worker.dead_letters import DeadLetter
-from worker.inputs.manifest import (_COLUMN_NAMES, DEFAULT_SPLIT_FRACTIONS, DiscardedRow,
-                                 ManifestError, ManifestRow, assign_split, read_header,
-                                 read_manifest)
+from worker.inputs.automl_csv import _COLUMN_NAMES, read_header
+from worker.inputs.rows import DEFAULT_SPLIT_FRACTIONS, DiscardedRow, ManifestError, assign_split
+from worker.inputs.sources import read_manifest
+from worker.records import ManifestRow
 
 SPLITS = ("train", "validation", "test")
 VALIDATION_NAMES = ("val", "valid", "eval", "dev")

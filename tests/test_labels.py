@@ -9,7 +9,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 from worker.dead_letters import DeadLetter
-from worker.inputs.manifest import Box, ManifestRow
+from worker.records import Box, ManifestRow
 from worker.label_ids import LabelLookup
 from worker.records import LabelledRow
 from worker.row_tasks import survey

@@ -9,10 +9,12 @@ import pytest
 
 from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
-from worker.inputs.manifest import (AUTOML_LAYOUT, SPLITS, Box, DiscardedRow,
-                                 ManifestError, ManifestRow, RowRules, assign_split,
-                                 normalise_split, parse_box, read_header, read_manifest,
-                                 resolve_uri)
+from worker.inputs.automl_csv import AUTOML_LAYOUT, read_header
+from worker.inputs.boxes import parse_box
+from worker.inputs.rows import DiscardedRow, ManifestError, RowRules, assign_split, resolve_uri
+from worker.inputs.sources import read_manifest
+from worker.records import Box, ManifestRow
+from worker.splits import SPLITS, normalise_split
 from worker.inputs.sources import check_sources, find_manifests
 
 

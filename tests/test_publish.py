@@ -13,7 +13,7 @@ from transforms.outcome import PublishRules, RunFailed
 from transforms.publish import (PublishOutput, build_summary, move_into_place, name_shards,
                                 read_failure)
 from worker.file_formats.tfrecord import TFRecordFormat
-from worker.inputs.manifest import ManifestRow
+from worker.records import ManifestRow
 from worker.naming import FAILED_FILE, staged_dir
 from worker.records import ShardWritten
 from worker.report_page import ReportContent

@@ -11,7 +11,8 @@ import tensorflow_transform as tft
 import image_tfrecords
 from conftest import SAMPLE_DATA, encode, feature, photo_like, read_examples
 from pipeline import run
-from worker.inputs.manifest import ManifestError, RowRules, read_manifest
+from worker.inputs.rows import ManifestError, RowRules
+from worker.inputs.sources import read_manifest
 from worker.schema import (ExtraColumn, SchemaError, load_schema, parse_value,
                                schema_columns)
 

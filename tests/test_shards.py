@@ -25,7 +25,8 @@ from transforms.shards import (EXAMPLE_KEYS, SIZE_SAMPLE, PlanShards, SplitPlan,
                                _WriteShardFile, part_of, shard_of, shards_for)
 from worker.file_formats import shard_format
 from worker.images import ImageSettings
-from worker.inputs.manifest import DEAD_LETTERS, Box, ManifestRow
+from worker.inputs.rows import DEAD_LETTERS
+from worker.records import Box, ManifestRow
 from worker.pool import Workers
 from worker.records import LabelledRow
 from worker.row_tasks import pack, survey

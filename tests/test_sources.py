@@ -14,7 +14,8 @@ from transforms.rows import SurveyRows
 from worker import dead_letters as reasons
 from worker.chunks import RowChunk
 from worker.dead_letters import DeadLetter
-from worker.inputs.manifest import Box, ManifestError, ManifestRow, RowRules
+from worker.inputs.rows import ManifestError, RowRules
+from worker.records import Box, ManifestRow
 from worker.inputs.sources import (ManifestSource, check_sources, find_manifests, read_source,
                                 split_and_path)
 from worker.run_settings import RunSettings
@@ -65,6 +66,35 @@ def test_each_format_is_found_by_its_path_and_a_few_bytes(tmp_path):
     assert formats == {coco: "coco", vertex: "vertex_jsonl",
                        str(tmp_path / "voc" / "Annotations" / "*.xml"): "pascal_voc",
                        str(tmp_path / "labelimg" / "*.xml"): "pascal_voc"}
+
+
+def test_a_file_two_formats_recognise_is_refused_until_input_format_names_one(tmp_path, capsys):
+    """One line of JSON whose first key is COCO's and which holds Vertex AI's imageGcsUri:
+    either reading would be a guess."""
+    both = write(tmp_path / "both.json", json.dumps(
+        {"images": [{"id": 1, "file_name": "a.jpg", "width": 4, "height": 4}],
+         "imageGcsUri": "a.jpg", "classificationAnnotation": {"displayName": "cat"}}) + "\n")
+    with pytest.raises(ManifestError, match=r"both.json could be read as a Vertex AI JSON "
+                       r"Lines import file or as a COCO instances JSON file: name its format "
+                       r"with --input_format \(vertex_jsonl or coco\)"):
+        find_manifests([both])
+    assert run.main(["--manifest", both, "--output_dir", str(tmp_path / "o")]) == 2
+    assert "--input_format" in capsys.readouterr().err
+    (vertex,) = find_manifests([both], input_format="vertex_jsonl")
+    assert [row.labels for row in read_source(vertex, RowRules())] == [("cat",)]
+    (coco,) = find_manifests([both], input_format="coco")
+    assert [row.uri for row in read_source(coco, DETECTION)] == [str(tmp_path / "a.jpg")]
+
+
+def test_input_format_overrides_the_name_and_is_refused_for_an_image_folder(tmp_path, capsys):
+    """A CSV manifest named .json (a name sniffing would read as JSON), read as CSV."""
+    manifest = write(tmp_path / "rows.json", "TRAIN,a.jpg,cat\n")
+    assert find_manifests([manifest])[0].format == "vertex_jsonl"
+    (source,) = find_manifests([manifest], input_format="csv")
+    assert [row.labels for row in read_source(source, RowRules())] == [("cat",)]
+    assert run.main(["--image_folder", str(tmp_path), "--input_format", "csv",
+                     "--output_dir", str(tmp_path / "o")]) == 2
+    assert "--input_format names the format of a --manifest" in capsys.readouterr().err
 
 
 def test_box_only_formats_need_detection_mode_before_the_job(tmp_path, capsys):

@@ -26,7 +26,7 @@ from worker import naming
 from worker.choices import Dedupe
 from worker.file_formats import PipelineFiles, ShardFormat
 from worker.histograms import file_bytes_bin, longest_side_bin
-from worker.inputs.manifest import DEAD_LETTERS
+from worker.inputs.rows import DEAD_LETTERS
 from worker.naming import DUPLICATES, NEAR_DUPLICATES
 from worker.records import ExampleRef, ShardExamples, ShardWritten
 from worker.run_settings import RunSettings

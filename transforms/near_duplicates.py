@@ -28,7 +28,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.in_workers import RunInWorkers
 from worker.copies import HASH_BITS, MAX_NEAR_DISTANCE
-from worker.inputs.manifest import SPLITS
+from worker.splits import SPLITS
 from worker.near_search import MEMBER, CloseEarlierTask, Link, Shard
 from worker.receipts import example_refs
 from worker.records import ExampleRef, ShardExamples

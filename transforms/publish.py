@@ -39,7 +39,7 @@ from worker.choices import Dedupe, LabelMode
 from worker.examples import feature_spec
 from worker.file_formats import ShardFormat, shard_globs
 from worker.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
-from worker.inputs.manifest import SPLITS
+from worker.splits import SPLITS
 from worker.label_map import label_map_text
 from worker.naming import (DATASET_INFO_FILE, DUPLICATES, ERRORS, FAILED_FILE, FEATURES_FILE,
                            LABEL_MAP_FILE, NEAR_DUPLICATES, REPORT_FILE, SUMMARY_FILE,

@@ -18,7 +18,7 @@ from transforms.shards import SIZE_SAMPLE
 from transforms.vocabulary_file import LABEL_VOCABULARY
 from worker import dead_letters as reasons
 from worker.chunks import RowChunk
-from worker.inputs.manifest import DEAD_LETTERS, RowRules
+from worker.inputs.rows import DEAD_LETTERS, RowRules
 from worker.label_ids import LabelLookup
 from worker.row_tasks import ChunkPacks, ChunkSurvey, PackTask, SurveyTask
 from worker.run_settings import RunSettings

@@ -31,7 +31,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.in_workers import RunInWorkers
 from worker.deadline import within_deadline
-from worker.inputs.manifest import DEAD_LETTERS
+from worker.inputs.rows import DEAD_LETTERS
 from worker.pool import Workers
 from worker.records import ShardExamples, ShardOutcome, ShardWritten
 from worker.row_tasks import sample_of

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from worker.chunks import RowChunk
 from worker.dead_letters import DeadLetter
-from worker.inputs.manifest import DiscardedRow, ManifestItem, RowRules
+from worker.inputs.rows import DiscardedRow, ManifestItem, RowRules
 from worker.inputs.sources import FORMATS, read_chunk
 from worker.label_ids import LabelLookup
 from worker.records import LabelledRow, ManifestRow

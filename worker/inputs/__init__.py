@@ -1,3 +1,3 @@
-"""The input formats: one module per format of manifest or folder (the registry is
-sources.py), each parsing a chunk of rows into ManifestRows and dead letters, free of Beam
-so that worker processes parse them."""
+"""The input formats: one module per format of manifest or folder, each an InputFormat
+(input_format.py) registered in sources.py, parsing a chunk of rows into ManifestRows and
+dead letters, free of Beam so that worker processes parse them."""

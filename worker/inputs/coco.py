@@ -18,26 +18,15 @@ import ijson
 
 from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
-from worker.inputs.manifest import (Box, ManifestRow, RowRules, assign_split, declared_size,
-                                 image_folder, open_manifest, pixel_box, resolve_uri)
+from worker.chunks import LineRange, ManifestSource
+from worker.inputs.boxes import declared_size, pixel_box
+from worker.inputs.input_format import FileHead, InputFormat
+from worker.inputs.lines import open_manifest
+from worker.inputs.rows import RowRules, assign_split, image_folder, resolve_uri
+from worker.records import Box, ManifestRow
 
 # A COCO file's top-level keys; Vertex AI's JSON Lines items start with their own.
 _COCO_KEYS = frozenset({"info", "licenses", "images", "annotations", "categories"})
-
-
-def is_coco(path: str) -> bool:
-    """A .json file whose first key is one of COCO's top-level keys: read from the first
-    few bytes, whatever the file's size."""
-    if not path.lower().removesuffix(".gz").endswith(".json"):
-        return False
-    try:
-        with open_manifest(path) as file:
-            for _, event, value in ijson.parse(file):
-                if event != "start_map":
-                    return event == "map_key" and value in _COCO_KEYS
-    except ijson.JSONError:
-        return False  # not JSON at all: the JSON Lines reader names the bad lines
-    return False
 
 
 def read_coco(path: str, rules: RowRules, split: str | None
@@ -116,3 +105,18 @@ def _annotation_row(path: str, position: int, annotation: object,
     if not isinstance(box, Box):
         return row.dead_letter(box[0], where + box[1])
     return row._replace(labels=(label,), boxes=(box,))
+
+
+class CocoFormat(InputFormat):
+    name = "coco"
+    title = "a COCO instances JSON file"
+    suffixes = (".json",)
+    boxes_only = True
+
+    def recognises(self, head: FileHead) -> bool:
+        """A JSON file whose first key is one of COCO's top-level keys."""
+        return head.first_json_key in _COCO_KEYS
+
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+             ) -> Iterator[ManifestRow | DeadLetter]:
+        return read_coco(source.path, rules, source.split)

@@ -11,9 +11,11 @@ from collections.abc import Iterator, Sequence
 
 from worker import storage
 from worker.dead_letters import DeadLetter
-from worker.inputs.manifest import (DEFAULT_SPLIT_FRACTIONS, ManifestError, ManifestRow,
-                                 assign_split, normalise_split)
-from worker.splits import SPLIT_NAMES
+from worker.chunks import LineRange, ManifestSource
+from worker.inputs.input_format import InputFormat
+from worker.inputs.rows import DEFAULT_SPLIT_FRACTIONS, ManifestError, RowRules, assign_split
+from worker.records import ManifestRow
+from worker.splits import SPLIT_NAMES, normalise_split
 
 IMAGE_FOLDER = "image_folder"  # a source's format (sources.FORMATS) for --image_folder
 
@@ -95,3 +97,18 @@ def _label_layout_row(root: str, path: str, relative: str,
 def everything_under(root: str) -> str:
     """The pattern of every file under `root`, however deep."""
     return f"{root.rstrip('/')}/**"
+
+
+class ImageFolderFormat(InputFormat):
+    """--image_folder: chosen by the option, never sniffed from a path."""
+
+    name = IMAGE_FOLDER
+    title = "an image folder"
+    in_worker = False
+
+    def check_file(self, source: ManifestSource, rules: RowRules) -> None:
+        check_folder(source.path)
+
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+             ) -> Iterator[ManifestRow | DeadLetter]:
+        return folder_rows(source.path, rules.split_fractions)

@@ -1,144 +1,43 @@
-"""What `--manifest` names: one small class per manifest format, found by the path (as
-TFDS's file_adapters does for file formats), each reading a chunk of a manifest's rows
-(worker/chunks.py). Free of Beam, so that worker processes parse the rows.
+"""The input formats, registered once, and what `--manifest` names: the sources to read,
+each with its format, and the rows of a chunk of one (worker/chunks.py). Free of Beam, so
+that worker processes parse the rows.
 
-Formats: AutoML/TFRecorder CSV (and the Object Detection API's pixel-box CSV), Vertex AI
-JSON Lines, COCO instances JSON, Pascal VOC XML, and --image_folder's folders.
-`--manifest SPLIT=PATH` gives every row of PATH that split.
+An input format is one module in worker/inputs/ with one InputFormat subclass
+(input_format.py), listed in FORMATS. A source's format is the one --input_format names;
+otherwise it is sniffed: the formats whose `suffixes` the file's name has, then, where
+those are several, the ones that recognise its first bytes. Two that recognise it make
+the input ambiguous: refused, naming both and --input_format. Adding a format is one
+module, one line below and its tests. `--manifest SPLIT=PATH` gives every row of PATH
+that split.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Protocol
+from collections.abc import Iterable, Iterator, Sequence
 
 from worker import storage
-from worker.chunks import LineRange, ManifestSource, RowChunk
-from worker.inputs.coco import is_coco, read_coco
-from worker.inputs.folder import IMAGE_FOLDER, check_folder, folder_rows
-from worker.inputs.manifest import (ManifestError, ManifestItem, RowRules, check_jsonl, is_jsonl,
-                                 read_csv, read_header, read_jsonl)
-from worker.inputs.voc import check_voc, read_voc, xml_glob
+from worker.chunks import ManifestSource, RowChunk
+from worker.inputs.automl_csv import CsvFormat
+from worker.inputs.coco import CocoFormat
+from worker.inputs.folder import ImageFolderFormat
+from worker.inputs.input_format import FileHead, InputFormat, plain_name
+from worker.inputs.rows import ManifestError, ManifestItem, RowRules
+from worker.inputs.vertex_jsonl import VertexJsonlFormat
+from worker.inputs.voc import VocFormat, xml_glob
 from worker.splits import normalise_split
 
-
-class ManifestFormat(Protocol):
-    """One source format: whether it reads a path, its checks before the job (a
-    ManifestError of one line), and the rows of a chunk of it.
-
-    cuts_by_lines: its uncompressed files may be cut into line ranges (worker/chunks.py);
-    in_worker: a worker process reads it. Pascal VOC and image folders are listed with
-    Beam's FileSystems.match, which the pipeline's process has loaded and a worker would
-    pay ~2 s and ~200 MB to load: they are read in the pipeline's process.
-    """
-
-    name: str
-    cuts_by_lines: bool
-    in_worker: bool
-
-    def reads(self, path: str) -> bool: ...
-
-    def check(self, source: ManifestSource, rules: RowRules) -> None: ...
-
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestItem]: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class _CsvFormat:
-    name: str = "csv"
-    cuts_by_lines: bool = True
-    in_worker: bool = True
-
-    def reads(self, path: str) -> bool:
-        return True  # what no other format claims
-
-    def check(self, source: ManifestSource, rules: RowRules) -> None:
-        read_header(source.path, rules)
-
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestItem]:
-        return read_csv(source.path, rules, source.split, lines)
-
-
-@dataclasses.dataclass(frozen=True)
-class _JsonlFormat:
-    name: str = "vertex_jsonl"
-    cuts_by_lines: bool = True
-    in_worker: bool = True
-
-    def reads(self, path: str) -> bool:
-        return is_jsonl(path)
-
-    def check(self, source: ManifestSource, rules: RowRules) -> None:
-        if rules.extra_columns:
-            raise ManifestError(f"{source.path}: --schema columns are read from CSV "
-                                "manifests only")
-        check_jsonl(source.path, rules)
-
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestItem]:
-        return read_jsonl(source.path, rules, source.split, lines)
-
-
-@dataclasses.dataclass(frozen=True)
-class _BoxesOnlyFormat:
-    """COCO and Pascal VOC hold only boxes: they need --label_mode detection."""
-
-    name: str
-    title: str
-    claims: Callable[[str], bool]
-    reader: Callable[[str, RowRules, str | None], Iterator[ManifestItem]]
-    in_worker: bool
-    checker: Callable[[str, str | None], None] = lambda path, split: None
-    cuts_by_lines: bool = False
-
-    def reads(self, path: str) -> bool:
-        return self.claims(path)
-
-    def check(self, source: ManifestSource, rules: RowRules) -> None:
-        if not rules.detection:
-            raise ManifestError(f"{source.path} is {self.title}, which holds bounding "
-                                "boxes: pass --label_mode detection")
-        self.checker(source.path, source.split)
-
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestItem]:
-        return self.reader(source.path, rules, source.split)
-
-
-@dataclasses.dataclass(frozen=True)
-class _ImageFolder:
-    """--image_folder: ROOT/<label>/<file> or ROOT/<split>/<label>/<file> (folder.py);
-    chosen by the option, never by a path."""
-
-    name: str = IMAGE_FOLDER
-    cuts_by_lines: bool = False
-    in_worker: bool = False
-
-    def reads(self, path: str) -> bool:
-        return False
-
-    def check(self, source: ManifestSource, rules: RowRules) -> None:
-        check_folder(source.path)
-
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestItem]:
-        return folder_rows(source.path, rules.split_fractions)
-
-
-# In the order they are asked: the first whose reads() is true reads the path.
-FORMATS: dict[str, ManifestFormat] = {format.name: format for format in (
-    _BoxesOnlyFormat("pascal_voc", "Pascal VOC annotation XML",
-                     lambda path: path.lower().endswith(".xml"), read_voc, in_worker=False,
-                     checker=check_voc),
-    _BoxesOnlyFormat("coco", "a COCO instances JSON file", is_coco, read_coco,
-                     in_worker=True),
-    _JsonlFormat(),
-    _CsvFormat(),
-    _ImageFolder(),
+# Where a file's name fits several formats and its content none, the first listed reads it.
+FORMATS: dict[str, InputFormat] = {format.name: format for format in (
+    VocFormat(),
+    VertexJsonlFormat(),
+    CocoFormat(),
+    CsvFormat(),
+    ImageFolderFormat(),
 )}
+# What --input_format may name.
+MANIFEST_FORMATS = tuple(name for name in FORMATS if name != ImageFolderFormat.name)
+# What a name no format's suffixes claim is read as.
+_DEFAULT_FORMAT = CsvFormat.name
 
 
 def split_and_path(argument: str) -> tuple[str | None, str]:
@@ -152,23 +51,38 @@ def split_and_path(argument: str) -> tuple[str | None, str]:
     return (split, path) if split else (None, argument)
 
 
-def find_manifests(arguments: Iterable[str]) -> list[ManifestSource]:
+def find_manifests(arguments: Iterable[str], input_format: str | None = None
+                   ) -> list[ManifestSource]:
     """--manifest values (paths, globs, SPLIT=PATH, VOC folders) -> the sources to read,
-    failing clearly for one that matches nothing."""
+    each in `input_format` or its sniffed format; fails clearly for one that matches
+    nothing or whose format is ambiguous."""
     found: set[ManifestSource] = set()
     for argument in arguments:
         split, path = split_and_path(argument)
-        voc = xml_glob(path)
+        voc = xml_glob(path) if input_format in (None, VocFormat.name) else None
         paths = [voc] if voc else [found.path for found in storage.match(path)]
         if not paths or (voc and not storage.match(voc)):
             raise ManifestError(f"manifest not found: {argument}")
-        found.update(ManifestSource(each, "pascal_voc" if voc else format_of(each), split)
+        found.update(ManifestSource(each, input_format or (VocFormat.name if voc
+                                                           else format_of(each)), split)
                      for each in paths)
     return sorted(found, key=lambda source: (source.path, source.split or ""))
 
 
 def format_of(path: str) -> str:
-    return next(name for name, format in FORMATS.items() if format.reads(path))
+    """The name of the format that reads the file at `path` (see the module's doc)."""
+    name = plain_name(path)
+    candidates = [format for format in FORMATS.values()
+                  if format.suffixes and name.endswith(format.suffixes)]
+    if len(candidates) < 2:
+        return candidates[0].name if candidates else _DEFAULT_FORMAT
+    head = FileHead.read(path)
+    recognised = [format for format in candidates if format.recognises(head)]
+    if len(recognised) > 1:
+        raise ManifestError(
+            f"{path} could be read as {' or as '.join(f.title for f in recognised)}: name "
+            f"its format with --input_format ({' or '.join(f.name for f in recognised)})")
+    return (recognised or candidates)[0].name
 
 
 def check_sources(sources: Sequence[ManifestSource], rules: RowRules) -> None:
@@ -187,3 +101,13 @@ def read_source(source: ManifestSource, rules: RowRules = RowRules()
 
 def read_chunk(chunk: RowChunk, rules: RowRules) -> Iterator[ManifestItem]:
     return FORMATS[chunk.source.format].read(chunk.source, rules, chunk.lines)
+
+
+def read_manifest(path: str, rules: RowRules = RowRules(), split: str | None = None
+                  ) -> Iterator[ManifestItem]:
+    """Every row of one manifest file, in its sniffed format, as read_source reads it.
+
+    Rows without a split (UNASSIGNED, empty, or no split column) get `split` when given
+    (--manifest SPLIT=PATH), else one from assign_split with the rules' split fractions.
+    """
+    return read_source(ManifestSource(path, format_of(path), split), rules)

@@ -19,8 +19,11 @@ from collections.abc import Iterator
 from worker import dead_letters as reasons
 from worker import storage
 from worker.dead_letters import DeadLetter
-from worker.inputs.manifest import (Box, ManifestError, ManifestRow, RowRules, assign_split,
-                                 declared_size, pixel_box, resolve_uri)
+from worker.chunks import LineRange, ManifestSource
+from worker.inputs.boxes import declared_size, pixel_box
+from worker.inputs.input_format import FileHead, InputFormat
+from worker.inputs.rows import ManifestError, RowRules, assign_split, resolve_uri
+from worker.records import Box, ManifestRow
 
 ANNOTATIONS = "Annotations"
 _IMAGES = "JPEGImages"
@@ -149,3 +152,23 @@ def _object_row(image: ManifestRow, element: ElementTree.Element) -> ManifestRow
     if not isinstance(box, Box):
         return image.dead_letter(box[0], where + box[1])
     return image._replace(labels=(label,), boxes=(box,))
+
+
+class VocFormat(InputFormat):
+    """An XML file, or a glob of them (xml_glob: a folder or a VOCdevkit year folder)."""
+
+    name = "pascal_voc"
+    title = "Pascal VOC annotation XML"
+    suffixes = (".xml",)
+    in_worker = False
+    boxes_only = True
+
+    def recognises(self, head: FileHead) -> bool:
+        return head.xml_root == "annotation"
+
+    def check_file(self, source: ManifestSource, rules: RowRules) -> None:
+        check_voc(source.path, source.split)
+
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+             ) -> Iterator[ManifestRow | DeadLetter]:
+        return read_voc(source.path, rules, source.split)

@@ -1,0 +1,100 @@
+"""Bounding boxes as the formats write them (relative vertices, pixels of a declared
+size) -> Box, relative to the image's size as the Object Detection API's tools compute
+it, or (dead-letter reason, message)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from worker import dead_letters as reasons
+from worker.dead_letters import DeadLetter
+from worker.records import Box, ManifestRow
+
+# AutoML detection rows end in eight coordinate fields: x_min,y_min,,,x_max,y_max,, or
+# the four vertices x_min,y_min,x_max,y_min,x_max,y_max,x_min,y_max.
+VERTEX_FIELDS = 8
+
+
+def parse_box(vertices: Sequence[str]) -> Box | tuple[str, str]:
+    """AutoML's eight coordinate fields -> a Box, or (dead-letter reason, message).
+
+    Two vertices (`x_min,y_min,,,x_max,y_max,,`) are taken as they are; four vertices
+    give their bounding rectangle, whatever their order.
+    """
+    present = [bool(vertex) for vertex in vertices]
+    if present == [True, True, False, False, True, True, False, False]:
+        written = [vertices[0], vertices[1], vertices[4], vertices[5]]
+    elif all(present) and len(vertices) == VERTEX_FIELDS:
+        written = list(vertices)
+    else:
+        return (reasons.INVALID_BOX, "expected x_min,y_min,,,x_max,y_max,, or four x,y "
+                f"vertices, found {','.join(vertices)!r}")
+    try:
+        values = [float(value) for value in written]
+    except ValueError:
+        return reasons.INVALID_BOX, f"a coordinate is not a number: {','.join(written)!r}"
+    if not all(0.0 <= value <= 1.0 for value in values):  # also false for NaN
+        return (reasons.BOX_OUT_OF_RANGE, "coordinates must be relative to the image size, "
+                f"between 0 and 1: {','.join(written)}")
+    if len(values) == 4:
+        box = Box(*values)
+    else:
+        xs, ys = values[0::2], values[1::2]
+        box = Box(min(xs), min(ys), max(xs), max(ys))
+    if box.xmin >= box.xmax or box.ymin >= box.ymax:
+        return (reasons.EMPTY_BOX, f"x_min must be below x_max and y_min below y_max: "
+                f"{','.join(written)}")
+    return box
+
+
+def declared_size(width: object, height: object) -> tuple[int, int] | tuple[str, str]:
+    """The image size an annotation declares: (width, height) as positive integers, or
+    (dead-letter reason, message)."""
+    try:
+        size = (int(str(width).strip()), int(str(height).strip()))
+    except ValueError:
+        size = (0, 0)
+    if min(size) < 1:
+        return (reasons.INVALID_SIZE, "the declared image width and height must be positive "
+                f"whole numbers of pixels, found {width!r} x {height!r}")
+    return size
+
+
+def pixel_box(corners: Sequence[object], size: tuple[int, int], difficult: int = 0,
+              truncated: int = 0, is_crowd: int = 0) -> Box | tuple[str, str]:
+    """x_min, y_min, x_max, y_max in pixels of the declared (width, height) -> a Box
+    relative to that size (pixel / size, as the Object Detection API's generate_tfrecord.py,
+    create_pascal_tf_record.py and create_coco_tf_record.py compute it), or
+    (dead-letter reason, message)."""
+    written = ",".join(map(str, corners))
+    try:
+        xmin, ymin, xmax, ymax = (float(value) for value in corners)
+    except (TypeError, ValueError):
+        return reasons.INVALID_BOX, f"a pixel coordinate is not a number: {written!r}"
+    width, height = size
+    if not (0 <= xmin <= width and 0 <= xmax <= width and 0 <= ymin <= height
+            and 0 <= ymax <= height):  # also false for NaN
+        return (reasons.BOX_OUT_OF_RANGE, f"pixel coordinates {written} lie outside the "
+                f"declared {width}x{height} image")
+    if xmin >= xmax or ymin >= ymax:
+        return (reasons.EMPTY_BOX, f"x_min must be below x_max and y_min below y_max: "
+                f"{written}")
+    return Box(xmin / width, ymin / height, xmax / width, ymax / height, difficult,
+               truncated, is_crowd)
+
+
+def box_row(image: ManifestRow, label: str, has_box: bool,
+            make_box: Callable[[], Box | tuple[str, str]], reject: Callable[..., DeadLetter]
+            ) -> ManifestRow | DeadLetter:
+    """One detection row: a labelled box, or with no label and no box an image without
+    objects (a negative example). `make_box`: the Box, or (dead-letter reason, message)."""
+    if not label and not has_box:
+        return image
+    if not label:
+        return reject(reasons.MISSING_LABEL, "the box has no label", uri=image.uri,
+                      split=image.split)
+    box = make_box()
+    if not isinstance(box, Box):
+        return reject(*box, uri=image.uri, split=image.split)
+    return image._replace(labels=(label,), boxes=(box,))
+

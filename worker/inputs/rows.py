@@ -1,0 +1,172 @@
+"""What every input format makes of what it reads: ManifestRows (worker/records.py), dead
+letters, and rows left out on purpose; the rules they are read by (RowRules), and the
+rules every format shares: a row's split, an image name resolved to a URI, a dead letter
+that names its row. Free of Beam: worker processes parse the rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import posixpath
+import re
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from worker import storage
+from worker.choices import LabelMode
+from worker.dead_letters import DeadLetter
+from worker.records import ManifestRow
+from worker.schema import ExtraColumn
+from worker.splits import SPLITS, normalise_split
+
+DISCARD = "discard"  # TFRecorder's split value for rows to leave out
+DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
+DEAD_LETTERS = "dead_letters"
+DISCARDED = "discarded"  # ReadManifest's output of DiscardedRows
+
+
+@dataclasses.dataclass(frozen=True)
+class RowRules:
+    """How rows are read: split fractions for rows without one, and what a row labels.
+
+    label_mode "multi": every non-empty field after the URI of a headerless row is a
+    label (AutoML's `split,uri,label1,label2,...`), and any label field may also hold
+    several labels joined by `label_separator`.
+    label_mode "detection": a row is one bounding box (AutoML's
+    `split,uri,label,x_min,y_min,,,x_max,y_max,,` or four vertices), see parse_box.
+    """
+
+    split_fractions: tuple[float, float, float] = DEFAULT_SPLIT_FRACTIONS
+    label_mode: LabelMode = LabelMode.SINGLE
+    label_separator: str = "|"
+    extra_columns: tuple[ExtraColumn, ...] = ()  # from --schema; need a header
+    # --image_dir: relative image names are relative to it instead of the manifest's folder.
+    image_dir: str | None = None
+    # --uri_column / --label_column: header names that override the known ones
+    uri_column: str | None = None
+    label_column: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "label_mode", LabelMode(self.label_mode))
+
+    @property
+    def multi_label(self) -> bool:
+        return self.label_mode is LabelMode.MULTI
+
+    @property
+    def detection(self) -> bool:
+        return self.label_mode is LabelMode.DETECTION
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be read at all (as opposed to a bad row in it)."""
+
+
+class DiscardedRow(NamedTuple):
+    """A row whose split is DISCARD: left out on purpose, counted apart from dead letters."""
+
+    manifest: str
+    line: int
+
+
+# What reading a manifest yields for each row.
+ManifestItem = ManifestRow | DeadLetter | DiscardedRow
+
+
+def image_folder(path: str, rules: RowRules) -> str:
+    """What relative image names in the manifest at `path` are relative to."""
+    return rules.image_dir or storage.split(path)[0]
+
+
+def assign_split(uri: str, split_fractions: Sequence[float]) -> str:
+    """A split from a hash of the URI as written in the manifest.
+
+    The same row gets the same split on every run and runner, in any row order, and
+    wherever the manifest is moved; the "split:" salt keeps this hash independent of the
+    one that picks a shard.
+    """
+    digest = hashlib.sha256(b"split:" + uri.encode("utf-8", "surrogateescape")).digest()
+    position = int.from_bytes(digest[:8], "big") / 2**64
+    bound = 0.0
+    for split, fraction in zip(SPLITS, split_fractions, strict=True):
+        bound += fraction
+        if position < bound:
+            return split
+    return SPLITS[-1]  # only reached through rounding of fractions summing to 1
+
+
+def resolve_uri(uri: str, folder: str) -> str:
+    """Relative paths are relative to the manifest's folder; every path is normalised
+    (`a/./b`, `a/x/../b` and `a//b` name `a/b`), so repeated rows, shards and
+    image/source_id see one name per file. A URL's path is normalised after its bucket."""
+    if not (uri.startswith("/") or "://" in uri):
+        uri = storage.join(folder, uri)
+    return normalise_path(uri)
+
+
+def normalise_path(uri: str) -> str:
+    """posixpath.normpath of a local path, or of a URL's path after scheme://bucket/."""
+    scheme, separator, rest = uri.partition("://")
+    if not separator:
+        return _normpath(uri)
+    bucket, slash, path = rest.partition("/")
+    if not path:
+        return uri
+    # Rooted, so ".." cannot climb above the bucket.
+    return f"{scheme}://{bucket}{slash}{_normpath('/' + path)[1:]}"
+
+
+def _normpath(path: str) -> str:
+    # normpath keeps exactly two leading slashes (POSIX leaves their meaning open); on
+    # Linux and in buckets they mean one.
+    return posixpath.normpath("/" + path.lstrip("/") if path.startswith("//") else path)
+
+
+def rejecter(manifest: str, line: int, raw: str, where: str = ""
+              ) -> Callable[..., DeadLetter]:
+    """reject(reason, message, uri="", split="") for one row; `where` starts the message."""
+    def reject(reason: str, message: str, uri: str = "", split: str = "") -> DeadLetter:
+        return DeadLetter(manifest, line, printable(raw), uri, split, reason, where + message)
+    return reject
+
+
+def is_split_value(field: str) -> bool:
+    """Whether a headerless row's first field is a split column (not an image URI)."""
+    return (normalise_split(field) is not None
+            or field.strip().lower() in ("", "unassigned", DISCARD))
+
+
+def row_split(written: str, uri: str, rules: RowRules, forced: str | None = None) -> str | None:
+    """The row's split: `forced` (--manifest SPLIT=PATH) or one assigned when UNASSIGNED
+    or empty; None when it is invalid or disagrees with `forced`."""
+    split = normalise_split(written)
+    if split is None and written.strip().lower() in ("", "unassigned"):
+        return forced or assign_split(uri, rules.split_fractions)
+    if split is not None and forced in (None, split):
+        return split
+    return None
+
+
+def invalid_split(written: str, forced: str | None = None) -> str:
+    if forced and normalise_split(written):
+        return (f"split {written!r} disagrees with the {forced.upper()} that --manifest "
+                f"{forced.upper()}=PATH gives every row of this file")
+    return (f"split {written!r} is not one of TRAIN, VALIDATION (or VAL, VALID, EVAL, DEV), "
+            "TEST, UNASSIGNED or DISCARD")
+
+
+def json_text(value: object) -> str:
+    return "" if value is None else str(value).strip()
+
+
+_UNDECODABLE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of bad bytes
+
+
+def has_undecodable_bytes(text: str) -> bool:
+    return _UNDECODABLE.search(text) is not None
+
+
+def printable(raw: str) -> str:
+    """Undecodable bytes as \\xNN escapes, so the dead letter itself is valid UTF-8."""
+    return raw.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
