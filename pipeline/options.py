@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, PipelineOptions,
                                                   StandardOptions)
 
-from worker.choices import Dedupe, LabelMode, UnseenLabel
+from worker.choices import Dedupe, LabelMode, LeftOut, UnseenLabel
 from worker.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
 from worker.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
                                      format_names, shard_format)
@@ -43,6 +43,12 @@ class ConvertOptions(PipelineOptions):
             help="The format of every --manifest, where its name and first bytes do not "
                  "say (they are sniffed, and a file that could be read as two formats is "
                  "refused, naming them).")
+        group.add_argument(
+            "--leave_out", default="",
+            help=f"What an input holds that the examples are written without, comma "
+                 f"separated: {', '.join(LeftOut.values())}. This version writes boxes "
+                 f"only: an input holding instance masks (COCO segmentation, YOLO polygons "
+                 f"and oriented boxes) or keypoints is refused until this names them.")
         group.add_argument(
             "--image_dir",
             help="Resolve relative image names against this folder instead of the "
@@ -202,6 +208,10 @@ class ConvertOptions(PipelineOptions):
         if self.image_folder and self.input_format:
             found.append("--input_format names the format of a --manifest, not of "
                          "--image_folder")
+        try:
+            self.left_out()
+        except ValueError as problem:
+            found.append(str(problem))
         if self.image_folder and self.image_dir:
             found.append("--image_dir applies to --manifest, not --image_folder")
         if self.image_folder and self.label_mode == "detection":
@@ -244,13 +254,23 @@ class ConvertOptions(PipelineOptions):
             found.append(str(problem))
         return found
 
+    def left_out(self) -> frozenset[LeftOut]:
+        """--leave_out's values; ValueError naming one that is not a choice."""
+        names = [name.strip() for name in self.leave_out.split(",") if name.strip()]
+        for name in names:
+            if name not in LeftOut.values():
+                raise ValueError(f"--leave_out {name!r} is not one of "
+                                 f"{', '.join(LeftOut.values())}")
+        return frozenset(map(LeftOut, names))
+
     def split_fraction_values(self) -> tuple[float, float, float]:
         return parse_split_fractions(self.split_fractions)
 
     def row_rules(self) -> RowRules:
         return RowRules(self.split_fraction_values(), self.label_mode, self.label_separator,
                         self.extra_columns(), image_dir=self.image_dir,
-                        uri_column=self.uri_column, label_column=self.label_column)
+                        uri_column=self.uri_column, label_column=self.label_column,
+                        leave_out=self.left_out())
 
     def extra_columns(self) -> tuple[ExtraColumn, ...]:
         return load_schema(self.schema)

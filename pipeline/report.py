@@ -45,6 +45,10 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
     if near.copies:
         lines.append(_copies_line(f"near-copies (pHash within {near.max_distance} bits)",
                                   near, "--dedupe near"))
+    if summary.options.leave_out:
+        lines.append(f"left out (--leave_out {summary.options.leave_out}): the examples hold "
+                     "the boxes without the input's "
+                     + " or ".join(name.strip() for name in summary.options.leave_out.split(",")))
     if summary.resumed_shards:
         shards = sum(len(stats.shards) for stats in summary.splits.values())
         lines.append(f"resumed: {summary.resumed_shards} of {shards} shards reused from the "

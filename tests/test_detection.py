@@ -295,6 +295,7 @@ def test_voc_devkit_labelimg_and_coco_convert_together_with_the_same_keys(tmp_pa
                        {"id": 2, "name": "person", "supercategory": "person"}]}, indent=1))
     output = tmp_path / "out"
     assert run.main(["--manifest", str(devkit), "--manifest", f"train={labelimg}",
+                     "--leave_out", "masks",
                      "--manifest", f"val={coco / 'instances_val.json'}",
                      "--output_dir", str(output), "--label_mode", "detection",
                      "--max_error_fraction", "0.2"]) == 0
@@ -329,6 +330,48 @@ def test_voc_devkit_labelimg_and_coco_convert_together_with_the_same_keys(tmp_pa
             summary["errors"]["by_reason"]) == (9, 8, 6, {"unknown_category_id": 1})
     (dead,) = [json.loads(line) for line in (output / "errors-00000-of-00001.jsonl").open()]
     assert dead["message"].startswith("annotation id 3: category_id 7")
+
+
+def test_coco_masks_and_keypoints_are_refused_unless_left_out_and_then_said(tmp_path, capsys):
+    """No silent drop: a COCO file whose annotations hold masks or keypoints is refused
+    before the job, naming --leave_out; an annotation with one past the launcher's look
+    is a dead letter; with --leave_out the report says what the examples lack."""
+    (tmp_path / "p.jpg").write_bytes(encode(photo_like(50, 40, 1), "JPEG"))
+    annotations = [{"id": index, "image_id": 1, "category_id": 1, "bbox": [5, 4, 20, 16],
+                    "iscrowd": 0} for index in range(1, 60)]
+    annotations[55]["segmentation"] = [[5, 4, 25, 4, 25, 20]]  # past the first 50
+    coco = tmp_path / "instances.json"
+
+    def write(annotations):
+        coco.write_text(json.dumps({
+            "images": [{"id": 1, "file_name": "p.jpg", "width": 50, "height": 40}],
+            "annotations": annotations, "categories": [{"id": 1, "name": "person"}]}))
+
+    def convert(*flags):
+        return run.main(["--manifest", f"train={coco}", "--label_mode", "detection",
+                         "--output_dir", str(tmp_path / "out"), "--overwrite", *flags])
+
+    write(annotations)
+    assert convert() == 1  # the job ran, and failed its outcome check
+    assert "unwritten_annotation 1" in capsys.readouterr().out
+    assert convert("--max_error_fraction", "0.05") == 0
+    assert convert("--leave_out", "masks") == 0
+    out = capsys.readouterr().out
+    assert "left out (--leave_out masks): the examples hold the boxes without the " \
+           "input's masks" in out
+    annotations[0]["segmentation"] = {"counts": [0, 2000], "size": [40, 50]}  # RLE
+    write(annotations)
+    assert convert() == 2
+    assert "its annotations hold instance masks (annotation id 1)" in capsys.readouterr().err
+    annotations[0]["keypoints"] = [10, 10, 2, 0, 0, 0]
+    annotations[0]["num_keypoints"] = 1
+    write(annotations)
+    assert convert("--leave_out", "masks") == 2
+    assert ("its annotations hold keypoints (annotation id 1), which this version does not "
+            "write: pass --leave_out keypoints") in capsys.readouterr().err
+    assert convert("--leave_out", "masks,keypoints") == 0
+    assert convert("--leave_out", "mask") == 2
+    assert "--leave_out 'mask' is not one of masks, keypoints" in capsys.readouterr().err
 
 
 def test_the_bundled_api_csv_voc_and_coco_samples_convert_in_one_run(tmp_path):

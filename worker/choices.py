@@ -39,6 +39,13 @@ class UnseenLabel(_Choice):
     OOV = "oov"  # keeps it, with the id len(vocabulary)
 
 
+class LeftOut(_Choice):
+    """--leave_out: what an input holds that the examples are written without."""
+
+    MASKS = "masks"  # instance masks: polygons, RLE, YOLO segmentation and OBB corners
+    KEYPOINTS = "keypoints"
+
+
 class Dedupe(_Choice):
     """--dedupe: which copies of an image are written only once."""
 

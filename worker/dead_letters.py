@@ -22,6 +22,8 @@ INVALID_SIZE = "invalid_size"  # a declared image width or height is not a posit
 SIZE_MISMATCH = "size_mismatch"  # the declared image size is not the image's own
 UNKNOWN_IMAGE_ID = "unknown_image_id"  # a COCO annotation's image_id names no image
 UNKNOWN_CATEGORY_ID = "unknown_category_id"  # a COCO annotation's category_id names none
+# A mask or keypoints the input holds, which this version does not write (--leave_out).
+UNWRITTEN_ANNOTATION = "unwritten_annotation"
 INVALID_ANNOTATION = "invalid_annotation"  # an annotation file (VOC XML) that cannot be read
 INVALID_VALUE = "invalid_value"  # an extra (--schema) column's value is not of its type
 UNSEEN_CATEGORY = "unseen_category"  # a categorical value TRAIN never saw

@@ -87,6 +87,7 @@ class RunOptions(_Record):
     dedupe: Dedupe = Dedupe.NONE
     file_format: str = DEFAULT_FORMAT  # absent: written before --file_format
     compression: str = "none"
+    leave_out: str = ""  # what the input held that the examples were written without
 
     @property
     def shard_format(self) -> ShardFormat:

@@ -3,13 +3,16 @@
 `bbox` is [x, y, width, height] in pixels of the image's declared width and height,
 normalised as create_coco_tf_record.py does; a category's name is the label, `iscrowd`
 becomes image/object/is_crowd, and an image no annotation names is an image without
-objects. The file is one JSON document, streamed with ijson in three passes (categories,
+objects. Masks (`segmentation`) and keypoints are not written yet: an annotation holding
+one is dead-lettered unless --leave_out names it, and the launcher refuses a file whose
+first annotations hold them (check_coco). The file is one JSON document, streamed with ijson in three passes (categories,
 images, annotations), so memory holds the category and image tables, never the
 annotations, whatever the keys' order in the file.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -22,9 +25,12 @@ from worker.chunks import LineRange, ManifestSource
 from worker.inputs.boxes import declared_size, pixel_box
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
-from worker.inputs.rows import RowRules, assign_split, image_folder, resolve_uri
+from worker.choices import LeftOut
+from worker.inputs.rows import ManifestError, RowRules, assign_split, image_folder, resolve_uri
 from worker.records import Box, ManifestRow
 
+# Annotations the launcher reads to see whether the file holds masks or keypoints.
+_PEEKED_ANNOTATIONS = 50
 # A COCO file's top-level keys; Vertex AI's JSON Lines items start with their own.
 _COCO_KEYS = frozenset({"info", "licenses", "images", "annotations", "categories"})
 
@@ -45,7 +51,7 @@ def read_coco(path: str, rules: RowRules, split: str | None
     for position, annotation in enumerate(_items(path, "annotations.item"), start=1):
         if isinstance(annotation, dict):
             annotated.add(annotation.get("image_id"))
-        yield _annotation_row(path, position, annotation, images, categories)
+        yield _annotation_row(path, position, annotation, images, categories, rules)
     for image_id, image in images.items():
         if image_id not in annotated:
             yield image
@@ -77,7 +83,8 @@ def _image_row(path: str, image: dict, rules: RowRules, forced_split: str | None
 
 def _annotation_row(path: str, position: int, annotation: object,
                     images: dict[object, ManifestRow | DeadLetter],
-                    categories: dict[object, str]) -> ManifestRow | DeadLetter:
+                    categories: dict[object, str], rules: RowRules
+                    ) -> ManifestRow | DeadLetter:
     raw = json.dumps(annotation, ensure_ascii=False)
     if not isinstance(annotation, dict):
         return DeadLetter(path, position, raw, "", "", reasons.MALFORMED_ROW,
@@ -94,6 +101,11 @@ def _annotation_row(path: str, position: int, annotation: object,
     if not label:
         return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"{where}category_id "
                                f"{annotation.get('category_id')!r} names no category")
+    unwritten = _unwritten(annotation, rules)
+    if unwritten:
+        return row.dead_letter(reasons.UNWRITTEN_ANNOTATION, f"{where}it holds {unwritten}, "
+                               "which this version does not write: pass --leave_out "
+                               f"{unwritten.split()[-1]} to keep its box alone")
     bbox = annotation.get("bbox")
     if not (isinstance(bbox, list) and len(bbox) == 4
             and all(isinstance(value, (int, float)) for value in bbox)):
@@ -107,6 +119,30 @@ def _annotation_row(path: str, position: int, annotation: object,
     return row._replace(labels=(label,), boxes=(box,))
 
 
+def _unwritten(annotation: dict, rules: RowRules) -> str | None:
+    """"instance masks" or "keypoints" when the annotation holds them and --leave_out
+    does not name them."""
+    if annotation.get("segmentation") and LeftOut.MASKS not in rules.leave_out:
+        return "instance masks"
+    keypoints = annotation.get("keypoints")
+    if (isinstance(keypoints, list) and any(keypoints[2::3])
+            and LeftOut.KEYPOINTS not in rules.leave_out):
+        return "keypoints"
+    return None
+
+
+def check_coco(path: str, rules: RowRules) -> None:
+    """Before the job: the first annotations hold no mask or keypoints that --leave_out
+    does not name (a COCO file holds them in every annotation or in none)."""
+    for annotation in itertools.islice(_items(path, "annotations.item"), _PEEKED_ANNOTATIONS):
+        unwritten = isinstance(annotation, dict) and _unwritten(annotation, rules)
+        if unwritten:
+            raise ManifestError(f"{path}: its annotations hold {unwritten} (annotation id "
+                                f"{annotation.get('id')}), which this version does not write: "
+                                f"pass --leave_out {unwritten.split()[-1]} to convert their "
+                                "boxes alone")
+
+
 class CocoFormat(InputFormat):
     name = "coco"
     title = "a COCO instances JSON file"
@@ -116,6 +152,9 @@ class CocoFormat(InputFormat):
     def recognises(self, head: FileHead) -> bool:
         """A JSON file whose first key is one of COCO's top-level keys."""
         return head.first_json_key in _COCO_KEYS
+
+    def check_file(self, source: ManifestSource, rules: RowRules) -> None:
+        check_coco(source.path, rules)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestRow | DeadLetter]:

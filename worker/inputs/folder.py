@@ -30,11 +30,32 @@ _SPLIT_LAYOUT = "ROOT/<split>/<label>/<file>"
 
 def check_folder(root: str) -> str:
     """The path of a file under `root` (the storage probe reads it); fails clearly when
-    there is none. Lists at most one file."""
+    there is none, or when it is a YOLO dataset's (whose labels are not folder names).
+    Lists a few files at most."""
     found = storage.match(everything_under(root), limit=1)
     if not found:
         raise ManifestError(f"image folder not found or empty: {root}")
+    labels = _yolo_labels_beside(root.rstrip("/"))
+    if labels:
+        raise ManifestError(
+            f"{root} is an Ultralytics YOLO dataset: its labels are the .txt files in "
+            f"{labels}, not folder names. Pass its data.yaml: --manifest DATA.yaml "
+            "--label_mode detection")
     return found[0].path
+
+
+def _yolo_labels_beside(root: str) -> str | None:
+    """The folder of YOLO label files for `root`, if there is one: ROOT/labels, or, for
+    ROOT an `images` folder or one inside it, the same path with `images` made `labels`
+    (Ultralytics' layout)."""
+    head, images, tail = f"{root}/".rpartition("/images/")
+    candidates = [storage.join(root, "labels")]
+    if images:
+        candidates.append(f"{head}/labels/{tail}".rstrip("/"))
+    for labels in candidates:
+        if storage.match(storage.join(labels, "**.txt"), limit=1):
+            return labels
+    return None
 
 
 def folder_rows(root: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRACTIONS

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from worker import storage
-from worker.choices import LabelMode
+from worker.choices import LabelMode, LeftOut
 from worker.dead_letters import DeadLetter
 from worker.records import ManifestRow
 from worker.schema import ExtraColumn
@@ -45,9 +45,12 @@ class RowRules:
     # --uri_column / --label_column: header names that override the known ones
     uri_column: str | None = None
     label_column: str | None = None
+    # --leave_out: annotations the input may hold that the examples are written without
+    leave_out: frozenset[LeftOut] = frozenset()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_mode", LabelMode(self.label_mode))
+        object.__setattr__(self, "leave_out", frozenset(map(LeftOut, self.leave_out)))
 
     @property
     def multi_label(self) -> bool:

@@ -24,6 +24,7 @@ from worker.inputs.input_format import FileHead, InputFormat, plain_name
 from worker.inputs.rows import ManifestError, ManifestItem, RowRules
 from worker.inputs.vertex_jsonl import VertexJsonlFormat
 from worker.inputs.voc import VocFormat, xml_glob
+from worker.inputs.yolo import YoloFormat
 from worker.splits import normalise_split
 
 # Where a file's name fits several formats and its content none, the first listed reads it.
@@ -31,6 +32,7 @@ FORMATS: dict[str, InputFormat] = {format.name: format for format in (
     VocFormat(),
     VertexJsonlFormat(),
     CocoFormat(),
+    YoloFormat(),
     CsvFormat(),
     ImageFolderFormat(),
 )}

@@ -1,0 +1,236 @@
+"""Ultralytics YOLO datasets (worker/inputs/yolo.py): data.yaml's forms, boxes as
+Ultralytics converts them, hostile label lines, masks and keypoints never dropped
+silently, and a YOLO folder never mistaken for an image folder."""
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+from conftest import encode, parse_label_map, photo_like, read_examples
+from pipeline import run
+from worker import dead_letters as reasons
+from worker.dead_letters import DeadLetter
+from worker.inputs.rows import ManifestError, RowRules
+from worker.inputs.sources import check_sources, find_manifests, read_source
+from worker.records import ManifestRow
+
+DETECTION = RowRules(label_mode="detection")
+
+
+def image(path, seed=0, size=(64, 48)):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(encode(photo_like(*size, seed), "JPEG"))
+
+
+def text(path, content):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(content).lstrip())
+    return path
+
+
+def ultralytics_layout(root, labels):
+    """root/images/<split>/<name>.jpg and root/labels/<split>/<name>.txt, as coco8 is laid
+    out; `labels`: {(split, name): label file text or None for no label file}."""
+    for seed, ((split, name), content) in enumerate(labels.items()):
+        image(root / "images" / split / f"{name}.jpg", seed)
+        if content is not None:
+            text(root / "labels" / split / f"{name}.txt", content)
+    return root
+
+
+def rows(path, rules=DETECTION, split=None, checked=True):
+    """The rows of the dataset, after the launcher's checks unless `checked` is False (as
+    for a line past what the checks read)."""
+    (source,) = find_manifests([f"{split}={path}" if split else str(path)])
+    assert source.format == "yolo"
+    if checked:
+        check_sources([source], rules)
+    return list(read_source(source, rules))
+
+
+def xyxy(cx, cy, w, h):
+    """Ultralytics' xywhn2xyxy, on normalised values (ultralytics/utils/ops.py)."""
+    return (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+
+
+def test_a_coco8_style_dataset_reads_boxes_as_ultralytics_converts_them(tmp_path):
+    root = ultralytics_layout(tmp_path / "coco8", {
+        ("train", "a"): "0 0.5 0.5 0.5 0.4\n45 0.25 0.75 0.1 0.2\n",
+        ("train", "b"): "",  # an empty label file: no objects
+        ("train", "c"): None,  # no label file: no objects
+        ("val", "d"): "1 0.9 0.1 0.2 0.2\n"})
+    names = {0: "person", 1: "bicycle", **{index: f"c{index}" for index in range(2, 45)},
+             45: "bowl"}
+    yaml = text(root / "coco8.yaml", textwrap.dedent("""
+        # Ultralytics coco8.yaml's form: a root, folders, names as a dict
+        path: .
+        train: images/train
+        val: images/val
+        test:  # optional
+        names:
+    """) + "".join(f"  {index}: {name}\n" for index, name in names.items()))
+    found = rows(yaml)
+    assert all(isinstance(row, ManifestRow) for row in found), found
+    by_image = {}
+    for row in found:
+        by_image.setdefault((row.split, row.uri.rsplit("/", 1)[-1]), []).append(row)
+    assert sorted(by_image) == [("train", "a.jpg"), ("train", "b.jpg"), ("train", "c.jpg"),
+                                ("validation", "d.jpg")]
+    a = by_image[("train", "a.jpg")]
+    assert [(row.labels, row.line) for row in a] == [(("person",), 1), (("bowl",), 2)]
+    np.testing.assert_allclose(a[0].boxes[0][:4], xyxy(0.5, 0.5, 0.5, 0.4))
+    np.testing.assert_allclose(a[1].boxes[0][:4], xyxy(0.25, 0.75, 0.1, 0.2))
+    assert a[0].manifest == str(root / "labels" / "train" / "a.txt")
+    assert [row.boxes for row in by_image[("train", "b.jpg")] + by_image[("train", "c.jpg")]
+            ] == [(), ()]
+    np.testing.assert_allclose(by_image[("validation", "d.jpg")][0].boxes[0][:4],
+                               xyxy(0.9, 0.1, 0.2, 0.2))
+    # SPLIT=PATH reads that split's entry alone; one the YAML lacks is refused.
+    assert {row.split for row in rows(yaml, split="val")} == {"validation"}
+    with pytest.raises(ManifestError, match="has no 'test' entry"):
+        rows(yaml, split="test")
+
+
+def test_roboflow_exports_names_lists_and_txt_lists_of_images(tmp_path):
+    """Roboflow writes `train: ../train/images` beside the YAML (found, as Ultralytics
+    finds it, without the ../); a split may be a .txt list (./ relative to it, or
+    absolute) or a list of entries."""
+    export = tmp_path / "export"
+    image(export / "train" / "images" / "x.jpg")
+    text(export / "train" / "labels" / "x.txt", "1 0.5 0.5 0.2 0.2\n")
+    image(export / "valid" / "images" / "y.jpg", 1)
+    image(tmp_path / "elsewhere" / "images" / "z.jpg", 2)
+    text(tmp_path / "elsewhere" / "labels" / "z.txt", "0 0.5 0.5 1 1\n")
+    text(export / "test.txt", f"./valid/images/y.jpg\n{tmp_path}/elsewhere/images/z.jpg\n")
+    yaml = text(export / "data.yaml", """
+        train: ../train/images
+        val: [../valid/images]
+        test: test.txt
+        nc: 2
+        names: ['Helmet', 'No Helmet']
+    """)
+    found = {(row.split, row.uri.rsplit("/", 1)[-1]): row for row in rows(yaml)}
+    assert {key: row.labels for key, row in found.items()} == {
+        ("train", "x.jpg"): ("No Helmet",), ("validation", "y.jpg"): (),
+        ("test", "y.jpg"): (), ("test", "z.jpg"): ("Helmet",)}
+    np.testing.assert_allclose(found[("test", "z.jpg")].boxes[0][:4], (0, 0, 1, 1))
+
+
+@pytest.mark.parametrize("line, reason, message", [
+    ("0 0.5 0.5 0.2", reasons.WRONG_COLUMN_COUNT, "expected class cx cy w h"),
+    ("0 0.5 0.5 0.2 0.2 0.3", reasons.WRONG_COLUMN_COUNT, "found 6"),
+    ("0 0.3 0.3 0.2 0.2", None, None),  # the control: a good line
+    ("dog 0.5 0.5 0.2 0.2", reasons.MALFORMED_ROW, "not a number"),
+    ("0 nan 0.5 0.2 0.2", reasons.MALFORMED_ROW, "not a finite number"),
+    ("2 0.5 0.5 0.2 0.2", reasons.UNKNOWN_CATEGORY_ID, "class 2 is not one of the 2 classes"),
+    ("-1 0.5 0.5 0.2 0.2", reasons.UNKNOWN_CATEGORY_ID, "class -1"),
+    ("0.5 0.5 0.5 0.2 0.2", reasons.UNKNOWN_CATEGORY_ID, "class 0.5"),
+    ("0 1.5 0.5 0.2 0.2", reasons.BOX_OUT_OF_RANGE, "between 0 and 1"),
+    ("0 0.05 0.5 0.5 0.2", reasons.BOX_OUT_OF_RANGE, "reaches outside the image"),
+    ("0 0.5 0.5 0 0.2", reasons.EMPTY_BOX, "no width"),
+    ("0 0.1 0.1 0.2 0.2 0.3 0.3", reasons.UNWRITTEN_ANNOTATION, "--leave_out masks"),
+    ("0 0.1 0.1 0.2 0.2 0.3 0.1 0.4", reasons.WRONG_COLUMN_COUNT, "found 8"),
+    ("0 0.1 0.1 0.2 0.2", reasons.DUPLICATE_ROW, "the same object as line 1"),
+])
+def test_each_bad_label_line_is_a_dead_letter_naming_its_file_and_line(
+        line, reason, message, tmp_path):
+    """Line 1 is always good; the line under test is line 2, read as if the launcher's
+    look for polygons had not reached it."""
+    root = ultralytics_layout(tmp_path, {("train", "a"): f"0 0.1 0.1 0.2 0.2\n{line}\n"})
+    yaml = text(root / "data.yaml", "train: images/train\nnames: [cat, dog]\n")
+    found = rows(yaml, checked=False)
+    if reason is None:
+        assert all(isinstance(row, ManifestRow) for row in found)
+        return
+    (dead,) = [row for row in found if isinstance(row, DeadLetter)]
+    assert (dead.reason, dead.manifest, dead.line, dead.raw) == (
+        reason, str(root / "labels" / "train" / "a.txt"), 2, line)
+    assert message in dead.message
+
+
+def test_polygons_of_fewer_than_three_points_and_duplicated_images_are_dead_letters(tmp_path):
+    root = ultralytics_layout(tmp_path, {("train", "a"): "0 0.1 0.1 0.2 0.2\n0 0.1 0.1\n"})
+    text(root / "train.txt", "./images/train/a.jpg\n./images/train/a.jpg\n")
+    yaml = text(root / "data.yaml", "train: train.txt\nnames: [cat]\n")
+    found = rows(yaml, RowRules(label_mode="detection", leave_out={"masks"}))
+    dead = [(row.reason, row.line) for row in found if isinstance(row, DeadLetter)]
+    assert dead == [(reasons.WRONG_COLUMN_COUNT, 2), (reasons.DUPLICATE_ROW, 0)]
+    assert "a polygon needs at least 3 points (class x1 y1 x2 y2 x3 y3), found 1" in \
+        found[1].message
+
+
+def test_segmentation_and_pose_datasets_are_refused_unless_left_out(tmp_path):
+    """A polygon's box is its points' extent (Ultralytics' segments2boxes); the polygon
+    itself is not written, so the run is refused before the job until --leave_out masks
+    says so. A kpt_shape makes a pose dataset: its keypoints likewise."""
+    seg = ultralytics_layout(tmp_path / "seg", {
+        ("train", "a"): "0 0.1 0.2 0.5 0.25 0.3 0.7 0.15 0.6\n"})
+    yaml = text(seg / "coco8-seg.yaml", "path: .\ntrain: images/train\nnames: {0: person}\n")
+    with pytest.raises(ManifestError, match=r"a.txt:1 holds polygons .* --leave_out masks"):
+        rows(yaml)
+    (row,) = rows(yaml, RowRules(label_mode="detection", leave_out={"masks"}))
+    np.testing.assert_allclose(row.boxes[0][:4], (0.1, 0.2, 0.5, 0.7))
+    pose = ultralytics_layout(tmp_path / "pose", {
+        ("train", "a"): "0 0.5 0.5 0.4 0.6 " + " ".join(["0.5 0.5 2"] * 17) + "\n"})
+    yaml = text(pose / "coco8-pose.yaml", "train: images/train\nkpt_shape: [17, 3]\n"
+                "names: {0: person}\n")
+    with pytest.raises(ManifestError, match=r"pose dataset \(kpt_shape \[17, 3\]\).*"
+                       "--leave_out keypoints"):
+        rows(yaml)
+    (row,) = rows(yaml, RowRules(label_mode="detection", leave_out={"keypoints"}))
+    np.testing.assert_allclose(row.boxes[0][:4], xyxy(0.5, 0.5, 0.4, 0.6))
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("train: images/train\n", "has no 'names'"),
+    ("train: images/train\nnames: [a, b]\nnc: 3\n", "nc is 3 but 'names' holds 2"),
+    ("train: images/train\nnames: {0: a, 2: b}\n", "keys must be the class ids 0 to 1"),
+    ("train: images/train\nnames: [a, a]\n", "non-empty and distinct"),
+    ("train: images/nowhere\nnames: [a]\n", "'images/nowhere' is neither a folder"),
+    ("names: [a]\n", "names no split"),
+    ("train: [images/train\n", "cannot parse the YAML"),
+    ("train: images/train\nnames: [a]\nkpt_shape: [17]\n", "kpt_shape must be"),
+])
+def test_a_data_yaml_that_cannot_be_read_is_refused_in_one_line(content, problem, tmp_path,
+                                                                  capsys):
+    root = ultralytics_layout(tmp_path, {("train", "a"): "0 0.5 0.5 0.2 0.2\n"})
+    yaml = text(root / "data.yaml", content)
+    assert run.main(["--manifest", str(yaml), "--label_mode", "detection",
+                     "--output_dir", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: ") and problem in line
+
+
+def test_a_yolo_folder_given_as_an_image_folder_is_refused(tmp_path, capsys):
+    """It used to become a one-class classifier of the class `images`, labels ignored."""
+    root = ultralytics_layout(tmp_path / "ds", {("train", "a"): "0 0.5 0.5 0.2 0.2\n"})
+    for folder in (root, root / "images", root / "images" / "train"):
+        assert run.main(["--image_folder", str(folder),
+                         "--output_dir", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert "is an Ultralytics YOLO dataset" in err and "--manifest DATA.yaml" in err
+
+
+def test_a_yolo_dataset_converts_end_to_end_with_the_object_detection_api_keys(tmp_path):
+    root = ultralytics_layout(tmp_path / "ds", {
+        ("train", "a"): "0 0.5 0.5 0.5 0.4\n1 0.25 0.75 0.1 0.2\n",
+        ("train", "b"): None, ("val", "c"): "1 0.5 0.5 1 1\n"})
+    yaml = text(root / "data.yaml", "path: .\ntrain: images/train\nval: images/val\n"
+                "names: [cat, dog]\n")
+    output = tmp_path / "out"
+    assert run.main(["--manifest", str(yaml), "--label_mode", "detection",
+                     "--output_dir", str(output)]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["examples_written"]) == (4, 3)
+    names = parse_label_map((output / "label_map.pbtxt").read_text())
+    (a,) = [example for example in read_examples(f"{output}/train-*.tfrecord")
+            if example.features.feature["image/filename"].bytes_list.value[0] == b"a.jpg"]
+    feature = a.features.feature
+    assert [names[label] for label in feature["image/object/class/label"].int64_list.value
+            ] == ["cat", "dog"]
+    np.testing.assert_array_equal(
+        [feature[f"image/object/bbox/{side}"].float_list.value
+         for side in ("xmin", "ymin", "xmax", "ymax")],
+        np.float32(np.transpose([xyxy(0.5, 0.5, 0.5, 0.4), xyxy(0.25, 0.75, 0.1, 0.2)])))

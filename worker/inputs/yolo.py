@@ -1,0 +1,377 @@
+"""Ultralytics YOLO datasets (detect, segment, pose, OBB), read from their `data.yaml`.
+
+The layout is Ultralytics' own (ultralytics/data/utils.py, check_det_dataset and
+img2label_paths):
+- `data.yaml`: `names` (a list, or a dict of class id -> name; without it `nc` classes
+  named class_0...), `path` (the root: absolute, or relative to the YAML's folder;
+  absent, the YAML's folder), and `train`/`val`/`test`, each a folder of images, a .txt
+  list of image paths, or a list of those; `val` and `test` are optional. An entry that
+  is not there and starts with `../` is also looked for without it, as Ultralytics does
+  for Roboflow's exports. `kpt_shape: [K, 2 or 3]` makes it a pose dataset.
+- An image's labels are the .txt at its path with the last `/images/` made `/labels/`;
+  an image without one is an image without objects.
+- A label line is `class cx cy w h` (a box, normalised to the image size), `class x1 y1 x2
+  y2 ...` (a polygon: segmentation, or OBB's four corners, which the file does not tell
+  apart), or with kpt_shape `class cx cy w h` then K keypoints.
+
+Each line is one detection row: its box converted to the Object Detection API's
+xmin/ymin/xmax/ymax (Ultralytics' xywhn2xyxy; a polygon's box is its points' extent, as
+segments2boxes makes it). Masks and keypoints are not written yet: a row holding one is
+dead-lettered unless --leave_out names it, and the launcher refuses such a dataset before
+the job (check_yolo). Listed with Beam's FileSystems.match, so read in the pipeline's
+process, one label file after another.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import yaml
+
+from worker import dead_letters as reasons
+from worker import storage
+from worker.chunks import LineRange, ManifestSource
+from worker.dead_letters import DeadLetter
+from worker.inputs.folder import IMAGE_EXTENSIONS
+from worker.choices import LeftOut
+from worker.inputs.input_format import InputFormat
+from worker.inputs.lines import numbered_lines
+from worker.inputs.rows import (ManifestError, RowRules, has_undecodable_bytes, normalise_path,
+                                printable)
+from worker.records import Box, ManifestRow
+from worker.splits import SPLITS
+
+# data.yaml's key for each split.
+_SPLIT_KEYS = dict(zip(SPLITS, ("train", "val", "test"), strict=True))
+# A corner may lie this far outside the image (a fraction of its side) and be clipped to
+# it: what rounding a box to six decimals gives at the image's edge, not a box outside.
+_EDGE_TOLERANCE = 1e-3
+# Label files read before the job to see whether the dataset holds masks or keypoints.
+_PEEKED_LABEL_FILES = 20
+
+
+def read_yolo(path: str, rules: RowRules, split: str | None
+              ) -> Iterator[ManifestRow | DeadLetter]:
+    """A row per label line, and per image without one; a DeadLetter per line (or image)
+    that cannot be one. With `split` (--manifest SPLIT=data.yaml) only that split's
+    entry is read."""
+    dataset = YoloDataset.load(path)
+    for split_name, images in dataset.images(split):
+        seen: set[str] = set()
+        labels = _LabelFolders()
+        for image in images:
+            if image in seen:
+                yield DeadLetter(path, 0, image, image, split_name, reasons.DUPLICATE_ROW,
+                                 f"the image is listed twice in {_SPLIT_KEYS[split_name]!r}; "
+                                 "its labels were read once")
+                continue
+            seen.add(image)
+            label_file = label_path(image)
+            if not labels.holds(label_file):
+                yield ManifestRow(path, 0, image, split_name, image, ())
+                continue
+            yield from _label_rows(label_file, image, split_name, dataset, rules)
+
+
+class YoloDataset:
+    """data.yaml, read: the class names, the root and the splits' entries."""
+
+    def __init__(self, path: str, names: tuple[str, ...], root: str,
+                 entries: dict[str, list[str]], keypoints: tuple[int, int] | None) -> None:
+        self.path = path
+        self.names = names
+        self.root = root
+        self.entries = entries  # split -> its entries, as written
+        self.keypoints = keypoints  # kpt_shape: (K, 2 or 3)
+
+    @classmethod
+    def load(cls, path: str) -> YoloDataset:
+        with storage.open_read(path) as file:
+            try:
+                data = yaml.safe_load(file.read())
+            except yaml.YAMLError as error:
+                problem = " ".join(str(error).split())
+                raise ManifestError(f"{path}: cannot parse the YAML: {problem}") from error
+        if not isinstance(data, dict):
+            raise ManifestError(f"{path}: expected a YAML mapping (names, train, val...)")
+        folder = storage.split(path)[0]
+        root = data.get("path")
+        root = folder if not root else _resolve(str(root), folder)
+        entries = {}
+        for split, key in _SPLIT_KEYS.items():
+            value = data.get(key)
+            if value in (None, ""):
+                continue
+            written = value if isinstance(value, list) else [value]
+            if not all(isinstance(entry, str) and entry.strip() for entry in written):
+                raise ManifestError(f"{path}: {key!r} must be a path or a list of paths, "
+                                    f"found {value!r}")
+            entries[split] = [entry.strip() for entry in written]
+        if not entries:
+            raise ManifestError(f"{path}: names no split: expected 'train' (and 'val', "
+                                "'test') as a folder of images or a .txt list of them")
+        return cls(path, _class_names(path, data), root, entries, _keypoint_shape(path, data))
+
+    def images(self, only: str | None = None) -> Iterator[tuple[str, Iterator[str]]]:
+        """(split, the URIs of its images, in the order listed) per split entry."""
+        if only is not None and only not in self.entries:
+            raise ManifestError(f"{self.path} has no {_SPLIT_KEYS[only]!r} entry for "
+                                f"--manifest {only.upper()}=...; it names "
+                                f"{', '.join(_SPLIT_KEYS[split] for split in self.entries)}")
+        for split, entries in self.entries.items():
+            if only in (None, split):
+                yield split, (image for entry in entries for image in self._entry_images(entry))
+
+    def _entry_images(self, entry: str) -> Iterator[str]:
+        found = self.locate(entry)
+        if found.lower().endswith(".txt"):
+            folder = storage.split(found)[0]
+            for _, line in numbered_lines(found):
+                yield _resolve(line.strip(), folder)
+        else:
+            yield from sorted(metadata.path for metadata in storage.match(f"{found}/**")
+                              if _is_image(metadata.path))
+
+    def locate(self, entry: str) -> str:
+        """A split entry's path; one that is not there fails naming it."""
+        candidates = [_resolve(entry, self.root)]
+        if entry.startswith("../"):
+            candidates.append(_resolve(entry[3:], self.root))
+        for candidate in candidates:
+            if candidate.lower().endswith(".txt"):
+                if storage.exists(candidate):
+                    return candidate
+            elif storage.match(f"{candidate}/**", limit=1):
+                return candidate
+        raise ManifestError(f"{self.path}: {entry!r} is neither a folder of images nor a .txt "
+                            f"list of them (looked for {' and '.join(candidates)})")
+
+
+def label_path(image: str) -> str:
+    """Ultralytics' img2label_paths: the last /images/ made /labels/, the suffix .txt."""
+    head, images, tail = image.rpartition("/images/")
+    stem = f"{head}/labels/{tail}" if images else image
+    return stem.rsplit(".", 1)[0] + ".txt"
+
+
+class _LabelFolders:
+    """Which label files exist, a folder listed once (one listing, not a call per image)."""
+
+    def __init__(self) -> None:
+        self._listed: dict[str, set[str]] = {}
+
+    def holds(self, label_file: str) -> bool:
+        folder = storage.split(label_file)[0]
+        if folder not in self._listed:
+            self._listed[folder] = {metadata.path for metadata
+                                    in storage.match(storage.join(folder, "*.txt"))}
+        return label_file in self._listed[folder]
+
+
+def _label_rows(label_file: str, image: str, split: str, dataset: YoloDataset,
+                rules: RowRules) -> Iterator[ManifestRow | DeadLetter]:
+    row = ManifestRow(label_file, 0, "", split, image, ())
+    seen: dict[str, int] = {}
+    any_line = False
+    for line, raw in numbered_lines(label_file):
+        any_line = True
+        labelled = row._replace(line=line, raw=printable(raw))
+        key = " ".join(raw.split())
+        if key in seen:
+            yield labelled.dead_letter(reasons.DUPLICATE_ROW, f"the same object as line "
+                                       f"{seen[key]}; Ultralytics drops such a copy too")
+            continue
+        seen[key] = line
+        yield _label_row(labelled, raw, dataset, rules)
+    if not any_line:  # an empty label file: an image without objects
+        yield row
+
+
+def _label_row(row: ManifestRow, raw: str, dataset: YoloDataset, rules: RowRules
+               ) -> ManifestRow | DeadLetter:
+    if has_undecodable_bytes(raw):
+        return row.dead_letter(reasons.INVALID_ENCODING, "the line is not valid UTF-8")
+    fields = raw.split()
+    try:
+        values = [float(field) for field in fields]
+    except ValueError:
+        return row.dead_letter(reasons.MALFORMED_ROW, f"a field is not a number: {raw!r}")
+    if not all(math.isfinite(value) for value in values):
+        return row.dead_letter(reasons.MALFORMED_ROW, f"a field is not a finite number: {raw!r}")
+    shape = _line_shape(len(values), dataset.keypoints)
+    if shape is None:
+        return row.dead_letter(reasons.WRONG_COLUMN_COUNT, _expected_fields(
+            len(values), dataset.keypoints))
+    class_id = values[0]
+    if class_id != int(class_id) or not 0 <= class_id < len(dataset.names):
+        return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"class {fields[0]} is not one "
+                               f"of the {len(dataset.names)} classes of {dataset.path} "
+                               f"(0 to {len(dataset.names) - 1})")
+    coordinates = values[1:]
+    if not all(0.0 <= value <= 1.0 for value in (coordinates[:4] if shape == "pose"
+                                                  else coordinates)):
+        return row.dead_letter(reasons.BOX_OUT_OF_RANGE, "coordinates must be normalised "
+                               f"to the image size, between 0 and 1: {raw!r}")
+    if shape == "polygon" and LeftOut.MASKS not in rules.leave_out:
+        return row.dead_letter(reasons.UNWRITTEN_ANNOTATION, "the line is a polygon (a "
+                               "segmentation mask or an oriented box), which this version "
+                               "does not write: pass --leave_out masks to keep its box alone")
+    if shape == "pose" and LeftOut.KEYPOINTS not in rules.leave_out:
+        return row.dead_letter(reasons.UNWRITTEN_ANNOTATION, "the line holds keypoints, "
+                               "which this version does not write: pass --leave_out "
+                               "keypoints to keep its box alone")
+    box = _polygon_box(coordinates) if shape == "polygon" else _centre_box(coordinates[:4])
+    if not isinstance(box, Box):
+        return row.dead_letter(*box)
+    return row._replace(labels=(dataset.names[int(class_id)],), boxes=(box,))
+
+
+def _line_shape(count: int, keypoints: tuple[int, int] | None) -> str | None:
+    """"box", "pose" or "polygon" by the number of fields; None when it fits none."""
+    if keypoints is not None:
+        return "pose" if count == 5 + keypoints[0] * keypoints[1] else (
+            "box" if count == 5 else None)
+    if count == 5:
+        return "box"
+    if count >= 7 and count % 2 == 1:
+        return "polygon"
+    return None
+
+
+def _expected_fields(count: int, keypoints: tuple[int, int] | None) -> str:
+    if keypoints is not None:
+        return (f"expected 5 fields (class cx cy w h) or {5 + keypoints[0] * keypoints[1]} "
+                f"(and {keypoints[0]} keypoints of {keypoints[1]}, the YAML's kpt_shape), "
+                f"found {count}")
+    if count >= 3 and count % 2 == 1:
+        return (f"a polygon needs at least 3 points (class x1 y1 x2 y2 x3 y3), found "
+                f"{(count - 1) // 2}")
+    return (f"expected class cx cy w h (5 fields) or a polygon class x1 y1 x2 y2 ... (an "
+            f"odd number of 7 or more), found {count}")
+
+
+def _centre_box(values: list[float]) -> Box | tuple[str, str]:
+    cx, cy, width, height = values
+    return _clipped(cx - width / 2, cy - height / 2, cx + width / 2, cy + height / 2)
+
+
+def _polygon_box(values: list[float]) -> Box | tuple[str, str]:
+    xs, ys = values[0::2], values[1::2]
+    return _clipped(min(xs), min(ys), max(xs), max(ys))
+
+
+def _clipped(xmin: float, ymin: float, xmax: float, ymax: float) -> Box | tuple[str, str]:
+    corners = (xmin, ymin, xmax, ymax)
+    if not all(-_EDGE_TOLERANCE <= value <= 1 + _EDGE_TOLERANCE for value in corners):
+        return (reasons.BOX_OUT_OF_RANGE, "the box reaches outside the image: corners "
+                f"{', '.join(f'{value:.6g}' for value in corners)}")
+    xmin, ymin, xmax, ymax = (min(max(value, 0.0), 1.0) for value in corners)
+    if xmin >= xmax or ymin >= ymax:
+        return reasons.EMPTY_BOX, "the box has no width or no height"
+    return Box(xmin, ymin, xmax, ymax)
+
+
+def _class_names(path: str, data: dict) -> tuple[str, ...]:
+    """`names` as a list, or a dict whose keys are 0 to n-1; or nc names class_<i>."""
+    names, count = data.get("names"), data.get("nc")
+    if names is None:
+        if isinstance(count, int) and count > 0:
+            return tuple(f"class_{index}" for index in range(count))
+        raise ManifestError(f"{path}: has no 'names' (a list of class names, or a dict of "
+                            "class id -> name)")
+    if isinstance(names, dict):
+        try:
+            by_id = {int(key): value for key, value in names.items()}
+        except (TypeError, ValueError):
+            raise ManifestError(f"{path}: 'names' keys must be class ids 0, 1, 2...") from None
+        if sorted(by_id) != list(range(len(by_id))):
+            raise ManifestError(f"{path}: 'names' keys must be the class ids 0 to "
+                                f"{len(by_id) - 1}, found {sorted(by_id)}")
+        names = [by_id[index] for index in range(len(by_id))]
+    if not isinstance(names, list) or not names:
+        raise ManifestError(f"{path}: 'names' must be a list of class names or a dict of "
+                            f"class id -> name, found {names!r}")
+    texts = tuple(str(name).strip() for name in names)
+    if not all(texts) or len(set(texts)) != len(texts):
+        raise ManifestError(f"{path}: 'names' must be non-empty and distinct: {list(texts)}")
+    if count is not None and count != len(texts):
+        raise ManifestError(f"{path}: nc is {count} but 'names' holds {len(texts)} names")
+    return texts
+
+
+def _keypoint_shape(path: str, data: dict) -> tuple[int, int] | None:
+    shape = data.get("kpt_shape")
+    if shape is None:
+        return None
+    if not (isinstance(shape, list) and len(shape) == 2 and isinstance(shape[0], int)
+            and shape[0] > 0 and shape[1] in (2, 3)):
+        raise ManifestError(f"{path}: kpt_shape must be [number of keypoints, 2 or 3], "
+                            f"found {shape!r}")
+    return shape[0], shape[1]
+
+
+def _resolve(path: str, folder: str) -> str:
+    if path.startswith("/") or "://" in path:
+        return normalise_path(path)
+    return normalise_path(storage.join(folder, path))
+
+
+def _is_image(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def check_yolo(path: str, split: str | None, rules: RowRules) -> None:
+    """Before the job: data.yaml reads, its entries are there, and, unless --leave_out
+    names them, the first label files hold no polygon and the dataset no keypoints."""
+    dataset = YoloDataset.load(path)
+    for each, entries in dataset.entries.items():
+        if split in (None, each):
+            for entry in entries:
+                dataset.locate(entry)
+    if split is not None:
+        next(dataset.images(split))
+    if dataset.keypoints and LeftOut.KEYPOINTS not in rules.leave_out:
+        raise ManifestError(f"{path} is a pose dataset (kpt_shape {list(dataset.keypoints)}), "
+                            "and this version does not write keypoints: pass --leave_out "
+                            "keypoints to convert its boxes alone")
+    if LeftOut.MASKS not in rules.leave_out:
+        polygon = _first_polygon(dataset, split)
+        if polygon:
+            raise ManifestError(f"{polygon} holds polygons (segmentation masks or oriented "
+                                "boxes), which this version does not write: pass --leave_out "
+                                "masks to convert their boxes alone")
+
+
+def _first_polygon(dataset: YoloDataset, split: str | None) -> str | None:
+    """`file:line` of the first polygon in the first label files, if any."""
+    peeked = 0
+    for _, images in dataset.images(split):
+        for image in images:
+            label_file = label_path(image)
+            if not storage.exists(label_file):
+                continue
+            for line, raw in numbered_lines(label_file):
+                if _line_shape(len(raw.split()), dataset.keypoints) == "polygon":
+                    return f"{label_file}:{line}"
+            peeked += 1
+            if peeked >= _PEEKED_LABEL_FILES:
+                return None
+    return None
+
+
+class YoloFormat(InputFormat):
+    name = "yolo"
+    title = "an Ultralytics YOLO data.yaml"
+    suffixes = (".yaml", ".yml")
+    in_worker = False
+    boxes_only = True
+
+    def check_file(self, source: ManifestSource, rules: RowRules) -> None:
+        check_yolo(source.path, source.split, rules)
+
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+             ) -> Iterator[ManifestRow | DeadLetter]:
+        return read_yolo(source.path, rules, source.split)
+
