@@ -3,7 +3,9 @@ Ultralytics converts them, hostile label lines, masks and keypoints never droppe
 silently, and a YOLO folder never mistaken for an image folder."""
 
 import json
+import shutil
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -234,3 +236,93 @@ def test_a_yolo_dataset_converts_end_to_end_with_the_object_detection_api_keys(t
         [feature[f"image/object/bbox/{side}"].float_list.value
          for side in ("xmin", "ymin", "xmax", "ymax")],
         np.float32(np.transpose([xyxy(0.5, 0.5, 0.5, 0.4), xyxy(0.25, 0.75, 0.1, 0.2)])))
+
+
+PUBLIC = Path(__file__).parent / "data" / "public" / "yolo"
+# The sizes of the coco128 images the public labels were drawn on.
+COCO128_SIZES = {"000000000030": (640, 428), "000000000049": (381, 500),
+                 "000000000074": (640, 426), "000000000077": (500, 375)}
+
+
+def public_dataset(root, yaml_name, labels, images_at, labels_at, sizes=None):
+    """Ultralytics' own YAML and public label files, laid out where the YAML says, with
+    JPEGs of the labels' image sizes (made here: the images are not kept)."""
+    shutil.copy(PUBLIC / "yaml" / yaml_name, root / yaml_name)
+    for index, label in enumerate(sorted((PUBLIC / labels).glob("*.txt"))):
+        shutil.copy(label, (root / labels_at).mkdir(parents=True, exist_ok=True)
+                    or root / labels_at / label.name)
+        image(root / images_at / f"{label.stem}.jpg", index,
+              (sizes or {}).get(label.stem, (64, 48)))
+    return root / yaml_name
+
+
+def test_ultralytics_coco128_yaml_and_labels_read_as_ultralytics_reads_them(tmp_path):
+    """coco128.yaml (path: ../datasets/coco128; val is the train folder) over four of its
+    real label files: every line one box, xywhn2xyxy of its fields, its class named by
+    the YAML; each image in both splits, as Ultralytics trains and validates on it."""
+    (tmp_path / "ultralytics").mkdir()
+    yaml = public_dataset(tmp_path / "ultralytics", "coco128.yaml", "detect",
+                          "../datasets/coco128/images/train2017",
+                          "../datasets/coco128/labels/train2017", COCO128_SIZES)
+    found = rows(yaml)
+    assert all(isinstance(row, ManifestRow) for row in found), found
+    names = __import__("yaml").safe_load(yaml.read_text())["names"]
+    expected = []
+    for split in ("train", "validation"):
+        for label in sorted((PUBLIC / "detect").glob("*.txt")):
+            for line in label.read_text().splitlines():
+                class_id, *box = line.split()
+                expected.append((split, f"{label.stem}.jpg", names[int(class_id)],
+                                 xyxy(*map(float, box))))
+    assert len(expected) == 2 * 27
+    assert [(row.split, row.uri.rsplit("/", 1)[-1], row.labels[0]) for row in found] == [
+        item[:3] for item in expected]
+    np.testing.assert_allclose([row.boxes[0][:4] for row in found],
+                               [item[3] for item in expected], atol=1e-12)
+    assert ("train", "000000000030.jpg", "potted plant") == expected[0][:3]
+
+
+def test_public_segmentation_pose_and_obb_labels_convert_their_boxes_when_left_out(tmp_path):
+    """A polygon's box is its points' extent; a pose line's box is its first four
+    fields. Without --leave_out each dataset is refused before the job."""
+    cases = [("dota8.yaml", "obb", "dota8", "masks", 27),
+             ("coco8-pose.yaml", "pose", "coco8-pose", "keypoints", 5)]
+    for yaml_name, labels, root, left_out, lines in cases:
+        yaml = public_dataset(tmp_path, yaml_name, labels, f"{root}/images/train",
+                              f"{root}/labels/train")
+        image(tmp_path / root / "images" / "val" / "unlabelled.jpg")  # no objects
+        with pytest.raises(ManifestError, match=f"--leave_out {left_out}"):
+            rows(yaml)
+        found = rows(yaml, RowRules(label_mode="detection", leave_out={left_out}))
+        boxes = [row for row in found if row.boxes]
+        assert (len(found), len(boxes)) == (lines + 1, lines), (yaml_name, found)
+        for row in boxes:
+            line = (PUBLIC / labels / Path(row.manifest).name).read_text().splitlines()[
+                row.line - 1]
+            values = [float(value) for value in line.split()[1:]]
+            want = (xyxy(*values[:4]) if labels == "pose" else
+                    (min(values[0::2]), min(values[1::2]), max(values[0::2]), max(values[1::2])))
+            np.testing.assert_allclose(row.boxes[0][:4], want, atol=1e-12)
+
+
+def test_real_world_yamls_a_roboflow_export_and_a_names_dict_keyed_by_coco_ids(tmp_path):
+    export = tmp_path / "export"
+    export.mkdir()
+    yaml = export / "data.yaml"
+    shutil.copy(PUBLIC / "yaml" / "007Aurick_data.yaml", yaml)
+    ultralytics_layout(export / "train", {})
+    image(export / "train" / "images" / "scan.jpg")
+    text(export / "train" / "labels" / "scan.txt", "1 0.4 0.5 0.2 0.3\n0 0.7 0.5 0.1 0.1\n")
+    image(export / "valid" / "images" / "v.jpg")
+    image(export / "test" / "images" / "t.jpg")
+    found = rows(yaml)
+    assert [(row.split, row.labels) for row in found] == [
+        ("train", ("tumor",)), ("train", ("1",)), ("validation", ()), ("test", ())]
+    segmentation = tmp_path / "seg" / "config.yaml"
+    segmentation.parent.mkdir()
+    shutil.copy(PUBLIC / "yaml" / "lightly-ai_instance_segmentation_config.yaml", segmentation)
+    ultralytics_layout(segmentation.parent, {("train2017", "a"): "1 0.1 0.1 0.2 0.1 0.2 0.2\n",
+                                              ("val2017", "b"): None})
+    with pytest.raises(ManifestError, match="'names' keys must be the class ids 0 to 79, "
+                       r"found \[1, 2, 3"):
+        rows(segmentation)
