@@ -27,6 +27,7 @@ from worker import naming
 from worker.inputs.folder import check_folder
 from worker.inputs.rows import ManifestError, RowRules
 from worker.records import ManifestRow
+from worker.inputs.coco import CocoFormat, category_names
 from worker.inputs.sources import (ManifestSource, check_sources, find_manifests, read_source,
                                 split_and_path)
 from worker.naming import SUMMARY_FILE
@@ -35,6 +36,8 @@ from worker.summary import RunInfo, RunOptions, Summary
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _ROWS_PROBED = 10  # rows of a manifest whose images the storage probe may read
+# Rows of a manifest whose labels tell a label map's names from its display names.
+_ROWS_SAMPLED_FOR_LABELS = 200
 
 
 class UsageError(ValueError):
@@ -86,7 +89,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
     except EngineUnusable as problem:
         raise UsageError(str(problem)) from None
     manifests = _preflight(convert)
-    pinned = _pinned_vocabulary(convert)
+    pinned = _pinned_vocabulary(convert, manifests)
     if not pinned and manifests and all(source.split not in (None, SPLITS[0])
                                         for source in manifests):
         splits = " and ".join(sorted({source.split.upper() for source in manifests}))
@@ -136,12 +139,14 @@ def _run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolder:
     return folder
 
 
-def _pinned_vocabulary(convert: ConvertOptions) -> PinnedVocabulary | None:
+def _pinned_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]
+                       ) -> PinnedVocabulary | None:
     """The labels of --vocabulary, read (and checked) before the job starts."""
     if not convert.vocabulary:
         return None
     try:
-        return read_pinned_vocabulary(convert.vocabulary)
+        return read_pinned_vocabulary(
+            convert.vocabulary, lambda: _labels_in_data(manifests, convert.row_rules()))
     except VocabularyError as problem:
         raise UsageError(str(problem)) from problem
 
@@ -198,10 +203,23 @@ def _first_image_uris(manifests: list[ManifestSource], rules: RowRules) -> list[
 
     Not from COCO files: their first row comes only after their image table is read.
     """
-    readable = [source for source in manifests if source.format != "coco"]
+    readable = [source for source in manifests if source.format != CocoFormat.name]
     return [row.uri for source in readable[:FILES_PER_SCHEME]
             for row in itertools.islice(read_source(source, rules), _ROWS_PROBED)
             if isinstance(row, ManifestRow)]
+
+
+def _labels_in_data(manifests: list[ManifestSource], rules: RowRules) -> set[str]:
+    """Labels of the first rows of the first manifests (a COCO file's: its categories)."""
+    found: set[str] = set()
+    for source in manifests[:FILES_PER_SCHEME]:
+        if source.format == CocoFormat.name:
+            found.update(category_names(source.path))
+            continue
+        for row in itertools.islice(read_source(source, rules), _ROWS_SAMPLED_FOR_LABELS):
+            if isinstance(row, ManifestRow):
+                found.update(row.labels)
+    return found
 
 
 def _version(distribution: str) -> str:

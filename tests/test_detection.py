@@ -3,6 +3,7 @@
 import collections
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,9 @@ import tensorflow_transform as tft
 
 from conftest import (SAMPLE_DATA, encode, object_detection_spec, parse_label_map, photo_like,
                       read_examples, voc_annotation)
+from image_tfrecords import load
+from image_tfrecords.output import Output
+from image_tfrecords.verify import verify
 from pipeline import run
 
 # (split, image, label, box as x_min, y_min, x_max, y_max) per manifest row, in order.
@@ -391,3 +395,39 @@ def test_the_bundled_api_csv_voc_and_coco_samples_convert_in_one_run(tmp_path):
         "train": 7, "validation": 4, "test": 1}
     assert sorted(parse_label_map((tmp_path / "label_map.pbtxt").read_text()).values()) == [
         "cat", "cup", "flower", "saucer"]
+
+
+def test_the_coco_label_map_pins_the_apis_own_ids_through_to_the_published_map(tmp_path):
+    """--vocabulary mscoco_label_map.pbtxt (tensorflow/models) over a COCO file: each
+    object's class/label is the map's id (stop sign 13, past the gap at 12), its text the
+    display name; label_map.pbtxt lists the map's 80 items under their own ids, and
+    verify and load() read the output back."""
+    label_map = Path(__file__).parent / "data" / "public" / "label_maps" / "mscoco_label_map.pbtxt"
+    for seed, name in enumerate(("a.jpg", "b.jpg")):
+        (tmp_path / name).write_bytes(encode(photo_like(50, 40, seed), "JPEG"))
+    coco = tmp_path / "instances_val2017.json"
+    coco.write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "a.jpg", "width": 50, "height": 40},
+                   {"id": 2, "file_name": "b.jpg", "width": 50, "height": 40}],
+        "annotations": [
+            {"id": 1, "image_id": 1, "category_id": 1, "bbox": [5, 4, 20, 16]},
+            {"id": 2, "image_id": 1, "category_id": 13, "bbox": [25, 4, 20, 16]},
+            {"id": 3, "image_id": 2, "category_id": 90, "bbox": [0, 0, 50, 40]}],
+        "categories": [{"id": 1, "name": "person"}, {"id": 13, "name": "stop sign"},
+                       {"id": 90, "name": "toothbrush"}]}))
+    output = tmp_path / "out"
+    assert run.main(["--manifest", f"validation={coco}", "--vocabulary", str(label_map),
+                     "--label_mode", "detection", "--output_dir", str(output)]) == 0
+    found = examples_by_image(output, "validation")
+    assert [list(found[name]["image/object/class/label"]) for name in ("a.jpg", "b.jpg")] == [
+        [1, 13], [90]]
+    published = parse_label_map((output / "label_map.pbtxt").read_text())
+    assert len(published) == 80 and 12 not in published
+    assert (published[1], published[13], published[90]) == ("person", "stop sign", "toothbrush")
+    verify(str(output))
+    vocabulary = Output.read(str(output)).vocabulary
+    assert (len(vocabulary), vocabulary[0], vocabulary[12], vocabulary[89]) == (
+        90, "person", "stop sign", "toothbrush")
+    (b,) = [element for element in load(str(output), "validation", batch_size=None)
+            if element["image/filename"] == b"b.jpg"]
+    assert list(b["image/object/class/label"].numpy()) == [90]

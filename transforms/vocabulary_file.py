@@ -1,20 +1,26 @@
 """--vocabulary: label ids the user pins, read before the job and written for tf.Transform.
 
-Kept apart from labels.py so the launcher reads it without loading TensorFlow.
+Three kinds of file: one label per line (line 1 is id 0), an Object Detection API label
+map (label_map.pbtxt: each item's id as given, so detection's image/object/class/label is
+that id and classification's label id - 1), or an earlier output (its vocabulary). Kept
+apart from labels.py so the launcher reads it without loading TensorFlow.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
 
+from worker.label_map import LabelMapError, read_label_map, vocabulary_of
+
 LABEL_VOCABULARY = "label"  # file name of the vocabulary under transform_fn/assets/
 # Where an earlier output keeps its label vocabulary (tft.TFTransformOutput's layout).
 _EARLIER_OUTPUT_VOCABULARY = f"transform_fn/assets/{LABEL_VOCABULARY}"
-# The first line of an Object Detection API label map's entry: `item {`.
-_LABEL_MAP_ITEM = re.compile(r"item\s*\{")
+# How a label map starts, after comments: its first entry, `item {` (or `item: {`).
+_LABEL_MAP = re.compile(r"\A(?:\s*#[^\n]*\n)*\s*item\s*:?\s*\{")
 
 
 class VocabularyError(ValueError):
@@ -28,12 +34,16 @@ class PinnedVocabulary(NamedTuple):
     labels: tuple[str, ...]
 
 
-def read_pinned_vocabulary(given: str) -> PinnedVocabulary:
-    """--vocabulary FILE (one label per line, ids in line order) or OUTPUT_DIR (an earlier
-    image-tfrecords output, whose transform_fn/assets/label holds its ids).
+def read_pinned_vocabulary(given: str, labels_in_data: Callable[[], Iterable[str]] = tuple
+                           ) -> PinnedVocabulary:
+    """--vocabulary FILE (one label per line, ids in line order; or a label map) or
+    OUTPUT_DIR (an earlier image-tfrecords output, whose transform_fn/assets/label holds
+    its ids). `labels_in_data`: some labels of the input, asked for only to tell whether
+    a label map's names or its display names are what the data calls its classes.
 
-    Raises VocabularyError naming the line of an empty or repeated label: either would
-    make the ids differ from the line numbers the user reads.
+    Raises VocabularyError naming the line of an empty or repeated label (either would
+    make the ids differ from the line numbers the user reads), or what is wrong with a
+    label map.
     """
     earlier = FileSystems.join(given, _EARLIER_OUTPUT_VOCABULARY)
     source = earlier if FileSystems.exists(earlier) else given
@@ -45,16 +55,14 @@ def read_pinned_vocabulary(given: str) -> PinnedVocabulary:
     except Exception as error:  # each filesystem's own "not found"
         raise VocabularyError(f"--vocabulary {given}: neither a file of labels nor an "
                               f"image-tfrecords output ({earlier} not found)") from error
+    if _LABEL_MAP.match(text):
+        try:
+            return PinnedVocabulary(source, _label_map_vocabulary(text, labels_in_data))
+        except LabelMapError as problem:
+            raise VocabularyError(f"--vocabulary {source}: {problem}") from None
     first_line: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         label = line.strip()  # as manifest labels are
-        if _LABEL_MAP_ITEM.match(label):
-            # Read line by line, it would pin "item {", "id: 1"...: every row unseen.
-            raise VocabularyError(
-                f"--vocabulary {source}: line {number} starts an Object Detection API "
-                "label map entry (item { id: ... name: ... }), which --vocabulary does not "
-                "read yet; give the names one a line, in id order (line 1 is detection "
-                "id 1, classification id 0)")
         if not label:
             raise VocabularyError(f"--vocabulary {source}: line {number} is empty")
         if label in first_line:
@@ -64,6 +72,32 @@ def read_pinned_vocabulary(given: str) -> PinnedVocabulary:
     if not first_line:
         raise VocabularyError(f"--vocabulary {source}: no labels in it")
     return PinnedVocabulary(source, tuple(first_line))
+
+
+def _label_map_vocabulary(text: str, labels_in_data: Callable[[], Iterable[str]]
+                          ) -> tuple[str, ...]:
+    """The label map's vocabulary: its names, or, where every item has a display name,
+    whichever of the two the data's labels match more often (the API's use_display_name:
+    its COCO map's names are Freebase ids, its Open Images map's are what the Open Images
+    CSVs hold). A label that is one item's name and another's display name is refused."""
+    items = read_label_map(text)
+    if not all(item.display_name for item in items):
+        return vocabulary_of(items, "name")
+    labels = set(labels_in_data())
+    ids = {field: {getattr(item, field): item.id for item in items}
+           for field in ("name", "display_name")}
+    for label in sorted(labels):
+        named, displayed = ids["name"].get(label), ids["display_name"].get(label)
+        if None not in (named, displayed) and named != displayed:
+            raise LabelMapError(f"the label {label!r} is the name of id {named} and the "
+                                f"display_name of id {displayed}: which it means is unclear")
+    matched = {field: len(labels & values.keys()) for field, values in ids.items()}
+    if matched["name"] != matched["display_name"]:
+        return vocabulary_of(items, max(matched, key=matched.__getitem__))
+    try:  # the data says nothing: the names, unless they cannot be told apart
+        return vocabulary_of(items, "name")
+    except LabelMapError:
+        return vocabulary_of(items, "display_name")
 
 
 def write_pinned_vocabulary(vocabulary: PinnedVocabulary, folder: str) -> str:

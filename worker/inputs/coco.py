@@ -57,6 +57,11 @@ def read_coco(path: str, rules: RowRules, split: str | None
             yield image
 
 
+def category_names(path: str) -> set[str]:
+    return {str(category.get("name", "")).strip() for category in _items(path, "categories.item")
+            if isinstance(category, dict)}
+
+
 def _items(path: str, prefix: str) -> Iterator[Any]:
     with open_manifest(path) as file:
         yield from ijson.items(file, prefix, use_float=True)
