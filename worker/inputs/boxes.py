@@ -7,8 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from worker import dead_letters as reasons
+from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
+from worker.inputs.rows import RowRules
 from worker.records import Box, ManifestRow
+
+# A corner given relative to the image may lie this far outside it (a fraction of its
+# side) and be clipped to it: what rounding gives at the image's edge, not a box outside.
+_EDGE_TOLERANCE = 1e-3
 
 # AutoML detection rows end in eight coordinate fields: x_min,y_min,,,x_max,y_max,, or
 # the four vertices x_min,y_min,x_max,y_min,x_max,y_max,x_min,y_max.
@@ -98,3 +104,32 @@ def box_row(image: ManifestRow, label: str, has_box: bool,
         return reject(*box, uri=image.uri, split=image.split)
     return image._replace(labels=(label,), boxes=(box,))
 
+
+
+def clipped_box(xmin: float, ymin: float, xmax: float, ymax: float
+                ) -> Box | tuple[str, str]:
+    """Corners relative to the image -> a Box, clipped to it within _EDGE_TOLERANCE, or
+    (dead-letter reason, message)."""
+    corners = (xmin, ymin, xmax, ymax)
+    if not all(-_EDGE_TOLERANCE <= value <= 1 + _EDGE_TOLERANCE for value in corners):
+        return (reasons.BOX_OUT_OF_RANGE, "the box reaches outside the image: corners "
+                f"{', '.join(f'{value:.6g}' for value in corners)}")
+    xmin, ymin, xmax, ymax = (min(max(value, 0.0), 1.0) for value in corners)
+    if xmin >= xmax or ymin >= ymax:
+        return reasons.EMPTY_BOX, "the box has no width or no height"
+    return Box(xmin, ymin, xmax, ymax)
+
+
+def extent(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float, float]:
+    """The box around points (a polygon's, as pycocotools and Ultralytics take it)."""
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def unwritten_annotation(kind: LeftOut | None, rules: RowRules, what: str
+                         ) -> tuple[str, str] | None:
+    """(dead-letter reason, message) for an annotation of `kind` (masks, keypoints) that
+    this version does not write and --leave_out does not name; None when it may go."""
+    if kind is None or kind in rules.leave_out:
+        return None
+    return (reasons.UNWRITTEN_ANNOTATION, f"it holds {what}, which this version does not "
+            f"write: pass --leave_out {kind} to keep its box alone")

@@ -55,6 +55,15 @@ class FileHead:
         return None
 
     @property
+    def first_list_item(self) -> object:
+        """The first item of the JSON list the file is, if it is one and the item ends
+        within the first bytes."""
+        try:
+            return next(ijson.items(io.BytesIO(self.data), "item"), None)
+        except ijson.JSONError:
+            return None
+
+    @property
     def first_line_object(self) -> dict | None:
         """The first non-blank line, parsed, when it is a JSON object (JSON Lines)."""
         for line in self.data.splitlines():

@@ -21,6 +21,7 @@ from worker.inputs.automl_csv import CsvFormat
 from worker.inputs.coco import CocoFormat
 from worker.inputs.folder import ImageFolderFormat
 from worker.inputs.input_format import FileHead, InputFormat, plain_name
+from worker.inputs.label_studio import LabelStudioFormat
 from worker.inputs.rows import ManifestError, ManifestItem, RowRules
 from worker.inputs.vertex_jsonl import VertexJsonlFormat
 from worker.inputs.voc import VocFormat, xml_glob
@@ -32,6 +33,7 @@ FORMATS: dict[str, InputFormat] = {format.name: format for format in (
     VocFormat(),
     VertexJsonlFormat(),
     CocoFormat(),
+    LabelStudioFormat(),
     YoloFormat(),
     CsvFormat(),
     ImageFolderFormat(),

@@ -35,6 +35,7 @@ from worker.chunks import LineRange, ManifestSource
 from worker.dead_letters import DeadLetter
 from worker.inputs.folder import IMAGE_EXTENSIONS
 from worker.choices import LeftOut
+from worker.inputs.boxes import clipped_box, extent, unwritten_annotation
 from worker.inputs.input_format import InputFormat
 from worker.inputs.lines import numbered_lines
 from worker.inputs.rows import (ManifestError, RowRules, has_undecodable_bytes, normalise_path,
@@ -44,9 +45,6 @@ from worker.splits import SPLITS
 
 # data.yaml's key for each split.
 _SPLIT_KEYS = dict(zip(SPLITS, ("train", "val", "test"), strict=True))
-# A corner may lie this far outside the image (a fraction of its side) and be clipped to
-# it: what rounding a box to six decimals gives at the image's edge, not a box outside.
-_EDGE_TOLERANCE = 1e-3
 # Label files read before the job to see whether the dataset holds masks or keypoints.
 _PEEKED_LABEL_FILES = 20
 
@@ -213,15 +211,14 @@ def _label_row(row: ManifestRow, raw: str, dataset: YoloDataset, rules: RowRules
                                                   else coordinates)):
         return row.dead_letter(reasons.BOX_OUT_OF_RANGE, "coordinates must be normalised "
                                f"to the image size, between 0 and 1: {raw!r}")
-    if shape == "polygon" and LeftOut.MASKS not in rules.leave_out:
-        return row.dead_letter(reasons.UNWRITTEN_ANNOTATION, "the line is a polygon (a "
-                               "segmentation mask or an oriented box), which this version "
-                               "does not write: pass --leave_out masks to keep its box alone")
-    if shape == "pose" and LeftOut.KEYPOINTS not in rules.leave_out:
-        return row.dead_letter(reasons.UNWRITTEN_ANNOTATION, "the line holds keypoints, "
-                               "which this version does not write: pass --leave_out "
-                               "keypoints to keep its box alone")
-    box = _polygon_box(coordinates) if shape == "polygon" else _centre_box(coordinates[:4])
+    unwritten = unwritten_annotation(
+        {"polygon": LeftOut.MASKS, "pose": LeftOut.KEYPOINTS}.get(shape), rules,
+        "a polygon (a segmentation mask or an oriented box)" if shape == "polygon"
+        else "keypoints")
+    if unwritten:
+        return row.dead_letter(*unwritten)
+    box = (clipped_box(*extent(coordinates[0::2], coordinates[1::2])) if shape == "polygon"
+           else _centre_box(coordinates[:4]))
     if not isinstance(box, Box):
         return row.dead_letter(*box)
     return row._replace(labels=(dataset.names[int(class_id)],), boxes=(box,))
@@ -253,23 +250,7 @@ def _expected_fields(count: int, keypoints: tuple[int, int] | None) -> str:
 
 def _centre_box(values: list[float]) -> Box | tuple[str, str]:
     cx, cy, width, height = values
-    return _clipped(cx - width / 2, cy - height / 2, cx + width / 2, cy + height / 2)
-
-
-def _polygon_box(values: list[float]) -> Box | tuple[str, str]:
-    xs, ys = values[0::2], values[1::2]
-    return _clipped(min(xs), min(ys), max(xs), max(ys))
-
-
-def _clipped(xmin: float, ymin: float, xmax: float, ymax: float) -> Box | tuple[str, str]:
-    corners = (xmin, ymin, xmax, ymax)
-    if not all(-_EDGE_TOLERANCE <= value <= 1 + _EDGE_TOLERANCE for value in corners):
-        return (reasons.BOX_OUT_OF_RANGE, "the box reaches outside the image: corners "
-                f"{', '.join(f'{value:.6g}' for value in corners)}")
-    xmin, ymin, xmax, ymax = (min(max(value, 0.0), 1.0) for value in corners)
-    if xmin >= xmax or ymin >= ymax:
-        return reasons.EMPTY_BOX, "the box has no width or no height"
-    return Box(xmin, ymin, xmax, ymax)
+    return clipped_box(cx - width / 2, cy - height / 2, cx + width / 2, cy + height / 2)
 
 
 def _class_names(path: str, data: dict) -> tuple[str, ...]:

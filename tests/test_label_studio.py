@@ -1,0 +1,137 @@
+"""Label Studio JSON exports (worker/inputs/label_studio.py): choices as classification
+labels, rectangles and polygons as boxes, Label Studio's own image paths, and what is
+not a box dead-lettered by name."""
+
+import json
+
+import numpy as np
+
+from conftest import encode, photo_like
+from pipeline import run
+from worker import dead_letters as reasons
+from worker.dead_letters import DeadLetter
+from worker.inputs.rows import RowRules
+from worker.inputs.sources import check_sources, find_manifests, read_source
+from worker.records import ManifestRow
+
+
+def task(task_id, image, *regions, cancelled_first=False):
+    """A task as Label Studio 1.x exports it (JSON, not JSON-MIN)."""
+    annotation = {"id": task_id, "completed_by": 1, "was_cancelled": False,
+                  "result": list(regions), "ground_truth": False, "lead_time": 3.2}
+    annotations = [annotation]
+    if cancelled_first:
+        annotations.insert(0, {"id": 99, "was_cancelled": True, "result": [
+            rectangle("r0", "dog", 0, 0, 10, 10)]})
+    return {"id": task_id, "annotations": annotations, "file_upload": image.rsplit("/", 1)[-1],
+            "drafts": [], "predictions": [], "data": {"image": image}, "meta": {},
+            "created_at": "2024-05-01T10:00:00.000000Z", "project": 3}
+
+
+def region(region_id, kind, value):
+    return {"id": region_id, "type": kind, "from_name": "label", "to_name": "image",
+            "original_width": 640, "original_height": 480, "image_rotation": 0,
+            "value": value, "origin": "manual"}
+
+
+def rectangle(region_id, label, x, y, width, height, rotation=0):
+    return region(region_id, "rectanglelabels", {
+        "x": x, "y": y, "width": width, "height": height, "rotation": rotation,
+        "rectanglelabels": [label]})
+
+
+def polygon(region_id, label, points):
+    return region(region_id, "polygonlabels", {"points": points, "closed": True,
+                                               "polygonlabels": [label]})
+
+
+def choices(*labels):
+    return {"id": "c", "type": "choices", "from_name": "class", "to_name": "image",
+            "value": {"choices": list(labels)}, "origin": "manual"}
+
+
+def export(tmp_path, tasks):
+    path = tmp_path / "project-3-at-2024-05-01.json"
+    path.write_text(json.dumps(tasks, indent=2))
+    return path
+
+
+def rows(path, rules):
+    (source,) = find_manifests([str(path)])
+    assert source.format == "label_studio"
+    check_sources([source], rules)
+    return list(read_source(source, rules))
+
+
+def test_rectangles_and_polygons_are_boxes_in_percent_of_the_image(tmp_path):
+    path = export(tmp_path, [
+        task(1, "/data/upload/3/a1b2-cat.jpg", rectangle("r1", "cat", 10, 20, 30, 40),
+             polygon("p1", "dog", [[50, 50], [90, 55], [70, 95]]), choices("indoor")),
+        task(2, "/data/local-files/?d=photos/empty.jpg"),
+        task(3, "s3://bucket/x.jpg", rectangle("r2", "cat", 0, 0, 100, 100.0000001),
+             cancelled_first=True),
+        task(4, "y.jpg", rectangle("r3", "cat", 10, 10, 20, 20, rotation=30),
+             region("k1", "keypointlabels", {"x": 5, "y": 5, "keypointlabels": ["nose"]}),
+             rectangle("r4", "cat", 90, 10, 20, 20), {"id": "r5", "type": "rectanglelabels",
+                                                      "value": {"x": "a"}})])
+    found = rows(path, RowRules(label_mode="detection", leave_out={"masks"}))
+    kept = [row for row in found if isinstance(row, ManifestRow)]
+    assert [(row.uri, row.labels) for row in kept] == [
+        (str(tmp_path / "upload/3/a1b2-cat.jpg"), ("cat",)),
+        (str(tmp_path / "upload/3/a1b2-cat.jpg"), ("dog",)),
+        (str(tmp_path / "photos/empty.jpg"), ()),
+        ("s3://bucket/x.jpg", ("cat",))]  # the cancelled annotation's dog is not read
+    np.testing.assert_allclose(kept[0].boxes[0][:4], (0.1, 0.2, 0.4, 0.6))
+    np.testing.assert_allclose(kept[1].boxes[0][:4], (0.5, 0.5, 0.9, 0.95))
+    np.testing.assert_allclose(kept[3].boxes[0][:4], (0, 0, 1, 1))  # clipped at the edge
+    dead = [(row.line, row.reason, row.message) for row in found if isinstance(row, DeadLetter)]
+    assert [(line, reason) for line, reason, _ in dead] == [
+        (4, reasons.UNSUPPORTED_ANNOTATION), (4, reasons.UNSUPPORTED_ANNOTATION),
+        (4, reasons.BOX_OUT_OF_RANGE), (4, reasons.INVALID_BOX)]
+    assert dead[0][2] == "task 4: region r3: the rectangle is rotated 30 degrees; the " \
+        "boxes written are not"
+    assert "a keypointlabels region is not a box" in dead[1][2]
+    # Without --leave_out masks, the polygon is a dead letter saying so.
+    without = rows(path, RowRules(label_mode="detection"))
+    (polygon_letter,) = [row for row in without if isinstance(row, DeadLetter)
+                         and row.reason == reasons.UNWRITTEN_ANNOTATION]
+    assert "region p1: it holds a polygon (a mask)" in polygon_letter.message
+
+
+def test_choices_are_classification_labels(tmp_path):
+    path = export(tmp_path, [task(1, "a.jpg", choices("cat")),
+                             task(2, "b.jpg", choices("cat", "indoor")),
+                             task(3, "c.jpg", rectangle("r", "cat", 1, 1, 5, 5)),
+                             task(4, "d.jpg")])
+    single = rows(path, RowRules())
+    assert single[0].labels == ("cat",)
+    assert [row.reason for row in single[1:]] == [
+        reasons.MULTIPLE_LABELS, reasons.MISSING_LABEL, reasons.MISSING_LABEL]
+    assert single[2].message.endswith("pass --label_mode detection")
+    multi = rows(path, RowRules(label_mode="multi"))
+    assert multi[1].labels == ("cat", "indoor")
+
+
+def test_a_label_studio_export_converts_end_to_end(tmp_path):
+    for seed, name in enumerate(("a.jpg", "b.jpg")):
+        (tmp_path / name).write_bytes(encode(photo_like(64, 48, seed), "JPEG"))
+    path = export(tmp_path, [task(1, "a.jpg", rectangle("r1", "cat", 10, 20, 30, 40),
+                                  rectangle("r2", "dog", 50, 50, 25, 25)),
+                             task(2, "b.jpg", rectangle("r3", "cat", 0, 0, 50, 50))])
+    output = tmp_path / "out"
+    assert run.main(["--manifest", f"train={path}", "--label_mode", "detection",
+                     "--output_dir", str(output)]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["examples_written"],
+            summary["splits"]["train"]["labels"]) == (3, 2, {"cat": 2, "dog": 1})
+
+
+def test_a_json_list_that_is_not_label_studios_is_not_read_as_it(tmp_path):
+    """A list of other objects is read as JSON Lines (the name's first format), whose
+    line is then a dead letter, not a task without annotations."""
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps([{"image": "a.jpg", "label": "cat"}]))
+    (source,) = find_manifests([str(path)])
+    assert source.format == "vertex_jsonl"
+    (dead,) = read_source(source, RowRules())
+    assert (dead.reason, dead.message) == (reasons.MALFORMED_ROW, "expected a JSON object")

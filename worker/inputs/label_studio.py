@@ -1,0 +1,163 @@
+"""Label Studio's JSON export: a list of tasks, each `data.image` and `annotations`, whose
+`result` regions are `choices` (classification), `rectanglelabels` (boxes) or
+`polygonlabels`, with `value` coordinates in percent of the image's width and height.
+
+A task is read from its first annotation that was not cancelled (as Label Studio's own
+converters read one annotation a task). Rows: with --label_mode single or multi, one per
+task, its labels the `choices`; with detection, one per region, its box `x, y, x + width,
+y + height` divided by 100 (a polygon's box is its points' extent, its mask not written
+yet: --leave_out masks). A rotated rectangle is dead-lettered (the API's boxes are not
+rotated), and so is a region of another type (keypoints, brushes...). `data.image` may
+be Label Studio's own path (`/data/upload/3/x.jpg`, `/data/local-files/?d=dir/x.jpg`):
+read as `upload/3/x.jpg` and `dir/x.jpg` relative to --image_dir or the JSON's folder.
+The file is streamed (ijson) a task at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Iterator
+
+import ijson
+
+from worker import dead_letters as reasons
+from worker.chunks import LineRange, ManifestSource
+from worker.choices import LabelMode, LeftOut
+from worker.dead_letters import DeadLetter
+from worker.inputs.boxes import box_row, clipped_box, extent, unwritten_annotation
+from worker.inputs.input_format import FileHead, InputFormat
+from worker.inputs.lines import open_manifest
+from worker.inputs.rows import RowRules, assign_split, image_folder, resolve_uri
+from worker.records import ManifestRow
+
+_LOCAL_FILES = "/data/local-files/"
+_LABEL_STUDIO_DATA = "/data/"
+
+
+def read_label_studio(path: str, rules: RowRules, split: str | None
+                      ) -> Iterator[ManifestRow | DeadLetter]:
+    """A row per task (classification) or per region (detection); `line` is the task's
+    1-based position in the list, `raw` the task's region (or the task) as JSON."""
+    with open_manifest(path) as file:
+        for position, task in enumerate(ijson.items(file, "item", use_float=True), start=1):
+            yield from _task_rows(path, position, task, rules, split)
+
+
+def _task_rows(path: str, position: int, task: object, rules: RowRules, split: str | None
+               ) -> Iterator[ManifestRow | DeadLetter]:
+    raw = json.dumps(task, ensure_ascii=False)
+    if not isinstance(task, dict):
+        yield DeadLetter(path, position, raw, "", split or "", reasons.MALFORMED_ROW,
+                         "a task must be a JSON object")
+        return
+    where = f"task {task.get('id', position)}: "
+    written = (task.get("data") or {}).get("image") if isinstance(task.get("data"), dict) else None
+    if not isinstance(written, str) or not written.strip():
+        yield DeadLetter(path, position, raw, "", split or "", reasons.MISSING_URI,
+                         where + "data.image is missing or empty")
+        return
+    name = _image_name(written.strip())
+    image = ManifestRow(path, position, raw, split or assign_split(name, rules.split_fractions),
+                        resolve_uri(name, image_folder(path, rules)), ())
+    annotation = next((each for each in task.get("annotations") or []
+                       if isinstance(each, dict) and not each.get("was_cancelled")), None)
+    regions = annotation.get("result") if annotation else []
+    if not isinstance(regions, list):
+        yield image.dead_letter(reasons.MALFORMED_ROW, where + "the annotation's result is "
+                                "not a list")
+        return
+    if rules.detection:
+        yield from _region_rows(image, where, regions, rules)
+        return
+    labels = tuple(dict.fromkeys(
+        str(choice).strip() for region in regions if isinstance(region, dict)
+        and region.get("type") == "choices"
+        for choice in (region.get("value") or {}).get("choices") or [] if str(choice).strip()))
+    if not labels:
+        yield image.dead_letter(reasons.MISSING_LABEL, where + "no choices region (a "
+                                "classification label)" + (
+                                    "; its regions are boxes: pass --label_mode detection"
+                                    if any(isinstance(region, dict) and region.get("type") ==
+                                           "rectanglelabels" for region in regions) else ""))
+    elif len(labels) > 1 and rules.label_mode is LabelMode.SINGLE:
+        yield image.dead_letter(reasons.MULTIPLE_LABELS, f"{where}{len(labels)} choices; "
+                                "pass --label_mode multi to keep them all")
+    else:
+        yield image._replace(labels=labels)
+
+
+def _region_rows(image: ManifestRow, where: str, regions: list, rules: RowRules
+                 ) -> Iterator[ManifestRow | DeadLetter]:
+    shapes = [region for region in regions
+              if not (isinstance(region, dict) and region.get("type") == "choices")]
+    if not shapes:
+        yield image  # an image without objects
+    for index, region in enumerate(shapes):
+        row = image._replace(raw=json.dumps(region, ensure_ascii=False))
+        here = f"{where}region {region.get('id', index) if isinstance(region, dict) else index}: "
+        yield _region_row(row, here, region, rules)
+
+
+def _region_row(row: ManifestRow, where: str, region: object, rules: RowRules
+                ) -> ManifestRow | DeadLetter:
+    def reject(reason: str, message: str) -> DeadLetter:
+        return row.dead_letter(reason, where + message)
+
+    if not isinstance(region, dict) or not isinstance(region.get("value"), dict):
+        return reject(reasons.MALFORMED_ROW, "a region must be an object with a value")
+    kind, value = region.get("type"), region["value"]
+    if kind not in ("rectanglelabels", "polygonlabels"):
+        return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {kind} region is not a box")
+    labels = [str(label).strip() for label in value.get(kind) or [] if str(label).strip()]
+    if len(labels) > 1:
+        return reject(reasons.MULTIPLE_LABELS, f"the region has {len(labels)} labels; a box "
+                      "has one")
+    try:
+        if kind == "rectanglelabels":
+            if float(value.get("rotation") or 0) % 360:
+                return reject(reasons.UNSUPPORTED_ANNOTATION, "the rectangle is rotated "
+                              f"{value['rotation']} degrees; the boxes written are not")
+            x, y, width, height = (float(value[key]) / 100
+                                   for key in ("x", "y", "width", "height"))
+            corners = (x, y, x + width, y + height)
+        else:
+            unwritten = unwritten_annotation(LeftOut.MASKS, rules, "a polygon (a mask)")
+            if unwritten:
+                return reject(*unwritten)
+            points = [(float(px) / 100, float(py) / 100) for px, py in value["points"]]
+            if len(points) < 3:
+                return reject(reasons.INVALID_BOX, f"a polygon needs at least 3 points, found "
+                              f"{len(points)}")
+            corners = extent([px for px, _ in points], [py for _, py in points])
+    except (KeyError, TypeError, ValueError) as error:
+        return reject(reasons.INVALID_BOX, f"the {kind} value's coordinates are missing or "
+                      f"not numbers ({error!r})")
+    return box_row(row, labels[0] if labels else "", True,
+                   lambda: clipped_box(*corners), lambda reason, message, **_: reject(
+                       reason, message))
+
+
+def _image_name(written: str) -> str:
+    """data.image as a path to resolve: Label Studio's own URLs made relative."""
+    if written.startswith(_LOCAL_FILES):
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(written).query)
+        return query.get("d", [written])[0]
+    if written.startswith(_LABEL_STUDIO_DATA):
+        return written[len(_LABEL_STUDIO_DATA):]
+    return written
+
+
+class LabelStudioFormat(InputFormat):
+    name = "label_studio"
+    title = "a Label Studio JSON export"
+    suffixes = (".json",)
+
+    def recognises(self, head: FileHead) -> bool:
+        """A list whose first task has `data` and `annotations`."""
+        task = head.first_list_item
+        return isinstance(task, dict) and "data" in task and "annotations" in task
+
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+             ) -> Iterator[ManifestRow | DeadLetter]:
+        return read_label_studio(source.path, rules, source.split)
