@@ -19,6 +19,7 @@ from worker import storage
 from worker.chunks import ManifestSource, RowChunk
 from worker.inputs.automl_csv import CsvFormat
 from worker.inputs.coco import CocoFormat
+from worker.inputs.cvat import CvatFormat
 from worker.inputs.folder import ImageFolderFormat
 from worker.inputs.input_format import FileHead, InputFormat, plain_name
 from worker.inputs.label_studio import LabelStudioFormat
@@ -31,6 +32,7 @@ from worker.splits import normalise_split
 # Where a file's name fits several formats and its content none, the first listed reads it.
 FORMATS: dict[str, InputFormat] = {format.name: format for format in (
     VocFormat(),
+    CvatFormat(),
     VertexJsonlFormat(),
     CocoFormat(),
     LabelStudioFormat(),
@@ -63,7 +65,10 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None
     found: set[ManifestSource] = set()
     for argument in arguments:
         split, path = split_and_path(argument)
+        # A folder or glob of VOC XMLs is one source; one XML file is sniffed (CVAT's too).
         voc = xml_glob(path) if input_format in (None, VocFormat.name) else None
+        if voc == path and not _is_glob(path):
+            voc = None
         paths = [voc] if voc else [found.path for found in storage.match(path)]
         if not paths or (voc and not storage.match(voc)):
             raise ManifestError(f"manifest not found: {argument}")
@@ -71,6 +76,10 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None
                                                            else format_of(each)), split)
                      for each in paths)
     return sorted(found, key=lambda source: (source.path, source.split or ""))
+
+
+def _is_glob(path: str) -> bool:
+    return any(char in path for char in "*?[")
 
 
 def format_of(path: str) -> str:

@@ -1,0 +1,120 @@
+"""CVAT for images 1.1 XML (worker/inputs/cvat.py): boxes, polygons and masks in pixels of
+each image's declared size, tags as classification labels, subsets as splits, and every
+shape that is not a box dead-lettered by name."""
+
+import json
+
+import numpy as np
+
+from conftest import encode, photo_like
+from pipeline import run
+from worker import dead_letters as reasons
+from worker.dead_letters import DeadLetter
+from worker.inputs.rows import RowRules
+from worker.inputs.sources import check_sources, find_manifests, read_source
+from worker.records import ManifestRow
+
+HEADER = """<?xml version="1.0" encoding="utf-8"?>
+<annotations>
+  <version>1.1</version>
+  <meta>
+    <task><id>7</id><name>pets</name><size>4</size><mode>annotation</mode>
+      <labels><label><name>cat</name><color>#fa3253</color><type>any</type><attributes/></label>
+        <label><name>dog</name><color>#33ddff</color><type>any</type><attributes/></label>
+      </labels>
+    </task>
+    <dumped>2024-05-01 10:00:00.000000+00:00</dumped>
+  </meta>
+"""
+
+IMAGES = """
+  <image id="0" name="a.jpg" subset="Train" width="64" height="48">
+    <box label="cat" source="manual" occluded="0" xtl="6.40" ytl="4.80" xbr="32.00" ybr="24.00" z_order="0">
+      <attribute name="breed">tabby</attribute>
+    </box>
+    <polygon label="dog" source="manual" occluded="1" points="32.0,24.0;64.0,30.0;40.0,48.0" z_order="0"/>
+    <tag label="indoor" source="manual"/>
+  </image>
+  <image id="1" name="b.jpg" subset="Validation" width="64" height="48">
+  </image>
+  <image id="2" name="c.jpg" subset="default" width="64" height="48">
+    <box label="cat" source="manual" occluded="0" xtl="0" ytl="0" xbr="10" ybr="10" rotation="45.0" z_order="0"/>
+    <polyline label="cat" source="manual" occluded="0" points="1,1;5,5" z_order="0"/>
+    <box label="dog" source="manual" occluded="0" xtl="50" ytl="0" xbr="70" ybr="10" z_order="0"/>
+    <mask label="dog" source="manual" occluded="0" rle="3, 5, 2" left="10" top="20" width="4" height="2" z_order="0"/>
+  </image>
+  <image id="3" name="d.jpg" subset="Test" width="64" height="48">
+    <tag label="outdoor" source="manual"/>
+    <tag label="dog" source="manual"/>
+  </image>
+  <track id="0" label="cat" source="manual"><box frame="0" outside="0" occluded="0" keyframe="1" xtl="1" ytl="1" xbr="5" ybr="5" z_order="0"/></track>
+"""
+
+
+def annotations(tmp_path, images=IMAGES):
+    path = tmp_path / "annotations.xml"
+    path.write_text(HEADER + images + "</annotations>\n")
+    return path
+
+
+def rows(path, rules, split=None):
+    (source,) = find_manifests([f"{split}={path}" if split else str(path)])
+    assert source.format == "cvat"
+    check_sources([source], rules)
+    return list(read_source(source, rules))
+
+
+def test_shapes_are_boxes_in_pixels_of_the_declared_size(tmp_path):
+    (tmp_path / "images").mkdir()  # CVAT's export with images: names are under images/
+    (tmp_path / "images" / "a.jpg").write_bytes(encode(photo_like(64, 48, 0), "JPEG"))
+    found = rows(annotations(tmp_path), RowRules(label_mode="detection", leave_out={"masks"}))
+    kept = [row for row in found if isinstance(row, ManifestRow)]
+    assert [(row.split, row.uri.rsplit("/", 2)[-2:], row.labels) for row in kept] == [
+        ("train", ["images", "a.jpg"], ("cat",)), ("train", ["images", "a.jpg"], ("dog",)),
+        ("validation", ["images", "b.jpg"], ()), (kept[3].split, ["images", "c.jpg"], ("dog",)),
+        ("test", ["images", "d.jpg"], ())]
+    np.testing.assert_allclose(kept[0].boxes[0][:4], (0.1, 0.1, 0.5, 0.5))
+    np.testing.assert_allclose(kept[1].boxes[0][:4], (0.5, 0.5, 1, 1))
+    np.testing.assert_allclose(kept[3].boxes[0][:4], (10 / 64, 20 / 48, 14 / 64, 22 / 48))
+    assert kept[0].image_size == (64, 48)
+    dead = [(row.line, row.reason, row.message) for row in found if isinstance(row, DeadLetter)]
+    assert dead == [
+        (3, reasons.UNSUPPORTED_ANNOTATION, "image 2: <box>: the box is rotated 45.0 degrees; "
+         "the boxes written are not"),
+        (3, reasons.UNSUPPORTED_ANNOTATION, "image 2: <polyline>: a polyline is not a box"),
+        (3, reasons.BOX_OUT_OF_RANGE, "image 2: <box>: pixel coordinates 50,0,70,10 lie "
+         "outside the declared 64x48 image"),
+        (0, reasons.UNSUPPORTED_ANNOTATION, "track 0: a video's track (CVAT for video 1.1); "
+         "export the task as CVAT for images 1.1")]
+    without = rows(annotations(tmp_path), RowRules(label_mode="detection"))
+    assert sum(isinstance(row, DeadLetter) and row.reason == reasons.UNWRITTEN_ANNOTATION
+               for row in without) == 2  # the polygon and the mask
+
+
+def test_tags_are_classification_labels_and_subsets_splits(tmp_path):
+    found = rows(annotations(tmp_path), RowRules(label_mode="multi"))
+    assert [(row.line, row.reason if isinstance(row, DeadLetter) else row.labels)
+            for row in found] == [
+        (1, ("indoor",)), (2, reasons.MISSING_LABEL), (3, reasons.MISSING_LABEL),
+        (4, ("outdoor", "dog")), (0, reasons.UNSUPPORTED_ANNOTATION)]
+    assert found[2].message.endswith("its shapes are boxes: pass --label_mode detection")
+    single = rows(annotations(tmp_path), RowRules())
+    assert single[3].reason == reasons.MULTIPLE_LABELS
+    # SPLIT=PATH: an image whose subset names another split is invalid_split.
+    forced = rows(annotations(tmp_path), RowRules(label_mode="multi"), split="train")
+    assert [row.reason for row in forced if isinstance(row, DeadLetter)] == [
+        reasons.INVALID_SPLIT, reasons.MISSING_LABEL, reasons.INVALID_SPLIT,
+        reasons.UNSUPPORTED_ANNOTATION]
+
+
+def test_a_cvat_export_converts_end_to_end_beside_a_voc_xml(tmp_path):
+    """Both are .xml: each is told by its root element."""
+    for seed, name in enumerate(("a.jpg", "b.jpg")):
+        (tmp_path / name).write_bytes(encode(photo_like(64, 48, seed), "JPEG"))
+    cvat = annotations(tmp_path, IMAGES.split('  <image id="2"')[0])
+    output = tmp_path / "out"
+    assert run.main(["--manifest", str(cvat), "--label_mode", "detection", "--leave_out",
+                     "masks", "--output_dir", str(output)]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["examples_written"]) == (3, 2)
+    assert summary["splits"]["train"]["labels"] == {"cat": 1, "dog": 1}

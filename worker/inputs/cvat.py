@@ -1,0 +1,171 @@
+"""CVAT's "CVAT for images 1.1" XML export (`annotations.xml`): one <image> element per
+image (`name`, `width`, `height`, `subset`), holding <tag> (an image label) and shapes:
+<box> (pixel corners xtl, ytl, xbr, ybr), <polygon> (`points="x,y;x,y;..."`), <mask>
+(`left`, `top`, `width`, `height` and an RLE), and <polyline>, <points>, <ellipse>,
+<cuboid>, <skeleton>, which are not boxes.
+
+Rows: with --label_mode single or multi, one per image, its labels its tags (its shapes
+are not read); with detection, one per shape (its tags are not read), boxes divided by
+the image's declared size as the Object Detection API's converters do. A polygon's or a
+mask's box is its extent, the mask itself not written yet (--leave_out masks); a rotated
+box, a shape of another kind and a <track> (CVAT for video) are dead letters naming them.
+Splits: `subset` (Train, Validation, Test) where it names one, else --manifest
+SPLIT=PATH or a hashed one. Images: `name`, relative to --image_dir, or to the XML's
+`images/` folder when there is one (CVAT's export with images), else to its folder. The
+file is streamed an <image> at a time (iterparse).
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterator
+
+from worker import dead_letters as reasons
+from worker import storage
+from worker.chunks import LineRange, ManifestSource
+from worker.choices import LabelMode, LeftOut
+from worker.dead_letters import DeadLetter
+from worker.inputs.boxes import box_row, declared_size, extent, pixel_box, unwritten_annotation
+from worker.inputs.input_format import FileHead, InputFormat
+from worker.inputs.lines import open_manifest
+from worker.inputs.rows import (ManifestError, RowRules, image_folder, invalid_split,
+                                resolve_uri, row_split)
+from worker.records import ManifestRow
+
+_NOT_BOXES = ("polyline", "points", "ellipse", "cuboid", "skeleton")
+_IMAGES = "images"  # where CVAT's export with images puts them, beside annotations.xml
+_SUBSET_DEFAULT = "default"  # CVAT's subset of a task without one
+
+
+def read_cvat(path: str, rules: RowRules, split: str | None
+              ) -> Iterator[ManifestRow | DeadLetter]:
+    """A row per image (classification) or shape (detection); `line` is the image's
+    1-based position among the <image> elements (0 for a <track>), `raw` its element's
+    XML without children, or the shape's."""
+    folder = _image_folder(path, rules)
+    position = 0
+    try:
+        with open_manifest(path) as file:
+            for _, element in ElementTree.iterparse(file):
+                if element.tag == "image":
+                    position += 1
+                    yield from _image_rows(path, position, element, folder, rules, split)
+                    element.clear()
+                elif element.tag == "track":
+                    yield DeadLetter(path, 0, _xml(element), "", split or "",
+                                     reasons.UNSUPPORTED_ANNOTATION,
+                                     f"track {element.get('id')}: a video's track (CVAT for "
+                                     "video 1.1); export the task as CVAT for images 1.1")
+                    element.clear()
+    except ElementTree.ParseError as error:
+        raise ManifestError(f"{path}: cannot parse the XML: {error}") from error
+
+
+def _image_rows(path: str, position: int, element: ElementTree.Element, folder: str,
+                rules: RowRules, forced: str | None) -> Iterator[ManifestRow | DeadLetter]:
+    name = (element.get("name") or "").strip()
+    raw = _xml(element)
+    where = f"image {element.get('id', position)}: "
+    subset = (element.get("subset") or "").strip()
+    written_split = "" if subset.lower() == _SUBSET_DEFAULT else subset
+    split = row_split(written_split, name, rules, forced)
+    if not name:
+        yield DeadLetter(path, position, raw, "", split or "", reasons.MISSING_URI,
+                         where + "the name is missing or empty")
+        return
+    uri = resolve_uri(name, folder)
+    image = ManifestRow(path, position, raw, split or "", uri, ())
+    if split is None:
+        yield image.dead_letter(reasons.INVALID_SPLIT,
+                                where + invalid_split(written_split, forced))
+        return
+    if not rules.detection:
+        yield _tagged(image, where, element, rules)
+        return
+    size = declared_size(element.get("width"), element.get("height"))
+    if not isinstance(size[0], int):
+        yield image.dead_letter(size[0], where + size[1])
+        return
+    image = image._replace(image_size=size)
+    shapes = [child for child in element if child.tag != "tag"]
+    if not shapes:
+        yield image  # an image without objects
+    for shape in shapes:
+        yield _shape_row(image._replace(raw=_xml(shape)), where, shape, rules)
+
+
+def _tagged(image: ManifestRow, where: str, element: ElementTree.Element, rules: RowRules
+            ) -> ManifestRow | DeadLetter:
+    labels = tuple(dict.fromkeys(label for tag in element.iter("tag")
+                                 if (label := (tag.get("label") or "").strip())))
+    if not labels:
+        shapes = any(child.tag != "tag" for child in element)
+        return image.dead_letter(reasons.MISSING_LABEL, where + "no <tag> (an image label)"
+                                 + ("; its shapes are boxes: pass --label_mode detection"
+                                    if shapes else ""))
+    if len(labels) > 1 and rules.label_mode is LabelMode.SINGLE:
+        return image.dead_letter(reasons.MULTIPLE_LABELS, f"{where}{len(labels)} tags; pass "
+                                 "--label_mode multi to keep them all")
+    return image._replace(labels=labels)
+
+
+def _shape_row(row: ManifestRow, where: str, shape: ElementTree.Element, rules: RowRules
+               ) -> ManifestRow | DeadLetter:
+    here = f"{where}<{shape.tag}>: "
+
+    def reject(reason: str, message: str, **_: str) -> DeadLetter:
+        return row.dead_letter(reason, here + message)
+
+    if shape.tag in _NOT_BOXES or shape.tag not in ("box", "polygon", "mask"):
+        return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {shape.tag} is not a box")
+    if shape.tag != "box":
+        unwritten = unwritten_annotation(LeftOut.MASKS, rules, f"a {shape.tag} (a mask)")
+        if unwritten:
+            return reject(*unwritten)
+    try:
+        if shape.tag == "box":
+            if float(shape.get("rotation") or 0) % 360:
+                return reject(reasons.UNSUPPORTED_ANNOTATION, f"the box is rotated "
+                              f"{shape.get('rotation')} degrees; the boxes written are not")
+            corners = [shape.get(side) for side in ("xtl", "ytl", "xbr", "ybr")]
+        elif shape.tag == "polygon":
+            points = [tuple(map(float, point.split(",")))
+                      for point in (shape.get("points") or "").split(";") if point.strip()]
+            if len(points) < 3 or any(len(point) != 2 for point in points):
+                return reject(reasons.INVALID_BOX, "a polygon needs at least 3 points x,y, "
+                              f"found {shape.get('points')!r}")
+            corners = list(extent([x for x, _ in points], [y for _, y in points]))
+        else:
+            left, top, width, height = (float(shape.get(key) or "nan")
+                                        for key in ("left", "top", "width", "height"))
+            corners = [left, top, left + width, top + height]
+    except ValueError:
+        return reject(reasons.INVALID_BOX, "a coordinate is not a number")
+    return box_row(row, (shape.get("label") or "").strip(), True,
+                   lambda: pixel_box(corners, row.image_size), reject)
+
+
+def _image_folder(path: str, rules: RowRules) -> str:
+    folder = image_folder(path, rules)
+    if rules.image_dir is None and storage.match(storage.join(folder, _IMAGES, "*"), limit=1):
+        return storage.join(folder, _IMAGES)
+    return folder
+
+
+def _xml(element: ElementTree.Element) -> str:
+    """The element's tag and attributes, without its children or text."""
+    return ElementTree.tostring(ElementTree.Element(element.tag, element.attrib),
+                                encoding="unicode")
+
+
+class CvatFormat(InputFormat):
+    name = "cvat"
+    title = "a CVAT for images 1.1 XML"
+    suffixes = (".xml",)
+
+    def recognises(self, head: FileHead) -> bool:
+        return head.xml_root == "annotations"
+
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+             ) -> Iterator[ManifestRow | DeadLetter]:
+        return read_cvat(source.path, rules, source.split)
