@@ -23,6 +23,7 @@ from worker.inputs.cvat import CvatFormat
 from worker.inputs.folder import ImageFolderFormat
 from worker.inputs.input_format import FileHead, InputFormat, plain_name
 from worker.inputs.label_studio import LabelStudioFormat
+from worker.inputs.labelme import LabelMeFormat
 from worker.inputs.rows import ManifestError, ManifestItem, RowRules
 from worker.inputs.vertex_jsonl import VertexJsonlFormat
 from worker.inputs.voc import VocFormat, xml_glob
@@ -36,12 +37,15 @@ FORMATS: dict[str, InputFormat] = {format.name: format for format in (
     VertexJsonlFormat(),
     CocoFormat(),
     LabelStudioFormat(),
+    LabelMeFormat(),
     YoloFormat(),
     CsvFormat(),
     ImageFolderFormat(),
 )}
 # What --input_format may name.
 MANIFEST_FORMATS = tuple(name for name in FORMATS if name != ImageFolderFormat.name)
+# Names of files, not folders, whatever else they are.
+_FILE_SUFFIXES = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".xml", ".yaml", ".yml")
 # What a name no format's suffixes claim is read as.
 _DEFAULT_FORMAT = CsvFormat.name
 
@@ -69,13 +73,21 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None
         voc = xml_glob(path) if input_format in (None, VocFormat.name) else None
         if voc == path and not _is_glob(path):
             voc = None
-        paths = [voc] if voc else [found.path for found in storage.match(path)]
+        paths = [voc] if voc else [found.path for found in _folder_files(path)
+                                   or storage.match(path)]
         if not paths or (voc and not storage.match(voc)):
             raise ManifestError(f"manifest not found: {argument}")
         found.update(ManifestSource(each, input_format or (VocFormat.name if voc
                                                            else format_of(each)), split)
                      for each in paths)
     return sorted(found, key=lambda source: (source.path, source.split or ""))
+
+
+def _folder_files(path: str) -> list:
+    """A folder's JSON files (LabelMe's, one per image); none for a file or a glob."""
+    if _is_glob(path) or plain_name(path).endswith(_FILE_SUFFIXES):
+        return []
+    return storage.match(storage.join(path, "*.json"))
 
 
 def _is_glob(path: str) -> bool:

@@ -1,0 +1,90 @@
+"""LabelMe JSON (worker/inputs/labelme.py): a folder of files, one per image; rectangles,
+and the extents of polygons, circles and masks, in pixels of the declared size; shapes
+sharing a group_id one object; flags as classification labels; __ignore__ left out."""
+
+import json
+
+import numpy as np
+
+from conftest import encode, photo_like
+from pipeline import run
+from worker import dead_letters as reasons
+from worker.dead_letters import DeadLetter
+from worker.inputs.rows import DiscardedRow, RowRules
+from worker.inputs.sources import check_sources, find_manifests, read_source
+from worker.records import ManifestRow
+
+
+def shape(label, kind, points, group_id=None):
+    return {"label": label, "points": points, "group_id": group_id, "description": "",
+            "shape_type": kind, "flags": {}, "mask": None}
+
+
+def labelme(folder, name, image_path, shapes, flags=None, size=(100, 50)):
+    """A file as labelme 5 saves it (imageData left out, as --nodata saves it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps({
+        "version": "5.4.1", "flags": flags or {}, "shapes": shapes, "imagePath": image_path,
+        "imageData": None, "imageHeight": size[1], "imageWidth": size[0]}, indent=2))
+
+
+def rows(path, rules):
+    sources = find_manifests([str(path)])
+    assert {source.format for source in sources} == {"labelme"}
+    check_sources(sources, rules)
+    return [row for source in sources for row in read_source(source, rules)]
+
+
+def test_a_folder_of_labelme_files_gives_a_box_per_object(tmp_path):
+    labels = tmp_path / "annotations"
+    labelme(labels, "a.json", "../images/a.jpg", [
+        shape("cat", "rectangle", [[60, 40], [10, 5]]),  # corners in either order
+        shape("dog", "polygon", [[50, 10], [90, 20], [70, 45]], group_id=1),
+        shape("dog", "polygon", [[95, 30], [99, 30], [97, 35]], group_id=1),  # same dog
+        shape("ball", "circle", [[20, 25], [25, 25]]),
+        shape("edge", "line", [[0, 0], [10, 10]]),
+        shape("cat", "rectangle", [[60, 40], [110, 45]])])
+    labelme(labels, "b.json", "b.jpg", [])
+    labelme(labels, "c.json", "c.jpg", [], flags={"__ignore__": True})
+    found = rows(labels, RowRules(label_mode="detection", leave_out={"masks"}))
+    kept = [row for row in found if isinstance(row, ManifestRow)]
+    assert [(row.uri, row.line, row.labels) for row in kept] == [
+        (str(tmp_path / "images" / "a.jpg"), 1, ("cat",)),
+        (str(tmp_path / "images" / "a.jpg"), 2, ("dog",)),
+        (str(tmp_path / "images" / "a.jpg"), 3, ("ball",)),
+        (str(labels / "b.jpg"), 0, ())]
+    np.testing.assert_allclose(kept[0].boxes[0][:4], (0.1, 0.1, 0.6, 0.8))
+    np.testing.assert_allclose(kept[1].boxes[0][:4], (0.5, 0.2, 0.99, 0.9))
+    np.testing.assert_allclose(kept[2].boxes[0][:4], (0.15, 0.4, 0.25, 0.6))
+    assert kept[0].image_size == (100, 50)
+    dead = [(row.line, row.reason, row.message) for row in found if isinstance(row, DeadLetter)]
+    assert dead == [(4, reasons.UNSUPPORTED_ANNOTATION, "object 4: a line is not a box"),
+                    (5, reasons.BOX_OUT_OF_RANGE, "object 5: pixel coordinates 60.0,40.0,"
+                     "110.0,45.0 lie outside the declared 100x50 image")]
+    assert [row for row in found if isinstance(row, DiscardedRow)] == [
+        DiscardedRow(str(labels / "c.json"), 0)]
+    without = rows(labels, RowRules(label_mode="detection"))
+    assert [row.line for row in without if isinstance(row, DeadLetter)
+            and row.reason == reasons.UNWRITTEN_ANNOTATION] == [2, 3]
+
+
+def test_flags_are_classification_labels(tmp_path):
+    labelme(tmp_path, "a.json", "a.jpg", [], flags={"__ignore__": False, "cat": True,
+                                                    "dog": False})
+    labelme(tmp_path, "b.json", "b.jpg", [shape("cat", "rectangle", [[1, 1], [5, 5]])])
+    labelme(tmp_path, "c.json", "c.jpg", [], flags={"cat": True, "indoor": True})
+    found = rows(tmp_path / "*.json", RowRules())
+    assert [row.labels if isinstance(row, ManifestRow) else row.reason for row in found] == [
+        ("cat",), reasons.MISSING_LABEL, reasons.MULTIPLE_LABELS]
+
+
+def test_labelme_files_convert_end_to_end(tmp_path):
+    (tmp_path / "a.jpg").write_bytes(encode(photo_like(100, 50, 0), "JPEG"))
+    labelme(tmp_path, "a.json", "a.jpg", [shape("cat", "rectangle", [[10, 5], [60, 40]]),
+                                          shape("dog", "rectangle", [[60, 5], [90, 45]])])
+    output = tmp_path / "out"
+    assert run.main(["--manifest", f"train={tmp_path}", "--label_mode", "detection",
+                     "--output_dir", str(output)]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["examples_written"],
+            summary["splits"]["train"]["labels"]) == (2, 1, {"cat": 1, "dog": 1})

@@ -1,0 +1,160 @@
+"""LabelMe JSON (wkentaro/labelme): one file per image, `imagePath` (relative to the
+JSON's folder, or to --image_dir), `imageWidth`, `imageHeight`, image-level `flags` and
+`shapes`, each `label`, `points` in pixels, `shape_type` and `group_id`. A file flagged
+`__ignore__` is left out, as a DISCARD row is.
+
+Rows: with --label_mode single or multi, one per file, its labels the flags set true
+(labelme's classification flags; `__ignore__` is not a class); with detection, one per
+object: a rectangle's two corners, or the extent of a polygon's points, a circle (its
+centre and a point on it) or a mask's corners. Shapes sharing a label and a group_id are
+one object, as labelme's own labelme2coco merges them. Polygons, circles and masks are
+masks, not written yet (--leave_out masks). Lines, line strips and points are not boxes:
+dead letters naming them. A folder given to --manifest is read as its .json files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+
+from worker import dead_letters as reasons
+from worker import storage
+from worker.chunks import LineRange, ManifestSource
+from worker.choices import LabelMode, LeftOut
+from worker.dead_letters import DeadLetter
+from worker.inputs.boxes import box_row, declared_size, extent, pixel_box, unwritten_annotation
+from worker.inputs.input_format import FileHead, InputFormat
+from worker.inputs.rows import DiscardedRow, RowRules, assign_split, resolve_uri
+from worker.records import ManifestRow
+
+# labelme's first keys: version, flags, shapes, imagePath, imageData...
+_LABELME_KEYS = frozenset({"version", "flags", "shapes"})
+_BOXES = ("rectangle",)
+_MASKS = ("polygon", "circle", "mask")
+# labelme's own flag for an image to leave out: its file is a discarded row, as DISCARD.
+_IGNORE_FLAG = "__ignore__"
+
+
+def read_labelme(path: str, rules: RowRules, split: str | None
+                 ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
+    """The rows of one LabelMe file; `line` is the object's 1-based position among the
+    file's objects (0 for the image's own row), `raw` its shapes as JSON."""
+    try:
+        with storage.open_read(path) as file:
+            document = json.loads(file.read())
+    except (OSError, ValueError) as error:
+        yield DeadLetter(path, 0, "", "", split or "", reasons.INVALID_ANNOTATION,
+                         f"cannot read the JSON: {error}")
+        return
+    written = document.get("imagePath") if isinstance(document, dict) else None
+    if not isinstance(written, str) or not written.strip():
+        yield DeadLetter(path, 0, "", "", split or "", reasons.MISSING_URI,
+                         "imagePath is missing or empty")
+        return
+    written = written.strip().replace("\\", "/")  # labelme on Windows writes backslashes
+    folder = rules.image_dir or storage.split(path)[0]
+    image = ManifestRow(path, 0, written, split or assign_split(written, rules.split_fractions),
+                        resolve_uri(written, folder), ())
+    flags = document.get("flags")
+    if isinstance(flags, dict) and flags.get(_IGNORE_FLAG) is True:
+        yield DiscardedRow(path, 0)
+        return
+    if not rules.detection:
+        yield _flagged(image, flags, rules)
+        return
+    size = declared_size(document.get("imageWidth"), document.get("imageHeight"))
+    if not isinstance(size[0], int):
+        yield image.dead_letter(*size)
+        return
+    image = image._replace(image_size=size)
+    shapes = document.get("shapes")
+    if not isinstance(shapes, list):
+        yield image.dead_letter(reasons.MALFORMED_ROW, "shapes is not a list")
+        return
+    objects = _objects(shapes)
+    if not objects:
+        yield image
+    for position, group in enumerate(objects, start=1):
+        row = image._replace(line=position, raw=json.dumps(group, ensure_ascii=False))
+        yield _object_row(row, group, rules)
+
+
+def _objects(shapes: list) -> list[list]:
+    """The shapes grouped into objects: those with one label and one group_id together,
+    in the order of their first shape; each other shape alone."""
+    groups: dict[object, list] = {}
+    for index, shape in enumerate(shapes):
+        group_id = shape.get("group_id") if isinstance(shape, dict) else None
+        key = (str(shape.get("label")), group_id) if group_id is not None else index
+        groups.setdefault(key, []).append(shape)
+    return list(groups.values())
+
+
+def _object_row(row: ManifestRow, shapes: list, rules: RowRules) -> ManifestRow | DeadLetter:
+    where = f"object {row.line}: "
+
+    def reject(reason: str, message: str, **_: str) -> DeadLetter:
+        return row.dead_letter(reason, where + message)
+
+    xs: list[float] = []
+    ys: list[float] = []
+    for shape in shapes:
+        if not isinstance(shape, dict):
+            return reject(reasons.MALFORMED_ROW, "a shape must be a JSON object")
+        kind = shape.get("shape_type") or "polygon"  # labelme before 4.0 wrote none
+        if kind not in _BOXES + _MASKS:
+            return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {kind} is not a box")
+        if kind in _MASKS:
+            unwritten = unwritten_annotation(LeftOut.MASKS, rules, f"a {kind} (a mask)")
+            if unwritten:
+                return reject(*unwritten)
+        points = _points(shape.get("points"))
+        needed = 3 if kind == "polygon" else 2
+        if points is None or len(points) < needed:
+            return reject(reasons.INVALID_BOX, f"a {kind} needs {needed} or more points "
+                          f"[x, y], found {shape.get('points')!r}")
+        if kind == "circle":
+            (cx, cy), (px, py) = points[:2]
+            radius = math.hypot(px - cx, py - cy)
+            points = [(cx - radius, cy - radius), (cx + radius, cy + radius)]
+        xs += [x for x, _ in points]
+        ys += [y for _, y in points]
+    label = str(shapes[0].get("label") or "").strip()
+    return box_row(row, label, True, lambda: pixel_box(extent(xs, ys), row.image_size), reject)
+
+
+def _points(value: object) -> list[tuple[float, float]] | None:
+    if not isinstance(value, list):
+        return None
+    try:
+        points = [(float(x), float(y)) for x, y in value]
+    except (TypeError, ValueError):
+        return None
+    return points if all(math.isfinite(x) and math.isfinite(y) for x, y in points) else None
+
+
+def _flagged(image: ManifestRow, flags: object, rules: RowRules) -> ManifestRow | DeadLetter:
+    labels = tuple(name.strip() for name, value in (flags or {}).items()
+                   if value is True and name != _IGNORE_FLAG and name.strip()
+                   ) if isinstance(flags, dict) else ()
+    if not labels:
+        return image.dead_letter(reasons.MISSING_LABEL, "no flag is set (labelme's image "
+                                 "labels); for its shapes pass --label_mode detection")
+    if len(labels) > 1 and rules.label_mode is LabelMode.SINGLE:
+        return image.dead_letter(reasons.MULTIPLE_LABELS, f"{len(labels)} flags are set; "
+                                 "pass --label_mode multi to keep them all")
+    return image._replace(labels=labels)
+
+
+class LabelMeFormat(InputFormat):
+    name = "labelme"
+    title = "a LabelMe JSON file"
+    suffixes = (".json",)
+
+    def recognises(self, head: FileHead) -> bool:
+        return head.first_json_key in _LABELME_KEYS
+
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+             ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
+        return read_labelme(source.path, rules, source.split)
