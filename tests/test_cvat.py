@@ -3,6 +3,8 @@ each image's declared size, tags as classification labels, subsets as splits, an
 shape that is not a box dead-lettered by name."""
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 
@@ -118,3 +120,27 @@ def test_a_cvat_export_converts_end_to_end_beside_a_voc_xml(tmp_path):
     summary = json.loads((output / "summary.json").read_text())
     assert (summary["rows_read"], summary["examples_written"]) == (3, 2)
     assert summary["splits"]["train"]["labels"] == {"cat": 1, "dog": 1}
+
+
+PUBLIC = Path(__file__).parent / "data" / "public" / "cvat"
+
+
+def test_datumaros_cvat_exports_read_as_cvat_writes_them(tmp_path):
+    """datumaro's task export: a box with attributes, a polyline, a polygon with an
+    empty label, points; its project export: each image under Train, Validation, Test."""
+    task_file = tmp_path / "train.xml"
+    shutil.copy(PUBLIC / "datumaro_task_train.xml", task_file)
+    found = rows(task_file, RowRules(label_mode="detection", leave_out={"masks"}))
+    assert [row.reason if isinstance(row, DeadLetter) else row.labels for row in found] == [
+        ("label1",), reasons.UNSUPPORTED_ANNOTATION, reasons.MISSING_LABEL,
+        reasons.UNSUPPORTED_ANNOTATION]
+    np.testing.assert_allclose(found[0].boxes[0][:4], (0, 2 / 8, 4 / 8, 4 / 8))
+    assert found[0].image_size == (8, 8)
+    project = tmp_path / "annotations.xml"
+    shutil.copy(PUBLIC / "datumaro_project_annotations.xml", project)
+    found = rows(project, RowRules(label_mode="detection", leave_out={"masks"}))
+    boxes = [row for row in found if isinstance(row, ManifestRow)]
+    assert [(row.split, row.uri.rsplit("/", 1)[-1], row.labels) for row in boxes] == [
+        (split, name, ("label1",)) for split in ("test", "train", "validation")
+        for name in ("img0.jpg", "img1.jpg")]
+    np.testing.assert_allclose(boxes[1].boxes[0][:4], (1 / 10, 2 / 10, 6 / 10, 5 / 10))

@@ -431,3 +431,23 @@ def test_the_coco_label_map_pins_the_apis_own_ids_through_to_the_published_map(t
     (b,) = [element for element in load(str(output), "validation", batch_size=None)
             if element["image/filename"] == b"b.jpg"]
     assert list(b["image/object/class/label"].numpy()) == [90]
+
+
+@pytest.mark.parametrize("name, held", [("datumaro_instances_val.json", "instance masks"),
+                                        ("datumaro_person_keypoints_val.json", "keypoints")])
+def test_public_coco_files_with_masks_or_keypoints_are_refused_until_left_out(name, held,
+                                                                              tmp_path):
+    """datumaro's COCO assets: a polygon and an uncompressed-RLE crowd mask; keypoints."""
+    from worker.inputs.rows import ManifestError, RowRules
+    from worker.inputs.sources import check_sources, find_manifests, read_source
+    coco = tmp_path / name
+    coco.write_bytes((Path(__file__).parent / "data" / "public" / "coco" / name).read_bytes())
+    sources = find_manifests([str(coco)])
+    with pytest.raises(ManifestError, match=f"its annotations hold {held}"):
+        check_sources(sources, RowRules(label_mode="detection", leave_out={"masks"}
+                                        if held == "keypoints" else ()))
+    rules = RowRules(label_mode="detection", leave_out={"masks", "keypoints"})
+    check_sources(sources, rules)
+    annotations = json.loads(coco.read_text())["annotations"]
+    found = [row for row in read_source(sources[0], rules) if row.line]
+    assert [row.boxes[0].is_crowd for row in found] == [a["iscrowd"] for a in annotations]

@@ -3,8 +3,11 @@ labels, rectangles and polygons as boxes, Label Studio's own image paths, and wh
 not a box dead-lettered by name."""
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from conftest import encode, photo_like
 from pipeline import run
@@ -135,3 +138,37 @@ def test_a_json_list_that_is_not_label_studios_is_not_read_as_it(tmp_path):
     assert source.format == "vertex_jsonl"
     (dead,) = read_source(source, RowRules())
     assert (dead.reason, dead.message) == (reasons.MALFORMED_ROW, "expected a JSON object")
+
+
+PUBLIC = Path(__file__).parent / "data" / "public" / "label_studio"
+
+
+@pytest.mark.parametrize("name", ["rect_yolo_data.json", "rect_rotated_obb_data.json",
+                                  "rect_poly_coco_data.json"])
+def test_label_studios_own_test_exports_read_region_by_region(name, tmp_path):
+    """Label Studio's converter's and SDK's fixtures: every rectangle of the first
+    annotation a box of x/100, y/100, (x + width)/100, (y + height)/100, or a dead letter
+    for a rotated one; a polygon its extent; keypoints dead letters."""
+    path = tmp_path / name
+    shutil.copy(PUBLIC / name, path)
+    found = rows(path, RowRules(label_mode="detection", leave_out={"masks"}))
+    expected = []
+    for task_ in json.loads(path.read_text()):
+        for region_ in task_["annotations"][0]["result"]:
+            value = region_["value"]
+            if region_["type"] != "rectanglelabels" and region_["type"] != "polygonlabels":
+                expected.append(reasons.UNSUPPORTED_ANNOTATION)
+            elif value.get("rotation"):
+                expected.append(reasons.UNSUPPORTED_ANNOTATION)
+            elif region_["type"] == "polygonlabels":
+                xs, ys = zip(*value["points"])
+                expected.append((min(xs) / 100, min(ys) / 100, max(xs) / 100, max(ys) / 100))
+            else:
+                x, y, w, h = (value[key] / 100 for key in ("x", "y", "width", "height"))
+                expected.append((x, y, x + w, y + h))
+    assert len(found) == len(expected) > 1
+    for row, want in zip(found, expected, strict=True):
+        if isinstance(want, str):
+            assert isinstance(row, DeadLetter) and row.reason == want, row
+        else:
+            np.testing.assert_allclose(row.boxes[0][:4], want, atol=1e-12)

@@ -40,6 +40,9 @@ class ManifestRow(NamedTuple):
     # (width, height) the annotation declares for boxes given in pixels; the shard writer
     # dead-letters the row when the image's own size differs.
     image_size: tuple[int, int] | None = None
+    # The boxes are in pixels of the image's own size, which the annotation does not
+    # declare (Hugging Face's objects): the shard writer divides them by it.
+    boxes_in_pixels: bool = False
 
     def dead_letter(self, reason: str, message: str) -> DeadLetter:
         return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
@@ -48,9 +51,9 @@ class ManifestRow(NamedTuple):
     @classmethod
     def from_fields(cls, fields: list) -> ManifestRow:
         """The row from its JSON array (a LabelledRow's or a receipt's, parsed)."""
-        *scalars, labels, boxes, extras, image_size = fields
+        *scalars, labels, boxes, extras, image_size, boxes_in_pixels = fields
         return cls(*scalars, tuple(labels), tuple(Box(*box) for box in boxes), tuple(extras),
-                   tuple(image_size) if image_size else None)
+                   tuple(image_size) if image_size else None, boxes_in_pixels)
 
 
 class LabelledRow(NamedTuple):

@@ -67,8 +67,10 @@ def declared_size(width: object, height: object) -> tuple[int, int] | tuple[str,
 
 
 def pixel_box(corners: Sequence[object], size: tuple[int, int], difficult: int = 0,
-              truncated: int = 0, is_crowd: int = 0) -> Box | tuple[str, str]:
-    """x_min, y_min, x_max, y_max in pixels of the declared (width, height) -> a Box
+              truncated: int = 0, is_crowd: int = 0, declared: bool = True
+              ) -> Box | tuple[str, str]:
+    """x_min, y_min, x_max, y_max in pixels of the (width, height) the annotation
+    declares (or, not `declared`, the image's own) -> a Box
     relative to that size (pixel / size, as the Object Detection API's generate_tfrecord.py,
     create_pascal_tf_record.py and create_coco_tf_record.py compute it), or
     (dead-letter reason, message)."""
@@ -81,7 +83,7 @@ def pixel_box(corners: Sequence[object], size: tuple[int, int], difficult: int =
     if not (0 <= xmin <= width and 0 <= xmax <= width and 0 <= ymin <= height
             and 0 <= ymax <= height):  # also false for NaN
         return (reasons.BOX_OUT_OF_RANGE, f"pixel coordinates {written} lie outside the "
-                f"declared {width}x{height} image")
+                f"{'declared ' if declared else ''}{width}x{height} image")
     if xmin >= xmax or ymin >= ymax:
         return (reasons.EMPTY_BOX, f"x_min must be below x_max and y_min below y_max: "
                 f"{written}")

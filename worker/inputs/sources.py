@@ -21,6 +21,7 @@ from worker.inputs.automl_csv import CsvFormat
 from worker.inputs.coco import CocoFormat
 from worker.inputs.cvat import CvatFormat
 from worker.inputs.folder import ImageFolderFormat
+from worker.inputs.hf_imagefolder import HfMetadataFormat
 from worker.inputs.input_format import FileHead, InputFormat, plain_name
 from worker.inputs.label_studio import LabelStudioFormat
 from worker.inputs.labelme import LabelMeFormat
@@ -34,6 +35,7 @@ from worker.splits import normalise_split
 FORMATS: dict[str, InputFormat] = {format.name: format for format in (
     VocFormat(),
     CvatFormat(),
+    HfMetadataFormat(),
     VertexJsonlFormat(),
     CocoFormat(),
     LabelStudioFormat(),

@@ -1,0 +1,187 @@
+"""Hugging Face `imagefolder` metadata: a `metadata.jsonl` (or `metadata.csv`) beside the
+images, a line per image, `file_name` relative to the metadata's folder.
+
+Rows: with --label_mode single or multi, one per line, its labels the `label` (or
+`labels`, a list) field; with detection, one per object of `objects` (the layout of the
+datasets library's object-detection guide: `bbox`, a list of COCO-style [x, y, width,
+height] in pixels, and `categories`, or `category`, one per box, names or class ids),
+the boxes divided by the line's `width` and `height` where it has them, else by the
+image's own size once the shard writer has read it. Class ids stay ids as text ("0",
+"1"): pin their order with --vocabulary. The split is the metadata's folder where that is
+a split name (`train/metadata.jsonl`, as the datasets library reads it), else --manifest
+SPLIT=PATH or a hashed one. JSON Lines are read a line range at a time by worker
+processes, as Vertex AI's are.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+
+from worker import dead_letters as reasons
+from worker import storage
+from worker.chunks import LineRange, ManifestSource
+from worker.choices import LabelMode
+from worker.dead_letters import DeadLetter
+from worker.inputs.boxes import box_row, declared_size, pixel_box
+from worker.inputs.input_format import FileHead, InputFormat
+from worker.inputs.lines import numbered_lines
+from worker.inputs.rows import (ManifestError, RowRules, has_undecodable_bytes, image_folder,
+                                json_text, printable, rejecter, resolve_uri, row_split)
+from worker.records import Box, ManifestRow
+from worker.splits import normalise_split
+
+_FILE_NAME = "file_name"
+_LABEL_KEYS = ("label", "labels")
+
+
+def read_metadata(path: str, rules: RowRules, split: str | None,
+                  lines: LineRange | None = None) -> Iterator[ManifestRow | DeadLetter]:
+    folder = image_folder(path, rules)
+    split = split or normalise_split(storage.split(storage.split(path)[0])[1])
+    csv_header = _csv_header(path) if _is_csv(path) else None
+    for line, raw in numbered_lines(path, lines):
+        if csv_header is not None and line == csv_header[0]:
+            continue
+        reject = rejecter(path, line, raw)
+        if has_undecodable_bytes(raw):
+            yield reject(reasons.INVALID_ENCODING, "the line is not valid UTF-8")
+            continue
+        item = _csv_item(raw, csv_header[1]) if csv_header else _json_item(raw)
+        if isinstance(item, str):
+            yield reject(reasons.MALFORMED_ROW, item)
+            continue
+        yield from _item_rows(path, line, printable(raw), item, folder, rules, split)
+
+
+def _item_rows(path: str, line: int, raw: str, item: dict, folder: str, rules: RowRules,
+               forced: str | None) -> Iterator[ManifestRow | DeadLetter]:
+    reject = rejecter(path, line, raw)
+    written = json_text(item.get(_FILE_NAME))
+    if not written:
+        yield reject(reasons.MISSING_URI, f"{_FILE_NAME} is missing or empty")
+        return
+    uri = resolve_uri(written, folder)
+    split = row_split("", written, rules, forced)
+    image = ManifestRow(path, line, raw, split, uri, ())
+    if not rules.detection:
+        yield _labelled(image, item, rules)
+        return
+    objects = item.get("objects")
+    if isinstance(objects, str):  # metadata.csv holds it as JSON text
+        try:
+            objects = json.loads(objects)
+        except ValueError:
+            objects = None
+    if not isinstance(objects, dict):
+        yield image.dead_letter(reasons.MALFORMED_ROW, "objects must be a JSON object of "
+                                "bbox and categories lists")
+        return
+    boxes = objects.get("bbox") or []
+    names = objects.get("categories", objects.get("category")) or []
+    if not (isinstance(boxes, list) and isinstance(names, list)) or len(boxes) != len(names):
+        yield image.dead_letter(reasons.MALFORMED_ROW, f"objects holds {_count(boxes)} bbox "
+                                f"and {_count(names)} categories: one each per object")
+        return
+    size = None
+    if item.get("width") is not None or item.get("height") is not None:
+        size = declared_size(item.get("width"), item.get("height"))
+        if not isinstance(size[0], int):
+            yield image.dead_letter(*size)
+            return
+    image = image._replace(image_size=size, boxes_in_pixels=size is None)
+    if not boxes:
+        yield image  # an image without objects
+    for index, (bbox, name) in enumerate(zip(boxes, names, strict=True)):
+        yield _object_row(image, index, bbox, json_text(name), size)
+
+
+def _object_row(image: ManifestRow, index: int, bbox: object, label: str,
+                size: tuple[int, int] | None) -> ManifestRow | DeadLetter:
+    where = f"objects[{index}]: "
+
+    def reject(reason: str, message: str, **_: str) -> DeadLetter:
+        return image.dead_letter(reason, where + message)
+
+    if not (isinstance(bbox, list) and len(bbox) == 4
+            and all(isinstance(value, (int, float)) for value in bbox)):
+        return reject(reasons.INVALID_BOX, f"bbox must be [x, y, width, height] in pixels, "
+                      f"found {bbox!r}")
+    x, y, width, height = bbox
+    corners = [x, y, x + width, y + height]
+    if size is not None:
+        return box_row(image, label, True, lambda: pixel_box(corners, size), reject)
+    # Checked against the image's own size by the shard writer; here only the shape.
+    if not (0 <= x and 0 <= y and width > 0 and height > 0):
+        return reject(reasons.INVALID_BOX if min(width, height) > 0 else reasons.EMPTY_BOX,
+                      f"bbox {bbox} must start inside the image and have a width and height")
+    return box_row(image, label, True, lambda: Box(*map(float, corners)), reject)
+
+
+def _labelled(image: ManifestRow, item: dict, rules: RowRules) -> ManifestRow | DeadLetter:
+    value = next((item[key] for key in _LABEL_KEYS if key in item), None)
+    labels = tuple(dict.fromkeys(text for each in (value if isinstance(value, list) else [value])
+                                 if (text := json_text(each))))
+    if not labels:
+        return image.dead_letter(reasons.MISSING_LABEL, "no label (or labels) field"
+                                 + ("; its objects are boxes: pass --label_mode detection"
+                                    if item.get("objects") else ""))
+    if len(labels) > 1 and rules.label_mode is LabelMode.SINGLE:
+        return image.dead_letter(reasons.MULTIPLE_LABELS, f"{len(labels)} labels; pass "
+                                 "--label_mode multi to keep them all")
+    return image._replace(labels=labels)
+
+
+def _json_item(raw: str) -> dict | str:
+    try:
+        item = json.loads(raw)
+    except ValueError as error:
+        return f"cannot parse the line as JSON: {error}"
+    return item if isinstance(item, dict) else "expected a JSON object"
+
+
+def _is_csv(path: str) -> bool:
+    return path.lower().removesuffix(".gz").endswith(".csv")
+
+
+def _csv_header(path: str) -> tuple[int, list[str]]:
+    """(its line, its column names): the first line of a metadata.csv."""
+    for line, raw in numbered_lines(path):
+        return line, [name.strip() for name in next(csv.reader([raw]))]
+    raise ManifestError(f"{path} is empty")
+
+
+def _csv_item(raw: str, header: list[str]) -> dict | str:
+    try:
+        fields = next(csv.reader(io.StringIO(raw), strict=True))
+    except csv.Error as error:
+        return f"cannot parse the row as CSV: {error}"
+    if len(fields) != len(header):
+        return f"expected {len(header)} fields, found {len(fields)}"
+    return dict(zip(header, fields, strict=True))
+
+
+def _count(value: object) -> int | str:
+    return len(value) if isinstance(value, list) else "no list of"
+
+
+class HfMetadataFormat(InputFormat):
+    name = "hf_imagefolder"
+    title = "a Hugging Face imagefolder metadata file"
+    suffixes = ("metadata.jsonl", "metadata.csv")
+    cuts_by_lines = True
+
+    def recognises(self, head: FileHead) -> bool:
+        item = head.first_line_object
+        return item is not None and _FILE_NAME in item
+
+    def check_file(self, source: ManifestSource, rules: RowRules) -> None:
+        if _is_csv(source.path) and _FILE_NAME not in _csv_header(source.path)[1]:
+            raise ManifestError(f"{source.path}: a Hugging Face metadata.csv needs a "
+                                f"{_FILE_NAME} column; for another CSV pass --input_format csv")
+
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+             ) -> Iterator[ManifestRow | DeadLetter]:
+        return read_metadata(source.path, rules, source.split, lines)
