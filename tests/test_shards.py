@@ -2,13 +2,16 @@
 
 import concurrent.futures
 import hashlib
+import io
 import json
 import threading
 import time
 
 import pickle
 
+import numpy as np
 import pytest
+from PIL import Image
 
 import apache_beam as beam
 from apache_beam.internal import pickler
@@ -24,7 +27,8 @@ from transforms import in_workers, shards
 from transforms.shards import (EXAMPLE_KEYS, SIZE_SAMPLE, PlanShards, SplitPlan, WriteShards,
                                _WriteShardFile, part_of, shard_of, shards_for)
 from worker.file_formats import shard_format
-from worker.images import ImageSettings
+from worker.images import ImageSettings, prepare_image
+from worker.inputs.boxes import turned_box
 from worker.inputs.rows import DEAD_LETTERS
 from worker.records import Box, ManifestRow
 from worker.pool import Workers
@@ -250,30 +254,57 @@ def test_rows_repeating_an_image_single_label_first_row_wins_multi_label_merges(
     assert feature(example, "image/class/label") == [0, 2, 1]  # rows 2, 4, 7; cat once
 
 
-def test_declared_sizes_are_checked_against_the_source_file_before_resizing(tmp_path):
-    """Pixel boxes were drawn on the file as stored: its own size, whatever --max_side
-    or its EXIF rotation make of the stored example."""
+def test_boxes_are_turned_upright_with_their_image_unless_drawn_upright(tmp_path):
+    """a.jpg is stored 40x20 with EXIF orientation 6: written upright (a quarter turn
+    clockwise), 20x40 before --max_side. A box drawn on the stored pixels (declared
+    40x20, or no size and not drawn_upright) turns with the image; one drawn on the image
+    upright (declared 20x40, or drawn_upright) stays. Sizes are the source's, before the
+    resize; a size that is neither is size_mismatch."""
     image = photo_like(40, 20, 0)
     exif = image.getexif()
-    exif[0x0112] = 6  # stored sideways; the example is rotated upright
+    exif[0x0112] = 6  # stored sideways; the example is turned upright
     (tmp_path / "a.jpg").write_bytes(encode(image, "JPEG", exif=exif.tobytes()))
     (tmp_path / "b.jpg").write_bytes(encode(photo_like(30, 30, 1), "JPEG"))
 
-    def box(name, line, declared):
+    def box(name, line, declared, upright=False):
         return LabelledRow(ManifestRow("m.csv", line, "raw", "train", str(tmp_path / name),
-                                       ("cat",), (Box(0.1, 0.1, 0.5, 0.5),),
-                                       image_size=declared), (0,))
+                                       ("cat",), (Box(0.1, 0.2, 0.5, 0.4),),
+                                       image_size=declared, drawn_upright=upright), (0,))
 
     rows = [box("a.jpg", 1, (40, 20)), box("a.jpg", 2, (20, 40)), box("a.jpg", 3, None),
-            box("b.jpg", 4, (60, 60))]
+            box("a.jpg", 5, None, upright=True), box("a.jpg", 6, (40, 20), upright=True),
+            box("a.jpg", 7, (30, 30)), box("b.jpg", 4, (60, 60))]
     shard, dead = write_one_shard(tmp_path, rows, "detection", ImageSettings(max_side=10))
-    assert sorted((d.line, d.reason) for d in dead) == [(2, "size_mismatch"),
-                                                        (4, "size_mismatch")]
-    assert "declares a 20x40 image but the image is 40x20 pixels" in min(dead).message
-    assert (shard.examples, shard.rows) == (1, 2)  # a.jpg from rows 1 and 3; b.jpg none
+    assert sorted((d.line, d.reason) for d in dead) == [(4, "size_mismatch"),
+                                                        (7, "size_mismatch")]
+    assert "declares a 60x60 image but the image is 30x30 pixels" in min(dead).message
+    assert (shard.examples, shard.rows) == (1, 5)  # a.jpg from rows 1, 2, 3, 5, 6
     (example,) = read_examples(shard.temp_path)
     assert (feature(example, "image/width"), feature(example, "image/height")) == (5, 10)
-    assert feature(example, "image/object/difficult") == [0, 0]
+    turned, kept = (0.6, 0.1, 0.8, 0.5), (0.1, 0.2, 0.5, 0.4)  # (1 - y, x) for orientation 6
+    np.testing.assert_allclose(
+        np.transpose([feature(example, f"image/object/bbox/{side}")
+                      for side in ("xmin", "ymin", "xmax", "ymax")]),
+        [turned, kept, turned, kept, turned], rtol=1e-6)
+
+
+@pytest.mark.parametrize("orientation", range(2, 9))
+def test_a_turned_box_covers_what_pillows_exif_turn_moved_its_pixels_to(orientation):
+    """A white patch at a box of a black 60x40 PNG stored with an EXIF orientation: once
+    prepare_image turns it upright, the patch lies exactly at turned_box of the box."""
+    source = Image.new("L", (60, 40), 0)
+    source.paste(255, (12, 8, 30, 36))  # x 12..30, y 8..36: Box(0.2, 0.2, 0.5, 0.9)
+    exif = source.getexif()
+    exif[0x0112] = orientation
+    prepared = prepare_image(encode(source, "PNG", exif=exif.tobytes()), ImageSettings())
+    assert prepared.turned == orientation
+    upright = np.asarray(Image.open(io.BytesIO(prepared.encoded)))
+    rows, columns = np.nonzero(upright)
+    height, width = upright.shape
+    found = (columns.min() / width, rows.min() / height, (columns.max() + 1) / width,
+             (rows.max() + 1) / height)
+    np.testing.assert_allclose(turned_box(Box(0.2, 0.2, 0.5, 0.9), orientation)[:4], found)
+    assert prepared.upright_source_size == (width, height)
 
 
 def test_the_worker_processes_get_the_options_beams_filesystems_were_given():

@@ -120,6 +120,13 @@ class PreparedImage:
     perceptual_hash: int
     # A small JPEG of the same decode, for report.html (thumbnail_of).
     thumbnail: bytes
+    # The EXIF orientation (2 to 8) the stored pixels were turned upright by; 1: as stored.
+    turned: int = 1
+
+    @property
+    def upright_source_size(self) -> tuple[int, int]:
+        """source_size as the image is shown once turned upright."""
+        return self.source_size[::-1] if self.turned in _AXES_SWAPPED else self.source_size
 
 
 def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
@@ -155,7 +162,8 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
     except Exception as error:  # Pillow's conversions and encoders raise assorted types
         raise ImageRejected("encode_error", f"cannot re-encode as {out_format}: {error}") from error
     return PreparedImage(encoded, out_format, image.width, image.height, _CHANNELS[image.mode],
-                         source_format, reason, source_size, _sha256(encoded), hashed, small)
+                         source_format, reason, source_size, _sha256(encoded), hashed, small,
+                         orientation if orientation in _TRANSPOSING else 1)
 
 
 def perceptual_hash(image: Image.Image) -> int:

@@ -43,6 +43,11 @@ class ManifestRow(NamedTuple):
     # The boxes are in pixels of the image's own size, which the annotation does not
     # declare (Hugging Face's objects): the shard writer divides them by it.
     boxes_in_pixels: bool = False
+    # The boxes were drawn on the image turned upright by its EXIF orientation, as the
+    # tool showed it (CVAT, Label Studio, LabelMe, Ultralytics), not on its stored pixels
+    # (what TensorFlow decodes, and the Object Detection API's converters assume). A
+    # declared size that fits only one of the two says which, whatever this says.
+    drawn_upright: bool = False
 
     def dead_letter(self, reason: str, message: str) -> DeadLetter:
         return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
@@ -51,9 +56,9 @@ class ManifestRow(NamedTuple):
     @classmethod
     def from_fields(cls, fields: list) -> ManifestRow:
         """The row from its JSON array (a LabelledRow's or a receipt's, parsed)."""
-        *scalars, labels, boxes, extras, image_size, boxes_in_pixels = fields
+        *scalars, labels, boxes, extras, image_size, boxes_in_pixels, drawn_upright = fields
         return cls(*scalars, tuple(labels), tuple(Box(*box) for box in boxes), tuple(extras),
-                   tuple(image_size) if image_size else None, boxes_in_pixels)
+                   tuple(image_size) if image_size else None, boxes_in_pixels, drawn_upright)
 
 
 class LabelledRow(NamedTuple):

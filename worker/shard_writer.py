@@ -40,7 +40,7 @@ from worker.file_formats.tfrecord import FramedWriter, write_record
 from worker.histograms import file_bytes_bin, longest_side_bin
 from worker.image_files import read_image_bytes
 from worker.images import ImageRejected, PreparedImage, prepare_image
-from worker.inputs.boxes import pixel_box
+from worker.inputs.boxes import pixel_box, turned_box
 from worker.records import (Box, ExampleContent, ExampleRef, LabelledRow, ManifestRow,
                             ShardOutcome, ShardWritten)
 from worker.schema import IMAGE
@@ -298,7 +298,7 @@ class _ShardWriter:
             return rejected
         finally:
             self._progress.decoding(None)
-        rows, wrong_size = _fit_boxes_to_size(rows, image.source_size)
+        rows, wrong_size = _fit_boxes_to_image(rows, image)
         record = encode_example(rows, image, self._settings.label_mode,
                                 self._settings.extra_columns, extra_images) if rows else None
         return _Encoded(record, image.sha256, image.perceptual_hash, image.thumbnail,
@@ -318,33 +318,40 @@ class _ShardWriter:
         return images
 
 
-def _fit_boxes_to_size(rows: list[LabelledRow], actual: tuple[int, int]
-                       ) -> tuple[list[LabelledRow], list[DeadLetter]]:
-    """The rows whose boxes fit the image, and a dead letter for each of the others: a
-    declared image size (pixel boxes) that is not the image's own (size_mismatch: the
-    boxes would be misplaced), or boxes in pixels of the image's own size that reach out
-    of it (box_out_of_range); those are made relative to it.
+def _fit_boxes_to_image(rows: list[LabelledRow], image: PreparedImage
+                        ) -> tuple[list[LabelledRow], list[DeadLetter]]:
+    """The rows whose boxes fit the image as written, and a dead letter for each of the
+    others: a declared image size (pixel boxes) that is not the image's own (size_mismatch:
+    the boxes would be misplaced), or boxes in pixels of the image's own size that reach
+    out of it (box_out_of_range).
 
-    Compared with the source file's size, before any --max_side resize or EXIF rotation,
-    which is the size the pixels were annotated on (and what generate_tfrecord.py divides by).
+    Sizes are the source's, before any --max_side resize. An image turned upright by its
+    EXIF orientation is written upright; boxes drawn on its stored pixels (a declared size
+    that is the stored one, or a row not drawn_upright) are turned with it.
     """
     kept, wrong = [], []
+    stored, upright = image.source_size, image.upright_source_size
     for item in rows:
         row, declared = item.row, item.row.image_size
-        if row.boxes_in_pixels:
-            boxes = [pixel_box(box[:4], actual, *box[4:], declared=False) for box in row.boxes]
-            problem = next((box for box in boxes if not isinstance(box, Box)), None)
-            if problem:
-                wrong.append(row.dead_letter(*problem))
-            else:
-                kept.append(item._replace(row=row._replace(boxes=tuple(boxes),
-                                                           boxes_in_pixels=False)))
-        elif declared is None or tuple(declared) == actual:
-            kept.append(item)
-        else:
+        drawn_upright = row.drawn_upright
+        if declared is not None and stored != upright and tuple(declared) in (stored, upright):
+            drawn_upright = tuple(declared) == upright  # the size says which it was
+        actual = upright if drawn_upright else stored
+        if declared is not None and tuple(declared) != actual:
             wrong.append(row.dead_letter(reasons.SIZE_MISMATCH, (
                 f"the annotation declares a {declared[0]}x{declared[1]} image but the image "
                 f"is {actual[0]}x{actual[1]} pixels")))
+            continue
+        boxes = row.boxes
+        if row.boxes_in_pixels:
+            boxes = [pixel_box(box[:4], actual, *box[4:], declared=False) for box in boxes]
+            problem = next((box for box in boxes if not isinstance(box, Box)), None)
+            if problem:
+                wrong.append(row.dead_letter(*problem))
+                continue
+        if not drawn_upright:
+            boxes = [turned_box(box, image.turned) for box in boxes]
+        kept.append(item._replace(row=row._replace(boxes=tuple(boxes), boxes_in_pixels=False)))
     return kept, wrong
 
 

@@ -135,3 +135,26 @@ def unwritten_annotation(kind: LeftOut | None, rules: RowRules, what: str
         return None
     return (reasons.UNWRITTEN_ANNOTATION, f"it holds {what}, which this version does not "
             f"write: pass --leave_out {kind} to keep its box alone")
+
+
+# Where the EXIF orientation's turn (Pillow's ImageOps.exif_transpose) takes a point
+# (x, y) of the stored image, both relative: mirror, rotate or transpose.
+_TURNS: dict[int, Callable[[float, float], tuple[float, float]]] = {
+    2: lambda x, y: (1 - x, y),  # FLIP_LEFT_RIGHT
+    3: lambda x, y: (1 - x, 1 - y),  # ROTATE_180
+    4: lambda x, y: (x, 1 - y),  # FLIP_TOP_BOTTOM
+    5: lambda x, y: (y, x),  # TRANSPOSE
+    6: lambda x, y: (1 - y, x),  # ROTATE_270: a quarter turn clockwise
+    7: lambda x, y: (1 - y, 1 - x),  # TRANSVERSE
+    8: lambda x, y: (y, 1 - x),  # ROTATE_90: a quarter turn anticlockwise
+}
+
+
+def turned_box(box: Box, orientation: int) -> Box:
+    """A box on the stored pixels, on the pixels turned upright by `orientation`."""
+    if orientation not in _TURNS:
+        return box
+    (x0, y0), (x1, y1) = (_TURNS[orientation](box.xmin, box.ymin),
+                          _TURNS[orientation](box.xmax, box.ymax))
+    return box._replace(xmin=min(x0, x1), ymin=min(y0, y1), xmax=max(x0, x1),
+                        ymax=max(y0, y1))

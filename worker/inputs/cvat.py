@@ -74,7 +74,8 @@ def _image_rows(path: str, position: int, element: ElementTree.Element, folder: 
                          where + "the name is missing or empty")
         return
     uri = resolve_uri(name, folder)
-    image = ManifestRow(path, position, raw, split or "", uri, ())
+    # CVAT turns an image upright when its task is made.
+    image = ManifestRow(path, position, raw, split or "", uri, (), drawn_upright=True)
     if split is None:
         yield image.dead_letter(reasons.INVALID_SPLIT,
                                 where + invalid_split(written_split, forced))

@@ -58,8 +58,9 @@ def _task_rows(path: str, position: int, task: object, rules: RowRules, split: s
                          where + "data.image is missing or empty")
         return
     name = _image_name(written.strip())
+    # Label Studio shows an image in the browser, which turns it upright.
     image = ManifestRow(path, position, raw, split or assign_split(name, rules.split_fractions),
-                        resolve_uri(name, image_folder(path, rules)), ())
+                        resolve_uri(name, image_folder(path, rules)), (), drawn_upright=True)
     annotation = next((each for each in task.get("annotations") or []
                        if isinstance(each, dict) and not each.get("was_cancelled")), None)
     regions = annotation.get("result") if annotation else []

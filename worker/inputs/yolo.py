@@ -67,7 +67,7 @@ def read_yolo(path: str, rules: RowRules, split: str | None
             seen.add(image)
             label_file = label_path(image)
             if not labels.holds(label_file):
-                yield ManifestRow(path, 0, image, split_name, image, ())
+                yield ManifestRow(path, 0, image, split_name, image, (), drawn_upright=True)
                 continue
             yield from _label_rows(label_file, image, split_name, dataset, rules)
 
@@ -169,7 +169,8 @@ class _LabelFolders:
 
 def _label_rows(label_file: str, image: str, split: str, dataset: YoloDataset,
                 rules: RowRules) -> Iterator[ManifestRow | DeadLetter]:
-    row = ManifestRow(label_file, 0, "", split, image, ())
+    # Ultralytics reads an image's size and pixels turned upright (exif_size, cv2.imread).
+    row = ManifestRow(label_file, 0, "", split, image, (), drawn_upright=True)
     seen: dict[str, int] = {}
     any_line = False
     for line, raw in numbered_lines(label_file):
