@@ -78,14 +78,14 @@ def test_a_public_objects_metadata_gives_a_box_per_object_in_pixels(tmp_path):
 
 
 def test_pixel_boxes_are_divided_by_the_images_own_size_or_dead_lettered(tmp_path):
-    for name in ("a.jpg", "b.jpg"):
+    for name in ("a.jpg", "b.jpg", "e.jpg"):
         (tmp_path / name).write_bytes(encode(photo_like(100, 50, 0), "JPEG"))
     path = lines(tmp_path / "metadata.jsonl",
                  {"file_name": "a.jpg", "objects": {"bbox": [[10, 5, 40, 20], [50, 0, 50, 50]],
                                                     "categories": ["cat", "dog"]}},
                  {"file_name": "b.jpg", "objects": {"bbox": [[90, 5, 40, 20]],
                                                     "categories": ["cat"]}},
-                 {"file_name": "b.jpg", "width": 200, "height": 50,
+                 {"file_name": "e.jpg", "width": 200, "height": 50,
                   "objects": {"bbox": [[10, 5, 40, 20]], "categories": ["cat"]}},
                  {"file_name": "c.jpg", "objects": {"bbox": [[1, 1, 2]], "categories": [0]}},
                  {"file_name": "d.jpg", "objects": {"bbox": [[1, 1, 2, 2]], "categories": []}})

@@ -234,3 +234,37 @@ def test_the_python_api_takes_a_voc_folder_as_a_manifest_not_an_image_folder(tmp
         image_tfrecords.convert(str(tmp_path / "labels"), str(tmp_path / "out"))
 
 
+
+
+def test_an_image_listed_twice_in_a_split_gives_its_objects_once(tmp_path):
+    """COCO, CVAT, Label Studio and Hugging Face list an image once with all its objects:
+    a second entry would add them again to the one example. In another split it is the
+    image's example there (a leak, which the copies report names)."""
+    coco = write(tmp_path / "coco.json", json.dumps({
+        "images": [{"id": 1, "file_name": "a.jpg", "width": 10, "height": 10},
+                   {"id": 2, "file_name": "a.jpg", "width": 10, "height": 10}],
+        "annotations": [{"id": 7, "image_id": 1, "category_id": 1, "bbox": [1, 1, 2, 2]},
+                        {"id": 8, "image_id": 2, "category_id": 1, "bbox": [1, 1, 2, 2]}],
+        "categories": [{"id": 1, "name": "cat"}]}))
+    hf = write(tmp_path / "hf" / "metadata.jsonl", "".join(json.dumps(line) + "\n" for line in [
+        {"file_name": "a.jpg", "objects": {"bbox": [[1, 1, 2, 2]], "categories": ["cat"]}},
+        {"file_name": "b.jpg", "objects": {"bbox": [], "categories": []}},
+        {"file_name": "a.jpg", "objects": {"bbox": [[1, 1, 2, 2]], "categories": ["cat"]}}]))
+    label_studio = write(tmp_path / "ls.json", json.dumps([
+        {"id": task, "data": {"image": "a.jpg"}, "annotations": [{"result": [
+            {"id": "r", "type": "rectanglelabels", "value": {
+                "x": 10, "y": 10, "width": 20, "height": 20, "rectanglelabels": ["cat"]}}]}]}
+        for task in (1, 2)]))
+    cvat = write(tmp_path / "cvat.xml", "<annotations><version>1.1</version>" + "".join(
+        f'<image id="{index}" name="a.jpg" subset="{subset}" width="10" height="10">'
+        '<box label="cat" xtl="1" ytl="1" xbr="3" ybr="3"/></image>'
+        for index, subset in enumerate(("Train", "Train", "Test"))) + "</annotations>")
+    for path, first, repeated in ((coco, "image id 1", "annotation id 8: image id 2"),
+                                  (hf, "line 1", "line 3"), (label_studio, "task 1", "task 2"),
+                                  (cvat, "image 0", "image 1")):
+        found = read(path, split=None if path == cvat else "train")
+        kept = [row for row in found if isinstance(row, ManifestRow) and row.boxes]
+        dead = [row for row in found if isinstance(row, DeadLetter)]
+        assert len(kept) == (2 if path == cvat else 1), (path, found)  # cvat: Test's too
+        assert [row.reason for row in dead] == [reasons.DUPLICATE_ROW], (path, dead)
+        assert dead[0].message.startswith(f"{repeated}: the same image as {first} in train")

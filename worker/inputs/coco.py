@@ -26,7 +26,8 @@ from worker.inputs.boxes import declared_size, pixel_box
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.choices import LeftOut
-from worker.inputs.rows import ManifestError, RowRules, assign_split, image_folder, resolve_uri
+from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, assign_split, image_folder,
+                                resolve_uri)
 from worker.records import Box, ManifestRow
 
 # Annotations the launcher reads to see whether the file holds masks or keypoints.
@@ -45,7 +46,9 @@ def read_coco(path: str, rules: RowRules, split: str | None
     """
     categories = {category.get("id"): str(category.get("name", "")).strip()
                   for category in _items(path, "categories.item") if isinstance(category, dict)}
-    images = {image.get("id"): _image_row(path, image, rules, split)
+    entries = ImageEntries()
+    images = {image.get("id"): _first_entry(_image_row(path, image, rules, split), image,
+                                            entries)
               for image in _items(path, "images.item") if isinstance(image, dict)}
     annotated = set()
     for position, annotation in enumerate(_items(path, "annotations.item"), start=1):
@@ -65,6 +68,15 @@ def category_names(path: str) -> set[str]:
 def _items(path: str, prefix: str) -> Iterator[Any]:
     with open_manifest(path) as file:
         yield from ijson.items(file, prefix, use_float=True)
+
+
+def _first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntries
+                 ) -> ManifestRow | DeadLetter:
+    """The image's row, or a dead letter for its annotations when an earlier image entry
+    names the same file in the same split."""
+    if isinstance(row, DeadLetter):
+        return row
+    return entries.repeated(row, f"image id {image.get('id')}") or row
 
 
 def _image_row(path: str, image: dict, rules: RowRules, forced_split: str | None

@@ -28,8 +28,8 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import box_row, declared_size, extent, pixel_box, unwritten_annotation
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
-from worker.inputs.rows import (ManifestError, RowRules, image_folder, invalid_split,
-                                resolve_uri, row_split)
+from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, image_folder,
+                                invalid_split, resolve_uri, row_split)
 from worker.records import ManifestRow
 
 _NOT_BOXES = ("polyline", "points", "ellipse", "cuboid", "skeleton")
@@ -43,13 +43,15 @@ def read_cvat(path: str, rules: RowRules, split: str | None
     1-based position among the <image> elements (0 for a <track>), `raw` its element's
     XML without children, or the shape's."""
     folder = _image_folder(path, rules)
+    entries = ImageEntries()
     position = 0
     try:
         with open_manifest(path) as file:
             for _, element in ElementTree.iterparse(file):
                 if element.tag == "image":
                     position += 1
-                    yield from _image_rows(path, position, element, folder, rules, split)
+                    yield from _image_rows(path, position, element, folder, rules, split,
+                                           entries)
                     element.clear()
                 elif element.tag == "track":
                     yield DeadLetter(path, 0, _xml(element), "", split or "",
@@ -62,7 +64,8 @@ def read_cvat(path: str, rules: RowRules, split: str | None
 
 
 def _image_rows(path: str, position: int, element: ElementTree.Element, folder: str,
-                rules: RowRules, forced: str | None) -> Iterator[ManifestRow | DeadLetter]:
+                rules: RowRules, forced: str | None, entries: ImageEntries
+                ) -> Iterator[ManifestRow | DeadLetter]:
     name = (element.get("name") or "").strip()
     raw = _xml(element)
     where = f"image {element.get('id', position)}: "
@@ -79,6 +82,10 @@ def _image_rows(path: str, position: int, element: ElementTree.Element, folder: 
     if split is None:
         yield image.dead_letter(reasons.INVALID_SPLIT,
                                 where + invalid_split(written_split, forced))
+        return
+    repeated = entries.repeated(image, where.removesuffix(": "))
+    if repeated:
+        yield repeated
         return
     if not rules.detection:
         yield _tagged(image, where, element, rules)

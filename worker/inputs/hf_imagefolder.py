@@ -9,8 +9,8 @@ the boxes divided by the line's `width` and `height` where it has them, else by 
 image's own size once the shard writer has read it. Class ids stay ids as text ("0",
 "1"): pin their order with --vocabulary. The split is the metadata's folder where that is
 a split name (`train/metadata.jsonl`, as the datasets library reads it), else --manifest
-SPLIT=PATH or a hashed one. JSON Lines are read a line range at a time by worker
-processes, as Vertex AI's are.
+SPLIT=PATH or a hashed one. A line naming an image an earlier line named is a
+duplicate_row. A file is read whole by one worker process.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import box_row, declared_size, pixel_box
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import numbered_lines
-from worker.inputs.rows import (ManifestError, RowRules, has_undecodable_bytes, image_folder,
-                                json_text, printable, rejecter, resolve_uri, row_split)
+from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, has_undecodable_bytes,
+                                image_folder, json_text, printable, rejecter, resolve_uri,
+                                row_split)
 from worker.records import Box, ManifestRow
 from worker.splits import normalise_split
 
@@ -42,6 +43,7 @@ def read_metadata(path: str, rules: RowRules, split: str | None,
     folder = image_folder(path, rules)
     split = split or normalise_split(storage.split(storage.split(path)[0])[1])
     csv_header = _csv_header(path) if _is_csv(path) else None
+    entries = ImageEntries()
     for line, raw in numbered_lines(path, lines):
         if csv_header is not None and line == csv_header[0]:
             continue
@@ -53,11 +55,11 @@ def read_metadata(path: str, rules: RowRules, split: str | None,
         if isinstance(item, str):
             yield reject(reasons.MALFORMED_ROW, item)
             continue
-        yield from _item_rows(path, line, printable(raw), item, folder, rules, split)
+        yield from _item_rows(path, line, printable(raw), item, folder, rules, split, entries)
 
 
 def _item_rows(path: str, line: int, raw: str, item: dict, folder: str, rules: RowRules,
-               forced: str | None) -> Iterator[ManifestRow | DeadLetter]:
+               forced: str | None, entries: ImageEntries) -> Iterator[ManifestRow | DeadLetter]:
     reject = rejecter(path, line, raw)
     written = json_text(item.get(_FILE_NAME))
     if not written:
@@ -66,6 +68,10 @@ def _item_rows(path: str, line: int, raw: str, item: dict, folder: str, rules: R
     uri = resolve_uri(written, folder)
     split = row_split("", written, rules, forced)
     image = ManifestRow(path, line, raw, split, uri, ())
+    repeated = entries.repeated(image, f"line {line}")
+    if repeated:
+        yield repeated
+        return
     if not rules.detection:
         yield _labelled(image, item, rules)
         return
@@ -171,7 +177,9 @@ class HfMetadataFormat(InputFormat):
     name = "hf_imagefolder"
     title = "a Hugging Face imagefolder metadata file"
     suffixes = ("metadata.jsonl", "metadata.csv")
-    cuts_by_lines = True
+    # Read whole, by one worker: a line naming an image that an earlier line named is a
+    # duplicate, wherever in the file it is.
+    cuts_by_lines = False
 
     def recognises(self, head: FileHead) -> bool:
         item = head.first_line_object

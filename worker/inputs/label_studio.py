@@ -28,7 +28,7 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import box_row, clipped_box, extent, unwritten_annotation
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
-from worker.inputs.rows import RowRules, assign_split, image_folder, resolve_uri
+from worker.inputs.rows import ImageEntries, RowRules, assign_split, image_folder, resolve_uri
 from worker.records import ManifestRow
 
 _LOCAL_FILES = "/data/local-files/"
@@ -39,13 +39,14 @@ def read_label_studio(path: str, rules: RowRules, split: str | None
                       ) -> Iterator[ManifestRow | DeadLetter]:
     """A row per task (classification) or per region (detection); `line` is the task's
     1-based position in the list, `raw` the task's region (or the task) as JSON."""
+    entries = ImageEntries()
     with open_manifest(path) as file:
         for position, task in enumerate(ijson.items(file, "item", use_float=True), start=1):
-            yield from _task_rows(path, position, task, rules, split)
+            yield from _task_rows(path, position, task, rules, split, entries)
 
 
-def _task_rows(path: str, position: int, task: object, rules: RowRules, split: str | None
-               ) -> Iterator[ManifestRow | DeadLetter]:
+def _task_rows(path: str, position: int, task: object, rules: RowRules, split: str | None,
+               entries: ImageEntries) -> Iterator[ManifestRow | DeadLetter]:
     raw = json.dumps(task, ensure_ascii=False)
     if not isinstance(task, dict):
         yield DeadLetter(path, position, raw, "", split or "", reasons.MALFORMED_ROW,
@@ -61,6 +62,10 @@ def _task_rows(path: str, position: int, task: object, rules: RowRules, split: s
     # Label Studio shows an image in the browser, which turns it upright.
     image = ManifestRow(path, position, raw, split or assign_split(name, rules.split_fractions),
                         resolve_uri(name, image_folder(path, rules)), (), drawn_upright=True)
+    repeated = entries.repeated(image, where.removesuffix(": "))
+    if repeated:
+        yield repeated
+        return
     annotation = next((each for each in task.get("annotations") or []
                        if isinstance(each, dict) and not each.get("was_cancelled")), None)
     regions = annotation.get("result") if annotation else []

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from worker import dead_letters as reasons
 from worker import storage
 from worker.choices import LabelMode, LeftOut
 from worker.dead_letters import DeadLetter
@@ -173,3 +174,21 @@ def printable(raw: str) -> str:
     """Undecodable bytes as \\xNN escapes, so the dead letter itself is valid UTF-8."""
     return raw.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
+
+
+class ImageEntries:
+    """The images a file has listed so far, by split: in a format that lists an image
+    once with all its objects (COCO, CVAT, Label Studio, Hugging Face), a second entry
+    for the same image and split would add its objects again to the one example."""
+
+    def __init__(self) -> None:
+        self._first: dict[tuple[str, str], str] = {}
+
+    def repeated(self, image: ManifestRow, where: str) -> DeadLetter | None:
+        """None for the image's first entry in its split; for a later one, a dead letter
+        naming the first (`where`: how the file names an entry, e.g. "line 3")."""
+        first = self._first.setdefault((image.split, image.uri), where)
+        if first == where:
+            return None
+        return image.dead_letter(reasons.DUPLICATE_ROW, f"{where}: the same image as {first} "
+                                 f"in {image.split}; its objects are read from there once")
