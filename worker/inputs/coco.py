@@ -22,7 +22,7 @@ import ijson
 from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
-from worker.inputs.boxes import declared_size, pixel_box
+from worker.inputs.boxes import declared_size, pixel_box, unwritten_annotation
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.choices import LeftOut
@@ -30,6 +30,8 @@ from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, assign_sp
                                 resolve_uri)
 from worker.records import Box, ManifestRow
 
+# What COCO calls what --leave_out names.
+_HELD = {LeftOut.MASKS: "instance masks", LeftOut.KEYPOINTS: "keypoints"}
 # Annotations the launcher reads to see whether the file holds masks or keypoints.
 _PEEKED_ANNOTATIONS = 50
 # A COCO file's top-level keys; Vertex AI's JSON Lines items start with their own.
@@ -118,11 +120,10 @@ def _annotation_row(path: str, position: int, annotation: object,
     if not label:
         return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"{where}category_id "
                                f"{annotation.get('category_id')!r} names no category")
-    unwritten = _unwritten(annotation, rules)
+    held = _unwritten(annotation, rules)
+    unwritten = held and unwritten_annotation(held, rules, _HELD[held])
     if unwritten:
-        return row.dead_letter(reasons.UNWRITTEN_ANNOTATION, f"{where}it holds {unwritten}, "
-                               "which this version does not write: pass --leave_out "
-                               f"{unwritten.split()[-1]} to keep its box alone")
+        return row.dead_letter(unwritten[0], where + unwritten[1])
     bbox = annotation.get("bbox")
     if not (isinstance(bbox, list) and len(bbox) == 4
             and all(isinstance(value, (int, float)) for value in bbox)):
@@ -136,15 +137,15 @@ def _annotation_row(path: str, position: int, annotation: object,
     return row._replace(labels=(label,), boxes=(box,))
 
 
-def _unwritten(annotation: dict, rules: RowRules) -> str | None:
-    """"instance masks" or "keypoints" when the annotation holds them and --leave_out
-    does not name them."""
+def _unwritten(annotation: dict, rules: RowRules) -> LeftOut | None:
+    """What the annotation holds that this version does not write and --leave_out does
+    not name: masks (`segmentation`) or keypoints (any of them visible)."""
     if annotation.get("segmentation") and LeftOut.MASKS not in rules.leave_out:
-        return "instance masks"
+        return LeftOut.MASKS
     keypoints = annotation.get("keypoints")
     if (isinstance(keypoints, list) and any(keypoints[2::3])
             and LeftOut.KEYPOINTS not in rules.leave_out):
-        return "keypoints"
+        return LeftOut.KEYPOINTS
     return None
 
 
@@ -152,12 +153,11 @@ def check_coco(path: str, rules: RowRules) -> None:
     """Before the job: the first annotations hold no mask or keypoints that --leave_out
     does not name (a COCO file holds them in every annotation or in none)."""
     for annotation in itertools.islice(_items(path, "annotations.item"), _PEEKED_ANNOTATIONS):
-        unwritten = isinstance(annotation, dict) and _unwritten(annotation, rules)
-        if unwritten:
-            raise ManifestError(f"{path}: its annotations hold {unwritten} (annotation id "
+        held = isinstance(annotation, dict) and _unwritten(annotation, rules)
+        if held:
+            raise ManifestError(f"{path}: its annotations hold {_HELD[held]} (annotation id "
                                 f"{annotation.get('id')}), which this version does not write: "
-                                f"pass --leave_out {unwritten.split()[-1]} to convert their "
-                                "boxes alone")
+                                f"pass --leave_out {held} to convert their boxes alone")
 
 
 class CocoFormat(InputFormat):
