@@ -342,6 +342,9 @@ def _fit_boxes_to_image(rows: list[LabelledRow], image: PreparedImage
                 f"the annotation declares a {declared[0]}x{declared[1]} image but the image "
                 f"is {actual[0]}x{actual[1]} pixels")))
             continue
+        if not row.boxes:
+            kept.append(item)  # classification, or an image without objects
+            continue
         boxes = row.boxes
         if row.boxes_in_pixels:
             boxes = [pixel_box(box[:4], actual, *box[4:], declared=False) for box in boxes]
