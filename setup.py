@@ -22,6 +22,7 @@ setup(
         "google-cloud-storage>=2.18,<4",
         "ijson>=3.2,<4",  # COCO instances JSON, streamed (worker/inputs/coco.py)
         "PyYAML>=6,<7",  # YOLO data.yaml (worker/inputs/yolo.py)
+        "pycocotools>=2.0.8,<3",  # masks from polygons and RLE, as COCO's own tools make them
         "numpy>=2.0,<3",  # pHash (worker/images.py), np.bitwise_count (near_duplicates.py)
         "tqdm>=4.66,<5",  # the progress bar on a terminal (pipeline/progress.py)
         "jinja2>=3.1,<4",  # report.html (worker/report_page.py)

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from conftest import encode, photo_like
 from pipeline import run
@@ -14,7 +15,8 @@ from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import RowRules
 from worker.inputs.sources import check_sources, find_manifests, read_source
-from worker.records import ManifestRow
+from worker.masks import decode_rle
+from worker.records import ManifestRow, Mask
 
 HEADER = """<?xml version="1.0" encoding="utf-8"?>
 <annotations>
@@ -43,7 +45,7 @@ IMAGES = """
     <box label="cat" source="manual" occluded="0" xtl="0" ytl="0" xbr="10" ybr="10" rotation="45.0" z_order="0"/>
     <polyline label="cat" source="manual" occluded="0" points="1,1;5,5" z_order="0"/>
     <box label="dog" source="manual" occluded="0" xtl="50" ytl="0" xbr="70" ybr="10" z_order="0"/>
-    <mask label="dog" source="manual" occluded="0" rle="3, 5, 2" left="10" top="20" width="4" height="2" z_order="0"/>
+    <mask label="dog" source="manual" occluded="0" rle="3, 3, 2" left="10" top="20" width="4" height="2" z_order="0"/>
   </image>
   <image id="3" name="d.jpg" subset="Test" width="64" height="48">
     <tag label="outdoor" source="manual"/>
@@ -69,7 +71,7 @@ def rows(path, rules, split=None):
 def test_shapes_are_boxes_in_pixels_of_the_declared_size(tmp_path):
     (tmp_path / "images").mkdir()  # CVAT's export with images: names are under images/
     (tmp_path / "images" / "a.jpg").write_bytes(encode(photo_like(64, 48, 0), "JPEG"))
-    found = rows(annotations(tmp_path), RowRules(label_mode="detection", leave_out={"masks"}))
+    found = rows(annotations(tmp_path), RowRules(label_mode="detection"))
     kept = [row for row in found if isinstance(row, ManifestRow)]
     assert [(row.split, row.uri.rsplit("/", 2)[-2:], row.labels) for row in kept] == [
         ("train", ["images", "a.jpg"], ("cat",)), ("train", ["images", "a.jpg"], ("dog",)),
@@ -88,9 +90,23 @@ def test_shapes_are_boxes_in_pixels_of_the_declared_size(tmp_path):
          "outside the declared 64x48 image"),
         (0, reasons.UNSUPPORTED_ANNOTATION, "track 0: a video's track (CVAT for video 1.1); "
          "export the task as CVAT for images 1.1")]
-    without = rows(annotations(tmp_path), RowRules(label_mode="detection"))
-    assert sum(isinstance(row, DeadLetter) and row.reason == reasons.UNWRITTEN_ANNOTATION
-               for row in without) == 2  # the polygon and the mask
+    # A polygon is its mask; a <mask>'s RLE runs over its region row by row, from a run of
+    # background, placed at left, top (as CVAT's own tools decode it).
+    assert kept[0].boxes[0].mask is None
+    assert kept[1].boxes[0].mask == Mask(64, 48, ((32, 24, 64, 30, 40, 48),))
+    expected = np.zeros((48, 64), np.uint8)
+    expected[20:22, 10:14] = [[0, 0, 0, 1], [1, 1, 0, 0]]
+    np.testing.assert_array_equal(decode_rle(kept[3].boxes[0].mask), expected)
+    left_out = rows(annotations(tmp_path), RowRules(label_mode="detection", leave_out={"masks"}))
+    assert not any(box.mask for row in left_out for box in getattr(row, "boxes", ()))
+
+
+@pytest.mark.parametrize("rle", ["3, 3", "3, x, 2", "3, -3, 8", ""])
+def test_a_mask_whose_rle_does_not_fill_its_region_is_a_dead_letter(rle, tmp_path):
+    cvat = annotations(tmp_path, IMAGES.replace('rle="3, 3, 2"', f'rle="{rle}"'))
+    (dead,) = [row for row in rows(cvat, RowRules(label_mode="detection"))
+               if isinstance(row, DeadLetter) and row.reason == reasons.INVALID_MASK]
+    assert (dead.line, dead.message) == (3, "image 2: <mask>: its rle does not make a 4x2 mask")
 
 
 def test_tags_are_classification_labels_and_subsets_splits(tmp_path):
@@ -115,8 +131,8 @@ def test_a_cvat_export_converts_end_to_end_beside_a_voc_xml(tmp_path):
         (tmp_path / name).write_bytes(encode(photo_like(64, 48, seed), "JPEG"))
     cvat = annotations(tmp_path, IMAGES.split('  <image id="2"')[0])
     output = tmp_path / "out"
-    assert run.main(["--manifest", str(cvat), "--label_mode", "detection", "--leave_out",
-                     "masks", "--output_dir", str(output)]) == 0
+    assert run.main(["--manifest", str(cvat), "--label_mode", "detection",
+                     "--output_dir", str(output)]) == 0
     summary = json.loads((output / "summary.json").read_text())
     assert (summary["rows_read"], summary["examples_written"]) == (3, 2)
     assert summary["splits"]["train"]["labels"] == {"cat": 1, "dog": 1}
@@ -130,7 +146,7 @@ def test_datumaros_cvat_exports_read_as_cvat_writes_them(tmp_path):
     empty label, points; its project export: each image under Train, Validation, Test."""
     task_file = tmp_path / "train.xml"
     shutil.copy(PUBLIC / "datumaro_task_train.xml", task_file)
-    found = rows(task_file, RowRules(label_mode="detection", leave_out={"masks"}))
+    found = rows(task_file, RowRules(label_mode="detection"))
     assert [row.reason if isinstance(row, DeadLetter) else row.labels for row in found] == [
         ("label1",), reasons.UNSUPPORTED_ANNOTATION, reasons.MISSING_LABEL,
         reasons.UNSUPPORTED_ANNOTATION]
@@ -138,7 +154,7 @@ def test_datumaros_cvat_exports_read_as_cvat_writes_them(tmp_path):
     assert found[0].image_size == (8, 8)
     project = tmp_path / "annotations.xml"
     shutil.copy(PUBLIC / "datumaro_project_annotations.xml", project)
-    found = rows(project, RowRules(label_mode="detection", leave_out={"masks"}))
+    found = rows(project, RowRules(label_mode="detection"))
     boxes = [row for row in found if isinstance(row, ManifestRow)]
     assert [(row.split, row.uri.rsplit("/", 1)[-1], row.labels) for row in boxes] == [
         (split, name, ("label1",)) for split in ("test", "train", "validation")

@@ -336,48 +336,6 @@ def test_voc_devkit_labelimg_and_coco_convert_together_with_the_same_keys(tmp_pa
     assert dead["message"].startswith("annotation id 3: category_id 7")
 
 
-def test_coco_masks_and_keypoints_are_refused_unless_left_out_and_then_said(tmp_path, capsys):
-    """No silent drop: a COCO file whose annotations hold masks or keypoints is refused
-    before the job, naming --leave_out; an annotation with one past the launcher's look
-    is a dead letter; with --leave_out the report says what the examples lack."""
-    (tmp_path / "p.jpg").write_bytes(encode(photo_like(50, 40, 1), "JPEG"))
-    annotations = [{"id": index, "image_id": 1, "category_id": 1, "bbox": [5, 4, 20, 16],
-                    "iscrowd": 0} for index in range(1, 60)]
-    annotations[55]["segmentation"] = [[5, 4, 25, 4, 25, 20]]  # past the first 50
-    coco = tmp_path / "instances.json"
-
-    def write(annotations):
-        coco.write_text(json.dumps({
-            "images": [{"id": 1, "file_name": "p.jpg", "width": 50, "height": 40}],
-            "annotations": annotations, "categories": [{"id": 1, "name": "person"}]}))
-
-    def convert(*flags):
-        return run.main(["--manifest", f"train={coco}", "--label_mode", "detection",
-                         "--output_dir", str(tmp_path / "out"), "--overwrite", *flags])
-
-    write(annotations)
-    assert convert() == 1  # the job ran, and failed its outcome check
-    assert "unwritten_annotation 1" in capsys.readouterr().out
-    assert convert("--max_error_fraction", "0.05") == 0
-    assert convert("--leave_out", "masks") == 0
-    out = capsys.readouterr().out
-    assert "left out (--leave_out masks): the examples hold the boxes without the " \
-           "input's masks" in out
-    annotations[0]["segmentation"] = {"counts": [0, 2000], "size": [40, 50]}  # RLE
-    write(annotations)
-    assert convert() == 2
-    assert "its annotations hold instance masks (annotation id 1)" in capsys.readouterr().err
-    annotations[0]["keypoints"] = [10, 10, 2, 0, 0, 0]
-    annotations[0]["num_keypoints"] = 1
-    write(annotations)
-    assert convert("--leave_out", "masks") == 2
-    assert ("its annotations hold keypoints (annotation id 1), which this version does not "
-            "write: pass --leave_out keypoints") in capsys.readouterr().err
-    assert convert("--leave_out", "masks,keypoints") == 0
-    assert convert("--leave_out", "mask") == 2
-    assert "--leave_out 'mask' is not one of masks, keypoints" in capsys.readouterr().err
-
-
 def test_the_bundled_api_csv_voc_and_coco_samples_convert_in_one_run(tmp_path):
     """The README's examples: sample_data/detection/, images under sample_data/images."""
     samples = SAMPLE_DATA / "detection"
@@ -433,21 +391,3 @@ def test_the_coco_label_map_pins_the_apis_own_ids_through_to_the_published_map(t
     assert list(b["image/object/class/label"].numpy()) == [90]
 
 
-@pytest.mark.parametrize("name, held", [("datumaro_instances_val.json", "instance masks"),
-                                        ("datumaro_person_keypoints_val.json", "keypoints")])
-def test_public_coco_files_with_masks_or_keypoints_are_refused_until_left_out(name, held,
-                                                                              tmp_path):
-    """datumaro's COCO assets: a polygon and an uncompressed-RLE crowd mask; keypoints."""
-    from worker.inputs.rows import ManifestError, RowRules
-    from worker.inputs.sources import check_sources, find_manifests, read_source
-    coco = tmp_path / name
-    coco.write_bytes((Path(__file__).parent / "data" / "public" / "coco" / name).read_bytes())
-    sources = find_manifests([str(coco)])
-    with pytest.raises(ManifestError, match=f"its annotations hold {held}"):
-        check_sources(sources, RowRules(label_mode="detection", leave_out={"masks"}
-                                        if held == "keypoints" else ()))
-    rules = RowRules(label_mode="detection", leave_out={"masks", "keypoints"})
-    check_sources(sources, rules)
-    annotations = json.loads(coco.read_text())["annotations"]
-    found = [row for row in read_source(sources[0], rules) if row.line]
-    assert [row.boxes[0].is_crowd for row in found] == [a["iscrowd"] for a in annotations]

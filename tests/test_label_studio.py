@@ -15,7 +15,7 @@ from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import RowRules
 from worker.inputs.sources import check_sources, find_manifests, read_source
-from worker.records import ManifestRow
+from worker.records import ManifestRow, Mask
 
 
 def task(task_id, image, *regions, cancelled_first=False):
@@ -77,7 +77,7 @@ def test_rectangles_and_polygons_are_boxes_in_percent_of_the_image(tmp_path):
              region("k1", "keypointlabels", {"x": 5, "y": 5, "keypointlabels": ["nose"]}),
              rectangle("r4", "cat", 90, 10, 20, 20), {"id": "r5", "type": "rectanglelabels",
                                                       "value": {"x": "a"}})])
-    found = rows(path, RowRules(label_mode="detection", leave_out={"masks"}))
+    found = rows(path, RowRules(label_mode="detection"))
     kept = [row for row in found if isinstance(row, ManifestRow)]
     assert [(row.uri, row.labels) for row in kept] == [
         (str(tmp_path / "upload/3/a1b2-cat.jpg"), ("cat",)),
@@ -94,11 +94,11 @@ def test_rectangles_and_polygons_are_boxes_in_percent_of_the_image(tmp_path):
     assert dead[0][2] == "task 4: region r3: the rectangle is rotated 30 degrees; the " \
         "boxes written are not"
     assert "a keypointlabels region is not a box" in dead[1][2]
-    # Without --leave_out masks, the polygon is a dead letter saying so.
-    without = rows(path, RowRules(label_mode="detection"))
-    (polygon_letter,) = [row for row in without if isinstance(row, DeadLetter)
-                         and row.reason == reasons.UNWRITTEN_ANNOTATION]
-    assert "region p1: it holds a polygon (a mask)" in polygon_letter.message
+    # The polygon is its mask, in its percent divided by 100; a rectangle is a box.
+    assert kept[0].boxes[0].mask is None
+    assert kept[1].boxes[0].mask == Mask(1.0, 1.0, ((0.5, 0.5, 0.9, 0.55, 0.7, 0.95),))
+    left_out = rows(path, RowRules(label_mode="detection", leave_out={"masks"}))
+    assert not any(box.mask for row in left_out for box in getattr(row, "boxes", ()))
 
 
 def test_choices_are_classification_labels(tmp_path):
@@ -151,7 +151,7 @@ def test_label_studios_own_test_exports_read_region_by_region(name, tmp_path):
     for a rotated one; a polygon its extent; keypoints dead letters."""
     path = tmp_path / name
     shutil.copy(PUBLIC / name, path)
-    found = rows(path, RowRules(label_mode="detection", leave_out={"masks"}))
+    found = rows(path, RowRules(label_mode="detection"))
     expected = []
     for task_ in json.loads(path.read_text()):
         for region_ in task_["annotations"][0]["result"]:

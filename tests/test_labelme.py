@@ -1,10 +1,14 @@
 """LabelMe JSON (worker/inputs/labelme.py): a folder of files, one per image; rectangles,
-and the extents of polygons, circles and masks, in pixels of the declared size; shapes
-sharing a group_id one object; flags as classification labels; __ignore__ left out."""
+and the extents of polygons, circles and masks, in pixels of the declared size, and their
+masks; shapes sharing a group_id one object; flags as classification labels; __ignore__
+left out."""
 
+import base64
+import io
 import json
 
 import numpy as np
+from PIL import Image
 
 from conftest import encode, photo_like
 from pipeline import run
@@ -12,7 +16,8 @@ from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import DiscardedRow, RowRules
 from worker.inputs.sources import check_sources, find_manifests, read_source
-from worker.records import ManifestRow
+from worker.masks import decode_rle
+from worker.records import ManifestRow, Mask
 
 
 def shape(label, kind, points, group_id=None):
@@ -46,7 +51,7 @@ def test_a_folder_of_labelme_files_gives_a_box_per_object(tmp_path):
         shape("cat", "rectangle", [[60, 40], [110, 45]])])
     labelme(labels, "b.json", "b.jpg", [])
     labelme(labels, "c.json", "c.jpg", [], flags={"__ignore__": True})
-    found = rows(labels, RowRules(label_mode="detection", leave_out={"masks"}))
+    found = rows(labels, RowRules(label_mode="detection"))
     kept = [row for row in found if isinstance(row, ManifestRow)]
     assert [(row.uri, row.line, row.labels) for row in kept] == [
         (str(tmp_path / "images" / "a.jpg"), 1, ("cat",)),
@@ -63,9 +68,36 @@ def test_a_folder_of_labelme_files_gives_a_box_per_object(tmp_path):
                      "110.0,45.0 lie outside the declared 100x50 image")]
     assert [row for row in found if isinstance(row, DiscardedRow)] == [
         DiscardedRow(str(labels / "c.json"), 0)]
-    without = rows(labels, RowRules(label_mode="detection"))
-    assert [row.line for row in without if isinstance(row, DeadLetter)
-            and row.reason == reasons.UNWRITTEN_ANNOTATION] == [2, 3]
+    # A group's mask is its shapes' polygons, a circle's a 64-sided one; rectangles
+    # alone are a box.
+    assert kept[0].boxes[0].mask is None
+    assert kept[1].boxes[0].mask == Mask(100, 50, ((50, 10, 90, 20, 70, 45),
+                                                   (95, 30, 99, 30, 97, 35)))
+    (circle,) = kept[2].boxes[0].mask.polygons
+    assert len(circle) == 2 * 64
+    np.testing.assert_allclose(np.hypot(np.subtract(circle[0::2], 20),
+                                        np.subtract(circle[1::2], 25)), 5)
+    left_out = rows(labels, RowRules(label_mode="detection", leave_out={"masks"}))
+    assert [row.boxes[0][:4] for row in left_out if getattr(row, "boxes", None)] == [
+        row.boxes[0][:4] for row in kept if row.boxes]
+    assert not any(row.boxes[0].mask for row in left_out if getattr(row, "boxes", None))
+
+
+def test_a_mask_shape_is_its_pixels_placed_in_the_image(tmp_path):
+    """labelme's mask shape: a base64 PNG of the region between its two points."""
+    region = np.array([[0, 255, 255], [255, 255, 0]], np.uint8)
+    png = io.BytesIO()
+    Image.fromarray(region).save(png, format="PNG")
+    labelme(tmp_path, "a.json", "a.jpg", [
+        dict(shape("cat", "mask", [[10, 5], [12, 6]]), mask=base64.b64encode(
+            png.getvalue()).decode()),
+        dict(shape("dog", "mask", [[1, 1], [2, 2]]), mask="not base64 PNG")])
+    cat, dog = rows(tmp_path / "a.json", RowRules(label_mode="detection"))
+    expected = np.zeros((50, 100), np.uint8)
+    expected[5:7, 10:13] = region > 0
+    np.testing.assert_array_equal(decode_rle(cat.boxes[0].mask), expected)
+    assert (dog.reason, dog.message) == (reasons.INVALID_MASK, "object 2: a mask's `mask` "
+                                         "must be a PNG, base64")
 
 
 def test_flags_are_classification_labels(tmp_path):

@@ -207,7 +207,7 @@ def with_receipts(temp_dir, keyed):
     for sha, example in keyed:
         by_shard[example.split, example.shard].append((sha, example))
     for (split, shard), keys in by_shard.items():
-        written = ShardWritten(split, shard, "", len(keys), len(keys), 0, 0, {}, {}, {}, {})
+        written = ShardWritten(split, shard, "", len(keys), len(keys), 0, 0, {}, {}, {}, {}, {})
         write_receipt(receipt_path(str(temp_dir), split, shard),
                       ShardReceipt("", ShardOutcome(written, (), tuple(keys)), ()))
     return [ShardExamples(split, shard, tuple(keys)) for (split, shard), keys in by_shard.items()]

@@ -36,7 +36,7 @@ def temp_shard(tmp_path, split, shard, examples, labels=None):
     if examples:
         path.write_bytes(b"x" * examples)
     return ShardWritten(split, shard, str(path), examples, examples, examples, examples,
-                        labels or {"cat": examples}, {}, {}, {})
+                        labels or {"cat": examples}, {}, {}, {}, {})
 
 
 def test_shards_are_renumbered_without_empty_ones_and_stale_ones_go(tmp_path):
@@ -74,10 +74,10 @@ def test_moving_again_after_a_retry_is_harmless(tmp_path):
 def test_summary_accounts_for_every_row():
     files = {"train": [("train-00000-of-00001.tfrecord",
                         ShardWritten("train", 0, "t", 3, 3, 30, 28, {"cat": 2, "dog": 1},
-                                     {"format": 1}, {"≤ 512 px": 3}, {"≤ 16 KB": 3}))],
+                                     {"format": 1}, {"≤ 512 px": 3}, {"≤ 16 KB": 3}, {}))],
              "test": [("test-00000-of-00001.tfrecord",
                        ShardWritten("test", 0, "t", 2, 2, 20, 20, {"cat": 1, "bird": 1}, {},
-                                    {"≤ 64 px": 1, "≤ 512 px": 1}, {"≤ 4 KB": 2}))]}
+                                    {"≤ 64 px": 1, "≤ 512 px": 1}, {"≤ 4 KB": 2}, {}))]}
     summary = build_summary(files, {"file_not_found": 2}, rows_read=7,
                             vocabulary=["cat", "dog"], error_files=["errors.jsonl"],
                             run_info=RUN_INFO)
@@ -98,10 +98,12 @@ def test_summary_accounts_for_every_row():
 def test_detection_summary_accounts_for_box_rows_not_examples():
     """Two examples made of five box rows, plus one dead-lettered box: 6 rows read."""
     files = {"train": [("train-00000-of-00001.tfrecord",
-                        ShardWritten("train", 0, "t", 2, 5, 30, 28, {"cat": 4, "dog": 1}, {}, {}, {}))]}
+                        ShardWritten("train", 0, "t", 2, 5, 30, 28, {"cat": 4, "dog": 1}, {}, {}, {},
+                                     {"masks": 2}))]}
     summary = build_summary(files, {"empty_box": 1}, rows_read=6, vocabulary=["cat", "dog"],
                             error_files=[], run_info=RUN_INFO)
     assert (summary.examples_written, summary.rows_in_examples) == (2, 5)
+    assert summary.splits["train"].annotations == {"masks": 2}
     assert summary.accounted is True
     counted_as_examples = build_summary(files, {"empty_box": 1}, rows_read=3,
                                         vocabulary=["cat", "dog"], error_files=[],

@@ -9,7 +9,7 @@ import pytest
 from worker.dead_letters import DeadLetter
 from worker.naming import receipt_path
 from worker.receipts import ReceiptError, ShardReceipt, read_receipt, write_receipt
-from worker.records import (Box, ExampleContent, ExampleRef, ManifestRow, ShardOutcome,
+from worker.records import (Box, ExampleContent, ExampleRef, Keypoints, ManifestRow, Mask, ShardOutcome,
                             ShardWritten)
 
 
@@ -17,11 +17,15 @@ def receipt(tmp_path):
     shard = tmp_path / "train-00000.tfrecord"
     shard.write_bytes(b"records")
     row = ManifestRow("m.csv", 3, "raw", "train", "gs://b/\udcffé.jpg", ("cat",),
-                      (Box(0.1, 0.2, 0.3, 0.4, difficult=1),), (7, 0.5, "x"), (40, 30))
+                      (Box(0.1, 0.2, 0.3, 0.4, difficult=1),
+                       Box(0.1, 0.2, 0.3, 0.4, mask=Mask(40, 30, ((1.5, 2, 9, 2, 9, 7.25),))),
+                       Box(0.1, 0.2, 0.3, 0.4, mask=Mask(40, 30, counts="PX05"),
+                           keypoints=Keypoints((0.2, 0.0), (0.3, 0.0), (2, 0), ("a", "b")))),
+                      (7, 0.5, "x"), (40, 30))
     ref = ExampleRef("train", 0, 0, "m.csv", 3, row.uri, ("cat",), (1 << 64) - 1,
                      ExampleContent((row,), 123, "cmyk", 40))
     written = ShardWritten("train", 0, str(shard), 1, 1, 7, 123, {"cat": 1}, {"cmyk": 1},
-                           {"<=64": 1}, {"<=1k": 1})
+                           {"<=64": 1}, {"<=1k": 1}, {"masks": 1})
     dead = DeadLetter("m.csv", 4, "raw", "gs://b/x.jpg", "train", "not_an_image", "no")
     return ShardReceipt("digest", ShardOutcome(written, (dead,), (("ab" * 32, ref),)),
                         ((str(shard), 7),))

@@ -1,6 +1,6 @@
 """Ultralytics YOLO datasets (worker/inputs/yolo.py): data.yaml's forms, boxes as
-Ultralytics converts them, hostile label lines, masks and keypoints never dropped
-silently, and a YOLO folder never mistaken for an image folder."""
+Ultralytics converts them, polygons as masks and pose lines as keypoints, hostile label
+lines, and a YOLO folder never mistaken for an image folder."""
 
 import json
 import shutil
@@ -16,7 +16,7 @@ from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import ManifestError, RowRules
 from worker.inputs.sources import check_sources, find_manifests, read_source
-from worker.records import ManifestRow
+from worker.records import Keypoints, ManifestRow, Mask
 
 DETECTION = RowRules(label_mode="detection")
 
@@ -132,7 +132,6 @@ def test_roboflow_exports_names_lists_and_txt_lists_of_images(tmp_path):
     ("0 1.5 0.5 0.2 0.2", reasons.BOX_OUT_OF_RANGE, "between 0 and 1"),
     ("0 0.05 0.5 0.5 0.2", reasons.BOX_OUT_OF_RANGE, "reaches outside the image"),
     ("0 0.5 0.5 0 0.2", reasons.EMPTY_BOX, "no width"),
-    ("0 0.1 0.1 0.2 0.2 0.3 0.3", reasons.UNWRITTEN_ANNOTATION, "--leave_out masks"),
     ("0 0.1 0.1 0.2 0.2 0.3 0.1 0.4", reasons.WRONG_COLUMN_COUNT, "found 8"),
     ("0 0.1 0.1 0.2 0.2", reasons.DUPLICATE_ROW, "the same object as line 1"),
 ])
@@ -156,33 +155,53 @@ def test_polygons_of_fewer_than_three_points_and_duplicated_images_are_dead_lett
     root = ultralytics_layout(tmp_path, {("train", "a"): "0 0.1 0.1 0.2 0.2\n0 0.1 0.1\n"})
     text(root / "train.txt", "./images/train/a.jpg\n./images/train/a.jpg\n")
     yaml = text(root / "data.yaml", "train: train.txt\nnames: [cat]\n")
-    found = rows(yaml, RowRules(label_mode="detection", leave_out={"masks"}))
+    found = rows(yaml)
     dead = [(row.reason, row.line) for row in found if isinstance(row, DeadLetter)]
     assert dead == [(reasons.WRONG_COLUMN_COUNT, 2), (reasons.DUPLICATE_ROW, 0)]
     assert "a polygon needs at least 3 points (class x1 y1 x2 y2 x3 y3), found 1" in \
         found[1].message
 
 
-def test_segmentation_and_pose_datasets_are_refused_unless_left_out(tmp_path):
-    """A polygon's box is its points' extent (Ultralytics' segments2boxes); the polygon
-    itself is not written, so the run is refused before the job until --leave_out masks
-    says so. A kpt_shape makes a pose dataset: its keypoints likewise."""
+def test_polygons_are_masks_and_pose_lines_keypoints_unless_left_out(tmp_path):
+    """A polygon's box is its points' extent (Ultralytics' segments2boxes) and the polygon
+    its mask; a pose line's box is its first four fields and the rest its keypoints, named
+    by the YAML's kpt_names. --leave_out keeps the boxes alone."""
     seg = ultralytics_layout(tmp_path / "seg", {
         ("train", "a"): "0 0.1 0.2 0.5 0.25 0.3 0.7 0.15 0.6\n"})
     yaml = text(seg / "coco8-seg.yaml", "path: .\ntrain: images/train\nnames: {0: person}\n")
-    with pytest.raises(ManifestError, match=r"a.txt:1 holds polygons .* --leave_out masks"):
-        rows(yaml)
-    (row,) = rows(yaml, RowRules(label_mode="detection", leave_out={"masks"}))
+    (row,) = rows(yaml)
     np.testing.assert_allclose(row.boxes[0][:4], (0.1, 0.2, 0.5, 0.7))
+    assert row.boxes[0].mask == Mask(1.0, 1.0, ((0.1, 0.2, 0.5, 0.25, 0.3, 0.7, 0.15, 0.6),))
+    (row,) = rows(yaml, RowRules(label_mode="detection", leave_out={"masks"}))
+    assert row.boxes[0].mask is None
     pose = ultralytics_layout(tmp_path / "pose", {
-        ("train", "a"): "0 0.5 0.5 0.4 0.6 " + " ".join(["0.5 0.5 2"] * 17) + "\n"})
-    yaml = text(pose / "coco8-pose.yaml", "train: images/train\nkpt_shape: [17, 3]\n"
-                "names: {0: person}\n")
-    with pytest.raises(ManifestError, match=r"pose dataset \(kpt_shape \[17, 3\]\).*"
-                       "--leave_out keypoints"):
-        rows(yaml)
-    (row,) = rows(yaml, RowRules(label_mode="detection", leave_out={"keypoints"}))
+        ("train", "a"): "0 0.5 0.5 0.4 0.6 0.4 0.3 2 0 0 0 0.6 0.35 1\n"})
+    yaml = text(pose / "hand.yaml", "train: images/train\nkpt_shape: [3, 3]\n"
+                "names: {0: hand}\nkpt_names: {0: [wrist, thumb, index]}\n")
+    (row,) = rows(yaml)
     np.testing.assert_allclose(row.boxes[0][:4], xyxy(0.5, 0.5, 0.4, 0.6))
+    assert row.boxes[0].keypoints == Keypoints((0.4, 0.0, 0.6), (0.3, 0.0, 0.35), (2, 0, 1),
+                                               ("wrist", "thumb", "index"))
+    (row,) = rows(yaml, RowRules(label_mode="detection", leave_out={"keypoints"}))
+    assert row.boxes[0].keypoints is None
+    two_dimensions = text(pose / "xy.yaml", "train: images/train\nkpt_shape: [2, 2]\n"
+                          "names: [hand]\n")
+    text(pose / "labels" / "train" / "a.txt", "0 0.5 0.5 0.4 0.6 0.4 0.3 -1 -1\n")
+    (row,) = rows(two_dimensions)
+    assert row.boxes[0].keypoints.visibility == (2, 0)  # negative: unlabelled, as Ultralytics
+
+
+@pytest.mark.parametrize("points, message", [
+    ("0.4 0.3 3 0 0 0", "keypoint 1's visibility is 3"),
+    ("0.4 1.3 2 0 0 0", "keypoint 1 (0.4, 1.3) is outside the image"),
+    ("0 0 0 0.4 -0.1 1", "keypoint 2 (0.4, -0.1) is outside the image"),
+])
+def test_bad_keypoints_are_dead_letters(points, message, tmp_path):
+    pose = ultralytics_layout(tmp_path, {("train", "a"): f"0 0.5 0.5 0.4 0.6 {points}\n"})
+    yaml = text(pose / "pose.yaml", "train: images/train\nkpt_shape: [2, 3]\nnames: [a]\n")
+    (dead,) = rows(yaml)
+    assert (dead.reason, dead.line) == (reasons.INVALID_KEYPOINTS, 1)
+    assert message in dead.message
 
 
 @pytest.mark.parametrize("content, problem", [
@@ -282,27 +301,32 @@ def test_ultralytics_coco128_yaml_and_labels_read_as_ultralytics_reads_them(tmp_
     assert ("train", "000000000030.jpg", "potted plant") == expected[0][:3]
 
 
-def test_public_segmentation_pose_and_obb_labels_convert_their_boxes_when_left_out(tmp_path):
-    """A polygon's box is its points' extent; a pose line's box is its first four
-    fields. Without --leave_out each dataset is refused before the job."""
-    cases = [("dota8.yaml", "obb", "dota8", "masks", 27),
-             ("coco8-pose.yaml", "pose", "coco8-pose", "keypoints", 5)]
-    for yaml_name, labels, root, left_out, lines in cases:
+def test_public_segmentation_pose_and_obb_labels_convert_boxes_masks_and_keypoints(tmp_path):
+    """A polygon's box is its points' extent and the polygon its mask; a pose line's box
+    is its first four fields, and the rest its keypoints (x, y, visibility each)."""
+    cases = [("dota8.yaml", "obb", "dota8", 27),
+             ("coco8-pose.yaml", "pose", "coco8-pose", 5)]
+    for yaml_name, labels, root, lines in cases:
         yaml = public_dataset(tmp_path, yaml_name, labels, f"{root}/images/train",
                               f"{root}/labels/train")
         image(tmp_path / root / "images" / "val" / "unlabelled.jpg")  # no objects
-        with pytest.raises(ManifestError, match=f"--leave_out {left_out}"):
-            rows(yaml)
-        found = rows(yaml, RowRules(label_mode="detection", leave_out={left_out}))
+        found = rows(yaml)
         boxes = [row for row in found if row.boxes]
         assert (len(found), len(boxes)) == (lines + 1, lines), (yaml_name, found)
         for row in boxes:
             line = (PUBLIC / labels / Path(row.manifest).name).read_text().splitlines()[
                 row.line - 1]
             values = [float(value) for value in line.split()[1:]]
-            want = (xyxy(*values[:4]) if labels == "pose" else
-                    (min(values[0::2]), min(values[1::2]), max(values[0::2]), max(values[1::2])))
-            np.testing.assert_allclose(row.boxes[0][:4], want, atol=1e-12)
+            (box,) = row.boxes
+            if labels == "pose":
+                np.testing.assert_allclose(box[:4], xyxy(*values[:4]), atol=1e-12)
+                assert box.keypoints == Keypoints(
+                    tuple(values[4::3]), tuple(values[5::3]), tuple(map(int, values[6::3])))
+            else:
+                np.testing.assert_allclose(box[:4], (min(values[0::2]), min(values[1::2]),
+                                                     max(values[0::2]), max(values[1::2])),
+                                           atol=1e-12)
+                assert box.mask == Mask(1.0, 1.0, (tuple(values),))
 
 
 def test_real_world_yamls_a_roboflow_export_and_a_names_dict_keyed_by_coco_ids(tmp_path):

@@ -24,6 +24,7 @@ from transforms.sorted_lines import WriteSortedLines
 from worker import dead_letters as reasons
 from worker import naming
 from worker.choices import Dedupe
+from worker.examples import example_annotations
 from worker.file_formats import PipelineFiles, ShardFormat
 from worker.histograms import file_bytes_bin, longest_side_bin
 from worker.inputs.rows import DEAD_LETTERS
@@ -148,12 +149,14 @@ class _RewriteShard(beam.DoFn):
         reencoded = collections.Counter(shard.reencoded)
         longest_side = collections.Counter(shard.longest_side)
         file_bytes = collections.Counter(shard.file_bytes)
+        annotations = collections.Counter(shard.annotations)
         for duplicate in copies.values():
             dropped = duplicate.copy.content
             labels.subtract(duplicate.copy.labels)
             reencoded.subtract([dropped.reencoded] if dropped.reencoded else [])
             longest_side[longest_side_bin(dropped.longest_side)] -= 1
             file_bytes[file_bytes_bin(dropped.source_bytes)] -= 1
+            annotations.subtract(example_annotations(dropped.rows))
             near = isinstance(duplicate, NearDuplicate)
             (self._near_dropped if near else self._dropped).inc()
             for row in dropped.rows:
@@ -167,7 +170,8 @@ class _RewriteShard(beam.DoFn):
             source_bytes=shard.source_bytes - sum(d.copy.content.source_bytes
                                                   for d in copies.values()),
             labels=_positive(labels), reencoded=_positive(reencoded),
-            longest_side=_positive(longest_side), file_bytes=_positive(file_bytes))
+            longest_side=_positive(longest_side), file_bytes=_positive(file_bytes),
+            annotations=_positive(annotations))
 
 
 def _positive(counts: collections.Counter[str]) -> dict[str, int]:

@@ -170,11 +170,14 @@ class PublishOutput(beam.PTransform):
         summary = build_summary(files, errors_by_reason, rows_read, vocabularies[LABEL_VOCABULARY],
                                 error_files=_written_names(written, ERRORS),
                                 run_info=self._run_info, rows_discarded=rows_discarded,
-                                companions=self._format.companions).model_copy(update={
+                                companions=self._format.companions)
+        annotations = {kind for split in summary.splits.values() for kind in split.annotations}
+        summary = summary.model_copy(update={
             "run_id": self._run_id,
             "vocabulary": vocabularies,
             "vocabulary_pinned_from": self._rules.pinned_from,
-            "features": feature_spec(self._settings.label_mode, self._settings.extra_columns),
+            "features": feature_spec(self._settings.label_mode, self._settings.extra_columns,
+                                     sorted(annotations)),
             "duplicates": CopiesInfo(
                 copies=sum(duplicates.values()), by_splits=dict(sorted(duplicates.items())),
                 dropped=self._settings.dedupe is not Dedupe.NONE,
@@ -347,11 +350,13 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
         reencoded: collections.Counter[str] = collections.Counter()
         longest_side: collections.Counter[str] = collections.Counter()
         file_bytes: collections.Counter[str] = collections.Counter()
+        annotations: collections.Counter[str] = collections.Counter()
         for shard in shards:
             labels.update(shard.labels)
             reencoded.update(shard.reencoded)
             longest_side.update(shard.longest_side)
             file_bytes.update(shard.file_bytes)
+            annotations.update(shard.annotations)
         splits[split] = SplitInfo(
             examples=sum(shard.examples for shard in shards),
             bytes=sum(shard.bytes for shard in shards),
@@ -362,6 +367,7 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
             longest_side={name: longest_side[name] for name in LONGEST_SIDE_BINS
                           if longest_side[name]},
             file_bytes={name: file_bytes[name] for name in FILE_BYTE_BINS if file_bytes[name]},
+            annotations=dict(sorted(annotations.items())),
             shards=tuple(ShardInfo(file=name, records=shard.examples, bytes=shard.bytes,
                                    companions=tuple(name + suffix for suffix in companions))
                          for name, shard in files.get(split, [])))

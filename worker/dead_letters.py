@@ -22,8 +22,11 @@ INVALID_SIZE = "invalid_size"  # a declared image width or height is not a posit
 SIZE_MISMATCH = "size_mismatch"  # the declared image size is not the image's own
 UNKNOWN_IMAGE_ID = "unknown_image_id"  # a COCO annotation's image_id names no image
 UNKNOWN_CATEGORY_ID = "unknown_category_id"  # a COCO annotation's category_id names none
-# A mask or keypoints the input holds, which this version does not write (--leave_out).
-UNWRITTEN_ANNOTATION = "unwritten_annotation"
+# A polygon of fewer than 3 points, an RLE that is not one, a mask that cannot be read.
+INVALID_MASK = "invalid_mask"
+# Keypoints not a whole number of points, a visibility not 0, 1 or 2, or a point outside
+# the image.
+INVALID_KEYPOINTS = "invalid_keypoints"
 INVALID_ANNOTATION = "invalid_annotation"  # an annotation file (VOC XML) that cannot be read
 INVALID_VALUE = "invalid_value"  # an extra (--schema) column's value is not of its type
 UNSEEN_CATEGORY = "unseen_category"  # a categorical value TRAIN never saw

@@ -7,12 +7,13 @@ background class), so they match label_map.pbtxt.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from worker.choices import LabelMode
 from worker.example_proto import serialize_example
 from worker.images import PreparedImage
-from worker.records import LabelledRow
+from worker.masks import box_mask, mask_png
+from worker.records import Box, Keypoints, LabelledRow, ManifestRow
 from worker.schema import CATEGORICAL, FLOAT, IMAGE, INTEGER, STRING, ExtraColumn
 from worker.summary import FeatureInfo
 
@@ -42,17 +43,38 @@ DETECTION_FEATURES = {
     # 0 where the source does not say (Pascal VOC's difficult/truncated, COCO's iscrowd).
     **{f"image/object/{flag}": "int64" for flag in ("difficult", "truncated", "is_crowd")},
 }
+# What an input holds beside boxes, in the keys of the Object Detection API's
+# create_coco_tf_record: an example has them when one of its objects has a mask or
+# keypoints, for every object (an object without a mask has its box as its mask; one
+# without keypoints has K unlabelled points: 0, 0, visibility 0).
+OBJECT_ANNOTATION_FEATURES = {
+    "masks": {"image/object/mask": "bytes"},  # one PNG of 0s and 1s per object
+    "keypoints": {
+        # K per object, relative to the image like the boxes: K * objects values.
+        "image/object/keypoint/x": "float",
+        "image/object/keypoint/y": "float",
+        "image/object/keypoint/visibility": "int64",  # COCO's 0, 1, 2
+        "image/object/keypoint/num": "int64",  # per object: its points with a place
+    },
+    "keypoint_names": {"image/object/keypoint/text": "bytes"},  # K * objects, where known
+}
+# Each kind as the console and report.html name it.
+ANNOTATION_NAMES = {"masks": "instance masks", "keypoints": "keypoints",
+                    "keypoint_names": "named keypoints"}
 
 
-def feature_types(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = ()
-                  ) -> dict[str, str]:
+def feature_types(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = (),
+                  annotations: Iterable[str] = ()) -> dict[str, str]:
     """The feature keys and dtypes (bytes, int64, float) of examples written in this mode.
 
+    `annotations`: the kinds of OBJECT_ANNOTATION_FEATURES that examples hold.
     Extra columns add `<column>` (integer, float, string; a categorical's vocabulary id,
     with its text in `<column>/text`), or `<column>/encoded`... for a second image.
     """
     types = dict(DETECTION_FEATURES if label_mode == LabelMode.DETECTION
                  else CLASSIFICATION_FEATURES)
+    for kind in annotations:
+        types |= OBJECT_ANNOTATION_FEATURES[kind]
     for column in extra_columns:
         if column.type == IMAGE:
             types |= {f"{column.name}/{key}": dtype for key, dtype in _STORED_IMAGE.items()}
@@ -66,14 +88,14 @@ def feature_types(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = 
 _EXTRA_DTYPES = {INTEGER: "int64", FLOAT: "float", STRING: "bytes", CATEGORICAL: "int64"}
 
 
-def feature_spec(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = ()
-                 ) -> dict[str, FeatureInfo]:
+def feature_spec(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = (),
+                 annotations: Iterable[str] = ()) -> dict[str, FeatureInfo]:
     """What summary.json tells readers about each key: its dtype, and whether it holds a
     list (multi-label ids and texts, every image/object/* key) rather than one value."""
-    lists = {key for key in feature_types(label_mode)
+    lists = {key for key in feature_types(label_mode, (), annotations)
              if label_mode != LabelMode.SINGLE and key not in IMAGE_FEATURES}
     return {key: FeatureInfo(dtype=dtype, list=key in lists)
-            for key, dtype in feature_types(label_mode, extra_columns).items()}
+            for key, dtype in feature_types(label_mode, extra_columns, annotations).items()}
 
 
 def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode: LabelMode,
@@ -105,10 +127,11 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
                    for flag in ("difficult", "truncated", "is_crowd")}
         values |= {"image/object/class/label": [label_id + 1 for label_id in ids],
                    "image/object/class/text": texts}
+        values |= _object_annotations(boxes, image)
     else:
         values |= {"image/class/label": ids, "image/class/text": texts}
     values |= _extra_values(rows[0], extra_columns, extra_images or {})
-    types = feature_types(label_mode, extra_columns)
+    types = feature_types(label_mode, extra_columns, OBJECT_ANNOTATION_FEATURES)
     return serialize_example({key: (types[key], value if isinstance(value, list) else [value])
                               for key, value in values.items()})
 
@@ -117,6 +140,45 @@ def example_labels(rows: Sequence[LabelledRow], label_mode: LabelMode) -> list[s
     """The labels of the example `rows` make: every box's, or each label once."""
     labels = [label for item in rows for label in item.row.labels]
     return labels if label_mode == LabelMode.DETECTION else list(dict.fromkeys(labels))
+
+
+def example_annotations(rows: Iterable[ManifestRow]) -> set[str]:
+    """The kinds of OBJECT_ANNOTATION_FEATURES the example `rows` make holds."""
+    boxes = [box for row in rows for box in row.boxes]
+    kinds = {"masks"} if any(box.mask for box in boxes) else set()
+    if any(box.keypoints for box in boxes):
+        kinds.add("keypoints")
+        if any(box.keypoints and box.keypoints.names for box in boxes):
+            kinds.add("keypoint_names")
+    return kinds
+
+
+def _object_annotations(boxes: Sequence[Box], image: PreparedImage) -> dict[str, list]:
+    """The masks and keypoints of an example's objects, for every object where one has
+    them. Objects with fewer keypoints than the most any has are padded with unlabelled
+    points, so every object has K (the API reads them as objects x K)."""
+    values: dict[str, list] = {}
+    if any(box.mask for box in boxes):
+        values["image/object/mask"] = [mask_png(box.mask or box_mask(box), image.width,
+                                                image.height) for box in boxes]
+    points = [box.keypoints for box in boxes]
+    if not any(points):
+        return values
+    count = max(len(keypoints.xs) for keypoints in points if keypoints)
+    names = any(keypoints and keypoints.names for keypoints in points)
+    for keypoints in points:
+        keypoints = keypoints or Keypoints((), (), ())
+        padding = count - len(keypoints.xs)
+        for key, field, blank in (("x", "xs", 0.0), ("y", "ys", 0.0),
+                                  ("visibility", "visibility", 0)):
+            values.setdefault(f"image/object/keypoint/{key}", []).extend(
+                (*getattr(keypoints, field), *[blank] * padding))
+        values.setdefault("image/object/keypoint/num", []).append(keypoints.labelled)
+        if names:
+            values.setdefault("image/object/keypoint/text", []).extend(
+                text.encode() for text in (*(keypoints.names or [""] * len(keypoints.xs)),
+                                           *[""] * padding))
+    return values
 
 
 def _stored_image(image: PreparedImage, prefix: str) -> dict[str, bytes | int]:

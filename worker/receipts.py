@@ -31,7 +31,7 @@ from worker.dead_letters import DeadLetter
 from worker.records import (ExampleContent, ExampleRef, LabelledRow, ManifestRow, ShardOutcome,
                             ShardWritten)
 
-_VERSION = 2  # of the receipt's layout
+_VERSION = 3  # of the receipt's layout (3: boxes with masks and keypoints)
 
 
 class ReceiptError(ValueError):

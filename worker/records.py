@@ -11,9 +11,51 @@ from typing import NamedTuple
 from worker.dead_letters import DeadLetter
 
 
+class Mask(NamedTuple):
+    """An object's instance mask as its source gives it, drawn at the image's size by the
+    shard writer (worker/masks.py): polygons, or COCO's run-length encoding.
+
+    The frame is what the coordinates are measured in: the declared image size in
+    pixels, 1 x 1 for coordinates relative to the image, 100 x 100 for percentages. An
+    RLE's frame is its own size, which must be the image's.
+    """
+
+    width: float
+    height: float
+    polygons: tuple[tuple[float, ...], ...] = ()  # each x0, y0, x1, y1, ...: 3 points or more
+    counts: str | tuple[int, ...] | None = None  # COCO RLE, compressed (str) or not
+
+    @classmethod
+    def from_fields(cls, fields: list) -> Mask:
+        width, height, polygons, counts = fields
+        return cls(width, height, tuple(map(tuple, polygons)),
+                   counts if counts is None or isinstance(counts, str) else tuple(counts))
+
+
+class Keypoints(NamedTuple):
+    """An object's keypoints relative to the image, as COCO gives them: per point x, y and
+    its visibility (0 not labelled, 1 labelled but hidden, 2 visible), and the points'
+    names where the source names them."""
+
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+    visibility: tuple[int, ...]
+    names: tuple[str, ...] = ()
+
+    @property
+    def labelled(self) -> int:
+        """COCO's num_keypoints: the points with a place (visibility above 0)."""
+        return sum(1 for flag in self.visibility if flag > 0)
+
+    @classmethod
+    def from_fields(cls, fields: list) -> Keypoints:
+        return cls(*map(tuple, fields))
+
+
 class Box(NamedTuple):
     """A bounding box in coordinates relative to the image's width and height, in [0, 1],
-    with the Object Detection API's per-object flags (0 when the source does not say)."""
+    with the Object Detection API's per-object flags (0 when the source does not say),
+    and the object's mask and keypoints where the source has them."""
 
     xmin: float
     ymin: float
@@ -22,6 +64,14 @@ class Box(NamedTuple):
     difficult: int = 0  # Pascal VOC's <difficult>
     truncated: int = 0  # Pascal VOC's <truncated>
     is_crowd: int = 0  # COCO's iscrowd
+    mask: Mask | None = None
+    keypoints: Keypoints | None = None
+
+    @classmethod
+    def from_fields(cls, fields: list) -> Box:
+        *corners_and_flags, mask, keypoints = fields
+        return cls(*corners_and_flags, mask and Mask.from_fields(mask),
+                   keypoints and Keypoints.from_fields(keypoints))
 
 
 class ManifestRow(NamedTuple):
@@ -57,7 +107,7 @@ class ManifestRow(NamedTuple):
     def from_fields(cls, fields: list) -> ManifestRow:
         """The row from its JSON array (a LabelledRow's or a receipt's, parsed)."""
         *scalars, labels, boxes, extras, image_size, boxes_in_pixels, drawn_upright = fields
-        return cls(*scalars, tuple(labels), tuple(Box(*box) for box in boxes), tuple(extras),
+        return cls(*scalars, tuple(labels), tuple(map(Box.from_fields, boxes)), tuple(extras),
                    tuple(image_size) if image_size else None, boxes_in_pixels, drawn_upright)
 
 
@@ -89,6 +139,8 @@ class ShardWritten(NamedTuple):
     reencoded: dict[str, int]  # why -> examples whose image was re-encoded
     longest_side: dict[str, int]  # histograms.LONGEST_SIDE_BINS -> source images
     file_bytes: dict[str, int]  # histograms.FILE_BYTE_BINS -> source files
+    # examples.OBJECT_ANNOTATION_FEATURES kind (masks, keypoints...) -> examples holding it
+    annotations: dict[str, int]
     resumed: bool = False  # reused from a stopped run (--resume), its images not read again
 
 

@@ -103,7 +103,7 @@ def merged(parts: Sequence[ShardOutcome], path: str, size: int) -> ShardOutcome:
     outcomes, in order: each example's position moved past the examples before its part."""
     first = parts[0].written
     counts = {field: collections.Counter() for field in (
-        "labels", "reencoded", "longest_side", "file_bytes")}
+        "labels", "reencoded", "longest_side", "file_bytes", "annotations")}
     dead_letters, example_keys = [], []
     for part in parts:
         written = part.written

@@ -34,13 +34,14 @@ from worker import dead_letters as reasons
 from worker import naming, receipts, storage
 from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
-from worker.examples import encode_example, example_labels
+from worker.examples import encode_example, example_annotations, example_labels
 from worker.file_formats import PipelineFiles, RecordWriter
 from worker.file_formats.tfrecord import FramedWriter, write_record
 from worker.histograms import file_bytes_bin, longest_side_bin
 from worker.image_files import read_image_bytes
 from worker.images import ImageRejected, PreparedImage, prepare_image
 from worker.inputs.boxes import pixel_box, turned_box
+from worker.overlays import drawn_thumbnail
 from worker.records import (Box, ExampleContent, ExampleRef, LabelledRow, ManifestRow,
                             ShardOutcome, ShardWritten)
 from worker.schema import IMAGE
@@ -219,6 +220,7 @@ class _ShardWriter:
         reencoded: collections.Counter[str] = collections.Counter()
         longest_sides: collections.Counter[str] = collections.Counter()
         file_bytes: collections.Counter[str] = collections.Counter()
+        annotations: collections.Counter[str] = collections.Counter()
         threads = settings.workers.read_threads
         with contextlib.ExitStack() as opened, concurrent.futures.ThreadPoolExecutor(
                 threads) as readers:
@@ -261,10 +263,11 @@ class _ShardWriter:
                     reencoded[outcome.reencoded] += 1
                 longest_sides[longest_side_bin(outcome.longest_side)] += 1
                 file_bytes[file_bytes_bin(outcome.source_bytes)] += 1
+                annotations.update(example_annotations(content.rows))
         file_size = storage.size(temp_path) if examples else 0
         written = ShardWritten(task.split, task.shard, temp_path, examples, rows_written,
                                file_size, source_bytes, dict(labels), dict(reencoded),
-                               dict(longest_sides), dict(file_bytes))
+                               dict(longest_sides), dict(file_bytes), dict(annotations))
         return ShardOutcome(written, tuple(dead_letters), tuple(example_keys))
 
     @contextlib.contextmanager
@@ -301,7 +304,12 @@ class _ShardWriter:
         rows, wrong_size = _fit_boxes_to_image(rows, image)
         record = encode_example(rows, image, self._settings.label_mode,
                                 self._settings.extra_columns, extra_images) if rows else None
-        return _Encoded(record, image.sha256, image.perceptual_hash, image.thumbnail,
+        thumbnail = image.thumbnail
+        boxes = [(box, label_id) for item in rows if item.row.boxes
+                 for box, label_id in zip(item.row.boxes, item.label_ids, strict=True)]
+        if boxes:  # report.html shows the objects drawn over the thumbnail
+            thumbnail = drawn_thumbnail(thumbnail, *zip(*boxes))
+        return _Encoded(record, image.sha256, image.perceptual_hash, thumbnail,
                         image.reencoded, max(image.source_size), len(data), rows, wrong_size)
 
     def _extra_images(self, row: ManifestRow) -> dict[str, PreparedImage]:
@@ -346,12 +354,20 @@ def _fit_boxes_to_image(rows: list[LabelledRow], image: PreparedImage
             kept.append(item)  # classification, or an image without objects
             continue
         boxes = row.boxes
-        if row.boxes_in_pixels:
-            boxes = [pixel_box(box[:4], actual, *box[4:], declared=False) for box in boxes]
+        if row.boxes_in_pixels:  # corners and flags alone (Hugging Face's objects)
+            boxes = [pixel_box(box[:4], actual, *box[4:7], declared=False) for box in boxes]
             problem = next((box for box in boxes if not isinstance(box, Box)), None)
             if problem:
                 wrong.append(row.dead_letter(*problem))
                 continue
+        mask_size = next(((box.mask.width, box.mask.height) for box in boxes if box.mask
+                          and box.mask.counts is not None
+                          and (box.mask.width, box.mask.height) != actual), None)
+        if mask_size:
+            wrong.append(row.dead_letter(reasons.SIZE_MISMATCH, (
+                f"a mask is {mask_size[0]}x{mask_size[1]} pixels but the image is "
+                f"{actual[0]}x{actual[1]}")))
+            continue
         if not drawn_upright:
             boxes = [turned_box(box, image.turned) for box in boxes]
         kept.append(item._replace(row=row._replace(boxes=tuple(boxes), boxes_in_pixels=False)))

@@ -52,6 +52,8 @@ class SplitInfo(_Record):
     reencoded: dict[str, int] = {}  # why -> images re-encoded
     longest_side: dict[str, int] = {}  # histograms.LONGEST_SIDE_BINS, smallest first
     file_bytes: dict[str, int] = {}  # histograms.FILE_BYTE_BINS, smallest first
+    # examples.OBJECT_ANNOTATION_FEATURES kind (masks, keypoints...) -> examples holding it
+    annotations: dict[str, int] = {}
     shards: tuple[ShardInfo, ...] = ()
 
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from worker import dead_letters as reasons
 from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import RowRules
-from worker.records import Box, ManifestRow
+from worker.masks import rle_of, turned_mask
+from worker.records import Box, ManifestRow, Mask
 
 # A corner given relative to the image may lie this far outside it (a fraction of its
 # side) and be clipped to it: what rounding gives at the image's edge, not a box outside.
@@ -127,14 +130,33 @@ def extent(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, floa
     return min(xs), min(ys), max(xs), max(ys)
 
 
-def unwritten_annotation(kind: LeftOut | None, rules: RowRules, what: str
-                         ) -> tuple[str, str] | None:
-    """(dead-letter reason, message) for an annotation of `kind` (masks, keypoints) that
-    this version does not write and --leave_out does not name; None when it may go."""
-    if kind is None or kind in rules.leave_out:
+def polygon_mask(polygons: Sequence[Sequence[tuple[float, float]]],
+                 frame: tuple[float, float], rules: RowRules) -> Mask | None:
+    """An object's mask from its polygons (each [(x, y), ...] of 3 points or more, in a
+    frame of (width, height): Mask's), or None where --leave_out masks."""
+    if LeftOut.MASKS in rules.leave_out:
         return None
-    return (reasons.UNWRITTEN_ANNOTATION, f"it holds {what}, which this version does not "
-            f"write: pass --leave_out {kind} to keep its box alone")
+    return Mask(*frame, tuple(tuple(value for point in polygon for value in point)
+                              for polygon in polygons))
+
+
+def with_mask(box: Box | tuple[str, str], mask: Mask | None) -> Box | tuple[str, str]:
+    """The box with its object's mask (a dead letter's reason and message as they are)."""
+    return box._replace(mask=mask) if isinstance(box, Box) else box
+
+
+def region_mask(region: np.ndarray, left: int, top: int, size: tuple[int, int],
+                rules: RowRules) -> Mask | None:
+    """An object's mask given as the 0/1 pixels of a region whose top left corner is at
+    (left, top) of an image of `size` (CVAT's and LabelMe's masks), as an RLE of the whole
+    image; None where --leave_out masks. What lies outside the image is cut off."""
+    if LeftOut.MASKS in rules.leave_out:
+        return None
+    width, height = size
+    whole = np.zeros((height, width), np.uint8)
+    cut = region[max(0, -top):height - top, max(0, -left):width - left]
+    whole[max(0, top):max(0, top) + cut.shape[0], max(0, left):max(0, left) + cut.shape[1]] = cut
+    return rle_of(whole)
 
 
 # Where the EXIF orientation's turn (Pillow's ImageOps.exif_transpose) takes a point
@@ -151,10 +173,18 @@ _TURNS: dict[int, Callable[[float, float], tuple[float, float]]] = {
 
 
 def turned_box(box: Box, orientation: int) -> Box:
-    """A box on the stored pixels, on the pixels turned upright by `orientation`."""
+    """An object on the stored pixels, on the pixels turned upright by `orientation`: its
+    box, its keypoints (those with a place) and its mask."""
     if orientation not in _TURNS:
         return box
-    (x0, y0), (x1, y1) = (_TURNS[orientation](box.xmin, box.ymin),
-                          _TURNS[orientation](box.xmax, box.ymax))
+    turn = _TURNS[orientation]
+    (x0, y0), (x1, y1) = turn(box.xmin, box.ymin), turn(box.xmax, box.ymax)
+    keypoints = box.keypoints
+    if keypoints is not None:
+        points = [turn(x, y) if flag else (x, y) for x, y, flag in
+                  zip(keypoints.xs, keypoints.ys, keypoints.visibility, strict=True)]
+        keypoints = keypoints._replace(xs=tuple(x for x, _ in points),
+                                       ys=tuple(y for _, y in points))
     return box._replace(xmin=min(x0, x1), ymin=min(y0, y1), xmax=max(x0, x1),
-                        ymax=max(y0, y1))
+                        ymax=max(y0, y1), keypoints=keypoints,
+                        mask=box.mask and turned_mask(box.mask, orientation, turn))

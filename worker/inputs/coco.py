@@ -3,37 +3,32 @@
 `bbox` is [x, y, width, height] in pixels of the image's declared width and height,
 normalised as create_coco_tf_record.py does; a category's name is the label, `iscrowd`
 becomes image/object/is_crowd, and an image no annotation names is an image without
-objects. Masks (`segmentation`) and keypoints are not written yet: an annotation holding
-one is dead-lettered unless --leave_out names it, and the launcher refuses a file whose
-first annotations hold them (check_coco). The file is one JSON document, streamed with ijson in three passes (categories,
-images, annotations), so memory holds the category and image tables, never the
-annotations, whatever the keys' order in the file.
+objects. `segmentation` (polygons or RLE) is the object's mask, and `keypoints` its
+keypoints, named by its category's `keypoints` (create_coco_tf_record's layout). The file
+is one JSON document, streamed with ijson in three passes (categories, images,
+annotations), so memory holds the category and image tables, never the annotations,
+whatever the keys' order in the file.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import ijson
 
 from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
-from worker.inputs.boxes import declared_size, pixel_box, unwritten_annotation
+from worker.inputs.boxes import declared_size, pixel_box
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.choices import LeftOut
-from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, assign_split, image_folder,
-                                resolve_uri)
-from worker.records import Box, ManifestRow
+from worker.inputs.rows import ImageEntries, RowRules, assign_split, image_folder, resolve_uri
+from worker.masks import decode_rle
+from worker.records import Box, Keypoints, ManifestRow, Mask
 
-# What COCO calls what --leave_out names.
-_HELD = {LeftOut.MASKS: "instance masks", LeftOut.KEYPOINTS: "keypoints"}
-# Annotations the launcher reads to see whether the file holds masks or keypoints.
-_PEEKED_ANNOTATIONS = 50
 # A COCO file's top-level keys; Vertex AI's JSON Lines items start with their own.
 _COCO_KEYS = frozenset({"info", "licenses", "images", "annotations", "categories"})
 
@@ -46,7 +41,7 @@ def read_coco(path: str, rules: RowRules, split: str | None
     `line` is the annotation's 1-based position in `annotations`, 0 for an image without
     annotations; `raw` is the annotation (or image) as JSON.
     """
-    categories = {category.get("id"): str(category.get("name", "")).strip()
+    categories = {category.get("id"): _Category.of(category)
                   for category in _items(path, "categories.item") if isinstance(category, dict)}
     entries = ImageEntries()
     images = {image.get("id"): _first_entry(_image_row(path, image, rules, split), image,
@@ -60,6 +55,17 @@ def read_coco(path: str, rules: RowRules, split: str | None
     for image_id, image in images.items():
         if image_id not in annotated:
             yield image
+
+
+class _Category(NamedTuple):
+    name: str
+    keypoints: tuple[str, ...]  # the names of its keypoints (person_keypoints files)
+
+    @classmethod
+    def of(cls, category: dict) -> _Category:
+        keypoints = category.get("keypoints")
+        return cls(str(category.get("name", "")).strip(),
+                   tuple(map(str, keypoints)) if isinstance(keypoints, list) else ())
 
 
 def category_names(path: str) -> set[str]:
@@ -102,7 +108,7 @@ def _image_row(path: str, image: dict, rules: RowRules, forced_split: str | None
 
 def _annotation_row(path: str, position: int, annotation: object,
                     images: dict[object, ManifestRow | DeadLetter],
-                    categories: dict[object, str], rules: RowRules
+                    categories: dict[object, _Category], rules: RowRules
                     ) -> ManifestRow | DeadLetter:
     raw = json.dumps(annotation, ensure_ascii=False)
     if not isinstance(annotation, dict):
@@ -116,14 +122,10 @@ def _annotation_row(path: str, position: int, annotation: object,
     if isinstance(image, DeadLetter):
         return image._replace(line=position, raw=raw, message=where + image.message)
     row = image._replace(line=position, raw=raw)
-    label = categories.get(annotation.get("category_id"))
-    if not label:
+    category = categories.get(annotation.get("category_id"))
+    if not category or not category.name:
         return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"{where}category_id "
                                f"{annotation.get('category_id')!r} names no category")
-    held = _unwritten(annotation, rules)
-    unwritten = held and unwritten_annotation(held, rules, _HELD[held])
-    if unwritten:
-        return row.dead_letter(unwritten[0], where + unwritten[1])
     bbox = annotation.get("bbox")
     if not (isinstance(bbox, list) and len(bbox) == 4
             and all(isinstance(value, (int, float)) for value in bbox)):
@@ -134,30 +136,80 @@ def _annotation_row(path: str, position: int, annotation: object,
                     is_crowd=int(bool(annotation.get("iscrowd"))))
     if not isinstance(box, Box):
         return row.dead_letter(box[0], where + box[1])
-    return row._replace(labels=(label,), boxes=(box,))
+    mask = _mask(annotation.get("segmentation"), row.image_size, rules)
+    if mask is not None and not isinstance(mask, Mask):
+        return row.dead_letter(mask[0], where + mask[1])
+    keypoints = (None if LeftOut.KEYPOINTS in rules.leave_out else _keypoints(
+        annotation.get("keypoints"), row.image_size, category.keypoints))
+    if keypoints is not None and not isinstance(keypoints, Keypoints):
+        return row.dead_letter(keypoints[0], where + keypoints[1])
+    return row._replace(labels=(category.name,),
+                        boxes=(box._replace(mask=mask, keypoints=keypoints),))
 
 
-def _unwritten(annotation: dict, rules: RowRules) -> LeftOut | None:
-    """What the annotation holds that this version does not write and --leave_out does
-    not name: masks (`segmentation`) or keypoints (any of them visible)."""
-    if annotation.get("segmentation") and LeftOut.MASKS not in rules.leave_out:
-        return LeftOut.MASKS
-    keypoints = annotation.get("keypoints")
-    if (isinstance(keypoints, list) and any(keypoints[2::3])
-            and LeftOut.KEYPOINTS not in rules.leave_out):
-        return LeftOut.KEYPOINTS
-    return None
+def _mask(segmentation: object, size: tuple[int, int], rules: RowRules
+          ) -> Mask | tuple[str, str] | None:
+    """`segmentation` -> the object's Mask: polygons [[x, y, x, y...], ...] in pixels of the
+    image's declared size, or an RLE {"size": [height, width], "counts": ...}, compressed
+    (a string) or not (run lengths, as crowd annotations hold them). None for none."""
+    if not segmentation or LeftOut.MASKS in rules.leave_out:
+        return None
+    if isinstance(segmentation, dict):
+        counts, rle_size = segmentation.get("counts"), segmentation.get("size")
+        if not (isinstance(rle_size, list) and len(rle_size) == 2
+                and all(isinstance(side, int) for side in rle_size)):
+            return reasons.INVALID_MASK, f"an RLE's size must be [height, width], found {rle_size!r}"
+        if tuple(rle_size[::-1]) != size:
+            return (reasons.SIZE_MISMATCH, f"the RLE mask is {rle_size[1]}x{rle_size[0]} but "
+                    f"the image is declared {size[0]}x{size[1]}")
+        if isinstance(counts, list) and all(isinstance(count, int) and count >= 0
+                                            for count in counts):
+            mask = Mask(*size, counts=tuple(counts))
+        elif isinstance(counts, str):
+            mask = Mask(*size, counts=counts)
+        else:
+            return (reasons.INVALID_MASK, "an RLE's counts must be a string or a list of run "
+                    "lengths")
+        try:
+            decode_rle(mask)
+        except (ValueError, TypeError) as error:
+            return reasons.INVALID_MASK, f"the RLE cannot be decoded: {error}"
+        return mask
+    if not (isinstance(segmentation, list) and all(
+            isinstance(polygon, list) and all(isinstance(value, (int, float))
+                                              for value in polygon) for polygon in segmentation)):
+        return (reasons.INVALID_MASK, "segmentation must be a list of polygons [x1, y1, x2, "
+                "y2, ...] or an RLE {size, counts}")
+    if any(len(polygon) < 6 or len(polygon) % 2 for polygon in segmentation):
+        return (reasons.INVALID_MASK, "a polygon needs 3 or more points, x and y each: "
+                f"found {[len(polygon) for polygon in segmentation]} coordinates")
+    return Mask(*size, tuple(map(tuple, segmentation)))
 
 
-def check_coco(path: str, rules: RowRules) -> None:
-    """Before the job: the first annotations hold no mask or keypoints that --leave_out
-    does not name (a COCO file holds them in every annotation or in none)."""
-    for annotation in itertools.islice(_items(path, "annotations.item"), _PEEKED_ANNOTATIONS):
-        held = isinstance(annotation, dict) and _unwritten(annotation, rules)
-        if held:
-            raise ManifestError(f"{path}: its annotations hold {_HELD[held]} (annotation id "
-                                f"{annotation.get('id')}), which this version does not write: "
-                                f"pass --leave_out {held} to convert their boxes alone")
+def _keypoints(written: object, size: tuple[int, int], names: tuple[str, ...]
+               ) -> Keypoints | tuple[str, str] | None:
+    """`keypoints` [x, y, visibility] * K in pixels -> Keypoints relative to the image's
+    declared size (as create_coco_tf_record divides them), named by the category's
+    `keypoints`. None for none."""
+    if not written:
+        return None
+    if not (isinstance(written, list) and len(written) % 3 == 0
+            and all(isinstance(value, (int, float)) for value in written)):
+        return (reasons.INVALID_KEYPOINTS, "keypoints must be [x, y, visibility] per point, "
+                f"numbers: found {len(written) if isinstance(written, list) else written!r}")
+    if names and len(written) != 3 * len(names):
+        return (reasons.INVALID_KEYPOINTS, f"{len(written) // 3} keypoints, but the category "
+                f"names {len(names)}")
+    xs, ys, flags = written[0::3], written[1::3], written[2::3]
+    for number, (x, y, flag) in enumerate(zip(xs, ys, flags, strict=True), start=1):
+        if flag not in (0, 1, 2):
+            return (reasons.INVALID_KEYPOINTS, f"keypoint {number}'s visibility is {flag}: "
+                    "0 (not labelled), 1 (hidden) or 2 (visible)")
+        if flag and not (0 <= x <= size[0] and 0 <= y <= size[1]):
+            return (reasons.INVALID_KEYPOINTS, f"keypoint {number} ({x:g}, {y:g}) is outside "
+                    f"the {size[0]}x{size[1]} image")
+    return Keypoints(tuple(x / size[0] for x in xs), tuple(y / size[1] for y in ys),
+                     tuple(map(int, flags)), names)
 
 
 class CocoFormat(InputFormat):
@@ -169,9 +221,6 @@ class CocoFormat(InputFormat):
     def recognises(self, head: FileHead) -> bool:
         """A JSON file whose first key is one of COCO's top-level keys."""
         return head.first_json_key in _COCO_KEYS
-
-    def check_file(self, source: ManifestSource, rules: RowRules) -> None:
-        check_coco(source.path, rules)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestRow | DeadLetter]:

@@ -7,8 +7,8 @@ image (`name`, `width`, `height`, `subset`), holding <tag> (an image label) and 
 Rows: with --label_mode single or multi, one per image, its labels its tags (its shapes
 are not read); with detection, one per shape (its tags are not read), boxes divided by
 the image's declared size as the Object Detection API's converters do. A polygon's or a
-mask's box is its extent, the mask itself not written yet (--leave_out masks); a rotated
-box, a shape of another kind and a <track> (CVAT for video) are dead letters naming them.
+mask's box is its extent, and its mask is written (a <mask>'s RLE runs over its region,
+row by row, starting with background); a rotated box, a shape of another kind and a <track> (CVAT for video) are dead letters naming them.
 Splits: `subset` (Train, Validation, Test) where it names one, else --manifest
 SPLIT=PATH or a hashed one. Images: `name`, relative to --image_dir, or to the XML's
 `images/` folder when there is one (CVAT's export with images), else to its folder. The
@@ -20,19 +20,21 @@ from __future__ import annotations
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 
+import numpy as np
+
 from worker import dead_letters as reasons
 from worker import storage
 from worker.chunks import LineRange, ManifestSource
-from worker.choices import LabelMode, LeftOut
+from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
-from worker.inputs.boxes import box_row, declared_size, extent, pixel_box, unwritten_annotation
+from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
+                                 region_mask, with_mask)
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, image_folder,
                                 invalid_split, resolve_uri, row_split)
 from worker.records import ManifestRow
 
-_NOT_BOXES = ("polyline", "points", "ellipse", "cuboid", "skeleton")
 _IMAGES = "images"  # where CVAT's export with images puts them, beside annotations.xml
 _SUBSET_DEFAULT = "default"  # CVAT's subset of a task without one
 
@@ -124,12 +126,9 @@ def _shape_row(row: ManifestRow, where: str, shape: ElementTree.Element, rules: 
     def reject(reason: str, message: str, **_: str) -> DeadLetter:
         return row.dead_letter(reason, here + message)
 
-    if shape.tag in _NOT_BOXES or shape.tag not in ("box", "polygon", "mask"):
+    if shape.tag not in ("box", "polygon", "mask"):
         return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {shape.tag} is not a box")
-    if shape.tag != "box":
-        unwritten = unwritten_annotation(LeftOut.MASKS, rules, f"a {shape.tag} (a mask)")
-        if unwritten:
-            return reject(*unwritten)
+    mask = None
     try:
         if shape.tag == "box":
             if float(shape.get("rotation") or 0) % 360:
@@ -140,17 +139,35 @@ def _shape_row(row: ManifestRow, where: str, shape: ElementTree.Element, rules: 
             points = [tuple(map(float, point.split(",")))
                       for point in (shape.get("points") or "").split(";") if point.strip()]
             if len(points) < 3 or any(len(point) != 2 for point in points):
-                return reject(reasons.INVALID_BOX, "a polygon needs at least 3 points x,y, "
+                return reject(reasons.INVALID_MASK, "a polygon needs at least 3 points x,y, "
                               f"found {shape.get('points')!r}")
             corners = list(extent([x for x, _ in points], [y for _, y in points]))
+            mask = polygon_mask([points], row.image_size, rules)
         else:
             left, top, width, height = (float(shape.get(key) or "nan")
                                         for key in ("left", "top", "width", "height"))
             corners = [left, top, left + width, top + height]
+            region = _mask_region(shape.get("rle") or "", int(width), int(height))
+            if region is None:
+                return reject(reasons.INVALID_MASK, f"its rle does not make a {width:g}x"
+                              f"{height:g} mask")
+            mask = region_mask(region, int(left), int(top), row.image_size, rules)
     except ValueError:
         return reject(reasons.INVALID_BOX, "a coordinate is not a number")
     return box_row(row, (shape.get("label") or "").strip(), True,
-                   lambda: pixel_box(corners, row.image_size), reject)
+                   lambda: with_mask(pixel_box(corners, row.image_size), mask), reject)
+
+
+def _mask_region(rle: str, width: int, height: int) -> np.ndarray | None:
+    """CVAT's mask RLE: run lengths over its region row by row, starting with a run of
+    background (0s) -> the region's 0/1 pixels, or None when they do not fill it."""
+    try:
+        counts = [int(count) for count in rle.split(",")]
+    except ValueError:
+        return None
+    if min(counts, default=-1) < 0 or sum(counts) != width * height or not width * height:
+        return None
+    return np.repeat(np.arange(len(counts), dtype=np.uint8) % 2, counts).reshape(height, width)
 
 
 def _image_folder(path: str, rules: RowRules) -> str:

@@ -5,9 +5,10 @@
 A task is read from its first annotation that was not cancelled (as Label Studio's own
 converters read one annotation a task). Rows: with --label_mode single or multi, one per
 task, its labels the `choices`; with detection, one per region, its box `x, y, x + width,
-y + height` divided by 100 (a polygon's box is its points' extent, its mask not written
-yet: --leave_out masks). A rotated rectangle is dead-lettered (the API's boxes are not
-rotated), and so is a region of another type (keypoints, brushes...). `data.image` may
+y + height` divided by 100 (a polygon's box is its points' extent, and the polygon its
+mask). A rotated rectangle is dead-lettered (the API's boxes are not rotated), and so is
+a region of another type: keypoints (Label Studio's are regions of their own, tied to no
+object) and brushes (its own RLE) are not read. `data.image` may
 be Label Studio's own path (`/data/upload/3/x.jpg`, `/data/local-files/?d=dir/x.jpg`):
 read as `upload/3/x.jpg` and `dir/x.jpg` relative to --image_dir or the JSON's folder.
 The file is streamed (ijson) a task at a time.
@@ -23,9 +24,9 @@ import ijson
 
 from worker import dead_letters as reasons
 from worker.chunks import LineRange, ManifestSource
-from worker.choices import LabelMode, LeftOut
+from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
-from worker.inputs.boxes import box_row, clipped_box, extent, unwritten_annotation
+from worker.inputs.boxes import box_row, clipped_box, extent, polygon_mask, with_mask
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.inputs.rows import ImageEntries, RowRules, assign_split, image_folder, resolve_uri
@@ -119,6 +120,7 @@ def _region_row(row: ManifestRow, where: str, region: object, rules: RowRules
     if len(labels) > 1:
         return reject(reasons.MULTIPLE_LABELS, f"the region has {len(labels)} labels; a box "
                       "has one")
+    mask = None
     try:
         if kind == "rectanglelabels":
             if float(value.get("rotation") or 0) % 360:
@@ -128,19 +130,17 @@ def _region_row(row: ManifestRow, where: str, region: object, rules: RowRules
                                    for key in ("x", "y", "width", "height"))
             corners = (x, y, x + width, y + height)
         else:
-            unwritten = unwritten_annotation(LeftOut.MASKS, rules, "a polygon (a mask)")
-            if unwritten:
-                return reject(*unwritten)
             points = [(float(px) / 100, float(py) / 100) for px, py in value["points"]]
             if len(points) < 3:
-                return reject(reasons.INVALID_BOX, f"a polygon needs at least 3 points, found "
+                return reject(reasons.INVALID_MASK, f"a polygon needs at least 3 points, found "
                               f"{len(points)}")
             corners = extent([px for px, _ in points], [py for _, py in points])
+            mask = polygon_mask([points], (1.0, 1.0), rules)
     except (KeyError, TypeError, ValueError) as error:
         return reject(reasons.INVALID_BOX, f"the {kind} value's coordinates are missing or "
                       f"not numbers ({error!r})")
     return box_row(row, labels[0] if labels else "", True,
-                   lambda: clipped_box(*corners), lambda reason, message, **_: reject(
+                   lambda: with_mask(clipped_box(*corners), mask), lambda reason, message, **_: reject(
                        reason, message))
 
 

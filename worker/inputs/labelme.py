@@ -7,31 +7,39 @@ Rows: with --label_mode single or multi, one per file, its labels the flags set 
 (labelme's classification flags; `__ignore__` is not a class); with detection, one per
 object: a rectangle's two corners, or the extent of a polygon's points, a circle (its
 centre and a point on it) or a mask's corners. Shapes sharing a label and a group_id are
-one object, as labelme's own labelme2coco merges them. Polygons, circles and masks are
-masks, not written yet (--leave_out masks). Lines, line strips and points are not boxes:
-dead letters naming them. A folder given to --manifest is read as its .json files.
+one object, as labelme's own labelme2coco merges them, and its mask is their union: the
+polygons, the circles (as 64-sided polygons), the rectangles, or a mask shape's pixels
+(a base64 PNG of its region). Lines, line strips and points are not boxes: dead letters
+naming them. A folder given to --manifest is read as its .json files.
 """
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import math
 from collections.abc import Iterator
 
+import numpy as np
+from PIL import Image
+
 from worker import dead_letters as reasons
 from worker import storage
 from worker.chunks import LineRange, ManifestSource
-from worker.choices import LabelMode, LeftOut
+from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
-from worker.inputs.boxes import box_row, declared_size, extent, pixel_box, unwritten_annotation
+from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
+                                 region_mask, with_mask)
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.rows import DiscardedRow, RowRules, assign_split, resolve_uri
 from worker.records import ManifestRow
 
 # labelme's first keys: version, flags, shapes, imagePath, imageData...
 _LABELME_KEYS = frozenset({"version", "flags", "shapes"})
-_BOXES = ("rectangle",)
-_MASKS = ("polygon", "circle", "mask")
+_REGIONS = ("rectangle", "polygon", "circle", "mask")
+# A circle's mask is a polygon of this many sides (labelme's own draws it with Pillow).
+_CIRCLE_SIDES = 64
 # labelme's own flag for an image to leave out: its file is a discarded row, as DISCARD.
 _IGNORE_FLAG = "__ignore__"
 
@@ -100,16 +108,14 @@ def _object_row(row: ManifestRow, shapes: list, rules: RowRules) -> ManifestRow 
 
     xs: list[float] = []
     ys: list[float] = []
+    polygons: list[list[tuple[float, float]]] = []  # the object's region, as polygons
+    region = None  # or as a mask shape's pixels (a group of them: the last one's)
     for shape in shapes:
         if not isinstance(shape, dict):
             return reject(reasons.MALFORMED_ROW, "a shape must be a JSON object")
         kind = shape.get("shape_type") or "polygon"  # labelme before 4.0 wrote none
-        if kind not in _BOXES + _MASKS:
+        if kind not in _REGIONS:
             return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {kind} is not a box")
-        if kind in _MASKS:
-            unwritten = unwritten_annotation(LeftOut.MASKS, rules, f"a {kind} (a mask)")
-            if unwritten:
-                return reject(*unwritten)
         points = _points(shape.get("points"))
         needed = 3 if kind == "polygon" else 2
         if points is None or len(points) < needed:
@@ -118,11 +124,39 @@ def _object_row(row: ManifestRow, shapes: list, rules: RowRules) -> ManifestRow 
         if kind == "circle":
             (cx, cy), (px, py) = points[:2]
             radius = math.hypot(px - cx, py - cy)
-            points = [(cx - radius, cy - radius), (cx + radius, cy + radius)]
+            points = [(cx + radius * math.cos(turn), cy + radius * math.sin(turn))
+                      for turn in (2 * math.pi * step / _CIRCLE_SIDES
+                                   for step in range(_CIRCLE_SIDES))]
+        elif kind == "rectangle":
+            (x0, y0), (x1, y1) = points[:2]
+            points = [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
+        elif kind == "mask":
+            region = _mask_pixels(shape.get("mask"))
+            if region is None:
+                return reject(reasons.INVALID_MASK, "a mask's `mask` must be a PNG, base64")
+            region = (region, *map(int, points[0]))
+        if kind != "mask":
+            polygons.append(points)
         xs += [x for x, _ in points]
         ys += [y for _, y in points]
     label = str(shapes[0].get("label") or "").strip()
-    return box_row(row, label, True, lambda: pixel_box(extent(xs, ys), row.image_size), reject)
+    if region is not None:
+        mask = region_mask(*region, row.image_size, rules)
+    elif any(shape.get("shape_type") != "rectangle" for shape in shapes):
+        mask = polygon_mask(polygons, row.image_size, rules)
+    else:
+        mask = None  # rectangles alone: a box
+    return box_row(row, label, True, lambda: with_mask(
+        pixel_box(extent(xs, ys), row.image_size), mask), reject)
+
+
+def _mask_pixels(encoded: object) -> np.ndarray | None:
+    """labelme's mask: a base64 PNG of the region's pixels, true where the object is."""
+    try:
+        with Image.open(io.BytesIO(base64.b64decode(str(encoded), validate=True))) as image:
+            return (np.asarray(image.convert("L")) > 0).astype(np.uint8)
+    except (ValueError, OSError):
+        return None
 
 
 def _points(value: object) -> list[tuple[float, float]] | None:

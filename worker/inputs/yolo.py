@@ -16,9 +16,8 @@ img2label_paths):
 
 Each line is one detection row: its box converted to the Object Detection API's
 xmin/ymin/xmax/ymax (Ultralytics' xywhn2xyxy; a polygon's box is its points' extent, as
-segments2boxes makes it). Masks and keypoints are not written yet: a row holding one is
-dead-lettered unless --leave_out names it, and the launcher refuses such a dataset before
-the job (check_yolo). Listed with Beam's FileSystems.match, so read in the pipeline's
+segments2boxes makes it). A polygon is also the object's mask; a pose line's keypoints
+are written, named where the YAML's `kpt_names` names them. Listed with Beam's FileSystems.match, so read in the pipeline's
 process, one label file after another.
 """
 
@@ -35,18 +34,16 @@ from worker.chunks import LineRange, ManifestSource
 from worker.dead_letters import DeadLetter
 from worker.inputs.folder import IMAGE_EXTENSIONS
 from worker.choices import LeftOut
-from worker.inputs.boxes import clipped_box, extent, unwritten_annotation
+from worker.inputs.boxes import clipped_box, extent, polygon_mask, with_mask
 from worker.inputs.input_format import InputFormat
 from worker.inputs.lines import numbered_lines
 from worker.inputs.rows import (ManifestError, RowRules, has_undecodable_bytes, normalise_path,
                                 printable)
-from worker.records import Box, ManifestRow
+from worker.records import Box, Keypoints, ManifestRow
 from worker.splits import SPLITS
 
 # data.yaml's key for each split.
 _SPLIT_KEYS = dict(zip(SPLITS, ("train", "val", "test"), strict=True))
-# Label files read before the job to see whether the dataset holds masks or keypoints.
-_PEEKED_LABEL_FILES = 20
 
 
 def read_yolo(path: str, rules: RowRules, split: str | None
@@ -76,12 +73,14 @@ class YoloDataset:
     """data.yaml, read: the class names, the root and the splits' entries."""
 
     def __init__(self, path: str, names: tuple[str, ...], root: str,
-                 entries: dict[str, list[str]], keypoints: tuple[int, int] | None) -> None:
+                 entries: dict[str, list[str]], keypoints: tuple[int, int] | None,
+                 keypoint_names: dict[int, tuple[str, ...]]) -> None:
         self.path = path
         self.names = names
         self.root = root
         self.entries = entries  # split -> its entries, as written
         self.keypoints = keypoints  # kpt_shape: (K, 2 or 3)
+        self.keypoint_names = keypoint_names  # class id -> its K points' names, where known
 
     @classmethod
     def load(cls, path: str) -> YoloDataset:
@@ -109,7 +108,9 @@ class YoloDataset:
         if not entries:
             raise ManifestError(f"{path}: names no split: expected 'train' (and 'val', "
                                 "'test') as a folder of images or a .txt list of them")
-        return cls(path, _class_names(path, data), root, entries, _keypoint_shape(path, data))
+        names, keypoints = _class_names(path, data), _keypoint_shape(path, data)
+        return cls(path, names, root, entries, keypoints,
+                   _keypoint_names(path, data, len(names), keypoints))
 
     def images(self, only: str | None = None) -> Iterator[tuple[str, Iterator[str]]]:
         """(split, the URIs of its images, in the order listed) per split entry."""
@@ -212,17 +213,41 @@ def _label_row(row: ManifestRow, raw: str, dataset: YoloDataset, rules: RowRules
                                                   else coordinates)):
         return row.dead_letter(reasons.BOX_OUT_OF_RANGE, "coordinates must be normalised "
                                f"to the image size, between 0 and 1: {raw!r}")
-    unwritten = unwritten_annotation(
-        {"polygon": LeftOut.MASKS, "pose": LeftOut.KEYPOINTS}.get(shape), rules,
-        "a polygon (a segmentation mask or an oriented box)" if shape == "polygon"
-        else "keypoints")
-    if unwritten:
-        return row.dead_letter(*unwritten)
-    box = (clipped_box(*extent(coordinates[0::2], coordinates[1::2])) if shape == "polygon"
-           else _centre_box(coordinates[:4]))
+    if shape == "polygon":
+        points = list(zip(coordinates[0::2], coordinates[1::2], strict=True))
+        box = with_mask(clipped_box(*extent(coordinates[0::2], coordinates[1::2])),
+                        polygon_mask([points], (1.0, 1.0), rules))
+    else:
+        box = _centre_box(coordinates[:4])
     if not isinstance(box, Box):
         return row.dead_letter(*box)
+    if shape == "pose" and LeftOut.KEYPOINTS not in rules.leave_out:
+        keypoints = _keypoints(coordinates[4:], dataset, int(class_id))
+        if not isinstance(keypoints, Keypoints):
+            return row.dead_letter(*keypoints)
+        box = box._replace(keypoints=keypoints)
     return row._replace(labels=(dataset.names[int(class_id)],), boxes=(box,))
+
+
+def _keypoints(values: list[float], dataset: YoloDataset, class_id: int
+               ) -> Keypoints | tuple[str, str]:
+    """A pose line's K points (x y, or x y visibility) -> Keypoints. Without a visibility
+    a point is unlabelled where a coordinate is negative (as Ultralytics masks it), else
+    visible."""
+    count, dimensions = dataset.keypoints
+    points = [values[place:place + dimensions] for place in range(0, len(values), dimensions)]
+    visibility = []
+    for number, point in enumerate(points, start=1):
+        flag = point[2] if dimensions == 3 else (0 if min(point) < 0 else 2)
+        if flag not in (0, 1, 2):
+            return (reasons.INVALID_KEYPOINTS, f"keypoint {number}'s visibility is "
+                    f"{point[2]:g}: 0 (not labelled), 1 (hidden) or 2 (visible)")
+        if flag and not all(0.0 <= value <= 1.0 for value in point[:2]):
+            return (reasons.INVALID_KEYPOINTS, f"keypoint {number} ({point[0]:g}, "
+                    f"{point[1]:g}) is outside the image: coordinates are normalised to 0..1")
+        visibility.append(int(flag))
+    return Keypoints(tuple(point[0] for point in points), tuple(point[1] for point in points),
+                     tuple(visibility), dataset.keypoint_names.get(class_id, ()))
 
 
 def _line_shape(count: int, keypoints: tuple[int, int] | None) -> str | None:
@@ -293,6 +318,20 @@ def _keypoint_shape(path: str, data: dict) -> tuple[int, int] | None:
     return shape[0], shape[1]
 
 
+def _keypoint_names(path: str, data: dict, classes: int, shape: tuple[int, int] | None
+                    ) -> dict[int, tuple[str, ...]]:
+    """`kpt_names` (Ultralytics' pose YAMLs: class id -> the names of its K points)."""
+    written = data.get("kpt_names")
+    if written is None or shape is None:
+        return {}
+    if not (isinstance(written, dict) and all(
+            isinstance(names, list) and len(names) == shape[0] for names in written.values())
+            and set(written) <= set(range(classes))):
+        raise ManifestError(f"{path}: kpt_names must map class ids to lists of "
+                            f"{shape[0]} names (kpt_shape), found {written!r}")
+    return {class_id: tuple(map(str, names)) for class_id, names in written.items()}
+
+
 def _resolve(path: str, folder: str) -> str:
     if path.startswith("/") or "://" in path:
         return normalise_path(path)
@@ -304,9 +343,8 @@ def _is_image(path: str) -> bool:
     return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def check_yolo(path: str, split: str | None, rules: RowRules) -> None:
-    """Before the job: data.yaml reads, its entries are there, and, unless --leave_out
-    names them, the first label files hold no polygon and the dataset no keypoints."""
+def check_yolo(path: str, split: str | None) -> None:
+    """Before the job: data.yaml reads and its entries are there."""
     dataset = YoloDataset.load(path)
     for each, entries in dataset.entries.items():
         if split in (None, each):
@@ -314,33 +352,6 @@ def check_yolo(path: str, split: str | None, rules: RowRules) -> None:
                 dataset.locate(entry)
     if split is not None:
         next(dataset.images(split))
-    if dataset.keypoints and LeftOut.KEYPOINTS not in rules.leave_out:
-        raise ManifestError(f"{path} is a pose dataset (kpt_shape {list(dataset.keypoints)}), "
-                            "and this version does not write keypoints: pass --leave_out "
-                            "keypoints to convert its boxes alone")
-    if LeftOut.MASKS not in rules.leave_out:
-        polygon = _first_polygon(dataset, split)
-        if polygon:
-            raise ManifestError(f"{polygon} holds polygons (segmentation masks or oriented "
-                                "boxes), which this version does not write: pass --leave_out "
-                                "masks to convert their boxes alone")
-
-
-def _first_polygon(dataset: YoloDataset, split: str | None) -> str | None:
-    """`file:line` of the first polygon in the first label files, if any."""
-    peeked = 0
-    for _, images in dataset.images(split):
-        for image in images:
-            label_file = label_path(image)
-            if not storage.exists(label_file):
-                continue
-            for line, raw in numbered_lines(label_file):
-                if _line_shape(len(raw.split()), dataset.keypoints) == "polygon":
-                    return f"{label_file}:{line}"
-            peeked += 1
-            if peeked >= _PEEKED_LABEL_FILES:
-                return None
-    return None
 
 
 class YoloFormat(InputFormat):
@@ -351,7 +362,7 @@ class YoloFormat(InputFormat):
     boxes_only = True
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
-        check_yolo(source.path, source.split, rules)
+        check_yolo(source.path, source.split)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestRow | DeadLetter]:

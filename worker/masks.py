@@ -1,0 +1,98 @@
+"""Instance masks as the Object Detection API's `create_coco_tf_record --include_masks`
+writes them: pycocotools makes each object's binary mask from its polygons or RLE, and
+the mask is stored as a PNG of 0s and 1s (Pillow's mode L) at the size of the image as
+written, one PNG per object in `image/object/mask`.
+
+Polygons are drawn at the written size directly (scaled with any --max_side resize), so a
+resized mask is as sharp as the image; an RLE is decoded at its own size (the source
+image's) and resized with nearest neighbours. Where the image is turned upright by its
+EXIF orientation, a mask drawn on its stored pixels is turned with it (turned_mask).
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from PIL import Image
+from pycocotools import mask as coco_mask
+
+from worker.records import Box, Mask
+
+# Pillow's transpose for each EXIF orientation, as ImageOps.exif_transpose turns an image.
+_TRANSPOSES = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
+               4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
+               6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+               8: Image.Transpose.ROTATE_90}
+
+
+def mask_png(mask: Mask, width: int, height: int) -> bytes:
+    """The object's mask at width x height pixels, as a PNG of 0s and 1s."""
+    return _png(mask_pixels(mask, width, height))
+
+
+def mask_pixels(mask: Mask, width: int, height: int) -> np.ndarray:
+    """The object's mask at width x height pixels: 0s and 1s, height x width (uint8)."""
+    if mask.counts is None:
+        scale_x, scale_y = width / mask.width, height / mask.height
+        polygons = [[value * (scale_x if place % 2 == 0 else scale_y)
+                     for place, value in enumerate(polygon)] for polygon in mask.polygons]
+        binary = np.amax(coco_mask.decode(coco_mask.frPyObjects(polygons, height, width)),
+                         axis=2)
+    else:
+        binary = decode_rle(mask)
+        if binary.shape != (height, width):
+            binary = np.asarray(Image.fromarray(binary).resize((width, height),
+                                                               Image.Resampling.NEAREST))
+    return binary
+
+
+def decode_rle(mask: Mask) -> np.ndarray:
+    """An RLE mask's 0/1 pixels, height x width (uint8); ValueError when its counts do
+    not make a mask of its size."""
+    height, width = int(mask.height), int(mask.width)
+    if isinstance(mask.counts, str):
+        rle = {"size": [height, width], "counts": mask.counts.encode()}
+    else:
+        if sum(mask.counts) != height * width:
+            raise ValueError(f"its run lengths add up to {sum(mask.counts)} pixels, not "
+                             f"{width}x{height}")
+        rle = coco_mask.frPyObjects({"size": [height, width], "counts": list(mask.counts)},
+                                    height, width)
+    return coco_mask.decode(rle)
+
+
+def rle_of(binary: np.ndarray) -> Mask:
+    """0/1 pixels (height x width) -> a Mask holding their compressed COCO RLE."""
+    rle = coco_mask.encode(np.asfortranarray(binary.astype(np.uint8)))
+    height, width = binary.shape
+    return Mask(width, height, counts=rle["counts"].decode())
+
+
+def turned_mask(mask: Mask, orientation: int, turn_point) -> Mask:
+    """A mask drawn on the stored pixels, on the pixels turned upright by `orientation`:
+    polygons point by point (`turn_point`, on coordinates relative to the image), an RLE
+    decoded, turned as Pillow turns the image, and encoded again."""
+    if orientation not in _TRANSPOSES:
+        return mask
+    if mask.counts is not None:
+        turned = Image.fromarray(decode_rle(mask)).transpose(_TRANSPOSES[orientation])
+        return rle_of(np.asarray(turned))
+    polygons = []
+    for polygon in mask.polygons:
+        points = [turn_point(x / mask.width, y / mask.height)
+                  for x, y in zip(polygon[0::2], polygon[1::2], strict=True)]
+        polygons.append(tuple(value for point in points for value in point))
+    return Mask(1.0, 1.0, tuple(polygons))
+
+
+def box_mask(box: Box) -> Mask:
+    """The mask of an object given by its box alone: the box, filled."""
+    return Mask(1.0, 1.0, ((box.xmin, box.ymin, box.xmax, box.ymin, box.xmax, box.ymax,
+                            box.xmin, box.ymax),))
+
+
+def _png(binary: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(binary).save(out, format="PNG")
+    return out.getvalue()
