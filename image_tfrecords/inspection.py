@@ -1,9 +1,10 @@
 """`inspect_split(OUTPUT, split, n, DIR)`: the first N records of a split written back as
 files a person can look at.
 
-Each image key's stored bytes become an image file (extension from its bytes), the other
-features one row each of DIR/records.csv (lists joined by `|`), and an example with boxes
-(`image/object/bbox/*`) also gets a PNG with its boxes and label texts drawn.
+Each image key's stored bytes become an image file (extension from its bytes), and so does
+each instance mask (`image/object/mask`); the other features are one row each of
+DIR/records.csv (lists joined by `|`), and an example with boxes (`image/object/bbox/*`)
+also gets a PNG with its objects drawn: boxes and label texts, masks and keypoints.
 """
 
 from __future__ import annotations
@@ -15,17 +16,19 @@ import posixpath
 import re
 from collections.abc import Iterator
 
+import numpy as np
 import tensorflow as tf
-from PIL import Image, ImageDraw
+from PIL import Image
 
-from image_tfrecords.output import IMAGE, Output
+from image_tfrecords.output import IMAGE, MASKS, Output
+from worker.overlays import DrawnObject, draw_objects
 from worker.summary import FeatureInfo
 
 CSV_FILE = "records.csv"
 _BOX = "image/object/bbox/"
 _BOX_TEXT = "image/object/class/text"
 _BOX_LABEL = "image/object/class/label"
-_COLOURS = ("#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6")
+_KEYPOINT = "image/object/keypoint/"
 
 
 def inspect_split(output_dir: str, split: str, count: int, out_dir: str) -> list[str]:
@@ -45,6 +48,9 @@ def inspect_split(output_dir: str, split: str, count: int, out_dir: str) -> list
             if key in output.image_keys:
                 name = stem if key == IMAGE else f"{stem}-{_safe(key.removesuffix('/encoded'))}"
                 row[key] = _write(out_dir, name + _extension(value), value, written)
+            elif key == MASKS:
+                row[key] = "|".join(_write(out_dir, f"{stem}-mask-{number}.png", mask, written)
+                                    for number, mask in enumerate(value))
             else:
                 row[key] = "|".join(_text(item) for item in value) \
                     if features[key].list else _text(value)
@@ -107,25 +113,23 @@ def _text(value: object) -> str:
 
 
 def _overlay(values: dict[str, object]) -> bytes:
-    """The image as PNG with each box outlined and labelled, one colour per class id."""
-    image = Image.open(io.BytesIO(values[IMAGE])).convert("RGB")
-    draw = ImageDraw.Draw(image)
-    width, height = image.size
-    boxes = zip(*(values[f"{_BOX}{side}"] for side in ("xmin", "ymin", "xmax", "ymax")),
-                values.get(_BOX_LABEL, itertools.repeat(0)),
-                values.get(_BOX_TEXT, itertools.repeat(b"")))
-    for xmin, ymin, xmax, ymax, label_id, text in boxes:
-        colour = _COLOURS[label_id % len(_COLOURS)]
-        # Pixel edges run from 0 to size - 1: a box reaching 1.0 ends on the last pixel.
-        corner = (xmin * (width - 1), ymin * (height - 1))
-        draw.rectangle([corner, (xmax * (width - 1), ymax * (height - 1))], outline=colour,
-                       width=2)
-        caption = _text(text)
-        if caption:
-            draw.rectangle(draw.textbbox(corner, caption), fill=colour)
-            draw.text(corner, caption, fill="white")
+    """The image as PNG with each object drawn: its box outlined and labelled, its mask
+    tinted, its keypoints dotted, one colour per class id."""
+    image = Image.open(io.BytesIO(values[IMAGE]))
+    boxes = list(zip(*(values[f"{_BOX}{side}"] for side in ("xmin", "ymin", "xmax", "ymax"))))
+    masks = [np.asarray(Image.open(io.BytesIO(mask))) for mask in values.get(MASKS, [])]
+    xs = values.get(f"{_KEYPOINT}x", [])
+    count = len(xs) // len(boxes) if boxes else 0  # keypoints per object
+    points = list(zip(xs, values.get(f"{_KEYPOINT}y", []),
+                      values.get(f"{_KEYPOINT}visibility", [])))
+    labels = values.get(_BOX_LABEL) or [1] * len(boxes)
+    objects = [DrawnObject(
+        corners, labels[place] - 1,
+        _text(values[_BOX_TEXT][place]) if _BOX_TEXT in values else "",
+        masks[place] if masks else None, points[place * count:(place + 1) * count])
+        for place, corners in enumerate(boxes)]
     buffer = io.BytesIO()
-    image.save(buffer, "PNG")
+    draw_objects(image, objects).save(buffer, "PNG")
     return buffer.getvalue()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from image_tfrecords.output import CLASS_LABEL, IMAGE, Output
+from image_tfrecords.output import CLASS_LABEL, IMAGE, MASKS, Output
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -23,8 +23,10 @@ def load(output_dir: str, split: str = "train", *, batch_size: int | None = 32,
     local or gs://, gzip-compressed or not.
 
     Elements are dicts of every key in summary.json's `features`: each image key decoded
-    to `channels` channels (uint8, or float32 in [0, 255] resized to `image_size`), list
-    keys as 1-D tensors (RaggedTensors once batched), others as scalars.
+    to `channels` channels (uint8, or float32 in [0, 255] resized to `image_size`),
+    instance masks (`image/object/mask`) to objects x height x width uint8 0s and 1s
+    (resized with the image, nearest neighbour), other list keys as 1-D tensors
+    (RaggedTensors once batched), others as scalars.
     With `as_supervised`, elements are `(image, label)` for `keras.Model.fit`: the label
     id, or a multi-hot float vector of `Output.num_classes` with `--label_mode multi`.
     `shuffle` (default: for the train split only) shuffles the shard order and, in a
@@ -66,6 +68,8 @@ def _decoder(output: Output, size: tuple[int, int] | None, channels: int):
         example = tf.io.parse_single_example(record, spec)
         for key in image_keys:
             example[key] = _decode_image(example[key], size, channels)
+        if MASKS in example:
+            example[MASKS] = _decode_masks(example[MASKS], size)
         return example
     return decode
 
@@ -83,6 +87,15 @@ def _supervised_decoder(output: Output, size: tuple[int, int] | None, channels: 
             label = tf.reduce_sum(tf.one_hot(label, num_classes), axis=0)
         return _decode_image(example[IMAGE], size, channels), label
     return decode
+
+
+def _decode_masks(encoded: tf.Tensor, size: tuple[int, int] | None) -> tf.Tensor:
+    """One PNG of 0s and 1s per object -> [objects, height, width] uint8."""
+    masks = tf.map_fn(lambda mask: tf.io.decode_png(mask, channels=1), encoded,
+                      fn_output_signature=tf.TensorSpec([None, None, 1], tf.uint8))
+    if size:
+        masks = tf.image.resize(masks, size, method="nearest")
+    return masks[..., 0]
 
 
 def _decode_image(encoded: tf.Tensor, size: tuple[int, int] | None, channels: int

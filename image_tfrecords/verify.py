@@ -16,8 +16,12 @@ import posixpath
 import numpy as np
 import tensorflow as tf
 
-from image_tfrecords.output import LABEL_ID_BASE, LABEL_TEXT, Output
+from image_tfrecords.output import LABEL_ID_BASE, LABEL_TEXT, MASKS, Output
 from worker.file_formats import GFiles, RecordError, shard_globs
+
+_OBJECT_LABEL = "image/object/class/label"
+_KEYPOINT = "image/object/keypoint/"
+_KEYPOINT_NUM = f"{_KEYPOINT}num"
 
 
 class VerifyError(ValueError):
@@ -122,6 +126,10 @@ class _ExampleCheck:
             self._check_image(key, values)
         for key in self._labels:
             self._check_labels(key, values)
+        if MASKS in values:
+            self._check_masks(values)
+        if _KEYPOINT_NUM in values:
+            self._check_keypoints(values)
 
     @staticmethod
     def _check_image(key: str, values: dict[str, np.ndarray]) -> None:
@@ -141,6 +149,44 @@ class _ExampleCheck:
         digest = values.get(f"{prefix}/key/sha256")
         if digest is not None and digest.decode() != hashlib.sha256(encoded).hexdigest():
             raise ValueError(f"{key} does not match {prefix}/key/sha256")
+
+    @staticmethod
+    def _check_masks(values: dict[str, np.ndarray]) -> None:
+        """One mask per object, each a PNG of 0s and 1s at the image's size."""
+        masks, objects = values[MASKS], len(values[_OBJECT_LABEL])
+        if len(masks) != objects:
+            raise ValueError(f"{len(masks)} masks in {MASKS} for {objects} objects")
+        size = (values["image/height"], values["image/width"])
+        for number, mask in enumerate(masks):
+            try:
+                pixels = tf.io.decode_png(mask).numpy()
+            except tf.errors.InvalidArgumentError as problem:
+                raise ValueError(f"{MASKS} {number} does not decode: {problem.message}"
+                                 ) from problem
+            if pixels.shape[:2] != size or pixels.shape[2] != 1:
+                raise ValueError(f"{MASKS} {number} is {pixels.shape[1]}x{pixels.shape[0]}"
+                                 f"x{pixels.shape[2]}, the image {size[1]}x{size[0]}x1")
+            if pixels.max(initial=0) > 1:
+                raise ValueError(f"{MASKS} {number} holds values other than 0 and 1")
+
+    @staticmethod
+    def _check_keypoints(values: dict[str, np.ndarray]) -> None:
+        """K points per object in every keypoint list; each object's `num` counts its
+        points with a place (visibility above 0)."""
+        counts, visibility = values[_KEYPOINT_NUM], values[f"{_KEYPOINT}visibility"]
+        objects = len(values[_OBJECT_LABEL])
+        per_object, left = divmod(len(visibility), objects) if objects else (0, len(visibility))
+        lists = [f"{_KEYPOINT}{key}" for key in ("x", "y", "visibility", "text")
+                 if f"{_KEYPOINT}{key}" in values]
+        if left or len(counts) != objects or any(len(values[key]) != len(visibility)
+                                                   for key in lists):
+            raise ValueError(f"{objects} objects, but {len(counts)} values in "
+                             f"{_KEYPOINT_NUM} and " + ", ".join(
+                                 f"{len(values[key])} in {key}" for key in lists))
+        labelled = (visibility.reshape(objects, per_object) > 0).sum(axis=1) if objects else []
+        if list(labelled) != list(counts):
+            raise ValueError(f"{_KEYPOINT_NUM} says {list(counts)} points with a place, the "
+                             f"visibilities {list(labelled)}")
 
     def _check_labels(self, key: str, values: dict[str, np.ndarray]) -> None:
         """Every id is a vocabulary id (or the OOV id); its text is that entry's label."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import collections
+
+from worker.examples import ANNOTATION_NAMES
 from worker.naming import REPORT_FILE
 from worker.summary import CopiesInfo, Summary
 
@@ -45,6 +48,13 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
     if near.copies:
         lines.append(_copies_line(f"near-copies (pHash within {near.max_distance} bits)",
                                   near, "--dedupe near"))
+    annotated = collections.Counter()
+    for stats in summary.splits.values():
+        annotated.update(stats.annotations)
+    if annotated:
+        lines.append("examples with " + ", ".join(
+            f"{name} {annotated[kind]}" for kind, name in ANNOTATION_NAMES.items()
+            if annotated[kind]) + " (image/object/mask, image/object/keypoint/*)")
     if summary.options.leave_out:
         lines.append(f"left out (--leave_out {summary.options.leave_out}): the examples hold "
                      "the boxes without the input's "

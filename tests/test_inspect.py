@@ -5,10 +5,10 @@ import hashlib
 
 import numpy as np
 import pytest
-from PIL import Image, ImageColor
+from PIL import Image
 
 from conftest import BOX_ROWS, read_examples, shard_pattern
-from image_tfrecords.inspection import _COLOURS
+from worker.overlays import COLOURS
 from pipeline.cli import inspect_main
 
 
@@ -61,7 +61,7 @@ def test_detection_records_get_an_overlay_with_their_boxes(boxes_output, tmp_pat
             np.testing.assert_array_equal(overlay, image)
         for (_, (xmin, _, xmax, ymax)), label in zip(
                 boxes, row["image/object/class/label"].split("|")):
-            colour = ImageColor.getrgb(_COLOURS[int(label) % len(_COLOURS)])
+            colour = COLOURS[(int(label) - 1) % len(COLOURS)]  # the vocabulary id's
             height, width = image.shape[:2]
             x, y = round((xmin + xmax) / 2 * width), round(ymax * height)
             edge = overlay[y - 2:y + 2, x]  # the bottom edge, below the label text

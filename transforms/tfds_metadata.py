@@ -7,8 +7,9 @@ TFDS reads tfrecord files without compression only, so an output written with
 `--compression gzip` gets none of these files. TFDS reads ArrayRecord shards through
 `builder.as_data_source()` (random access), not `as_dataset()`. Image keys become `Image` features
 decoded to RGB; label ids become `ClassLabel`s named by the vocabulary (detection ids are
-1-based, so their names start with a background entry); detection boxes stay four float
-lists, not TFDS's `BBoxFeature` (one [ymin, xmin, ymax, xmax] tensor per box under one key).
+1-based, so their names start with a background entry); instance masks a Sequence of
+one-channel Images; detection boxes stay four float lists, not TFDS's `BBoxFeature` (one
+[ymin, xmin, ymax, xmax] tensor per box under one key).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 from typing import Any
 
 
-from image_tfrecords.output import CLASS_LABEL, IMAGE, LABEL_ID_BASE, is_image_key
+from image_tfrecords.output import CLASS_LABEL, IMAGE, LABEL_ID_BASE, MASKS, is_image_key
 from worker.choices import LabelMode, UnseenLabel
 from worker.label_map import UNSEEN_LABEL_NAME
 from worker.naming import DATASET_INFO_FILE, FEATURES_FILE
@@ -76,9 +77,10 @@ def label_names(summary: Summary) -> list[str]:
 def _feature(key: str, feature: FeatureInfo, num_classes: int) -> dict[str, Any]:
     """features.json's entry for one key: lists as a Sequence of their element."""
     if is_image_key(key, feature):
-        return {"pythonClassName": f"{_FEATURE}.image_feature.Image",
-                "image": {"shape": {"dimensions": [-1, -1, 3]}, "dtype": "uint8"}}
-    if key in LABEL_ID_BASE:
+        return _image(channels=3)
+    if key == MASKS:
+        element = _image(channels=1)
+    elif key in LABEL_ID_BASE:
         element = {"pythonClassName": f"{_FEATURE}.class_label_feature.ClassLabel",
                    "classLabel": {"numClasses": num_classes}}
     else:
@@ -89,3 +91,8 @@ def _feature(key: str, feature: FeatureInfo, num_classes: int) -> dict[str, Any]
         return element
     return {"pythonClassName": f"{_FEATURE}.sequence_feature.Sequence",
             "sequence": {"feature": element, "length": -1}}
+
+
+def _image(channels: int) -> dict[str, Any]:
+    return {"pythonClassName": f"{_FEATURE}.image_feature.Image",
+            "image": {"shape": {"dimensions": [-1, -1, channels]}, "dtype": "uint8"}}

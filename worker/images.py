@@ -52,7 +52,7 @@ _PNG_COLOR_TYPE_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
 _HASH_SIDE = 32
 # report.html's thumbnails: small enough to embed hundreds in one page (~2 KB each).
 THUMBNAIL_SIDE = 96
-_THUMBNAIL_QUALITY = 75
+THUMBNAIL_QUALITY = 75
 # The first 8 rows of the unnormalised DCT-II matrix (scipy.fftpack.dct's default, which
 # imagehash uses): 2 cos(pi k (2n + 1) / 2N).
 _DCT_LOW = 2 * np.cos(np.pi * np.arange(8)[:, None] * (2 * np.arange(_HASH_SIDE) + 1)
@@ -235,7 +235,7 @@ def _thumbnail_sized(image: Image.Image) -> Image.Image:
 
 def _thumbnail_jpeg(small: Image.Image) -> bytes:
     buffer = io.BytesIO()
-    small.save(buffer, "JPEG", quality=_THUMBNAIL_QUALITY)
+    small.save(buffer, "JPEG", quality=THUMBNAIL_QUALITY)
     return buffer.getvalue()
 
 

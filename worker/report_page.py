@@ -28,6 +28,7 @@ import jinja2
 import pygal
 from pygal.style import DefaultStyle
 
+from worker.examples import ANNOTATION_NAMES
 from worker.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from worker.splits import SPLITS
 from worker.summary import SplitInfo, Summary
@@ -101,7 +102,7 @@ def render_report(summary: Summary, content: ReportContent, output_dir: str) -> 
     return _environment().get_template("report_page.html").render(
         summary=summary, split_counts=splits, content=content, output_dir=output_dir,
         splits=SPLITS, labels=labels, labels_plotted=LABELS_PLOTTED, plots=plots,
-        labels_sampled=LABELS_SAMPLED,
+        labels_sampled=LABELS_SAMPLED, annotation_names=ANNOTATION_NAMES,
         side_bins=LONGEST_SIDE_BINS, byte_bins=FILE_BYTE_BINS, reencoded=reencoded,
         copies=[("duplicates", "Byte-identical images", summary.duplicates, content.duplicates),
                 ("near_duplicates", "Near-copies", summary.near_duplicates,

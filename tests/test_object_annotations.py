@@ -1,0 +1,274 @@
+"""Instance masks and keypoints (worker/masks.py, worker/examples.py): written as the
+Object Detection API's create_coco_tf_record writes them, following the image when it is
+resized or turned upright, with hostile masks and keypoints dead letters; read back by
+load(), verify, inspect and TFDS, and drawn over report.html's thumbnails."""
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from pycocotools import mask as coco_mask
+
+from conftest import encode, photo_like, read_examples
+from image_tfrecords import load
+from image_tfrecords.inspection import inspect_split
+from image_tfrecords.verify import verify
+from pipeline import run
+from worker import dead_letters as reasons
+from worker.dead_letters import DeadLetter
+from worker.inputs.rows import RowRules
+from worker.inputs.sources import check_sources, find_manifests, read_source
+from worker.overlays import COLOURS, drawn_thumbnail
+from worker.records import Box, Keypoints, Mask
+
+PUBLIC = Path(__file__).parent / "data" / "public" / "coco"
+
+
+def reference_mask_png(segmentation, iscrowd, height, width):
+    """create_coco_tf_record.py --include_masks, step by step: pycocotools' RLE of the
+    segmentation at the image's size, decoded, the polygons' union, saved by Pillow."""
+    binary = coco_mask.decode(coco_mask.frPyObjects(segmentation, height, width))
+    if not iscrowd:
+        binary = np.amax(binary, axis=2)
+    out = io.BytesIO()
+    Image.fromarray(binary).save(out, format="PNG")
+    return out.getvalue()
+
+
+def pixels(png):
+    return np.asarray(Image.open(io.BytesIO(png)))
+
+
+def convert(tmp_path, manifest, *flags, code=0):
+    output = tmp_path / "out"
+    assert run.main(["--manifest", str(manifest), "--label_mode", "detection",
+                     "--output_dir", str(output), "--overwrite", *flags]) == code
+    return output
+
+
+def only_example(output):
+    (example,) = read_examples(f"{output}/train-*.tfrecord")
+    return example.features.feature
+
+
+def coco_file(tmp_path, annotations, categories=({"id": 1, "name": "cat"},), size=(40, 20),
+              name="p.jpg", image=None):
+    (tmp_path / name).write_bytes(image or encode(photo_like(*size, 3), "JPEG"))
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps({
+        "images": [{"id": 1, "file_name": name, "width": size[0], "height": size[1]}],
+        "annotations": [{"id": number, "image_id": 1, "category_id": 1, "iscrowd": 0,
+                         **annotation} for number, annotation in enumerate(annotations, 1)],
+        "categories": list(categories)}))
+    return f"train={path}"
+
+
+def test_public_coco_masks_are_the_bytes_create_coco_tf_record_writes(tmp_path):
+    """datumaro's COCO asset: a polygon and an uncompressed-RLE crowd mask, on a 5x10 image."""
+    source = json.loads((PUBLIC / "datumaro_instances_val.json").read_text())
+    (tmp_path / "b.jpg").write_bytes(encode(photo_like(5, 10, 1), "JPEG"))
+    (tmp_path / "instances.json").write_text(json.dumps(source))
+    output = convert(tmp_path, f"train={tmp_path / 'instances.json'}")
+    feature = only_example(output)
+    texts = [text.decode() for text in feature["image/object/class/text"].bytes_list.value]
+    by_name = {annotation["category_id"]: annotation for annotation in source["annotations"]}
+    names = {category["id"]: category["name"] for category in source["categories"]}
+    expected = {names[key]: reference_mask_png(value["segmentation"], value["iscrowd"], 10, 5)
+                for key, value in by_name.items()}
+    assert list(feature["image/object/mask"].bytes_list.value) == [expected[text]
+                                                                   for text in texts]
+    assert list(feature["image/object/is_crowd"].int64_list.value) == [
+        1 if text == "b" else 0 for text in texts]
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["features"]["image/object/mask"] == {"dtype": "bytes", "list": True}
+    assert "image/object/keypoint/x" not in summary["features"]
+    assert summary["splits"]["train"]["annotations"] == {"masks": 1}
+    assert verify(str(output)).examples["train"] == 1
+
+
+def test_public_coco_keypoints_are_written_as_create_coco_tf_record_writes_them(tmp_path):
+    """x / width, y / height, the visibilities as they are, num_keypoints per object;
+    datumaro's categories name no keypoints, so there is no keypoint/text."""
+    source = json.loads((PUBLIC / "datumaro_person_keypoints_val.json").read_text())
+    (tmp_path / "b.jpg").write_bytes(encode(photo_like(5, 10, 1), "JPEG"))
+    (tmp_path / "keypoints.json").write_text(json.dumps(source))
+    output = convert(tmp_path, f"train={tmp_path / 'keypoints.json'}")
+    feature = only_example(output)
+    texts = [text.decode() for text in feature["image/object/class/text"].bytes_list.value]
+    names = {category["id"]: category["name"] for category in source["categories"]}
+    ordered = sorted(source["annotations"], key=lambda a: texts.index(names[a["category_id"]]))
+    points = [value for annotation in ordered for value in annotation["keypoints"]]
+    np.testing.assert_array_equal(feature["image/object/keypoint/x"].float_list.value,
+                                  np.float32([x / 5 for x in points[0::3]]))
+    np.testing.assert_array_equal(feature["image/object/keypoint/y"].float_list.value,
+                                  np.float32([y / 10 for y in points[1::3]]))
+    assert list(feature["image/object/keypoint/visibility"].int64_list.value) == points[2::3]
+    assert list(feature["image/object/keypoint/num"].int64_list.value) == [
+        annotation["num_keypoints"] for annotation in ordered]
+    assert "image/object/keypoint/text" not in feature
+    element = next(iter(load(str(output), "train", batch_size=None)))
+    assert element["image/object/mask"].shape == (2, 10, 5)
+    assert element["image/object/keypoint/x"].shape == (6,)
+
+
+def test_named_keypoints_an_object_without_any_and_one_without_a_mask(tmp_path):
+    """Every object gets K keypoints (unlabelled zeros where it has none) and a mask (its
+    box, filled, where it has none) once one object of the example has them."""
+    manifest = coco_file(tmp_path, [
+        {"bbox": [4, 2, 20, 10], "segmentation": [[4, 2, 24, 2, 24, 12, 4, 12]],
+         "keypoints": [10, 5, 2, 0, 0, 0], "num_keypoints": 1},
+        {"bbox": [20, 10, 10, 10]}],
+        categories=[{"id": 1, "name": "cat", "keypoints": ["nose", "tail"]}])
+    feature = only_example(convert(tmp_path, manifest))
+    assert list(feature["image/object/keypoint/text"].bytes_list.value) == [
+        b"nose", b"tail", b"", b""]
+    assert list(feature["image/object/keypoint/visibility"].int64_list.value) == [2, 0, 0, 0]
+    assert list(feature["image/object/keypoint/num"].int64_list.value) == [1, 0]
+    boxes = np.transpose([feature[f"image/object/bbox/{side}"].float_list.value
+                          for side in ("xmin", "ymin", "xmax", "ymax")])
+    without = int(np.argmax(boxes[:, 0]))  # the box at x 20..30
+    mask = pixels(feature["image/object/mask"].bytes_list.value[without])
+    assert mask.shape == (20, 40)
+    ys, xs = np.nonzero(mask)
+    assert (xs.min(), xs.max() + 1, ys.min(), ys.max() + 1) == (20, 30, 10, 20)
+
+
+def test_masks_are_drawn_at_the_written_size_and_turned_with_the_image(tmp_path):
+    """--max_side: polygons drawn at the written size, an RLE resized (nearest); an EXIF
+    orientation 6 image turned upright: its masks and keypoints turned with it."""
+    rle = np.zeros((20, 40), np.uint8)
+    rle[2:8, 30:38] = 1
+    compressed = coco_mask.encode(np.asfortranarray(rle))["counts"].decode()
+    annotations = [
+        {"bbox": [2, 2, 20, 12], "segmentation": [[2, 2, 22, 2, 22, 14]]},
+        {"bbox": [30, 2, 8, 6], "iscrowd": 1,
+         "segmentation": {"size": [20, 40], "counts": compressed},
+         "keypoints": [34, 4, 2], "num_keypoints": 1}]
+    feature = only_example(convert(tmp_path, coco_file(tmp_path, annotations),
+                                   "--max_side", "20"))
+    crowds = list(feature["image/object/is_crowd"].int64_list.value)
+    polygon, crowd = (pixels(feature["image/object/mask"].bytes_list.value[crowds.index(flag)])
+                      for flag in (0, 1))
+    assert polygon.shape == crowd.shape == (10, 20)
+    np.testing.assert_array_equal(polygon, pixels(reference_mask_png(
+        [[1, 1, 11, 1, 11, 7]], 0, 10, 20)))
+    np.testing.assert_array_equal(crowd, np.asarray(Image.fromarray(rle).resize(
+        (20, 10), Image.Resampling.NEAREST)))
+
+    turned = tmp_path / "turned"
+    turned.mkdir()
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored 40x20 sideways; written 20x40, a quarter turn clockwise
+    image = encode(photo_like(40, 20, 5), "JPEG", exif=exif.tobytes())
+    feature = only_example(convert(turned, coco_file(turned, annotations, image=image)))
+    assert (feature["image/width"].int64_list.value[0],
+            feature["image/height"].int64_list.value[0]) == (20, 40)
+    crowd_at = list(feature["image/object/is_crowd"].int64_list.value).index(1)
+    np.testing.assert_array_equal(
+        pixels(feature["image/object/mask"].bytes_list.value[crowd_at]),
+        np.asarray(Image.fromarray(rle).transpose(Image.Transpose.ROTATE_270)))
+    np.testing.assert_allclose(  # (x, y) -> (1 - y, x)
+        [feature["image/object/keypoint/x"].float_list.value[crowd_at],
+         feature["image/object/keypoint/y"].float_list.value[crowd_at]],
+        [1 - 4 / 20, 34 / 40], rtol=1e-6)
+
+
+@pytest.mark.parametrize("annotation, reason, message", [
+    ({"segmentation": [[1, 1, 5, 1]]}, reasons.INVALID_MASK, "a polygon needs 3 or more"),
+    ({"segmentation": [[1, 1, 5, "x", 5, 5]]}, reasons.INVALID_MASK, "a list of polygons"),
+    ({"segmentation": {"size": [10, 40], "counts": [800]}}, reasons.SIZE_MISMATCH,
+     "the RLE mask is 40x10 but the image is declared 40x20"),
+    ({"segmentation": {"size": [20, 40], "counts": [700, 99]}}, reasons.INVALID_MASK,
+     "add up to 799 pixels, not 40x20"),
+    ({"segmentation": {"size": [20, 40], "counts": 7}}, reasons.INVALID_MASK,
+     "counts must be a string or a list"),
+    ({"keypoints": [1, 2, 2, 3]}, reasons.INVALID_KEYPOINTS, "[x, y, visibility] per point"),
+    ({"keypoints": [1, 2, 3, 0, 0, 0]}, reasons.INVALID_KEYPOINTS,
+     "keypoint 1's visibility is 3"),
+    ({"keypoints": [0, 0, 0, 41, 2, 1]}, reasons.INVALID_KEYPOINTS,
+     "keypoint 2 (41, 2) is outside the 40x20 image"),
+    ({"keypoints": [1, 2, 2]}, reasons.INVALID_KEYPOINTS, "1 keypoints, but the category "
+     "names 2"),
+])
+def test_bad_masks_and_keypoints_are_dead_letters_naming_the_annotation(
+        annotation, reason, message, tmp_path):
+    manifest = coco_file(tmp_path, [{"bbox": [1, 1, 10, 10], **annotation}],
+                         categories=[{"id": 1, "name": "cat", "keypoints": ["a", "b"]}])
+    rules = RowRules(label_mode="detection")
+    sources = find_manifests([manifest])
+    check_sources(sources, rules)
+    dead = [row for row in read_source(sources[0], rules) if isinstance(row, DeadLetter)]
+    assert [(row.reason, row.line) for row in dead] == [(reason, 1)]
+    assert dead[0].message.startswith("annotation id 1: ") and message in dead[0].message
+
+
+def test_leave_out_writes_the_boxes_alone_and_says_so(tmp_path, capsys):
+    source = json.loads((PUBLIC / "datumaro_person_keypoints_val.json").read_text())
+    (tmp_path / "b.jpg").write_bytes(encode(photo_like(5, 10, 1), "JPEG"))
+    (tmp_path / "k.json").write_text(json.dumps(source))
+    output = convert(tmp_path, f"train={tmp_path / 'k.json'}")
+    assert "examples with instance masks 1, keypoints 1" in capsys.readouterr().out
+    output = convert(tmp_path, f"train={tmp_path / 'k.json'}", "--leave_out", "masks,keypoints")
+    features = json.loads((output / "summary.json").read_text())["features"]
+    assert not [key for key in features if "mask" in key or "keypoint" in key]
+    assert not [key for key in only_example(output) if "mask" in key or "keypoint" in key]
+    out = capsys.readouterr().out
+    assert "left out (--leave_out masks,keypoints): the examples hold the boxes without " \
+           "the input's masks or keypoints" in out
+    assert "examples with" not in out
+    assert run.main(["--manifest", f"train={tmp_path / 'k.json'}", "--label_mode", "detection",
+                     "--output_dir", str(tmp_path / "x"), "--leave_out", "mask"]) == 2
+    assert "--leave_out 'mask' is not one of masks, keypoints" in capsys.readouterr().err
+
+
+def test_yolo_polygons_and_pose_lines_convert_end_to_end(tmp_path):
+    """A segmentation polygon's mask is pycocotools' of its points times the image size."""
+    root = tmp_path / "seg"
+    (root / "images" / "train").mkdir(parents=True)
+    (root / "labels" / "train").mkdir(parents=True)
+    (root / "images" / "train" / "a.jpg").write_bytes(encode(photo_like(40, 20, 2), "JPEG"))
+    polygon = [0.1, 0.2, 0.6, 0.25, 0.3, 0.9]
+    (root / "labels" / "train" / "a.txt").write_text(
+        "0 " + " ".join(map(str, polygon)) + "\n")
+    (root / "data.yaml").write_text("train: images/train\nnames: [leaf]\n")
+    feature = only_example(convert(tmp_path, root / "data.yaml"))
+    scaled = [value * (40 if place % 2 == 0 else 20) for place, value in enumerate(polygon)]
+    assert feature["image/object/mask"].bytes_list.value[0] == reference_mask_png(
+        [scaled], 0, 20, 40)
+
+
+def test_inspect_writes_each_mask_and_draws_the_objects(tmp_path):
+    manifest = coco_file(tmp_path, [{"bbox": [4, 2, 20, 10],
+                                     "segmentation": [[4, 2, 24, 2, 24, 12, 4, 12]],
+                                     "keypoints": [30, 15, 2], "num_keypoints": 1}])
+    output = convert(tmp_path, manifest)
+    written = inspect_split(str(output), "train", 1, str(tmp_path / "look"))
+    names = [Path(path).name for path in written]
+    assert "00000-p-mask-0.png" in names and "00000-p-boxes.png" in names
+    mask = pixels((tmp_path / "look" / "00000-p-mask-0.png").read_bytes())
+    assert mask[5, 10] == 1 and mask[15, 30] == 0
+    image = np.asarray(Image.open(io.BytesIO((tmp_path / "look" / "00000-p.jpg").read_bytes()))
+                       .convert("RGB"), np.int16)
+    overlay = np.asarray(Image.open(tmp_path / "look" / "00000-p-boxes.png"), np.int16)
+    assert np.abs(overlay[7, 12] - image[7, 12]).sum() > 30  # inside the mask: tinted
+    assert np.abs(overlay[17, 36] - image[17, 36]).sum() < 10  # outside every object
+    records = (tmp_path / "look" / "records.csv").read_text()
+    assert "00000-p-mask-0.png" in records
+
+
+def test_report_thumbnails_show_the_masks_and_keypoints():
+    thumbnail = encode(Image.new("RGB", (48, 24), (128, 128, 128)), "JPEG", quality=95)
+    box = Box(0.0, 0.0, 0.5, 1.0, mask=Mask(1.0, 1.0, ((0.0, 0.0, 0.5, 0.0, 0.5, 1.0,
+                                                        0.0, 1.0),)),
+              keypoints=Keypoints((0.75,), (0.5,), (2,)))
+    drawn = np.asarray(Image.open(io.BytesIO(drawn_thumbnail(thumbnail, [box], [2]))),
+                       np.int16)
+    colour = np.array(COLOURS[2])
+    tinted = drawn[12, 10]
+    assert np.abs(tinted - 128).sum() > 40
+    assert np.abs(tinted - colour).sum() < np.abs(np.array([128] * 3) - colour).sum()
+    assert np.abs(drawn[12, 36] - colour).sum() < 120  # the keypoint, in the class colour
+    assert np.abs(drawn[3, 44] - 128).sum() < 20  # nothing drawn there
