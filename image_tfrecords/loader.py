@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from image_tfrecords.output import CLASS_LABEL, IMAGE, MASKS, Output
+from image_tfrecords.output import CLASS_LABEL, IMAGE, MASKS, SEGMENTATION, Output
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -24,8 +24,9 @@ def load(output_dir: str, split: str = "train", *, batch_size: int | None = 32,
 
     Elements are dicts of every key in summary.json's `features`: each image key decoded
     to `channels` channels (uint8, or float32 in [0, 255] resized to `image_size`),
-    instance masks (`image/object/mask`) to objects x height x width uint8 0s and 1s
-    (resized with the image, nearest neighbour), other list keys as 1-D tensors
+    instance masks (`image/object/mask`) to objects x height x width uint8 0s and 1s and
+    a segmentation map (`image/segmentation/class/encoded`) to height x width uint8 class
+    indices (both resized with the image, nearest neighbour), other list keys as 1-D tensors
     (RaggedTensors once batched), others as scalars.
     With `as_supervised`, elements are `(image, label)` for `keras.Model.fit`: the label
     id, or a multi-hot float vector of `Output.num_classes` with `--label_mode multi`.
@@ -62,12 +63,14 @@ def load(output_dir: str, split: str = "train", *, batch_size: int | None = 32,
 
 def _decoder(output: Output, size: tuple[int, int] | None, channels: int):
     spec = output.parse_spec()
-    image_keys = output.image_keys
+    image_keys = [key for key in output.image_keys if key != SEGMENTATION]
 
     def decode(record: tf.Tensor) -> dict[str, tf.Tensor]:
         example = tf.io.parse_single_example(record, spec)
         for key in image_keys:
             example[key] = _decode_image(example[key], size, channels)
+        if SEGMENTATION in example:
+            example[SEGMENTATION] = _decode_masks(example[SEGMENTATION][None], size)[0]
         if MASKS in example:
             example[MASKS] = _decode_masks(example[MASKS], size)
         return example
@@ -90,7 +93,7 @@ def _supervised_decoder(output: Output, size: tuple[int, int] | None, channels: 
 
 
 def _decode_masks(encoded: tf.Tensor, size: tuple[int, int] | None) -> tf.Tensor:
-    """One PNG of 0s and 1s per object -> [objects, height, width] uint8."""
+    """One-channel PNGs -> [how many, height, width] uint8."""
     masks = tf.map_fn(lambda mask: tf.io.decode_png(mask, channels=1), encoded,
                       fn_output_signature=tf.TensorSpec([None, None, 1], tf.uint8))
     if size:

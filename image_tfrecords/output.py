@@ -34,6 +34,7 @@ LABEL_TEXT = {"image/class/label": "image/class/text",
 IMAGE = "image/encoded"  # the image and label `as_supervised` and TFDS pair
 CLASS_LABEL = "image/class/label"
 MASKS = "image/object/mask"  # a PNG of 0s and 1s per object, at the image's size
+SEGMENTATION = "image/segmentation/class/encoded"  # a PNG of class indices (DeepLab's key)
 
 _DTYPES = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
 

@@ -16,7 +16,7 @@ import posixpath
 import numpy as np
 import tensorflow as tf
 
-from image_tfrecords.output import LABEL_ID_BASE, LABEL_TEXT, MASKS, Output
+from image_tfrecords.output import LABEL_ID_BASE, LABEL_TEXT, MASKS, SEGMENTATION, Output
 from worker.file_formats import GFiles, RecordError, shard_globs
 
 _OBJECT_LABEL = "image/object/class/label"
@@ -128,6 +128,8 @@ class _ExampleCheck:
             self._check_labels(key, values)
         if MASKS in values:
             self._check_masks(values)
+        if SEGMENTATION in values:
+            self._check_segmentation(values)
         if _KEYPOINT_NUM in values:
             self._check_keypoints(values)
 
@@ -168,6 +170,15 @@ class _ExampleCheck:
                                  f"x{pixels.shape[2]}, the image {size[1]}x{size[0]}x1")
             if pixels.max(initial=0) > 1:
                 raise ValueError(f"{MASKS} {number} holds values other than 0 and 1")
+
+    @staticmethod
+    def _check_segmentation(values: dict[str, np.ndarray]) -> None:
+        """The segmentation map is one channel at the image's size."""
+        shape = tf.io.decode_png(values[SEGMENTATION]).shape
+        size = (values["image/height"], values["image/width"])
+        if tuple(shape) != (*size, 1):
+            raise ValueError(f"{SEGMENTATION} is {shape[1]}x{shape[0]}x{shape[2]}, the image "
+                             f"{size[1]}x{size[0]}x1")
 
     @staticmethod
     def _check_keypoints(values: dict[str, np.ndarray]) -> None:

@@ -54,7 +54,7 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
     if annotated:
         lines.append("examples with " + ", ".join(
             f"{name} {annotated[kind]}" for kind, name in ANNOTATION_NAMES.items()
-            if annotated[kind]) + " (image/object/mask, image/object/keypoint/*)")
+            if annotated[kind]))
     if summary.options.leave_out:
         lines.append(f"left out (--leave_out {summary.options.leave_out}): the examples hold "
                      "the boxes without the input's "

@@ -1,7 +1,8 @@
 """Instance masks and keypoints (worker/masks.py, worker/examples.py): written as the
 Object Detection API's create_coco_tf_record writes them, following the image when it is
 resized or turned upright, with hostile masks and keypoints dead letters; read back by
-load(), verify, inspect and TFDS, and drawn over report.html's thumbnails."""
+load(), verify, inspect and TFDS, and drawn over report.html's thumbnails. Semantic
+segmentation maps, as DeepLab's build_voc2012_data writes them."""
 
 import io
 import json
@@ -21,6 +22,8 @@ from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import RowRules
 from worker.inputs.sources import check_sources, find_manifests, read_source
+from worker.images import ImageRejected, ImageSettings, prepare_image
+from worker.masks import class_map_png
 from worker.overlays import COLOURS, drawn_thumbnail
 from worker.records import Box, Keypoints, Mask
 
@@ -272,3 +275,117 @@ def test_report_thumbnails_show_the_masks_and_keypoints():
     assert np.abs(tinted - colour).sum() < np.abs(np.array([128] * 3) - colour).sum()
     assert np.abs(drawn[12, 36] - colour).sum() < 120  # the keypoint, in the class colour
     assert np.abs(drawn[3, 44] - 128).sum() < 20  # nothing drawn there
+
+
+def palette_map(indices):
+    """A VOC-style map: a palette PNG whose pixels are class indices (255: void)."""
+    image = Image.fromarray(np.asarray(indices, np.uint8), "P")
+    image.putpalette([value for index in range(256) for value in
+                      ((index * 37) % 256, (index * 91) % 256, (index * 53) % 256)])
+    return encode(image, "PNG")
+
+
+def voc_with_maps(root, maps, size=(30, 20), image=None):
+    """VOCdevkit/VOC2012 with an image, its XML (<segmented>1) and SegmentationClass map
+    per name."""
+    for folder in ("Annotations", "JPEGImages", "SegmentationClass"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    for seed, (name, data) in enumerate(maps.items()):
+        (root / "JPEGImages" / f"{name}.jpg").write_bytes(
+            image or encode(photo_like(*size, seed), "JPEG"))
+        if data is not None:
+            (root / "SegmentationClass" / f"{name}.png").write_bytes(data)
+        (root / "Annotations" / f"{name}.xml").write_text(
+            f"<annotation><filename>{name}.jpg</filename><segmented>1</segmented><size>"
+            f"<width>{size[0]}</width><height>{size[1]}</height><depth>3</depth></size>"
+            "<object><name>person</name><bndbox><xmin>2</xmin><ymin>2</ymin><xmax>12</xmax>"
+            "<ymax>10</ymax></bndbox></object></annotation>")
+    return root
+
+
+def test_voc_segmentation_maps_are_written_as_deeplab_writes_them(tmp_path):
+    """The palette's indices, not its colours (DeepLab's remove_gt_colormap), at the written
+    size (nearest); read back as height x width class indices."""
+    indices = np.zeros((20, 30), np.uint8)
+    indices[4:12, 3:20] = 15
+    indices[0] = 255
+    root = voc_with_maps(tmp_path / "VOC2012", {"a": palette_map(indices)})
+    output = convert(tmp_path, f"train={root}")
+    feature = only_example(output)
+    assert feature["image/segmentation/class/format"].bytes_list.value == [b"png"]
+    written = Image.open(io.BytesIO(feature["image/segmentation/class/encoded"]
+                                    .bytes_list.value[0]))
+    assert written.mode == "L"
+    np.testing.assert_array_equal(np.asarray(written), indices)
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["features"]["image/segmentation/class/encoded"] == {"dtype": "bytes",
+                                                                       "list": False}
+    assert summary["splits"]["train"]["annotations"] == {"segmentation": 1}
+    assert verify(str(output)).examples["train"] == 1
+    element = next(iter(load(str(output), "train", batch_size=None)))
+    np.testing.assert_array_equal(element["image/segmentation/class/encoded"], indices)
+
+    resized = convert(tmp_path, f"train={root}", "--max_side", "15")
+    np.testing.assert_array_equal(
+        pixels(only_example(resized)["image/segmentation/class/encoded"].bytes_list.value[0]),
+        np.asarray(Image.fromarray(indices).resize((15, 10), Image.Resampling.NEAREST)))
+    left_out = convert(tmp_path, f"train={root}", "--leave_out", "segmentation")
+    assert not [key for key in only_example(left_out) if "segmentation" in key]
+
+
+def test_a_map_drawn_on_the_stored_pixels_is_turned_with_the_image(tmp_path):
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored 30x20 sideways, written 20x30
+    image = encode(photo_like(30, 20, 4), "JPEG", exif=exif.tobytes())
+    indices = np.zeros((20, 30), np.uint8)
+    indices[2:6, 20:28] = 3
+    root = voc_with_maps(tmp_path / "VOC", {"a": palette_map(indices)}, image=image)
+    feature = only_example(convert(tmp_path, f"train={root}"))
+    np.testing.assert_array_equal(
+        pixels(feature["image/segmentation/class/encoded"].bytes_list.value[0]),
+        np.asarray(Image.fromarray(indices).transpose(Image.Transpose.ROTATE_270)))
+
+
+@pytest.mark.parametrize("data, reason, message", [
+    (encode(Image.new("RGB", (30, 20), (128, 0, 0)), "PNG"), reasons.INVALID_MASK,
+     "its pixels are RGB, not class indices"),
+    (encode(Image.new("L", (30, 20), 1), "JPEG"), reasons.INVALID_MASK,
+     "it is a JPEG, whose pixels are not exact class indices"),
+    (palette_map(np.zeros((10, 30))), reasons.SIZE_MISMATCH,
+     "it is 30x10 but the image is 30x20"),
+    (b"not an image", reasons.INVALID_MASK, "it is not an image"),
+])
+def test_a_map_that_cannot_be_one_is_refused_saying_why(data, reason, message):
+    image = prepare_image(encode(photo_like(30, 20, 1), "JPEG"), ImageSettings())
+    with pytest.raises(ImageRejected) as refused:
+        class_map_png(data, image)
+    assert (refused.value.reason, refused.value.message[:len(message)]) == (reason, message)
+
+
+def test_bad_and_missing_maps_are_dead_letters_naming_the_map(tmp_path):
+    root = voc_with_maps(tmp_path / "VOC", {
+        "good": palette_map(np.ones((20, 30))), "rgb": encode(Image.new("RGB", (30, 20)), "PNG"),
+        "missing": None})
+    output = convert(tmp_path, f"train={root}", "--max_error_fraction", "1")
+    letters = [json.loads(line) for path in sorted(output.glob("errors-*.jsonl"))
+               for line in path.read_text().splitlines()]
+    found = {Path(letter["uri"]).stem: (letter["reason"], letter["message"]) for letter in letters}
+    assert found["rgb"][0] == reasons.INVALID_MASK
+    assert found["rgb"][1].startswith(f"the segmentation map {root}/SegmentationClass/rgb.png: ")
+    assert found["missing"][0] == "file_not_found"
+    assert "SegmentationClass/missing.png" in found["missing"][1]
+    assert set(found) == {"rgb", "missing"}
+
+
+def test_a_csv_column_of_type_segmentation(tmp_path):
+    indices = np.arange(6 * 8, dtype=np.uint8).reshape(6, 8) % 4
+    (tmp_path / "a.jpg").write_bytes(encode(photo_like(8, 6, 2), "JPEG"))
+    (tmp_path / "a.png").write_bytes(encode(Image.fromarray(indices), "PNG"))
+    (tmp_path / "m.csv").write_text("split,image,label,map\nTRAIN,a.jpg,street,a.png\n")
+    output = tmp_path / "out"
+    assert run.main(["--manifest", str(tmp_path / "m.csv"), "--output_dir", str(output),
+                     "--schema", '{"map": "segmentation"}']) == 0
+    feature = only_example(output)
+    np.testing.assert_array_equal(
+        pixels(feature["image/segmentation/class/encoded"].bytes_list.value[0]), indices)
+    assert "map" not in feature and not [key for key in feature if key.startswith("map/")]

@@ -8,7 +8,7 @@ TFDS reads tfrecord files without compression only, so an output written with
 `builder.as_data_source()` (random access), not `as_dataset()`. Image keys become `Image` features
 decoded to RGB; label ids become `ClassLabel`s named by the vocabulary (detection ids are
 1-based, so their names start with a background entry); instance masks a Sequence of
-one-channel Images; detection boxes stay four float lists, not TFDS's `BBoxFeature` (one
+one-channel Images, a segmentation map a one-channel Image; detection boxes stay four float lists, not TFDS's `BBoxFeature` (one
 [ymin, xmin, ymax, xmax] tensor per box under one key).
 """
 
@@ -18,7 +18,8 @@ import json
 from typing import Any
 
 
-from image_tfrecords.output import CLASS_LABEL, IMAGE, LABEL_ID_BASE, MASKS, is_image_key
+from image_tfrecords.output import (CLASS_LABEL, IMAGE, LABEL_ID_BASE, MASKS, SEGMENTATION,
+                                    is_image_key)
 from worker.choices import LabelMode, UnseenLabel
 from worker.label_map import UNSEEN_LABEL_NAME
 from worker.naming import DATASET_INFO_FILE, FEATURES_FILE
@@ -77,7 +78,7 @@ def label_names(summary: Summary) -> list[str]:
 def _feature(key: str, feature: FeatureInfo, num_classes: int) -> dict[str, Any]:
     """features.json's entry for one key: lists as a Sequence of their element."""
     if is_image_key(key, feature):
-        return _image(channels=3)
+        return _image(channels=1 if key == SEGMENTATION else 3)
     if key == MASKS:
         element = _image(channels=1)
     elif key in LABEL_ID_BASE:

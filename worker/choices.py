@@ -44,6 +44,7 @@ class LeftOut(_Choice):
 
     MASKS = "masks"  # instance masks: polygons, RLE, YOLO segmentation and OBB corners
     KEYPOINTS = "keypoints"
+    SEGMENTATION = "segmentation"  # semantic segmentation maps (VOC's SegmentationClass)
 
 
 class Dedupe(_Choice):

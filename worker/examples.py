@@ -14,7 +14,8 @@ from worker.example_proto import serialize_example
 from worker.images import PreparedImage
 from worker.masks import box_mask, mask_png
 from worker.records import Box, Keypoints, LabelledRow, ManifestRow
-from worker.schema import CATEGORICAL, FLOAT, IMAGE, INTEGER, STRING, ExtraColumn
+from worker.schema import (CATEGORICAL, FLOAT, IMAGE, INTEGER, SEGMENTATION, STRING,
+                           ExtraColumn)
 from worker.summary import FeatureInfo
 
 # The feature keys and their dtypes: the output contract readers rely on.
@@ -43,11 +44,14 @@ DETECTION_FEATURES = {
     # 0 where the source does not say (Pascal VOC's difficult/truncated, COCO's iscrowd).
     **{f"image/object/{flag}": "int64" for flag in ("difficult", "truncated", "is_crowd")},
 }
-# What an input holds beside boxes, in the keys of the Object Detection API's
-# create_coco_tf_record: an example has them when one of its objects has a mask or
-# keypoints, for every object (an object without a mask has its box as its mask; one
-# without keypoints has K unlabelled points: 0, 0, visibility 0).
-OBJECT_ANNOTATION_FEATURES = {
+# What an input holds beside labels and boxes. Instance masks and keypoints in the keys of
+# the Object Detection API's create_coco_tf_record: an example has them when one of its
+# objects has a mask or keypoints, for every object (an object without a mask has its box
+# as its mask; one without keypoints has K unlabelled points: 0, 0, visibility 0).
+# A segmentation map in DeepLab's keys.
+SEGMENTATION_FEATURES = {"image/segmentation/class/encoded": "bytes",  # PNG, class indices
+                         "image/segmentation/class/format": "bytes"}  # "png"
+ANNOTATION_FEATURES = {
     "masks": {"image/object/mask": "bytes"},  # one PNG of 0s and 1s per object
     "keypoints": {
         # K per object, relative to the image like the boxes: K * objects values.
@@ -57,28 +61,31 @@ OBJECT_ANNOTATION_FEATURES = {
         "image/object/keypoint/num": "int64",  # per object: its points with a place
     },
     "keypoint_names": {"image/object/keypoint/text": "bytes"},  # K * objects, where known
+    "segmentation": SEGMENTATION_FEATURES,
 }
 # Each kind as the console and report.html name it.
 ANNOTATION_NAMES = {"masks": "instance masks", "keypoints": "keypoints",
-                    "keypoint_names": "named keypoints"}
+                    "keypoint_names": "named keypoints", "segmentation": "segmentation maps"}
 
 
 def feature_types(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = (),
                   annotations: Iterable[str] = ()) -> dict[str, str]:
     """The feature keys and dtypes (bytes, int64, float) of examples written in this mode.
 
-    `annotations`: the kinds of OBJECT_ANNOTATION_FEATURES that examples hold.
+    `annotations`: the kinds of ANNOTATION_FEATURES that examples hold.
+    A --schema column of type segmentation adds no key of its own: its map is in
+    SEGMENTATION_FEATURES.
     Extra columns add `<column>` (integer, float, string; a categorical's vocabulary id,
     with its text in `<column>/text`), or `<column>/encoded`... for a second image.
     """
     types = dict(DETECTION_FEATURES if label_mode == LabelMode.DETECTION
                  else CLASSIFICATION_FEATURES)
     for kind in annotations:
-        types |= OBJECT_ANNOTATION_FEATURES[kind]
+        types |= ANNOTATION_FEATURES[kind]
     for column in extra_columns:
         if column.type == IMAGE:
             types |= {f"{column.name}/{key}": dtype for key, dtype in _STORED_IMAGE.items()}
-        else:
+        elif column.type != SEGMENTATION:
             types[column.name] = _EXTRA_DTYPES[column.type]
         if column.type == CATEGORICAL:
             types[f"{column.name}/text"] = "bytes"
@@ -93,18 +100,21 @@ def feature_spec(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = (
     """What summary.json tells readers about each key: its dtype, and whether it holds a
     list (multi-label ids and texts, every image/object/* key) rather than one value."""
     lists = {key for key in feature_types(label_mode, (), annotations)
-             if label_mode != LabelMode.SINGLE and key not in IMAGE_FEATURES}
+             if label_mode != LabelMode.SINGLE
+             and key not in IMAGE_FEATURES | SEGMENTATION_FEATURES}
     return {key: FeatureInfo(dtype=dtype, list=key in lists)
             for key, dtype in feature_types(label_mode, extra_columns, annotations).items()}
 
 
 def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode: LabelMode,
                    extra_columns: Sequence[ExtraColumn] = (),
-                   extra_images: Mapping[str, PreparedImage] | None = None) -> bytes:
+                   extra_images: Mapping[str, PreparedImage] | None = None,
+                   class_map: bytes | None = None) -> bytes:
     """The serialized tf.train.Example for one image; `image.encoded` is stored as is.
 
     `rows` are the image's manifest rows: one, or in detection mode one per box.
     `extra_images`: the loaded image of each image extra column, by column name.
+    `class_map`: its segmentation map's PNG (masks.class_map_png), where it has one.
     """
     uri = rows[0].row.uri
     labelled = [(label, label_id) for item in rows
@@ -131,7 +141,10 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
     else:
         values |= {"image/class/label": ids, "image/class/text": texts}
     values |= _extra_values(rows[0], extra_columns, extra_images or {})
-    types = feature_types(label_mode, extra_columns, OBJECT_ANNOTATION_FEATURES)
+    if class_map is not None:
+        values |= {"image/segmentation/class/encoded": class_map,
+                   "image/segmentation/class/format": b"png"}
+    types = feature_types(label_mode, extra_columns, ANNOTATION_FEATURES)
     return serialize_example({key: (types[key], value if isinstance(value, list) else [value])
                               for key, value in values.items()})
 
@@ -143,9 +156,12 @@ def example_labels(rows: Sequence[LabelledRow], label_mode: LabelMode) -> list[s
 
 
 def example_annotations(rows: Iterable[ManifestRow]) -> set[str]:
-    """The kinds of OBJECT_ANNOTATION_FEATURES the example `rows` make holds."""
+    """The kinds of ANNOTATION_FEATURES the example `rows` make holds."""
+    rows = list(rows)
     boxes = [box for row in rows for box in row.boxes]
     kinds = {"masks"} if any(box.mask for box in boxes) else set()
+    if any(row.segmentation for row in rows):
+        kinds.add("segmentation")
     if any(box.keypoints for box in boxes):
         kinds.add("keypoints")
         if any(box.keypoints and box.keypoints.names for box in boxes):
@@ -192,6 +208,8 @@ def _extra_values(item: LabelledRow, columns: Sequence[ExtraColumn],
     values: dict[str, bytes | int | float] = {}
     category_ids = iter(item.category_ids)
     for column, value in zip(columns, item.row.extras, strict=True):
+        if column.type == SEGMENTATION:
+            continue  # written as the example's segmentation map
         if column.type == IMAGE:
             values |= _stored_image(images[column.name], column.name)
         elif column.type == CATEGORICAL:

@@ -32,6 +32,9 @@ REASONS = (
     "encode_error",        # decoded, but converting or re-encoding it failed
     "decode_crash",        # the decoding process died on it (a crash, the OOM killer)
     "decode_timeout",      # decoding took longer than --decode_timeout
+    # The image's segmentation map (worker/masks.py): not one, or not the image's size.
+    "invalid_mask",
+    "size_mismatch",
 )
 
 _JPEG_FORMATS = frozenset({"JPEG", "MPO"})  # MPO: a JPEG with extra frames appended (phones)

@@ -1,4 +1,7 @@
-"""Instance masks as the Object Detection API's `create_coco_tf_record --include_masks`
+"""Instance masks and semantic segmentation maps, written as TensorFlow's own tools write
+them.
+
+Instance masks as the Object Detection API's `create_coco_tf_record --include_masks`
 writes them: pycocotools makes each object's binary mask from its polygons or RLE, and
 the mask is stored as a PNG of 0s and 1s (Pillow's mode L) at the size of the image as
 written, one PNG per object in `image/object/mask`.
@@ -7,6 +10,11 @@ Polygons are drawn at the written size directly (scaled with any --max_side resi
 resized mask is as sharp as the image; an RLE is decoded at its own size (the source
 image's) and resized with nearest neighbours. Where the image is turned upright by its
 EXIF orientation, a mask drawn on its stored pixels is turned with it (turned_mask).
+
+A segmentation map (one class index per pixel) as DeepLab's build_voc2012_data writes it:
+`image/segmentation/class/encoded`, a PNG of the indices (mode L: a palette PNG's indices,
+not its colours, as DeepLab's remove_gt_colormap keeps them), at the written size
+(nearest neighbour), turned with the image where it was drawn on its stored pixels.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ import numpy as np
 from PIL import Image
 from pycocotools import mask as coco_mask
 
+from worker import dead_letters as reasons
+from worker.images import ImageRejected, PreparedImage
 from worker.records import Box, Mask
 
 # Pillow's transpose for each EXIF orientation, as ImageOps.exif_transpose turns an image.
@@ -90,6 +100,41 @@ def box_mask(box: Box) -> Mask:
     """The mask of an object given by its box alone: the box, filled."""
     return Mask(1.0, 1.0, ((box.xmin, box.ymin, box.xmax, box.ymin, box.xmax, box.ymax,
                             box.xmin, box.ymax),))
+
+
+# Formats whose pixels are the values written: a JPEG's are not exact class indices.
+_LOSSLESS = ("PNG", "BMP", "TIFF", "GIF")
+_INDEX_MODES = ("P", "L", "1")
+
+
+def class_map_png(data: bytes, image: PreparedImage) -> bytes:
+    """The segmentation map in `data` for `image` (as prepared), as the PNG to store;
+    ImageRejected (invalid_mask, size_mismatch) saying why it cannot be one."""
+    try:
+        with Image.open(io.BytesIO(data)) as source:
+            source.load()
+            kind, mode, size = source.format, source.mode, source.size
+            indices = np.asarray(source.convert("L") if mode == "1" else source)
+    except (OSError, ValueError, Image.DecompressionBombError) as error:
+        raise ImageRejected(reasons.INVALID_MASK, f"it is not an image: {error}") from None
+    if kind not in _LOSSLESS:
+        raise ImageRejected(reasons.INVALID_MASK, f"it is a {kind}, whose pixels are not "
+                            "exact class indices: give a PNG")
+    if mode not in _INDEX_MODES:
+        raise ImageRejected(reasons.INVALID_MASK, f"its pixels are {mode}, not class "
+                            "indices: give a palette or greyscale PNG")
+    stored, upright = image.source_size, image.upright_source_size
+    if size not in (stored, upright):
+        raise ImageRejected(reasons.SIZE_MISMATCH, f"it is {size[0]}x{size[1]} but the "
+                            f"image is {upright[0]}x{upright[1]}")
+    result = Image.fromarray(indices.astype(np.uint8))
+    if size == stored and image.turned in _TRANSPOSES:  # drawn on the stored pixels
+        result = result.transpose(_TRANSPOSES[image.turned])
+    if result.size != (image.width, image.height):
+        result = result.resize((image.width, image.height), Image.Resampling.NEAREST)
+    out = io.BytesIO()
+    result.save(out, format="PNG")
+    return out.getvalue()
 
 
 def _png(binary: np.ndarray) -> bytes:

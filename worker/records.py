@@ -98,6 +98,9 @@ class ManifestRow(NamedTuple):
     # (what TensorFlow decodes, and the Object Detection API's converters assume). A
     # declared size that fits only one of the two says which, whatever this says.
     drawn_upright: bool = False
+    # The image's semantic segmentation map (class indices per pixel), where the input
+    # has one: VOC's SegmentationClass PNG, or a --schema column of type segmentation.
+    segmentation: str | None = None
 
     def dead_letter(self, reason: str, message: str) -> DeadLetter:
         return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
@@ -106,9 +109,11 @@ class ManifestRow(NamedTuple):
     @classmethod
     def from_fields(cls, fields: list) -> ManifestRow:
         """The row from its JSON array (a LabelledRow's or a receipt's, parsed)."""
-        *scalars, labels, boxes, extras, image_size, boxes_in_pixels, drawn_upright = fields
+        (*scalars, labels, boxes, extras, image_size, boxes_in_pixels, drawn_upright,
+         segmentation) = fields
         return cls(*scalars, tuple(labels), tuple(map(Box.from_fields, boxes)), tuple(extras),
-                   tuple(image_size) if image_size else None, boxes_in_pixels, drawn_upright)
+                   tuple(image_size) if image_size else None, boxes_in_pixels, drawn_upright,
+                   segmentation)
 
 
 class LabelledRow(NamedTuple):

@@ -3,7 +3,7 @@ typed feature of the example.
 
 A schema maps column names to types, as a JSON object given inline or in a file:
 `{"age": "integer", "weight": "float", "caption": "string", "breed": "categorical",
-"mask_uri": "image"}`.
+"depth_uri": "image", "mask_uri": "segmentation"}`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import NamedTuple
 from worker import storage
 
 INTEGER, FLOAT, STRING, CATEGORICAL, IMAGE = "integer", "float", "string", "categorical", "image"
-COLUMN_TYPES = (INTEGER, FLOAT, STRING, CATEGORICAL, IMAGE)
+SEGMENTATION = "segmentation"  # a map of class indices: DeepLab's image/segmentation/class/*
+COLUMN_TYPES = (INTEGER, FLOAT, STRING, CATEGORICAL, IMAGE, SEGMENTATION)
 # Names become feature keys and vocabulary file names.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED = ("label", "image")  # the label vocabulary's file name, the image/* keys
@@ -69,6 +70,9 @@ def schema_columns(mapping: Mapping[str, str], source: str = "schema"
             raise SchemaError(f"{source}: column {name!r} has type {kind!r}; use one of "
                               f"{', '.join(COLUMN_TYPES)}")
         columns.append(ExtraColumn(name, kind))
+    if sum(column.type == SEGMENTATION for column in columns) > 1:
+        raise SchemaError(f"{source}: one column may be of type {SEGMENTATION} (an example "
+                          "has one segmentation map)")
     return tuple(columns)
 
 
@@ -94,4 +98,5 @@ def parse_value(column: ExtraColumn, text: str) -> int | float | str:
         if not abs(value) <= _FLOAT32_MAX:  # also false for NaN
             raise ValueError(f"column {column.name!r}: {text!r} is not a finite float32")
         return value
-    return text  # categorical: a vocabulary entry; image: a URI, resolved by the reader
+    return text  # categorical: a vocabulary entry; image, segmentation: a URI, resolved by
+    # the reader

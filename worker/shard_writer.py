@@ -41,6 +41,7 @@ from worker.histograms import file_bytes_bin, longest_side_bin
 from worker.image_files import read_image_bytes
 from worker.images import ImageRejected, PreparedImage, prepare_image
 from worker.inputs.boxes import pixel_box, turned_box
+from worker.masks import class_map_png
 from worker.overlays import drawn_thumbnail
 from worker.records import (Box, ExampleContent, ExampleRef, LabelledRow, ManifestRow,
                             ShardOutcome, ShardWritten)
@@ -297,13 +298,15 @@ class _ShardWriter:
         try:
             image = prepare_image(data, self._settings.image)
             extra_images = self._extra_images(rows[0].row)
+            class_map = _class_map(rows, image)
         except ImageRejected as rejected:
             return rejected
         finally:
             self._progress.decoding(None)
         rows, wrong_size = _fit_boxes_to_image(rows, image)
         record = encode_example(rows, image, self._settings.label_mode,
-                                self._settings.extra_columns, extra_images) if rows else None
+                                self._settings.extra_columns, extra_images,
+                                class_map) if rows else None
         thumbnail = image.thumbnail
         boxes = [(box, label_id) for item in rows if item.row.boxes
                  for box, label_id in zip(item.row.boxes, item.label_ids, strict=True)]
@@ -324,6 +327,19 @@ class _ShardWriter:
                     raise ImageRejected(rejected.reason,
                                         f"column {column.name!r}: {rejected.message}") from None
         return images
+
+
+def _class_map(rows: list[LabelledRow], image: PreparedImage) -> bytes | None:
+    """The image's segmentation map as stored (masks.class_map_png), where its rows name
+    one; a failure names the map."""
+    uri = next((item.row.segmentation for item in rows if item.row.segmentation), None)
+    if uri is None:
+        return None
+    try:
+        return class_map_png(read_image_bytes(uri), image)
+    except ImageRejected as rejected:
+        raise ImageRejected(rejected.reason, f"the segmentation map {uri}: "
+                            f"{rejected.message}") from None
 
 
 def _fit_boxes_to_image(rows: list[LabelledRow], image: PreparedImage

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from worker import dead_letters as reasons
 from worker.chunks import LineRange, ManifestSource
-from worker.choices import LabelMode
+from worker.choices import LabelMode, LeftOut
 from worker.dead_letters import DeadLetter
 from worker.inputs.input_format import InputFormat
 from worker.inputs.boxes import VERTEX_FIELDS, box_row, declared_size, parse_box, pixel_box
@@ -27,7 +27,7 @@ from worker.inputs.rows import (DISCARD, DiscardedRow, ManifestError, ManifestIt
                                 has_undecodable_bytes, image_folder, invalid_split,
                                 is_split_value, rejecter, resolve_uri, row_split)
 from worker.records import Box, ManifestRow
-from worker.schema import IMAGE, ExtraColumn, parse_value
+from worker.schema import IMAGE, SEGMENTATION, ExtraColumn, parse_value
 
 # Header names recognised for each column (compared lower-cased); AutoML order otherwise.
 # Left out as ambiguous: "name" (a file name or a class name) and "id" (an image id or,
@@ -400,7 +400,12 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
                        for column, index in zip(rules.extra_columns, layout.extras, strict=True))
     except ValueError as problem:
         return reject(reasons.INVALID_VALUE, str(problem), uri=uri, split=split)
-    return ManifestRow(manifest, line, raw, split, uri, labels, extras=extras)
+    segmentation = next((value for column, value in zip(rules.extra_columns, extras,
+                                                         strict=True)
+                         if column.type == SEGMENTATION
+                         and LeftOut.SEGMENTATION not in rules.leave_out), None)
+    return ManifestRow(manifest, line, raw, split, uri, labels, extras=extras,
+                       segmentation=segmentation)
 
 
 def _one_hot_labels(fields: Sequence[str], columns: Sequence[OneHotColumn], multi_label: bool,
@@ -424,7 +429,7 @@ def _one_hot_labels(fields: Sequence[str], columns: Sequence[OneHotColumn], mult
 
 def _extra_value(column: ExtraColumn, text: str, folder: str) -> int | float | str:
     value = parse_value(column, text)
-    return resolve_uri(value, folder) if column.type == IMAGE else value
+    return resolve_uri(value, folder) if column.type in (IMAGE, SEGMENTATION) else value
 
 
 def _pixel_box_row(image: ManifestRow, fields: Sequence[str], layout: ColumnLayout,

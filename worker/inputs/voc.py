@@ -7,7 +7,8 @@ out, as create_pascal_tf_record.py and TFDS leave it out (they read only listed 
 without those lists every image gets the --manifest SPLIT=PATH split, or one from a hash
 of its file name. With SPLIT=PATH and the lists, only that split's list is read.
 Images: ROOT/JPEGImages/<filename> in the VOCdevkit layout, else beside the XML, or under
---image_dir.
+--image_dir. An image whose XML says <segmented>1</segmented> has its segmentation map,
+ROOT/SegmentationClass/<id>.png, written as DeepLab's build_voc2012_data writes it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 
 from worker import dead_letters as reasons
 from worker import storage
+from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
 from worker.inputs.boxes import declared_size, pixel_box
@@ -27,6 +29,7 @@ from worker.records import Box, ManifestRow
 
 ANNOTATIONS = "Annotations"
 _IMAGES = "JPEGImages"
+_SEGMENTATION = "SegmentationClass"  # VOC2012's maps: palette PNGs of class indices
 _LISTS = {"train": "train.txt", "validation": "val.txt", "test": "test.txt"}
 _FLAGS = {"0": 0, "1": 1}
 
@@ -78,7 +81,9 @@ def read_voc(pattern: str, rules: RowRules, split: str | None
             skipped += 1
             continue
         images = rules.image_dir or (storage.join(root, _IMAGES) if root else folder)
-        yield from _xml_rows(path, images, listed[image_id] if listed else split, rules)
+        maps = (storage.join(root, _SEGMENTATION) if root is not None
+                and LeftOut.SEGMENTATION not in rules.leave_out else None)
+        yield from _xml_rows(path, images, maps, listed[image_id] if listed else split, rules)
     if skipped:
         logging.warning("%s: %d annotation XMLs are in no ImageSets/Main list and were left "
                         "out", pattern, skipped)
@@ -107,8 +112,10 @@ def _read_image_sets(root: str, split: str | None) -> dict[str, str] | None:
     return found if present else None
 
 
-def _xml_rows(path: str, images: str, split: str | None, rules: RowRules
+def _xml_rows(path: str, images: str, maps: str | None, split: str | None, rules: RowRules
               ) -> Iterator[ManifestRow | DeadLetter]:
+    """The XML's rows; with `maps` (ROOT/SegmentationClass) and <segmented>1</segmented>,
+    the image's segmentation map is maps/<the XML's name>.png."""
     try:
         with storage.open_read(path) as file:
             annotation = ElementTree.fromstring(file.read())
@@ -129,6 +136,9 @@ def _xml_rows(path: str, images: str, split: str | None, rules: RowRules
         yield image.dead_letter(*size)
         return
     image = image._replace(image_size=size)
+    if maps and (annotation.findtext("segmented") or "").strip() == "1":
+        stem = storage.split(path)[1].rsplit(".", 1)[0]
+        image = image._replace(segmentation=storage.join(maps, f"{stem}.png"))
     objects = annotation.findall("object")
     if not objects:
         yield image
