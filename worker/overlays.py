@@ -53,12 +53,12 @@ def draw_objects(image: Image.Image, objects: Iterable[DrawnObject], captions: b
         corner = (xmin * scale[0], ymin * scale[1])
         draw.rectangle([corner, (xmax * scale[0], ymax * scale[1])], outline=colour,
                        width=line)
-        radius = 1.5 * line
+        radius = max(2.5, max(width, height) / 60)
         for x, y, visibility in drawn.keypoints:
             if visibility:  # 2 visible: filled; 1 labelled but hidden: a ring
                 centre = (x * scale[0], y * scale[1])
                 draw.ellipse([centre[0] - radius, centre[1] - radius, centre[0] + radius,
-                              centre[1] + radius], outline=colour,
+                              centre[1] + radius], outline="white",
                              fill=colour if visibility == 2 else None)
         if captions and drawn.text:
             draw.rectangle(draw.textbbox(corner, drawn.text), fill=colour)
