@@ -120,3 +120,27 @@ def test_labelme_files_convert_end_to_end(tmp_path):
     summary = json.loads((output / "summary.json").read_text())
     assert (summary["rows_read"], summary["examples_written"],
             summary["splits"]["train"]["labels"]) == (2, 1, {"cat": 1, "dog": 1})
+
+
+def test_a_second_file_for_the_same_image_is_a_duplicate_not_more_objects(tmp_path):
+    """LabelMe writes one file per image: a copy of it (a.json and a (copy).json) would add
+    every object again to the one example. The second file's objects are dead letters
+    naming the first, wherever the two files were read."""
+    (tmp_path / "a.jpg").write_bytes(encode(photo_like(100, 50, 0), "JPEG"))
+    objects = [shape("cat", "rectangle", [[10, 5], [60, 40]]),
+               shape("dog", "rectangle", [[60, 5], [90, 45]])]
+    labelme(tmp_path, "a.json", "a.jpg", objects)
+    labelme(tmp_path, "a (copy).json", "a.jpg", objects)
+    output = tmp_path / "out"
+    assert run.main(["--manifest", f"train={tmp_path}", "--label_mode", "detection",
+                     "--output_dir", str(output), "--max_error_fraction", "0.5"]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["examples_written"], summary["rows_dead_lettered"],
+            summary["splits"]["train"]["labels"]) == (4, 1, 2, {"cat": 1, "dog": 1})
+    letters = [json.loads(line) for path in output.glob("errors-*.jsonl")
+               for line in path.read_text().splitlines()]
+    assert {(letter["reason"], letter["manifest"]) for letter in letters} == {
+        (reasons.DUPLICATE_ROW, str(tmp_path / "a.json"))}
+    assert {letter["message"] for letter in letters} == {
+        f"the same image as {tmp_path / 'a (copy).json'}, which lists it with its objects; "
+        "written once, from that file"}

@@ -101,6 +101,10 @@ class ManifestRow(NamedTuple):
     # The image's semantic segmentation map (class indices per pixel), where the input
     # has one: VOC's SegmentationClass PNG, or a --schema column of type segmentation.
     segmentation: str | None = None
+    # The row's file lists the image once with all its objects (COCO, VOC, CVAT, Label
+    # Studio, LabelMe, Hugging Face): rows of the image from another such file are its
+    # objects again, not more of them (the shard writer keeps the first file's).
+    listed_whole: bool = False
 
     def dead_letter(self, reason: str, message: str) -> DeadLetter:
         return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
@@ -110,10 +114,10 @@ class ManifestRow(NamedTuple):
     def from_fields(cls, fields: list) -> ManifestRow:
         """The row from its JSON array (a LabelledRow's or a receipt's, parsed)."""
         (*scalars, labels, boxes, extras, image_size, boxes_in_pixels, drawn_upright,
-         segmentation) = fields
+         segmentation, listed_whole) = fields
         return cls(*scalars, tuple(labels), tuple(map(Box.from_fields, boxes)), tuple(extras),
                    tuple(image_size) if image_size else None, boxes_in_pixels, drawn_upright,
-                   segmentation)
+                   segmentation, listed_whole)
 
 
 class LabelledRow(NamedTuple):

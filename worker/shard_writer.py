@@ -209,9 +209,14 @@ class _ShardWriter:
         for _, group in itertools.groupby(ordered, key=lambda item: item.row.uri):
             first, *others = group
             if settings.label_mode is LabelMode.SINGLE and others:
-                dead_letters.extend(_duplicate_row(other, first) for other in others)
-                progress.handled(len(others), len(others))
-                others = []
+                repeated = others
+            else:
+                repeated = [other for other in others if other.row.manifest != first.row.manifest
+                            and (other.row.listed_whole or first.row.listed_whole)]
+            if repeated:
+                dead_letters.extend(_duplicate_row(other, first) for other in repeated)
+                progress.handled(len(repeated), len(repeated))
+                others = [other for other in others if other not in repeated]
             images.append([first, *others])
         temp_path = (naming.shard_path(task.temp_dir, task.split, task.shard,
                                        settings.shard_format.suffix) if task.part is None
@@ -391,6 +396,13 @@ def _fit_boxes_to_image(rows: list[LabelledRow], image: PreparedImage
 
 
 def _duplicate_row(duplicate: LabelledRow, first: LabelledRow) -> DeadLetter:
+    """A row naming the image a kept row names: with single labels any other row; else a
+    row of another file where one of them lists the image whole (listed_whole)."""
+    if duplicate.row.manifest != first.row.manifest and (
+            duplicate.row.listed_whole or first.row.listed_whole):
+        return duplicate.row.dead_letter(
+            reasons.DUPLICATE_ROW, f"the same image as {first.row.manifest}, which lists it "
+            "with its objects; written once, from that file")
     labels = ("" if duplicate.row.labels == first.row.labels else
               f", with label {'|'.join(first.row.labels)!r} there")
     return duplicate.row.dead_letter(

@@ -103,7 +103,7 @@ def _image_row(path: str, image: dict, rules: RowRules, forced_split: str | None
     size = declared_size(image.get("width"), image.get("height"))
     if not isinstance(size[0], int):
         return DeadLetter(path, 0, raw, uri, split, size[0], where + size[1])
-    return ManifestRow(path, 0, raw, split, uri, (), image_size=size)
+    return ManifestRow(path, 0, raw, split, uri, (), image_size=size, listed_whole=True)
 
 
 def _annotation_row(path: str, position: int, annotation: object,

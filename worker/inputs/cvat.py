@@ -80,7 +80,8 @@ def _image_rows(path: str, position: int, element: ElementTree.Element, folder: 
         return
     uri = resolve_uri(name, folder)
     # CVAT turns an image upright when its task is made.
-    image = ManifestRow(path, position, raw, split or "", uri, (), drawn_upright=True)
+    image = ManifestRow(path, position, raw, split or "", uri, (), drawn_upright=True,
+                        listed_whole=True)
     if split is None:
         yield image.dead_letter(reasons.INVALID_SPLIT,
                                 where + invalid_split(written_split, forced))

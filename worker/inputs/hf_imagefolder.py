@@ -67,7 +67,7 @@ def _item_rows(path: str, line: int, raw: str, item: dict, folder: str, rules: R
         return
     uri = resolve_uri(written, folder)
     split = row_split("", written, rules, forced)
-    image = ManifestRow(path, line, raw, split, uri, ())
+    image = ManifestRow(path, line, raw, split, uri, (), listed_whole=True)
     repeated = entries.repeated(image, f"line {line}")
     if repeated:
         yield repeated

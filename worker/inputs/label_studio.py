@@ -62,7 +62,8 @@ def _task_rows(path: str, position: int, task: object, rules: RowRules, split: s
     name = _image_name(written.strip())
     # Label Studio shows an image in the browser, which turns it upright.
     image = ManifestRow(path, position, raw, split or assign_split(name, rules.split_fractions),
-                        resolve_uri(name, image_folder(path, rules)), (), drawn_upright=True)
+                        resolve_uri(name, image_folder(path, rules)), (), drawn_upright=True,
+                        listed_whole=True)
     repeated = entries.repeated(image, where.removesuffix(": "))
     if repeated:
         yield repeated

@@ -64,7 +64,8 @@ def read_labelme(path: str, rules: RowRules, split: str | None
     folder = rules.image_dir or storage.split(path)[0]
     # labelme turns an image upright by its EXIF orientation before showing it.
     image = ManifestRow(path, 0, written, split or assign_split(written, rules.split_fractions),
-                        resolve_uri(written, folder), (), drawn_upright=True)
+                        resolve_uri(written, folder), (), drawn_upright=True,
+                        listed_whole=True)
     flags = document.get("flags")
     if isinstance(flags, dict) and flags.get(_IGNORE_FLAG) is True:
         yield DiscardedRow(path, 0)

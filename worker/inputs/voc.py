@@ -131,7 +131,7 @@ def _xml_rows(path: str, images: str, maps: str | None, split: str | None, rules
                          "the XML has no <filename> or no <size>")
         return
     uri = resolve_uri(filename, images)
-    image = ManifestRow(path, 0, filename, split, uri, ())
+    image = ManifestRow(path, 0, filename, split, uri, (), listed_whole=True)
     if not isinstance(size[0], int):
         yield image.dead_letter(*size)
         return
