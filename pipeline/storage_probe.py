@@ -19,6 +19,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from worker.deadline import within_deadline
+from worker.gcs_access import GCS_SCHEME, read_anonymously, settle_gcs_credentials
 from worker.image_files import http_status
 
 PROBE_SECONDS = 8.0  # for every probe together; a reachable bucket answers in well under 1 s
@@ -48,11 +49,16 @@ def probe_storage(uris: Iterable[str], seconds: float = PROBE_SECONDS) -> None:
             by_scheme[scheme].append(uri)
     if not by_scheme:
         return
+    if "gs" in by_scheme:
+        settle_gcs_credentials()
     attempts = [_Attempt(found) for found in by_scheme.values()]
     with _retry_lines_recorded():
         within_deadline([attempt.run for attempt in attempts], seconds, "storage-probe")
     for attempt in attempts:
         if attempt.error is not None:
+            if attempt.uri.startswith(GCS_SCHEME) and read_anonymously():
+                raise StorageUnreachable(f"{attempt.error} (read anonymously: no Google "
+                                         "credentials were found)")
             raise attempt.error
     for attempt in attempts:
         if not attempt.finished:

@@ -289,10 +289,10 @@ class Bucket:
 def _gcs_bucket(tmp_path_factory):
     """A GCS emulator for the whole session, reached by Beam's own GCS filesystem.
 
-    google-cloud-storage goes to STORAGE_EMULATOR_HOST. Beam first looks for Google
-    credentials: an authorized-user file with an unexpired token gives it some at once,
-    where no credentials at all cost Beam's ~20 s of retries before it connects
-    anonymously; NO_GCE_CHECK keeps google-auth from probing the GCE metadata server.
+    google-cloud-storage goes to STORAGE_EMULATOR_HOST, which the run reads anonymously
+    (worker/gcs_access.py) whatever the credentials: the authorized-user file here stands
+    for a user's own, which must not be sent to Google or change that;
+    test_an_emulator_needs_no_credentials runs with none at all.
     """
     server = GcsEmulator()
     proxy = FaultProxy(server.url, gcs_error)

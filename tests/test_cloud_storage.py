@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -339,3 +340,51 @@ def test_the_size_estimate_stats_its_sample_at_once_within_a_bound(gcs, tmp_path
     started = time.monotonic()
     assert mean_file_size(sample, seconds=2) == 200
     assert time.monotonic() - started < 4
+
+
+def no_google_credentials(**extra):
+    """The environment of a user with no Google credentials at all (nor gcloud's)."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST")}
+    home = extra.pop("home")
+    return {**env, "HOME": home, "CLOUDSDK_CONFIG": home, **extra}
+
+
+def test_an_emulator_needs_no_credentials(gcs, tmp_path):
+    """A new process with STORAGE_EMULATOR_HOST and no credentials reads and writes gs://
+    at once: before, Beam's ~20 s credential search outlasted the storage probe."""
+    put(f"{gcs.url}/anonymous/a.jpg", encode(photo_like(16, 12, 1), "JPEG"))
+    put(f"{gcs.url}/anonymous/m.csv", b"train,a.jpg,cat\n")
+    (tmp_path / "home").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--manifest", f"{gcs.url}/anonymous/m.csv",
+         "--output_dir", f"{gcs.url}/anonymous/out"],
+        env=no_google_credentials(home=str(tmp_path / "home"),
+                                  STORAGE_EMULATOR_HOST=os.environ["STORAGE_EMULATOR_HOST"]),
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(get(f"{gcs.url}/anonymous/out/summary.json"))
+    assert summary["examples_written"] == 1
+
+
+@pytest.mark.parametrize("credentials, anonymous", [(False, True), (True, False)])
+def test_without_credentials_gcs_is_read_anonymously_at_once(credentials, anonymous, tmp_path):
+    """With no Google credentials (and no emulator) Beam's client is set to connect
+    anonymously, for public buckets, instead of searching ~20 s; with credentials Beam
+    finds them itself as before. Each case in a new process, as a user's run is."""
+    home = tmp_path / "home"
+    home.mkdir()
+    extra = {"home": str(home), "NO_GCE_CHECK": "true"}
+    if credentials:
+        adc = tmp_path / "adc.json"
+        adc.write_text(json.dumps({"type": "authorized_user", "client_id": "x",
+                                   "client_secret": "y", "refresh_token": "z"}))
+        extra["GOOGLE_APPLICATION_CREDENTIALS"] = str(adc)
+    script = ("from worker.gcs_access import read_anonymously, settle_gcs_credentials\n"
+              "from apache_beam.internal.gcp.auth import _Credentials\n"
+              "settle_gcs_credentials()\n"
+              "print(read_anonymously(), _Credentials._credentials_init)\n")
+    done = subprocess.run([sys.executable, "-c", script], env=no_google_credentials(**extra),
+                          capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parent.parent)
+    assert done.stdout.split() == [str(anonymous), str(anonymous)], done.stderr[-2000:]

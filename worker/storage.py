@@ -17,6 +17,8 @@ import os
 import re
 from typing import Any, BinaryIO
 
+from worker.gcs_access import GCS_SCHEME, settle_gcs_credentials
+
 _SCHEME = re.compile(r"^[a-zA-Z][-a-zA-Z0-9+.]*://")  # as Beam's FileSystems.get_scheme
 _DECOMPRESSORS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".lzma": lzma.open}
 _DECOMPRESSED_BY_BEAM = (".deflate", ".zst", ".zstd")
@@ -40,7 +42,7 @@ def open_read(path: str) -> BinaryIO:
     if is_local(path):
         return open(path, "rb")
     from apache_beam.io.filesystem import CompressionTypes
-    return _beam().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return _beam(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def create(path: str) -> BinaryIO:
@@ -48,14 +50,14 @@ def create(path: str) -> BinaryIO:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         return open(path, "wb")
     from apache_beam.io.filesystem import CompressionTypes
-    return _beam().create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return _beam(path).create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def split(path: str) -> tuple[str, str]:
     """(folder, name), as Beam's FileSystems.split gives them (a local path made absolute)."""
     if is_local(path):
         return os.path.split(os.path.abspath(path))
-    return _beam().split(path)
+    return _beam(path).split(path)
 
 
 def open_decompressed(path: str) -> BinaryIO:
@@ -68,7 +70,7 @@ def open_decompressed(path: str) -> BinaryIO:
         if lowered.endswith(suffix):
             return decompress(open_read(path))
     if lowered.endswith(_DECOMPRESSED_BY_BEAM):
-        return _beam().open(path)
+        return _beam(path).open(path)
     return open_read(path)
 
 
@@ -81,25 +83,25 @@ def size(path: str) -> int:
     """The file's size; FileNotFoundError (locally) or the filesystem's own error."""
     if is_local(path):
         return os.stat(path).st_size
-    return _beam().get_filesystem(path).metadata(path).size_in_bytes
+    return _beam(path).get_filesystem(path).metadata(path).size_in_bytes
 
 
 def match(pattern: str, limit: int | None = None) -> list:
     """Beam's FileMetadata (path, size_in_bytes) of the files `pattern` matches (`limit`
     at most), local or not: a glob's meaning is Beam's on every filesystem, so Beam is
     imported for it."""
-    return _beam().match([pattern], limits=[limit])[0].metadata_list
+    return _beam(pattern).match([pattern], limits=[limit])[0].metadata_list
 
 
 def exists(path: str) -> bool:
-    return os.path.exists(path) if is_local(path) else _beam().exists(path)
+    return os.path.exists(path) if is_local(path) else _beam(path).exists(path)
 
 
 def rename(source: str, destination: str) -> None:
     if is_local(source):
         os.replace(source, destination)
     else:
-        _beam().rename([source], [destination])
+        _beam(source).rename([source], [destination])
 
 
 def delete(paths: list[str]) -> None:
@@ -110,8 +112,8 @@ def delete(paths: list[str]) -> None:
                 os.remove(path)
             except FileNotFoundError:
                 pass
-        elif _beam().exists(path):
-            _beam().delete([path])
+        elif _beam(path).exists(path):
+            _beam(path).delete([path])
 
 
 def join(base: str, *parts: str) -> str:
@@ -129,9 +131,12 @@ def flush_to_disk(path: str) -> None:
             os.close(descriptor)
 
 
-def _beam():
+def _beam(path: str):
+    """Beam's FileSystems, configured with the run's options, for a remote `path`."""
     global _configured
     from apache_beam.io.filesystems import FileSystems
+    if path.startswith(GCS_SCHEME):
+        settle_gcs_credentials()
     if not _configured and _options:
         from apache_beam.options.pipeline_options import PipelineOptions
         FileSystems.set_options(PipelineOptions.from_dictionary(_options))
