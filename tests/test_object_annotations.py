@@ -69,12 +69,18 @@ def coco_file(tmp_path, annotations, categories=({"id": 1, "name": "cat"},), siz
     return f"train={path}"
 
 
+def public_coco(tmp_path, name, *flags):
+    """One of datumaro's public COCO assets (annotations of b.jpg, 5x10) converted as
+    TRAIN: its JSON, and the output."""
+    source = json.loads((PUBLIC / name).read_text())
+    (tmp_path / "b.jpg").write_bytes(encode(photo_like(5, 10, 1), "JPEG"))
+    (tmp_path / name).write_text(json.dumps(source))
+    return source, convert(tmp_path, f"train={tmp_path / name}", *flags)
+
+
 def test_public_coco_masks_are_the_bytes_create_coco_tf_record_writes(tmp_path):
     """datumaro's COCO asset: a polygon and an uncompressed-RLE crowd mask, on a 5x10 image."""
-    source = json.loads((PUBLIC / "datumaro_instances_val.json").read_text())
-    (tmp_path / "b.jpg").write_bytes(encode(photo_like(5, 10, 1), "JPEG"))
-    (tmp_path / "instances.json").write_text(json.dumps(source))
-    output = convert(tmp_path, f"train={tmp_path / 'instances.json'}")
+    source, output = public_coco(tmp_path, "datumaro_instances_val.json")
     feature = only_example(output)
     texts = [text.decode() for text in feature["image/object/class/text"].bytes_list.value]
     by_name = {annotation["category_id"]: annotation for annotation in source["annotations"]}
@@ -95,10 +101,7 @@ def test_public_coco_masks_are_the_bytes_create_coco_tf_record_writes(tmp_path):
 def test_public_coco_keypoints_are_written_as_create_coco_tf_record_writes_them(tmp_path):
     """x / width, y / height, the visibilities as they are, num_keypoints per object;
     datumaro's categories name no keypoints, so there is no keypoint/text."""
-    source = json.loads((PUBLIC / "datumaro_person_keypoints_val.json").read_text())
-    (tmp_path / "b.jpg").write_bytes(encode(photo_like(5, 10, 1), "JPEG"))
-    (tmp_path / "keypoints.json").write_text(json.dumps(source))
-    output = convert(tmp_path, f"train={tmp_path / 'keypoints.json'}")
+    source, output = public_coco(tmp_path, "datumaro_person_keypoints_val.json")
     feature = only_example(output)
     texts = [text.decode() for text in feature["image/object/class/text"].bytes_list.value]
     names = {category["id"]: category["name"] for category in source["categories"]}
@@ -209,12 +212,10 @@ def test_bad_masks_and_keypoints_are_dead_letters_naming_the_annotation(
 
 
 def test_leave_out_writes_the_boxes_alone_and_says_so(tmp_path, capsys):
-    source = json.loads((PUBLIC / "datumaro_person_keypoints_val.json").read_text())
-    (tmp_path / "b.jpg").write_bytes(encode(photo_like(5, 10, 1), "JPEG"))
-    (tmp_path / "k.json").write_text(json.dumps(source))
-    output = convert(tmp_path, f"train={tmp_path / 'k.json'}")
+    public_coco(tmp_path, "datumaro_person_keypoints_val.json")
     assert "examples with instance masks 1, keypoints 1" in capsys.readouterr().out
-    output = convert(tmp_path, f"train={tmp_path / 'k.json'}", "--leave_out", "masks,keypoints")
+    _, output = public_coco(tmp_path, "datumaro_person_keypoints_val.json", "--leave_out",
+                            "masks,keypoints")
     features = json.loads((output / "summary.json").read_text())["features"]
     assert not [key for key in features if "mask" in key or "keypoint" in key]
     assert not [key for key in only_example(output) if "mask" in key or "keypoint" in key]
@@ -222,7 +223,8 @@ def test_leave_out_writes_the_boxes_alone_and_says_so(tmp_path, capsys):
     assert "left out (--leave_out masks,keypoints): the examples hold the boxes without " \
            "the input's masks or keypoints" in out
     assert "examples with" not in out
-    assert run.main(["--manifest", f"train={tmp_path / 'k.json'}", "--label_mode", "detection",
+    assert run.main(["--manifest", f"train={tmp_path / 'datumaro_person_keypoints_val.json'}",
+                     "--label_mode", "detection",
                      "--output_dir", str(tmp_path / "x"), "--leave_out", "mask"]) == 2
     assert "--leave_out 'mask' is not one of masks, keypoints" in capsys.readouterr().err
 
