@@ -6,6 +6,7 @@ left out."""
 import base64
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -144,3 +145,23 @@ def test_a_second_file_for_the_same_image_is_a_duplicate_not_more_objects(tmp_pa
     assert {letter["message"] for letter in letters} == {
         f"the same image as {tmp_path / 'a (copy).json'}, which lists it with its objects; "
         "written once, from that file"}
+
+
+def test_regions_labelled_ignore_are_no_objects(tmp_path):
+    """labelme's own instance-segmentation example (examples/instance_segmentation, e.g.
+    2011_000003.json) labels regions to leave alone `__ignore__`, and its labelme2coco
+    skips them: they are discarded rows here, not a class; two polygons of one group_id are
+    one object whose mask is both."""
+    labelme(tmp_path, "a.json", "a.jpg", [
+        shape("person", "polygon", [[10, 5], [40, 5], [25, 40]], group_id=0),
+        shape("person", "polygon", [[60, 5], [70, 5], [65, 20]], group_id=0),
+        shape("__ignore__", "polygon", [[80, 30], [95, 30], [90, 45]])])
+    labelme(tmp_path, "b.json", "b.jpg", [
+        shape("__ignore__", "rectangle", [[1, 1], [9, 9]])])
+    found = rows(tmp_path, RowRules(label_mode="detection"))
+    kept = [row for row in found if isinstance(row, ManifestRow)]
+    assert [(Path(row.uri).name, row.line, row.labels) for row in kept] == [
+        ("a.jpg", 1, ("person",)), ("b.jpg", 0, ())]  # b.jpg: an image without objects
+    assert len(kept[0].boxes[0].mask.polygons) == 2
+    assert sorted(row for row in found if isinstance(row, DiscardedRow)) == [
+        DiscardedRow(str(tmp_path / "a.json"), 2), DiscardedRow(str(tmp_path / "b.json"), 1)]

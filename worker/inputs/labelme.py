@@ -9,7 +9,8 @@ object: a rectangle's two corners, or the extent of a polygon's points, a circle
 centre and a point on it) or a mask's corners. Shapes sharing a label and a group_id are
 one object, as labelme's own labelme2coco merges them, and its mask is their union: the
 polygons, the circles (as 64-sided polygons), the rectangles, or a mask shape's pixels
-(a base64 PNG of its region). Lines, line strips and points are not boxes: dead letters
+(a base64 PNG of its region). A region labelled `__ignore__` is no object: a discarded
+row, as labelme2coco skips it. Lines, line strips and points are not boxes: dead letters
 naming them. A folder given to --manifest is read as its .json files.
 """
 
@@ -40,7 +41,8 @@ _LABELME_KEYS = frozenset({"version", "flags", "shapes"})
 _REGIONS = ("rectangle", "polygon", "circle", "mask")
 # A circle's mask is a polygon of this many sides (labelme's own draws it with Pillow).
 _CIRCLE_SIDES = 64
-# labelme's own flag for an image to leave out: its file is a discarded row, as DISCARD.
+# labelme's own flag for an image to leave out (its file is a discarded row, as DISCARD),
+# and label for a region that is no object (a discarded row too).
 _IGNORE_FLAG = "__ignore__"
 
 
@@ -82,12 +84,17 @@ def read_labelme(path: str, rules: RowRules, split: str | None
     if not isinstance(shapes, list):
         yield image.dead_letter(reasons.MALFORMED_ROW, "shapes is not a list")
         return
-    objects = _objects(shapes)
-    if not objects:
-        yield image
-    for position, group in enumerate(objects, start=1):
-        row = image._replace(line=position, raw=json.dumps(group, ensure_ascii=False))
-        yield _object_row(row, group, rules)
+    objects = list(enumerate(_objects(shapes), start=1))
+    # A region labelled __ignore__ is no object (labelme's own labelme2coco skips it).
+    ignored = [position for position, group in objects
+               if isinstance(group[0], dict) and group[0].get("label") == _IGNORE_FLAG]
+    yield from (DiscardedRow(path, position) for position in ignored)
+    if len(ignored) == len(objects):
+        yield image  # an image without objects
+    for position, group in objects:
+        if position not in ignored:
+            row = image._replace(line=position, raw=json.dumps(group, ensure_ascii=False))
+            yield _object_row(row, group, rules)
 
 
 def _objects(shapes: list) -> list[list]:
