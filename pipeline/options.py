@@ -11,6 +11,7 @@ from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, P
 
 from worker.choices import Dedupe, LabelMode, LeftOut, UnseenLabel
 from worker.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
+from worker.downloads import DownloadSettings
 from worker.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
                                      format_names, shard_format)
 from worker.images import ImageSettings
@@ -177,6 +178,27 @@ class ConvertOptions(PipelineOptions):
             "--read_threads", type=int, default=4,
             help="Threads per shard writer that read its images ahead of decoding (more "
                  "for storage with long round trips).")
+        group.add_argument(
+            "--download_timeout", type=float, default=DownloadSettings.timeout_s,
+            help="Seconds an image URL (http://, https://) may take to connect, and between "
+                 "two reads of its body; a slower one is retried, then dead-lettered as "
+                 "http_timeout.")
+        group.add_argument(
+            "--download_retries", type=int, default=DownloadSettings.retries,
+            help="Tries after the first for an image URL that answers 5xx or 429 "
+                 "(honouring Retry-After) or whose connection fails, with exponential "
+                 "backoff; then it is dead-lettered (http_503, connection_error...).")
+        group.add_argument(
+            "--max_download_mb", type=float, default=DownloadSettings.max_bytes / 2**20,
+            help="An image URL whose body is larger is dead-lettered as too_large.")
+        group.add_argument(
+            "--downloads_per_host", type=int, default=DownloadSettings.per_host,
+            help="Concurrent requests to one host from one worker process.")
+        group.add_argument(
+            "--download_threads", type=int, default=DownloadSettings.threads,
+            help="Threads per shard writer that download its image URLs ahead of decoding "
+                 "(instead of --read_threads): the network, not the core, is what they "
+                 "wait on.")
         _add_switch(group, "--quiet",
                     "No live progress. By default a local run shows it: a bar on a "
                     "terminal, else a line every 5%% (for logs); a remote run names the "
@@ -245,6 +267,14 @@ class ConvertOptions(PipelineOptions):
             found.append("--max_error_fraction must be between 0 and 1")
         if self.read_threads < 1:
             found.append("--read_threads must be at least 1")
+        if self.download_timeout <= 0:
+            found.append("--download_timeout must be positive")
+        if self.download_retries < 0:
+            found.append("--download_retries must be 0 or more")
+        if self.max_download_mb <= 0:
+            found.append("--max_download_mb must be positive")
+        if self.downloads_per_host < 1 or self.download_threads < 1:
+            found.append("--downloads_per_host and --download_threads must be at least 1")
         if self.worker_processes is not None and self.worker_processes < 0:
             found.append("--worker_processes must be 0 or more")
         if self.decode_timeout <= 0:
@@ -289,6 +319,10 @@ class ConvertOptions(PipelineOptions):
                                 jpeg_quality=self.jpeg_quality,
                                 max_pixels=self.max_image_pixels),
             workers=self._workers(),
+            downloads=DownloadSettings(
+                timeout_s=self.download_timeout, retries=self.download_retries,
+                max_bytes=round(self.max_download_mb * 2**20),
+                per_host=self.downloads_per_host, threads=self.download_threads),
             dedupe=Dedupe(self.dedupe),
             near_distance=self.near_duplicate_distance)
 

@@ -19,11 +19,14 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from worker.deadline import within_deadline
+from worker.downloads import DownloadFailed, DownloadSettings, download, is_url
 from worker.gcs_access import GCS_SCHEME, read_anonymously, settle_gcs_credentials
 from worker.image_files import http_status
 
 PROBE_SECONDS = 8.0  # for every probe together; a reachable bucket answers in well under 1 s
 FILES_PER_SCHEME = 3
+# One try each, within the probe's deadline (the job retries as --download_retries says).
+_PROBE_DOWNLOADS = DownloadSettings(timeout_s=PROBE_SECONDS / 2, retries=0)
 # Loggers through which the clients report what they retry (Beam's S3 reads log to the
 # root logger); the last line one of them logged from a probe's thread is the cause a
 # timed-out probe names.
@@ -99,6 +102,8 @@ class _Attempt:
 def _probe(uri: str) -> bool:
     """True when `uri` was read (a folder, ending in /, listed); False when it is missing
     from a bucket that exists."""
+    if is_url(uri):
+        return _probe_url(uri)
     if uri.endswith("/"):
         _list_one(uri, uri)
         return True
@@ -113,6 +118,19 @@ def _probe(uri: str) -> bool:
     if not _list_one(uri, bucket):
         raise StorageUnreachable(f"{uri}: {bucket} does not exist or holds no file")
     return False
+
+
+def _probe_url(uri: str) -> bool:
+    """True when the URL answered with its body; False when its server answered it has
+    none (4xx: the row's problem, a dead letter in the job); StorageUnreachable when the
+    server does not answer, or answers 5xx."""
+    try:
+        download(uri, _PROBE_DOWNLOADS)
+        return True
+    except DownloadFailed as failed:
+        if failed.reason.startswith("http_4"):
+            return False
+        raise StorageUnreachable(f"{uri}: {failed.message}") from None
 
 
 def _list_one(uri: str, folder: str) -> bool:

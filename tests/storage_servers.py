@@ -249,3 +249,105 @@ class FaultProxy:
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _handle
 
         return Handler
+
+
+@dataclasses.dataclass
+class Behaviour:
+    """How an ImageServer answers one path: `status` (with Retry-After `retry_after`) the
+    first `times` times (None: always), then the file; or every time `stall_s` seconds
+    of silence before answering, `cut` the body after half of it (then a reset), or
+    `declared` a Content-Length of its own."""
+
+    status: int | None = None
+    times: int | None = None
+    retry_after: str | None = None
+    stall_s: float = 0.0
+    cut: bool = False
+    declared: int | None = None
+    hits: int = 0
+
+
+class ImageServer:
+    """A web server of image files, in this process, on a free port: `files` path ->
+    bytes, answered after `latency_s`, each path as its Behaviour says. Records every
+    request (method, path, User-Agent, start time) and the most it served at once."""
+
+    def __init__(self, files: dict[str, bytes], latency_s: float = 0.0) -> None:
+        self.files = dict(files)
+        self.latency_s = latency_s
+        self.behaviours: dict[str, Behaviour] = {}
+        self.requests: list[tuple[str, str, str, float]] = []
+        self.most_at_once = 0
+        self._at_once = 0
+        self._lock = threading.Lock()
+        self._server = http.server.ThreadingHTTPServer((HOST, 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._server.request_queue_size = 256
+        self.url = f"http://{HOST}:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def times_asked(self, path: str) -> list[float]:
+        """When each GET of `path` came (a HEAD only asks the size)."""
+        with self._lock:
+            return [started for method, asked, _, started in self.requests
+                    if method == "GET" and asked == path]
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler_class(self) -> type[http.server.BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                with server._lock:
+                    server.requests.append((self.command, self.path,
+                                            self.headers.get("User-Agent", ""),
+                                            time.monotonic()))
+                    server._at_once += 1
+                    server.most_at_once = max(server.most_at_once, server._at_once)
+                    # A HEAD (a size estimate) is answered plainly, its GET as told.
+                    behaviour = (server.behaviours.get(self.path, Behaviour())
+                                 if self.command == "GET" else Behaviour())
+                    behaviour.hits += 1
+                try:
+                    time.sleep(server.latency_s + behaviour.stall_s)
+                    self._answer(behaviour)
+                finally:
+                    with server._lock:
+                        server._at_once -= 1
+
+            do_HEAD = do_GET
+
+            def _answer(self, behaviour: Behaviour) -> None:
+                data = server.files.get(self.path)
+                failing = behaviour.status is not None and (
+                    behaviour.times is None or behaviour.hits <= behaviour.times)
+                if data is None or failing:
+                    status = behaviour.status if failing else 404
+                    self.send_response(status)
+                    if behaviour.retry_after is not None:
+                        self.send_header("Retry-After", behaviour.retry_after)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "image/jpeg")
+                self.send_header("Content-Length", str(behaviour.declared or len(data)))
+                self.end_headers()
+                if self.command == "HEAD":
+                    return
+                if behaviour.cut:
+                    self.wfile.write(data[:len(data) // 2])
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self.wfile.write(data)
+
+        return Handler

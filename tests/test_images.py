@@ -577,9 +577,13 @@ def test_rejections_pickle_with_reason_and_message():
 def test_reasons_are_the_documented_codes():
     assert set(REASONS) == {"file_not_found", "read_error", "empty_file", "not_an_image",
                             "truncated_image", "decompression_bomb", "decode_error",
-                            "encode_error", "decode_crash", "decode_timeout"}
-    with pytest.raises(ValueError):
-        ImageRejected("something_else", "no such code")
+                            "encode_error", "decode_crash", "decode_timeout",
+                            "invalid_mask", "size_mismatch", "http_timeout",
+                            "connection_error", "too_large"}
+    assert ImageRejected("http_404", "not found").reason == "http_404"
+    for unknown in ("something_else", "http_200", "http_4044"):
+        with pytest.raises(ValueError):
+            ImageRejected(unknown, "no such code")
 
 
 @pytest.mark.parametrize("field, value", [("image_format", "gif"), ("max_side", 0),

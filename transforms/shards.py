@@ -26,10 +26,10 @@ import math
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms.in_workers import RunInWorkers
+from worker import storage
 from worker.deadline import within_deadline
 from worker.inputs.rows import DEAD_LETTERS
 from worker.pool import Workers
@@ -223,5 +223,6 @@ def mean_file_size(uris: Iterable[str], seconds: float = _SIZE_SECONDS) -> float
 
 
 def _file_size(path: str) -> int:
-    # One request on a remote filesystem, where FileSystems.match of a path takes two.
-    return FileSystems.get_filesystem(path).metadata(path).size_in_bytes
+    # One request on a remote filesystem, where FileSystems.match of a path takes two; a
+    # URL's HEAD.
+    return storage.size(path)

@@ -1,20 +1,30 @@
-"""Reading image files (worker/storage.py: local, or any scheme of Beam's FileSystems), with
-the reasons a read fails."""
+"""Reading image files (worker/storage.py: local, or any scheme of Beam's FileSystems; URLs
+through worker/downloads.py), with the reasons a read fails."""
 
 from __future__ import annotations
 
 from worker import storage
+from worker.downloads import DownloadFailed, DownloadSettings, download, is_url
 from worker.images import ImageRejected
 
 
-def read_image_bytes(uri: str) -> bytes:
-    """Reads the whole file (local paths and any Beam scheme).
+def read_image_bytes(uri: str, downloads: DownloadSettings = DownloadSettings()) -> bytes:
+    """Reads the whole file (local paths, any Beam scheme, http:// and https:// URLs).
 
     Transient server errors (HTTP 429, 5xx, dropped connections) are retried with backoff
     by the filesystem's own client (google-cloud-storage for gs://, botocore for s3://),
     so they are not retried again here; what still fails is rejected, with the HTTP status
-    in the message when the server gave one.
+    in the message when the server gave one. A URL is downloaded as `downloads` says
+    (worker/downloads.py), its failures rejected by their own reasons.
     """
+    if is_url(uri):
+        try:
+            data = download(uri, downloads)
+        except DownloadFailed as failed:
+            raise ImageRejected(failed.reason, failed.message) from None
+        if not data:
+            raise ImageRejected("empty_file", f"{uri} is empty")
+        return data
     try:
         with storage.open_read(uri) as file:
             data = file.read()

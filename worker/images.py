@@ -35,7 +35,12 @@ REASONS = (
     # The image's segmentation map (worker/masks.py): not one, or not the image's size.
     "invalid_mask",
     "size_mismatch",
+    # A URL (worker/downloads.py): beside these, http_<status> for each HTTP error status.
+    "http_timeout",        # no answer, or a stalled body, within --download_timeout
+    "connection_error",    # refused, reset or cut, after the retries
+    "too_large",           # more bytes than --max_download_mb
 )
+_HTTP_STATUS_REASON = re.compile(r"http_[45]\d\d")
 
 _JPEG_FORMATS = frozenset({"JPEG", "MPO"})  # MPO: a JPEG with extra frames appended (phones)
 _JPEG_KEPT_MODES = frozenset({"L", "RGB"})  # CMYK/YCCK are the only other modes Pillow opens
@@ -65,11 +70,12 @@ _DCT_LOW = 2 * np.cos(np.pi * np.arange(8)[:, None] * (2 * np.arange(_HASH_SIDE)
 class ImageRejected(Exception):
     """An image that cannot become an example.
 
-    `reason` is a stable machine code (one of REASONS), `message` human text.
+    `reason` is a stable machine code (one of REASONS, or http_<status>), `message` human
+    text.
     """
 
     def __init__(self, reason: str, message: str):
-        if reason not in REASONS:
+        if reason not in REASONS and not _HTTP_STATUS_REASON.fullmatch(reason):
             raise ValueError(f"unknown rejection reason {reason!r}")
         # Both in args so the exception pickles (Beam may ship it between processes).
         super().__init__(reason, message)

@@ -12,6 +12,7 @@ import dataclasses
 
 from worker.choices import Dedupe, LabelMode, UnseenLabel
 from worker.copies import DEFAULT_NEAR_DISTANCE
+from worker.downloads import DownloadSettings
 from worker.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
 from worker.images import ImageSettings
 from worker.pool import Workers
@@ -30,6 +31,7 @@ class RunSettings:
         default_factory=lambda: shard_format(DEFAULT_FORMAT))  # --file_format, --compression
     image: ImageSettings = dataclasses.field(default_factory=ImageSettings)
     workers: Workers = dataclasses.field(default_factory=Workers)
+    downloads: DownloadSettings = dataclasses.field(default_factory=DownloadSettings)
     dedupe: Dedupe = Dedupe.NONE
     near_distance: int = DEFAULT_NEAR_DISTANCE  # bits of pHash that make a near-copy
 

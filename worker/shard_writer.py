@@ -34,6 +34,7 @@ from worker import dead_letters as reasons
 from worker import naming, receipts, storage
 from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
+from worker.downloads import DownloadSettings, is_url
 from worker.examples import encode_example, example_annotations, example_labels
 from worker.file_formats import PipelineFiles, RecordWriter
 from worker.file_formats.tfrecord import FramedWriter, write_record
@@ -227,7 +228,11 @@ class _ShardWriter:
         longest_sides: collections.Counter[str] = collections.Counter()
         file_bytes: collections.Counter[str] = collections.Counter()
         annotations: collections.Counter[str] = collections.Counter()
-        threads = settings.workers.read_threads
+        # Reading a URL waits on the network far longer than decoding takes: many more
+        # readers keep the process busy (img2dataset's design).
+        threads = (settings.downloads.threads if any(is_url(group[0].row.uri)
+                                                     for group in images)
+                   else settings.workers.read_threads)
         with contextlib.ExitStack() as opened, concurrent.futures.ThreadPoolExecutor(
                 threads) as readers:
             # Created with the first example: a shard whose images were all rejected
@@ -291,7 +296,7 @@ class _ShardWriter:
         if place in self._lost:
             return self._lost[place]
         try:
-            return read_image_bytes(rows[0].row.uri)
+            return read_image_bytes(rows[0].row.uri, self._settings.downloads)
         except ImageRejected as rejected:
             return rejected
 
@@ -303,7 +308,7 @@ class _ShardWriter:
         try:
             image = prepare_image(data, self._settings.image)
             extra_images = self._extra_images(rows[0].row)
-            class_map = _class_map(rows, image)
+            class_map = _class_map(rows, image, self._settings.downloads)
         except ImageRejected as rejected:
             return rejected
         finally:
@@ -326,22 +331,23 @@ class _ShardWriter:
         for column, uri in zip(self._settings.extra_columns, row.extras, strict=True):
             if column.type == IMAGE:
                 try:
-                    images[column.name] = prepare_image(read_image_bytes(uri),
-                                                        self._settings.image)
+                    images[column.name] = prepare_image(
+                        read_image_bytes(uri, self._settings.downloads), self._settings.image)
                 except ImageRejected as rejected:
                     raise ImageRejected(rejected.reason,
                                         f"column {column.name!r}: {rejected.message}") from None
         return images
 
 
-def _class_map(rows: list[LabelledRow], image: PreparedImage) -> bytes | None:
+def _class_map(rows: list[LabelledRow], image: PreparedImage, downloads: DownloadSettings
+               ) -> bytes | None:
     """The image's segmentation map as stored (masks.class_map_png), where its rows name
     one; a failure names the map."""
     uri = next((item.row.segmentation for item in rows if item.row.segmentation), None)
     if uri is None:
         return None
     try:
-        return class_map_png(read_image_bytes(uri), image)
+        return class_map_png(read_image_bytes(uri, downloads), image)
     except ImageRejected as rejected:
         raise ImageRejected(rejected.reason, f"the segmentation map {uri}: "
                             f"{rejected.message}") from None

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 import os
 import re
 from typing import Any, BinaryIO
 
+from worker.downloads import (DownloadFailed, DownloadSettings, content_length, download,
+                              is_url)
 from worker.gcs_access import GCS_SCHEME, settle_gcs_credentials
 
 _SCHEME = re.compile(r"^[a-zA-Z][-a-zA-Z0-9+.]*://")  # as Beam's FileSystems.get_scheme
@@ -37,10 +40,18 @@ def is_local(path: str) -> bool:
     return not _SCHEME.match(path)
 
 
+
 def open_read(path: str) -> BinaryIO:
-    """The file's bytes as they are (Beam would gunzip a name ending in .gz)."""
+    """The file's bytes as they are (Beam would gunzip a name ending in .gz). A URL is
+    downloaded whole: FileNotFoundError for a 404, OSError for another failure."""
     if is_local(path):
         return open(path, "rb")
+    if is_url(path):
+        try:
+            return io.BytesIO(download(path, DownloadSettings()))
+        except DownloadFailed as failed:
+            raise (FileNotFoundError if failed.reason == "http_404" else OSError)(
+                failed.message) from None
     from apache_beam.io.filesystem import CompressionTypes
     return _beam(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
@@ -80,9 +91,12 @@ def is_compressed(path: str) -> bool:
 
 
 def size(path: str) -> int:
-    """The file's size; FileNotFoundError (locally) or the filesystem's own error."""
+    """The file's size; FileNotFoundError (locally) or the filesystem's own error (a URL:
+    the size a HEAD announces, or DownloadFailed)."""
     if is_local(path):
         return os.stat(path).st_size
+    if is_url(path):
+        return content_length(path, DownloadSettings(retries=0))
     return _beam(path).get_filesystem(path).metadata(path).size_in_bytes
 
 

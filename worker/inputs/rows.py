@@ -109,10 +109,14 @@ def resolve_uri(uri: str, folder: str) -> str:
 
 
 def normalise_path(uri: str) -> str:
-    """posixpath.normpath of a local path, or of a URL's path after scheme://bucket/."""
+    """posixpath.normpath of a local path, or of a bucket URL's path after scheme://bucket/.
+    An http(s) URL is kept as written: its server, not a file system, says what its path
+    and query name."""
     scheme, separator, rest = uri.partition("://")
     if not separator:
         return _normpath(uri)
+    if scheme.lower() in ("http", "https"):
+        return uri
     bucket, slash, path = rest.partition("/")
     if not path:
         return uri

@@ -1,0 +1,131 @@
+"""Images at http(s) URLs (worker/downloads.py), against a web server this test starts on
+the loopback address: retries on 5xx, 429 (with Retry-After) and cut connections, a
+timeout per request, a size limit, per-reason dead letters, the User-Agent, concurrent
+downloads inside each worker process and their per-host limit, and the storage probe."""
+
+import json
+
+import pytest
+
+from conftest import encode, photo_like, read_examples
+from pipeline import run
+from storage_servers import HOST, Behaviour, ImageServer, free_port
+from worker.downloads import DownloadFailed, DownloadSettings, download
+from worker.inputs.rows import resolve_uri
+
+
+@pytest.fixture
+def server():
+    files = {f"/img/{name}.jpg": encode(photo_like(24, 16, seed), "JPEG")
+             for seed, name in enumerate(("good", "flaky", "throttled", "stalled", "cut",
+                                          "huge"))}
+    files["/img/page.jpg"] = b"<html>not an image</html>"
+    image_server = ImageServer(files)
+    yield image_server
+    image_server.close()
+
+
+def manifest(tmp_path, server, names, label="cat"):
+    (tmp_path / "m.csv").write_text("".join(
+        f"train,{server.url}/img/{name}.jpg,{label}\n" for name in names))
+    return str(tmp_path / "m.csv")
+
+
+def dead_letters(output):
+    return {json.loads(line)["uri"].rsplit("/", 1)[-1]: json.loads(line)
+            for path in output.glob("errors-*.jsonl") for line in path.read_text().splitlines()}
+
+
+def test_urls_convert_with_retries_and_a_dead_letter_per_reason(server, tmp_path):
+    server.behaviours = {
+        "/img/flaky.jpg": Behaviour(status=503, times=2),
+        "/img/throttled.jpg": Behaviour(status=429, times=1, retry_after="1"),
+        "/img/stalled.jpg": Behaviour(stall_s=3),
+        "/img/cut.jpg": Behaviour(cut=True),
+        "/img/huge.jpg": Behaviour(declared=10 << 20),
+    }
+    names = ["good", "flaky", "throttled", "stalled", "cut", "huge", "page", "missing"]
+    output = tmp_path / "out"
+    assert run.main(["--manifest", manifest(tmp_path, server, names), "--output_dir",
+                     str(output), "--download_timeout", "1", "--download_retries", "2",
+                     "--max_download_mb", "1", "--max_error_fraction", "1"]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert (summary["rows_read"], summary["examples_written"],
+            summary["rows_dead_lettered"]) == (8, 3, 5)
+    written = sorted(example.features.feature["image/source_id"].bytes_list.value[0].decode()
+                     for example in read_examples(f"{output}/train-*.tfrecord"))
+    assert written == sorted(f"{server.url}/img/{name}.jpg"
+                             for name in ("good", "flaky", "throttled"))
+    letters = dead_letters(output)
+    assert {name: letter["reason"] for name, letter in letters.items()} == {
+        "stalled.jpg": "http_timeout", "cut.jpg": "connection_error", "huge.jpg": "too_large",
+        "page.jpg": "not_an_image", "missing.jpg": "http_404"}
+    assert "(after 3 tries)" in letters["stalled.jpg"]["message"]
+    assert letters["missing.jpg"]["message"] == f"HTTP 404: {server.url}/img/missing.jpg"
+    assert len(server.times_asked("/img/flaky.jpg")) == 3  # two 503s, then the image
+    first, second = server.times_asked("/img/throttled.jpg")
+    assert second - first >= 1.0  # Retry-After: 1 honoured
+    assert len(server.times_asked("/img/missing.jpg")) == 1  # a 404 is not retried
+    assert {agent for _, _, agent, _ in server.requests} == {
+        DownloadSettings().user_agent}
+    assert DownloadSettings().user_agent.startswith("image-tfrecords/")
+
+
+def test_each_worker_downloads_concurrently_within_its_per_host_limit(tmp_path):
+    files = {f"/img/{index}.jpg": encode(photo_like(16, 12, index), "JPEG")
+             for index in range(24)}
+    for per_host, at_most in ((16, None), (2, 2)):
+        image_server = ImageServer(files, latency_s=0.3)
+        try:
+            names = [str(index) for index in range(24)]
+            output = tmp_path / f"out-{per_host}"
+            assert run.main(["--manifest", manifest(tmp_path, image_server, names),
+                             "--output_dir", str(output), "--worker_processes", "1",
+                             "--num_shards", "1", "--download_threads", "8",
+                             "--downloads_per_host", str(per_host)]) == 0
+            if at_most is None:  # the shard's 8 readers at once, not one by one
+                assert image_server.most_at_once >= 6
+            else:
+                assert image_server.most_at_once <= at_most
+        finally:
+            image_server.close()
+
+
+def test_a_host_that_does_not_answer_stops_the_run_before_the_job(tmp_path, capsys):
+    uri = f"http://{HOST}:{free_port()}/img/a.jpg"
+    (tmp_path / "m.csv").write_text(f"train,{uri},cat\n")
+    assert run.main(["--manifest", str(tmp_path / "m.csv"),
+                     "--output_dir", str(tmp_path / "out")]) == run.EXIT_USAGE
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: cannot use the storage: {uri}: cannot connect")
+
+
+def test_a_missing_first_url_is_no_storage_problem(server, tmp_path):
+    """A 404 is the row's problem (a dead letter), not the server's."""
+    output = tmp_path / "out"
+    assert run.main(["--manifest", manifest(tmp_path, server, ["missing", "good"]),
+                     "--output_dir", str(output), "--max_error_fraction", "0.5"]) == 0
+    assert json.loads((output / "summary.json").read_text())["examples_written"] == 1
+
+
+def test_a_body_larger_than_allowed_without_a_declared_size_is_too_large(server):
+    server.files["/img/big.jpg"] = b"x" * 5000
+    with pytest.raises(DownloadFailed) as failed:
+        download(f"{server.url}/img/big.jpg", DownloadSettings(max_bytes=1000))
+    assert failed.value.reason == "too_large"
+
+
+def test_urls_are_kept_as_written():
+    """A web server, not a file system, says what a URL's path and query name."""
+    url = "https://cdn.example.com/a/../b//c.jpg?size=large&x=1//2"
+    assert resolve_uri(url, "/data") == url
+
+
+def test_a_label_map_or_schema_at_a_url_is_read_through_storage(server):
+    from worker import storage
+    server.files["/labels.txt"] = b"cat\ndog\n"
+    with storage.open_read(f"{server.url}/labels.txt") as file:
+        assert file.read() == b"cat\ndog\n"
+    with pytest.raises(FileNotFoundError):
+        storage.open_read(f"{server.url}/no-such-file.txt")
+    assert storage.size(f"{server.url}/labels.txt") == 8
