@@ -121,14 +121,15 @@ def _probe(uri: str) -> bool:
 
 
 def _probe_url(uri: str) -> bool:
-    """True when the URL answered with its body; False when its server answered it has
-    none (4xx: the row's problem, a dead letter in the job); StorageUnreachable when the
-    server does not answer, or answers 5xx."""
+    """True when the URL answered with its body; False when its server answered with an
+    HTTP error (the row's problem, retried and then dead-lettered in the job: a busy
+    server answers some requests 503); StorageUnreachable when the server does not
+    answer at all."""
     try:
         download(uri, _PROBE_DOWNLOADS)
         return True
     except DownloadFailed as failed:
-        if failed.reason.startswith("http_4"):
+        if failed.reason.startswith("http_") and failed.reason != "http_timeout":
             return False
         raise StorageUnreachable(f"{uri}: {failed.message}") from None
 

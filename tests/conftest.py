@@ -4,6 +4,7 @@ storage_servers.py)."""
 
 import dataclasses
 import io
+import hashlib
 import json
 import os
 import shutil
@@ -387,3 +388,28 @@ def voc_annotation(filename, size, objects):
             f"<path>/home/someone/images/{filename}</path><source><database>Unknown"
             f"</database></source><size><width>{size[0]}</width><height>{size[1]}</height>"
             f"<depth>3</depth></size><segmented>0</segmented>{parts}</annotation>")
+
+
+# What summary.json says of the run rather than of its output.
+RUN_FACTS = ("options", "versions", "started_at", "finished_at", "run_id")
+
+
+def output_digests(output: Path) -> dict[str, str]:
+    """SHA-256 of every published file but report.html (its page, not its data) and the
+    SavedModel (TensorFlow gives it new ids on every run); summary.json without what
+    describes the run, and the output folder's own path left out of every file."""
+    found = {}
+    for file in sorted(output.rglob("*")):
+        relative = file.relative_to(output).as_posix()
+        if not file.is_file() or relative == "report.html" or relative.startswith(
+                (".tmp-", "transformed_metadata/")) or (
+                relative.startswith("transform_fn/") and "/assets/" not in relative):
+            continue
+        data = file.read_bytes()
+        if relative == "summary.json":
+            summary = json.loads(data)
+            data = json.dumps({key: value for key, value in summary.items()
+                               if key not in RUN_FACTS}, sort_keys=True).encode()
+        data = data.replace(str(output).encode(), b"<output>")
+        found[relative] = hashlib.sha256(data).hexdigest()
+    return found

@@ -3,8 +3,11 @@
 - `GcsEmulator`: the gcp-storage-emulator package's server (the GCS JSON API).
 - `S3Server`: moto's server (the S3 REST API, as AWS, OSS, MinIO and Ceph speak it).
 - `FaultProxy`: stands in front of one of them and forwards every request unchanged,
-  except those a test tells it to answer with an HTTP error, the way an overloaded or
-  forbidding server answers. The servers themselves cannot be told to fail.
+  except those a test tells it to answer with an HTTP error (some of them, or a share of
+  them at a steady rate), the way an overloaded or forbidding server answers, or to cut
+  half way through the body. The servers themselves cannot be told to fail.
+- `ImageServer`: a web server of image files, each path answering as a test says
+  (errors, Retry-After, stalls, cut bodies, a false size).
 
 The servers run as subprocesses, so a test can also stop one mid-run.
 """
@@ -16,6 +19,7 @@ import http.client
 import http.server
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -121,21 +125,35 @@ def object_pattern(name: str) -> str:
     return r"^/[^?]*" + re.escape(name) + r"(\?|$)"
 
 
+CUT = 0  # Fault.status: forward the request, then cut the answer's body half way
+
+
 @dataclasses.dataclass
 class Fault:
     """Answer `status` to requests whose path (with the query) or body matches `pattern`,
-    the first `times` times (None: always). A body counts for batch requests, which name
-    the objects they act on only there."""
+    the first `times` times (None: always), or with `share` to that share of them, drawn
+    from a generator seeded with `seed` (the same requests fail on every run that makes
+    them in the same order). A body counts for batch requests, which name the objects they
+    act on only there. Status CUT answers the real response cut half way through its body
+    and closes the connection, as a reset mid-transfer does."""
 
     pattern: str
     status: int
     times: int | None = None
+    share: float | None = None
+    seed: int = 0
     hits: int = 0
 
+    def __post_init__(self) -> None:
+        self._draws = random.Random(self.seed)
+
     def applies(self, path: str, body: bytes) -> bool:
-        return ((re.search(self.pattern, path) is not None
-                 or re.search(self.pattern, body.decode("latin-1")) is not None)
-                and (self.times is None or self.hits < self.times))
+        if not (re.search(self.pattern, path) is not None
+                or re.search(self.pattern, body.decode("latin-1")) is not None):
+            return False
+        if self.share is not None:
+            return self._draws.random() < self.share
+        return self.times is None or self.hits < self.times
 
 
 class FaultProxy:
@@ -157,8 +175,9 @@ class FaultProxy:
         self.url = f"http://{HOST}:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
-    def fail(self, pattern: str, status: int, times: int | None = None) -> Fault:
-        fault = Fault(pattern, status, times)
+    def fail(self, pattern: str, status: int, times: int | None = None,
+             share: float | None = None, seed: int = 0) -> Fault:
+        fault = Fault(pattern, status, times, share, seed)
         with self._lock:
             self._faults.append(fault)
         return fault
@@ -201,20 +220,27 @@ class FaultProxy:
 
             def _handle(self) -> None:
                 body = self._read_body()
-                status = proxy._injected(self.path, body)
-                if status is not None:
+                injected = proxy._injected(self.path, body)
+                if injected not in (None, CUT):
+                    status = injected
                     content_type, data = proxy._error_body(status)
                     headers = [("Content-Type", content_type)]
                 else:
                     status, headers, data = self._forward(body)
-                proxy._record(self.command, self.path, status)
+                cut = injected == CUT and self.command != "HEAD" and len(data) > 1
+                proxy._record(self.command, self.path, CUT if cut else status)
                 self.send_response(status)
                 for name, value in headers:
                     self.send_header(name, value)
                 if self.command != "HEAD" or status >= 400:
                     self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                if self.command != "HEAD":
+                if cut:
+                    self.wfile.write(data[:len(data) // 2])
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                elif self.command != "HEAD":
                     self.wfile.write(data)
 
             def _read_body(self) -> bytes:
@@ -253,9 +279,9 @@ class FaultProxy:
 
 @dataclasses.dataclass
 class Behaviour:
-    """How an ImageServer answers one path: `status` (with Retry-After `retry_after`) the
-    first `times` times (None: always), then the file; or every time `stall_s` seconds
-    of silence before answering, `cut` the body after half of it (then a reset), or
+    """How an ImageServer answers one path, the first `times` GETs (None: every one), then
+    with the file: `status` (with Retry-After `retry_after`), or `stall_s` seconds of
+    silence before answering, or the body `cut` after half of it (then a reset), or
     `declared` a Content-Length of its own."""
 
     status: int | None = None
@@ -276,6 +302,12 @@ class ImageServer:
         self.files = dict(files)
         self.latency_s = latency_s
         self.behaviours: dict[str, Behaviour] = {}
+        # A steady rate of faults: this share of all GETs is answered 503 (Retry-After: 0),
+        # drawn from a generator seeded with fault_seed.
+        self.fault_share = 0.0
+        self.fault_seed = 0
+        self.failed_by_share = 0
+        self._draws: random.Random | None = None
         self.requests: list[tuple[str, str, str, float]] = []
         self.most_at_once = 0
         self._at_once = 0
@@ -295,6 +327,16 @@ class ImageServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def _share_fails(self) -> bool:
+        """Under the lock: whether this GET is one of fault_share's."""
+        if not self.fault_share:
+            return False
+        if self._draws is None:
+            self._draws = random.Random(self.fault_seed)
+        failed = self._draws.random() < self.fault_share
+        self.failed_by_share += failed
+        return failed
 
     def _handler_class(self) -> type[http.server.BaseHTTPRequestHandler]:
         server = self
@@ -316,19 +358,21 @@ class ImageServer:
                     behaviour = (server.behaviours.get(self.path, Behaviour())
                                  if self.command == "GET" else Behaviour())
                     behaviour.hits += 1
+                    if self.command == "GET" and server._share_fails():
+                        behaviour = Behaviour(status=503, retry_after="0")
+                acting = behaviour.times is None or behaviour.hits <= behaviour.times
                 try:
-                    time.sleep(server.latency_s + behaviour.stall_s)
-                    self._answer(behaviour)
+                    time.sleep(server.latency_s + (behaviour.stall_s if acting else 0))
+                    self._answer(behaviour, acting)
                 finally:
                     with server._lock:
                         server._at_once -= 1
 
             do_HEAD = do_GET
 
-            def _answer(self, behaviour: Behaviour) -> None:
+            def _answer(self, behaviour: Behaviour, acting: bool) -> None:
                 data = server.files.get(self.path)
-                failing = behaviour.status is not None and (
-                    behaviour.times is None or behaviour.hits <= behaviour.times)
+                failing = behaviour.status is not None and acting
                 if data is None or failing:
                     status = behaviour.status if failing else 404
                     self.send_response(status)
@@ -343,7 +387,7 @@ class ImageServer:
                 self.end_headers()
                 if self.command == "HEAD":
                     return
-                if behaviour.cut:
+                if behaviour.cut and acting:
                     self.wfile.write(data[:len(data) // 2])
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)

@@ -12,19 +12,16 @@ Where a change of output is meant, rewrite the digests with
 `IMAGE_TFRECORDS_WRITE_GOLDEN=1 pytest tests/test_golden.py` and say why in the commit.
 """
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLE_DATA, convert, put
+from conftest import SAMPLE_DATA, convert, output_digests, put
 
 GOLDEN = Path(__file__).parent / "golden" / "outputs.json"
 ROOT = "golden"  # under the bucket
-# What summary.json says of the run rather than of its output.
-RUN_FACTS = ("options", "versions", "started_at", "finished_at", "run_id")
 SAMPLES = ["manifest.csv", "detection.csv", "one_hot.csv", "extra_columns.csv",
            "images", "broken", "photo_folder"]
 
@@ -61,27 +58,6 @@ def data(_s3_bucket):
     return root, _s3_bucket.flags
 
 
-def digests(output: Path) -> dict[str, str]:
-    """SHA-256 of every published file but report.html (its page, not its data) and the
-    SavedModel (TensorFlow gives it new ids on every run); summary.json without what
-    describes the run, and the output folder's own path left out of every file."""
-    found = {}
-    for file in sorted(output.rglob("*")):
-        relative = file.relative_to(output).as_posix()
-        if not file.is_file() or relative == "report.html" or relative.startswith(
-                (".tmp-", "transformed_metadata/")) or (
-                relative.startswith("transform_fn/") and "/assets/" not in relative):
-            continue
-        data = file.read_bytes()
-        if relative == "summary.json":
-            summary = json.loads(data)
-            data = json.dumps({key: value for key, value in summary.items()
-                               if key not in RUN_FACTS}, sort_keys=True).encode()
-        data = data.replace(str(output).encode(), b"<output>")
-        found[relative] = hashlib.sha256(data).hexdigest()
-    return found
-
-
 @pytest.mark.parametrize("configuration", sorted(CONFIGURATIONS))
 def test_the_samples_convert_to_the_pinned_bytes(configuration, data, tmp_path):
     assert_pinned(configuration, data, tmp_path)
@@ -113,7 +89,7 @@ def assert_pinned(configuration, data, tmp_path, *more_flags):
     flags = [flag.format(data=root) for flag in CONFIGURATIONS[configuration]]
     output = convert(tmp_path / "out", *flags, "--max_error_fraction", "0.5", *bucket_flags,
                      *more_flags)
-    found = digests(output)
+    found = output_digests(output)
     golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     if os.environ.get("IMAGE_TFRECORDS_WRITE_GOLDEN"):
         golden[configuration] = found

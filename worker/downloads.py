@@ -105,6 +105,7 @@ def _get(uri: str, settings: DownloadSettings) -> bytes:
         raise _Retryable("http_timeout", f"no answer within {settings.timeout_s:g} s") from None
     except urllib3.exceptions.HTTPError as error:
         raise _Retryable("connection_error", f"cannot connect: {_cause(error)}") from None
+    read_whole = False
     try:
         status = response.status
         if status == 429 or status >= 500:
@@ -122,6 +123,7 @@ def _get(uri: str, settings: DownloadSettings) -> bytes:
             if len(body) > settings.max_bytes:
                 raise DownloadFailed("too_large", f"more than the {settings.max_bytes:,} "
                                      f"bytes allowed (--max_download_mb): {uri}")
+        read_whole = True
         return bytes(body)
     except urllib3.exceptions.TimeoutError:
         raise _Retryable("http_timeout", f"the body stalled for {settings.timeout_s:g} s"
@@ -129,7 +131,10 @@ def _get(uri: str, settings: DownloadSettings) -> bytes:
     except (urllib3.exceptions.ProtocolError, urllib3.exceptions.DecodeError) as error:
         raise _Retryable("connection_error", f"the body was cut: {_cause(error)}") from None
     finally:
-        response.release_conn()
+        if read_whole:
+            response.release_conn()  # kept alive for the host's next request
+        else:  # what is left unread must not be read as the next request's answer
+            response.close()
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -1,0 +1,71 @@
+"""Storage that fails at a steady rate, as buckets and web servers do under load (issue
+32): a share of the reads answered 503, or cut half way through the body, by the fault
+proxy in front of the GCS emulator and the S3 server, and by the test's web server for
+image URLs. The run retries what can be retried and publishes output byte-identical to a
+clean run's, every row accounted for; what a fault keeps failing is a dead letter, never
+a half-written file."""
+
+import json
+
+import pytest
+
+from conftest import download, encode, output_digests, photo_like, put
+from pipeline import run
+from storage_servers import CUT, Behaviour, ImageServer
+
+IMAGES = 16
+
+
+def images() -> dict[str, bytes]:
+    return {f"photo{i}.jpg": encode(photo_like(24 + i, 18 + i, seed=i), "JPEG")
+            for i in range(IMAGES)}
+
+
+def manifest_text(prefix: str) -> str:
+    return "".join(f"{'test' if i % 4 == 3 else 'train'},{prefix}photo{i}.jpg,"
+                   f"{'cat' if i % 2 else 'dog'}\n" for i in range(IMAGES))
+
+
+def convert(manifest: str, output: str, *flags: str) -> None:
+    assert run.main(["--manifest", manifest, "--output_dir", output, *flags]) == 0
+
+
+@pytest.mark.parametrize("store", ["gcs", "s3"])
+def test_a_steady_share_of_failed_and_cut_reads_changes_no_byte(store, request, tmp_path):
+    """20% of the image reads answered 503, 10% cut mid-body: the clients' retries
+    (google-cloud-storage's, botocore's) get every image, and the output is a clean run's."""
+    bucket = request.getfixturevalue(store)
+    folder = f"{bucket.url}/faults-{store}"
+    for name, data in images().items():
+        put(f"{folder}/img/{name}", data)
+    put(f"{folder}/manifest.csv", manifest_text("img/").encode())
+    convert(f"{folder}/manifest.csv", f"{folder}/clean", *bucket.flags)
+    bucket.proxy.reset()
+    image_reads = r"img(/|%2F)photo"
+    bucket.proxy.fail(image_reads, 503, share=0.2, seed=1)
+    bucket.proxy.fail(image_reads, CUT, share=0.1, seed=2)
+    convert(f"{folder}/manifest.csv", f"{folder}/faulty", *bucket.flags)
+    answered = bucket.proxy.statuses(image_reads)
+    assert 503 in answered and CUT in answered, answered
+    for name in ("clean", "faulty"):
+        download(f"{folder}/{name}", tmp_path / name)
+    assert output_digests(tmp_path / "faulty") == output_digests(tmp_path / "clean")
+    summary = json.loads((tmp_path / "faulty" / "summary.json").read_text())
+    assert (summary["examples_written"], summary["accounted"]) == (IMAGES, True)
+
+
+def test_image_urls_failing_at_a_steady_rate_change_no_byte(tmp_path):
+    """A quarter of the GETs answered 503 (with Retry-After: 0), some stalled past the
+    timeout once, one cut mid-body once: the retries get every image."""
+    server = ImageServer({f"/img/{name}": data for name, data in images().items()})
+    try:
+        (tmp_path / "m.csv").write_text(manifest_text(f"{server.url}/img/"))
+        convert(str(tmp_path / "m.csv"), str(tmp_path / "clean"))
+        server.fault_share, server.fault_seed = 0.25, 3
+        server.behaviours = {"/img/photo1.jpg": Behaviour(stall_s=1.5, times=1),
+                             "/img/photo2.jpg": Behaviour(cut=True, times=1)}
+        convert(str(tmp_path / "m.csv"), str(tmp_path / "faulty"), "--download_timeout", "1")
+        assert server.failed_by_share > 0
+        assert output_digests(tmp_path / "faulty") == output_digests(tmp_path / "clean")
+    finally:
+        server.close()
