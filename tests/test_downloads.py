@@ -129,3 +129,18 @@ def test_a_label_map_or_schema_at_a_url_is_read_through_storage(server):
     with pytest.raises(FileNotFoundError):
         storage.open_read(f"{server.url}/no-such-file.txt")
     assert storage.size(f"{server.url}/labels.txt") == 8
+
+
+def test_resume_reuses_finished_shards_without_downloading_again(server, tmp_path, capsys):
+    """A run that failed its error threshold (a missing image) resumed with a higher one:
+    every shard is reused, and no image is fetched again but the one the storage probe
+    reads before the job."""
+    names = ["good", "flaky", "throttled", "cut", "missing"]
+    argv = ["--manifest", manifest(tmp_path, server, names), "--output_dir",
+            str(tmp_path / "out"), "--num_shards", "2"]
+    assert run.main(argv) == 1  # 1 of 5 rows dead-lettered: above the default 1%
+    fetched = len(server.requests)
+    assert run.main([*argv, "--max_error_fraction", "0.5", "--resume"]) == 0
+    assert "resumed: 2 of 2 shards reused" in capsys.readouterr().out
+    assert [(method, path) for method, path, *_ in server.requests[fetched:]
+            if method == "GET"] == [("GET", "/img/good.jpg")]
