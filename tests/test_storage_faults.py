@@ -69,3 +69,32 @@ def test_image_urls_failing_at_a_steady_rate_change_no_byte(tmp_path):
         assert output_digests(tmp_path / "faulty") == output_digests(tmp_path / "clean")
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("store", ["gcs", "s3"])
+def test_a_steady_share_of_failed_writes_is_retried_or_the_run_publishes_nothing(
+        store, request, tmp_path):
+    """15% of the requests on the output folder (uploads, copies into place, deletes,
+    listings) answered 503: the run either retries them and publishes a clean run's
+    bytes, or fails saying so with nothing published."""
+    bucket = request.getfixturevalue(store)
+    folder = f"{bucket.url}/write-faults-{store}"
+    for name, data in images().items():
+        put(f"{folder}/img/{name}", data)
+    put(f"{folder}/manifest.csv", manifest_text("img/").encode())
+    convert(f"{folder}/manifest.csv", f"{folder}/clean", *bucket.flags)
+    bucket.proxy.reset()
+    output_requests = r"write-faults-[a-z0-9]+(/|%2F)faulty"
+    bucket.proxy.fail(output_requests, 503, share=0.15, seed=4)
+    code = run.main(["--manifest", f"{folder}/manifest.csv", "--output_dir",
+                     f"{folder}/faulty", *bucket.flags])
+    assert 503 in bucket.proxy.statuses(output_requests)
+    bucket.proxy.reset()
+    download(f"{folder}/faulty", tmp_path / "faulty")
+    if code == 0:
+        download(f"{folder}/clean", tmp_path / "clean")
+        assert output_digests(tmp_path / "faulty") == output_digests(tmp_path / "clean")
+    else:
+        assert not (tmp_path / "faulty" / "summary.json").exists()
+        assert not [path for path in (tmp_path / "faulty").rglob("*")
+                    if path.is_file() and ".tmp-" not in str(path)]
