@@ -30,17 +30,23 @@ def convert(manifest: str, output: str, *flags: str) -> None:
     assert run.main(["--manifest", manifest, "--output_dir", output, *flags]) == 0
 
 
-@pytest.mark.parametrize("store", ["gcs", "s3"])
-def test_a_steady_share_of_failed_and_cut_reads_changes_no_byte(store, request, tmp_path):
-    """20% of the image reads answered 503, 10% cut mid-body: the clients' retries
-    (google-cloud-storage's, botocore's) get every image, and the output is a clean run's."""
-    bucket = request.getfixturevalue(store)
-    folder = f"{bucket.url}/faults-{store}"
+def converted_clean(bucket, folder: str) -> str:
+    """The images and their manifest in `folder` of the bucket, converted into
+    `folder`/clean with no fault; the proxy's record then starts afresh."""
     for name, data in images().items():
         put(f"{folder}/img/{name}", data)
     put(f"{folder}/manifest.csv", manifest_text("img/").encode())
     convert(f"{folder}/manifest.csv", f"{folder}/clean", *bucket.flags)
     bucket.proxy.reset()
+    return folder
+
+
+@pytest.mark.parametrize("store", ["gcs", "s3"])
+def test_a_steady_share_of_failed_and_cut_reads_changes_no_byte(store, request, tmp_path):
+    """20% of the image reads answered 503, 10% cut mid-body: the clients' retries
+    (google-cloud-storage's, botocore's) get every image, and the output is a clean run's."""
+    bucket = request.getfixturevalue(store)
+    folder = converted_clean(bucket, f"{bucket.url}/faults-{store}")
     image_reads = r"img(/|%2F)photo"
     bucket.proxy.fail(image_reads, 503, share=0.2, seed=1)
     bucket.proxy.fail(image_reads, CUT, share=0.1, seed=2)
@@ -78,12 +84,7 @@ def test_a_steady_share_of_failed_writes_is_retried_or_the_run_publishes_nothing
     listings) answered 503: the run either retries them and publishes a clean run's
     bytes, or fails saying so with nothing published."""
     bucket = request.getfixturevalue(store)
-    folder = f"{bucket.url}/write-faults-{store}"
-    for name, data in images().items():
-        put(f"{folder}/img/{name}", data)
-    put(f"{folder}/manifest.csv", manifest_text("img/").encode())
-    convert(f"{folder}/manifest.csv", f"{folder}/clean", *bucket.flags)
-    bucket.proxy.reset()
+    folder = converted_clean(bucket, f"{bucket.url}/write-faults-{store}")
     output_requests = r"write-faults-[a-z0-9]+(/|%2F)faulty"
     bucket.proxy.fail(output_requests, 503, share=0.15, seed=4)
     code = run.main(["--manifest", f"{folder}/manifest.csv", "--output_dir",
