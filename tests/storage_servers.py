@@ -15,6 +15,7 @@ The servers run as subprocesses, so a test can also stop one mid-run.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import http.client
 import http.server
 import json
@@ -131,11 +132,12 @@ CUT = 0  # Fault.status: forward the request, then cut the answer's body half wa
 @dataclasses.dataclass
 class Fault:
     """Answer `status` to requests whose path (with the query) or body matches `pattern`,
-    the first `times` times (None: always), or with `share` to that share of them, drawn
-    from a generator seeded with `seed` (the same requests fail on every run that makes
-    them in the same order). A body counts for batch requests, which name the objects they
-    act on only there. Status CUT answers the real response cut half way through its body
-    and closes the connection, as a reset mid-transfer does."""
+    the first `times` times (None: always), or with `share` to that share of them: the
+    k-th request of a path fails by a hash of (`seed`, path, k), so the same requests
+    fail on every run, however the run's threads interleave them. A body counts for
+    batch requests, which name the objects they act on only there. Status CUT answers
+    the real response cut half way through its body and closes the connection, as a
+    reset mid-transfer does."""
 
     pattern: str
     status: int
@@ -145,14 +147,16 @@ class Fault:
     hits: int = 0
 
     def __post_init__(self) -> None:
-        self._draws = random.Random(self.seed)
+        self._asked: dict[str, int] = {}
 
     def applies(self, path: str, body: bytes) -> bool:
         if not (re.search(self.pattern, path) is not None
                 or re.search(self.pattern, body.decode("latin-1")) is not None):
             return False
         if self.share is not None:
-            return self._draws.random() < self.share
+            asked = self._asked[path] = self._asked.get(path, -1) + 1
+            draw = hashlib.sha256(f"{self.seed}:{path}:{asked}".encode()).digest()
+            return int.from_bytes(draw[:8], "big") / 2**64 < self.share
         return self.times is None or self.hits < self.times
 
 

@@ -64,4 +64,6 @@ def test_what_was_frozen_before_the_run_stays_frozen():
     before = gc.get_freeze_count()
     with frozen_for_the_run(), uncollected():
         pass
-    assert gc.get_freeze_count() >= before > 0
+    # Not unfrozen (the count would be 0); a frozen object whose last reference goes
+    # (in a thread an earlier test left) still leaves, so the count may fall a little.
+    assert gc.get_freeze_count() > 0.9 * before > 0
