@@ -6,6 +6,8 @@ credential lookups back off for as long). Here each scheme's first files are rea
 threads with one short deadline; the first that cannot be read stops the run with its URI
 and the cause. A file that is merely missing is not a storage problem (its row is
 dead-lettered as file_not_found later), once a listing shows its bucket is there.
+Storage that answered but was still retrying at the deadline (a busy bucket's 503s, a
+reset mid-read) is reachable: the run goes on with a warning, and the job retries too.
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ _PROBE_DOWNLOADS = DownloadSettings(timeout_s=PROBE_SECONDS / 2, retries=0)
 # timed-out probe names.
 _RETRY_LOGGERS = ("", "apache_beam.utils.retry", "google.api_core.retry",
                   "urllib3.connectionpool")
-_DEBUG_RETRY_LOGGER = "google.api_core.retry"  # says what it retries only at DEBUG
+# Loggers raised to DEBUG while the probes run: google-api-core says what it retries only
+# there, and urllib3 logs each answer's status line there (botocore and the Google
+# clients both use urllib3), which shows the storage answered; its other DEBUG lines
+# (a new connection) say nothing of a cause.
+_DEBUG_RETRY_LOGGER = "google.api_core.retry"
+_ANSWERS_LOGGER = "urllib3.connectionpool"
+_ANSWER_LINE = '%s://%s:%s "%s %s %s" %s %s'  # urllib3 2.x's format for a status line
 
 
 class StorageUnreachable(Exception):
@@ -64,7 +72,11 @@ def probe_storage(uris: Iterable[str], seconds: float = PROBE_SECONDS) -> None:
                                          "credentials were found)")
             raise attempt.error
     for attempt in attempts:
-        if not attempt.finished:
+        if not attempt.finished and attempt.answered:
+            logging.warning("%s: the storage answers, but had not given the file after "
+                            "%g s (the client retries: %s); going on, the job retries "
+                            "its reads as well", attempt.uri, seconds, attempt.last_line)
+        elif not attempt.finished:
             raise StorageUnreachable(
                 f"{attempt.uri}: no answer within {seconds:g} s"
                 + (f"; the client retries: {attempt.last_line}" if attempt.last_line else
@@ -73,12 +85,13 @@ def probe_storage(uris: Iterable[str], seconds: float = PROBE_SECONDS) -> None:
 
 class _Attempt:
     """One scheme's probe: the URI being read, what its client last logged retrying,
-    and how it ended."""
+    whether any request got an answer, and how it ended."""
 
     def __init__(self, uris: list[str]) -> None:
         self.uris = uris
         self.uri = uris[0]
         self.last_line: str | None = None
+        self.answered = False
         self.error: StorageUnreachable | None = None
         self.finished = False
 
@@ -161,31 +174,41 @@ def _cause(error: BaseException) -> str:
 
 # Probe thread id -> its attempt; read by the filter below from the clients' threads.
 _ATTEMPTS: dict[int, _Attempt] = {}
+# Logger name -> the level its records were shown from before the probes lowered it.
+_SHOWN_FROM: dict[str, int] = {}
 
 
 def _record_probe_retries(record: logging.LogRecord) -> bool:
     """A filter on the retry loggers: a line logged from a probe's thread is kept as its
-    attempt's last line and not shown (the probe's error line says what matters), also
-    from a probe still retrying after the launcher gave up on it."""
+    attempt's last line (a status line marks it answered) and not shown (the probe's
+    error line says what matters), also from a probe still retrying after the launcher
+    gave up on it. Other threads' lines show as they would without the probes."""
     attempt = _ATTEMPTS.get(record.thread)
     if attempt is None:
-        return True
-    attempt.last_line = record.getMessage().splitlines()[0][:300]
+        return record.levelno >= _SHOWN_FROM.get(record.name, logging.NOTSET)
+    if record.name == _ANSWERS_LOGGER and record.levelno == logging.DEBUG:
+        attempt.answered = attempt.answered or record.msg == _ANSWER_LINE
+    else:
+        attempt.last_line = record.getMessage().splitlines()[0][:300]
     return False
 
 
 @contextlib.contextmanager
 def _retry_lines_recorded() -> Iterator[None]:
-    """The filter above on each retry logger, and google-api-core's at DEBUG while the
-    probes run."""
+    """The filter above on each retry logger, and the two loggers above at DEBUG while
+    the probes run."""
     for name in _RETRY_LOGGERS:
         logger = logging.getLogger(name)
         if _record_probe_retries not in logger.filters:
             logger.addFilter(_record_probe_retries)
-    debug_logger = logging.getLogger(_DEBUG_RETRY_LOGGER)
-    level = debug_logger.level
-    debug_logger.setLevel(logging.DEBUG)
+    levels = {name: logging.getLogger(name).level
+              for name in (_DEBUG_RETRY_LOGGER, _ANSWERS_LOGGER)}
+    for name in levels:
+        _SHOWN_FROM[name] = logging.getLogger(name).getEffectiveLevel()
+        logging.getLogger(name).setLevel(logging.DEBUG)
     try:
         yield
     finally:
-        debug_logger.setLevel(level)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+            del _SHOWN_FROM[name]
