@@ -21,7 +21,7 @@ from pipeline.report import format_report
 from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
                              scan_sources, start)
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
-from transforms.outcome import NO_TRAIN_ROWS, RunFailed
+from transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
 from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
 from worker import naming
 from worker.inputs.folder import check_folder
@@ -44,6 +44,12 @@ class UsageError(ValueError):
     """Options or an output location that cannot work; reported without a traceback."""
 
 
+class JobFailed(RuntimeError):
+    """The job stopped on an error of its own (storage that refused a write, a worker that
+    died), not on its outcome check: nothing was published; the message says so, the
+    cause, and where the run's files are."""
+
+
 _VERSIONED = ("image-tfrecords", "apache-beam", "tensorflow", "tensorflow-transform",
               "tfx-bsl", "pillow", "pyarrow", "numpy")
 
@@ -55,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, ManifestError) as problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    except RunFailed as failed:
+    except (RunFailed, JobFailed) as failed:
         print(f"error: {failed}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
@@ -67,7 +73,8 @@ def convert_and_report(argv: Sequence[str]) -> Summary | None:
     The summary is None for a job submitted with --no_wait_until_finish that is still
     running (the job then checks its outcome itself). Raises UsageError or ManifestError
     before any work starts, RunFailed (after printing what the run would have published)
-    when the run failed its outcome check and published nothing.
+    when the run failed its outcome check and published nothing, JobFailed when the job
+    stopped on an error.
     """
     # Beam itself only logs "Discarding unparseable args" and runs on with the defaults.
     problem = unknown_option_problem(argv)
@@ -115,12 +122,33 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
         print(format_report(failed.failure.summary, convert.output_dir,
                             time.monotonic() - started, published=False))
         raise
+    except Exception as error:  # noqa: BLE001 - whatever stopped the runner: said in one line
+        raise _job_failed(error, convert.output_dir, folder.run_id) from error
     if summary is None:
         print(f"image-tfrecords: job submitted; it writes "
               f"{convert.output_dir}/{SUMMARY_FILE} when it ends")
     else:
         print(format_report(summary, convert.output_dir, time.monotonic() - started))
     return summary
+
+
+def _job_failed(error: Exception, output_dir: str, run_id: str) -> JobFailed:
+    """The cause, and what the failed job left: the output as it was, or (it failed while
+    publishing swapped files) no summary.json, which no reader takes for an output."""
+    try:
+        summary = read_summary(FileSystems.join(output_dir, SUMMARY_FILE))
+    except Exception:  # noqa: BLE001 - the storage that failed the job may fail this too
+        summary = None
+    if summary is not None and summary.run_id == run_id:
+        left = f"it published {output_dir} and failed removing its temp folder"
+    elif summary is not None:
+        left = f"nothing was published, {output_dir} is as it was"
+    else:
+        left = (f"nothing was published, {output_dir} has no {SUMMARY_FILE} (no reader "
+                "takes it for an output)")
+    return JobFailed(f"the job failed: {_last_line(error)}. After it: {left}; the run's "
+                     f"files are in {naming.temp_dir(output_dir, run_id)} (--resume reuses "
+                     "its finished shards)")
 
 
 def _run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolder:
@@ -135,8 +163,27 @@ def _run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolder:
     elif convert.resume:
         print(f"image-tfrecords: no stopped run in {convert.output_dir} to resume; "
               "starting from the first image")
-    start(path, current, folder.resumed)
+    try:
+        start(path, current, folder.resumed)
+    except Exception as error:  # noqa: BLE001 - each filesystem's own: refused, unreachable
+        # The first write to the output: the probe could only list it.
+        raise UsageError(f"cannot use the storage: cannot write to {path}: "
+                         f"{_last_line(error)}") from error
     return folder
+
+
+def _last_line(error: BaseException) -> str:
+    """An error's message in one line: its last (a remote runner's message is a traceback
+    that ends with the exception), or, where the runner's own error says no more than the
+    step, the error it was raised from; and the step the runner names."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    step = lines.pop() if lines and lines[-1].startswith("[while running") else ""
+    cause = error.__cause__ or error.__context__
+    if lines:
+        message = lines[-1]
+    else:
+        message = _last_line(cause) if cause is not None else repr(error)
+    return " ".join(part for part in (message, step) if part)
 
 
 def _pinned_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]

@@ -181,7 +181,8 @@ def test_server_errors_mid_run_become_dead_letters_or_are_retried(gcs, tmp_path)
     assert summary["examples_written"] == len(expected) - 2 and summary["accounted"]
 
 
-def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs, tmp_path):
+def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs, tmp_path,
+                                                                         capsys):
     data, output = f"{gcs.url}/overwrite/data", f"{gcs.url}/overwrite/out"
     make_dataset(data)
     assert convert(f"{data}/manifest.csv", output, "--num_shards", "2") == 0
@@ -189,29 +190,43 @@ def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs, tm
     assert "train-00001-of-00002.tfrecord" in first
     assert convert(f"{data}/manifest.csv", output) == run.EXIT_USAGE  # not empty
 
+    # The server refuses every upload: the run stops before the job, at its first write.
+    gcs.proxy.fail(r"uploadType=resumable", 403)
+    assert convert(f"{data}/manifest.csv", output, "--overwrite") == run.EXIT_USAGE
+    gcs.proxy.reset()
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith(f"error: cannot use the storage: cannot write to {output}/.tmp-")
+    assert "403" in error
+
     # The server refuses the shard uploads: the run fails before anything is published,
     # the earlier output stays whole, and tf.Transform's local working folder is gone.
     # The run has a temp folder of its own, so no other process's folder can show up.
     temp = tmp_path / "temp"
     temp.mkdir()
-    gcs.proxy.fail(r"uploadType=resumable", 403)
-    with pytest.raises(Exception, match="403"):
-        convert(f"{data}/manifest.csv", output, "--overwrite", "--temp_location", str(temp))
+    gcs.proxy.fail(r'"name": ?"overwrite/out/\.tmp-[^"]*train-', 403)  # an upload's start
+    assert convert(f"{data}/manifest.csv", output, "--overwrite", "--temp_location",
+                   str(temp)) == run.EXIT_FAILED
     gcs.proxy.reset()
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith("error: the job failed: ") and "403" in error
+    assert f"After it: nothing was published, {output} is as it was; " in error
     assert {path: get(f"{output}/{path}") for path in listing(output)
             if not path.startswith(".tmp-")} == first
     assert not list(temp.iterdir())
 
     # The server refuses to copy the shards to their final names (a rename, on GCS): the
-    # run fails while publishing. summary.json and the earlier run's shards, even those
-    # named as this run's, went first; no shard of either run is left to be mistaken for
-    # a complete split.
+    # run fails while publishing. summary.json went first, so no reader takes the folder
+    # for an output; no shard of this run stands there (the copies that were made are
+    # undone), and the earlier run's under the same names stay as they were.
     gcs.proxy.fail(r"copyTo/b/[^/]+/o/overwrite%2Fout%2Ftrain-", 403)
-    with pytest.raises(Exception, match="403"):
-        convert(f"{data}/manifest.csv", output, "--overwrite", "--num_shards", "1")
+    assert convert(f"{data}/manifest.csv", output, "--overwrite", "--num_shards",
+                   "1") == run.EXIT_FAILED
     gcs.proxy.reset()
-    assert not [path for path in listing(output) if not path.startswith(".tmp-")
-                and (path == "summary.json" or ".tfrecord" in path)]
+    assert f"{output} has no summary.json (no reader" in capsys.readouterr().err
+    left = [path for path in listing(output) if not path.startswith(".tmp-")]
+    assert "summary.json" not in left
+    assert {path: get(f"{output}/{path}") for path in left if ".tfrecord" in path} == {
+        path: data for path, data in first.items() if path in left and ".tfrecord" in path}
 
     assert convert(f"{data}/manifest.csv", output, "--overwrite", "--num_shards", "1") == 0
     replaced = [path for path in listing(output) if not path.startswith(".tmp-")]

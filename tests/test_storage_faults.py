@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import download, encode, output_digests, photo_like, put
+from conftest import download, encode, listing, output_digests, photo_like, put
 from pipeline import run
 from storage_servers import CUT, Behaviour, ImageServer
 
@@ -102,3 +102,42 @@ def test_a_steady_share_of_failed_writes_is_retried_or_the_run_publishes_nothing
         assert not (tmp_path / "faulty" / "summary.json").exists()
         assert not [path for path in (tmp_path / "faulty").rglob("*")
                     if path.is_file() and ".tmp-" not in str(path)]
+
+
+@pytest.mark.parametrize("store", ["gcs", "s3"])
+def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good(
+        store, request, tmp_path, capsys):
+    """Every request on a TRAIN shard's final name refused (403: no client retries it) while
+    a run replaces an earlier output: the run fails in one line saying why and what it
+    left, the folder has no summary.json, so no reader takes it for an output, and a rerun
+    with --resume publishes its own shards (not one of the earlier output that the failed
+    swap moved back: the receipts would not match, and resume would write it again)."""
+    bucket = request.getfixturevalue(store)
+    folder = converted_clean(bucket, f"{bucket.url}/place-faults-{store}")
+    download(f"{folder}/clean", tmp_path / "clean")
+    # Without the first row (a TRAIN one): a new TRAIN shard, the same TEST shard.
+    put(f"{folder}/fewer.csv", "".join(manifest_text("img/").splitlines(True)[1:]).encode())
+    argv = ["--manifest", f"{folder}/fewer.csv", "--output_dir", f"{folder}/clean",
+            "--overwrite", *bucket.flags]
+    # S3 copies with a PUT on the final name; GCS copies to it in a batch request's body.
+    bucket.proxy.fail(r"(^/[^?]*|(copyTo|rewriteTo)/b/[^/]+/o/[^ ?]*)clean(/|%2F)train-", 403)
+    capsys.readouterr()
+    assert run.main(argv) == run.EXIT_FAILED
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert 403 in bucket.proxy.statuses(".")
+    bucket.proxy.reset()
+    assert error.startswith("error: the job failed: ") and "403" in error, error
+    assert (f"After it: nothing was published, {folder}/clean has no summary.json (no "
+            f"reader takes it for an output); the run's files are in {folder}/clean/.tmp-"
+            in error)
+    assert "summary.json" not in listing(f"{folder}/clean")
+    assert run.main([*argv, "--resume"]) == 0
+    assert "resuming the stopped run" in capsys.readouterr().out
+    download(f"{folder}/clean", tmp_path / "rerun")
+    rerun, clean = output_digests(tmp_path / "rerun"), output_digests(tmp_path / "clean")
+    assert rerun.keys() == clean.keys()
+    for name in (name for name in rerun if name.startswith(("train-", "test-"))):
+        assert (rerun[name] == clean[name]) == name.startswith("test-"), name
+    summary = json.loads((tmp_path / "rerun" / "summary.json").read_text())
+    assert (summary["resumed_shards"], summary["examples_written"], summary["accounted"]) == (
+        2, IMAGES - 1, True)

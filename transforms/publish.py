@@ -297,9 +297,11 @@ def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]], temp_dir: 
         FileSystems.rename(waiting, [destinations[path] for path in waiting])
     except Exception:
         # Undo a partial swap: no split stands half-published, and a retry starts over.
-        arrived = {m.path for pattern in _PUBLISHED for m in FileSystems.match(
-            [FileSystems.join(output_dir, pattern)])[0].metadata_list}
-        back = [path for path in waiting if destinations[path] in arrived]
+        # What arrived is what left the temp folder: a file of the earlier output under
+        # the same name is not this run's to move.
+        still_waiting = {m.path for m in FileSystems.match(
+            [FileSystems.join(temp_dir, "**")])[0].metadata_list}
+        back = [path for path in waiting if path not in still_waiting]
         if back:
             FileSystems.rename([destinations[path] for path in back], back)
         raise
