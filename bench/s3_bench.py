@@ -29,29 +29,19 @@ from pathlib import Path
 
 import boto3
 
-from url_bench import BENCH, VENV_BIN, keys
+from url_bench import BENCH, VENV_BIN, crops_dataset, keys, loop_script
 
 sys.path.insert(0, str(BENCH.parent / "tests"))
 from storage_servers import FaultProxy, S3Server, s3_error  # noqa: E402
 
-_LOOP = '''
-import csv, hashlib, io, sys, boto3
-import PIL.Image, tensorflow as tf
+_LOOP = loop_script("""
+import boto3
 client = boto3.client("s3", endpoint_url=sys.argv[3], region_name="us-east-1",
                       aws_access_key_id="bench", aws_secret_access_key="bench")
-with tf.io.TFRecordWriter(sys.argv[2]) as writer:
-    for split, uri, label in csv.reader(open(sys.argv[1])):
-        bucket, key = uri.removeprefix("s3://").split("/", 1)
-        data = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-        PIL.Image.open(io.BytesIO(data)).load()
-        feature = {"image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
-                   "image/key/sha256": tf.train.Feature(bytes_list=tf.train.BytesList(
-                       value=[hashlib.sha256(data).hexdigest().encode()])),
-                   "image/class/text": tf.train.Feature(bytes_list=tf.train.BytesList(
-                       value=[label.encode()]))}
-        writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
-                     .SerializeToString())
-'''
+def get(uri):
+    bucket, key = uri.removeprefix("s3://").split("/", 1)
+    return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+""", "get(uri)")
 BUCKET = "bench-images"
 
 
@@ -90,10 +80,7 @@ def main() -> None:
     parser.add_argument("--json", default=str(BENCH / "s3-results.json"))
     args = parser.parse_args()
     work = Path(args.work)
-    dataset = work / f"crops-{args.images}"
-    if not (dataset / "manifest.csv").exists():
-        subprocess.run([str(VENV_BIN / "python"), str(BENCH / "make_dataset.py"), "--out",
-                        str(dataset), "--images", str(args.images)], check=True)
+    dataset = crops_dataset(work, args.images)
     checkouts = dict(entry.split("=", 1) for entry in args.checkout) or {
         "ours": str(BENCH.parent)}
     server = S3Server()

@@ -30,21 +30,29 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 VENV_BIN = BENCH.parent / ".venv" / "bin"
 
-_LOOP = '''
-import csv, hashlib, io, sys, urllib.request
+def loop_script(setup: str, fetch: str) -> str:
+    """The loop a user writes: after `setup`, each row's image is fetched by `fetch` (an
+    expression of the row's `uri`), decoded by Pillow and written, with its SHA-256 and
+    label, to one TFRecord (argv: the manifest, the TFRecord)."""
+    return f'''
+import csv, hashlib, io, sys
 import PIL.Image, tensorflow as tf
+{setup}
 with tf.io.TFRecordWriter(sys.argv[2]) as writer:
-    for split, url, label in csv.reader(open(sys.argv[1])):
-        data = urllib.request.urlopen(url, timeout=30).read()
+    for split, uri, label in csv.reader(open(sys.argv[1])):
+        data = {fetch}
         PIL.Image.open(io.BytesIO(data)).load()
-        feature = {"image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+        feature = {{"image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
                    "image/key/sha256": tf.train.Feature(bytes_list=tf.train.BytesList(
                        value=[hashlib.sha256(data).hexdigest().encode()])),
                    "image/class/text": tf.train.Feature(bytes_list=tf.train.BytesList(
-                       value=[label.encode()]))}
+                       value=[label.encode()]))}}
         writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
                      .SerializeToString())
 '''
+
+
+_LOOP = loop_script("import urllib.request", "urllib.request.urlopen(uri, timeout=30).read()")
 
 _KEYS_OF = '''
 import glob, json, sys, tensorflow as tf
@@ -98,6 +106,15 @@ def url_manifest(dataset: Path, url: str, name: str) -> Path:
     return path
 
 
+def crops_dataset(work: Path, images: int) -> Path:
+    """make_dataset.py's crops, `images` of them, in `work` (made once, then reused)."""
+    dataset = work / f"crops-{images}"
+    if not (dataset / "manifest.csv").exists():
+        subprocess.run([str(VENV_BIN / "python"), str(BENCH / "make_dataset.py"), "--out",
+                        str(dataset), "--images", str(images)], check=True)
+    return dataset
+
+
 def keys(pattern: str) -> list[str]:
     done = subprocess.run([str(VENV_BIN / "python"), "-c", _KEYS_OF, pattern], check=True,
                           capture_output=True, text=True)
@@ -115,10 +132,7 @@ def main() -> None:
     parser.add_argument("--json", default=str(BENCH / "url-results.json"))
     args = parser.parse_args()
     work = Path(args.work)
-    dataset = work / f"crops-{args.images}"
-    if not (dataset / "manifest.csv").exists():
-        subprocess.run([str(VENV_BIN / "python"), str(BENCH / "make_dataset.py"), "--out",
-                        str(dataset), "--images", str(args.images)], check=True)
+    dataset = crops_dataset(work, args.images)
     server = _Server(dataset, args.latency_ms / 1000)
     faulty = _Server(dataset, args.latency_ms / 1000, args.fault_share)
     manifest = url_manifest(dataset, server.url, "urls.csv")
