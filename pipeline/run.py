@@ -139,16 +139,18 @@ def _job_failed(error: Exception, output_dir: str, run_id: str) -> JobFailed:
         summary = read_summary(FileSystems.join(output_dir, SUMMARY_FILE))
     except Exception:  # noqa: BLE001 - the storage that failed the job may fail this too
         summary = None
+    temp = naming.temp_dir(output_dir, run_id)
     if summary is not None and summary.run_id == run_id:
-        left = f"it published {output_dir} and failed removing its temp folder"
-    elif summary is not None:
-        left = f"nothing was published, {output_dir} is as it was"
+        left = (f"it published {output_dir} and failed removing its temp folder {temp}, "
+                "which can be deleted")
     else:
-        left = (f"nothing was published, {output_dir} has no {SUMMARY_FILE} (no reader "
-                "takes it for an output)")
-    return JobFailed(f"the job failed: {_last_line(error)}. After it: {left}; the run's "
-                     f"files are in {naming.temp_dir(output_dir, run_id)} (--resume reuses "
-                     "its finished shards)")
+        if summary is not None:
+            left = f"nothing was published, {output_dir} is as it was"
+        else:
+            left = (f"nothing was published, {output_dir} has no {SUMMARY_FILE} (no reader "
+                    "takes it for an output)")
+        left += f"; the run's files are in {temp} (--resume reuses its finished shards)"
+    return JobFailed(f"the job failed: {_last_line(error)}. After it: {left}")
 
 
 def _run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolder:

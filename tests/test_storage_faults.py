@@ -109,9 +109,11 @@ def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good
         store, request, tmp_path, capsys):
     """Every request on a TRAIN shard's final name refused (403: no client retries it) while
     a run replaces an earlier output: the run fails in one line saying why and what it
-    left, the folder has no summary.json, so no reader takes it for an output, and a rerun
-    with --resume publishes its own shards (not one of the earlier output that the failed
-    swap moved back: the receipts would not match, and resume would write it again)."""
+    left, the folder has no summary.json, so no reader takes it for an output. Then the
+    deletes that end the renames refused: the same, with no file of the run left in the
+    folder. A rerun with --resume publishes its own shards (not one of the earlier output
+    that the failed swap moved back: the receipts would not match, and resume would write
+    it again)."""
     bucket = request.getfixturevalue(store)
     folder = converted_clean(bucket, f"{bucket.url}/place-faults-{store}")
     download(f"{folder}/clean", tmp_path / "clean")
@@ -131,10 +133,26 @@ def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good
             f"reader takes it for an output); the run's files are in {folder}/clean/.tmp-"
             in error)
     assert "summary.json" not in listing(f"{folder}/clean")
+    clean = output_digests(tmp_path / "clean")
+
+    # Resumed with the deletes that end each rename (a copy, then a delete) refused: the
+    # copies landed under the final names, and the run removes them again, so no file of
+    # this run stands in the folder (only what holds the earlier output's bytes may).
+    bucket.proxy.fail(r"(<Key>|DELETE \S*/o/)[^<\s]*\.tmp-[^<\s]*train-", 403)
+    assert run.main([*argv, "--resume"]) == run.EXIT_FAILED
+    assert 403 in bucket.proxy.statuses(".")
+    bucket.proxy.reset()
+    assert "has no summary.json" in capsys.readouterr().err.splitlines()[-1]
+    download(f"{folder}/clean", tmp_path / "left")
+    left = output_digests(tmp_path / "left")
+    assert "summary.json" not in left
+    assert all(left[name] == clean.get(name) for name in left
+               if name.startswith(("train-", "test-"))), (left, clean)
+
     assert run.main([*argv, "--resume"]) == 0
     assert "resuming the stopped run" in capsys.readouterr().out
     download(f"{folder}/clean", tmp_path / "rerun")
-    rerun, clean = output_digests(tmp_path / "rerun"), output_digests(tmp_path / "clean")
+    rerun = output_digests(tmp_path / "rerun")
     assert rerun.keys() == clean.keys()
     for name in (name for name in rerun if name.startswith(("train-", "test-"))):
         assert (rerun[name] == clean[name]) == name.startswith("test-"), name

@@ -299,12 +299,31 @@ def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]], temp_dir: 
         # Undo a partial swap: no split stands half-published, and a retry starts over.
         # What arrived is what left the temp folder: a file of the earlier output under
         # the same name is not this run's to move.
-        still_waiting = {m.path for m in FileSystems.match(
+        still_waiting = {m.path: m.last_updated_in_seconds for m in FileSystems.match(
             [FileSystems.join(temp_dir, "**")])[0].metadata_list}
         back = [path for path in waiting if path not in still_waiting]
         if back:
             FileSystems.rename([destinations[path] for path in back], back)
+        if not FileSystems.get_filesystem(output_dir).has_dirs():
+            _remove_landed_copies({destinations[path]: still_waiting[path]
+                                   for path in waiting if path in still_waiting}, output_dir)
         raise
+
+
+def _remove_landed_copies(sources_updated: dict[str, float], output_dir: str) -> None:
+    """Deletes the destinations (given with their source's time of writing) that were
+    written after their source though the source is still in the temp folder: on an
+    object store a rename is a copy and then a delete, and a copy that landed before its
+    delete failed left this run's file under its final name.
+
+    A file written before is an earlier output's, not this run's to touch. (Times, not
+    checksums: a copy of an object uploaded in parts gets another S3 ETag.)
+    """
+    listed = FileSystems.match([FileSystems.join(output_dir, "**")])[0].metadata_list
+    landed = [m.path for m in listed if m.path in sources_updated
+              and m.last_updated_in_seconds >= sources_updated[m.path]]
+    if landed:
+        FileSystems.delete(landed)
 
 
 def copy_tree(source: str, destination: str) -> None:
