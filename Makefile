@@ -40,6 +40,13 @@ $(JOB_SERVER_JARS) &: job_servers/pom.xml job_servers/flink/pom.xml job_servers/
 
 job-servers: $(JOB_SERVER_JARS)
 
+# Hadoop's MiniDFSCluster, for the tests that run the job against HDFS (tests/hdfs_cluster/).
+HDFS_CLUSTER_JAR := tests/hdfs_cluster/target/hdfs-minicluster.jar
+
+$(HDFS_CLUSTER_JAR): tests/hdfs_cluster/pom.xml tests/hdfs_cluster/src/main/java/HdfsMiniCluster.java
+	mvn --batch-mode --quiet --file tests/hdfs_cluster/pom.xml package
+	touch $@
+
 # The report tests render report.html in Debian's headless Chromium.
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -48,7 +55,7 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium
 
-test: $(INSTALLED) $(AIRFLOW_INSTALLED) $(CHROMIUM) $(JOB_SERVER_JARS)
+test: $(INSTALLED) $(AIRFLOW_INSTALLED) $(CHROMIUM) $(JOB_SERVER_JARS) $(HDFS_CLUSTER_JAR)
 	$(VENV)/bin/python -m pytest tests
 
 $(BENCH_INSTALLED): $(INSTALLED) bench/requirements.txt
@@ -61,4 +68,5 @@ bench: $(BENCH_INSTALLED)
 	$(VENV)/bin/python bench/write_bench.py --ours_worker_processes 1 2 --json bench/results.json
 
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) demo-output airflow-output flink-output spark-output *.egg-info job_servers/*/target
+	rm -rf $(VENV) $(AIRFLOW_VENV) demo-output airflow-output flink-output spark-output *.egg-info job_servers/*/target \
+		tests/hdfs_cluster/target

@@ -24,6 +24,7 @@ from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
 from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
 from worker import naming
+from worker.beam_hdfs import fix_beam_hdfs
 from worker.inputs.folder import check_folder
 from worker.inputs.rows import ManifestError, RowRules
 from worker.records import ManifestRow
@@ -84,6 +85,7 @@ def convert_and_report(argv: Sequence[str]) -> Summary | None:
     # Beam's filesystems take their settings (S3 endpoint and keys, WebHDFS host...) from
     # here; the pipeline sets them again for its workers.
     FileSystems.set_options(options)
+    fix_beam_hdfs()
     convert = options.view_as(ConvertOptions)
     with shown_progress(options), quiet_console(convert.verbose):
         return _run(options, convert)
@@ -180,12 +182,33 @@ def _last_line(error: BaseException) -> str:
     step, the error it was raised from; and the step the runner names."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     step = lines.pop() if lines and lines[-1].startswith("[while running") else ""
+    if lines and lines[-1].endswith(" with exceptions None"):  # Beam's step annotation
+        lines[-1], step = lines[-1].rsplit(" [while running", 1)
+        step = "[while running" + step.removesuffix(" with exceptions None")
     cause = error.__cause__ or error.__context__
-    if lines:
+    if (batch := _failed_batch(error)) is not None:
+        message = batch
+    elif lines:
         message = lines[-1]
     else:
         message = _last_line(cause) if cause is not None else repr(error)
     return " ".join(part for part in (message, step) if part)
+
+
+def _failed_batch(error: BaseException | None) -> str | None:
+    """A Beam filesystem's failed batch (a BeamIOError with its files' errors, maybe the
+    cause of the runner's error) in a line: how many files failed, and the first's error.
+    Its own message lists every file's error, a line of kilobytes."""
+    while error is not None:
+        details = getattr(error, "exception_details", None)
+        if details:
+            operation = str(error).split(" with exceptions ", 1)[0]
+            files, problem = next(iter(details.items()))
+            named = " to ".join(files) if isinstance(files, tuple) else files
+            count = f"{len(details)} files" if len(details) > 1 else "1 file"
+            return f"{operation} for {count}, the first {named}: {_last_line(problem)}"
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _pinned_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]

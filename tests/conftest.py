@@ -23,9 +23,11 @@ from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from storage_servers import FaultProxy, GcsEmulator, S3Server, gcs_error, s3_error  # noqa: E402
+from storage_servers import (FaultProxy, GcsEmulator, HdfsCluster, S3Server,  # noqa: E402
+                             gcs_error, s3_error)
 from worker.examples import IMAGE_FEATURES  # noqa: E402
 from worker.file_formats import format_names  # noqa: E402
+from worker.beam_hdfs import fix_beam_hdfs  # noqa: E402
 
 # The end-to-end tests that take `sample_output` run once per format (--file_format).
 FILE_FORMATS = format_names()
@@ -350,6 +352,27 @@ def s3(_s3_bucket):
     FileSystems.set_options(PipelineOptions(_s3_bucket.flags))
     yield _s3_bucket
     _s3_bucket.proxy.reset()
+
+
+@pytest.fixture(scope="session")
+def _hdfs_cluster(tmp_path_factory):
+    cluster = HdfsCluster(str(tmp_path_factory.mktemp("hdfs")))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def hdfs_flags(_hdfs_cluster):
+    """The options that reach the session's HDFS (Hadoop's MiniDFSCluster), whose paths
+    are hdfs://<path>; Beam's filesystems, as the tests' helpers use them, are set up to
+    reach it, and list it as the pipeline does (worker/beam_hdfs.py)."""
+    flags = ["--hdfs_host", "127.0.0.1", "--hdfs_port", str(_hdfs_cluster.port),
+             "--hdfs_user", "trainer"]
+    FileSystems.set_options(PipelineOptions(flags))
+    fix_beam_hdfs()
+    return flags
 
 
 def put(path: str, data: bytes) -> None:

@@ -2,6 +2,8 @@
 
 - `GcsEmulator`: the gcp-storage-emulator package's server (the GCS JSON API).
 - `S3Server`: moto's server (the S3 REST API, as AWS, OSS, MinIO and Ceph speak it).
+- `HdfsCluster`: Hadoop's MiniDFSCluster (a NameNode and a DataNode, with WebHDFS), from
+  the jar `make test` builds (tests/hdfs_cluster/).
 - `FaultProxy`: stands in front of one of them and forwards every request unchanged,
   except those a test tells it to answer with an HTTP error (some of them, or a share of
   them at a steady rate), the way an overloaded or forbidding server answers, or to cut
@@ -45,8 +47,10 @@ class _Server:
     def __init__(self, command: list[str], port: int, ready_path: str) -> None:
         self.port = port
         self.url = f"http://{HOST}:{port}"
-        self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL)
+        # stdin: a pipe that closes when this process ends, however it ends (HdfsCluster
+        # stops then; the others never read it).
+        self._process = subprocess.Popen(command, stdin=subprocess.PIPE,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait_until_answering(ready_path)
 
     def _wait_until_answering(self, path: str, timeout: float = 60.0) -> None:
@@ -63,6 +67,7 @@ class _Server:
         raise RuntimeError(f"{self._process.args[0]} did not answer within {timeout:.0f} s")
 
     def stop(self) -> None:
+        self._process.stdin.close()
         self._process.terminate()
         try:
             self._process.wait(10)
@@ -104,6 +109,24 @@ class S3Server(_Server):
         # moto takes an unsigned request; a signed one would need a client library here.
         urllib.request.urlopen(urllib.request.Request(f"{self.url}/{name}", method="PUT"),
                                timeout=10).close()
+
+
+class HdfsCluster(_Server):
+    """HDFS on this machine's disk, below `folder`; `port` is the NameNode's HTTP port,
+    which Beam's HDFS filesystem (WebHDFS) is given as --hdfs_port."""
+
+    JAR = os.path.join(os.path.dirname(__file__), "hdfs_cluster", "target",
+                       "hdfs-minicluster.jar")
+
+    def __init__(self, folder: str) -> None:
+        if not os.path.exists(self.JAR):
+            raise RuntimeError(f"{self.JAR} is missing: `make test` builds it")
+        port = free_port()
+        # A small heap and the quick compiler: it starts in ~3 s in ~250 MB.
+        super().__init__(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                          f"-Djava.io.tmpdir={folder}", "-jar", self.JAR,
+                          os.path.join(folder, "cluster"), str(port)],
+                         port, "/webhdfs/v1/?op=LISTSTATUS&user.name=test")
 
 
 def gcs_error(status: int) -> tuple[str, bytes]:

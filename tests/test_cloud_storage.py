@@ -273,9 +273,48 @@ def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs, tm
 
 
 # --- hdfs:// -------------------------------------------------------------------------------
-# No Hadoop cluster runs on this machine, and nothing here poses as one: these tests check
-# what reaches Beam's Hadoop filesystem (the WebHDFS settings, the paths), with the
-# WebHDFS address a port that nothing listens on.
+# Against Hadoop's MiniDFSCluster (a NameNode and a DataNode in one JVM, with WebHDFS, as
+# Beam's HDFS filesystem reaches a cluster), and with the WebHDFS address a port that
+# nothing listens on.
+
+@pytest.mark.parametrize("file_format", FILE_FORMATS)
+def test_hdfs_manifest_images_and_output(hdfs_flags, tmp_path, file_format):
+    """Into an output folder that does not exist yet, then replacing it: Beam's HDFS
+    filesystem refused the missing folder, and listed one level, so a run lost everything
+    below it (the report, the transform_fn, the dead letters) with exit 0."""
+    run_folder = f"hdfs://hdfs-run-{file_format}"
+    data, output = f"{run_folder}/data", f"{run_folder}/out"
+    expected = make_dataset(data)
+    assert convert(f"{data}/manifest.csv", output, "--file_format", file_format,
+                   *hdfs_flags) == 0
+    check_output(output, expected, tmp_path / "first", file_format)
+    assert convert(f"{data}/manifest.csv", output, "--file_format", file_format,
+                   "--overwrite", *hdfs_flags) == 0
+    summary = check_output(output, expected, tmp_path / "again", file_format)
+    assert summary["manifests"] == [f"{data}/manifest.csv"]
+    assert not [path for path in listing(run_folder)
+                if ".tmp-" in path or "beam-temp" in path], "temp files left in HDFS"
+
+
+def test_an_hdfs_image_folder_is_listed_to_its_last_level(hdfs_flags, tmp_path):
+    """Splits and classes as sub-folders (Beam listed the first level alone): every image
+    below them is found."""
+    root = "hdfs://hdfs-folder/photos"
+    names = {}
+    for i in range(8):
+        split, label = ("train", "validation")[i % 4 == 3], ("cat", "dog")[i % 2]
+        names[f"{root}/{split}/{label}/photo{i}.jpg"] = (split, label)
+        put(f"{root}/{split}/{label}/photo{i}.jpg",
+            encode(photo_like(20 + i, 16, seed=i), "JPEG"))
+    output = "hdfs://hdfs-folder/out"
+    assert run.main(["--image_folder", root, "--output_dir", output, *hdfs_flags]) == 0
+    download(output, tmp_path)
+    seen = {feature(example, "image/source_id").decode(): (
+        split, feature(example, "image/class/text").decode())
+        for split in ("train", "validation")
+        for example in read_examples(shard_pattern(tmp_path, split))}
+    assert seen == names
+
 
 def test_hdfs_options_reach_the_webhdfs_client(capsys):
     port = free_port()

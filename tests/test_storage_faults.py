@@ -129,6 +129,7 @@ def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good
     assert 403 in bucket.proxy.statuses(".")
     bucket.proxy.reset()
     assert error.startswith("error: the job failed: ") and "403" in error, error
+    assert len(error) < 1000, error  # a failed batch in a line: not every file's error
     assert (f"After it: nothing was published, {folder}/clean has no summary.json (no "
             f"reader takes it for an output); the run's files are in {folder}/clean/.tmp-"
             in error)

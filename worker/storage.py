@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 from worker.downloads import (DownloadFailed, DownloadSettings, content_length, download,
                               is_url)
 from worker.gcs_access import GCS_SCHEME, settle_gcs_credentials
+from worker.beam_hdfs import HDFS_SCHEME, fix_beam_hdfs
 
 _SCHEME = re.compile(r"^[a-zA-Z][-a-zA-Z0-9+.]*://")  # as Beam's FileSystems.get_scheme
 _DECOMPRESSORS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".lzma": lzma.open}
@@ -182,6 +183,8 @@ def _beam(path: str):
     from apache_beam.io.filesystems import FileSystems
     if path.startswith(GCS_SCHEME):
         settle_gcs_credentials()
+    elif path.startswith(HDFS_SCHEME):
+        fix_beam_hdfs()
     if not _configured and _options:
         from apache_beam.options.pipeline_options import PipelineOptions
         FileSystems.set_options(PipelineOptions.from_dictionary(_options))
