@@ -11,12 +11,12 @@ from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, P
 
 from worker.choices import Dedupe, LabelMode, LeftOut, UnseenLabel
 from worker.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
-from worker.downloads import DownloadSettings
+from worker.downloads import DownloadSettings, is_url
 from worker.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
                                      format_names, shard_format)
 from worker.images import ImageSettings
 from worker.inputs.rows import DEFAULT_SPLIT_FRACTIONS, RowRules
-from worker.inputs.sources import MANIFEST_FORMATS
+from worker.inputs.sources import MANIFEST_FORMATS, split_and_path
 from worker.pool import Workers
 from worker.run_settings import RunSettings
 from worker.schema import ExtraColumn, SchemaError, load_schema
@@ -226,6 +226,7 @@ class ConvertOptions(PipelineOptions):
             found.append("give either --manifest or --image_folder")
         if not self.output_dir:
             found.append("--output_dir is required")
+        found += self._url_problems()
         try:
             self.split_fraction_values()
         except ValueError as problem:
@@ -285,6 +286,20 @@ class ConvertOptions(PipelineOptions):
             self._shard_format()
         except ValueError as problem:
             found.append(str(problem))
+        return found
+
+    def _url_problems(self) -> list[str]:
+        """Images may be http(s) URLs; what is listed, or written, may not."""
+        found = [f"--manifest {path}: a manifest at a URL is not read; download it first "
+                 "(the images it lists may be URLs)"
+                 for path in (split_and_path(argument)[1] for argument in self.manifest or ())
+                 if is_url(path)]
+        if self.image_folder and is_url(self.image_folder):
+            found.append(f"--image_folder {self.image_folder}: a web server's folder cannot "
+                         "be listed; give a --manifest of the image URLs")
+        if self.output_dir and is_url(self.output_dir):
+            found.append(f"--output_dir {self.output_dir}: cannot write to a URL; give a "
+                         "local folder or a bucket")
         return found
 
     def left_out(self) -> frozenset[LeftOut]:

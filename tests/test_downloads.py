@@ -144,3 +144,20 @@ def test_resume_reuses_finished_shards_without_downloading_again(server, tmp_pat
     assert "resumed: 2 of 2 shards reused" in capsys.readouterr().out
     assert [(method, path) for method, path, *_ in server.requests[fetched:]
             if method == "GET"] == [("GET", "/img/good.jpg")]
+
+
+@pytest.mark.parametrize("flags, problem", [
+    (["--manifest", "train=https://example.test/m.csv", "--output_dir", "{tmp}"],
+     "--manifest https://example.test/m.csv: a manifest at a URL is not read"),
+    (["--image_folder", "http://example.test/photos", "--output_dir", "{tmp}"],
+     "--image_folder http://example.test/photos: a web server's folder cannot be listed"),
+    (["--manifest", "{tmp}/m.csv", "--output_dir", "https://example.test/out"],
+     "--output_dir https://example.test/out: cannot write to a URL"),
+])
+def test_what_is_listed_or_written_at_a_url_is_a_usage_error(flags, problem, tmp_path, capsys):
+    """Images may be URLs; a manifest, a folder or the output there is refused by name
+    (Beam's own error said to pip install apache-beam[gcp])."""
+    argv = [flag.format(tmp=tmp_path) for flag in flags]
+    assert run.main(argv) == run.EXIT_USAGE
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {problem}") and error.count("\n") == 1, error
