@@ -37,6 +37,7 @@ def inspect_split(output_dir: str, split: str, count: int, out_dir: str) -> list
     features = output.features
     columns = ["record", "shard", "shard_record", *features,
                *(["overlay"] if f"{_BOX}xmin" in features else [])]
+    _clear_earlier_inspection(out_dir)
     tf.io.gfile.makedirs(out_dir)
     rows, written = [], []
     for index, (shard, position, record) in enumerate(
@@ -63,6 +64,27 @@ def inspect_split(output_dir: str, split: str, count: int, out_dir: str) -> list
     writer.writerows(rows)
     _write(out_dir, CSV_FILE, table.getvalue().encode(), written)
     return written
+
+
+def _clear_earlier_inspection(out_dir: str) -> None:
+    """Removes what an earlier inspect wrote into `out_dir` (its CSV and the files the CSV
+    names), so no stale file stands beside the new ones; ValueError for a folder holding
+    anything else, which is not this command's to delete."""
+    if not tf.io.gfile.isdir(out_dir):
+        return
+    present = set(tf.io.gfile.listdir(out_dir))
+    if not present:
+        return
+    named: set[str] = set()
+    if CSV_FILE in present:
+        with tf.io.gfile.GFile(f"{out_dir.rstrip('/')}/{CSV_FILE}") as table:
+            named = {name for row in csv.reader(table) for cell in row
+                     for name in cell.split("|")} | {CSV_FILE}
+    if not present <= named:
+        raise ValueError(f"--out {out_dir} holds files inspect did not write: give an empty "
+                         "or new folder")
+    for name in present:
+        tf.io.gfile.remove(f"{out_dir.rstrip('/')}/{name}")
 
 
 def _records(output: Output, split: str) -> Iterator[tuple[str, int, bytes]]:

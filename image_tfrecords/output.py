@@ -45,6 +45,10 @@ def is_image_key(key: str, feature: FeatureInfo) -> bool:
     return key.endswith("/encoded") and feature.dtype == "bytes" and not feature.list
 
 
+class NotAnOutput(FileNotFoundError):
+    """The folder has no summary.json: a usage error, not a bad output."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Output:
     """An output folder and its summary.json."""
@@ -54,13 +58,13 @@ class Output:
 
     @classmethod
     def read(cls, directory: str) -> Output:
-        """Raises FileNotFoundError when the folder has no summary.json, ValueError when
+        """Raises NotAnOutput when the folder has no summary.json, ValueError when
         it is not one (naming what is wrong) or lists no features (written before
         summary.json did)."""
         directory = directory.rstrip("/")
         path = f"{directory}/{SUMMARY_FILE}"
         if not tf.io.gfile.exists(path):
-            raise FileNotFoundError(f"{path} not found: not an image-tfrecords output")
+            raise NotAnOutput(f"{path} not found: not an image-tfrecords output")
         with tf.io.gfile.GFile(path, "rb") as file:
             try:
                 summary = Summary.from_json(file.read())

@@ -71,8 +71,7 @@ def verify_main(argv: Sequence[str]) -> int:
 
             verified = verify(args.output_dir)
     except (ValueError, FileNotFoundError) as problem:  # VerifyError is a ValueError
-        print(f"error: {args.output_dir}: {problem}", file=sys.stderr)
-        return 1
+        return _output_problem(args.output_dir, problem)
     splits = ", ".join(f"{split} {count}" for split, count in verified.examples.items())
     print(f"ok: {sum(verified.examples.values())} examples in {verified.shards} shards "
           f"({splits}): every record, image and label id checked")
@@ -113,10 +112,18 @@ def report_main(argv: Sequence[str]) -> int:
 
             written = rebuild_report(args.output_dir)
     except (ValueError, FileNotFoundError) as problem:
-        print(f"error: {args.output_dir}: {problem}", file=sys.stderr)
-        return 1
+        return _output_problem(args.output_dir, problem)
     print(f"written: {written}")
     return 0
+
+
+def _output_problem(output_dir: str, problem: Exception) -> int:
+    """Says what is wrong with the output; exit 2 for a folder that is no output (a usage
+    error), 1 for an output that is bad."""
+    print(f"error: {output_dir}: {problem}", file=sys.stderr)
+    from image_tfrecords.output import NotAnOutput  # noqa: PLC0415 - loaded by the command
+
+    return 2 if isinstance(problem, NotAnOutput) else 1
 
 
 def _output_arguments(command: str, description: str, argv: Sequence[str],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import itertools
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_f
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
 from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
-from worker import naming
+from worker import naming, storage
 from worker.beam_hdfs import fix_beam_hdfs
 from worker.inputs.folder import check_folder
 from worker.inputs.rows import ManifestError, RowRules
@@ -243,6 +244,8 @@ def _preflight(convert: ConvertOptions) -> list[ManifestSource]:
 
 
 def _check_locations(convert: ConvertOptions) -> list[ManifestSource]:
+    if storage.is_local(convert.output_dir) and os.path.isfile(convert.output_dir):
+        raise UsageError(f"--output_dir {convert.output_dir} is a file: give a folder")
     probe_storage(_source_locations(convert))
     if convert.image_folder:
         first_images = [check_folder(convert.image_folder)]

@@ -98,6 +98,27 @@ def test_an_unknown_option_stops_the_run_naming_the_closest(tmp_path, capsys, ar
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("where, words", [
+    ("output is a file", "--output_dir {tmp}/taken is a file: give a folder"),
+    ("manifest is a folder", "--manifest {tmp}/photos is a folder without LabelMe JSON or VOC "
+     "XML files: give a manifest file, or --image_folder {tmp}/photos for images in class "
+     "folders"),
+])
+def test_a_file_or_folder_given_for_the_other_stops_the_run_saying_so(tmp_path, capsys, where,
+                                                                       words):
+    manifest = tiny_manifest(tmp_path)
+    (tmp_path / "taken").write_text("a file")
+    (tmp_path / "photos" / "cat").mkdir(parents=True)
+    (tmp_path / "photos" / "cat" / "a.jpg").write_bytes(encode(photo_like(8, 8, seed=1), "JPEG"))
+    (tmp_path / "photos" / "notes.json").write_text("{}")  # no LabelMe file
+    argv = (["--manifest", manifest, "--output_dir", str(tmp_path / "taken")]
+            if where == "output is a file" else
+            ["--manifest", str(tmp_path / "photos"), "--output_dir", str(tmp_path / "out")])
+    assert run.main(argv) == run.EXIT_USAGE
+    error = capsys.readouterr().err
+    assert error == f"error: {words.format(tmp=tmp_path)}\n"
+
+
 def test_a_detection_csv_without_detection_mode_stops_naming_the_flag(tmp_path, capsys):
     (tmp_path / "boxes.csv").write_text("TRAIN,a.jpg,cat,0.1,0.2,,,0.5,0.6,,\n"
                                         "TRAIN,a.jpg,dog,0.5,0.5,,,0.9,0.9,,\n")

@@ -73,3 +73,19 @@ def test_the_csv_quotes_texts_with_commas(tfrecord_output, tmp_path):
     assert "fleur, été 01.jpg" in {row["image/filename"] for row in rows}
     assert [row["image/encoded"][6:] for row in rows if "été" in row["image/encoded"]] == [
         "fleur_été_01.jpg"]  # a usable file name
+
+
+def test_inspecting_again_into_the_same_folder_leaves_no_stale_file(tfrecord_output, tmp_path):
+    """The earlier inspect's files (those its records.csv names) are replaced."""
+    inspect(tfrecord_output, tmp_path / "look", "--split", "train", "-n", "5")
+    rows = inspect(tfrecord_output, tmp_path / "look", "--split", "validation", "-n", "2")
+    named = {row["image/encoded"] for row in rows} | {"records.csv"}
+    assert {path.name for path in (tmp_path / "look").iterdir()} == named
+
+
+def test_inspecting_into_a_folder_of_other_files_is_a_usage_error(tfrecord_output, tmp_path,
+                                                                  capsys):
+    (tmp_path / "mine.txt").write_text("not inspect's")
+    assert inspect_main([str(tfrecord_output), "--out", str(tmp_path)]) == 2
+    assert f"--out {tmp_path} holds files inspect did not write" in capsys.readouterr().err
+    assert [path.name for path in tmp_path.iterdir()] == ["mine.txt"]

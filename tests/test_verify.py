@@ -195,8 +195,9 @@ def test_detection_ids_are_one_based(boxes_output, tmp_path, capsys):
 
 def test_a_folder_without_summary_json_or_with_one_without_features_is_an_error(tmp_path,
                                                                                 capsys):
+    """A folder that is no output is a usage error (exit 2); a bad summary.json exit 1."""
     code, text = verify(tmp_path, capsys)
-    assert code == 1 and "summary.json not found" in text
+    assert code == 2 and "summary.json not found: not an image-tfrecords output" in text
     older = json.loads(Summary(options=RunOptions(), rows_read=0, examples_written=0,
                                rows_in_examples=0, rows_dead_lettered=0, accounted=True,
                                error_fraction=0.0, splits={}, vocabulary={"label": []}

@@ -13,6 +13,7 @@ that split.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Sequence
 
 from worker import storage
@@ -75,8 +76,12 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None
         voc = xml_glob(path) if input_format in (None, VocFormat.name) else None
         if voc == path and not _is_glob(path):
             voc = None
-        paths = [voc] if voc else [found.path for found in _folder_files(path)
-                                   or storage.match(path)]
+        labelme = [] if voc else _labelme_files(path, input_format)
+        if not voc and not labelme and _is_folder(path):
+            raise ManifestError(
+                f"--manifest {argument} is a folder without LabelMe JSON or VOC XML files: "
+                f"give a manifest file, or --image_folder {path} for images in class folders")
+        paths = [voc] if voc else [found.path for found in labelme or storage.match(path)]
         if not paths or (voc and not storage.match(voc)):
             raise ManifestError(f"manifest not found: {argument}")
         found.update(ManifestSource(each, input_format or (VocFormat.name if voc
@@ -85,11 +90,23 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None
     return sorted(found, key=lambda source: (source.path, source.split or ""))
 
 
-def _folder_files(path: str) -> list:
-    """A folder's JSON files (LabelMe's, one per image); none for a file or a glob."""
+def _labelme_files(path: str, input_format: str | None) -> list:
+    """A folder's LabelMe JSON files (one per image; any JSON with --input_format labelme);
+    none for a file or a glob."""
     if _is_glob(path) or plain_name(path).endswith(_FILE_SUFFIXES):
         return []
-    return storage.match(storage.join(path, "*.json"))
+    return [found for found in storage.match(storage.join(path, "*.json"))
+            if (input_format or format_of(found.path)) == LabelMeFormat.name]
+
+
+def _is_folder(path: str) -> bool:
+    """Whether `path` names a folder (a name prefix with files below it, on a bucket)
+    rather than a file."""
+    if _is_glob(path):
+        return False
+    if storage.is_local(path):
+        return os.path.isdir(path)
+    return not storage.match(path) and bool(storage.match(storage.join(path, "**"), limit=1))
 
 
 def _is_glob(path: str) -> bool:
