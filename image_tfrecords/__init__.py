@@ -19,16 +19,24 @@ import dataclasses
 import json
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from image_tfrecords.loader import load
-from image_tfrecords.output import Output
-from worker.naming import REPORT_FILE
-from worker.summary import Summary
+from pipeline.console import quiet_console
+
+# TensorFlow's informational lines, as the command line hides them: I and W lines once its
+# logging is set up (unless the user says otherwise), and the lines its libraries write
+# as they load, before it is (TF_CPP_MIN_LOG_LEVEL does not reach those).
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+with quiet_console():
+    from image_tfrecords.loader import load
+    from image_tfrecords.output import Output
+from worker.naming import REPORT_FILE  # noqa: E402
+from worker.summary import Summary  # noqa: E402
 
 if TYPE_CHECKING:
     from worker.schema import ExtraColumn
@@ -154,6 +162,7 @@ class TFRecordsAccessor:
 
 def _convert(options: dict[str, Any], output_dir: str) -> ConversionResult:
     """A failed run is returned, not raised, as the command line reports it and exits 1."""
+    started = time.time()  # the report's wall time: Beam's import is counted in
     from pipeline.run import convert_and_report  # noqa: PLC0415
     from transforms.outcome import RunFailed  # noqa: PLC0415
 
@@ -161,7 +170,7 @@ def _convert(options: dict[str, Any], output_dir: str) -> ConversionResult:
         raise ValueError("no_wait_until_finish: convert() returns the finished run's "
                          "result; submit without waiting from the command line")
     try:
-        summary = convert_and_report(["--output_dir", output_dir, *_flags(options)])
+        summary = convert_and_report(["--output_dir", output_dir, *_flags(options)], started)
     except RunFailed as failed:
         return ConversionResult(output_dir, failed.failure.summary, str(failed),
                                 failed.failure.dead_letters)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from image_tfrecords.output import CLASS_LABEL, IMAGE, MASKS, SEGMENTATION, Output
+from pipeline.console import quiet_console
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -34,7 +35,16 @@ def load(output_dir: str, split: str = "train", *, batch_size: int | None = 32,
     buffer of `shuffle_buffer` records, the examples. `batch_size=None` leaves elements
     unbatched; without `image_size`, batched images are ragged.
     """
-    output = Output.read(output_dir)
+    with quiet_console():  # TensorFlow's first op probes for a GPU, saying so on stderr
+        return _dataset(Output.read(output_dir), split, batch_size, image_size, shuffle,
+                        shuffle_buffer, as_supervised, channels, seed)
+
+
+def _dataset(output: Output, split: str, batch_size: int | None,
+             image_size: int | tuple[int, int] | None, shuffle: bool | None,
+             shuffle_buffer: int, as_supervised: bool, channels: int,
+             seed: int | None) -> tf.data.Dataset:
+    output_dir = output.directory
     split = output.split_name(split)
     paths = [path for path, _ in output.shards(split)]
     if not paths:

@@ -56,10 +56,11 @@ _VERSIONED = ("image-tfrecords", "apache-beam", "tensorflow", "tensorflow-transf
               "tfx-bsl", "pillow", "pyarrow", "numpy")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: the report on stdout, problems on stderr, an exit status."""
+def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
+    """The command line: the report on stdout, problems on stderr, an exit status.
+    `started` (time.time()) is when the command started, for the report's wall time."""
     try:
-        convert_and_report(sys.argv[1:] if argv is None else argv)
+        convert_and_report(sys.argv[1:] if argv is None else argv, started)
     except (UsageError, ManifestError) as problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
@@ -69,8 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
-def convert_and_report(argv: Sequence[str]) -> Summary | None:
+def convert_and_report(argv: Sequence[str], started: float | None = None) -> Summary | None:
     """Runs one conversion, prints its report; returns the summary.json it published.
+    The report's wall time counts from `started` (time.time(); default: now), so that
+    what came before the call (imports, say) can be counted in.
 
     The summary is None for a job submitted with --no_wait_until_finish that is still
     running (the job then checks its outcome itself). Raises UsageError or ManifestError
@@ -89,10 +92,10 @@ def convert_and_report(argv: Sequence[str]) -> Summary | None:
     fix_beam_hdfs()
     convert = options.view_as(ConvertOptions)
     with shown_progress(options), quiet_console(convert.verbose):
-        return _run(options, convert)
+        return _run(options, convert, time.time() if started is None else started)
 
 
-def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
+def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> Summary | None:
     """convert_and_report's work, within its console filter."""
     try:
         use_built_job_server(options)
@@ -105,7 +108,6 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
         splits = " and ".join(sorted({source.split.upper() for source in manifests}))
         raise UsageError(f"every manifest is {splits} (--manifest SPLIT=PATH), and no "
                          f"--vocabulary is given: {NO_TRAIN_ROWS}")
-    started = time.monotonic()
     run_info = RunInfo(
         manifests=None if convert.image_folder else [source.describe() for source in manifests],
         image_folder=convert.image_folder,
@@ -123,7 +125,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
             summary = graph.run(options, scan.chunks, run_info, folder, pinned)
     except RunFailed as failed:
         print(format_report(failed.failure.summary, convert.output_dir,
-                            time.monotonic() - started, published=False))
+                            time.time() - started, published=False))
         raise
     except Exception as error:  # noqa: BLE001 - whatever stopped the runner: said in one line
         raise _job_failed(error, convert.output_dir, folder.run_id) from error
@@ -131,7 +133,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions) -> Summary | None:
         print(f"image-tfrecords: job submitted; it writes "
               f"{convert.output_dir}/{SUMMARY_FILE} when it ends")
     else:
-        print(format_report(summary, convert.output_dir, time.monotonic() - started))
+        print(format_report(summary, convert.output_dir, time.time() - started))
     return summary
 
 

@@ -2,14 +2,17 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 import image_tfrecords
 from conftest import SAMPLE_DATA, encode, photo_like, tiny_manifest
-from pipeline import run
+from pipeline import cli, run
 
 
 def run_command(*args, cwd=None):
@@ -194,3 +197,23 @@ def test_column_problems_stop_before_the_job_in_one_line(tmp_path, capsys, monke
     error = capsys.readouterr().err
     assert code == run.EXIT_USAGE and error.startswith("error: ") and words in error
     assert error.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+def test_the_reports_wall_time_counts_from_the_commands_start(tmp_path, capsys):
+    """The table's wall time and images/s count the imports and checks before the job in:
+    from the process's start (here pytest's, long before)."""
+    since_start = time.time() - psutil.Process().create_time()
+    manifest = tiny_manifest(tmp_path)
+    assert cli.convert_main(["--manifest", manifest, "--output_dir", str(tmp_path / "o")]) == 0
+    wall = float(re.search(r"^wall ([\d.]+) s", capsys.readouterr().out, re.M).group(1))
+    assert wall >= since_start
+
+
+def test_the_python_api_prints_nothing_of_tensorflows_own(sample_output):
+    """Importing, loading and reading: no start-up line, no GPU probe, no I/W line."""
+    script = ("import image_tfrecords\n"
+              f"dataset = image_tfrecords.load({str(sample_output)!r}, 'train')\n"
+              "next(iter(dataset))\n"
+              "print('read')\n")
+    result = run_command(sys.executable, "-c", script)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "read\n", "")
