@@ -1,4 +1,5 @@
-"""Live progress of a run: a tqdm bar on a terminal, a line every few percent in a log.
+"""Live progress of a run: a tqdm bar on a terminal, a line every few percent in a log,
+at most one every few seconds (none for a run that ends within them).
 
 Local runs only: the DirectRunner's shard writers run in this process and report each
 row they are done with (transforms/live_progress.py). A remote runner's workers cannot
@@ -12,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -22,7 +23,8 @@ from pipeline.options import (ConvertOptions, runs_on_the_direct_runner,
                               writes_shards_in_this_process)
 from transforms import live_progress
 
-STEP_PERCENT = 5  # a line in a log at every 5% of the rows
+STEP_PERCENT = 5  # a line in a log at every 5% of the rows...
+LINE_INTERVAL_S = 5.0  # ...and at most one every 5 s, counted from the first row written
 REMOTE_NOTE = ("progress: shown by the runner's UI for the job; the counters to watch are "
                "images/written and images/rejected (Beam metrics, namespace images), and "
                "with --resume shards/resumed")
@@ -71,14 +73,17 @@ class LiveProgress:
     time left and the dead letters so far; the rate and time left count from the first
     row written, not from the start-up."""
 
-    def __init__(self, out: TextIO, terminal: bool) -> None:
+    def __init__(self, out: TextIO, terminal: bool,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._out = out
         self._terminal = terminal
+        self._clock = clock
         self._lock = threading.Lock()  # writers may run on several threads
         self._planned = self._done = self._dead_letters = 0
         self._started: float | None = None
         self._bar: tqdm | None = None
         self._next_step = STEP_PERCENT
+        self._next_line_at = 0.0
 
     def planned(self, rows: int) -> None:
         with self._lock:
@@ -89,7 +94,8 @@ class LiveProgress:
     def handled(self, rows: int, dead_letters: int) -> None:
         with self._lock:
             if self._started is None:
-                self._started = time.monotonic()
+                self._started = self._clock()
+                self._next_line_at = self._started + LINE_INTERVAL_S
                 if self._terminal:
                     self._bar = tqdm(total=self._planned, file=self._out, unit=" rows",
                                      desc="writing", dynamic_ncols=True)
@@ -101,9 +107,10 @@ class LiveProgress:
                 self._bar.update(rows)
                 if self._done >= self._planned:  # done: the bar's last state, before the table
                     self._bar.close()
-            elif self._percent() >= self._next_step:
+            elif self._percent() >= self._next_step and self._clock() >= self._next_line_at:
                 self._print_line()
                 self._next_step = (self._percent() // STEP_PERCENT + 1) * STEP_PERCENT
+                self._next_line_at = self._clock() + LINE_INTERVAL_S
 
     def close(self) -> None:
         with self._lock:
@@ -114,7 +121,7 @@ class LiveProgress:
         return 100 * self._done // self._planned if self._planned else 100
 
     def _print_line(self) -> None:
-        seconds = time.monotonic() - self._started
+        seconds = self._clock() - self._started
         rate = self._done / seconds if seconds > 0 else 0.0
         left = (self._planned - self._done) / rate if rate else 0.0
         print(f"progress: {self._done:,}/{self._planned:,} rows ({self._percent()}%), "

@@ -1,4 +1,5 @@
-"""Live progress: a bar on a terminal, a line every 5% without one, none with --quiet; a
+"""Live progress: a bar on a terminal, a line every 5% (at most every 5 s) without one, none
+with --quiet; a
 remote run names the counters to watch."""
 
 import fcntl
@@ -16,18 +17,44 @@ from conftest import tiny_manifest
 from pipeline.progress import REMOTE_NOTE, WORKER_PROCESSES_NOTE, LiveProgress, shown_progress
 
 
-def test_without_a_terminal_a_line_every_five_percent():
-    out = io.StringIO()
-    progress = LiveProgress(out, terminal=False)
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_without_a_terminal_a_line_every_five_percent_at_most_every_five_seconds():
+    out, clock = io.StringIO(), Clock()
+    progress = LiveProgress(out, terminal=False, clock=clock)
     progress.planned(40)
     progress.planned(60)  # the rows reach the writers in packs
+    seen = []
     for row in range(100):
+        clock.now += 0.5 if row < 40 else 2.0  # 20 s for 40%, then 5% in 10 s
         progress.handled(1, dead_letters=int(row % 10 == 0))
+        if out.getvalue().count("\n") > len(seen):
+            seen.append(clock.now)
     lines = out.getvalue().splitlines()
-    assert [line.split("(")[1].split(")")[0] for line in lines] == [
-        f"{percent}%" for percent in range(5, 101, 5)]
+    # The first row at 1000.5: lines from 1005.5 on, 5 s apart while 5% takes 1 s, then
+    # at every 5% once 5% takes 10 s.
+    percents = [int(line.split("(")[1].split("%)")[0]) for line in lines]
+    assert percents[0] == 11 and percents == sorted(set(percents))
+    assert percents[-6:] == [75, 80, 85, 90, 95, 100]
+    assert all(later - earlier >= 5 for earlier, later in zip(seen, seen[1:]))
     assert lines[-1].startswith("progress: 100/100 rows (100%), ")
     assert lines[-1].endswith(" s left, dead letters: 10")
+
+
+def test_without_a_terminal_a_run_of_a_few_seconds_prints_no_progress_line():
+    out, clock = io.StringIO(), Clock()
+    progress = LiveProgress(out, terminal=False, clock=clock)
+    progress.planned(47)
+    for _ in range(47):
+        clock.now += 0.1
+        progress.handled(1, dead_letters=0)
+    assert out.getvalue() == ""
 
 
 def test_on_a_terminal_a_bar_that_ends_when_the_last_row_is_done():
