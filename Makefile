@@ -9,7 +9,7 @@ BENCH_INSTALLED := $(VENV)/.bench-installed
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_INSTALLED := $(AIRFLOW_VENV)/.installed
 
-.PHONY: demo test bench clean job-servers
+.PHONY: demo test bench clean job-servers airflow
 
 $(INSTALLED): requirements.txt setup.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,18 @@ $(AIRFLOW_INSTALLED): templates/airflow/requirements.txt
 	test -x $(AIRFLOW_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_VENV)
 	$(AIRFLOW_VENV)/bin/pip install --quiet -r templates/airflow/requirements.txt
 	touch $@
+
+# The Beam DAG (templates/airflow/) run once by hand, as tests/test_airflow.py runs it: the
+# sample set into airflow-output/<date>/, Airflow's own files in .airflow-home/.
+AIRFLOW_DATE ?= $(shell date +%Y-%m-%d)
+AIRFLOW_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow-home \
+	AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/templates/airflow AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	IMAGE_TFRECORDS_PYTHON=$(CURDIR)/$(VENV)/bin/python
+
+airflow: $(INSTALLED) $(AIRFLOW_INSTALLED)
+	$(AIRFLOW_ENV) $(AIRFLOW_VENV)/bin/airflow db migrate
+	$(AIRFLOW_ENV) $(AIRFLOW_VENV)/bin/airflow dags test image_tfrecords_beam $(AIRFLOW_DATE) \
+		-c '{"max_error_fraction": 0.25}'
 
 # Beam's Flink and Spark job servers, from Maven Central (job_servers/pom.xml says which
 # and why): FlinkRunner and SparkRunner runs are handed these jars by path
@@ -68,5 +80,5 @@ bench: $(BENCH_INSTALLED)
 	$(VENV)/bin/python bench/write_bench.py --ours_worker_processes 1 2 --json bench/results.json
 
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) demo-output airflow-output flink-output spark-output *.egg-info job_servers/*/target \
+	rm -rf $(VENV) $(AIRFLOW_VENV) ./*-output .airflow-home *.egg-info job_servers/*/target \
 		tests/hdfs_cluster/target
