@@ -16,13 +16,14 @@ _USAGE = """usage: image-tfrecords COMMAND [options]
 
 commands:
   convert   convert an image manifest into split-partitioned TFRecord shards
-            (image-tfrecords convert --help lists every option, Beam's included)
+            (image-tfrecords convert --help lists its options, --help_beam Beam's)
   verify    read every shard of an output back and check it against summary.json
   inspect   write the first records of a split back as image files plus a CSV
   report    write an output's report.html again, from its own files
 """
 
 
+BEAM_HELP = "--help_beam"
 _VERBOSE_HELP = ("print all that TensorFlow's libraries print, their start-up lines "
                  "included")
 
@@ -36,7 +37,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {"convert": convert_main, "verify": verify_main, "inspect": inspect_main,
                 "report": report_main}
     if command in commands:
-        exit_now(commands[command](rest))
+        try:
+            code = commands[command](rest)
+        except BrokenPipeError:  # `... --help | head`: what was wanted was read
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            code = 0
+        exit_now(code)
     print(f"error: unknown command {command!r}\n\n{_USAGE}", file=sys.stderr)
     return 2
 
@@ -51,8 +57,11 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("apache_beam.runners.common").addFilter(
         lambda record: "RunFailed" not in record.getMessage())
     args = list(sys.argv[1:] if argv is None else argv)
+    if BEAM_HELP in args:
+        print(_beam_help())
+        return 0
     if "-h" in args or "--help" in args:
-        print(_full_help())
+        print(_own_help())
         return 0
     from pipeline.collector import uncollected  # noqa: PLC0415
 
@@ -162,18 +171,43 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _full_help() -> str:
-    """Help for this job's options and for every Beam option, since all pass through
-    (the same options the run accepts: see options.unknown_option_problem)."""
+def _own_help() -> str:
+    """This job's options, in their groups, each with its default; Beam's in a line."""
+    from pipeline.options import ConvertOptions  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(
+        prog="image-tfrecords convert", allow_abbrev=False, add_help=False,
+        formatter_class=lambda prog: _DefaultsShown(prog, max_help_position=30),
+        usage="%(prog)s (--manifest PATH | --image_folder DIR) --output_dir DIR [options]",
+        description="Convert an image manifest, annotations or a folder of images into "
+                    "split-partitioned TFRecord or ArrayRecord shards.",
+        epilog=f"Beam's options (--runner, Dataflow's, Flink's and Spark's, --s3_*, --hdfs_*, "
+               f"...) pass through to the runner unchanged: {BEAM_HELP} lists them all.")
+    ConvertOptions._add_argparse_args(parser)  # noqa: SLF001 - Beam's own extension point
+    return parser.format_help()
+
+
+def _beam_help() -> str:
+    """Every Beam option, since all pass through (the same options the run accepts: see
+    options.unknown_option_problem)."""
     from pipeline.options import options_classes  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(
         prog="image-tfrecords convert", allow_abbrev=False, conflict_handler="resolve",
-        usage="%(prog)s --manifest CSV --output_dir DIR [options]",
-        description="Convert an image manifest into split-partitioned TFRecord shards.")
-    own, *beam_options = options_classes()
-    own._add_argparse_args(parser)  # noqa: SLF001 - Beam's own extension point
-    beam_group = parser.add_argument_group("Beam options (passed to the runner unchanged)")
+        add_help=False, usage="%(prog)s ... [Beam options]",
+        description="Beam's options, passed to the runner unchanged (this job's own: "
+                    "--help).")
+    _, *beam_options = options_classes()
     for options_class in beam_options:
-        options_class._add_argparse_args(beam_group)  # noqa: SLF001
+        options_class._add_argparse_args(parser)  # noqa: SLF001
     return parser.format_help()
+
+
+class _DefaultsShown(argparse.HelpFormatter):
+    """Each option's help ends with its default, where it has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        shown = action.help or ""
+        if action.default not in (None, "", False, argparse.SUPPRESS) and action.option_strings:
+            shown += " (default: %(default)s)"
+        return shown

@@ -25,13 +25,13 @@ _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 
 
 class ConvertOptions(PipelineOptions):
-    """Options of `image-tfrecords convert` / `python -m pipeline`."""
+    """Options of `image-tfrecords convert` / `python -m pipeline`, in groups."""
 
     @classmethod
     def _add_argparse_args(cls, parser) -> None:
-        group = parser.add_argument_group("image-tfrecords")
+        group = parser.add_argument_group("input", "What is read.")
         group.add_argument(
-            "--manifest", action="append",
+            "--manifest", metavar="PATH", action="append",
             help="Manifest: AutoML/TFRecorder CSV (split,image_uri,label), Vertex AI JSON "
                  "Lines, the Object Detection API's CSV (filename,width,height,class,xmin,"
                  "ymin,xmax,ymax in pixels), a COCO instances JSON, Pascal VOC XMLs (a "
@@ -43,40 +43,48 @@ class ConvertOptions(PipelineOptions):
                  "validation/val, test). Repeat for several; relative image URIs are "
                  "relative to the manifest (see --image_dir).")
         group.add_argument(
+            "--image_folder", metavar="DIR",
+            help="Instead of --manifest: a folder of ROOT/<split>/<label>/<file> or "
+                 "ROOT/<label>/<file> images (the split then assigned as for UNASSIGNED "
+                 "rows), local or remote.")
+        group.add_argument(
             "--input_format", choices=MANIFEST_FORMATS,
             help="The format of every --manifest, where its name and first bytes do not "
                  "say (they are sniffed, and a file that could be read as two formats is "
                  "refused, naming them).")
         group.add_argument(
-            "--leave_out", default="",
-            help=f"What an input holds that the examples are written without, comma "
-                 f"separated: {', '.join(LeftOut.values())}. This version writes boxes "
-                 f"only: an input holding instance masks (COCO segmentation, YOLO polygons "
-                 f"and oriented boxes) or keypoints is refused until this names them.")
-        group.add_argument(
-            "--image_dir",
+            "--image_dir", metavar="DIR",
             help="Resolve relative image names against this folder instead of the "
                  "manifest's (as generate_tfrecord.py's --image_dir), for every manifest.")
         group.add_argument(
-            "--image_folder",
-            help="Instead of --manifest: a folder of ROOT/<split>/<label>/<file> or "
-                 "ROOT/<label>/<file> images (the split then assigned as for UNASSIGNED "
-                 "rows), local or remote.")
+            "--uri_column", metavar="NAME",
+            help="The header's column holding the image URI, when its name is not one "
+                 "of the known ones (image_uri, image, filename, image_id...); it also "
+                 "overrides them.")
         group.add_argument(
-            "--output_dir",
-            help="Where the shards, transform_fn/, summary.json and errors-*.jsonl go.")
-        _add_switch(group, "--overwrite",
-                    "Replace the outputs of a previous run in a non-empty --output_dir.")
-        _add_switch(group, "--resume",
-                    "Continue a stopped run of the same command (the same inputs and "
-                    "options) in this --output_dir: the shards it finished are reused, "
-                    "their images not read again; a stopped run made from anything else "
-                    "is refused, naming what differs.")
+            "--label_column", metavar="NAME",
+            help="The header's column holding the label, when its name is not one of "
+                 "the known ones (label, class, category, target...); it also overrides "
+                 "them.")
         group.add_argument(
-            "--split_fractions", default=",".join(map(str, DEFAULT_SPLIT_FRACTIONS)),
+            "--schema", metavar="JSON",
+            help="Extra manifest columns to keep as typed features, as a JSON object of "
+                 "column name -> integer, float, string, categorical (a vocabulary id from "
+                 "TRAIN, like labels) or image (a second image URI), inline or in a file: "
+                 "'{\"age\": \"integer\", \"mask\": \"image\"}'. Needs a header row.")
+        group.add_argument(
+            "--leave_out", metavar="KINDS", default="",
+            help=f"What an input holds that the examples are written without, comma "
+                 f"separated: {', '.join(LeftOut.values())} (instance masks, keypoints, "
+                 f"semantic segmentation maps; by default every one an input holds is "
+                 f"written).")
+        group.add_argument(
+            "--split_fractions", metavar="FRACTIONS",
+            default=",".join(map(str, DEFAULT_SPLIT_FRACTIONS)),
             help="train,validation,test fractions for rows without a split (UNASSIGNED, "
                  "empty, or no split column): assigned from a hash of the image URI, so "
                  "the same row always lands in the same split.")
+        group = parser.add_argument_group("labels", "How labels become ids.")
         group.add_argument(
             "--label_mode", choices=LabelMode.values(), default=LabelMode.SINGLE.value,
             help="multi: each row may carry several labels (AutoML's "
@@ -87,43 +95,63 @@ class ConvertOptions(PipelineOptions):
                  "to the image size); an image's boxes make one example with the Object "
                  "Detection API's image/object/* features, plus label_map.pbtxt.")
         group.add_argument(
-            "--uri_column",
-            help="The header's column holding the image URI, when its name is not one "
-                 "of the known ones (image_uri, image, filename, image_id...); it also "
-                 "overrides them.")
-        group.add_argument(
-            "--label_column",
-            help="The header's column holding the label, when its name is not one of "
-                 "the known ones (label, class, category, target...); it also overrides "
-                 "them.")
-        group.add_argument(
-            "--label_separator", default="|",
+            "--label_separator", metavar="TEXT", default="|",
             help="With --label_mode multi: what joins several labels inside one field.")
         group.add_argument(
-            "--schema",
-            help="Extra manifest columns to keep as typed features, as a JSON object of "
-                 "column name -> integer, float, string, categorical (a vocabulary id from "
-                 "TRAIN, like labels) or image (a second image URI), inline or in a file: "
-                 "'{\"age\": \"integer\", \"mask\": \"image\"}'. Needs a header row.")
+            "--unseen_label", choices=UnseenLabel.values(), default=UnseenLabel.ERROR.value,
+            help="A VALIDATION/TEST label that TRAIN never saw: 'error' dead-letters the "
+                 "row; 'oov' keeps it with label id len(vocabulary).")
+        group.add_argument(
+            "--vocabulary", metavar="PATH",
+            help="Pin the label ids instead of computing them from TRAIN: a text file of "
+                 "one label per line (line 1 gets id 0), or an earlier image-tfrecords "
+                 "output folder, whose ids are kept. A label outside it is unseen "
+                 "(--unseen_label); one without examples keeps its id.")
+        group = parser.add_argument_group("images", "What is stored of each image.")
         group.add_argument(
             "--image_format", choices=("keep", "jpeg", "png"), default="keep",
             help="keep: store JPEG/PNG bytes as they are and re-encode only what "
                  "TensorFlow cannot decode; jpeg/png: store every image in that format.")
         group.add_argument(
-            "--max_side", type=int,
+            "--max_side", metavar="PIXELS", type=int,
             help="Resize images whose longer side exceeds this many pixels (aspect kept).")
         group.add_argument(
-            "--jpeg_quality", type=int, default=95,
+            "--jpeg_quality", metavar="Q", type=int, default=95,
             help="Quality of images re-encoded as JPEG (1-100).")
         group.add_argument(
-            "--max_image_pixels", type=int, default=_PILLOW_MAX_PIXELS,
+            "--max_image_pixels", metavar="N", type=int, default=_PILLOW_MAX_PIXELS,
             help="Images with more pixels are rejected as decompression bombs.")
         group.add_argument(
-            "--num_shards", type=int,
+            "--dedupe", choices=Dedupe.values(), default=Dedupe.NONE.value,
+            help="Byte-identical images and near-copies are always reported "
+                 "(duplicates-*.jsonl, near_duplicates-*.jsonl and summary.json); sha256 "
+                 "also writes each byte-identical image only once, keeping the copy in the "
+                 "earliest split (train, validation, test) and dead-lettering the others "
+                 "as duplicate_image; near also drops near-copies, as "
+                 "near_duplicate_image.")
+        group.add_argument(
+            "--near_duplicate_distance", metavar="BITS", type=int, default=DEFAULT_NEAR_DISTANCE,
+            help="Two images are near-copies when their 64-bit perceptual hashes (pHash) "
+                 f"differ in at most this many bits, 0 to {MAX_NEAR_DISTANCE}. The default finds "
+                 "resized, recompressed, re-saved and brightened copies and most 3%% "
+                 "crops while pairing almost no distinct photos (README: Near-copies).")
+        group = parser.add_argument_group("output", "What is written, and when a run counts as failed.")
+        group.add_argument(
+            "--output_dir", metavar="DIR",
+            help="Where the shards, transform_fn/, summary.json and errors-*.jsonl go.")
+        _add_switch(group, "--overwrite",
+                    "Replace the outputs of a previous run in a non-empty --output_dir.")
+        _add_switch(group, "--resume",
+                    "Continue a stopped run of the same command (the same inputs and "
+                    "options) in this --output_dir: the shards it finished are reused, "
+                    "their images not read again; a stopped run made from anything else "
+                    "is refused, naming what differs.")
+        group.add_argument(
+            "--num_shards", metavar="N", type=int,
             help="Shards per split (fewer if a split has fewer examples). "
                  "Default: from --target_shard_mb.")
         group.add_argument(
-            "--target_shard_mb", type=float, default=128.0,
+            "--target_shard_mb", metavar="MB", type=float, default=128.0,
             help="Target shard size in MB, estimated from the source file sizes.")
         group.add_argument(
             "--file_format", choices=format_names(), default=DEFAULT_FORMAT,
@@ -136,34 +164,11 @@ class ConvertOptions(PipelineOptions):
             help="tfrecord: gzip writes .tfrecord.gz shards. array_record: zstd "
                  "compresses each record inside the file. Encoded images gain little.")
         group.add_argument(
-            "--unseen_label", choices=UnseenLabel.values(), default=UnseenLabel.ERROR.value,
-            help="A VALIDATION/TEST label that TRAIN never saw: 'error' dead-letters the "
-                 "row; 'oov' keeps it with label id len(vocabulary).")
-        group.add_argument(
-            "--vocabulary",
-            help="Pin the label ids instead of computing them from TRAIN: a text file of "
-                 "one label per line (line 1 gets id 0), or an earlier image-tfrecords "
-                 "output folder, whose ids are kept. A label outside it is unseen "
-                 "(--unseen_label); one without examples keeps its id.")
-        group.add_argument(
-            "--dedupe", choices=Dedupe.values(), default=Dedupe.NONE.value,
-            help="Byte-identical images and near-copies are always reported "
-                 "(duplicates-*.jsonl, near_duplicates-*.jsonl and summary.json); sha256 "
-                 "also writes each byte-identical image only once, keeping the copy in the "
-                 "earliest split (train, validation, test) and dead-lettering the others "
-                 "as duplicate_image; near also drops near-copies, as "
-                 "near_duplicate_image.")
-        group.add_argument(
-            "--near_duplicate_distance", type=int, default=DEFAULT_NEAR_DISTANCE,
-            help="Two images are near-copies when their 64-bit perceptual hashes (pHash) "
-                 f"differ in at most this many bits, 0 to {MAX_NEAR_DISTANCE}. The default finds "
-                 "resized, recompressed, re-saved and brightened copies and most 3%% "
-                 "crops while pairing almost no distinct photos (README: Near-copies).")
-        group.add_argument(
-            "--max_error_fraction", type=float, default=0.01,
+            "--max_error_fraction", metavar="F", type=float, default=0.01,
             help="Exit non-zero when more than this fraction of rows is dead-lettered.")
+        group = parser.add_argument_group("run", "The worker processes, image URLs, the console.")
         group.add_argument(
-            "--worker_processes", type=int, default=None,
+            "--worker_processes", metavar="N", type=int, default=None,
             help="Processes per pipeline process that each write whole shards: read, "
                  "check and encode the shard's images (Pillow only, no TensorFlow) and "
                  "write its files. 0 writes them in the pipeline's own process (no "
@@ -171,38 +176,39 @@ class ConvertOptions(PipelineOptions):
                  "one on Dataflow, which already runs an SDK process per vCPU (unless "
                  "--experiments no_use_multiple_sdk_containers).")
         group.add_argument(
-            "--decode_timeout", type=float, default=120.0,
+            "--decode_timeout", metavar="S", type=float, default=120.0,
             help="Seconds one image may take to decode in a worker process; a slower "
                  "image is dead-lettered as decode_timeout.")
         group.add_argument(
-            "--read_threads", type=int, default=4,
+            "--read_threads", metavar="N", type=int, default=4,
             help="Threads per shard writer that read its images ahead of decoding (more "
                  "for storage with long round trips).")
         group.add_argument(
-            "--download_timeout", type=float, default=DownloadSettings.timeout_s,
+            "--download_timeout", metavar="S", type=float, default=DownloadSettings.timeout_s,
             help="Seconds an image URL (http://, https://) may take to connect, and between "
                  "two reads of its body; a slower one is retried, then dead-lettered as "
                  "http_timeout.")
         group.add_argument(
-            "--download_retries", type=int, default=DownloadSettings.retries,
+            "--download_retries", metavar="N", type=int, default=DownloadSettings.retries,
             help="Tries after the first for an image URL that answers 5xx or 429 "
                  "(honouring Retry-After) or whose connection fails, with exponential "
                  "backoff; then it is dead-lettered (http_503, connection_error...).")
         group.add_argument(
-            "--max_download_mb", type=float, default=DownloadSettings.max_bytes / 2**20,
+            "--max_download_mb", metavar="MB",
+            type=float, default=DownloadSettings.max_bytes / 2**20,
             help="An image URL whose body is larger is dead-lettered as too_large.")
         group.add_argument(
-            "--downloads_per_host", type=int, default=DownloadSettings.per_host,
+            "--downloads_per_host", metavar="N", type=int, default=DownloadSettings.per_host,
             help="Concurrent requests to one host from one worker process.")
         group.add_argument(
-            "--download_threads", type=int, default=DownloadSettings.threads,
+            "--download_threads", metavar="N", type=int, default=DownloadSettings.threads,
             help="Threads per shard writer that download its image URLs ahead of decoding "
                  "(instead of --read_threads): the network, not the core, is what they "
                  "wait on.")
         _add_switch(group, "--quiet",
                     "No live progress. By default a local run shows it: a bar on a "
-                    "terminal, else a line every 5%% (for logs); a remote run names the "
-                    "counters to watch in its runner's UI.")
+                    "terminal, else a line every 5%% at most every 5 s (for logs); a remote "
+                    "run names the counters to watch in its runner's UI.")
         _add_switch(group, "--verbose",
                     "Print all that TensorFlow's and Beam's libraries print. By default "
                     "their start-up lines (such as the GPU probe's 'failed call to cuInit' "
