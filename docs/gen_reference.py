@@ -132,13 +132,13 @@ def options_page() -> str:
              "naming the closest option.", ""]
     order = list(own)
     for section, names in OPTION_SECTIONS.items():
-        lines += [f"## {section}", "", "| option | default | values | what it does |",
-                  "|---|---|---|---|"]
+        lines += [f"## {section}", ""]
         for name in sorted(names, key=order.index):
             action = own[name]
-            lines.append(f"| {_option_cell(action)} | {_default_cell(action)} | "
-                         f"{_values_cell(action)} | {_cell(_help(action))} |")
-        lines.append("")
+            default = _default_cell(action)
+            lines += [f"### {_option_cell(action)}", "",
+                      f"{_values_cell(action)}" + (f"; default {default}" if default else ""),
+                      "", _help(action), ""]
 
     lines += ["## Beam's options", "",
               "The options of every Beam `PipelineOptions` class loaded with the job, "
