@@ -9,7 +9,11 @@ BENCH_INSTALLED := $(VENV)/.bench-installed
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_INSTALLED := $(AIRFLOW_VENV)/.installed
 
-.PHONY: demo test bench clean job-servers airflow
+# The documentation site (mkdocs.yml, docs/) has its own venv, from docs/requirements.txt.
+DOCS_VENV := .venv-docs
+DOCS_INSTALLED := $(DOCS_VENV)/.installed
+
+.PHONY: demo test bench clean job-servers airflow docs docs-serve
 
 $(INSTALLED): requirements.txt setup.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -67,7 +71,22 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium
 
-test: $(INSTALLED) $(AIRFLOW_INSTALLED) $(CHROMIUM) $(JOB_SERVER_JARS) $(HDFS_CLUSTER_JAR)
+$(DOCS_INSTALLED): docs/requirements.txt
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install --quiet -r docs/requirements.txt
+	touch $@
+
+# The site, built strictly (a warning, such as a broken link or anchor, is an error) into
+# site/. The reference pages are committed: docs/gen_reference.py rewrites them, and
+# tests/test_docs.py fails when they differ from the code.
+docs: $(DOCS_INSTALLED)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir site
+
+# The site on http://127.0.0.1:8000/, rebuilt on every change.
+docs-serve: $(DOCS_INSTALLED)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
+
+test: $(INSTALLED) $(AIRFLOW_INSTALLED) $(DOCS_INSTALLED) $(CHROMIUM) $(JOB_SERVER_JARS) $(HDFS_CLUSTER_JAR)
 	$(VENV)/bin/python -m pytest tests
 
 $(BENCH_INSTALLED): $(INSTALLED) bench/requirements.txt
@@ -80,5 +99,6 @@ bench: $(BENCH_INSTALLED)
 	$(VENV)/bin/python bench/write_bench.py --ours_worker_processes 1 2 --json bench/results.json
 
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) ./*-output .airflow-home *.egg-info job_servers/*/target \
+	rm -rf $(VENV) $(AIRFLOW_VENV) $(DOCS_VENV) site ./*-output .airflow-home *.egg-info \
+		job_servers/*/target \
 		tests/hdfs_cluster/target

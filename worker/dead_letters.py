@@ -34,6 +34,80 @@ DUPLICATE_ROW = "duplicate_row"  # single labels: the image is in the split alre
 DUPLICATE_IMAGE = "duplicate_image"  # --dedupe: a byte-identical image is kept
 NEAR_DUPLICATE_IMAGE = "near_duplicate_image"  # --dedupe near: a near-copy is kept
 
+# Every reason a dead letter can give, with what it means: the row reasons above, the image
+# reasons of worker/images.py's REASONS and the image folder's of worker/inputs/folder.py.
+# docs/reference/dead-letters.md is generated from it (docs/gen_reference.py), and
+# tests/test_docs.py checks that every reason the code can emit is here, and no other.
+HTTP_STATUS = "http_<status>"  # http_404, http_503...: the pattern of worker/images.py
+REGISTRY: dict[str, str] = {
+    # A row, line or annotation as read, before any image is.
+    MALFORMED_ROW: "the row, line or object cannot be parsed: not CSV (a field over 131,072 "
+                   "characters), not a JSON object, a field that is not a number",
+    WRONG_COLUMN_COUNT: "the row has more or fewer fields than its layout",
+    INVALID_ENCODING: "the row or line is not valid UTF-8",
+    MISSING_URI: "the image URI or file name is empty or missing",
+    MISSING_LABEL: "the label (or a box's label) is empty or missing",
+    INVALID_SPLIT: "the split is not train, validation (val, valid, eval, dev), test, "
+                   "UNASSIGNED, DISCARD or empty, or disagrees with the SPLIT= of its --manifest",
+    MULTIPLE_LABELS: "several labels where --label_mode single takes one",
+    UNSUPPORTED_ANNOTATION: "an annotation of a kind this label mode or format does not "
+                            "write (rotated boxes, lines, points, video tracks...)",
+    INVALID_ANNOTATION: "an annotation file that cannot be read (a VOC XML or LabelMe JSON "
+                        "that does not parse, a VOC XML without <filename> or <size>)",
+    # Boxes, masks and keypoints (--label_mode detection).
+    INVALID_BOX: "box coordinates that are not numbers, or neither two nor four vertices",
+    BOX_OUT_OF_RANGE: "a box outside the image: a relative coordinate outside [0, 1], or pixels "
+                      "outside the declared size",
+    EMPTY_BOX: "a box with no width or no height (a minimum not below its maximum)",
+    INVALID_SIZE: "a declared image width or height that is not a positive whole number",
+    SIZE_MISMATCH: "the size an annotation declares (or a mask's or segmentation map's) is "
+                   "not the image's own",
+    UNKNOWN_IMAGE_ID: "a COCO annotation whose image_id names no image",
+    UNKNOWN_CATEGORY_ID: "a COCO category_id or YOLO class that names no category",
+    INVALID_MASK: "a polygon of fewer than 3 points, an RLE that is not one, or a mask or "
+                  "segmentation map that cannot be read as class indices",
+    INVALID_KEYPOINTS: "keypoints that are not whole points, a visibility not 0, 1 or 2, or "
+                       "a point outside the image",
+    # Labels and --schema columns, against the vocabulary.
+    UNSEEN_LABEL: "a label outside the vocabulary (TRAIN's, or the pinned --vocabulary); "
+                  "--unseen_label oov keeps it instead",
+    INVALID_VALUE: "a --schema column's value that is not of its type, or an empty "
+                   "non-string value",
+    UNSEEN_CATEGORY: "a categorical --schema value TRAIN never saw; --unseen_label oov "
+                     "keeps it instead",
+    # Repeats.
+    DUPLICATE_ROW: "the same image again in the same split (single labels, or a second "
+                   "annotation file naming it); the first row makes the example",
+    DUPLICATE_IMAGE: "--dedupe: a byte-identical copy of an image that is kept",
+    NEAR_DUPLICATE_IMAGE: "--dedupe near: a near-copy (pHash within "
+                          "--near_duplicate_distance bits) of an image that is kept",
+    # An image folder's layout (--image_folder).
+    "not_in_label_folder": "a file directly in the root, directly in a split folder, or "
+                           "deeper than the layout",
+    "not_in_split_folder": "with split folders present, a file under a top-level folder "
+                           "that is no split",
+    "label_is_split_name": "a file in a label folder named like a split (train/val/x.jpg)",
+    # The image file, read by the shard writer.
+    "file_not_found": "the URI names no file (a bucket's 404 included; a URL's is http_404)",
+    "read_error": "a directory, no permission, or the storage failed after its retries",
+    "empty_file": "the file has zero bytes",
+    "not_an_image": "no Pillow plugin recognises the bytes",
+    "truncated_image": "the data ends before the image does",
+    "decompression_bomb": "more pixels than --max_image_pixels, refused before any pixel "
+                          "is allocated",
+    "decode_error": "recognised but undecodable: corrupt data, an unsupported variant",
+    "encode_error": "decoded, but converting or re-encoding it failed",
+    "decode_crash": "the worker process died decoding it (a crash, the OOM killer)",
+    "decode_timeout": "decoding took longer than --decode_timeout seconds",
+    # An image URL (http://, https://), downloaded by the shard writer.
+    HTTP_STATUS: "the server answered this HTTP error status (after the retries for 5xx and "
+                 "429; a 4xx is not retried)",
+    "http_timeout": "no answer, or a stalled body, within --download_timeout, after the "
+                    "retries",
+    "connection_error": "the connection was refused, reset or cut, after the retries",
+    "too_large": "the body is larger than --max_download_mb",
+}
+
 
 class DeadLetter(NamedTuple):
     """One rejected manifest row, written as one line of OUTPUT/errors-*.jsonl."""
