@@ -70,7 +70,8 @@ class ConvertOptions(PipelineOptions):
             "--schema", metavar="JSON",
             help="Extra manifest columns to keep as typed features, as a JSON object of "
                  "column name -> integer, float, string, categorical (a vocabulary id from "
-                 "TRAIN, like labels) or image (a second image URI), inline or in a file: "
+                 "TRAIN, like labels), image (a second image URI) or segmentation (the "
+                 "example's segmentation map's URI), inline or in a file: "
                  "'{\"age\": \"integer\", \"mask\": \"image\"}'. Needs a header row.")
         group.add_argument(
             "--leave_out", metavar="KINDS", default="",
@@ -104,8 +105,9 @@ class ConvertOptions(PipelineOptions):
         group.add_argument(
             "--vocabulary", metavar="PATH",
             help="Pin the label ids instead of computing them from TRAIN: a text file of "
-                 "one label per line (line 1 gets id 0), or an earlier image-tfrecords "
-                 "output folder, whose ids are kept. A label outside it is unseen "
+                 "one label per line (line 1 gets id 0), an Object Detection API "
+                 "label_map.pbtxt (its ids as given), or an earlier image-tfrecords output "
+                 "folder, whose ids are kept. A label outside it is unseen "
                  "(--unseen_label); one without examples keeps its id.")
         group = parser.add_argument_group("images", "What is stored of each image.")
         group.add_argument(
@@ -134,7 +136,7 @@ class ConvertOptions(PipelineOptions):
             help="Two images are near-copies when their 64-bit perceptual hashes (pHash) "
                  f"differ in at most this many bits, 0 to {MAX_NEAR_DISTANCE}. The default finds "
                  "resized, recompressed, re-saved and brightened copies and most 3%% "
-                 "crops while pairing almost no distinct photos (README: Near-copies).")
+                 "crops while pairing almost no distinct photos (docs/output/copies.md).")
         group = parser.add_argument_group("output", "What is written, and when a run counts as failed.")
         group.add_argument(
             "--output_dir", metavar="DIR",

@@ -6,7 +6,8 @@ its start-up lines, which pipeline/console.py keeps out of sight).
 """
 
 HASH_BITS = 64  # of images.perceptual_hash
-# Chosen on planted copies among distinct photos (bench/near_duplicate_threshold.py; the
-# README has the figures); beyond MAX_NEAR_DISTANCE distinct photos pair up by the dozen.
+# Chosen on planted copies among distinct photos (bench/near_duplicate_threshold.py;
+# docs/output/copies.md has the figures); beyond MAX_NEAR_DISTANCE distinct photos pair up
+# by the dozen.
 DEFAULT_NEAR_DISTANCE = 10
 MAX_NEAR_DISTANCE = 20
