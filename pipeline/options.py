@@ -123,6 +123,12 @@ class ConvertOptions(PipelineOptions):
         group.add_argument(
             "--max_image_pixels", metavar="N", type=int, default=_PILLOW_MAX_PIXELS,
             help="Images with more pixels are rejected as decompression bombs.")
+        _add_switch(group, "--keep_16_bit",
+                    "Store 16-bit greyscale images as 16-bit PNGs (tf.io.decode_png with "
+                    "dtype=tf.uint16 reads them whole). By default they are stored with 8 "
+                    "bits, as tf.io.decode_image reads them, and counted as re-encoded "
+                    "(bit_depth): Pillow's convert('RGB'), which PyTorch and Grain pipelines "
+                    "use, clips a 16-bit image to white.")
         group.add_argument(
             "--dedupe", choices=Dedupe.values(), default=Dedupe.NONE.value,
             help="Byte-identical images and near-copies are always reported "
@@ -340,7 +346,8 @@ class ConvertOptions(PipelineOptions):
             shard_format=self._shard_format(),
             image=ImageSettings(image_format=self.image_format, max_side=self.max_side,
                                 jpeg_quality=self.jpeg_quality,
-                                max_pixels=self.max_image_pixels),
+                                max_pixels=self.max_image_pixels,
+                                keep_16_bit=self.keep_16_bit),
             workers=self._workers(),
             downloads=DownloadSettings(
                 timeout_s=self.download_timeout, retries=self.download_retries,

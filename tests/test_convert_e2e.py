@@ -3,6 +3,7 @@ in each file format (`converted` is parametrised by --file_format)."""
 
 import glob
 import hashlib
+import io
 import json
 import os
 import re
@@ -456,3 +457,45 @@ def test_the_readme_example_pins_the_sample_labels(tmp_path):
     assert (summary["rows_read"], summary["examples_written"],
             summary["rows_dead_lettered"]) == (50, 44, 6)
     assert ("bird_01.jpg", "bird", 0) in label_ids(output)
+
+
+def test_every_image_written_reads_alike_in_pillow_and_tensorflow(tmp_path):
+    """The docs' PyTorch and Grain readers (Pillow's open and convert("RGB")) and tf.data's
+    decode_image give the same pixels for every image the converter writes, the modes
+    such readers mishandle included: 16-bit grey (clipped to white by Pillow when kept),
+    its TIFF, float TIFF, grey and palette with alpha, 1-bit, CMYK JPEG."""
+    grey = np.asarray(photo_like(24, 16, seed=3, mode="L"))
+    deep = (grey.astype(np.uint16) * 257 + np.arange(24, dtype=np.uint16)).astype(np.uint16)
+    palette = photo_like(24, 16, seed=4).quantize(16)
+    palette.info["transparency"] = 0
+    images = {
+        "deep.png": encode(Image.fromarray(deep), "PNG"),
+        "deep.tif": encode(Image.fromarray(deep), "TIFF"),
+        "float.tif": encode(Image.fromarray(grey.astype(np.float32)), "TIFF"),
+        "grey_alpha.png": encode(photo_like(24, 16, seed=5, mode="LA"), "PNG"),
+        "palette_alpha.png": encode(palette, "PNG"),
+        "bilevel.png": encode(photo_like(24, 16, seed=6, mode="1"), "PNG"),
+        "cmyk.jpg": encode(photo_like(24, 16, seed=7, mode="CMYK"), "JPEG"),
+        "rgba.png": encode(photo_like(24, 16, seed=8, mode="RGBA"), "PNG"),
+    }
+    for name, data in images.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "m.csv").write_text("".join(f"TRAIN,{name},cat\n" for name in images))
+    assert run.main(["--manifest", str(tmp_path / "m.csv"), "--output_dir",
+                     str(tmp_path / "out")]) == 0
+    written = {feature(example, "image/filename").decode(): feature(example, "image/encoded")
+               for example in read_examples(shard_pattern(tmp_path / "out", "train"))}
+    assert written.keys() == images.keys()
+    for name, encoded in written.items():
+        pillow = np.asarray(Image.open(io.BytesIO(encoded)).convert("RGB")).astype(int)
+        tensorflow = tf.io.decode_image(encoded, channels=3).numpy().astype(int)
+        difference = np.abs(pillow - tensorflow)
+        if encoded[:2] == b"\xff\xd8":  # two JPEG decoders differ a little: the modes not
+            assert Image.open(io.BytesIO(encoded)).mode in ("L", "RGB"), name
+            assert difference.mean() <= 3, name
+        else:
+            assert difference.max() == 0, name
+    deep_stored = np.asarray(Image.open(io.BytesIO(written["deep.png"])))
+    np.testing.assert_array_equal(deep_stored, (deep >> 8).astype(np.uint8))
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["splits"]["train"]["reencoded"]["bit_depth"] == 1  # the PNG; TIFFs: format

@@ -23,6 +23,7 @@ from worker.images import (  # noqa: E402
     hash_input, perceptual_hash, prepare_image, thumbnail_of)
 
 KEEP = ImageSettings()
+KEEP_16_BIT = ImageSettings(keep_16_bit=True)
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -170,11 +171,30 @@ def _png_cases():
 
 @pytest.mark.parametrize("data, expected, dtype", _png_cases())
 def test_png_in_every_mode_is_kept_and_tf_decodes_the_same_pixels(data, expected, dtype):
-    image = prepare_image(data, KEEP)
+    """With --keep_16_bit: 16-bit greyscale too (see the next test for the default)."""
+    image = prepare_image(data, KEEP_16_BIT)
     assert image.encoded == data
     assert (image.format, image.source_format, image.reencoded) == ("png", "PNG", None)
     assert (image.width, image.height) == (20, 12)
     np.testing.assert_array_equal(decoded(image, dtype), expected)
+
+
+def test_16_bit_grey_is_stored_with_8_bits_by_default_as_pillow_and_tf_read_it_alike():
+    """Pillow's convert("RGB") (the PyTorch and Grain readers') clips a 16-bit grey PNG to
+    white; the 8-bit image stored instead is its high byte, what TF's uint8 decode gives."""
+    deep = np.random.default_rng(5).integers(0, 65536, (12, 20), dtype=np.uint16)
+    data = encode(Image.fromarray(deep), "PNG")
+    assert np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).mean() > 250  # clipped
+    image = prepare_image(data, KEEP)
+    assert (image.format, image.reencoded, image.channels) == ("png", "bit_depth", 1)
+    np.testing.assert_array_equal(decoded(image), (deep >> 8)[..., None])
+    np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(image.encoded)).convert("RGB")),
+                                  np.repeat((deep >> 8)[..., None], 3, axis=2))
+    for tiff in (Image.fromarray(deep), Image.frombytes("I;16B", (20, 12),
+                                                         deep.astype(">u2").tobytes())):
+        kept = prepare_image(encode(tiff, "TIFF"), KEEP_16_BIT)
+        assert (kept.format, kept.reencoded) == ("png", "format")
+        np.testing.assert_array_equal(decoded(kept, tf.uint16), deep[..., None])
 
 
 def test_16_bit_png_reads_as_its_high_byte_at_tf_default_dtype():
@@ -223,10 +243,11 @@ def _lossless_cases():
          (bilevel * 255).astype(np.uint8)[..., None], tf.uint8),
         ("TIFF RGB", encode(Image.fromarray(colour), "TIFF"), "TIFF", colour, tf.uint8),
         ("TIFF RGBA", encode(Image.fromarray(alpha4), "TIFF"), "TIFF", alpha4, tf.uint8),
-        ("TIFF 16-bit", encode(Image.fromarray(deep), "TIFF"), "TIFF", deep[..., None],
-         tf.uint16),
-        ("TIFF 16-bit big-endian", encode(deep_big_endian, "TIFF"), "TIFF", deep[..., None],
-         tf.uint16),
+        # 16 bits stored as 8 (see --keep_16_bit's test for the 16-bit PNG).
+        ("TIFF 16-bit", encode(Image.fromarray(deep), "TIFF"), "TIFF",
+         (deep >> 8).astype(np.uint8)[..., None], tf.uint8),
+        ("TIFF 16-bit big-endian", encode(deep_big_endian, "TIFF"), "TIFF",
+         (deep >> 8).astype(np.uint8)[..., None], tf.uint8),
         ("TIFF CMYK", encode(cmyk, "TIFF"), "TIFF", pixels_of(cmyk.convert("RGB")), tf.uint8),
         ("WebP lossless", encode(Image.fromarray(colour), "WEBP", lossless=True), "WEBP",
          colour, tf.uint8),

@@ -94,6 +94,10 @@ class ImageSettings:
     max_side: int | None = None  # resize so the longer side <= max_side, aspect kept
     jpeg_quality: int = 95
     max_pixels: int = 89_478_485  # Pillow's default MAX_IMAGE_PIXELS
+    # 16-bit greyscale stored as such (a PNG): readers that open it with Pillow and
+    # convert("RGB") clip it to white; by default it is stored with 8 bits (its high byte,
+    # as tf.io.decode_image reads it), counted as re-encoded for "bit_depth".
+    keep_16_bit: bool = False
 
     def __post_init__(self) -> None:
         if self.image_format not in ("keep", "jpeg", "png"):
@@ -117,7 +121,8 @@ class PreparedImage:
     channels: int  # the last dimension of tf.io.decode_image(encoded)
     source_format: str  # Pillow's name of the source format, e.g. "JPEG", "GIF"
     reencoded: str | None  # None: `encoded` is the source bytes; else format, mode,
-    # orientation, resized or requested_format (the first that applies, in that order)
+    # bit_depth, orientation, resized or requested_format (the first that applies, in that
+    # order)
     # (width, height) of the source file as stored, before any resize or EXIF rotation:
     # what pixel boxes were drawn on
     source_size: tuple[int, int]
@@ -162,7 +167,8 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
         if out_format == "jpeg":
             image = _jpeg_mode(image)
         else:
-            image = _png_mode(image, resizing=target is not None)
+            image = _png_mode(image, resizing=target is not None,
+                              keep_16_bit=settings.keep_16_bit)
         if target is not None:
             size = target[::-1] if orientation in _AXES_SWAPPED else target
             image = image.resize(size, Image.Resampling.LANCZOS)
@@ -296,7 +302,7 @@ def _decode(data: bytes, settings: ImageSettings) -> _Decoded:
             # A JPEG's EXIF comes with its header, so its fate is known before decoding,
             # and libjpeg can decode at 1/2, 1/4 or 1/8 scale for far less work.
             orientation = _orientation(image)
-            reason = _reencode_reason(image, orientation, target, settings.image_format)
+            reason = _reencode_reason(image, orientation, target, settings)
             if reason is None:
                 # Decoded only to prove it decodes, and for its perceptual hash: at 1/8
                 # scale libjpeg still reads every entropy-coded bit (where corruption and
@@ -312,7 +318,7 @@ def _decode(data: bytes, settings: ImageSettings) -> _Decoded:
         else:
             image.load()
             orientation = _orientation(image)
-            reason = _reencode_reason(image, orientation, target, settings.image_format)
+            reason = _reencode_reason(image, orientation, target, settings)
     except ImageRejected:
         raise
     except Image.DecompressionBombError as error:  # plugins' own checks (GIF, TIFF tiles, ICO)
@@ -389,7 +395,7 @@ def _fit(size: tuple[int, int], max_side: int | None) -> tuple[int, int] | None:
 
 
 def _reencode_reason(image: Image.Image, orientation: object,
-                     target: tuple[int, int] | None, image_format: str) -> str | None:
+                     target: tuple[int, int] | None, settings: ImageSettings) -> str | None:
     """Why the source bytes cannot be stored as they are, or None when they can."""
     if image.format in _JPEG_FORMATS:
         source = "jpeg"
@@ -399,11 +405,13 @@ def _reencode_reason(image: Image.Image, orientation: object,
         return "format"
     if source == "jpeg" and image.mode not in _JPEG_KEPT_MODES:
         return "mode"
+    if _is_16_bit(image) and not settings.keep_16_bit:
+        return "bit_depth"
     if orientation in _TRANSPOSING:
         return "orientation"
     if target is not None:
         return "resized"
-    if image_format not in ("keep", source):
+    if settings.image_format not in ("keep", source):
         return "requested_format"
     return None
 
@@ -473,15 +481,24 @@ def _check_jpeg_markers(data: bytes) -> None:
             position = scan_end.start() if scan_end else end
 
 
-def _png_mode(image: Image.Image, resizing: bool) -> Image.Image:
-    """The image in a mode PNG stores and TF decodes to the same pixels."""
+def _is_16_bit(image: Image.Image) -> bool:
+    """Greyscale of more than 8 bits: Pillow's modes I;16* and I (other 16-bit PNGs,
+    colour or with alpha, Pillow opens with 8 bits a channel, as TF decodes them)."""
+    return image.mode == "I" or image.mode.startswith("I;16")
+
+
+def _png_mode(image: Image.Image, resizing: bool, keep_16_bit: bool) -> Image.Image:
+    """The image in a mode PNG stores and TF decodes to the same pixels; 16-bit greyscale
+    as 8-bit (its high byte) unless `keep_16_bit`."""
+    if _is_16_bit(image) and not keep_16_bit:
+        return _high_byte(image)
     if image.mode in ("L", "LA", "RGB", "RGBA", "I;16"):
         return image
     if image.mode == "P" and not image.has_transparency_data and not resizing:
         return image  # a palette PNG is smaller; resampling needs real colours
     if image.mode == "1":
         return image.convert("L")
-    if image.mode == "I" or image.mode.startswith("I;16"):
+    if _is_16_bit(image):
         # Via "I": Pillow's direct I;16B -> I;16 conversion clips to 8 bits.
         return image.convert("I").convert("I;16")
     return image.convert("RGBA" if image.has_transparency_data else "RGB")
@@ -493,14 +510,18 @@ def _jpeg_mode(image: Image.Image) -> Image.Image:
         return image
     if image.mode == "1":
         return image.convert("L")
-    if image.mode == "I" or image.mode.startswith("I;16"):
-        # The high byte, as TF's uint8 decode of a 16-bit PNG gives.
-        return image.convert("I").point(lambda value: value / 256).convert("L")
+    if _is_16_bit(image):
+        return _high_byte(image)
     if image.has_transparency_data:
         image = image.convert("LA" if image.mode == "LA" else "RGBA")
         white = Image.new(image.mode, image.size, "white")
         return Image.alpha_composite(white, image).convert(image.mode[:-1])
     return image.convert("RGB")
+
+
+def _high_byte(image: Image.Image) -> Image.Image:
+    """A 16-bit greyscale image as 8-bit, as TF's uint8 decode of a 16-bit PNG gives it."""
+    return image.convert("I").point(lambda value: value / 256).convert("L")
 
 
 def _encode(image: Image.Image, out_format: str, jpeg_quality: int) -> bytes:
