@@ -37,6 +37,7 @@ from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 from worker import naming
 from worker.chunks import RowChunk
 from worker.dead_letters import DeadLetter
+from worker.label_checks import merge_seen
 from worker.row_tasks import ChunkSurvey
 from worker.summary import RunInfo, Summary
 
@@ -107,6 +108,10 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
     train_label_rows = (surveys
                         | "TrainLabels" >> beam.FlatMap(_label_rows)
                         | "CountTrainLabels" >> beam.CombinePerKey(sum))
+    # Labels that are probably a mistake: every split's, with their first rows.
+    labels_seen = (surveys
+                   | "LabelsSeen" >> beam.FlatMap(lambda survey: survey.labels_seen.items())
+                   | "MergeLabelsSeen" >> beam.CombinePerKey(merge_seen))
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         tft_dir)
     shard_plan = surveys | "PlanShards" >> PlanShards(
@@ -147,12 +152,14 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
           "row_counts": row_counts,
           "rows_discarded": rows_discarded,
           "train_label_rows": train_label_rows,
+          "labels_seen": labels_seen,
           "duplicates_by_splits": deduped["by_splits"],
           "near_duplicates_by_splits": deduped["near_by_splits"],
           "report_content": report_content,
           "written": (transform_fn_written, dead_letter_files, deduped["report"])}
          | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, settings, run_info,
-                                       PublishRules(options.max_error_fraction, pinned_from)))
+                                       PublishRules(options.max_error_fraction, pinned_from,
+                                                    options.strict_labels)))
 
 
 def _label_rows(survey: ChunkSurvey) -> Iterator[tuple[str, int]]:

@@ -109,6 +109,12 @@ class ConvertOptions(PipelineOptions):
                  "label_map.pbtxt (its ids as given), or an earlier image-tfrecords output "
                  "folder, whose ids are kept. A label outside it is unseen "
                  "(--unseen_label); one without examples keeps its id.")
+        _add_switch(group, "--strict_labels",
+                    "Fail the run (publishing nothing) on labels that are probably a "
+                    "mistake, which are otherwise warnings in the console, report.html and "
+                    "summary.json: the multi-label separator inside a label in single-label "
+                    "mode, labels that differ only in case or surrounding spaces, and "
+                    "whole-number labels whose ids are not their numbers.")
         group = parser.add_argument_group("images", "What is stored of each image.")
         group.add_argument(
             "--image_format", choices=("keep", "jpeg", "png"), default="keep",
@@ -341,6 +347,7 @@ class ConvertOptions(PipelineOptions):
         """What the conversion does, for the transforms: built once, passed whole."""
         return RunSettings(
             label_mode=LabelMode(self.label_mode),
+            label_separator=self.label_separator,
             unseen_label=UnseenLabel(self.unseen_label),
             extra_columns=self.extra_columns(),
             shard_format=self._shard_format(),

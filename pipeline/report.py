@@ -9,13 +9,19 @@ from worker.naming import REPORT_FILE
 from worker.summary import CopiesInfo, Summary
 
 
+def _shown(label: str) -> str:
+    """A label as the table lists it: quoted where a comma or a space would make it read as
+    several, or where it is empty."""
+    return repr(label) if not label or any(char in label for char in ", '\"\t") else label
+
+
 def format_report(summary: Summary, output_dir: str, wall_seconds: float,
                   published: bool = True) -> str:
     """The table; `published` False heads it as a failed run's, of which nothing was
     published."""
     rows = [("split", "examples", "shards", "MB", "labels")]
     for split, stats in summary.splits.items():
-        labels = ", ".join(f"{label} {count}" for label, count in stats.labels.items())
+        labels = ", ".join(f"{_shown(label)} {count}" for label, count in stats.labels.items())
         rows.append((split, str(stats.examples), str(len(stats.shards)),
                      f"{stats.bytes / 1e6:.1f}", labels or "-"))
     widths = [max(len(row[column]) for row in rows) for column in range(4)]
@@ -48,6 +54,9 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
     if near.copies:
         lines.append(_copies_line(f"near-copies (pHash within {near.max_distance} bits)",
                                   near, "--dedupe near"))
+    lines += [f"warning: {warning.message}; {warning.rows} row{'s' * (warning.rows != 1)}, "
+              f"the first {', '.join(warning.first_rows)}"
+              for warning in summary.label_warnings]
     annotated = collections.Counter()
     for stats in summary.splits.values():
         annotated.update(stats.annotations)

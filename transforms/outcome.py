@@ -23,6 +23,7 @@ class PublishRules(NamedTuple):
 
     max_error_fraction: float
     pinned_from: str | None = None  # the pinned vocabulary's file; None: from TRAIN
+    strict_labels: bool = False  # summary.label_warnings fail the run
 
 
 class Failure(pydantic.BaseModel):
@@ -104,6 +105,10 @@ def outcome_problems(summary: Summary, train_label_rows: dict[str, int],
                     f"{label!r} ({rows} TRAIN row{'s' * (rows != 1)}, all dead-lettered)"
                     for label, rows in unwritten.items())
                 + "; fix those rows, or pin the ids with --vocabulary FILE|OUTPUT_DIR")
+    if rules.strict_labels and summary.label_warnings:
+        problems.append("--strict_labels: " + "; ".join(
+            f"{warning.message} (rows {', '.join(warning.first_rows)})"
+            for warning in summary.label_warnings))
     if summary.error_fraction > rules.max_error_fraction:
         problems.append(f"{summary.error_fraction:.1%} of rows were dead-lettered, more "
                         f"than --max_error_fraction {rules.max_error_fraction:.1%}")

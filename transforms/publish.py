@@ -41,6 +41,7 @@ from worker.file_formats import ShardFormat, shard_globs
 from worker.beam_hdfs import fix_beam_hdfs
 from worker.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from worker.splits import SPLITS
+from worker.label_checks import LabelSeen, label_warnings
 from worker.label_map import label_map_text
 from worker.naming import (DATASET_INFO_FILE, DUPLICATES, ERRORS, FAILED_FILE, FEATURES_FILE,
                            LABEL_MAP_FILE, NEAR_DUPLICATES, REPORT_FILE, SUMMARY_FILE,
@@ -65,6 +66,7 @@ class PublishOutput(beam.PTransform):
     (reason codes), "row_counts" (counts that sum to the rows read; a source with
     nothing to count gives none), "rows_discarded" (the DISCARD rows among them: one
     count, or none for 0), "train_label_rows" ((label, TRAIN rows carrying it)),
+    "labels_seen" ((label, LabelSeen): every split's, for summary.json's label_warnings),
     "duplicates_by_splits" and "near_duplicates_by_splits" ("kept split/copy split",
     copies), "report_content" (the one ReportContent of report.html) and
     "written" (anything that must be complete first: the transform_fn, the dead letters,
@@ -102,6 +104,7 @@ class PublishOutput(beam.PTransform):
                     rows_discarded=beam.pvalue.AsSingleton(inputs["rows_discarded"],
                                                            default_value=0),
                     train_label_rows=beam.pvalue.AsDict(inputs["train_label_rows"]),
+                    labels_seen=beam.pvalue.AsDict(inputs["labels_seen"]),
                     duplicates=beam.pvalue.AsDict(inputs["duplicates_by_splits"]),
                     near_duplicates=beam.pvalue.AsDict(inputs["near_duplicates_by_splits"]),
                     report_content=beam.pvalue.AsSingleton(inputs["report_content"]),
@@ -109,6 +112,7 @@ class PublishOutput(beam.PTransform):
 
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
                  row_counts: list[int], rows_discarded: int, train_label_rows: dict[str, int],
+                 labels_seen: dict[str, LabelSeen],
                  duplicates: dict[str, int], near_duplicates: dict[str, int],
                  report_content: ReportContent, written: list[Any]) -> Summary:
         fix_beam_hdfs()  # this may be a worker of another machine
@@ -124,7 +128,7 @@ class PublishOutput(beam.PTransform):
             summary = summary.model_copy(update={"resumed_shards": resumed_shards(files)})
         else:
             summary = self._prepare(files, errors_by_reason, sum(row_counts),
-                                    (duplicates, near_duplicates),
+                                    (duplicates, near_duplicates), labels_seen,
                                     written, rows_discarded, report_content)
             _write_text(prepared, summary.to_json())
         problems = outcome_problems(summary, train_label_rows, self._rules)
@@ -154,6 +158,7 @@ class PublishOutput(beam.PTransform):
     def _prepare(self, files: dict[str, list[tuple[str, ShardWritten]]],
                  errors_by_reason: dict[str, int], rows_read: int,
                  copies: tuple[dict[str, int], dict[str, int]],
+                 labels_seen: dict[str, LabelSeen],
                  written: list[Any], rows_discarded: int, report_content: ReportContent
                  ) -> Summary:
         """The summary, from the staged transform_fn's vocabularies; stages the TFDS
@@ -190,7 +195,10 @@ class PublishOutput(beam.PTransform):
                 max_distance=self._settings.near_distance,
                 dropped=self._settings.dedupe is Dedupe.NEAR,
                 files=_written_names(written, NEAR_DUPLICATES)),
-            "label_map": LABEL_MAP_FILE if detection else None})
+            "label_map": LABEL_MAP_FILE if detection else None,
+            "label_warnings": label_warnings(labels_seen, vocabularies[LABEL_VOCABULARY],
+                                             self._settings.label_mode,
+                                             self._settings.label_separator)})
         for name, text in tfds_metadata(summary).items():
             _write_text(FileSystems.join(staged, name), text)
         if detection:

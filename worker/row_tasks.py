@@ -23,6 +23,7 @@ from worker.chunks import RowChunk
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import DiscardedRow, ManifestItem, RowRules
 from worker.inputs.sources import FORMATS, read_chunk
+from worker.label_checks import FIRST_ROWS, LabelSeen
 from worker.label_ids import LabelLookup
 from worker.records import LabelledRow, ManifestRow
 from worker.shard_writer import Progress, SplitPlan, pack_rows, uri_digest
@@ -50,6 +51,7 @@ class ChunkSurvey(NamedTuple):
     train_labels: list[TrainLabels]
     dead_letters: list[DeadLetter]
     discarded: int  # DISCARD rows: read, and left out on purpose
+    labels_seen: dict[str, LabelSeen]  # every split's labels, for worker/label_checks.py
 
     @property
     def rows_read(self) -> int:
@@ -97,6 +99,7 @@ def survey(items: Iterable[ManifestItem], sample_size: int, categorical: Sequenc
     train: collections.Counter[tuple[tuple[str, ...], tuple[str, ...]]] = collections.Counter()
     dead_letters: list[DeadLetter] = []
     discarded = 0
+    labels_seen: dict[str, LabelSeen] = {}
     for item in items:
         if isinstance(item, DeadLetter):
             dead_letters.append(item)
@@ -110,10 +113,15 @@ def survey(items: Iterable[ManifestItem], sample_size: int, categorical: Sequenc
                 sample[:] = sample_of(sample, sample_size)
             if item.split == TRAIN:
                 train[item.labels, tuple(str(item.extras[index]) for index in categorical)] += 1
+            for label in item.labels:
+                seen = labels_seen.get(label)
+                row = f"{item.manifest}:{item.line}"
+                labels_seen[label] = (LabelSeen(1, (row,)) if seen is None else LabelSeen(
+                    seen.rows + 1, seen.first_rows + (row,) * (len(seen.first_rows) < FIRST_ROWS)))
     return ChunkSurvey(dict(rows), {split: sample_of(found, sample_size)
                                     for split, found in uris.items()},
                        [TrainLabels(*key, count) for key, count in train.items()],
-                       dead_letters, discarded)
+                       dead_letters, discarded, labels_seen)
 
 
 class ChunkPacks(NamedTuple):

@@ -25,6 +25,7 @@ class RunSettings:
     do) become their enums."""
 
     label_mode: LabelMode = LabelMode.SINGLE
+    label_separator: str = "|"  # what joins several labels in one field (multi)
     unseen_label: UnseenLabel = UnseenLabel.ERROR
     extra_columns: tuple[ExtraColumn, ...] = ()  # from --schema
     shard_format: ShardFormat = dataclasses.field(

@@ -57,6 +57,16 @@ class SplitInfo(_Record):
     shards: tuple[ShardInfo, ...] = ()
 
 
+class LabelWarning(_Record):
+    """Labels that are probably a mistake (worker/label_checks.py), and where they are."""
+
+    kind: Literal["separator", "variants", "numeric"]
+    message: str
+    labels: tuple[str, ...]
+    rows: int  # the rows that carry them, in every split
+    first_rows: tuple[str, ...]  # the first of them, as manifest:line
+
+
 class ErrorsInfo(_Record):
     """The dead letters: rows that could not become an example."""
 
@@ -130,6 +140,7 @@ class Summary(RunInfo):
     duplicates: CopiesInfo = CopiesInfo()
     near_duplicates: NearCopiesInfo = NearCopiesInfo()
     label_map: str | None = None  # label_map.pbtxt, with --label_mode detection
+    label_warnings: tuple[LabelWarning, ...] = ()
     files: tuple[str, ...] = ()  # everything published besides the shards and summary.json
 
     @property
