@@ -25,7 +25,7 @@ from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
 from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
 from worker import naming, storage
-from worker.beam_hdfs import fix_beam_hdfs
+from worker.beam_filesystems import settle_beam_filesystems
 from worker.inputs.folder import check_folder
 from worker.inputs.rows import ManifestError, RowRules
 from worker.records import ManifestRow
@@ -89,7 +89,7 @@ def convert_and_report(argv: Sequence[str], started: float | None = None) -> Sum
     # Beam's filesystems take their settings (S3 endpoint and keys, WebHDFS host...) from
     # here; the pipeline sets them again for its workers.
     FileSystems.set_options(options)
-    fix_beam_hdfs()
+    settle_beam_filesystems()
     convert = options.view_as(ConvertOptions)
     with shown_progress(options), quiet_console(convert.verbose):
         return _run(options, convert, time.time() if started is None else started)

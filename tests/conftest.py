@@ -27,7 +27,7 @@ from storage_servers import (FaultProxy, GcsEmulator, HdfsCluster, S3Server,  # 
                              gcs_error, s3_error)
 from worker.examples import IMAGE_FEATURES  # noqa: E402
 from worker.file_formats import format_names  # noqa: E402
-from worker.beam_hdfs import fix_beam_hdfs  # noqa: E402
+from worker.beam_filesystems import settle_beam_filesystems  # noqa: E402
 
 # The end-to-end tests that take `sample_output` run once per format (--file_format).
 FILE_FORMATS = format_names()
@@ -44,6 +44,8 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data"
+# The tests' own reads and writes reach HDFS and S3 as the pipeline's do.
+settle_beam_filesystems()
 
 
 def photo_like(width: int, height: int, seed: int, mode: str = "RGB") -> Image.Image:
@@ -371,7 +373,6 @@ def hdfs_flags(_hdfs_cluster):
     flags = ["--hdfs_host", "127.0.0.1", "--hdfs_port", str(_hdfs_cluster.port),
              "--hdfs_user", "trainer"]
     FileSystems.set_options(PipelineOptions(flags))
-    fix_beam_hdfs()
     return flags
 
 

@@ -38,7 +38,7 @@ from worker import naming
 from worker.choices import Dedupe, LabelMode
 from worker.examples import feature_spec
 from worker.file_formats import ShardFormat, shard_globs
-from worker.beam_hdfs import fix_beam_hdfs
+from worker.beam_filesystems import settle_beam_filesystems
 from worker.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from worker.splits import SPLITS
 from worker.label_checks import LabelSeen, label_warnings
@@ -115,7 +115,7 @@ class PublishOutput(beam.PTransform):
                  labels_seen: dict[str, LabelSeen],
                  duplicates: dict[str, int], near_duplicates: dict[str, int],
                  report_content: ReportContent, written: list[Any]) -> Summary:
-        fix_beam_hdfs()  # this may be a worker of another machine
+        settle_beam_filesystems()  # this may be a worker of another machine
         files = name_shards(shards, self._format)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
         prepared = FileSystems.join(self._temp_dir, SUMMARY_FILE)

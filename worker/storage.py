@@ -11,30 +11,23 @@ Local files behave as Beam's LocalFileSystem makes them: `create` makes the fold
 from __future__ import annotations
 
 import bz2
-import contextlib
 import gzip
 import io
 import lzma
 import os
 import re
-import threading
-import types
 from typing import Any, BinaryIO
 
 from worker.downloads import (DownloadFailed, DownloadSettings, content_length, download,
                               is_url)
 from worker.gcs_access import GCS_SCHEME, settle_gcs_credentials
-from worker.beam_hdfs import HDFS_SCHEME, fix_beam_hdfs
+from worker.beam_filesystems import settle_beam_filesystems
 
 _SCHEME = re.compile(r"^[a-zA-Z][-a-zA-Z0-9+.]*://")  # as Beam's FileSystems.get_scheme
 _DECOMPRESSORS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".lzma": lzma.open}
 _DECOMPRESSED_BY_BEAM = (".deflate", ".zst", ".zstd")
-_S3_SCHEME = "s3://"
 _options: dict[str, Any] = {}
 _configured = False
-_per_thread = threading.local()
-_shared_s3 = types.SimpleNamespace(s3=None)
-_s3_lock = threading.Lock()
 
 
 def configure(options: dict[str, Any]) -> None:
@@ -60,8 +53,6 @@ def open_read(path: str) -> BinaryIO:
         except DownloadFailed as failed:
             raise (FileNotFoundError if failed.reason == "http_404" else OSError)(
                 failed.message) from None
-    if path.startswith(_S3_SCHEME) and (s3 := _kept_s3_client(path, True)) is not None:
-        return s3.open(path, "rb")
     from apache_beam.io.filesystem import CompressionTypes
     return _beam(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
@@ -107,8 +98,6 @@ def size(path: str) -> int:
         return os.stat(path).st_size
     if is_url(path):
         return content_length(path, DownloadSettings(retries=0))
-    if path.startswith(_S3_SCHEME) and (s3 := _kept_s3_client(path, False)) is not None:
-        return s3.size(path)
     return _beam(path).get_filesystem(path).metadata(path).size_in_bytes
 
 
@@ -157,34 +146,13 @@ def flush_to_disk(path: str) -> None:
             os.close(descriptor)
 
 
-def _kept_s3_client(path: str, for_reading: bool):
-    """Beam's S3 client (S3IO) kept for the filesystems' options; None before Beam's
-    filesystems have options. Beam's S3 filesystem makes a new boto3 client for every
-    call, ~0.16 s of CPU, 50 times the read of a small image with a client kept
-    (bench/RESULTS.md). A reading S3IO keeps the state of its download, so each thread
-    reads with its own; a size is one stateless request, so threads share one for it
-    (the size estimate asks from a new thread per file)."""
-    # No public getter: as transforms/in_workers.filesystem_options reads them.
-    options = _beam(path)._pipeline_options
-    if options is None:
-        return None
-    holder = _per_thread if for_reading else _shared_s3
-    with contextlib.nullcontext() if for_reading else _s3_lock:
-        kept = getattr(holder, "s3", None)
-        if kept is None or kept[0] is not options:
-            from apache_beam.io.aws.s3io import S3IO
-            kept = holder.s3 = (options, S3IO(options=options))
-    return kept[1]
-
-
 def _beam(path: str):
     """Beam's FileSystems, configured with the run's options, for a remote `path`."""
     global _configured
     from apache_beam.io.filesystems import FileSystems
     if path.startswith(GCS_SCHEME):
         settle_gcs_credentials()
-    elif path.startswith(HDFS_SCHEME):
-        fix_beam_hdfs()
+    settle_beam_filesystems()
     if not _configured and _options:
         from apache_beam.options.pipeline_options import PipelineOptions
         FileSystems.set_options(PipelineOptions.from_dictionary(_options))
