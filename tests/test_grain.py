@@ -1,5 +1,5 @@
-"""Grain (JAX) reads ArrayRecord outputs (README, "Grain (JAX)"): any record by its index,
-the same as the sequential read, and the README's loader as a user runs it."""
+"""Grain (JAX) reads ArrayRecord outputs (docs/output/reading.md, "Grain (JAX)"): any record
+by its index, the same as the sequential read, and the docs' loader as a user runs it."""
 
 import json
 import random
@@ -12,7 +12,7 @@ import grain
 
 from conftest import read_examples, shard_pattern, shard_records
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+READING = Path(__file__).resolve().parent.parent / "docs" / "output" / "reading.md"
 
 
 def shard_paths(output, split):
@@ -40,9 +40,9 @@ def test_the_records_are_the_tfrecord_output_s_in_the_same_order(sample_outputs)
         assert array_record == tfrecord and array_record
 
 
-def test_the_readme_loader_batches_every_train_example_with_its_label(sample_outputs):
+def test_the_docs_loader_batches_every_train_example_with_its_label(sample_outputs):
     output = sample_outputs("array_record")
-    block = re.search(r"\*\*Grain \(JAX\)\.\*\*.*?```python\n(.*?)```", README.read_text(),
+    block = re.search(r"## Grain \(JAX\)\n.*?```python\n(.*?)```", READING.read_text(),
                       re.DOTALL).group(1)
     code = block.replace('output = "out"', f"output = {str(output)!r}").replace(
         "    ...", "    seen.append((batch['image'].shape, batch['label'].tolist()))")
