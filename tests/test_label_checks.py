@@ -78,8 +78,9 @@ def test_a_run_warns_in_the_console_summary_and_report_and_fails_with_strict_lab
     assert [warning["kind"] for warning in summary["label_warnings"]] == ["separator", "variants"]
     page = Page(chromium(tmp_path, "--dump-dom", (tmp_path / "out" / "report.html").as_uri()))
     shown = {tuple(path): text for path, text in page.numbers if path[0] == "label_warnings"}
-    assert shown == {("label_warnings", index, "message"): warning["message"]
-                     for index, warning in enumerate(summary["label_warnings"])}
+    assert shown == {("label_warnings", index, field): str(warning[field])
+                     for index, warning in enumerate(summary["label_warnings"])
+                     for field in ("message", "rows")}
 
     code = run.main(["--manifest", path, "--output_dir", str(tmp_path / "strict"),
                      "--strict_labels"])
