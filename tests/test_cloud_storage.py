@@ -419,7 +419,11 @@ def test_a_bucket_that_answers_but_keeps_failing_a_read_does_not_stop_the_run(
     started = time.monotonic()
     probe_storage([uri], seconds=2)
     assert time.monotonic() - started < 4
-    assert set(gcs.proxy.statuses(object_pattern("busy/a.jpg"))) == {fault}
+    # A cut read resumes where it was cut (a ranged GET, answered 206), each cut halving
+    # what is left, until the last byte, which cannot be cut (the client may get that far
+    # while this test looks).
+    answered = set(gcs.proxy.statuses(object_pattern("busy/a.jpg")))
+    assert fault in answered and answered <= {fault, 206}, answered
     warning, = (record.getMessage() for record in caplog.records
                 if record.levelno == logging.WARNING)
     assert warning.startswith(f"{uri}: the storage answers, but had not given the file "
