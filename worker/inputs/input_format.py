@@ -14,6 +14,7 @@ import io
 import json
 import re
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import ijson
 
@@ -85,6 +86,17 @@ class FileHead:
         return root.group(1).decode() if root else None
 
 
+class DeclaredClasses(NamedTuple):
+    """The classes an input declares (YOLO's `names`, COCO's `categories`, CVAT's
+    `<labels>`...), which the output's ids follow as a pinned --vocabulary's do:
+    `labels[i]` gets vocabulary id i (classification's label id; detection's class label
+    is i + 1, the Object Detection API keeping 0 for the background). An id the
+    declaration skips is a gap entry (worker/label_map.py's gap name) no label matches."""
+
+    declared_by: str  # what messages name: "coco8.yaml (names)", "instances.json (categories)"
+    labels: tuple[str, ...]
+
+
 def plain_name(path: str) -> str:
     """The file's name in lower case, without a compression suffix."""
     name = path.rstrip("/").rsplit("/", 1)[-1].lower()
@@ -126,6 +138,11 @@ class InputFormat:
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         """The format's own checks of the file, after the label mode's."""
+
+    def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
+        """The classes `source` declares, with their ids; None where it declares none
+        (the ids are then learnt from TRAIN). Read in the launcher, before the job."""
+        return None
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestItem]:
