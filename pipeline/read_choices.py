@@ -52,7 +52,7 @@ def _split_column(csvs: Sequence[ManifestSource], convert: ConvertOptions) -> st
             f"{_listed(found)}; a split column is chosen only where every CSV manifest has "
             "one such column, under one name: name it with --split_column NAME, or pass "
             "--split_column none to split every row by hash (--split_fractions)")
-    (column, *_), *_ = found.values()
+    column = next(iter(found.values()))[0]  # every manifest's one, under one name
     print(f"image-tfrecords: splits from the column {column.name!r} "
           f"({', '.join(column.values)}); --split_column none splits by hash instead")
     return column.name
