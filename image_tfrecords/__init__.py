@@ -22,7 +22,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
@@ -37,9 +37,6 @@ with quiet_console():
     from image_tfrecords.output import Output
 from worker.naming import REPORT_FILE  # noqa: E402
 from worker.summary import Summary  # noqa: E402
-
-if TYPE_CHECKING:
-    from worker.schema import ExtraColumn
 
 __all__ = ["ConversionResult", "Output", "Summary", "convert", "load"]
 
@@ -111,28 +108,34 @@ def convert(source: str | os.PathLike | Sequence[str | os.PathLike] | pd.DataFra
     """Converts a manifest (a path or glob; a folder of Pascal VOC XMLs is one), a list of
     them, an image folder, or a DataFrame.
 
-    A DataFrame needs an image URI and a label column named as in a manifest header
-    (`image_uri`, `label`, optionally `split`); relative paths in it are relative to the
-    current directory, and rows without a split get one from a hash of the URI as given,
-    as in a CSV. `schema` may be a dict (see --schema); its columns are kept from a
-    DataFrame too. Raises ValueError for an unusable source or options, or a missing source.
+    A DataFrame is read as a CSV manifest with its columns as the header: the same column
+    names, the same options (uri_column, label_column, split_column, label_separator,
+    schema...), the same rows; relative paths in it are relative to the current
+    directory (or image_dir), and rows without a split get one from a hash of the URI as
+    given. `schema` may be a dict (see --schema). Raises ValueError for an unusable source
+    or options, or a missing source.
     """
-    from pipeline.options import parse_split_fractions  # noqa: PLC0415
-    from worker.inputs.rows import DEFAULT_SPLIT_FRACTIONS  # noqa: PLC0415
-    from worker.schema import load_schema  # noqa: PLC0415
-
     if isinstance(options.get("schema"), Mapping):
         options["schema"] = json.dumps(options["schema"])
     if isinstance(source, pd.DataFrame):
-        fractions = (parse_split_fractions(options["split_fractions"])
-                     if "split_fractions" in options else DEFAULT_SPLIT_FRACTIONS)
-        with _dataframe_manifest(source, fractions, options.get("temp_location"),
-                                 load_schema(options.get("schema"))) as manifest:
-            return _convert({"manifest": manifest, **options}, output_dir)
+        return _convert_dataframe(source, output_dir, options)
     paths = _source_paths(source)
     if len(paths) == 1 and _is_image_folder(paths[0]):
         return _convert({"image_folder": paths[0], **options}, output_dir)
     return _convert({"manifest": paths, **options}, output_dir)
+
+
+def _convert_dataframe(frame: pd.DataFrame, output_dir: str, options: dict[str, Any]
+                       ) -> ConversionResult:
+    """The DataFrame written as a CSV manifest, converted as one; errors about that file
+    name the DataFrame."""
+    with _dataframe_manifest(frame, options.get("temp_location")) as manifest:
+        try:
+            return _convert({**options, "manifest": manifest,
+                             "image_dir": options.get("image_dir") or os.getcwd()},
+                            output_dir)
+        except ValueError as problem:
+            raise ValueError(str(problem).replace(manifest, "the DataFrame")) from None
 
 
 def _source_paths(source: object) -> list[str]:
@@ -190,49 +193,23 @@ def _flags(options: dict[str, Any]) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _dataframe_manifest(frame: pd.DataFrame, split_fractions: tuple[float, float, float],
-                        folder: str | None, extra_columns: Sequence[ExtraColumn] = ()
-                        ) -> Iterator[str]:
-    """A DataFrame written as a headed manifest CSV where the workers can read it.
+def _dataframe_manifest(frame: pd.DataFrame, folder: str | None) -> Iterator[str]:
+    """A DataFrame written as a CSV manifest, its columns the header, where the workers
+    can read it: the CSV reader's rules then read it (automl_csv.py), not a copy of them.
 
     That is --temp_location when given (a bucket, for Dataflow), else the local temp dir;
     the file is removed afterwards.
     """
     from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
-    from worker.inputs.rows import assign_split  # noqa: PLC0415
-    from worker.schema import IMAGE  # noqa: PLC0415
 
-    uri_column = next((c for c in ("image_uri", "uri", "path", "image") if c in frame), None)
-    if uri_column is None or "label" not in frame:
-        raise ValueError("the DataFrame needs an image_uri (or uri/path/image) column "
-                         "and a label column")
-    uris = frame[uri_column].astype(str)
-    # Assigned before the URIs are made absolute, so the split does not depend on the
-    # current directory.
-    splits = frame["split"] if "split" in frame else pd.Series("", index=frame.index)
-    splits = splits.fillna("").astype(str)
-    unassigned = splits.str.strip().str.lower().isin(["", "unassigned"])
-    splits[unassigned] = [assign_split(uri, split_fractions) for uri in uris[unassigned]]
-    manifest = pd.DataFrame({"split": splits, uri_column: [_absolute(uri) for uri in uris],
-                             "label": frame["label"]})
-    for column in extra_columns:
-        if column.name not in frame:
-            raise ValueError(f"the DataFrame has no column {column.name!r} named in schema")
-        values = frame[column.name]
-        manifest[column.name] = (values.astype(str).map(_absolute) if column.type == IMAGE
-                                 else values)
     path = FileSystems.join(folder or tempfile.gettempdir(),
                             f"manifest-{uuid.uuid4().hex[:12]}.csv")
     with FileSystems.create(path) as out:
-        out.write(manifest.to_csv(index=False).encode())
+        out.write(frame.to_csv(index=False).encode())
     try:
         yield path
     finally:
         FileSystems.delete([path])
-
-
-def _absolute(uri: str) -> str:
-    return uri if "://" in uri or os.path.isabs(uri) else os.path.abspath(uri)
 
 
 def _is_image_folder(source: str) -> bool:

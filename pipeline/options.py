@@ -15,7 +15,7 @@ from worker.downloads import DownloadSettings, is_url
 from worker.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
                                      format_names, shard_format)
 from worker.images import ImageSettings
-from worker.inputs.rows import DEFAULT_SPLIT_FRACTIONS, RowRules
+from worker.inputs.rows import DEFAULT_LABEL_SEPARATOR, DEFAULT_SPLIT_FRACTIONS, RowRules
 from worker.inputs.sources import MANIFEST_FORMATS, split_and_path
 from worker.pool import Workers
 from worker.run_settings import RunSettings
@@ -66,6 +66,16 @@ class ConvertOptions(PipelineOptions):
             help="The header's column holding the label, when its name is not one of "
                  "the known ones (label, class, category, target...); it also overrides "
                  "them.")
+        # Issue 41: a split column under a name of its own.
+        group.add_argument(
+            "--split_column", metavar="NAME",
+            help="The header's column holding each row's split (train, validation/val, "
+                 "test; UNASSIGNED or empty: assigned as --split_fractions says; anything "
+                 "else is an invalid_split dead letter); it overrides the known names "
+                 "(split, set, ml_use, subset). Without it, one column under another name "
+                 "whose values in the first rows are all split names is used, and named in "
+                 "the console; several are refused, naming them. 'none': no split "
+                 "column, every row's split from --split_fractions.")
         group.add_argument(
             "--schema", metavar="JSON",
             help="Extra manifest columns to keep as typed features, as a JSON object of "
@@ -96,8 +106,12 @@ class ConvertOptions(PipelineOptions):
                  "to the image size); an image's boxes make one example with the Object "
                  "Detection API's image/object/* features, plus label_map.pbtxt.")
         group.add_argument(
-            "--label_separator", metavar="TEXT", default="|",
-            help="With --label_mode multi: what joins several labels inside one field.")
+            "--label_separator", metavar="TEXT",
+            help="With --label_mode multi: what joins several labels inside one field. "
+                 "Default: of ';', ',' and '|', the one most label fields in the first "
+                 "rows hold (a space where none does and most fields hold one), named in "
+                 "the console, refused when two are as common; '|' where none occurs. "
+                 "Also the separator warned about in single-label mode (default '|').")
         group.add_argument(
             "--unseen_label", choices=UnseenLabel.values(), default=UnseenLabel.ERROR.value,
             help="A VALIDATION/TEST label that TRAIN never saw: 'error' dead-letters the "
@@ -269,10 +283,10 @@ class ConvertOptions(PipelineOptions):
                              "or --label_mode detection)")
         except SchemaError as problem:
             found.append(str(problem))
-        if (self.uri_column or self.label_column) and self.image_folder:
-            found.append("--uri_column and --label_column name columns of a --manifest, "
-                         "not of --image_folder")
-        if not self.label_separator:
+        if (self.uri_column or self.label_column or self.split_column) and self.image_folder:
+            found.append("--uri_column, --label_column and --split_column name columns of "
+                         "a --manifest, not of --image_folder")
+        if self.label_separator == "":
             found.append("--label_separator must not be empty")
         if self.max_side is not None and self.max_side < 1:
             found.append("--max_side must be a positive number of pixels")
@@ -338,7 +352,7 @@ class ConvertOptions(PipelineOptions):
         return RowRules(self.split_fraction_values(), self.label_mode, self.label_separator,
                         self.extra_columns(), image_dir=self.image_dir,
                         uri_column=self.uri_column, label_column=self.label_column,
-                        leave_out=self.left_out())
+                        split_column=self.split_column, leave_out=self.left_out())
 
     def extra_columns(self) -> tuple[ExtraColumn, ...]:
         return load_schema(self.schema)
@@ -347,7 +361,7 @@ class ConvertOptions(PipelineOptions):
         """What the conversion does, for the transforms: built once, passed whole."""
         return RunSettings(
             label_mode=LabelMode(self.label_mode),
-            label_separator=self.label_separator,
+            label_separator=self.label_separator or DEFAULT_LABEL_SEPARATOR,
             unseen_label=UnseenLabel(self.unseen_label),
             extra_columns=self.extra_columns(),
             shard_format=self._shard_format(),

@@ -18,6 +18,7 @@ from pipeline.console import quiet_console
 from pipeline.engines import EngineUnusable, job_server_of_the_run, use_built_job_server
 from pipeline.options import ConvertOptions, unknown_option_problem
 from pipeline.progress import shown_progress
+from pipeline.read_choices import settle_read_choices
 from pipeline.report import format_report
 from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
                              scan_sources, start)
@@ -227,7 +228,8 @@ def _pinned_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]
 
 
 def _preflight(convert: ConvertOptions) -> list[ManifestSource]:
-    """Usage errors before any worker starts: options, sources, headers, the output dir.
+    """Usage errors before any worker starts: options, sources, headers, the output dir;
+    then what the options leave open and the manifests decide (read_choices.py).
 
     Returns the manifest files (none for an image folder).
     """
@@ -235,7 +237,9 @@ def _preflight(convert: ConvertOptions) -> list[ManifestSource]:
     if problems:
         raise UsageError("; ".join(problems))
     try:
-        return _check_locations(convert)
+        manifests = _check_locations(convert)
+        settle_read_choices(convert, manifests)
+        return manifests
     except (UsageError, ManifestError):
         raise
     except Exception as error:  # each filesystem's own: unreachable, forbidden, no client

@@ -204,9 +204,9 @@ def test_the_bundled_one_hot_sample_converts_as_the_readme_says(tmp_path):
      ["--manifest", "m.csv", "--uri_column", "picture", "--label_column", "breed"],
      "--label_column 'breed' is not a column of the first row"),
     ({"i.jsonl": "{}\n"}, ["--manifest", "i.jsonl", "--uri_column", "x"],
-     "--uri_column and --label_column name columns of CSV manifests only"),
+     "--uri_column, --label_column and --split_column name columns of CSV manifests only"),
     ({"photos/cat/a.jpg": ""}, ["--image_folder", "photos", "--label_column", "x"],
-     "--uri_column and --label_column name columns of a --manifest"),
+     "--uri_column, --label_column and --split_column name columns of a --manifest"),
 ])
 def test_column_problems_stop_before_the_job_in_one_line(tmp_path, capsys, monkeypatch, files,
                                                          args, words):

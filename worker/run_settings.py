@@ -15,6 +15,7 @@ from worker.copies import DEFAULT_NEAR_DISTANCE
 from worker.downloads import DownloadSettings
 from worker.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
 from worker.images import ImageSettings
+from worker.inputs.rows import DEFAULT_LABEL_SEPARATOR
 from worker.pool import Workers
 from worker.schema import ExtraColumn
 
@@ -25,7 +26,7 @@ class RunSettings:
     do) become their enums."""
 
     label_mode: LabelMode = LabelMode.SINGLE
-    label_separator: str = "|"  # what joins several labels in one field (multi)
+    label_separator: str = DEFAULT_LABEL_SEPARATOR  # joins several labels in one field (multi)
     unseen_label: UnseenLabel = UnseenLabel.ERROR
     extra_columns: tuple[ExtraColumn, ...] = ()  # from --schema
     shard_format: ShardFormat = dataclasses.field(

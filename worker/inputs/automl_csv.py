@@ -2,8 +2,15 @@
 multi-label (several label fields, or labels joined by --label_separator, or one-hot
 columns), or one bounding box per row (relative vertices, or the Object Detection API's
 pixel boxes of a declared size); a header of known names, or the columns
---uri_column/--label_column name, or AutoML's column order. Read a line range at a time
-by worker processes."""
+--uri_column/--label_column/--split_column name, or AutoML's column order. Read a line
+range at a time by worker processes.
+
+What the first rows may say two ways is settled once, by the launcher, before any worker
+reads (pipeline/read_choices.py): a header column under a name of its own whose values are
+all split names (`picture,breed,fold`) is the split column, named in the console, or the
+run is refused naming the columns (split_name_columns); with --label_mode multi, the
+separator most label fields hold (`animal;indoor`) joins labels (common_separator).
+Workers read by the RowRules that come of it, so no two chunks can choose apart."""
 
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ from worker.inputs.rows import (DISCARD, DiscardedRow, ManifestError, ManifestIt
                                 is_split_value, rejecter, resolve_uri, row_split)
 from worker.records import Box, ManifestRow
 from worker.schema import IMAGE, SEGMENTATION, ExtraColumn, parse_value
+from worker.splits import normalise_split
 
 # Header names recognised for each column (compared lower-cased); AutoML order otherwise.
 # Left out as ambiguous: "name" (a file name or a class name) and "id" (an image id or,
@@ -91,7 +99,9 @@ class ColumnLayout:
         names = [field.strip().lower() for field in first_row]
         extra_names = {column.name.lower() for column in rules.extra_columns}
         found = _named_columns(names, extra_names)
-        if rules.uri_column or rules.label_column:  # they name the columns of a header
+        if rules.ignores_split_column:
+            found.pop("split", None)
+        if rules.names_columns:  # options name the columns of a header
             found |= _chosen_columns(first_row, names, source, rules)
         elif not _is_header(first_row, next_rows, found):
             if rules.extra_columns:
@@ -121,6 +131,12 @@ class ColumnLayout:
         return cls(found["uri"], found.get("label"), found.get("split"), len(names), box,
                    tuple(extras), size, one_hot), True
 
+    def mapped(self) -> set[int]:
+        """The indexes of the columns this layout reads."""
+        return {self.uri, *(column for column in (self.label, self.split) if column is not None),
+                *(self.box or ()), *(self.size or ()), *self.extras,
+                *(column.index for column in self.one_hot)}
+
 
 def _named_columns(names: Sequence[str], extra_names: set[str]) -> dict[str, int]:
     """column -> the first index of a known name for it, not a --schema column's."""
@@ -137,10 +153,13 @@ def _named_columns(names: Sequence[str], extra_names: set[str]) -> dict[str, int
 
 def _chosen_columns(first_row: Sequence[str], names: Sequence[str], source: str,
                     rules: RowRules) -> dict[str, int]:
-    """The columns --uri_column and --label_column name, found in the header's names."""
+    """The columns --uri_column, --label_column and --split_column name, found in the
+    header's names."""
     chosen = {}
+    split_column = None if rules.ignores_split_column else rules.split_column
     for column, option, name in (("uri", "--uri_column", rules.uri_column),
-                                 ("label", "--label_column", rules.label_column)):
+                                 ("label", "--label_column", rules.label_column),
+                                 ("split", "--split_column", split_column)):
         if name is None:
             continue
         if name.strip().lower() not in names:
@@ -359,7 +378,8 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
                           f"expected {layout.width} fields, found {len(fields)}{hint}")
 
     written_uri = fields[layout.uri]
-    written_split = fields[layout.split] if layout.split is not None else ""
+    written_split = ("" if layout.split is None or rules.ignores_split_column
+                     else fields[layout.split])
     if written_split.lower() == DISCARD:
         return DiscardedRow(manifest, line)
     if not written_uri:
@@ -392,7 +412,7 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
         label_fields = fields[layout.label:] if headerless else [fields[layout.label]]
         labels = tuple(dict.fromkeys(  # each label once, in order
             label.strip() for field in label_fields
-            for label in field.split(rules.label_separator) if label.strip()))
+            for label in _joined_labels(field, rules.label_separator) if label.strip()))
     if not labels:
         return reject(reasons.MISSING_LABEL, "the label is empty", uri=uri, split=split)
     try:
@@ -406,6 +426,11 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
                          and LeftOut.SEGMENTATION not in rules.leave_out), None)
     return ManifestRow(manifest, line, raw, split, uri, labels, extras=extras,
                        segmentation=segmentation)
+
+
+def _joined_labels(field: str, separator: str | None) -> list[str]:
+    """The labels `separator` joins in one field; the field whole without one."""
+    return field.split(separator) if separator else [field]
 
 
 def _one_hot_labels(fields: Sequence[str], columns: Sequence[OneHotColumn], multi_label: bool,
@@ -465,3 +490,72 @@ class CsvFormat(InputFormat):
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestItem]:
         return read_csv(source.path, rules, source.split, lines)
+
+
+class SplitColumn(NamedTuple):
+    """A header column, under a name that is not one of the known ones, whose values in
+    the rows sampled are all split names: what the launcher names as the split column."""
+
+    name: str  # as the header writes it
+    values: tuple[str, ...]  # the split names it holds, lower-cased, in order
+
+
+def split_name_columns(path: str, rules: RowRules, rows: int) -> tuple[SplitColumn, ...]:
+    """The columns of a CSV manifest's header that the layout leaves unread and whose
+    non-empty values in the first `rows` data rows are all split names (UNASSIGNED and
+    DISCARD too), at least one of them a split. None for a headerless manifest, for one
+    whose header names a split column, or when --split_column is given."""
+    if rules.split_column is not None:
+        return ()
+    head = _parsed_rows(itertools.islice(numbered_lines(path), rows + 1))
+    if not head:
+        return ()
+    header, data = head[0], head[1:]
+    layout, is_header = ColumnLayout.detect(header, path, rules, data[:LOOKAHEAD])
+    if not is_header or layout.split is not None:
+        return ()
+    found = []
+    for index, name in enumerate(header):
+        values = [row[index].strip() for row in data if len(row) > index]
+        splits = tuple(dict.fromkeys(value.lower() for value in values
+                                     if normalise_split(value)))
+        if (index not in layout.mapped() and name.strip() and splits
+                and all(map(is_split_value, values))):
+            found.append(SplitColumn(name.strip(), splits))
+    return tuple(found)
+
+
+# What may join several labels in one field; a space only where none of these occurs
+# (a label such as "golden retriever" holds one).
+SEPARATORS = (";", ",", "|")
+SPACE = " "
+
+
+class SeparatorChoice(NamedTuple):
+    """The separator chosen from sampled label fields: in how many of them it occurs."""
+
+    separator: str
+    fields_with_it: int
+    fields: int
+
+
+def common_separator(label_fields: Sequence[str]) -> SeparatorChoice | None:
+    """The separator in the most `label_fields` (`animal;indoor`); a space only where no
+    other occurs and more than half of them hold one (`animal indoor`). None where none
+    occurs (nothing is joined). ManifestError where two occur in equally many fields:
+    which joins labels, and which is part of one, only the user knows."""
+    counts = collections.Counter({separator: sum(separator in field for field in label_fields)
+                                  for separator in SEPARATORS})
+    (first, most), (second, runner_up) = counts.most_common(2)
+    if most == 0:
+        with_space = sum(SPACE in field.strip() for field in label_fields)
+        if 2 * with_space > len(label_fields):
+            return SeparatorChoice(SPACE, with_space, len(label_fields))
+        return None
+    if runner_up == most:
+        tied = [repr(separator) for separator, count in counts.items() if count == most]
+        raise ManifestError(
+            f"with --label_mode multi, {' and '.join(tied)} each occur in {most} of the "
+            f"{len(label_fields)} label fields sampled: say which joins several labels with "
+            f"--label_separator")
+    return SeparatorChoice(first, most, len(label_fields))

@@ -22,6 +22,11 @@ from worker.splits import SPLITS, normalise_split
 
 DISCARD = "discard"  # TFRecorder's split value for rows to leave out
 DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
+# What joins several labels in one field (multi) when neither --label_separator nor the
+# data says otherwise (pipeline/read_choices.py).
+DEFAULT_LABEL_SEPARATOR = "|"
+# --split_column's value for "no split column": every row's split from the hash.
+NO_SPLIT_COLUMN = "none"
 DEAD_LETTERS = "dead_letters"
 DISCARDED = "discarded"  # ReadManifest's output of DiscardedRows
 
@@ -32,26 +37,40 @@ class RowRules:
 
     label_mode "multi": every non-empty field after the URI of a headerless row is a
     label (AutoML's `split,uri,label1,label2,...`), and any label field may also hold
-    several labels joined by `label_separator`.
+    several labels joined by `label_separator` (None: a field is one label, as the
+    launcher samples them to choose the separator).
     label_mode "detection": a row is one bounding box (AutoML's
     `split,uri,label,x_min,y_min,,,x_max,y_max,,` or four vertices), see parse_box.
     """
 
     split_fractions: tuple[float, float, float] = DEFAULT_SPLIT_FRACTIONS
     label_mode: LabelMode = LabelMode.SINGLE
-    label_separator: str = "|"
+    label_separator: str | None = DEFAULT_LABEL_SEPARATOR
     extra_columns: tuple[ExtraColumn, ...] = ()  # from --schema; need a header
     # --image_dir: relative image names are relative to it instead of the manifest's folder.
     image_dir: str | None = None
     # --uri_column / --label_column: header names that override the known ones
     uri_column: str | None = None
     label_column: str | None = None
+    # --split_column: the header's column holding the split (it overrides the known
+    # names), or NO_SPLIT_COLUMN: none, every row split by hash; None: the known names.
+    split_column: str | None = None
     # --leave_out: annotations the input may hold that the examples are written without
     leave_out: frozenset[LeftOut] = frozenset()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_mode", LabelMode(self.label_mode))
         object.__setattr__(self, "leave_out", frozenset(map(LeftOut, self.leave_out)))
+
+    @property
+    def names_columns(self) -> bool:
+        """Whether options name a header's columns (so the first row is a header)."""
+        return bool(self.uri_column or self.label_column
+                    or self.split_column not in (None, NO_SPLIT_COLUMN))
+
+    @property
+    def ignores_split_column(self) -> bool:
+        return self.split_column == NO_SPLIT_COLUMN
 
     @property
     def multi_label(self) -> bool:

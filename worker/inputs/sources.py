@@ -132,9 +132,10 @@ def format_of(path: str) -> str:
 def check_sources(sources: Sequence[ManifestSource], rules: RowRules) -> None:
     """Each source's format's checks before the job; raises ManifestError."""
     for source in sources:
-        if source.format != "csv" and (rules.uri_column or rules.label_column):
-            raise ManifestError(f"{source.path}: --uri_column and --label_column name "
-                                "columns of CSV manifests only")
+        if source.format != "csv" and (rules.uri_column or rules.label_column
+                                       or rules.split_column):
+            raise ManifestError(f"{source.path}: --uri_column, --label_column and "
+                                "--split_column name columns of CSV manifests only")
         FORMATS[source.format].check(source, rules)
 
 
