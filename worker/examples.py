@@ -58,7 +58,7 @@ ANNOTATION_FEATURES = {
         "image/object/keypoint/x": "float",
         "image/object/keypoint/y": "float",
         "image/object/keypoint/visibility": "int64",  # COCO's 0, 1, 2
-        "image/object/keypoint/num": "int64",  # per object: num_keypoints, or its points with a place
+        "image/object/keypoint/num": "int64",  # per object: num_keypoints, or points placed
     },
     "keypoint_names": {"image/object/keypoint/text": "bytes"},  # K * objects, where known
     "segmentation": SEGMENTATION_FEATURES,

@@ -117,9 +117,9 @@ def clipped_box(xmin: float, ymin: float, xmax: float, ymax: float,
     `tolerance` (a fraction of its side) outside it, or (dead-letter reason, message)."""
     corners = (xmin, ymin, xmax, ymax)
     if not all(-tolerance <= value <= 1 + tolerance for value in corners):
-        return (reasons.BOX_OUT_OF_RANGE, "the box reaches outside the image"
-                + (f" by more than {tolerance:.0%} of its side" if tolerance >= 0.01 else "")
-                + f": corners {', '.join(f'{value:.6g}' for value in corners)}")
+        return (reasons.BOX_OUT_OF_RANGE, "the box reaches outside the image by more than "
+                f"{tolerance * 100:g}% of its side: corners "
+                f"{', '.join(f'{value:.6g}' for value in corners)}")
     xmin, ymin, xmax, ymax = (min(max(value, 0.0), 1.0) for value in corners)
     if xmin >= xmax or ymin >= ymax:
         return reasons.EMPTY_BOX, "the box has no width or no height"

@@ -38,13 +38,13 @@ from worker.inputs.rows import (DiscardedRow, ImageEntries, RowRules, assign_spl
 from worker.records import ManifestRow
 
 _LOCAL_FILES = "/data/local-files/"
+_LABEL_STUDIO_DATA = "/data/"
 # Result types that are no box or polygon (shapes, and what a region carries beside its
 # label): left out, one by one.
 _LEFT_OUT = frozenset({
     "keypointlabels", "keypoint", "brushlabels", "brush", "ellipselabels", "ellipse",
     "vectorlabels", "vector", "relation", "textarea", "rating", "number", "datetime",
     "taxonomy"})
-_LABEL_STUDIO_DATA = "/data/"
 
 
 def read_label_studio(path: str, rules: RowRules, split: str | None
@@ -123,11 +123,12 @@ def _region_row(row: ManifestRow, where: str, region: object, rules: RowRules
     def reject(reason: str, message: str) -> DeadLetter:
         return row.dead_letter(reason, where + message)
 
-    if isinstance(region, dict) and region.get("type") in _LEFT_OUT:
-        return left_out(row, region["type"])
+    kind = region.get("type") if isinstance(region, dict) else None
+    if isinstance(kind, str) and kind in _LEFT_OUT:
+        return left_out(row, kind)
     if not isinstance(region, dict) or not isinstance(region.get("value"), dict):
         return reject(reasons.MALFORMED_ROW, "a region must be an object with a value")
-    kind, value = region.get("type"), region["value"]
+    value = region["value"]
     if kind not in ("rectanglelabels", "polygonlabels"):
         return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {kind} region is not a box")
     labels = [str(label).strip() for label in value.get(kind) or [] if str(label).strip()]
