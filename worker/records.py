@@ -55,8 +55,8 @@ class Keypoints(NamedTuple):
 
     @classmethod
     def from_fields(cls, fields: list) -> Keypoints:
-        *points, declared_num = fields
-        return cls(*map(tuple, points), declared_num)
+        xs, ys, visibility, names, *declared_num = fields  # a receipt may predate it
+        return cls(tuple(xs), tuple(ys), tuple(visibility), tuple(names), *declared_num)
 
 
 class Box(NamedTuple):
