@@ -21,6 +21,8 @@ from worker.inputs.sources import check_sources, find_manifests, read_source
 from worker.masks import decode_rle
 from worker.records import ManifestRow, Mask
 
+PUBLIC = Path(__file__).parent / "data" / "public" / "labelme"
+
 
 def shape(label, kind, points, group_id=None):
     return {"label": label, "points": points, "group_id": group_id, "description": "",
@@ -210,3 +212,21 @@ def test_x_anylabelings_other_shapes(tmp_path):
         (7, reasons.UNSUPPORTED_ANNOTATION, "object 7: a spline is not a box"),
         (8, reasons.UNSUPPORTED_ANNOTATION, "object 8: a line is not a box, in an object "
          "with regions")]
+
+
+def test_x_anylabelings_own_pose_example_is_a_box_and_points_left_out(tmp_path):
+    """X-AnyLabeling's pose example: the person's four-corner rectangle is its extent (it
+    was an empty_box), and its 16 keypoints, point shapes tied to it only by group_id,
+    are left out one by one."""
+    path = tmp_path / "human-pose.json"
+    path.write_bytes((PUBLIC / "x_anylabeling_human_pose.json").read_bytes())
+    found = rows(path, RowRules(label_mode="detection"))
+    (person,) = [row for row in found if isinstance(row, ManifestRow)]
+    assert person.labels == ("person",) and person.image_size == (500, 750)
+    np.testing.assert_allclose(person.boxes[0][:4], (202.57744789123535 / 500,
+                                                     262.77809143066406 / 750,
+                                                     321.3376522064209 / 500,
+                                                     627.0604133605957 / 750))
+    assert [(row.line, row.shape) for row in found if isinstance(row, DiscardedRow)] == [
+        (line, "point") for line in range(2, 18)]
+    assert not [row for row in found if isinstance(row, DeadLetter)]
