@@ -66,10 +66,9 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
             f"{name} {annotated[kind]}" for kind, name in ANNOTATION_NAMES.items()
             if annotated[kind]))
     if summary.objects_left_out:
-        lines.append("left out: " + ", ".join(
-            f"{count} {shape}" for shape, count in summary.objects_left_out.items())
-            + " (shapes the examples cannot hold; their images are written with their "
-            "other objects)")
+        lines.append("objects left out (shapes the examples cannot hold; their images are "
+                     "written with their other objects): " + ", ".join(
+                         f"{shape} {count}" for shape, count in summary.objects_left_out.items()))
     if summary.options.leave_out:
         lines.append(f"left out (--leave_out {summary.options.leave_out}): the examples hold "
                      "the boxes without the input's "

@@ -173,11 +173,11 @@ def test_lines_and_points_are_left_out_by_object_not_by_image(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "rows read 5 = 1 examples written + 0 dead-lettered (0.0%) + 4 discarded (4 " \
            "objects left out)" in out
-    assert "left out: 2 points, 1 polyline, 1 skeleton (shapes the examples cannot hold; " \
-           "their images are written with their other objects)" in out
+    assert "objects left out (shapes the examples cannot hold; their images are written " \
+           "with their other objects): points 2, polyline 1, skeleton 1" in out
     page = (output / "report.html").read_text()
-    assert ("<b data-summary='[&#34;objects_left_out&#34;, &#34;polyline&#34;]'>1</b> "
-            "polyline") in page
+    assert ("polyline <b data-summary='[&#34;objects_left_out&#34;, &#34;polyline&#34;]'>1"
+            "</b>") in page
 
 
 PUBLIC = Path(__file__).parent / "data" / "public" / "cvat"
