@@ -20,8 +20,9 @@ segments2boxes makes it). A polygon is also the object's mask; a pose line's key
 are written, named where the YAML's `kpt_names` names them. A box's corners and a
 polygon's points (OBB corners included) up to 1% of the image's side outside it are
 clipped to it, as Ultralytics accepts them (verify_image_label's "1% tolerance") and
-clips boxes and segments (Instances.clip); farther out, the line is box_out_of_range. Listed with Beam's FileSystems.match, so read in the pipeline's
-process, one label file after another.
+clips boxes and segments (Instances.clip); farther out, the line is box_out_of_range.
+Listed with Beam's FileSystems.match, so read in the pipeline's process, one label file
+after another.
 """
 
 from __future__ import annotations
