@@ -64,7 +64,8 @@ FEATURE_MEANINGS = {
     "image/object/keypoint/y": "K per object, relative to the image height",
     "image/object/keypoint/visibility": "K per object: COCO's 0 (not labelled), 1 "
                                         "(labelled, hidden), 2 (visible)",
-    "image/object/keypoint/num": "per object: its points with a place",
+    "image/object/keypoint/num": "per object: the count the source declares (COCO's "
+                                 "num_keypoints), else its points with a place",
     "image/object/keypoint/text": "K per object: the points' names, where the input names "
                                   "them",
     "image/segmentation/class/encoded": "a PNG of class indices at the image's size",

@@ -139,6 +139,10 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
     rows_discarded = (surveys
                       | "Discarded" >> beam.Map(lambda survey: survey.discarded)
                       | "CountDiscarded" >> beam.CombineGlobally(sum).without_defaults())
+    # Objects of shapes the examples cannot hold, by shape: among the discarded rows.
+    objects_left_out = (surveys
+                        | "LeftOut" >> beam.FlatMap(lambda s: s.objects_left_out.items())
+                        | "CountLeftOut" >> beam.CombinePerKey(sum))
     row_counts = surveys | "RowsRead" >> beam.Map(lambda survey: survey.rows_read)
 
     # What report.html shows besides summary.json: a sample, the first copies and dead letters.
@@ -151,6 +155,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
           "dead_letter_reasons": dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
           "row_counts": row_counts,
           "rows_discarded": rows_discarded,
+          "objects_left_out": objects_left_out,
           "train_label_rows": train_label_rows,
           "labels_seen": labels_seen,
           "duplicates_by_splits": deduped["by_splits"],

@@ -38,7 +38,8 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
     lines.append(
         f"rows read {summary.rows_read} = {written}"
         f" + {summary.rows_dead_lettered} dead-lettered ({summary.error_fraction:.1%})"
-        + (f" + {summary.rows_discarded} discarded (DISCARD)" if summary.rows_discarded else "")
+        + (f" + {summary.rows_discarded} discarded ({_discarded(summary)})"
+           if summary.rows_discarded else "")
         + ("" if summary.accounted else "  MISMATCH: rows were lost"))
     by_reason = summary.errors.by_reason
     if by_reason:
@@ -64,6 +65,10 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
         lines.append("examples with " + ", ".join(
             f"{name} {annotated[kind]}" for kind, name in ANNOTATION_NAMES.items()
             if annotated[kind]))
+    if summary.objects_left_out:
+        lines.append("objects left out (shapes the examples cannot hold; their images are "
+                     "written with their other objects): " + ", ".join(
+                         f"{shape} {count}" for shape, count in summary.objects_left_out.items()))
     if summary.options.leave_out:
         lines.append(f"left out (--leave_out {summary.options.leave_out}): the examples hold "
                      "the boxes without the input's "
@@ -78,6 +83,16 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
     images_per_second = summary.examples_written / wall_seconds if wall_seconds else 0.0
     lines.append(f"wall {wall_seconds:.1f} s, {images_per_second:.1f} images/s")
     return "\n".join(lines)
+
+
+def _discarded(summary: Summary) -> str:
+    """What the discarded rows were: DISCARD rows, objects left out, or both."""
+    objects = sum(summary.objects_left_out.values())
+    if not objects:
+        return "DISCARD"
+    others = summary.rows_discarded - objects
+    return (f"{others} DISCARD, " if others else "") + (
+        f"{objects} object{'s' * (objects != 1)} left out")
 
 
 def _copies_line(heading: str, copies: CopiesInfo, dropped_by: str) -> str:

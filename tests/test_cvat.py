@@ -1,6 +1,6 @@
 """CVAT for images 1.1 XML (worker/inputs/cvat.py): boxes, polygons and masks in pixels of
 each image's declared size, tags as classification labels, subsets as splits, and every
-shape that is not a box dead-lettered by name."""
+shape that is not a box left out by itself, by name, its image written with the rest."""
 
 import json
 import shutil
@@ -13,7 +13,7 @@ from conftest import encode, photo_like
 from pipeline import run
 from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
-from worker.inputs.rows import RowRules
+from worker.inputs.rows import DiscardedRow, RowRules
 from worker.inputs.sources import check_sources, find_manifests, read_source
 from worker.masks import decode_rle
 from worker.records import ManifestRow, Mask
@@ -85,11 +85,12 @@ def test_shapes_are_boxes_in_pixels_of_the_declared_size(tmp_path):
     assert dead == [
         (3, reasons.UNSUPPORTED_ANNOTATION, "image 2: <box>: the box is rotated 45.0 degrees; "
          "the boxes written are not"),
-        (3, reasons.UNSUPPORTED_ANNOTATION, "image 2: <polyline>: a polyline is not a box"),
         (3, reasons.BOX_OUT_OF_RANGE, "image 2: <box>: pixel coordinates 50,0,70,10 lie "
          "outside the declared 64x48 image"),
         (0, reasons.UNSUPPORTED_ANNOTATION, "track 0: a video's track (CVAT for video 1.1); "
          "export the task as CVAT for images 1.1")]
+    assert [row for row in found if isinstance(row, DiscardedRow)] == [
+        DiscardedRow(str(tmp_path / "annotations.xml"), 3, "polyline")]
     # A polygon is its mask; a <mask>'s RLE runs over its region row by row, from a run of
     # background, placed at left, top (as CVAT's own tools decode it).
     assert kept[0].boxes[0].mask is None
@@ -138,6 +139,47 @@ def test_a_cvat_export_converts_end_to_end_beside_a_voc_xml(tmp_path):
     assert summary["splits"]["train"]["labels"] == {"cat": 1, "dog": 1}
 
 
+LINES_AND_POINTS = """
+  <image id="0" name="a.jpg" subset="Train" width="64" height="48">
+    <box label="cat" source="manual" occluded="0" xtl="6.40" ytl="4.80" xbr="32.00" ybr="24.00" z_order="0"/>
+    <polyline label="cat" source="manual" occluded="0" points="1,1;5,5;9,2" z_order="0"/>
+    <points label="dog" source="manual" occluded="0" points="10,10" z_order="0"/>
+    <skeleton label="cat" source="manual" z_order="0">
+      <points label="nose" source="manual" outside="0" occluded="0" points="3,3"/>
+    </skeleton>
+  </image>
+  <image id="1" name="b.jpg" subset="Train" width="64" height="48">
+    <points label="dog" source="manual" occluded="0" points="20,20;30,30" z_order="0"/>
+  </image>
+"""
+
+
+def test_lines_and_points_are_left_out_by_object_not_by_image(tmp_path, capsys):
+    """A task whose image holds a polyline, points and a skeleton beside a box: the image is
+    written with its box, each shape that is no box counted by name as a row discarded on
+    purpose, in the console, summary.json and report.html; an image holding only points
+    is not written (it is not an image without objects)."""
+    for seed, name in enumerate(("a.jpg", "b.jpg")):
+        (tmp_path / name).write_bytes(encode(photo_like(64, 48, seed), "JPEG"))
+    output = tmp_path / "out"
+    assert run.main(["--manifest", str(annotations(tmp_path, LINES_AND_POINTS)),
+                     "--label_mode", "detection", "--output_dir", str(output)]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["objects_left_out"] == {"points": 2, "polyline": 1, "skeleton": 1}
+    assert (summary["rows_read"], summary["rows_in_examples"], summary["examples_written"],
+            summary["rows_dead_lettered"], summary["rows_discarded"], summary["accounted"]) == (
+        5, 1, 1, 0, 4, True)
+    assert summary["splits"]["train"]["labels"] == {"cat": 1}
+    out = capsys.readouterr().out
+    assert "rows read 5 = 1 examples written + 0 dead-lettered (0.0%) + 4 discarded (4 " \
+           "objects left out)" in out
+    assert "objects left out (shapes the examples cannot hold; their images are written " \
+           "with their other objects): points 2, polyline 1, skeleton 1" in out
+    page = (output / "report.html").read_text()
+    assert ("polyline <b data-summary='[&#34;objects_left_out&#34;, &#34;polyline&#34;]'>1"
+            "</b>") in page
+
+
 PUBLIC = Path(__file__).parent / "data" / "public" / "cvat"
 
 
@@ -147,9 +189,9 @@ def test_datumaros_cvat_exports_read_as_cvat_writes_them(tmp_path):
     task_file = tmp_path / "train.xml"
     shutil.copy(PUBLIC / "datumaro_task_train.xml", task_file)
     found = rows(task_file, RowRules(label_mode="detection"))
-    assert [row.reason if isinstance(row, DeadLetter) else row.labels for row in found] == [
-        ("label1",), reasons.UNSUPPORTED_ANNOTATION, reasons.MISSING_LABEL,
-        reasons.UNSUPPORTED_ANNOTATION]
+    assert [row.reason if isinstance(row, DeadLetter) else
+            row.labels if isinstance(row, ManifestRow) else row.shape for row in found] == [
+        ("label1",), "polyline", reasons.MISSING_LABEL, "points"]
     np.testing.assert_allclose(found[0].boxes[0][:4], (0, 2 / 8, 4 / 8, 4 / 8))
     assert found[0].image_size == (8, 8)
     project = tmp_path / "annotations.xml"

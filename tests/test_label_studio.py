@@ -1,6 +1,6 @@
 """Label Studio JSON exports (worker/inputs/label_studio.py): choices as classification
 labels, rectangles and polygons as boxes, Label Studio's own image paths, and what is
-not a box dead-lettered by name."""
+not a box left out by name, region by region."""
 
 import json
 import shutil
@@ -13,7 +13,7 @@ from conftest import encode, photo_like
 from pipeline import run
 from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
-from worker.inputs.rows import RowRules
+from worker.inputs.rows import DiscardedRow, RowRules
 from worker.inputs.sources import check_sources, find_manifests, read_source
 from worker.records import ManifestRow, Mask
 
@@ -89,16 +89,38 @@ def test_rectangles_and_polygons_are_boxes_in_percent_of_the_image(tmp_path):
     np.testing.assert_allclose(kept[3].boxes[0][:4], (0, 0, 1, 1))  # clipped at the edge
     dead = [(row.line, row.reason, row.message) for row in found if isinstance(row, DeadLetter)]
     assert [(line, reason) for line, reason, _ in dead] == [
-        (4, reasons.UNSUPPORTED_ANNOTATION), (4, reasons.UNSUPPORTED_ANNOTATION),
-        (4, reasons.BOX_OUT_OF_RANGE), (4, reasons.INVALID_BOX)]
+        (4, reasons.UNSUPPORTED_ANNOTATION), (4, reasons.BOX_OUT_OF_RANGE),
+        (4, reasons.INVALID_BOX)]
     assert dead[0][2] == "task 4: region r3: the rectangle is rotated 30 degrees; the " \
         "boxes written are not"
-    assert "a keypointlabels region is not a box" in dead[1][2]
+    assert [row for row in found if isinstance(row, DiscardedRow)] == [
+        DiscardedRow(str(path), 4, "keypointlabels")]
     # The polygon is its mask, in its percent divided by 100; a rectangle is a box.
     assert kept[0].boxes[0].mask is None
     assert kept[1].boxes[0].mask == Mask(1.0, 1.0, ((0.5, 0.5, 0.9, 0.55, 0.7, 0.95),))
     left_out = rows(path, RowRules(label_mode="detection", leave_out={"masks"}))
     assert not any(box.mask for row in left_out for box in getattr(row, "boxes", ()))
+
+
+def test_what_no_box_holds_is_left_out_region_by_region(tmp_path):
+    """Keypoints, brushes, ellipses, relations and a region's transcription are left out,
+    each by its type, the task's boxes kept; a task of such regions alone is not an image
+    without objects. A type no one names is a dead letter."""
+    path = export(tmp_path, [
+        task(1, "a.jpg", rectangle("r1", "cat", 10, 20, 30, 40),
+             region("r1", "textarea", {"x": 10, "y": 20, "width": 30, "height": 40,
+                                       "text": ["Tom"]}),
+             region("e1", "ellipselabels", {"x": 50, "y": 50, "radiusX": 5, "radiusY": 3,
+                                            "ellipselabels": ["ball"]}),
+             {"from_id": "r1", "to_id": "e1", "type": "relation", "direction": "right"}),
+        task(2, "b.jpg", region("b1", "brushlabels", {"format": "rle", "rle": [1, 2],
+                                                      "brushlabels": ["grass"]}),
+             region("x1", "splinelabels", {"points": [[1, 1], [2, 2]]}))])
+    found = rows(path, RowRules(label_mode="detection"))
+    assert [row.labels if isinstance(row, ManifestRow) else row.reason
+            if isinstance(row, DeadLetter) else (row.line, row.shape) for row in found] == [
+        ("cat",), (1, "textarea"), (1, "ellipselabels"), (1, "relation"), (2, "brushlabels"),
+        reasons.UNSUPPORTED_ANNOTATION]
 
 
 def test_choices_are_classification_labels(tmp_path):
@@ -148,7 +170,7 @@ PUBLIC = Path(__file__).parent / "data" / "public" / "label_studio"
 def test_label_studios_own_test_exports_read_region_by_region(name, tmp_path):
     """Label Studio's converter's and SDK's fixtures: every rectangle of the first
     annotation a box of x/100, y/100, (x + width)/100, (y + height)/100, or a dead letter
-    for a rotated one; a polygon its extent; keypoints dead letters."""
+    for a rotated one; a polygon its extent; keypoints left out."""
     path = tmp_path / name
     shutil.copy(PUBLIC / name, path)
     found = rows(path, RowRules(label_mode="detection"))
@@ -156,8 +178,8 @@ def test_label_studios_own_test_exports_read_region_by_region(name, tmp_path):
     for task_ in json.loads(path.read_text()):
         for region_ in task_["annotations"][0]["result"]:
             value = region_["value"]
-            if region_["type"] != "rectanglelabels" and region_["type"] != "polygonlabels":
-                expected.append(reasons.UNSUPPORTED_ANNOTATION)
+            if region_["type"] == "keypointlabels":
+                expected.append(DiscardedRow(str(path), 1, "keypointlabels"))
             elif value.get("rotation"):
                 expected.append(reasons.UNSUPPORTED_ANNOTATION)
             elif region_["type"] == "polygonlabels":
@@ -168,7 +190,9 @@ def test_label_studios_own_test_exports_read_region_by_region(name, tmp_path):
                 expected.append((x, y, x + w, y + h))
     assert len(found) == len(expected) > 1
     for row, want in zip(found, expected, strict=True):
-        if isinstance(want, str):
+        if isinstance(want, DiscardedRow):
+            assert row._replace(line=1) == want
+        elif isinstance(want, str):
             assert isinstance(row, DeadLetter) and row.reason == want, row
         else:
             np.testing.assert_allclose(row.boxes[0][:4], want, atol=1e-12)

@@ -1,7 +1,8 @@
 """LabelMe JSON (worker/inputs/labelme.py): a folder of files, one per image; rectangles,
 and the extents of polygons, circles and masks, in pixels of the declared size, and their
 masks; shapes sharing a group_id one object; flags as classification labels; __ignore__
-left out."""
+left out; lines and points left out by object. X-AnyLabeling's files (LabelMe's format):
+rectangles of four corners, rotated boxes, and its other shapes."""
 
 import base64
 import io
@@ -19,6 +20,8 @@ from worker.inputs.rows import DiscardedRow, RowRules
 from worker.inputs.sources import check_sources, find_manifests, read_source
 from worker.masks import decode_rle
 from worker.records import ManifestRow, Mask
+
+PUBLIC = Path(__file__).parent / "data" / "public" / "labelme"
 
 
 def shape(label, kind, points, group_id=None):
@@ -64,11 +67,10 @@ def test_a_folder_of_labelme_files_gives_a_box_per_object(tmp_path):
     np.testing.assert_allclose(kept[2].boxes[0][:4], (0.15, 0.4, 0.25, 0.6))
     assert kept[0].image_size == (100, 50)
     dead = [(row.line, row.reason, row.message) for row in found if isinstance(row, DeadLetter)]
-    assert dead == [(4, reasons.UNSUPPORTED_ANNOTATION, "object 4: a line is not a box"),
-                    (5, reasons.BOX_OUT_OF_RANGE, "object 5: pixel coordinates 60.0,40.0,"
+    assert dead == [(5, reasons.BOX_OUT_OF_RANGE, "object 5: pixel coordinates 60.0,40.0,"
                      "110.0,45.0 lie outside the declared 100x50 image")]
     assert [row for row in found if isinstance(row, DiscardedRow)] == [
-        DiscardedRow(str(labels / "c.json"), 0)]
+        DiscardedRow(str(labels / "a.json"), 4, "line"), DiscardedRow(str(labels / "c.json"), 0)]
     # A group's mask is its shapes' polygons, a circle's a 64-sided one; rectangles
     # alone are a box.
     assert kept[0].boxes[0].mask is None
@@ -165,3 +167,66 @@ def test_regions_labelled_ignore_are_no_objects(tmp_path):
     assert len(kept[0].boxes[0].mask.polygons) == 2
     assert sorted(row for row in found if isinstance(row, DiscardedRow)) == [
         DiscardedRow(str(tmp_path / "a.json"), 2), DiscardedRow(str(tmp_path / "b.json"), 1)]
+
+
+def test_x_anylabeling_rectangles_are_the_extent_of_their_four_corners(tmp_path):
+    """X-AnyLabeling (2.2 and later) writes a rectangle as its four corners, clockwise from
+    any of them; its own converters take their extent (calculate_bounding_box), as they
+    take a two-point rectangle's. A rectangle of four corners was an empty_box before."""
+    labelme(tmp_path, "a.json", "a.jpg", [
+        shape("car", "rectangle", [[10, 5], [60, 5], [60, 40], [10, 40]]),
+        shape("car", "rectangle", [[60, 40], [10, 40], [10, 5], [60, 5]]),
+        shape("car", "rectangle", [[10, 5], [60, 40]])])
+    found = rows(tmp_path / "a.json", RowRules(label_mode="detection"))
+    assert [type(row) for row in found] == [ManifestRow] * 3
+    for row in found:
+        np.testing.assert_allclose(row.boxes[0][:4], (0.1, 0.1, 0.6, 0.8))
+        assert row.boxes[0].mask is None
+
+
+def test_x_anylabelings_other_shapes(tmp_path):
+    """A rotated box (`rotation`, four corners, as YOLO OBB's) is its corners' extent and
+    its mask their polygon; points (its pose keypoints are points beside a rectangle),
+    lines, line strips and cuboids are left out one by one, by name; a shape of a kind no
+    one names is a dead letter, and so is an object that mixes a line with a polygon."""
+    corners = [[30, 10], [50, 20], [40, 40], [20, 30]]
+    labelme(tmp_path, "a.json", "a.jpg", [
+        dict(shape("plane", "rotation", corners), direction=0.46),
+        shape("person", "rectangle", [[1, 1], [9, 1], [9, 9], [1, 9]], group_id=0),
+        shape("nose", "point", [[5, 3]], group_id=0),
+        shape("lane", "linestrip", [[0, 49], [50, 30], [99, 49]]),
+        shape("edge", "line", [[0, 0], [10, 10]]),
+        shape("box", "cuboid", [[1, 1], [5, 1], [5, 5], [1, 5], [2, 2], [6, 2], [6, 6], [2, 6]]),
+        shape("blob", "spline", [[1, 1], [5, 5]]),
+        shape("road", "polygon", [[10, 10], [20, 10], [15, 20]], group_id=3),
+        shape("road", "line", [[0, 0], [10, 10]], group_id=3)])
+    found = rows(tmp_path / "a.json", RowRules(label_mode="detection"))
+    plane, person = [row for row in found if isinstance(row, ManifestRow)]
+    np.testing.assert_allclose(plane.boxes[0][:4], (0.2, 0.2, 0.5, 0.8))
+    assert plane.boxes[0].mask == Mask(100, 50, (tuple(v for xy in corners for v in xy),))
+    assert (person.line, person.labels) == (2, ("person",))
+    assert [(row.line, row.shape) for row in found if isinstance(row, DiscardedRow)] == [
+        (3, "point"), (4, "linestrip"), (5, "line"), (6, "cuboid")]
+    assert [(row.line, row.reason, row.message) for row in found
+            if isinstance(row, DeadLetter)] == [
+        (7, reasons.UNSUPPORTED_ANNOTATION, "object 7: a spline is not a box"),
+        (8, reasons.UNSUPPORTED_ANNOTATION, "object 8: a line is not a box, in an object "
+         "with regions")]
+
+
+def test_x_anylabelings_own_pose_example_is_a_box_and_points_left_out(tmp_path):
+    """X-AnyLabeling's pose example: the person's four-corner rectangle is its extent (it
+    was an empty_box), and its 16 keypoints, point shapes tied to it only by group_id,
+    are left out one by one."""
+    path = tmp_path / "human-pose.json"
+    path.write_bytes((PUBLIC / "x_anylabeling_human_pose.json").read_bytes())
+    found = rows(path, RowRules(label_mode="detection"))
+    (person,) = [row for row in found if isinstance(row, ManifestRow)]
+    assert person.labels == ("person",) and person.image_size == (500, 750)
+    np.testing.assert_allclose(person.boxes[0][:4], (202.57744789123535 / 500,
+                                                     262.77809143066406 / 750,
+                                                     321.3376522064209 / 500,
+                                                     627.0604133605957 / 750))
+    assert [(row.line, row.shape) for row in found if isinstance(row, DiscardedRow)] == [
+        (line, "point") for line in range(2, 18)]
+    assert not [row for row in found if isinstance(row, DeadLetter)]

@@ -142,6 +142,36 @@ def test_named_keypoints_an_object_without_any_and_one_without_a_mask(tmp_path):
     assert (xs.min(), xs.max() + 1, ys.min(), ys.max() + 1) == (20, 30, 10, 20)
 
 
+def test_keypoint_num_is_the_num_keypoints_the_annotation_declares(tmp_path):
+    """create_coco_tf_record copies num_keypoints as the annotation gives it, even where it
+    is not the count of points with a place (CrowdPose counts its own way); an annotation
+    without one gets that count. A crowd's keypoints are written as any object's."""
+    manifest = coco_file(tmp_path, [
+        {"bbox": [4, 2, 20, 10], "keypoints": [10, 5, 2, 12, 6, 1, 0, 0, 0],
+         "num_keypoints": 1},
+        {"bbox": [20, 10, 10, 10], "keypoints": [22, 12, 1, 0, 0, 0, 25, 15, 2]},
+        {"bbox": [1, 1, 5, 5], "keypoints": [0, 0, 0, 0, 0, 0, 0, 0, 0], "num_keypoints": 0,
+         "iscrowd": 1, "segmentation": {"size": [20, 40], "counts": [21, 5, 774]}}],
+        categories=[{"id": 1, "name": "cat", "keypoints": ["nose", "eye", "tail"]}])
+    feature = only_example(convert(tmp_path, manifest))
+    assert list(feature["image/object/is_crowd"].int64_list.value) == [0, 0, 1]
+    assert list(feature["image/object/keypoint/num"].int64_list.value) == [1, 2, 0]
+
+
+def test_a_num_keypoints_that_is_no_count_is_a_dead_letter(tmp_path):
+    manifest = coco_file(tmp_path, [{"bbox": [1, 1, 10, 10], "keypoints": [1, 2, 2],
+                                     "num_keypoints": -1}, {"bbox": [1, 1, 10, 10],
+                                     "keypoints": [1, 2, 2], "num_keypoints": "1"}])
+    rules = RowRules(label_mode="detection")
+    sources = find_manifests([manifest])
+    check_sources(sources, rules)
+    dead = [row for row in read_source(sources[0], rules) if isinstance(row, DeadLetter)]
+    assert [(row.reason, row.line, row.message) for row in dead] == [
+        (reasons.INVALID_KEYPOINTS, line, f"annotation id {line}: num_keypoints must be a "
+         f"whole number of 0 or more, found {written!r}")
+        for line, written in ((1, -1), (2, "1"))]
+
+
 def test_masks_are_drawn_at_the_written_size_and_turned_with_the_image(tmp_path):
     """--max_side: polygons drawn at the written size, an RLE resized (nearest); an EXIF
     orientation 6 image turned upright: its masks and keypoints turned with it."""

@@ -228,3 +228,20 @@ def test_with_many_labels_the_sample_shows_those_with_most_train_examples():
                                        for index in range(LABELS_SAMPLED)]
     assert {tuple(path) for path, _ in page.numbers} >= {
         ("splits", "train", "labels", label) for label in labels}
+
+
+def test_objects_left_out_are_counted_by_shape_under_the_accounting(tmp_path):
+    """Shapes the examples cannot hold (a CVAT task's polylines and points) are named with
+    their counts, summary.json's, in the page Chromium renders."""
+    summary = Summary(options=RunOptions(label_mode="detection"), rows_read=6,
+                      rows_in_examples=2, examples_written=1, rows_dead_lettered=0,
+                      rows_discarded=4, objects_left_out={"points": 1, "polyline": 3},
+                      accounted=True, error_fraction=0.0, vocabulary={"label": ["cat"]},
+                      splits={"train": SplitInfo(examples=1, labels={"cat": 2})})
+    (tmp_path / REPORT_FILE).write_text(render_report(summary, ReportContent({}, [], [], {}),
+                                                      "out"))
+    page = rendered(tmp_path, tmp_path)
+    shown = {tuple(path): text.strip() for path, text in page.numbers}
+    assert {path: text for path, text in shown.items() if path[0] == "objects_left_out"} == {
+        ("objects_left_out", "points"): "1", ("objects_left_out", "polyline"): "3"}
+    assert shown[("rows_discarded",)] == "4"

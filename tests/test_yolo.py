@@ -129,8 +129,14 @@ def test_roboflow_exports_names_lists_and_txt_lists_of_images(tmp_path):
     ("2 0.5 0.5 0.2 0.2", reasons.UNKNOWN_CATEGORY_ID, "class 2 is not one of the 2 classes"),
     ("-1 0.5 0.5 0.2 0.2", reasons.UNKNOWN_CATEGORY_ID, "class -1"),
     ("0.5 0.5 0.5 0.2 0.2", reasons.UNKNOWN_CATEGORY_ID, "class 0.5"),
-    ("0 1.5 0.5 0.2 0.2", reasons.BOX_OUT_OF_RANGE, "between 0 and 1"),
+    ("0 1.5 0.5 0.2 0.2", reasons.BOX_OUT_OF_RANGE, "reaches outside the image by more "
+     "than 1% of its side: corners 1.4, 0.4, 1.6, 0.6"),
     ("0 0.05 0.5 0.5 0.2", reasons.BOX_OUT_OF_RANGE, "reaches outside the image"),
+    ("0 0.095 0.5 0.2 0.2", None, None),  # 0.005 outside: clipped, as Ultralytics does
+    ("0 -0.005 0.1 0.5 0.1 0.5 0.6 -0.005 0.6", None, None),  # an OBB's corners, likewise
+    ("0 -0.02 0.1 0.5 0.1 0.5 0.6 -0.02 0.6", reasons.BOX_OUT_OF_RANGE, "a point lies "
+     "outside the image by more than 1% of its side: coordinates must be normalised to the "
+     "image size, between 0 and 1, found -0.02"),
     ("0 0.5 0.5 0 0.2", reasons.EMPTY_BOX, "no width"),
     ("0 0.1 0.1 0.2 0.2 0.3 0.1 0.4", reasons.WRONG_COLUMN_COUNT, "found 8"),
     ("0 0.1 0.1 0.2 0.2", reasons.DUPLICATE_ROW, "the same object as line 1"),
@@ -149,6 +155,23 @@ def test_each_bad_label_line_is_a_dead_letter_naming_its_file_and_line(
     assert (dead.reason, dead.manifest, dead.line, dead.raw) == (
         reason, str(root / "labels" / "train" / "a.txt"), 2, line)
     assert message in dead.message
+
+
+def test_obb_corners_and_polygon_points_just_outside_the_image_are_clipped(tmp_path):
+    """Ultralytics' dota8 has OBB corners a little outside [0, 1] (17 of its 133 objects);
+    its verify_image_label accepts coordinates 1% outside and Instances.clip clips boxes and
+    segments to the image: the box and the mask here are of the clipped corners."""
+    root = ultralytics_layout(tmp_path, {("train", "a"): (
+        "0 -0.004 0.1 0.5 0.1 0.5 0.6 -0.004 0.6\n"
+        "0 0.3 0.2 1.008 0.25 0.9 1.01 0.31 0.9\n"
+        "0 0.5 0.5 1.01 0.2\n")})
+    yaml = text(root / "dota8.yaml", "train: images/train\nnames: [plane]\n")
+    obb, polygon, box = rows(yaml)
+    np.testing.assert_allclose(obb.boxes[0][:4], (0, 0.1, 0.5, 0.6))
+    assert obb.boxes[0].mask == Mask(1.0, 1.0, ((0, 0.1, 0.5, 0.1, 0.5, 0.6, 0, 0.6),))
+    np.testing.assert_allclose(polygon.boxes[0][:4], (0.3, 0.2, 1, 1))
+    assert polygon.boxes[0].mask.polygons == ((0.3, 0.2, 1, 0.25, 0.9, 1, 0.31, 0.9),)
+    np.testing.assert_allclose(box.boxes[0][:4], (0, 0.4, 1, 0.6))
 
 
 def test_polygons_of_fewer_than_three_points_and_duplicated_images_are_dead_letters(tmp_path):

@@ -64,8 +64,9 @@ class PublishOutput(beam.PTransform):
 
     Input: a dict of PCollections: "shards" (ShardWritten), "dead_letter_reasons"
     (reason codes), "row_counts" (counts that sum to the rows read; a source with
-    nothing to count gives none), "rows_discarded" (the DISCARD rows among them: one
-    count, or none for 0), "train_label_rows" ((label, TRAIN rows carrying it)),
+    nothing to count gives none), "rows_discarded" (the DISCARD rows and objects left
+    out among them: one count, or none for 0), "objects_left_out" ((shape, objects of it
+    left out)), "train_label_rows" ((label, TRAIN rows carrying it)),
     "labels_seen" ((label, LabelSeen): every split's, for summary.json's label_warnings),
     "duplicates_by_splits" and "near_duplicates_by_splits" ("kept split/copy split",
     copies), "report_content" (the one ReportContent of report.html) and
@@ -103,6 +104,7 @@ class PublishOutput(beam.PTransform):
                     row_counts=beam.pvalue.AsList(inputs["row_counts"]),
                     rows_discarded=beam.pvalue.AsSingleton(inputs["rows_discarded"],
                                                            default_value=0),
+                    objects_left_out=beam.pvalue.AsDict(inputs["objects_left_out"]),
                     train_label_rows=beam.pvalue.AsDict(inputs["train_label_rows"]),
                     labels_seen=beam.pvalue.AsDict(inputs["labels_seen"]),
                     duplicates=beam.pvalue.AsDict(inputs["duplicates_by_splits"]),
@@ -111,7 +113,8 @@ class PublishOutput(beam.PTransform):
                     written=beam.pvalue.AsList(written)))
 
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
-                 row_counts: list[int], rows_discarded: int, train_label_rows: dict[str, int],
+                 row_counts: list[int], rows_discarded: int,
+                 objects_left_out: dict[str, int], train_label_rows: dict[str, int],
                  labels_seen: dict[str, LabelSeen],
                  duplicates: dict[str, int], near_duplicates: dict[str, int],
                  report_content: ReportContent, written: list[Any]) -> Summary:
@@ -129,7 +132,8 @@ class PublishOutput(beam.PTransform):
         else:
             summary = self._prepare(files, errors_by_reason, sum(row_counts),
                                     (duplicates, near_duplicates), labels_seen,
-                                    written, rows_discarded, report_content)
+                                    written, (rows_discarded, objects_left_out),
+                                    report_content)
             _write_text(prepared, summary.to_json())
         problems = outcome_problems(summary, train_label_rows, self._rules)
         if problems:  # nothing is published; the temp dir stays, as evidence
@@ -159,8 +163,8 @@ class PublishOutput(beam.PTransform):
                  errors_by_reason: dict[str, int], rows_read: int,
                  copies: tuple[dict[str, int], dict[str, int]],
                  labels_seen: dict[str, LabelSeen],
-                 written: list[Any], rows_discarded: int, report_content: ReportContent
-                 ) -> Summary:
+                 written: list[Any], discarded: tuple[int, dict[str, int]],
+                 report_content: ReportContent) -> Summary:
         """The summary, from the staged transform_fn's vocabularies; stages the TFDS
         metadata, report.html and, for detection, label_map.pbtxt."""
         staged = staged_dir(self._temp_dir)
@@ -176,7 +180,8 @@ class PublishOutput(beam.PTransform):
         detection = self._settings.label_mode is LabelMode.DETECTION
         summary = build_summary(files, errors_by_reason, rows_read, vocabularies[LABEL_VOCABULARY],
                                 error_files=_written_names(written, ERRORS),
-                                run_info=self._run_info, rows_discarded=rows_discarded,
+                                run_info=self._run_info, rows_discarded=discarded[0],
+                                objects_left_out=discarded[1],
                                 companions=self._format.companions)
         annotations = {kind for split in summary.splits.values() for kind in split.annotations}
         summary = summary.model_copy(update={
@@ -367,10 +372,12 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
                   errors_by_reason: dict[str, int], rows_read: int,
                   vocabulary: Sequence[str], error_files: list[str],
                   run_info: RunInfo, rows_discarded: int = 0,
+                  objects_left_out: dict[str, int] | None = None,
                   companions: Sequence[str] = ()) -> Summary:
     """summary.json: counts per split and label, shard files, errors and the accounting.
 
-    `rows_discarded`: DISCARD rows, read but left out on purpose (no error);
+    `rows_discarded`: DISCARD rows and objects left out, read but left out on purpose (no
+    error); `objects_left_out`: shape -> the objects of it among them;
     `companions`: the suffixes of the files beside each shard (ShardFormat.companions).
     """
     known = set(vocabulary)
@@ -413,6 +420,7 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
         rows_in_examples=rows_in_examples,
         rows_dead_lettered=rows_dead_lettered,
         rows_discarded=rows_discarded,
+        objects_left_out=dict(sorted((objects_left_out or {}).items())),
         accounted=rows_read == rows_in_examples + rows_dead_lettered + rows_discarded,
         error_fraction=rows_dead_lettered / rows_read if rows_read else 0.0,
         splits=splits,

@@ -58,7 +58,7 @@ ANNOTATION_FEATURES = {
         "image/object/keypoint/x": "float",
         "image/object/keypoint/y": "float",
         "image/object/keypoint/visibility": "int64",  # COCO's 0, 1, 2
-        "image/object/keypoint/num": "int64",  # per object: its points with a place
+        "image/object/keypoint/num": "int64",  # per object: num_keypoints, or points placed
     },
     "keypoint_names": {"image/object/keypoint/text": "bytes"},  # K * objects, where known
     "segmentation": SEGMENTATION_FEATURES,
@@ -189,7 +189,7 @@ def _object_annotations(boxes: Sequence[Box], image: PreparedImage) -> dict[str,
                                   ("visibility", "visibility", 0)):
             values.setdefault(f"image/object/keypoint/{key}", []).extend(
                 (*getattr(keypoints, field), *[blank] * padding))
-        values.setdefault("image/object/keypoint/num", []).append(keypoints.labelled)
+        values.setdefault("image/object/keypoint/num", []).append(keypoints.num)
         if names:
             values.setdefault("image/object/keypoint/text", []).extend(
                 text.encode() for text in (*(keypoints.names or [""] * len(keypoints.xs)),

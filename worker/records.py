@@ -34,22 +34,29 @@ class Mask(NamedTuple):
 
 class Keypoints(NamedTuple):
     """An object's keypoints relative to the image, as COCO gives them: per point x, y and
-    its visibility (0 not labelled, 1 labelled but hidden, 2 visible), and the points'
-    names where the source names them."""
+    its visibility (0 not labelled, 1 labelled but hidden, 2 visible), the points' names
+    where the source names them, and the count the source declares (COCO's
+    `num_keypoints`) where it declares one."""
 
     xs: tuple[float, ...]
     ys: tuple[float, ...]
     visibility: tuple[int, ...]
     names: tuple[str, ...] = ()
+    declared_num: int | None = None
 
     @property
-    def labelled(self) -> int:
-        """COCO's num_keypoints: the points with a place (visibility above 0)."""
+    def num(self) -> int:
+        """image/object/keypoint/num: the count the source declares, as
+        create_coco_tf_record copies `num_keypoints`; where it declares none, the points
+        with a place (visibility above 0), which is what COCO's count means."""
+        if self.declared_num is not None:
+            return self.declared_num
         return sum(1 for flag in self.visibility if flag > 0)
 
     @classmethod
     def from_fields(cls, fields: list) -> Keypoints:
-        return cls(*map(tuple, fields))
+        xs, ys, visibility, names, *declared_num = fields  # a receipt may predate it
+        return cls(tuple(xs), tuple(ys), tuple(visibility), tuple(names), *declared_num)
 
 
 class Box(NamedTuple):

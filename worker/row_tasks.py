@@ -50,7 +50,8 @@ class ChunkSurvey(NamedTuple):
     size_sample: dict[str, list[str]]  # split -> its sample's URIs (sample_of)
     train_labels: list[TrainLabels]
     dead_letters: list[DeadLetter]
-    discarded: int  # DISCARD rows: read, and left out on purpose
+    discarded: int  # DISCARD rows and objects left out: read, and left out on purpose
+    objects_left_out: dict[str, int]  # shape -> objects of it left out (among discarded)
     labels_seen: dict[str, LabelSeen]  # every split's labels, for worker/label_checks.py
 
     @property
@@ -99,12 +100,15 @@ def survey(items: Iterable[ManifestItem], sample_size: int, categorical: Sequenc
     train: collections.Counter[tuple[tuple[str, ...], tuple[str, ...]]] = collections.Counter()
     dead_letters: list[DeadLetter] = []
     discarded = 0
+    left_out: collections.Counter[str] = collections.Counter()
     labels_seen: dict[str, LabelSeen] = {}
     for item in items:
         if isinstance(item, DeadLetter):
             dead_letters.append(item)
         elif isinstance(item, DiscardedRow):
             discarded += 1
+            if item.shape:
+                left_out[item.shape] += 1
         else:
             rows[item.split] += 1
             sample = uris[item.split]
@@ -121,7 +125,7 @@ def survey(items: Iterable[ManifestItem], sample_size: int, categorical: Sequenc
     return ChunkSurvey(dict(rows), {split: sample_of(found, sample_size)
                                     for split, found in uris.items()},
                        [TrainLabels(*key, count) for key, count in train.items()],
-                       dead_letters, discarded, labels_seen)
+                       dead_letters, discarded, dict(left_out), labels_seen)
 
 
 class ChunkPacks(NamedTuple):

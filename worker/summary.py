@@ -128,7 +128,10 @@ class Summary(RunInfo):
     examples_written: int
     rows_in_examples: int  # more than examples_written with detection boxes
     rows_dead_lettered: int
-    rows_discarded: int = 0  # DISCARD rows, read but left out on purpose
+    rows_discarded: int = 0  # DISCARD rows and objects left out: read, left out on purpose
+    # Objects of shapes the examples cannot hold (CVAT's polylines, LabelMe's points...):
+    # each is one row, among rows_discarded; their images are written with their other objects.
+    objects_left_out: dict[str, int] = {}  # shape, as its source names it -> objects left out
     accounted: bool
     error_fraction: float
     splits: dict[str, SplitInfo]  # train, validation, test

@@ -111,13 +111,14 @@ def box_row(image: ManifestRow, label: str, has_box: bool,
 
 
 
-def clipped_box(xmin: float, ymin: float, xmax: float, ymax: float
-                ) -> Box | tuple[str, str]:
-    """Corners relative to the image -> a Box, clipped to it within _EDGE_TOLERANCE, or
-    (dead-letter reason, message)."""
+def clipped_box(xmin: float, ymin: float, xmax: float, ymax: float,
+                tolerance: float = _EDGE_TOLERANCE) -> Box | tuple[str, str]:
+    """Corners relative to the image -> a Box, clipped to it where they lie at most
+    `tolerance` (a fraction of its side) outside it, or (dead-letter reason, message)."""
     corners = (xmin, ymin, xmax, ymax)
-    if not all(-_EDGE_TOLERANCE <= value <= 1 + _EDGE_TOLERANCE for value in corners):
-        return (reasons.BOX_OUT_OF_RANGE, "the box reaches outside the image: corners "
+    if not all(-tolerance <= value <= 1 + tolerance for value in corners):
+        return (reasons.BOX_OUT_OF_RANGE, "the box reaches outside the image by more than "
+                f"{tolerance * 100:g}% of its side: corners "
                 f"{', '.join(f'{value:.6g}' for value in corners)}")
     xmin, ymin, xmax, ymax = (min(max(value, 0.0), 1.0) for value in corners)
     if xmin >= xmax or ymin >= ymax:

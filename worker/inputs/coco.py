@@ -140,7 +140,8 @@ def _annotation_row(path: str, position: int, annotation: object,
     if mask is not None and not isinstance(mask, Mask):
         return row.dead_letter(mask[0], where + mask[1])
     keypoints = (None if LeftOut.KEYPOINTS in rules.leave_out else _keypoints(
-        annotation.get("keypoints"), row.image_size, category.keypoints))
+        annotation.get("keypoints"), annotation.get("num_keypoints"), row.image_size,
+        category.keypoints))
     if keypoints is not None and not isinstance(keypoints, Keypoints):
         return row.dead_letter(keypoints[0], where + keypoints[1])
     return row._replace(labels=(category.name,),
@@ -186,13 +187,18 @@ def _mask(segmentation: object, size: tuple[int, int], rules: RowRules
     return Mask(*size, tuple(map(tuple, segmentation)))
 
 
-def _keypoints(written: object, size: tuple[int, int], names: tuple[str, ...]
-               ) -> Keypoints | tuple[str, str] | None:
+def _keypoints(written: object, num_keypoints: object, size: tuple[int, int],
+               names: tuple[str, ...]) -> Keypoints | tuple[str, str] | None:
     """`keypoints` [x, y, visibility] * K in pixels -> Keypoints relative to the image's
     declared size (as create_coco_tf_record divides them), named by the category's
-    `keypoints`. None for none."""
+    `keypoints`, with `num_keypoints` as the annotation gives it (create_coco_tf_record
+    copies it to image/object/keypoint/num, even where it is not the count of points with
+    a place, as in CrowdPose). None for none."""
     if not written:
         return None
+    if num_keypoints is not None and not (type(num_keypoints) is int and num_keypoints >= 0):
+        return (reasons.INVALID_KEYPOINTS, "num_keypoints must be a whole number of 0 or "
+                f"more, found {num_keypoints!r}")
     if not (isinstance(written, list) and len(written) % 3 == 0
             and all(isinstance(value, (int, float)) for value in written)):
         return (reasons.INVALID_KEYPOINTS, "keypoints must be [x, y, visibility] per point, "
@@ -209,7 +215,7 @@ def _keypoints(written: object, size: tuple[int, int], names: tuple[str, ...]
             return (reasons.INVALID_KEYPOINTS, f"keypoint {number} ({x:g}, {y:g}) is outside "
                     f"the {size[0]}x{size[1]} image")
     return Keypoints(tuple(x / size[0] for x in xs), tuple(y / size[1] for y in ys),
-                     tuple(map(int, flags)), names)
+                     tuple(map(int, flags)), names, num_keypoints)
 
 
 class CocoFormat(InputFormat):

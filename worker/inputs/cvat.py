@@ -8,7 +8,12 @@ Rows: with --label_mode single or multi, one per image, its labels its tags (its
 are not read); with detection, one per shape (its tags are not read), boxes divided by
 the image's declared size as the Object Detection API's converters do. A polygon's or a
 mask's box is its extent, and its mask is written (a <mask>'s RLE runs over its region,
-row by row, starting with background); a rotated box, a shape of another kind and a <track> (CVAT for video) are dead letters naming them.
+row by row, starting with background). A <polyline>, <points>, <ellipse>, <cuboid> or
+<skeleton> is left out by itself (a discarded row, counted by shape in summary.json's
+objects_left_out), its image written with its other objects; an image all of whose
+shapes are left out is not written (it is not an image without objects). A rotated box,
+a shape of a kind not named here and a <track> (CVAT for video) are dead letters naming
+them.
 Splits: `subset` (Train, Validation, Test) where it names one, else --manifest
 SPLIT=PATH or a hashed one. Images: `name`, relative to --image_dir, or to the XML's
 `images/` folder when there is one (CVAT's export with images), else to its folder. The
@@ -31,16 +36,18 @@ from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, poly
                                  region_mask, with_mask)
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
-from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, image_folder,
-                                invalid_split, resolve_uri, row_split)
+from worker.inputs.rows import (DiscardedRow, ImageEntries, ManifestError, RowRules,
+                                image_folder, invalid_split, left_out, resolve_uri, row_split)
 from worker.records import ManifestRow
 
 _IMAGES = "images"  # where CVAT's export with images puts them, beside annotations.xml
 _SUBSET_DEFAULT = "default"  # CVAT's subset of a task without one
+# CVAT's shapes that are no box, mask or polygon: left out of the examples, object by object.
+_LEFT_OUT = frozenset({"polyline", "points", "ellipse", "cuboid", "skeleton"})
 
 
 def read_cvat(path: str, rules: RowRules, split: str | None
-              ) -> Iterator[ManifestRow | DeadLetter]:
+              ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     """A row per image (classification) or shape (detection); `line` is the image's
     1-based position among the <image> elements (0 for a <track>), `raw` its element's
     XML without children, or the shape's."""
@@ -67,7 +74,7 @@ def read_cvat(path: str, rules: RowRules, split: str | None
 
 def _image_rows(path: str, position: int, element: ElementTree.Element, folder: str,
                 rules: RowRules, forced: str | None, entries: ImageEntries
-                ) -> Iterator[ManifestRow | DeadLetter]:
+                ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     name = (element.get("name") or "").strip()
     raw = _xml(element)
     where = f"image {element.get('id', position)}: "
@@ -121,12 +128,14 @@ def _tagged(image: ManifestRow, where: str, element: ElementTree.Element, rules:
 
 
 def _shape_row(row: ManifestRow, where: str, shape: ElementTree.Element, rules: RowRules
-               ) -> ManifestRow | DeadLetter:
+               ) -> ManifestRow | DeadLetter | DiscardedRow:
     here = f"{where}<{shape.tag}>: "
 
     def reject(reason: str, message: str, **_: str) -> DeadLetter:
         return row.dead_letter(reason, here + message)
 
+    if shape.tag in _LEFT_OUT:
+        return left_out(row, shape.tag)
     if shape.tag not in ("box", "polygon", "mask"):
         return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {shape.tag} is not a box")
     mask = None
@@ -193,5 +202,5 @@ class CvatFormat(InputFormat):
         return head.xml_root == "annotations"
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestRow | DeadLetter]:
+             ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
         return read_cvat(source.path, rules, source.split)

@@ -6,9 +6,13 @@ A task is read from its first annotation that was not cancelled (as Label Studio
 converters read one annotation a task). Rows: with --label_mode single or multi, one per
 task, its labels the `choices`; with detection, one per region, its box `x, y, x + width,
 y + height` divided by 100 (a polygon's box is its points' extent, and the polygon its
-mask). A rotated rectangle is dead-lettered (the API's boxes are not rotated), and so is
-a region of another type: keypoints (Label Studio's are regions of their own, tied to no
-object) and brushes (its own RLE) are not read. `data.image` may
+mask). A rotated rectangle is dead-lettered (the API's boxes are not rotated). Keypoints
+(Label Studio's are regions of their own, tied to no object), brushes (its own RLE),
+ellipses and vectors, relations and per-region text, ratings, numbers, dates and
+taxonomies are left out, each by itself (a discarded row, counted by type in
+summary.json's objects_left_out), the image written with its boxes (an image of such
+regions alone is not written); a region of a type not named here is a dead letter
+naming it. `data.image` may
 be Label Studio's own path (`/data/upload/3/x.jpg`, `/data/local-files/?d=dir/x.jpg`):
 read as `upload/3/x.jpg` and `dir/x.jpg` relative to --image_dir or the JSON's folder.
 The file is streamed (ijson) a task at a time.
@@ -29,15 +33,22 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import box_row, clipped_box, extent, polygon_mask, with_mask
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
-from worker.inputs.rows import ImageEntries, RowRules, assign_split, image_folder, resolve_uri
+from worker.inputs.rows import (DiscardedRow, ImageEntries, RowRules, assign_split,
+                                image_folder, left_out, resolve_uri)
 from worker.records import ManifestRow
 
 _LOCAL_FILES = "/data/local-files/"
 _LABEL_STUDIO_DATA = "/data/"
+# Result types that are no box or polygon (shapes, and what a region carries beside its
+# label): left out, one by one.
+_LEFT_OUT = frozenset({
+    "keypointlabels", "keypoint", "brushlabels", "brush", "ellipselabels", "ellipse",
+    "vectorlabels", "vector", "relation", "textarea", "rating", "number", "datetime",
+    "taxonomy"})
 
 
 def read_label_studio(path: str, rules: RowRules, split: str | None
-                      ) -> Iterator[ManifestRow | DeadLetter]:
+                      ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     """A row per task (classification) or per region (detection); `line` is the task's
     1-based position in the list, `raw` the task's region (or the task) as JSON."""
     entries = ImageEntries()
@@ -47,7 +58,7 @@ def read_label_studio(path: str, rules: RowRules, split: str | None
 
 
 def _task_rows(path: str, position: int, task: object, rules: RowRules, split: str | None,
-               entries: ImageEntries) -> Iterator[ManifestRow | DeadLetter]:
+               entries: ImageEntries) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     raw = json.dumps(task, ensure_ascii=False)
     if not isinstance(task, dict):
         yield DeadLetter(path, position, raw, "", split or "", reasons.MALFORMED_ROW,
@@ -96,7 +107,7 @@ def _task_rows(path: str, position: int, task: object, rules: RowRules, split: s
 
 
 def _region_rows(image: ManifestRow, where: str, regions: list, rules: RowRules
-                 ) -> Iterator[ManifestRow | DeadLetter]:
+                 ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     shapes = [region for region in regions
               if not (isinstance(region, dict) and region.get("type") == "choices")]
     if not shapes:
@@ -108,13 +119,16 @@ def _region_rows(image: ManifestRow, where: str, regions: list, rules: RowRules
 
 
 def _region_row(row: ManifestRow, where: str, region: object, rules: RowRules
-                ) -> ManifestRow | DeadLetter:
+                ) -> ManifestRow | DeadLetter | DiscardedRow:
     def reject(reason: str, message: str) -> DeadLetter:
         return row.dead_letter(reason, where + message)
 
+    kind = region.get("type") if isinstance(region, dict) else None
+    if isinstance(kind, str) and kind in _LEFT_OUT:
+        return left_out(row, kind)
     if not isinstance(region, dict) or not isinstance(region.get("value"), dict):
         return reject(reasons.MALFORMED_ROW, "a region must be an object with a value")
-    kind, value = region.get("type"), region["value"]
+    value = region["value"]
     if kind not in ("rectanglelabels", "polygonlabels"):
         return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {kind} region is not a box")
     labels = [str(label).strip() for label in value.get(kind) or [] if str(label).strip()]
@@ -166,5 +180,5 @@ class LabelStudioFormat(InputFormat):
         return isinstance(task, dict) and "data" in task and "annotations" in task
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestRow | DeadLetter]:
+             ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
         return read_label_studio(source.path, rules, source.split)

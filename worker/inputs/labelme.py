@@ -5,13 +5,19 @@ JSON's folder, or to --image_dir), `imageWidth`, `imageHeight`, image-level `fla
 
 Rows: with --label_mode single or multi, one per file, its labels the flags set true
 (labelme's classification flags; `__ignore__` is not a class); with detection, one per
-object: a rectangle's two corners, or the extent of a polygon's points, a circle (its
-centre and a point on it) or a mask's corners. Shapes sharing a label and a group_id are
-one object, as labelme's own labelme2coco merges them, and its mask is their union: the
-polygons, the circles (as 64-sided polygons), the rectangles, or a mask shape's pixels
-(a base64 PNG of its region). A region labelled `__ignore__` is no object: a discarded
-row, as labelme2coco skips it. Lines, line strips and points are not boxes: dead letters
-naming them. A folder given to --manifest is read as its .json files.
+object: the extent of a rectangle's points (labelme writes two opposite corners,
+X-AnyLabeling all four, and its converters take their extent too), of a polygon's, of a
+rotated box's four corners (X-AnyLabeling's `rotation`, as YOLO OBB's), of a circle (its
+centre and a point on it) or of a mask's corners. Shapes sharing a label and a group_id
+are one object, as labelme's own labelme2coco merges them, and its mask is their union:
+the polygons and rotated boxes, the circles (as 64-sided polygons), the rectangles, or a
+mask shape's pixels (a base64 PNG of its region). A region labelled `__ignore__` is no
+object: a discarded row, as labelme2coco skips it. Points, lines, line strips and
+X-AnyLabeling's cuboids are no boxes: each such object is left out by itself (a
+discarded row, counted by shape in summary.json's objects_left_out), its image written
+with its other objects (an image of such objects alone is not written); an object that
+mixes them with regions, or a shape of a kind not named here, is a dead letter naming
+it. A folder given to --manifest is read as its .json files.
 """
 
 from __future__ import annotations
@@ -33,12 +39,17 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
                                  region_mask, with_mask)
 from worker.inputs.input_format import FileHead, InputFormat
-from worker.inputs.rows import DiscardedRow, RowRules, assign_split, resolve_uri
+from worker.inputs.rows import DiscardedRow, RowRules, assign_split, left_out, resolve_uri
 from worker.records import ManifestRow
 
 # labelme's first keys: version, flags, shapes, imagePath, imageData...
 _LABELME_KEYS = frozenset({"version", "flags", "shapes"})
-_REGIONS = ("rectangle", "polygon", "circle", "mask")
+# The points each region needs: labelme's rectangle two opposite corners (X-AnyLabeling's
+# all four), X-AnyLabeling's rotated box (`rotation`) its four corners, a circle its centre
+# and a point on it, a mask its region's top left and bottom right corners.
+_POINTS_NEEDED = {"rectangle": 2, "rotation": 4, "polygon": 3, "circle": 2, "mask": 2}
+# labelme's and X-AnyLabeling's shapes that are no region: left out, object by object.
+_LEFT_OUT = frozenset({"point", "points", "line", "linestrip", "cuboid"})
 # A circle's mask is a polygon of this many sides (labelme's own draws it with Pillow).
 _CIRCLE_SIDES = 64
 # labelme's own flag for an image to leave out (its file is a discarded row, as DISCARD),
@@ -108,24 +119,29 @@ def _objects(shapes: list) -> list[list]:
     return list(groups.values())
 
 
-def _object_row(row: ManifestRow, shapes: list, rules: RowRules) -> ManifestRow | DeadLetter:
+def _object_row(row: ManifestRow, shapes: list, rules: RowRules
+                ) -> ManifestRow | DeadLetter | DiscardedRow:
     where = f"object {row.line}: "
 
     def reject(reason: str, message: str, **_: str) -> DeadLetter:
         return row.dead_letter(reason, where + message)
 
+    if not all(isinstance(shape, dict) for shape in shapes):
+        return reject(reasons.MALFORMED_ROW, "a shape must be a JSON object")
+    # labelme before 4.0 wrote no shape_type: its shapes were polygons.
+    kinds = [str(shape.get("shape_type") or "polygon") for shape in shapes]
+    if all(kind in _LEFT_OUT for kind in kinds):
+        return left_out(row, kinds[0])
     xs: list[float] = []
     ys: list[float] = []
     polygons: list[list[tuple[float, float]]] = []  # the object's region, as polygons
     region = None  # or as a mask shape's pixels (a group of them: the last one's)
-    for shape in shapes:
-        if not isinstance(shape, dict):
-            return reject(reasons.MALFORMED_ROW, "a shape must be a JSON object")
-        kind = shape.get("shape_type") or "polygon"  # labelme before 4.0 wrote none
-        if kind not in _REGIONS:
-            return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {kind} is not a box")
+    for shape, kind in zip(shapes, kinds, strict=True):
+        if kind not in _POINTS_NEEDED:
+            return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {kind} is not a box" + (
+                ", in an object with regions" if kind in _LEFT_OUT else ""))
         points = _points(shape.get("points"))
-        needed = 3 if kind == "polygon" else 2
+        needed = _POINTS_NEEDED[kind]
         if points is None or len(points) < needed:
             return reject(reasons.INVALID_BOX, f"a {kind} needs {needed} or more points "
                           f"[x, y], found {shape.get('points')!r}")
@@ -135,8 +151,8 @@ def _object_row(row: ManifestRow, shapes: list, rules: RowRules) -> ManifestRow 
             points = [(cx + radius * math.cos(turn), cy + radius * math.sin(turn))
                       for turn in (2 * math.pi * step / _CIRCLE_SIDES
                                    for step in range(_CIRCLE_SIDES))]
-        elif kind == "rectangle":
-            (x0, y0), (x1, y1) = points[:2]
+        elif kind == "rectangle":  # its points' extent, whether two corners or four
+            x0, y0, x1, y1 = extent([x for x, _ in points], [y for _, y in points])
             points = [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
         elif kind == "mask":
             region = _mask_pixels(shape.get("mask"))
@@ -150,7 +166,7 @@ def _object_row(row: ManifestRow, shapes: list, rules: RowRules) -> ManifestRow 
     label = str(shapes[0].get("label") or "").strip()
     if region is not None:
         mask = region_mask(*region, row.image_size, rules)
-    elif any(shape.get("shape_type") != "rectangle" for shape in shapes):
+    elif any(kind != "rectangle" for kind in kinds):
         mask = polygon_mask(polygons, row.image_size, rules)
     else:
         mask = None  # rectangles alone: a box

@@ -86,10 +86,22 @@ class ManifestError(ValueError):
 
 
 class DiscardedRow(NamedTuple):
-    """A row whose split is DISCARD: left out on purpose, counted apart from dead letters."""
+    """A row read and left out on purpose, counted apart from dead letters: a row whose
+    split is DISCARD, or (with `shape`) an object of a shape the examples cannot hold."""
 
     manifest: str
     line: int
+    # The left-out object's shape as its source names it (CVAT's "polyline", LabelMe's
+    # "linestrip"...); empty for a DISCARD row.
+    shape: str = ""
+
+
+def left_out(row: ManifestRow, shape: str) -> DiscardedRow:
+    """An object of a shape the Object Detection API's examples cannot hold (a line, points,
+    a cuboid...): left out by itself, so its image is written with its other objects, and
+    counted by shape in summary.json's objects_left_out. One object is one row, so it is a
+    row discarded on purpose: rows read = in examples + dead-lettered + discarded holds."""
+    return DiscardedRow(row.manifest, row.line, shape)
 
 
 # What reading a manifest yields for each row.

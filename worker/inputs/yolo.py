@@ -17,8 +17,12 @@ img2label_paths):
 Each line is one detection row: its box converted to the Object Detection API's
 xmin/ymin/xmax/ymax (Ultralytics' xywhn2xyxy; a polygon's box is its points' extent, as
 segments2boxes makes it). A polygon is also the object's mask; a pose line's keypoints
-are written, named where the YAML's `kpt_names` names them. Listed with Beam's FileSystems.match, so read in the pipeline's
-process, one label file after another.
+are written, named where the YAML's `kpt_names` names them. A box's corners and a
+polygon's points (OBB corners included) up to 1% of the image's side outside it are
+clipped to it, as Ultralytics accepts them (verify_image_label's "1% tolerance") and
+clips boxes and segments (Instances.clip); farther out, the line is box_out_of_range.
+Listed with Beam's FileSystems.match, so read in the pipeline's process, one label file
+after another.
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ from worker.splits import SPLITS
 
 # data.yaml's key for each split.
 _SPLIT_KEYS = dict(zip(SPLITS, ("train", "val", "test"), strict=True))
+# How far (a fraction of the image's side) a corner or polygon point may lie outside the
+# image and be clipped to it: Ultralytics' own check allows 1% (ultralytics/data/utils.py,
+# verify_image_label: coordinates within -0.01 and 1.01) before Instances.clip clips them.
+_ULTRALYTICS_TOLERANCE = 0.01
 
 
 def read_yolo(path: str, rules: RowRules, split: str | None
@@ -209,14 +217,8 @@ def _label_row(row: ManifestRow, raw: str, dataset: YoloDataset, rules: RowRules
                                f"of the {len(dataset.names)} classes of {dataset.path} "
                                f"(0 to {len(dataset.names) - 1})")
     coordinates = values[1:]
-    if not all(0.0 <= value <= 1.0 for value in (coordinates[:4] if shape == "pose"
-                                                  else coordinates)):
-        return row.dead_letter(reasons.BOX_OUT_OF_RANGE, "coordinates must be normalised "
-                               f"to the image size, between 0 and 1: {raw!r}")
     if shape == "polygon":
-        points = list(zip(coordinates[0::2], coordinates[1::2], strict=True))
-        box = with_mask(clipped_box(*extent(coordinates[0::2], coordinates[1::2])),
-                        polygon_mask([points], (1.0, 1.0), rules))
+        box = _polygon_box(coordinates, rules)
     else:
         box = _centre_box(coordinates[:4])
     if not isinstance(box, Box):
@@ -276,7 +278,23 @@ def _expected_fields(count: int, keypoints: tuple[int, int] | None) -> str:
 
 def _centre_box(values: list[float]) -> Box | tuple[str, str]:
     cx, cy, width, height = values
-    return clipped_box(cx - width / 2, cy - height / 2, cx + width / 2, cy + height / 2)
+    return clipped_box(cx - width / 2, cy - height / 2, cx + width / 2, cy + height / 2,
+                       _ULTRALYTICS_TOLERANCE)
+
+
+def _polygon_box(coordinates: list[float], rules: RowRules) -> Box | tuple[str, str]:
+    """A polygon line's (segmentation, or OBB's four corners) points clipped to the image
+    within _ULTRALYTICS_TOLERANCE -> the Box of their extent, the polygon its mask."""
+    outside = [value for value in coordinates
+               if not -_ULTRALYTICS_TOLERANCE <= value <= 1 + _ULTRALYTICS_TOLERANCE]
+    if outside:
+        return (reasons.BOX_OUT_OF_RANGE, "a point lies outside the image by more than "
+                f"{_ULTRALYTICS_TOLERANCE:.0%} of its side: coordinates must be normalised "
+                f"to the image size, between 0 and 1, found {outside[0]:g}")
+    clipped = [min(max(value, 0.0), 1.0) for value in coordinates]
+    xs, ys = clipped[0::2], clipped[1::2]
+    return with_mask(clipped_box(*extent(xs, ys)),
+                     polygon_mask([list(zip(xs, ys, strict=True))], (1.0, 1.0), rules))
 
 
 def _class_names(path: str, data: dict) -> tuple[str, ...]:
