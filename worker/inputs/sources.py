@@ -23,7 +23,7 @@ from worker.inputs.coco import CocoFormat
 from worker.inputs.cvat import CvatFormat
 from worker.inputs.folder import ImageFolderFormat
 from worker.inputs.hf_imagefolder import HfMetadataFormat
-from worker.inputs.input_format import FileHead, InputFormat, plain_name
+from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat, plain_name
 from worker.inputs.label_studio import LabelStudioFormat
 from worker.inputs.labelme import LabelMeFormat
 from worker.inputs.rows import ManifestError, ManifestItem, RowRules
@@ -136,6 +136,41 @@ def check_sources(sources: Sequence[ManifestSource], rules: RowRules) -> None:
             raise ManifestError(f"{source.path}: --uri_column and --label_column name "
                                 "columns of CSV manifests only")
         FORMATS[source.format].check(source, rules)
+
+
+def declared_classes(sources: Sequence[ManifestSource]) -> DeclaredClasses | None:
+    """The classes the sources declare, which the output's ids follow; None where none
+    declares any. Sources that declare the same classes are one declaration; ManifestError
+    naming two that differ (a label would have two ids)."""
+    declarations: dict[tuple[str, ...], list[DeclaredClasses]] = {}
+    for declared in class_declarations(sources):
+        declarations.setdefault(declared.labels, []).append(declared)
+    if len(declarations) > 1:
+        first, second = (found[0] for found in declarations.values())
+        raise ManifestError(
+            f"{first.declared_by} and {second.declared_by} declare different classes "
+            f"({_first_difference(first.labels, second.labels)}): convert them apart, or "
+            "give the ids of both with --vocabulary FILE")
+    if not declarations:
+        return None
+    (found,) = declarations.values()
+    others = len({declared.declared_by for declared in found}) - 1
+    return found[0]._replace(declared_by=found[0].declared_by + (
+        f" and {others} other file{'s' * (others > 1)} that declare the same" if others else ""))
+
+
+def class_declarations(sources: Sequence[ManifestSource]) -> list[DeclaredClasses]:
+    """What each source that declares classes declares; ManifestError for a declaration
+    that cannot give ids (a name that two ids share, say)."""
+    return [declared for source in sources
+            if (declared := FORMATS[source.format].declared_classes(source)) is not None]
+
+
+def _first_difference(first: Sequence[str], second: Sequence[str]) -> str:
+    for class_id, (one, other) in enumerate(zip(first, second, strict=False)):
+        if one != other:
+            return f"class {class_id + 1} of the one is {one!r}, of the other {other!r}"
+    return f"{len(first)} classes in one, {len(second)} in the other"
 
 
 def read_source(source: ManifestSource, rules: RowRules = RowRules()
