@@ -14,6 +14,7 @@ that split.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
 from worker import storage
@@ -156,14 +157,23 @@ def declared_classes(sources: Sequence[ManifestSource]) -> DeclaredClasses | Non
     (found,) = declarations.values()
     others = len({declared.declared_by for declared in found}) - 1
     return found[0]._replace(declared_by=found[0].declared_by + (
-        f" and {others} other file{'s' * (others > 1)} that declare the same" if others else ""))
+        f" and {others} other file{'s' * (others > 1)}" if others else ""))
 
 
 def class_declarations(sources: Sequence[ManifestSource]) -> list[DeclaredClasses]:
     """What each source that declares classes declares; ManifestError for a declaration
-    that cannot give ids (a name that two ids share, say)."""
-    return [declared for source in sources
-            if (declared := FORMATS[source.format].declared_classes(source)) is not None]
+    that cannot give ids: an empty name, or a name that two ids share."""
+    found = [declared for source in sources
+             if (declared := FORMATS[source.format].declared_classes(source)) is not None]
+    for declared in found:
+        repeated = sorted(name for name, count in Counter(declared.labels).items() if count > 1)
+        problem = (f"{', '.join(map(repr, repeated))} twice" if repeated
+                   else "no class" if not declared.labels
+                   else "an empty name" if not all(declared.labels) else None)
+        if problem:
+            raise ManifestError(f"{declared.declared_by} declares classes that cannot be "
+                                f"ids: {problem}")
+    return found
 
 
 def _first_difference(first: Sequence[str], second: Sequence[str]) -> str:
