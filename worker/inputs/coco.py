@@ -7,7 +7,8 @@ objects. `segmentation` (polygons or RLE) is the object's mask, and `keypoints` 
 keypoints, named by its category's `keypoints` (create_coco_tf_record's layout). The file
 is one JSON document, streamed with ijson in three passes (categories, images,
 annotations), so memory holds the category and image tables, never the annotations,
-whatever the keys' order in the file.
+whatever the keys' order in the file. `categories` declares the classes, with their ids
+(declared_categories).
 """
 
 from __future__ import annotations

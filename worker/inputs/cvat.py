@@ -12,7 +12,8 @@ row by row, starting with background); a rotated box, a shape of another kind an
 Splits: `subset` (Train, Validation, Test) where it names one, else --manifest
 SPLIT=PATH or a hashed one. Images: `name`, relative to --image_dir, or to the XML's
 `images/` folder when there is one (CVAT's export with images), else to its folder. The
-file is streamed an <image> at a time (iterparse).
+file is streamed an <image> at a time (iterparse). <meta>'s <labels> declare the classes
+(declared_labels).
 """
 
 from __future__ import annotations

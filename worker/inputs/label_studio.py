@@ -11,7 +11,8 @@ a region of another type: keypoints (Label Studio's are regions of their own, ti
 object) and brushes (its own RLE) are not read. `data.image` may
 be Label Studio's own path (`/data/upload/3/x.jpg`, `/data/local-files/?d=dir/x.jpg`):
 read as `upload/3/x.jpg` and `dir/x.jpg` relative to --image_dir or the JSON's folder.
-The file is streamed (ijson) a task at a time.
+The file is streamed (ijson) a task at a time. The export carries no labeling config,
+so it declares no classes (InputFormat.declared_classes).
 """
 
 from __future__ import annotations

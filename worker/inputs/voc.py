@@ -9,6 +9,7 @@ of its file name. With SPLIT=PATH and the lists, only that split's list is read.
 Images: ROOT/JPEGImages/<filename> in the VOCdevkit layout, else beside the XML, or under
 --image_dir. An image whose XML says <segmented>1</segmented> has its segmentation map,
 ROOT/SegmentationClass/<id>.png, written as DeepLab's build_voc2012_data writes it.
+A labelmap.txt or labels.txt beside the XMLs declares the classes (declared_class_list).
 """
 
 from __future__ import annotations

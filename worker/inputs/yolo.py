@@ -18,7 +18,8 @@ Each line is one detection row: its box converted to the Object Detection API's
 xmin/ymin/xmax/ymax (Ultralytics' xywhn2xyxy; a polygon's box is its points' extent, as
 segments2boxes makes it). A polygon is also the object's mask; a pose line's keypoints
 are written, named where the YAML's `kpt_names` names them. Listed with Beam's FileSystems.match, so read in the pipeline's
-process, one label file after another.
+process, one label file after another. `names` (or `nc`) declares the classes: YOLO id
+i is the vocabulary's id i (declared_classes; pipeline/run.py pins them).
 """
 
 from __future__ import annotations
