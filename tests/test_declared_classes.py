@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml as pyyaml
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from conftest import encode, parse_label_map, photo_like, read_examples, voc_annotation
 from pipeline import run
+from pipeline.options import ConvertOptions
+from pipeline.resume import scan_sources
 from worker.inputs.rows import ManifestError
 from worker.inputs.sources import declared_classes, find_manifests
 
@@ -333,3 +336,33 @@ def test_a_hugging_face_object_detection_card_declares_the_categories(tmp_path):
     assert (status, letters) == (0, [])
     assert objects(examples["a.jpg"]) == [(3, "gloves"), (1, "coverall")]
     assert label_map == {1: "coverall", 2: "face_shield", 3: "gloves"}
+
+
+def test_numbers_declared_as_class_names_raise_no_numeric_warning(tmp_path):
+    """The numeric warning says learnt ids are not the labels' numbers; declared ids are
+    the dataset's own, so it stays silent (it fired on COCO categories named by numbers)."""
+    manifest = coco_file(tmp_path / "instances.json", [(1, "10"), (2, "20")], [(0, 2), (0, 1)])
+    status, summary, examples, _, _ = convert(f"TRAIN={manifest}", tmp_path / "out")
+    assert status == 0
+    assert objects(examples["a.jpg"]) == [(2, "20"), (1, "10")]
+    assert summary["label_warnings"] == []
+
+
+def test_the_resume_fingerprint_covers_a_declaration_beside_the_manifests(tmp_path):
+    """A VOC labelmap.txt is no manifest: the fingerprint holds the declared classes, so
+    a stopped run made with other ones is not resumed."""
+    root = voc_dataset(tmp_path / "VOC", {"labelmap.txt": "cat:1,1,1::\ndog:2,2,2::\n"},
+                       {"a.jpg": ["cat"]})
+    convert_options = PipelineOptions([
+        "--manifest", str(root), "--label_mode", "detection",
+        "--output_dir", str(tmp_path / "out")]).view_as(ConvertOptions)
+
+    def fingerprint():
+        manifests = find_manifests([str(root)])
+        pinned = run._pinned_vocabulary(convert_options, manifests)
+        return scan_sources(convert_options, manifests, pinned, {}).fingerprint.sources
+
+    before = fingerprint()
+    assert f"declared classes {root}/labelmap.txt" in before
+    write(root / "labelmap.txt", "dog:2,2,2::\ncat:1,1,1::\n")
+    assert fingerprint() != before
