@@ -31,7 +31,7 @@ from worker.inputs.rows import ManifestError, RowRules
 from worker.records import ManifestRow
 from worker.inputs.coco import CocoFormat, category_names
 from worker.inputs.sources import (ManifestSource, check_sources, class_declarations,
-                                   declared_classes, find_manifests, read_source,
+                                   find_manifests, one_declaration, read_source,
                                    split_and_path)
 from worker.naming import SUMMARY_FILE
 from worker.splits import SPLITS
@@ -220,21 +220,35 @@ def _pinned_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]
     """The label ids, read (and checked) before the job starts: --vocabulary's, else the
     classes the input declares (YOLO's names, COCO's categories...), else None (learnt
     from TRAIN). The console says which, and what --vocabulary overrides."""
-    if not convert.vocabulary:
-        declared = declared_classes(manifests)
-        if declared is None:
-            return None
-        pinned = PinnedVocabulary(declared.declared_by, declared.labels, declared=True)
-        print(f"image-tfrecords: label ids: {pinned.described()}"
-              + (f" ({declared.note})" if declared.note else ""))
-        return pinned
+    if convert.vocabulary:
+        return _given_vocabulary(convert, manifests)
+    found = class_declarations(manifests)
+    declaring = [declared.declared_by for declared in found if declared]
+    if not declaring:
+        return None
+    if len(declaring) < len(found):
+        print(f"image-tfrecords: label ids: learnt from TRAIN, as {len(found) - len(declaring)}"
+              f" of the {len(found)} inputs declare no classes (declared by "
+              f"{', '.join(declaring)}); pin them with --vocabulary")
+        return None
+    declared = one_declaration(found)
+    pinned = PinnedVocabulary(declared.declared_by, declared.labels, declared=True)
+    print(f"image-tfrecords: label ids: {pinned.described()}"
+          + (f" ({declared.note})" if declared.note else ""))
+    return pinned
+
+
+def _given_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]
+                      ) -> PinnedVocabulary:
+    """--vocabulary's labels; the console names the declarations it overrides."""
     try:
         pinned = read_pinned_vocabulary(
             convert.vocabulary, lambda: _labels_in_data(manifests, convert.row_rules()))
     except VocabularyError as problem:
         raise UsageError(str(problem)) from problem
     try:
-        overridden = ", ".join(declared.declared_by for declared in class_declarations(manifests))
+        overridden = ", ".join(declared.declared_by
+                               for declared in class_declarations(manifests) if declared)
     except ManifestError as problem:  # a declaration that cannot give ids: --vocabulary does
         overridden = f"the input ({problem})"
     if overridden:

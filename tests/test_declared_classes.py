@@ -18,11 +18,16 @@ from pipeline import run
 from pipeline.options import ConvertOptions
 from pipeline.resume import scan_sources
 from worker.inputs.rows import ManifestError
-from worker.inputs.sources import declared_classes, find_manifests
+from worker.inputs.sources import class_declarations, find_manifests, one_declaration
 
 PUBLIC = Path(__file__).parent / "data" / "public"
 COCO_NAMES = tuple(pyyaml.safe_load((PUBLIC / "yolo" / "yaml" / "coco128.yaml").read_text())
                    ["names"].values())
+
+
+def declared_classes(*manifests):
+    """What the --manifest values declare, as one declaration (the launcher's check)."""
+    return one_declaration(class_declarations(find_manifests(list(manifests))))
 
 
 def image(path, seed=0, size=(64, 48)):
@@ -171,10 +176,10 @@ def test_coco_categories_from_id_0_are_shifted_by_one_and_the_console_says_so(
 def test_coco_categories_that_share_a_name_or_an_id_are_refused(tmp_path):
     manifest = coco_file(tmp_path / "instances.json", [(1, "cat"), (2, "cat")], [])
     with pytest.raises(ManifestError, match="categories 1 and 2 are both named 'cat'"):
-        declared_classes(find_manifests([str(manifest)]))
+        declared_classes(str(manifest))
     coco_file(manifest, [(1, "cat"), (1, "dog")], [])
     with pytest.raises(ManifestError, match="two categories have id 1"):
-        declared_classes(find_manifests([str(manifest)]))
+        declared_classes(str(manifest))
 
 
 def test_files_that_declare_different_classes_are_refused_naming_both(tmp_path):
@@ -183,9 +188,9 @@ def test_files_that_declare_different_classes_are_refused_naming_both(tmp_path):
     with pytest.raises(ManifestError, match=f"{train} \\(categories\\) and {val} "
                        "\\(categories\\) declare different classes \\(class 2 of the one is "
                        "'dog', of the other 'cow'\\)"):
-        declared_classes(find_manifests([f"TRAIN={train}", f"VALIDATION={val}"]))
+        declared_classes(f"TRAIN={train}", f"VALIDATION={val}")
     coco_file(val, [(1, "cat"), (2, "dog")], [])
-    declared = declared_classes(find_manifests([f"TRAIN={train}", f"VALIDATION={val}"]))
+    declared = declared_classes(f"TRAIN={train}", f"VALIDATION={val}")
     assert declared.labels == ("cat", "dog")
     assert declared.declared_by == f"{train} (categories) and 1 other file"
 
@@ -225,7 +230,7 @@ def test_cvat_labels_are_the_ids_in_their_order(tmp_path):
 
 def test_datumaro_s_cvat_files_declare_their_labels(tmp_path):
     for name in ("datumaro_task_train.xml", "datumaro_project_annotations.xml"):
-        declared = declared_classes(find_manifests([str(PUBLIC / "cvat" / name)]))
+        declared = declared_classes(str(PUBLIC / "cvat" / name))
         assert declared.labels == ("label1", "label2")
 
 
@@ -265,7 +270,7 @@ def test_voc_class_lists_that_differ_are_refused(tmp_path):
     root = voc_dataset(tmp_path / "VOC", {"labelmap.txt": "background:0,0,0::\ncat:1,1,1::\n",
                                           "labels.txt": "dog\n"}, {"a.jpg": ["cat"]})
     with pytest.raises(ManifestError, match="labelmap.txt and .*labels.txt list different"):
-        declared_classes(find_manifests([str(root)]))
+        declared_classes(str(root))
 
 
 CARD = """
@@ -366,3 +371,18 @@ def test_the_resume_fingerprint_covers_a_declaration_beside_the_manifests(tmp_pa
     assert f"declared classes {root}/labelmap.txt" in before
     write(root / "labelmap.txt", "dog:2,2,2::\ncat:1,1,1::\n")
     assert fingerprint() != before
+
+
+def test_inputs_of_which_only_some_declare_classes_learn_the_ids_and_say_so(tmp_path, capsys):
+    """A declaration speaks for its own files: a VOC folder without a class list beside a
+    COCO file would have its labels outside the COCO categories."""
+    coco = coco_file(tmp_path / "coco" / "instances.json", [(1, "dog"), (5, "cat")], [(0, 1)])
+    voc = voc_dataset(tmp_path / "VOC", {}, {"v.jpg": ["dog", "bird"]})
+    status, summary, examples, label_map, letters = convert(
+        f"VALIDATION={coco}", tmp_path / "out", "--manifest", f"TRAIN={voc}")
+    assert (status, letters) == (0, [])
+    assert (f"label ids: learnt from TRAIN, as 1 of the 2 inputs declare no classes "
+            f"(declared by {coco} (categories)); pin them with --vocabulary"
+            ) in capsys.readouterr().out
+    assert sorted(label_map.values()) == ["bird", "dog"]
+    assert summary["vocabulary_declared_by"] is None

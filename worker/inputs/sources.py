@@ -139,33 +139,11 @@ def check_sources(sources: Sequence[ManifestSource], rules: RowRules) -> None:
         FORMATS[source.format].check(source, rules)
 
 
-def declared_classes(sources: Sequence[ManifestSource]) -> DeclaredClasses | None:
-    """The classes the sources declare, which the output's ids follow; None where none
-    declares any. Sources that declare the same classes are one declaration; ManifestError
-    naming two that differ (a label would have two ids)."""
-    declarations: dict[tuple[str, ...], list[DeclaredClasses]] = {}
-    for declared in class_declarations(sources):
-        declarations.setdefault(declared.labels, []).append(declared)
-    if len(declarations) > 1:
-        first, second = (found[0] for found in declarations.values())
-        raise ManifestError(
-            f"{first.declared_by} and {second.declared_by} declare different classes "
-            f"({_first_difference(first.labels, second.labels)}): convert them apart, or "
-            "give the ids of both with --vocabulary FILE")
-    if not declarations:
-        return None
-    (found,) = declarations.values()
-    others = len({declared.declared_by for declared in found}) - 1
-    return found[0]._replace(declared_by=found[0].declared_by + (
-        f" and {others} other file{'s' * (others > 1)}" if others else ""))
-
-
-def class_declarations(sources: Sequence[ManifestSource]) -> list[DeclaredClasses]:
-    """What each source that declares classes declares; ManifestError for a declaration
-    that cannot give ids: an empty name, or a name that two ids share."""
-    found = [declared for source in sources
-             if (declared := FORMATS[source.format].declared_classes(source)) is not None]
-    for declared in found:
+def class_declarations(sources: Sequence[ManifestSource]) -> list[DeclaredClasses | None]:
+    """What each source declares (None: no classes); ManifestError for a declaration
+    that cannot give ids: no class, an empty name, or a name that two ids share."""
+    found = [FORMATS[source.format].declared_classes(source) for source in sources]
+    for declared in filter(None, found):
         repeated = sorted(name for name, count in Counter(declared.labels).items() if count > 1)
         problem = (f"{', '.join(map(repr, repeated))} twice" if repeated
                    else "no class" if not declared.labels
@@ -174,6 +152,24 @@ def class_declarations(sources: Sequence[ManifestSource]) -> list[DeclaredClasse
             raise ManifestError(f"{declared.declared_by} declares classes that cannot be "
                                 f"ids: {problem}")
     return found
+
+
+def one_declaration(declarations: Iterable[DeclaredClasses | None]) -> DeclaredClasses:
+    """Declarations of the same classes as one, naming the first file and how many
+    others; ManifestError naming two that differ."""
+    by_labels: dict[tuple[str, ...], list[DeclaredClasses]] = {}
+    for declared in filter(None, declarations):
+        by_labels.setdefault(declared.labels, []).append(declared)
+    if len(by_labels) > 1:
+        first, second = (found[0] for found in by_labels.values())
+        raise ManifestError(
+            f"{first.declared_by} and {second.declared_by} declare different classes "
+            f"({_first_difference(first.labels, second.labels)}): convert them apart, or "
+            "give the ids of both with --vocabulary FILE")
+    (found,) = by_labels.values()
+    others = len({declared.declared_by for declared in found}) - 1
+    return found[0]._replace(declared_by=found[0].declared_by + (
+        f" and {others} other file{'s' * (others > 1)}" if others else ""))
 
 
 def _first_difference(first: Sequence[str], second: Sequence[str]) -> str:
