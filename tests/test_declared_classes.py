@@ -165,7 +165,8 @@ def test_datumaro_s_coco_file_keeps_its_category_ids(tmp_path):
 def test_coco_categories_from_id_0_are_shifted_by_one_and_the_console_says_so(
         tmp_path, capsys):
     manifest = coco_file(tmp_path / "instances.json", [(0, "cat"), (1, "dog")], [(0, 0), (0, 1)])
-    status, _, examples, label_map, _ = convert(f"TRAIN={manifest}", tmp_path / "out")
+    # VALIDATION alone: refused before the job without a declaration (no TRAIN ids).
+    status, _, examples, label_map, _ = convert(f"VALIDATION={manifest}", tmp_path / "out")
     assert status == 0
     assert objects(examples["a.jpg"]) == [(1, "cat"), (2, "dog")]
     assert label_map == {1: "cat", 2: "dog"}
