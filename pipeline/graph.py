@@ -30,7 +30,7 @@ from transforms.labels import AnalyzeLabels
 from transforms.outcome import Failure, PublishRules, RunFailed
 from transforms.publish import PublishOutput, delete_tree, read_failure
 from transforms.report_content import GatherReportContent
-from transforms.rows import PACKS, PackRows, SurveyRows
+from transforms.rows import PACKS, UNSEEN_IN_TRAIN, PackRows, SurveyRows
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
 from transforms.sorted_lines import WriteSortedLines
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
@@ -74,7 +74,7 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
         with cached_lookups(), beam.Pipeline(runner=_runner(options), options=options) as p:
             with uncollected():  # the graph lives until the run, as this block exits, ends
                 build(p, convert, row_chunks, temp_dir, tft_dir, run_info, folder.resumed,
-                      pinned.source if pinned else None, pinned_file)
+                      pinned, pinned_file)
     except BaseException:
         # Publishing removes it after a success; after a failure it is no evidence (the
         # temp shards and the staged transform_fn are), so it does not pile up either.
@@ -92,10 +92,11 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
 
 def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
           temp_dir: str, tft_dir: str, run_info: RunInfo, resuming: bool = False,
-          pinned_from: str | None = None, pinned_file: str | None = None) -> None:
+          pinned: PinnedVocabulary | None = None, pinned_file: str | None = None) -> None:
     """The conversion's graph; `pinned_file` is the pinned vocabulary as tf.Transform
-    reads it (write_pinned_vocabulary), `pinned_from` the file the user gave; `resuming`:
-    the shards a stopped run left in `temp_dir` are reused where their receipts say so."""
+    reads it (write_pinned_vocabulary), `pinned` the --vocabulary or declared classes it
+    holds; `resuming`: the shards a stopped run left in `temp_dir` are reused where their
+    receipts say so."""
     output_dir = options.output_dir
     settings = options.run_settings()
     rules = options.row_rules()
@@ -119,8 +120,9 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
 
     # Pass 2: the chunks again, their rows labelled and packed by shard; then each shard
     # loads and writes its own images.
-    packed = chunks | "PackRows" >> PackRows(shard_plan, transform_fn, rules, settings,
-                                             pinned_from)
+    packed = chunks | "PackRows" >> PackRows(
+        shard_plan, transform_fn, rules, settings,
+        pinned.unseen_where() if pinned else UNSEEN_IN_TRAIN)
     written = packed[PACKS] | "WriteShards" >> WriteShards(temp_dir, settings, resuming)
 
     # What is published besides the shards is staged, so the previous output stays whole
@@ -163,8 +165,11 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
           "report_content": report_content,
           "written": (transform_fn_written, dead_letter_files, deduped["report"])}
          | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, settings, run_info,
-                                       PublishRules(options.max_error_fraction, pinned_from,
-                                                    options.strict_labels)))
+                                       PublishRules(
+                                           options.max_error_fraction,
+                                           pinned.source if pinned else None,
+                                           options.strict_labels,
+                                           bool(pinned and pinned.declared))))
 
 
 def _label_rows(survey: ChunkSurvey) -> Iterator[tuple[str, int]]:

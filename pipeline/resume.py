@@ -1,12 +1,12 @@
 """Which temp folder a run writes into: a new one, or with --resume a stopped run's.
 
 Every run first writes OUTPUT/.tmp-<run id>/run.json, the fingerprint of what it is made
-from: the manifests' contents (or the image folder's listing), the pinned vocabulary,
-the options that change what is written, and the versions. `--resume` reuses the newest
-stopped run's folder whose fingerprint is this run's, and the shard writer then reuses
-every shard whose receipt vouches for it (transforms/shard_receipts.py). A stopped run
-made from anything else is refused, in one line that says what differs: its shards would
-not be this run's.
+from: the manifests' contents (or the image folder's listing), the pinned vocabulary (or
+the classes the input declares), the options that change what is written, and the
+versions. `--resume` reuses the newest stopped run's folder whose fingerprint is this
+run's, and the shard writer then reuses every shard whose receipt vouches for it
+(transforms/shard_receipts.py). A stopped run made from anything else is refused, in one
+line that says what differs: its shards would not be this run's.
 """
 
 from __future__ import annotations
@@ -103,8 +103,9 @@ def scan_sources(convert: ConvertOptions, manifests: Sequence[ManifestSource],
 
 def _fingerprint(convert: ConvertOptions, sources: dict[str, str],
                  pinned: PinnedVocabulary | None, versions: dict[str, str]) -> Fingerprint:
-    if pinned:
-        sources[f"--vocabulary {pinned.source}"] = hashlib.sha256(
+    if pinned:  # a declaration beside the manifests (VOC's labelmap.txt) is read here alone
+        kind = "declared classes" if pinned.declared else "--vocabulary"
+        sources[f"{kind} {pinned.source}"] = hashlib.sha256(
             "\n".join(pinned.labels).encode()).hexdigest()
     return Fingerprint(sources=sources, versions=versions, options={
         name: value for name, value in convert.values().items() if name not in _NOT_COMPARED})

@@ -31,8 +31,9 @@ from worker.inputs.folder import check_folder
 from worker.inputs.rows import ManifestError, RowRules
 from worker.records import ManifestRow
 from worker.inputs.coco import CocoFormat, category_names
-from worker.inputs.sources import (ManifestSource, check_sources, find_manifests, read_source,
-                                split_and_path)
+from worker.inputs.sources import (ManifestSource, check_sources, class_declarations,
+                                   find_manifests, one_declaration, read_source,
+                                   split_and_path)
 from worker.naming import SUMMARY_FILE
 from worker.splits import SPLITS
 from worker.summary import RunInfo, RunOptions, Summary
@@ -107,8 +108,8 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
     if not pinned and manifests and all(source.split not in (None, SPLITS[0])
                                         for source in manifests):
         splits = " and ".join(sorted({source.split.upper() for source in manifests}))
-        raise UsageError(f"every manifest is {splits} (--manifest SPLIT=PATH), and no "
-                         f"--vocabulary is given: {NO_TRAIN_ROWS}")
+        raise UsageError(f"every manifest is {splits} (--manifest SPLIT=PATH), no "
+                         f"--vocabulary is given and they declare no classes: {NO_TRAIN_ROWS}")
     run_info = RunInfo(
         manifests=None if convert.image_folder else [source.describe() for source in manifests],
         image_folder=convert.image_folder,
@@ -217,14 +218,44 @@ def _failed_batch(error: BaseException | None) -> str | None:
 
 def _pinned_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]
                        ) -> PinnedVocabulary | None:
-    """The labels of --vocabulary, read (and checked) before the job starts."""
-    if not convert.vocabulary:
+    """The label ids, read (and checked) before the job starts: --vocabulary's, else the
+    classes the input declares (YOLO's names, COCO's categories...), else None (learnt
+    from TRAIN). The console says which, and what --vocabulary overrides."""
+    if convert.vocabulary:
+        return _given_vocabulary(convert, manifests)
+    found = class_declarations(manifests)
+    declaring = [declared.declared_by for declared in found if declared]
+    if not declaring:
         return None
+    if len(declaring) < len(found):
+        print(f"image-tfrecords: label ids: learnt from TRAIN, as {len(found) - len(declaring)}"
+              f" of the {len(found)} inputs declare no classes (declared by "
+              f"{', '.join(declaring)}); pin them with --vocabulary")
+        return None
+    declared = one_declaration(found)
+    pinned = PinnedVocabulary(declared.declared_by, declared.labels, declared=True)
+    print(f"image-tfrecords: label ids: {pinned.described()}"
+          + (f" ({declared.note})" if declared.note else ""))
+    return pinned
+
+
+def _given_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]
+                      ) -> PinnedVocabulary:
+    """--vocabulary's labels; the console names the declarations it overrides."""
     try:
-        return read_pinned_vocabulary(
+        pinned = read_pinned_vocabulary(
             convert.vocabulary, lambda: _labels_in_data(manifests, convert.row_rules()))
     except VocabularyError as problem:
         raise UsageError(str(problem)) from problem
+    try:
+        overridden = ", ".join(declared.declared_by
+                               for declared in class_declarations(manifests) if declared)
+    except ManifestError as problem:  # a declaration that cannot give ids: --vocabulary does
+        overridden = f"the input ({problem})"
+    if overridden:
+        print(f"image-tfrecords: label ids: --vocabulary {convert.vocabulary} overrides the "
+              f"classes declared by {overridden}")
+    return pinned
 
 
 def _preflight(convert: ConvertOptions) -> list[ManifestSource]:

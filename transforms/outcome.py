@@ -24,6 +24,7 @@ class PublishRules(NamedTuple):
     max_error_fraction: float
     pinned_from: str | None = None  # the pinned vocabulary's file; None: from TRAIN
     strict_labels: bool = False  # summary.label_warnings fail the run
+    declared: bool = False  # pinned_from is what declares the input's classes, not a file
 
 
 class Failure(pydantic.BaseModel):

@@ -187,7 +187,8 @@ class PublishOutput(beam.PTransform):
         summary = summary.model_copy(update={
             "run_id": self._run_id,
             "vocabulary": vocabularies,
-            "vocabulary_pinned_from": self._rules.pinned_from,
+            "vocabulary_pinned_from": None if self._rules.declared else self._rules.pinned_from,
+            "vocabulary_declared_by": self._rules.pinned_from if self._rules.declared else None,
             "features": feature_spec(self._settings.label_mode, self._settings.extra_columns,
                                      sorted(annotations)),
             "duplicates": CopiesInfo(
@@ -203,7 +204,8 @@ class PublishOutput(beam.PTransform):
             "label_map": LABEL_MAP_FILE if detection else None,
             "label_warnings": label_warnings(labels_seen, vocabularies[LABEL_VOCABULARY],
                                              self._settings.label_mode,
-                                             self._settings.label_separator)})
+                                             self._settings.label_separator,
+                                             ids_pinned=self._rules.pinned_from is not None)})
         for name, text in tfds_metadata(summary).items():
             _write_text(FileSystems.join(staged, name), text)
         if detection:

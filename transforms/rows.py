@@ -23,6 +23,7 @@ from worker.label_ids import LabelLookup
 from worker.row_tasks import ChunkPacks, ChunkSurvey, PackTask, SurveyTask
 from worker.run_settings import RunSettings
 
+UNSEEN_IN_TRAIN = "does not occur in the TRAIN split"  # where learnt ids lack a label
 PACKS = "packs"  # PackRows' output of ((split, shard), (part, pack))
 
 
@@ -63,34 +64,32 @@ class PackRows(beam.PTransform):
 
     `plan`: PlanShards' (split, SplitPlan); `transform_fn`: AnalyzeLabels' output, whose
     vocabulary assets give the ids (worker/label_ids.py). With the OOV bucket an unseen
-    label keeps its row and gets the OOV id instead. `pinned_from` (the pinned
-    vocabulary's file, if any) is what unseen labels are said to be missing from.
+    label keeps its row and gets the OOV id instead. `unseen_where` says where an unseen
+    label is missing from (a pinned vocabulary's PinnedVocabulary.unseen_where).
     """
 
     def __init__(self, plan: beam.PCollection, transform_fn: tuple, rules: RowRules,
-                 settings: RunSettings, pinned_from: str | None = None) -> None:
+                 settings: RunSettings, unseen_where: str = UNSEEN_IN_TRAIN) -> None:
         super().__init__()
         self._plan = plan
         self._transform_fn_dir = transform_fn[0]  # a PCollection of the SavedModel's path
         self._rules = rules
         self._settings = settings
-        self._pinned_from = pinned_from
+        self._unseen_where = unseen_where
 
     def expand(self, chunks: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return chunks | "Pack" >> beam.ParDo(
-            _Pack(self._rules, self._settings, self._pinned_from),
+            _Pack(self._rules, self._settings, self._unseen_where),
             beam.pvalue.AsDict(self._plan),
             beam.pvalue.AsSingleton(self._transform_fn_dir)).with_outputs(
             DEAD_LETTERS, main=PACKS)
 
 
 class _Pack(RunInWorkers):
-    def __init__(self, rules: RowRules, settings: RunSettings, pinned_from: str | None
-                 ) -> None:
+    def __init__(self, rules: RowRules, settings: RunSettings, unseen_where: str) -> None:
         super().__init__(settings)
         self._rules = rules
-        self._unseen_where = (f"is not in the pinned vocabulary {pinned_from}" if pinned_from
-                              else "does not occur in the TRAIN split")
+        self._unseen_where = unseen_where
         self._unseen = Metrics.counter("labels", "unseen")
 
     def task(self, chunk: RowChunk, plan: dict, transform_fn_dir: str) -> PackTask:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
 
-from worker.label_map import LabelMapError, read_label_map, vocabulary_of
+from worker.label_map import LabelMapError, is_gap, read_label_map, vocabulary_of
 
 LABEL_VOCABULARY = "label"  # file name of the vocabulary under transform_fn/assets/
 # Where an earlier output keeps its label vocabulary (tft.TFTransformOutput's layout).
@@ -28,10 +28,27 @@ class VocabularyError(ValueError):
 
 
 class PinnedVocabulary(NamedTuple):
-    """The label ids the user fixed: `labels[i]` gets id i."""
+    """The label ids the user fixed, or the input declared: `labels[i]` gets id i."""
 
-    source: str  # the file read: the one given, or an earlier output's vocabulary
+    source: str  # the file read (the one given, or an earlier output's vocabulary), or
+    # with `declared` what declares the classes (DeclaredClasses.declared_by)
     labels: tuple[str, ...]
+    declared: bool = False  # the input's own classes, not a --vocabulary
+
+    @property
+    def classes(self) -> int:
+        """How many classes it holds: its labels less the gaps of skipped ids."""
+        return sum(not is_gap(label) for label in self.labels)
+
+    def described(self) -> str:
+        """What the console and messages call it."""
+        if self.declared:
+            return f"the {self.classes} classes declared by {self.source}"
+        return f"the pinned vocabulary {self.source}"
+
+    def unseen_where(self) -> str:
+        """Where a label that is none of the vocabulary's is said to be missing from."""
+        return f"is {'not among' if self.declared else 'not in'} {self.described()}"
 
 
 def read_pinned_vocabulary(given: str, labels_in_data: Callable[[], Iterable[str]] = tuple

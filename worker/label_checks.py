@@ -46,8 +46,11 @@ def merge_seen(seen: Sequence[LabelSeen]) -> LabelSeen:
 
 
 def label_warnings(seen: Mapping[str, LabelSeen], vocabulary: Sequence[str],
-                   label_mode: LabelMode, separator: str) -> tuple[LabelWarning, ...]:
-    """The warnings for the labels `seen` on the rows; `vocabulary` gives their ids."""
+                   label_mode: LabelMode, separator: str, ids_pinned: bool = False
+                   ) -> tuple[LabelWarning, ...]:
+    """The warnings for the labels `seen` on the rows; `vocabulary` gives their ids, which
+    `ids_pinned` (--vocabulary, or the classes the input declares) says were not learnt,
+    so that numbers whose ids differ from them are what was asked for."""
     warnings = []
     if label_mode is LabelMode.SINGLE:
         warnings += [_warning("separator", [label], seen,
@@ -65,7 +68,7 @@ def label_warnings(seen: Mapping[str, LabelSeen], vocabulary: Sequence[str],
     first_id = 1 if label_mode is LabelMode.DETECTION else 0
     ids = {label: position + first_id for position, label in enumerate(vocabulary)}
     numbers = [label for label in seen if label in ids]
-    if numbers and all(_is_whole_number(label) for label in numbers):
+    if numbers and not ids_pinned and all(_is_whole_number(label) for label in numbers):
         wrong = [label for label in sorted(numbers, key=int) if ids[label] != int(label)]
         if wrong:
             warnings.append(_warning(

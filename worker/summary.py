@@ -138,6 +138,9 @@ class Summary(RunInfo):
     empty_splits: tuple[str, ...] = ()
     vocabulary: dict[str, tuple[str, ...]]  # "label", and each categorical --schema column
     vocabulary_pinned_from: str | None = None  # --vocabulary's file; None: from TRAIN
+    # What declares the input's classes (YOLO's names, COCO's categories...) where they
+    # are the vocabulary: "data/coco8.yaml (names)"; None with either of the above.
+    vocabulary_declared_by: str | None = None
     errors: ErrorsInfo = ErrorsInfo()
     features: dict[str, FeatureInfo] = {}
     duplicates: CopiesInfo = CopiesInfo()

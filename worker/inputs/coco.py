@@ -7,7 +7,8 @@ objects. `segmentation` (polygons or RLE) is the object's mask, and `keypoints` 
 keypoints, named by its category's `keypoints` (create_coco_tf_record's layout). The file
 is one JSON document, streamed with ijson in three passes (categories, images,
 annotations), so memory holds the category and image tables, never the annotations,
-whatever the keys' order in the file.
+whatever the keys' order in the file. `categories` declares the classes, with their ids
+(declared_categories).
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
 from worker.inputs.boxes import declared_size, pixel_box
-from worker.inputs.input_format import FileHead, InputFormat
+from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.choices import LeftOut
-from worker.inputs.rows import ImageEntries, RowRules, assign_split, image_folder, resolve_uri
+from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, assign_split,
+                                image_folder, resolve_uri)
+from worker.label_map import LabelMapItem, vocabulary_of
 from worker.masks import decode_rle
 from worker.records import Box, Keypoints, ManifestRow, Mask
 
@@ -66,6 +69,41 @@ class _Category(NamedTuple):
         keypoints = category.get("keypoints")
         return cls(str(category.get("name", "")).strip(),
                    tuple(map(str, keypoints)) if isinstance(keypoints, list) else ())
+
+
+def declared_categories(path: str) -> DeclaredClasses | None:
+    """`categories` as the vocabulary, ids as given, the way create_coco_tf_record writes
+    them: image/object/class/label is the category_id, so entry i is the category with
+    id i + 1 and an id the file skips (or a category without a name, whose annotations
+    are dead letters) is a gap entry. Where a category has id 0 (not COCO's numbering,
+    which starts at 1), entry i is id i: the class label is then category_id + 1, and the
+    note says so. None for a file without categories; ManifestError for an id that is not
+    a whole number or repeats, and for a name two ids share (its label would have both)."""
+    names: dict[int, str] = {}
+    for number, category in enumerate(_items(path, "categories.item"), start=1):
+        category_id = category.get("id") if isinstance(category, dict) else None
+        if not isinstance(category_id, int) or isinstance(category_id, bool) or category_id < 0:
+            raise ManifestError(f"{path}: category {number} has id {category_id!r}: "
+                                "category ids are whole numbers, 0 or more")
+        if category_id in names:
+            raise ManifestError(f"{path}: two categories have id {category_id}")
+        names[category_id] = _Category.of(category).name
+    named = {category_id: name for category_id, name in names.items() if name}
+    if not named:
+        return None
+    first_id: dict[str, int] = {}
+    for category_id, name in sorted(named.items()):
+        if name in first_id:
+            raise ManifestError(f"{path}: categories {first_id[name]} and {category_id} are "
+                                f"both named {name!r}, which would have both ids: merge them, "
+                                "or give the ids with --vocabulary FILE")
+        first_id[name] = category_id
+    from_zero = 0 in names
+    labels = vocabulary_of([LabelMapItem(category_id + from_zero, name, "")
+                            for category_id, name in named.items()], "name")
+    return DeclaredClasses(f"{path} (categories)", labels, note=(
+        "a category has id 0, so each class label is its category_id + 1, the Object "
+        "Detection API keeping 0 for the background" if from_zero else ""))
 
 
 def category_names(path: str) -> set[str]:
@@ -227,6 +265,9 @@ class CocoFormat(InputFormat):
     def recognises(self, head: FileHead) -> bool:
         """A JSON file whose first key is one of COCO's top-level keys."""
         return head.first_json_key in _COCO_KEYS
+
+    def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
+        return declared_categories(source.path)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestRow | DeadLetter]:

@@ -17,7 +17,8 @@ them.
 Splits: `subset` (Train, Validation, Test) where it names one, else --manifest
 SPLIT=PATH or a hashed one. Images: `name`, relative to --image_dir, or to the XML's
 `images/` folder when there is one (CVAT's export with images), else to its folder. The
-file is streamed an <image> at a time (iterparse).
+file is streamed an <image> at a time (iterparse). <meta>'s <labels> declare the classes
+(declared_labels).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
                                  region_mask, with_mask)
-from worker.inputs.input_format import FileHead, InputFormat
+from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.inputs.rows import (DiscardedRow, ImageEntries, ManifestError, RowRules,
                                 image_folder, invalid_split, left_out, resolve_uri, row_split)
@@ -168,6 +169,25 @@ def _shape_row(row: ManifestRow, where: str, shape: ElementTree.Element, rules: 
                    lambda: with_mask(pixel_box(corners, row.image_size), mask), reject)
 
 
+def declared_labels(path: str) -> DeclaredClasses | None:
+    """The <labels> of the file's <meta> (a task's, or a project's), in their order, as
+    CVAT lists them and datumaro numbers them (its TF Object Detection API export gives
+    label i the class id i + 1). A skeleton's points (labels with a <parent>) are not
+    classes of their own. None where <meta> lists none; ManifestError for a name twice."""
+    names = []
+    try:
+        with open_manifest(path) as file:
+            for _, element in ElementTree.iterparse(file):
+                if element.tag == "label" and element.find("parent") is None:
+                    names.append((element.findtext("name") or "").strip())
+                elif element.tag in ("meta", "image", "track"):
+                    break  # <meta> comes first: past it, no label is declared
+    except ElementTree.ParseError as error:
+        raise ManifestError(f"{path}: cannot parse the XML: {error}") from error
+    names = [name for name in names if name]
+    return DeclaredClasses(f"{path} (<labels>)", tuple(names)) if names else None
+
+
 def _mask_region(rle: str, width: int, height: int) -> np.ndarray | None:
     """CVAT's mask RLE: run lengths over its region row by row, starting with a run of
     background (0s) -> the region's 0/1 pixels, or None when they do not fill it."""
@@ -200,6 +220,9 @@ class CvatFormat(InputFormat):
 
     def recognises(self, head: FileHead) -> bool:
         return head.xml_root == "annotations"
+
+    def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
+        return declared_labels(source.path)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:

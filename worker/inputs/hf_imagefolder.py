@@ -20,13 +20,15 @@ import io
 import json
 from collections.abc import Iterator
 
+import yaml
+
 from worker import dead_letters as reasons
 from worker import storage
 from worker.chunks import LineRange, ManifestSource
 from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import box_row, declared_size, pixel_box
-from worker.inputs.input_format import FileHead, InputFormat
+from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import numbered_lines
 from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, has_undecodable_bytes,
                                 image_folder, json_text, printable, rejecter, resolve_uri,
@@ -36,12 +38,18 @@ from worker.splits import normalise_split
 
 _FILE_NAME = "file_name"
 _LABEL_KEYS = ("label", "labels")
+# The features whose class_label names are the classes: the label, or each object's.
+_CLASS_FEATURES = (*_LABEL_KEYS, "category", "categories")
+_DATASET_CARD = "README.md"
+_CARD_FOLDERS_UP = 2  # train/metadata.jsonl, data/train/metadata.jsonl under the card
 
 
 def read_metadata(path: str, rules: RowRules, split: str | None,
                   lines: LineRange | None = None) -> Iterator[ManifestRow | DeadLetter]:
     folder = image_folder(path, rules)
     split = split or normalise_split(storage.split(storage.split(path)[0])[1])
+    declared = declared_class_labels(path)
+    classes = _ClassNames(declared.labels if declared else ())
     csv_header = _csv_header(path) if _is_csv(path) else None
     entries = ImageEntries()
     for line, raw in numbered_lines(path, lines):
@@ -55,11 +63,29 @@ def read_metadata(path: str, rules: RowRules, split: str | None,
         if isinstance(item, str):
             yield reject(reasons.MALFORMED_ROW, item)
             continue
-        yield from _item_rows(path, line, printable(raw), item, folder, rules, split, entries)
+        yield from _item_rows(path, line, printable(raw), item, folder, rules, split, entries,
+                              classes)
+
+
+class _ClassNames:
+    """The declared class names (none: every value is its own label), and what a value
+    names: itself where it is a declared name, else a whole number's class (str2int)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+        self._declared = frozenset(names)
+
+    def label(self, value: object) -> str:
+        text = json_text(value)
+        if not self._names or text in self._declared or not text.isdigit():
+            return text
+        index = int(text)
+        return self._names[index] if index < len(self._names) else text
 
 
 def _item_rows(path: str, line: int, raw: str, item: dict, folder: str, rules: RowRules,
-               forced: str | None, entries: ImageEntries) -> Iterator[ManifestRow | DeadLetter]:
+               forced: str | None, entries: ImageEntries, classes: _ClassNames
+               ) -> Iterator[ManifestRow | DeadLetter]:
     reject = rejecter(path, line, raw)
     written = json_text(item.get(_FILE_NAME))
     if not written:
@@ -73,7 +99,7 @@ def _item_rows(path: str, line: int, raw: str, item: dict, folder: str, rules: R
         yield repeated
         return
     if not rules.detection:
-        yield _labelled(image, item, rules)
+        yield _labelled(image, item, rules, classes)
         return
     objects = item.get("objects")
     if isinstance(objects, str):  # metadata.csv holds it as JSON text
@@ -101,7 +127,7 @@ def _item_rows(path: str, line: int, raw: str, item: dict, folder: str, rules: R
     if not boxes:
         yield image  # an image without objects
     for index, (bbox, name) in enumerate(zip(boxes, names, strict=True)):
-        yield _object_row(image, index, bbox, json_text(name), size)
+        yield _object_row(image, index, bbox, classes.label(name), size)
 
 
 def _object_row(image: ManifestRow, index: int, bbox: object, label: str,
@@ -126,10 +152,11 @@ def _object_row(image: ManifestRow, index: int, bbox: object, label: str,
     return box_row(image, label, True, lambda: Box(*map(float, corners)), reject)
 
 
-def _labelled(image: ManifestRow, item: dict, rules: RowRules) -> ManifestRow | DeadLetter:
+def _labelled(image: ManifestRow, item: dict, rules: RowRules, classes: _ClassNames
+              ) -> ManifestRow | DeadLetter:
     value = next((item[key] for key in _LABEL_KEYS if key in item), None)
     labels = tuple(dict.fromkeys(text for each in (value if isinstance(value, list) else [value])
-                                 if (text := json_text(each))))
+                                 if (text := classes.label(each))))
     if not labels:
         return image.dead_letter(reasons.MISSING_LABEL, "no label (or labels) field"
                                  + ("; its objects are boxes: pass --label_mode detection"
@@ -138,6 +165,82 @@ def _labelled(image: ManifestRow, item: dict, rules: RowRules) -> ManifestRow | 
         return image.dead_letter(reasons.MULTIPLE_LABELS, f"{len(labels)} labels; pass "
                                  "--label_mode multi to keep them all")
     return image._replace(labels=labels)
+
+
+def declared_class_labels(path: str) -> DeclaredClasses | None:
+    """The class names the dataset card declares for the label or the objects' category
+    (its YAML header's dataset_info features, a class_label's names); None where no card
+    declares any. ManifestError for a card that declares two different lists."""
+    for card in _dataset_cards(path):
+        try:
+            found = {names for name, names in _class_labels(_card_features(card))
+                     if name in _CLASS_FEATURES}
+        except ManifestError as problem:
+            raise ManifestError(f"{card}: {problem}") from None
+        if len(found) > 1:
+            raise ManifestError(f"{card}: dataset_info declares several class_label lists "
+                                f"({'; '.join(', '.join(names) for names in sorted(found))})")
+        if found:
+            return DeclaredClasses(f"{card} (dataset_info class_label)", found.pop())
+    return None
+
+
+def _dataset_cards(path: str) -> Iterator[str]:
+    """The README.md files in the metadata's folder and up to _CARD_FOLDERS_UP above."""
+    folder = storage.split(path)[0]
+    for _ in range(_CARD_FOLDERS_UP + 1):
+        card = storage.join(folder, _DATASET_CARD)
+        if storage.exists(card):
+            yield card
+        parent = storage.split(folder)[0]
+        if parent in ("", folder):
+            return
+        folder = parent
+
+
+def _card_features(card: str) -> list:
+    """The features of the card's YAML header (`---` lines around it): dataset_info's, or
+    each config's where dataset_info is a list of configs."""
+    with storage.open_read(card) as file:
+        text = file.read().decode("utf-8-sig")
+    header, marker, _ = text.removeprefix("---\n").partition("\n---")
+    if not text.startswith("---\n") or not marker:
+        return []
+    try:
+        info = (yaml.safe_load(header) or {}).get("dataset_info")
+    except (yaml.YAMLError, AttributeError) as error:
+        raise ManifestError(f"cannot read its YAML header: {error}") from None
+    configs = info if isinstance(info, list) else [info]
+    return [feature for config in configs if isinstance(config, dict)
+            for feature in config.get("features") or []]
+
+
+def _class_labels(features: object, name: str = "") -> Iterator[tuple[str, tuple[str, ...]]]:
+    """(feature name, its class names) for each class_label in features, nested ones
+    (an objects sequence or struct's category) included."""
+    if isinstance(features, list):
+        for feature in features:
+            yield from _class_labels(feature, name)
+    elif isinstance(features, dict):
+        name = str(features.get("name", name))
+        dtype = features.get("dtype")
+        class_label = (dtype if isinstance(dtype, dict) else features).get("class_label")
+        if isinstance(class_label, dict) and class_label.get("names"):
+            yield name, _names(class_label["names"])
+        for key in ("sequence", "struct", "list", "feature"):
+            if key in features:
+                yield from _class_labels(features[key], name)
+
+
+def _names(written: object) -> tuple[str, ...]:
+    """class_label names: a list, or a mapping of the ids 0 to n - 1 to names ("0": cat)."""
+    if isinstance(written, dict):
+        ids = {int(key): name for key, name in written.items() if str(key).isdigit()}
+        if sorted(ids) != list(range(len(written))):
+            raise ManifestError(f"class_label names must be keyed by the ids 0 to "
+                                f"{len(written) - 1}, found {list(written)}")
+        written = [ids[key] for key in range(len(ids))]
+    return tuple(str(name).strip() for name in written)
 
 
 def _json_item(raw: str) -> dict | str:
@@ -184,6 +287,9 @@ class HfMetadataFormat(InputFormat):
     def recognises(self, head: FileHead) -> bool:
         item = head.first_line_object
         return item is not None and _FILE_NAME in item
+
+    def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
+        return declared_class_labels(source.path)
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         if _is_csv(source.path) and _FILE_NAME not in _csv_header(source.path)[1]:

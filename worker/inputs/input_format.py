@@ -95,6 +95,7 @@ class DeclaredClasses(NamedTuple):
 
     declared_by: str  # what messages name: "coco8.yaml (names)", "instances.json (categories)"
     labels: tuple[str, ...]
+    note: str = ""  # what the console adds, where the ids are not plainly the declared ones
 
 
 def plain_name(path: str) -> str:

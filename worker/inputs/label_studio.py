@@ -15,7 +15,8 @@ regions alone is not written); a region of a type not named here is a dead lette
 naming it. `data.image` may
 be Label Studio's own path (`/data/upload/3/x.jpg`, `/data/local-files/?d=dir/x.jpg`):
 read as `upload/3/x.jpg` and `dir/x.jpg` relative to --image_dir or the JSON's folder.
-The file is streamed (ijson) a task at a time.
+The file is streamed (ijson) a task at a time. The export carries no labeling config,
+so it declares no classes (InputFormat.declared_classes).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ that split.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
 from worker import storage
@@ -23,7 +24,7 @@ from worker.inputs.coco import CocoFormat
 from worker.inputs.cvat import CvatFormat
 from worker.inputs.folder import ImageFolderFormat
 from worker.inputs.hf_imagefolder import HfMetadataFormat
-from worker.inputs.input_format import FileHead, InputFormat, plain_name
+from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat, plain_name
 from worker.inputs.label_studio import LabelStudioFormat
 from worker.inputs.labelme import LabelMeFormat
 from worker.inputs.rows import ManifestError, ManifestItem, RowRules
@@ -137,6 +138,46 @@ def check_sources(sources: Sequence[ManifestSource], rules: RowRules) -> None:
             raise ManifestError(f"{source.path}: --uri_column, --label_column and "
                                 "--split_column name columns of CSV manifests only")
         FORMATS[source.format].check(source, rules)
+
+
+def class_declarations(sources: Sequence[ManifestSource]) -> list[DeclaredClasses | None]:
+    """What each source declares (None: no classes); ManifestError for a declaration
+    that cannot give ids: no class, an empty name, or a name that two ids share."""
+    found = [FORMATS[source.format].declared_classes(source) for source in sources]
+    for declared in filter(None, found):
+        repeated = sorted(name for name, count in Counter(declared.labels).items() if count > 1)
+        problem = (f"{', '.join(map(repr, repeated))} twice" if repeated
+                   else "no class" if not declared.labels
+                   else "an empty name" if not all(declared.labels) else None)
+        if problem:
+            raise ManifestError(f"{declared.declared_by} declares classes that cannot be "
+                                f"ids: {problem}")
+    return found
+
+
+def one_declaration(declarations: Iterable[DeclaredClasses | None]) -> DeclaredClasses:
+    """Declarations of the same classes as one, naming the first file and how many
+    others; ManifestError naming two that differ."""
+    by_labels: dict[tuple[str, ...], list[DeclaredClasses]] = {}
+    for declared in filter(None, declarations):
+        by_labels.setdefault(declared.labels, []).append(declared)
+    if len(by_labels) > 1:
+        first, second = (found[0] for found in by_labels.values())
+        raise ManifestError(
+            f"{first.declared_by} and {second.declared_by} declare different classes "
+            f"({_first_difference(first.labels, second.labels)}): convert them apart, or "
+            "give the ids of both with --vocabulary FILE")
+    (found,) = by_labels.values()
+    others = len({declared.declared_by for declared in found}) - 1
+    return found[0]._replace(declared_by=found[0].declared_by + (
+        f" and {others} other file{'s' * (others > 1)}" if others else ""))
+
+
+def _first_difference(first: Sequence[str], second: Sequence[str]) -> str:
+    for class_id, (one, other) in enumerate(zip(first, second, strict=False)):
+        if one != other:
+            return f"class {class_id + 1} of the one is {one!r}, of the other {other!r}"
+    return f"{len(first)} classes in one, {len(second)} in the other"
 
 
 def read_source(source: ManifestSource, rules: RowRules = RowRules()

@@ -9,6 +9,7 @@ of its file name. With SPLIT=PATH and the lists, only that split's list is read.
 Images: ROOT/JPEGImages/<filename> in the VOCdevkit layout, else beside the XML, or under
 --image_dir. An image whose XML says <segmented>1</segmented> has its segmentation map,
 ROOT/SegmentationClass/<id>.png, written as DeepLab's build_voc2012_data writes it.
+A labelmap.txt or labels.txt beside the XMLs declares the classes (declared_class_list).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
 from worker.inputs.boxes import declared_size, pixel_box
-from worker.inputs.input_format import FileHead, InputFormat
+from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.rows import ManifestError, RowRules, assign_split, resolve_uri
 from worker.records import Box, ManifestRow
 
@@ -32,6 +33,11 @@ _IMAGES = "JPEGImages"
 _SEGMENTATION = "SegmentationClass"  # VOC2012's maps: palette PNGs of class indices
 _LISTS = {"train": "train.txt", "validation": "val.txt", "test": "test.txt"}
 _FLAGS = {"0": 0, "1": 1}
+# The class lists written beside VOC annotations: datumaro's and CVAT's VOC exports write
+# labelmap.txt (`name:color:parts:actions` a line, background first); labels.txt holds a
+# name a line.
+_CLASS_LISTS = ("labelmap.txt", "labels.txt")
+_BACKGROUND = ("background", "__background__")  # VOC's class index 0, no object's class
 
 
 def xml_glob(path: str) -> str | None:
@@ -87,6 +93,32 @@ def read_voc(pattern: str, rules: RowRules, split: str | None
     if skipped:
         logging.warning("%s: %d annotation XMLs are in no ImageSets/Main list and were left "
                         "out", pattern, skipped)
+
+
+def declared_class_list(pattern: str) -> DeclaredClasses | None:
+    """The classes of a labelmap.txt or labels.txt in the XMLs' folder or the VOCdevkit
+    root above it, in their order. A first class named background is VOC's index 0,
+    which is the Object Detection API's background too: the class after it gets class
+    label 1 (as in the API's pascal_label_map.pbtxt). None where there is no such file;
+    ManifestError for two that differ."""
+    folder = storage.split(pattern)[0]
+    folders = dict.fromkeys(filter(None, (folder, _devkit_root(folder))))
+    found = [_read_class_list(path) for each in folders for name in _CLASS_LISTS
+             if storage.exists(path := storage.join(each, name))]
+    if len({declared.labels for declared in found}) > 1:
+        raise ManifestError(f"{found[0].declared_by} and {found[1].declared_by} list "
+                            "different classes: keep one")
+    return found[0] if found else None
+
+
+def _read_class_list(path: str) -> DeclaredClasses:
+    with storage.open_read(path) as file:
+        lines = file.read().decode("utf-8-sig").splitlines()
+    names = [line.split(":", 1)[0].strip() if path.endswith("labelmap.txt") else line.strip()
+             for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if names and names[0].lower() in _BACKGROUND:
+        names = names[1:]
+    return DeclaredClasses(path, tuple(names))
 
 
 def _devkit_root(folder: str) -> str | None:
@@ -178,6 +210,9 @@ class VocFormat(InputFormat):
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         check_voc(source.path, source.split)
+
+    def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
+        return declared_class_list(source.path)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestRow | DeadLetter]:

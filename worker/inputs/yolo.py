@@ -22,7 +22,8 @@ polygon's points (OBB corners included) up to 1% of the image's side outside it 
 clipped to it, as Ultralytics accepts them (verify_image_label's "1% tolerance") and
 clips boxes and segments (Instances.clip); farther out, the line is box_out_of_range.
 Listed with Beam's FileSystems.match, so read in the pipeline's process, one label file
-after another.
+after another. `names` (or `nc`) declares the classes: YOLO id i is the vocabulary's id
+i (declared_classes; pipeline/run.py pins them).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.folder import IMAGE_EXTENSIONS
 from worker.choices import LeftOut
 from worker.inputs.boxes import clipped_box, extent, polygon_mask, with_mask
-from worker.inputs.input_format import InputFormat
+from worker.inputs.input_format import DeclaredClasses, InputFormat
 from worker.inputs.lines import numbered_lines
 from worker.inputs.rows import (ManifestError, RowRules, has_undecodable_bytes, normalise_path,
                                 printable)
@@ -82,9 +83,10 @@ class YoloDataset:
 
     def __init__(self, path: str, names: tuple[str, ...], root: str,
                  entries: dict[str, list[str]], keypoints: tuple[int, int] | None,
-                 keypoint_names: dict[int, tuple[str, ...]]) -> None:
+                 keypoint_names: dict[int, tuple[str, ...]], names_key: str = "names") -> None:
         self.path = path
         self.names = names
+        self.names_key = names_key  # where the names come from: "names", or "nc" alone
         self.root = root
         self.entries = entries  # split -> its entries, as written
         self.keypoints = keypoints  # kpt_shape: (K, 2 or 3)
@@ -118,7 +120,8 @@ class YoloDataset:
                                 "'test') as a folder of images or a .txt list of them")
         names, keypoints = _class_names(path, data), _keypoint_shape(path, data)
         return cls(path, names, root, entries, keypoints,
-                   _keypoint_names(path, data, len(names), keypoints))
+                   _keypoint_names(path, data, len(names), keypoints),
+                   "names" if "names" in data else "nc")
 
     def images(self, only: str | None = None) -> Iterator[tuple[str, Iterator[str]]]:
         """(split, the URIs of its images, in the order listed) per split entry."""
@@ -381,6 +384,11 @@ class YoloFormat(InputFormat):
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         check_yolo(source.path, source.split)
+
+    def declared_classes(self, source: ManifestSource) -> DeclaredClasses:
+        """`names` (or `nc`'s class_<i>): class i is YOLO's class id i."""
+        dataset = YoloDataset.load(source.path)
+        return DeclaredClasses(f"{source.path} ({dataset.names_key})", dataset.names)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestRow | DeadLetter]:
