@@ -27,6 +27,7 @@ from worker.inputs.input_format import FileHead, InputFormat, plain_name
 from worker.inputs.kitti import KittiFormat, kitti_glob
 from worker.inputs.label_studio import LabelStudioFormat
 from worker.inputs.labelme import LabelMeFormat
+from worker.inputs.open_images import OpenImagesFormat
 from worker.inputs.rows import ManifestError, ManifestItem, RowRules
 from worker.inputs.vertex_jsonl import VertexJsonlFormat
 from worker.inputs.voc import VocFormat, xml_glob
@@ -45,6 +46,7 @@ FORMATS: dict[str, InputFormat] = {format.name: format for format in (
     YoloFormat(),
     CsvFormat(),
     KittiFormat(),
+    OpenImagesFormat(),
     ImageFolderFormat(),
 )}
 # What --input_format may name.
