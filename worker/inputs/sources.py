@@ -20,6 +20,7 @@ from worker import storage
 from worker.chunks import ManifestSource, RowChunk
 from worker.inputs.automl_csv import CsvFormat
 from worker.inputs.coco import CocoFormat
+from worker.inputs.coco_panoptic import CocoPanopticFormat
 from worker.inputs.cvat import CvatFormat
 from worker.inputs.folder import ImageFolderFormat
 from worker.inputs.hf_imagefolder import HfMetadataFormat
@@ -41,6 +42,7 @@ FORMATS: dict[str, InputFormat] = {format.name: format for format in (
     HfMetadataFormat(),
     VertexJsonlFormat(),
     CocoFormat(),
+    CocoPanopticFormat(),
     LabelStudioFormat(),
     LabelMeFormat(),
     YoloFormat(),
