@@ -121,3 +121,14 @@ def test_other_csv_manifests_are_still_csv(tmp_path):
     (source,) = find_manifests([str(tmp_path / "m.csv")])
     assert source.format == "csv"
     assert isinstance(next(read_source(source, RowRules())), ManifestRow)
+
+
+def test_csv_column_options_on_an_open_images_file_are_refused_naming_it(tmp_path):
+    """With the columns the CSV reader suggested, every row used to be file_not_found
+    (ImageIDs carry no extension)."""
+    csv = tmp_path / "train-annotations-bbox.csv"
+    csv.write_text(HEADER + "abc,xclick,/m/011k07,1,0.1,0.5,0.2,0.6,0,0,0,0,0\n")
+    with pytest.raises(ManifestError, match="is an Open Images box CSV: --uri_column and "
+                       "--label_column name columns of CSV manifests only"):
+        check_sources(find_manifests([str(csv)]), RowRules(
+            label_mode="detection", uri_column="ImageID", label_column="LabelName"))

@@ -155,8 +155,9 @@ def check_sources(sources: Sequence[ManifestSource], rules: RowRules) -> None:
     """Each source's format's checks before the job; raises ManifestError."""
     for source in sources:
         if source.format != "csv" and (rules.uri_column or rules.label_column):
-            raise ManifestError(f"{source.path}: --uri_column and --label_column name "
-                                "columns of CSV manifests only")
+            raise ManifestError(f"{source.path} is {FORMATS[source.format].title}: "
+                                "--uri_column and --label_column name columns of CSV "
+                                "manifests only")
         FORMATS[source.format].check(source, rules)
 
 
