@@ -19,7 +19,8 @@ from worker.records import ManifestRow
 PUBLIC = Path(__file__).parent / "data" / "public" / "kitti"
 DETECTION = RowRules(label_mode="detection")
 # A line of KITTI's training set (000000.txt), and a DontCare region.
-PEDESTRIAN = "Pedestrian 0.00 0 -0.20 712.40 143.00 810.73 307.92 1.89 0.48 1.20 1.84 1.47 8.41 0.01"
+PEDESTRIAN = ("Pedestrian 0.00 0 -0.20 712.40 143.00 810.73 307.92 1.89 0.48 1.20 1.84 1.47 "
+              "8.41 0.01")
 DONT_CARE = "DontCare -1 -1 -10 503.89 169.71 590.61 190.13 -1 -1 -1 -1000 -1000 -1000 -10"
 
 

@@ -64,7 +64,10 @@ def test_rows_of_one_image_id_become_one_example_with_its_boxes(tmp_path):
                    + "000002b97e5471a0,xclick,/m/012074,1,0,1,0,1,0,0,1,0,0\n"
                    + "000002b66c9c498e,activemil,/m/012074,1,0.5,1,0.25,0.75,1,0,0,1,0\n"
                    + "000002b66c9c498e,xclick,/m/0unknown,1,0.5,1,0.25,0.75,1,0,0,1,0\n"
-                   + "000002b97e5471a0,xclick,/m/011k07,1,0.6,0.4,0,1,0,0,0,0,0\n")
+                   + "000002b97e5471a0,xclick,/m/011k07,1,0.6,0.4,0,1,0,0,0,0,0\n"
+                   # Kept whatever its Confidence, as create_oid_tf_record.py keeps it.
+                   + "000002b97e5471a0,xclick,/m/011k07,0,0.2,0.4,0.2,0.4,0,0,0,0,0\n"
+                   + "000002b97e5471a0,verification,/m/011q46kg,1,,,,,,,,,\n")
     for image in ("000002b66c9c498e", "000002b97e5471a0"):
         (tmp_path / f"{image}.jpg").write_bytes(encode(photo_like(40, 30, 1), "JPEG"))
     output = tmp_path / "out"
@@ -80,12 +83,14 @@ def test_rows_of_one_image_id_become_one_example_with_its_boxes(tmp_path):
          for side in ("xmin", "ymin", "xmax", "ymax")],
         [[0.1, 0.5], [0.2, 0.25], [0.5, 1.0], [0.6, 0.75]])
     assert list(tortoise["image/object/truncated"].int64_list.value) == [1, 0]
-    assert list(examples["000002b97e5471a0.jpg"]["image/object/is_crowd"].int64_list.value) \
-        == [1]
+    magpie = examples["000002b97e5471a0.jpg"]
+    assert magpie["image/object/class/text"].bytes_list.value == [b"Magpie", b"Tortoise"]
+    assert list(magpie["image/object/is_crowd"].int64_list.value) == [1, 0]
     letters = [json.loads(line) for error in output.glob("errors-*.jsonl")
                for line in error.read_text().splitlines()]
     assert sorted((letter["line"], letter["reason"]) for letter in letters) == [
-        (5, reasons.UNKNOWN_CATEGORY_ID), (6, reasons.EMPTY_BOX)]
+        (5, reasons.UNKNOWN_CATEGORY_ID), (6, reasons.EMPTY_BOX),
+        (8, reasons.UNSUPPORTED_ANNOTATION)]
     assert f"LabelName '/m/0unknown' is not in {tmp_path}/class-descriptions-boxable.csv" in [
         letter["message"] for letter in letters]
 

@@ -120,7 +120,7 @@ def read_kitti(pattern: str, rules: RowRules, split: str | None
         stem = name.rsplit(".", 1)[0]
         uri = images[image_folder].get(stem, storage.join(image_folder, f"{stem}.png"))
         image = ManifestRow(metadata.path, 0, "", split or assign_split(
-            f"{stem}.png", rules.split_fractions), uri, (), boxes_in_pixels=True)
+            storage.split(uri)[1], rules.split_fractions), uri, (), boxes_in_pixels=True)
         objects = 0
         for line, raw in numbered_lines(metadata.path):
             row = _object_row(image._replace(line=line, raw=printable(raw)), raw)

@@ -9,7 +9,8 @@ read it: the rows of one ImageID are the objects of one example, its image
 that order); IsGroupOf is written as image/object/is_crowd (the script's `group_of`: a
 box around several objects, as COCO's crowd) and IsTruncated as image/object/truncated.
 Every box row is kept whatever its Confidence, as the script keeps it (Open Images'
-human-verified boxes all have 1). Not kept: Source, Confidence, IsOccluded, IsDepiction
+human-verified boxes all have 1); a row without a box, which the script reads as an
+image-level label, is a dead letter. Not kept: Source, Confidence, IsOccluded, IsDepiction
 and IsInside (keys the shard writer has no place for). A header is recognised by its
 ImageID, LabelName and box columns, so `--manifest train-annotations-bbox.csv` is enough.
 
@@ -162,8 +163,12 @@ def _box_row(path: str, line: int, raw: str, columns: dict[str, int],
         return image.dead_letter(reasons.UNKNOWN_CATEGORY_ID, (
             f"LabelName {mid!r} is not in {descriptions.path}" if descriptions
             else "LabelName is empty"))
+    written = [value[side] for side in ("XMin", "YMin", "XMax", "YMax")]
+    if not any(written):  # create_oid_tf_record.py reads such rows as image-level labels
+        return image.dead_letter(reasons.UNSUPPORTED_ANNOTATION, "an image-level label "
+                                 "(no box): only boxes are read from a box CSV")
     try:
-        corners = [float(value[side]) for side in ("XMin", "YMin", "XMax", "YMax")]
+        corners = [float(corner) for corner in written]
     except ValueError:
         return image.dead_letter(reasons.INVALID_BOX, "XMin, XMax, YMin and YMax must be "
                                  "numbers relative to the image (0 to 1): "

@@ -72,9 +72,9 @@ def split_and_path(argument: str) -> tuple[str | None, str]:
 
 def find_manifests(arguments: Iterable[str], input_format: str | None = None
                    ) -> list[ManifestSource]:
-    """--manifest values (paths, globs, SPLIT=PATH, VOC and KITTI folders) -> the sources to read,
-    each in `input_format` or its sniffed format; fails clearly for one that matches
-    nothing or whose format is ambiguous."""
+    """--manifest values (paths, globs, SPLIT=PATH, VOC and KITTI folders) -> the sources
+    to read, each in `input_format` or its sniffed format; fails clearly for one that
+    matches nothing or whose format is ambiguous."""
     found: set[ManifestSource] = set()
     for argument in arguments:
         split, path = split_and_path(argument)
