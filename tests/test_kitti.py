@@ -12,8 +12,9 @@ import pytest
 from conftest import encode, photo_like, read_examples
 from pipeline import run
 from worker import dead_letters as reasons
-from worker.inputs.rows import RowRules, assign_split
-from worker.inputs.sources import check_sources, find_manifests, read_source
+from worker.inputs.input_format import DeclaredClasses
+from worker.inputs.rows import ManifestError, RowRules, assign_split
+from worker.inputs.sources import FORMATS, check_sources, find_manifests, read_source
 from worker.records import ManifestRow
 
 PUBLIC = Path(__file__).parent / "data" / "public" / "kitti"
@@ -168,3 +169,18 @@ def test_image_dir_names_where_the_images_are(tmp_path):
     found = rows(labels / "*.txt", RowRules(label_mode="detection",
                                             image_dir=str(tmp_path / "pictures")))
     assert [row.uri for row in found] == [str(tmp_path / "pictures" / "000000.jpg")]
+
+
+def test_a_datumaro_export_declares_its_classes_in_dataset_meta(tmp_path):
+    """datumaro's KITTI export writes `dataset_meta.json` (label_map, id -> type) in the
+    root; KITTI itself ships no class list."""
+    root = kitti_root(tmp_path / "kitti", {"000000": PEDESTRIAN + "\n"}, size=(8, 8))
+    (source,) = find_manifests([str(root)])
+    assert FORMATS["kitti"].declared_classes(source) is None
+    meta = root / "dataset_meta.json"
+    meta.write_text(json.dumps({"label_map": {"1": "Pedestrian", "0": "Car", "2": "DontCare"}}))
+    assert FORMATS["kitti"].declared_classes(source) == DeclaredClasses(
+        f"{meta} (label_map)", ("car", "pedestrian", "dontcare"))
+    meta.write_text(json.dumps({"label_map": {"0": "Car", "2": "Van"}}))
+    with pytest.raises(ManifestError, match="label_map must map the ids 0 to n-1"):
+        check_sources([source], DETECTION)

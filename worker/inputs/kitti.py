@@ -17,12 +17,15 @@ The user names the label files: `--manifest ROOT/training/label_2` (or ROOT, or
 ROOT/training), a glob of them, or one file. The images are the sibling `image_2` folder
 (a file of any image suffix with the label file's name), or --image_dir. KITTI's
 training set declares no splits and no class list: each image gets the --manifest
-SPLIT=PATH split or one from a hash of its name, and the ids are the run's. Listed with
+SPLIT=PATH split or one from a hash of its name; the ids are the run's, unless a
+datumaro export's `dataset_meta.json` (its `label_map`, id -> type) stands in the KITTI
+root, which then declares them (lower-cased, as the labels are). Listed with
 Beam's FileSystems.match, so read in the pipeline's process, one file after another.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 
@@ -30,7 +33,7 @@ from worker import dead_letters as reasons
 from worker import storage
 from worker.chunks import LineRange, ManifestSource
 from worker.dead_letters import DeadLetter
-from worker.inputs.input_format import FileHead, InputFormat
+from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import numbered_lines
 from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
                                 printable)
@@ -39,6 +42,7 @@ from worker.records import Box, ManifestRow
 LABELS = "label_2"
 IMAGES = "image_2"
 _DONT_CARE = "dontcare"
+_DATUMARO_META = "dataset_meta.json"  # datumaro's class list, in the root it exports
 _FILES_SNIFFED = 20  # label files read to tell KITTI's (empty ones say nothing)
 _FIELDS = (15, 16)  # the 16th is a detector's score, in results files
 # What datumaro's find_images reads in image_2 (KITTI's own are PNGs).
@@ -184,6 +188,32 @@ def _object_row(row: ManifestRow, raw: str) -> ManifestRow | DeadLetter | None:
                                                     truncated=int(truncated > 0)),))
 
 
+def datumaro_classes(pattern: str) -> DeclaredClasses | None:
+    """The classes datumaro's `dataset_meta.json` declares in the KITTI root of the label
+    files `pattern` matches (ROOT/training/label_2/*.txt): `label_map`, "0" to "n-1"
+    -> the type; None where there is no such file."""
+    label_folder = storage.split(pattern)[0]
+    root = storage.split(storage.split(label_folder)[0])[0]
+    path = storage.join(root, _DATUMARO_META)
+    if not storage.exists(path):
+        return None
+    try:
+        with storage.open_read(path) as file:
+            label_map = json.loads(file.read()).get("label_map")
+    except (OSError, ValueError, AttributeError) as error:
+        raise ManifestError(f"{path}: cannot read datumaro's label_map: {error}") from error
+    if not (isinstance(label_map, dict) and label_map
+            and sorted(label_map) == sorted(map(str, range(len(label_map))))):
+        raise ManifestError(f"{path}: label_map must map the ids 0 to n-1 to types, found "
+                            f"{label_map!r}")
+    labels = tuple(str(label_map[str(index)]).strip().lower()
+                   for index in range(len(label_map)))
+    if len(set(labels)) != len(labels) or not all(labels):
+        raise ManifestError(f"{path}: label_map names a type twice (in any case) or none: "
+                            f"{list(labels)}")
+    return DeclaredClasses(f"{path} (label_map)", labels)
+
+
 class KittiFormat(InputFormat):
     """A glob of label files (kitti_glob: a folder, a KITTI root), or one file."""
 
@@ -201,10 +231,14 @@ class KittiFormat(InputFormat):
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         if not storage.match(source.path, limit=1):
             raise ManifestError(f"no KITTI label files at {source.path}")
+        datumaro_classes(source.path)  # refused here, not in the job, where it is unreadable
         if source.split is None:
             logging.warning("%s: KITTI declares no splits: each image gets one from a hash of "
                             "its name (--split_fractions), or pass --manifest SPLIT=PATH",
                             source.path)
+
+    def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
+        return datumaro_classes(source.path)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestRow | DeadLetter]:
