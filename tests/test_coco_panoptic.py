@@ -14,7 +14,8 @@ from conftest import encode, photo_like, read_examples
 from pipeline import run
 from worker import dead_letters as reasons
 from worker.inputs.rows import ManifestError, RowRules
-from worker.inputs.sources import check_sources, find_manifests, read_source
+from worker.inputs.sources import FORMATS, check_sources, find_manifests, read_source
+from worker.label_map import is_gap
 from worker.masks import decode_rle
 from worker.records import ManifestRow
 
@@ -124,3 +125,15 @@ def test_a_missing_png_dead_letters_its_segments_naming_it(tmp_path):
         reasons.INVALID_MASK}
     assert "cannot read the panoptic PNG" in letters[0].message
     assert "000000439180.png" in letters[0].message
+
+
+def test_the_categories_declare_the_classes_each_at_its_id(tmp_path):
+    path = panopticapi_examples(tmp_path)
+    (source,) = find_manifests([str(path)])
+    declared = FORMATS["coco_panoptic"].declared_classes(source)
+    categories = json.loads(path.read_text())["categories"]
+    assert declared.declared_by == f"{path} (categories)"
+    assert len(declared.labels) == max(category["id"] for category in categories) == 200
+    assert all(declared.labels[category["id"] - 1] == category["name"]
+               for category in categories)
+    assert sum(map(is_gap, declared.labels)) == 200 - len(categories) == 67

@@ -16,8 +16,8 @@ The PNG folder is the JSON's path without `.json` (panopticapi's default for its
 --segmentations_folder); the images are found as an instances file's are (file_name
 relative to the JSON's folder, or --image_dir), an image no annotation names is an image
 without objects, and the split is --manifest SPLIT=PATH's or one from a hash of the file
-name. Streamed with ijson as the instances file is; each PNG is read once, by the worker
-process that reads the JSON.
+name. `categories` declares the classes, each at its id. Streamed with ijson as the
+instances file is; each PNG is read once, by the worker process that reads the JSON.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import pixel_box
 from worker.inputs.coco import _first_entry, _image_row, _items, is_panoptic
-from worker.inputs.input_format import FileHead, InputFormat
-from worker.inputs.rows import ImageEntries, RowRules
+from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
+from worker.inputs.rows import ImageEntries, ManifestError, RowRules
+from worker.label_map import LabelMapError, LabelMapItem, vocabulary_of
 from worker.masks import rle_of
 from worker.records import Box, ManifestRow
 
@@ -151,6 +152,24 @@ def _segment_row(row: ManifestRow, segment: object, categories: dict[object, str
     return row._replace(labels=(name,), boxes=(box,))
 
 
+def declared_categories(path: str) -> DeclaredClasses | None:
+    """The classes `categories` declares, vocabulary entry i the category with id i + 1;
+    None where there are none."""
+    categories = [category for category in _items(path, "categories.item")
+                  if isinstance(category, dict)]
+    if not categories:
+        return None
+    if not all(isinstance(category.get("id"), int) and category["id"] >= 1
+               for category in categories):
+        raise ManifestError(f"{path}: every category needs an id, a whole number from 1")
+    items = [LabelMapItem(category["id"], str(category.get("name", "")).strip(), "")
+             for category in categories]
+    try:
+        return DeclaredClasses(f"{path} (categories)", vocabulary_of(items, "name"))
+    except LabelMapError as error:
+        raise ManifestError(f"{path} (categories): {error}") from error
+
+
 class CocoPanopticFormat(InputFormat):
     name = "coco_panoptic"
     title = "a COCO panoptic JSON file"
@@ -159,6 +178,11 @@ class CocoPanopticFormat(InputFormat):
 
     def recognises(self, head: FileHead) -> bool:
         return is_panoptic(head)
+
+    def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
+        """`categories`, each at its id (class label = category id, as the Object
+        Detection API's COCO label map has it; ids it skips are gaps)."""
+        return declared_categories(source.path)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestRow | DeadLetter]:
