@@ -107,17 +107,21 @@ def _annotation_rows(path: str, position: int, annotation: object,
 
 
 def _segment_ids(png: str, size: tuple[int, int]) -> np.ndarray | tuple[str, str]:
-    """The PNG's segment id per pixel, or (dead-letter reason, message)."""
+    """The PNG's segment id per pixel, transposed (width x height: a segment's pixels,
+    transposed back, are then the column-major array pycocotools encodes, no copy made),
+    or (dead-letter reason, message)."""
     try:
         with storage.open_read(png) as file:
-            image = Image.open(io.BytesIO(file.read())).convert("RGB")
+            image = Image.open(io.BytesIO(file.read()))
+            image = image if image.mode == "RGB" else image.convert("RGB")
+            rgb = np.asarray(image, dtype=np.uint32)
     except (OSError, ValueError) as error:  # Pillow's UnidentifiedImageError is an OSError
         return reasons.INVALID_MASK, f"cannot read the panoptic PNG {png}: {error}"
     if image.size != size:
         return (reasons.SIZE_MISMATCH, f"the panoptic PNG {png} is {image.size[0]}x"
                 f"{image.size[1]} but the image is declared {size[0]}x{size[1]}")
-    rgb = np.asarray(image, dtype=np.uint32)
-    return rgb[..., 0] + 256 * rgb[..., 1] + 256 * 256 * rgb[..., 2]
+    return np.ascontiguousarray((rgb[..., 0] + 256 * rgb[..., 1]
+                                 + 256 * 256 * rgb[..., 2]).T)
 
 
 def _segment_row(row: ManifestRow, segment: object, categories: dict[object, str],
@@ -144,7 +148,7 @@ def _segment_row(row: ManifestRow, segment: object, categories: dict[object, str
     if isinstance(ids, tuple):
         return row.dead_letter(ids[0], where + ids[1])
     if ids is not None:
-        pixels = ids == segment.get("id")
+        pixels = (ids == segment.get("id")).T
         if not pixels.any():
             return row.dead_letter(reasons.INVALID_MASK, f"{where}no pixel of the panoptic "
                                    "PNG has the segment's id")
