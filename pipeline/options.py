@@ -34,11 +34,12 @@ class ConvertOptions(PipelineOptions):
             "--manifest", metavar="PATH", action="append",
             help="Manifest: AutoML/TFRecorder CSV (split,image_uri,label), Vertex AI JSON "
                  "Lines, the Object Detection API's CSV (filename,width,height,class,xmin,"
-                 "ymin,xmax,ymax in pixels), a COCO instances JSON, Pascal VOC XMLs (a "
-                 "folder, a VOCdevkit year folder or a glob of .xml), a CVAT for images "
-                 "1.1 XML, an Ultralytics YOLO data.yaml, a Label Studio JSON export, "
-                 "LabelMe JSONs (a folder or glob) or a Hugging Face imagefolder "
-                 "metadata.jsonl/.csv; sniffed (see --input_format); a path or glob, local "
+                 "ymin,xmax,ymax in pixels), a COCO instances or panoptic JSON, Pascal "
+                 "VOC XMLs (a folder, a VOCdevkit year folder or a glob of .xml), KITTI "
+                 "label files (training/label_2, the KITTI root or a glob), an Open Images "
+                 "box CSV, a CVAT for images 1.1 XML, an Ultralytics YOLO data.yaml, a "
+                 "Label Studio JSON export, LabelMe JSONs (a folder or glob) or a Hugging "
+                 "Face imagefolder metadata.jsonl/.csv; sniffed (see --input_format); a path or glob, local "
                  "or remote. SPLIT=PATH gives every row of PATH that split (train, "
                  "validation/val, test). Repeat for several; relative image URIs are "
                  "relative to the manifest (see --image_dir).")

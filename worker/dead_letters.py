@@ -63,7 +63,8 @@ REGISTRY: dict[str, str] = {
     SIZE_MISMATCH: "the size an annotation declares (or a mask's or segmentation map's) is "
                    "not the image's own",
     UNKNOWN_IMAGE_ID: "a COCO annotation whose image_id names no image",
-    UNKNOWN_CATEGORY_ID: "a COCO category_id or YOLO class that names no category",
+    UNKNOWN_CATEGORY_ID: ("a COCO category_id, YOLO class or Open Images LabelName that names "
+                          "no category"),
     INVALID_MASK: "a polygon of fewer than 3 points, an RLE that is not one, or a mask or "
                   "segmentation map that cannot be read as class indices",
     INVALID_KEYPOINTS: "keypoints that are not whole points, a visibility not 0, 1 or 2, or "

@@ -482,6 +482,10 @@ class CsvFormat(InputFormat):
 
     name = "csv"
     title = "an AutoML/TFRecorder CSV manifest"
+    # Also what any other name is read as (sources.py); listed here, so that a format
+    # that recognises its content among these names (KITTI's .txt, Open Images' .csv)
+    # does not claim every file of that name.
+    suffixes = (".csv", ".tsv", ".txt")
     cuts_by_lines = True
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:

@@ -13,6 +13,7 @@ whatever the keys' order in the file. `categories` declares the classes, with th
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -256,6 +257,26 @@ def _keypoints(written: object, num_keypoints: object, size: tuple[int, int],
                      tuple(map(int, flags)), names, num_keypoints)
 
 
+@functools.lru_cache(maxsize=16)  # asked by both COCO formats of one file's head
+def is_panoptic(head: FileHead) -> bool:
+    """Whether a COCO file is panoptic: its first annotation has `segments_info` (or,
+    where the categories come first, its first category `isthing`). Streams the file up
+    to there: the images before it may be megabytes."""
+    if head.first_json_key not in _COCO_KEYS:
+        return False
+    with open_manifest(head.path) as file:
+        try:
+            for prefix, event, value in ijson.parse(file):
+                if event == "map_key" and (prefix, value) in (
+                        ("annotations.item", "segments_info"), ("categories.item", "isthing")):
+                    return True
+                if event == "end_map" and prefix in ("annotations.item", "categories.item"):
+                    return False
+        except ijson.JSONError:
+            return False
+    return False
+
+
 class CocoFormat(InputFormat):
     name = "coco"
     title = "a COCO instances JSON file"
@@ -263,8 +284,13 @@ class CocoFormat(InputFormat):
     boxes_only = True
 
     def recognises(self, head: FileHead) -> bool:
-        """A JSON file whose first key is one of COCO's top-level keys."""
-        return head.first_json_key in _COCO_KEYS
+        """A JSON file whose first key is one of COCO's top-level keys, not panoptic."""
+        return head.first_json_key in _COCO_KEYS and not is_panoptic(head)
+
+    def check_file(self, source: ManifestSource, rules: RowRules) -> None:
+        if is_panoptic(FileHead.read(source.path)):
+            raise ManifestError(f"{source.path} is a COCO panoptic file (segments_info), "
+                                "not instances: pass --input_format coco_panoptic")
 
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
         return declared_categories(source.path)

@@ -13,6 +13,7 @@ from worker import storage
 from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
 from worker.inputs.input_format import InputFormat
+from worker.inputs.kitti import kitti_labels_beside
 from worker.inputs.rows import DEFAULT_SPLIT_FRACTIONS, ManifestError, RowRules, assign_split
 from worker.records import ManifestRow
 from worker.splits import SPLIT_NAMES, normalise_split
@@ -30,8 +31,8 @@ _SPLIT_LAYOUT = "ROOT/<split>/<label>/<file>"
 
 def check_folder(root: str) -> str:
     """The path of a file under `root` (the storage probe reads it); fails clearly when
-    there is none, or when it is a YOLO dataset's (whose labels are not folder names).
-    Lists a few files at most."""
+    there is none, or when it is a YOLO or KITTI dataset's (whose labels are not folder
+    names). Lists a few files at most."""
     found = storage.match(everything_under(root), limit=1)
     if not found:
         raise ManifestError(f"image folder not found or empty: {root}")
@@ -41,6 +42,11 @@ def check_folder(root: str) -> str:
             f"{root} is an Ultralytics YOLO dataset: its labels are the .txt files in "
             f"{labels}, not folder names. Pass its data.yaml: --manifest DATA.yaml "
             "--label_mode detection")
+    kitti = kitti_labels_beside(root)
+    if kitti:
+        raise ManifestError(
+            f"{root} is a KITTI object dataset: its labels are the .txt files in {kitti}, "
+            f"not folder names. Pass them: --manifest {kitti} --label_mode detection")
     return found[0].path
 
 

@@ -21,12 +21,15 @@ from worker import storage
 from worker.chunks import ManifestSource, RowChunk
 from worker.inputs.automl_csv import CsvFormat
 from worker.inputs.coco import CocoFormat
+from worker.inputs.coco_panoptic import CocoPanopticFormat
 from worker.inputs.cvat import CvatFormat
 from worker.inputs.folder import ImageFolderFormat
 from worker.inputs.hf_imagefolder import HfMetadataFormat
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat, plain_name
+from worker.inputs.kitti import KittiFormat, kitti_glob
 from worker.inputs.label_studio import LabelStudioFormat
 from worker.inputs.labelme import LabelMeFormat
+from worker.inputs.open_images import OpenImagesFormat
 from worker.inputs.rows import ManifestError, ManifestItem, RowRules
 from worker.inputs.vertex_jsonl import VertexJsonlFormat
 from worker.inputs.voc import VocFormat, xml_glob
@@ -40,10 +43,13 @@ FORMATS: dict[str, InputFormat] = {format.name: format for format in (
     HfMetadataFormat(),
     VertexJsonlFormat(),
     CocoFormat(),
+    CocoPanopticFormat(),
     LabelStudioFormat(),
     LabelMeFormat(),
     YoloFormat(),
     CsvFormat(),
+    KittiFormat(),
+    OpenImagesFormat(),
     ImageFolderFormat(),
 )}
 # What --input_format may name.
@@ -67,28 +73,44 @@ def split_and_path(argument: str) -> tuple[str | None, str]:
 
 def find_manifests(arguments: Iterable[str], input_format: str | None = None
                    ) -> list[ManifestSource]:
-    """--manifest values (paths, globs, SPLIT=PATH, VOC folders) -> the sources to read,
-    each in `input_format` or its sniffed format; fails clearly for one that matches
-    nothing or whose format is ambiguous."""
+    """--manifest values (paths, globs, SPLIT=PATH, VOC and KITTI folders) -> the sources
+    to read, each in `input_format` or its sniffed format; fails clearly for one that
+    matches nothing or whose format is ambiguous."""
     found: set[ManifestSource] = set()
     for argument in arguments:
         split, path = split_and_path(argument)
-        # A folder or glob of VOC XMLs is one source; one XML file is sniffed (CVAT's too).
-        voc = xml_glob(path) if input_format in (None, VocFormat.name) else None
-        if voc == path and not _is_glob(path):
-            voc = None
-        labelme = [] if voc else _labelme_files(path, input_format)
-        if not voc and not labelme and _is_folder(path):
+        globbed = _one_file_per_image(path, input_format)
+        labelme = [] if globbed else _labelme_files(path, input_format)
+        if not globbed and not labelme and _is_folder(path):
             raise ManifestError(
                 f"--manifest {argument} is a folder without LabelMe JSON or VOC XML files: "
                 f"give a manifest file, or --image_folder {path} for images in class folders")
-        paths = [voc] if voc else [found.path for found in labelme or storage.match(path)]
-        if not paths or (voc and not storage.match(voc)):
+        if globbed:
+            if not storage.match(globbed[1]):
+                raise ManifestError(f"manifest not found: {argument}")
+            found.add(ManifestSource(globbed[1], globbed[0], split))
+            continue
+        paths = [found.path for found in labelme or storage.match(path)]
+        if not paths:
             raise ManifestError(f"manifest not found: {argument}")
-        found.update(ManifestSource(each, input_format or (VocFormat.name if voc
-                                                           else format_of(each)), split)
+        found.update(ManifestSource(each, input_format or format_of(each), split)
                      for each in paths)
     return sorted(found, key=lambda source: (source.path, source.split or ""))
+
+
+def _one_file_per_image(path: str, input_format: str | None) -> tuple[str, str] | None:
+    """(format, glob) where `path` names annotation files of one image each, read as one
+    source: a folder or glob of VOC XMLs, or of KITTI label files (their folder, or a
+    KITTI root). One file is sniffed as any other (a CVAT XML is one file too)."""
+    if input_format in (None, VocFormat.name):
+        voc = xml_glob(path)
+        if voc and (voc != path or _is_glob(path)):
+            return VocFormat.name, voc
+    if input_format in (None, KittiFormat.name):
+        kitti = kitti_glob(path, chosen=input_format == KittiFormat.name)
+        if kitti:
+            return KittiFormat.name, kitti
+    return None
 
 
 def _labelme_files(path: str, input_format: str | None) -> list:
@@ -135,8 +157,9 @@ def check_sources(sources: Sequence[ManifestSource], rules: RowRules) -> None:
     for source in sources:
         if source.format != "csv" and (rules.uri_column or rules.label_column
                                        or rules.split_column):
-            raise ManifestError(f"{source.path}: --uri_column, --label_column and "
-                                "--split_column name columns of CSV manifests only")
+            raise ManifestError(f"{source.path} is {FORMATS[source.format].title}: "
+                                "--uri_column, --label_column and --split_column name "
+                                "columns of CSV manifests only")
         FORMATS[source.format].check(source, rules)
 
 
