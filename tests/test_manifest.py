@@ -14,7 +14,7 @@ from worker.inputs.boxes import parse_box
 from worker.inputs.rows import DiscardedRow, ManifestError, RowRules, assign_split, resolve_uri
 from worker.inputs.sources import read_manifest
 from worker.records import Box, ManifestRow
-from worker.splits import SPLITS, normalise_split
+from worker.splits import SPLIT_NAMES, SPLITS, normalise_split
 from worker.inputs.sources import check_sources, find_manifests
 
 
@@ -256,8 +256,7 @@ def test_vertex_ai_jsonl_lines(tmp_path):
 def test_an_invalid_split_is_quoted_as_written(tmp_path):
     (bad,) = parse(tmp_path, "TRIAN,a.jpg,cat\n")
     assert (bad.split, bad.message) == (
-        "TRIAN", "split 'TRIAN' is not one of TRAIN, VALIDATION (or VAL, VALID, EVAL, DEV), "
-                 "TEST, UNASSIGNED or DISCARD")
+        "TRIAN", f"split 'TRIAN' is not one of {SPLIT_NAMES}, UNASSIGNED or DISCARD")
 
 
 DETECTION = RowRules(label_mode="detection")
@@ -430,7 +429,9 @@ def test_columns_that_are_not_all_0_or_1_are_no_one_hot_labels(tmp_path):
 @pytest.mark.parametrize("written, split", [
     ("TRAIN", "train"), (" Validation ", "validation"), ("test", "test"), ("val", "validation"),
     ("VALID", "validation"), ("Eval", "validation"), ("dev", "validation"),
-    ("", None), ("UNASSIGNED", None), ("DISCARD", None), ("training", None), ("TRIAN", None)])
+    ("training", "train"), ("Training_Set", "train"), ("test-set", "test"), ("testing", "test"),
+    ("devset", "validation"), ("validation_set", "validation"), ("set", None), ("dataset", None),
+    ("", None), ("UNASSIGNED", None), ("DISCARD", None), ("TRIAN", None)])
 def test_normalise_split(written, split):
     assert normalise_split(written) == split
 
