@@ -14,7 +14,7 @@ that split.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from worker import storage
 from worker.chunks import ManifestSource, RowChunk
@@ -22,6 +22,7 @@ from worker.inputs.automl_csv import CsvFormat
 from worker.inputs.coco import CocoFormat
 from worker.inputs.cvat import CvatFormat
 from worker.inputs.folder import ImageFolderFormat
+from worker.inputs.folder_kinds import read_folder_as, relative_files
 from worker.inputs.hf_imagefolder import HfMetadataFormat
 from worker.inputs.input_format import FileHead, InputFormat, plain_name
 from worker.inputs.label_studio import LabelStudioFormat
@@ -64,11 +65,12 @@ def split_and_path(argument: str) -> tuple[str | None, str]:
     return (split, path) if split else (None, argument)
 
 
-def find_manifests(arguments: Iterable[str], input_format: str | None = None
-                   ) -> list[ManifestSource]:
-    """--manifest values (paths, globs, SPLIT=PATH, VOC folders) -> the sources to read,
-    each in `input_format` or its sniffed format; fails clearly for one that matches
-    nothing or whose format is ambiguous."""
+def find_manifests(arguments: Iterable[str], input_format: str | None = None,
+                   say: Callable[[str], None] = lambda line: None) -> list[ManifestSource]:
+    """--manifest values (paths, globs, SPLIT=PATH, VOC folders, folders that hold a
+    dataset's files) -> the sources to read, each in `input_format` or its sniffed format;
+    fails clearly for one that matches nothing or whose format is ambiguous. `say` is
+    given the console's line for a folder read as the files it holds (folder_kinds.py)."""
     found: set[ManifestSource] = set()
     for argument in arguments:
         split, path = split_and_path(argument)
@@ -77,6 +79,10 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None
         if voc == path and not _is_glob(path):
             voc = None
         labelme = [] if voc else _labelme_files(path, input_format)
+        held = _held_sources(path, input_format, say) if not voc and not labelme else []
+        if held:
+            found.update(source._replace(split=split or source.split) for source in held)
+            continue
         if not voc and not labelme and _is_folder(path):
             raise ManifestError(
                 f"--manifest {argument} is a folder without LabelMe JSON or VOC XML files: "
@@ -88,6 +94,19 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None
                                                            else format_of(each)), split)
                      for each in paths)
     return sorted(found, key=lambda source: (source.path, source.split or ""))
+
+
+def _held_sources(path: str, input_format: str | None, say: Callable[[str], None]
+                  ) -> tuple[ManifestSource, ...]:
+    """The sources a folder holds (a Hugging Face imagefolder's metadata, a YOLO folder's
+    classes.txt), said; none for a file, a glob, or a folder that holds neither."""
+    if not _is_folder(path):
+        return ()
+    reading = read_folder_as(path, relative_files(path))
+    if not reading or input_format not in (None, *(s.format for s in reading.sources)):
+        return ()
+    say(reading.said)
+    return reading.sources
 
 
 def _labelme_files(path: str, input_format: str | None) -> list:
