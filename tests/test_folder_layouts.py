@@ -235,6 +235,25 @@ def test_split_folders_of_a_classes_txt_folder_give_the_splits(tmp_path):
     assert [row.labels for row in read_source(source, DETECTION)] == [("cat",)]
 
 
+def test_a_classes_txt_beside_class_folders_is_no_yolo_folder(tmp_path):
+    """Only a label file where YOLO looks for one (labels/ for images/, or beside the
+    image) makes a YOLO folder; a README.txt does not."""
+    text(tmp_path / "classes.txt", "cat\ndog\n")
+    text(tmp_path / "README.txt", "photos of pets\n")
+    jpeg(tmp_path / "cat" / "a.jpg", 0)
+    assert read_folder_as(str(tmp_path), relative_files(str(tmp_path))) is None
+
+
+def test_images_both_in_split_folders_and_outside_them_are_refused(tmp_path):
+    text(tmp_path / "classes.txt", "ball\n")
+    for relative in ("images/train/a", "images/b"):
+        jpeg(tmp_path / f"{relative}.jpg", 0)
+        text(tmp_path / f"{relative.replace('images', 'labels')}.txt", "0 0.5 0.5 0.2 0.2\n")
+    with pytest.raises(ManifestError, match=r"images are in split folders \(images/train\) "
+                                            r"and outside them \(images/b.jpg\)"):
+        read_folder_as(str(tmp_path), relative_files(str(tmp_path)))
+
+
 def test_a_yolo_export_without_label_mode_detection_is_refused_naming_yolo(tmp_path, capsys):
     root = label_studio_yolo_export(tmp_path / "export")
     assert convert("--image_folder", str(root),

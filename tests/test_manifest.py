@@ -14,7 +14,7 @@ from worker.inputs.boxes import parse_box
 from worker.inputs.rows import DiscardedRow, ManifestError, RowRules, assign_split, resolve_uri
 from worker.inputs.sources import read_manifest
 from worker.records import Box, ManifestRow
-from worker.splits import SPLIT_NAMES, SPLITS, normalise_split
+from worker.splits import SPLITS, normalise_split
 from worker.inputs.sources import check_sources, find_manifests
 
 
@@ -256,7 +256,8 @@ def test_vertex_ai_jsonl_lines(tmp_path):
 def test_an_invalid_split_is_quoted_as_written(tmp_path):
     (bad,) = parse(tmp_path, "TRIAN,a.jpg,cat\n")
     assert (bad.split, bad.message) == (
-        "TRIAN", f"split 'TRIAN' is not one of {SPLIT_NAMES}, UNASSIGNED or DISCARD")
+        "TRIAN", "split 'TRIAN' is not one of TRAIN, VALIDATION (or VAL, VALID, EVAL, DEV), "
+                 "TEST, UNASSIGNED or DISCARD")
 
 
 DETECTION = RowRules(label_mode="detection")

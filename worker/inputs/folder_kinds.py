@@ -22,11 +22,11 @@ from typing import NamedTuple
 
 from worker import storage
 from worker.chunks import ManifestSource
-from worker.inputs.folder import everything_under
+from worker.inputs.folder import IMAGE_EXTENSIONS, everything_under
 from worker.inputs.hf_imagefolder import HfMetadataFormat
 from worker.inputs.input_format import plain_name
 from worker.inputs.rows import ManifestError
-from worker.inputs.yolo import CLASSES_FILE, YoloDataset, YoloFormat
+from worker.inputs.yolo import CLASSES_FILE, YoloDataset, YoloFormat, label_path
 from worker.splits import normalise_split
 
 _METADATA_FILES = ("metadata.jsonl", "metadata.csv")
@@ -98,9 +98,7 @@ def _metadata_split(root: str, relative: str) -> str | None:
 
 def _yolo_classes_folder(root: str, relatives: list[str]) -> FolderReading | None:
     places = [place for place in _CLASSES_FILE_PLACES if place in relatives]
-    labels = [relative for relative in relatives
-              if relative.endswith(".txt") and plain_name(relative) != CLASSES_FILE]
-    if not places or not labels:
+    if not places or not _has_yolo_labels(root, relatives):
         return None
     yaml_files = [relative for relative in relatives
                   if "/" not in relative and relative.endswith((".yaml", ".yml"))]
@@ -120,6 +118,14 @@ def _yolo_classes_folder(root: str, relatives: list[str]) -> FolderReading | Non
         (ManifestSource(classes_file, YoloFormat.name),),
         f"reading {root} as a YOLO dataset: the {len(dataset.names)} classes of {places[0]} "
         f"(line i is class id i), labels in labels/ or beside the images; {splits}")
+
+
+def _has_yolo_labels(root: str, relatives: list[str]) -> bool:
+    """Whether an image has a label file where YOLO looks for it (yolo.label_path): not
+    only some README.txt beside a classes.txt."""
+    files = set(relatives)
+    return any(label_path(storage.join(root, relative))[len(root) + 1:] in files
+               for relative in relatives if relative.lower().endswith(IMAGE_EXTENSIONS))
 
 
 def _splits_said(root: str, sources: tuple[ManifestSource, ...]) -> str:

@@ -211,9 +211,10 @@ def _folder_entries(root: str) -> dict[str | None, list[str]]:
         else:
             outside.append("/".join(parts))
     if entries and outside:
-        raise ManifestError(
-            f"{root}: images are in split folders ({', '.join(sorted(set().union(*entries.values())))}) "
-            f"and outside them ({outside[0]}): put every image in a split folder, or none")
+        folders = sorted(set().union(*entries.values()))
+        raise ManifestError(f"{root}: images are in split folders ({', '.join(folders)}) and "
+                            f"outside them ({outside[0]}): put every image in a split "
+                            "folder, or none")
     if not entries:
         return {None: ["images" if all(each.startswith("images/") for each in outside)
                        else "."]} if outside else {}
