@@ -146,6 +146,10 @@ def test_the_hubs_data_prefix_and_a_root_metadata_file(tmp_path):
                   for source in reading.sources) == [
         ("data/test/metadata.csv", "hf_imagefolder", "test"),
         ("data/train/metadata.csv", "hf_imagefolder", "train")]
+    nested = tmp_path / "nested"
+    text(nested / "pets" / "validation_set" / "metadata.jsonl", '{"file_name": "a.jpg"}\n')
+    assert [source.split for source in read_folder_as(
+        str(nested), relative_files(str(nested))).sources] == ["validation"]
     flat = tmp_path / "flat"
     text(flat / "metadata.jsonl", '{"file_name": "a.jpg", "label": "cat"}\n')
     reading = read_folder_as(str(flat), relative_files(str(flat)))
@@ -213,7 +217,8 @@ def test_a_yolo_export_declares_the_classes_of_classes_txt_and_reads_as_a_manife
     rows = list(read_source(source, DETECTION))
     assert sorted(label for row in rows for label in row.labels) == ["Airplane", "Car",
                                                                      "Person"]
-    (forced,) = find_manifests([f"VAL={root}"])
+    (forced,) = find_manifests([f"VAL={root}"], say=said.append)
+    assert said[1].endswith("; VAL= gives every row VALIDATION")
     assert {row.split for row in read_source(forced, DETECTION)} == {"validation"}
 
 

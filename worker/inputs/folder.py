@@ -113,7 +113,7 @@ def folder_rows(root: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRAC
     `line` is 0 and `raw` the path relative to `root`: a folder has no lines.
     """
     root = root.rstrip("/")
-    images = image_files(root)
+    images = _image_files(root)
     split_layout = bool(split_folders(relative for _, relative in images))
     for path, relative in images:
         if split_layout:
@@ -122,7 +122,7 @@ def folder_rows(root: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRAC
             yield _label_layout_row(root, path, relative, split_fractions)
 
 
-def image_files(root: str) -> list[tuple[str, str]]:
+def _image_files(root: str) -> list[tuple[str, str]]:
     """(path, path relative to `root`) of every image file under `root`."""
     root = root.rstrip("/")
     return [(metadata.path, metadata.path[len(root) + 1:])

@@ -35,8 +35,6 @@ _UNREAD_METADATA_FILES = ("metadata.parquet",)
 # Where a YOLO folder's classes.txt stands: its root (Label Studio's export, labelImg
 # beside the images), or its labels folder (labelImg's save folder).
 _CLASSES_FILE_PLACES = (CLASSES_FILE, f"labels/{CLASSES_FILE}")
-# The datasets library's Hub layout puts the split folders under data/.
-_DATA_PREFIX = "data"
 
 
 class FolderReading(NamedTuple):
@@ -87,13 +85,12 @@ def _hf_imagefolder(root: str, relatives: list[str]) -> FolderReading | None:
 
 
 def _metadata_split(root: str, relative: str) -> str | None:
-    """The split of the folder a metadata file is in: its first folder under the root
-    (after `data/`), or for one at the root the root's own name (`--image_folder
-    ds/train`), where that is a split name; None (a split per row, by hash) otherwise."""
-    folders = relative.split("/")[:-1]
-    if folders[:1] == [_DATA_PREFIX]:
-        folders = folders[1:]
-    return normalise_split(folders[0] if folders else storage.split(root)[1])
+    """The split of the folders a metadata file is in: the first of them named like a
+    split (`train/`, `data/train/`, as the datasets library's `**/train/**` patterns find
+    them), or for one at the root the root's own name (`--image_folder ds/train`); None
+    (a split per row, by hash) where none is."""
+    folders = relative.split("/")[:-1] or [storage.split(root)[1]]
+    return next((split for folder in folders if (split := normalise_split(folder))), None)
 
 
 def _yolo_classes_folder(root: str, relatives: list[str]) -> FolderReading | None:

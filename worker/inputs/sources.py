@@ -22,7 +22,7 @@ from worker.inputs.automl_csv import CsvFormat
 from worker.inputs.coco import CocoFormat
 from worker.inputs.cvat import CvatFormat
 from worker.inputs.folder import ImageFolderFormat
-from worker.inputs.folder_kinds import read_folder_as, relative_files
+from worker.inputs.folder_kinds import FolderReading, read_folder_as, relative_files
 from worker.inputs.hf_imagefolder import HfMetadataFormat
 from worker.inputs.input_format import FileHead, InputFormat, plain_name
 from worker.inputs.label_studio import LabelStudioFormat
@@ -79,9 +79,12 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None,
         if voc == path and not _is_glob(path):
             voc = None
         labelme = [] if voc else _labelme_files(path, input_format)
-        held = _held_sources(path, input_format, say) if not voc and not labelme else []
+        held = _held_sources(path, input_format) if not voc and not labelme else None
         if held:
-            found.update(source._replace(split=split or source.split) for source in held)
+            say(held.said + (f"; {argument.partition('=')[0]}= gives every row "
+                             f"{split.upper()}" if split else ""))
+            found.update(source._replace(split=split or source.split)
+                         for source in held.sources)
             continue
         if not voc and not labelme and _is_folder(path):
             raise ManifestError(
@@ -96,17 +99,16 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None,
     return sorted(found, key=lambda source: (source.path, source.split or ""))
 
 
-def _held_sources(path: str, input_format: str | None, say: Callable[[str], None]
-                  ) -> tuple[ManifestSource, ...]:
+def _held_sources(path: str, input_format: str | None) -> FolderReading | None:
     """The sources a folder holds (a Hugging Face imagefolder's metadata, a YOLO folder's
-    classes.txt), said; none for a file, a glob, or a folder that holds neither."""
+    classes.txt) and the console's line; None for a file, a glob, a folder that holds
+    neither, or one in another format than --input_format names."""
     if not _is_folder(path):
-        return ()
+        return None
     reading = read_folder_as(path, relative_files(path))
     if not reading or input_format not in (None, *(s.format for s in reading.sources)):
-        return ()
-    say(reading.said)
-    return reading.sources
+        return None
+    return reading
 
 
 def _labelme_files(path: str, input_format: str | None) -> list:

@@ -68,7 +68,7 @@ def read_yolo(path: str, rules: RowRules, split: str | None
         labels = _LabelFolders()
         for image in images:
             if image in seen:
-                yield DeadLetter(path, 0, image, image, split_name or "", reasons.DUPLICATE_ROW,
+                yield DeadLetter(path, 0, image, image, split_name, reasons.DUPLICATE_ROW,
                                  f"the image is listed twice in {_SPLIT_KEYS[split_name]!r}; "
                                  "its labels were read once")
                 continue
@@ -201,9 +201,9 @@ def _folder_entries(root: str) -> dict[str | None, list[str]]:
     in split folders and outside them are refused: some would have no split."""
     entries: dict[str | None, set[str]] = {}
     outside = []
-    for image in (metadata.path for metadata in storage.match(f"{root.rstrip('/')}/**")
+    for image in (metadata.path for metadata in storage.match(f"{root}/**")
                   if _is_image(metadata.path)):
-        parts = image[len(root.rstrip("/")) + 1:].split("/")
+        parts = image[len(root) + 1:].split("/")
         if len(parts) > 2 and parts[0] == "images" and normalise_split(parts[1]):
             entries.setdefault(normalise_split(parts[1]), set()).add(f"images/{parts[1]}")
         elif len(parts) > 2 and parts[1] == "images" and normalise_split(parts[0]):
