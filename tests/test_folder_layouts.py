@@ -136,6 +136,17 @@ def test_a_hugging_face_imagefolder_given_as_an_image_folder_reads_its_metadata(
                                             f"VALIDATION={root}/validation/metadata.jsonl"]
 
 
+def test_a_hugging_face_imagefolder_given_as_manifest_folder_reads_the_same(tmp_path):
+    root = hf_imagefolder(tmp_path / "hf")
+    said = []
+    sources = find_manifests([str(root)], say=said.append)
+    assert [(source.path, source.format, source.split) for source in sources] == [
+        (str(root / "train" / "metadata.jsonl"), "hf_imagefolder", "train"),
+        (str(root / "validation" / "metadata.jsonl"), "hf_imagefolder", "validation")]
+    assert said == [f"reading {root} as a Hugging Face imagefolder: its metadata.jsonl "
+                    "(train/metadata.jsonl as TRAIN, validation/metadata.jsonl as VALIDATION)"]
+
+
 def test_the_hubs_data_prefix_and_a_root_metadata_file(tmp_path):
     """data/train/metadata.csv is TRAIN; a metadata file at the root names no split."""
     root = tmp_path / "hub"

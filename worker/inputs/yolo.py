@@ -432,7 +432,7 @@ def check_yolo(path: str, split: str | None) -> None:
 
 class YoloFormat(InputFormat):
     name = "yolo"
-    title = "a YOLO dataset (Ultralytics' data.yaml, or classes.txt)"
+    title = "a YOLO dataset file (data.yaml or classes.txt)"
     suffixes = (".yaml", ".yml")
     in_worker = False
     boxes_only = True
