@@ -38,16 +38,22 @@ class ConvertOptions(PipelineOptions):
                  "VOC XMLs (a folder, a VOCdevkit year folder or a glob of .xml), KITTI "
                  "label files (training/label_2, the KITTI root or a glob), an Open Images "
                  "box CSV, a CVAT for images 1.1 XML, an Ultralytics YOLO data.yaml, a "
-                 "Label Studio JSON export, LabelMe JSONs (a folder or glob) or a Hugging "
-                 "Face imagefolder metadata.jsonl/.csv; sniffed (see --input_format); a path or glob, local "
-                 "or remote. SPLIT=PATH gives every row of PATH that split (train, "
-                 "validation/val, test). Repeat for several; relative image URIs are "
+                 "Label Studio JSON export, LabelMe JSONs (a folder or glob), a Hugging "
+                 "Face imagefolder metadata.jsonl/.csv (or the folder holding them) or a "
+                 "YOLO folder with a classes.txt and its labels; sniffed (see "
+                 "--input_format); a path or glob, local or remote. SPLIT=PATH gives every "
+                 "row of PATH that split (train, validation/val, test, named as split "
+                 "folders are). Repeat for several; relative image URIs are "
                  "relative to the manifest (see --image_dir).")
         group.add_argument(
             "--image_folder", metavar="DIR",
             help="Instead of --manifest: a folder of ROOT/<split>/<label>/<file> or "
                  "ROOT/<label>/<file> images (the split then assigned as for UNASSIGNED "
-                 "rows), local or remote.")
+                 "rows), local or remote; split folders are named train (training, "
+                 "training_set...), validation (val, valid, dev, eval...) or test "
+                 "(testing, test_set...). A folder holding a Hugging Face imagefolder's "
+                 "metadata.jsonl/.csv, or a YOLO classes.txt with its labels, is read as "
+                 "that, as the console says.")
         group.add_argument(
             "--input_format", choices=MANIFEST_FORMATS,
             help="The format of every --manifest, where its name and first bytes do not "
@@ -275,9 +281,6 @@ class ConvertOptions(PipelineOptions):
             found.append(str(problem))
         if self.image_folder and self.image_dir:
             found.append("--image_dir applies to --manifest, not --image_folder")
-        if self.image_folder and self.label_mode == "detection":
-            found.append("--label_mode detection needs a manifest of boxes, "
-                         "not --image_folder")
         try:
             if self.extra_columns() and (self.image_folder or self.label_mode == "detection"):
                 found.append("--schema needs a classification manifest (not --image_folder "

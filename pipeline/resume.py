@@ -89,7 +89,7 @@ def scan_sources(convert: ConvertOptions, manifests: Sequence[ManifestSource],
                  pinned: PinnedVocabulary | None, versions: dict[str, str]) -> SourceScan:
     """Reads each manifest once: its digest, and where its chunks begin and end."""
     processes = convert.run_settings().workers.process_count()
-    if convert.image_folder:
+    if convert.image_folder and not manifests:  # class folders, not the manifests it holds
         sources = {convert.image_folder: _listing_digest(convert.image_folder)}
         chunks = [RowChunk(ManifestSource(convert.image_folder, IMAGE_FOLDER))]
     else:

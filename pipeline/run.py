@@ -27,7 +27,8 @@ from transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
 from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
 from worker import naming, storage
 from worker.beam_filesystems import settle_beam_filesystems
-from worker.inputs.folder import check_folder
+from worker.inputs.folder import check_folder, layout_said
+from worker.inputs.folder_kinds import read_folder_as, relative_files
 from worker.inputs.rows import ManifestError, RowRules
 from worker.records import ManifestRow
 from worker.inputs.coco import CocoFormat, category_names
@@ -111,7 +112,8 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
         raise UsageError(f"every manifest is {splits} (--manifest SPLIT=PATH), no "
                          f"--vocabulary is given and they declare no classes: {NO_TRAIN_ROWS}")
     run_info = RunInfo(
-        manifests=None if convert.image_folder else [source.describe() for source in manifests],
+        # An image folder read as the manifests it holds (folder_kinds.py) names them too.
+        manifests=[source.describe() for source in manifests] or None,
         image_folder=convert.image_folder,
         options=RunOptions(runner=options.view_as(StandardOptions).runner or "DirectRunner",
                            **convert.values()),
@@ -284,12 +286,12 @@ def _check_locations(convert: ConvertOptions) -> list[ManifestSource]:
     if storage.is_local(convert.output_dir) and os.path.isfile(convert.output_dir):
         raise UsageError(f"--output_dir {convert.output_dir} is a file: give a folder")
     probe_storage(_source_locations(convert))
-    if convert.image_folder:
-        first_images = [check_folder(convert.image_folder)]
-        manifests = []
-    else:
-        manifests, first_images = find_manifests(convert.manifest, convert.input_format), []
     rules = convert.row_rules()
+    if convert.image_folder:
+        manifests, first_images = _image_folder_sources(convert.image_folder, rules)
+    else:
+        manifests, first_images = find_manifests(convert.manifest, convert.input_format,
+                                                 say=_say), []
     check_sources(manifests, rules)
     probe_storage(first_images + _first_image_uris(manifests, rules))
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
@@ -297,6 +299,31 @@ def _check_locations(convert: ConvertOptions) -> list[ManifestSource]:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "
                          "pass --overwrite to replace its contents")
     return manifests
+
+
+def _image_folder_sources(root: str, rules: RowRules) -> tuple[list[ManifestSource], list[str]]:
+    """--image_folder: (the manifests it holds, a Hugging Face imagefolder's metadata or
+    a YOLO folder's classes.txt, said in the console; or none for class folders, and
+    the path of a file for the storage probe). Class folders whose layout reads two ways,
+    or fits none, are refused; a split folder under another name is said."""
+    relatives = relative_files(root)
+    reading = read_folder_as(root, relatives)
+    if reading:
+        _say(reading.said)
+        return list(reading.sources), []
+    first_image = check_folder(root)
+    if rules.detection:
+        raise UsageError("--label_mode detection needs a manifest of boxes, not "
+                         f"--image_folder {root} of class folders")
+    said = layout_said(root, relatives)
+    if said:
+        _say(said)
+    return [], [first_image]
+
+
+def _say(line: str) -> None:
+    """A line of the console about how the input is read, before the job."""
+    print(f"image-tfrecords: {line}")
 
 
 def _source_locations(convert: ConvertOptions) -> list[str]:

@@ -47,7 +47,7 @@ def test_label_only_folders_get_a_split_from_the_path(tmp_path):
     ("Validation", "validation"), ("val", "validation"), ("VAL", "validation"),
     ("valid", "validation"), ("eval", "validation"), ("Dev", "validation"),
     (" train ", "train"), ("unassigned", None), ("DISCARD", None), ("", None),
-    ("training", None), ("cat", None)])
+    ("training", "train"), ("training_set", "train"), ("test_set", "test"), ("cat", None)])
 def test_split_names_in_any_case_and_validation_aliases(written, split):
     assert normalise_split(written) == split
 

@@ -430,7 +430,9 @@ def test_columns_that_are_not_all_0_or_1_are_no_one_hot_labels(tmp_path):
 @pytest.mark.parametrize("written, split", [
     ("TRAIN", "train"), (" Validation ", "validation"), ("test", "test"), ("val", "validation"),
     ("VALID", "validation"), ("Eval", "validation"), ("dev", "validation"),
-    ("", None), ("UNASSIGNED", None), ("DISCARD", None), ("training", None), ("TRIAN", None)])
+    ("training", "train"), ("Training_Set", "train"), ("test-set", "test"), ("testing", "test"),
+    ("devset", "validation"), ("validation_set", "validation"), ("set", None), ("dataset", None),
+    ("", None), ("UNASSIGNED", None), ("DISCARD", None), ("TRIAN", None)])
 def test_normalise_split(written, split):
     assert normalise_split(written) == split
 

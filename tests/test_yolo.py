@@ -248,13 +248,21 @@ def test_a_data_yaml_that_cannot_be_read_is_refused_in_one_line(content, problem
 
 
 def test_a_yolo_folder_given_as_an_image_folder_is_refused(tmp_path, capsys):
-    """It used to become a one-class classifier of the class `images`, labels ignored."""
+    """It used to become a one-class classifier of the class `images`, labels ignored.
+    Without a file naming its classes the refusal says how to name them; with a data.yaml
+    it names that file."""
     root = ultralytics_layout(tmp_path / "ds", {("train", "a"): "0 0.5 0.5 0.2 0.2\n"})
     for folder in (root, root / "images", root / "images" / "train"):
         assert run.main(["--image_folder", str(folder),
                          "--output_dir", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err
-        assert "is an Ultralytics YOLO dataset" in err and "--manifest DATA.yaml" in err
+        assert "is a YOLO dataset" in err and f"write classes.txt in {root}" in err
+    text(root / "coco8.yaml", "train: images/train\nnames: [a]\n")
+    for folder in (root, root / "images", root / "images" / "train"):
+        assert run.main(["--image_folder", str(folder),
+                         "--output_dir", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert f"--manifest {root / 'coco8.yaml'} --label_mode detection" in err
 
 
 def test_a_yolo_dataset_converts_end_to_end_with_the_object_detection_api_keys(tmp_path):

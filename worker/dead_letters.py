@@ -47,8 +47,9 @@ REGISTRY: dict[str, str] = {
     INVALID_ENCODING: "the row or line is not valid UTF-8",
     MISSING_URI: "the image URI or file name is empty or missing",
     MISSING_LABEL: "the label (or a box's label) is empty or missing",
-    INVALID_SPLIT: "the split is not train, validation (val, valid, eval, dev), test, "
-                   "UNASSIGNED, DISCARD or empty, or disagrees with the SPLIT= of its --manifest",
+    INVALID_SPLIT: "the split is not train (training), validation (val, valid, eval, dev), "
+                   "test (testing), each also with _set after it, UNASSIGNED, DISCARD or "
+                   "empty, or disagrees with the SPLIT= of its --manifest",
     MULTIPLE_LABELS: "several labels where --label_mode single takes one",
     UNSUPPORTED_ANNOTATION: "an annotation of a kind this label mode or format does not "
                             "write (rotated boxes, lines, points, video tracks...)",

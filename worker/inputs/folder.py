@@ -7,7 +7,7 @@ image becomes a ManifestRow, so the rest of the pipeline treats it like a CSV ro
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from worker import storage
 from worker.dead_letters import DeadLetter
@@ -31,23 +31,71 @@ _SPLIT_LAYOUT = "ROOT/<split>/<label>/<file>"
 
 def check_folder(root: str) -> str:
     """The path of a file under `root` (the storage probe reads it); fails clearly when
-    there is none, or when it is a YOLO or KITTI dataset's (whose labels are not folder
-    names). Lists a few files at most."""
+    there is none, or when the folder is an annotation dataset (YOLO, KITTI, Pascal VOC,
+    COCO),
+    whose labels are not folder names, naming the command that reads it. Lists a few
+    files at most."""
     found = storage.match(everything_under(root), limit=1)
     if not found:
         raise ManifestError(f"image folder not found or empty: {root}")
-    labels = _yolo_labels_beside(root.rstrip("/"))
-    if labels:
-        raise ManifestError(
-            f"{root} is an Ultralytics YOLO dataset: its labels are the .txt files in "
-            f"{labels}, not folder names. Pass its data.yaml: --manifest DATA.yaml "
-            "--label_mode detection")
-    kitti = kitti_labels_beside(root)
-    if kitti:
-        raise ManifestError(
-            f"{root} is a KITTI object dataset: its labels are the .txt files in {kitti}, "
-            f"not folder names. Pass them: --manifest {kitti} --label_mode detection")
+    root = root.rstrip("/")
+    for refusal in (_yolo_refusal, _kitti_refusal, _voc_refusal, _coco_refusal):
+        problem = refusal(root)
+        if problem:
+            raise ManifestError(problem)
     return found[0].path
+
+
+def _yolo_refusal(root: str) -> str | None:
+    labels = _yolo_labels_beside(root)
+    if not labels:
+        return None
+    said = (f"{root} is a YOLO dataset: its labels are the .txt files in {labels}, not "
+            "folder names. ")
+    dataset = labels.rpartition("/labels")[0]  # the folder holding images/ and labels/
+    yaml_file = _first(storage.join(dataset, "*.yaml"), storage.join(dataset, "*.yml"))
+    if yaml_file:
+        return said + f"Pass its data.yaml: --manifest {yaml_file} --label_mode detection"
+    return said + ("No data.yaml or classes.txt names its classes: write classes.txt in "
+                   f"{dataset} (a class name a line, line i naming class id i), then "
+                   f"--image_folder {dataset} --label_mode detection")
+
+
+def _kitti_refusal(root: str) -> str | None:
+    kitti = kitti_labels_beside(root)
+    if not kitti:
+        return None
+    return (f"{root} is a KITTI object dataset: its labels are the .txt files in {kitti}, "
+            f"not folder names. Pass them: --manifest {kitti} --label_mode detection")
+
+
+def _voc_refusal(root: str) -> str | None:
+    """ROOT/Annotations/*.xml (a VOCdevkit year folder), or a VOCdevkit holding those."""
+    xml = _first(storage.join(root, "Annotations", "*.xml"),
+                 storage.join(root, "*", "Annotations", "*.xml"))
+    if not xml:
+        return None
+    year_folder = xml.rsplit("/Annotations/", 1)[0]
+    return (f"{root} is a Pascal VOC dataset (its boxes are in {year_folder}/Annotations), "
+            f"not class folders: --manifest {year_folder} --label_mode detection")
+
+
+def _coco_refusal(root: str) -> str | None:
+    """ROOT/annotations/instances_*.json, as COCO's own downloads unpack."""
+    annotations = _first(storage.join(root, "annotations", "instances_*.json"))
+    if not annotations:
+        return None
+    return (f"{root} is a COCO dataset ({annotations}), not class folders: --manifest "
+            f"{annotations} --label_mode detection (and --image_dir the images' folder)")
+
+
+def _first(*patterns: str) -> str | None:
+    """The first file any of `patterns` matches."""
+    for pattern in patterns:
+        found = storage.match(pattern, limit=1)
+        if found:
+            return found[0].path
+    return None
 
 
 def _yolo_labels_beside(root: str) -> str | None:
@@ -68,22 +116,86 @@ def folder_rows(root: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRAC
                 ) -> Iterator[ManifestRow | DeadLetter]:
     """Every image file under `root` as a ManifestRow; a misplaced one as a DeadLetter.
 
-    Once any top-level folder is a split name (normalise_split: `val`, `Train`...), the
-    whole tree is read as ROOT/<split>/<label>/<file>, so a split never becomes a class;
-    otherwise as ROOT/<label>/<file>, the split assigned from the path as for UNASSIGNED
-    rows. `line` is 0 and `raw` the path relative to `root`: a folder has no lines.
+    Once a top-level folder named like a split (normalise_split: `val`, `Train`,
+    `training_set`...) holds a folder of images, the whole tree is read as
+    ROOT/<split>/<label>/<file>, so a split never becomes a class; otherwise as
+    ROOT/<label>/<file>, the split assigned from the path as for UNASSIGNED rows.
+    `line` is 0 and `raw` the path relative to `root`: a folder has no lines.
     """
     root = root.rstrip("/")
-    images = [(metadata.path, metadata.path[len(root) + 1:])
-              for metadata in storage.match(everything_under(root))
-              if _is_image_name(metadata.path)]
-    split_layout = any("/" in relative and normalise_split(relative.split("/", 1)[0])
-                       for _, relative in images)
+    images = _image_files(root)
+    split_layout = bool(split_folders(relative for _, relative in images))
     for path, relative in images:
         if split_layout:
             yield _split_layout_row(root, path, relative)
         else:
             yield _label_layout_row(root, path, relative, split_fractions)
+
+
+def _image_files(root: str) -> list[tuple[str, str]]:
+    """(path, path relative to `root`) of every image file under `root`."""
+    root = root.rstrip("/")
+    return [(metadata.path, metadata.path[len(root) + 1:])
+            for metadata in storage.match(everything_under(root))
+            if _is_image_name(metadata.path)]
+
+
+def split_folders(relatives: Iterable[str]) -> dict[str, str]:
+    """Top-level folder -> its split, for each folder named like a split that holds a
+    folder of images (ROOT/<split>/<label>/<file>): what makes the split layout."""
+    found = {}
+    for relative in relatives:
+        parts = relative.split("/")
+        split = normalise_split(parts[0]) if len(parts) > 2 else None
+        if split:
+            found[parts[0]] = split
+    return found
+
+
+def layout_said(root: str, files: Sequence[str]) -> str | None:
+    """Before the job: what the console says of how the folder's tree is read, where a
+    folder is read as a split under another name (`training_set` as TRAIN); None where
+    there is nothing to say. A tree that reads two ways, or that fits no layout, raises
+    a ManifestError naming the readings. `files`: the paths under `root`."""
+    relatives = [relative for relative in files if _is_image_name(relative)]
+    folders = split_folders(relatives)
+    if folders:
+        return _split_folders_said(root, folders, relatives)
+    tops = sorted({relative.split("/")[0] for relative in relatives if "/" in relative})
+    named_like_splits = [top for top in tops if normalise_split(top)]
+    if named_like_splits:
+        listed = ", ".join(f"{top}/" for top in named_like_splits)
+        raise ManifestError(
+            f"{root} reads two ways: {listed} as split folders, which hold class folders "
+            f"({_SPLIT_LAYOUT}), but they hold images; or as classes named like splits. "
+            f"Put the images in class folders ({root.rstrip('/')}/{named_like_splits[0]}/"
+            "<label>/<file>), or rename the folders if they are classes")
+    if relatives and all(relative.count("/") > 1 for relative in relatives):
+        raise ManifestError(
+            f"{root}: no image is in ROOT/<label>/<file>, and no top folder "
+            f"({', '.join(tops[:5])}{', ...' if len(tops) > 5 else ''}) is a split name for "
+            f"{_SPLIT_LAYOUT}: split folders are named {SPLIT_NAMES}")
+    return None
+
+
+def _split_folders_said(root: str, folders: dict[str, str], relatives: Sequence[str]
+                        ) -> str | None:
+    doubled = sorted({parts[0] for relative in relatives
+                      if len(parts := relative.split("/")) == 4 and _is_doubled(parts)})
+    if all(folder == split for folder, split in folders.items()) and not doubled:
+        return None
+    said = (f"reading {root} as {_SPLIT_LAYOUT}: "
+            + ", ".join(f"{folder}/ as {split.upper()}" for folder, split in sorted(folders.items())))
+    if doubled:
+        said += (f"; {', '.join(f'{folder}/{folder}/' for folder in doubled)} read as one "
+                 "split folder (a split folder inside its namesake, as a zip unpacks)")
+    return said
+
+
+def _is_doubled(parts: list[str]) -> bool:
+    """ROOT/training_set/training_set/<label>/<file>: Kaggle's zips unpack a split folder
+    inside one of the same name."""
+    return parts[1].lower() == parts[0].lower()
 
 
 def _is_image_name(path: str) -> bool:
@@ -93,6 +205,8 @@ def _is_image_name(path: str) -> bool:
 
 def _split_layout_row(root: str, path: str, relative: str) -> ManifestRow | DeadLetter:
     parts = relative.split("/")
+    if len(parts) == 4 and _is_doubled(parts):
+        del parts[1]
     split = normalise_split(parts[0]) if len(parts) > 1 else None
     if len(parts) > 1 and split is None:
         return DeadLetter(root, 0, relative, path, "", NOT_IN_SPLIT_FOLDER,

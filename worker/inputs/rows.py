@@ -190,6 +190,8 @@ def invalid_split(written: str, forced: str | None = None) -> str:
     if forced and normalise_split(written):
         return (f"split {written!r} disagrees with the {forced.upper()} that --manifest "
                 f"{forced.upper()}=PATH gives every row of this file")
+    # The common names only (worker/splits.py SPLIT_NAMES has them all): the golden
+    # outputs' dead letters hold this text.
     return (f"split {written!r} is not one of TRAIN, VALIDATION (or VAL, VALID, EVAL, DEV), "
             "TEST, UNASSIGNED or DISCARD")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from worker import storage
 from worker.chunks import ManifestSource, RowChunk
@@ -24,6 +24,7 @@ from worker.inputs.coco import CocoFormat
 from worker.inputs.coco_panoptic import CocoPanopticFormat
 from worker.inputs.cvat import CvatFormat
 from worker.inputs.folder import ImageFolderFormat
+from worker.inputs.folder_kinds import FolderReading, read_folder_as, relative_files
 from worker.inputs.hf_imagefolder import HfMetadataFormat
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat, plain_name
 from worker.inputs.kitti import KittiFormat, kitti_glob
@@ -71,16 +72,24 @@ def split_and_path(argument: str) -> tuple[str | None, str]:
     return (split, path) if split else (None, argument)
 
 
-def find_manifests(arguments: Iterable[str], input_format: str | None = None
-                   ) -> list[ManifestSource]:
-    """--manifest values (paths, globs, SPLIT=PATH, VOC and KITTI folders) -> the sources
-    to read, each in `input_format` or its sniffed format; fails clearly for one that
-    matches nothing or whose format is ambiguous."""
+def find_manifests(arguments: Iterable[str], input_format: str | None = None,
+                   say: Callable[[str], None] = lambda line: None) -> list[ManifestSource]:
+    """--manifest values (paths, globs, SPLIT=PATH, VOC and KITTI folders, folders that
+    hold a dataset's files) -> the sources to read, each in `input_format` or its sniffed
+    format; fails clearly for one that matches nothing or whose format is ambiguous. `say`
+    is given the console's line for a folder read as the files it holds (folder_kinds.py)."""
     found: set[ManifestSource] = set()
     for argument in arguments:
         split, path = split_and_path(argument)
         globbed = _one_file_per_image(path, input_format)
         labelme = [] if globbed else _labelme_files(path, input_format)
+        held = _held_sources(path, input_format) if not globbed and not labelme else None
+        if held:
+            say(held.said + (f"; {argument.partition('=')[0]}= gives every row "
+                             f"{split.upper()}" if split else ""))
+            found.update(source._replace(split=split or source.split)
+                         for source in held.sources)
+            continue
         if not globbed and not labelme and _is_folder(path):
             raise ManifestError(
                 f"--manifest {argument} is a folder without LabelMe JSON or VOC XML files: "
@@ -111,6 +120,18 @@ def _one_file_per_image(path: str, input_format: str | None) -> tuple[str, str] 
         if kitti:
             return KittiFormat.name, kitti
     return None
+
+
+def _held_sources(path: str, input_format: str | None) -> FolderReading | None:
+    """The sources a folder holds (a Hugging Face imagefolder's metadata, a YOLO folder's
+    classes.txt) and the console's line; None for a file, a glob, a folder that holds
+    neither, or one in another format than --input_format names."""
+    if not _is_folder(path):
+        return None
+    reading = read_folder_as(path, relative_files(path))
+    if not reading or input_format not in (None, *(s.format for s in reading.sources)):
+        return None
+    return reading
 
 
 def _labelme_files(path: str, input_format: str | None) -> list:

@@ -71,7 +71,6 @@ def _classified(item: dict) -> bool:
 
 
 _VERTEX_ML_USE = "aiplatform.googleapis.com/ml_use"
-_VERTEX_SPLITS = {"training": "train"}  # Vertex AI's ml_use values, where they differ
 
 
 def _parse_jsonl_line(manifest: str, folder: str, line: int, raw: str,
@@ -98,10 +97,10 @@ def _parse_jsonl_line(manifest: str, folder: str, line: int, raw: str,
     written_uri = written_uri.strip()
     uri = resolve_uri(written_uri, folder)
     ml_use = str((item.get("dataItemResourceLabels") or {}).get(_VERTEX_ML_USE, ""))
-    written_split = _VERTEX_SPLITS.get(ml_use.lower(), ml_use)
-    split = row_split(written_split, written_uri, rules, forced_split)
+    # Vertex AI's ml_use values (training, validation, test) are split names (splits.py).
+    split = row_split(ml_use, written_uri, rules, forced_split)
     if split is None:
-        yield reject(reasons.INVALID_SPLIT, invalid_split(written_split, forced_split),
+        yield reject(reasons.INVALID_SPLIT, invalid_split(ml_use, forced_split),
                      uri=uri, split=ml_use)
         return
     image = ManifestRow(manifest, line, raw, split, uri, ())

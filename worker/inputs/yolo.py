@@ -1,4 +1,5 @@
-"""Ultralytics YOLO datasets (detect, segment, pose, OBB), read from their `data.yaml`.
+"""Ultralytics YOLO datasets (detect, segment, pose, OBB), read from their `data.yaml`,
+and YOLO folders whose classes a `classes.txt` names instead.
 
 The layout is Ultralytics' own (ultralytics/data/utils.py, check_det_dataset and
 img2label_paths):
@@ -13,6 +14,15 @@ img2label_paths):
 - A label line is `class cx cy w h` (a box, normalised to the image size), `class x1 y1 x2
   y2 ...` (a polygon: segmentation, or OBB's four corners, which the file does not tell
   apart), or with kpt_shape `class cx cy w h` then K keypoints.
+- Without a data.yaml, a `classes.txt` names the classes, line i class id i: Label
+  Studio's YOLO export (`classes.txt`, `notes.json`, `images/`, `labels/`), labelImg's
+  (classes.txt in its labels folder, or beside the images and their .txt files), and
+  Roboflow-style folders. The source is then the classes.txt (found where it stands by
+  --manifest FOLDER or --image_folder FOLDER, worker/inputs/folder_kinds.py), the root
+  the folder holding it (its parent where that folder is `labels/`), and the splits the
+  folders under the root: `images/<split>/` (labels in `labels/<split>/`) or
+  `<split>/images/`, a split named as worker/splits.py reads it; with none, every image
+  under the root, each split assigned by a hash of its path as for UNASSIGNED rows.
 
 Each line is one detection row: its box converted to the Object Detection API's
 xmin/ymin/xmax/ymax (Ultralytics' xywhn2xyxy; a polygon's box is its points' extent, as
@@ -40,12 +50,12 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.folder import IMAGE_EXTENSIONS
 from worker.choices import LeftOut
 from worker.inputs.boxes import clipped_box, extent, polygon_mask, with_mask
-from worker.inputs.input_format import DeclaredClasses, InputFormat
+from worker.inputs.input_format import DeclaredClasses, InputFormat, plain_name
 from worker.inputs.lines import numbered_lines
-from worker.inputs.rows import (ManifestError, RowRules, has_undecodable_bytes, normalise_path,
-                                printable)
+from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
+                                normalise_path, printable)
 from worker.records import Box, Keypoints, ManifestRow
-from worker.splits import SPLITS
+from worker.splits import SPLITS, normalise_split
 
 # data.yaml's key for each split.
 _SPLIT_KEYS = dict(zip(SPLITS, ("train", "val", "test"), strict=True))
@@ -53,6 +63,7 @@ _SPLIT_KEYS = dict(zip(SPLITS, ("train", "val", "test"), strict=True))
 # image and be clipped to it: Ultralytics' own check allows 1% (ultralytics/data/utils.py,
 # verify_image_label: coordinates within -0.01 and 1.01) before Instances.clip clips them.
 _ULTRALYTICS_TOLERANCE = 0.01
+CLASSES_FILE = "classes.txt"  # a YOLO folder's class names without a data.yaml
 
 
 def read_yolo(path: str, rules: RowRules, split: str | None
@@ -71,29 +82,36 @@ def read_yolo(path: str, rules: RowRules, split: str | None
                                  "its labels were read once")
                 continue
             seen.add(image)
+            image_split = split_name or assign_split(dataset.relative(image),
+                                                     rules.split_fractions)
             label_file = label_path(image)
             if not labels.holds(label_file):
-                yield ManifestRow(path, 0, image, split_name, image, (), drawn_upright=True)
+                yield ManifestRow(path, 0, image, image_split, image, (), drawn_upright=True)
                 continue
-            yield from _label_rows(label_file, image, split_name, dataset, rules)
+            yield from _label_rows(label_file, image, image_split, dataset, rules)
 
 
 class YoloDataset:
-    """data.yaml, read: the class names, the root and the splits' entries."""
+    """data.yaml (or classes.txt), read: the class names, the root and the splits'
+    entries."""
 
     def __init__(self, path: str, names: tuple[str, ...], root: str,
-                 entries: dict[str, list[str]], keypoints: tuple[int, int] | None,
+                 entries: dict[str | None, list[str]], keypoints: tuple[int, int] | None,
                  keypoint_names: dict[int, tuple[str, ...]], names_key: str = "names") -> None:
         self.path = path
         self.names = names
         self.names_key = names_key  # where the names come from: "names", or "nc" alone
         self.root = root
-        self.entries = entries  # split -> its entries, as written
+        # split -> its entries, as written; None: a folder without splits (classes.txt's),
+        # its images' splits assigned by hash.
+        self.entries = entries
         self.keypoints = keypoints  # kpt_shape: (K, 2 or 3)
         self.keypoint_names = keypoint_names  # class id -> its K points' names, where known
 
     @classmethod
     def load(cls, path: str) -> YoloDataset:
+        if plain_name(path) == CLASSES_FILE:
+            return cls.from_classes_file(path)
         with storage.open_read(path) as file:
             try:
                 data = yaml.safe_load(file.read())
@@ -123,15 +141,31 @@ class YoloDataset:
                    _keypoint_names(path, data, len(names), keypoints),
                    "names" if "names" in data else "nc")
 
-    def images(self, only: str | None = None) -> Iterator[tuple[str, Iterator[str]]]:
-        """(split, the URIs of its images, in the order listed) per split entry."""
-        if only is not None and only not in self.entries:
+    @classmethod
+    def from_classes_file(cls, path: str) -> YoloDataset:
+        """A YOLO folder without data.yaml: the classes.txt at `path`, the splits its
+        folders (see the module's doc)."""
+        folder, name = storage.split(path)
+        parent, folder_name = storage.split(folder)
+        root = parent if folder_name == "labels" else folder
+        return cls(path, _listed_class_names(path), root, _folder_entries(root), None, {})
+
+    def images(self, only: str | None = None) -> Iterator[tuple[str | None, Iterator[str]]]:
+        """(split, the URIs of its images, in the order listed) per split entry; the split
+        is None for a folder without splits (`only`, --manifest SPLIT=..., where given)."""
+        if only is not None and only not in self.entries and None not in self.entries:
             raise ManifestError(f"{self.path} has no {_SPLIT_KEYS[only]!r} entry for "
                                 f"--manifest {only.upper()}=...; it names "
                                 f"{', '.join(_SPLIT_KEYS[split] for split in self.entries)}")
         for split, entries in self.entries.items():
-            if only in (None, split):
-                yield split, (image for entry in entries for image in self._entry_images(entry))
+            if split is None or only in (None, split):
+                yield split or only, (image for entry in entries
+                                      for image in self._entry_images(entry))
+
+    def relative(self, image: str) -> str:
+        """The image's path under the root: what its hashed split is drawn from, the same
+        wherever the folder is moved."""
+        return image.removeprefix(self.root.rstrip("/") + "/")
 
     def _entry_images(self, entry: str) -> Iterator[str]:
         found = self.locate(entry)
@@ -156,6 +190,46 @@ class YoloDataset:
                 return candidate
         raise ManifestError(f"{self.path}: {entry!r} is neither a folder of images nor a .txt "
                             f"list of them (looked for {' and '.join(candidates)})")
+
+
+def _listed_class_names(path: str) -> tuple[str, ...]:
+    """classes.txt: a class name a line, line i naming class id i (Label Studio's and
+    labelImg's); blank lines at its end are no classes."""
+    names = [line.strip() for _, line in numbered_lines(path)]
+    while names and not names[-1]:
+        names.pop()
+    if not names:
+        raise ManifestError(f"{path} names no class: expected a class name a line")
+    if not all(names) or len(set(names)) != len(names):
+        raise ManifestError(f"{path}: class names must be non-empty and distinct, a line "
+                            f"each (line i naming class id i): {names}")
+    return tuple(names)
+
+
+def _folder_entries(root: str) -> dict[str | None, list[str]]:
+    """The split entries of a YOLO folder without data.yaml: its `images/<split>/` or
+    `<split>/images/` folders; without any, {None: the folder of every image}. Images both
+    in split folders and outside them are refused: some would have no split."""
+    entries: dict[str | None, set[str]] = {}
+    outside = []
+    for image in (metadata.path for metadata in storage.match(f"{root}/**")
+                  if _is_image(metadata.path)):
+        parts = image[len(root) + 1:].split("/")
+        if len(parts) > 2 and parts[0] == "images" and normalise_split(parts[1]):
+            entries.setdefault(normalise_split(parts[1]), set()).add(f"images/{parts[1]}")
+        elif len(parts) > 2 and parts[1] == "images" and normalise_split(parts[0]):
+            entries.setdefault(normalise_split(parts[0]), set()).add(f"{parts[0]}/images")
+        else:
+            outside.append("/".join(parts))
+    if entries and outside:
+        folders = sorted(set().union(*entries.values()))
+        raise ManifestError(f"{root}: images are in split folders ({', '.join(folders)}) and "
+                            f"outside them ({outside[0]}): put every image in a split "
+                            "folder, or none")
+    if not entries:
+        return {None: ["images" if all(each.startswith("images/") for each in outside)
+                       else "."]} if outside else {}
+    return {split: sorted(entries[split]) for split in SPLITS if split in entries}
 
 
 def label_path(image: str) -> str:
@@ -367,8 +441,10 @@ def _is_image(path: str) -> bool:
 def check_yolo(path: str, split: str | None) -> None:
     """Before the job: data.yaml reads and its entries are there."""
     dataset = YoloDataset.load(path)
+    if not dataset.entries:
+        raise ManifestError(f"{dataset.root}: no image under it for {path}'s classes")
     for each, entries in dataset.entries.items():
-        if split in (None, each):
+        if split is None or each in (None, split):
             for entry in entries:
                 dataset.locate(entry)
     if split is not None:
@@ -377,7 +453,7 @@ def check_yolo(path: str, split: str | None) -> None:
 
 class YoloFormat(InputFormat):
     name = "yolo"
-    title = "an Ultralytics YOLO data.yaml"
+    title = "a YOLO dataset file (data.yaml or classes.txt)"
     suffixes = (".yaml", ".yml")
     in_worker = False
     boxes_only = True
@@ -386,8 +462,11 @@ class YoloFormat(InputFormat):
         check_yolo(source.path, source.split)
 
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses:
-        """`names` (or `nc`'s class_<i>): class i is YOLO's class id i."""
+        """`names` (or `nc`'s class_<i>), or classes.txt's lines: class id i is YOLO's class
+        id i."""
         dataset = YoloDataset.load(source.path)
+        if plain_name(source.path) == CLASSES_FILE:
+            return DeclaredClasses(source.path, dataset.names)
         return DeclaredClasses(f"{source.path} ({dataset.names_key})", dataset.names)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
