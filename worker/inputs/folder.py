@@ -32,9 +32,8 @@ _SPLIT_LAYOUT = "ROOT/<split>/<label>/<file>"
 def check_folder(root: str) -> str:
     """The path of a file under `root` (the storage probe reads it); fails clearly when
     there is none, or when the folder is an annotation dataset (YOLO, KITTI, Pascal VOC,
-    COCO),
-    whose labels are not folder names, naming the command that reads it. Lists a few
-    files at most."""
+    COCO), whose labels are not folder names, naming the command that reads it. Lists a
+    few files at most."""
     found = storage.match(everything_under(root), limit=1)
     if not found:
         raise ManifestError(f"image folder not found or empty: {root}")
