@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 
+from worker.choices import LabelOrder
 from worker.examples import ANNOTATION_NAMES
 from worker.naming import REPORT_FILE
 from worker.summary import CopiesInfo, Summary
@@ -57,6 +58,7 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
     lines += [f"warning: {warning.message}; {warning.rows} row{'s' * (warning.rows != 1)}, "
               f"the first {', '.join(warning.first_rows)}"
               for warning in summary.label_warnings]
+    lines += _label_id_lines(summary)
     annotated = collections.Counter()
     for stats in summary.splits.values():
         annotated.update(stats.annotations)
@@ -78,6 +80,32 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
     images_per_second = summary.examples_written / wall_seconds if wall_seconds else 0.0
     lines.append(f"wall {wall_seconds:.1f} s, {images_per_second:.1f} images/s")
     return "\n".join(lines)
+
+
+def _label_id_lines(summary: Summary) -> list[str]:
+    """What a user must know of the ids: those that changed from the replaced output's,
+    labels that got an id without a TRAIN example, a frequency order the examples do not
+    follow."""
+    lines = []
+    if summary.label_id_changes:
+        lines.append("warning: label ids differ from the output this run replaced: " + ", ".join(
+            f"{_shown(change.label)} {'new' if change.old_id is None else change.old_id} -> "
+            f"{'gone' if change.new_id is None else change.new_id}"
+            for change in summary.label_id_changes))
+    if summary.vocabulary_pinned_from is None and summary.options.label_order is LabelOrder.SORTED:
+        unwritten = [label for label in summary.labels
+                     if not summary.splits["train"].labels.get(label)]
+        if unwritten:
+            lines.append("warning: labels without a written TRAIN example (their TRAIN rows "
+                         "are dead letters) keep their sorted ids: "
+                         + ", ".join(map(_shown, unwritten)))
+    if summary.frequency_order_of_examples:
+        lines.append("warning: --label_order frequency counted the TRAIN rows read; the "
+                     "written TRAIN examples order the labels "
+                     + ", ".join(map(_shown, summary.frequency_order_of_examples))
+                     + " (the ids follow the rows read: --label_order sorted or "
+                     "--vocabulary keeps them stable)")
+    return lines
 
 
 def _copies_line(heading: str, copies: CopiesInfo, dropped_by: str) -> str:

@@ -12,11 +12,12 @@ Free of Beam and TensorFlow: readers import it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import pydantic
 
-from worker.choices import Dedupe, LabelMode, UnseenLabel
+from worker.choices import Dedupe, LabelMode, LabelOrder, UnseenLabel
 from worker.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
 
 
@@ -67,6 +68,26 @@ class LabelWarning(_Record):
     first_rows: tuple[str, ...]  # the first of them, as manifest:line
 
 
+class LabelIdChange(_Record):
+    """A label whose id is not the one the output this run replaced (--overwrite) gave it.
+    Ids are places in the label vocabulary (detection's class ids are these plus 1)."""
+
+    label: str
+    old_id: int | None  # None: the replaced output had no such label
+    new_id: int | None  # None: this run's vocabulary has no such label
+
+    @classmethod
+    def between(cls, replaced: Sequence[str], vocabulary: Sequence[str]
+                ) -> tuple[LabelIdChange, ...]:
+        """The labels whose ids differ: by new id, then those gone, by old id."""
+        old = {label: place for place, label in enumerate(replaced)}
+        new = {label: place for place, label in enumerate(vocabulary)}
+        changed = [cls(label=label, old_id=old.get(label), new_id=place)
+                   for label, place in new.items() if old.get(label) != place]
+        return tuple(changed + [cls(label=label, old_id=place, new_id=None)
+                                for label, place in old.items() if label not in new])
+
+
 class ErrorsInfo(_Record):
     """The dead letters: rows that could not become an example."""
 
@@ -96,6 +117,8 @@ class RunOptions(_Record):
     runner: str = "DirectRunner"
     label_mode: LabelMode = LabelMode.SINGLE
     unseen_label: UnseenLabel = UnseenLabel.ERROR
+    # absent: written before --label_order, whose ids followed TRAIN frequency
+    label_order: LabelOrder = LabelOrder.FREQUENCY
     dedupe: Dedupe = Dedupe.NONE
     file_format: str = DEFAULT_FORMAT  # absent: written before --file_format
     compression: str = "none"
@@ -135,6 +158,13 @@ class Summary(RunInfo):
     empty_splits: tuple[str, ...] = ()
     vocabulary: dict[str, tuple[str, ...]]  # "label", and each categorical --schema column
     vocabulary_pinned_from: str | None = None  # --vocabulary's file; None: from TRAIN
+    # --overwrite: the label ids that differ from the replaced output's (none: no output
+    # was replaced, or no id changed)
+    label_id_changes: tuple[LabelIdChange, ...] = ()
+    # --label_order frequency: the labels in the order their written TRAIN examples
+    # (detection: objects) give, where it is not the vocabulary's (whose counts were of
+    # the TRAIN rows read, some of which became dead letters); empty where they agree
+    frequency_order_of_examples: tuple[str, ...] = ()
     errors: ErrorsInfo = ErrorsInfo()
     features: dict[str, FeatureInfo] = {}
     duplicates: CopiesInfo = CopiesInfo()
