@@ -117,8 +117,7 @@ class RunOptions(_Record):
     runner: str = "DirectRunner"
     label_mode: LabelMode = LabelMode.SINGLE
     unseen_label: UnseenLabel = UnseenLabel.ERROR
-    # absent: written before --label_order, whose ids followed TRAIN frequency
-    label_order: LabelOrder = LabelOrder.FREQUENCY
+    label_order: LabelOrder = LabelOrder.FREQUENCY  # absent: written before it, by frequency
     dedupe: Dedupe = Dedupe.NONE
     file_format: str = DEFAULT_FORMAT  # absent: written before --file_format
     compression: str = "none"
@@ -158,13 +157,10 @@ class Summary(RunInfo):
     empty_splits: tuple[str, ...] = ()
     vocabulary: dict[str, tuple[str, ...]]  # "label", and each categorical --schema column
     vocabulary_pinned_from: str | None = None  # --vocabulary's file; None: from TRAIN
-    # --overwrite: the label ids that differ from the replaced output's (none: no output
-    # was replaced, or no id changed)
-    label_id_changes: tuple[LabelIdChange, ...] = ()
-    # --label_order frequency: the labels in the order their written TRAIN examples
-    # (detection: objects) give, where it is not the vocabulary's (whose counts were of
-    # the TRAIN rows read, some of which became dead letters); empty where they agree
-    frequency_order_of_examples: tuple[str, ...] = ()
+    label_id_changes: tuple[LabelIdChange, ...] = ()  # --overwrite: ids not the replaced output's
+    # --label_order frequency: the labels in the order of their written TRAIN examples
+    # (detection: objects), where it is not the ids' (docs/output/labels.md)
+    frequency_order_of_examples: tuple[str, ...] = ()  # --label_order frequency, if not the ids'
     errors: ErrorsInfo = ErrorsInfo()
     features: dict[str, FeatureInfo] = {}
     duplicates: CopiesInfo = CopiesInfo()
