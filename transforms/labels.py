@@ -1,10 +1,10 @@
 """Label ids with tf.Transform: the vocabulary is analysed on TRAIN (or pinned by the user)
 and applied to every split.
 
-Only the labels go through TensorFlow, to analyse them: the transform_fn's only input is
+Only the labels go through TensorFlow, to analyse them: the transform_fn's input is
 `label` (and each categorical column), exactly what a serving model feeds it. The labels
-reach it as the chunks' surveys counted them on TRAIN (worker/row_tasks.py), each row
-one instance. The ids are then given to every row, in the worker processes that pack the
+reach it as the chunks' surveys counted them on TRAIN (worker/row_tasks.py): each
+distinct value once (sorted order, below) or each row one instance (frequency order). The ids are then given to every row, in the worker processes that pack the
 rows, by a lookup of the vocabulary assets the transform_fn saved (worker/label_ids.py),
 which gives the ids the transform_fn gives (tests/test_label_ids.py), without a
 TensorFlow graph run or an Arrow round trip per row.
@@ -194,7 +194,8 @@ def _sorted_rows(values: list[tuple[str, str]], label_mode: LabelMode,
     so that tf.Transform's order, by weight, is the sorted one.
 
     A column with fewer values fills its rows with its first value weighted 0 (a
-    label list with none: no value), which changes no sum.
+    label list with none: no value), which changes no sum. (float32 holds every whole
+    number up to 2**24, more values than a vocabulary holds.)
     """
     by_column = {name: sorted(value for column, value in values if column == name)
                  for name in (LABEL, *categorical)}
