@@ -9,8 +9,9 @@ from worker.summary import RunOptions, SplitInfo, Summary
 def summary(vocabulary, train_labels, rows_read=10, examples=None, dead=0, accounted=True,
             label_order="frequency"):
     examples = sum(train_labels.values()) if examples is None else examples
-    return Summary(options=RunOptions(label_order=label_order), rows_read=rows_read, rows_in_examples=examples,
-                   rows_dead_lettered=dead, examples_written=examples, accounted=accounted,
+    return Summary(options=RunOptions(label_order=label_order), rows_read=rows_read,
+                   rows_in_examples=examples, rows_dead_lettered=dead,
+                   examples_written=examples, accounted=accounted,
                    error_fraction=dead / rows_read, vocabulary={"label": vocabulary},
                    splits={"train": SplitInfo(labels=train_labels)})
 

@@ -4,10 +4,11 @@ and applied to every split.
 Only the labels go through TensorFlow, to analyse them: the transform_fn's input is
 `label` (and each categorical column), exactly what a serving model feeds it. The labels
 reach it as the chunks' surveys counted them on TRAIN (worker/row_tasks.py): each
-distinct value once (sorted order, below) or each row one instance (frequency order). The ids are then given to every row, in the worker processes that pack the
-rows, by a lookup of the vocabulary assets the transform_fn saved (worker/label_ids.py),
-which gives the ids the transform_fn gives (tests/test_label_ids.py), without a
-TensorFlow graph run or an Arrow round trip per row.
+distinct value once (sorted order, below) or each row one instance (frequency order).
+The ids are then given to every row, in the worker processes that pack the rows, by a
+lookup of the vocabulary assets the transform_fn saved (worker/label_ids.py), which
+gives the ids the transform_fn gives (tests/test_label_ids.py), without a TensorFlow
+graph run or an Arrow round trip per row.
 
 A pinned vocabulary (--vocabulary, see vocabulary_file.py) is a text file that
 tf.Transform's apply_vocabulary reads as an asset: the SavedModel copies it to
