@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 
-from worker.choices import LabelOrder
 from worker.examples import ANNOTATION_NAMES
 from worker.naming import REPORT_FILE
 from worker.summary import CopiesInfo, Summary
@@ -92,13 +91,10 @@ def _label_id_lines(summary: Summary) -> list[str]:
             f"{_shown(change.label)} {'new' if change.old_id is None else change.old_id} -> "
             f"{'gone' if change.new_id is None else change.new_id}"
             for change in summary.label_id_changes))
-    if summary.vocabulary_pinned_from is None and summary.options.label_order is LabelOrder.SORTED:
-        unwritten = [label for label in summary.labels
-                     if not summary.splits["train"].labels.get(label)]
-        if unwritten:
-            lines.append("warning: labels without a written TRAIN example (their TRAIN rows "
-                         "are dead letters) keep their sorted ids: "
-                         + ", ".join(map(_shown, unwritten)))
+    if summary.unwritten_labels:
+        lines.append("warning: labels without a written TRAIN example (their TRAIN rows "
+                     "are dead letters) keep their sorted ids: "
+                     + ", ".join(map(_shown, summary.unwritten_labels)))
     if summary.frequency_order_of_examples:
         lines.append("warning: --label_order frequency counted the TRAIN rows read; the "
                      "written TRAIN examples order the labels "

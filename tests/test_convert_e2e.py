@@ -261,6 +261,7 @@ def test_a_label_whose_train_rows_all_failed_keeps_its_sorted_id_or_fails_freque
             "letters) keep their sorted ids: fish") in out
     assert "label ids differ" not in out
     assert vocabulary_of(replaced) == ["cat", "dog", "fish"]
+    assert json.loads((replaced / "summary.json").read_text())["unwritten_labels"] == ["fish"]
 
     # Pinned to the first output's ids: the same ids though dog is now the most frequent;
     # fish keeps its id without a TRAIN example, bird is unseen.

@@ -90,7 +90,7 @@ def outcome_problems(summary: Summary, train_label_rows: dict[str, int],
     (detection: a written TRAIN object): a label whose TRAIN rows were all dead-lettered
     would hold an id that no example has, and shift the ids after it. Sorted ids depend
     only on the set of labels the rows give: such a label keeps its place, as a pinned
-    one does, and the console names it (pipeline/report.py).
+    one does, and summary.json's unwritten_labels names it.
     """
     problems = []
     if not summary.accounted:

@@ -33,7 +33,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.labels import LABEL_VOCABULARY
 from transforms.outcome import (Failure, PublishRules, RunFailed, frequency_order,
-                                outcome_problems, read_summary)
+                                outcome_problems, read_summary, unwritten_labels)
 from transforms.tfds_metadata import LABELS_SUFFIX, tfds_metadata
 from worker import naming
 from worker.choices import Dedupe, LabelMode, LabelOrder
@@ -149,17 +149,20 @@ class PublishOutput(beam.PTransform):
 
     def _id_notes(self, vocabulary: tuple[str, ...], summary: Summary) -> dict[str, Any]:
         """summary.json's notes on the label ids: those that differ from the replaced
-        output's, and, with --label_order frequency, the order the written TRAIN examples
-        give where it is another."""
+        output's; for ids computed from TRAIN, sorted, the labels no written TRAIN example
+        carries, or, by frequency, the order the written TRAIN examples give where it is
+        another (without an example the run fails: outcome_problems)."""
         notes: dict[str, Any] = {}
         if self._rules.replaced_labels is not None:
             notes["label_id_changes"] = LabelIdChange.between(self._rules.replaced_labels,
                                                               vocabulary)
-        if (self._rules.pinned_from is None
-                and self._settings.label_order is LabelOrder.FREQUENCY):
-            by_examples = frequency_order(vocabulary, summary.splits["train"].labels)
-            if by_examples != vocabulary:
-                notes["frequency_order_of_examples"] = by_examples
+        if self._rules.pinned_from is not None:
+            return notes
+        train_examples = summary.splits["train"].labels
+        if self._settings.label_order is LabelOrder.SORTED:
+            notes["unwritten_labels"] = tuple(unwritten_labels(vocabulary, train_examples, {}))
+        elif (by_examples := frequency_order(vocabulary, train_examples)) != vocabulary:
+            notes["frequency_order_of_examples"] = by_examples
         return notes
 
     def _record_failure(self, problems: list[str], summary: Summary) -> Failure:

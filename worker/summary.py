@@ -158,6 +158,8 @@ class Summary(RunInfo):
     vocabulary: dict[str, tuple[str, ...]]  # "label", and each categorical --schema column
     vocabulary_pinned_from: str | None = None  # --vocabulary's file; None: from TRAIN
     label_id_changes: tuple[LabelIdChange, ...] = ()  # --overwrite: ids not the replaced output's
+    # --label_order sorted: labels whose TRAIN rows were all dead-lettered, which keep their ids
+    unwritten_labels: tuple[str, ...] = ()  # sorted ids no written TRAIN example carries
     # --label_order frequency: the labels in the order of their written TRAIN examples
     # (detection: objects), where it is not the ids' (docs/output/labels.md)
     frequency_order_of_examples: tuple[str, ...] = ()  # --label_order frequency, if not the ids'
