@@ -266,7 +266,7 @@ def summary_page() -> str:
              "`Output.read(OUTPUT).summary` reads it typed. Its fields, with the comment the "
              "model gives each; a field an older output lacks reads as its default.", ""]
     order = ["Summary", "RunOptions", "SplitInfo", "ShardInfo", "FeatureInfo", "ErrorsInfo",
-             "CopiesInfo", "NearCopiesInfo", "LabelWarning"]
+             "CopiesInfo", "NearCopiesInfo", "LabelWarning", "LabelIdChange"]
     if sorted([*order, "RunInfo"]) != sorted(name for name in classes if not name.startswith("_")):
         raise SystemExit(f"docs/gen_reference.py: summary.py's models are now {sorted(classes)}")
     for name in order:

@@ -45,13 +45,16 @@ _MB = 1 << 20
 
 
 def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
-        folder: resume.RunFolder, pinned: PinnedVocabulary | None = None) -> Summary | None:
+        folder: resume.RunFolder, pinned: PinnedVocabulary | None = None,
+        replaced_labels: tuple[str, ...] | None = None) -> Summary | None:
     """Runs the conversion in `folder` and returns the summary.json it wrote.
 
     None when the job is still running: with --no_wait_until_finish (a Flex Template
     launch) the launcher returns once the job is submitted, and the job writes
     summary.json itself when it ends (or fails, publishing nothing). Raises RunFailed
-    when the job failed its outcome check; `pinned` fixes the label ids.
+    when the job failed its outcome check; `pinned` fixes the label ids;
+    `replaced_labels`: the vocabulary of the output --overwrite replaces, whose ids the
+    summary compares with this run's.
     """
     convert = options.view_as(ConvertOptions)
     temp_dir = naming.temp_dir(convert.output_dir, folder.run_id)
@@ -74,7 +77,7 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
         with cached_lookups(), beam.Pipeline(runner=_runner(options), options=options) as p:
             with uncollected():  # the graph lives until the run, as this block exits, ends
                 build(p, convert, row_chunks, temp_dir, tft_dir, run_info, folder.resumed,
-                      pinned, pinned_file)
+                      pinned, pinned_file, replaced_labels)
     except BaseException:
         # Publishing removes it after a success; after a failure it is no evidence (the
         # temp shards and the staged transform_fn are), so it does not pile up either.
@@ -92,11 +95,12 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
 
 def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
           temp_dir: str, tft_dir: str, run_info: RunInfo, resuming: bool = False,
-          pinned: PinnedVocabulary | None = None, pinned_file: str | None = None) -> None:
+          pinned: PinnedVocabulary | None = None, pinned_file: str | None = None,
+          replaced_labels: tuple[str, ...] | None = None) -> None:
     """The conversion's graph; `pinned_file` is the pinned vocabulary as tf.Transform
     reads it (write_pinned_vocabulary), `pinned` the --vocabulary or declared classes it
-    holds; `resuming`: the shards a stopped run left in `temp_dir` are reused where their
-    receipts say so."""
+    holds; `replaced_labels` the vocabulary of the output this run replaces; `resuming`:
+    the shards a stopped run left in `temp_dir` are reused where their receipts say so."""
     output_dir = options.output_dir
     settings = options.run_settings()
     rules = options.row_rules()
@@ -169,7 +173,8 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
                                            options.max_error_fraction,
                                            pinned.source if pinned else None,
                                            options.strict_labels,
-                                           bool(pinned and pinned.declared))))
+                                           declared=bool(pinned and pinned.declared),
+                                           replaced_labels=replaced_labels)))
 
 
 def _label_rows(survey: ChunkSurvey) -> Iterator[tuple[str, int]]:

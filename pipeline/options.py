@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, PipelineOptions,
                                                   StandardOptions)
 
-from worker.choices import Dedupe, LabelMode, LeftOut, UnseenLabel
+from worker.choices import Dedupe, LabelMode, LabelOrder, LeftOut, UnseenLabel
 from worker.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
 from worker.downloads import DownloadSettings, is_url
 from worker.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
@@ -123,6 +123,16 @@ class ConvertOptions(PipelineOptions):
             "--unseen_label", choices=UnseenLabel.values(), default=UnseenLabel.ERROR.value,
             help="A VALIDATION/TEST label that TRAIN never saw: 'error' dead-letters the "
                  "row; 'oov' keeps it with label id len(vocabulary).")
+        group.add_argument(
+            "--label_order", choices=LabelOrder.values(), default=LabelOrder.SORTED.value,
+            help="The ids of labels learnt from TRAIN (not pinned by --vocabulary), and of "
+                 "categorical --schema columns: 'sorted' by the label's text (Python's "
+                 "string order, the UTF-8 bytes' order), as Keras, torchvision and TFDS "
+                 "number class folders, so an id depends only on the set of labels; "
+                 "'frequency' is TFRecorder's order, the most frequent TRAIN label first, "
+                 "ties in descending byte order (tf.Transform's), counting the TRAIN rows "
+                 "that pass the row checks (where the written TRAIN examples would order "
+                 "them otherwise, the run says so).")
         group.add_argument(
             "--vocabulary", metavar="PATH",
             help="Pin the label ids instead of computing them from TRAIN: a text file of "
@@ -367,6 +377,7 @@ class ConvertOptions(PipelineOptions):
             label_mode=LabelMode(self.label_mode),
             label_separator=self.label_separator or DEFAULT_LABEL_SEPARATOR,
             unseen_label=UnseenLabel(self.unseen_label),
+            label_order=LabelOrder(self.label_order),
             extra_columns=self.extra_columns(),
             shard_format=self._shard_format(),
             image=ImageSettings(image_format=self.image_format, max_side=self.max_side,

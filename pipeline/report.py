@@ -58,6 +58,7 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
     lines += [f"warning: {warning.message}; {warning.rows} row{'s' * (warning.rows != 1)}, "
               f"the first {', '.join(warning.first_rows)}"
               for warning in summary.label_warnings]
+    lines += _label_id_lines(summary)
     annotated = collections.Counter()
     for stats in summary.splits.values():
         annotated.update(stats.annotations)
@@ -93,6 +94,29 @@ def _discarded(summary: Summary) -> str:
     others = summary.rows_discarded - objects
     return (f"{others} DISCARD, " if others else "") + (
         f"{objects} object{'s' * (objects != 1)} left out")
+
+
+def _label_id_lines(summary: Summary) -> list[str]:
+    """What a user must know of the ids: those that changed from the replaced output's,
+    labels that got an id without a TRAIN example, a frequency order the examples do not
+    follow."""
+    lines = []
+    if summary.label_id_changes:
+        lines.append("warning: label ids differ from the output this run replaced: " + ", ".join(
+            f"{_shown(change.label)} {'new' if change.old_id is None else change.old_id} -> "
+            f"{'gone' if change.new_id is None else change.new_id}"
+            for change in summary.label_id_changes))
+    if summary.unwritten_labels:
+        lines.append("warning: labels without a written TRAIN example (their TRAIN rows "
+                     "are dead letters) keep their sorted ids: "
+                     + ", ".join(map(_shown, summary.unwritten_labels)))
+    if summary.frequency_order_of_examples:
+        lines.append("warning: --label_order frequency counted the TRAIN rows read; the "
+                     "written TRAIN examples order the labels "
+                     + ", ".join(map(_shown, summary.frequency_order_of_examples))
+                     + " (the ids follow the rows read: --label_order sorted or "
+                     "--vocabulary keeps them stable)")
+    return lines
 
 
 def _copies_line(heading: str, copies: CopiesInfo, dropped_by: str) -> str:

@@ -24,7 +24,8 @@ from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_f
                              scan_sources, start)
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
-from transforms.vocabulary_file import PinnedVocabulary, VocabularyError, read_pinned_vocabulary
+from transforms.vocabulary_file import (PinnedVocabulary, VocabularyError, output_labels,
+                                       read_pinned_vocabulary)
 from worker import naming, storage
 from worker.beam_filesystems import settle_beam_filesystems
 from worker.inputs.folder import check_folder, layout_said
@@ -119,6 +120,8 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
                            **convert.values()),
         versions={name: _version(name) for name in _VERSIONED},
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat())
+    # Read now: publishing replaces it. The summary says which ids this run changed.
+    replaced_labels = output_labels(convert.output_dir) if convert.overwrite else None
     scan = scan_sources(convert, manifests, pinned, run_info.versions)
     folder = _run_folder(convert, scan.fingerprint)
     try:
@@ -126,7 +129,8 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             with uncollected():
                 from pipeline import graph  # noqa: PLC0415
-            summary = graph.run(options, scan.chunks, run_info, folder, pinned)
+            summary = graph.run(options, scan.chunks, run_info, folder, pinned,
+                                replaced_labels)
     except RunFailed as failed:
         print(format_report(failed.failure.summary, convert.output_dir,
                             time.time() - started, published=False))

@@ -102,3 +102,16 @@ def test_dataframe_without_a_split_column(photos):
     for name in names:
         want[assign_split(name, (0.5, 0.5, 0.0))] += 1
     assert result.examples == want and want["test"] == 0
+
+
+def test_label_order_through_the_api_and_the_dataframe_accessor(photos):
+    root, names = photos
+    labels = ["zebra"] * 5 + ["ant"]
+    frame = pd.DataFrame({"image_uri": names, "label": labels, "split": ["train"] * 6})
+    by_default = frame.tfrecords.to_tfrecords(str(root / "sorted"))
+    assert by_default.summary.labels == ("ant", "zebra")
+    (root / "m.csv").write_text("".join(f"train,{n},{label}\n" for n, label in zip(names, labels)))
+    by_frequency = image_tfrecords.convert(str(root / "m.csv"), str(root / "frequency"),
+                                           label_order="frequency")
+    assert by_frequency.summary.labels == ("zebra", "ant")
+    assert by_frequency.summary.options.label_order == "frequency"

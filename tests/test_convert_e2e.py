@@ -236,19 +236,32 @@ def label_ids(output):
                   for e in read_examples(f"{output}/*.tfrecord"))
 
 
-def test_a_label_whose_train_rows_all_failed_fails_the_run_unless_the_ids_are_pinned(
+def test_a_label_whose_train_rows_all_failed_keeps_its_sorted_id_or_fails_frequency_order(
         relabelled, tmp_path, capsys):
     root, first = relabelled
-    assert vocabulary_of(first) == ["cat", "dog", "fish"]  # TRAIN frequency
+    assert vocabulary_of(first) == ["cat", "dog", "fish"]
     before = hashes(first)
     capsys.readouterr()
-    # fish would keep an id that no TRAIN example has: refused, the earlier output intact.
+    # By frequency, fish would keep an id that no TRAIN example has, its place taken
+    # from rows that are dead letters: refused, the earlier output intact.
     assert convert(root / "second.csv", first, "--overwrite", "--max_error_fraction",
-                   "0.5") == run.EXIT_FAILED
+                   "0.5", "--label_order", "frequency") == run.EXIT_FAILED
     line, _, _ = failure_paths(capsys.readouterr().err)
     assert "labels without a written TRAIN example would get ids: 'fish' (1 TRAIN row, all " \
-           "dead-lettered); fix those rows, or pin the ids with --vocabulary" in line
+           "dead-lettered); fix those rows, pin the ids with --vocabulary" in line
     assert hashes(first) == before
+
+    # Sorted, its id depends only on the set of labels: fish keeps it, and the console
+    # names it; no id changed from the output replaced.
+    replaced = shutil.copytree(first, tmp_path / "replaced")
+    assert convert(root / "second.csv", replaced, "--overwrite",
+                   "--max_error_fraction", "0.5") == 0
+    out = capsys.readouterr().out
+    assert ("warning: labels without a written TRAIN example (their TRAIN rows are dead "
+            "letters) keep their sorted ids: fish") in out
+    assert "label ids differ" not in out
+    assert vocabulary_of(replaced) == ["cat", "dog", "fish"]
+    assert json.loads((replaced / "summary.json").read_text())["unwritten_labels"] == ["fish"]
 
     # Pinned to the first output's ids: the same ids though dog is now the most frequent;
     # fish keeps its id without a TRAIN example, bird is unseen.

@@ -518,12 +518,10 @@ def test_a_hostile_manifest_converts_with_every_row_accounted_for(image_folder, 
         output = os.path.join(run_dir, "out")
         code = run.main(["--manifest", path, "--output_dir", output,
                          "--max_error_fraction", "1"])
-        # Published only with an example for every label of the TRAIN rows read (the
-        # vocabulary); a failed run leaves its files and FAILED.json in its temp dir.
-        vocabulary = {row[3][0] for row in by_line.values()
-                      if row[0] == "row" and row[1] == "train"}
-        publishes = examples and vocabulary <= {label for _, split, label in examples
-                                                if split == "train"}
+        # Published with any example: sorted ids keep a label whose TRAIN rows were all
+        # dead-lettered (docs/output/labels.md); a failed run leaves its files and
+        # FAILED.json in its temp dir.
+        publishes = bool(examples)
         assert code == (run.EXIT_OK if publishes else run.EXIT_FAILED)
         if publishes:
             summary = json.loads(open(os.path.join(output, "summary.json")).read())

@@ -17,7 +17,8 @@ from worker.row_tasks import survey
 from worker.run_settings import RunSettings
 from worker.schema import CATEGORICAL, ExtraColumn
 
-# TRAIN's labels, with repeats (ids follow frequency, ties by descending bytes) and
+# TRAIN's labels, with repeats (with --label_order frequency, ids follow them, ties by
+# descending bytes) and
 # labels a manifest can hold: spaces, accents, a comma, quotes, a carriage return.
 TRAIN = ["cat", "cat", "dog", "Dog", "chat noir", "é", "a,b", 'say "hi"', "x\ry", "dog",
          "日本"]
@@ -62,12 +63,16 @@ def transformed(output, labels, colours, label_mode):
     return ids, result[category_id("colour")].numpy().tolist()
 
 
-@pytest.mark.parametrize("label_mode, unseen_label, pinned", [
-    ("single", "error", None), ("single", "oov", None), ("multi", "error", None),
-    ("detection", "oov", None), ("single", "oov", ("dog", "cat", "é", "bird")),
-    ("multi", "error", ("cat", "dog"))])
-def test_looked_up_ids_are_the_transform_fns(tmp_path, label_mode, unseen_label, pinned):
+@pytest.mark.parametrize("label_mode, unseen_label, pinned, label_order", [
+    ("single", "error", None, "sorted"), ("single", "oov", None, "frequency"),
+    ("multi", "error", None, "sorted"), ("multi", "error", None, "frequency"),
+    ("detection", "oov", None, "sorted"), ("single", "oov", ("dog", "cat", "é", "bird"),
+                                           "sorted"),
+    ("multi", "error", ("cat", "dog"), "frequency")])
+def test_looked_up_ids_are_the_transform_fns(tmp_path, label_mode, unseen_label, pinned,
+                                             label_order):
     settings = RunSettings(label_mode=label_mode, unseen_label=unseen_label,
+                           label_order=label_order,
                            extra_columns=(ExtraColumn("colour", CATEGORICAL),))
     output = saved_transform_fn(tmp_path, settings, pinned)
     labels = sorted(set(TRAIN)) + UNSEEN
@@ -80,6 +85,12 @@ def test_looked_up_ids_are_the_transform_fns(tmp_path, label_mode, unseen_label,
                                               settings.oov_bucket)
     assert [vocabulary.id_of(label) for label in labels] == expected_labels
     assert [colour_vocabulary.id_of(colour) for colour in colours] == expected_colours
+    # A categorical column follows --label_order as the labels do ("red" is the more frequent).
+    assert list(colour_vocabulary.ids) == (
+        [b"blue", b"red"] if label_order == "sorted" else [b"red", b"blue"])
+    if not pinned and label_order == "sorted":
+        assert list(vocabulary.ids) == sorted(
+            {label.encode() for label in TRAIN} - {b"x\ry"})
     # Not a comparison of nothing: seen labels have ids, unseen ones the OOV id or -1.
     assert len(set(expected_labels)) >= (len(pinned) if pinned else 8)
     if not pinned:  # tf.Transform leaves a label holding "\r" out of its vocabulary

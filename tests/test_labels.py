@@ -2,6 +2,8 @@
 applied to every split by the lookup the packing step makes."""
 
 import apache_beam as beam
+import pytest
+import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -46,21 +48,58 @@ def ids_and_dead_letters(label, rows):
             [(r.line, r.reason, r.message) for r in results if isinstance(r, DeadLetter)])
 
 
-def test_vocabulary_is_trains_by_frequency_and_unseen_labels_are_dead_letters(tmp_path):
-    label = labelled_by(tmp_path, RunSettings(), TRAIN)
-    ids, dead = ids_and_dead_letters(label, TRAIN + OTHERS)
-    assert ids == [(1, (0,)), (2, (2,)), (3, (0,)), (4, (1,)), (5, (2,))]
+def vocabulary_of(tmp_path, name=LABEL_VOCABULARY):
+    output = tft.TFTransformOutput(str(tmp_path / "out"))
+    return [word.decode() for word in output.vocabulary_by_name(name)]
+
+
+def test_vocabulary_is_trains_labels_sorted_and_unseen_labels_are_dead_letters(tmp_path):
+    train = TRAIN + [row(7, "train", "zebra"), row(8, "train", "zebra"),
+                     row(9, "train", "zebra"), row(10, "train", "Ant")]
+    label = labelled_by(tmp_path, RunSettings(), train)
+    ids, dead = ids_and_dead_letters(label, train + OTHERS)
+    # By the labels' text, not their counts: Python's str order, which is the UTF-8
+    # bytes' order ("Ant" before "cat", "été" after "zebra").
+    assert vocabulary_of(tmp_path) == ["Ant", "cat", "dog", "zebra", "été"]
+    assert ids == [(1, (1,)), (2, (2,)), (3, (1,)), (4, (4,)), (7, (3,)), (8, (3,)),
+                   (9, (3,)), (10, (0,)), (5, (2,))]
     assert dead == [(6, "unseen_label", "label 'bird' does not occur in the TRAIN split")]
-    vocabulary = tft.TFTransformOutput(str(tmp_path / "out")).vocabulary_by_name(
-        LABEL_VOCABULARY)
+
+
+def test_sorted_ids_depend_only_on_the_set_of_labels(tmp_path):
+    once = [row(1, "train", "rocket"), row(2, "train", "cat")]
+    often = once + [row(line, "train", "rocket") for line in range(3, 9)]
+    labelled_by(tmp_path / "once", RunSettings(), once)
+    labelled_by(tmp_path / "often", RunSettings(), often)
+    assert vocabulary_of(tmp_path / "once") == vocabulary_of(tmp_path / "often") == [
+        "cat", "rocket"]
+
+
+def test_label_order_frequency_is_tfrecorders(tmp_path):
+    label = labelled_by(tmp_path, RunSettings(label_order="frequency"), TRAIN)
+    ids, _ = ids_and_dead_letters(label, TRAIN + OTHERS)
+    assert ids == [(1, (0,)), (2, (2,)), (3, (0,)), (4, (1,)), (5, (2,))]
     # Most frequent first; ties in descending byte order (tf.Transform's rule).
-    assert [w.decode() for w in vocabulary] == ["cat", "été", "dog"]
+    assert vocabulary_of(tmp_path) == ["cat", "été", "dog"]
+
+
+@pytest.mark.parametrize("label_order", ["sorted", "frequency"])
+def test_the_transform_fn_maps_label_alone_as_the_shards_ids(tmp_path, label_order):
+    # What a serving model feeds: `label` only, not the weights the analysis read.
+    settings = RunSettings(label_order=label_order)
+    label = labelled_by(tmp_path, settings, TRAIN)
+    output = tft.TFTransformOutput(str(tmp_path / "out"))
+    fed = [row.labels[0] for row in TRAIN]
+    served = output.transform_raw_features({"label": tf.constant(fed)})["label_id"]
+    assert served.numpy().tolist() == [label(row).label_ids[0] for row in TRAIN]
+    assert set(output.transform_features_layer()({"label": tf.constant(["dog"])})) == {
+        "label_id"}
 
 
 def test_oov_policy_keeps_unseen_labels_with_the_bucket_id(tmp_path):
     label = labelled_by(tmp_path, RunSettings(unseen_label="oov"), TRAIN)
     assert [(r.row.labels, r.label_ids) for r in map(label, OTHERS)] == [
-        (("dog",), (2,)), (("bird",), (3,))]
+        (("dog",), (1,)), (("bird",), (3,))]
 
 
 def test_rows_come_through_unchanged(tmp_path):
@@ -87,11 +126,9 @@ def test_multi_label_vocabulary_covers_every_train_label(tmp_path):
     others = [multi(4, "test", "dog", "fish"), multi(5, "test", "cat", "bird")]
     label = labelled_by(tmp_path, RunSettings(label_mode="multi"), train)
     ids, dead = ids_and_dead_letters(label, train + others)
-    assert ids == [(1, (0, 2)), (2, (0,)), (3, (1, 0)), (4, (2, 1))]
+    assert ids == [(1, (0, 1)), (2, (0,)), (3, (2, 0)), (4, (1, 2))]
     assert dead == [(5, "unseen_label", "label 'bird' does not occur in the TRAIN split")]
-    vocabulary = tft.TFTransformOutput(str(tmp_path / "out")).vocabulary_by_name(
-        LABEL_VOCABULARY)
-    assert [w.decode() for w in vocabulary] == ["cat", "fish", "dog"]
+    assert vocabulary_of(tmp_path) == ["cat", "dog", "fish"]
 
 
 def test_a_pinned_vocabulary_gives_its_ids_and_is_what_the_transform_fn_carries(tmp_path):

@@ -6,10 +6,12 @@ from transforms.outcome import Failure, PublishRules, outcome_problems, unwritte
 from worker.summary import RunOptions, SplitInfo, Summary
 
 
-def summary(vocabulary, train_labels, rows_read=10, examples=None, dead=0, accounted=True):
+def summary(vocabulary, train_labels, rows_read=10, examples=None, dead=0, accounted=True,
+            label_order="frequency"):
     examples = sum(train_labels.values()) if examples is None else examples
-    return Summary(options=RunOptions(), rows_read=rows_read, rows_in_examples=examples,
-                   rows_dead_lettered=dead, examples_written=examples, accounted=accounted,
+    return Summary(options=RunOptions(label_order=label_order), rows_read=rows_read,
+                   rows_in_examples=examples, rows_dead_lettered=dead,
+                   examples_written=examples, accounted=accounted,
                    error_fraction=dead / rows_read, vocabulary={"label": vocabulary},
                    splits={"train": SplitInfo(labels=train_labels)})
 
@@ -26,9 +28,16 @@ def test_labels_whose_train_rows_were_all_dead_lettered_are_named_with_their_row
     assert problems == [
         "labels without a written TRAIN example would get ids: 'dog' (2 TRAIN rows, all "
         "dead-lettered), 'fish' (1 TRAIN row, all dead-lettered), 'owl' (0 TRAIN rows, all "
-        "dead-lettered); fix those rows, or pin the ids with --vocabulary FILE|OUTPUT_DIR"]
+        "dead-lettered); fix those rows, pin the ids with --vocabulary FILE|OUTPUT_DIR, or "
+        "number the labels by --label_order sorted"]
     # Pinned by the user, a label without examples keeps its id: no problem.
     assert outcome_problems(run, {"cat": 7, "dog": 2}, PublishRules(0.5, "v.txt")) == []
+
+
+def test_sorted_ids_keep_a_label_whose_train_rows_were_all_dead_lettered():
+    # Its id depends only on the set of labels the rows give, not on their images.
+    run = summary(["cat", "dog"], {"cat": 7}, dead=2, label_order="sorted")
+    assert outcome_problems(run, {"cat": 7, "dog": 2}, PublishRules(0.5)) == []
 
 
 def test_unwritten_labels_keep_the_vocabulary_order_and_ignore_unseen_ones():

@@ -14,17 +14,21 @@ from typing import NamedTuple
 import pydantic
 from apache_beam.io.filesystems import FileSystems
 
+from worker.choices import LabelOrder
 from worker.summary import Summary
 
 
 
 class PublishRules(NamedTuple):
-    """What a finished run must meet to be published, and how its vocabulary was made."""
+    """What a finished run must meet to be published, how its vocabulary was made, and
+    what its ids are compared with."""
 
     max_error_fraction: float
     pinned_from: str | None = None  # the pinned vocabulary's file; None: from TRAIN
     strict_labels: bool = False  # summary.label_warnings fail the run
     declared: bool = False  # pinned_from is what declares the input's classes, not a file
+    # The label vocabulary of the output this run replaces (--overwrite); None: none
+    replaced_labels: tuple[str, ...] | None = None
 
 
 class Failure(pydantic.BaseModel):
@@ -82,10 +86,12 @@ def outcome_problems(summary: Summary, train_label_rows: dict[str, int],
                      rules: PublishRules) -> list[str]:
     """Why the run described by `summary` must not be published; empty when it may be.
 
-    `train_label_rows` counts the TRAIN rows read per label. Unless the vocabulary was
-    pinned, every label in it must be carried by a written TRAIN example (detection: a
-    written TRAIN object): a label whose TRAIN rows were all dead-lettered would hold an
-    id that no example has, and shift the ids after it.
+    `train_label_rows` counts the TRAIN rows read per label. With --label_order
+    frequency, every label of the vocabulary must be carried by a written TRAIN example
+    (detection: a written TRAIN object): a label whose TRAIN rows were all dead-lettered
+    would hold an id that no example has, and shift the ids after it. Sorted ids depend
+    only on the set of labels the rows give: such a label keeps its place, as a pinned
+    one does, and summary.json's unwritten_labels names it.
     """
     problems = []
     if not summary.accounted:
@@ -97,7 +103,7 @@ def outcome_problems(summary: Summary, train_label_rows: dict[str, int],
     if not summary.examples_written:
         no_train = rules.pinned_from is None and not train_label_rows
         return [*problems, "no example was written" + (f": {NO_TRAIN_ROWS}" if no_train else "")]
-    if rules.pinned_from is None:
+    if rules.pinned_from is None and summary.options.label_order is LabelOrder.FREQUENCY:
         unwritten = unwritten_labels(summary.labels, summary.splits["train"].labels,
                                      train_label_rows)
         if unwritten:
@@ -105,7 +111,8 @@ def outcome_problems(summary: Summary, train_label_rows: dict[str, int],
                 "labels without a written TRAIN example would get ids: " + ", ".join(
                     f"{label!r} ({rows} TRAIN row{'s' * (rows != 1)}, all dead-lettered)"
                     for label, rows in unwritten.items())
-                + "; fix those rows, or pin the ids with --vocabulary FILE|OUTPUT_DIR")
+                + "; fix those rows, pin the ids with --vocabulary FILE|OUTPUT_DIR, or "
+                "number the labels by --label_order sorted")
     if rules.strict_labels and summary.label_warnings:
         problems.append("--strict_labels: " + "; ".join(
             f"{warning.message} (rows {', '.join(warning.first_rows)})"
@@ -121,3 +128,11 @@ def unwritten_labels(vocabulary: Sequence[str], train_examples: dict[str, int],
     """label -> its TRAIN rows, for each vocabulary label no written TRAIN example carries."""
     return {label: train_label_rows.get(label, 0) for label in vocabulary
             if not train_examples.get(label)}
+
+
+def frequency_order(vocabulary: Sequence[str], train_examples: dict[str, int]
+                    ) -> tuple[str, ...]:
+    """The vocabulary in tf.Transform's frequency order (most first, ties by descending
+    bytes) of the written TRAIN examples (detection: objects) carrying each label."""
+    return tuple(sorted(vocabulary, key=lambda label: (train_examples.get(label, 0),
+                                                       label.encode()), reverse=True))

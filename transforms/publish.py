@@ -32,10 +32,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.labels import LABEL_VOCABULARY
-from transforms.outcome import Failure, PublishRules, RunFailed, outcome_problems, read_summary
+from transforms.outcome import (Failure, PublishRules, RunFailed, frequency_order,
+                                outcome_problems, read_summary, unwritten_labels)
 from transforms.tfds_metadata import LABELS_SUFFIX, tfds_metadata
 from worker import naming
-from worker.choices import Dedupe, LabelMode
+from worker.choices import Dedupe, LabelMode, LabelOrder
 from worker.examples import feature_spec
 from worker.file_formats import ShardFormat, shard_globs
 from worker.beam_filesystems import settle_beam_filesystems
@@ -50,8 +51,8 @@ from worker.records import ShardWritten
 from worker.report_page import ReportContent, render_report
 from worker.run_settings import RunSettings
 from worker.schema import CATEGORICAL
-from worker.summary import (CopiesInfo, ErrorsInfo, NearCopiesInfo, RunInfo, ShardInfo,
-                                SplitInfo, Summary)
+from worker.summary import (CopiesInfo, ErrorsInfo, LabelIdChange, NearCopiesInfo, RunInfo,
+                            ShardInfo, SplitInfo, Summary)
 
 # What tf.Transform's WriteTransformFn writes, as tft.TFTransformOutput(OUTPUT) reads it.
 TRANSFORM_FOLDERS = (tft.TFTransformOutput.TRANSFORM_FN_DIR,
@@ -150,6 +151,24 @@ class PublishOutput(beam.PTransform):
             delete_tree(folder)
         return summary
 
+    def _id_notes(self, vocabulary: tuple[str, ...], summary: Summary) -> dict[str, Any]:
+        """summary.json's notes on the label ids: those that differ from the replaced
+        output's; for ids computed from TRAIN, sorted, the labels no written TRAIN example
+        carries, or, by frequency, the order the written TRAIN examples give where it is
+        another (without an example the run fails: outcome_problems)."""
+        notes: dict[str, Any] = {}
+        if self._rules.replaced_labels is not None:
+            notes["label_id_changes"] = LabelIdChange.between(self._rules.replaced_labels,
+                                                              vocabulary)
+        if self._rules.pinned_from is not None:
+            return notes
+        train_examples = summary.splits["train"].labels
+        if self._settings.label_order is LabelOrder.SORTED:
+            notes["unwritten_labels"] = tuple(unwritten_labels(vocabulary, train_examples, {}))
+        elif (by_examples := frequency_order(vocabulary, train_examples)) != vocabulary:
+            notes["frequency_order_of_examples"] = by_examples
+        return notes
+
     def _record_failure(self, problems: list[str], summary: Summary) -> Failure:
         """Writes FAILED.json beside the staged dead letters, for the user and the launcher."""
         staged = staged_dir(self._temp_dir)
@@ -189,6 +208,7 @@ class PublishOutput(beam.PTransform):
             "vocabulary": vocabularies,
             "vocabulary_pinned_from": None if self._rules.declared else self._rules.pinned_from,
             "vocabulary_declared_by": self._rules.pinned_from if self._rules.declared else None,
+            **self._id_notes(vocabularies[LABEL_VOCABULARY], summary),
             "features": feature_spec(self._settings.label_mode, self._settings.extra_columns,
                                      sorted(annotations)),
             "duplicates": CopiesInfo(

@@ -91,6 +91,17 @@ def read_pinned_vocabulary(given: str, labels_in_data: Callable[[], Iterable[str
     return PinnedVocabulary(source, tuple(first_line))
 
 
+def output_labels(output_dir: str) -> tuple[str, ...] | None:
+    """The label vocabulary of the image-tfrecords output in `output_dir` (line i: id i),
+    read as the lookup reads it (worker/label_ids.py); None where there is none."""
+    path = FileSystems.join(output_dir, _EARLIER_OUTPUT_VOCABULARY)
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as file:
+        lines = file.read().decode().split("\n")
+    return tuple(lines[:-1] if lines and not lines[-1] else lines)
+
+
 def _label_map_vocabulary(text: str, labels_in_data: Callable[[], Iterable[str]]
                           ) -> tuple[str, ...]:
     """The label map's vocabulary: its names, or, where every item has a display name,

@@ -39,6 +39,18 @@ class UnseenLabel(_Choice):
     OOV = "oov"  # keeps it, with the id len(vocabulary)
 
 
+class LabelOrder(_Choice):
+    """--label_order: the ids of labels learnt from TRAIN (not pinned by --vocabulary)."""
+
+    # By the label's text: Python's string order, which is the order of the UTF-8 bytes
+    # (UTF-8 keeps code point order), as Keras' image_dataset_from_directory, torchvision's
+    # ImageFolder and TFDS's ImageFolder sort class names. The ids depend only on the set.
+    SORTED = "sorted"
+    # TFRecorder's: the most frequent TRAIN label first, ties by descending bytes (the
+    # order of tf.Transform's vocabulary).
+    FREQUENCY = "frequency"
+
+
 class LeftOut(_Choice):
     """--leave_out: what an input holds that the examples are written without."""
 

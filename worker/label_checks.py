@@ -7,8 +7,8 @@ summary.json keeps them; --strict_labels makes them errors (transforms/outcome.p
 - the multi-label separator inside a label in single-label mode (`red|blue` becomes a
   class of its own);
 - labels that differ only in case or surrounding spaces (`Red`, `red `): as many classes;
-- labels that are all whole numbers, whose ids are not those numbers (ids follow TRAIN's
-  label frequency, so the text `2` may get id 1).
+- labels that are all whole numbers, whose ids are not those numbers (ids follow the
+  labels' order as text, or their TRAIN frequency: the text `10` may get id 1).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def label_warnings(seen: Mapping[str, LabelSeen], vocabulary: Sequence[str],
         if wrong:
             warnings.append(_warning(
                 "numeric", wrong, seen,
-                "the labels are numbers, but their ids follow TRAIN's label frequency: "
+                "the labels are numbers, but their ids are not those numbers: "
                 + ", ".join(f"{label!r} has id {ids[label]}" for label in wrong[:5])
                 + (", ..." if len(wrong) > 5 else "")
                 + "; to keep the numbers as ids, pin them with --vocabulary (a file of the "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from worker.choices import Dedupe, LabelMode, UnseenLabel
+from worker.choices import Dedupe, LabelMode, LabelOrder, UnseenLabel
 from worker.copies import DEFAULT_NEAR_DISTANCE
 from worker.downloads import DownloadSettings
 from worker.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
@@ -28,6 +28,7 @@ class RunSettings:
     label_mode: LabelMode = LabelMode.SINGLE
     label_separator: str = DEFAULT_LABEL_SEPARATOR  # joins several labels in one field (multi)
     unseen_label: UnseenLabel = UnseenLabel.ERROR
+    label_order: LabelOrder = LabelOrder.SORTED  # the ids of vocabularies learnt from TRAIN
     extra_columns: tuple[ExtraColumn, ...] = ()  # from --schema
     shard_format: ShardFormat = dataclasses.field(
         default_factory=lambda: shard_format(DEFAULT_FORMAT))  # --file_format, --compression
@@ -39,7 +40,7 @@ class RunSettings:
 
     def __post_init__(self) -> None:
         for name, choice in (("label_mode", LabelMode), ("unseen_label", UnseenLabel),
-                             ("dedupe", Dedupe)):
+                             ("label_order", LabelOrder), ("dedupe", Dedupe)):
             object.__setattr__(self, name, choice(getattr(self, name)))
         object.__setattr__(self, "extra_columns", tuple(self.extra_columns))
 

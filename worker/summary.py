@@ -12,11 +12,12 @@ Free of Beam and TensorFlow: readers import it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import pydantic
 
-from worker.choices import Dedupe, LabelMode, UnseenLabel
+from worker.choices import Dedupe, LabelMode, LabelOrder, UnseenLabel
 from worker.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
 
 
@@ -67,6 +68,26 @@ class LabelWarning(_Record):
     first_rows: tuple[str, ...]  # the first of them, as manifest:line
 
 
+class LabelIdChange(_Record):
+    """A label whose id is not the one the output this run replaced (--overwrite) gave it.
+    Ids are places in the label vocabulary (detection's class ids are these plus 1)."""
+
+    label: str
+    old_id: int | None  # None: the replaced output had no such label
+    new_id: int | None  # None: this run's vocabulary has no such label
+
+    @classmethod
+    def between(cls, replaced: Sequence[str], vocabulary: Sequence[str]
+                ) -> tuple[LabelIdChange, ...]:
+        """The labels whose ids differ: by new id, then those gone, by old id."""
+        old = {label: place for place, label in enumerate(replaced)}
+        new = {label: place for place, label in enumerate(vocabulary)}
+        changed = [cls(label=label, old_id=old.get(label), new_id=place)
+                   for label, place in new.items() if old.get(label) != place]
+        return tuple(changed + [cls(label=label, old_id=place, new_id=None)
+                                for label, place in old.items() if label not in new])
+
+
 class ErrorsInfo(_Record):
     """The dead letters: rows that could not become an example."""
 
@@ -96,6 +117,7 @@ class RunOptions(_Record):
     runner: str = "DirectRunner"
     label_mode: LabelMode = LabelMode.SINGLE
     unseen_label: UnseenLabel = UnseenLabel.ERROR
+    label_order: LabelOrder = LabelOrder.FREQUENCY  # absent: written before it, by frequency
     dedupe: Dedupe = Dedupe.NONE
     file_format: str = DEFAULT_FORMAT  # absent: written before --file_format
     compression: str = "none"
@@ -140,7 +162,13 @@ class Summary(RunInfo):
     vocabulary_pinned_from: str | None = None  # --vocabulary's file; None: from TRAIN
     # What declares the input's classes (YOLO's names, COCO's categories...) where they
     # are the vocabulary: "data/coco8.yaml (names)"; None with either of the above.
-    vocabulary_declared_by: str | None = None
+    vocabulary_declared_by: str | None = None  # the input's class declaration, if the ids
+    label_id_changes: tuple[LabelIdChange, ...] = ()  # --overwrite: ids not the replaced output's
+    # --label_order sorted: labels whose TRAIN rows were all dead-lettered, which keep their ids
+    unwritten_labels: tuple[str, ...] = ()  # sorted ids no written TRAIN example carries
+    # --label_order frequency: the labels in the order of their written TRAIN examples
+    # (detection: objects), where it is not the ids' (docs/output/labels.md)
+    frequency_order_of_examples: tuple[str, ...] = ()  # --label_order frequency, if not the ids'
     errors: ErrorsInfo = ErrorsInfo()
     features: dict[str, FeatureInfo] = {}
     duplicates: CopiesInfo = CopiesInfo()
