@@ -162,7 +162,7 @@ class Summary(RunInfo):
     vocabulary_pinned_from: str | None = None  # --vocabulary's file; None: from TRAIN
     # What declares the input's classes (YOLO's names, COCO's categories...) where they
     # are the vocabulary: "data/coco8.yaml (names)"; None with either of the above.
-    vocabulary_declared_by: str | None = None  # the input's class declaration, if the ids
+    vocabulary_declared_by: str | None = None  # the declaration the ids follow
     label_id_changes: tuple[LabelIdChange, ...] = ()  # --overwrite: ids not the replaced output's
     # --label_order sorted: labels whose TRAIN rows were all dead-lettered, which keep their ids
     unwritten_labels: tuple[str, ...] = ()  # sorted ids no written TRAIN example carries
