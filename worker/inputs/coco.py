@@ -46,13 +46,13 @@ def read_coco(path: str, rules: RowRules, split: str | None
     annotations; `raw` is the annotation (or image) as JSON.
     """
     categories = {category.get("id"): _Category.of(category)
-                  for category in _items(path, "categories.item") if isinstance(category, dict)}
+                  for category in json_items(path, "categories.item") if isinstance(category, dict)}
     entries = ImageEntries()
-    images = {image.get("id"): _first_entry(_image_row(path, image, rules, split), image,
+    images = {image.get("id"): first_entry(image_row(path, image, rules, split), image,
                                             entries)
-              for image in _items(path, "images.item") if isinstance(image, dict)}
+              for image in json_items(path, "images.item") if isinstance(image, dict)}
     annotated = set()
-    for position, annotation in enumerate(_items(path, "annotations.item"), start=1):
+    for position, annotation in enumerate(json_items(path, "annotations.item"), start=1):
         if isinstance(annotation, dict):
             annotated.add(annotation.get("image_id"))
         yield _annotation_row(path, position, annotation, images, categories, rules)
@@ -81,7 +81,7 @@ def declared_categories(path: str) -> DeclaredClasses | None:
     note says so. None for a file without categories; ManifestError for an id that is not
     a whole number or repeats, and for a name two ids share (its label would have both)."""
     names: dict[int, str] = {}
-    for number, category in enumerate(_items(path, "categories.item"), start=1):
+    for number, category in enumerate(json_items(path, "categories.item"), start=1):
         category_id = category.get("id") if isinstance(category, dict) else None
         if not isinstance(category_id, int) or isinstance(category_id, bool) or category_id < 0:
             raise ManifestError(f"{path}: category {number} has id {category_id!r}: "
@@ -108,16 +108,16 @@ def declared_categories(path: str) -> DeclaredClasses | None:
 
 
 def category_names(path: str) -> set[str]:
-    return {str(category.get("name", "")).strip() for category in _items(path, "categories.item")
+    return {str(category.get("name", "")).strip() for category in json_items(path, "categories.item")
             if isinstance(category, dict)}
 
 
-def _items(path: str, prefix: str) -> Iterator[Any]:
+def json_items(path: str, prefix: str) -> Iterator[Any]:
     with open_manifest(path) as file:
         yield from ijson.items(file, prefix, use_float=True)
 
 
-def _first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntries
+def first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntries
                  ) -> ManifestRow | DeadLetter:
     """The image's row, or a dead letter for its annotations when an earlier image entry
     names the same file in the same split."""
@@ -126,7 +126,7 @@ def _first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntri
     return entries.repeated(row, f"image id {image.get('id')}") or row
 
 
-def _image_row(path: str, image: dict, rules: RowRules, forced_split: str | None
+def image_row(path: str, image: dict, rules: RowRules, forced_split: str | None
                ) -> ManifestRow | DeadLetter:
     """The image's row without objects, or a DeadLetter saying why its annotations cannot
     be used."""
@@ -165,16 +165,9 @@ def _annotation_row(path: str, position: int, annotation: object,
     if not category or not category.name:
         return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"{where}category_id "
                                f"{annotation.get('category_id')!r} names no category")
-    bbox = annotation.get("bbox")
-    if not (isinstance(bbox, list) and len(bbox) == 4
-            and all(isinstance(value, (int, float)) for value in bbox)):
-        return row.dead_letter(reasons.INVALID_BOX, f"{where}bbox must be [x, y, width, "
-                               f"height] in pixels, found {bbox!r}")
-    x, y, width, height = bbox
-    box = pixel_box([x, y, x + width, y + height], row.image_size,
-                    is_crowd=int(bool(annotation.get("iscrowd"))))
-    if not isinstance(box, Box):
-        return row.dead_letter(box[0], where + box[1])
+    box = object_box(annotation, row, where)
+    if isinstance(box, DeadLetter):
+        return box
     mask = _mask(annotation.get("segmentation"), row.image_size, rules)
     if mask is not None and not isinstance(mask, Mask):
         return row.dead_letter(mask[0], where + mask[1])
@@ -185,6 +178,23 @@ def _annotation_row(path: str, position: int, annotation: object,
         return row.dead_letter(keypoints[0], where + keypoints[1])
     return row._replace(labels=(category.name,),
                         boxes=(box._replace(mask=mask, keypoints=keypoints),))
+
+
+def object_box(item: dict, row: ManifestRow, where: str) -> Box | DeadLetter:
+    """An instances annotation's (or a panoptic segment's) `bbox`, [x, y, width, height]
+    in pixels, and `iscrowd`, as a Box relative to the row's image; or the row's dead
+    letter, its message after `where`."""
+    bbox = item.get("bbox")
+    if not (isinstance(bbox, list) and len(bbox) == 4
+            and all(isinstance(value, (int, float)) for value in bbox)):
+        return row.dead_letter(reasons.INVALID_BOX, f"{where}bbox must be [x, y, width, "
+                               f"height] in pixels, found {bbox!r}")
+    x, y, width, height = bbox
+    box = pixel_box([x, y, x + width, y + height], row.image_size,
+                    is_crowd=int(bool(item.get("iscrowd"))))
+    if not isinstance(box, Box):
+        return row.dead_letter(box[0], where + box[1])
+    return box
 
 
 def _mask(segmentation: object, size: tuple[int, int], rules: RowRules

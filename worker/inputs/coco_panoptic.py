@@ -34,13 +34,12 @@ from worker import storage
 from worker.chunks import LineRange, ManifestSource
 from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
-from worker.inputs.boxes import pixel_box
-from worker.inputs.coco import _first_entry, _image_row, _items, is_panoptic
+from worker.inputs.coco import first_entry, image_row, is_panoptic, json_items, object_box
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.rows import ImageEntries, ManifestError, RowRules
 from worker.label_map import LabelMapError, LabelMapItem, vocabulary_of
 from worker.masks import rle_of
-from worker.records import Box, ManifestRow
+from worker.records import ManifestRow
 
 
 def read_panoptic(path: str, rules: RowRules, split: str | None
@@ -49,14 +48,14 @@ def read_panoptic(path: str, rules: RowRules, split: str | None
     segment (or annotation) that cannot be one. `line` is the annotation's 1-based
     position in `annotations`, `raw` the segment as JSON."""
     categories = {category.get("id"): str(category.get("name", "")).strip()
-                  for category in _items(path, "categories.item") if isinstance(category, dict)}
+                  for category in json_items(path, "categories.item") if isinstance(category, dict)}
     entries = ImageEntries()
-    images = {image.get("id"): _first_entry(_image_row(path, image, rules, split), image,
+    images = {image.get("id"): first_entry(image_row(path, image, rules, split), image,
                                             entries)
-              for image in _items(path, "images.item") if isinstance(image, dict)}
+              for image in json_items(path, "images.item") if isinstance(image, dict)}
     folder = segmentation_folder(path)
     annotated = set()
-    for position, annotation in enumerate(_items(path, "annotations.item"), start=1):
+    for position, annotation in enumerate(json_items(path, "annotations.item"), start=1):
         if isinstance(annotation, dict):
             annotated.add(annotation.get("image_id"))
         yield from _annotation_rows(path, position, annotation, images, categories, folder,
@@ -135,16 +134,9 @@ def _segment_row(row: ManifestRow, segment: object, categories: dict[object, str
     if not name:
         return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"{where}category_id "
                                f"{segment.get('category_id')!r} names no category")
-    bbox = segment.get("bbox")
-    if not (isinstance(bbox, list) and len(bbox) == 4
-            and all(isinstance(value, (int, float)) for value in bbox)):
-        return row.dead_letter(reasons.INVALID_BOX, f"{where}bbox must be [x, y, width, "
-                               f"height] in pixels, found {bbox!r}")
-    x, y, width, height = bbox
-    box = pixel_box([x, y, x + width, y + height], row.image_size,
-                    is_crowd=int(bool(segment.get("iscrowd"))))
-    if not isinstance(box, Box):
-        return row.dead_letter(box[0], where + box[1])
+    box = object_box(segment, row, where)
+    if isinstance(box, DeadLetter):
+        return box
     if isinstance(ids, tuple):
         return row.dead_letter(ids[0], where + ids[1])
     if ids is not None:
@@ -159,7 +151,7 @@ def _segment_row(row: ManifestRow, segment: object, categories: dict[object, str
 def declared_categories(path: str) -> DeclaredClasses | None:
     """The classes `categories` declares, vocabulary entry i the category with id i + 1;
     None where there are none."""
-    categories = [category for category in _items(path, "categories.item")
+    categories = [category for category in json_items(path, "categories.item")
                   if isinstance(category, dict)]
     if not categories:
         return None
