@@ -296,6 +296,13 @@ def test_a_class_id_outside_classes_txt_is_a_dead_letter_naming_it(tmp_path):
     (("annotations/instances_val2017.json", "val2017/1.jpg"),
      "is a COCO dataset ({root}/annotations/instances_val2017.json), not class folders: "
      "--manifest {root}/annotations/instances_val2017.json --label_mode detection"),
+    # COCO's panoptic and keypoint annotations are downloads of their own: one unpacked
+    # alone beside val2017/ made val2017 a class, exit 0.
+    (("annotations/panoptic_val2017.json", "val2017/1.jpg"),
+     "is a COCO dataset ({root}/annotations/panoptic_val2017.json), not class folders: "
+     "--manifest {root}/annotations/panoptic_val2017.json --label_mode detection"),
+    (("annotations/person_keypoints_val2017.json", "val2017/1.jpg"),
+     "is a COCO dataset ({root}/annotations/person_keypoints_val2017.json)"),
 ])
 def test_an_annotation_dataset_given_as_an_image_folder_is_refused_naming_its_format(
         files, named, tmp_path, capsys):
