@@ -223,7 +223,8 @@ def test_a_yolo_export_declares_the_classes_of_classes_txt_and_reads_as_a_manife
     assert (source.path, source.format) == (str(root / "classes.txt"), "yolo")
     assert said and "YOLO dataset" in said[0]
     declared = FORMATS["yolo"].declared_classes(source)
-    assert declared == ("classes.txt", ("Airplane", "Car", "Person"))
+    assert (declared.declared_by, declared.labels) == (
+        str(root / "classes.txt"), ("Airplane", "Car", "Person"))
     check_sources([source], DETECTION)
     rows = list(read_source(source, DETECTION))
     assert sorted(label for row in rows for label in row.labels) == ["Airplane", "Car",
