@@ -79,10 +79,13 @@ def _decoder(output: Output, size: tuple[int, int] | None, channels: int):
         example = tf.io.parse_single_example(record, spec)
         for key in image_keys:
             example[key] = _decode_image(example[key], size, channels)
+        # Masks are at the size of image/encoded, decoded above (and resized with it).
+        image_size = tf.shape(example[IMAGE])[:2]
         if SEGMENTATION in example:
-            example[SEGMENTATION] = _decode_masks(example[SEGMENTATION][None], size)[0]
+            example[SEGMENTATION] = _decode_masks(example[SEGMENTATION][None], size,
+                                                  image_size)[0]
         if MASKS in example:
-            example[MASKS] = _decode_masks(example[MASKS], size)
+            example[MASKS] = _decode_masks(example[MASKS], size, image_size)
         return example
     return decode
 
@@ -102,13 +105,21 @@ def _supervised_decoder(output: Output, size: tuple[int, int] | None, channels: 
     return decode
 
 
-def _decode_masks(encoded: tf.Tensor, size: tuple[int, int] | None) -> tf.Tensor:
-    """One-channel PNGs -> [how many, height, width] uint8."""
-    masks = tf.map_fn(lambda mask: tf.io.decode_png(mask, channels=1), encoded,
-                      fn_output_signature=tf.TensorSpec([None, None, 1], tf.uint8))
-    if size:
-        masks = tf.image.resize(masks, size, method="nearest")
-    return masks[..., 0]
+def _decode_masks(encoded: tf.Tensor, size: tuple[int, int] | None, image_size: tf.Tensor
+                  ) -> tf.Tensor:
+    """One-channel PNGs -> [how many, height, width] uint8. An example without masks
+    beside examples with them (none of its objects has one) gives [0, height, width]:
+    map_fn cannot stack no PNG of unknown size."""
+    def decode() -> tf.Tensor:
+        masks = tf.map_fn(lambda mask: tf.io.decode_png(mask, channels=1), encoded,
+                          fn_output_signature=tf.TensorSpec([None, None, 1], tf.uint8))
+        if size:
+            masks = tf.image.resize(masks, size, method="nearest")
+        return masks[..., 0]
+
+    def none() -> tf.Tensor:
+        return tf.zeros(tf.concat([[0], image_size], axis=0), tf.uint8)
+    return tf.cond(tf.size(encoded) > 0, decode, none)
 
 
 def _decode_image(encoded: tf.Tensor, size: tuple[int, int] | None, channels: int

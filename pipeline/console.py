@@ -11,7 +11,10 @@ without a GPU every run began with
 quiet_console() passes descriptor 2 through a filter thread that drops those lines (the
 informational and warning ones, and the GPU probe's errors) and copies everything else
 through as it comes: Python's own warnings and tracebacks, any other native error. Beam's
-log lines that only describe its normal work are dropped too. `--verbose` shows it all.
+log lines that only describe its normal work are dropped too, and so is a warning of ours
+said once already: a format read in the pipeline's process (KITTI, VOC) is read by the
+checks before the job and by each pass over its rows, each saying what it left out.
+`--verbose` shows it all.
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ def quiet_console(verbose: bool = False) -> Iterator[None]:
     if verbose:
         yield
         return
-    with _routine_beam_messages_dropped(), _hang_ups_dropped(), _native_lines_filtered():
+    with (_routine_beam_messages_dropped(), _repeated_warnings_dropped(), _hang_ups_dropped(),
+          _native_lines_filtered()):
         yield
 
 
@@ -82,6 +86,26 @@ def _routine_beam_messages_dropped() -> Iterator[None]:
     finally:
         for name, routine in filters:
             logging.getLogger(name).removeFilter(routine)
+
+
+@contextlib.contextmanager
+def _repeated_warnings_dropped() -> Iterator[None]:
+    """Within the block, a message the root logger (the readers' logging.warning) has
+    logged already is not logged again."""
+    said: set[tuple[int, str]] = set()
+
+    def first_time(record: logging.LogRecord) -> bool:
+        message = (record.levelno, record.getMessage())
+        if message in said:
+            return False
+        said.add(message)
+        return True
+    root = logging.getLogger()
+    root.addFilter(first_time)
+    try:
+        yield
+    finally:
+        root.removeFilter(first_time)
 
 
 @contextlib.contextmanager

@@ -223,7 +223,8 @@ def test_a_yolo_export_declares_the_classes_of_classes_txt_and_reads_as_a_manife
     assert (source.path, source.format) == (str(root / "classes.txt"), "yolo")
     assert said and "YOLO dataset" in said[0]
     declared = FORMATS["yolo"].declared_classes(source)
-    assert declared == ("classes.txt", ("Airplane", "Car", "Person"))
+    assert (declared.declared_by, declared.labels) == (
+        str(root / "classes.txt"), ("Airplane", "Car", "Person"))
     check_sources([source], DETECTION)
     rows = list(read_source(source, DETECTION))
     assert sorted(label for row in rows for label in row.labels) == ["Airplane", "Car",
@@ -296,6 +297,13 @@ def test_a_class_id_outside_classes_txt_is_a_dead_letter_naming_it(tmp_path):
     (("annotations/instances_val2017.json", "val2017/1.jpg"),
      "is a COCO dataset ({root}/annotations/instances_val2017.json), not class folders: "
      "--manifest {root}/annotations/instances_val2017.json --label_mode detection"),
+    # COCO's panoptic and keypoint annotations are downloads of their own: one unpacked
+    # alone beside val2017/ made val2017 a class, exit 0.
+    (("annotations/panoptic_val2017.json", "val2017/1.jpg"),
+     "is a COCO dataset ({root}/annotations/panoptic_val2017.json), not class folders: "
+     "--manifest {root}/annotations/panoptic_val2017.json --label_mode detection"),
+    (("annotations/person_keypoints_val2017.json", "val2017/1.jpg"),
+     "is a COCO dataset ({root}/annotations/person_keypoints_val2017.json)"),
 ])
 def test_an_annotation_dataset_given_as_an_image_folder_is_refused_naming_its_format(
         files, named, tmp_path, capsys):

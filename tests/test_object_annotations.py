@@ -153,9 +153,70 @@ def test_keypoint_num_is_the_num_keypoints_the_annotation_declares(tmp_path):
         {"bbox": [1, 1, 5, 5], "keypoints": [0, 0, 0, 0, 0, 0, 0, 0, 0], "num_keypoints": 0,
          "iscrowd": 1, "segmentation": {"size": [20, 40], "counts": [21, 5, 774]}}],
         categories=[{"id": 1, "name": "cat", "keypoints": ["nose", "eye", "tail"]}])
-    feature = only_example(convert(tmp_path, manifest))
+    output = convert(tmp_path, manifest)
+    feature = only_example(output)
     assert list(feature["image/object/is_crowd"].int64_list.value) == [0, 0, 1]
     assert list(feature["image/object/keypoint/num"].int64_list.value) == [1, 2, 0]
+    assert verify(str(output)).examples["train"] == 1  # a declared num is no damage
+
+
+def test_mmposes_crowdpose_file_converts_with_its_declared_counts_and_reads_back(tmp_path):
+    """mmpose's public CrowdPose annotations (COCO keypoints: 14 named points, no
+    segmentation, a num_keypoints that is not the count of labelled points), converted as
+    the docs say: boxes and points / the declared size, num as declared, the points'
+    names; verify passes the output."""
+    source = json.loads((PUBLIC / "mmpose_crowdpose_test.json").read_text())
+    (tmp_path / "mmpose_crowdpose_test.json").write_text(json.dumps(source))
+    for image in source["images"]:
+        (tmp_path / image["file_name"]).write_bytes(
+            encode(photo_like(image["width"], image["height"], 3), "JPEG"))
+    output = convert(tmp_path, f"train={tmp_path / 'mmpose_crowdpose_test.json'}")
+    examples = {example.features.feature["image/filename"].bytes_list.value[0].decode():
+                example.features.feature
+                for example in read_examples(f"{output}/train-*.tfrecord")}
+    names = source["categories"][0]["keypoints"]
+    for image in source["images"]:
+        feature = examples[image["file_name"]]
+        people = [a for a in source["annotations"] if a["image_id"] == image["id"]]
+        width, height = image["width"], image["height"]
+        assert list(feature["image/object/keypoint/num"].int64_list.value) == [
+            person["num_keypoints"] for person in people]
+        np.testing.assert_allclose(feature["image/object/keypoint/x"].float_list.value,
+                                   [x / width for person in people
+                                    for x in person["keypoints"][0::3]], rtol=1e-6)
+        np.testing.assert_allclose(feature["image/object/bbox/ymax"].float_list.value,
+                                   [(p["bbox"][1] + p["bbox"][3]) / height for p in people],
+                                   rtol=1e-6)
+        assert list(feature["image/object/keypoint/visibility"].int64_list.value) == [
+            v for person in people for v in person["keypoints"][2::3]]
+        assert [name.decode() for name in feature["image/object/keypoint/text"].bytes_list
+                .value] == names * len(people)
+    assert verify(str(output)).examples["train"] == 2
+
+
+def test_an_example_without_masks_beside_one_with_them_reads_back(tmp_path):
+    """An example none of whose objects has a mask, in an output whose other examples have
+    them (X-AnyLabeling rectangles in one file, a rotated box in another), has no masks:
+    verify passes it and load() gives it [0, height, width] masks."""
+    for name, size in (("a.jpg", (40, 20)), ("b.jpg", (30, 10))):
+        (tmp_path / name).write_bytes(encode(photo_like(*size, 3), "JPEG"))
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "a.jpg", "width": 40, "height": 20},
+                   {"id": 2, "file_name": "b.jpg", "width": 30, "height": 10}],
+        "annotations": [
+            {"id": 1, "image_id": 1, "category_id": 1, "bbox": [4, 2, 20, 10],
+             "segmentation": [[4, 2, 24, 2, 24, 12, 4, 12]]},
+            {"id": 2, "image_id": 2, "category_id": 1, "bbox": [1, 1, 5, 5]}],
+        "categories": [{"id": 1, "name": "cat"}]}))
+    output = convert(tmp_path, f"train={path}")
+    assert verify(str(output)).examples["train"] == 2
+    masks = {tuple(example["image/object/mask"].shape) for example in
+             load(str(output), "train", batch_size=None, shuffle=False)}
+    assert masks == {(1, 20, 40), (0, 10, 30)}
+    resized = {tuple(example["image/object/mask"].shape) for example in
+               load(str(output), "train", batch_size=None, shuffle=False, image_size=8)}
+    assert resized == {(1, 8, 8), (0, 8, 8)}
 
 
 def test_a_num_keypoints_that_is_no_count_is_a_dead_letter(tmp_path):

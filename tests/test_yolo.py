@@ -381,3 +381,24 @@ def test_real_world_yamls_a_roboflow_export_and_a_names_dict_keyed_by_coco_ids(t
     with pytest.raises(ManifestError, match="'names' keys must be the class ids 0 to 79, "
                        r"found \[1, 2, 3"):
         rows(segmentation)
+
+
+def test_a_path_that_is_not_beside_the_yaml_is_read_from_the_current_directory(
+        tmp_path, monkeypatch, caplog):
+    """Ultralytics' own YAMLs (ultralytics/cfg/datasets/coco8.yaml: `path:
+    ../datasets/coco8`) mean the current directory, as check_det_dataset reads `path`: run
+    from the repository, the dataset is its sibling datasets/coco8. The YAML's folder is
+    looked at first, and the console says where the root was found."""
+    ultralytics_layout(tmp_path / "datasets" / "coco8", {("train", "a"): "0 0.5 0.5 0.2 0.2\n"})
+    yaml = text(tmp_path / "ultralytics" / "cfg" / "datasets" / "coco8.yaml", """
+        path: ../datasets/coco8 # dataset root dir
+        train: images/train
+        names:
+          0: person
+        """)
+    monkeypatch.chdir(tmp_path / "ultralytics")
+    (row,) = rows(yaml.relative_to(tmp_path / "ultralytics"))
+    assert (row.uri, row.labels) == (str(tmp_path / "datasets/coco8/images/train/a.jpg"),
+                                     ("person",))
+    assert f"read from the current directory, as Ultralytics reads it: {tmp_path}" \
+        "/datasets/coco8" in caplog.text

@@ -27,6 +27,8 @@ LABEL_IS_SPLIT_NAME = "label_is_split_name"  # e.g. train/val/x.jpg: a split is 
 # not images a user meant to convert.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp")
 _SPLIT_LAYOUT = "ROOT/<split>/<label>/<file>"
+# The names COCO's annotation downloads give their files (annotations/<kind>_val2017.json).
+_COCO_ANNOTATION_FILES = ("instances", "person_keypoints", "panoptic")
 
 
 def check_folder(root: str) -> str:
@@ -80,8 +82,10 @@ def _voc_refusal(root: str) -> str | None:
 
 
 def _coco_refusal(root: str) -> str | None:
-    """ROOT/annotations/instances_*.json, as COCO's own downloads unpack."""
-    annotations = _first(storage.join(root, "annotations", "instances_*.json"))
+    """ROOT/annotations/instances_*.json (or the keypoints' or the panoptic segmentation's
+    file, each a download of its own), as COCO's downloads unpack."""
+    annotations = _first(*(storage.join(root, "annotations", f"{kind}_*.json")
+                           for kind in _COCO_ANNOTATION_FILES))
     if not annotations:
         return None
     return (f"{root} is a COCO dataset ({annotations}), not class folders: --manifest "

@@ -4,8 +4,9 @@ and YOLO folders whose classes a `classes.txt` names instead.
 The layout is Ultralytics' own (ultralytics/data/utils.py, check_det_dataset and
 img2label_paths):
 - `data.yaml`: `names` (a list, or a dict of class id -> name; without it `nc` classes
-  named class_0...), `path` (the root: absolute, or relative to the YAML's folder;
-  absent, the YAML's folder), and `train`/`val`/`test`, each a folder of images, a .txt
+  named class_0...), `path` (the root: absolute, or relative to the YAML's folder, or
+  where it is not there, to the current directory, as check_det_dataset reads it; absent,
+  the YAML's folder), and `train`/`val`/`test`, each a folder of images, a .txt
   list of image paths, or a list of those; `val` and `test` are optional. An entry that
   is not there and starts with `../` is also looked for without it, as Ultralytics does
   for Roboflow's exports. `kpt_shape: [K, 2 or 3]` makes it a pose dataset.
@@ -38,7 +39,9 @@ i (declared_classes; pipeline/run.py pins them).
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 from collections.abc import Iterator
 
 import yaml
@@ -122,7 +125,7 @@ class YoloDataset:
             raise ManifestError(f"{path}: expected a YAML mapping (names, train, val...)")
         folder = storage.split(path)[0]
         root = data.get("path")
-        root = folder if not root else _resolve(str(root), folder)
+        root = folder if not root else _dataset_root(path, str(root), folder)
         entries = {}
         for split, key in _SPLIT_KEYS.items():
             value = data.get(key)
@@ -425,6 +428,22 @@ def _keypoint_names(path: str, data: dict, classes: int, shape: tuple[int, int] 
         raise ManifestError(f"{path}: kpt_names must map class ids to lists of "
                             f"{shape[0]} names (kpt_shape), found {written!r}")
     return {class_id: tuple(map(str, names)) for class_id, names in written.items()}
+
+
+def _dataset_root(yaml_path: str, written: str, folder: str) -> str:
+    """`path`: relative to the YAML's folder; where it is not there but is relative to
+    the current directory, there, and the console says so. Ultralytics' own YAMLs
+    (`path: ../datasets/coco8` in ultralytics/cfg/datasets/) mean the current directory:
+    check_det_dataset takes `path` as it stands where it exists."""
+    root = _resolve(written, folder)
+    if storage.exists(root) or not (storage.is_local(yaml_path) and storage.is_local(written)):
+        return root
+    here = normalise_path(os.path.abspath(written))
+    if not os.path.isdir(here):
+        return root
+    logging.warning("%s: path %r is not a folder beside the YAML (%s); read from the current "
+                    "directory, as Ultralytics reads it: %s", yaml_path, written, root, here)
+    return here
 
 
 def _resolve(path: str, folder: str) -> str:
