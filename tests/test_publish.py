@@ -134,7 +134,7 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     publish = publisher(tmp_path)
     with pytest.raises(RunFailed, match=r"rows read \(5\) != .*Nothing was published"):
         publish._publish(None, shards, {"file_not_found": 1},
-                         [5], 0, {"cat": 4}, {}, {}, {}, NO_CONTENT, [])
+                         [5], 0, {}, {"cat": 4}, {}, {}, {}, NO_CONTENT, [])
     assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord"]
     assert json.loads((out / "summary.json").read_text()) == {"old": True}
     assert (tmp_path / "tmp" / "train-00000.tfrecord").exists()
@@ -164,7 +164,7 @@ def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = publisher(tmp_path)
     summary = publish._publish(None, shards, {"file_not_found": 1},
-                               [4], 0, {"cat": 4}, {}, {}, {}, NO_CONTENT, [])
+                               [4], 0, {}, {"cat": 4}, {}, {}, {}, NO_CONTENT, [])
     assert summary.accounted and summary.labels == ("cat",)
     assert sorted(os.listdir(out)) == ["dataset_info.json", "errors-00000-of-00001.jsonl",
                                        "features.json", "image.class.label.labels.txt",
@@ -184,13 +184,15 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = publisher(tmp_path)
     named = name_shards(shards, TFRecordFormat())
-    prepared = publish._prepare(named, {}, 3, ({}, {}), {}, [], 0, NO_CONTENT)
+    prepared = publish._prepare(named, {}, 3, ({}, {}), {}, [], (0, {}), NO_CONTENT)
     (tmp_path / "tmp" / "summary.json").write_text(prepared.to_json())
     move_into_place(named, str(tmp_path / "tmp"), prepared.files, str(out))  # then died
-    first = publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, {}, {}, NO_CONTENT, [])
+    first = publish._publish(None, shards, {}, [3], 0, {}, {"cat": 3}, {}, {}, {}, NO_CONTENT,
+                             [])
     assert first.run_id == "tmp" and first == prepared
     assert publish._publish(None, shards, {},
-                            [3], 0, {"cat": 3}, {}, {}, {}, NO_CONTENT, []) == first  # after the end
+                            [3], 0, {}, {"cat": 3}, {}, {}, {}, NO_CONTENT,
+                            []) == first  # after the end
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
     assert sorted(os.listdir(out)) == ["dataset_info.json", "features.json",
                                        "image.class.label.labels.txt", "report.html",
@@ -205,9 +207,10 @@ def test_a_retry_prepares_again_the_summary_a_killed_try_left_half_written(tmp_p
     out.mkdir()
     staged_transform_fn(tmp_path)
     shards, publish = [temp_shard(tmp_path, "train", 0, 3)], publisher(tmp_path)
-    whole = publish._prepare(name_shards(shards, TFRecordFormat()), {}, 3, ({}, {}), {}, [], 0,
-                             NO_CONTENT).to_json()
+    whole = publish._prepare(name_shards(shards, TFRecordFormat()), {}, 3, ({}, {}), {}, [],
+                             (0, {}), NO_CONTENT).to_json()
     (tmp_path / "tmp" / "summary.json").write_text(whole[:len(whole) // 2])
-    summary = publish._publish(None, shards, {}, [3], 0, {"cat": 3}, {}, {}, {}, NO_CONTENT, [])
+    summary = publish._publish(None, shards, {}, [3], 0, {}, {"cat": 3}, {}, {}, {}, NO_CONTENT,
+                               [])
     assert summary.accounted and summary.examples == {"train": 3, "validation": 0, "test": 0}
     assert Summary.from_json((out / "summary.json").read_text()) == summary
