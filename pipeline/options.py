@@ -32,28 +32,18 @@ class ConvertOptions(PipelineOptions):
         group = parser.add_argument_group("input", "What is read.")
         group.add_argument(
             "--manifest", metavar="PATH", action="append",
-            help="Manifest: AutoML/TFRecorder CSV (split,image_uri,label), Vertex AI JSON "
-                 "Lines, the Object Detection API's CSV (filename,width,height,class,xmin,"
-                 "ymin,xmax,ymax in pixels), a COCO instances or panoptic JSON, Pascal "
-                 "VOC XMLs (a folder, a VOCdevkit year folder or a glob of .xml), KITTI "
-                 "label files (training/label_2, the KITTI root or a glob), an Open Images "
-                 "box CSV, a CVAT for images 1.1 XML, an Ultralytics YOLO data.yaml, a "
-                 "Label Studio JSON export, LabelMe JSONs (a folder or glob), a Hugging "
-                 "Face imagefolder metadata.jsonl/.csv (or the folder holding them) or a "
-                 "YOLO folder with a classes.txt and its labels; sniffed (see "
-                 "--input_format); a path or glob, local or remote. SPLIT=PATH gives every "
-                 "row of PATH that split (train, validation/val, test, named as split "
-                 "folders are). Repeat for several; relative image URIs are "
-                 "relative to the manifest (see --image_dir).")
+            help="A manifest or annotation file, folder or glob, local or remote, in any "
+                 "format --input_format names (CSV, JSON Lines, COCO, VOC, KITTI, Open "
+                 "Images, CVAT, YOLO, Label Studio, LabelMe, Hugging Face metadata), "
+                 "sniffed from its name and first bytes. SPLIT=PATH gives every row of "
+                 "PATH that split. Repeat for several; relative image URIs are relative "
+                 "to the manifest (see --image_dir).")
         group.add_argument(
             "--image_folder", metavar="DIR",
-            help="Instead of --manifest: a folder of ROOT/<split>/<label>/<file> or "
-                 "ROOT/<label>/<file> images (the split then assigned as for UNASSIGNED "
-                 "rows), local or remote; split folders are named train (training, "
-                 "training_set...), validation (val, valid, dev, eval...) or test "
-                 "(testing, test_set...). A folder holding a Hugging Face imagefolder's "
-                 "metadata.jsonl/.csv, or a YOLO classes.txt with its labels, is read as "
-                 "that, as the console says.")
+            help="Instead of --manifest: a folder of ROOT/[<split>/]<label>/<file> images "
+                 "(split folders such as train, training_set, valid, dev, test), local or "
+                 "remote; a Hugging Face imagefolder or a YOLO folder with classes.txt is "
+                 "read as that, as the console says.")
         group.add_argument(
             "--input_format", choices=MANIFEST_FORMATS,
             help="The format of every --manifest, where its name and first bytes do not "
@@ -76,13 +66,10 @@ class ConvertOptions(PipelineOptions):
         # Issue 41: a split column under a name of its own.
         group.add_argument(
             "--split_column", metavar="NAME",
-            help="The header's column holding each row's split (train, validation/val, "
-                 "test; UNASSIGNED or empty: assigned as --split_fractions says; anything "
-                 "else is an invalid_split dead letter); it overrides the known names "
-                 "(split, set, ml_use, subset). Without it, one column under another name "
-                 "whose values in the first rows are all split names is used, and named in "
-                 "the console; several are refused, naming them. 'none': no split "
-                 "column, every row's split from --split_fractions.")
+            help="The CSV column holding each row's split, over the known names (split, "
+                 "set, ml_use, subset). Without it, one other column whose first values "
+                 "are all split names is used, as the console says; 'none': every split "
+                 "from --split_fractions.")
         group.add_argument(
             "--schema", metavar="JSON",
             help="Extra manifest columns to keep as typed features, as a JSON object of "
@@ -125,14 +112,10 @@ class ConvertOptions(PipelineOptions):
                  "row; 'oov' keeps it with label id len(vocabulary).")
         group.add_argument(
             "--label_order", choices=LabelOrder.values(), default=LabelOrder.SORTED.value,
-            help="The ids of labels learnt from TRAIN (not pinned by --vocabulary), and of "
-                 "categorical --schema columns: 'sorted' by the label's text (Python's "
-                 "string order, the UTF-8 bytes' order), as Keras, torchvision and TFDS "
-                 "number class folders, so an id depends only on the set of labels; "
-                 "'frequency' is TFRecorder's order, the most frequent TRAIN label first, "
-                 "ties in descending byte order (tf.Transform's), counting the TRAIN rows "
-                 "that pass the row checks (where the written TRAIN examples would order "
-                 "them otherwise, the run says so).")
+            help="The ids of labels learnt from TRAIN (not declared by the input nor "
+                 "pinned by --vocabulary), and of categorical columns: 'sorted' by their "
+                 "text, as Keras, torchvision and TFDS number class folders; 'frequency' "
+                 "is TFRecorder's order, the most frequent TRAIN label first.")
         group.add_argument(
             "--vocabulary", metavar="PATH",
             help="Pin the label ids instead of computing them from TRAIN: a text file of "
