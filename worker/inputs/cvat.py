@@ -160,11 +160,12 @@ def _shape_box(row: ManifestRow, shape: ElementTree.Element, rules: RowRules
     (dead-letter reason, message) of a polygon or mask that makes none; ValueError for a
     coordinate that is not a number."""
     if shape.tag == "box":
-        corners = tuple(float(shape.get(side) or "") for side in ("xtl", "ytl", "xbr", "ybr"))
+        written = [shape.get(side) for side in ("xtl", "ytl", "xbr", "ybr")]
         degrees = float(shape.get("rotation") or 0)
         if not degrees % 360:
-            return lambda: pixel_box(corners, row.image_size)
-        xmin, ymin, xmax, ymax = corners  # CVAT turns a box about its centre
+            return lambda: pixel_box(written, row.image_size)
+        # CVAT turns a box about its centre.
+        xmin, ymin, xmax, ymax = corners = tuple(float(value or "") for value in written)
         return lambda: rotated_box(corners, degrees, ((xmin + xmax) / 2, (ymin + ymax) / 2),
                                    row.image_size, rules)
     if shape.tag == "polygon":
