@@ -14,10 +14,10 @@ objects_left_out), its image written with its other objects; an image all of who
 shapes are left out is not written (it is not an image without objects). A <box> with a
 `rotation` (degrees, clockwise about its centre) is the polygon of its turned corners, as
 CVAT's exporters make it (cvat-ai/cvat, cvat/apps/dataset_manager/formats/
-transformations.py, RotatedBoxesToPolygons, commit ad91d77f; datumaro's own cvat_format
+transformations.py, RotatedBoxesToPolygons, commit ad91d77f; datumaro's cvat_format
 extractor, openvinotoolkit/datumaro datumaro/plugins/cvat_format/extractor.py at
-026bc72f, reads xtl..ybr and does not turn them): its box their extent, clipped to the image within 0.1%
-of its side (box_out_of_range farther out), its mask the polygon
+026bc72f, reads xtl..ybr and does not turn them): its box their extent, clipped to the
+image within 0.1% of its side (box_out_of_range farther out), its mask the polygon
 (worker/inputs/boxes.py, rotated_box). A shape of a kind not named here and a <track>
 (CVAT for video) are dead letters naming them.
 Splits: `subset` (Train, Validation, Test) where it names one, else --manifest

@@ -10,10 +10,10 @@ mask). A rectangle's `rotation` (degrees, clockwise about its top left corner x,
 it in pixels of the region's `original_width` x `original_height`, as Label Studio's YOLO
 OBB export computes its corners (HumanSignal/label-studio-converter,
 label_studio_converter/utils.py, convert_annotation_to_yolo_obb, commit 9a3db497; its
-COCO export's Converter.rotated_rectangle turns it in percent instead, which is
-no rectangle on an image that is not square): its box is the turned corners' extent, its mask their
-polygon (worker/inputs/boxes.py, rotated_box); without those sizes it is invalid_size.
-Keypoints
+COCO export's Converter.rotated_rectangle turns it in percent instead, which is no
+rectangle on an image that is not square): its box is the turned corners' extent, its
+mask their polygon (worker/inputs/boxes.py, rotated_box); without those sizes it is
+invalid_size. Keypoints
 (Label Studio's are regions of their own, tied to no object), brushes (its own RLE),
 ellipses and vectors, relations and per-region text, ratings, numbers, dates and
 taxonomies are left out, each by itself (a discarded row, counted by type in
