@@ -2,14 +2,16 @@
 each image's declared size, tags as classification labels, subsets as splits, and every
 shape that is not a box left out by itself, by name, its image written with the rest."""
 
+import io
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
-from conftest import encode, photo_like
+from conftest import encode, feature, photo_like, read_examples, shard_pattern
 from pipeline import run
 from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
@@ -146,6 +148,25 @@ def test_a_rotated_box_with_a_rotation_that_is_not_a_number_is_a_dead_letter(tmp
             ] == [(reasons.INVALID_BOX, "image 0: <box>: a coordinate is not a number"),
                   (reasons.INVALID_BOX, "image 0: <box>: the rotation is not a number of "
                    "degrees: nan")]
+
+
+def test_a_rotated_box_is_written_with_its_mask(tmp_path):
+    """End to end: the example holds the turned corners' extent as its box and the turned
+    rectangle as its mask PNG (a quarter turn of a 20x10 box: 10x20 pixels)."""
+    (tmp_path / "a.jpg").write_bytes(encode(photo_like(64, 48, 0), "JPEG"))
+    cvat = annotations(tmp_path, """
+  <image id="0" name="a.jpg" subset="Train" width="64" height="48">
+    <box label="cat" occluded="0" xtl="20" ytl="10" xbr="40" ybr="20" rotation="90" z_order="0"/>
+  </image>""")
+    output = tmp_path / "out"
+    assert run.main(["--manifest", str(cvat), "--label_mode", "detection",
+                     "--output_dir", str(output)]) == 0
+    (example,) = read_examples(shard_pattern(output, "train"))
+    assert [round(feature(example, f"image/object/bbox/{side}") * size, 4) for side, size
+            in (("xmin", 64), ("ymin", 48), ("xmax", 64), ("ymax", 48))] == [25, 5, 35, 25]
+    mask = Image.open(io.BytesIO(feature(example, "image/object/mask")))  # its only object's
+    ys, xs = np.nonzero(np.asarray(mask))
+    assert (xs.min(), xs.max() + 1, ys.min(), ys.max() + 1, len(xs)) == (25, 35, 5, 25, 200)
 
 
 @pytest.mark.parametrize("rle", ["3, 3", "3, x, 2", "3, -3, 8", ""])
