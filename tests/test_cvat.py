@@ -2,20 +2,22 @@
 each image's declared size, tags as classification labels, subsets as splits, and every
 shape that is not a box left out by itself, by name, its image written with the rest."""
 
+import io
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
-from conftest import encode, photo_like
+from conftest import encode, feature, photo_like, read_examples, shard_pattern
 from pipeline import run
 from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import DiscardedRow, RowRules
 from worker.inputs.sources import check_sources, find_manifests, read_source
-from worker.masks import decode_rle
+from worker.masks import decode_rle, mask_pixels
 from worker.records import ManifestRow, Mask
 
 HEADER = """<?xml version="1.0" encoding="utf-8"?>
@@ -82,9 +84,10 @@ def test_shapes_are_boxes_in_pixels_of_the_declared_size(tmp_path):
     np.testing.assert_allclose(kept[3].boxes[0][:4], (10 / 64, 20 / 48, 14 / 64, 22 / 48))
     assert kept[0].image_size == (64, 48)
     dead = [(row.line, row.reason, row.message) for row in found if isinstance(row, DeadLetter)]
+    # The box turned 45 degrees about its centre (5, 5) reaches 2.07 pixels past the edge.
     assert dead == [
-        (3, reasons.UNSUPPORTED_ANNOTATION, "image 2: <box>: the box is rotated 45.0 degrees; "
-         "the boxes written are not"),
+        (3, reasons.BOX_OUT_OF_RANGE, "image 2: <box>: the box reaches outside the image by "
+         "more than 0.1% of its side: corners -0.0323604, -0.0431472, 0.18861, 0.251481"),
         (3, reasons.BOX_OUT_OF_RANGE, "image 2: <box>: pixel coordinates 50,0,70,10 lie "
          "outside the declared 64x48 image"),
         (0, reasons.UNSUPPORTED_ANNOTATION, "track 0: a video's track (CVAT for video 1.1); "
@@ -100,6 +103,70 @@ def test_shapes_are_boxes_in_pixels_of_the_declared_size(tmp_path):
     np.testing.assert_array_equal(decode_rle(kept[3].boxes[0].mask), expected)
     left_out = rows(annotations(tmp_path), RowRules(label_mode="detection", leave_out={"masks"}))
     assert not any(box.mask for row in left_out for box in getattr(row, "boxes", ()))
+
+
+# A 20x10 box centred on (30, 15) of a 64x48 image, turned clockwise: the extent of its
+# corners (half width 10 cos + 5 sin, half height 10 sin + 5 cos), worked out by hand.
+TURNED = {0: (20, 10, 40, 20), 30: (30 - 11.160254, 15 - 9.330127, 30 + 11.160254,
+                                   15 + 9.330127),
+          90: (25, 5, 35, 25), 180: (20, 10, 40, 20), -90: (25, 5, 35, 25)}
+
+
+@pytest.mark.parametrize("degrees", TURNED)
+def test_a_rotated_box_is_its_turned_corners_extent_and_their_polygon_its_mask(degrees, tmp_path):
+    """CVAT turns a <box> `rotation` degrees clockwise about its centre (its exporters'
+    RotatedBoxesToPolygons): the box written is the turned corners' extent, the mask the
+    turned rectangle (its 200 pixels); unturned, a box without a mask."""
+    cvat = annotations(tmp_path, f"""
+  <image id="0" name="a.jpg" width="64" height="48">
+    <box label="cat" occluded="0" xtl="20" ytl="10" xbr="40" ybr="20" rotation="{degrees}" z_order="0"/>
+  </image>""")
+    (row,) = rows(cvat, RowRules(label_mode="detection"))
+    box = row.boxes[0]
+    np.testing.assert_allclose(np.multiply(box[:4], (64, 48, 64, 48)), TURNED[degrees],
+                               atol=1e-5)
+    if degrees == 0:
+        assert box.mask is None
+    else:
+        assert box.mask.width == 64 and box.mask.height == 48
+        corners = np.reshape(box.mask.polygons[0], (4, 2))
+        # Each side keeps its length: the rectangle is turned, not stretched.
+        np.testing.assert_allclose(np.hypot(*(corners - np.roll(corners, -1, axis=0)).T),
+                                   (20, 10, 20, 10))
+        assert abs(int(mask_pixels(box.mask, 64, 48).sum()) - 200) <= 30  # its edges' pixels
+    (bare,) = rows(cvat, RowRules(label_mode="detection", leave_out={"masks"}))
+    assert bare.boxes[0].mask is None and bare.boxes[0][:4] == box[:4]
+
+
+def test_a_rotated_box_with_a_rotation_that_is_not_a_number_is_a_dead_letter(tmp_path):
+    cvat = annotations(tmp_path, """
+  <image id="0" name="a.jpg" width="64" height="48">
+    <box label="cat" occluded="0" xtl="20" ytl="10" xbr="40" ybr="20" rotation="north" z_order="0"/>
+    <box label="cat" occluded="0" xtl="20" ytl="10" xbr="40" ybr="20" rotation="nan" z_order="0"/>
+  </image>""")
+    assert [(row.reason, row.message) for row in rows(cvat, RowRules(label_mode="detection"))
+            ] == [(reasons.INVALID_BOX, "image 0: <box>: a coordinate is not a number"),
+                  (reasons.INVALID_BOX, "image 0: <box>: the rotation is not a number of "
+                   "degrees: nan")]
+
+
+def test_a_rotated_box_is_written_with_its_mask(tmp_path):
+    """End to end: the example holds the turned corners' extent as its box and the turned
+    rectangle as its mask PNG (a quarter turn of a 20x10 box: 10x20 pixels)."""
+    (tmp_path / "a.jpg").write_bytes(encode(photo_like(64, 48, 0), "JPEG"))
+    cvat = annotations(tmp_path, """
+  <image id="0" name="a.jpg" subset="Train" width="64" height="48">
+    <box label="cat" occluded="0" xtl="20" ytl="10" xbr="40" ybr="20" rotation="90" z_order="0"/>
+  </image>""")
+    output = tmp_path / "out"
+    assert run.main(["--manifest", str(cvat), "--label_mode", "detection",
+                     "--output_dir", str(output)]) == 0
+    (example,) = read_examples(shard_pattern(output, "train"))
+    assert [round(feature(example, f"image/object/bbox/{side}") * size, 4) for side, size
+            in (("xmin", 64), ("ymin", 48), ("xmax", 64), ("ymax", 48))] == [25, 5, 35, 25]
+    mask = Image.open(io.BytesIO(feature(example, "image/object/mask")))  # its only object's
+    ys, xs = np.nonzero(np.asarray(mask))
+    assert (xs.min(), xs.max() + 1, ys.min(), ys.max() + 1, len(xs)) == (25, 35, 5, 25, 200)
 
 
 @pytest.mark.parametrize("rle", ["3, 3", "3, x, 2", "3, -3, 8", ""])

@@ -15,6 +15,7 @@ from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import DiscardedRow, RowRules
 from worker.inputs.sources import check_sources, find_manifests, read_source
+from worker.masks import mask_pixels
 from worker.records import ManifestRow, Mask
 
 
@@ -83,21 +84,30 @@ def test_rectangles_and_polygons_are_boxes_in_percent_of_the_image(tmp_path):
         (str(tmp_path / "upload/3/a1b2-cat.jpg"), ("cat",)),
         (str(tmp_path / "upload/3/a1b2-cat.jpg"), ("dog",)),
         (str(tmp_path / "photos/empty.jpg"), ()),
-        ("s3://bucket/x.jpg", ("cat",))]  # the cancelled annotation's dog is not read
+        ("s3://bucket/x.jpg", ("cat",)),  # the cancelled annotation's dog is not read
+        (str(tmp_path / "y.jpg"), ("cat",))]
     np.testing.assert_allclose(kept[0].boxes[0][:4], (0.1, 0.2, 0.4, 0.6))
     np.testing.assert_allclose(kept[1].boxes[0][:4], (0.5, 0.5, 0.9, 0.95))
     np.testing.assert_allclose(kept[3].boxes[0][:4], (0, 0, 1, 1))  # clipped at the edge
+    # r3: 128x96 pixels at (64, 48) of 640x480, turned 30 degrees clockwise about (64, 48):
+    # corners (64, 48), (174.85, 112), (126.85, 195.14), (16, 131.14).
+    np.testing.assert_allclose(kept[4].boxes[0][:4], (16 / 640, 48 / 480,
+                                                      (64 + 128 * 3 ** 0.5 / 2) / 640,
+                                                      (112 + 48 * 3 ** 0.5) / 480))
     dead = [(row.line, row.reason, row.message) for row in found if isinstance(row, DeadLetter)]
     assert [(line, reason) for line, reason, _ in dead] == [
-        (4, reasons.UNSUPPORTED_ANNOTATION), (4, reasons.BOX_OUT_OF_RANGE),
-        (4, reasons.INVALID_BOX)]
-    assert dead[0][2] == "task 4: region r3: the rectangle is rotated 30 degrees; the " \
-        "boxes written are not"
+        (4, reasons.BOX_OUT_OF_RANGE), (4, reasons.INVALID_BOX)]
     assert [row for row in found if isinstance(row, DiscardedRow)] == [
         DiscardedRow(str(path), 4, "keypointlabels")]
-    # The polygon is its mask, in its percent divided by 100; a rectangle is a box.
+    # The polygon is its mask, in its percent divided by 100; a rectangle is a box; a
+    # rotated one its turned corners, in pixels.
     assert kept[0].boxes[0].mask is None
     assert kept[1].boxes[0].mask == Mask(1.0, 1.0, ((0.5, 0.5, 0.9, 0.55, 0.7, 0.95),))
+    turned = kept[4].boxes[0].mask
+    assert (turned.width, turned.height) == (640, 480)
+    np.testing.assert_allclose(turned.polygons[0], (
+        64, 48, 64 + 64 * 3 ** 0.5, 112, 16 + 64 * 3 ** 0.5, 112 + 48 * 3 ** 0.5, 16,
+        48 + 48 * 3 ** 0.5))
     left_out = rows(path, RowRules(label_mode="detection", leave_out={"masks"}))
     assert not any(box.mask for row in left_out for box in getattr(row, "boxes", ()))
 
@@ -162,15 +172,46 @@ def test_a_json_list_that_is_not_label_studios_is_not_read_as_it(tmp_path):
     assert (dead.reason, dead.message) == (reasons.MALFORMED_ROW, "expected a JSON object")
 
 
+def test_a_rotated_rectangle_without_the_images_size_is_a_dead_letter(tmp_path):
+    """Label Studio turns a rectangle in pixels: without original_width and
+    original_height its corners are unknown (turned in percent it is no rectangle)."""
+    sized = rectangle("r1", "cat", 10, 10, 20, 20, rotation=30)
+    unsized = {key: value for key, value in sized.items() if key != "original_width"}
+    path = export(tmp_path, [task(1, "a.jpg", dict(unsized, id="r2"),
+                                  rectangle("r3", "cat", 10, 10, 20, 20, rotation=360),
+                                  rectangle("r4", "cat", 10, 10, 20, 20, rotation="nan"))])
+    found = rows(path, RowRules(label_mode="detection"))
+    assert [(row.reason, row.message) if isinstance(row, DeadLetter) else row.boxes[0].mask
+            for row in found] == [
+        (reasons.INVALID_SIZE, "task 1: region r2: a rotated rectangle is turned in pixels: "
+         "the declared image width and height must be positive whole numbers of pixels, "
+         "found None x 480"),
+        None,  # a whole turn: the box as drawn
+        (reasons.INVALID_BOX, "task 1: region r4: the rotation is not a number of degrees: "
+         "nan")]
+    np.testing.assert_allclose(found[1].boxes[0][:4], (0.1, 0.1, 0.3, 0.3))
+
+
 PUBLIC = Path(__file__).parent / "data" / "public" / "label_studio"
+
+
+def turned_corners(value, width, height):
+    """The corners of a rotated rectangle in pixels, as label-studio-converter's
+    convert_annotation_to_yolo_obb computes them (about x, y, in pixels)."""
+    x, y = value["x"] / 100 * width, value["y"] / 100 * height
+    w, h = value["width"] / 100 * width, value["height"] / 100 * height
+    cos, sin = np.cos(np.radians(value["rotation"])), np.sin(np.radians(value["rotation"]))
+    return np.array([(x, y), (x + w * cos, y + w * sin),
+                     (x + w * cos - h * sin, y + w * sin + h * cos), (x - h * sin, y + h * cos)])
 
 
 @pytest.mark.parametrize("name", ["rect_yolo_data.json", "rect_rotated_obb_data.json",
                                   "rect_poly_coco_data.json"])
 def test_label_studios_own_test_exports_read_region_by_region(name, tmp_path):
     """Label Studio's converter's and SDK's fixtures: every rectangle of the first
-    annotation a box of x/100, y/100, (x + width)/100, (y + height)/100, or a dead letter
-    for a rotated one; a polygon its extent; keypoints left out."""
+    annotation a box of x/100, y/100, (x + width)/100, (y + height)/100, or for a rotated
+    one (25 in rect_rotated_obb_data) the extent of the corners Label Studio's YOLO OBB
+    export computes; a polygon its extent; keypoints left out."""
     path = tmp_path / name
     shutil.copy(PUBLIC / name, path)
     found = rows(path, RowRules(label_mode="detection"))
@@ -181,7 +222,10 @@ def test_label_studios_own_test_exports_read_region_by_region(name, tmp_path):
             if region_["type"] == "keypointlabels":
                 expected.append(DiscardedRow(str(path), 1, "keypointlabels"))
             elif value.get("rotation"):
-                expected.append(reasons.UNSUPPORTED_ANNOTATION)
+                corners = turned_corners(value, region_["original_width"],
+                                         region_["original_height"])
+                corners /= (region_["original_width"], region_["original_height"])
+                expected.append((*corners.min(axis=0), *corners.max(axis=0)))
             elif region_["type"] == "polygonlabels":
                 xs, ys = zip(*value["points"])
                 expected.append((min(xs) / 100, min(ys) / 100, max(xs) / 100, max(ys) / 100))
@@ -192,7 +236,33 @@ def test_label_studios_own_test_exports_read_region_by_region(name, tmp_path):
     for row, want in zip(found, expected, strict=True):
         if isinstance(want, DiscardedRow):
             assert row._replace(line=1) == want
-        elif isinstance(want, str):
-            assert isinstance(row, DeadLetter) and row.reason == want, row
         else:
             np.testing.assert_allclose(row.boxes[0][:4], want, atol=1e-12)
+
+
+def test_label_studios_rotated_rectangles_are_masks_of_their_area(tmp_path):
+    """Each of the 25 rotated rectangles of Label Studio's OBB fixture (23 on its first
+    image) is a mask drawn at the image's size whose pixels are the rectangle's area
+    (width x height in pixels) within half a pixel along its perimeter (what rasterising
+    its edges may give; measured, at most a tenth of that), its box the extent of the
+    mask's polygon."""
+    path = tmp_path / "rect_rotated_obb_data.json"
+    shutil.copy(PUBLIC / path.name, path)
+    regions = [region_ for task_ in json.loads(path.read_text())
+               for region_ in task_["annotations"][0]["result"]]
+    found = rows(path, RowRules(label_mode="detection"))
+    assert len(found) == len(regions) == 25
+    rotated = [(row, region_) for row, region_ in zip(found, regions, strict=True)
+               if region_["value"]["rotation"] % 360]
+    assert len(rotated) == 25
+    for row, region_ in rotated:
+        width, height = region_["original_width"], region_["original_height"]
+        value, mask = region_["value"], row.boxes[0].mask
+        np.testing.assert_allclose(np.reshape(mask.polygons[0], (4, 2)),
+                                   turned_corners(value, width, height))
+        w, h = value["width"] / 100 * width, value["height"] / 100 * height
+        pixels = int(mask_pixels(mask, width, height).sum())
+        assert abs(pixels - w * h) <= w + h, (region_["id"], pixels, w * h)
+        corners = np.reshape(mask.polygons[0], (4, 2)) / (width, height)
+        np.testing.assert_allclose(row.boxes[0][:4], (*corners.min(axis=0),
+                                                      *corners.max(axis=0)))

@@ -52,7 +52,7 @@ REGISTRY: dict[str, str] = {
                    "empty, or disagrees with the SPLIT= of its --manifest",
     MULTIPLE_LABELS: "several labels where --label_mode single takes one",
     UNSUPPORTED_ANNOTATION: "an annotation of a kind this label mode or format does not "
-                            "write (rotated boxes, lines, points, video tracks...)",
+                            "write (a shape of a kind its reader does not name, video tracks...)",
     INVALID_ANNOTATION: "an annotation file that cannot be read (a VOC XML or LabelMe JSON "
                         "that does not parse, a VOC XML without <filename> or <size>)",
     # Boxes, masks and keypoints (--label_mode detection).

@@ -1,9 +1,22 @@
 """Bounding boxes as the formats write them (relative vertices, pixels of a declared
 size) -> Box, relative to the image's size as the Object Detection API's tools compute
-it, or (dead-letter reason, message)."""
+it, or (dead-letter reason, message).
+
+A rotated rectangle (CVAT's <box rotation>, Label Studio's rectanglelabels `rotation`) is
+turned clockwise on the image (whose y axis points down) about a point its format names,
+as the formats' own code turns it: CVAT's exporters make it the polygon of its corners
+turned about the box's centre (cvat-ai/cvat, cvat/apps/dataset_manager/formats/
+transformations.py, RotatedBoxesToPolygons, commit ad91d77f), Label Studio's YOLO OBB
+export turns it about its top left corner, in pixels (HumanSignal/label-studio-converter,
+label_studio_converter/utils.py, convert_annotation_to_yolo_obb, commit 9a3db497). The
+Object Detection API's boxes are not rotated: the object's box is its corners' extent and
+its mask their polygon (rotated_box), as YOLO OBB's corners and X-AnyLabeling's rotated
+boxes are written.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -124,6 +137,34 @@ def clipped_box(xmin: float, ymin: float, xmax: float, ymax: float,
     if xmin >= xmax or ymin >= ymax:
         return reasons.EMPTY_BOX, "the box has no width or no height"
     return Box(xmin, ymin, xmax, ymax)
+
+
+def turned_corners(corners: tuple[float, float, float, float], degrees: float,
+                   pivot: tuple[float, float]) -> list[tuple[float, float]]:
+    """A rectangle's corners (x_min, y_min, x_max, y_max) turned `degrees` clockwise on the
+    image (its y axis pointing down) about `pivot`: its top left, top right, bottom right
+    and bottom left corners before the turn, where they lie after it."""
+    xmin, ymin, xmax, ymax = corners
+    cos, sin = math.cos(math.radians(degrees)), math.sin(math.radians(degrees))
+    px, py = pivot
+    return [(px + cos * (x - px) - sin * (y - py), py + sin * (x - px) + cos * (y - py))
+            for x, y in ((xmin, ymin), (xmax, ymin), (xmax, ymax), (xmin, ymax))]
+
+
+def rotated_box(corners: tuple[float, float, float, float], degrees: float,
+                pivot: tuple[float, float], frame: tuple[float, float], rules: RowRules
+                ) -> Box | tuple[str, str]:
+    """A rectangle (x_min, y_min, x_max, y_max in a frame of (width, height): Mask's)
+    turned `degrees` clockwise about `pivot` -> the Box of its turned corners' extent,
+    relative to the frame and clipped to it as clipped_box clips (box_out_of_range
+    farther out), its mask the turned rectangle (None where --leave_out masks); or
+    (dead-letter reason, message)."""
+    if not math.isfinite(degrees):
+        return reasons.INVALID_BOX, f"the rotation is not a number of degrees: {degrees}"
+    points = turned_corners(corners, degrees, pivot)
+    width, height = frame
+    box = clipped_box(*extent([x / width for x, _ in points], [y / height for _, y in points]))
+    return with_mask(box, polygon_mask([points], frame, rules))
 
 
 def extent(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float, float]:

@@ -11,9 +11,15 @@ mask's box is its extent, and its mask is written (a <mask>'s RLE runs over its 
 row by row, starting with background). A <polyline>, <points>, <ellipse>, <cuboid> or
 <skeleton> is left out by itself (a discarded row, counted by shape in summary.json's
 objects_left_out), its image written with its other objects; an image all of whose
-shapes are left out is not written (it is not an image without objects). A rotated box,
-a shape of a kind not named here and a <track> (CVAT for video) are dead letters naming
-them.
+shapes are left out is not written (it is not an image without objects). A <box> with a
+`rotation` (degrees, clockwise about its centre) is the polygon of its turned corners, as
+CVAT's exporters make it (cvat-ai/cvat, cvat/apps/dataset_manager/formats/
+transformations.py, RotatedBoxesToPolygons, commit ad91d77f; datumaro's cvat_format
+extractor, openvinotoolkit/datumaro datumaro/plugins/cvat_format/extractor.py at
+026bc72f, reads xtl..ybr and does not turn them): its box their extent, clipped to the
+image within 0.1% of its side (box_out_of_range farther out), its mask the polygon
+(worker/inputs/boxes.py, rotated_box). A shape of a kind not named here and a <track>
+(CVAT for video) are dead letters naming them.
 Splits: `subset` (Train, Validation, Test) where it names one, else --manifest
 SPLIT=PATH or a hashed one. Images: `name`, relative to --image_dir, or to the XML's
 `images/` folder when there is one (CVAT's export with images), else to its folder. The
@@ -24,7 +30,7 @@ file is streamed an <image> at a time (iterparse). <meta>'s <labels> declare the
 from __future__ import annotations
 
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -34,12 +40,12 @@ from worker.chunks import LineRange, ManifestSource
 from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
-                                 region_mask, with_mask)
+                                 region_mask, rotated_box, with_mask)
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.inputs.rows import (DiscardedRow, ImageEntries, ManifestError, RowRules,
                                 image_folder, invalid_split, left_out, resolve_uri, row_split)
-from worker.records import ManifestRow
+from worker.records import Box, ManifestRow
 
 _IMAGES = "images"  # where CVAT's export with images puts them, beside annotations.xml
 _SUBSET_DEFAULT = "default"  # CVAT's subset of a task without one
@@ -139,34 +145,47 @@ def _shape_row(row: ManifestRow, where: str, shape: ElementTree.Element, rules: 
         return left_out(row, shape.tag)
     if shape.tag not in ("box", "polygon", "mask"):
         return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {shape.tag} is not a box")
-    mask = None
     try:
-        if shape.tag == "box":
-            if float(shape.get("rotation") or 0) % 360:
-                return reject(reasons.UNSUPPORTED_ANNOTATION, f"the box is rotated "
-                              f"{shape.get('rotation')} degrees; the boxes written are not")
-            corners = [shape.get(side) for side in ("xtl", "ytl", "xbr", "ybr")]
-        elif shape.tag == "polygon":
-            points = [tuple(map(float, point.split(",")))
-                      for point in (shape.get("points") or "").split(";") if point.strip()]
-            if len(points) < 3 or any(len(point) != 2 for point in points):
-                return reject(reasons.INVALID_MASK, "a polygon needs at least 3 points x,y, "
-                              f"found {shape.get('points')!r}")
-            corners = list(extent([x for x, _ in points], [y for _, y in points]))
-            mask = polygon_mask([points], row.image_size, rules)
-        else:
-            left, top, width, height = (float(shape.get(key) or "nan")
-                                        for key in ("left", "top", "width", "height"))
-            corners = [left, top, left + width, top + height]
-            region = _mask_region(shape.get("rle") or "", int(width), int(height))
-            if region is None:
-                return reject(reasons.INVALID_MASK, f"its rle does not make a {width:g}x"
-                              f"{height:g} mask")
-            mask = region_mask(region, int(left), int(top), row.image_size, rules)
+        make_box = _shape_box(row, shape, rules)
     except ValueError:
         return reject(reasons.INVALID_BOX, "a coordinate is not a number")
-    return box_row(row, (shape.get("label") or "").strip(), True,
-                   lambda: with_mask(pixel_box(corners, row.image_size), mask), reject)
+    if isinstance(make_box, tuple):
+        return reject(*make_box)
+    return box_row(row, (shape.get("label") or "").strip(), True, make_box, reject)
+
+
+def _shape_box(row: ManifestRow, shape: ElementTree.Element, rules: RowRules
+               ) -> Callable[[], Box | tuple[str, str]] | tuple[str, str]:
+    """How to make a <box>'s, <polygon>'s or <mask>'s Box (with its mask), or the
+    (dead-letter reason, message) of a polygon or mask that makes none; ValueError for a
+    coordinate that is not a number."""
+    if shape.tag == "box":
+        written = [shape.get(side) for side in ("xtl", "ytl", "xbr", "ybr")]
+        degrees = float(shape.get("rotation") or 0)
+        if not degrees % 360:
+            return lambda: pixel_box(written, row.image_size)
+        # CVAT turns a box about its centre.
+        xmin, ymin, xmax, ymax = corners = tuple(float(value or "") for value in written)
+        return lambda: rotated_box(corners, degrees, ((xmin + xmax) / 2, (ymin + ymax) / 2),
+                                   row.image_size, rules)
+    if shape.tag == "polygon":
+        points = [tuple(map(float, point.split(",")))
+                  for point in (shape.get("points") or "").split(";") if point.strip()]
+        if len(points) < 3 or any(len(point) != 2 for point in points):
+            return (reasons.INVALID_MASK, "a polygon needs at least 3 points x,y, found "
+                    f"{shape.get('points')!r}")
+        mask = polygon_mask([points], row.image_size, rules)
+        return lambda: with_mask(pixel_box(extent([x for x, _ in points],
+                                                  [y for _, y in points]), row.image_size),
+                                 mask)
+    left, top, width, height = (float(shape.get(key) or "nan")
+                                for key in ("left", "top", "width", "height"))
+    region = _mask_region(shape.get("rle") or "", int(width), int(height))
+    if region is None:
+        return reasons.INVALID_MASK, f"its rle does not make a {width:g}x{height:g} mask"
+    mask = region_mask(region, int(left), int(top), row.image_size, rules)
+    return lambda: with_mask(pixel_box([left, top, left + width, top + height],
+                                       row.image_size), mask)
 
 
 def declared_labels(path: str) -> DeclaredClasses | None:

@@ -6,7 +6,14 @@ A task is read from its first annotation that was not cancelled (as Label Studio
 converters read one annotation a task). Rows: with --label_mode single or multi, one per
 task, its labels the `choices`; with detection, one per region, its box `x, y, x + width,
 y + height` divided by 100 (a polygon's box is its points' extent, and the polygon its
-mask). A rotated rectangle is dead-lettered (the API's boxes are not rotated). Keypoints
+mask). A rectangle's `rotation` (degrees, clockwise about its top left corner x, y) turns
+it in pixels of the region's `original_width` x `original_height`, as Label Studio's YOLO
+OBB export computes its corners (HumanSignal/label-studio-converter,
+label_studio_converter/utils.py, convert_annotation_to_yolo_obb, commit 9a3db497; its
+COCO export's Converter.rotated_rectangle turns it in percent instead, which is no
+rectangle on an image that is not square): its box is the turned corners' extent, its
+mask their polygon (worker/inputs/boxes.py, rotated_box); without those sizes it is
+invalid_size. Keypoints
 (Label Studio's are regions of their own, tied to no object), brushes (its own RLE),
 ellipses and vectors, relations and per-region text, ratings, numbers, dates and
 taxonomies are left out, each by itself (a discarded row, counted by type in
@@ -31,12 +38,13 @@ from worker import dead_letters as reasons
 from worker.chunks import LineRange, ManifestSource
 from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
-from worker.inputs.boxes import box_row, clipped_box, extent, polygon_mask, with_mask
+from worker.inputs.boxes import (box_row, clipped_box, declared_size, extent, polygon_mask,
+                                 rotated_box, with_mask)
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.inputs.rows import (DiscardedRow, ImageEntries, RowRules, assign_split,
                                 image_folder, left_out, resolve_uri)
-from worker.records import ManifestRow
+from worker.records import Box, ManifestRow
 
 _LOCAL_FILES = "/data/local-files/"
 _LABEL_STUDIO_DATA = "/data/"
@@ -121,7 +129,7 @@ def _region_rows(image: ManifestRow, where: str, regions: list, rules: RowRules
 
 def _region_row(row: ManifestRow, where: str, region: object, rules: RowRules
                 ) -> ManifestRow | DeadLetter | DiscardedRow:
-    def reject(reason: str, message: str) -> DeadLetter:
+    def reject(reason: str, message: str, **_: str) -> DeadLetter:
         return row.dead_letter(reason, where + message)
 
     kind = region.get("type") if isinstance(region, dict) else None
@@ -136,15 +144,13 @@ def _region_row(row: ManifestRow, where: str, region: object, rules: RowRules
     if len(labels) > 1:
         return reject(reasons.MULTIPLE_LABELS, f"the region has {len(labels)} labels; a box "
                       "has one")
-    mask = None
+    mask, degrees = None, 0.0
     try:
         if kind == "rectanglelabels":
-            if float(value.get("rotation") or 0) % 360:
-                return reject(reasons.UNSUPPORTED_ANNOTATION, "the rectangle is rotated "
-                              f"{value['rotation']} degrees; the boxes written are not")
             x, y, width, height = (float(value[key]) / 100
                                    for key in ("x", "y", "width", "height"))
             corners = (x, y, x + width, y + height)
+            degrees = float(value.get("rotation") or 0)
         else:
             points = [(float(px) / 100, float(py) / 100) for px, py in value["points"]]
             if len(points) < 3:
@@ -155,9 +161,25 @@ def _region_row(row: ManifestRow, where: str, region: object, rules: RowRules
     except (KeyError, TypeError, ValueError) as error:
         return reject(reasons.INVALID_BOX, f"the {kind} value's coordinates are missing or "
                       f"not numbers ({error!r})")
-    return box_row(row, labels[0] if labels else "", True,
-                   lambda: with_mask(clipped_box(*corners), mask), lambda reason, message, **_: reject(
-                       reason, message))
+    label = labels[0] if labels else ""
+    if degrees % 360:
+        return box_row(row, label, True, lambda: _rotated(region, corners, degrees, rules),
+                       reject)
+    return box_row(row, label, True, lambda: with_mask(clipped_box(*corners), mask), reject)
+
+
+def _rotated(region: dict, corners: tuple[float, float, float, float], degrees: float,
+             rules: RowRules) -> Box | tuple[str, str]:
+    """A rectangle (corners relative to the image) turned `degrees` clockwise about its
+    top left corner, in pixels of the region's original_width x original_height, as Label
+    Studio's YOLO OBB export turns it (a turn in percent would skew it)."""
+    size = declared_size(region.get("original_width"), region.get("original_height"))
+    if not isinstance(size[0], int):
+        return reasons.INVALID_SIZE, f"a rotated rectangle is turned in pixels: {size[1]}"
+    width, height = size
+    xmin, ymin, xmax, ymax = corners
+    return rotated_box((xmin * width, ymin * height, xmax * width, ymax * height), degrees,
+                       (xmin * width, ymin * height), size, rules)
 
 
 def _image_name(written: str) -> str:
