@@ -313,7 +313,8 @@ def _image_folder_sources(root: str, rules: RowRules) -> tuple[list[ManifestSour
     relatives = relative_files(root)
     reading = read_folder_as(root, relatives)
     if reading:
-        _say(reading.said)
+        for line in (reading.said, *reading.notes):
+            _say(line)
         return list(reading.sources), []
     first_image = check_folder(root)
     if rules.detection:
