@@ -79,9 +79,8 @@ class ConvertOptions(PipelineOptions):
             help="The header's column holding each row's split (train, validation/val, "
                  "test; UNASSIGNED or empty: assigned as --split_fractions says; anything "
                  "else is an invalid_split dead letter); it overrides the known names "
-                 "(split, set, ml_use, subset). A column named is_valid (fastai's), is_val "
-                 "or valid may hold true/1 (validation) and false/0 (train) instead. "
-                 "Without it, one column under another name "
+                 "(split, set, ml_use, subset); is_valid, is_val, valid may hold "
+                 "true/false (fastai's). Without it, one column under another name "
                  "whose values in the first rows are all split names is used, and named in "
                  "the console; several are refused, naming them. 'none': no split "
                  "column, every row's split from --split_fractions.")
