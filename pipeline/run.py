@@ -216,7 +216,8 @@ def _failed_batch(error: BaseException | None) -> str | None:
             operation = str(error).split(" with exceptions ", 1)[0]
             files, problem = next(iter(details.items()))
             named = " to ".join(files) if isinstance(files, tuple) else files
-            return f"{operation} for {counted(len(details), 'file')}, the first {named}: {_last_line(problem)}"
+            return (f"{operation} for {counted(len(details), 'file')}, the first {named}: "
+                    f"{_last_line(problem)}")
         error = error.__cause__ or error.__context__
     return None
 

@@ -128,8 +128,8 @@ def test_the_tables_counts_take_their_nouns_plural_only_where_not_one(count, nou
         error_fraction=0.0, vocabulary={"label": ["cat"]}, resumed_shards=count,
         label_warnings=(LabelWarning(kind="numeric", message="labels are numbers", labels=("1",),
                                      rows=count, first_rows=("m.csv:2",)),),
-        splits={"train": SplitInfo(examples=count, shards=(ShardInfo(file="s", records=1, bytes=1),) * count,
-                                   labels={"cat": 2 * count})})
+        splits={"train": SplitInfo(examples=count, labels={"cat": 2 * count},
+                                   shards=(ShardInfo(file="s", records=1, bytes=1),) * count)})
     table = format_report(summary, "out", 1.0)
     assert f"= {2 * count} rows in {count} example{noun} written + 0 dead-lettered" in table
     assert f"({count} object{noun} left out)" in table
