@@ -224,3 +224,15 @@ def test_a_validation_flag_column_is_found_and_named_with_what_it_gives(tmp_path
     assert settled(tmp_path, "--manifest", str(tmp_path / "m.csv")).split_column == "is_valid"
     assert ("splits from the column 'is_valid' (false as TRAIN, true as VALIDATION, "
             "0 as TRAIN)" in capsys.readouterr().out)
+
+
+def test_a_validation_flag_beside_one_hot_label_columns_is_the_split_not_a_class(tmp_path):
+    """Kaggle's `image_id,cat,dog` one-hot columns: an `is_valid` of 1/0 beside them was
+    read as a class too (two labels, a dead letter)."""
+    (tmp_path / "m.csv").write_text("image_id,cat,dog,is_valid\na.jpg,1,0,1\nb.jpg,0,1,0\n")
+    path = str(tmp_path / "m.csv")
+    assert split_name_columns(path, RowRules(), rows=200) == (
+        ("is_valid", ("1 as VALIDATION", "0 as TRAIN")),)
+    rows = read_manifest(path, RowRules(split_column="is_valid"))
+    assert [(row.split, row.labels) for row in rows] == [("validation", ("cat",)),
+                                                         ("train", ("dog",))]

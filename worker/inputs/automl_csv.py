@@ -114,10 +114,11 @@ class ColumnLayout:
             return AUTOML_LAYOUT, False
         one_hot = ()
         if "label" not in found and "uri" in found and not rules.detection:
+            # A validation flag's true/false reads as 0/1 too: it is a split, not a class.
             taken = {index for index, name in enumerate(names)
-                     if name in extra_names or any(name in known
-                                                   for known in _COLUMN_NAMES.values())}
-            one_hot = _one_hot_columns(first_row, next_rows, taken | {found["uri"]})
+                     if name in extra_names or is_validation_flag_column(name)
+                     or any(name in known for known in _COLUMN_NAMES.values())}
+            one_hot = _one_hot_columns(first_row, next_rows, taken | set(found.values()))
         required = ("uri", *(() if one_hot else ("label",)),
                     *(_BOX_COLUMNS if rules.detection else ()))
         for column in required:
