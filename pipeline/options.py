@@ -67,9 +67,9 @@ class ConvertOptions(PipelineOptions):
         group.add_argument(
             "--split_column", metavar="NAME",
             help="The CSV column holding each row's split, over the known names (split, "
-                 "set, ml_use, subset). Without it, one other column whose first values "
-                 "are all split names is used, as the console says; 'none': every split "
-                 "from --split_fractions.")
+                 "set, ml_use, subset; is_valid's true/false as fastai's). Without it, one "
+                 "other column whose first values are all split names is used, as the "
+                 "console says; 'none': every split from --split_fractions.")
         group.add_argument(
             "--schema", metavar="JSON",
             help="Extra manifest columns to keep as typed features, as a JSON object of "

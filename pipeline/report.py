@@ -9,6 +9,11 @@ from worker.naming import REPORT_FILE
 from worker.summary import CopiesInfo, Summary
 
 
+def counted(count: int, noun: str) -> str:
+    """"1 example", "2 examples": a count with its noun, plural where it is not one."""
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
 def _shown(label: str) -> str:
     """A label as the table lists it: quoted where a comma or a space would make it read as
     several, or where it is empty."""
@@ -32,9 +37,9 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
               for row in rows]
     if summary.empty_splits:
         lines.append(f"empty splits (no shards written): {', '.join(summary.empty_splits)}")
-    written = f"{summary.examples_written} examples written"
+    written = f"{counted(summary.examples_written, 'example')} written"
     if summary.rows_in_examples != summary.examples_written:
-        written = f"{summary.rows_in_examples} rows in {written}"
+        written = f"{counted(summary.rows_in_examples, 'row')} in {written}"
     lines.append(
         f"rows read {summary.rows_read} = {written}"
         f" + {summary.rows_dead_lettered} dead-lettered ({summary.error_fraction:.1%})"
@@ -55,7 +60,7 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
     if near.copies:
         lines.append(_copies_line(f"near-copies (pHash within {near.max_distance} bits)",
                                   near, "--dedupe near"))
-    lines += [f"warning: {warning.message}; {warning.rows} row{'s' * (warning.rows != 1)}, "
+    lines += [f"warning: {warning.message}; {counted(warning.rows, 'row')}, "
               f"the first {', '.join(warning.first_rows)}"
               for warning in summary.label_warnings]
     lines += _label_id_lines(summary)
@@ -76,8 +81,8 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
                      + " or ".join(name.strip() for name in summary.options.leave_out.split(",")))
     if summary.resumed_shards:
         shards = sum(len(stats.shards) for stats in summary.splits.values())
-        lines.append(f"resumed: {summary.resumed_shards} of {shards} shards reused from the "
-                     "stopped run, their images not read again")
+        lines.append(f"resumed: {summary.resumed_shards} of {counted(shards, 'shard')} reused "
+                     "from the stopped run, their images not read again")
     if published and REPORT_FILE in summary.files:
         lines.append(f"report: {output_dir.rstrip('/')}/{REPORT_FILE} (plots, a sample of "
                      "each label, dead letters and copies side by side)")
@@ -93,7 +98,7 @@ def _discarded(summary: Summary) -> str:
         return "DISCARD"
     others = summary.rows_discarded - objects
     return (f"{others} DISCARD, " if others else "") + (
-        f"{objects} object{'s' * (objects != 1)} left out")
+        f"{counted(objects, 'object')} left out")
 
 
 def _label_id_lines(summary: Summary) -> list[str]:

@@ -19,7 +19,7 @@ from pipeline.engines import EngineUnusable, job_server_of_the_run, use_built_jo
 from pipeline.options import ConvertOptions, unknown_option_problem
 from pipeline.progress import shown_progress
 from pipeline.read_choices import settle_read_choices
-from pipeline.report import format_report
+from pipeline.report import counted, format_report
 from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
                              scan_sources, start)
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
@@ -216,8 +216,8 @@ def _failed_batch(error: BaseException | None) -> str | None:
             operation = str(error).split(" with exceptions ", 1)[0]
             files, problem = next(iter(details.items()))
             named = " to ".join(files) if isinstance(files, tuple) else files
-            count = f"{len(details)} files" if len(details) > 1 else "1 file"
-            return f"{operation} for {count}, the first {named}: {_last_line(problem)}"
+            return (f"{operation} for {counted(len(details), 'file')}, the first {named}: "
+                    f"{_last_line(problem)}")
         error = error.__cause__ or error.__context__
     return None
 
@@ -234,8 +234,9 @@ def _pinned_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]
     if not declaring:
         return None
     if len(declaring) < len(found):
-        print(f"image-tfrecords: label ids: learnt from TRAIN, as {len(found) - len(declaring)}"
-              f" of the {len(found)} inputs declare no classes (declared by "
+        undeclaring = len(found) - len(declaring)
+        print(f"image-tfrecords: label ids: learnt from TRAIN, as {undeclaring} of the "
+              f"{len(found)} inputs declare{'s' * (undeclaring == 1)} no classes (declared by "
               f"{', '.join(declaring)}); pin them with --vocabulary")
         return None
     declared = one_declaration(found)
@@ -313,7 +314,8 @@ def _image_folder_sources(root: str, rules: RowRules) -> tuple[list[ManifestSour
     relatives = relative_files(root)
     reading = read_folder_as(root, relatives)
     if reading:
-        _say(reading.said)
+        for line in (reading.said, *reading.notes):
+            _say(line)
         return list(reading.sources), []
     first_image = check_folder(root)
     if rules.detection:

@@ -8,6 +8,8 @@ import textwrap
 import pytest
 
 from pipeline.console import is_routine_native_line
+from pipeline.report import format_report
+from worker.summary import LabelWarning, RunOptions, ShardInfo, SplitInfo, Summary
 
 # Written by TensorFlow 2.21 at import and first use on a machine without a GPU.
 PREAMBLE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
@@ -114,3 +116,22 @@ def test_a_job_servers_hang_up_is_shown_only_when_the_run_fails(run_fails):
     assert ("Cancelled" in shown) is run_fails
     assert ("Application error processing RPC" in shown) is run_fails
     assert shown.count("Traceback") == (3 if run_fails else 1)
+
+
+@pytest.mark.parametrize("count, noun", [(1, ""), (2, "s")])
+def test_the_tables_counts_take_their_nouns_plural_only_where_not_one(count, noun):
+    """"1 example written", "2 examples written": every count in the table with its noun."""
+    summary = Summary(
+        options=RunOptions(label_mode="detection"), rows_read=2 * count + count,
+        rows_in_examples=2 * count, examples_written=count, rows_dead_lettered=0,
+        rows_discarded=count, objects_left_out={"polyline": count}, accounted=True,
+        error_fraction=0.0, vocabulary={"label": ["cat"]}, resumed_shards=count,
+        label_warnings=(LabelWarning(kind="numeric", message="labels are numbers", labels=("1",),
+                                     rows=count, first_rows=("m.csv:2",)),),
+        splits={"train": SplitInfo(examples=count, labels={"cat": 2 * count},
+                                   shards=(ShardInfo(file="s", records=1, bytes=1),) * count)})
+    table = format_report(summary, "out", 1.0)
+    assert f"= {2 * count} rows in {count} example{noun} written + 0 dead-lettered" in table
+    assert f"({count} object{noun} left out)" in table
+    assert f"labels are numbers; {count} row{noun}, the first" in table
+    assert f"resumed: {count} of {count} shard{noun} reused" in table

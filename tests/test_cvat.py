@@ -238,7 +238,7 @@ def test_lines_and_points_are_left_out_by_object_not_by_image(tmp_path, capsys):
         5, 1, 1, 0, 4, True)
     assert summary["splits"]["train"]["labels"] == {"cat": 1}
     out = capsys.readouterr().out
-    assert "rows read 5 = 1 examples written + 0 dead-lettered (0.0%) + 4 discarded (4 " \
+    assert "rows read 5 = 1 example written + 0 dead-lettered (0.0%) + 4 discarded (4 " \
            "objects left out)" in out
     assert "objects left out (shapes the examples cannot hold; their images are written " \
            "with their other objects): points 2, polyline 1, skeleton 1" in out

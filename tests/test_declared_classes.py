@@ -382,7 +382,7 @@ def test_inputs_of_which_only_some_declare_classes_learn_the_ids_and_say_so(tmp_
     status, summary, examples, label_map, letters = convert(
         f"VALIDATION={coco}", tmp_path / "out", "--manifest", f"TRAIN={voc}")
     assert (status, letters) == (0, [])
-    assert (f"label ids: learnt from TRAIN, as 1 of the 2 inputs declare no classes "
+    assert (f"label ids: learnt from TRAIN, as 1 of the 2 inputs declares no classes "
             f"(declared by {coco} (categories)); pin them with --vocabulary"
             ) in capsys.readouterr().out
     assert sorted(label_map.values()) == ["bird", "dog"]

@@ -180,6 +180,42 @@ def test_metadata_of_two_kinds_or_only_parquet_is_refused_naming_it(tmp_path):
         read_folder_as(str(other), relative_files(str(other)))
 
 
+
+def test_images_no_metadata_file_names_are_counted_and_the_first_named(tmp_path, capsys):
+    """The datasets library leaves out an image its metadata does not name; so does the
+    conversion, but not silently: the console counts them and names the first 3."""
+    root = hf_imagefolder(tmp_path / "hf")
+    # Named as ./b.jpg: listed all the same. Not images: no note.
+    text(root / "train" / "metadata.jsonl", '{"file_name": "a.jpg", "label": "cat"}\n'
+                                            '{"file_name": "./b.jpg", "label": "dog"}\n')
+    text(root / "README.md", "# pets\n")
+    for seed, name in enumerate(["train/cats/x.jpg", "train/y.PNG", "validation/z.jpg",
+                                 "w.jpg"]):
+        jpeg(root / name, seed)
+    reading = read_folder_as(str(root), relative_files(str(root)))
+    assert reading.notes == (f"4 images under {root} are in no metadata file and were not "
+                             f"read: {root}/train/cats/x.jpg, {root}/train/y.PNG, "
+                             f"{root}/validation/z.jpg, ...",)
+    (root / "train" / "cats" / "x.jpg").unlink()
+    (root / "train" / "y.PNG").unlink()
+    (root / "w.jpg").unlink()
+    said = []
+    find_manifests([str(root)], say=said.append)
+    assert said[1:] == [f"1 image under {root} is in no metadata file and was not read: "
+                        f"{root}/validation/z.jpg"]
+    output = tmp_path / "out"
+    assert convert("--image_folder", str(root), "--output_dir", str(output)) == run.EXIT_OK
+    assert (f"image-tfrecords: 1 image under {root} is in no metadata file and was not "
+            f"read: {root}/validation/z.jpg") in capsys.readouterr().out
+    assert split_labels(output) == {"train": ["cat", "dog"], "validation": ["dog"],
+                                    "test": []}
+
+
+def test_a_hugging_face_imagefolder_whose_metadata_names_every_image_says_nothing_more(
+        tmp_path):
+    root = hf_imagefolder(tmp_path / "hf")
+    assert read_folder_as(str(root), relative_files(str(root))).notes == ()
+
 # --- YOLO folders with classes.txt -------------------------------------------------------
 
 def label_studio_yolo_export(root):

@@ -190,3 +190,49 @@ def test_split_column_is_for_csv_manifests(tmp_path, capsys):
                          "--split_column name columns of a --manifest, not of --image_folder")):
         code = run.main([*args, "--split_column", "fold", "--output_dir", str(tmp_path / "o")])
         assert code == run.EXIT_USAGE and words in capsys.readouterr().err
+
+
+FASTAI_CSV = "fname,labels,is_valid\na.jpg,cat,False\nb.jpg,dog,True\nc.jpg,cat,TRUE\nd.jpg,dog,0\n"
+
+
+@pytest.mark.parametrize("column", ["is_valid", "IS_VAL", "valid"])
+def test_a_validation_flag_column_splits_true_as_validation_and_false_as_train(
+        tmp_path, column):
+    """fastai's ColSplitter column (`is_valid`, common in Kaggle CSVs): true or 1 is
+    VALIDATION, false or 0 TRAIN; split names are still read; anything else is an
+    invalid_split dead letter."""
+    (tmp_path / "m.csv").write_text(FASTAI_CSV.replace("is_valid", column)
+                                    + "e.jpg,cat,1\nf.jpg,dog,test\ng.jpg,cat,maybe\n")
+    *rows, bad = read_manifest(str(tmp_path / "m.csv"), RowRules(split_column=column))
+    assert [row.split for row in rows] == ["train", "validation", "validation", "train",
+                                           "validation", "test"]
+    assert (bad.reason, bad.line) == (reasons.INVALID_SPLIT, 8)
+
+
+def test_true_and_false_split_nothing_in_a_column_of_another_name(tmp_path):
+    """A boolean column is a validation flag only under a flag's name: `fold` holding
+    0/1 (k-fold numbers) is no split column."""
+    (tmp_path / "m.csv").write_text(FASTAI_CSV.replace("is_valid", "fold"))
+    assert split_name_columns(str(tmp_path / "m.csv"), RowRules(), rows=200) == ()
+    (e,) = [row for row in read_manifest(str(tmp_path / "m.csv"), RowRules(split_column="fold"))
+            if row.line == 3]
+    assert e.reason == reasons.INVALID_SPLIT
+
+
+def test_a_validation_flag_column_is_found_and_named_with_what_it_gives(tmp_path, capsys):
+    (tmp_path / "m.csv").write_text(FASTAI_CSV)
+    assert settled(tmp_path, "--manifest", str(tmp_path / "m.csv")).split_column == "is_valid"
+    assert ("splits from the column 'is_valid' (false as TRAIN, true as VALIDATION, "
+            "0 as TRAIN)" in capsys.readouterr().out)
+
+
+def test_a_validation_flag_beside_one_hot_label_columns_is_the_split_not_a_class(tmp_path):
+    """Kaggle's `image_id,cat,dog` one-hot columns: an `is_valid` of 1/0 beside them was
+    read as a class too (two labels, a dead letter)."""
+    (tmp_path / "m.csv").write_text("image_id,cat,dog,is_valid\na.jpg,1,0,1\nb.jpg,0,1,0\n")
+    path = str(tmp_path / "m.csv")
+    assert split_name_columns(path, RowRules(), rows=200) == (
+        ("is_valid", ("1 as VALIDATION", "0 as TRAIN")),)
+    rows = read_manifest(path, RowRules(split_column="is_valid"))
+    assert [(row.split, row.labels) for row in rows] == [("validation", ("cat",)),
+                                                         ("train", ("dog",))]

@@ -10,6 +10,10 @@ Roboflow's `valid/`; Kaggle's `training_set/` and `test_set/`, and the `trainset
 Detection API and TFRecorder (the datasets library counts `eval` and `evaluation` as
 test: a folder named so is read as validation, and the console says so).
 
+A split column may also be a validation flag, as fastai's ColSplitter reads one (its
+default column `is_valid`, common in Kaggle CSVs): in a column named `is_valid`, `is_val`
+or `valid`, true (or 1) is validation and false (or 0) train (split_word).
+
 Pure Python (no Beam, no TensorFlow): image_tfrecords' readers import it too, and they
 start without Beam.
 """
@@ -28,6 +32,10 @@ _ALIASES = {
 _SPLIT_OF_WORD = {word: split for split in SPLITS for word in (split, *_ALIASES[split])}
 # "training_set", "test-set", "devset": a split word with `set` after it names that split.
 _SET_SUFFIX = re.compile(r"[-_ ]?set$")
+# Columns that flag the validation rows (fastai's ColSplitter: `is_valid`), and what
+# their values say; compared lower-cased.
+VALIDATION_FLAG_COLUMNS = ("is_valid", "is_val", "valid")
+_FLAG_SPLITS = {"true": "validation", "1": "validation", "false": "train", "0": "train"}
 # How error messages name what is accepted.
 SPLIT_NAMES = ("train, validation, test (any case; training for train; val, valid, eval, dev "
                "for validation; testing for test; each also with _set after it, as "
@@ -40,3 +48,14 @@ def normalise_split(text: str) -> str | None:
     mean)."""
     name = text.strip().lower()
     return _SPLIT_OF_WORD.get(name) or _SPLIT_OF_WORD.get(_SET_SUFFIX.sub("", name))
+
+
+def is_validation_flag_column(name: str) -> bool:
+    return name.strip().lower() in VALIDATION_FLAG_COLUMNS
+
+
+def split_word(value: str, flag_column: bool) -> str:
+    """A split column's value as a split word: in a validation flag column, true/1 is
+    "validation" and false/0 "train"; any other value as written (a flag column may hold
+    split names too)."""
+    return _FLAG_SPLITS.get(value.strip().lower(), value) if flag_column else value

@@ -7,8 +7,9 @@ range at a time by worker processes.
 
 What the first rows may say two ways is settled once, by the launcher, before any worker
 reads (pipeline/read_choices.py): a header column under a name of its own whose values are
-all split names (`picture,breed,fold`) is the split column, named in the console, or the
-run is refused naming the columns (split_name_columns); with --label_mode multi, the
+all split names (`picture,breed,fold`), or a validation flag column holding only
+true/false (fastai's `is_valid`, worker/splits.py), is the split column, named in the
+console, or the run is refused naming the columns (split_name_columns); with --label_mode multi, the
 separator most label fields hold (`animal;indoor`) joins labels (common_separator).
 Workers read by the RowRules that come of it, so no two chunks can choose apart."""
 
@@ -35,7 +36,7 @@ from worker.inputs.rows import (DISCARD, DiscardedRow, ManifestError, ManifestIt
                                 is_split_value, rejecter, resolve_uri, row_split)
 from worker.records import Box, ManifestRow
 from worker.schema import IMAGE, SEGMENTATION, ExtraColumn, parse_value
-from worker.splits import normalise_split
+from worker.splits import is_validation_flag_column, normalise_split, split_word
 
 # Header names recognised for each column (compared lower-cased); AutoML order otherwise.
 # Left out as ambiguous: "name" (a file name or a class name) and "id" (an image id or,
@@ -76,7 +77,9 @@ class ColumnLayout:
     `label` is None for one-hot label columns (`one_hot`, `image_id,cat,dog` with 0/1);
     `box`: the xmin, ymin, xmax, ymax columns of a detection manifest with a header;
     `size`: its width and height columns, when its boxes are in pixels of that size;
-    `extras`: the columns of RowRules.extra_columns, in their order.
+    `extras`: the columns of RowRules.extra_columns, in their order;
+    `split_flags`: whether the split column is a validation flag column (fastai's
+    `is_valid`: true is validation, false train; worker/splits.py split_word).
     """
 
     uri: int
@@ -87,6 +90,7 @@ class ColumnLayout:
     extras: tuple[int, ...] = ()
     size: tuple[int, int] | None = None
     one_hot: tuple[OneHotColumn, ...] = ()
+    split_flags: bool = False
 
     @classmethod
     def detect(cls, first_row: Sequence[str], source: str, rules: RowRules,
@@ -110,10 +114,11 @@ class ColumnLayout:
             return AUTOML_LAYOUT, False
         one_hot = ()
         if "label" not in found and "uri" in found and not rules.detection:
+            # A validation flag's true/false reads as 0/1 too: it is a split, not a class.
             taken = {index for index, name in enumerate(names)
-                     if name in extra_names or any(name in known
-                                                   for known in _COLUMN_NAMES.values())}
-            one_hot = _one_hot_columns(first_row, next_rows, taken | {found["uri"]})
+                     if name in extra_names or is_validation_flag_column(name)
+                     or any(name in known for known in _COLUMN_NAMES.values())}
+            one_hot = _one_hot_columns(first_row, next_rows, taken | set(found.values()))
         required = ("uri", *(() if one_hot else ("label",)),
                     *(_BOX_COLUMNS if rules.detection else ()))
         for column in required:
@@ -128,8 +133,9 @@ class ColumnLayout:
                 raise ManifestError(f"{source}: the header {','.join(first_row)!r} has no "
                                     f"column {column.name!r} named in --schema")
             extras.append(names.index(column.name.lower()))
+        split_flags = "split" in found and is_validation_flag_column(names[found["split"]])
         return cls(found["uri"], found.get("label"), found.get("split"), len(names), box,
-                   tuple(extras), size, one_hot), True
+                   tuple(extras), size, one_hot, split_flags), True
 
     def mapped(self) -> set[int]:
         """The indexes of the columns this layout reads."""
@@ -379,7 +385,7 @@ def _parse_row(manifest: str, folder: str, line: int, raw: str,
 
     written_uri = fields[layout.uri]
     written_split = ("" if layout.split is None or rules.ignores_split_column
-                     else fields[layout.split])
+                     else split_word(fields[layout.split], layout.split_flags))
     if written_split.lower() == DISCARD:
         return DiscardedRow(manifest, line)
     if not written_uri:
@@ -501,7 +507,8 @@ class SplitColumn(NamedTuple):
     the rows sampled are all split names: what the launcher names as the split column."""
 
     name: str  # as the header writes it
-    values: tuple[str, ...]  # the split names it holds, lower-cased, in order
+    values: tuple[str, ...]  # the split names it holds, lower-cased, in order; a flag's
+    # with the split it gives ("true as VALIDATION")
 
 
 def split_name_columns(path: str, rules: RowRules, rows: int) -> tuple[SplitColumn, ...]:
@@ -520,13 +527,21 @@ def split_name_columns(path: str, rules: RowRules, rows: int) -> tuple[SplitColu
         return ()
     found = []
     for index, name in enumerate(header):
+        flags = is_validation_flag_column(name)
         values = [row[index].strip() for row in data if len(row) > index]
-        splits = tuple(dict.fromkeys(value.lower() for value in values
-                                     if normalise_split(value)))
+        splits = tuple(dict.fromkeys(_described_split(value, flags) for value in values
+                                     if normalise_split(split_word(value, flags))))
         if (index not in layout.mapped() and name.strip() and splits
-                and all(map(is_split_value, values))):
+                and all(is_split_value(split_word(value, flags)) for value in values)):
             found.append(SplitColumn(name.strip(), splits))
     return tuple(found)
+
+
+def _described_split(value: str, flags: bool) -> str:
+    """A split column's value as the console names it: `val`; a flag's with its split,
+    `true as VALIDATION`."""
+    word = split_word(value, flags)
+    return value.lower() if word == value else f"{value.lower()} as {word.upper()}"
 
 
 # What may join several labels in one field; a space only where none of these occurs

@@ -6,7 +6,9 @@ in it, where that is not class folders:
   file among a split's files, and then takes the labels from the metadata, not from the
   folder names; its split folders are `train/`, `validation/`, `test/` (or another split
   keyword, worker/splits.py), maybe under `data/`. Read as those metadata files
-  (worker/inputs/hf_imagefolder.py), each with the split of its folder.
+  (worker/inputs/hf_imagefolder.py), each with the split of its folder. An image that
+  no metadata file names is not read (its label would be the metadata's); the console
+  says how many there are, and the first few.
 - a YOLO folder without data.yaml, whose classes a `classes.txt` names: Label Studio's
   YOLO export (`classes.txt`, `notes.json`, `images/`, `labels/`), labelImg's. Read as
   that classes.txt (worker/inputs/yolo.py). A folder with a data.yaml is refused by
@@ -23,9 +25,9 @@ from typing import NamedTuple
 from worker import storage
 from worker.chunks import ManifestSource
 from worker.inputs.folder import IMAGE_EXTENSIONS, everything_under
-from worker.inputs.hf_imagefolder import HfMetadataFormat
+from worker.inputs.hf_imagefolder import HfMetadataFormat, listed_images
 from worker.inputs.input_format import plain_name
-from worker.inputs.rows import ManifestError
+from worker.inputs.rows import ManifestError, normalise_path
 from worker.inputs.yolo import CLASSES_FILE, YoloDataset, YoloFormat, label_path
 from worker.splits import normalise_split
 
@@ -35,6 +37,8 @@ _UNREAD_METADATA_FILES = ("metadata.parquet",)
 # Where a YOLO folder's classes.txt stands: its root (Label Studio's export, labelImg
 # beside the images), or its labels folder (labelImg's save folder).
 _CLASSES_FILE_PLACES = (CLASSES_FILE, f"labels/{CLASSES_FILE}")
+# The images not in a metadata file that the console names (it counts them all).
+_UNLISTED_SHOWN = 3
 
 
 class FolderReading(NamedTuple):
@@ -43,6 +47,7 @@ class FolderReading(NamedTuple):
 
     sources: tuple[ManifestSource, ...]
     said: str
+    notes: tuple[str, ...] = ()  # the console's further lines: what the reading leaves out
 
 
 def read_folder_as(root: str, relatives: list[str]) -> FolderReading | None:
@@ -81,7 +86,25 @@ def _hf_imagefolder(root: str, relatives: list[str]) -> FolderReading | None:
     sources = tuple(ManifestSource(storage.join(root, relative), HfMetadataFormat.name,
                                    _metadata_split(root, relative)) for relative in metadata)
     return FolderReading(sources, f"reading {root} as a Hugging Face imagefolder: its "
-                         f"{kinds[0]} ({_splits_said(root, sources)})")
+                         f"{kinds[0]} ({_splits_said(root, sources)})",
+                         _unlisted_images_said(root, relatives, sources))
+
+
+def _unlisted_images_said(root: str, relatives: list[str],
+                          sources: tuple[ManifestSource, ...]) -> tuple[str, ...]:
+    """The console's line on the images under `root` that no metadata file names: they
+    are not read, so a user who added images without metadata lines learns it."""
+    listed = set().union(*(listed_images(source.path) for source in sources))
+    images = (normalise_path(storage.join(root, relative)) for relative in relatives
+              if relative.lower().endswith(IMAGE_EXTENSIONS))
+    unlisted = [image for image in images if image not in listed]
+    if not unlisted:
+        return ()
+    first = ", ".join(unlisted[:_UNLISTED_SHOWN]) + (
+        ", ..." if len(unlisted) > _UNLISTED_SHOWN else "")
+    many = len(unlisted) != 1
+    return (f"{len(unlisted)} image{'s' * many} under {root} {'are' if many else 'is'} in "
+            f"no metadata file and {'were' if many else 'was'} not read: {first}",)
 
 
 def _metadata_split(root: str, relative: str) -> str | None:

@@ -50,21 +50,36 @@ def read_metadata(path: str, rules: RowRules, split: str | None,
     split = split or normalise_split(storage.split(storage.split(path)[0])[1])
     declared = declared_class_labels(path)
     classes = _ClassNames(declared.labels if declared else ())
-    csv_header = _csv_header(path) if _is_csv(path) else None
     entries = ImageEntries()
-    for line, raw in numbered_lines(path, lines):
-        if csv_header is not None and line == csv_header[0]:
-            continue
+    for line, raw, item in _metadata_items(path, lines):
         reject = rejecter(path, line, raw)
         if has_undecodable_bytes(raw):
             yield reject(reasons.INVALID_ENCODING, "the line is not valid UTF-8")
             continue
-        item = _csv_item(raw, csv_header[1]) if csv_header else _json_item(raw)
         if isinstance(item, str):
             yield reject(reasons.MALFORMED_ROW, item)
             continue
         yield from _item_rows(path, line, printable(raw), item, folder, rules, split, entries,
                               classes)
+
+
+def listed_images(path: str) -> set[str]:
+    """The images a metadata file's lines name, as read_metadata resolves them (without
+    --image_dir); lines it cannot read name none."""
+    folder = storage.split(path)[0]
+    return {resolve_uri(written, folder) for _, _, item in _metadata_items(path)
+            if isinstance(item, dict) and (written := json_text(item.get(_FILE_NAME)))}
+
+
+def _metadata_items(path: str, lines: LineRange | None = None
+                    ) -> Iterator[tuple[int, str, dict | str]]:
+    """(line, text, item) for each line of a metadata file, a metadata.csv's header left
+    out; the item is why it cannot be read, where it cannot."""
+    csv_header = _csv_header(path) if _is_csv(path) else None
+    for line, raw in numbered_lines(path, lines):
+        if csv_header is not None and line == csv_header[0]:
+            continue
+        yield line, raw, _csv_item(raw, csv_header[1]) if csv_header else _json_item(raw)
 
 
 class _ClassNames:

@@ -87,6 +87,8 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None,
         if held:
             say(held.said + (f"; {argument.partition('=')[0]}= gives every row "
                              f"{split.upper()}" if split else ""))
+            for note in held.notes:
+                say(note)
             found.update(source._replace(split=split or source.split)
                          for source in held.sources)
             continue
