@@ -34,10 +34,10 @@ from worker import storage
 from worker.chunks import LineRange, ManifestSource
 from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
-from worker.inputs.coco import first_entry, image_row, is_panoptic, json_items, object_box
+from worker.inputs.coco import (declared_categories, first_entry, image_row, is_panoptic,
+                                json_items, object_box)
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
-from worker.inputs.rows import ImageEntries, ManifestError, RowRules
-from worker.label_map import LabelMapError, LabelMapItem, vocabulary_of
+from worker.inputs.rows import ImageEntries, RowRules
 from worker.masks import rle_of
 from worker.records import ManifestRow
 
@@ -148,24 +148,6 @@ def _segment_row(row: ManifestRow, segment: object, categories: dict[object, str
     return row._replace(labels=(name,), boxes=(box,))
 
 
-def declared_categories(path: str) -> DeclaredClasses | None:
-    """The classes `categories` declares, vocabulary entry i the category with id i + 1;
-    None where there are none."""
-    categories = [category for category in json_items(path, "categories.item")
-                  if isinstance(category, dict)]
-    if not categories:
-        return None
-    if not all(isinstance(category.get("id"), int) and category["id"] >= 1
-               for category in categories):
-        raise ManifestError(f"{path}: every category needs an id, a whole number from 1")
-    items = [LabelMapItem(category["id"], str(category.get("name", "")).strip(), "")
-             for category in categories]
-    try:
-        return DeclaredClasses(f"{path} (categories)", vocabulary_of(items, "name"))
-    except LabelMapError as error:
-        raise ManifestError(f"{path} (categories): {error}") from error
-
-
 class CocoPanopticFormat(InputFormat):
     name = "coco_panoptic"
     title = "a COCO panoptic JSON file"
@@ -176,8 +158,7 @@ class CocoPanopticFormat(InputFormat):
         return is_panoptic(head)
 
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
-        """`categories`, each at its id (class label = category id, as the Object
-        Detection API's COCO label map has it; ids it skips are gaps)."""
+        """`categories`, read as an instances file's are (coco.declared_categories)."""
         return declared_categories(source.path)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
