@@ -19,6 +19,8 @@ from worker.inputs.sources import check_sources, find_manifests, read_source
 from worker.records import Keypoints, ManifestRow, Mask
 
 DETECTION = RowRules(label_mode="detection")
+# Ultralytics' own YAMLs name a root outside their folder (`path: ../datasets/coco8`).
+OUTSIDE_ALLOWED = RowRules(label_mode="detection", allow_paths_outside_dataset=True)
 
 
 def image(path, seed=0, size=(64, 48)):
@@ -98,7 +100,8 @@ def test_a_coco8_style_dataset_reads_boxes_as_ultralytics_converts_them(tmp_path
 def test_roboflow_exports_names_lists_and_txt_lists_of_images(tmp_path):
     """Roboflow writes `train: ../train/images` beside the YAML (found, as Ultralytics
     finds it, without the ../); a split may be a .txt list (./ relative to it, or
-    absolute) or a list of entries."""
+    absolute: outside the YAML's folder, with --allow_paths_outside_dataset) or a list
+    of entries."""
     export = tmp_path / "export"
     image(export / "train" / "images" / "x.jpg")
     text(export / "train" / "labels" / "x.txt", "1 0.5 0.5 0.2 0.2\n")
@@ -113,7 +116,8 @@ def test_roboflow_exports_names_lists_and_txt_lists_of_images(tmp_path):
         nc: 2
         names: ['Helmet', 'No Helmet']
     """)
-    found = {(row.split, row.uri.rsplit("/", 1)[-1]): row for row in rows(yaml)}
+    found = {(row.split, row.uri.rsplit("/", 1)[-1]): row
+             for row in rows(yaml, OUTSIDE_ALLOWED)}
     assert {key: row.labels for key, row in found.items()} == {
         ("train", "x.jpg"): ("No Helmet",), ("validation", "y.jpg"): (),
         ("test", "y.jpg"): (), ("test", "z.jpg"): ("Helmet",)}
@@ -314,7 +318,7 @@ def test_ultralytics_coco128_yaml_and_labels_read_as_ultralytics_reads_them(tmp_
     yaml = public_dataset(tmp_path / "ultralytics", "coco128.yaml", "detect",
                           "../datasets/coco128/images/train2017",
                           "../datasets/coco128/labels/train2017", COCO128_SIZES)
-    found = rows(yaml)
+    found = rows(yaml, OUTSIDE_ALLOWED)
     assert all(isinstance(row, ManifestRow) for row in found), found
     names = __import__("yaml").safe_load(yaml.read_text())["names"]
     expected = []
@@ -397,7 +401,7 @@ def test_a_path_that_is_not_beside_the_yaml_is_read_from_the_current_directory(
           0: person
         """)
     monkeypatch.chdir(tmp_path / "ultralytics")
-    (row,) = rows(yaml.relative_to(tmp_path / "ultralytics"))
+    (row,) = rows(yaml.relative_to(tmp_path / "ultralytics"), OUTSIDE_ALLOWED)
     assert (row.uri, row.labels) == (str(tmp_path / "datasets/coco8/images/train/a.jpg"),
                                      ("person",))
     assert f"read from the current directory, as Ultralytics reads it: {tmp_path}" \
