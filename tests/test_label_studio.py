@@ -270,3 +270,23 @@ def test_label_studios_rotated_rectangles_are_masks_of_their_area(tmp_path):
         corners = np.reshape(mask.polygons[0], (4, 2)) / (width, height)
         np.testing.assert_allclose(row.boxes[0][:4], (*corners.min(axis=0),
                                                       *corners.max(axis=0)))
+
+
+def test_images_outside_the_exports_folder_are_dead_letters_as_label_studio_serves_none(
+        tmp_path):
+    """Label Studio serves local files only under LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT;
+    data.image stays in the export's folder (or --image_dir) likewise: `?d=` climbing out
+    or absolute, an upload path climbing out, a URL or another bucket are
+    path_outside_dataset naming the task; --allow_paths_outside_dataset reads them."""
+    images = ["/data/local-files/?d=photos/a.jpg", "/data/local-files/?d=../../etc/passwd",
+              "/data/local-files/?d=/etc/passwd", "/data/upload/../../x.jpg",
+              "http://169.254.169.254/latest/meta-data", "gs://other-bucket/x.jpg"]
+    path = export(tmp_path, [task(number, image, rectangle(f"r{number}", "cat", 0, 0, 9, 9))
+                             for number, image in enumerate(images, 1)])
+    found = rows(path, RowRules(label_mode="detection"))
+    assert [row.reason if isinstance(row, DeadLetter) else row.uri for row in found] == [
+        str(tmp_path / "photos" / "a.jpg")] + [reasons.PATH_OUTSIDE_DATASET] * 5
+    assert found[1].message == (
+        "task 2: data.image '/data/local-files/?d=../../etc/passwd' leaves the dataset's "
+        f"folder {tmp_path}: pass --allow_paths_outside_dataset to read files outside it")
+    assert all(isinstance(row, ManifestRow) for row in rows(path, OUTSIDE_ALLOWED))

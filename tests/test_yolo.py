@@ -406,3 +406,55 @@ def test_a_path_that_is_not_beside_the_yaml_is_read_from_the_current_directory(
                                      ("person",))
     assert f"read from the current directory, as Ultralytics reads it: {tmp_path}" \
         "/datasets/coco8" in caplog.text
+
+
+def test_a_root_or_split_entry_outside_the_yamls_folder_is_refused_naming_the_option(
+        tmp_path):
+    """`path: /`, a `path` elsewhere, or a split entry (a folder, or a .txt list, which
+    could be any text file) found only outside the YAML's folder: refused before the job,
+    naming the YAML and --allow_paths_outside_dataset, which reads them."""
+    elsewhere = ultralytics_layout(tmp_path / "elsewhere", {("train", "a"): "0 0.5 0.5 0.2 0.2\n"})
+    text(elsewhere / "list.txt", "images/train/a.jpg\n")
+    dataset = tmp_path / "dataset"
+    for entries in ("path: /\ntrain: tmp\n", f"path: {elsewhere}\ntrain: images/train\n",
+                    "train: ../elsewhere/list.txt\n", f"train: {elsewhere}/images/train\n"):
+        yaml = text(dataset / "data.yaml", entries + "names: [a]\n")
+        with pytest.raises(ManifestError) as refused:
+            rows(yaml)
+        assert str(refused.value).startswith(f"{yaml}: ")
+        assert "pass --allow_paths_outside_dataset" in str(refused.value)
+        if "elsewhere" in entries:
+            assert [row.labels for row in rows(yaml, OUTSIDE_ALLOWED)] == [("a",)]
+
+
+def test_list_lines_and_links_leading_out_of_the_yamls_folder_are_dead_letters(tmp_path):
+    """A .txt list's line naming an image outside the YAML's folder is
+    path_outside_dataset, naming the list and the line and quoting at most 200 characters
+    of it; so is an image, or a label file, that is a link leading out."""
+    secret = tmp_path / "secret.jpg"
+    image(secret)
+    text(tmp_path / "secret.txt", "0 0.5 0.5 0.2 0.2\n")
+    root = ultralytics_layout(tmp_path / "dataset", {("train", "a"): "0 0.5 0.5 0.2 0.2\n",
+                                                     ("val", "b"): None, ("val", "c"): None})
+    (root / "images" / "val" / "link.jpg").symlink_to(secret)
+    (root / "labels" / "val").mkdir(parents=True)
+    (root / "labels" / "val" / "c.txt").symlink_to(tmp_path / "secret.txt")
+    long = "../" * 4000 + "x.jpg"
+    text(root / "train.txt", f"./images/train/a.jpg\n{secret}\n../secret.jpg\n{long}\n")
+    yaml = text(root / "data.yaml", "train: train.txt\nval: images/val\nnames: [a]\n")
+    found = rows(yaml)
+    outside = reasons.PATH_OUTSIDE_DATASET
+    assert [(Path(row.manifest).name, row.line, row.split, row.reason)
+            if isinstance(row, DeadLetter) else (row.split, Path(row.uri).name)
+            for row in found] == [
+        ("train", "a.jpg"), ("train.txt", 2, "train", outside),
+        ("train.txt", 3, "train", outside), ("train.txt", 4, "train", outside),
+        ("validation", "b.jpg"), ("data.yaml", 0, "validation", outside),
+        ("data.yaml", 0, "validation", outside)]
+    assert found[1].message == (f"the image {str(secret)!r} leaves the dataset's folder "
+                                f"{root}: pass --allow_paths_outside_dataset to read files "
+                                "outside it")
+    assert len(found[3].message) < 400 + len(str(root))
+    assert "(12,005 characters)" in found[3].message
+    assert found[5].message.startswith("the label file 'labels/val/c.txt' leaves")
+    assert found[6].message.startswith("the image 'images/val/link.jpg' leaves")
