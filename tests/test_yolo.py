@@ -12,6 +12,7 @@ import pytest
 
 from conftest import encode, parse_label_map, photo_like, read_examples
 from pipeline import run
+from pipeline.options import ConvertOptions
 from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import ManifestError, RowRules
@@ -458,3 +459,17 @@ def test_list_lines_and_links_leading_out_of_the_yamls_folder_are_dead_letters(t
     assert "(12,005 characters)" in found[3].message
     assert found[5].message.startswith("the label file 'labels/val/c.txt' leaves")
     assert found[6].message.startswith("the image 'images/val/link.jpg' leaves")
+
+
+def test_the_command_refuses_a_root_elsewhere_and_the_option_reaches_the_reader(
+        tmp_path, capsys):
+    elsewhere = ultralytics_layout(tmp_path / "elsewhere", {("train", "a"): None})
+    yaml = text(tmp_path / "dataset" / "data.yaml",
+                f"path: {elsewhere}\ntrain: images/train\nnames: [a]\n")
+    assert run.main(["--manifest", str(yaml), "--label_mode", "detection",
+                     "--output_dir", str(tmp_path / "out")]) == 2
+    assert f"{yaml}: path {str(elsewhere)!r} leaves the YAML's folder" in \
+        capsys.readouterr().err
+    for flags in (["--allow_paths_outside_dataset"], ["--allow_paths_outside_dataset=true"]):
+        assert ConvertOptions(flags).row_rules().allow_paths_outside_dataset
+    assert not ConvertOptions([]).row_rules().allow_paths_outside_dataset

@@ -52,13 +52,17 @@ class DatasetRoot:
         return resolve_uri(written, folder or self.folder)
 
     def outside(self, uri: str, what: str) -> tuple[str, str] | None:
-        """None where `uri` may be read; else (path_outside_dataset, a message naming
-        `what`, the path as the file writes it, and the option)."""
-        if self.allow_outside or self.holds(uri):
+        """None where `uri` may be read; else (path_outside_dataset, the message: `what`,
+        the field and its path as the file writes it, then the root and the option)."""
+        if self.admits(uri):
             return None
         return reasons.PATH_OUTSIDE_DATASET, (
             f"{what} leaves the dataset's folder {self.folder}: pass {OPTION} to read "
             "files outside it")
+
+    def admits(self, uri: str) -> bool:
+        """Whether `uri` may be read: it is in the root, or the option lets it out."""
+        return self.allow_outside or self.holds(uri)
 
     def holds(self, uri: str) -> bool:
         """Whether `uri` names the root or a file under it, where links lead (local)."""
@@ -86,4 +90,13 @@ def quoted(text: str) -> str:
     how long it is where it is longer."""
     if len(text) <= QUOTED_CHARACTERS:
         return repr(text)
-    return f"{text[:QUOTED_CHARACTERS]!r}... ({len(text):,} characters)"
+    return f"{text[:QUOTED_CHARACTERS]!r}{_cut(text)}"
+
+
+def bounded(text: str) -> str:
+    """`text` as it stands for a message, cut as `quoted` cuts it."""
+    return text if len(text) <= QUOTED_CHARACTERS else text[:QUOTED_CHARACTERS] + _cut(text)
+
+
+def _cut(text: str) -> str:
+    return f"... ({len(text):,} characters)"

@@ -53,7 +53,7 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.folder import IMAGE_EXTENSIONS
 from worker.choices import LeftOut
 from worker.inputs.boxes import clipped_box, extent, polygon_mask, with_mask
-from worker.inputs.dataset_root import OPTION, DatasetRoot, quoted
+from worker.inputs.dataset_root import OPTION, DatasetRoot, bounded, quoted
 from worker.inputs.input_format import DeclaredClasses, InputFormat, plain_name
 from worker.inputs.lines import numbered_lines
 from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
@@ -175,7 +175,7 @@ class YoloDataset:
         """The folder the dataset's paths stay in; ManifestError where its root (`path`)
         leaves it."""
         home = DatasetRoot(self.folder, rules.allow_paths_outside_dataset)
-        if home.outside(self.root, "path"):
+        if not home.admits(self.root):
             raise ManifestError(f"{self.path}: path {quoted(self.written_root)} leaves the "
                                 f"YAML's folder {self.folder}: keep the YAML in the "
                                 f"dataset's folder, or pass {OPTION} to read it there")
@@ -225,21 +225,24 @@ class YoloDataset:
         candidates = [_resolve(entry, self.root)]
         if entry.startswith("../"):
             candidates.append(_resolve(entry[3:], self.root))
-        inside = [candidate for candidate in candidates
-                  if not home.outside(candidate, "the entry")]
-        for candidate in inside:
+        admitted = [candidate for candidate in candidates if home.admits(candidate)]
+        for candidate in admitted:
             if candidate.lower().endswith(".txt"):
                 if storage.exists(candidate):
                     return candidate
             elif storage.match(f"{candidate}/**", limit=1):
                 return candidate
-        if len(inside) < len(candidates):
+        if len(admitted) < len(candidates):
             raise ManifestError(f"{self.path}: {quoted(entry)} names no folder of images or "
                                 f".txt list in the YAML's folder {self.folder}: keep the "
                                 f"YAML in the dataset's folder, or pass {OPTION} to read "
-                                f"the dataset there (looked for {' and '.join(candidates)})")
+                                f"the dataset there (looked for {_looked_for(candidates)})")
         raise ManifestError(f"{self.path}: {quoted(entry)} is neither a folder of images nor "
-                            f"a .txt list of them (looked for {' and '.join(candidates)})")
+                            f"a .txt list of them (looked for {_looked_for(candidates)})")
+
+
+def _looked_for(candidates: list[str]) -> str:
+    return " and ".join(map(bounded, candidates))
 
 
 def _listed_class_names(path: str) -> tuple[str, ...]:
@@ -489,7 +492,8 @@ def _dataset_root(yaml_path: str, written: str, folder: str) -> tuple[str, str |
     if not os.path.isdir(here):
         return root, None
     return here, (f"{yaml_path}: path {quoted(written)} is not a folder beside the YAML "
-                  f"({root}); read from the current directory, as Ultralytics reads it: {here}")
+                  f"({bounded(root)}); read from the current directory, as Ultralytics reads "
+                  f"it: {bounded(here)}")
 
 
 def _resolve(path: str, folder: str) -> str:
