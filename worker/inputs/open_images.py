@@ -111,7 +111,8 @@ def read_open_images(path: str, rules: RowRules, split: str | None,
     header = _header(path)
     descriptions = ClassDescriptions.beside(path)
     split = split or split_in_name(path)
-    images = DatasetRoot.of(path, rules, _image_folder(path, split))
+    images = DatasetRoot(rules.image_dir or _image_folder(path, split),
+                         rules.allow_paths_outside_dataset)
     for line, raw in numbered_lines(path, lines):
         if line == header[0]:
             continue
