@@ -21,8 +21,9 @@ ids, in its order; a LabelName it does not list is a dead letter. Without that f
 label is the MID itself (`/m/011k07`), and the ids are the run's.
 Images: --image_dir, else datumaro's layout (`ROOT/annotations/*.csv` beside
 `ROOT/images/<split>/`), else the CSV's folder; an ImageID naming a file outside that
-folder is path_outside_dataset (worker/inputs/dataset_root.py). The split is the file name's (`train`,
-`validation`, `test`), else --manifest SPLIT=PATH's or one from a hash of the ImageID.
+folder is path_outside_dataset (worker/inputs/dataset_root.py). The split is the file
+name's (`train`, `validation`, `test`), else --manifest SPLIT=PATH's or one from a hash of
+the ImageID.
 Read a line range at a time by worker processes: the rows of one image need not be
 together, the shard writer gathers an image's objects.
 """

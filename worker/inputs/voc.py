@@ -8,8 +8,9 @@ without those lists every image gets the --manifest SPLIT=PATH split, or one fro
 of its file name. With SPLIT=PATH and the lists, only that split's list is read.
 Images: ROOT/JPEGImages/<filename> in the VOCdevkit layout, else beside the XML, or under
 --image_dir, and inside ROOT, the XML's folder or --image_dir
-(worker/inputs/dataset_root.py). An image whose XML says <segmented>1</segmented> has its segmentation map,
-ROOT/SegmentationClass/<id>.png, written as DeepLab's build_voc2012_data writes it.
+(worker/inputs/dataset_root.py). An image whose XML says <segmented>1</segmented> has its
+segmentation map, ROOT/SegmentationClass/<id>.png, written as DeepLab's
+build_voc2012_data writes it.
 A labelmap.txt or labels.txt beside the XMLs declares the classes (declared_class_list).
 """
 
