@@ -53,6 +53,10 @@ class ConvertOptions(PipelineOptions):
             "--image_dir", metavar="DIR",
             help="Resolve relative image names against this folder instead of the "
                  "manifest's (as generate_tfrecord.py's --image_dir), for every manifest.")
+        _add_switch(group, "--allow_paths_outside_dataset",
+                    "Let annotation files (COCO, YOLO, LabelMe, Label Studio...) name images "
+                    "outside their dataset's folder (--image_dir, else the file's): absolute "
+                    "paths, '..', URLs, links leading out. Off: path_outside_dataset.")
         group.add_argument(
             "--uri_column", metavar="NAME",
             help="The header's column holding the image URI, when its name is not one "
@@ -349,7 +353,8 @@ class ConvertOptions(PipelineOptions):
         return RowRules(self.split_fraction_values(), self.label_mode, self.label_separator,
                         self.extra_columns(), image_dir=self.image_dir,
                         uri_column=self.uri_column, label_column=self.label_column,
-                        split_column=self.split_column, leave_out=self.left_out())
+                        split_column=self.split_column, leave_out=self.left_out(),
+                        allow_paths_outside_dataset=self.allow_paths_outside_dataset)
 
     def extra_columns(self) -> tuple[ExtraColumn, ...]:
         return load_schema(self.schema)

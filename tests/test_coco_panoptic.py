@@ -137,3 +137,18 @@ def test_the_categories_declare_the_classes_each_at_its_id(tmp_path):
     assert all(declared.labels[category["id"] - 1] == category["name"]
                for category in categories)
     assert sum(map(is_gap, declared.labels)) == 200 - len(categories) == 67
+
+
+def test_a_png_outside_the_png_folder_dead_letters_its_segments(tmp_path):
+    """An annotation's `file_name` stays in the PNG folder: `../../secret.png` is
+    path_outside_dataset for each of its segments."""
+    path = panopticapi_examples(tmp_path / "dataset")
+    data = json.loads(path.read_text())
+    data["annotations"][0]["file_name"] = "../../secret.png"
+    path.write_text(json.dumps(data))
+    letters = [row for row in rows(path) if not isinstance(row, ManifestRow)]
+    assert len(letters) == len(data["annotations"][0]["segments_info"])
+    assert {letter.reason for letter in letters} == {reasons.PATH_OUTSIDE_DATASET}
+    assert (f"the panoptic PNG '../../secret.png' leaves the dataset's folder "
+            f"{tmp_path / 'dataset' / 'panoptic_examples'}: pass "
+            "--allow_paths_outside_dataset") in letters[0].message

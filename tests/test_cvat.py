@@ -269,3 +269,20 @@ def test_datumaros_cvat_exports_read_as_cvat_writes_them(tmp_path):
         (split, name, ("label1",)) for split in ("test", "train", "validation")
         for name in ("img0.jpg", "img1.jpg")]
     np.testing.assert_allclose(boxes[1].boxes[0][:4], (1 / 10, 2 / 10, 6 / 10, 5 / 10))
+
+
+def test_an_image_name_outside_the_xmls_folder_is_a_dead_letter_naming_the_image(tmp_path):
+    """`name` stays in the XML's folder (or --image_dir), images/ or not: `..` above it
+    and an absolute path elsewhere are path_outside_dataset; the option reads them."""
+    (tmp_path / "dataset").mkdir()
+    path = annotations(tmp_path / "dataset", "".join(
+        f'<image id="{number}" name="{name}" width="64" height="48"></image>'
+        for number, name in enumerate(["images/../a.jpg", "../secret.jpg", "/etc/hostname"])))
+    found = rows(path, RowRules(label_mode="detection"))
+    assert [row.reason if isinstance(row, DeadLetter) else row.uri for row in found] == [
+        str(tmp_path / "dataset" / "a.jpg")] + [reasons.PATH_OUTSIDE_DATASET] * 2
+    assert found[1].message == (
+        f"image 1: name '../secret.jpg' leaves the dataset's folder {tmp_path / 'dataset'}: "
+        "pass --allow_paths_outside_dataset to read files outside it")
+    assert all(isinstance(row, ManifestRow) for row in rows(path, RowRules(
+        label_mode="detection", allow_paths_outside_dataset=True)))

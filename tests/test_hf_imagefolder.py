@@ -105,3 +105,19 @@ def test_pixel_boxes_are_divided_by_the_images_own_size_or_dead_lettered(tmp_pat
         (5, reasons.MALFORMED_ROW)]
     assert "pixel coordinates 90.0,5.0,130.0,25.0 lie outside the 100x50 image" in [
         letter["message"] for letter in letters if letter["line"] == 2][0]
+
+
+def test_a_file_name_outside_the_metadatas_folder_is_a_dead_letter(tmp_path):
+    """`file_name` stays in the metadata's folder (or --image_dir): `..` above it or an
+    absolute path elsewhere is path_outside_dataset naming the line."""
+    path = lines(tmp_path / "train" / "metadata.jsonl", {"file_name": "a.jpg", "label": "cat"},
+                 {"file_name": "../secret.jpg", "label": "cat"},
+                 {"file_name": "/etc/hostname", "label": "cat"})
+    found = rows(path, RowRules())
+    assert [(row.line, row.reason) if not isinstance(row, ManifestRow) else row.uri
+            for row in found] == [str(tmp_path / "train" / "a.jpg"),
+                                  (2, reasons.PATH_OUTSIDE_DATASET),
+                                  (3, reasons.PATH_OUTSIDE_DATASET)]
+    assert found[1].message == (
+        f"file_name '../secret.jpg' leaves the dataset's folder {tmp_path / 'train'}: pass "
+        "--allow_paths_outside_dataset to read files outside it")

@@ -188,3 +188,21 @@ def test_a_datumaro_export_declares_its_classes_in_dataset_meta(tmp_path):
     meta.write_text(json.dumps({"label_map": {"0": "Car", "2": "Van"}}))
     with pytest.raises(ManifestError, match="label_map must map the ids 0 to n-1"):
         check_sources([source], DETECTION)
+
+
+def test_an_image_that_is_a_link_leading_out_of_its_folder_is_a_dead_letter(tmp_path):
+    """The image is the label file's name in image_2, so only a link leads out: that one
+    is path_outside_dataset; the option reads it."""
+    root = kitti_root(tmp_path / "kitti", {"000001": PEDESTRIAN, "000002": PEDESTRIAN},
+                      size=(8, 8))
+    secret = tmp_path / "secret.png"
+    (root / "training" / "image_2" / "000002.png").rename(secret)
+    (root / "training" / "image_2" / "000002.png").symlink_to(secret)
+    found = rows(root / "training" / "label_2")
+    assert [row.reason if not isinstance(row, ManifestRow) else "read" for row in found] == [
+        "read", reasons.PATH_OUTSIDE_DATASET]
+    assert found[1].message.startswith("the image '000002' of the label file leaves the "
+                                       f"dataset's folder {root / 'training' / 'image_2'}")
+    assert all(isinstance(row, ManifestRow) for row in rows(
+        root / "training" / "label_2", RowRules(label_mode="detection",
+                                                allow_paths_outside_dataset=True)))

@@ -19,6 +19,10 @@ from worker.masks import mask_pixels
 from worker.records import ManifestRow, Mask
 
 
+# Images outside the export's folder read (an s3:// URL; the public fixtures' "/image1").
+OUTSIDE_ALLOWED = RowRules(label_mode="detection", allow_paths_outside_dataset=True)
+
+
 def task(task_id, image, *regions, cancelled_first=False):
     """A task as Label Studio 1.x exports it (JSON, not JSON-MIN)."""
     annotation = {"id": task_id, "completed_by": 1, "was_cancelled": False,
@@ -78,7 +82,7 @@ def test_rectangles_and_polygons_are_boxes_in_percent_of_the_image(tmp_path):
              region("k1", "keypointlabels", {"x": 5, "y": 5, "keypointlabels": ["nose"]}),
              rectangle("r4", "cat", 90, 10, 20, 20), {"id": "r5", "type": "rectanglelabels",
                                                       "value": {"x": "a"}})])
-    found = rows(path, RowRules(label_mode="detection"))
+    found = rows(path, OUTSIDE_ALLOWED)  # s3://bucket/x.jpg: Label Studio's cloud storage
     kept = [row for row in found if isinstance(row, ManifestRow)]
     assert [(row.uri, row.labels) for row in kept] == [
         (str(tmp_path / "upload/3/a1b2-cat.jpg"), ("cat",)),
@@ -214,7 +218,7 @@ def test_label_studios_own_test_exports_read_region_by_region(name, tmp_path):
     export computes; a polygon its extent; keypoints left out."""
     path = tmp_path / name
     shutil.copy(PUBLIC / name, path)
-    found = rows(path, RowRules(label_mode="detection"))
+    found = rows(path, OUTSIDE_ALLOWED)  # data.image "/image1": a path at the disk's root
     expected = []
     for task_ in json.loads(path.read_text()):
         for region_ in task_["annotations"][0]["result"]:
@@ -250,7 +254,7 @@ def test_label_studios_rotated_rectangles_are_masks_of_their_area(tmp_path):
     shutil.copy(PUBLIC / path.name, path)
     regions = [region_ for task_ in json.loads(path.read_text())
                for region_ in task_["annotations"][0]["result"]]
-    found = rows(path, RowRules(label_mode="detection"))
+    found = rows(path, OUTSIDE_ALLOWED)
     assert len(found) == len(regions) == 25
     rotated = [(row, region_) for row, region_ in zip(found, regions, strict=True)
                if region_["value"]["rotation"] % 360]
@@ -266,3 +270,23 @@ def test_label_studios_rotated_rectangles_are_masks_of_their_area(tmp_path):
         corners = np.reshape(mask.polygons[0], (4, 2)) / (width, height)
         np.testing.assert_allclose(row.boxes[0][:4], (*corners.min(axis=0),
                                                       *corners.max(axis=0)))
+
+
+def test_images_outside_the_exports_folder_are_dead_letters_as_label_studio_serves_none(
+        tmp_path):
+    """Label Studio serves local files only under LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT;
+    data.image stays in the export's folder (or --image_dir) likewise: `?d=` climbing out
+    or absolute, an upload path climbing out, a URL or another bucket are
+    path_outside_dataset naming the task; --allow_paths_outside_dataset reads them."""
+    images = ["/data/local-files/?d=photos/a.jpg", "/data/local-files/?d=../../etc/passwd",
+              "/data/local-files/?d=/etc/passwd", "/data/upload/../../x.jpg",
+              "http://169.254.169.254/latest/meta-data", "gs://other-bucket/x.jpg"]
+    path = export(tmp_path, [task(number, image, rectangle(f"r{number}", "cat", 0, 0, 9, 9))
+                             for number, image in enumerate(images, 1)])
+    found = rows(path, RowRules(label_mode="detection"))
+    assert [row.reason if isinstance(row, DeadLetter) else row.uri for row in found] == [
+        str(tmp_path / "photos" / "a.jpg")] + [reasons.PATH_OUTSIDE_DATASET] * 5
+    assert found[1].message == (
+        "task 2: data.image '/data/local-files/?d=../../etc/passwd' leaves the dataset's "
+        f"folder {tmp_path}: pass --allow_paths_outside_dataset to read files outside it")
+    assert all(isinstance(row, ManifestRow) for row in rows(path, OUTSIDE_ALLOWED))

@@ -55,7 +55,8 @@ def test_a_folder_of_labelme_files_gives_a_box_per_object(tmp_path):
         shape("cat", "rectangle", [[60, 40], [110, 45]])])
     labelme(labels, "b.json", "b.jpg", [])
     labelme(labels, "c.json", "c.jpg", [], flags={"__ignore__": True})
-    found = rows(labels, RowRules(label_mode="detection"))
+    # labelme --output's layout: images beside the JSONs' folder, not in it.
+    found = rows(labels, RowRules(label_mode="detection", allow_paths_outside_dataset=True))
     kept = [row for row in found if isinstance(row, ManifestRow)]
     assert [(row.uri, row.line, row.labels) for row in kept] == [
         (str(tmp_path / "images" / "a.jpg"), 1, ("cat",)),
@@ -80,7 +81,8 @@ def test_a_folder_of_labelme_files_gives_a_box_per_object(tmp_path):
     assert len(circle) == 2 * 64
     np.testing.assert_allclose(np.hypot(np.subtract(circle[0::2], 20),
                                         np.subtract(circle[1::2], 25)), 5)
-    left_out = rows(labels, RowRules(label_mode="detection", leave_out={"masks"}))
+    left_out = rows(labels, RowRules(label_mode="detection", leave_out={"masks"},
+                                     allow_paths_outside_dataset=True))
     assert [row.boxes[0][:4] for row in left_out if getattr(row, "boxes", None)] == [
         row.boxes[0][:4] for row in kept if row.boxes]
     assert not any(row.boxes[0].mask for row in left_out if getattr(row, "boxes", None))
@@ -230,3 +232,36 @@ def test_x_anylabelings_own_pose_example_is_a_box_and_points_left_out(tmp_path):
     assert [(row.line, row.shape) for row in found if isinstance(row, DiscardedRow)] == [
         (line, "point") for line in range(2, 18)]
     assert not [row for row in found if isinstance(row, DeadLetter)]
+
+
+def test_an_image_path_outside_the_files_folder_is_a_dead_letter_unless_allowed(tmp_path):
+    """imagePath stays in the JSON's folder (or --image_dir): `..` (backslashes too), an
+    absolute path and a link leading out are path_outside_dataset. labelme --output's
+    `../images/a.jpg` reads with --image_dir the images' folder, or with
+    --allow_paths_outside_dataset."""
+    labels, secret = tmp_path / "annotations", tmp_path / "secret.jpg"
+    secret.write_bytes(b"")
+    labels.mkdir()
+    (labels / "link.jpg").symlink_to(secret)
+    for name, image_path in [("a.json", "../images/a.jpg"), ("b.json", str(secret)),
+                             ("c.json", "link.jpg"), ("d.json", "..\\secret.jpg"),
+                             ("e.json", "e.jpg")]:
+        labelme(labels, name, image_path, [shape("cat", "rectangle", [[1, 1], [9, 9]])])
+
+    def outcomes(**rules):
+        found = rows(labels, RowRules(label_mode="detection", **rules))
+        return [row.reason if isinstance(row, DeadLetter) else row.uri for row in found]
+
+    outside = reasons.PATH_OUTSIDE_DATASET
+    assert outcomes() == [outside, outside, outside, outside, str(labels / "e.jpg")]
+    (first, *_) = rows(labels, RowRules(label_mode="detection"))
+    assert first.message == (f"imagePath '../images/a.jpg' leaves the dataset's folder "
+                             f"{labels}: pass --allow_paths_outside_dataset to read files "
+                             "outside it")
+    images = tmp_path / "images"
+    assert outcomes(image_dir=str(images)) == [
+        str(images / "a.jpg"), outside, str(images / "link.jpg"), outside,
+        str(images / "e.jpg")]
+    assert outcomes(allow_paths_outside_dataset=True) == [
+        str(images / "a.jpg"), str(secret), str(labels / "link.jpg"), str(secret),
+        str(labels / "e.jpg")]

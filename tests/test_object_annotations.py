@@ -482,3 +482,43 @@ def test_a_csv_column_of_type_segmentation(tmp_path):
     np.testing.assert_array_equal(
         pixels(feature["image/segmentation/class/encoded"].bytes_list.value[0]), indices)
     assert "map" not in feature and not [key for key in feature if key.startswith("map/")]
+
+
+def test_file_names_outside_the_dataset_folder_are_dead_letters_naming_the_image(tmp_path):
+    """COCO's file_name stays in the JSON's folder (or --image_dir, a bucket's compared as
+    its normalised path): `..` above it, an absolute path elsewhere, a URL and a link
+    leading out are path_outside_dataset for each of the image's annotations, naming the
+    image id and at most 200 characters of the name; --allow_paths_outside_dataset reads
+    them all."""
+    dataset, secret = tmp_path / "dataset", tmp_path / "secret.jpg"
+    secret.write_bytes(b"not an image of the dataset")
+    (dataset / "images").mkdir(parents=True)
+    (dataset / "images" / "link.jpg").symlink_to(secret)
+    names = ["images/a.jpg", "images/../b.jpg", "../secret.jpg", str(tmp_path / "other.jpg"),
+             "http://169.254.169.254/latest/meta-data", "images/link.jpg",
+             "../" * 5000 + "x.jpg"]
+    path = dataset / "instances.json"
+    path.write_text(json.dumps({
+        "images": [{"id": number, "file_name": name, "width": 4, "height": 4}
+                   for number, name in enumerate(names, 1)],
+        "annotations": [{"id": number, "image_id": number, "category_id": 1, "iscrowd": 0,
+                         "bbox": [0, 0, 2, 2]} for number in range(1, len(names) + 1)],
+        "categories": [{"id": 1, "name": "cat"}]}))
+
+    def outcomes(**rules):
+        (source,) = find_manifests([str(path)])
+        found = list(read_source(source, RowRules(label_mode="detection", **rules)))
+        return found, [row.reason if isinstance(row, DeadLetter) else "read" for row in found]
+
+    found, reasons_found = outcomes()
+    outside = reasons.PATH_OUTSIDE_DATASET
+    assert reasons_found == ["read", "read", outside, outside, outside, outside, outside]
+    assert found[2].message == (
+        f"annotation id 3: image id 3: file_name '../secret.jpg' leaves the dataset's "
+        f"folder {dataset}: pass --allow_paths_outside_dataset to read files outside it")
+    assert len(found[-1].message) < 400 + len(str(dataset))
+    assert "(15,005 characters)" in found[-1].message
+    assert outcomes(image_dir="gs://bucket/images")[1] == [
+        "read", "read", outside, outside, outside, "read", outside]
+    allowed, reasons_found = outcomes(allow_paths_outside_dataset=True)
+    assert set(reasons_found) == {"read"} and allowed[2].uri == str(secret)

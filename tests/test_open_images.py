@@ -137,3 +137,18 @@ def test_csv_column_options_on_an_open_images_file_are_refused_naming_it(tmp_pat
                        "--label_column and --split_column name columns of CSV manifests only"):
         check_sources(find_manifests([str(csv)]), RowRules(
             label_mode="detection", uri_column="ImageID", label_column="LabelName"))
+
+
+def test_an_image_id_naming_a_file_outside_the_image_folder_is_a_dead_letter(tmp_path):
+    """`<ImageID>.jpg` stays in the image folder: an ImageID of `../../secret` is
+    path_outside_dataset naming it."""
+    (tmp_path / "dataset").mkdir()
+    csv = tmp_path / "dataset" / "train-annotations-bbox.csv"
+    csv.write_text(HEADER + "000002b66c9c498e,xclick,/m/011k07,1,0.1,0.5,0.2,0.6,0,1,0,0,0\n"
+                   "../../secret,xclick,/m/011k07,1,0.1,0.5,0.2,0.6,0,1,0,0,0\n")
+    found = rows(csv)
+    assert [row.reason if not isinstance(row, ManifestRow) else row.uri for row in found] == [
+        str(tmp_path / "dataset" / "000002b66c9c498e.jpg"), reasons.PATH_OUTSIDE_DATASET]
+    assert found[1].message == (
+        f"ImageID '../../secret' leaves the dataset's folder {tmp_path / 'dataset'}: pass "
+        "--allow_paths_outside_dataset to read files outside it")

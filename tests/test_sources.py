@@ -268,3 +268,22 @@ def test_an_image_listed_twice_in_a_split_gives_its_objects_once(tmp_path):
         assert len(kept) == (2 if path == cvat else 1), (path, found)  # cvat: Test's too
         assert [row.reason for row in dead] == [reasons.DUPLICATE_ROW], (path, dead)
         assert dead[0].message.startswith(f"{repeated}: the same image as {first} in train")
+
+
+def test_a_voc_filename_outside_the_dataset_folder_is_a_dead_letter(tmp_path):
+    """<filename> stays in the VOCdevkit root, the XML's folder (labelImg) or --image_dir:
+    `..` above it or an absolute path elsewhere is path_outside_dataset."""
+    root = tmp_path / "VOC2007"
+    for name, filename in [("1", "1.jpg"), ("2", "../../secret.jpg"), ("3", "/etc/hostname")]:
+        write(root / "Annotations" / f"{name}.xml",
+              voc_annotation(filename, (10, 10), [("cat", (1, 1, 5, 5), 0, 0)]))
+    found = read(root / "Annotations")
+    assert [row.reason if isinstance(row, DeadLetter) else row.uri for row in found] == [
+        str(root / "JPEGImages" / "1.jpg")] + [reasons.PATH_OUTSIDE_DATASET] * 2
+    assert found[1].message == (f"<filename> '../../secret.jpg' leaves the dataset's folder "
+                                f"{root}: pass --allow_paths_outside_dataset to read files "
+                                "outside it")
+    allowed = read(root / "Annotations", RowRules(label_mode="detection",
+                                                  allow_paths_outside_dataset=True))
+    assert [row.uri for row in allowed] == [str(root / "JPEGImages" / "1.jpg"),
+                                            str(tmp_path / "secret.jpg"), "/etc/hostname"]

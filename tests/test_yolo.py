@@ -12,6 +12,7 @@ import pytest
 
 from conftest import encode, parse_label_map, photo_like, read_examples
 from pipeline import run
+from pipeline.options import ConvertOptions
 from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import ManifestError, RowRules
@@ -19,6 +20,8 @@ from worker.inputs.sources import check_sources, find_manifests, read_source
 from worker.records import Keypoints, ManifestRow, Mask
 
 DETECTION = RowRules(label_mode="detection")
+# Ultralytics' own YAMLs name a root outside their folder (`path: ../datasets/coco8`).
+OUTSIDE_ALLOWED = RowRules(label_mode="detection", allow_paths_outside_dataset=True)
 
 
 def image(path, seed=0, size=(64, 48)):
@@ -98,7 +101,8 @@ def test_a_coco8_style_dataset_reads_boxes_as_ultralytics_converts_them(tmp_path
 def test_roboflow_exports_names_lists_and_txt_lists_of_images(tmp_path):
     """Roboflow writes `train: ../train/images` beside the YAML (found, as Ultralytics
     finds it, without the ../); a split may be a .txt list (./ relative to it, or
-    absolute) or a list of entries."""
+    absolute: outside the YAML's folder, with --allow_paths_outside_dataset) or a list
+    of entries."""
     export = tmp_path / "export"
     image(export / "train" / "images" / "x.jpg")
     text(export / "train" / "labels" / "x.txt", "1 0.5 0.5 0.2 0.2\n")
@@ -113,7 +117,8 @@ def test_roboflow_exports_names_lists_and_txt_lists_of_images(tmp_path):
         nc: 2
         names: ['Helmet', 'No Helmet']
     """)
-    found = {(row.split, row.uri.rsplit("/", 1)[-1]): row for row in rows(yaml)}
+    found = {(row.split, row.uri.rsplit("/", 1)[-1]): row
+             for row in rows(yaml, OUTSIDE_ALLOWED)}
     assert {key: row.labels for key, row in found.items()} == {
         ("train", "x.jpg"): ("No Helmet",), ("validation", "y.jpg"): (),
         ("test", "y.jpg"): (), ("test", "z.jpg"): ("Helmet",)}
@@ -314,7 +319,7 @@ def test_ultralytics_coco128_yaml_and_labels_read_as_ultralytics_reads_them(tmp_
     yaml = public_dataset(tmp_path / "ultralytics", "coco128.yaml", "detect",
                           "../datasets/coco128/images/train2017",
                           "../datasets/coco128/labels/train2017", COCO128_SIZES)
-    found = rows(yaml)
+    found = rows(yaml, OUTSIDE_ALLOWED)
     assert all(isinstance(row, ManifestRow) for row in found), found
     names = __import__("yaml").safe_load(yaml.read_text())["names"]
     expected = []
@@ -397,8 +402,74 @@ def test_a_path_that_is_not_beside_the_yaml_is_read_from_the_current_directory(
           0: person
         """)
     monkeypatch.chdir(tmp_path / "ultralytics")
-    (row,) = rows(yaml.relative_to(tmp_path / "ultralytics"))
+    (row,) = rows(yaml.relative_to(tmp_path / "ultralytics"), OUTSIDE_ALLOWED)
     assert (row.uri, row.labels) == (str(tmp_path / "datasets/coco8/images/train/a.jpg"),
                                      ("person",))
     assert f"read from the current directory, as Ultralytics reads it: {tmp_path}" \
         "/datasets/coco8" in caplog.text
+
+
+def test_a_root_or_split_entry_outside_the_yamls_folder_is_refused_naming_the_option(
+        tmp_path):
+    """`path: /`, a `path` elsewhere, or a split entry (a folder, or a .txt list, which
+    could be any text file) found only outside the YAML's folder: refused before the job,
+    naming the YAML and --allow_paths_outside_dataset, which reads them."""
+    elsewhere = ultralytics_layout(tmp_path / "elsewhere", {("train", "a"): "0 0.5 0.5 0.2 0.2\n"})
+    text(elsewhere / "list.txt", "images/train/a.jpg\n")
+    dataset = tmp_path / "dataset"
+    for entries in ("path: /\ntrain: tmp\n", f"path: {elsewhere}\ntrain: images/train\n",
+                    "train: ../elsewhere/list.txt\n", f"train: {elsewhere}/images/train\n"):
+        yaml = text(dataset / "data.yaml", entries + "names: [a]\n")
+        with pytest.raises(ManifestError) as refused:
+            rows(yaml)
+        assert str(refused.value).startswith(f"{yaml}: ")
+        assert "pass --allow_paths_outside_dataset" in str(refused.value)
+        if "elsewhere" in entries:
+            assert [row.labels for row in rows(yaml, OUTSIDE_ALLOWED)] == [("a",)]
+
+
+def test_list_lines_and_links_leading_out_of_the_yamls_folder_are_dead_letters(tmp_path):
+    """A .txt list's line naming an image outside the YAML's folder is
+    path_outside_dataset, naming the list and the line and quoting at most 200 characters
+    of it; so is an image, or a label file, that is a link leading out."""
+    secret = tmp_path / "secret.jpg"
+    image(secret)
+    text(tmp_path / "secret.txt", "0 0.5 0.5 0.2 0.2\n")
+    root = ultralytics_layout(tmp_path / "dataset", {("train", "a"): "0 0.5 0.5 0.2 0.2\n",
+                                                     ("val", "b"): None, ("val", "c"): None})
+    (root / "images" / "val" / "link.jpg").symlink_to(secret)
+    (root / "labels" / "val").mkdir(parents=True)
+    (root / "labels" / "val" / "c.txt").symlink_to(tmp_path / "secret.txt")
+    long = "../" * 4000 + "x.jpg"
+    text(root / "train.txt", f"./images/train/a.jpg\n{secret}\n../secret.jpg\n{long}\n")
+    yaml = text(root / "data.yaml", "train: train.txt\nval: images/val\nnames: [a]\n")
+    found = rows(yaml)
+    outside = reasons.PATH_OUTSIDE_DATASET
+    assert [(Path(row.manifest).name, row.line, row.split, row.reason)
+            if isinstance(row, DeadLetter) else (row.split, Path(row.uri).name)
+            for row in found] == [
+        ("train", "a.jpg"), ("train.txt", 2, "train", outside),
+        ("train.txt", 3, "train", outside), ("train.txt", 4, "train", outside),
+        ("validation", "b.jpg"), ("data.yaml", 0, "validation", outside),
+        ("data.yaml", 0, "validation", outside)]
+    assert found[1].message == (f"the image {str(secret)!r} leaves the dataset's folder "
+                                f"{root}: pass --allow_paths_outside_dataset to read files "
+                                "outside it")
+    assert len(found[3].message) < 400 + len(str(root))
+    assert "(12,005 characters)" in found[3].message
+    assert found[5].message.startswith("the label file 'labels/val/c.txt' leaves")
+    assert found[6].message.startswith("the image 'images/val/link.jpg' leaves")
+
+
+def test_the_command_refuses_a_root_elsewhere_and_the_option_reaches_the_reader(
+        tmp_path, capsys):
+    elsewhere = ultralytics_layout(tmp_path / "elsewhere", {("train", "a"): None})
+    yaml = text(tmp_path / "dataset" / "data.yaml",
+                f"path: {elsewhere}\ntrain: images/train\nnames: [a]\n")
+    assert run.main(["--manifest", str(yaml), "--label_mode", "detection",
+                     "--output_dir", str(tmp_path / "out")]) == 2
+    assert f"{yaml}: path {str(elsewhere)!r} leaves the YAML's folder" in \
+        capsys.readouterr().err
+    for flags in (["--allow_paths_outside_dataset"], ["--allow_paths_outside_dataset=true"]):
+        assert ConvertOptions(flags).row_rules().allow_paths_outside_dataset
+    assert not ConvertOptions([]).row_rules().allow_paths_outside_dataset

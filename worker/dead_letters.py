@@ -33,6 +33,9 @@ UNSEEN_CATEGORY = "unseen_category"  # a categorical value TRAIN never saw
 DUPLICATE_ROW = "duplicate_row"  # single labels: the image is in the split already
 DUPLICATE_IMAGE = "duplicate_image"  # --dedupe: a byte-identical image is kept
 NEAR_DUPLICATE_IMAGE = "near_duplicate_image"  # --dedupe near: a near-copy is kept
+# An annotation file's image or label path that leaves its dataset's folder
+# (worker/inputs/dataset_root.py).
+PATH_OUTSIDE_DATASET = "path_outside_dataset"
 
 # Every reason a dead letter can give, with what it means: the row reasons above, the image
 # reasons of worker/images.py's REASONS and the image folder's of worker/inputs/folder.py.
@@ -53,6 +56,10 @@ REGISTRY: dict[str, str] = {
     MULTIPLE_LABELS: "several labels where --label_mode single takes one",
     UNSUPPORTED_ANNOTATION: "an annotation of a kind this label mode or format does not "
                             "write (a shape of a kind its reader does not name, video tracks...)",
+    PATH_OUTSIDE_DATASET: "an annotation file's image (or label file) outside its dataset's "
+                          "folder (--image_dir, else the file's own): an absolute path, "
+                          "'..', another bucket or a URL, a link leading out; "
+                          "--allow_paths_outside_dataset reads it",
     INVALID_ANNOTATION: "an annotation file that cannot be read (a VOC XML or LabelMe JSON "
                         "that does not parse, a VOC XML without <filename> or <size>)",
     # Boxes, masks and keypoints (--label_mode detection).

@@ -24,11 +24,11 @@ from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
 from worker.inputs.boxes import declared_size, pixel_box
+from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.choices import LeftOut
-from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, assign_split,
-                                image_folder, resolve_uri)
+from worker.inputs.rows import ImageEntries, ManifestError, RowRules, assign_split
 from worker.label_map import LabelMapItem, vocabulary_of
 from worker.masks import decode_rle
 from worker.records import Box, Keypoints, ManifestRow, Mask
@@ -47,8 +47,8 @@ def read_coco(path: str, rules: RowRules, split: str | None
     """
     categories = {category.get("id"): _Category.of(category)
                   for category in json_items(path, "categories.item") if isinstance(category, dict)}
-    entries = ImageEntries()
-    images = {image.get("id"): first_entry(image_row(path, image, rules, split), image,
+    entries, root = ImageEntries(), DatasetRoot.of(path, rules)
+    images = {image.get("id"): first_entry(image_row(path, image, rules, split, root), image,
                                             entries)
               for image in json_items(path, "images.item") if isinstance(image, dict)}
     annotated = set()
@@ -126,19 +126,22 @@ def first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntrie
     return entries.repeated(row, f"image id {image.get('id')}") or row
 
 
-def image_row(path: str, image: dict, rules: RowRules, forced_split: str | None
-               ) -> ManifestRow | DeadLetter:
+def image_row(path: str, image: dict, rules: RowRules, forced_split: str | None,
+              root: DatasetRoot) -> ManifestRow | DeadLetter:
     """The image's row without objects, or a DeadLetter saying why its annotations cannot
-    be used."""
+    be used. `file_name` is relative to the root, and stays in it."""
     raw = json.dumps(image, ensure_ascii=False)
     name = image.get("file_name")
     written = name.strip() if isinstance(name, str) else ""
-    uri = resolve_uri(written, image_folder(path, rules)) if written else ""
+    uri = root.resolve(written) if written else ""
     split = forced_split or assign_split(written, rules.split_fractions)
     where = f"image id {image.get('id')}: "
     if not written:
         return DeadLetter(path, 0, raw, "", split, reasons.MISSING_URI,
                           where + "file_name is missing or empty")
+    outside = root.outside(uri, f"file_name {quoted(written)}")
+    if outside:
+        return DeadLetter(path, 0, raw, uri, split, outside[0], where + outside[1])
     size = declared_size(image.get("width"), image.get("height"))
     if not isinstance(size[0], int):
         return DeadLetter(path, 0, raw, uri, split, size[0], where + size[1])

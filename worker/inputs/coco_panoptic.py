@@ -36,6 +36,7 @@ from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
 from worker.inputs.coco import (declared_categories, first_entry, image_row, is_panoptic,
                                 json_items, object_box)
+from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.rows import ImageEntries, RowRules
 from worker.masks import rle_of
@@ -49,16 +50,17 @@ def read_panoptic(path: str, rules: RowRules, split: str | None
     position in `annotations`, `raw` the segment as JSON."""
     categories = {category.get("id"): str(category.get("name", "")).strip()
                   for category in json_items(path, "categories.item") if isinstance(category, dict)}
-    entries = ImageEntries()
-    images = {image.get("id"): first_entry(image_row(path, image, rules, split), image,
+    entries, root = ImageEntries(), DatasetRoot.of(path, rules)
+    images = {image.get("id"): first_entry(image_row(path, image, rules, split, root), image,
                                             entries)
               for image in json_items(path, "images.item") if isinstance(image, dict)}
-    folder = segmentation_folder(path)
+    # The PNGs stay in their own folder, whatever --image_dir says of the images.
+    pngs = DatasetRoot(segmentation_folder(path), rules.allow_paths_outside_dataset)
     annotated = set()
     for position, annotation in enumerate(json_items(path, "annotations.item"), start=1):
         if isinstance(annotation, dict):
             annotated.add(annotation.get("image_id"))
-        yield from _annotation_rows(path, position, annotation, images, categories, folder,
+        yield from _annotation_rows(path, position, annotation, images, categories, pngs,
                                     rules)
     for image_id, image in images.items():
         if image_id not in annotated:
@@ -73,7 +75,7 @@ def segmentation_folder(path: str) -> str:
 
 def _annotation_rows(path: str, position: int, annotation: object,
                      images: dict[object, ManifestRow | DeadLetter],
-                     categories: dict[object, str], folder: str, rules: RowRules
+                     categories: dict[object, str], pngs: DatasetRoot, rules: RowRules
                      ) -> Iterator[ManifestRow | DeadLetter]:
     raw = json.dumps(annotation, ensure_ascii=False)
     if not isinstance(annotation, dict):
@@ -98,17 +100,23 @@ def _annotation_rows(path: str, position: int, annotation: object,
     if not segments:
         yield row  # an image without objects
         return
-    ids = (None if LeftOut.MASKS in rules.leave_out
-           else _segment_ids(storage.join(folder, png.strip()), row.image_size))
+    ids = None if LeftOut.MASKS in rules.leave_out else _segment_ids(png.strip(), pngs,
+                                                                     row.image_size)
     for segment in segments:
         segment_row = row._replace(raw=json.dumps(segment, ensure_ascii=False))
         yield _segment_row(segment_row, segment, categories, ids, where)
 
 
-def _segment_ids(png: str, size: tuple[int, int]) -> np.ndarray | tuple[str, str]:
-    """The PNG's segment id per pixel, transposed (width x height: a segment's pixels,
-    transposed back, are then the column-major array pycocotools encodes, no copy made),
-    or (dead-letter reason, message)."""
+def _segment_ids(written: str, pngs: DatasetRoot, size: tuple[int, int]
+                 ) -> np.ndarray | tuple[str, str]:
+    """The segment id per pixel of the PNG the annotation's `file_name` names in the PNG
+    folder, transposed (width x height: a segment's pixels, transposed back, are then the
+    column-major array pycocotools encodes, no copy made), or (dead-letter reason,
+    message)."""
+    png = pngs.resolve(written)
+    outside = pngs.outside(png, f"the panoptic PNG {quoted(written)}")
+    if outside:
+        return outside
     try:
         with storage.open_read(png) as file:
             image = Image.open(io.BytesIO(file.read()))

@@ -22,7 +22,8 @@ image within 0.1% of its side (box_out_of_range farther out), its mask the polyg
 (CVAT for video) are dead letters naming them.
 Splits: `subset` (Train, Validation, Test) where it names one, else --manifest
 SPLIT=PATH or a hashed one. Images: `name`, relative to --image_dir, or to the XML's
-`images/` folder when there is one (CVAT's export with images), else to its folder. The
+`images/` folder when there is one (CVAT's export with images), else to its folder, and
+inside --image_dir or the XML's folder (worker/inputs/dataset_root.py). The
 file is streamed an <image> at a time (iterparse). <meta>'s <labels> declare the classes
 (declared_labels).
 """
@@ -41,10 +42,11 @@ from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
                                  region_mask, rotated_box, with_mask)
+from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.inputs.rows import (DiscardedRow, ImageEntries, ManifestError, RowRules,
-                                image_folder, invalid_split, left_out, resolve_uri, row_split)
+                                invalid_split, left_out, row_split)
 from worker.records import Box, ManifestRow
 
 _IMAGES = "images"  # where CVAT's export with images puts them, beside annotations.xml
@@ -58,7 +60,8 @@ def read_cvat(path: str, rules: RowRules, split: str | None
     """A row per image (classification) or shape (detection); `line` is the image's
     1-based position among the <image> elements (0 for a <track>), `raw` its element's
     XML without children, or the shape's."""
-    folder = _image_folder(path, rules)
+    root = DatasetRoot.of(path, rules)
+    folder = _image_folder(root, rules)
     entries = ImageEntries()
     position = 0
     try:
@@ -66,8 +69,8 @@ def read_cvat(path: str, rules: RowRules, split: str | None
             for _, element in ElementTree.iterparse(file):
                 if element.tag == "image":
                     position += 1
-                    yield from _image_rows(path, position, element, folder, rules, split,
-                                           entries)
+                    yield from _image_rows(path, position, element, root, folder, rules,
+                                           split, entries)
                     element.clear()
                 elif element.tag == "track":
                     yield DeadLetter(path, 0, _xml(element), "", split or "",
@@ -79,8 +82,8 @@ def read_cvat(path: str, rules: RowRules, split: str | None
         raise ManifestError(f"{path}: cannot parse the XML: {error}") from error
 
 
-def _image_rows(path: str, position: int, element: ElementTree.Element, folder: str,
-                rules: RowRules, forced: str | None, entries: ImageEntries
+def _image_rows(path: str, position: int, element: ElementTree.Element, root: DatasetRoot,
+                folder: str, rules: RowRules, forced: str | None, entries: ImageEntries
                 ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     name = (element.get("name") or "").strip()
     raw = _xml(element)
@@ -92,10 +95,13 @@ def _image_rows(path: str, position: int, element: ElementTree.Element, folder: 
         yield DeadLetter(path, position, raw, "", split or "", reasons.MISSING_URI,
                          where + "the name is missing or empty")
         return
-    uri = resolve_uri(name, folder)
     # CVAT turns an image upright when its task is made.
-    image = ManifestRow(path, position, raw, split or "", uri, (), drawn_upright=True,
-                        listed_whole=True)
+    image = ManifestRow(path, position, raw, split or "", root.resolve(name, folder), (),
+                        drawn_upright=True, listed_whole=True)
+    outside = root.outside(image.uri, f"{where}name {quoted(name)}")
+    if outside:
+        yield image.dead_letter(*outside)
+        return
     if split is None:
         yield image.dead_letter(reasons.INVALID_SPLIT,
                                 where + invalid_split(written_split, forced))
@@ -219,11 +225,12 @@ def _mask_region(rle: str, width: int, height: int) -> np.ndarray | None:
     return np.repeat(np.arange(len(counts), dtype=np.uint8) % 2, counts).reshape(height, width)
 
 
-def _image_folder(path: str, rules: RowRules) -> str:
-    folder = image_folder(path, rules)
-    if rules.image_dir is None and storage.match(storage.join(folder, _IMAGES, "*"), limit=1):
-        return storage.join(folder, _IMAGES)
-    return folder
+def _image_folder(root: DatasetRoot, rules: RowRules) -> str:
+    """What `name` is relative to: the root's `images/` where CVAT's export put them."""
+    images = storage.join(root.folder, _IMAGES)
+    if rules.image_dir is None and storage.match(storage.join(images, "*"), limit=1):
+        return images
+    return root.folder
 
 
 def _xml(element: ElementTree.Element) -> str:

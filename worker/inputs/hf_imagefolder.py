@@ -1,5 +1,6 @@
 """Hugging Face `imagefolder` metadata: a `metadata.jsonl` (or `metadata.csv`) beside the
-images, a line per image, `file_name` relative to the metadata's folder.
+images, a line per image, `file_name` relative to the metadata's folder (or --image_dir)
+and inside it (worker/inputs/dataset_root.py).
 
 Rows: with --label_mode single or multi, one per line, its labels the `label` (or
 `labels`, a list) field; with detection, one per object of `objects` (the layout of the
@@ -28,11 +29,11 @@ from worker.chunks import LineRange, ManifestSource
 from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import box_row, declared_size, pixel_box
+from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import numbered_lines
 from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, has_undecodable_bytes,
-                                image_folder, json_text, printable, rejecter, resolve_uri,
-                                row_split)
+                                json_text, printable, rejecter, resolve_uri, row_split)
 from worker.records import Box, ManifestRow
 from worker.splits import normalise_split
 
@@ -46,7 +47,7 @@ _CARD_FOLDERS_UP = 2  # train/metadata.jsonl, data/train/metadata.jsonl under th
 
 def read_metadata(path: str, rules: RowRules, split: str | None,
                   lines: LineRange | None = None) -> Iterator[ManifestRow | DeadLetter]:
-    folder = image_folder(path, rules)
+    root = DatasetRoot.of(path, rules)
     split = split or normalise_split(storage.split(storage.split(path)[0])[1])
     declared = declared_class_labels(path)
     classes = _ClassNames(declared.labels if declared else ())
@@ -59,7 +60,7 @@ def read_metadata(path: str, rules: RowRules, split: str | None,
         if isinstance(item, str):
             yield reject(reasons.MALFORMED_ROW, item)
             continue
-        yield from _item_rows(path, line, printable(raw), item, folder, rules, split, entries,
+        yield from _item_rows(path, line, printable(raw), item, root, rules, split, entries,
                               classes)
 
 
@@ -98,17 +99,20 @@ class _ClassNames:
         return self._names[index] if index < len(self._names) else text
 
 
-def _item_rows(path: str, line: int, raw: str, item: dict, folder: str, rules: RowRules,
-               forced: str | None, entries: ImageEntries, classes: _ClassNames
+def _item_rows(path: str, line: int, raw: str, item: dict, root: DatasetRoot,
+               rules: RowRules, forced: str | None, entries: ImageEntries, classes: _ClassNames
                ) -> Iterator[ManifestRow | DeadLetter]:
     reject = rejecter(path, line, raw)
     written = json_text(item.get(_FILE_NAME))
     if not written:
         yield reject(reasons.MISSING_URI, f"{_FILE_NAME} is missing or empty")
         return
-    uri = resolve_uri(written, folder)
     split = row_split("", written, rules, forced)
-    image = ManifestRow(path, line, raw, split, uri, (), listed_whole=True)
+    image = ManifestRow(path, line, raw, split, root.resolve(written), (), listed_whole=True)
+    outside = root.outside(image.uri, f"{_FILE_NAME} {quoted(written)}")
+    if outside:
+        yield image.dead_letter(*outside)
+        return
     repeated = entries.repeated(image, f"line {line}")
     if repeated:
         yield repeated

@@ -15,7 +15,8 @@ only) is an image without objects.
 
 The user names the label files: `--manifest ROOT/training/label_2` (or ROOT, or
 ROOT/training), a glob of them, or one file. The images are the sibling `image_2` folder
-(a file of any image suffix with the label file's name), or --image_dir. KITTI's
+(a file of any image suffix with the label file's name), or --image_dir; a link there
+leading out of that folder is path_outside_dataset (worker/inputs/dataset_root.py). KITTI's
 training set declares no splits and no class list: each image gets the --manifest
 SPLIT=PATH split or one from a hash of its name; the ids are the run's, unless a
 datumaro export's `dataset_meta.json` (its `label_map`, id -> type) stands in the KITTI
@@ -33,6 +34,7 @@ from worker import dead_letters as reasons
 from worker import storage
 from worker.chunks import LineRange, ManifestSource
 from worker.dead_letters import DeadLetter
+from worker.inputs.dataset_root import DatasetRoot
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import numbered_lines
 from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
@@ -125,6 +127,12 @@ def read_kitti(pattern: str, rules: RowRules, split: str | None
         uri = images[image_folder].get(stem, storage.join(image_folder, f"{stem}.png"))
         image = ManifestRow(metadata.path, 0, "", split or assign_split(
             storage.split(uri)[1], rules.split_fractions), uri, (), boxes_in_pixels=True)
+        # Named by the label file's name, the image is in its folder unless a link leads out.
+        outside = DatasetRoot(image_folder, rules.allow_paths_outside_dataset).outside(
+            uri, f"the image {stem!r} of the label file")
+        if outside:
+            yield image.dead_letter(*outside)
+            continue
         objects = 0
         for line, raw in numbered_lines(metadata.path):
             row = _object_row(image._replace(line=line, raw=printable(raw)), raw)

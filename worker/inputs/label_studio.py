@@ -21,7 +21,9 @@ summary.json's objects_left_out), the image written with its boxes (an image of 
 regions alone is not written); a region of a type not named here is a dead letter
 naming it. `data.image` may
 be Label Studio's own path (`/data/upload/3/x.jpg`, `/data/local-files/?d=dir/x.jpg`):
-read as `upload/3/x.jpg` and `dir/x.jpg` relative to --image_dir or the JSON's folder.
+read as `upload/3/x.jpg` and `dir/x.jpg` relative to --image_dir or the JSON's folder, and
+inside it (worker/inputs/dataset_root.py), as Label Studio serves local files only under
+its LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT.
 The file is streamed (ijson) a task at a time. The export carries no labeling config,
 so it declares no classes (InputFormat.declared_classes).
 """
@@ -40,10 +42,10 @@ from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import (box_row, clipped_box, declared_size, extent, polygon_mask,
                                  rotated_box, with_mask)
+from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
-from worker.inputs.rows import (DiscardedRow, ImageEntries, RowRules, assign_split,
-                                image_folder, left_out, resolve_uri)
+from worker.inputs.rows import DiscardedRow, ImageEntries, RowRules, assign_split, left_out
 from worker.records import Box, ManifestRow
 
 _LOCAL_FILES = "/data/local-files/"
@@ -60,14 +62,15 @@ def read_label_studio(path: str, rules: RowRules, split: str | None
                       ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     """A row per task (classification) or per region (detection); `line` is the task's
     1-based position in the list, `raw` the task's region (or the task) as JSON."""
-    entries = ImageEntries()
+    entries, root = ImageEntries(), DatasetRoot.of(path, rules)
     with open_manifest(path) as file:
         for position, task in enumerate(ijson.items(file, "item", use_float=True), start=1):
-            yield from _task_rows(path, position, task, rules, split, entries)
+            yield from _task_rows(path, position, task, rules, split, entries, root)
 
 
 def _task_rows(path: str, position: int, task: object, rules: RowRules, split: str | None,
-               entries: ImageEntries) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
+               entries: ImageEntries, root: DatasetRoot
+               ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     raw = json.dumps(task, ensure_ascii=False)
     if not isinstance(task, dict):
         yield DeadLetter(path, position, raw, "", split or "", reasons.MALFORMED_ROW,
@@ -82,8 +85,11 @@ def _task_rows(path: str, position: int, task: object, rules: RowRules, split: s
     name = _image_name(written.strip())
     # Label Studio shows an image in the browser, which turns it upright.
     image = ManifestRow(path, position, raw, split or assign_split(name, rules.split_fractions),
-                        resolve_uri(name, image_folder(path, rules)), (), drawn_upright=True,
-                        listed_whole=True)
+                        root.resolve(name), (), drawn_upright=True, listed_whole=True)
+    outside = root.outside(image.uri, f"{where}data.image {quoted(written.strip())}")
+    if outside:
+        yield image.dead_letter(*outside)
+        return
     repeated = entries.repeated(image, where.removesuffix(": "))
     if repeated:
         yield repeated

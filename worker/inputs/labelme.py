@@ -38,8 +38,9 @@ from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
                                  region_mask, with_mask)
+from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import FileHead, InputFormat
-from worker.inputs.rows import DiscardedRow, RowRules, assign_split, left_out, resolve_uri
+from worker.inputs.rows import DiscardedRow, RowRules, assign_split, left_out
 from worker.records import ManifestRow
 
 # labelme's first keys: version, flags, shapes, imagePath, imageData...
@@ -74,14 +75,17 @@ def read_labelme(path: str, rules: RowRules, split: str | None
                          "imagePath is missing or empty")
         return
     written = written.strip().replace("\\", "/")  # labelme on Windows writes backslashes
-    folder = rules.image_dir or storage.split(path)[0]
+    root = DatasetRoot.of(path, rules)
     # labelme turns an image upright by its EXIF orientation before showing it.
     image = ManifestRow(path, 0, written, split or assign_split(written, rules.split_fractions),
-                        resolve_uri(written, folder), (), drawn_upright=True,
-                        listed_whole=True)
+                        root.resolve(written), (), drawn_upright=True, listed_whole=True)
     flags = document.get("flags")
     if isinstance(flags, dict) and flags.get(_IGNORE_FLAG) is True:
         yield DiscardedRow(path, 0)
+        return
+    outside = root.outside(image.uri, f"imagePath {quoted(written)}")
+    if outside:
+        yield image.dead_letter(*outside)
         return
     if not rules.detection:
         yield _flagged(image, flags, rules)

@@ -20,8 +20,10 @@ line, a `LabelName,DisplayName` header in v7's), which also declares the classes
 ids, in its order; a LabelName it does not list is a dead letter. Without that file the
 label is the MID itself (`/m/011k07`), and the ids are the run's.
 Images: --image_dir, else datumaro's layout (`ROOT/annotations/*.csv` beside
-`ROOT/images/<split>/`), else the CSV's folder. The split is the file name's (`train`,
-`validation`, `test`), else --manifest SPLIT=PATH's or one from a hash of the ImageID.
+`ROOT/images/<split>/`), else the CSV's folder; an ImageID naming a file outside that
+folder is path_outside_dataset (worker/inputs/dataset_root.py). The split is the file
+name's (`train`, `validation`, `test`), else --manifest SPLIT=PATH's or one from a hash of
+the ImageID.
 Read a line range at a time by worker processes: the rows of one image need not be
 together, the shard writer gathers an image's objects.
 """
@@ -38,10 +40,11 @@ from worker import storage
 from worker.chunks import LineRange, ManifestSource
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import clipped_box
+from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import numbered_lines
 from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
-                                printable, rejecter, resolve_uri)
+                                printable, rejecter)
 from worker.records import Box, ManifestRow
 from worker.splits import normalise_split
 
@@ -109,7 +112,8 @@ def read_open_images(path: str, rules: RowRules, split: str | None,
     header = _header(path)
     descriptions = ClassDescriptions.beside(path)
     split = split or split_in_name(path)
-    images = rules.image_dir or _image_folder(path, split)
+    images = DatasetRoot(rules.image_dir or _image_folder(path, split),
+                         rules.allow_paths_outside_dataset)
     for line, raw in numbered_lines(path, lines):
         if line == header[0]:
             continue
@@ -141,7 +145,7 @@ def _image_folder(path: str, split: str | None) -> str:
 
 
 def _box_row(path: str, line: int, raw: str, columns: dict[str, int],
-             descriptions: ClassDescriptions | None, images: str, split: str | None,
+             descriptions: ClassDescriptions | None, images: DatasetRoot, split: str | None,
              rules: RowRules) -> ManifestRow | DeadLetter:
     reject = rejecter(path, line, raw)
     if has_undecodable_bytes(raw):
@@ -156,7 +160,10 @@ def _box_row(path: str, line: int, raw: str, columns: dict[str, int],
         return reject(reasons.MISSING_URI, "ImageID is empty")
     image = ManifestRow(path, line, printable(raw),
                         split or assign_split(image_id, rules.split_fractions),
-                        resolve_uri(f"{image_id}.jpg", images), ())
+                        images.resolve(f"{image_id}.jpg"), ())
+    outside = images.outside(image.uri, f"ImageID {quoted(image_id)}")
+    if outside:
+        return image.dead_letter(*outside)
     mid = value["LabelName"]
     label = descriptions.names.get(mid) if descriptions else mid
     if not label:

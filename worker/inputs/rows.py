@@ -57,6 +57,9 @@ class RowRules:
     split_column: str | None = None
     # --leave_out: annotations the input may hold that the examples are written without
     leave_out: frozenset[LeftOut] = frozenset()
+    # --allow_paths_outside_dataset: annotation files may name images and label files
+    # outside their dataset's folder (worker/inputs/dataset_root.py).
+    allow_paths_outside_dataset: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_mode", LabelMode(self.label_mode))

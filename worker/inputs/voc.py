@@ -7,8 +7,10 @@ out, as create_pascal_tf_record.py and TFDS leave it out (they read only listed 
 without those lists every image gets the --manifest SPLIT=PATH split, or one from a hash
 of its file name. With SPLIT=PATH and the lists, only that split's list is read.
 Images: ROOT/JPEGImages/<filename> in the VOCdevkit layout, else beside the XML, or under
---image_dir. An image whose XML says <segmented>1</segmented> has its segmentation map,
-ROOT/SegmentationClass/<id>.png, written as DeepLab's build_voc2012_data writes it.
+--image_dir, and inside ROOT, the XML's folder or --image_dir
+(worker/inputs/dataset_root.py). An image whose XML says <segmented>1</segmented> has its
+segmentation map, ROOT/SegmentationClass/<id>.png, written as DeepLab's
+build_voc2012_data writes it.
 A labelmap.txt or labels.txt beside the XMLs declares the classes (declared_class_list).
 """
 
@@ -24,8 +26,9 @@ from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
 from worker.inputs.boxes import declared_size, pixel_box
+from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
-from worker.inputs.rows import ManifestError, RowRules, assign_split, resolve_uri
+from worker.inputs.rows import ManifestError, RowRules, assign_split
 from worker.records import Box, ManifestRow
 
 ANNOTATIONS = "Annotations"
@@ -86,10 +89,12 @@ def read_voc(pattern: str, rules: RowRules, split: str | None
         if listed is not None and image_id not in listed:
             skipped += 1
             continue
+        dataset = DatasetRoot.of(path, rules, root)
         images = rules.image_dir or (storage.join(root, _IMAGES) if root else folder)
         maps = (storage.join(root, _SEGMENTATION) if root is not None
                 and LeftOut.SEGMENTATION not in rules.leave_out else None)
-        yield from _xml_rows(path, images, maps, listed[image_id] if listed else split, rules)
+        yield from _xml_rows(path, dataset, images, maps,
+                             listed[image_id] if listed else split, rules)
     if skipped:
         logging.warning("%s: %d annotation XMLs are in no ImageSets/Main list and were left "
                         "out", pattern, skipped)
@@ -144,7 +149,8 @@ def _read_image_sets(root: str, split: str | None) -> dict[str, str] | None:
     return found if present else None
 
 
-def _xml_rows(path: str, images: str, maps: str | None, split: str | None, rules: RowRules
+def _xml_rows(path: str, dataset: DatasetRoot, images: str, maps: str | None,
+              split: str | None, rules: RowRules
               ) -> Iterator[ManifestRow | DeadLetter]:
     """The XML's rows; with `maps` (ROOT/SegmentationClass) and <segmented>1</segmented>,
     the image's segmentation map is maps/<the XML's name>.png."""
@@ -162,8 +168,12 @@ def _xml_rows(path: str, images: str, maps: str | None, split: str | None, rules
         yield DeadLetter(path, 0, "", "", split, reasons.INVALID_ANNOTATION,
                          "the XML has no <filename> or no <size>")
         return
-    uri = resolve_uri(filename, images)
-    image = ManifestRow(path, 0, filename, split, uri, (), listed_whole=True)
+    image = ManifestRow(path, 0, filename, split, dataset.resolve(filename, images), (),
+                        listed_whole=True)
+    outside = dataset.outside(image.uri, f"<filename> {quoted(filename)}")
+    if outside:
+        yield image.dead_letter(*outside)
+        return
     if not isinstance(size[0], int):
         yield image.dead_letter(*size)
         return

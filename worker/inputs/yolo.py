@@ -53,6 +53,7 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.folder import IMAGE_EXTENSIONS
 from worker.choices import LeftOut
 from worker.inputs.boxes import clipped_box, extent, polygon_mask, with_mask
+from worker.inputs.dataset_root import OPTION, DatasetRoot, bounded, quoted
 from worker.inputs.input_format import DeclaredClasses, InputFormat, plain_name
 from worker.inputs.lines import numbered_lines
 from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
@@ -75,10 +76,14 @@ def read_yolo(path: str, rules: RowRules, split: str | None
     that cannot be one. With `split` (--manifest SPLIT=data.yaml) only that split's
     entry is read."""
     dataset = YoloDataset.load(path)
-    for split_name, images in dataset.images(split):
+    home = dataset.home(rules)
+    for split_name, images in dataset.images(home, split):
         seen: set[str] = set()
         labels = _LabelFolders()
         for image in images:
+            if isinstance(image, DeadLetter):
+                yield image._replace(split=split_name or "")
+                continue
             if image in seen:
                 yield DeadLetter(path, 0, image, image, split_name, reasons.DUPLICATE_ROW,
                                  f"the image is listed twice in {_SPLIT_KEYS[split_name]!r}; "
@@ -91,6 +96,11 @@ def read_yolo(path: str, rules: RowRules, split: str | None
             if not labels.holds(label_file):
                 yield ManifestRow(path, 0, image, image_split, image, (), drawn_upright=True)
                 continue
+            outside = home.outside(  # a link leading out
+                label_file, f"the label file {quoted(dataset.relative(label_file))}")
+            if outside:
+                yield DeadLetter(path, 0, image, image, image_split, *outside)
+                continue
             yield from _label_rows(label_file, image, image_split, dataset, rules)
 
 
@@ -100,11 +110,18 @@ class YoloDataset:
 
     def __init__(self, path: str, names: tuple[str, ...], root: str,
                  entries: dict[str | None, list[str]], keypoints: tuple[int, int] | None,
-                 keypoint_names: dict[int, tuple[str, ...]], names_key: str = "names") -> None:
+                 keypoint_names: dict[int, tuple[str, ...]], names_key: str = "names",
+                 folder: str | None = None, written_root: str = "",
+                 found_here: str | None = None) -> None:
         self.path = path
         self.names = names
         self.names_key = names_key  # where the names come from: "names", or "nc" alone
         self.root = root
+        # What every path stays in (worker/inputs/dataset_root.py): the YAML's folder, or
+        # a classes.txt's root.
+        self.folder = folder or root
+        self.written_root = written_root  # `path` as the YAML writes it
+        self.found_here = found_here  # what the console says of a root found in "."
         # split -> its entries, as written; None: a folder without splits (classes.txt's),
         # its images' splits assigned by hash.
         self.entries = entries
@@ -124,8 +141,9 @@ class YoloDataset:
         if not isinstance(data, dict):
             raise ManifestError(f"{path}: expected a YAML mapping (names, train, val...)")
         folder = storage.split(path)[0]
-        root = data.get("path")
-        root = folder if not root else _dataset_root(path, str(root), folder)
+        written_root = str(data.get("path") or "")
+        root, found_here = _dataset_root(path, written_root, folder) if written_root else (
+            folder, None)
         entries = {}
         for split, key in _SPLIT_KEYS.items():
             value = data.get(key)
@@ -142,7 +160,7 @@ class YoloDataset:
         names, keypoints = _class_names(path, data), _keypoint_shape(path, data)
         return cls(path, names, root, entries, keypoints,
                    _keypoint_names(path, data, len(names), keypoints),
-                   "names" if "names" in data else "nc")
+                   "names" if "names" in data else "nc", folder, written_root, found_here)
 
     @classmethod
     def from_classes_file(cls, path: str) -> YoloDataset:
@@ -153,9 +171,23 @@ class YoloDataset:
         root = parent if folder_name == "labels" else folder
         return cls(path, _listed_class_names(path), root, _folder_entries(root), None, {})
 
-    def images(self, only: str | None = None) -> Iterator[tuple[str | None, Iterator[str]]]:
-        """(split, the URIs of its images, in the order listed) per split entry; the split
-        is None for a folder without splits (`only`, --manifest SPLIT=..., where given)."""
+    def home(self, rules: RowRules) -> DatasetRoot:
+        """The folder the dataset's paths stay in; ManifestError where its root (`path`)
+        leaves it."""
+        home = DatasetRoot(self.folder, rules.allow_paths_outside_dataset)
+        if not home.admits(self.root):
+            raise ManifestError(f"{self.path}: path {quoted(self.written_root)} leaves the "
+                                f"YAML's folder {self.folder}: keep the YAML in the "
+                                f"dataset's folder, or pass {OPTION} to read it there")
+        if self.found_here:
+            logging.warning("%s", self.found_here)
+        return home
+
+    def images(self, home: DatasetRoot, only: str | None = None
+               ) -> Iterator[tuple[str | None, Iterator[str | DeadLetter]]]:
+        """(split, the URIs of its images, in the order listed, or dead letters for those
+        outside `home`) per split entry; the split is None for a folder without splits
+        (`only`, --manifest SPLIT=..., where given)."""
         if only is not None and only not in self.entries and None not in self.entries:
             raise ManifestError(f"{self.path} has no {_SPLIT_KEYS[only]!r} entry for "
                                 f"--manifest {only.upper()}=...; it names "
@@ -163,36 +195,54 @@ class YoloDataset:
         for split, entries in self.entries.items():
             if split is None or only in (None, split):
                 yield split or only, (image for entry in entries
-                                      for image in self._entry_images(entry))
+                                      for image in self._entry_images(entry, home))
 
     def relative(self, image: str) -> str:
         """The image's path under the root: what its hashed split is drawn from, the same
         wherever the folder is moved."""
         return image.removeprefix(self.root.rstrip("/") + "/")
 
-    def _entry_images(self, entry: str) -> Iterator[str]:
-        found = self.locate(entry)
+    def _entry_images(self, entry: str, home: DatasetRoot) -> Iterator[str | DeadLetter]:
+        """The images of a split entry, each a dead letter where it leaves `home` (a list's
+        line naming a file elsewhere, a link leading out)."""
+        found = self.locate(entry, home)
         if found.lower().endswith(".txt"):
             folder = storage.split(found)[0]
-            for _, line in numbered_lines(found):
-                yield _resolve(line.strip(), folder)
-        else:
-            yield from sorted(metadata.path for metadata in storage.match(f"{found}/**")
-                              if _is_image(metadata.path))
+            for number, line in numbered_lines(found):
+                image = _resolve(line.strip(), folder)
+                outside = home.outside(image, f"the image {quoted(line.strip())}")
+                yield (DeadLetter(found, number, printable(line), image, "", *outside)
+                       if outside else image)
+            return
+        for image in sorted(metadata.path for metadata in storage.match(f"{found}/**")
+                            if _is_image(metadata.path)):
+            outside = home.outside(image, f"the image {quoted(self.relative(image))}")
+            yield DeadLetter(self.path, 0, image, image, "", *outside) if outside else image
 
-    def locate(self, entry: str) -> str:
-        """A split entry's path; one that is not there fails naming it."""
+    def locate(self, entry: str, home: DatasetRoot) -> str:
+        """A split entry's path, in `home`; one that is not there fails naming it, and one
+        that is there only outside `home` fails naming the option."""
         candidates = [_resolve(entry, self.root)]
         if entry.startswith("../"):
             candidates.append(_resolve(entry[3:], self.root))
-        for candidate in candidates:
+        admitted = [candidate for candidate in candidates if home.admits(candidate)]
+        for candidate in admitted:
             if candidate.lower().endswith(".txt"):
                 if storage.exists(candidate):
                     return candidate
             elif storage.match(f"{candidate}/**", limit=1):
                 return candidate
-        raise ManifestError(f"{self.path}: {entry!r} is neither a folder of images nor a .txt "
-                            f"list of them (looked for {' and '.join(candidates)})")
+        if len(admitted) < len(candidates):
+            raise ManifestError(f"{self.path}: {quoted(entry)} names no folder of images or "
+                                f".txt list in the YAML's folder {self.folder}: keep the "
+                                f"YAML in the dataset's folder, or pass {OPTION} to read "
+                                f"the dataset there (looked for {_looked_for(candidates)})")
+        raise ManifestError(f"{self.path}: {quoted(entry)} is neither a folder of images nor "
+                            f"a .txt list of them (looked for {_looked_for(candidates)})")
+
+
+def _looked_for(candidates: list[str]) -> str:
+    return " and ".join(map(bounded, candidates))
 
 
 def _listed_class_names(path: str) -> tuple[str, ...]:
@@ -430,20 +480,20 @@ def _keypoint_names(path: str, data: dict, classes: int, shape: tuple[int, int] 
     return {class_id: tuple(map(str, names)) for class_id, names in written.items()}
 
 
-def _dataset_root(yaml_path: str, written: str, folder: str) -> str:
+def _dataset_root(yaml_path: str, written: str, folder: str) -> tuple[str, str | None]:
     """`path`: relative to the YAML's folder; where it is not there but is relative to
-    the current directory, there, and the console says so. Ultralytics' own YAMLs
+    the current directory, there, with what the console says of it. Ultralytics' own YAMLs
     (`path: ../datasets/coco8` in ultralytics/cfg/datasets/) mean the current directory:
     check_det_dataset takes `path` as it stands where it exists."""
     root = _resolve(written, folder)
     if storage.exists(root) or not (storage.is_local(yaml_path) and storage.is_local(written)):
-        return root
+        return root, None
     here = normalise_path(os.path.abspath(written))
     if not os.path.isdir(here):
-        return root
-    logging.warning("%s: path %r is not a folder beside the YAML (%s); read from the current "
-                    "directory, as Ultralytics reads it: %s", yaml_path, written, root, here)
-    return here
+        return root, None
+    return here, (f"{yaml_path}: path {quoted(written)} is not a folder beside the YAML "
+                  f"({bounded(root)}); read from the current directory, as Ultralytics reads "
+                  f"it: {bounded(here)}")
 
 
 def _resolve(path: str, folder: str) -> str:
@@ -457,17 +507,18 @@ def _is_image(path: str) -> bool:
     return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def check_yolo(path: str, split: str | None) -> None:
-    """Before the job: data.yaml reads and its entries are there."""
+def check_yolo(path: str, split: str | None, rules: RowRules) -> None:
+    """Before the job: data.yaml reads, its root and entries are there, in its folder."""
     dataset = YoloDataset.load(path)
     if not dataset.entries:
         raise ManifestError(f"{dataset.root}: no image under it for {path}'s classes")
+    home = dataset.home(rules)
     for each, entries in dataset.entries.items():
         if split is None or each in (None, split):
             for entry in entries:
-                dataset.locate(entry)
+                dataset.locate(entry, home)
     if split is not None:
-        next(dataset.images(split))
+        next(dataset.images(home, split))
 
 
 class YoloFormat(InputFormat):
@@ -478,7 +529,7 @@ class YoloFormat(InputFormat):
     boxes_only = True
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
-        check_yolo(source.path, source.split)
+        check_yolo(source.path, source.split, rules)
 
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses:
         """`names` (or `nc`'s class_<i>), or classes.txt's lines: class id i is YOLO's class
