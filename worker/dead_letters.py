@@ -93,7 +93,8 @@ REGISTRY: dict[str, str] = {
     "file_not_found": "the URI names no file (a bucket's 404 included; a URL's is http_404)",
     "read_error": "a directory, no permission, or the storage failed after its retries",
     "empty_file": "the file has zero bytes",
-    "not_an_image": "no Pillow plugin recognises the bytes",
+    "not_an_image": "not in a format the converter reads (JPEG, PNG, GIF, BMP, TIFF, WebP): "
+                    "other formats, EPS included, are never opened",
     "truncated_image": "the data ends before the image does",
     "decompression_bomb": "more pixels than --max_image_pixels, refused before any pixel "
                           "is allocated",
