@@ -380,7 +380,7 @@ class ConvertOptions(PipelineOptions):
         processes = self.worker_processes
         if processes is None and _runs_a_process_per_core(self):
             processes = 1  # isolation, without more busy processes than cores
-        return Workers(processes, self.read_threads, self.decode_timeout)
+        return Workers(processes, self.read_threads, self.decode_timeout, self.max_image_pixels)
 
     def _shard_format(self) -> ShardFormat:
         return shard_format(self.file_format, self.compression)

@@ -5,13 +5,14 @@ downloads inside each worker process and their per-host limit, and the storage p
 
 import json
 import re
+import time
 
 import pytest
 
 from conftest import encode, photo_like, read_examples
 from pipeline import run
 from storage_servers import HOST, Behaviour, ImageServer, free_port
-from worker.downloads import DownloadFailed, DownloadSettings, download
+from worker.downloads import MAX_REDIRECTS, DownloadFailed, DownloadSettings, download
 from worker.inputs.rows import resolve_uri
 
 
@@ -164,3 +165,75 @@ def test_what_is_listed_or_written_at_a_url_is_a_usage_error(flags, problem, tmp
     assert run.main(argv) == run.EXIT_USAGE
     error = capsys.readouterr().err
     assert error.startswith(f"error: {problem}") and error.count("\n") == 1, error
+
+
+def test_a_dripping_body_ends_at_the_deadline_of_its_try(server):
+    """A byte every 0.4 s never stalls for the 1 s timeout; the try ends 3 timeouts after
+    it started, not retried (it held a row for minutes)."""
+    server.files["/img/drip.jpg"] = b"x" * 20  # 8 s at this rate
+    server.behaviours["/img/drip.jpg"] = Behaviour(drip_s=0.4)
+    started = time.monotonic()
+    with pytest.raises(DownloadFailed) as failed:
+        download(f"{server.url}/img/drip.jpg", DownloadSettings(timeout_s=1.0))
+    assert time.monotonic() - started < 4.0
+    assert failed.value.reason == "http_timeout"
+    assert failed.value.message == (f"not all of the body within 3 s (3 x --download_timeout): "
+                                    f"{server.url}/img/drip.jpg")
+    assert len(server.times_asked("/img/drip.jpg")) == 1
+
+
+def test_a_redirect_is_followed_on_its_own_host_only_and_its_body_is_never_the_image(server):
+    good = server.files["/img/good.jpg"]
+    server.files["/img/moved.jpg"] = server.files["/img/stalled.jpg"]  # a redirect's body
+    server.behaviours["/img/moved.jpg"] = Behaviour(location="/img/good.jpg", status=301)
+    assert download(f"{server.url}/img/moved.jpg", DownloadSettings()) == good
+
+    port = server.url.rsplit(":", 1)[1]
+    for elsewhere in (f"http://localhost:{port}/img/good.jpg",  # the same server, by name
+                      f"https://{HOST}:{port}/img/good.jpg"):
+        server.behaviours["/img/moved.jpg"] = Behaviour(location=elsewhere)
+        with pytest.raises(DownloadFailed) as failed:
+            download(f"{server.url}/img/moved.jpg", DownloadSettings())
+        assert failed.value.reason == "http_302"
+        assert failed.value.message == (
+            f"HTTP 302 to {elsewhere}: a redirect to another scheme, host or port is not "
+            f"followed: {server.url}/img/moved.jpg")
+
+    server.files["/img/loop.jpg"] = good
+    server.behaviours["/img/loop.jpg"] = Behaviour(location="/img/loop.jpg")
+    with pytest.raises(DownloadFailed) as failed:
+        download(f"{server.url}/img/loop.jpg", DownloadSettings())
+    assert (failed.value.reason, failed.value.message) == (
+        "http_302", f"more than {MAX_REDIRECTS} redirects: {server.url}/img/loop.jpg")
+    assert len(server.times_asked("/img/loop.jpg")) == MAX_REDIRECTS + 1
+
+
+def test_credentials_in_image_urls_are_in_no_output_or_message(server, tmp_path, capsys):
+    """Userinfo and presigned query strings: the request uses them, the dead letters,
+    receipts, report.html, the examples' image/source_id and the console do not show
+    them."""
+    host = server.url.removeprefix("http://")
+    server.files["/img/good.jpg?X-Amz-Credential=AKIAXYZ&size=s"] = server.files["/img/good.jpg"]
+    good = f"http://reader:hunter2@{host}/img/good.jpg?X-Amz-Credential=AKIAXYZ&size=s"
+    missing = (f"{server.url}/img/missing.jpg?X-Goog-Signature=f00d&sig=c0ffee&token=t0k"
+               f"&AWSAccessKeyId=AKIAXYZ&Signature=5eCret")
+    (tmp_path / "m.csv").write_text(f"train,{good},cat\ntrain,{missing},cat\n")
+    output = tmp_path / "out"
+    assert run.main(["--manifest", str(tmp_path / "m.csv"), "--output_dir", str(output),
+                     "--max_error_fraction", "0.5"]) == 0
+    secrets = ("hunter2", "AKIAXYZ", "f00d", "c0ffee", "t0k", "5eCret")
+    printed = "".join(capsys.readouterr())
+    written = {path: path.read_bytes() for path in output.rglob("*") if path.is_file()}
+    assert output / "report.html" in written
+    for secret in secrets:
+        assert secret not in printed
+        assert [path for path, data in written.items() if secret.encode() in data] == []
+    (letter,) = dead_letters(output).values()
+    assert letter["uri"] == (f"{server.url}/img/missing.jpg?X-Goog-Signature=REDACTED&"
+                             "sig=REDACTED&token=REDACTED&AWSAccessKeyId=REDACTED&"
+                             "Signature=REDACTED")
+    assert letter["message"] == f"HTTP 404: {letter['uri']}"
+    (example,) = read_examples(f"{output}/train-*.tfrecord")
+    assert example.features.feature["image/source_id"].bytes_list.value[0].decode() == (
+        f"http://REDACTED@{host}/img/good.jpg?X-Amz-Credential=REDACTED&size=s")
+    assert server.times_asked("/img/good.jpg?X-Amz-Credential=AKIAXYZ&size=s")  # as written

@@ -35,12 +35,13 @@ REASONS = (
     # The image's segmentation map (worker/masks.py): not one, or not the image's size.
     "invalid_mask",
     "size_mismatch",
-    # A URL (worker/downloads.py): beside these, http_<status> for each HTTP error status.
+    # A URL (worker/downloads.py): beside these, http_<status> for each HTTP error status,
+    # and for a redirect that is not followed (to another host, or too many).
     "http_timeout",        # no answer, or a stalled body, within --download_timeout
     "connection_error",    # refused, reset or cut, after the retries
     "too_large",           # more bytes than --max_download_mb
 )
-_HTTP_STATUS_REASON = re.compile(r"http_[45]\d\d")
+_HTTP_STATUS_REASON = re.compile(r"http_[345]\d\d")
 
 # The formats the converter reads (docs/output/what-is-written.md), as Pillow names them;
 # no other plugin is ever tried. EPS would hand the data to Ghostscript (a program, run on
