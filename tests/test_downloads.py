@@ -14,6 +14,7 @@ from pipeline import run
 from storage_servers import HOST, Behaviour, ImageServer, free_port
 from worker.downloads import MAX_REDIRECTS, DownloadFailed, DownloadSettings, download
 from worker.inputs.rows import resolve_uri
+from worker.redaction import redact_urls, redacted
 
 
 @pytest.fixture
@@ -94,12 +95,16 @@ def test_each_worker_downloads_concurrently_within_its_per_host_limit(tmp_path):
 
 
 def test_a_host_that_does_not_answer_stops_the_run_before_the_job(tmp_path, capsys):
+    """Said naming the URL, without its credentials."""
     uri = f"http://{HOST}:{free_port()}/img/a.jpg"
-    (tmp_path / "m.csv").write_text(f"train,{uri},cat\n")
+    secret = uri.replace("http://", "http://reader:hunter2@") + "?sig=c0ffee"
+    (tmp_path / "m.csv").write_text(f"train,{secret},cat\n")
     assert run.main(["--manifest", str(tmp_path / "m.csv"),
                      "--output_dir", str(tmp_path / "out")]) == run.EXIT_USAGE
     error = capsys.readouterr().err
-    assert error.startswith(f"error: cannot use the storage: {uri}: cannot connect")
+    shown = uri.replace("http://", "http://REDACTED@") + "?sig=REDACTED"
+    assert error.startswith(f"error: cannot use the storage: {shown}: cannot connect")
+    assert "hunter2" not in error and "c0ffee" not in error
 
 
 def test_a_missing_first_url_is_no_storage_problem(server, tmp_path):
@@ -237,3 +242,25 @@ def test_credentials_in_image_urls_are_in_no_output_or_message(server, tmp_path,
     assert example.features.feature["image/source_id"].bytes_list.value[0].decode() == (
         f"http://REDACTED@{host}/img/good.jpg?X-Amz-Credential=REDACTED&size=s")
     assert server.times_asked("/img/good.jpg?X-Amz-Credential=AKIAXYZ&size=s")  # as written
+
+
+@pytest.mark.parametrize("written, shown", [
+    ("https://ghp_t0ken@host/a.jpg", "https://REDACTED@host/a.jpg"),
+    ("https://u:p@h:8080/a.jpg#p@x", "https://REDACTED@h:8080/a.jpg#p@x"),
+    ("https://b.s3.amazonaws.com/a.jpg?X-Amz-Algorithm=AWS4-HMAC-SHA256&x-amz-credential=A%2F1"
+     "&X-Amz-Date=20260101T000000Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host"
+     "&X-Amz-Signature=9f&X-Amz-Security-Token=IQo",
+     "https://b.s3.amazonaws.com/a.jpg?X-Amz-Algorithm=AWS4-HMAC-SHA256&x-amz-credential="
+     "REDACTED&X-Amz-Date=20260101T000000Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host"
+     "&X-Amz-Signature=REDACTED&X-Amz-Security-Token=REDACTED"),
+    ("https://a.blob.core.windows.net/c/a.jpg?sv=2022&se=2026&sp=r&sig=AbC%3D#top",
+     "https://a.blob.core.windows.net/c/a.jpg?sv=2022&se=2026&sp=r&sig=REDACTED#top"),
+    ("https://cdn.test/a.jpg?size=large&sas_token=x&sig=", "https://cdn.test/a.jpg?size=large"
+     "&sas_token=REDACTED&sig="),
+    ("/data/user:pass@photos/a.jpg?sig=1", "/data/user:pass@photos/a.jpg?sig=1"),  # no URL
+])
+def test_redacted_keeps_the_url_but_its_credentials(written, shown):
+    assert redacted(written) == shown
+    assert redacted(shown) == shown
+    assert redact_urls(f"train,{written},cat") == f"train,{shown},cat"
+    assert redact_urls(f"HTTP 404: {written}: gone.") == f"HTTP 404: {shown}: gone."

@@ -25,8 +25,9 @@ _SECRET_PARAMETERS = frozenset({
 # Names that hold one of these words are credentials too (X-Amz-Security-Token, sas_token).
 _SECRET_WORDS = re.compile(r"signature|token|secret|password|credential", re.IGNORECASE)
 # A URL inside free text (a message, a manifest's line): it ends at whitespace, a quote,
-# an angle bracket or a comma (a CSV's next field).
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>,]+")
+# an angle bracket or a comma (a CSV's next field), and not on punctuation that follows
+# it in a sentence ("...?sig=abc: cannot connect").
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>,]*[^\s\"'<>,.:;!?)]")
 
 
 def redacted(uri: str) -> str:
