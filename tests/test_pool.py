@@ -264,7 +264,7 @@ def _package_path() -> dict[str, str]:
 
 
 def test_the_default_holds_as_many_workers_as_memory_holds_largest_images(tmp_path):
-    """A maximum-size image (Pillow's 89.5 Mpx) costs ~1.5 GB in its worker: 8 cores
+    """A maximum-size image (Pillow's 89.5 Mpx) costs ~1.75 GB in its worker: 8 cores
     with 4 GB get 2 workers, not 8; a smaller --max_image_pixels more; never none."""
     gb = 1 << 30
     assert default_process_count(8, 4 * gb, 89_478_485) == 2

@@ -362,10 +362,12 @@ def usable_cores(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
 
 
 # What one worker process holds at its peak, decoding the largest image --max_image_pixels
-# admits: the decode (up to 4 bytes a pixel), the conversion or resize beside it, the
-# re-encoded copy and the thumbnail's reduction, over the process's own Python, Pillow and
-# NumPy. A 89.5-megapixel image (Pillow's default limit) took ~1.5 GB (issue 42).
-PEAK_BYTES_PER_PIXEL = 16
+# admits: the decode (up to 4 bytes a pixel), the conversions beside it (an RGBA image is
+# composited over white for its hash and thumbnail: three more RGBA copies) and the
+# re-encoded copy, over the process's own Python, Pillow and NumPy. An 89.5-megapixel
+# RGBA PNG (Pillow's default limit) peaked at 1.75 GB of resident memory, 1.71 GB of it
+# for the image: 20 bytes a pixel.
+PEAK_BYTES_PER_PIXEL = 20
 WORKER_BASE_BYTES = 128 << 20
 
 
