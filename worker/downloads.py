@@ -60,7 +60,8 @@ class DownloadSettings:
 
     @property
     def deadline_s(self) -> float:
-        """How long one try may take, connecting, redirects and body together."""
+        """How long after a try began its body may still be arriving (the check comes with
+        each read, which may wait timeout_s: a try ends within deadline_s + timeout_s)."""
         return DEADLINE_FACTOR * self.timeout_s
 
 
