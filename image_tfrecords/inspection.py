@@ -18,9 +18,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import tensorflow as tf
-from PIL import Image
 
 from image_tfrecords.output import IMAGE, MASKS, Output
+from worker.images import open_image
 from worker.overlays import DrawnObject, draw_objects
 from worker.summary import FeatureInfo
 
@@ -137,9 +137,9 @@ def _text(value: object) -> str:
 def _overlay(values: dict[str, object]) -> bytes:
     """The image as PNG with each object drawn: its box outlined and labelled, its mask
     tinted, its keypoints dotted, one colour per class id."""
-    image = Image.open(io.BytesIO(values[IMAGE]))
+    image = open_image(values[IMAGE])
     boxes = list(zip(*(values[f"{_BOX}{side}"] for side in ("xmin", "ymin", "xmax", "ymax"))))
-    masks = [np.asarray(Image.open(io.BytesIO(mask))) for mask in values.get(MASKS, [])]
+    masks = [np.asarray(open_image(mask)) for mask in values.get(MASKS, [])]
     xs = values.get(f"{_KEYPOINT}x", [])
     count = len(xs) // len(boxes) if boxes else 0  # keypoints per object
     points = list(zip(xs, values.get(f"{_KEYPOINT}y", []),

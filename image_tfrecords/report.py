@@ -10,16 +10,14 @@ images may be gone; a copy that --dedupe dropped is not in the shards, and shows
 from __future__ import annotations
 
 import heapq
-import io
 import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import tensorflow as tf
-from PIL import Image
 
 from image_tfrecords.output import IMAGE, LABEL_TEXT, Output
-from worker.images import THUMBNAIL_SIDE, thumbnail_of
+from worker.images import THUMBNAIL_SIDE, open_image, thumbnail_of
 from worker.naming import REPORT_FILE
 from worker.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
                                     Pictured, RejectedRow, ReportContent, copy_rank,
@@ -107,7 +105,7 @@ def _negated(rank: bytes) -> bytes:
 
 
 def _thumbnail(image: tf.train.Feature) -> bytes:
-    with Image.open(io.BytesIO(image.bytes_list.value[0])) as stored:
+    with open_image(image.bytes_list.value[0]) as stored:
         stored.draft(None, (THUMBNAIL_SIDE, THUMBNAIL_SIDE))  # JPEGs decode at a scale
         stored.load()
         return thumbnail_of(stored)

@@ -204,7 +204,8 @@ class ConvertOptions(PipelineOptions):
             help="Processes per pipeline process that each write whole shards: read, "
                  "check and encode the shard's images (Pillow only, no TensorFlow) and "
                  "write its files. 0 writes them in the pipeline's own process (no "
-                 "isolation, no --decode_timeout). Default: one per core of the machine; "
+                 "isolation, no --decode_timeout). Default: one per core of the machine, "
+                 "fewer where its memory holds fewer --max_image_pixels decodes; "
                  "one on Dataflow, which already runs an SDK process per vCPU (unless "
                  "--experiments no_use_multiple_sdk_containers).")
         group.add_argument(
@@ -218,8 +219,8 @@ class ConvertOptions(PipelineOptions):
         group.add_argument(
             "--download_timeout", metavar="S", type=float, default=DownloadSettings.timeout_s,
             help="Seconds an image URL (http://, https://) may take to connect, and between "
-                 "two reads of its body; a slower one is retried, then dead-lettered as "
-                 "http_timeout.")
+                 "two reads of its body (a slower one is retried), and 3x this for all "
+                 "of it; then it is dead-lettered as http_timeout.")
         group.add_argument(
             "--download_retries", metavar="N", type=int, default=DownloadSettings.retries,
             help="Tries after the first for an image URL that answers 5xx or 429 "
@@ -385,7 +386,7 @@ class ConvertOptions(PipelineOptions):
         processes = self.worker_processes
         if processes is None and _runs_a_process_per_core(self):
             processes = 1  # isolation, without more busy processes than cores
-        return Workers(processes, self.read_threads, self.decode_timeout)
+        return Workers(processes, self.read_threads, self.decode_timeout, self.max_image_pixels)
 
     def _shard_format(self) -> ShardFormat:
         return shard_format(self.file_format, self.compression)

@@ -37,6 +37,7 @@ from worker.inputs.sources import (ManifestSource, check_sources, class_declarat
                                    find_manifests, one_declaration, read_source,
                                    split_and_path)
 from worker.naming import SUMMARY_FILE
+from worker.redaction import redact_urls
 from worker.splits import SPLITS
 from worker.summary import RunInfo, RunOptions, Summary
 
@@ -65,11 +66,11 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
     `started` (time.time()) is when the command started, for the report's wall time."""
     try:
         convert_and_report(sys.argv[1:] if argv is None else argv, started)
-    except (UsageError, ManifestError) as problem:
-        print(f"error: {problem}", file=sys.stderr)
+    except (UsageError, ManifestError) as problem:  # an image URL's credentials not shown
+        print(f"error: {redact_urls(str(problem))}", file=sys.stderr)
         return EXIT_USAGE
     except (RunFailed, JobFailed) as failed:
-        print(f"error: {failed}", file=sys.stderr)
+        print(f"error: {redact_urls(str(failed))}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 

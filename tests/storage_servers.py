@@ -309,7 +309,8 @@ class Behaviour:
     """How an ImageServer answers one path, the first `times` GETs (None: every one), then
     with the file: `status` (with Retry-After `retry_after`), or `stall_s` seconds of
     silence before answering, or the body `cut` after half of it (then a reset), or
-    `declared` a Content-Length of its own."""
+    `declared` a Content-Length of its own, or the body one byte every `drip_s` seconds,
+    or `location` a redirect there (`status`, else 302) whose body is the file."""
 
     status: int | None = None
     times: int | None = None
@@ -317,6 +318,8 @@ class Behaviour:
     stall_s: float = 0.0
     cut: bool = False
     declared: int | None = None
+    drip_s: float = 0.0
+    location: str | None = None
     hits: int = 0
 
 
@@ -399,6 +402,13 @@ class ImageServer:
 
             def _answer(self, behaviour: Behaviour, acting: bool) -> None:
                 data = server.files.get(self.path)
+                if behaviour.location is not None and acting and data is not None:
+                    self.send_response(behaviour.status or 302)
+                    self.send_header("Location", behaviour.location)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 failing = behaviour.status is not None and acting
                 if data is None or failing:
                     status = behaviour.status if failing else 404
@@ -419,6 +429,18 @@ class ImageServer:
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
+                if behaviour.drip_s and acting:
+                    self._drip(data, behaviour.drip_s)
+                    return
                 self.wfile.write(data)
+
+            def _drip(self, data: bytes, every_s: float) -> None:
+                try:
+                    for byte in data:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(every_s)
+                except OSError:  # the client gave up
+                    self.close_connection = True
 
         return Handler

@@ -5,14 +5,16 @@ downloads inside each worker process and their per-host limit, and the storage p
 
 import json
 import re
+import time
 
 import pytest
 
 from conftest import encode, photo_like, read_examples
 from pipeline import run
 from storage_servers import HOST, Behaviour, ImageServer, free_port
-from worker.downloads import DownloadFailed, DownloadSettings, download
+from worker.downloads import MAX_REDIRECTS, DownloadFailed, DownloadSettings, download
 from worker.inputs.rows import resolve_uri
+from worker.redaction import redact_urls, redacted
 
 
 @pytest.fixture
@@ -93,12 +95,16 @@ def test_each_worker_downloads_concurrently_within_its_per_host_limit(tmp_path):
 
 
 def test_a_host_that_does_not_answer_stops_the_run_before_the_job(tmp_path, capsys):
+    """Said naming the URL, without its credentials."""
     uri = f"http://{HOST}:{free_port()}/img/a.jpg"
-    (tmp_path / "m.csv").write_text(f"train,{uri},cat\n")
+    secret = uri.replace("http://", "http://reader:hunter2@") + "?sig=c0ffee"
+    (tmp_path / "m.csv").write_text(f"train,{secret},cat\n")
     assert run.main(["--manifest", str(tmp_path / "m.csv"),
                      "--output_dir", str(tmp_path / "out")]) == run.EXIT_USAGE
     error = capsys.readouterr().err
-    assert error.startswith(f"error: cannot use the storage: {uri}: cannot connect")
+    shown = uri.replace("http://", "http://REDACTED@") + "?sig=REDACTED"
+    assert error.startswith(f"error: cannot use the storage: {shown}: cannot connect")
+    assert "hunter2" not in error and "c0ffee" not in error
 
 
 def test_a_missing_first_url_is_no_storage_problem(server, tmp_path):
@@ -164,3 +170,97 @@ def test_what_is_listed_or_written_at_a_url_is_a_usage_error(flags, problem, tmp
     assert run.main(argv) == run.EXIT_USAGE
     error = capsys.readouterr().err
     assert error.startswith(f"error: {problem}") and error.count("\n") == 1, error
+
+
+def test_a_dripping_body_ends_at_the_deadline_of_its_try(server):
+    """A byte every 0.4 s never stalls for the 1 s timeout; the try ends 3 timeouts after
+    it started, not retried (it held a row for minutes)."""
+    server.files["/img/drip.jpg"] = b"x" * 20  # 8 s at this rate
+    server.behaviours["/img/drip.jpg"] = Behaviour(drip_s=0.4)
+    started = time.monotonic()
+    with pytest.raises(DownloadFailed) as failed:
+        download(f"{server.url}/img/drip.jpg", DownloadSettings(timeout_s=1.0))
+    assert time.monotonic() - started < 4.0
+    assert failed.value.reason == "http_timeout"
+    assert failed.value.message == (f"not all of the body within 3 s (3 x --download_timeout): "
+                                    f"{server.url}/img/drip.jpg")
+    assert len(server.times_asked("/img/drip.jpg")) == 1
+
+
+def test_a_redirect_is_followed_on_its_own_host_only_and_its_body_is_never_the_image(server):
+    good = server.files["/img/good.jpg"]
+    server.files["/img/moved.jpg"] = server.files["/img/stalled.jpg"]  # a redirect's body
+    server.behaviours["/img/moved.jpg"] = Behaviour(location="/img/good.jpg", status=301)
+    assert download(f"{server.url}/img/moved.jpg", DownloadSettings()) == good
+
+    port = server.url.rsplit(":", 1)[1]
+    for elsewhere in (f"http://localhost:{port}/img/good.jpg",  # the same server, by name
+                      f"https://{HOST}:{port}/img/good.jpg"):
+        server.behaviours["/img/moved.jpg"] = Behaviour(location=elsewhere)
+        with pytest.raises(DownloadFailed) as failed:
+            download(f"{server.url}/img/moved.jpg", DownloadSettings())
+        assert failed.value.reason == "http_302"
+        assert failed.value.message == (
+            f"HTTP 302 to {elsewhere}: a redirect to another scheme, host or port is not "
+            f"followed: {server.url}/img/moved.jpg")
+
+    server.files["/img/loop.jpg"] = good
+    server.behaviours["/img/loop.jpg"] = Behaviour(location="/img/loop.jpg")
+    with pytest.raises(DownloadFailed) as failed:
+        download(f"{server.url}/img/loop.jpg", DownloadSettings())
+    assert (failed.value.reason, failed.value.message) == (
+        "http_302", f"more than {MAX_REDIRECTS} redirects: {server.url}/img/loop.jpg")
+    assert len(server.times_asked("/img/loop.jpg")) == MAX_REDIRECTS + 1
+
+
+def test_credentials_in_image_urls_are_in_no_output_or_message(server, tmp_path, capsys):
+    """Userinfo and presigned query strings: the request uses them, the dead letters,
+    receipts, report.html, the examples' image/source_id and the console do not show
+    them."""
+    host = server.url.removeprefix("http://")
+    server.files["/img/good.jpg?X-Amz-Credential=AKIAXYZ&size=s"] = server.files["/img/good.jpg"]
+    good = f"http://reader:hunter2@{host}/img/good.jpg?X-Amz-Credential=AKIAXYZ&size=s"
+    missing = (f"{server.url}/img/missing.jpg?X-Goog-Signature=f00d&sig=c0ffee&token=t0k"
+               f"&AWSAccessKeyId=AKIAXYZ&Signature=5eCret")
+    (tmp_path / "m.csv").write_text(f"train,{good},cat\ntrain,{missing},cat\n")
+    output = tmp_path / "out"
+    assert run.main(["--manifest", str(tmp_path / "m.csv"), "--output_dir", str(output),
+                     "--max_error_fraction", "0.5"]) == 0
+    secrets = ("hunter2", "AKIAXYZ", "f00d", "c0ffee", "t0k", "5eCret")
+    printed = "".join(capsys.readouterr())
+    written = {path: path.read_bytes() for path in output.rglob("*") if path.is_file()}
+    assert output / "report.html" in written
+    for secret in secrets:
+        assert secret not in printed
+        assert [path for path, data in written.items() if secret.encode() in data] == []
+    (letter,) = dead_letters(output).values()
+    assert letter["uri"] == (f"{server.url}/img/missing.jpg?X-Goog-Signature=REDACTED&"
+                             "sig=REDACTED&token=REDACTED&AWSAccessKeyId=REDACTED&"
+                             "Signature=REDACTED")
+    assert letter["message"] == f"HTTP 404: {letter['uri']}"
+    (example,) = read_examples(f"{output}/train-*.tfrecord")
+    assert example.features.feature["image/source_id"].bytes_list.value[0].decode() == (
+        f"http://REDACTED@{host}/img/good.jpg?X-Amz-Credential=REDACTED&size=s")
+    assert server.times_asked("/img/good.jpg?X-Amz-Credential=AKIAXYZ&size=s")  # as written
+
+
+@pytest.mark.parametrize("written, shown", [
+    ("https://ghp_t0ken@host/a.jpg", "https://REDACTED@host/a.jpg"),
+    ("https://u:p@h:8080/a.jpg#p@x", "https://REDACTED@h:8080/a.jpg#p@x"),
+    ("https://b.s3.amazonaws.com/a.jpg?X-Amz-Algorithm=AWS4-HMAC-SHA256&x-amz-credential=A%2F1"
+     "&X-Amz-Date=20260101T000000Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host"
+     "&X-Amz-Signature=9f&X-Amz-Security-Token=IQo",
+     "https://b.s3.amazonaws.com/a.jpg?X-Amz-Algorithm=AWS4-HMAC-SHA256&x-amz-credential="
+     "REDACTED&X-Amz-Date=20260101T000000Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host"
+     "&X-Amz-Signature=REDACTED&X-Amz-Security-Token=REDACTED"),
+    ("https://a.blob.core.windows.net/c/a.jpg?sv=2022&se=2026&sp=r&sig=AbC%3D#top",
+     "https://a.blob.core.windows.net/c/a.jpg?sv=2022&se=2026&sp=r&sig=REDACTED#top"),
+    ("https://cdn.test/a.jpg?size=large&sas_token=x&sig=", "https://cdn.test/a.jpg?size=large"
+     "&sas_token=REDACTED&sig="),
+    ("/data/user:pass@photos/a.jpg?sig=1", "/data/user:pass@photos/a.jpg?sig=1"),  # no URL
+])
+def test_redacted_keeps_the_url_but_its_credentials(written, shown):
+    assert redacted(written) == shown
+    assert redacted(shown) == shown
+    assert redact_urls(f"train,{written},cat") == f"train,{shown},cat"
+    assert redact_urls(f"HTTP 404: {written}: gone.") == f"HTTP 404: {shown}: gone."

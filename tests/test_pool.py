@@ -16,7 +16,7 @@ from PIL import Image
 import worker
 from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
 from pipeline.options import ConvertOptions
-from worker.pool import ShardPool, Workers, usable_cores
+from worker.pool import ShardPool, Workers, default_process_count, usable_cores, usable_memory
 from worker.records import LabelledRow, ManifestRow
 from worker.run_settings import RunSettings
 from worker.shard_writer import ShardTask, pack_rows, write_shard
@@ -261,3 +261,20 @@ def test_an_image_past_the_time_limit_is_dead_lettered_and_the_rest_written(tmp_
 def _package_path() -> dict[str, str]:
     """The environment, with this checkout's packages importable."""
     return {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(worker.__file__))}
+
+
+def test_the_default_holds_as_many_workers_as_memory_holds_largest_images(tmp_path):
+    """A maximum-size image (Pillow's 89.5 Mpx) costs ~1.75 GB in its worker: 8 cores
+    with 4 GB get 2 workers, not 8; a smaller --max_image_pixels more; never none."""
+    gb = 1 << 30
+    assert default_process_count(8, 4 * gb, 89_478_485) == 2
+    assert default_process_count(8, 4 * gb, 10_000_000) == 8
+    assert default_process_count(8, 1 * gb, 89_478_485) == 1
+    assert default_process_count(2, 64 * gb, 89_478_485) == 2
+    memory_max = tmp_path / "memory.max"
+    memory_max.write_text(f"{2 * gb}\n")  # as docker --memory 2g writes it
+    assert usable_memory((str(memory_max),)) == 2 * gb
+    memory_max.write_text("max\n")
+    assert usable_memory((str(memory_max),)) == os.sysconf("SC_PHYS_PAGES") * os.sysconf(
+        "SC_PAGE_SIZE")
+    assert Workers(max_pixels=10**12).process_count() == 1  # no memory holds 16 TB

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from worker.redaction import redact_urls, redacted
+
 # Reason codes a manifest row can be rejected with before any image is read.
 MALFORMED_ROW = "malformed_row"
 WRONG_COLUMN_COUNT = "wrong_column_count"
@@ -100,7 +102,8 @@ REGISTRY: dict[str, str] = {
     "file_not_found": "the URI names no file (a bucket's 404 included; a URL's is http_404)",
     "read_error": "a directory, no permission, or the storage failed after its retries",
     "empty_file": "the file has zero bytes",
-    "not_an_image": "no Pillow plugin recognises the bytes",
+    "not_an_image": "not in a format the converter reads (JPEG, PNG, GIF, BMP, TIFF, WebP): "
+                    "other formats, EPS included, are never opened",
     "truncated_image": "the data ends before the image does",
     "decompression_bomb": "more pixels than --max_image_pixels, refused before any pixel "
                           "is allocated",
@@ -110,17 +113,17 @@ REGISTRY: dict[str, str] = {
     "decode_timeout": "decoding took longer than --decode_timeout seconds",
     # An image URL (http://, https://), downloaded by the shard writer.
     HTTP_STATUS: "the server answered this HTTP error status (after the retries for 5xx and "
-                 "429; a 4xx is not retried)",
+                 "429; a 4xx is not retried), or a redirect (3xx) that is not followed: to "
+                 "another scheme, host or port, or more in a row than are followed",
     "http_timeout": "no answer, or a stalled body, within --download_timeout, after the "
-                    "retries",
+                    "retries; or a body still arriving 3 x --download_timeout after its "
+                    "try began",
     "connection_error": "the connection was refused, reset or cut, after the retries",
     "too_large": "the body is larger than --max_download_mb",
 }
 
 
-class DeadLetter(NamedTuple):
-    """One rejected manifest row, written as one line of OUTPUT/errors-*.jsonl."""
-
+class _DeadLetterFields(NamedTuple):
     manifest: str
     line: int
     raw: str
@@ -128,6 +131,22 @@ class DeadLetter(NamedTuple):
     split: str
     reason: str
     message: str
+
+
+class DeadLetter(_DeadLetterFields):
+    """One rejected manifest row, written as one line of OUTPUT/errors-*.jsonl.
+
+    Made with its URLs redacted (worker/redaction.py), in the URI, the raw line and the
+    message alike: wherever a dead letter goes (the errors files, receipts, report.html,
+    the console), no credential of an image URL goes with it.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, manifest: str, line: int, raw: str, uri: str, split: str, reason: str,
+                message: str) -> DeadLetter:
+        return super().__new__(cls, manifest, line, redact_urls(raw), redacted(uri), split,
+                               reason, redact_urls(message))
 
     def to_json(self) -> str:
         return json.dumps(self._asdict(), ensure_ascii=False, sort_keys=True)

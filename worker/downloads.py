@@ -5,6 +5,11 @@ connections, a limit of concurrent requests per host, a maximum size, and a User
 naming the project. What still fails is a DownloadFailed with a reason of its own
 (`http_404`, `http_timeout`, `too_large`...), which becomes the row's dead letter.
 
+A server is a stranger: a try ends DEADLINE_FACTOR x the timeout after it started
+however steadily the body drips in, a redirect is followed only on the same scheme, host
+and port (at most MAX_REDIRECTS), and its body is never the image. Messages name the URL
+as worker/redaction.py shows it, without its credentials.
+
 Requests go through one urllib3 PoolManager per process (thread-safe, connections kept
 alive per host); the shard writer's reader threads are what makes them concurrent.
 """
@@ -21,10 +26,18 @@ from importlib import metadata
 
 import urllib3
 
+from worker.redaction import redacted
+
 SCHEMES = ("http://", "https://")
 _BACKOFF_S = 0.5  # before the first retry; doubled for each next one
 _MAX_WAIT_S = 30.0  # the longest pause between two tries, whatever Retry-After says
 _CHUNK = 1 << 16
+# A try still reading its body this many --download_timeout after it started is abandoned
+# (http_timeout, not retried: the server is sending, too slowly). The timeout alone
+# bounds each wait, so a byte every few seconds held a row for minutes.
+DEADLINE_FACTOR = 3
+# Redirects followed in one try, each on the URL's own scheme, host and port.
+MAX_REDIRECTS = 5
 
 
 def version() -> str:
@@ -44,6 +57,12 @@ class DownloadSettings:
     per_host: int = 16  # concurrent requests to one host, per worker process
     threads: int = 32  # a shard's readers when it holds URLs (img2dataset uses many)
     user_agent: str = f"image-tfrecords/{version()} (image dataset converter)"
+
+    @property
+    def deadline_s(self) -> float:
+        """How long after a try began its body may still be arriving (the check comes with
+        each read, which may wait timeout_s: a try ends within deadline_s + timeout_s)."""
+        return DEADLINE_FACTOR * self.timeout_s
 
 
 class DownloadFailed(Exception):
@@ -67,7 +86,7 @@ def download(uri: str, settings: DownloadSettings) -> bytes:
         except _Retryable as problem:
             if attempt == settings.retries:
                 raise DownloadFailed(problem.reason, f"{problem.message} (after "
-                                     f"{attempt + 1} tries): {uri}") from None
+                                     f"{attempt + 1} tries): {redacted(uri)}") from None
             time.sleep(min(_MAX_WAIT_S, problem.wait_s or _BACKOFF_S * 2 ** attempt
                            * random.uniform(1.0, 1.5)))
     raise AssertionError("unreachable")
@@ -77,14 +96,15 @@ def content_length(uri: str, settings: DownloadSettings) -> int:
     """The size a HEAD of `uri` announces; DownloadFailed when it announces none."""
     try:
         with _host_slot(uri, settings):
-            response = _pool().request("HEAD", uri, headers=_headers(settings),
-                                       timeout=_timeout(settings), retries=False)
+            response = _answer("HEAD", uri, settings)
+            response.close()
     except urllib3.exceptions.HTTPError as error:
-        raise DownloadFailed("connection_error", f"{type(error).__name__}: {uri}") from None
+        raise DownloadFailed("connection_error", f"{type(error).__name__}: {redacted(uri)}"
+                             ) from None
     length = response.headers.get("Content-Length")
     if response.status >= 400 or not (length or "").isdigit():
         raise DownloadFailed(f"http_{response.status}", f"HTTP {response.status}, no size: "
-                             f"{uri}")
+                             f"{redacted(uri)}")
     return int(length)
 
 
@@ -94,11 +114,43 @@ class _Retryable(Exception):
         self.reason, self.message, self.wait_s = reason, message, wait_s
 
 
-def _get(uri: str, settings: DownloadSettings) -> bytes:
-    try:
-        response = _pool().request("GET", uri, headers=_headers(settings),
+def _answer(method: str, uri: str, settings: DownloadSettings
+            ) -> urllib3.BaseHTTPResponse:
+    """The response to `method` `uri`, its body unread, after the redirects allowed: on
+    the same scheme, host and port, at most MAX_REDIRECTS. A 3xx's own body is never read
+    (it is the server's page, not the image); one that goes elsewhere is a DownloadFailed
+    http_3xx naming where."""
+    asked = uri
+    for _ in range(MAX_REDIRECTS + 1):
+        response = _pool().request(method, uri, headers=_headers(settings),
                                    timeout=_timeout(settings), retries=False,
-                                   preload_content=False)
+                                   redirect=False, preload_content=False)
+        if not 300 <= response.status < 400:
+            return response
+        response.close()
+        status, location = response.status, response.headers.get("Location")
+        if not location:
+            raise DownloadFailed(f"http_{status}", f"HTTP {status} without a Location: "
+                                 f"{redacted(asked)}")
+        target = urllib.parse.urljoin(uri, location)
+        if _origin(target) != _origin(uri):
+            raise DownloadFailed(f"http_{status}", f"HTTP {status} to {redacted(target)}: "
+                                 "a redirect to another scheme, host or port is not "
+                                 f"followed: {redacted(asked)}")
+        uri = target
+    raise DownloadFailed(f"http_{status}", f"more than {MAX_REDIRECTS} redirects: "
+                         f"{redacted(asked)}")
+
+
+def _origin(uri: str) -> tuple[str, str | None, int | None]:
+    parts = urllib.parse.urlsplit(uri)
+    return parts.scheme.lower(), parts.hostname, parts.port
+
+
+def _get(uri: str, settings: DownloadSettings) -> bytes:
+    deadline = time.monotonic() + settings.deadline_s
+    try:
+        response = _answer("GET", uri, settings)
     except urllib3.exceptions.NewConnectionError as error:  # a TimeoutError subclass too
         raise _Retryable("connection_error", f"cannot connect: {_cause(error)}") from None
     except urllib3.exceptions.TimeoutError:
@@ -112,19 +164,15 @@ def _get(uri: str, settings: DownloadSettings) -> bytes:
             raise _Retryable(f"http_{status}", f"HTTP {status}",
                              _retry_after(response.headers.get("Retry-After")))
         if status >= 400:
-            raise DownloadFailed(f"http_{status}", f"HTTP {status}: {uri}")
+            raise DownloadFailed(f"http_{status}", f"HTTP {status}: {redacted(uri)}")
         declared = response.headers.get("Content-Length")
         if declared and declared.isdigit() and int(declared) > settings.max_bytes:
             raise DownloadFailed("too_large", f"{int(declared):,} bytes, more than the "
-                                 f"{settings.max_bytes:,} allowed (--max_download_mb): {uri}")
-        body = bytearray()
-        for chunk in response.stream(_CHUNK):
-            body += chunk
-            if len(body) > settings.max_bytes:
-                raise DownloadFailed("too_large", f"more than the {settings.max_bytes:,} "
-                                     f"bytes allowed (--max_download_mb): {uri}")
+                                 f"{settings.max_bytes:,} allowed (--max_download_mb): "
+                                 f"{redacted(uri)}")
+        body = _body(response, uri, settings, deadline)
         read_whole = True
-        return bytes(body)
+        return body
     except urllib3.exceptions.TimeoutError:
         raise _Retryable("http_timeout", f"the body stalled for {settings.timeout_s:g} s"
                          ) from None
@@ -135,6 +183,23 @@ def _get(uri: str, settings: DownloadSettings) -> bytes:
             response.release_conn()  # kept alive for the host's next request
         else:  # what is left unread must not be read as the next request's answer
             response.close()
+
+
+def _body(response: urllib3.BaseHTTPResponse, uri: str, settings: DownloadSettings,
+          deadline: float) -> bytes:
+    """The response's body, read as it comes (read1: whatever one read gives, so that a
+    dripping body is seen dripping), until `deadline` or max_bytes."""
+    body = bytearray()
+    while chunk := response.read1(_CHUNK):
+        body += chunk
+        if len(body) > settings.max_bytes:
+            raise DownloadFailed("too_large", f"more than the {settings.max_bytes:,} "
+                                 f"bytes allowed (--max_download_mb): {redacted(uri)}")
+        if time.monotonic() > deadline:
+            raise DownloadFailed("http_timeout", f"not all of the body within "
+                                 f"{settings.deadline_s:g} s ({DEADLINE_FACTOR} x "
+                                 f"--download_timeout): {redacted(uri)}")
+    return bytes(body)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -14,6 +14,7 @@ from worker.example_proto import serialize_example
 from worker.images import PreparedImage
 from worker.masks import box_mask, mask_png
 from worker.records import Box, Keypoints, LabelledRow, ManifestRow
+from worker.redaction import redacted
 from worker.schema import (CATEGORICAL, FLOAT, IMAGE, INTEGER, SEGMENTATION, STRING,
                            ExtraColumn)
 from worker.summary import FeatureInfo
@@ -116,7 +117,7 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
     `extra_images`: the loaded image of each image extra column, by column name.
     `class_map`: its segmentation map's PNG (masks.class_map_png), where it has one.
     """
-    uri = rows[0].row.uri
+    uri = redacted(rows[0].row.uri)  # source_id and filename: no credential of a URL
     labelled = [(label, label_id) for item in rows
                 for label, label_id in zip(item.row.labels, item.label_ids, strict=True)]
     if label_mode != LabelMode.DETECTION:  # each label once, as rows of one image are merged

@@ -25,7 +25,7 @@ REASONS = (
     "file_not_found",      # the URI names no file
     "read_error",          # a directory, no permission, or the filesystem failed
     "empty_file",          # zero bytes
-    "not_an_image",        # no Pillow plugin recognises the bytes
+    "not_an_image",        # not in a format of IMAGE_FORMATS
     "truncated_image",     # the data ends before the image does
     "decompression_bomb",  # width * height above ImageSettings.max_pixels
     "decode_error",        # recognised but undecodable: corrupt data, unsupported variant
@@ -35,13 +35,20 @@ REASONS = (
     # The image's segmentation map (worker/masks.py): not one, or not the image's size.
     "invalid_mask",
     "size_mismatch",
-    # A URL (worker/downloads.py): beside these, http_<status> for each HTTP error status.
+    # A URL (worker/downloads.py): beside these, http_<status> for each HTTP error status,
+    # and for a redirect that is not followed (to another host, or too many).
     "http_timeout",        # no answer, or a stalled body, within --download_timeout
     "connection_error",    # refused, reset or cut, after the retries
     "too_large",           # more bytes than --max_download_mb
 )
-_HTTP_STATUS_REASON = re.compile(r"http_[45]\d\d")
+_HTTP_STATUS_REASON = re.compile(r"http_[345]\d\d")
 
+# The formats the converter reads (docs/output/what-is-written.md), as Pillow names them;
+# no other plugin is ever tried. EPS would hand the data to Ghostscript (a program, run on
+# a stranger's PostScript named .jpg), and the rarer ones are code no dataset needs.
+# JPEG's plugin opens MPO too (a JPEG with extra frames appended, from phones).
+IMAGE_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP")
+_FORMAT_NAMES = "JPEG, PNG, GIF, BMP, TIFF or WebP"
 _JPEG_FORMATS = frozenset({"JPEG", "MPO"})  # MPO: a JPEG with extra frames appended (phones)
 _JPEG_KEPT_MODES = frozenset({"L", "RGB"})  # CMYK/YCCK are the only other modes Pillow opens
 _TRANSPOSING = range(2, 9)  # EXIF orientations that move pixels; others are 1 or invalid
@@ -321,7 +328,7 @@ def _decode(data: bytes, settings: ImageSettings) -> _Decoded:
             reason = _reencode_reason(image, orientation, target, settings)
     except ImageRejected:
         raise
-    except Image.DecompressionBombError as error:  # plugins' own checks (GIF, TIFF tiles, ICO)
+    except Image.DecompressionBombError as error:  # plugins' own checks (GIF, TIFF tiles)
         raise ImageRejected("decompression_bomb", str(error)) from error
     except Exception as error:  # plugins raise OSError, SyntaxError, ValueError, EOFError...
         text = str(error) or type(error).__name__
@@ -336,8 +343,15 @@ def _orientation(image: Image.Image) -> object:
     return image.getexif().get(ExifTags.Base.Orientation, 1)
 
 
+def open_image(data: bytes) -> ImageFile.ImageFile:
+    """Image.open of `data`, trying the plugins of IMAGE_FORMATS only: how every image,
+    mask or thumbnail is opened outside the shard writer's own checks (_open)."""
+    return Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
+
+
 def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:
-    """Image.open, with `max_pixels` checked before any pixel is allocated.
+    """Image.open restricted to IMAGE_FORMATS, with `max_pixels` checked before any pixel
+    is allocated.
 
     Image.open itself applies the process-wide Image.MAX_IMAGE_PIXELS and reports through
     the global warnings machinery; neither can be set per call from a thread pool, so this
@@ -347,7 +361,7 @@ def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:
     file = io.BytesIO(data)
     prefix = data[:16]
     failures, cut_short = [], []
-    for name in list(Image.ID):
+    for name in IMAGE_FORMATS:
         factory, accept = Image.OPEN[name]
         recognised = False
         try:
@@ -374,12 +388,13 @@ def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:
         raise ImageRejected("truncated_image", f"the data ends inside the header "
                             f"({'; '.join(cut_short)})")
     detail = f" ({'; '.join(failures)})" if failures else ""
-    raise ImageRejected("not_an_image", f"not in any image format Pillow reads{detail}")
+    raise ImageRejected("not_an_image", f"not in an image format the converter reads "
+                        f"({_FORMAT_NAMES}){detail}")
 
 
 def load_plugins() -> None:
-    """Imports Pillow's format plugins: the common ones first, so that they are tried
-    first (some plugins have no signature check, and are tried by opening the data)."""
+    """Imports Pillow's format plugins, registering each of IMAGE_FORMATS (the others are
+    imported too, and never tried)."""
     Image.preinit()
     Image.init()
 

@@ -26,7 +26,7 @@ from PIL import Image
 from pycocotools import mask as coco_mask
 
 from worker import dead_letters as reasons
-from worker.images import ImageRejected, PreparedImage
+from worker.images import ImageRejected, PreparedImage, open_image
 from worker.records import Box, Mask
 
 # Pillow's transpose for each EXIF orientation, as ImageOps.exif_transpose turns an image.
@@ -111,7 +111,7 @@ def class_map_png(data: bytes, image: PreparedImage) -> bytes:
     """The segmentation map in `data` for `image` (as prepared), as the PNG to store;
     ImageRejected (invalid_mask, size_mismatch) saying why it cannot be one."""
     try:
-        with Image.open(io.BytesIO(data)) as source:
+        with open_image(data) as source:
             source.load()
             kind, mode, size = source.format, source.mode, source.size
             indices = np.asarray(source.convert("L") if mode == "1" else source)

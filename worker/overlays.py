@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageDraw
 
-from worker.images import THUMBNAIL_QUALITY
+from worker.images import THUMBNAIL_QUALITY, open_image
 from worker.masks import box_mask, mask_pixels
 from worker.records import Box
 
@@ -69,7 +69,7 @@ def draw_objects(image: Image.Image, objects: Iterable[DrawnObject], captions: b
 def drawn_thumbnail(thumbnail: bytes, boxes: Sequence[Box], label_ids: Sequence[int]) -> bytes:
     """report.html's thumbnail (a JPEG) with the example's objects drawn over it; an
     object without a mask, in an example where others have one, is tinted as its box."""
-    with Image.open(io.BytesIO(thumbnail)) as image:
+    with open_image(thumbnail) as image:
         width, height = image.size
         masks = any(box.mask for box in boxes)
         drawn = draw_objects(image, (DrawnObject(

@@ -45,6 +45,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from worker import storage
+from worker.images import ImageSettings
 from worker.shard_writer import Progress
 
 if TYPE_CHECKING:
@@ -92,17 +93,23 @@ class Workers:
 
     processes: worker processes per pipeline process; 0 writes shards in the pipeline's
       own threads (no isolation, no time limit); None, one per core of the machine the
-      pipeline process runs on, found there (a Flink or Spark worker is not the launcher).
+      pipeline process runs on, found there (a Flink or Spark worker is not the launcher),
+      fewer where its memory holds fewer (default_process_count).
     read_threads: threads per shard writer that read its images ahead of the decoding.
     timeout_s: how long one image may take to decode in a worker process.
+    max_pixels: the largest image a worker decodes (--max_image_pixels), what its memory
+      is planned for.
     """
 
     processes: int | None = None
     read_threads: int = 4
     timeout_s: float = 120.0
+    max_pixels: int = ImageSettings().max_pixels
 
     def process_count(self) -> int:
-        return self.processes if self.processes is not None else usable_cores()
+        if self.processes is not None:
+            return self.processes
+        return default_process_count(usable_cores(), usable_memory(), self.max_pixels)
 
 
 class _Failed:
@@ -352,6 +359,41 @@ def usable_cores(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
     except (OSError, ValueError):  # no cgroup v2 here (macOS, cgroup v1): no quota known
         pass
     return cores
+
+
+# What one worker process holds at its peak, decoding the largest image --max_image_pixels
+# admits: the decode (up to 4 bytes a pixel), the conversions beside it (an RGBA image is
+# composited over white for its hash and thumbnail: three more RGBA copies) and the
+# re-encoded copy, over the process's own Python, Pillow and NumPy. An 89.5-megapixel
+# RGBA PNG (Pillow's default limit) peaked at 1.75 GB of resident memory, 1.71 GB of it
+# for the image: 20 bytes a pixel.
+PEAK_BYTES_PER_PIXEL = 20
+WORKER_BASE_BYTES = 128 << 20
+
+
+def default_process_count(cores: int, memory_bytes: int, max_pixels: int) -> int:
+    """The default number of worker processes: one per core, but no more than the memory
+    holds at each one's peak for a `max_pixels` image (at least one)."""
+    peak = WORKER_BASE_BYTES + PEAK_BYTES_PER_PIXEL * max_pixels
+    return max(1, min(cores, memory_bytes // peak))
+
+
+def usable_memory(limits: tuple[str, ...] = ("/sys/fs/cgroup/memory.max",
+                                             "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+                  ) -> int:
+    """The bytes of memory this process's machine has, less under a container's limit
+    (cgroup v2 memory.max, v1 memory.limit_in_bytes: a Kubernetes memory limit, docker
+    --memory)."""
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for path in limits:
+        try:
+            with open(path, encoding="ascii") as file:
+                limit = file.read().strip()
+        except OSError:  # no such cgroup here
+            continue
+        if limit.isdigit():  # v2 says "max" where there is no limit
+            memory = min(memory, int(limit))
+    return memory
 
 
 def _shared_memory_fd() -> int:

@@ -9,6 +9,7 @@ import json
 from typing import NamedTuple
 
 from worker.dead_letters import DeadLetter
+from worker.redaction import redact_urls, redacted
 
 
 class Mask(NamedTuple):
@@ -112,6 +113,11 @@ class ManifestRow(NamedTuple):
     # Studio, LabelMe, Hugging Face): rows of the image from another such file are its
     # objects again, not more of them (the shard writer keeps the first file's).
     listed_whole: bool = False
+
+    def shown(self) -> ManifestRow:
+        """The row as outputs keep it (receipts, reports of copies): its URLs without
+        credentials (worker/redaction.py). The image is read from the row as written."""
+        return self._replace(raw=redact_urls(self.raw), uri=redacted(self.uri))
 
     def dead_letter(self, reason: str, message: str) -> DeadLetter:
         return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,

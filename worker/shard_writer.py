@@ -46,6 +46,7 @@ from worker.masks import class_map_png
 from worker.overlays import drawn_thumbnail
 from worker.records import (Box, ExampleContent, ExampleRef, LabelledRow, ManifestRow,
                             ShardOutcome, ShardWritten)
+from worker.redaction import redacted
 from worker.schema import IMAGE
 
 if TYPE_CHECKING:
@@ -259,11 +260,11 @@ class _ShardWriter:
                 write_record(thumbnails, outcome.thumbnail)
                 image_labels = example_labels(image_rows, settings.label_mode)
                 first = image_rows[0].row
-                content = ExampleContent(tuple(item.row for item in image_rows),
+                content = ExampleContent(tuple(item.row.shown() for item in image_rows),
                                          outcome.source_bytes, outcome.reencoded,
                                          outcome.longest_side)
                 example_keys.append((outcome.sha256, ExampleRef(
-                    task.split, task.shard, examples, first.manifest, first.line, first.uri,
+                    task.split, task.shard, examples, first.manifest, first.line, redacted(first.uri),
                     tuple(image_labels), outcome.perceptual_hash,
                     content if settings.keeps_content else None)))
                 examples += 1

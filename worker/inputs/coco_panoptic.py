@@ -22,18 +22,17 @@ instances file is; each PNG is read once, by the worker process that reads the J
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 
 import numpy as np
-from PIL import Image
 
 from worker import dead_letters as reasons
 from worker import storage
 from worker.chunks import LineRange, ManifestSource
 from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
+from worker.images import open_image
 from worker.inputs.coco import (declared_categories, first_entry, image_row, is_panoptic,
                                 json_items, object_box)
 from worker.inputs.dataset_root import DatasetRoot, quoted
@@ -119,7 +118,7 @@ def _segment_ids(written: str, pngs: DatasetRoot, size: tuple[int, int]
         return outside
     try:
         with storage.open_read(png) as file:
-            image = Image.open(io.BytesIO(file.read()))
+            image = open_image(file.read())
             image = image if image.mode == "RGB" else image.convert("RGB")
             rgb = np.asarray(image, dtype=np.uint32)
     except (OSError, ValueError) as error:  # Pillow's UnidentifiedImageError is an OSError

@@ -23,19 +23,18 @@ it. A folder given to --manifest is read as its .json files.
 from __future__ import annotations
 
 import base64
-import io
 import json
 import math
 from collections.abc import Iterator
 
 import numpy as np
-from PIL import Image
 
 from worker import dead_letters as reasons
 from worker import storage
 from worker.chunks import LineRange, ManifestSource
 from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
+from worker.images import open_image
 from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
                                  region_mask, with_mask)
 from worker.inputs.dataset_root import DatasetRoot, quoted
@@ -181,7 +180,7 @@ def _object_row(row: ManifestRow, shapes: list, rules: RowRules
 def _mask_pixels(encoded: object) -> np.ndarray | None:
     """labelme's mask: a base64 PNG of the region's pixels, true where the object is."""
     try:
-        with Image.open(io.BytesIO(base64.b64decode(str(encoded), validate=True))) as image:
+        with open_image(base64.b64decode(str(encoded), validate=True)) as image:
             return (np.asarray(image.convert("L")) > 0).astype(np.uint8)
     except (ValueError, OSError):
         return None
