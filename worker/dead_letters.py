@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from worker.text_limits import kept
+
 # Reason codes a manifest row can be rejected with before any image is read.
 MALFORMED_ROW = "malformed_row"
 WRONG_COLUMN_COUNT = "wrong_column_count"
@@ -33,6 +35,10 @@ UNSEEN_CATEGORY = "unseen_category"  # a categorical value TRAIN never saw
 DUPLICATE_ROW = "duplicate_row"  # single labels: the image is in the split already
 DUPLICATE_IMAGE = "duplicate_image"  # --dedupe: a byte-identical image is kept
 NEAR_DUPLICATE_IMAGE = "near_duplicate_image"  # --dedupe near: a near-copy is kept
+# Text over worker/text_limits.py's limits, and labels no vocabulary file can hold.
+TEXT_TOO_LONG = "text_too_long"
+TOO_MANY_LABELS = "too_many_labels"
+LABEL_BREAKS_LINES = "label_breaks_lines"
 
 # Every reason a dead letter can give, with what it means: the row reasons above, the image
 # reasons of worker/images.py's REASONS and the image folder's of worker/inputs/folder.py.
@@ -45,12 +51,19 @@ REGISTRY: dict[str, str] = {
                    "characters), not a JSON object, a field that is not a number",
     WRONG_COLUMN_COUNT: "the row has more or fewer fields than its layout",
     INVALID_ENCODING: "the row or line is not valid UTF-8",
+    TEXT_TOO_LONG: "a line over 1 MiB, or a label over 1,000 characters (worker/"
+                   "text_limits.py); the dead letter keeps its first 300 characters and "
+                   "its length",
     MISSING_URI: "the image URI or file name is empty or missing",
     MISSING_LABEL: "the label (or a box's label) is empty or missing",
     INVALID_SPLIT: "the split is not train (training), validation (val, valid, eval, dev), "
                    "test (testing), each also with _set after it, UNASSIGNED, DISCARD or "
                    "empty, or disagrees with the SPLIT= of its --manifest",
     MULTIPLE_LABELS: "several labels where --label_mode single takes one",
+    TOO_MANY_LABELS: "more than 1,000 labels in one row (--label_mode multi)",
+    LABEL_BREAKS_LINES: "a label holding a character that breaks lines (U+2028, \\v, "
+                        "\\x1c...: any str.splitlines splits on), which the vocabulary file, "
+                        "a label a line, cannot hold; the message names it",
     UNSUPPORTED_ANNOTATION: "an annotation of a kind this label mode or format does not "
                             "write (a shape of a kind its reader does not name, video tracks...)",
     INVALID_ANNOTATION: "an annotation file that cannot be read (a VOC XML or LabelMe JSON "
@@ -111,9 +124,7 @@ REGISTRY: dict[str, str] = {
 }
 
 
-class DeadLetter(NamedTuple):
-    """One rejected manifest row, written as one line of OUTPUT/errors-*.jsonl."""
-
+class _DeadLetterFields(NamedTuple):
     manifest: str
     line: int
     raw: str
@@ -121,6 +132,20 @@ class DeadLetter(NamedTuple):
     split: str
     reason: str
     message: str
+
+
+class DeadLetter(_DeadLetterFields):
+    """One rejected manifest row, written as one line of OUTPUT/errors-*.jsonl.
+
+    Its row text and message are bounded (text_limits.kept): whatever a reader copies
+    into them, an over-long one is kept as its excerpt."""
+
+    __slots__ = ()
+
+    def __new__(cls, manifest: str, line: int, raw: str, uri: str, split: str, reason: str,
+                message: str) -> DeadLetter:
+        return super().__new__(cls, manifest, line, kept(raw), uri, split, reason,
+                               kept(message))
 
     def to_json(self) -> str:
         return json.dumps(self._asdict(), ensure_ascii=False, sort_keys=True)
