@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
-from worker.text_limits import kept
+from worker.text_limits import (EXCERPT_CHARS, MAX_LABEL_CHARS, MAX_LABELS_PER_ROW,
+                                MAX_LINE_BYTES, kept)
 
 # Reason codes a manifest row can be rejected with before any image is read.
 MALFORMED_ROW = "malformed_row"
@@ -51,16 +52,17 @@ REGISTRY: dict[str, str] = {
                    "characters), not a JSON object, a field that is not a number",
     WRONG_COLUMN_COUNT: "the row has more or fewer fields than its layout",
     INVALID_ENCODING: "the row or line is not valid UTF-8",
-    TEXT_TOO_LONG: "a line over 1 MiB, or a label over 1,000 characters (worker/"
-                   "text_limits.py); the dead letter keeps its first 300 characters and "
-                   "its length",
+    TEXT_TOO_LONG: f"a line over {MAX_LINE_BYTES >> 20} MiB, or a label over "
+                   f"{MAX_LABEL_CHARS:,} characters; the dead letter keeps its first "
+                   f"{EXCERPT_CHARS} characters and its length",
     MISSING_URI: "the image URI or file name is empty or missing",
     MISSING_LABEL: "the label (or a box's label) is empty or missing",
     INVALID_SPLIT: "the split is not train (training), validation (val, valid, eval, dev), "
                    "test (testing), each also with _set after it, UNASSIGNED, DISCARD or "
                    "empty, or disagrees with the SPLIT= of its --manifest",
     MULTIPLE_LABELS: "several labels where --label_mode single takes one",
-    TOO_MANY_LABELS: "more than 1,000 labels in one row (--label_mode multi)",
+    TOO_MANY_LABELS: f"more than {MAX_LABELS_PER_ROW:,} labels in one row (--label_mode "
+                     "multi)",
     LABEL_BREAKS_LINES: "a label holding a character that breaks lines (U+2028, \\v, "
                         "\\x1c...: any str.splitlines splits on), which the vocabulary file, "
                         "a label a line, cannot hold; the message names it",
