@@ -11,7 +11,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from conftest import convert, encode, photo_like
+from conftest import convert, encode, photo_like, voc_annotation
 from image_tfrecords.output import Output
 from pipeline.cli import verify_main
 from transforms import report_content
@@ -179,6 +179,18 @@ def test_a_declared_class_name_no_label_can_be_is_refused_naming_the_file(tmp_pa
     yaml.write_text(json.dumps({"path": ".", "train": "images/train", "names": ["cat", name]}))
     with pytest.raises(ManifestError, match=f"{yaml}.*(over the limit|U\\+2028)"):
         class_declarations(find_manifests([str(yaml)]))
+
+
+def test_a_voc_class_list_is_split_on_newline_only_and_its_line_breaking_name_refused(
+        tmp_path):
+    """labelmap.txt was split by str.splitlines: `cat<U+2028>dog` declared two classes."""
+    (tmp_path / "Annotations").mkdir()
+    (tmp_path / "Annotations" / "a.xml").write_text(
+        voc_annotation("a.jpg", (64, 48), [("cat", (2, 2, 30, 30), 0, 0)]))
+    (tmp_path / "labelmap.txt").write_text("background:0,0,0::\ncat\u2028dog:1,1,1::\n",
+                                           encoding="utf-8")
+    with pytest.raises(ManifestError, match="labelmap.txt.*U\\+2028 LINE SEPARATOR"):
+        class_declarations(find_manifests([str(tmp_path)]))
 
 
 def test_the_vocabulary_readers_split_on_newline_only(tmp_path):

@@ -15,7 +15,7 @@ tf.Transform, so such a label is refused, and every reader of those files splits
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
 
 MAX_LINE_BYTES = 1 << 20  # one line of a manifest, JSON Lines, metadata or label file
 MAX_LABEL_CHARS = 1_000  # one label, or one class name a file declares
@@ -28,6 +28,7 @@ LINE_BREAKS = {"\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\v": "LINE TABULATIO
                "\f": "FORM FEED", "\x1c": "FILE SEPARATOR", "\x1d": "GROUP SEPARATOR",
                "\x1e": "RECORD SEPARATOR", "\x85": "NEXT LINE",
                "\u2028": "LINE SEPARATOR", "\u2029": "PARAGRAPH SEPARATOR"}
+_LINE_BREAK = re.compile(f"[{''.join(LINE_BREAKS)}]")  # every row's labels are searched
 
 
 def excerpt(text: str, length: int | None = None, unit: str = "characters") -> str:
@@ -45,10 +46,10 @@ def kept(text: str) -> str:
 def line_break_in(text: str) -> str | None:
     """The first line-breaking character of `text`, named (U+2028 LINE SEPARATOR); None
     where it has none."""
-    found = next((char for char in text if char in LINE_BREAKS), None)
+    found = _LINE_BREAK.search(text)
     if found is None:
         return None
-    return f"U+{ord(found):04X} {LINE_BREAKS[found]}"
+    return f"U+{ord(found.group()):04X} {LINE_BREAKS[found.group()]}"
 
 
 def file_lines(text: str) -> list[str]:
