@@ -19,6 +19,7 @@ from worker.file_formats import GFiles, ShardFormat
 from worker.naming import SUMMARY_FILE
 from worker.splits import SPLIT_NAMES, normalise_split
 from worker.summary import FeatureInfo, Summary
+from worker.text_limits import file_lines
 
 # As transforms/labels.py writes them (it imports Beam and tf.Transform);
 # tests/test_output.py checks that they agree.
@@ -103,7 +104,7 @@ class Output:
         """The label vocabulary, read from the transform_fn's asset file (id = line)."""
         path = self.path(f"{VOCABULARY_DIR}/{LABEL_VOCABULARY}")
         with tf.io.gfile.GFile(path, "rb") as file:
-            return file.read().decode().splitlines()
+            return file_lines(file.read().decode())
 
     @property
     def num_classes(self) -> int:

@@ -35,6 +35,7 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".ti
 LOOKAHEAD = 50  # the README: the first 50 lines tell a header from data
 ONE_HOT = "one-hot"  # a layout these tests leave to test_manifest.py
 FIELD_LIMIT = 131_072  # Python's csv.field_size_limit(): a longer field is a malformed row
+LABEL_LIMIT = 1_000  # docs/guides/csv-manifests.md: a longer label is text_too_long
 BOM = b"\xef\xbb\xbf"
 MAIN_NAMES = {name for column in ("split", "uri", "label") for name in _COLUMN_NAMES[column]}
 
@@ -168,6 +169,10 @@ def expected_row(text: str, layout: Layout, folder: str) -> tuple:
         return "dead", "invalid_split"
     if not fields[layout.label]:
         return "dead", "missing_label"
+    if len(fields[layout.label]) > LABEL_LIMIT:
+        return "dead", "text_too_long"
+    if len(f"x{fields[layout.label]}x".splitlines()) > 1:  # a vocabulary file cannot hold it
+        return "dead", "label_breaks_lines"
     resolved = uri if uri.startswith("/") or "://" in uri else os.path.join(folder, uri)
     return "row", split, normalised(resolved), (fields[layout.label],)
 
@@ -215,8 +220,19 @@ def expected_lines(data: bytes, folder: str
 
 HOSTILE = ',"\' \t\r\x00\x07\x0b\x1b\x1c\x7f\x85\xa0\u2028\ufeff|;éß猫🐈/.'
 TEXT = st.text(alphabet=st.sampled_from("abcxyz01" + HOSTILE), max_size=12)
-VALUE = TEXT.map(lambda text: text.replace("\r", "").strip() or "v").map(
-    lambda text: text + "_" if text.lower() in MAIN_NAMES else text)  # not a header name
+
+
+def field_value(text: str) -> str:
+    """A good field: no CR, not blank, not a header name."""
+    text = text.replace("\r", "").strip() or "v"
+    return text + "_" if text.lower() in MAIN_NAMES else text
+
+
+VALUE = TEXT.map(field_value)
+# A good row's label: no character that breaks lines (U+2028, \x0b, \x1c, \x85 in HOSTILE),
+# which a vocabulary file cannot hold; junk rows still carry them.
+LABEL = TEXT.map(lambda text: field_value(
+    "".join(char for char in text if len(f"x{char}x".splitlines()) == 1)))
 URI = st.builds(lambda folder, name, ext: f"{folder}{name}{ext}",
                 st.sampled_from(["", "img/", "a b/", "/abs/", "gs://bucket/"]), VALUE,
                 st.sampled_from([".jpg", ".png"]))
@@ -337,7 +353,7 @@ class Manifest(NamedTuple):
 
 
 @st.composite
-def manifests(draw, uris=URI, labels=VALUE, min_rows=1, max_rows=12, min_copies=0
+def manifests(draw, uris=URI, labels=LABEL, min_rows=1, max_rows=12, min_copies=0
               ) -> Manifest:
     layout, head = draw(header())
     row_layout = layout or AUTOML

@@ -101,11 +101,16 @@ def _sample_rank(ref: ExampleRef) -> int:
 
 def _shard_sample(examples: ShardExamples) -> Iterator[tuple[tuple[str, str], ExampleRef]]:
     """The shard's candidates for the sample of each (split, label): what the sample of
-    all shards can take from it."""
+    all shards can take from it.
+
+    A candidate is its example's place and URI only: the sample shows no labels, and an
+    example with N labels is a candidate N times, each a pickled element of its own, so
+    carrying its labels (or its rows) would make the sample hold N² of them."""
     by_label: dict[tuple[str, str], list[ExampleRef]] = collections.defaultdict(list)
     for _, ref in examples.keys:
+        candidate = ref._replace(labels=(), content=None)
         for label in set(ref.labels):
-            by_label[ref.split, label].append(ref)
+            by_label[ref.split, label].append(candidate)
     for key, refs in by_label.items():
         for ref in heapq.nsmallest(SAMPLE_PER_LABEL, refs, key=_sample_rank):
             yield key, ref

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from apache_beam.io.filesystems import FileSystems
 
 from worker.label_map import LabelMapError, is_gap, read_label_map, vocabulary_of
+from worker.text_limits import file_lines, line_break_in
 
 LABEL_VOCABULARY = "label"  # file name of the vocabulary under transform_fn/assets/
 # Where an earlier output keeps its label vocabulary (tft.TFTransformOutput's layout).
@@ -78,10 +79,14 @@ def read_pinned_vocabulary(given: str, labels_in_data: Callable[[], Iterable[str
         except LabelMapError as problem:
             raise VocabularyError(f"--vocabulary {source}: {problem}") from None
     first_line: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(file_lines(text), start=1):
         label = line.strip()  # as manifest labels are
         if not label:
             raise VocabularyError(f"--vocabulary {source}: line {number} is empty")
+        if breaking := line_break_in(label):
+            raise VocabularyError(f"--vocabulary {source}: line {number}: {label!r} holds "
+                                  f"{breaking}, which no label can hold (rows with it are "
+                                  "dead letters)")
         if label in first_line:
             raise VocabularyError(f"--vocabulary {source}: line {number}: {label!r} "
                                   f"repeats line {first_line[label]}")
@@ -98,8 +103,7 @@ def output_labels(output_dir: str) -> tuple[str, ...] | None:
     if not FileSystems.exists(path):
         return None
     with FileSystems.open(path) as file:
-        lines = file.read().decode().split("\n")
-    return tuple(lines[:-1] if lines and not lines[-1] else lines)
+        return tuple(file_lines(file.read().decode()))
 
 
 def _label_map_vocabulary(text: str, labels_in_data: Callable[[], Iterable[str]]

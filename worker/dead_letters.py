@@ -6,6 +6,8 @@ import json
 from typing import NamedTuple
 
 from worker.redaction import redact_urls, redacted
+from worker.text_limits import (EXCERPT_CHARS, MAX_LABEL_CHARS, MAX_LABELS_PER_ROW,
+                                MAX_LINE_BYTES, kept)
 
 # Reason codes a manifest row can be rejected with before any image is read.
 MALFORMED_ROW = "malformed_row"
@@ -38,6 +40,10 @@ NEAR_DUPLICATE_IMAGE = "near_duplicate_image"  # --dedupe near: a near-copy is k
 # An annotation file's image or label path that leaves its dataset's folder
 # (worker/inputs/dataset_root.py).
 PATH_OUTSIDE_DATASET = "path_outside_dataset"
+# Text over worker/text_limits.py's limits, and labels no vocabulary file can hold.
+TEXT_TOO_LONG = "text_too_long"
+TOO_MANY_LABELS = "too_many_labels"
+LABEL_BREAKS_LINES = "label_breaks_lines"
 
 # Every reason a dead letter can give, with what it means: the row reasons above, the image
 # reasons of worker/images.py's REASONS and the image folder's of worker/inputs/folder.py.
@@ -50,12 +56,20 @@ REGISTRY: dict[str, str] = {
                    "characters), not a JSON object, a field that is not a number",
     WRONG_COLUMN_COUNT: "the row has more or fewer fields than its layout",
     INVALID_ENCODING: "the row or line is not valid UTF-8",
+    TEXT_TOO_LONG: f"a line over {MAX_LINE_BYTES >> 20} MiB, or a label over "
+                   f"{MAX_LABEL_CHARS:,} characters; the dead letter keeps its first "
+                   f"{EXCERPT_CHARS} characters and its length",
     MISSING_URI: "the image URI or file name is empty or missing",
     MISSING_LABEL: "the label (or a box's label) is empty or missing",
     INVALID_SPLIT: "the split is not train (training), validation (val, valid, eval, dev), "
                    "test (testing), each also with _set after it, UNASSIGNED, DISCARD or "
                    "empty, or disagrees with the SPLIT= of its --manifest",
     MULTIPLE_LABELS: "several labels where --label_mode single takes one",
+    TOO_MANY_LABELS: f"more than {MAX_LABELS_PER_ROW:,} labels in one row (--label_mode "
+                     "multi)",
+    LABEL_BREAKS_LINES: "a label holding a character that breaks lines (U+2028, \\v, "
+                        "\\x1c...: any str.splitlines splits on), which the vocabulary file, "
+                        "a label a line, cannot hold; the message names it",
     UNSUPPORTED_ANNOTATION: "an annotation of a kind this label mode or format does not "
                             "write (a shape of a kind its reader does not name, video tracks...)",
     PATH_OUTSIDE_DATASET: "an annotation file's image (or label file) outside its dataset's "
@@ -138,15 +152,17 @@ class DeadLetter(_DeadLetterFields):
 
     Made with its URLs redacted (worker/redaction.py), in the URI, the raw line and the
     message alike: wherever a dead letter goes (the errors files, receipts, report.html,
-    the console), no credential of an image URL goes with it.
+    the console), no credential of an image URL goes with it. Its row text and message
+    are bounded (text_limits.kept): whatever a reader copies into them, an over-long one
+    is kept as its excerpt.
     """
 
     __slots__ = ()
 
     def __new__(cls, manifest: str, line: int, raw: str, uri: str, split: str, reason: str,
                 message: str) -> DeadLetter:
-        return super().__new__(cls, manifest, line, redact_urls(raw), redacted(uri), split,
-                               reason, redact_urls(message))
+        return super().__new__(cls, manifest, line, kept(redact_urls(raw)), redacted(uri),
+                               split, reason, kept(redact_urls(message)))
 
     def to_json(self) -> str:
         return json.dumps(self._asdict(), ensure_ascii=False, sort_keys=True)

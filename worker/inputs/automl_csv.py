@@ -30,7 +30,7 @@ from worker.choices import LabelMode, LeftOut
 from worker.dead_letters import DeadLetter
 from worker.inputs.input_format import InputFormat
 from worker.inputs.boxes import VERTEX_FIELDS, box_row, declared_size, parse_box, pixel_box
-from worker.inputs.lines import LOOKAHEAD, numbered_lines
+from worker.inputs.lines import LOOKAHEAD, LongLine, numbered_lines, short_lines
 from worker.inputs.rows import (DISCARD, DiscardedRow, ManifestError, ManifestItem, RowRules,
                                 has_undecodable_bytes, image_folder, invalid_split,
                                 is_split_value, rejecter, resolve_uri, row_split)
@@ -258,7 +258,7 @@ URI_LABEL_LAYOUT = ColumnLayout(split=None, uri=0, label=1, width=2)  # AutoML w
 def read_header(path: str, rules: RowRules = RowRules()) -> ColumnLayout:
     """Reads only the first rows of a CSV manifest: lets the launcher reject a header it
     cannot map, or rows of another --label_mode's shape, before the job starts."""
-    head = _parsed_rows(itertools.islice(numbered_lines(path), LOOKAHEAD))
+    head = _parsed_rows(itertools.islice(short_lines(path), LOOKAHEAD))
     if not head:
         return AUTOML_LAYOUT
     layout, is_header = ColumnLayout.detect(head[0], path, rules, head[1:])
@@ -276,6 +276,9 @@ def read_csv(path: str, rules: RowRules, split: str | None, lines: LineRange | N
     folder = image_folder(path, rules)
     layout_line, layout, is_header = _csv_layout(path, rules)
     for line, raw in numbered_lines(path, lines):
+        if isinstance(raw, LongLine):
+            yield raw.dead_letter(path, line, split)
+            continue
         if line == layout_line and is_header:
             continue
         yield _parse_row(path, folder, line, raw, _split_fields(raw),
@@ -285,7 +288,7 @@ def read_csv(path: str, rules: RowRules, split: str | None, lines: LineRange | N
 def _csv_layout(path: str, rules: RowRules) -> tuple[float, ColumnLayout, bool]:
     """(the line that sets the layout: the first that parses as CSV, its layout, whether
     it is a header); the lines before it (unparseable) are read with AUTOML_LAYOUT."""
-    lines = numbered_lines(path)
+    lines = short_lines(path)
     head = list(itertools.islice(lines, LOOKAHEAD))  # the header is told by what follows
     for line, raw in itertools.chain(head, lines):
         fields = _split_fields(raw)
@@ -518,7 +521,7 @@ def split_name_columns(path: str, rules: RowRules, rows: int) -> tuple[SplitColu
     whose header names a split column, or when --split_column is given."""
     if rules.split_column is not None:
         return ()
-    head = _parsed_rows(itertools.islice(numbered_lines(path), rows + 1))
+    head = _parsed_rows(itertools.islice(short_lines(path), rows + 1))
     if not head:
         return ()
     header, data = head[0], head[1:]

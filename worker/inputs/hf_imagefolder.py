@@ -31,7 +31,7 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import box_row, declared_size, pixel_box
 from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
-from worker.inputs.lines import numbered_lines
+from worker.inputs.lines import LongLine, numbered_lines, whole_lines
 from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, has_undecodable_bytes,
                                 json_text, printable, rejecter, resolve_uri, row_split)
 from worker.records import Box, ManifestRow
@@ -53,6 +53,9 @@ def read_metadata(path: str, rules: RowRules, split: str | None,
     classes = _ClassNames(declared.labels if declared else ())
     entries = ImageEntries()
     for line, raw, item in _metadata_items(path, lines):
+        if isinstance(item, LongLine):
+            yield item.dead_letter(path, line, split)
+            continue
         reject = rejecter(path, line, raw)
         if has_undecodable_bytes(raw):
             yield reject(reasons.INVALID_ENCODING, "the line is not valid UTF-8")
@@ -73,14 +76,18 @@ def listed_images(path: str) -> set[str]:
 
 
 def _metadata_items(path: str, lines: LineRange | None = None
-                    ) -> Iterator[tuple[int, str, dict | str]]:
+                    ) -> Iterator[tuple[int, str, dict | str | LongLine]]:
     """(line, text, item) for each line of a metadata file, a metadata.csv's header left
-    out; the item is why it cannot be read, where it cannot."""
+    out; the item is why it cannot be read, where it cannot (a LongLine, with itself as
+    its text, where it is too long to be read)."""
     csv_header = _csv_header(path) if _is_csv(path) else None
     for line, raw in numbered_lines(path, lines):
         if csv_header is not None and line == csv_header[0]:
             continue
-        yield line, raw, _csv_item(raw, csv_header[1]) if csv_header else _json_item(raw)
+        if isinstance(raw, LongLine):
+            yield line, raw, raw
+        else:
+            yield line, raw, _csv_item(raw, csv_header[1]) if csv_header else _json_item(raw)
 
 
 class _ClassNames:
@@ -276,7 +283,7 @@ def _is_csv(path: str) -> bool:
 
 def _csv_header(path: str) -> tuple[int, list[str]]:
     """(its line, its column names): the first line of a metadata.csv."""
-    for line, raw in numbered_lines(path):
+    for line, raw in whole_lines(path):
         return line, [name.strip() for name in next(csv.reader([raw]))]
     raise ManifestError(f"{path} is empty")
 

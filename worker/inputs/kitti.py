@@ -36,7 +36,7 @@ from worker.chunks import LineRange, ManifestSource
 from worker.dead_letters import DeadLetter
 from worker.inputs.dataset_root import DatasetRoot
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
-from worker.inputs.lines import numbered_lines
+from worker.inputs.lines import LongLine, numbered_lines, short_lines
 from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
                                 printable)
 from worker.records import Box, ManifestRow
@@ -71,7 +71,7 @@ def _first_file_is_kitti(pattern: str) -> bool:
     """Whether the first non-empty file of a few `pattern` matches starts with a KITTI
     line (an empty label file, an image without objects, says nothing)."""
     for metadata in storage.match(pattern, limit=_FILES_SNIFFED):
-        for _, line in numbered_lines(metadata.path):
+        for _, line in short_lines(metadata.path):
             return is_kitti_line(line)
     return False
 
@@ -135,7 +135,9 @@ def read_kitti(pattern: str, rules: RowRules, split: str | None
             continue
         objects = 0
         for line, raw in numbered_lines(metadata.path):
-            row = _object_row(image._replace(line=line, raw=printable(raw)), raw)
+            row = (raw.dead_letter(metadata.path, line, image.split, uri)
+                   if isinstance(raw, LongLine)
+                   else _object_row(image._replace(line=line, raw=printable(raw)), raw))
             if row is None:
                 dont_care += 1
                 continue

@@ -42,7 +42,7 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import clipped_box
 from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
-from worker.inputs.lines import numbered_lines
+from worker.inputs.lines import LongLine, numbered_lines, whole_lines
 from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
                                 printable, rejecter)
 from worker.records import Box, ManifestRow
@@ -88,7 +88,7 @@ class ClassDescriptions:
     def read(cls, path: str) -> ClassDescriptions:
         names: dict[str, str] = {}
         by_name: dict[str, str] = {}
-        for line, raw in numbered_lines(path):
+        for line, raw in whole_lines(path):
             fields = _fields(raw)
             if line == 1 and fields == _DESCRIPTIONS_HEADER:
                 continue
@@ -115,6 +115,9 @@ def read_open_images(path: str, rules: RowRules, split: str | None,
     images = DatasetRoot(rules.image_dir or _image_folder(path, split),
                          rules.allow_paths_outside_dataset)
     for line, raw in numbered_lines(path, lines):
+        if isinstance(raw, LongLine):
+            yield raw.dead_letter(path, line, split)
+            continue
         if line == header[0]:
             continue
         yield _box_row(path, line, raw, header[1], descriptions, images, split, rules)
@@ -128,7 +131,7 @@ def split_in_name(path: str) -> str | None:
 
 def _header(path: str) -> tuple[int, dict[str, int]]:
     """(its line, column name -> index) of the CSV's first line."""
-    for line, raw in numbered_lines(path):
+    for line, raw in whole_lines(path):
         return line, {name: index for index, name in enumerate(_fields(raw))}
     raise ManifestError(f"{path} is empty")
 

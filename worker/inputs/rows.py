@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import posixpath
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from worker import dead_letters as reasons
@@ -19,6 +19,7 @@ from worker.dead_letters import DeadLetter
 from worker.records import ManifestRow
 from worker.schema import ExtraColumn
 from worker.splits import SPLITS, normalise_split
+from worker.text_limits import MAX_LABEL_CHARS, MAX_LABELS_PER_ROW, excerpt, line_break_in
 
 DISCARD = "discard"  # TFRecorder's split value for rows to leave out
 DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
@@ -214,6 +215,37 @@ def printable(raw: str) -> str:
     """Undecodable bytes as \\xNN escapes, so the dead letter itself is valid UTF-8."""
     return raw.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
+
+def labels_checked(items: Iterable[ManifestItem], rules: RowRules) -> Iterator[ManifestItem]:
+    """`items` with every row whose labels cannot be written a dead letter instead (see
+    labels_problem): one check for every input format."""
+    for item in items:
+        problem = isinstance(item, ManifestRow) and labels_problem(item.labels,
+                                                                   rules.multi_label)
+        yield item.dead_letter(*problem) if problem else item
+
+
+def label_problem(label: str) -> tuple[str, str] | None:
+    """(dead-letter reason, message) where `label` (or a declared class name) cannot be
+    one; None where it can."""
+    if len(label) > MAX_LABEL_CHARS:
+        return reasons.TEXT_TOO_LONG, (f"a label of {len(label):,} characters, over the "
+                                       f"limit of {MAX_LABEL_CHARS:,}: {excerpt(label)!r}")
+    breaking = line_break_in(label)
+    if breaking:
+        return reasons.LABEL_BREAKS_LINES, (
+            f"label {label!r} holds {breaking}: the vocabulary file holds a label a line, "
+            "so no label can break lines")
+    return None
+
+
+def labels_problem(labels: Sequence[str], per_row_limit: bool) -> tuple[str, str] | None:
+    """(dead-letter reason, message) where a row's `labels` cannot be written, or None;
+    `per_row_limit`: whether MAX_LABELS_PER_ROW applies (--label_mode multi)."""
+    if per_row_limit and len(labels) > MAX_LABELS_PER_ROW:
+        return reasons.TOO_MANY_LABELS, (f"{len(labels):,} labels in one row, over the "
+                                         f"limit of {MAX_LABELS_PER_ROW:,}")
+    return next(filter(None, map(label_problem, dict.fromkeys(labels))), None)
 
 
 class ImageEntries:

@@ -31,7 +31,8 @@ from worker.inputs.kitti import KittiFormat, kitti_glob
 from worker.inputs.label_studio import LabelStudioFormat
 from worker.inputs.labelme import LabelMeFormat
 from worker.inputs.open_images import OpenImagesFormat
-from worker.inputs.rows import ManifestError, ManifestItem, RowRules
+from worker.inputs.rows import (ManifestError, ManifestItem, RowRules, label_problem,
+                                labels_checked)
 from worker.inputs.vertex_jsonl import VertexJsonlFormat
 from worker.inputs.voc import VocFormat, xml_glob
 from worker.inputs.yolo import YoloFormat
@@ -188,11 +189,14 @@ def check_sources(sources: Sequence[ManifestSource], rules: RowRules) -> None:
 
 def class_declarations(sources: Sequence[ManifestSource]) -> list[DeclaredClasses | None]:
     """What each source declares (None: no classes); ManifestError for a declaration
-    that cannot give ids: no class, an empty name, or a name that two ids share."""
+    that cannot give ids: no class, an empty name, a name that two ids share, or one no
+    label can be (over the label limit, or breaking lines: see rows.label_problem)."""
     found = [FORMATS[source.format].declared_classes(source) for source in sources]
     for declared in filter(None, found):
         repeated = sorted(name for name, count in Counter(declared.labels).items() if count > 1)
-        problem = (f"{', '.join(map(repr, repeated))} twice" if repeated
+        unlabelled = next(filter(None, map(label_problem, declared.labels)), None)
+        problem = (unlabelled[1] if unlabelled  # first: it bounds what the others quote
+                   else f"{', '.join(map(repr, repeated))} twice" if repeated
                    else "no class" if not declared.labels
                    else "an empty name" if not all(declared.labels) else None)
         if problem:
@@ -232,7 +236,8 @@ def read_source(source: ManifestSource, rules: RowRules = RowRules()
 
 
 def read_chunk(chunk: RowChunk, rules: RowRules) -> Iterator[ManifestItem]:
-    return FORMATS[chunk.source.format].read(chunk.source, rules, chunk.lines)
+    return labels_checked(FORMATS[chunk.source.format].read(chunk.source, rules, chunk.lines),
+                          rules)
 
 
 def read_manifest(path: str, rules: RowRules = RowRules(), split: str | None = None

@@ -15,7 +15,7 @@ from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import box_row, parse_box
 from worker.inputs.input_format import FileHead, InputFormat
-from worker.inputs.lines import LOOKAHEAD, numbered_lines
+from worker.inputs.lines import LOOKAHEAD, LongLine, numbered_lines, short_lines
 from worker.inputs.rows import (ManifestError, RowRules, has_undecodable_bytes, image_folder,
                                 invalid_split, json_text, rejecter, resolve_uri, row_split)
 from worker.records import ManifestRow
@@ -24,6 +24,9 @@ def read_jsonl(path: str, rules: RowRules, split: str | None, lines: LineRange |
                ) -> Iterator[ManifestRow | DeadLetter]:
     folder = image_folder(path, rules)
     for line, raw in numbered_lines(path, lines):
+        if isinstance(raw, LongLine):
+            yield raw.dead_letter(path, line, split)
+            continue
         yield from _parse_jsonl_line(path, folder, line, raw, rules, split)
 
 
@@ -32,7 +35,7 @@ def check_jsonl(path: str, rules: RowRules = RowRules()) -> None:
     for lines of another --label_mode's shape (see jsonl_label_mode_problem). CSV
     manifests get theirs from read_header."""
     items = []
-    for _, raw in itertools.islice(numbered_lines(path), LOOKAHEAD):
+    for _, raw in itertools.islice(short_lines(path), LOOKAHEAD):
         try:
             item = json.loads(raw)
         except ValueError:

@@ -28,6 +28,7 @@ from worker.chunks import LineRange, ManifestSource
 from worker.inputs.boxes import declared_size, pixel_box
 from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
+from worker.inputs.lines import whole_lines
 from worker.inputs.rows import ManifestError, RowRules, assign_split
 from worker.records import Box, ManifestRow
 
@@ -117,10 +118,8 @@ def declared_class_list(pattern: str) -> DeclaredClasses | None:
 
 
 def _read_class_list(path: str) -> DeclaredClasses:
-    with storage.open_read(path) as file:
-        lines = file.read().decode("utf-8-sig").splitlines()
     names = [line.split(":", 1)[0].strip() if path.endswith("labelmap.txt") else line.strip()
-             for line in lines if line.strip() and not line.lstrip().startswith("#")]
+             for _, line in whole_lines(path) if not line.lstrip().startswith("#")]
     if names and names[0].lower() in _BACKGROUND:
         names = names[1:]
     return DeclaredClasses(path, tuple(names))
@@ -142,10 +141,8 @@ def _read_image_sets(root: str, split: str | None) -> dict[str, str] | None:
         if not storage.exists(path):
             continue
         present = True
-        with storage.open_read(path) as text:
-            for line in text.read().decode("utf-8").splitlines():
-                if line.strip():
-                    found.setdefault(line.split()[0], name)
+        for _, line in whole_lines(path):
+            found.setdefault(line.split()[0], name)
     return found if present else None
 
 

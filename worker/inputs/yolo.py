@@ -55,7 +55,7 @@ from worker.choices import LeftOut
 from worker.inputs.boxes import clipped_box, extent, polygon_mask, with_mask
 from worker.inputs.dataset_root import OPTION, DatasetRoot, bounded, quoted
 from worker.inputs.input_format import DeclaredClasses, InputFormat, plain_name
-from worker.inputs.lines import numbered_lines
+from worker.inputs.lines import LongLine, numbered_lines, whole_lines
 from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
                                 normalise_path, printable)
 from worker.records import Box, Keypoints, ManifestRow
@@ -208,7 +208,7 @@ class YoloDataset:
         found = self.locate(entry, home)
         if found.lower().endswith(".txt"):
             folder = storage.split(found)[0]
-            for number, line in numbered_lines(found):
+            for number, line in whole_lines(found):
                 image = _resolve(line.strip(), folder)
                 outside = home.outside(image, f"the image {quoted(line.strip())}")
                 yield (DeadLetter(found, number, printable(line), image, "", *outside)
@@ -248,7 +248,7 @@ def _looked_for(candidates: list[str]) -> str:
 def _listed_class_names(path: str) -> tuple[str, ...]:
     """classes.txt: a class name a line, line i naming class id i (Label Studio's and
     labelImg's); blank lines at its end are no classes."""
-    names = [line.strip() for _, line in numbered_lines(path)]
+    names = [line.strip() for _, line in whole_lines(path)]
     while names and not names[-1]:
         names.pop()
     if not names:
@@ -314,6 +314,9 @@ def _label_rows(label_file: str, image: str, split: str, dataset: YoloDataset,
     any_line = False
     for line, raw in numbered_lines(label_file):
         any_line = True
+        if isinstance(raw, LongLine):
+            yield raw.dead_letter(label_file, line, split, image)
+            continue
         labelled = row._replace(line=line, raw=printable(raw))
         key = " ".join(raw.split())
         if key in seen:
