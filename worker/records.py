@@ -9,6 +9,7 @@ import json
 from typing import NamedTuple
 
 from worker.dead_letters import DeadLetter
+from worker.splits import Split
 
 
 class Mask(NamedTuple):
@@ -144,7 +145,7 @@ class LabelledRow(NamedTuple):
 class ShardWritten(NamedTuple):
     """One shard file written to the temp dir, awaiting its final name."""
 
-    split: str
+    split: Split
     shard: int
     temp_path: str  # no file there when examples is 0
     examples: int
@@ -172,7 +173,7 @@ class ExampleContent(NamedTuple):
 class ExampleRef(NamedTuple):
     """Where one written example is, and the first of the rows it came from."""
 
-    split: str
+    split: Split
     shard: int
     position: int  # record index in the shard's temp file
     manifest: str
