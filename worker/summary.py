@@ -147,7 +147,9 @@ class RunInfo(_Record):
 
 class Summary(RunInfo):
     """summary.json: what one run wrote, and the accounting that every row read is an
-    example, a dead letter or a row discarded on purpose."""
+    example, a dead letter or a row discarded on purpose. A FileName is a file's name in
+    the output folder (one with a `..` or empty part, absolute, a URL, a backslash or a
+    control character is refused when read); a Split is train, validation or test."""
 
     finished_at: str = ""
     run_id: str = ""  # the run's id (worker/naming.py): a retried publish step knows its own output
