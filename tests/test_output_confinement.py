@@ -35,7 +35,7 @@ READERS = {
 
 
 @pytest.fixture(scope="module")
-def elsewhere(sample_outputs, tmp_path_factory):
+def output_with_elsewhere(sample_outputs, tmp_path_factory):
     """A copy of the sample output, and beside it a folder `elsewhere` holding what its
     crafted names point at: the output's own files, which a reader would take."""
     root = tmp_path_factory.mktemp("confined")
@@ -59,28 +59,30 @@ def crafted(output, place, name) -> None:
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("case", CRAFTED)
 def test_a_name_leaving_the_output_is_refused_naming_summary_json_and_the_entry(
-        elsewhere, tmp_path, capsys, reader, case):
+        output_with_elsewhere, tmp_path, capsys, reader, case):
+    output = output_with_elsewhere
     place, name, entry = CRAFTED[case]
-    original = (elsewhere / "summary.json").read_text()
+    original = (output / "summary.json").read_text()
     try:
-        crafted(elsewhere, place, name)
-        assert READERS[reader](elsewhere, tmp_path) != 0
+        crafted(output, place, name)
+        assert READERS[reader](output, tmp_path) != 0
     finally:
-        (elsewhere / "summary.json").write_text(original)
+        (output / "summary.json").write_text(original)
     error = capsys.readouterr().err
-    assert f"{elsewhere}/summary.json" in error and entry in error, error
+    assert f"{output}/summary.json" in error and entry in error, error
     assert not (tmp_path / "look").exists()
 
 
-def test_load_refuses_a_shard_outside_the_output(elsewhere):
-    original = (elsewhere / "summary.json").read_text()
+def test_load_refuses_a_shard_outside_the_output(output_with_elsewhere):
+    output = output_with_elsewhere
+    original = (output / "summary.json").read_text()
     try:
-        crafted(elsewhere, SHARD, "../elsewhere/train.tfrecord")
+        crafted(output, SHARD, "../elsewhere/train.tfrecord")
         with pytest.raises(ValueError, match=r"summary.json(.|\n)*splits.train.shards.0.file"
                                              r"(.|\n)*'\.\./elsewhere/train.tfrecord'"):
-            image_tfrecords.load(str(elsewhere))
+            image_tfrecords.load(str(output))
     finally:
-        (elsewhere / "summary.json").write_text(original)
+        (output / "summary.json").write_text(original)
 
 
 @pytest.mark.parametrize("name", ["..", "a/../..", "/etc/passwd", "gs://bucket/x", "http:x",
@@ -91,6 +93,7 @@ def test_the_one_rule_refuses_every_name_that_is_not_plainly_in_the_folder(name)
 
 
 @pytest.mark.parametrize("name", ["train-00000-of-00002.tfrecord", "transform_fn/assets/label",
-                                  "errors-00000-of-00001.jsonl", "transform_fn/assets/a:b", "é x.txt"])
+                                  "errors-00000-of-00001.jsonl", "transform_fn/assets/a:b",
+                                  "é x.txt"])
 def test_the_names_an_output_holds_pass(name):
     assert confined_name(name) == name
