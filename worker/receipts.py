@@ -70,8 +70,10 @@ class ShardReceipt(NamedTuple):
         split one of SPLITS), its files' names resolved in `temp_dir`; ValueError (its
         UnconfinedName included) otherwise."""
         fields = json.loads(data)
-        if not isinstance(fields, dict) or fields.pop("version", None) != _VERSION:
-            raise ValueError(f"not a receipt of layout {_VERSION}")
+        if not isinstance(fields, dict):
+            raise ValueError("not a JSON object")
+        if (version := fields.pop("version", None)) != _VERSION:
+            raise ValueError(f"layout {version!r}, not {_VERSION}")
         receipt = _RECEIPT.validate_python(fields)
         written = receipt.outcome.written
         return receipt._replace(
