@@ -5,6 +5,11 @@ Each image key's stored bytes become an image file (extension from its bytes), a
 each instance mask (`image/object/mask`); the other features are one row each of
 DIR/records.csv (lists joined by `|`), and an example with boxes (`image/object/bbox/*`)
 also gets a PNG with its objects drawn: boxes and label texts, masks and keypoints.
+
+records.csv is opened in spreadsheets, and its texts come from the dataset: a text cell
+starting with `=`, `+`, `-`, `@`, a tab or a carriage return gets a leading `'`, so that
+no spreadsheet takes it for a formula (OWASP's CSV injection guidance). Numbers are
+written as they are.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ _BOX = "image/object/bbox/"
 _BOX_TEXT = "image/object/class/text"
 _BOX_LABEL = "image/object/class/label"
 _KEYPOINT = "image/object/keypoint/"
+# What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection").
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def inspect_split(output_dir: str, split: str, count: int, out_dir: str) -> list[str]:
@@ -44,7 +51,8 @@ def inspect_split(output_dir: str, split: str, count: int, out_dir: str) -> list
             itertools.islice(_records(output, split), count)):
         values = _values(tf.train.Example.FromString(record), features)
         stem = _stem(index, values)
-        row: dict[str, object] = {"record": index, "shard": shard, "shard_record": position}
+        row: dict[str, object] = {"record": index, "shard": _cell(shard),
+                                  "shard_record": position}
         for key, value in values.items():
             if key in output.image_keys:
                 name = stem if key == IMAGE else f"{stem}-{_safe(key.removesuffix('/encoded'))}"
@@ -53,14 +61,16 @@ def inspect_split(output_dir: str, split: str, count: int, out_dir: str) -> list
                 row[key] = "|".join(_write(out_dir, f"{stem}-mask-{number}.png", mask, written)
                                     for number, mask in enumerate(value))
             else:
-                row[key] = "|".join(_text(item) for item in value) \
+                text = "|".join(_text(item) for item in value) \
                     if features[key].list else _text(value)
+                row[key] = _cell(text) if features[key].dtype == "bytes" else text
         if "overlay" in columns:
             row["overlay"] = _write(out_dir, f"{stem}-boxes.png", _overlay(values), written)
         rows.append(row)
     table = io.StringIO()
-    writer = csv.DictWriter(table, columns, lineterminator="\n")
-    writer.writeheader()
+    # Lines end in \r\n (RFC 4180's): a text holding a \r is quoted, as one holding \n is.
+    writer = csv.DictWriter(table, columns)
+    writer.writerow({column: _cell(column) for column in columns})  # keys: summary.json's
     writer.writerows(rows)
     _write(out_dir, CSV_FILE, table.getvalue().encode(), written)
     return written
@@ -132,6 +142,11 @@ def _text(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
+
+
+def _cell(text: str) -> str:
+    """A text as a CSV cell no spreadsheet runs as a formula."""
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
 
 
 def _overlay(values: dict[str, object]) -> bytes:

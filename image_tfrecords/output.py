@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from worker.choices import LabelMode, UnseenLabel
 from worker.file_formats import GFiles, ShardFormat
-from worker.naming import SUMMARY_FILE
+from worker.naming import SUMMARY_FILE, confined_name
 from worker.splits import SPLIT_NAMES, normalise_split
 from worker.summary import FeatureInfo, Summary
 from worker.text_limits import file_lines
@@ -78,8 +78,9 @@ class Output:
         return cls(directory, summary)
 
     def path(self, name: str) -> str:
-        """A file in the output folder (a local path or a gs:// URI)."""
-        return f"{self.directory}/{name}"
+        """A file in the output folder (a local path or a gs:// URI); UnconfinedName for
+        a name that would leave it (summary.json's names are checked as it is read)."""
+        return f"{self.directory}/{confined_name(name)}"
 
     @property
     def features(self) -> dict[str, FeatureInfo]:

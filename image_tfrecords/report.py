@@ -5,6 +5,9 @@ changed. The numbers are summary.json's; the sample, the copies and the dead let
 the ones the pipeline picks (report_page's ranks), read from the output's own files in
 one pass over the shards. Thumbnails come from the stored images here, as the source
 images may be gone; a copy that --dedupe dropped is not in the shards, and shows none.
+Each line of the lists is read as the typed record the pipeline writes: a line that is
+not one (not JSON, a field missing or of another kind) is a ValueError naming the file
+and the line, never a traceback.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+import pydantic
 import tensorflow as tf
+from typing_extensions import NotRequired, TypedDict
 
 from image_tfrecords.output import IMAGE, LABEL_TEXT, Output
 from worker.images import THUMBNAIL_SIDE, open_image, thumbnail_of
@@ -27,11 +32,40 @@ _T = TypeVar("_T")
 _Shown = tuple[str, str]  # (split, uri): an example the page pictures
 
 
+# The fields of the lists' lines the page shows (the pipeline writes more), typed.
+# (typing_extensions' TypedDict: pydantic needs it before Python 3.12.)
+class _Example(TypedDict):
+    uri: str
+    split: str
+    labels: list[str]
+    manifest: str
+    line: int
+
+
+class _CopyLine(TypedDict):  # a line of duplicates-*.jsonl or near_duplicates-*.jsonl
+    kept: _Example
+    copy: _Example
+    distance: NotRequired[int]  # near-copies'
+
+
+class _DeadLetterLine(TypedDict):  # a line of errors-*.jsonl (worker/dead_letters.py)
+    manifest: str
+    line: int
+    uri: str
+    reason: str
+    message: str
+
+
+_COPY_LINE = pydantic.TypeAdapter(_CopyLine)
+_DEAD_LETTER_LINE = pydantic.TypeAdapter(_DeadLetterLine)
+
+
 def rebuild_report(output_dir: str) -> str:
     """Writes OUTPUT/report.html and returns its path."""
     output = Output.read(output_dir)
     summary = output.summary
-    copies = {kind: _first(_json_lines(output, found.files), PAIRS_SHOWN, _copy_rank)
+    copies = {kind: _first(_json_lines(output, found.files, _COPY_LINE), PAIRS_SHOWN,
+                           _copy_rank)
               for kind, found in (("duplicates", summary.duplicates),
                                   ("near_duplicates", summary.near_duplicates))}
     wanted = {(image["split"], image["uri"])
@@ -45,7 +79,7 @@ def rebuild_report(output_dir: str) -> str:
                         thumbnails.get(shown))
 
     rejected: dict[str, list[dict[str, Any]]] = {}
-    for dead in _json_lines(output, summary.errors.files):
+    for dead in _json_lines(output, summary.errors.files, _DEAD_LETTER_LINE):
         rejected.setdefault(dead["reason"], []).append(dead)
     content = ReportContent(
         samples=samples,
@@ -116,12 +150,29 @@ def _records(output: Output, split: str) -> Iterator[bytes]:
         yield from output.read_shard(path)
 
 
-def _json_lines(output: Output, files: Iterable[str]) -> Iterator[dict[str, Any]]:
+def _json_lines(output: Output, files: Iterable[str], record: pydantic.TypeAdapter
+                ) -> Iterator[dict[str, Any]]:
+    """Each line of the files, as `record` types it; ValueError naming the file and line
+    of one that is not such a record."""
     for name in files:
         with tf.io.gfile.GFile(output.path(name), "rb") as file:
-            for line in file:
+            for number, line in enumerate(file, 1):
                 if line.strip():
-                    yield json.loads(line)
+                    yield _typed_line(record, line, f"{name} line {number}")
+
+
+def _typed_line(record: pydantic.TypeAdapter, line: bytes, where: str) -> dict[str, Any]:
+    try:
+        return record.validate_python(json.loads(line))
+    except json.JSONDecodeError as problem:
+        raise ValueError(f"{where}: not JSON ({problem.msg})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: not UTF-8 text") from None
+    except pydantic.ValidationError as problem:
+        first = problem.errors()[0]
+        field = ".".join(map(str, first["loc"])) or "the line"
+        raise ValueError(f"{where}: not a line image-tfrecords writes ({field}: "
+                         f"{first['msg']})") from None
 
 
 def _first(items: Iterable[_T], count: int, rank: Callable[[_T], Any]) -> list[_T]:

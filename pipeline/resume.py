@@ -5,8 +5,9 @@ from: the manifests' contents (or the image folder's listing), the pinned vocabu
 the classes the input declares), the options that change what is written, and the
 versions. `--resume` reuses the newest stopped run's folder whose fingerprint is this
 run's, and the shard writer then reuses every shard whose receipt vouches for it
-(transforms/shard_receipts.py). A stopped run made from anything else is refused, in one
-line that says what differs: its shards would not be this run's.
+(worker/receipts.py, which refuses a receipt naming a file outside the run's folder); a
+folder whose name is not a run id is no stopped run's. A stopped run made from anything
+else is refused, in one line that says what differs: its shards would not be this run's.
 """
 
 from __future__ import annotations
@@ -161,6 +162,8 @@ def _stopped_runs(output_dir: str) -> list[tuple[str, Fingerprint]]:
     for metadata in FileSystems.match(
             [FileSystems.join(naming.every_temp_dir(output_dir), RUN_FILE)])[0].metadata_list:
         run_id = naming.run_id_of(metadata.path.rsplit("/", 1)[0])
+        if not naming.is_run_id(run_id):  # not a run's folder: its id names other folders
+            continue
         with FileSystems.open(metadata.path) as file:
             try:
                 found.append((metadata.last_updated_in_seconds, run_id,

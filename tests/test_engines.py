@@ -194,8 +194,8 @@ def test_a_stopped_engine_run_resumes_reusing_its_finished_shards(engine, sample
     stopped = pipeline("worker.receipts", "write_receipt", "after", "4", *argv,
                        temp=tmp_path, script=(str(STOP_AT),))
     assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-3000:]
-    receipts = [ShardReceipt.from_json(path.read_bytes()).outcome.written
-                for path in output.glob(".tmp-*/receipts/*.receipt.json")]
+    receipts = [ShardReceipt.from_json(path.read_bytes(), str(path.parent.parent))
+                .outcome.written for path in output.glob(".tmp-*/receipts/*.receipt.json")]
     assert len(receipts) == 4
     reused = sum(1 for written in receipts if written.examples)
     shards = sum(1 for name in reference if name.endswith(".tfrecord"))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import BOX_ROWS, read_examples, shard_pattern
+from conftest import BOX_ROWS, copy_output, read_examples, rewrite_records, shard_pattern
 from worker.overlays import COLOURS
 from pipeline.cli import inspect_main
 
@@ -89,3 +89,18 @@ def test_inspecting_into_a_folder_of_other_files_is_a_usage_error(tfrecord_outpu
     assert inspect_main([str(tfrecord_output), "--out", str(tmp_path)]) == 2
     assert f"--out {tmp_path} holds files inspect did not write" in capsys.readouterr().err
     assert [path.name for path in tmp_path.iterdir()] == ["mine.txt"]
+
+
+def test_texts_a_spreadsheet_would_take_for_formulas_are_neutralised(tfrecord_output, tmp_path):
+    """OWASP's CSV injection guidance: a cell starting with =, +, -, @, a tab or a carriage
+    return gets a leading ' (the dataset's texts are a stranger's)."""
+    output = copy_output(tfrecord_output, tmp_path / "out")
+    formulas = ["=HYPERLINK(\"http://x\")", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(1)",
+                "\t=1", "\r=1"]
+    texts = iter(formulas)
+    for shard in sorted(output.glob("validation-*.tfrecord")):
+        rewrite_records(shard, lambda _, example: example.features.feature[
+            "image/filename"].bytes_list.value.__setitem__(0, next(texts).encode()))
+    rows = inspect(output, tmp_path / "look", "--split", "validation")
+    assert [row["image/filename"] for row in rows] == ["'" + text for text in formulas]
+    assert all(not row["image/height"].startswith("'") for row in rows)  # numbers as they are

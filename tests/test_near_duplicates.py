@@ -19,7 +19,7 @@ from conftest import convert, encode, feature, read_examples
 from pipeline import run
 from transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
 from worker.copies import HASH_BITS
-from worker.naming import receipt_path
+from worker.naming import receipt_path, shard_path
 from worker.pool import Workers
 from worker.receipts import ShardReceipt, write_receipt
 from worker.records import ExampleRef, ShardExamples, ShardOutcome, ShardWritten
@@ -207,7 +207,8 @@ def with_receipts(temp_dir, keyed):
     for sha, example in keyed:
         by_shard[example.split, example.shard].append((sha, example))
     for (split, shard), keys in by_shard.items():
-        written = ShardWritten(split, shard, "", len(keys), len(keys), 0, 0, {}, {}, {}, {}, {})
+        written = ShardWritten(split, shard, shard_path(str(temp_dir), split, shard, ".tfrecord"),
+                               len(keys), len(keys), 0, 0, {}, {}, {}, {}, {})
         write_receipt(receipt_path(str(temp_dir), split, shard),
                       ShardReceipt("", ShardOutcome(written, (), tuple(keys)), ()))
     return [ShardExamples(split, shard, tuple(keys)) for (split, shard), keys in by_shard.items()]

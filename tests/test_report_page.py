@@ -245,3 +245,21 @@ def test_objects_left_out_are_counted_by_shape_under_the_accounting(tmp_path):
     assert {path: text for path, text in shown.items() if path[0] == "objects_left_out"} == {
         ("objects_left_out", "points"): "1", ("objects_left_out", "polyline"): "3"}
     assert shown[("rows_discarded",)] == "4"
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ('{"manifest": "m.csv", "line": 3, "uri": "a.jpg", "message": "no"}', "reason: Field required"),
+    ('{"manifest": "m.csv", "line": "three", "uri": "a.jpg", "reason": "r", "message": "no"}',
+     "line: Input should be a valid integer"),
+    ('["m.csv", 3]', "the line: Input should be a valid dictionary"),
+    ('{"manifest": "m.csv", "line": 3,', "not JSON"),
+], ids=["no reason", "line not a number", "not an object", "not JSON"])
+def test_a_dead_letter_line_that_is_not_one_is_named_not_a_traceback(tfrecord_output, tmp_path,
+                                                                     capsys, line, why):
+    output = shutil.copytree(tfrecord_output, tmp_path / "out")
+    (errors,) = output.glob("errors-*.jsonl")
+    lines = errors.read_text().splitlines()
+    errors.write_text("\n".join([lines[0], line, *lines[1:]]) + "\n")
+    assert report_main([str(output)]) == 1
+    error = capsys.readouterr().err
+    assert f"error: {output}: {errors.name} line 2: " in error and why in error, error

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import download, encode, photo_like, put
-from pipeline import run
+from pipeline import resume, run
 from test_reliability import published
 
 STOP_AT = Path(__file__).parent.parent / "bench" / "stop_at.py"
@@ -192,3 +192,13 @@ def test_a_run_stopped_while_writing_to_a_bucket_resumes_to_the_same_output(
     assert "resumed: 2 of 3 shards reused" in printed
     download(output, tmp_path / "resumed")
     same_output(tmp_path / "resumed", reference)
+
+
+def test_only_a_folder_named_by_a_run_id_is_a_stopped_run(tmp_path):
+    """A folder of another name (`.tmp-*`, whose name is a glob of every run's) is not
+    resumed, whatever its run.json says."""
+    recorded = resume.Fingerprint(sources={}, options={}, versions={}).model_dump_json()
+    for name in (".tmp-0123456789ab", ".tmp-*", ".tmp-..", ".tmp-x y"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text(recorded)
+    assert [run_id for run_id, _ in resume._stopped_runs(str(tmp_path))] == ["0123456789ab"]

@@ -20,10 +20,16 @@ and, until it publishes, what it writes in its temp folder <temp> = OUTPUT/.tmp-
     <temp>/parts/thumbnails/train-00003-0001.records
     <temp>/receipts/train-00003.receipt.json        the shard's receipt
     <temp>/receipts/train-00003-0001.receipt.json   its part's
+
+A name read back from a file in the output (summary.json's shards and lists, a receipt's
+files) is confined to its folder (confined_name): the output folder may be a bucket
+others can write to, and a name such as `../../elsewhere/x`, `/etc/x` or `http://host/x`
+would have a reader read, or a resumed run write, outside it.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from worker import storage
@@ -47,6 +53,32 @@ RECEIPTS_DIR = "receipts"
 THUMBNAILS_DIR = "thumbnails"
 PARTS_DIR = "parts"
 PART_SUFFIX = ".records"  # TFRecord framing, whatever the shards' format
+
+
+# A URL's or another filesystem's scheme (http:, gs:, s3:, hdfs:...), or a Windows drive.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_RUN_ID = re.compile(r"^[0-9a-f]{12}$")  # new_run_id's
+
+
+class UnconfinedName(ValueError):
+    """A name read from a file in the output that would leave its folder."""
+
+
+def confined_name(name: str) -> str:
+    """`name` as it is, where it names a file under the folder it was read from: a
+    relative path of plain names joined by `/`. UnconfinedName otherwise: an absolute
+    path, a URL or other scheme, an empty, `.` or `..` part, a backslash (a separator on
+    Windows) or a control character. The one rule for every name read from the output."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or _SCHEME.match(name):
+        raise UnconfinedName(f"{name!r} is not a name in the folder (an absolute path or "
+                             "a URL)")
+    if any(part in ("", ".", "..") for part in parts) or any(
+            char == "\\" or ord(char) < 0x20 or ord(char) == 0x7f for char in name):
+        raise UnconfinedName(f"{name!r} leaves the folder or is not a plain name "
+                             "(an empty, '.' or '..' part, a backslash or a control "
+                             "character)")
+    return name
 
 
 def _stem(split: str, shard: int, part: int | None) -> str:
@@ -84,6 +116,17 @@ def temp_dir(output_dir: str, run_id: str) -> str:
 def run_id_of(temp_dir: str) -> str:
     """The run id whose temp folder `temp_dir` is."""
     return temp_dir.rstrip("/").rsplit("/", 1)[-1].removeprefix(TEMP_PREFIX)
+
+
+def is_run_id(text: str) -> bool:
+    """Whether `text` is a run id new_run_id gives (a folder named otherwise is not a
+    run's)."""
+    return bool(_RUN_ID.match(text))
+
+
+def temp_dir_of_receipt(path: str) -> str:
+    """The temp folder of the run whose receipt is at `path` (receipt_path's)."""
+    return path.rsplit("/", 2)[0]
 
 
 def every_temp_dir(output_dir: str) -> str:

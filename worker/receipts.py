@@ -16,7 +16,10 @@ receipt names the digests of the parts it was joined from: a resumed run reuses 
 that is in a finished shard, or a finished part, without writing it again.
 
 A receipt is JSON: data, never code, since the output folder may be a bucket others can
-write to. One that is there but is not a receipt stops the run, named (ReceiptError).
+write to. It is read as typed records (ShardReceipt.from_json): every split one of the
+known splits, every file it names a plain name under the run's temp folder (no `..`, no
+absolute path, no URL: naming.confined_name), checked before any of them is looked at.
+One that is there but is not a receipt stops the run, named (ReceiptError).
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from worker import naming, storage
-from worker.dead_letters import DeadLetter
-from worker.records import (ExampleContent, ExampleRef, LabelledRow, ManifestRow, ShardOutcome,
-                            ShardWritten)
+import pydantic
 
-_VERSION = 3  # of the receipt's layout (3: boxes with masks and keypoints)
+from worker import naming, storage
+from worker.records import LabelledRow, ShardOutcome
+
+_VERSION = 4  # of the receipt's layout (4: file names relative to the temp folder, typed)
 
 
 class ReceiptError(ValueError):
@@ -47,32 +50,55 @@ class ShardReceipt(NamedTuple):
     files: tuple[tuple[str, int], ...]  # (path, size in bytes): the shard, companions, thumbnails
     parts: tuple[str, ...] = ()  # a joined shard's: the rows_digest of each part, in order
 
-    def to_json(self) -> bytes:
+    def to_json(self, temp_dir: str) -> bytes:
+        """The receipt of a shard of the run whose temp folder is `temp_dir`: its files are
+        named relative to it, so a resumed run finds them whatever the output folder's
+        spelling, and a receipt names nothing outside it."""
+        written = self.outcome.written
+        outcome = self.outcome._replace(written=written._replace(
+            temp_path=_relative(temp_dir, written.temp_path)))
         # ASCII: a URI may hold undecodable bytes as surrogates, which only escapes carry.
         return json.dumps({"version": _VERSION, "rows_digest": self.rows_digest,
-                           "outcome": self.outcome, "files": self.files,
+                           "outcome": outcome,
+                           "files": [(_relative(temp_dir, path), size)
+                                     for path, size in self.files],
                            "parts": self.parts}).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> ShardReceipt:
+    def from_json(cls, data: bytes, temp_dir: str) -> ShardReceipt:
+        """The receipt of a shard in `temp_dir`, typed (every field of its kind, every
+        split one of SPLITS), its files' names resolved in `temp_dir`; ValueError (its
+        UnconfinedName included) otherwise."""
         fields = json.loads(data)
-        if fields.get("version") != _VERSION:
-            raise ValueError(f"layout {fields.get('version')!r}, not {_VERSION}")
-        written, dead_letters, example_keys = fields["outcome"]
-        outcome = ShardOutcome(
-            ShardWritten(*written), tuple(DeadLetter(*letter) for letter in dead_letters),
-            tuple((sha256, _example_ref(ref)) for sha256, ref in example_keys))
-        return cls(fields["rows_digest"], outcome,
-                   tuple((path, size) for path, size in fields["files"]),
-                   tuple(fields["parts"]))
+        if not isinstance(fields, dict):
+            raise ValueError("not a JSON object")
+        if (version := fields.pop("version", None)) != _VERSION:
+            raise ValueError(f"layout {version!r}, not {_VERSION}")
+        receipt = _RECEIPT.validate_python(fields)
+        written = receipt.outcome.written
+        return receipt._replace(
+            outcome=receipt.outcome._replace(written=written._replace(
+                temp_path=_in_temp_dir(temp_dir, written.temp_path))),
+            files=tuple((_in_temp_dir(temp_dir, name), size) for name, size in receipt.files))
 
 
-def _example_ref(fields: list) -> ExampleRef:
-    *where, labels, perceptual_hash, content = fields
-    if content is not None:
-        rows, *counts = content
-        content = ExampleContent(tuple(map(ManifestRow.from_fields, rows)), *counts)
-    return ExampleRef(*where, tuple(labels), perceptual_hash, content)
+# Validates a receipt's fields as the records they are (pydantic's lax mode: JSON's arrays
+# are the tuples); a split is one of SPLITS (records.py types it).
+_RECEIPT = pydantic.TypeAdapter(ShardReceipt)
+
+
+def _relative(temp_dir: str, path: str) -> str:
+    """`path` (storage.join(temp_dir, ...)'s) as a name relative to `temp_dir`."""
+    prefix = temp_dir.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        raise ValueError(f"{path} is not in the run's temp folder {temp_dir}")
+    return path[len(prefix):]
+
+
+def _in_temp_dir(temp_dir: str, name: str) -> str:
+    """A file a receipt names, in the run's temp folder; UnconfinedName for a name that
+    would leave it (`..`, absolute, a URL): the folder may be a bucket others write to."""
+    return storage.join(temp_dir, naming.confined_name(name))
 
 
 def rows_digest(rows: Iterable[LabelledRow]) -> str:
@@ -100,7 +126,7 @@ def file_sizes(paths: Sequence[str]) -> tuple[tuple[str, int], ...]:
 def write_receipt(path: str, receipt: ShardReceipt) -> None:
     partial = path + ".partial"
     with storage.create(partial) as out:
-        out.write(receipt.to_json())
+        out.write(receipt.to_json(naming.temp_dir_of_receipt(path)))
     storage.flush_to_disk(partial)
     storage.rename(partial, path)
 
@@ -173,8 +199,15 @@ def example_refs(temp_dir: str, split: str, shard: int) -> dict[int, ExampleRef]
 
 
 def _parsed(path: str, data: bytes) -> ShardReceipt:
+    """The receipt at `path`; ReceiptError naming it when it is not one, or names a file
+    outside its run's temp folder (then nothing it names is requested or written)."""
     try:
-        return ShardReceipt.from_json(data)
+        return ShardReceipt.from_json(data, naming.temp_dir_of_receipt(path))
+    except naming.UnconfinedName as error:
+        raise ReceiptError(
+            f"{path} names a file outside its run's temp folder ({error}); a receipt "
+            "names only the files of its shard there. Delete the run's folder to write "
+            "its shards again") from None
     except Exception as error:  # malformed JSON, fields missing or of the wrong kind
         raise ReceiptError(
             f"{path} is not a shard receipt of this version ({type(error).__name__}: "

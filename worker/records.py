@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from worker.dead_letters import DeadLetter
 from worker.redaction import redact_urls, redacted
+from worker.splits import Split
 
 
 class Mask(NamedTuple):
@@ -150,7 +151,7 @@ class LabelledRow(NamedTuple):
 class ShardWritten(NamedTuple):
     """One shard file written to the temp dir, awaiting its final name."""
 
-    split: str
+    split: Split
     shard: int
     temp_path: str  # no file there when examples is 0
     examples: int
@@ -178,7 +179,7 @@ class ExampleContent(NamedTuple):
 class ExampleRef(NamedTuple):
     """Where one written example is, and the first of the rows it came from."""
 
-    split: str
+    split: Split
     shard: int
     position: int  # record index in the shard's temp file
     manifest: str

@@ -21,8 +21,12 @@ start without Beam.
 from __future__ import annotations
 
 import re
+from typing import Literal, get_args
 
-SPLITS = ("train", "validation", "test")
+# The one definition of the splits: the type of a split name in the typed records
+# (shard receipts, summary.json), and their order.
+Split = Literal["train", "validation", "test"]
+SPLITS: tuple[str, ...] = get_args(Split)
 # The words that name each split besides its own name; compared lower-cased.
 _ALIASES = {
     "train": ("training",),

@@ -5,7 +5,9 @@ console table, report.html, the TFDS metadata, `Output`, `verify`, the Python AP
 it with `from_json()` and takes attributes, so no module reads the file by string keys.
 A field an older output lacks reads as its default (no histograms, no copies counted,
 TFRecord shards); a file that is not a summary raises pydantic's ValidationError (a
-ValueError) naming the field.
+ValueError) naming the field. Every file name it lists is confined to the output folder
+(naming.confined_name) and every split is one of splits.SPLITS, so a summary.json that
+names `../elsewhere/x` or a URL is refused, naming the entry, before any reader opens it.
 
 Free of Beam and TensorFlow: readers import it.
 """
@@ -13,13 +15,17 @@ Free of Beam and TensorFlow: readers import it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
 
 from worker.choices import Dedupe, LabelMode, LabelOrder, UnseenLabel
 from worker.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
+from worker.naming import confined_name
+from worker.splits import Split
 
+# A file of the output, by its name in the output folder; one that would leave it is refused.
+FileName = Annotated[str, pydantic.AfterValidator(confined_name)]
 
 
 class _Record(pydantic.BaseModel):
@@ -35,10 +41,10 @@ class FeatureInfo(_Record):
 
 
 class ShardInfo(_Record):
-    file: str  # its name in the output folder
+    file: FileName  # its name in the output folder
     records: int
     bytes: int
-    companions: tuple[str, ...] = ()  # the files beside it (ShardFormat.companions)
+    companions: tuple[FileName, ...] = ()  # the files beside it (ShardFormat.companions)
 
 
 class SplitInfo(_Record):
@@ -92,7 +98,7 @@ class ErrorsInfo(_Record):
     """The dead letters: rows that could not become an example."""
 
     by_reason: dict[str, int] = {}
-    files: tuple[str, ...] = ()  # errors-*.jsonl
+    files: tuple[FileName, ...] = ()  # errors-*.jsonl
 
 
 class CopiesInfo(_Record):
@@ -101,7 +107,7 @@ class CopiesInfo(_Record):
     copies: int = 0
     by_splits: dict[str, int] = {}  # "kept split/copy split" -> copies; two splits: a leak
     dropped: bool = False  # whether --dedupe left them out of the shards
-    files: tuple[str, ...] = ()  # duplicates-*.jsonl or near_duplicates-*.jsonl
+    files: tuple[FileName, ...] = ()  # duplicates-*.jsonl or near_duplicates-*.jsonl
 
 
 class NearCopiesInfo(CopiesInfo):
@@ -141,7 +147,9 @@ class RunInfo(_Record):
 
 class Summary(RunInfo):
     """summary.json: what one run wrote, and the accounting that every row read is an
-    example, a dead letter or a row discarded on purpose."""
+    example, a dead letter or a row discarded on purpose. A FileName is a file's name in
+    the output folder (one with a `..` or empty part, absolute, a URL, a backslash or a
+    control character is refused when read); a Split is train, validation or test."""
 
     finished_at: str = ""
     run_id: str = ""  # the run's id (worker/naming.py): a retried publish step knows its own output
@@ -156,8 +164,8 @@ class Summary(RunInfo):
     objects_left_out: dict[str, int] = {}  # shape, as its source names it -> objects left out
     accounted: bool
     error_fraction: float
-    splits: dict[str, SplitInfo]  # train, validation, test
-    empty_splits: tuple[str, ...] = ()
+    splits: dict[Split, SplitInfo]  # train, validation, test
+    empty_splits: tuple[Split, ...] = ()
     vocabulary: dict[str, tuple[str, ...]]  # "label", and each categorical --schema column
     vocabulary_pinned_from: str | None = None  # --vocabulary's file; None: from TRAIN
     # What declares the input's classes (YOLO's names, COCO's categories...) where they
@@ -173,9 +181,9 @@ class Summary(RunInfo):
     features: dict[str, FeatureInfo] = {}
     duplicates: CopiesInfo = CopiesInfo()
     near_duplicates: NearCopiesInfo = NearCopiesInfo()
-    label_map: str | None = None  # label_map.pbtxt, with --label_mode detection
+    label_map: FileName | None = None  # label_map.pbtxt, with --label_mode detection
     label_warnings: tuple[LabelWarning, ...] = ()
-    files: tuple[str, ...] = ()  # everything published besides the shards and summary.json
+    files: tuple[FileName, ...] = ()  # everything published besides the shards and summary.json
 
     @property
     def labels(self) -> tuple[str, ...]:
