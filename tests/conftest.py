@@ -2,6 +2,7 @@
 outputs shared by the reader tests, and buckets on real storage servers (see
 storage_servers.py)."""
 
+import contextlib
 import dataclasses
 import io
 import hashlib
@@ -172,6 +173,14 @@ def convert(output: Path, *flags: str) -> Path:
 
     assert run.main(["--output_dir", str(output), *flags]) == 0
     return output
+
+
+def printing(call, *arguments):
+    """call(*arguments) and what it printed: a module fixture's runs (capsys is a test's)."""
+    console = io.StringIO()
+    with contextlib.redirect_stdout(console):
+        result = call(*arguments)
+    return result, console.getvalue()
 
 
 def before_the_job(*arguments) -> tuple:

@@ -3,15 +3,13 @@ turn out missing change no id; TFRecorder's frequency order on request, which sa
 the written examples would order the labels otherwise; and a run that replaces an
 output (--overwrite) names every id it changed."""
 
-import contextlib
-import io
 import json
 
 import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from conftest import copy_output, encode, feature, photo_like, read_examples
+from conftest import copy_output, encode, feature, photo_like, printing, read_examples
 from pipeline import run
 
 
@@ -54,10 +52,9 @@ class Run:
     """A conversion the tests share (each takes seconds): its output and what it printed."""
 
     def __init__(self, manifest, output, *flags):
-        console = io.StringIO()
-        with contextlib.redirect_stdout(console):
-            assert convert(manifest, output, *flags) == 0
-        self.output, self.console = output, console.getvalue()
+        status, self.console = printing(convert, manifest, output, *flags)
+        assert status == 0
+        self.output = output
         assert str(output) in self.console  # its report: the console was caught
 
 
