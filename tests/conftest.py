@@ -2,6 +2,7 @@
 outputs shared by the reader tests, and buckets on real storage servers (see
 storage_servers.py)."""
 
+import contextlib
 import dataclasses
 import io
 import hashlib
@@ -172,6 +173,32 @@ def convert(output: Path, *flags: str) -> Path:
 
     assert run.main(["--output_dir", str(output), *flags]) == 0
     return output
+
+
+def printing(call, *arguments):
+    """call(*arguments) and what it printed: a module fixture's runs (capsys is a test's)."""
+    console = io.StringIO()
+    with contextlib.redirect_stdout(console):
+        result = call(*arguments)
+    return result, console.getvalue()
+
+
+def before_the_job(*arguments) -> tuple:
+    """What convert (`arguments`: its command line) decides before its job starts, for
+    the tests whose finding is made there, in milliseconds where a full run takes
+    seconds: its checks and the console's lines on how the input is read (pipeline/run.py's
+    _preflight), the label ids (its _pinned_vocabulary: None where they are learnt from
+    TRAIN), and the items (rows, dead letters) the job reads from the manifests.
+    Returns (pinned, items)."""
+    from pipeline import run
+    from pipeline.options import ConvertOptions
+    from worker.inputs.sources import read_source
+
+    options = PipelineOptions(list(map(str, arguments))).view_as(ConvertOptions)
+    manifests = run._preflight(options)
+    pinned = run._pinned_vocabulary(options, manifests)
+    return pinned, [item for source in manifests
+                    for item in read_source(source, options.row_rules())]
 
 
 @pytest.fixture(scope="session")

@@ -13,12 +13,15 @@ import pytest
 import yaml as pyyaml
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from conftest import encode, parse_label_map, photo_like, read_examples, voc_annotation
+from conftest import (before_the_job, encode, parse_label_map, photo_like, read_examples,
+                      voc_annotation)
 from pipeline import run
 from pipeline.options import ConvertOptions
 from pipeline.resume import scan_sources
 from worker.inputs.rows import ManifestError
 from worker.inputs.sources import class_declarations, find_manifests, one_declaration
+from worker.label_map import label_map_text
+from worker.records import ManifestRow
 
 PUBLIC = Path(__file__).parent / "data" / "public"
 COCO_NAMES = tuple(pyyaml.safe_load((PUBLIC / "yolo" / "yaml" / "coco128.yaml").read_text())
@@ -63,6 +66,33 @@ def objects(feature):
                     strict=True))
 
 
+def decided(*arguments):
+    """convert's label ids and rows, decided before its job (conftest.before_the_job),
+    for the findings made there; `arguments` less --label_mode detection."""
+    pinned, rows = before_the_job(*arguments, "--label_mode", "detection",
+                                  "--output_dir", "/nonexistent/out")  # never written
+    assert all(isinstance(row, ManifestRow) for row in rows), rows  # no dead letter
+    return pinned, rows
+
+
+def label_map_of(pinned):
+    """The label map (id -> name) the job writes for pinned ids (label_map.pbtxt)."""
+    return parse_label_map(label_map_text(pinned.labels, oov_bucket=False))
+
+
+def objects_decided(pinned, rows):
+    """(class/label, class/text) of each image's objects, by file name, as the job writes
+    them for pinned ids: the label map's (checked on the shards by
+    test_a_yolo_yaml_s_names_are_the_ids_on_every_split). A label outside the ids
+    fails here, where the job would dead-letter it."""
+    ids = {name: number for number, name in label_map_of(pinned).items()}
+    found = {}
+    for row in rows:
+        found.setdefault(Path(row.uri).name, []).extend(
+            (ids[label], label) for label in row.labels)
+    return found
+
+
 def coco8_like(root):
     """Ultralytics' coco8 layout with coco128.yaml's 80 names: TRAIN's images hold person
     (0) and bowl (45), VAL's umbrella (25) and toothbrush (79), which TRAIN lacks."""
@@ -99,15 +129,13 @@ def test_a_yolo_yaml_s_names_are_the_ids_on_every_split(tmp_path, capsys):
 def test_vocabulary_overrides_a_declaration_and_says_so(tmp_path, capsys):
     yaml = coco8_like(tmp_path / "coco8")
     vocabulary = write(tmp_path / "ids.txt", "bowl\nperson\numbrella\ntoothbrush\n")
-    status, summary, examples, label_map, letters = convert(
-        yaml, tmp_path / "out", "--vocabulary", str(vocabulary))
-    assert (status, letters) == (0, [])
+    pinned, rows = decided("--manifest", yaml, "--vocabulary", vocabulary)
     assert (f"label ids: --vocabulary {vocabulary} overrides the classes declared by "
             f"{yaml} (names)") in capsys.readouterr().out
-    assert objects(examples["a.jpg"]) == [(2, "person"), (1, "bowl")]
-    assert label_map == {1: "bowl", 2: "person", 3: "umbrella", 4: "toothbrush"}
-    assert (summary["vocabulary_declared_by"], summary["vocabulary_pinned_from"]) == (
-        None, str(vocabulary))
+    assert objects_decided(pinned, rows)["a.jpg"] == [(2, "person"), (1, "bowl")]
+    assert label_map_of(pinned) == {1: "bowl", 2: "person", 3: "umbrella", 4: "toothbrush"}
+    # Not declared: summary.json's vocabulary_pinned_from, not vocabulary_declared_by.
+    assert (pinned.source, pinned.declared) == (str(vocabulary), False)
 
 
 def test_a_yaml_with_nc_alone_declares_class_0_and_on(tmp_path):
@@ -115,11 +143,11 @@ def test_a_yaml_with_nc_alone_declares_class_0_and_on(tmp_path):
     image(root / "images" / "val" / "a.jpg")
     write(root / "labels" / "val" / "a.txt", "2 0.5 0.5 0.2 0.2\n")
     yaml = write(root / "data.yaml", "path: .\nval: images/val\nnc: 3\n")
-    # VAL alone: without the declaration it was refused, no TRAIN row to learn ids from.
-    status, summary, examples, label_map, letters = convert(yaml, tmp_path / "out")
-    assert (status, letters) == (0, [])
-    assert objects(examples["a.jpg"]) == [(3, "class_2")]
-    assert summary["vocabulary_declared_by"] == f"{yaml} (nc)"
+    # VAL alone: without the declaration it was refused, no TRAIN row to learn ids from
+    # (run.py refuses where nothing is pinned).
+    pinned, rows = decided("--manifest", yaml)
+    assert objects_decided(pinned, rows)["a.jpg"] == [(3, "class_2")]
+    assert (pinned.source, pinned.declared) == (f"{yaml} (nc)", True)
 
 
 def coco_file(path, categories, annotations, images=(("a.jpg", 64, 48),)):
@@ -155,21 +183,18 @@ def test_datumaro_s_coco_file_keeps_its_category_ids(tmp_path):
     manifest = tmp_path / "instances_val.json"
     shutil.copy(PUBLIC / "coco" / "datumaro_instances_val.json", manifest)
     image(tmp_path / "b.jpg", size=(5, 10))
-    status, summary, examples, label_map, letters = convert(
-        f"TRAIN={manifest}", tmp_path / "out")
-    assert (status, letters) == (0, [])
-    assert objects(examples["b.jpg"]) == [(1, "a"), (2, "b")]
-    assert label_map == {1: "a", 2: "b", 4: "c"}
+    pinned, rows = decided("--manifest", f"TRAIN={manifest}")
+    assert objects_decided(pinned, rows)["b.jpg"] == [(1, "a"), (2, "b")]
+    assert label_map_of(pinned) == {1: "a", 2: "b", 4: "c"}
 
 
 def test_coco_categories_from_id_0_are_shifted_by_one_and_the_console_says_so(
         tmp_path, capsys):
     manifest = coco_file(tmp_path / "instances.json", [(0, "cat"), (1, "dog")], [(0, 0), (0, 1)])
     # VALIDATION alone: refused before the job without a declaration (no TRAIN ids).
-    status, _, examples, label_map, _ = convert(f"VALIDATION={manifest}", tmp_path / "out")
-    assert status == 0
-    assert objects(examples["a.jpg"]) == [(1, "cat"), (2, "dog")]
-    assert label_map == {1: "cat", 2: "dog"}
+    pinned, rows = decided("--manifest", f"VALIDATION={manifest}")
+    assert objects_decided(pinned, rows)["a.jpg"] == [(1, "cat"), (2, "dog")]
+    assert label_map_of(pinned) == {1: "cat", 2: "dog"}
     assert (f"label ids: the 2 classes declared by {manifest} (categories) (a category has "
             "id 0, so each class label is its category_id + 1") in capsys.readouterr().out
 
@@ -221,12 +246,13 @@ def test_cvat_labels_are_the_ids_in_their_order(tmp_path):
     image(tmp_path / "a.jpg")
     image(tmp_path / "b.jpg", 1)
     manifest = write(tmp_path / "annotations.xml", CVAT_TASK)
-    status, summary, examples, label_map, letters = convert(manifest, tmp_path / "out")
-    assert (status, letters) == (0, [])
-    assert objects(examples["a.jpg"]) == [(3, "bicycle")]
-    assert objects(examples["b.jpg"]) == [(1, "car")]  # no TRAIN car: the id is declared
-    assert label_map == {1: "car", 2: "person", 3: "bicycle"}
-    assert summary["vocabulary_declared_by"] == f"{manifest} (<labels>)"
+    pinned, rows = decided("--manifest", manifest)
+    objects_of = objects_decided(pinned, rows)
+    assert objects_of["a.jpg"] == [(3, "bicycle")]
+    assert objects_of["b.jpg"] == [(1, "car")]  # no TRAIN car: the id is declared
+    assert [row.split for row in rows] == ["train", "validation"]
+    assert label_map_of(pinned) == {1: "car", 2: "person", 3: "bicycle"}
+    assert (pinned.source, pinned.declared) == (f"{manifest} (<labels>)", True)
 
 
 def test_datumaro_s_cvat_files_declare_their_labels(tmp_path):
@@ -337,11 +363,9 @@ def test_a_hugging_face_object_detection_card_declares_the_categories(tmp_path):
     write(tmp_path / "train" / "metadata.jsonl", json.dumps(
         {"file_name": "a.jpg", "objects": {"bbox": [[2, 2, 10, 10], [4, 4, 8, 8]],
                                            "category": [2, 0]}}) + "\n")
-    status, _, examples, label_map, letters = convert(
-        tmp_path / "train" / "metadata.jsonl", tmp_path / "out")
-    assert (status, letters) == (0, [])
-    assert objects(examples["a.jpg"]) == [(3, "gloves"), (1, "coverall")]
-    assert label_map == {1: "coverall", 2: "face_shield", 3: "gloves"}
+    pinned, rows = decided("--manifest", tmp_path / "train" / "metadata.jsonl")
+    assert objects_decided(pinned, rows)["a.jpg"] == [(3, "gloves"), (1, "coverall")]
+    assert label_map_of(pinned) == {1: "coverall", 2: "face_shield", 3: "gloves"}
 
 
 def test_numbers_declared_as_class_names_raise_no_numeric_warning(tmp_path):
@@ -379,11 +403,12 @@ def test_inputs_of_which_only_some_declare_classes_learn_the_ids_and_say_so(tmp_
     COCO file would have its labels outside the COCO categories."""
     coco = coco_file(tmp_path / "coco" / "instances.json", [(1, "dog"), (5, "cat")], [(0, 1)])
     voc = voc_dataset(tmp_path / "VOC", {}, {"v.jpg": ["dog", "bird"]})
-    status, summary, examples, label_map, letters = convert(
-        f"VALIDATION={coco}", tmp_path / "out", "--manifest", f"TRAIN={voc}")
-    assert (status, letters) == (0, [])
+    pinned, rows = decided("--manifest", f"VALIDATION={coco}", "--manifest", f"TRAIN={voc}")
     assert (f"label ids: learnt from TRAIN, as 1 of the 2 inputs declares no classes "
             f"(declared by {coco} (categories)); pin them with --vocabulary"
             ) in capsys.readouterr().out
-    assert sorted(label_map.values()) == ["bird", "dog"]
-    assert summary["vocabulary_declared_by"] is None
+    assert pinned is None  # learnt: summary.json's vocabulary_declared_by is None
+    # What the ids are learnt from: TRAIN's labels, bird among them, outside COCO's.
+    assert sorted({label for row in rows if row.split == "train" for label in row.labels}
+                  ) == ["bird", "dog"]
+    assert {label for row in rows for label in row.labels} == {"bird", "dog"}

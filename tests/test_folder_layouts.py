@@ -3,11 +3,12 @@ FOLDER): Kaggle's training_set/test_set, a Hugging Face imagefolder, Label Studi
 export; and annotation datasets given as class folders, refused naming their format."""
 
 import json
+from pathlib import Path
 
 import pytest
 import tensorflow_transform as tft
 
-from conftest import encode, feature, parse_label_map, photo_like, read_examples
+from conftest import before_the_job, encode, feature, photo_like, read_examples
 from pipeline import run
 from worker.inputs.folder import NOT_IN_LABEL_FOLDER, folder_rows
 from worker.inputs.folder_kinds import read_folder_as, relative_files
@@ -40,6 +41,21 @@ def split_labels(output, key="image/class/text"):
     """{split: sorted labels of its examples}."""
     return {split: sorted(feature(example, key).decode()
                           for example in read_examples(f"{output}/{split}-*.tfrecord"))
+            for split in ("train", "validation", "test")}
+
+
+def rows_read(*flags):
+    """The rows convert's job would read (conftest.before_the_job), for findings made
+    before it: each a ManifestRow whose image is there (no dead letter), the label ids
+    pinned before it (None: learnt from TRAIN)."""
+    pinned, rows = before_the_job(*flags)
+    assert all(isinstance(row, ManifestRow) and Path(row.uri).is_file() for row in rows), rows
+    return pinned, rows
+
+
+def split_labels_read(rows):
+    """split_labels of the examples `rows` give: {split: sorted labels of its rows}."""
+    return {split: sorted(label for row in rows if row.split == split for label in row.labels)
             for split in ("train", "validation", "test")}
 
 
@@ -203,12 +219,11 @@ def test_images_no_metadata_file_names_are_counted_and_the_first_named(tmp_path,
     find_manifests([str(root)], say=said.append)
     assert said[1:] == [f"1 image under {root} is in no metadata file and was not read: "
                         f"{root}/validation/z.jpg"]
-    output = tmp_path / "out"
-    assert convert("--image_folder", str(root), "--output_dir", str(output)) == run.EXIT_OK
+    _, rows = rows_read("--image_folder", root, "--output_dir", tmp_path / "out")
     assert (f"image-tfrecords: 1 image under {root} is in no metadata file and was not "
             f"read: {root}/validation/z.jpg") in capsys.readouterr().out
-    assert split_labels(output) == {"train": ["cat", "dog"], "validation": ["dog"],
-                                    "test": []}
+    assert split_labels_read(rows) == {"train": ["cat", "dog"], "validation": ["dog"],
+                                       "test": []}
 
 
 def test_a_hugging_face_imagefolder_whose_metadata_names_every_image_says_nothing_more(
@@ -237,19 +252,21 @@ def test_label_studios_yolo_export_converts_with_the_classes_of_classes_txt(tmp_
     """It was refused without naming YOLO. Class ids are classes.txt's lines; the export
     has no split folders, so the splits are drawn by hash, and the console says so."""
     root = label_studio_yolo_export(tmp_path / "export")
-    output = tmp_path / "out"
-    assert convert("--image_folder", str(root), "--label_mode", "detection",
-                   "--output_dir", str(output), "--split_fractions", "1,0,0") == run.EXIT_OK
+    pinned, rows = rows_read("--image_folder", root, "--label_mode", "detection",
+                             "--output_dir", tmp_path / "out", "--split_fractions", "1,0,0")
     out = capsys.readouterr().out
     assert f"reading {root} as a YOLO dataset: the 3 classes of classes.txt" in out
     assert "no split folders: each image's split is drawn from a hash" in out
-    names = parse_label_map((output / "label_map.pbtxt").read_text())
-    objects = {feature(example, "image/filename").decode(): sorted(
-        names[label] for label in example.features.feature[
-            "image/object/class/label"].int64_list.value)
-        for example in read_examples(f"{output}/train-*.tfrecord")}
-    assert objects == {"0a1b2c3d-street.jpg": ["Car", "Person"],
-                       "4e5f6a7b-sky.jpg": ["Airplane"], "8c9d0e1f-empty.jpg": []}
+    # The ids: classes.txt's lines (the job's label map of pinned ids is checked on the
+    # shards in test_declared_classes.py).
+    assert pinned.labels == ("Airplane", "Car", "Person")
+    objects = {}
+    for row in rows:
+        assert row.split == "train"
+        objects.setdefault(Path(row.uri).name, []).extend(row.labels)
+    assert {name: sorted(labels) for name, labels in objects.items()} == {
+        "0a1b2c3d-street.jpg": ["Car", "Person"], "4e5f6a7b-sky.jpg": ["Airplane"],
+        "8c9d0e1f-empty.jpg": []}
 
 
 def test_a_yolo_export_declares_the_classes_of_classes_txt_and_reads_as_a_manifest(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from conftest import encode, feature, photo_like, read_examples
+from conftest import copy_output, encode, feature, photo_like, printing, read_examples
 from pipeline import run
 
 
@@ -48,54 +48,82 @@ def summary_of(output):
     return json.loads((output / "summary.json").read_text())
 
 
-def test_missing_images_change_no_sorted_id(manifests, tmp_path):
-    assert convert(manifests / "base.csv", tmp_path / "base") == 0
-    assert convert(manifests / "plus.csv", tmp_path / "plus") == 0
-    assert ids_of(tmp_path / "base") == ids_of(tmp_path / "plus") == {"cat": 0, "rocket": 1}
-    assert summary_of(tmp_path / "plus")["errors"]["by_reason"] == {"file_not_found": 6}
-    assert summary_of(tmp_path / "plus")["options"]["label_order"] == "sorted"
+class Run:
+    """A conversion the tests share (each takes seconds): its output and what it printed."""
+
+    def __init__(self, manifest, output, *flags):
+        status, self.console = printing(convert, manifest, output, *flags)
+        assert status == 0
+        self.output = output
+        assert str(output) in self.console  # its report: the console was caught
+
+
+@pytest.fixture(scope="module")
+def runs(manifests, tmp_path_factory):
+    """The runs the tests read, each made once. Those made with --overwrite replace an
+    output of the ids the test names: plus_sorted replaces plus_frequency's (cat 1,
+    rocket 0); base_sorted a copy of plus_sorted's, whose ids are its own; base_frequency
+    a folder that is no output (no vocabulary)."""
+    made = {}
+    folder = tmp_path_factory.mktemp("label_order_runs")
+    made["plus_frequency"] = Run(manifests / "plus.csv", folder / "plus_frequency",
+                                 "--label_order", "frequency")
+    made["plus_sorted"] = Run(manifests / "plus.csv", copy_output(
+        folder / "plus_frequency", folder / "plus_sorted"), "--overwrite")
+    made["base_sorted"] = Run(manifests / "base.csv", copy_output(
+        folder / "plus_sorted", folder / "base_sorted"), "--overwrite")
+    (folder / "base_frequency").mkdir()
+    (folder / "base_frequency" / "notes.txt").write_text("not an output\n")
+    made["base_frequency"] = Run(manifests / "base.csv", folder / "base_frequency",
+                                 "--label_order", "frequency", "--overwrite")
+    return made
+
+
+def test_missing_images_change_no_sorted_id(runs):
+    base, plus = runs["base_sorted"].output, runs["plus_sorted"].output
+    assert ids_of(base) == ids_of(plus) == {"cat": 0, "rocket": 1}
+    assert summary_of(plus)["errors"]["by_reason"] == {"file_not_found": 6}
+    assert summary_of(plus)["options"]["label_order"] == "sorted"
     # The published transform_fn, fed `label` alone as a serving model feeds it, gives
     # the ids the shards hold.
-    served = tft.TFTransformOutput(str(tmp_path / "plus")).transform_raw_features(
+    served = tft.TFTransformOutput(str(plus)).transform_raw_features(
         {"label": tf.constant(["rocket", "cat", "ant"])})["label_id"]
     assert served.numpy().tolist() == [1, 0, -1]
 
 
-def test_frequency_order_counts_the_rows_read_and_says_how_the_examples_order_them(
-        manifests, tmp_path, capsys):
-    assert convert(manifests / "base.csv", tmp_path / "base", "--label_order", "frequency") == 0
-    assert ids_of(tmp_path / "base") == {"cat": 0, "rocket": 1}  # 4 cat rows, 3 rocket
-    assert summary_of(tmp_path / "base")["frequency_order_of_examples"] == []
-    capsys.readouterr()
+def test_frequency_order_counts_the_rows_read_and_says_how_the_examples_order_them(runs):
+    base = runs["base_frequency"].output
+    assert ids_of(base) == {"cat": 0, "rocket": 1}  # 4 cat rows, 3 rocket
+    assert summary_of(base)["frequency_order_of_examples"] == []
     # TFRecorder's order, with the rows read: rocket's nine TRAIN rows (six missing)
     # outnumber cat's four. The run says that the written examples order them otherwise.
-    assert convert(manifests / "plus.csv", tmp_path / "plus", "--label_order", "frequency") == 0
-    assert ids_of(tmp_path / "plus") == {"rocket": 0, "cat": 1}
-    summary = summary_of(tmp_path / "plus")
+    plus = runs["plus_frequency"]
+    assert ids_of(plus.output) == {"rocket": 0, "cat": 1}
+    summary = summary_of(plus.output)
     assert summary["options"]["label_order"] == "frequency"
     assert summary["frequency_order_of_examples"] == ["cat", "rocket"]
     assert ("warning: --label_order frequency counted the TRAIN rows read; the written TRAIN "
             "examples order the labels cat, rocket (the ids follow the rows read: "
-            "--label_order sorted or --vocabulary keeps them stable)") in capsys.readouterr().out
+            "--label_order sorted or --vocabulary keeps them stable)") in plus.console
 
 
-def test_a_run_replacing_an_output_names_each_id_it_changed(manifests, tmp_path, capsys):
-    output = tmp_path / "out"
-    assert convert(manifests / "plus.csv", output, "--label_order", "frequency") == 0
-    capsys.readouterr()
-    assert convert(manifests / "plus.csv", output, "--overwrite") == 0  # now sorted
-    assert summary_of(output)["label_id_changes"] == [
+def test_a_run_replacing_an_output_names_each_id_it_changed(manifests, runs, tmp_path,
+                                                            capsys):
+    # Sorted, replacing the frequency order's ids.
+    replacing = runs["plus_sorted"]
+    assert summary_of(replacing.output)["label_id_changes"] == [
         {"label": "cat", "old_id": 1, "new_id": 0},
         {"label": "rocket", "old_id": 0, "new_id": 1}]
     assert ("warning: label ids differ from the output this run replaced: cat 1 -> 0, "
-            "rocket 0 -> 1") in capsys.readouterr().out
+            "rocket 0 -> 1") in replacing.console
 
     # Nothing changed: nothing said.
-    assert convert(manifests / "plus.csv", output, "--overwrite") == 0
-    assert summary_of(output)["label_id_changes"] == []
-    assert "label ids differ" not in capsys.readouterr().out
+    unchanged = runs["base_sorted"]
+    assert summary_of(unchanged.output)["label_id_changes"] == []
+    assert "label ids differ" not in unchanged.console
 
     # A label new, a label gone: ant sorts before cat, which moves to id 1.
+    output = copy_output(replacing.output, tmp_path / "out")
     assert convert(manifests / "ant.csv", output, "--overwrite") == 0
     assert ids_of(output) == {"ant": 0, "cat": 1}
     assert summary_of(output)["label_id_changes"] == [
@@ -106,11 +134,7 @@ def test_a_run_replacing_an_output_names_each_id_it_changed(manifests, tmp_path,
             "cat 0 -> 1, rocket 1 -> gone") in capsys.readouterr().out
 
 
-def test_an_output_without_a_vocabulary_replaced_says_nothing_of_ids(manifests, tmp_path,
-                                                                     capsys):
-    output = tmp_path / "out"
-    output.mkdir()
-    (output / "notes.txt").write_text("not an output\n")
-    assert convert(manifests / "base.csv", output, "--overwrite") == 0
-    assert summary_of(output)["label_id_changes"] == []
-    assert "label ids differ" not in capsys.readouterr().out
+def test_an_output_without_a_vocabulary_replaced_says_nothing_of_ids(runs):
+    replacing = runs["base_frequency"]  # replaced a folder holding notes.txt alone
+    assert summary_of(replacing.output)["label_id_changes"] == []
+    assert "label ids differ" not in replacing.console

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 from pycocotools import mask as coco_mask
 
-from conftest import encode, photo_like, read_examples
+from conftest import encode, photo_like, printing, read_examples
 from image_tfrecords import load
 from image_tfrecords.inspection import inspect_split
 from image_tfrecords.verify import verify
@@ -78,6 +78,16 @@ def public_coco(tmp_path, name, *flags):
     return source, convert(tmp_path, f"train={tmp_path / name}", *flags)
 
 
+@pytest.fixture(scope="module")
+def public_keypoints(tmp_path_factory):
+    """datumaro's person keypoints asset converted once (public_coco), for the tests that
+    read the same run: its JSON, the output and what the run printed."""
+    (source, output), console = printing(
+        public_coco, tmp_path_factory.mktemp("public_keypoints"),
+        "datumaro_person_keypoints_val.json")
+    return source, output, console
+
+
 def test_public_coco_masks_are_the_bytes_create_coco_tf_record_writes(tmp_path):
     """datumaro's COCO asset: a polygon and an uncompressed-RLE crowd mask, on a 5x10 image."""
     source, output = public_coco(tmp_path, "datumaro_instances_val.json")
@@ -98,10 +108,11 @@ def test_public_coco_masks_are_the_bytes_create_coco_tf_record_writes(tmp_path):
     assert verify(str(output)).examples["train"] == 1
 
 
-def test_public_coco_keypoints_are_written_as_create_coco_tf_record_writes_them(tmp_path):
+def test_public_coco_keypoints_are_written_as_create_coco_tf_record_writes_them(
+        public_keypoints):
     """x / width, y / height, the visibilities as they are, num_keypoints per object;
     datumaro's categories name no keypoints, so there is no keypoint/text."""
-    source, output = public_coco(tmp_path, "datumaro_person_keypoints_val.json")
+    source, output, _ = public_keypoints
     feature = only_example(output)
     texts = [text.decode() for text in feature["image/object/class/text"].bytes_list.value]
     names = {category["id"]: category["name"] for category in source["categories"]}
@@ -302,9 +313,8 @@ def test_bad_masks_and_keypoints_are_dead_letters_naming_the_annotation(
     assert dead[0].message.startswith("annotation id 1: ") and message in dead[0].message
 
 
-def test_leave_out_writes_the_boxes_alone_and_says_so(tmp_path, capsys):
-    public_coco(tmp_path, "datumaro_person_keypoints_val.json")
-    assert "examples with instance masks 1, keypoints 1" in capsys.readouterr().out
+def test_leave_out_writes_the_boxes_alone_and_says_so(public_keypoints, tmp_path, capsys):
+    assert "examples with instance masks 1, keypoints 1" in public_keypoints[2]
     _, output = public_coco(tmp_path, "datumaro_person_keypoints_val.json", "--leave_out",
                             "masks,keypoints")
     features = json.loads((output / "summary.json").read_text())["features"]

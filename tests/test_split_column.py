@@ -3,8 +3,6 @@ the Python API and a DataFrame; without it, a column holding only split names is
 and named in the console, or the run is refused naming the columns; never a silent
 re-split by hash."""
 
-import json
-
 import pandas as pd
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -45,17 +43,17 @@ def written_splits(output) -> dict[str, str]:
 
 
 def test_the_issues_fold_column_is_used_and_named_every_row_in_its_fold(tmp_path, capsys):
-    """Today 14 of these 32 rows landed in their fold, by hash, with exit 0."""
+    """Today 14 of these 32 rows landed in their fold, by hash, with exit 0. The column is
+    chosen before the job (settled), which writes each row to its split: checked on the
+    shards by test_split_column_in_the_api_on_a_csv_and_on_a_dataframe."""
     want = pets(tmp_path)
-    code = run.main(["--manifest", str(tmp_path / "pets.csv"), "--uri_column", "picture",
-                     "--label_column", "breed", "--output_dir", str(tmp_path / "out"),
-                     "--unseen_label", "oov"])
-    assert code == run.EXIT_OK
+    convert = settled(tmp_path, "--manifest", str(tmp_path / "pets.csv"), "--uri_column",
+                      "picture", "--label_column", "breed", "--unseen_label", "oov")
     assert ("splits from the column 'fold' (train, val, test)"
             in capsys.readouterr().out)
-    assert written_splits(tmp_path / "out") == want
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["options"]["split_column"] == "fold"
+    rows = read_manifest(str(tmp_path / "pets.csv"), convert.row_rules())
+    assert {row.uri: row.split for row in rows} == want
+    assert convert.split_column == "fold"  # summary.json's options.split_column
 
 
 def test_split_column_in_the_api_on_a_csv_and_on_a_dataframe(tmp_path, monkeypatch):
