@@ -327,7 +327,7 @@ def _gcs_bucket(tmp_path_factory):
     test_an_emulator_needs_no_credentials runs with none at all.
     """
     server = GcsEmulator()
-    proxy = FaultProxy(server.url, gcs_error)
+    proxy = FaultProxy(server.url, gcs_error, one_at_a_time=True)
     credentials = tmp_path_factory.mktemp("gcs-credentials") / "adc.json"
     credentials.write_text(json.dumps({
         "type": "authorized_user", "client_id": "emulator", "client_secret": GCS_CLIENT_SECRET,

@@ -16,6 +16,7 @@ The servers run as subprocesses, so a test can also stop one mid-run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import http.client
@@ -187,12 +188,18 @@ class FaultProxy:
     """An HTTP proxy in front of `upstream_url` that injects the faults it is given.
 
     `requests` records (method, path, status answered) for every request, in order.
+    With `one_at_a_time`, requests wait here for the one before to be answered, for an
+    upstream that serves one connection at a time (the GCS emulator): there, a burst
+    beyond its listen backlog of 5 waits in TCP's retransmissions (1, 3, 7, 15 ... s), and
+    a client gave up after its 60 s read timeout while the emulator was idle.
     """
 
     _SKIPPED_HEADERS = {"transfer-encoding", "connection", "content-length", "keep-alive"}
 
-    def __init__(self, upstream_url: str, error_body: Callable[[int], tuple[str, bytes]]) -> None:
+    def __init__(self, upstream_url: str, error_body: Callable[[int], tuple[str, bytes]],
+                 one_at_a_time: bool = False) -> None:
         self._upstream = upstream_url.removeprefix("http://")
+        self._upstream_turn = threading.Lock() if one_at_a_time else contextlib.nullcontext()
         self._error_body = error_body
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
@@ -281,6 +288,10 @@ class FaultProxy:
                 return self.rfile.read(int(self.headers.get("Content-Length", 0)))
 
             def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+                with proxy._upstream_turn:
+                    return self._exchange(body)
+
+            def _exchange(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
                 upstream = http.client.HTTPConnection(proxy._upstream, timeout=60)
                 try:
                     headers = {name: value for name, value in self.headers.items()
