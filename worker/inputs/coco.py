@@ -24,6 +24,7 @@ from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
 from worker.inputs.boxes import declared_size, pixel_box
+from worker.inputs import documents
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.choices import LeftOut
@@ -113,8 +114,13 @@ def category_names(path: str) -> set[str]:
 
 
 def json_items(path: str, prefix: str) -> Iterator[Any]:
+    """The file's items at `prefix`, streamed; ManifestError naming the file where it nests
+    too deep (documents.MAX_NESTING)."""
     with open_manifest(path) as file:
-        yield from ijson.items(file, prefix, use_float=True)
+        try:
+            yield from documents.json_items(file, prefix)
+        except documents.DocumentError as error:
+            raise ManifestError(f"{path}: {error}") from None
 
 
 def first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntries
@@ -276,13 +282,13 @@ def is_panoptic(head: FileHead) -> bool:
         return False
     with open_manifest(head.path) as file:
         try:
-            for prefix, event, value in ijson.parse(file):
+            for prefix, event, value in documents.json_events(file):
                 if event == "map_key" and (prefix, value) in (
                         ("annotations.item", "segments_info"), ("categories.item", "isthing")):
                     return True
                 if event == "end_map" and prefix in ("annotations.item", "categories.item"):
                     return False
-        except ijson.JSONError:
+        except (ijson.JSONError, documents.DocumentError):
             return False
     return False
 

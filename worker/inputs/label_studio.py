@@ -32,18 +32,17 @@ import json
 import urllib.parse
 from collections.abc import Iterator
 
-import ijson
-
 from worker import dead_letters as reasons
 from worker.chunks import LineRange, ManifestSource
 from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import (box_row, clipped_box, declared_size, extent, polygon_mask,
                                  rotated_box, with_mask)
+from worker.inputs.documents import DocumentError, json_items
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
-from worker.inputs.rows import (DiscardedRow, ImageEntries, RowRules, assign_split,
-                                image_folder, left_out, resolve_uri)
+from worker.inputs.rows import (DiscardedRow, ImageEntries, ManifestError, RowRules,
+                                assign_split, image_folder, left_out, resolve_uri)
 from worker.records import Box, ManifestRow
 
 _LOCAL_FILES = "/data/local-files/"
@@ -62,8 +61,11 @@ def read_label_studio(path: str, rules: RowRules, split: str | None
     1-based position in the list, `raw` the task's region (or the task) as JSON."""
     entries = ImageEntries()
     with open_manifest(path) as file:
-        for position, task in enumerate(ijson.items(file, "item", use_float=True), start=1):
-            yield from _task_rows(path, position, task, rules, split, entries)
+        try:
+            for position, task in enumerate(json_items(file, "item"), start=1):
+                yield from _task_rows(path, position, task, rules, split, entries)
+        except DocumentError as error:
+            raise ManifestError(f"{path}: {error}") from None
 
 
 def _task_rows(path: str, position: int, task: object, rules: RowRules, split: str | None,

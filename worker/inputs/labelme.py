@@ -38,6 +38,7 @@ from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
                                  region_mask, with_mask)
+from worker.inputs.documents import load_json
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.rows import DiscardedRow, RowRules, assign_split, left_out, resolve_uri
 from worker.records import ManifestRow
@@ -63,7 +64,7 @@ def read_labelme(path: str, rules: RowRules, split: str | None
     file's objects (0 for the image's own row), `raw` its shapes as JSON."""
     try:
         with storage.open_read(path) as file:
-            document = json.loads(file.read())
+            document = load_json(file.read())
     except (OSError, ValueError) as error:
         yield DeadLetter(path, 0, "", "", split or "", reasons.INVALID_ANNOTATION,
                          f"cannot read the JSON: {error}")

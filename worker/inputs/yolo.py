@@ -53,6 +53,7 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.folder import IMAGE_EXTENSIONS
 from worker.choices import LeftOut
 from worker.inputs.boxes import clipped_box, extent, polygon_mask, with_mask
+from worker.inputs.documents import load_yaml
 from worker.inputs.input_format import DeclaredClasses, InputFormat, plain_name
 from worker.inputs.lines import numbered_lines
 from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
@@ -117,7 +118,7 @@ class YoloDataset:
             return cls.from_classes_file(path)
         with storage.open_read(path) as file:
             try:
-                data = yaml.safe_load(file.read())
+                data = load_yaml(file.read())
             except yaml.YAMLError as error:
                 problem = " ".join(str(error).split())
                 raise ManifestError(f"{path}: cannot parse the YAML: {problem}") from error

@@ -1,0 +1,189 @@
+"""Hostile annotation files: memory follows the image, not the annotation.
+
+A mask's declared size, an image's declared canvas and an object's point count are checked
+against --max_image_pixels and the image before anything is allocated; YAML aliases are
+refused; JSON and YAML nested deeper than documents.MAX_NESTING is an error naming the
+file (whole-file formats) or a dead letter naming the line (line formats), never a
+RecursionError. Memory findings are measured as a cap (tracemalloc's peak).
+"""
+
+import json
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from conftest import encode, photo_like
+from pipeline import run
+from worker import dead_letters as reasons
+from worker.dead_letters import DeadLetter
+from worker.inputs import documents
+from worker.inputs.coco import declared_categories, read_coco
+from worker.inputs.input_format import FileHead
+from worker.inputs.kitti import datumaro_classes
+from worker.inputs.rows import ManifestError, RowRules
+from worker.inputs.sources import read_manifest
+from worker.inputs.yolo import YoloDataset
+
+DETECTION = RowRules(label_mode="detection")
+MB = 2**20
+
+
+def peak_bytes(action) -> int:
+    """The most memory Python allocated while `action()` ran."""
+    tracemalloc.start()
+    try:
+        action()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+# --- YAML aliases -------------------------------------------------------------------------
+
+def alias_bomb(levels: int) -> str:
+    """A "billion laughs" data.yaml: each level a list of nine aliases of the one before,
+    9**levels strings once expanded, in a few hundred bytes."""
+    lines = ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"l{level}: &l{level} [{','.join([f'*l{level - 1}'] * 9)}]"
+              for level in range(1, levels)]
+    return "\n".join([*lines, f"names: [*l{levels - 1}]", "train: images/train", ""])
+
+
+def test_a_yaml_alias_bomb_is_refused_naming_the_file_without_expanding_it(tmp_path):
+    """The review's 364-byte data.yaml expanded into a 35 MB class name (3.8 GB in all);
+    six levels (9**6 strings, a 4 MB name) show it here."""
+    data_yaml = tmp_path / "data.yaml"
+    data_yaml.write_text(alias_bomb(6))
+    assert len(data_yaml.read_bytes()) < 400
+
+    def load():
+        with pytest.raises(ManifestError) as refused:
+            YoloDataset.load(str(data_yaml)).names
+        assert str(refused.value).startswith(f"{data_yaml}: cannot parse the YAML: ")
+        assert "found the alias *l0: aliases are not read" in str(refused.value)
+
+    assert peak_bytes(load) < 1 * MB
+
+
+def test_yaml_without_aliases_loads_as_safe_load_does():
+    text = "path: ../data\nnames:\n  0: person\n  1: bicycle\nkpt_shape: [17, 3]\n"
+    assert documents.load_yaml(text) == {"path": "../data", "names": {0: "person",
+                                         1: "bicycle"}, "kpt_shape": [17, 3]}
+
+
+# --- nesting ------------------------------------------------------------------------------
+
+def test_nesting_up_to_the_limit_is_read_and_one_level_more_is_refused():
+    limit = documents.MAX_NESTING
+    assert documents.load_json(nested(limit)) == json.loads(nested(limit))
+    assert documents.load_yaml(nested(limit)) == json.loads(nested(limit))
+    for load in (documents.load_json, documents.load_yaml):
+        with pytest.raises((ValueError, documents.yaml.YAMLError),
+                           match=f"nest deeper than {limit} levels"):
+            load(nested(limit + 1))
+
+
+def coco_nested_in_info(path: Path, depth: int) -> Path:
+    path.write_text(json.dumps({"info": "NESTED", "images": [], "annotations": [],
+                                "categories": [{"id": 1, "name": "cat"}]})
+                    .replace('"NESTED"', nested(depth)))
+    return path
+
+
+def test_a_deep_coco_file_is_refused_naming_it_in_bounded_memory(tmp_path):
+    """ijson's prefixes grow with the depth squared (3,000 levels: 45 MB): the file is
+    refused at the limit's depth instead."""
+    coco = coco_nested_in_info(tmp_path / "instances.json", 3000)
+    message = f"{coco}: lists and objects nest deeper than {documents.MAX_NESTING} levels"
+
+    def read():
+        with pytest.raises(ManifestError, match=message):
+            declared_categories(str(coco))
+        with pytest.raises(ManifestError, match=message):
+            list(read_coco(str(coco), DETECTION, "train"))
+
+    assert peak_bytes(read) < 2 * MB
+
+
+def test_a_deep_label_studio_export_is_refused_naming_it(tmp_path):
+    export = tmp_path / "export.json"
+    task = {"data": {"image": "a.jpg"}, "annotations": []}
+    export.write_text(json.dumps([task, {**task, "annotations": "NESTED"}])
+                      .replace('"NESTED"', nested(3000)))
+    with pytest.raises(ManifestError, match=f"{export}: lists and objects nest deeper"):
+        list(read_manifest(str(export), DETECTION))
+
+
+def test_a_deep_line_is_a_dead_letter_naming_it_and_the_other_lines_are_read(tmp_path):
+    """A Vertex AI JSON Lines line (and a Hugging Face metadata.jsonl line) nested 100,000
+    deep raised RecursionError, which failed the whole job."""
+    (tmp_path / "a.jpg").write_bytes(encode(photo_like(8, 8, 0), "JPEG"))
+    good = json.dumps({"imageGcsUri": str(tmp_path / "a.jpg"),
+                       "classificationAnnotation": {"displayName": "cat"}})
+    deep = '{"imageGcsUri": "b.jpg", "classificationAnnotation": ' + nested(100_000) + "}"
+    manifest = tmp_path / "vertex.jsonl"
+    manifest.write_text(f"{good}\n{deep}\n")
+    rows = list(read_manifest(str(manifest)))
+    assert [row.line for row in rows] == [1, 2]
+    assert (rows[1].reason, rows[1].message) == (
+        reasons.MALFORMED_ROW, "cannot parse the line as JSON: lists and objects nest "
+        f"deeper than {documents.MAX_NESTING} levels")
+
+
+def test_a_deep_hugging_face_metadata_line_is_a_dead_letter(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "a.jpg").write_bytes(encode(photo_like(8, 8, 0), "JPEG"))
+    (tmp_path / "train" / "metadata.jsonl").write_text(
+        '{"file_name": "a.jpg", "label": ' + nested(100_000) + "}\n")
+    (row,) = read_manifest(str(tmp_path / "train" / "metadata.jsonl"))
+    assert isinstance(row, DeadLetter) and row.line == 1
+    assert f"nest deeper than {documents.MAX_NESTING} levels" in row.message
+
+
+def test_a_deep_labelme_file_is_a_dead_letter_naming_it(tmp_path):
+    labelme = tmp_path / "a.json"
+    labelme.write_text('{"version": "5.4.1", "flags": {}, "shapes": ' + nested(100_000)
+                       + ', "imagePath": "a.jpg"}')
+    (row,) = read_manifest(str(labelme), DETECTION)
+    assert (row.manifest, row.reason) == (str(labelme), reasons.INVALID_ANNOTATION)
+    assert row.message == ("cannot read the JSON: lists and objects nest deeper than "
+                           f"{documents.MAX_NESTING} levels")
+
+
+def test_a_deep_kitti_meta_file_is_refused_naming_it(tmp_path):
+    labels = tmp_path / "train" / "label_2"
+    labels.mkdir(parents=True)
+    (labels / "000000.txt").write_text("Car 0 0 0 1 1 5 5 0 0 0 0 0 0 0\n")
+    meta = tmp_path / "dataset_meta.json"
+    meta.write_text('{"label_map": ' + nested(100_000) + "}")
+    with pytest.raises(ManifestError, match=f"{meta}: cannot read datumaro's label_map: "
+                       "lists and objects nest deeper"):
+        datumaro_classes(str(labels / "*.txt"))
+
+
+def test_sniffing_a_deep_file_is_no_recursion_and_no_quadratic_memory(tmp_path):
+    """The first 64 KiB are sniffed for a JSON key, a list item, a JSON line."""
+    deep = tmp_path / "deep.json"
+    deep.write_text(nested(40_000))
+    head = FileHead.read(str(deep))
+
+    def sniff():
+        assert (head.first_json_key, head.first_list_item, head.first_line_object) == (
+            None, None, None)
+
+    assert peak_bytes(sniff) < 8 * MB
+
+
+def test_a_deep_manifest_stops_the_run_naming_the_file_not_the_storage(tmp_path, capsys):
+    """Deep nesting in the first line was reported as "cannot use the storage"."""
+    coco = coco_nested_in_info(tmp_path / "instances.json", 100_000)
+    assert run.main(["--manifest", f"train={coco}", "--label_mode", "detection",
+                     "--output_dir", str(tmp_path / "out")]) == run.EXIT_USAGE
+    error = capsys.readouterr().err
+    assert error == (f"error: {coco}: lists and objects nest deeper than "
+                     f"{documents.MAX_NESTING} levels\n")
