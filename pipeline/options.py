@@ -349,7 +349,8 @@ class ConvertOptions(PipelineOptions):
         return RowRules(self.split_fraction_values(), self.label_mode, self.label_separator,
                         self.extra_columns(), image_dir=self.image_dir,
                         uri_column=self.uri_column, label_column=self.label_column,
-                        split_column=self.split_column, leave_out=self.left_out())
+                        split_column=self.split_column, leave_out=self.left_out(),
+                        max_pixels=self.max_image_pixels)
 
     def extra_columns(self) -> tuple[ExtraColumn, ...]:
         return load_schema(self.schema)

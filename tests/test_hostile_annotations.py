@@ -7,11 +7,14 @@ file (whole-file formats) or a dead letter naming the line (line formats), never
 RecursionError. Memory findings are measured as a cap (tracemalloc's peak).
 """
 
+import base64
+import io
 import json
 import tracemalloc
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from conftest import encode, photo_like
 from pipeline import run
@@ -169,7 +172,7 @@ def test_a_deep_kitti_meta_file_is_refused_naming_it(tmp_path):
 def test_sniffing_a_deep_file_is_no_recursion_and_no_quadratic_memory(tmp_path):
     """The first 64 KiB are sniffed for a JSON key, a list item, a JSON line."""
     deep = tmp_path / "deep.json"
-    deep.write_text(nested(40_000))
+    deep.write_text(nested(20_000))
     head = FileHead.read(str(deep))
 
     def sniff():
@@ -187,3 +190,92 @@ def test_a_deep_manifest_stops_the_run_naming_the_file_not_the_storage(tmp_path,
     error = capsys.readouterr().err
     assert error == (f"error: {coco}: lists and objects nest deeper than "
                      f"{documents.MAX_NESTING} levels\n")
+
+
+# --- masks: declared sizes against the image and --max_image_pixels -----------------------
+
+# 12,000 x 12,000: 144 Mpx, over --max_image_pixels' default (Pillow's 89 Mpx); decoded,
+# such a mask took 144 MB here (the review's 40,000 x 40,000 took 4-8 GB).
+HUGE = 12_000
+
+
+def coco_with_rle(path: Path, size: tuple[int, int], counts) -> Path:
+    width, height = size
+    path.write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "a.jpg", "width": width, "height": height}],
+        "categories": [{"id": 1, "name": "cat"}],
+        "annotations": [{"id": 7, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5, 5],
+                         "iscrowd": 1, "segmentation": {"size": [height, width],
+                                                        "counts": counts}}]}))
+    return path
+
+
+@pytest.mark.parametrize("side, counts", [
+    (HUGE, [0, HUGE * HUGE]),  # uncompressed run lengths, as crowd annotations hold them
+    (100_000, "0" * 8),  # pycocotools' OverflowError failed the whole job
+])
+def test_a_coco_rle_on_a_canvas_over_the_limit_is_a_dead_letter_before_decoding(
+        tmp_path, side, counts):
+    coco = coco_with_rle(tmp_path / "instances.json", (side, side), counts)
+
+    def read():
+        return list(read_coco(str(coco), DETECTION, "train"))
+
+    rows = []
+    assert peak_bytes(lambda: rows.extend(read())) < 2 * MB
+    (row,) = rows
+    assert (row.line, row.reason) == (1, "decompression_bomb")
+    assert row.message == (f"annotation id 7: image id 1: the declared image size {side}x{side} "
+                           "exceeds the limit of 89478485 pixels (--max_image_pixels)")
+
+
+def test_the_declared_canvas_follows_max_image_pixels(tmp_path):
+    coco = coco_with_rle(tmp_path / "instances.json", (100, 100), [0, 100 * 100])
+    (row,) = read_coco(str(coco), RowRules(label_mode="detection", max_pixels=9_999), "train")
+    assert row.reason == "decompression_bomb"
+    (row,) = read_coco(str(coco), RowRules(label_mode="detection", max_pixels=10_000), "train")
+    assert row.boxes[0].mask.counts == (0, 100 * 100)
+
+
+def cvat_with_mask(path: Path, canvas: int, mask: int) -> Path:
+    path.write_text(
+        '<?xml version="1.0" encoding="utf-8"?>\n<annotations><version>1.1</version>'
+        f'<image id="0" name="a.jpg" width="{canvas}" height="{canvas}">'
+        f'<mask label="cat" source="manual" occluded="0" rle="0,{mask * mask}" '
+        f'left="0" top="0" width="{mask}" height="{mask}" z_order="0"></mask>'
+        "</image></annotations>\n")
+    return path
+
+
+@pytest.mark.parametrize("canvas, reason, message", [
+    (100, reasons.SIZE_MISMATCH, f"image 0: <mask>: the mask is {HUGE}x{HUGE} pixels, which "
+     "does not fit the image declared 100x100"),
+    (HUGE, "decompression_bomb", f"image 0: the declared image size {HUGE}x{HUGE} "
+     "exceeds the limit of 89478485 pixels (--max_image_pixels)"),
+])
+def test_a_cvat_mask_larger_than_its_image_is_a_dead_letter_before_allocating(
+        tmp_path, canvas, reason, message):
+    cvat = cvat_with_mask(tmp_path / "annotations.xml", canvas, HUGE)
+    rows = []
+    assert peak_bytes(lambda: rows.extend(read_manifest(str(cvat), DETECTION))) < 2 * MB
+    (row,) = rows
+    assert (row.reason, row.message) == (reason, message)
+
+
+def test_a_labelme_mask_larger_than_its_image_is_a_dead_letter_before_decoding(tmp_path):
+    """The mask PNG's own size is read from its header; 6,000 x 6,000 of 1-bit pixels is a
+    few kilobytes of PNG and 72 MB decoded."""
+    png = io.BytesIO()
+    Image.new("1", (6000, 6000)).save(png, format="PNG")
+    mask = {"label": "cat", "points": [[0, 0], [10, 10]], "group_id": None,
+            "shape_type": "mask", "flags": {}, "mask": base64.b64encode(png.getvalue()).decode()}
+    labelme = tmp_path / "a.json"
+    labelme.write_text(json.dumps({"version": "5.4.1", "flags": {}, "shapes": [mask],
+                                   "imagePath": "a.jpg", "imageHeight": 100,
+                                   "imageWidth": 100}))
+    rows = []
+    assert peak_bytes(lambda: rows.extend(read_manifest(str(labelme), DETECTION))) < 2 * MB
+    (row,) = rows
+    assert (row.reason, row.message) == (reasons.SIZE_MISMATCH, "object 1: the mask is "
+                                         "6000x6000 pixels, which does not fit the image "
+                                         "declared 100x100")

@@ -33,6 +33,8 @@ UNSEEN_CATEGORY = "unseen_category"  # a categorical value TRAIN never saw
 DUPLICATE_ROW = "duplicate_row"  # single labels: the image is in the split already
 DUPLICATE_IMAGE = "duplicate_image"  # --dedupe: a byte-identical image is kept
 NEAR_DUPLICATE_IMAGE = "near_duplicate_image"  # --dedupe near: a near-copy is kept
+# More pixels than --max_image_pixels: an image's (worker/images.py), or a declared size.
+DECOMPRESSION_BOMB = "decompression_bomb"
 
 # Every reason a dead letter can give, with what it means: the row reasons above, the image
 # reasons of worker/images.py's REASONS and the image folder's of worker/inputs/folder.py.
@@ -95,8 +97,8 @@ REGISTRY: dict[str, str] = {
     "empty_file": "the file has zero bytes",
     "not_an_image": "no Pillow plugin recognises the bytes",
     "truncated_image": "the data ends before the image does",
-    "decompression_bomb": "more pixels than --max_image_pixels, refused before any pixel "
-                          "is allocated",
+    DECOMPRESSION_BOMB: "more pixels than --max_image_pixels (the image's, or the size an "
+                        "annotation declares for it), refused before any pixel is allocated",
     "decode_error": "recognised but undecodable: corrupt data, an unsupported variant",
     "encode_error": "decoded, but converting or re-encoding it failed",
     "decode_crash": "the worker process died decoding it (a crash, the OOM killer)",

@@ -145,7 +145,7 @@ def image_row(path: str, image: dict, rules: RowRules, forced_split: str | None
     if not written:
         return DeadLetter(path, 0, raw, "", split, reasons.MISSING_URI,
                           where + "file_name is missing or empty")
-    size = declared_size(image.get("width"), image.get("height"))
+    size = declared_size(image.get("width"), image.get("height"), rules.max_pixels)
     if not isinstance(size[0], int):
         return DeadLetter(path, 0, raw, uri, split, size[0], where + size[1])
     return ManifestRow(path, 0, raw, split, uri, (), image_size=size, listed_whole=True)
