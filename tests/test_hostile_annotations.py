@@ -10,6 +10,8 @@ RecursionError. Memory findings are measured as a cap (tracemalloc's peak).
 import base64
 import io
 import json
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -21,12 +23,14 @@ from pipeline import run
 from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.inputs import documents
+from worker.inputs.boxes import polygon_mask
 from worker.inputs.coco import declared_categories, read_coco
 from worker.inputs.input_format import FileHead
 from worker.inputs.kitti import datumaro_classes
 from worker.inputs.rows import ManifestError, RowRules
 from worker.inputs.sources import read_manifest
 from worker.inputs.yolo import YoloDataset
+from worker.masks import MAX_KEYPOINTS
 
 DETECTION = RowRules(label_mode="detection")
 MB = 2**20
@@ -279,3 +283,78 @@ def test_a_labelme_mask_larger_than_its_image_is_a_dead_letter_before_decoding(t
     assert (row.reason, row.message) == (reasons.SIZE_MISMATCH, "object 1: the mask is "
                                          "6000x6000 pixels, which does not fit the image "
                                          "declared 100x100")
+
+
+# --- polygons and keypoints: point counts and outlines against the image -----------------
+
+def coco_with_segmentation(path: Path, segmentation, keypoints=None) -> Path:
+    annotation = {"id": 7, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5, 5],
+                  "segmentation": segmentation}
+    if keypoints is not None:
+        annotation["keypoints"] = keypoints
+    path.write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "a.jpg", "width": 1000, "height": 1000}],
+        "categories": [{"id": 1, "name": "cat"}], "annotations": [annotation]}))
+    return path
+
+
+def zigzag(points: int, far: float) -> list[float]:
+    """A polygon running between x = 0 and x = `far`, down a 1000-pixel image: its outline
+    `points` * `far` pixels long."""
+    return [value for number in range(points)
+            for value in (far * (number % 2), 1000 * number / points)]
+
+
+@pytest.mark.parametrize("polygon, message", [
+    # pycocotools walked 100 edges of 10,000,000 pixels: 50 GB.
+    (zigzag(100, 1e7), "a polygon's point lies farther outside the image than the "
+     "image's own width or height"),
+    # 10,000 edges across a 1000-pixel image: 500 MB.
+    (zigzag(10_000, 1000), "the object's polygons are 10000 times the image's side long, "
+     "more than the 100 a mask may draw"),
+])
+def test_a_polygon_whose_outline_does_not_follow_the_image_is_a_dead_letter(
+        tmp_path, polygon, message):
+    coco = coco_with_segmentation(tmp_path / "instances.json", [polygon])
+    (row,) = read_coco(str(coco), DETECTION, "train")
+    assert (row.reason, row.message) == (reasons.INVALID_MASK, f"annotation id 7: {message}")
+
+
+def test_a_polygon_coordinate_that_is_no_number_is_a_dead_letter():
+    """CVAT's points="nan,1;..." are floats; pycocotools would cast NaN to an int."""
+    polygon = [(0.0, 0.0), (10.0, 0.0), (float("nan"), 10.0)]
+    assert polygon_mask([polygon], (1000, 1000), DETECTION) == (
+        reasons.INVALID_MASK, "a polygon's coordinate is not a number")
+
+
+DRAW_PEAK = """
+import resource, sys
+from worker.masks import mask_png
+from worker.records import Mask
+polygons = eval(sys.argv[1])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+mask_png(Mask(1000, 1000, polygons), 2000, 2000)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+@pytest.mark.parametrize("polygons", [
+    "(tuple(float(v) for n in range(100) for v in (1000 * (n % 2), 10 * n)),)",  # the limit
+    # 200 polygons of one object: decoded apart, 200 masks of 2000 x 2000 (800 MB).
+    "tuple((0.0, 5.0 * n, 10.0, 5.0 * n, 10.0, 5.0 * n + 4) for n in range(200))",
+])
+def test_drawing_the_polygons_an_object_may_have_takes_memory_of_the_images_order(polygons):
+    """ru_maxrss of a child process: pycocotools allocates outside Python's allocator."""
+    grown = subprocess.run([sys.executable, "-c", DRAW_PEAK, polygons], check=True,
+                           capture_output=True, text=True, env={"PYTHONPATH": "."}).stdout
+    assert int(grown) < 64 * MB
+
+
+def test_keypoints_beyond_the_limit_are_a_dead_letter(tmp_path):
+    """Every object of an example is padded to the most keypoints any has."""
+    coco = coco_with_segmentation(tmp_path / "instances.json", None,
+                                  [0, 0, 0] * (MAX_KEYPOINTS + 1))
+    (row,) = read_coco(str(coco), DETECTION, "train")
+    assert (row.reason, row.message) == (reasons.INVALID_KEYPOINTS, "annotation id 7: "
+                                         f"{MAX_KEYPOINTS + 1} keypoints, more than the "
+                                         f"{MAX_KEYPOINTS} an object may have")

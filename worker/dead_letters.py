@@ -64,14 +64,17 @@ REGISTRY: dict[str, str] = {
     EMPTY_BOX: "a box with no width or no height (a minimum not below its maximum)",
     INVALID_SIZE: "a declared image width or height that is not a positive whole number",
     SIZE_MISMATCH: "the size an annotation declares (or a mask's or segmentation map's) is "
-                   "not the image's own",
+                   "not the image's own, or a mask region (CVAT's, LabelMe's) is larger "
+                   "than the image",
     UNKNOWN_IMAGE_ID: "a COCO annotation whose image_id names no image",
     UNKNOWN_CATEGORY_ID: ("a COCO category_id, YOLO class or Open Images LabelName that names "
                           "no category"),
-    INVALID_MASK: "a polygon of fewer than 3 points, an RLE that is not one, or a mask or "
-                  "segmentation map that cannot be read as class indices",
-    INVALID_KEYPOINTS: "keypoints that are not whole points, a visibility not 0, 1 or 2, or "
-                       "a point outside the image",
+    INVALID_MASK: "a polygon of fewer than 3 points, an RLE that is not one, a mask or "
+                  "segmentation map that cannot be read as class indices, or polygons "
+                  "farther outside the image than its side, or together longer than 100 "
+                  "of its sides",
+    INVALID_KEYPOINTS: "keypoints that are not whole points, a visibility not 0, 1 or 2, "
+                       "a point outside the image, or more than 1,000 of them",
     # Labels and --schema columns, against the vocabulary.
     UNSEEN_LABEL: "a label outside the vocabulary (TRAIN's, or the pinned --vocabulary); "
                   "--unseen_label oov keeps it instead",

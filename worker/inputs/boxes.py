@@ -25,7 +25,7 @@ from worker import dead_letters as reasons
 from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import RowRules
-from worker.masks import rle_of, turned_mask
+from worker.masks import polygon_problem, rle_of, turned_mask
 from worker.records import Box, ManifestRow, Mask
 
 # A corner given relative to the image may lie this far outside it (a fraction of its
@@ -179,18 +179,24 @@ def extent(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, floa
 
 
 def polygon_mask(polygons: Sequence[Sequence[tuple[float, float]]],
-                 frame: tuple[float, float], rules: RowRules) -> Mask | None:
+                 frame: tuple[float, float], rules: RowRules
+                 ) -> Mask | tuple[str, str] | None:
     """An object's mask from its polygons (each [(x, y), ...] of 3 points or more, in a
-    frame of (width, height): Mask's), or None where --leave_out masks."""
+    frame of (width, height): Mask's), None where --leave_out masks, or (dead-letter
+    reason, message) for polygons that cannot be drawn (masks.polygon_problem)."""
     if LeftOut.MASKS in rules.leave_out:
         return None
-    return Mask(*frame, tuple(tuple(value for point in polygon for value in point)
-                              for polygon in polygons))
+    flat = tuple(tuple(value for point in polygon for value in point) for polygon in polygons)
+    return polygon_problem(flat, frame) or Mask(*frame, flat)
 
 
-def with_mask(box: Box | tuple[str, str], mask: Mask | None) -> Box | tuple[str, str]:
-    """The box with its object's mask (a dead letter's reason and message as they are)."""
-    return box._replace(mask=mask) if isinstance(box, Box) else box
+def with_mask(box: Box | tuple[str, str], mask: Mask | tuple[str, str] | None
+              ) -> Box | tuple[str, str]:
+    """The box with its object's mask (a dead letter's reason and message, the box's or
+    the mask's, as they are)."""
+    if not isinstance(box, Box):
+        return box
+    return box._replace(mask=mask) if mask is None or isinstance(mask, Mask) else mask
 
 
 def region_problem(region_size: tuple[float, float], size: tuple[int, int]

@@ -31,7 +31,7 @@ from worker.choices import LeftOut
 from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, assign_split,
                                 image_folder, resolve_uri)
 from worker.label_map import LabelMapItem, vocabulary_of
-from worker.masks import decode_rle
+from worker.masks import MAX_KEYPOINTS, decode_rle, polygon_problem
 from worker.records import Box, Keypoints, ManifestRow, Mask
 
 # A COCO file's top-level keys; Vertex AI's JSON Lines items start with their own.
@@ -239,7 +239,7 @@ def _mask(segmentation: object, size: tuple[int, int], rules: RowRules
     if any(len(polygon) < 6 or len(polygon) % 2 for polygon in segmentation):
         return (reasons.INVALID_MASK, "a polygon needs 3 or more points, x and y each: "
                 f"found {[len(polygon) for polygon in segmentation]} coordinates")
-    return Mask(*size, tuple(map(tuple, segmentation)))
+    return polygon_problem(segmentation, size) or Mask(*size, tuple(map(tuple, segmentation)))
 
 
 def _keypoints(written: object, num_keypoints: object, size: tuple[int, int],
@@ -258,6 +258,9 @@ def _keypoints(written: object, num_keypoints: object, size: tuple[int, int],
             and all(isinstance(value, (int, float)) for value in written)):
         return (reasons.INVALID_KEYPOINTS, "keypoints must be [x, y, visibility] per point, "
                 f"numbers: found {len(written) if isinstance(written, list) else written!r}")
+    if len(written) > 3 * MAX_KEYPOINTS:
+        return (reasons.INVALID_KEYPOINTS, f"{len(written) // 3} keypoints, more than the "
+                f"{MAX_KEYPOINTS} an object may have")
     if names and len(written) != 3 * len(names):
         return (reasons.INVALID_KEYPOINTS, f"{len(written) // 3} keypoints, but the category "
                 f"names {len(names)}")

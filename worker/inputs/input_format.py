@@ -18,7 +18,7 @@ from typing import NamedTuple
 import ijson
 
 from worker.chunks import LineRange, ManifestSource
-from worker.inputs.documents import DocumentError, json_events, json_items, load_json
+from worker.inputs.documents import DocumentError, json_events, load_json
 from worker.inputs.lines import open_manifest
 from worker.inputs.rows import ManifestError, ManifestItem, RowRules
 
@@ -60,7 +60,7 @@ class FileHead:
         """The first item of the JSON list the file is, if it is one and the item ends
         within the first bytes."""
         try:
-            return next(json_items(io.BytesIO(self.data), "item"), None)
+            return next(ijson.items(json_events(io.BytesIO(self.data)), "item"), None)
         except (ijson.JSONError, DocumentError):
             return None
 
