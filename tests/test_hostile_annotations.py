@@ -95,6 +95,28 @@ def test_nesting_up_to_the_limit_is_read_and_one_level_more_is_refused():
             load(nested(limit + 1))
 
 
+@pytest.mark.parametrize("piece", [1, 2, 3, 5, 64 * 1024])
+def test_nesting_is_counted_on_the_bytes_wherever_they_are_cut(piece):
+    """Brackets, quotes and backslashes inside strings do not count, a piece ending in a
+    string or after a backslash included (ijson reads 64 KiB at a time)."""
+    tricky = ['[{"\\"', '\\', '\\"]}', "x\"[", "]]]"]
+
+    def document(depth):
+        value = tricky  # a level, and one per wrapping, and {"a": ...}
+        for level in range(depth - 2):
+            value = {"k[\"": value} if level % 2 else [value, "\\"]
+        return json.dumps({"a": value}).encode()
+
+    for depth, deep in ((documents.MAX_NESTING, False), (documents.MAX_NESTING + 1, True)):
+        data, scanner = document(depth), documents.NestingScanner()
+        fed = lambda: [scanner.feed(data[i:i + piece]) for i in range(0, len(data), piece)]
+        if deep:
+            with pytest.raises(documents.DocumentError):
+                fed()
+        else:
+            fed()
+
+
 def coco_nested_in_info(path: Path, depth: int) -> Path:
     path.write_text(json.dumps({"info": "NESTED", "images": [], "annotations": [],
                                 "categories": [{"id": 1, "name": "cat"}]})
