@@ -139,6 +139,15 @@ def test_a_deep_coco_file_is_refused_naming_it_in_bounded_memory(tmp_path):
     assert peak_bytes(read) < 2 * MB
 
 
+def test_a_coco_file_that_is_not_json_is_refused_naming_it_not_a_traceback(tmp_path, capsys):
+    """ijson's own error escaped as a traceback (a NaN, a file cut short)."""
+    coco = tmp_path / "instances.json"
+    coco.write_text('{"images": [{"id": 1, "file_name": "a.jpg", "width": NaN}]')
+    assert run.main(["--manifest", f"train={coco}", "--label_mode", "detection",
+                     "--output_dir", str(tmp_path / "out")]) == run.EXIT_USAGE
+    assert capsys.readouterr().err.startswith(f"error: {coco}: not JSON: lexical error: ")
+
+
 def test_a_deep_label_studio_export_is_refused_naming_it(tmp_path):
     export = tmp_path / "export.json"
     task = {"data": {"image": "a.jpg"}, "annotations": []}

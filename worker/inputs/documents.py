@@ -38,7 +38,8 @@ _CLOSES = frozenset({"end_map", "end_array"})
 
 
 class DocumentError(ValueError):
-    """A JSON or YAML document nested too deep, or a YAML document holding an alias."""
+    """A JSON or YAML document nested too deep, a YAML document holding an alias, or a
+    streamed JSON file that is not JSON."""
 
 
 def too_deep() -> DocumentError:
@@ -102,8 +103,12 @@ def load_json(data: str | bytes) -> Any:
 
 def json_items(file: IO[bytes], prefix: str) -> Iterator[Any]:
     """ijson.items of a binary file (its C backend), numbers as floats where not whole;
-    DocumentError as soon as a piece read nests beyond MAX_NESTING."""
-    return ijson.items(_ScannedFile(file), prefix, use_float=True)
+    DocumentError as soon as a piece read nests beyond MAX_NESTING, or where the file is
+    not JSON (ijson's error, on one line, for the caller to name the file)."""
+    try:
+        yield from ijson.items(_ScannedFile(file), prefix, use_float=True)
+    except ijson.JSONError as error:
+        raise DocumentError(f"not JSON: {' '.join(str(error).split())}") from None
 
 
 def json_events(file: IO[bytes]) -> Iterator[tuple[str, str, Any]]:
