@@ -23,6 +23,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from image_tfrecords.output import IMAGE, LABEL_TEXT, Output
 from worker.images import THUMBNAIL_SIDE, open_image, thumbnail_of
+from worker.inputs.documents import DocumentError, load_json
 from worker.naming import REPORT_FILE
 from worker.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
                                     Pictured, RejectedRow, ReportContent, copy_rank,
@@ -163,9 +164,11 @@ def _json_lines(output: Output, files: Iterable[str], record: pydantic.TypeAdapt
 
 def _typed_line(record: pydantic.TypeAdapter, line: bytes, where: str) -> dict[str, Any]:
     try:
-        return record.validate_python(json.loads(line))
+        return record.validate_python(load_json(line))
     except json.JSONDecodeError as problem:
         raise ValueError(f"{where}: not JSON ({problem.msg})") from None
+    except DocumentError as problem:
+        raise ValueError(f"{where}: {problem}") from None
     except UnicodeDecodeError:
         raise ValueError(f"{where}: not UTF-8 text") from None
     except pydantic.ValidationError as problem:

@@ -355,7 +355,8 @@ class ConvertOptions(PipelineOptions):
                         self.extra_columns(), image_dir=self.image_dir,
                         uri_column=self.uri_column, label_column=self.label_column,
                         split_column=self.split_column, leave_out=self.left_out(),
-                        allow_paths_outside_dataset=self.allow_paths_outside_dataset)
+                        allow_paths_outside_dataset=self.allow_paths_outside_dataset,
+                        max_pixels=self.max_image_pixels)
 
     def extra_columns(self) -> tuple[ExtraColumn, ...]:
         return load_schema(self.schema)

@@ -44,6 +44,8 @@ PATH_OUTSIDE_DATASET = "path_outside_dataset"
 TEXT_TOO_LONG = "text_too_long"
 TOO_MANY_LABELS = "too_many_labels"
 LABEL_BREAKS_LINES = "label_breaks_lines"
+# More pixels than --max_image_pixels: an image's (worker/images.py), or a declared size.
+DECOMPRESSION_BOMB = "decompression_bomb"
 
 # Every reason a dead letter can give, with what it means: the row reasons above, the image
 # reasons of worker/images.py's REASONS and the image folder's of worker/inputs/folder.py.
@@ -85,14 +87,17 @@ REGISTRY: dict[str, str] = {
     EMPTY_BOX: "a box with no width or no height (a minimum not below its maximum)",
     INVALID_SIZE: "a declared image width or height that is not a positive whole number",
     SIZE_MISMATCH: "the size an annotation declares (or a mask's or segmentation map's) is "
-                   "not the image's own",
+                   "not the image's own, or a mask region (CVAT's, LabelMe's) is larger "
+                   "than the image",
     UNKNOWN_IMAGE_ID: "a COCO annotation whose image_id names no image",
     UNKNOWN_CATEGORY_ID: ("a COCO category_id, YOLO class or Open Images LabelName that names "
                           "no category"),
-    INVALID_MASK: "a polygon of fewer than 3 points, an RLE that is not one, or a mask or "
-                  "segmentation map that cannot be read as class indices",
-    INVALID_KEYPOINTS: "keypoints that are not whole points, a visibility not 0, 1 or 2, or "
-                       "a point outside the image",
+    INVALID_MASK: "a polygon of fewer than 3 points, an RLE that is not one, a mask or "
+                  "segmentation map that cannot be read as class indices, or polygons "
+                  "farther outside the image than its side, or together longer than 100 "
+                  "of its sides",
+    INVALID_KEYPOINTS: "keypoints that are not whole points, a visibility not 0, 1 or 2, "
+                       "a point outside the image, or more than 1,000 of them",
     # Labels and --schema columns, against the vocabulary.
     UNSEEN_LABEL: "a label outside the vocabulary (TRAIN's, or the pinned --vocabulary); "
                   "--unseen_label oov keeps it instead",
@@ -119,8 +124,8 @@ REGISTRY: dict[str, str] = {
     "not_an_image": "not in a format the converter reads (JPEG, PNG, GIF, BMP, TIFF, WebP): "
                     "other formats, EPS included, are never opened",
     "truncated_image": "the data ends before the image does",
-    "decompression_bomb": "more pixels than --max_image_pixels, refused before any pixel "
-                          "is allocated",
+    DECOMPRESSION_BOMB: "more pixels than --max_image_pixels (the image's, or the size an "
+                        "annotation declares for it), refused before any pixel is allocated",
     "decode_error": "recognised but undecodable: corrupt data, an unsupported variant",
     "encode_error": "decoded, but converting or re-encoding it failed",
     "decode_crash": "the worker process died decoding it (a crash, the OOM killer)",

@@ -343,10 +343,11 @@ def _orientation(image: Image.Image) -> object:
     return image.getexif().get(ExifTags.Base.Orientation, 1)
 
 
-def open_image(data: bytes) -> ImageFile.ImageFile:
-    """Image.open of `data`, trying the plugins of IMAGE_FORMATS only: how every image,
-    mask or thumbnail is opened outside the shard writer's own checks (_open)."""
-    return Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
+def open_image(data: bytes, formats: tuple[str, ...] = IMAGE_FORMATS) -> ImageFile.ImageFile:
+    """Image.open of `data`, trying the plugins of `formats` (some of IMAGE_FORMATS) only:
+    how every image, mask or thumbnail is opened outside the shard writer's own checks
+    (_open)."""
+    return Image.open(io.BytesIO(data), formats=formats)
 
 
 def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:

@@ -7,9 +7,12 @@ the mask is stored as a PNG of 0s and 1s (Pillow's mode L) at the size of the im
 written, one PNG per object in `image/object/mask`.
 
 Polygons are drawn at the written size directly (scaled with any --max_side resize), so a
-resized mask is as sharp as the image; an RLE is decoded at its own size (the source
-image's) and resized with nearest neighbours. Where the image is turned upright by its
-EXIF orientation, a mask drawn on its stored pixels is turned with it (turned_mask).
+resized mask is as sharp as the image, an object's polygons merged into one RLE before
+it is decoded (decoded apart, each would take a whole mask); an RLE is decoded at its
+own size (the source image's) and resized with nearest neighbours. Where the image is
+turned upright by its EXIF orientation, a mask drawn on its stored pixels is turned with
+it (turned_mask). What an annotation declares is checked as it is read, before anything
+is allocated (polygon_problem, MAX_KEYPOINTS; canvases and regions in inputs/boxes.py).
 
 A segmentation map (one class index per pixel) as DeepLab's build_voc2012_data writes it:
 `image/segmentation/class/encoded`, a PNG of the indices (mode L: a palette PNG's indices,
@@ -20,6 +23,7 @@ not its colours, as DeepLab's remove_gt_colormap keeps them), at the written siz
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 
 import numpy as np
 from PIL import Image
@@ -28,6 +32,18 @@ from pycocotools import mask as coco_mask
 from worker import dead_letters as reasons
 from worker.images import ImageRejected, PreparedImage, open_image
 from worker.records import Box, Mask
+
+# pycocotools draws a polygon by walking its outline at 5 times the image's resolution
+# (rleFrPoly), some 50 bytes per pixel of outline: an object's polygons may together be
+# at most this many times the image's longer side long (5 MB drawn on a 1000 x 1000
+# image, 45 MB at --max_image_pixels' default; a detailed outline is a few sides long).
+MAX_OUTLINE_SIDES = 100
+# A polygon's point may lie this far outside the image (a fraction of its side, past
+# which pycocotools clips): farther, it is no outline of this image.
+POLYGON_MARGIN = 1.0
+# The keypoints an object may have (COCO's person 17, COCO-WholeBody 133, MediaPipe's face
+# mesh 478): every object of an example is padded to the most any of them has.
+MAX_KEYPOINTS = 1000
 
 # Pillow's transpose for each EXIF orientation, as ImageOps.exif_transpose turns an image.
 _TRANSPOSES = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
@@ -47,14 +63,41 @@ def mask_pixels(mask: Mask, width: int, height: int) -> np.ndarray:
         scale_x, scale_y = width / mask.width, height / mask.height
         polygons = [[value * (scale_x if place % 2 == 0 else scale_y)
                      for place, value in enumerate(polygon)] for polygon in mask.polygons]
-        binary = np.amax(coco_mask.decode(coco_mask.frPyObjects(polygons, height, width)),
-                         axis=2)
+        binary = coco_mask.decode(coco_mask.merge(coco_mask.frPyObjects(polygons, height,
+                                                                        width)))
     else:
         binary = decode_rle(mask)
         if binary.shape != (height, width):
             binary = np.asarray(Image.fromarray(binary).resize((width, height),
                                                                Image.Resampling.NEAREST))
     return binary
+
+
+def polygon_problem(polygons: Sequence[Sequence[float]], frame: tuple[float, float]
+                    ) -> tuple[str, str] | None:
+    """Why an object's polygons (each x0, y0, x1, y1, ... in a frame of (width, height):
+    Mask's) cannot be drawn in memory that follows the image: a coordinate that is no
+    number, a point farther outside the image than POLYGON_MARGIN, or outlines longer
+    together than MAX_OUTLINE_SIDES sides of the image; (dead-letter reason, message),
+    or None where they can. Checked as the annotation is read, before pycocotools."""
+    width, height = frame
+    outline = 0.0
+    for polygon in polygons:
+        xs = np.asarray(polygon[0::2], dtype=float) / width
+        ys = np.asarray(polygon[1::2], dtype=float) / height
+        if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
+            return reasons.INVALID_MASK, "a polygon's coordinate is not a number"
+        if (min(xs.min(), ys.min()) < -POLYGON_MARGIN
+                or max(xs.max(), ys.max()) > 1 + POLYGON_MARGIN):
+            return (reasons.INVALID_MASK, "a polygon's point lies farther outside the image "
+                    "than the image's own width or height")
+        # In steps of the longer side, as pycocotools walks each edge (the closing one too).
+        outline += np.maximum(np.abs(np.diff(xs, append=xs[0])),
+                              np.abs(np.diff(ys, append=ys[0]))).sum()
+    if outline > MAX_OUTLINE_SIDES:
+        return (reasons.INVALID_MASK, f"the object's polygons are {outline:.0f} times the "
+                f"image's side long, more than the {MAX_OUTLINE_SIDES} a mask may draw")
+    return None
 
 
 def decode_rle(mask: Mask) -> np.ndarray:

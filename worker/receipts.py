@@ -32,7 +32,8 @@ from typing import NamedTuple
 import pydantic
 
 from worker import naming, storage
-from worker.records import LabelledRow, ShardOutcome
+from worker.inputs.documents import load_json
+from worker.records import ExampleRef, LabelledRow, ShardOutcome
 
 _VERSION = 4  # of the receipt's layout (4: file names relative to the temp folder, typed)
 
@@ -69,7 +70,7 @@ class ShardReceipt(NamedTuple):
         """The receipt of a shard in `temp_dir`, typed (every field of its kind, every
         split one of SPLITS), its files' names resolved in `temp_dir`; ValueError (its
         UnconfinedName included) otherwise."""
-        fields = json.loads(data)
+        fields = load_json(data)  # nesting beyond a limit: a ValueError, not RecursionError
         if not isinstance(fields, dict):
             raise ValueError("not a JSON object")
         if (version := fields.pop("version", None)) != _VERSION:

@@ -25,7 +25,7 @@ from worker import dead_letters as reasons
 from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
 from worker.inputs.rows import RowRules
-from worker.masks import rle_of, turned_mask
+from worker.masks import polygon_problem, rle_of, turned_mask
 from worker.records import Box, ManifestRow, Mask
 
 # A corner given relative to the image may lie this far outside it (a fraction of its
@@ -69,9 +69,12 @@ def parse_box(vertices: Sequence[str]) -> Box | tuple[str, str]:
     return box
 
 
-def declared_size(width: object, height: object) -> tuple[int, int] | tuple[str, str]:
+def declared_size(width: object, height: object, max_pixels: int | None = None
+                  ) -> tuple[int, int] | tuple[str, str]:
     """The image size an annotation declares: (width, height) as positive integers, or
-    (dead-letter reason, message)."""
+    (dead-letter reason, message). Where masks are drawn on it as the file is read
+    (COCO's, CVAT's, LabelMe's), more than `max_pixels` (--max_image_pixels) is refused as
+    the image itself would be, before any mask allocates it."""
     try:
         size = (int(str(width).strip()), int(str(height).strip()))
     except ValueError:
@@ -79,6 +82,9 @@ def declared_size(width: object, height: object) -> tuple[int, int] | tuple[str,
     if min(size) < 1:
         return (reasons.INVALID_SIZE, "the declared image width and height must be positive "
                 f"whole numbers of pixels, found {width!r} x {height!r}")
+    if max_pixels is not None and size[0] * size[1] > max_pixels:
+        return (reasons.DECOMPRESSION_BOMB, f"the declared image size {size[0]}x{size[1]} "
+                f"exceeds the limit of {max_pixels} pixels (--max_image_pixels)")
     return size
 
 
@@ -173,25 +179,44 @@ def extent(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, floa
 
 
 def polygon_mask(polygons: Sequence[Sequence[tuple[float, float]]],
-                 frame: tuple[float, float], rules: RowRules) -> Mask | None:
+                 frame: tuple[float, float], rules: RowRules
+                 ) -> Mask | tuple[str, str] | None:
     """An object's mask from its polygons (each [(x, y), ...] of 3 points or more, in a
-    frame of (width, height): Mask's), or None where --leave_out masks."""
+    frame of (width, height): Mask's), None where --leave_out masks, or (dead-letter
+    reason, message) for polygons that cannot be drawn (masks.polygon_problem)."""
     if LeftOut.MASKS in rules.leave_out:
         return None
-    return Mask(*frame, tuple(tuple(value for point in polygon for value in point)
-                              for polygon in polygons))
+    flat = tuple(tuple(value for point in polygon for value in point) for polygon in polygons)
+    return polygon_problem(flat, frame) or Mask(*frame, flat)
 
 
-def with_mask(box: Box | tuple[str, str], mask: Mask | None) -> Box | tuple[str, str]:
-    """The box with its object's mask (a dead letter's reason and message as they are)."""
-    return box._replace(mask=mask) if isinstance(box, Box) else box
+def with_mask(box: Box | tuple[str, str], mask: Mask | tuple[str, str] | None
+              ) -> Box | tuple[str, str]:
+    """The box with its object's mask (a dead letter's reason and message, the box's or
+    the mask's, as they are)."""
+    if not isinstance(box, Box):
+        return box
+    return box._replace(mask=mask) if mask is None or isinstance(mask, Mask) else mask
+
+
+def region_problem(region_size: tuple[float, float], size: tuple[int, int]
+                   ) -> tuple[str, str] | None:
+    """Why a mask region (CVAT's <mask>, LabelMe's mask PNG) of (width, height) cannot lie
+    on an image declared (width, height): larger than it (checked before its pixels are
+    allocated); None where it can."""
+    width, height = region_size
+    if 0 < width <= size[0] and 0 < height <= size[1]:
+        return None
+    return (reasons.SIZE_MISMATCH, f"the mask is {width:g}x{height:g} pixels, which does "
+            f"not fit the image declared {size[0]}x{size[1]}")
 
 
 def region_mask(region: np.ndarray, left: int, top: int, size: tuple[int, int],
                 rules: RowRules) -> Mask | None:
     """An object's mask given as the 0/1 pixels of a region whose top left corner is at
-    (left, top) of an image of `size` (CVAT's and LabelMe's masks), as an RLE of the whole
-    image; None where --leave_out masks. What lies outside the image is cut off."""
+    (left, top) of an image of `size` (CVAT's and LabelMe's masks; region_problem checked),
+    as an RLE of the whole image; None where --leave_out masks. What lies outside the
+    image is cut off."""
     if LeftOut.MASKS in rules.leave_out:
         return None
     width, height = size

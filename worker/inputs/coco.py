@@ -25,12 +25,13 @@ from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
 from worker.inputs.boxes import declared_size, pixel_box
 from worker.inputs.dataset_root import DatasetRoot, quoted
+from worker.inputs import documents
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import open_manifest
 from worker.choices import LeftOut
 from worker.inputs.rows import ImageEntries, ManifestError, RowRules, assign_split
 from worker.label_map import LabelMapItem, vocabulary_of
-from worker.masks import decode_rle
+from worker.masks import MAX_KEYPOINTS, decode_rle, polygon_problem
 from worker.records import Box, Keypoints, ManifestRow, Mask
 
 # A COCO file's top-level keys; Vertex AI's JSON Lines items start with their own.
@@ -113,8 +114,13 @@ def category_names(path: str) -> set[str]:
 
 
 def json_items(path: str, prefix: str) -> Iterator[Any]:
+    """The file's items at `prefix`, streamed; ManifestError naming the file where it nests
+    too deep (documents.MAX_NESTING)."""
     with open_manifest(path) as file:
-        yield from ijson.items(file, prefix, use_float=True)
+        try:
+            yield from documents.json_items(file, prefix)
+        except documents.DocumentError as error:
+            raise ManifestError(f"{path}: {error}") from None
 
 
 def first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntries
@@ -142,7 +148,7 @@ def image_row(path: str, image: dict, rules: RowRules, forced_split: str | None,
     outside = root.outside(uri, f"file_name {quoted(written)}")
     if outside:
         return DeadLetter(path, 0, raw, uri, split, outside[0], where + outside[1])
-    size = declared_size(image.get("width"), image.get("height"))
+    size = declared_size(image.get("width"), image.get("height"), rules.max_pixels)
     if not isinstance(size[0], int):
         return DeadLetter(path, 0, raw, uri, split, size[0], where + size[1])
     return ManifestRow(path, 0, raw, split, uri, (), image_size=size, listed_whole=True)
@@ -236,7 +242,7 @@ def _mask(segmentation: object, size: tuple[int, int], rules: RowRules
     if any(len(polygon) < 6 or len(polygon) % 2 for polygon in segmentation):
         return (reasons.INVALID_MASK, "a polygon needs 3 or more points, x and y each: "
                 f"found {[len(polygon) for polygon in segmentation]} coordinates")
-    return Mask(*size, tuple(map(tuple, segmentation)))
+    return polygon_problem(segmentation, size) or Mask(*size, tuple(map(tuple, segmentation)))
 
 
 def _keypoints(written: object, num_keypoints: object, size: tuple[int, int],
@@ -255,6 +261,9 @@ def _keypoints(written: object, num_keypoints: object, size: tuple[int, int],
             and all(isinstance(value, (int, float)) for value in written)):
         return (reasons.INVALID_KEYPOINTS, "keypoints must be [x, y, visibility] per point, "
                 f"numbers: found {len(written) if isinstance(written, list) else written!r}")
+    if len(written) > 3 * MAX_KEYPOINTS:
+        return (reasons.INVALID_KEYPOINTS, f"{len(written) // 3} keypoints, more than the "
+                f"{MAX_KEYPOINTS} an object may have")
     if names and len(written) != 3 * len(names):
         return (reasons.INVALID_KEYPOINTS, f"{len(written) // 3} keypoints, but the category "
                 f"names {len(names)}")
@@ -279,13 +288,13 @@ def is_panoptic(head: FileHead) -> bool:
         return False
     with open_manifest(head.path) as file:
         try:
-            for prefix, event, value in ijson.parse(file):
+            for prefix, event, value in documents.json_events(file):
                 if event == "map_key" and (prefix, value) in (
                         ("annotations.item", "segments_info"), ("categories.item", "isthing")):
                     return True
                 if event == "end_map" and prefix in ("annotations.item", "categories.item"):
                     return False
-        except ijson.JSONError:
+        except (ijson.JSONError, documents.DocumentError):
             return False
     return False
 

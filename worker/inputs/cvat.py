@@ -30,6 +30,7 @@ file is streamed an <image> at a time (iterparse). <meta>'s <labels> declare the
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterator
 
@@ -41,7 +42,7 @@ from worker.chunks import LineRange, ManifestSource
 from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
-                                 region_mask, rotated_box, with_mask)
+                                 region_mask, region_problem, rotated_box, with_mask)
 from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import open_manifest
@@ -113,7 +114,7 @@ def _image_rows(path: str, position: int, element: ElementTree.Element, root: Da
     if not rules.detection:
         yield _tagged(image, where, element, rules)
         return
-    size = declared_size(element.get("width"), element.get("height"))
+    size = declared_size(element.get("width"), element.get("height"), rules.max_pixels)
     if not isinstance(size[0], int):
         yield image.dead_letter(size[0], where + size[1])
         return
@@ -184,8 +185,13 @@ def _shape_box(row: ManifestRow, shape: ElementTree.Element, rules: RowRules
         return lambda: with_mask(pixel_box(extent([x for x, _ in points],
                                                   [y for _, y in points]), row.image_size),
                                  mask)
-    left, top, width, height = (float(shape.get(key) or "nan")
-                                for key in ("left", "top", "width", "height"))
+    left, top, width, height = place = tuple(float(shape.get(key) or "nan")
+                                             for key in ("left", "top", "width", "height"))
+    if not all(map(math.isfinite, place)):
+        raise ValueError(f"not a number: {place}")
+    problem = region_problem((width, height), row.image_size)
+    if problem:
+        return problem
     region = _mask_region(shape.get("rle") or "", int(width), int(height))
     if region is None:
         return reasons.INVALID_MASK, f"its rle does not make a {width:g}x{height:g} mask"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterator
 
 import yaml
@@ -30,6 +29,7 @@ from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import box_row, declared_size, pixel_box
 from worker.inputs.dataset_root import DatasetRoot, quoted
+from worker.inputs.documents import load_json, load_yaml
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import LongLine, numbered_lines, whole_lines
 from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, has_undecodable_bytes,
@@ -130,7 +130,7 @@ def _item_rows(path: str, line: int, raw: str, item: dict, root: DatasetRoot,
     objects = item.get("objects")
     if isinstance(objects, str):  # metadata.csv holds it as JSON text
         try:
-            objects = json.loads(objects)
+            objects = load_json(objects)
         except ValueError:
             objects = None
     if not isinstance(objects, dict):
@@ -233,7 +233,7 @@ def _card_features(card: str) -> list:
     if not text.startswith("---\n") or not marker:
         return []
     try:
-        info = (yaml.safe_load(header) or {}).get("dataset_info")
+        info = (load_yaml(header) or {}).get("dataset_info")
     except (yaml.YAMLError, AttributeError) as error:
         raise ManifestError(f"cannot read its YAML header: {error}") from None
     configs = info if isinstance(info, list) else [info]
@@ -271,7 +271,7 @@ def _names(written: object) -> tuple[str, ...]:
 
 def _json_item(raw: str) -> dict | str:
     try:
-        item = json.loads(raw)
+        item = load_json(raw)
     except ValueError as error:
         return f"cannot parse the line as JSON: {error}"
     return item if isinstance(item, dict) else "expected a JSON object"

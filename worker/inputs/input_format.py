@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import re
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -19,6 +18,7 @@ from typing import NamedTuple
 import ijson
 
 from worker.chunks import LineRange, ManifestSource
+from worker.inputs.documents import DocumentError, json_events, load_json
 from worker.inputs.lines import open_manifest
 from worker.inputs.rows import ManifestError, ManifestItem, RowRules
 
@@ -48,10 +48,10 @@ class FileHead:
     def first_json_key(self) -> str | None:
         """The first key of the JSON object the file starts with, if it starts with one."""
         try:
-            for _, event, value in ijson.parse(io.BytesIO(self.data)):
+            for _, event, value in json_events(io.BytesIO(self.data)):
                 if event != "start_map":
                     return value if event == "map_key" else None
-        except ijson.JSONError:
+        except (ijson.JSONError, DocumentError):
             return None
         return None
 
@@ -60,8 +60,8 @@ class FileHead:
         """The first item of the JSON list the file is, if it is one and the item ends
         within the first bytes."""
         try:
-            return next(ijson.items(io.BytesIO(self.data), "item"), None)
-        except ijson.JSONError:
+            return next(ijson.items(json_events(io.BytesIO(self.data)), "item"), None)
+        except (ijson.JSONError, DocumentError):
             return None
 
     @property
@@ -70,7 +70,7 @@ class FileHead:
         for line in self.data.splitlines():
             if line.strip():
                 try:
-                    item = json.loads(line)
+                    item = load_json(line)
                 except ValueError:
                     return None
                 return item if isinstance(item, dict) else None

@@ -26,7 +26,6 @@ Beam's FileSystems.match, so read in the pipeline's process, one file after anot
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 
@@ -35,6 +34,7 @@ from worker import storage
 from worker.chunks import LineRange, ManifestSource
 from worker.dead_letters import DeadLetter
 from worker.inputs.dataset_root import DatasetRoot
+from worker.inputs.documents import load_json
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import LongLine, numbered_lines, short_lines
 from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
@@ -209,7 +209,7 @@ def datumaro_classes(pattern: str) -> DeclaredClasses | None:
         return None
     try:
         with storage.open_read(path) as file:
-            label_map = json.loads(file.read()).get("label_map")
+            label_map = load_json(file.read()).get("label_map")
     except (OSError, ValueError, AttributeError) as error:
         raise ManifestError(f"{path}: cannot read datumaro's label_map: {error}") from error
     if not (isinstance(label_map, dict) and label_map

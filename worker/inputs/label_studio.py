@@ -34,8 +34,6 @@ import json
 import urllib.parse
 from collections.abc import Iterator
 
-import ijson
-
 from worker import dead_letters as reasons
 from worker.chunks import LineRange, ManifestSource
 from worker.choices import LabelMode
@@ -43,9 +41,11 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import (box_row, clipped_box, declared_size, extent, polygon_mask,
                                  rotated_box, with_mask)
 from worker.inputs.dataset_root import DatasetRoot, quoted
+from worker.inputs.documents import DocumentError, json_items
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import open_manifest
-from worker.inputs.rows import DiscardedRow, ImageEntries, RowRules, assign_split, left_out
+from worker.inputs.rows import (DiscardedRow, ImageEntries, ManifestError, RowRules,
+                                assign_split, left_out)
 from worker.records import Box, ManifestRow
 
 _LOCAL_FILES = "/data/local-files/"
@@ -64,8 +64,11 @@ def read_label_studio(path: str, rules: RowRules, split: str | None
     1-based position in the list, `raw` the task's region (or the task) as JSON."""
     entries, root = ImageEntries(), DatasetRoot.of(path, rules)
     with open_manifest(path) as file:
-        for position, task in enumerate(ijson.items(file, "item", use_float=True), start=1):
-            yield from _task_rows(path, position, task, rules, split, entries, root)
+        try:
+            for position, task in enumerate(json_items(file, "item"), start=1):
+                yield from _task_rows(path, position, task, rules, split, entries, root)
+        except DocumentError as error:
+            raise ManifestError(f"{path}: {error}") from None
 
 
 def _task_rows(path: str, position: int, task: object, rules: RowRules, split: str | None,

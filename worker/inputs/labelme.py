@@ -28,6 +28,7 @@ import math
 from collections.abc import Iterator
 
 import numpy as np
+from PIL import Image
 
 from worker import dead_letters as reasons
 from worker import storage
@@ -36,8 +37,9 @@ from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.images import open_image
 from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
-                                 region_mask, with_mask)
+                                 region_mask, region_problem, with_mask)
 from worker.inputs.dataset_root import DatasetRoot, quoted
+from worker.inputs.documents import load_json
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.rows import DiscardedRow, RowRules, assign_split, left_out
 from worker.records import ManifestRow
@@ -63,7 +65,7 @@ def read_labelme(path: str, rules: RowRules, split: str | None
     file's objects (0 for the image's own row), `raw` its shapes as JSON."""
     try:
         with storage.open_read(path) as file:
-            document = json.loads(file.read())
+            document = load_json(file.read())
     except (OSError, ValueError) as error:
         yield DeadLetter(path, 0, "", "", split or "", reasons.INVALID_ANNOTATION,
                          f"cannot read the JSON: {error}")
@@ -89,7 +91,8 @@ def read_labelme(path: str, rules: RowRules, split: str | None
     if not rules.detection:
         yield _flagged(image, flags, rules)
         return
-    size = declared_size(document.get("imageWidth"), document.get("imageHeight"))
+    size = declared_size(document.get("imageWidth"), document.get("imageHeight"),
+                         rules.max_pixels)
     if not isinstance(size[0], int):
         yield image.dead_letter(*size)
         return
@@ -158,9 +161,9 @@ def _object_row(row: ManifestRow, shapes: list, rules: RowRules
             x0, y0, x1, y1 = extent([x for x, _ in points], [y for _, y in points])
             points = [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
         elif kind == "mask":
-            region = _mask_pixels(shape.get("mask"))
-            if region is None:
-                return reject(reasons.INVALID_MASK, "a mask's `mask` must be a PNG, base64")
+            region = _mask_pixels(shape.get("mask"), row.image_size)
+            if isinstance(region, tuple):
+                return reject(*region)
             region = (region, *map(int, points[0]))
         if kind != "mask":
             polygons.append(points)
@@ -177,13 +180,18 @@ def _object_row(row: ManifestRow, shapes: list, rules: RowRules
         pixel_box(extent(xs, ys), row.image_size), mask), reject)
 
 
-def _mask_pixels(encoded: object) -> np.ndarray | None:
-    """labelme's mask: a base64 PNG of the region's pixels, true where the object is."""
+def _mask_pixels(encoded: object, size: tuple[int, int]) -> np.ndarray | tuple[str, str]:
+    """labelme's mask: a base64 PNG of the region's pixels, true where the object is, on
+    an image declared `size`; or (dead-letter reason, message). The PNG's own size is
+    checked against the image's before its pixels are decoded."""
     try:
-        with open_image(base64.b64decode(str(encoded), validate=True)) as image:
+        with open_image(base64.b64decode(str(encoded), validate=True), formats=("PNG",)) as image:
+            problem = region_problem(image.size, size)
+            if problem:
+                return problem
             return (np.asarray(image.convert("L")) > 0).astype(np.uint8)
-    except (ValueError, OSError):
-        return None
+    except (ValueError, OSError, Image.DecompressionBombError):
+        return reasons.INVALID_MASK, "a mask's `mask` must be a PNG, base64"
 
 
 def _points(value: object) -> list[tuple[float, float]] | None:

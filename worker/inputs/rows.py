@@ -16,6 +16,7 @@ from worker import dead_letters as reasons
 from worker import storage
 from worker.choices import LabelMode, LeftOut
 from worker.dead_letters import DeadLetter
+from worker.images import ImageSettings
 from worker.records import ManifestRow
 from worker.schema import ExtraColumn
 from worker.splits import SPLITS, normalise_split
@@ -61,6 +62,9 @@ class RowRules:
     # --allow_paths_outside_dataset: annotation files may name images and label files
     # outside their dataset's folder (worker/inputs/dataset_root.py).
     allow_paths_outside_dataset: bool = False
+    # --max_image_pixels: the largest image size an annotation may declare (its masks are
+    # drawn on it as it is read).
+    max_pixels: int = ImageSettings.max_pixels
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_mode", LabelMode(self.label_mode))

@@ -14,6 +14,7 @@ from worker.chunks import LineRange, ManifestSource
 from worker.choices import LabelMode
 from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import box_row, parse_box
+from worker.inputs.documents import load_json
 from worker.inputs.input_format import FileHead, InputFormat
 from worker.inputs.lines import LOOKAHEAD, LongLine, numbered_lines, short_lines
 from worker.inputs.rows import (ManifestError, RowRules, has_undecodable_bytes, image_folder,
@@ -37,7 +38,7 @@ def check_jsonl(path: str, rules: RowRules = RowRules()) -> None:
     items = []
     for _, raw in itertools.islice(short_lines(path), LOOKAHEAD):
         try:
-            item = json.loads(raw)
+            item = load_json(raw)
         except ValueError:
             continue
         if isinstance(item, dict):
@@ -86,7 +87,7 @@ def _parse_jsonl_line(manifest: str, folder: str, line: int, raw: str,
         yield reject(reasons.INVALID_ENCODING, "the line is not valid UTF-8")
         return
     try:
-        item = json.loads(raw)
+        item = load_json(raw)
     except ValueError as error:
         yield reject(reasons.MALFORMED_ROW, f"cannot parse the line as JSON: {error}")
         return

@@ -54,10 +54,12 @@ from worker.inputs.folder import IMAGE_EXTENSIONS
 from worker.choices import LeftOut
 from worker.inputs.boxes import clipped_box, extent, polygon_mask, with_mask
 from worker.inputs.dataset_root import OPTION, DatasetRoot, bounded, quoted
+from worker.inputs.documents import load_yaml
 from worker.inputs.input_format import DeclaredClasses, InputFormat, plain_name
 from worker.inputs.lines import LongLine, numbered_lines, whole_lines
 from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
                                 normalise_path, printable)
+from worker.masks import MAX_KEYPOINTS
 from worker.records import Box, Keypoints, ManifestRow
 from worker.splits import SPLITS, normalise_split
 
@@ -134,7 +136,7 @@ class YoloDataset:
             return cls.from_classes_file(path)
         with storage.open_read(path) as file:
             try:
-                data = yaml.safe_load(file.read())
+                data = load_yaml(file.read())
             except yaml.YAMLError as error:
                 problem = " ".join(str(error).split())
                 raise ManifestError(f"{path}: cannot parse the YAML: {problem}") from error
@@ -463,9 +465,9 @@ def _keypoint_shape(path: str, data: dict) -> tuple[int, int] | None:
     if shape is None:
         return None
     if not (isinstance(shape, list) and len(shape) == 2 and isinstance(shape[0], int)
-            and shape[0] > 0 and shape[1] in (2, 3)):
-        raise ManifestError(f"{path}: kpt_shape must be [number of keypoints, 2 or 3], "
-                            f"found {shape!r}")
+            and 0 < shape[0] <= MAX_KEYPOINTS and shape[1] in (2, 3)):
+        raise ManifestError(f"{path}: kpt_shape must be [number of keypoints (1 to "
+                            f"{MAX_KEYPOINTS}), 2 or 3], found {shape!r}")
     return shape[0], shape[1]
 
 
