@@ -113,8 +113,14 @@ def category_names(path: str) -> set[str]:
 
 
 def json_items(path: str, prefix: str) -> Iterator[Any]:
+    """The items at `prefix`, streamed; ManifestError where the file is no JSON (cut off,
+    a stray byte, a number past 64 bits: yajl's limit) or cannot be read."""
     with open_manifest(path) as file:
-        yield from ijson.items(file, prefix, use_float=True)
+        try:
+            yield from ijson.items(file, prefix, use_float=True)
+        except ijson.JSONError as error:
+            problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise ManifestError(f"{path} is not valid JSON: {problem}") from error
 
 
 def first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntries

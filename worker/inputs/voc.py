@@ -138,9 +138,14 @@ def _read_image_sets(root: str, split: str | None) -> dict[str, str] | None:
             continue
         present = True
         with storage.open_read(path) as text:
-            for line in text.read().decode("utf-8").splitlines():
-                if line.strip():
-                    found.setdefault(line.split()[0], name)
+            data = text.read()
+        try:
+            lines = data.decode("utf-8").splitlines()
+        except UnicodeDecodeError as error:
+            raise ManifestError(f"{path} is not UTF-8 text: {error}") from error
+        for line in lines:
+            if line.strip():
+                found.setdefault(line.split()[0], name)
     return found if present else None
 
 
