@@ -24,7 +24,7 @@ from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
 from worker.inputs.boxes import declared_size, pixel_box
-from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
+from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat, json_items
 from worker.inputs.lines import open_manifest
 from worker.choices import LeftOut
 from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, assign_split,
@@ -110,17 +110,6 @@ def declared_categories(path: str) -> DeclaredClasses | None:
 def category_names(path: str) -> set[str]:
     return {str(category.get("name", "")).strip() for category in json_items(path, "categories.item")
             if isinstance(category, dict)}
-
-
-def json_items(path: str, prefix: str) -> Iterator[Any]:
-    """The items at `prefix`, streamed; ManifestError where the file is no JSON (cut off,
-    a stray byte, a number past 64 bits: yajl's limit) or cannot be read."""
-    with open_manifest(path) as file:
-        try:
-            yield from ijson.items(file, prefix, use_float=True)
-        except ijson.JSONError as error:
-            problem = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise ManifestError(f"{path} is not valid JSON: {problem}") from error
 
 
 def first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntries

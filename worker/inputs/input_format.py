@@ -14,7 +14,7 @@ import io
 import json
 import re
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import ijson
 
@@ -104,6 +104,17 @@ def plain_name(path: str) -> str:
     for suffix in _COMPRESSION_SUFFIXES:
         name = name.removesuffix(suffix)
     return name
+
+
+def json_items(path: str, prefix: str) -> Iterator[Any]:
+    """The items at `prefix`, streamed; ManifestError where the file is no JSON (cut off,
+    a stray byte, a number past 64 bits: yajl's limit) or cannot be read."""
+    with open_manifest(path) as file:
+        try:
+            yield from ijson.items(file, prefix, use_float=True)
+        except ijson.JSONError as error:
+            problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise ManifestError(f"{path} is not valid JSON: {problem}") from error
 
 
 class InputFormat:
