@@ -130,7 +130,9 @@ def _segment_row(row: ManifestRow, segment: object, categories: dict[object, str
         return row.dead_letter(reasons.MALFORMED_ROW, f"{where}a segment must be a JSON "
                                "object")
     where += f"segment id {segment.get('id')}: "
-    name = categories.get(segment.get("category_id"))
+    category_id = segment.get("category_id")
+    # A list or an object (unhashable) is no id either.
+    name = None if isinstance(category_id, (list, dict)) else categories.get(category_id)
     if not name:
         return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"{where}category_id "
                                f"{segment.get('category_id')!r} names no category")
