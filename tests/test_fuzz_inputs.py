@@ -23,6 +23,7 @@ EXAMPLES, or set derandomize=False, to search further.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -59,7 +60,7 @@ EXAMPLES = 4
 
 # --- what a reading touches -------------------------------------------------------------
 
-_EVENTS_READ = {"open": 0, "os.listdir": 0, "os.scandir": 0, "glob.glob": 0, "glob.glob/2": 0}
+_EVENTS_READ = frozenset({"open", "os.listdir", "os.scandir", "glob.glob", "glob.glob/2"})
 _EVENTS_WRITE = ("os.mkdir", "os.remove", "os.rmdir", "os.rename", "os.symlink", "os.link",
                  "os.truncate", "os.chmod", "shutil.rmtree", "shutil.move")
 _EVENTS_RUN = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
@@ -81,8 +82,7 @@ def _audit(event: str, args: tuple) -> None:
 sys.addaudithook(_audit)  # a hook stays for the process: it records only inside touched()
 # Python's own files (a module imported lazily, its bytecode) are no data the reader opens.
 _RUNTIME = tuple({os.path.realpath(prefix) + os.sep for prefix in (
-    sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if prefix} | {
-    "/proc/", "/sys/", "/dev/"})
+    sys.prefix, sys.base_prefix, sys.exec_prefix) if prefix} | {"/proc/", "/sys/", "/dev/"})
 
 
 @contextlib.contextmanager
@@ -207,7 +207,6 @@ def labelme(root: Path) -> Dataset:
     mask shape (a base64 PNG region), as labelme saves one without --nodata."""
     public = _copy(PUBLIC / "labelme" / "x_anylabeling_human_pose.json",
                    root / "human-pose.json")
-    import base64
     region = encode(photo_like(6, 4, seed=1, mode="1"), "PNG")
     embedded = root / "embedded.json"
     embedded.write_text(json.dumps({
@@ -592,6 +591,20 @@ def test_any_names_in_an_image_folder_fail_only_as_documented(dataset, data):
         assert_reads_safely(dataset)
     finally:
         renamed.rename(target)
+
+
+def test_the_measures_see_what_a_reading_opens_writes_and_runs(tmp_path):
+    """The audit hook is what the fuzz tests trust: it sees an open, a listing, a write
+    and a program started."""
+    outside = tmp_path / "elsewhere.jpg"
+    with touched() as events:
+        outside.write_bytes(b"x")
+        os.listdir(tmp_path)
+        os.remove(outside)
+        os.system("true")
+    assert ("open", str(outside)) in events and ("os.listdir", str(tmp_path)) in events
+    assert {event for event, _ in events} >= {"os.remove", "os.system"}
+    assert not _is_runtime(str(outside))
 
 
 # --- what the fuzzing found, kept as plain cases ------------------------------------------
