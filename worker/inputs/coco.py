@@ -45,16 +45,16 @@ def read_coco(path: str, rules: RowRules, split: str | None
     `line` is the annotation's 1-based position in `annotations`, 0 for an image without
     annotations; `raw` is the annotation (or image) as JSON.
     """
-    categories = {category.get("id"): _Category.of(category)
+    categories = {json_id(category, "id"): _Category.of(category)
                   for category in json_items(path, "categories.item") if isinstance(category, dict)}
     entries = ImageEntries()
-    images = {image.get("id"): first_entry(image_row(path, image, rules, split), image,
+    images = {json_id(image, "id"): first_entry(image_row(path, image, rules, split), image,
                                             entries)
               for image in json_items(path, "images.item") if isinstance(image, dict)}
     annotated = set()
     for position, annotation in enumerate(json_items(path, "annotations.item"), start=1):
         if isinstance(annotation, dict):
-            annotated.add(annotation.get("image_id"))
+            annotated.add(json_id(annotation, "image_id"))
         yield _annotation_row(path, position, annotation, images, categories, rules)
     for image_id, image in images.items():
         if image_id not in annotated:
@@ -112,6 +112,13 @@ def category_names(path: str) -> set[str]:
             if isinstance(category, dict)}
 
 
+def json_id(entry: dict, key: str) -> object:
+    """The id an entry gives under `key`, to look up: a list or an object (which cannot
+    be a dict's key) is no id, None, so the entry names nothing."""
+    found = entry.get(key)
+    return None if isinstance(found, (list, dict)) else found
+
+
 def first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntries
                  ) -> ManifestRow | DeadLetter:
     """The image's row, or a dead letter for its annotations when an earlier image entry
@@ -149,14 +156,14 @@ def _annotation_row(path: str, position: int, annotation: object,
         return DeadLetter(path, position, raw, "", "", reasons.MALFORMED_ROW,
                           "an annotation must be a JSON object")
     where = f"annotation id {annotation.get('id')}: "
-    image = images.get(annotation.get("image_id"))
+    image = images.get(json_id(annotation, "image_id"))
     if image is None:
         return DeadLetter(path, position, raw, "", "", reasons.UNKNOWN_IMAGE_ID,
                           f"{where}image_id {annotation.get('image_id')!r} is in no image")
     if isinstance(image, DeadLetter):
         return image._replace(line=position, raw=raw, message=where + image.message)
     row = image._replace(line=position, raw=raw)
-    category = categories.get(annotation.get("category_id"))
+    category = categories.get(json_id(annotation, "category_id"))
     if not category or not category.name:
         return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"{where}category_id "
                                f"{annotation.get('category_id')!r} names no category")
