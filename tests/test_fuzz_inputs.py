@@ -560,10 +560,10 @@ STRUCTURED = sorted(set(DATASETS) - {"image_folder"})
 # outside the dataset (roots).
 OWNED = {("label_studio", family): "roots" for family in HOSTILE} | {
     (name, "paths"): "roots" for name in (
-        "coco", "labelme", "label_studio_relative",
+        "coco", "coco_panoptic", "labelme", "label_studio_relative", "yolo",
         # The same rule, not in the roots list: found by this fuzzing (VOC's <filename>,
-        # the Hugging Face metadata's file_name; CVAT's <image name> too).
-        "pascal_voc", "hf_imagefolder")} | {
+        # the Hugging Face metadata's file_name, CVAT's <image name>).
+        "pascal_voc", "hf_imagefolder", "cvat")} | {
     (name, "nesting"): "masks" for name in (
         "coco", "coco_panoptic", "hf_imagefolder", "label_studio", "label_studio_relative",
         "labelme", "pascal_voc", "vertex_jsonl")}
@@ -699,6 +699,17 @@ def test_vertex_values_of_the_wrong_type_are_dead_letters_or_ignored(tmp_path, l
     path.write_text(json.dumps(line) + "\n")
     (item,) = read_source(ManifestSource(str(path), "vertex_jsonl"), RowRules())
     assert getattr(item, "reason", None) == reason
+
+
+@pytest.mark.parametrize("key", ["image_id", "category_id"])
+def test_a_coco_annotation_whose_ids_are_lists_is_a_dead_letter(tmp_path, key):
+    dataset = coco(tmp_path)
+    instances = json.loads(dataset.targets[0].read_text())
+    instances["annotations"][0][key] = [1]
+    dataset.targets[0].write_text(json.dumps(instances))
+    items = list(read_source(ManifestSource(str(dataset.targets[0]), "coco"), DETECTION))
+    assert [(item.line, item.reason) for item in items if isinstance(item, DeadLetter)] == [
+        (1, "unknown_image_id" if key == "image_id" else "unknown_category_id")]
 
 
 def test_a_panoptic_segment_whose_category_id_is_a_list_names_no_category(tmp_path):
