@@ -28,7 +28,7 @@ from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat, j
 from worker.inputs.lines import open_manifest
 from worker.choices import LeftOut
 from worker.inputs.rows import (ImageEntries, ManifestError, RowRules, assign_split,
-                                image_folder, resolve_uri)
+                                image_folder, json_id, resolve_uri)
 from worker.label_map import LabelMapItem, vocabulary_of
 from worker.masks import decode_rle
 from worker.records import Box, Keypoints, ManifestRow, Mask
@@ -110,13 +110,6 @@ def declared_categories(path: str) -> DeclaredClasses | None:
 def category_names(path: str) -> set[str]:
     return {str(category.get("name", "")).strip() for category in json_items(path, "categories.item")
             if isinstance(category, dict)}
-
-
-def json_id(entry: dict, key: str) -> object:
-    """The id an entry gives under `key`, to look up: a list or an object (which cannot
-    be a dict's key) is no id, None, so the entry names nothing."""
-    found = entry.get(key)
-    return None if isinstance(found, (list, dict)) else found
 
 
 def first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntries

@@ -35,9 +35,9 @@ from worker.chunks import LineRange, ManifestSource
 from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
 from worker.inputs.coco import (declared_categories, first_entry, image_row, is_panoptic,
-                                json_id, json_items, object_box)
-from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
-from worker.inputs.rows import ImageEntries, RowRules
+                                object_box)
+from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat, json_items
+from worker.inputs.rows import ImageEntries, RowRules, json_id
 from worker.masks import rle_of
 from worker.records import ManifestRow
 
@@ -140,7 +140,7 @@ def _segment_row(row: ManifestRow, segment: object, categories: dict[object, str
     if isinstance(ids, tuple):
         return row.dead_letter(ids[0], where + ids[1])
     if ids is not None:
-        pixels = (ids == segment.get("id")).T
+        pixels = (ids == json_id(segment, "id")).T
         if not pixels.any():
             return row.dead_letter(reasons.INVALID_MASK, f"{where}no pixel of the panoptic "
                                    "PNG has the segment's id")

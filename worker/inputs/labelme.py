@@ -39,7 +39,8 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
                                  region_mask, with_mask)
 from worker.inputs.input_format import FileHead, InputFormat
-from worker.inputs.rows import DiscardedRow, RowRules, assign_split, left_out, resolve_uri
+from worker.inputs.rows import (DiscardedRow, RowRules, assign_split, json_id, left_out,
+                                resolve_uri)
 from worker.records import ManifestRow
 
 # labelme's first keys: version, flags, shapes, imagePath, imageData...
@@ -113,7 +114,7 @@ def _objects(shapes: list) -> list[list]:
     in the order of their first shape; each other shape alone."""
     groups: dict[object, list] = {}
     for index, shape in enumerate(shapes):
-        group_id = shape.get("group_id") if isinstance(shape, dict) else None
+        group_id = json_id(shape, "group_id") if isinstance(shape, dict) else None
         key = (str(shape.get("label")), group_id) if group_id is not None else index
         groups.setdefault(key, []).append(shape)
     return list(groups.values())
