@@ -564,6 +564,7 @@ OWNED = {("label_studio", family): "roots" for family in HOSTILE} | {
         # The same rule, not in the roots list: found by this fuzzing (VOC's <filename>,
         # the Hugging Face metadata's file_name, CVAT's <image name>).
         "pascal_voc", "hf_imagefolder", "cvat")} | {
+    ("labelme", "numbers"): "masks"} | {  # a mask's region as large as a declared size
     (name, "nesting"): "masks" for name in (
         "coco", "coco_panoptic", "hf_imagefolder", "label_studio", "label_studio_relative",
         "labelme", "pascal_voc", "vertex_jsonl")}
@@ -710,6 +711,28 @@ def test_a_coco_annotation_whose_ids_are_lists_is_a_dead_letter(tmp_path, key):
     items = list(read_source(ManifestSource(str(dataset.targets[0]), "coco"), DETECTION))
     assert [(item.line, item.reason) for item in items if isinstance(item, DeadLetter)] == [
         (1, "unknown_image_id" if key == "image_id" else "unknown_category_id")]
+
+
+def test_a_panoptic_segment_whose_id_is_a_list_has_no_pixels(tmp_path):
+    dataset = coco_panoptic(tmp_path)
+    annotations = json.loads(dataset.targets[0].read_text())
+    annotations["annotations"][0]["segments_info"][0]["id"] = []  # numpy broadcast it
+    dataset.targets[0].write_text(json.dumps(annotations))
+    reasons = [item.reason for item in read_source(
+        ManifestSource(str(dataset.targets[0]), "coco_panoptic"), DETECTION)
+        if isinstance(item, DeadLetter)]
+    assert reasons == ["invalid_mask"]
+
+
+def test_labelme_shapes_whose_group_id_is_a_list_are_objects_of_their_own(tmp_path):
+    dataset = labelme(tmp_path)
+    embedded = json.loads(dataset.targets[1].read_text())
+    for shape in embedded["shapes"]:
+        shape["group_id"] = [1]
+    dataset.targets[1].write_text(json.dumps(embedded))
+    rows = [item for item in read_source(ManifestSource(str(dataset.targets[1]), "labelme"),
+                                         DETECTION) if isinstance(item, ManifestRow)]
+    assert [row.labels for row in rows] == [("cat",), ("dog",), ("cat",)]
 
 
 def test_a_panoptic_segment_whose_category_id_is_a_list_names_no_category(tmp_path):
