@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import ijson
 
@@ -24,12 +24,12 @@ from worker import dead_letters as reasons
 from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
 from worker.inputs.boxes import declared_size, pixel_box
-from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs import documents
-from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
+from worker.inputs.dataset_root import DatasetRoot, quoted
+from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat, json_items
 from worker.inputs.lines import open_manifest
 from worker.choices import LeftOut
-from worker.inputs.rows import ImageEntries, ManifestError, RowRules, assign_split
+from worker.inputs.rows import ImageEntries, ManifestError, RowRules, assign_split, json_id
 from worker.label_map import LabelMapItem, vocabulary_of
 from worker.masks import MAX_KEYPOINTS, decode_rle, polygon_problem
 from worker.records import Box, Keypoints, ManifestRow, Mask
@@ -46,16 +46,16 @@ def read_coco(path: str, rules: RowRules, split: str | None
     `line` is the annotation's 1-based position in `annotations`, 0 for an image without
     annotations; `raw` is the annotation (or image) as JSON.
     """
-    categories = {category.get("id"): _Category.of(category)
+    categories = {json_id(category, "id"): _Category.of(category)
                   for category in json_items(path, "categories.item") if isinstance(category, dict)}
     entries, root = ImageEntries(), DatasetRoot.of(path, rules)
-    images = {image.get("id"): first_entry(image_row(path, image, rules, split, root), image,
+    images = {json_id(image, "id"): first_entry(image_row(path, image, rules, split, root), image,
                                             entries)
               for image in json_items(path, "images.item") if isinstance(image, dict)}
     annotated = set()
     for position, annotation in enumerate(json_items(path, "annotations.item"), start=1):
         if isinstance(annotation, dict):
-            annotated.add(annotation.get("image_id"))
+            annotated.add(json_id(annotation, "image_id"))
         yield _annotation_row(path, position, annotation, images, categories, rules)
     for image_id, image in images.items():
         if image_id not in annotated:
@@ -113,16 +113,6 @@ def category_names(path: str) -> set[str]:
             if isinstance(category, dict)}
 
 
-def json_items(path: str, prefix: str) -> Iterator[Any]:
-    """The file's items at `prefix`, streamed; ManifestError naming the file where it nests
-    too deep (documents.MAX_NESTING)."""
-    with open_manifest(path) as file:
-        try:
-            yield from documents.json_items(file, prefix)
-        except documents.DocumentError as error:
-            raise ManifestError(f"{path}: {error}") from None
-
-
 def first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntries
                  ) -> ManifestRow | DeadLetter:
     """The image's row, or a dead letter for its annotations when an earlier image entry
@@ -163,14 +153,14 @@ def _annotation_row(path: str, position: int, annotation: object,
         return DeadLetter(path, position, raw, "", "", reasons.MALFORMED_ROW,
                           "an annotation must be a JSON object")
     where = f"annotation id {annotation.get('id')}: "
-    image = images.get(annotation.get("image_id"))
+    image = images.get(json_id(annotation, "image_id"))
     if image is None:
         return DeadLetter(path, position, raw, "", "", reasons.UNKNOWN_IMAGE_ID,
                           f"{where}image_id {annotation.get('image_id')!r} is in no image")
     if isinstance(image, DeadLetter):
         return image._replace(line=position, raw=raw, message=where + image.message)
     row = image._replace(line=position, raw=raw)
-    category = categories.get(annotation.get("category_id"))
+    category = categories.get(json_id(annotation, "category_id"))
     if not category or not category.name:
         return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"{where}category_id "
                                f"{annotation.get('category_id')!r} names no category")

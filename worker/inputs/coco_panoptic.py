@@ -34,10 +34,10 @@ from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
 from worker.images import open_image
 from worker.inputs.coco import (declared_categories, first_entry, image_row, is_panoptic,
-                                json_items, object_box)
+                                object_box)
 from worker.inputs.dataset_root import DatasetRoot, quoted
-from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
-from worker.inputs.rows import ImageEntries, RowRules
+from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat, json_items
+from worker.inputs.rows import ImageEntries, RowRules, json_id
 from worker.masks import rle_of
 from worker.records import ManifestRow
 
@@ -47,10 +47,10 @@ def read_panoptic(path: str, rules: RowRules, split: str | None
     """A ManifestRow per segment, and per image without segments; a DeadLetter per
     segment (or annotation) that cannot be one. `line` is the annotation's 1-based
     position in `annotations`, `raw` the segment as JSON."""
-    categories = {category.get("id"): str(category.get("name", "")).strip()
+    categories = {json_id(category, "id"): str(category.get("name", "")).strip()
                   for category in json_items(path, "categories.item") if isinstance(category, dict)}
     entries, root = ImageEntries(), DatasetRoot.of(path, rules)
-    images = {image.get("id"): first_entry(image_row(path, image, rules, split, root), image,
+    images = {json_id(image, "id"): first_entry(image_row(path, image, rules, split, root), image,
                                             entries)
               for image in json_items(path, "images.item") if isinstance(image, dict)}
     # The PNGs stay in their own folder, whatever --image_dir says of the images.
@@ -58,7 +58,7 @@ def read_panoptic(path: str, rules: RowRules, split: str | None
     annotated = set()
     for position, annotation in enumerate(json_items(path, "annotations.item"), start=1):
         if isinstance(annotation, dict):
-            annotated.add(annotation.get("image_id"))
+            annotated.add(json_id(annotation, "image_id"))
         yield from _annotation_rows(path, position, annotation, images, categories, pngs,
                                     rules)
     for image_id, image in images.items():
@@ -82,7 +82,7 @@ def _annotation_rows(path: str, position: int, annotation: object,
                          "an annotation must be a JSON object")
         return
     where = f"annotation of image id {annotation.get('image_id')}: "
-    image = images.get(annotation.get("image_id"))
+    image = images.get(json_id(annotation, "image_id"))
     if image is None:
         yield DeadLetter(path, position, raw, "", "", reasons.UNKNOWN_IMAGE_ID,
                          f"{where}image_id {annotation.get('image_id')!r} is in no image")
@@ -137,7 +137,7 @@ def _segment_row(row: ManifestRow, segment: object, categories: dict[object, str
         return row.dead_letter(reasons.MALFORMED_ROW, f"{where}a segment must be a JSON "
                                "object")
     where += f"segment id {segment.get('id')}: "
-    name = categories.get(segment.get("category_id"))
+    name = categories.get(json_id(segment, "category_id"))
     if not name:
         return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"{where}category_id "
                                f"{segment.get('category_id')!r} names no category")
@@ -147,7 +147,7 @@ def _segment_row(row: ManifestRow, segment: object, categories: dict[object, str
     if isinstance(ids, tuple):
         return row.dead_letter(ids[0], where + ids[1])
     if ids is not None:
-        pixels = (ids == segment.get("id")).T
+        pixels = (ids == json_id(segment, "id")).T
         if not pixels.any():
             return row.dead_letter(reasons.INVALID_MASK, f"{where}no pixel of the panoptic "
                                    "PNG has the segment's id")

@@ -11,6 +11,8 @@ long); sniffing, which must see a file's first key even where deep nesting follo
 counts events (json_events).
 YAML aliases (`*name`) are refused as well: a few hundred bytes of anchors and aliases
 ("billion laughs") expand into gigabytes, and no data.yaml or dataset card needs them.
+A whole XML file (Pascal VOC's) is parsed here too, its elements' nesting bounded alike:
+ElementTree builds deep trees, but serialises and copies them by recursion.
 Every JSON or YAML file an input format reads goes through here.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
@@ -42,8 +45,23 @@ class DocumentError(ValueError):
     streamed JSON file that is not JSON."""
 
 
-def too_deep() -> DocumentError:
-    return DocumentError(f"lists and objects nest deeper than {MAX_NESTING} levels")
+def too_deep(what: str = "lists and objects") -> DocumentError:
+    return DocumentError(f"{what} nest deeper than {MAX_NESTING} levels")
+
+
+def parse_xml(data: bytes) -> ElementTree.Element:
+    """ElementTree.fromstring of `data`; DocumentError where elements nest deeper than
+    MAX_NESTING (ElementTree.ParseError where it is not XML)."""
+    parser = ElementTree.XMLPullParser(events=("start", "end"))
+    parser.feed(data)
+    parser.close()  # ParseError where the document is cut short or holds no element
+    depth, root = 0, None
+    for event, element in parser.read_events():
+        root = element if root is None else root
+        depth += 1 if event == "start" else -1
+        if depth > MAX_NESTING:
+            raise too_deep("elements")
+    return root
 
 
 class NestingScanner:

@@ -13,11 +13,12 @@ import dataclasses
 import io
 import re
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import ijson
 
 from worker.chunks import LineRange, ManifestSource
+from worker.inputs import documents
 from worker.inputs.documents import DocumentError, json_events, load_json
 from worker.inputs.lines import open_manifest
 from worker.inputs.rows import ManifestError, ManifestItem, RowRules
@@ -104,6 +105,17 @@ def plain_name(path: str) -> str:
     for suffix in _COMPRESSION_SUFFIXES:
         name = name.removesuffix(suffix)
     return name
+
+
+def json_items(path: str, prefix: str) -> Iterator[Any]:
+    """The items at `prefix`, streamed; ManifestError naming the file where it is no JSON
+    (cut off, a stray byte, a number past 64 bits: yajl's limit) or nests beyond
+    documents.MAX_NESTING."""
+    with open_manifest(path) as file:
+        try:
+            yield from documents.json_items(file, prefix)
+        except DocumentError as error:
+            raise ManifestError(f"{path}: {error}") from None
 
 
 class InputFormat:

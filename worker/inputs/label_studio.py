@@ -41,11 +41,8 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.boxes import (box_row, clipped_box, declared_size, extent, polygon_mask,
                                  rotated_box, with_mask)
 from worker.inputs.dataset_root import DatasetRoot, quoted
-from worker.inputs.documents import DocumentError, json_items
-from worker.inputs.input_format import FileHead, InputFormat
-from worker.inputs.lines import open_manifest
-from worker.inputs.rows import (DiscardedRow, ImageEntries, ManifestError, RowRules,
-                                assign_split, left_out)
+from worker.inputs.input_format import FileHead, InputFormat, json_items
+from worker.inputs.rows import DiscardedRow, ImageEntries, RowRules, assign_split, left_out
 from worker.records import Box, ManifestRow
 
 _LOCAL_FILES = "/data/local-files/"
@@ -63,12 +60,8 @@ def read_label_studio(path: str, rules: RowRules, split: str | None
     """A row per task (classification) or per region (detection); `line` is the task's
     1-based position in the list, `raw` the task's region (or the task) as JSON."""
     entries, root = ImageEntries(), DatasetRoot.of(path, rules)
-    with open_manifest(path) as file:
-        try:
-            for position, task in enumerate(json_items(file, "item"), start=1):
-                yield from _task_rows(path, position, task, rules, split, entries, root)
-        except DocumentError as error:
-            raise ManifestError(f"{path}: {error}") from None
+    for position, task in enumerate(json_items(path, "item"), start=1):
+        yield from _task_rows(path, position, task, rules, split, entries, root)
 
 
 def _task_rows(path: str, position: int, task: object, rules: RowRules, split: str | None,
@@ -97,7 +90,11 @@ def _task_rows(path: str, position: int, task: object, rules: RowRules, split: s
     if repeated:
         yield repeated
         return
-    annotation = next((each for each in task.get("annotations") or []
+    annotations = task.get("annotations") or []
+    if not isinstance(annotations, list):
+        yield image.dead_letter(reasons.MALFORMED_ROW, where + "annotations is not a list")
+        return
+    annotation = next((each for each in annotations
                        if isinstance(each, dict) and not each.get("was_cancelled")), None)
     regions = annotation.get("result") if annotation else []
     if not isinstance(regions, list):
@@ -110,7 +107,7 @@ def _task_rows(path: str, position: int, task: object, rules: RowRules, split: s
     labels = tuple(dict.fromkeys(
         str(choice).strip() for region in regions if isinstance(region, dict)
         and region.get("type") == "choices"
-        for choice in (region.get("value") or {}).get("choices") or [] if str(choice).strip()))
+        for choice in _listed(region.get("value"), "choices") if str(choice).strip()))
     if not labels:
         yield image.dead_letter(reasons.MISSING_LABEL, where + "no choices region (a "
                                 "classification label)" + (
@@ -149,7 +146,7 @@ def _region_row(row: ManifestRow, where: str, region: object, rules: RowRules
     value = region["value"]
     if kind not in ("rectanglelabels", "polygonlabels"):
         return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {kind} region is not a box")
-    labels = [str(label).strip() for label in value.get(kind) or [] if str(label).strip()]
+    labels = [str(label).strip() for label in _listed(value, kind) if str(label).strip()]
     if len(labels) > 1:
         return reject(reasons.MULTIPLE_LABELS, f"the region has {len(labels)} labels; a box "
                       "has one")
@@ -189,6 +186,13 @@ def _rotated(region: dict, corners: tuple[float, float, float, float], degrees: 
     xmin, ymin, xmax, ymax = corners
     return rotated_box((xmin * width, ymin * height, xmax * width, ymax * height), degrees,
                        (xmin * width, ymin * height), size, rules)
+
+
+def _listed(value: object, key: str) -> list:
+    """value[key] where value is an object and that is a list; else none (a region's
+    labels or choices of another type are no label)."""
+    found = value.get(key) if isinstance(value, dict) else None
+    return found if isinstance(found, list) else []
 
 
 def _image_name(written: str) -> str:

@@ -41,7 +41,7 @@ from worker.inputs.boxes import (box_row, declared_size, extent, pixel_box, poly
 from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.documents import load_json
 from worker.inputs.input_format import FileHead, InputFormat
-from worker.inputs.rows import DiscardedRow, RowRules, assign_split, left_out
+from worker.inputs.rows import DiscardedRow, RowRules, assign_split, json_id, left_out
 from worker.records import ManifestRow
 
 # labelme's first keys: version, flags, shapes, imagePath, imageData...
@@ -119,7 +119,7 @@ def _objects(shapes: list) -> list[list]:
     in the order of their first shape; each other shape alone."""
     groups: dict[object, list] = {}
     for index, shape in enumerate(shapes):
-        group_id = shape.get("group_id") if isinstance(shape, dict) else None
+        group_id = json_id(shape, "group_id") if isinstance(shape, dict) else None
         key = (str(shape.get("label")), group_id) if group_id is not None else index
         groups.setdefault(key, []).append(shape)
     return list(groups.values())

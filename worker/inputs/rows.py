@@ -204,6 +204,13 @@ def invalid_split(written: str, forced: str | None = None) -> str:
             "TEST, UNASSIGNED or DISCARD")
 
 
+def json_id(entry: dict, key: str) -> object:
+    """The id an entry gives under `key`, to look up: a list or an object (which cannot
+    be a dict's key) is no id, None, so the entry names nothing."""
+    found = entry.get(key)
+    return None if isinstance(found, (list, dict)) else found
+
+
 def json_text(value: object) -> str:
     return "" if value is None else str(value).strip()
 

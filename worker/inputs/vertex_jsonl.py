@@ -100,7 +100,9 @@ def _parse_jsonl_line(manifest: str, folder: str, line: int, raw: str,
         return
     written_uri = written_uri.strip()
     uri = resolve_uri(written_uri, folder)
-    ml_use = str((item.get("dataItemResourceLabels") or {}).get(_VERTEX_ML_USE, ""))
+    resource_labels = item.get("dataItemResourceLabels")
+    ml_use = str(resource_labels.get(_VERTEX_ML_USE, "")
+                 if isinstance(resource_labels, dict) else "")
     # Vertex AI's ml_use values (training, validation, test) are split names (splits.py).
     split = row_split(ml_use, written_uri, rules, forced_split)
     if split is None:
@@ -118,6 +120,8 @@ def _jsonl_classification_row(image: ManifestRow, item: dict, rules: RowRules,
                               reject: Callable[..., DeadLetter]) -> ManifestRow | DeadLetter:
     annotations = item.get("classificationAnnotations") or [
         item.get("classificationAnnotation") or {}]
+    if not isinstance(annotations, list):  # no annotation: missing_label below
+        annotations = []
     labels = tuple(dict.fromkeys(
         str(annotation.get("displayName", "")).strip() for annotation in annotations
         if isinstance(annotation, dict) and str(annotation.get("displayName", "")).strip()))

@@ -26,10 +26,12 @@ from worker.choices import LeftOut
 from worker.dead_letters import DeadLetter
 from worker.chunks import LineRange, ManifestSource
 from worker.inputs.boxes import declared_size, pixel_box
+from worker.inputs import documents
 from worker.inputs.dataset_root import DatasetRoot, quoted
 from worker.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from worker.inputs.lines import whole_lines
-from worker.inputs.rows import ManifestError, RowRules, assign_split
+from worker.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
+                                printable)
 from worker.records import Box, ManifestRow
 
 ANNOTATIONS = "Annotations"
@@ -141,7 +143,10 @@ def _read_image_sets(root: str, split: str | None) -> dict[str, str] | None:
         if not storage.exists(path):
             continue
         present = True
-        for _, line in whole_lines(path):
+        for number, line in whole_lines(path):
+            if has_undecodable_bytes(line):  # an id no XML's name can match
+                raise ManifestError(f"{path} is not UTF-8 text: line {number} is "
+                                    f"{printable(line)!r}")
             found.setdefault(line.split()[0], name)
     return found if present else None
 
@@ -153,8 +158,8 @@ def _xml_rows(path: str, dataset: DatasetRoot, images: str, maps: str | None,
     the image's segmentation map is maps/<the XML's name>.png."""
     try:
         with storage.open_read(path) as file:
-            annotation = ElementTree.fromstring(file.read())
-    except (OSError, ElementTree.ParseError) as error:
+            annotation = documents.parse_xml(file.read())
+    except (OSError, ElementTree.ParseError, documents.DocumentError) as error:
         yield DeadLetter(path, 0, "", "", split or "", reasons.INVALID_ANNOTATION,
                          f"cannot parse the XML: {error}")
         return
