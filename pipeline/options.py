@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 from collections.abc import Sequence
 
-from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, PipelineOptions,
+from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions,
+                                                  GoogleCloudOptions, PipelineOptions,
                                                   StandardOptions)
 
 from worker.choices import Dedupe, LabelMode, LabelOrder, LeftOut, UnseenLabel
@@ -20,6 +22,7 @@ from worker.inputs.sources import MANIFEST_FORMATS, split_and_path
 from worker.pool import Workers
 from worker.run_settings import RunSettings
 from worker.schema import ExtraColumn, SchemaError, load_schema
+from worker.storage import is_local
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 
@@ -391,6 +394,44 @@ class ConvertOptions(PipelineOptions):
 
     def _shard_format(self) -> ShardFormat:
         return shard_format(self.file_format, self.compression)
+
+
+# The options that name a file or folder, by the options class that holds each. A
+# cluster's workers (a worker pool beside each TaskManager, say) do not run in the
+# launcher's working folder, so a relative path there is another file, or none.
+_PATH_OPTIONS: dict[type[PipelineOptions], tuple[str, ...]] = {
+    ConvertOptions: ("image_folder", "image_dir", "vocabulary", "output_dir"),
+    GoogleCloudOptions: ("temp_location", "staging_location"),
+}
+
+
+def make_local_paths_absolute(options: PipelineOptions) -> None:
+    """Makes each relative local path the options name absolute, from the launcher's
+    working folder, before the launcher reads any of them or hands them to a runner:
+    what the launcher checks is then what every worker opens, and what it reports is
+    where the job wrote. Remote URIs (gs://, s3://, http://...) stay as they are, and so
+    does an inline --schema."""
+    for options_class, names in _PATH_OPTIONS.items():
+        view = options.view_as(options_class)
+        for name in names:
+            setattr(view, name, _absolute(getattr(view, name)))
+    convert = options.view_as(ConvertOptions)
+    if convert.manifest:
+        convert.manifest = [_absolute_manifest(argument) for argument in convert.manifest]
+    if convert.schema and not convert.schema.lstrip().startswith("{"):
+        convert.schema = _absolute(convert.schema)
+
+
+def _absolute_manifest(argument: str) -> str:
+    """A --manifest value with its path absolute: SPLIT= is kept as given."""
+    path = split_and_path(argument)[1]
+    return argument.removesuffix(path) + _absolute(path)
+
+
+def _absolute(path: str | None) -> str | None:
+    if not path or not is_local(path) or os.path.isabs(path):
+        return path
+    return os.path.abspath(path)
 
 
 def options_classes() -> list[type[PipelineOptions]]:

@@ -16,7 +16,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from pipeline.collector import frozen_for_the_run, uncollected
 from pipeline.console import quiet_console
 from pipeline.engines import EngineUnusable, job_server_of_the_run, use_built_job_server
-from pipeline.options import ConvertOptions, unknown_option_problem
+from pipeline.options import (ConvertOptions, make_local_paths_absolute,
+                              unknown_option_problem)
 from pipeline.progress import shown_progress
 from pipeline.read_choices import settle_read_choices
 from pipeline.report import counted, format_report
@@ -91,6 +92,7 @@ def convert_and_report(argv: Sequence[str], started: float | None = None) -> Sum
     if problem:
         raise UsageError(problem)
     options = PipelineOptions(list(argv))
+    make_local_paths_absolute(options)  # before anything reads them, or a worker gets them
     # Beam's filesystems take their settings (S3 endpoint and keys, WebHDFS host...) from
     # here; the pipeline sets them again for its workers.
     FileSystems.set_options(options)
