@@ -92,7 +92,7 @@ def convert_and_report(argv: Sequence[str], started: float | None = None) -> Sum
         raise UsageError(problem)
     options = PipelineOptions(list(argv))
     # Beam's filesystems take their settings (S3 endpoint and keys, WebHDFS host...) from
-    # here; the pipeline sets them again for its workers.
+    # here; the workers get them from Beam's harness or RunSettings.filesystems.
     FileSystems.set_options(options)
     settle_beam_filesystems()
     convert = options.view_as(ConvertOptions)
