@@ -29,6 +29,7 @@ from conftest import BUCKET
 from pipeline import run
 from pipeline.options import ConvertOptions
 from pipeline.storage_probe import PROBE_SECONDS, probe_storage
+from pipeline.tft_storage import tensorflow_location_problem
 from storage_servers import CUT, HOST, S3Server, free_port, object_pattern
 from transforms.shards import mean_file_size
 from worker import storage
@@ -554,3 +555,20 @@ def test_a_bare_worker_pools_dofns_reach_s3_with_the_jobs_options_less_its_keys(
         env={**os.environ, "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret})
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert done.stdout.decode().split("\n")[:2] == ["1 [2]", "0 [2]"]
+
+
+def test_a_temp_location_tensorflow_cannot_write_is_refused_before_anything_is_made(
+        s3, tmp_path, capsys):
+    """tf.Transform writes --temp_location through TensorFlow's filesystems, which have no
+    s3://: the run made its folders in the bucket, then failed in the analysis."""
+    temp = f"{s3.url}/tft-temp"
+    assert convert(tiny_manifest(tmp_path), str(tmp_path / "out"), *s3.flags,
+                   "--temp_location", temp) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"error: --temp_location {temp}: tf.Transform writes its working files "
+                    "there through TensorFlow's filesystems, which cannot write s3:// here; "
+                    "give a local folder (on a cluster, a mount every worker shares) or gs://...")
+    assert listing(temp) == [] and not (tmp_path / "out").exists()
+    assert {tensorflow_location_problem("temp_location", where) for where in (
+        None, str(tmp_path), f"file://{tmp_path}", "gs://bucket/temp")} == {None}
+    assert "cannot write ram://" in tensorflow_location_problem("temp_location", "ram://t")
