@@ -24,6 +24,7 @@ from apache_beam.options.pipeline_options import (FlinkRunnerOptions, GoogleClou
                                                   PipelineOptions, PortableOptions,
                                                   SparkRunnerOptions, StandardOptions)
 
+from pipeline.tft_storage import WHAT_WORKS
 from worker import naming
 
 JOB_SERVERS = pathlib.Path(__file__).resolve().parents[1] / "job_servers"
@@ -101,7 +102,7 @@ def use_built_job_server(options: PipelineOptions) -> None:
         raise EngineUnusable(
             f"--temp_location: on a {engine.name} cluster ({engine.master_option} "
             f"{engine.master(options)}) the workers write tf.Transform's files there; give "
-            "a folder every worker reaches (gs://..., s3://... or a shared mount)")
+            f"a folder every worker reaches ({WHAT_WORKS})")
 
 
 def _runs_on_this_machine(engine: Engine, options: PipelineOptions) -> bool:

@@ -20,6 +20,7 @@ from worker.images import ImageSettings
 from worker.inputs.rows import DEFAULT_LABEL_SEPARATOR, DEFAULT_SPLIT_FRACTIONS, RowRules
 from worker.inputs.sources import MANIFEST_FORMATS, split_and_path
 from worker.pool import Workers
+from worker.filesystem_options import FilesystemOptions
 from worker.run_settings import RunSettings
 from worker.schema import ExtraColumn, SchemaError, load_schema
 from worker.storage import is_local
@@ -383,7 +384,8 @@ class ConvertOptions(PipelineOptions):
                 max_bytes=round(self.max_download_mb * 2**20),
                 per_host=self.downloads_per_host, threads=self.download_threads),
             dedupe=Dedupe(self.dedupe),
-            near_distance=self.near_duplicate_distance)
+            near_distance=self.near_duplicate_distance,
+            filesystems=FilesystemOptions.of(self))
 
     def _workers(self) -> Workers:
         """Where shards are written; the default process count depends on the runner."""

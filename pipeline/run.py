@@ -11,7 +11,8 @@ import time
 from collections.abc import Sequence
 
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
+                                                  StandardOptions)
 
 from pipeline.collector import frozen_for_the_run, uncollected
 from pipeline.console import quiet_console
@@ -24,6 +25,7 @@ from pipeline.report import counted, format_report
 from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
                              scan_sources, start)
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
+from pipeline.tft_storage import tensorflow_location_problem
 from transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
 from transforms.vocabulary_file import (PinnedVocabulary, VocabularyError, output_labels,
                                        read_pinned_vocabulary)
@@ -94,7 +96,7 @@ def convert_and_report(argv: Sequence[str], started: float | None = None) -> Sum
     options = PipelineOptions(list(argv))
     make_local_paths_absolute(options)  # before anything reads them, or a worker gets them
     # Beam's filesystems take their settings (S3 endpoint and keys, WebHDFS host...) from
-    # here; the pipeline sets them again for its workers.
+    # here; the workers get them from Beam's harness or RunSettings.filesystems.
     FileSystems.set_options(options)
     settle_beam_filesystems()
     convert = options.view_as(ConvertOptions)
@@ -275,6 +277,9 @@ def _preflight(convert: ConvertOptions) -> list[ManifestSource]:
     Returns the manifest files (none for an image folder).
     """
     problems = convert.problems()
+    if tft_problem := tensorflow_location_problem(
+            "temp_location", convert.view_as(GoogleCloudOptions).temp_location):
+        problems.append(tft_problem)
     if problems:
         raise UsageError("; ".join(problems))
     try:

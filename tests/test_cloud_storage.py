@@ -9,6 +9,7 @@ import concurrent.futures
 import json
 import logging
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -26,10 +27,14 @@ from conftest import (FILE_FORMATS, download, encode, feature, get, listing, pho
                       read_examples, shard_pattern, tiny_manifest)
 from conftest import BUCKET
 from pipeline import run
+from pipeline.options import ConvertOptions
 from pipeline.storage_probe import PROBE_SECONDS, probe_storage
+from pipeline.tft_storage import tensorflow_location_problem
 from storage_servers import CUT, HOST, S3Server, free_port, object_pattern
 from transforms.shards import mean_file_size
 from worker import storage
+from worker.chunks import RowChunk
+from worker.inputs.sources import find_manifests
 from worker.inputs.rows import resolve_uri
 
 LABELS = ("cat", "dog")
@@ -503,3 +508,67 @@ def test_without_credentials_gcs_is_read_anonymously_at_once(credentials, anonym
                           capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).parent.parent)
     assert done.stdout.split() == [str(anonymous), str(anonymous)], done.stderr[-2000:]
+
+
+# A worker of a plain Beam worker pool (worker_pool_main, EXTERNAL): its SDK harness never
+# gave Beam's filesystems the job's options, and its environment holds S3's keys.
+_BARE_POOL_WORKER = """
+import dataclasses, pickle, sys
+from apache_beam.io.filesystems import FileSystems
+from transforms.in_workers import RunInWorkers
+from worker.inputs.rows import RowRules
+from worker.pool import Workers
+from worker.row_tasks import SurveyTask
+
+class Survey(RunInWorkers):  # the base every task-running DoFn's setup() is
+    def task(self, chunk):
+        return SurveyTask(chunk, RowRules(), 4, ())
+    def outputs(self, survey):
+        yield survey.rows_read
+
+settings, chunk = pickle.loads(sys.stdin.buffer.read())
+for processes in (1, 0):  # a worker process, then the DoFn's own process
+    FileSystems._pipeline_options = None
+    survey = Survey(dataclasses.replace(settings, workers=Workers(processes)))
+    survey.setup()
+    survey.start_bundle()
+    read = [*survey.process(chunk), *(v.value for v in survey.finish_bundle())]
+    survey.teardown()
+    print(processes, read)
+"""
+
+
+def test_a_bare_worker_pools_dofns_reach_s3_with_the_jobs_options_less_its_keys(s3, tmp_path):
+    """The job's S3 endpoint and region travel in RunSettings (pickled into the graph, so
+    without the keys); a DoFn's setup() gives them to Beam before any storage is touched,
+    and its worker processes get them too."""
+    put(f"{s3.url}/bare/manifest.csv", b"split,image_uri,label\ntrain,a.jpg,cat\ntest,b.jpg,dog\n")
+    options = PipelineOptions([*s3.flags, "--output_dir", str(tmp_path / "out")])
+    settings = options.view_as(ConvertOptions).run_settings()
+    assert b"s3_endpoint_url" in pickle.dumps(settings)
+    assert s3.secrets[1].encode() not in pickle.dumps(settings)
+    (chunk,) = [RowChunk(source) for source in find_manifests([f"{s3.url}/bare/manifest.csv"])]
+    key_id, secret = s3.secrets
+    done = subprocess.run(
+        [sys.executable, "-c", _BARE_POOL_WORKER], input=pickle.dumps((settings, chunk)),
+        capture_output=True, timeout=60,
+        env={**os.environ, "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret})
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stdout.decode().split("\n")[:2] == ["1 [2]", "0 [2]"]
+
+
+def test_a_temp_location_tensorflow_cannot_write_is_refused_before_anything_is_made(
+        s3, tmp_path, capsys):
+    """tf.Transform writes --temp_location through TensorFlow's filesystems, which have no
+    s3://: the run made its folders in the bucket, then failed in the analysis."""
+    temp = f"{s3.url}/tft-temp"
+    assert convert(tiny_manifest(tmp_path), str(tmp_path / "out"), *s3.flags,
+                   "--temp_location", temp) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"error: --temp_location {temp}: tf.Transform writes its working files "
+                    "there through TensorFlow's filesystems, which cannot write s3:// here; "
+                    "give a local folder (on a cluster, a mount every worker shares) or gs://...")
+    assert listing(temp) == [] and not (tmp_path / "out").exists()
+    assert {tensorflow_location_problem("temp_location", where) for where in (
+        None, str(tmp_path), f"file://{tmp_path}", "gs://bucket/temp")} == {None}
+    assert "cannot write ram://" in tensorflow_location_problem("temp_location", "ram://t")

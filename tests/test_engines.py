@@ -228,7 +228,7 @@ def test_a_cluster_run_needs_a_temp_location_its_workers_reach(tmp_path, capsys)
     assert capsys.readouterr().err.splitlines()[-1] == (
         "error: --temp_location: on a Flink cluster (flink_master flink-jobmanager:8081) "
         "the workers write tf.Transform's files there; give a folder every worker reaches "
-        "(gs://..., s3://... or a shared mount)")
+        "(a shared mount, or gs://...; not s3://, which TensorFlow's filesystems cannot write)")
 
 
 def test_an_engine_run_without_its_job_server_says_how_to_build_it(tmp_path, capsys,
