@@ -100,7 +100,7 @@ class DropDuplicates(beam.PTransform):
     """ShardWritten -> ShardWritten without the copies; their rows -> DEAD_LETTERS.
 
     `duplicates`: batches of Duplicates and NearDuplicates, from refs that carry their
-    content.
+    content; the shards are rewritten with `filesystems` applied.
     """
 
     def __init__(self, duplicates: beam.PCollection, shard_format: ShardFormat,
@@ -117,8 +117,9 @@ class DropDuplicates(beam.PTransform):
                     lambda batch: (((duplicate.copy.split, duplicate.copy.shard), duplicate)
                                    for duplicate in batch))}
                 | "ByShard" >> beam.CoGroupByKey()
-                | "Rewrite" >> beam.ParDo(_RewriteShard(self._format, self._filesystems)).with_outputs(
-                    DEAD_LETTERS, main="shards"))
+                | "Rewrite" >> beam.ParDo(
+                    _RewriteShard(self._format, self._filesystems)).with_outputs(
+                        DEAD_LETTERS, main="shards"))
 
 
 class _RewriteShard(StorageDoFn):
@@ -219,7 +220,8 @@ class ReportDuplicates(beam.PTransform):
                 shards.pipeline | "NoneDropped" >> beam.Create([]))}
         dropped = ((exact, near) if self._dedupe is Dedupe.NEAR else (exact,)
                    ) | "Dropped" >> beam.Flatten()
-        deduped = shards | "Drop" >> DropDuplicates(dropped, self._format, self._settings.filesystems)
+        deduped = shards | "Drop" >> DropDuplicates(dropped, self._format,
+                                                    self._settings.filesystems)
         return result | {"shards": deduped.shards, "dead_letters": deduped[DEAD_LETTERS],
                          "dropped": dropped}
 
