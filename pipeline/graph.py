@@ -120,7 +120,8 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         tft_dir)
     shard_plan = surveys | "PlanShards" >> PlanShards(
-        options.num_shards, int(options.target_shard_mb * _MB), settings.workers)
+        options.num_shards, int(options.target_shard_mb * _MB), settings.workers,
+        settings.filesystems)
 
     # Pass 2: the chunks again, their rows labelled and packed by shard; then each shard
     # loads and writes its own images.
@@ -140,7 +141,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
                     | "DeadLetters" >> beam.Flatten())
     dead_letter_files = dead_letters | "WriteDeadLetters" >> WriteSortedLines(
         naming.jsonl_list(staged, naming.ERRORS), DeadLetter.to_json, temp_dir,
-        sort_key=lambda d: (d.manifest, d.line))
+        sort_key=lambda d: (d.manifest, d.line), filesystems=settings.filesystems)
     # DISCARD rows are left out on purpose: read, but neither examples nor dead letters.
     rows_discarded = (surveys
                       | "Discarded" >> beam.Map(lambda survey: survey.discarded)
@@ -155,7 +156,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
     report_content = ({"example_keys": written[EXAMPLE_KEYS], "dead_letters": dead_letters}
                       | {kind: deduped[kind] for kind in ("duplicates", "near_duplicates",
                                                            "dropped") if kind in deduped}
-                      | "ReportContent" >> GatherReportContent(temp_dir))
+                      | "ReportContent" >> GatherReportContent(temp_dir, settings.filesystems))
 
     _ = ({"shards": deduped["shards"],
           "dead_letter_reasons": dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),

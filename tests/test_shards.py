@@ -95,8 +95,9 @@ def test_plan_from_sampled_file_sizes(tmp_path):
     # Two chunks' surveys: the plan samples the split's files across them.
     surveys = [survey(rows[:25], SIZE_SAMPLE), survey(rows[25:], SIZE_SAMPLE)]
     with TestPipeline() as p:
-        plan = p | beam.Create(surveys) | PlanShards(None, target_shard_bytes=10_000,
-                                                     workers=Workers(1))
+        plan = p | beam.Create(surveys) | PlanShards(
+            None, target_shard_bytes=10_000, workers=Workers(1),
+            filesystems=filesystem_options.FilesystemOptions())
         assert_that(plan, equal_to([("train", SplitPlan(4, 1)), ("test", SplitPlan(1, 1))]))
 
 

@@ -19,16 +19,18 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import live_progress
+from transforms.storage_steps import StorageDoFn
 from worker import pool
 from worker.filesystem_options import current_options
 from worker.run_settings import RunSettings
 
 
-class RunInWorkers(beam.DoFn):
+class RunInWorkers(StorageDoFn):
     """Subclasses say what task an element is (task()) and what a task's result gives
     (outputs()); `execute` may be overridden to run several tasks for one element."""
 
     def __init__(self, settings: RunSettings) -> None:
+        super().__init__(settings.filesystems)
         self._settings = settings
         self._pool: pool.ShardPool | None = None
         self._waiting: concurrent.futures.ThreadPoolExecutor | None = None
@@ -41,8 +43,7 @@ class RunInWorkers(beam.DoFn):
         raise NotImplementedError
 
     def setup(self) -> None:
-        # Before any storage is touched: a worker pool's workers got no options from Beam.
-        self._settings.filesystems.apply()
+        super().setup()  # before any storage is touched
         self._pool = pool.acquire(self._settings.workers, current_options())
         if self._pool is not None:
             self._waiting = self.threads()

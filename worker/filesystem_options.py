@@ -5,9 +5,10 @@ Beam's filesystems take their options from `FileSystems._pipeline_options`, whic
 Beam's own SDK harness entry (sdk_worker_main: DOCKER, PROCESS) sets on a runner's
 worker. A plain worker pool (`python -m apache_beam.runners.worker.worker_pool_main`,
 EXTERNAL) starts its workers without it, and s3:// failed there with "Must provide one of
-client or options". So the options travel inside RunSettings, which every DoFn that runs
-a task is given, and each such DoFn's setup() applies them (`apply`) before it touches
-storage; its worker processes get what it then has (worker/pool.py, worker/storage.py).
+client or options". So the options travel inside RunSettings, and every step that
+touches storage applies them (`apply`) first: a DoFn in its setup(), a Map's function at
+each call (transforms/storage_steps.py); the worker processes of a DoFn that runs tasks
+get what it then has (worker/pool.py, worker/storage.py).
 
 Credentials stay out: RunSettings is pickled into the job's graph, and S3's keys are not
 written there (tests/test_shards.py). Where Beam's harness gave the job's options they
