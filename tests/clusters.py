@@ -2,8 +2,9 @@
 
 - `FlinkCluster`: a Flink 1.19 session cluster, a JobManager
   (`StandaloneSessionClusterEntrypoint`) and one TaskManager (`TaskManagerRunner`), each a
-  JVM of its own, from the jar `make test` builds (tests/flink_cluster/); its REST API is
-  what FlinkRunner's `--flink_master` names.
+  JVM of its own, from the jar `make test` builds (tests/flink_cluster/) and Beam's runner
+  (the job server's jar, as a cluster's lib/ would hold it); its REST API is what
+  FlinkRunner's `--flink_master` names.
 - `WorkerPool`: Beam's SDK worker pool (`worker_pool_main`) with this project's venv, what
   `--environment_type EXTERNAL --environment_config localhost:PORT` names: the cluster
   starts the job's Python workers there, not in the launcher.
@@ -55,6 +56,17 @@ TASK_MANAGER_MEMORY = {
     "taskmanager.memory.jvm-overhead.min": "192m",
     "taskmanager.memory.jvm-overhead.max": "192m",
 }
+# Beam's runner classes on the cluster's own class path, taken from there before the
+# job's jar. Only then does --environment_cache_millis keep an SDK worker from one stage to
+# the next: Beam's Flink runner closes a stage's environment at once when its classes came
+# from the job's class loader (FlinkExecutableStageContextFactory), so a stock session
+# cluster starts a fresh worker (~10 s, TensorFlow's import) for each of the job's ~14
+# stages (measured: 14 workers and ~115 s for the sample; 1 worker with these). Without
+# the leaked class loader check off, the job failed at once ("ServiceConfigurationError:
+# org.apache.beam.sdk.runners.PipelineRunnerRegistrar: Error accessing configuration file").
+BEAM_IN_LIB = {"classloader.resolve-order": "parent-first",
+               "classloader.check-leaked-classloader": "false"}
+
 # The TaskManager JVM's own limits, as bin/taskmanager.sh derives them from the above:
 # heap = framework + task heap (+ room), direct = framework + task off-heap + network.
 TASK_MANAGER_JVM = ["-Xmx768m", "-XX:MaxDirectMemorySize=640m",
@@ -90,13 +102,16 @@ def _log_tail(log: Path, characters: int = 3000) -> str:
 
 class FlinkCluster:
     """A JobManager and one TaskManager with one slot; `rest_port` is the REST API's port
-    (`--flink_master localhost:REST_PORT`), their config and logs are in `folder`."""
+    (`--flink_master localhost:REST_PORT`), their config and logs are in `folder`.
+
+    `beam_runner_jar` (Beam's Flink job server jar) is on both JVMs' class path, as in a
+    cluster whose lib/ folder holds Beam's runner: see BEAM_IN_LIB."""
 
     JAR = Path(__file__).parent / "flink_cluster" / "target" / "flink-cluster.jar"
     JOB_MANAGER = "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint"
     TASK_MANAGER = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, beam_runner_jar: Path) -> None:
         if not self.JAR.exists():
             raise RuntimeError(f"{self.JAR} is missing: `make test` builds it")
         self.folder = folder
@@ -105,7 +120,8 @@ class FlinkCluster:
         config = folder / "conf"
         config.mkdir(parents=True)
         (config / "flink-conf.yaml").write_text(self._config(free_port()))
-        java = ["java", *JAVA_17_OPENS, f"-Djava.io.tmpdir={folder}", "-cp", str(self.JAR)]
+        java = ["java", *JAVA_17_OPENS, f"-Djava.io.tmpdir={folder}",
+                "-cp", f"{self.JAR}{os.pathsep}{beam_runner_jar}"]
         self.job_manager_log = folder / "jobmanager.log"
         self.task_manager_log = folder / "taskmanager.log"
         self._processes = [
@@ -128,7 +144,7 @@ class FlinkCluster:
             "taskmanager.host": HOST, "taskmanager.bind-host": HOST,
             "taskmanager.rpc.port": "0", "blob.server.port": "0",
             "taskmanager.numberOfTaskSlots": "1", "parallelism.default": "1",
-            **TASK_MANAGER_MEMORY,
+            **TASK_MANAGER_MEMORY, **BEAM_IN_LIB,
         }
         return "".join(f"{key}: {value}\n" for key, value in settings.items())
 
