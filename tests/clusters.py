@@ -112,8 +112,9 @@ class FlinkCluster:
     TASK_MANAGER = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
 
     def __init__(self, folder: Path, beam_runner_jar: Path) -> None:
-        if not self.JAR.exists():
-            raise RuntimeError(f"{self.JAR} is missing: `make test` builds it")
+        for jar, target in ((self.JAR, "test"), (beam_runner_jar, "job-servers")):
+            if not jar.exists():
+                raise RuntimeError(f"{jar} is missing: `make {target}` builds it")
         self.folder = folder
         self.rest_port = free_port()
         self.url = f"http://{HOST}:{self.rest_port}"
