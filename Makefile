@@ -50,7 +50,8 @@ airflow: $(INSTALLED) $(AIRFLOW_INSTALLED)
 JOB_SERVER_JARS := job_servers/flink/target/beam-flink-1.19-job-server.jar \
 	job_servers/spark/target/beam-spark-3-job-server.jar
 
-$(JOB_SERVER_JARS) &: job_servers/pom.xml job_servers/flink/pom.xml job_servers/spark/pom.xml
+$(JOB_SERVER_JARS) &: job_servers/pom.xml job_servers/flink/pom.xml job_servers/spark/pom.xml \
+		job_servers/java/imagetfrecords/NoJarsToStage.java
 	mvn --batch-mode --quiet --file job_servers/pom.xml package
 	touch $(JOB_SERVER_JARS)
 

@@ -57,7 +57,7 @@ class ConvertOptions(PipelineOptions):
             "--image_dir", metavar="DIR",
             help="Resolve relative image names against this folder instead of the "
                  "manifest's (as generate_tfrecord.py's --image_dir), for every manifest.")
-        _add_switch(group, "--allow_paths_outside_dataset",
+        add_switch(group, "--allow_paths_outside_dataset",
                     "Let annotation files (COCO, YOLO, LabelMe, Label Studio...) name images "
                     "outside their dataset's folder (--image_dir, else the file's): absolute "
                     "paths, '..', URLs, links leading out. Off: path_outside_dataset.")
@@ -131,7 +131,7 @@ class ConvertOptions(PipelineOptions):
                  "label_map.pbtxt (its ids as given), or an earlier image-tfrecords output "
                  "folder, whose ids are kept. A label outside it is unseen "
                  "(--unseen_label); one without examples keeps its id.")
-        _add_switch(group, "--strict_labels",
+        add_switch(group, "--strict_labels",
                     "Fail the run (publishing nothing) on labels that are probably a "
                     "mistake, which are otherwise warnings in the console, report.html and "
                     "summary.json: the multi-label separator inside a label in single-label "
@@ -151,7 +151,7 @@ class ConvertOptions(PipelineOptions):
         group.add_argument(
             "--max_image_pixels", metavar="N", type=int, default=_PILLOW_MAX_PIXELS,
             help="Images with more pixels are rejected as decompression bombs.")
-        _add_switch(group, "--keep_16_bit",
+        add_switch(group, "--keep_16_bit",
                     "Store 16-bit greyscale images as 16-bit PNGs (tf.io.decode_png with "
                     "dtype=tf.uint16 reads them whole). By default they are stored with 8 "
                     "bits, as tf.io.decode_image reads them, and counted as re-encoded "
@@ -175,9 +175,9 @@ class ConvertOptions(PipelineOptions):
         group.add_argument(
             "--output_dir", metavar="DIR",
             help="Where the shards, transform_fn/, summary.json and errors-*.jsonl go.")
-        _add_switch(group, "--overwrite",
+        add_switch(group, "--overwrite",
                     "Replace the outputs of a previous run in a non-empty --output_dir.")
-        _add_switch(group, "--resume",
+        add_switch(group, "--resume",
                     "Continue a stopped run of the same command (the same inputs and "
                     "options) in this --output_dir: the shards it finished are reused, "
                     "their images not read again; a stopped run made from anything else "
@@ -242,11 +242,11 @@ class ConvertOptions(PipelineOptions):
             help="Threads per shard writer that download its image URLs ahead of decoding "
                  "(instead of --read_threads): the network, not the core, is what they "
                  "wait on.")
-        _add_switch(group, "--quiet",
+        add_switch(group, "--quiet",
                     "No live progress. By default a local run shows it: a bar on a "
                     "terminal, else a line every 5%% at most every 5 s (for logs); a remote "
                     "run names the counters to watch in its runner's UI.")
-        _add_switch(group, "--verbose",
+        add_switch(group, "--verbose",
                     "Print all that TensorFlow's and Beam's libraries print. By default "
                     "their start-up lines (such as the GPU probe's 'failed call to cuInit' "
                     "on a machine without a GPU) and Beam's routine messages are left out; "
@@ -519,7 +519,7 @@ def parse_flag(text: str) -> bool:
     return value == "true"
 
 
-def _add_switch(group: argparse._ArgumentGroup, flag: str, help_text: str) -> None:
+def add_switch(group: argparse._ActionsContainer, flag: str, help_text: str) -> None:
     """An off-by-default switch: a bare --flag, or --flag=true|false as a Flex Template
     passes it."""
     group.add_argument(flag, nargs="?", const=True, default=False, type=parse_flag,
