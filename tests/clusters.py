@@ -156,9 +156,14 @@ class FlinkCluster:
             body = answer.read()
         return json.loads(body) if body else {}
 
+    def jars_sent_with(self, job_id: str) -> list[Path]:
+        """The jars the TaskManager fetched for job `job_id` from the JobManager's blobs."""
+        return [path for path in self.folder.glob(f"tm_*/blobStorage/job_{job_id}/*")
+                if path.read_bytes()[:2] == b"PK"]
+
     def jobs(self) -> list[dict]:
-        """/jobs/overview's jobs: each with its `jid`, `name` and `state`."""
-        return self.rest("/jobs/overview")["jobs"]
+        """/jobs/overview's jobs, oldest first: each with its `jid`, `name` and `state`."""
+        return sorted(self.rest("/jobs/overview")["jobs"], key=lambda job: job["start-time"])
 
     def _wait_for_a_task_manager(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -194,14 +199,16 @@ class FlinkCluster:
 class WorkerPool:
     """Beam's SDK worker pool on `port`, with this interpreter's venv first on PATH: the
     pool starts each worker as the `python` on PATH. The workers import this worktree's
-    packages (PYTHONPATH), as the launcher does."""
+    packages (PYTHONPATH), as the launcher does; `environment` is added to theirs (a
+    bucket's keys, as a pool's pod would hold them)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, environment: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.log = folder / "worker_pool.log"
         venv_bin = os.path.dirname(sys.executable)
         env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-               "PYTHONPATH": str(Path(__file__).parents[1]), "TMPDIR": str(folder)}
+               "PYTHONPATH": str(Path(__file__).parents[1]), "TMPDIR": str(folder),
+               **(environment or {})}
         self._process = _group([sys.executable, "-m",
                                 "apache_beam.runners.worker.worker_pool_main",
                                 "--service_port", str(self.port)], self.log, env)

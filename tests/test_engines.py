@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import portpicker
@@ -243,3 +244,37 @@ def test_an_engine_run_without_its_job_server_says_how_to_build_it(tmp_path, cap
         "error: --runner SparkRunner needs Beam's Spark job server: `make job-servers` "
         f"builds it (Maven and Java 17) into {missing}; or give --spark_job_server_jar JAR, "
         "or --job_endpoint HOST:PORT of a running one")
+
+
+@pytest.mark.parametrize("engine_flags", [
+    [], ["--runner", "FlinkRunner", "--flink_master", "[local]"],
+    ["--runner", "FlinkRunner", "--flink_master", "jobmanager:8081", "--environment_type",
+     "LOOPBACK"],
+    ["--runner", "SparkRunner", "--spark_master_url", "spark://master:7077"]])
+def test_no_jars_are_staged_only_for_a_flink_cluster_running_the_sdk_workers(
+        engine_flags, tmp_path, capsys):
+    code = run.main(["--manifest", str(SAMPLE_MANIFEST), "--output_dir", str(tmp_path),
+                     "--temp_location", str(tmp_path), *engine_flags,
+                     "--beam_runner_on_cluster"])
+    assert code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: --beam_runner_on_cluster: for --runner FlinkRunner with a cluster's "
+        "--flink_master HOST:PORT and its SDK workers there (not LOOPBACK)")
+
+
+def test_no_jars_are_staged_only_by_the_job_server_that_can(tmp_path, capsys):
+    """Beam's own job server jar lacks the class that stages no jars: the job would fail on
+    the job server with a Java stack trace."""
+    other = tmp_path / "other-job-server.jar"
+    with zipfile.ZipFile(other, "w") as jar:
+        jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+    code = run.main(["--manifest", str(SAMPLE_MANIFEST), "--output_dir", str(tmp_path),
+                     "--temp_location", str(tmp_path), "--runner", "FlinkRunner",
+                     "--flink_master", "jobmanager:8081", "--environment_type", "EXTERNAL",
+                     "--environment_config", "localhost:50000", "--flink_job_server_jar",
+                     str(other), "--beam_runner_on_cluster"])
+    assert code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: --beam_runner_on_cluster needs the job server `make job-servers` builds "
+        f"({engines.ENGINES['flinkrunner'].built_jar}): --flink_job_server_jar {other} has "
+        "no imagetfrecords.NoJarsToStage")
