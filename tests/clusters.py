@@ -174,12 +174,12 @@ class FlinkCluster:
                     raise RuntimeError(f"{log.stem} exited with {process.returncode}:\n"
                                        f"{_log_tail(log)}")
             try:
-                if self.rest("/overview")["taskmanagers"] >= 1:
+                if self.rest("/overview")["slots-total"] >= 1:
                     return
             except OSError:
                 pass
             time.sleep(0.5)
-        raise RuntimeError(f"no TaskManager registered within {START_TIMEOUT_S:.0f} s:\n"
+        raise RuntimeError(f"no TaskManager slot registered within {START_TIMEOUT_S:.0f} s:\n"
                            f"{_log_tail(self.task_manager_log)}")
 
     def cancel_running_jobs(self) -> None:
