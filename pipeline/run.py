@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+import grpc
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
                                                   StandardOptions)
@@ -204,11 +205,18 @@ def _last_line(error: BaseException) -> str:
     cause = error.__cause__ or error.__context__
     if (batch := _failed_batch(error)) is not None:
         message = batch
+    elif isinstance(error, grpc.Call):  # a job server's answer: its text ends in ">"
+        message = f"the job server answered {error.code().name}: {_last_line_of(error.details())}"
     elif lines:
         message = lines[-1]
     else:
         message = _last_line(cause) if cause is not None else repr(error)
     return " ".join(part for part in (message, step) if part)
+
+
+def _last_line_of(text: str | None) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "(no details)"
 
 
 def _failed_batch(error: BaseException | None) -> str | None:

@@ -17,8 +17,10 @@ import signal
 import subprocess
 import sys
 import zipfile
+from concurrent import futures
 from pathlib import Path
 
+import grpc
 import portpicker
 import psutil
 import pytest
@@ -278,3 +280,26 @@ def test_no_jars_are_staged_only_by_the_job_server_that_can(tmp_path, capsys):
         "error: --beam_runner_on_cluster needs the job server `make job-servers` builds "
         f"({engines.ENGINES['flinkrunner'].built_jar}): --flink_job_server_jar {other} has "
         "no imagetfrecords.NoJarsToStage")
+
+
+def test_a_job_servers_refusal_is_told_in_its_own_words(tmp_path):
+    """A job server that refuses the job answers a gRPC error whose text is a multi-line
+    repr ending in '>': the line says the status and the job server's details."""
+    server = grpc.server(futures.ThreadPoolExecutor(1))
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("JobService", {
+        "Prepare": grpc.unary_unary_rpc_method_handler(lambda request, context: context.abort(
+            grpc.StatusCode.UNKNOWN, "java.lang.RuntimeException: Unable to find factory "
+                                     "method NoJarsToStage#create()"))})])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.RpcError) as refused:
+                channel.unary_unary("/JobService/Prepare")(b"")
+    finally:
+        server.stop(None)
+    failed = run._job_failed(refused.value, str(tmp_path / "out"), "0123456789ab")
+    assert str(failed).startswith(
+        "the job failed: the job server answered UNKNOWN: java.lang.RuntimeException: "
+        "Unable to find factory method NoJarsToStage#create(). After it: nothing was "
+        "published")
