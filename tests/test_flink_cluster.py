@@ -17,7 +17,11 @@ cluster's lib/ (one worker), 42-45 s with no jars sent as well, 22-32 s once the
 is warm; ~7 s on the DirectRunner. bench/RESULTS.md has the breakdown.
 """
 
+import json
+import re
 import shutil
+import sys
+from pathlib import Path
 
 import boto3
 import pytest
@@ -49,12 +53,25 @@ def flink(tmp_path_factory, _s3_bucket):
     pool.stop()
 
 
-def on_the_cluster(flink, temp) -> list[str]:
+def on_the_cluster(flink, temp, environment: list[str] | None = None) -> list[str]:
+    """The flags of a run on the cluster, its SDK workers in the pool unless `environment`
+    names others."""
     cluster, pool = flink
     return ["--runner", "FlinkRunner", "--flink_master", f"localhost:{cluster.rest_port}",
-            "--environment_type", "EXTERNAL", "--environment_config", f"localhost:{pool.port}",
+            *(environment or ["--environment_type", "EXTERNAL",
+                              "--environment_config", f"localhost:{pool.port}"]),
             "--environment_cache_millis", "60000", "--beam_runner_on_cluster",
             "--temp_location", str(temp / "tft")]
+
+
+def process_environment(folder: Path) -> list[str]:
+    """SDK workers the TaskManager starts itself (PROCESS), booted by
+    pipeline/sdk_worker_boot.py (the image-tfrecords-sdk-worker command of an install)."""
+    boot = folder / "boot"
+    boot.write_text(f'#!/bin/sh\nexec {sys.executable} -m pipeline.sdk_worker_boot "$@"\n')
+    boot.chmod(0o755)
+    config = {"command": str(boot), "env": {"PYTHONPATH": str(Path(__file__).parents[1])}}
+    return ["--environment_type", "PROCESS", "--environment_config", json.dumps(config)]
 
 
 @pytest.fixture(scope="module")
@@ -121,16 +138,22 @@ def test_the_hostile_set_from_a_bucket_to_a_bucket_publishes_what_the_direct_run
 def test_a_failed_run_on_the_cluster_publishes_nothing_and_the_job_failed_there(
         flink, sample_outputs, tmp_path):
     """The hostile set with no dead letter allowed: the outcome check fails the job on the
-    cluster; the output folder's previous contents stay byte for byte."""
+    cluster; the output folder's previous contents stay byte for byte. Its SDK workers are
+    the TaskManager's own processes (PROCESS), not the pool's."""
     cluster, _ = flink
     manifest = hostile_set(tmp_path / "data")
     output = shutil.copytree(sample_outputs("tfrecord"), tmp_path / "out")
     before = published(output)
     job = pipeline("--manifest", str(manifest), "--num_shards", "2", "--output_dir",
                    str(output), "--overwrite", "--max_error_fraction", "0",
-                   *on_the_cluster(flink, tmp_path), temp=tmp_path)
+                   *on_the_cluster(flink, tmp_path, process_environment(tmp_path)),
+                   temp=tmp_path)
     assert job.returncode == 1, job.stderr[-3000:]
     assert "FAILED: nothing below was published" in job.stdout
     assert "more than --max_error_fraction 0.0%" in job.stderr
     assert published(output) == before
-    assert [job["state"] for job in cluster.jobs()] == ["FINISHED", "FAILED"]
+    assert cluster.jobs()[-1]["state"] == "FAILED"
+    # The TaskManager started the job's SDK worker itself, through Beam's sdk_worker_main
+    # (the pool's workers do not run it), with the job's options.
+    assert re.search(r"sdk_worker_main\.py:\d+ - Pipeline_options: \{'job_name': 'BeamApp-",
+                     cluster.task_manager_log.read_text())
