@@ -171,7 +171,7 @@ class _Cluster:
     def _start(self, command: list[str], log: Path, env: dict | None = None) -> None:
         self._jvms.append((_group(command, log, env), log))
 
-    def _wait_until(self, ready: Callable[[], bool], waiting_for: str) -> None:
+    def _wait_for(self, ready: Callable[[], bool], waiting_for: str) -> None:
         """`_wait_until` on this cluster's JVMs; on failure every JVM is stopped."""
         try:
             _wait_until(ready, self._jvms, waiting_for)
@@ -219,8 +219,9 @@ class FlinkCluster(_Cluster):
                     self.job_manager_log)
         self._start([*java, *TASK_MANAGER_JVM, self.TASK_MANAGER, "--configDir", str(config)],
                     self.task_manager_log)
-        self._wait_until(lambda: self.rest("/overview")["taskmanagers"] >= 1,
-                         "no TaskManager registered")
+        # A slot, not just a TaskManager: it registers before it offers its slot.
+        self._wait_for(lambda: self.rest("/overview")["slots-total"] >= 1,
+                       "no TaskManager slot registered")
 
     def _config(self, rpc_port: int) -> str:
         settings = {
@@ -241,86 +242,6 @@ class FlinkCluster(_Cluster):
     def jobs(self) -> list[dict]:
         """/jobs/overview's jobs: each with its `jid`, `name` and `state`."""
         return self.rest("/jobs/overview")["jobs"]
-
-    def cancel_running_jobs(self) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        try:
-            self.cancel_running_jobs()
-        except OSError:
-            pass  # the cluster is not answering (or never did): nothing to cancel there
-        for process, _ in reversed(self._jvms):
-            _stop_group(process)
-
-
-class FlinkCluster(_Cluster):
-    """A JobManager and one TaskManager with one slot; `rest_port` is the REST API's port
-    (`--flink_master localhost:REST_PORT`), their config and logs are in `folder`.
-
-    `beam_runner_jar` (Beam's Flink job server jar) is on both JVMs' class path, as in a
-    cluster whose lib/ folder holds Beam's runner: see BEAM_IN_LIB."""
-
-    JAR = Path(__file__).parent / "flink_cluster" / "target" / "flink-cluster.jar"
-    JOB_MANAGER = "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint"
-    TASK_MANAGER = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
-
-    def __init__(self, folder: Path, beam_runner_jar: Path) -> None:
-        super().__init__()
-        _require_built({self.JAR: "test", beam_runner_jar: "job-servers"})
-        self.folder = folder
-        self.rest_port = free_port()
-        self.url = f"http://{HOST}:{self.rest_port}"
-        config = folder / "conf"
-        config.mkdir(parents=True)
-        (config / "flink-conf.yaml").write_text(self._config(free_port()))
-        java = ["java", *JAVA_17_OPENS, f"-Djava.io.tmpdir={folder}",
-                "-cp", f"{self.JAR}{os.pathsep}{beam_runner_jar}"]
-        self.job_manager_log = folder / "jobmanager.log"
-        self.task_manager_log = folder / "taskmanager.log"
-        self._start([*java, "-Xmx512m", self.JOB_MANAGER, "--configDir", str(config)],
-                    self.job_manager_log)
-        self._start([*java, *TASK_MANAGER_JVM, self.TASK_MANAGER, "--configDir", str(config)],
-                    self.task_manager_log)
-        self._wait_until(lambda: self.rest("/overview")["taskmanagers"] >= 1,
-                         "no TaskManager registered")
-
-    def _config(self, rpc_port: int) -> str:
-        settings = {
-            "jobmanager.rpc.address": HOST, "jobmanager.bind-host": HOST,
-            "jobmanager.rpc.port": str(rpc_port), "jobmanager.memory.process.size": "1g",
-            "rest.address": HOST, "rest.bind-address": HOST, "rest.port": str(self.rest_port),
-            "taskmanager.host": HOST, "taskmanager.bind-host": HOST,
-            "taskmanager.rpc.port": "0", "blob.server.port": "0",
-            "taskmanager.numberOfTaskSlots": "1", "parallelism.default": "1",
-            **TASK_MANAGER_MEMORY, **BEAM_IN_LIB,
-        }
-        return "".join(f"{key}: {value}\n" for key, value in settings.items())
-
-    def rest(self, path: str, method: str = "GET") -> dict:
-        """The REST API's JSON answer to `method path`."""
-        return _json(self.url + path, method)
-
-    def jobs(self) -> list[dict]:
-        """/jobs/overview's jobs: each with its `jid`, `name` and `state`."""
-        return self.rest("/jobs/overview")["jobs"]
-
-    def _wait_for_a_task_manager(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            for process, log in zip(self._processes, (self.job_manager_log,
-                                                      self.task_manager_log)):
-                if process.poll() is not None:
-                    raise RuntimeError(f"{log.stem} exited with {process.returncode}:\n"
-                                       f"{_log_tail(log)}")
-            try:
-                if self.rest("/overview")["taskmanagers"] >= 1:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"no TaskManager registered within {START_TIMEOUT_S:.0f} s:\n"
-                           f"{_log_tail(self.task_manager_log)}")
 
     def cancel_running_jobs(self) -> None:
         for job in self.jobs():
@@ -341,7 +262,6 @@ class SparkCluster(_Cluster):
     JAR = Path(__file__).parent / "spark_cluster" / "target" / "spark-cluster.jar"
     MASTER = "org.apache.spark.deploy.master.Master"
     WORKER = "org.apache.spark.deploy.worker.Worker"
-    FINAL_STATES = ("FINISHED", "FAILED", "KILLED")
 
     def __init__(self, folder: Path) -> None:
         super().__init__()
@@ -366,7 +286,7 @@ class SparkCluster(_Cluster):
         self._start([*java, self.WORKER, "--host", HOST, "--webui-port", str(free_port()),
                      *SPARK_WORKER_RESOURCES, "--work-dir", str(self.work_dir),
                      self.master_url], self.worker_log, env)
-        self._wait_until(lambda: self.state()["aliveworkers"] >= 1, "no Worker registered")
+        self._wait_for(lambda: self.state()["aliveworkers"] >= 1, "no Worker registered")
 
     def state(self) -> dict:
         """The Master's /json/: its workers, `activeapps` and `completedapps` (each with its

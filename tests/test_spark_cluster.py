@@ -15,11 +15,19 @@ job server's SparkPipelineRunner, for a master that is not local, names every ja
 own class path in the SparkContext's spark.jars (SparkCommonPipelineOptions.
 prepareFilesToStage, SparkContextFactory), and each executor fetches them from the driver
 into its work folder and loads them after Spark's own (233 jars, 260 MB, ~4 s here; with
-Beam's shaded job server jar it is that one jar). Unlike Flink's, the executor keeps one
-class loader for the whole application, so --environment_cache_millis alone makes one SDK
-worker serve every stage.
+Beam's shaded job server jar it is that one jar). No Guava of the cluster's may shadow
+the application's there (tests/spark_cluster/pom.xml says what failed). Unlike Flink's,
+the executor keeps one class loader for the whole application, so --environment_cache_millis
+alone makes one SDK worker serve every stage: without it the pool started 61 workers and
+the set took 194 s.
 
-Measured here (2 cores shared with other work), the hostile set: MEASURED.
+Measured here (2 cores shared with other work, load 2 to 9), the hostile set: 48-86 s
+from the launcher's start to its end, of which 12-31 s before the application starts on
+the cluster (the launcher, the job server's start, the submission), 35-55 s the
+application itself (the Master's JSON: the executor's start ~3-7 s, fetching Beam's jars
+~2-5 s, the SDK worker's start with the first stage ~20-30 s, the other 41 Spark jobs
+~20 s), ~1 s after it; the same set embedded (`local[2]`, LOOPBACK) 26-54 s, on the
+DirectRunner 11-18 s. The failed run: 39-56 s. The module: 104-154 s.
 """
 
 import dataclasses
