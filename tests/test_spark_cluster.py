@@ -14,7 +14,7 @@ Beam's runner reaches the executors the way it does on any standalone cluster: t
 job server's SparkPipelineRunner, for a master that is not local, names every jar of its
 own class path in the SparkContext's spark.jars (SparkCommonPipelineOptions.
 prepareFilesToStage, SparkContextFactory), and each executor fetches them from the driver
-into its work folder and loads them after Spark's own (233 jars, 260 MB, ~4 s here; with
+into its work folder and loads them after Spark's own (233 jars, 260 MB, 2-5 s here; with
 Beam's shaded job server jar it is that one jar). No Guava of the cluster's may shadow
 the application's there (tests/spark_cluster/pom.xml says what failed). Unlike Flink's,
 the executor keeps one class loader for the whole application, so --environment_cache_millis
