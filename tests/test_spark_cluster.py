@@ -23,11 +23,11 @@ the set took 194 s.
 
 Measured here (2 cores shared with other work, load 2 to 9), the hostile set: 48-86 s
 from the launcher's start to its end, of which 12-31 s before the application starts on
-the cluster (the launcher, the job server's start, the submission), 35-55 s the
+the cluster (the launcher, the job server's start, the submission), 35-60 s the
 application itself (the Master's JSON: the executor's start ~3-7 s, fetching Beam's jars
 ~2-5 s, the SDK worker's start with the first stage ~20-30 s, the other 41 Spark jobs
 ~20 s), ~1 s after it; the same set embedded (`local[2]`, LOOPBACK) 26-54 s, on the
-DirectRunner 11-18 s. The failed run: 39-56 s. The module: 104-154 s.
+DirectRunner 11-18 s. The failed run: 39-66 s. The module: 104 s at load 2, 154-169 s at 6-8.
 """
 
 import dataclasses
