@@ -72,6 +72,14 @@ $(FLINK_CLUSTER_JAR): tests/flink_cluster/pom.xml
 	mvn --batch-mode --quiet --file tests/flink_cluster/pom.xml package
 	touch $@
 
+# A Spark 3.5.0 standalone cluster's jars, for the tests that run the job on a real cluster
+# (tests/spark_cluster/, started by tests/clusters.py).
+SPARK_CLUSTER_JAR := tests/spark_cluster/target/spark-cluster.jar
+
+$(SPARK_CLUSTER_JAR): tests/spark_cluster/pom.xml
+	mvn --batch-mode --quiet --file tests/spark_cluster/pom.xml package
+	touch $@
+
 # The report tests render report.html in Debian's headless Chromium.
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -96,7 +104,7 @@ docs-serve: $(DOCS_INSTALLED)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
 
 test: $(INSTALLED) $(AIRFLOW_INSTALLED) $(DOCS_INSTALLED) $(CHROMIUM) $(JOB_SERVER_JARS) $(HDFS_CLUSTER_JAR) \
-		$(FLINK_CLUSTER_JAR)
+		$(FLINK_CLUSTER_JAR) $(SPARK_CLUSTER_JAR)
 	$(VENV)/bin/python -m pytest tests
 
 $(BENCH_INSTALLED): $(INSTALLED) bench/requirements.txt
@@ -111,4 +119,4 @@ bench: $(BENCH_INSTALLED)
 clean:
 	rm -rf $(VENV) $(AIRFLOW_VENV) $(DOCS_VENV) site ./*-output .airflow-home *.egg-info \
 		job_servers/*/target \
-		tests/hdfs_cluster/target tests/flink_cluster/target
+		tests/hdfs_cluster/target tests/flink_cluster/target tests/spark_cluster/target
