@@ -45,7 +45,8 @@ _ROUTINE_BEAM_MESSAGES = (
 # runs in this process: their gRPC streams end CANCELLED, or (Spark's state service, when
 # the job's end races a state read) UNKNOWN "Application error processing RPC", and Beam
 # logs it (and its threads raise it) as if it were a failure. A job that really failed
-# says so itself; what its threads raised is shown then too.
+# says so itself; what its threads raised is shown then too (not when the launcher was
+# stopped: it hung up on the job itself, stopping.py).
 _HANG_UP_MESSAGE = ("apache_beam.runners.worker.data_plane",
                     "Failed to read inputs in the data plane")
 
@@ -129,6 +130,8 @@ def _hang_ups_dropped() -> Iterator[None]:
     raised, threading.excepthook = threading.excepthook, hold_hang_up
     try:
         yield
+    except KeyboardInterrupt:  # the launcher was stopped (stopping.py): it hung up itself
+        raise
     except BaseException:
         for args in held:
             raised(args)
