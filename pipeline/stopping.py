@@ -42,6 +42,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, PortableOption
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from pipeline import engines
+from pipeline.options import runs_on_the_direct_runner
 
 CANCEL_WAIT_S = 30.0  # how long a cancelled job may take to stop before the launcher exits
 WORKER_POLL_S = 2.0  # how often the launcher looks for the first worker's marker
@@ -155,6 +156,8 @@ class JobWatch:
         """Cancels the job `result` is (None: its submission was under way); says what
         became of it. Called once Stopped was raised, within the block."""
         engine = engines.engine_of(self._options)
+        if runs_on_the_direct_runner(self._options):
+            return "the job ran in the launcher, and stopped with it"
         if engine is None or self._job_server_log is None:  # Dataflow, --job_endpoint
             return self._cancel_through_runner(result) if result else "the job was not submitted"
         _hang_up(result)
