@@ -159,14 +159,17 @@ class JobWatch:
         if runs_on_the_direct_runner(self._options):
             return "the job ran in the launcher, and stopped with it"
         if engine is None or self._job_server_log is None:  # Dataflow, --job_endpoint
-            return self._cancel_through_runner(result) if result else "the job was not submitted"
+            if result is None:  # the runner may have made the job before it answered
+                return "its submission was under way: look for the job in the runner's console"
+            return self._cancel_through_runner(result)
         _hang_up(result)
         # No submission after this; a job inside the job server ends with it.
         if not engines.stop_job_servers(engine):
             return "the job was not submitted (its job server had not started)"
         if engines.runs_inside_the_job_server(engine, self._options):
-            return f"the {engine.name} job ran inside the job server, which is stopped"
-        submitted = engines.submitted_flink_jobs(self._job_server_log, engine.master(self._options))
+            return f"the {engine.name} job is stopped with the job server that ran it"
+        submitted = engines.submitted_flink_jobs(self._job_server_log,
+                                                 engine.master(self._options))
         if not submitted:
             return "the job was not submitted to the cluster"
         return "; ".join(self._cancel_on_flink(job) for job in submitted)
@@ -180,8 +183,7 @@ class JobWatch:
         return self._said(f"the Flink job {job.job_id}", state, f"Flink's web UI {job.url}")
 
     def _cancel_through_runner(self, result: PipelineResult) -> str:
-        job_id = getattr(result, "job_id", None) or getattr(result, "_job_id", "")
-        job = f"the job {job_id}".rstrip()
+        job = f"the job {_job_id(result)}".rstrip()
         try:
             result.cancel()
             state = self._wait(lambda: str(result.state))
@@ -206,6 +208,13 @@ class JobWatch:
         if PipelineState.is_terminal(_beam_state(state)):
             return f"{job} had ended ({state}) before it could be cancelled"
         return f"{job} was asked to cancel and is still {state}: see {where}"
+
+
+def _job_id(result: PipelineResult) -> str:
+    """The runner's id of the job: Dataflow's job_id(), the job service's for a portable
+    runner; "" where the runner has none."""
+    found = getattr(result, "job_id", None) or getattr(result, "_job_id", None)
+    return (found() if callable(found) else found) or ""
 
 
 def _hang_up(result: PipelineResult | None) -> None:

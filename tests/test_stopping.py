@@ -46,11 +46,13 @@ class RunningJob:
     """A job that stays RUNNING when asked to cancel, as a runner this machine cannot
     reach (Dataflow's) might; its runner's PipelineResult's interface."""
 
-    job_id = "2026-11-26_07_00_00-123"
     state = "RUNNING"
 
     def __init__(self) -> None:
         self.cancelled = False
+
+    def job_id(self) -> str:
+        return "2026-11-26_07_00_00-123"
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -67,7 +69,7 @@ def test_a_second_signal_stops_the_wait_for_the_cancellation_not_the_cancellatio
         outcome = watching.cancel(job)
     assert time.monotonic() - started < stopping.CANCEL_WAIT_S / 3
     assert job.cancelled
-    assert outcome == (f"the job {job.job_id} was asked to cancel and is still RUNNING: see "
+    assert outcome == (f"the job {job.job_id()} was asked to cancel and is still RUNNING: see "
                        "the runner's console")
 
 
@@ -152,7 +154,8 @@ def test_a_negative_worker_start_timeout_is_refused(tmp_path, capsys):
 
 @pytest.mark.parametrize("flags, outcome", [
     ([], "the job ran in the launcher, and stopped with it"),
-    (["--runner", "DataflowRunner"], "the job was not submitted"),  # stopped while submitting
+    (["--runner", "DataflowRunner"],  # stopped while submitting
+     "its submission was under way: look for the job in the runner's console"),
     (FLINK_CLUSTER, "the job was not submitted (its job server had not started)"),
 ])
 def test_a_job_stopped_before_it_reached_a_runner_is_said_so(tmp_path, flags, outcome):
