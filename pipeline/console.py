@@ -49,6 +49,7 @@ _ROUTINE_BEAM_MESSAGES = (
 # stopped: it hung up on the job itself, stopping.py).
 _HANG_UP_MESSAGE = ("apache_beam.runners.worker.data_plane",
                     "Failed to read inputs in the data plane")
+_BEAM_MESSAGE_READER = "wait_until_finish_read"  # PortableRunner's thread, by its name
 
 
 def is_routine_native_line(line: bytes) -> bool:
@@ -120,7 +121,7 @@ def _hang_ups_dropped() -> Iterator[None]:
     held: list[threading.ExceptHookArgs] = []
 
     def hold_hang_up(args: threading.ExceptHookArgs) -> None:
-        if _is_hang_up(args.exc_value):
+        if _is_hang_up(args.exc_value) or _lost_its_job_server(args):
             held.append(args)
         else:
             raised(args)
@@ -139,6 +140,18 @@ def _hang_ups_dropped() -> Iterator[None]:
     finally:
         threading.excepthook = raised
         logger.removeFilter(logged_hang_up)
+
+
+def _lost_its_job_server(args: threading.ExceptHookArgs) -> bool:
+    """Whether Beam's reader of the job's messages lost its job server (UNAVAILABLE): the
+    launcher stopped it (stopping.py), or a terminal's Ctrl-C reached its JVM too (one
+    process group). Held like a hang-up: had the job server died of itself, the launcher's
+    own wait for the job fails as well, and shows it."""
+    import grpc  # noqa: PLC0415 - Beam's own dependency, loaded by then
+
+    return (args.thread is not None and args.thread.name == _BEAM_MESSAGE_READER
+            and isinstance(args.exc_value, grpc.RpcError)
+            and args.exc_value.code() == grpc.StatusCode.UNAVAILABLE)
 
 
 def _is_hang_up(error: BaseException | None) -> bool:

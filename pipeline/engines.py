@@ -148,14 +148,13 @@ class FlinkJob:
         return json.loads(body) if body else {}
 
 
-def submitted_flink_jobs(job_server_log: str, flink_master: str) -> list[FlinkJob]:
-    """The jobs a Flink job server submitted to a cluster, as its log names them; their
-    REST address as it says, else --flink_master's."""
-    text = pathlib.Path(job_server_log).read_text(errors="replace")
-    urls = dict(_SUBMITTED.findall(text))
+def submitted_flink_jobs(job_server_output: str, flink_master: str) -> list[FlinkJob]:
+    """The jobs a Flink job server submitted to a cluster, as its output (its log) names
+    them; their REST address as it says, else --flink_master's."""
+    urls = dict(_SUBMITTED.findall(job_server_output))
     master = flink_master if "://" in flink_master else f"http://{flink_master}"
     return [FlinkJob(job_id, urls.get(job_id, master).rstrip("/"))
-            for job_id in dict.fromkeys(_SUBMITTING.findall(text))]
+            for job_id in dict.fromkeys(_SUBMITTING.findall(job_server_output))]
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ which cancels the job the same way.
 from __future__ import annotations
 
 import _thread
+import pathlib
 import signal
 import threading
 import time
@@ -162,14 +163,15 @@ class JobWatch:
             if result is None:  # the runner may have made the job before it answered
                 return "its submission was under way: look for the job in the runner's console"
             return self._cancel_through_runner(result)
-        _hang_up(result)
-        # No submission after this; a job inside the job server ends with it.
-        if not engines.stop_job_servers(engine):
+        # No submission after this, and a job inside the job server ends with it. A
+        # terminal's Ctrl-C reaches the job server too (one process group): it may be gone.
+        engines.stop_job_servers(engine)
+        said = pathlib.Path(self._job_server_log).read_text(errors="replace")
+        if not said.strip():
             return "the job was not submitted (its job server had not started)"
         if engines.runs_inside_the_job_server(engine, self._options):
             return f"the {engine.name} job is stopped with the job server that ran it"
-        submitted = engines.submitted_flink_jobs(self._job_server_log,
-                                                 engine.master(self._options))
+        submitted = engines.submitted_flink_jobs(said, engine.master(self._options))
         if not submitted:
             return "the job was not submitted to the cluster"
         return "; ".join(self._cancel_on_flink(job) for job in submitted)
@@ -215,15 +217,6 @@ def _job_id(result: PipelineResult) -> str:
     runner; "" where the runner has none."""
     found = getattr(result, "job_id", None) or getattr(result, "_job_id", None)
     return (found() if callable(found) else found) or ""
-
-
-def _hang_up(result: PipelineResult | None) -> None:
-    """Ends Beam's stream of the job's messages, read on a thread of its own, before the
-    job server goes: the thread ends CANCELLED, a hang-up the console drops, not with an
-    UNAVAILABLE traceback."""
-    stream = getattr(result, "_message_stream", None)  # PortableRunner's PipelineResult
-    if stream is not None:
-        stream.cancel()
 
 
 def _beam_state(state: str) -> str:

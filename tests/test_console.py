@@ -118,6 +118,17 @@ def test_a_job_servers_hang_up_is_shown_only_when_the_run_fails(run_fails):
     assert shown.count("Traceback") == (3 if run_fails else 1)
 
 
+@pytest.mark.parametrize("run_ends, shown", [("", False), ("; raise KeyboardInterrupt", False),
+                                              ("; raise SystemExit('the run failed')", True)])
+def test_beams_job_reader_losing_its_job_server_is_held_as_a_hang_up(run_ends, shown):
+    """Beam's thread that reads the job's messages ends UNAVAILABLE when the launcher
+    stops the job server (stopping.py), or a terminal's Ctrl-C reaches its JVM too: held,
+    shown only if the run fails, not when it was stopped (KeyboardInterrupt)."""
+    lost = "stream_thread(grpc.StatusCode.UNAVAILABLE, 'wait_until_finish_read')\n"
+    result = run_python(f"exec({HANG_UPS + lost!r}){run_ends}", verbose=False)
+    assert ("wait_until_finish_read" in result.stderr.decode()) is shown
+
+
 @pytest.mark.parametrize("count, noun", [(1, ""), (2, "s")])
 def test_the_tables_counts_take_their_nouns_plural_only_where_not_one(count, noun):
     """"1 example written", "2 examples written": every count in the table with its noun."""

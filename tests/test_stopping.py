@@ -133,14 +133,11 @@ SUBMITTED_LOG = """\
 """
 
 
-def test_the_flink_jobs_a_job_server_submitted_are_read_from_its_log(tmp_path):
-    log = tmp_path / "flink.log"
-    log.write_text(SUBMITTED_LOG)
-    assert engines.submitted_flink_jobs(str(log), "jobmanager:8081") == [
+def test_the_flink_jobs_a_job_server_submitted_are_read_from_its_log():
+    assert engines.submitted_flink_jobs(SUBMITTED_LOG, "jobmanager:8081") == [
         engines.FlinkJob("77216ba76a36cd7b05bb79cf9eae1b1c", "http://localhost:38249")]
     # Stopped before Flink answered: the job is looked for at --flink_master.
-    log.write_text(SUBMITTED_LOG.splitlines()[1])
-    assert engines.submitted_flink_jobs(str(log), "jobmanager:8081") == [
+    assert engines.submitted_flink_jobs(SUBMITTED_LOG.splitlines()[1], "jobmanager:8081") == [
         engines.FlinkJob("77216ba76a36cd7b05bb79cf9eae1b1c", "http://jobmanager:8081")]
 
 
