@@ -49,7 +49,19 @@ _ROUTINE_BEAM_MESSAGES = (
 # stopped: it hung up on the job itself, stopping.py).
 _HANG_UP_MESSAGE = ("apache_beam.runners.worker.data_plane",
                     "Failed to read inputs in the data plane")
-_BEAM_MESSAGE_READER = "wait_until_finish_read"  # PortableRunner's thread, by its name
+# Set while the launcher is being stopped (stopping.py): it stops its job server, or a
+# terminal's Ctrl-C reached the job server's JVM too (one process group), so every gRPC
+# stream to it ends UNAVAILABLE: Beam's reader of the job's messages, LOOPBACK's workers.
+_STOPPING = threading.Event()
+
+
+def expect_hang_ups(stopping: bool) -> None:
+    """Whether the launcher is being stopped: then a stream that ends UNAVAILABLE is a
+    hang-up too (held, and not shown, as the stop is no failure of the run)."""
+    if stopping:
+        _STOPPING.set()
+    else:
+        _STOPPING.clear()
 
 
 def is_routine_native_line(line: bytes) -> bool:
@@ -121,7 +133,7 @@ def _hang_ups_dropped() -> Iterator[None]:
     held: list[threading.ExceptHookArgs] = []
 
     def hold_hang_up(args: threading.ExceptHookArgs) -> None:
-        if _is_hang_up(args.exc_value) or _lost_its_job_server(args):
+        if _is_hang_up(args.exc_value):
             held.append(args)
         else:
             raised(args)
@@ -142,23 +154,13 @@ def _hang_ups_dropped() -> Iterator[None]:
         logger.removeFilter(logged_hang_up)
 
 
-def _lost_its_job_server(args: threading.ExceptHookArgs) -> bool:
-    """Whether Beam's reader of the job's messages lost its job server (UNAVAILABLE): the
-    launcher stopped it (stopping.py), or a terminal's Ctrl-C reached its JVM too (one
-    process group). Held like a hang-up: had the job server died of itself, the launcher's
-    own wait for the job fails as well, and shows it."""
-    import grpc  # noqa: PLC0415 - Beam's own dependency, loaded by then
-
-    return (args.thread is not None and args.thread.name == _BEAM_MESSAGE_READER
-            and isinstance(args.exc_value, grpc.RpcError)
-            and args.exc_value.code() == grpc.StatusCode.UNAVAILABLE)
-
-
 def _is_hang_up(error: BaseException | None) -> bool:
     import grpc  # noqa: PLC0415 - Beam's own dependency, loaded by then
 
     if not isinstance(error, grpc.RpcError):
         return False
+    if error.code() == grpc.StatusCode.UNAVAILABLE:
+        return _STOPPING.is_set()
     return error.code() == grpc.StatusCode.CANCELLED or (
         error.code() == grpc.StatusCode.UNKNOWN
         and error.details() == "Application error processing RPC")

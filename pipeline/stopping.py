@@ -6,12 +6,13 @@ it running there, and it published while the launcher had said nothing of it. Wi
 `JobWatch` those signals raise `Stopped` in the launcher's main thread (SIGINT as the
 KeyboardInterrupt it is), and the launcher cancels the job before it exits:
 
-- the job server it started is stopped: a job that runs inside it (Flink's `[local]`,
-  any Spark master, whose driver it is) ends with it;
+- the job server it started is stopped (a terminal's Ctrl-C, sent to the whole process
+  group, may have ended it already): a job that runs inside it (Flink's `[local]`, any
+  Spark master, whose driver it is) ends with it;
 - a Flink job the job server submitted to a cluster is cancelled through the cluster's
   REST API, by the id the job server's log names: Beam's job service cannot, as it only
   interrupts its own wait for the job (Beam's JobInvocation.cancel(); tried on a Flink
-  1.19 session cluster: the job ran on to FINISHED);
+  1.19 session cluster: the job ran on to FINISHED and published);
 - any other job (Dataflow, a job server given by --job_endpoint) is cancelled through
   its runner (PipelineResult.cancel()).
 
@@ -22,9 +23,10 @@ A job whose SDK workers never start (a worker pool whose `python` cannot import 
 image that does not start) waits forever: Beam's environment factories retry without
 end, the TaskManager logging "Still waiting for startup of environment" every two
 minutes. With `--worker_start_timeout`, the job's first step writes a marker into the
-run's temp folder from the first worker that starts (graph.py); a watcher thread looks
-for it, and when it is not there in time raises `WorkersNeverStarted` in the main thread,
-which cancels the job the same way.
+run's temp folder from the first worker that starts (transforms/worker_started.py); a
+watcher thread looks for it from the job's submission on, and when it is not there in
+time raises `WorkersNeverStarted` in the main thread (through the SIGTERM handler), which
+cancels the job the same way.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, PortableOption
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from pipeline import engines
+from pipeline.console import expect_hang_ups
 from pipeline.options import runs_on_the_direct_runner
 
 CANCEL_WAIT_S = 30.0  # how long a cancelled job may take to stop before the launcher exits
@@ -105,9 +108,12 @@ class JobWatch:
 
     @property
     def watches_workers(self) -> bool:
-        return bool(self._environment and self._timeout > 0)
+        """Whether the first worker's start is waited for: workers apart from the
+        launcher, a limit, and (within the block) a signal handler to stop the job by."""
+        return bool(self._environment and self._timeout > 0 and self._previous)
 
     def __enter__(self) -> JobWatch:
+        expect_hang_ups(False)
         if threading.current_thread() is threading.main_thread():
             for signum in _SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._on_signal)
@@ -124,13 +130,14 @@ class JobWatch:
             self._impatient.set()
             return
         self._stopping = True
+        expect_hang_ups(True)  # its streams to the job server end now: not failures
         raise self._pending or Stopped.by(signum)
 
     def handed_over(self, pipeline: beam.Pipeline, marker: str) -> None:
         """`pipeline` is being handed to its runner: once it is submitted (Beam sets its
         `result`), the first SDK worker that starts writes `marker`; without it within
         the timeout, the job is stopped."""
-        if self.watches_workers and self._previous:  # raised through a signal handler
+        if self.watches_workers:
             threading.Thread(target=self._wait_for_a_worker, args=(pipeline, marker),
                              name="worker-start-watch", daemon=True).start()
 

@@ -120,13 +120,14 @@ def test_a_job_servers_hang_up_is_shown_only_when_the_run_fails(run_fails):
 
 @pytest.mark.parametrize("run_ends, shown", [("", False), ("; raise KeyboardInterrupt", False),
                                               ("; raise SystemExit('the run failed')", True)])
-def test_beams_job_reader_losing_its_job_server_is_held_as_a_hang_up(run_ends, shown):
-    """Beam's thread that reads the job's messages ends UNAVAILABLE when the launcher
-    stops the job server (stopping.py), or a terminal's Ctrl-C reaches its JVM too: held,
-    shown only if the run fails, not when it was stopped (KeyboardInterrupt)."""
-    lost = "stream_thread(grpc.StatusCode.UNAVAILABLE, 'wait_until_finish_read')\n"
+def test_streams_lost_while_the_launcher_stops_are_held_as_hang_ups(run_ends, shown):
+    """Once the launcher is being stopped (stopping.py), its streams to the job server
+    end UNAVAILABLE (it stops the job server, or a terminal's Ctrl-C reached the JVM
+    too): held, shown only if the run fails, not when it was stopped (KeyboardInterrupt)."""
+    lost = ("from pipeline.console import expect_hang_ups; expect_hang_ups(True)\n"
+            "stream_thread(grpc.StatusCode.UNAVAILABLE, 'the job server is stopped')\n")
     result = run_python(f"exec({HANG_UPS + lost!r}){run_ends}", verbose=False)
-    assert ("wait_until_finish_read" in result.stderr.decode()) is shown
+    assert ("the job server is stopped" in result.stderr.decode()) is shown
 
 
 @pytest.mark.parametrize("count, noun", [(1, ""), (2, "s")])
