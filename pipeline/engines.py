@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import logging
 import pathlib
 import re
 import sys
 import tempfile
+import urllib.request
 import zipfile
 from collections.abc import Iterator
 
@@ -32,6 +34,11 @@ from worker import naming
 
 JOB_SERVERS = pathlib.Path(__file__).resolve().parents[1] / "job_servers"
 _STOP_SECONDS = 10  # a job server's JVM takes a second or two to stop once asked
+_REST_TIMEOUT_S = 5  # a Flink REST call; the launcher is stopping, it cannot wait long
+# What Flink's REST client in the job server logs of a job it submits to a cluster: the
+# job's name and id, then the REST address it was submitted to.
+_SUBMITTING = re.compile(r"Submitting job '[^']*' \(([0-9a-f]{32})\)")
+_SUBMITTED = re.compile(r"Successfully submitted job '[^']*' \(([0-9a-f]{32})\) to '([^']+)'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,6 +179,44 @@ def _runs_on_this_machine(engine: Engine, options: PipelineOptions) -> bool:
                 or options.view_as(PortableOptions).environment_type == "LOOPBACK")
 
 
+def runs_inside_the_job_server(engine: Engine, options: PipelineOptions) -> bool:
+    """Whether the job ends when its job server does: an engine embedded in it (Flink's
+    [local], Spark's local[N]), or Spark on a cluster, whose driver the job server is
+    (client mode). A Flink job on a cluster runs on without it."""
+    return engine.name == "Spark" or bool(
+        engine.local_master.fullmatch(engine.master(options).strip()))
+
+
+@dataclasses.dataclass(frozen=True)
+class FlinkJob:
+    """A job on a Flink cluster, reached through the cluster's REST API at `url`."""
+
+    job_id: str
+    url: str
+
+    def cancel(self) -> None:
+        self._call("PATCH", "?mode=cancel")
+
+    def state(self) -> str:
+        """RUNNING, CANCELLING, CANCELED, FINISHED, FAILED...: Flink's own names."""
+        return self._call("GET")["state"]
+
+    def _call(self, method: str, query: str = "") -> dict:
+        request = urllib.request.Request(f"{self.url}/jobs/{self.job_id}{query}", method=method)
+        with urllib.request.urlopen(request, timeout=_REST_TIMEOUT_S) as answer:
+            body = answer.read()
+        return json.loads(body) if body else {}
+
+
+def submitted_flink_jobs(job_server_output: str, flink_master: str) -> list[FlinkJob]:
+    """The jobs a Flink job server submitted to a cluster, as its output (its log) names
+    them; their REST address as it says, else --flink_master's."""
+    urls = dict(_SUBMITTED.findall(job_server_output))
+    master = flink_master if "://" in flink_master else f"http://{flink_master}"
+    return [FlinkJob(job_id, urls.get(job_id, master).rstrip("/"))
+            for job_id in dict.fromkeys(_SUBMITTING.findall(job_server_output))]
+
+
 @contextlib.contextmanager
 def job_server_of_the_run(options: PipelineOptions, run_id: str
                           ) -> Iterator[pathlib.Path | None]:
@@ -201,16 +246,17 @@ def job_server_of_the_run(options: PipelineOptions, run_id: str
     try:
         yield path
     finally:
-        _stop_job_servers(engine)
+        stop_job_servers(engine)
         logger.removeHandler(handler)
         logger.setLevel(previous[0])
         logger.propagate = previous[1]
         handler.close()
 
 
-def _stop_job_servers(engine: Engine) -> None:
+def stop_job_servers(engine: Engine) -> int:
     """Ends the job servers of `engine` this process started (java ... -jar JAR
-    --flink-master ... or --spark-master-url ...), the way Beam would: asked, then told."""
+    --flink-master ... or --spark-master-url ...), the way Beam would: asked, then told.
+    Returns how many there were."""
     servers = [child for child in psutil.Process().children()
                if engine.job_server_argument in _command_line(child)]
     for server in servers:
@@ -218,6 +264,7 @@ def _stop_job_servers(engine: Engine) -> None:
     _, alive = psutil.wait_procs(servers, timeout=_STOP_SECONDS)
     for server in alive:
         server.kill()
+    return len(servers)
 
 
 def _command_line(process: psutil.Process) -> list[str]:

@@ -26,6 +26,9 @@ from worker.schema import ExtraColumn, SchemaError, load_schema
 from worker.storage import is_local
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
+# How long a Flink or Spark cluster may take to start the job's first SDK worker (a
+# container image pulled, TensorFlow imported) before the launcher cancels the job.
+WORKER_START_TIMEOUT_S = 600.0
 
 
 class ConvertOptions(PipelineOptions):
@@ -217,6 +220,11 @@ class ConvertOptions(PipelineOptions):
             help="Seconds one image may take to decode in a worker process; a slower "
                  "image is dead-lettered as decode_timeout.")
         group.add_argument(
+            "--worker_start_timeout", metavar="S", type=float, default=WORKER_START_TIMEOUT_S,
+            help="Flink and Spark without LOOPBACK: seconds the job's first SDK worker may "
+                 "take to start before the job is cancelled, saying so (the engine waits "
+                 "for ever); 0: no limit.")
+        group.add_argument(
             "--read_threads", metavar="N", type=int, default=4,
             help="Threads per shard writer that read its images ahead of decoding (more "
                  "for storage with long round trips).")
@@ -320,6 +328,8 @@ class ConvertOptions(PipelineOptions):
             found.append("--worker_processes must be 0 or more")
         if self.decode_timeout <= 0:
             found.append("--decode_timeout must be positive")
+        if self.worker_start_timeout < 0:
+            found.append("--worker_start_timeout must be 0 (no limit) or more")
         if not 0 <= self.near_duplicate_distance <= MAX_NEAR_DISTANCE:
             found.append(f"--near_duplicate_distance must be 0 to {MAX_NEAR_DISTANCE} bits")
         try:

@@ -323,13 +323,21 @@ class WorkerPool:
     """Beam's SDK worker pool on `port`, with this interpreter's venv first on PATH: the
     pool starts each worker as the `python` on PATH. The workers import this worktree's
     packages (PYTHONPATH), as the launcher does; `environment` is added to theirs (a
-    bucket's keys, as a pool's pod would hold them)."""
+    bucket's keys, as a pool's pod would hold them). `workers_python`, where given, is
+    the `python` the workers start with instead (one without Beam: workers that never
+    start)."""
 
-    def __init__(self, folder: Path, environment: dict[str, str] | None = None) -> None:
+    def __init__(self, folder: Path, environment: dict[str, str] | None = None,
+                 workers_python: str | None = None) -> None:
         self.port = free_port()
         self.log = folder / "worker_pool.log"
-        venv_bin = os.path.dirname(sys.executable)
-        env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        first_on_path = os.path.dirname(sys.executable)
+        if workers_python:
+            first_on_path = str(folder / "worker_pool_bin")
+            os.mkdir(first_on_path)
+            os.symlink(workers_python, os.path.join(first_on_path, "python"))
+        env = {**os.environ,
+               "PATH": f"{first_on_path}{os.pathsep}{os.environ.get('PATH', '')}",
                "PYTHONPATH": str(Path(__file__).parents[1]), "TMPDIR": str(folder),
                **(environment or {})}
         self._process = _group([sys.executable, "-m",

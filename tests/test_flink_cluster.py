@@ -15,24 +15,37 @@ other work), the sample set from the launcher's start to its end: 115 s on a sto
 cluster (a fresh worker per stage, 152 MB of jars per job), 57-69 s with Beam in the
 cluster's lib/ (one worker), 42-45 s with no jars sent as well, 22-32 s once the worker
 is warm; ~7 s on the DirectRunner. bench/RESULTS.md has the breakdown.
+
+The last two tests stop a run: the launcher SIGTERMed while its job runs, and a job
+whose SDK workers never start (a pool whose `python` has no Beam); each is cancelled on
+the cluster (pipeline/stopping.py).
 """
 
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import boto3
+import portpicker
 import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from clusters import FlinkCluster, WorkerPool
 from conftest import BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY, download
-from pipeline import engines
-from test_engines import comparable, hostile_set, pipeline
+from pipeline import engines, stopping
+from test_engines import SAMPLE_FLAGS, comparable, hostile_set, job_servers_on, pipeline
 from test_reliability import published
+
+# How long the launcher may take to exit once stopped: the cancellation confirmed (or
+# given up on) and its job server stopped.
+STOP_BOUND_S = stopping.CANCEL_WAIT_S + 20
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +170,86 @@ def test_a_failed_run_on_the_cluster_publishes_nothing_and_the_job_failed_there(
     # (the pool's workers do not run it), with the job's options.
     assert re.search(r"sdk_worker_main\.py:\d+ - Pipeline_options: \{'job_name': 'BeamApp-",
                      cluster.task_manager_log.read_text())
+
+
+def new_job(cluster: FlinkCluster, known: set[str], timeout: float = 180) -> dict:
+    """The first job on the cluster not in `known` that is RUNNING."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = [job for job in cluster.jobs()
+                   if job["jid"] not in known and job["state"] == "RUNNING"]
+        if running:
+            return running[0]
+        time.sleep(0.5)
+    raise AssertionError(f"no new job ran on the cluster within {timeout} s")
+
+
+def test_a_launcher_stopped_by_sigterm_cancels_its_job_on_the_cluster(flink, tmp_path):
+    """Beam's job service cannot cancel a job its job server submitted to a session
+    cluster (the job ran on to FINISHED and published): the launcher cancels it through
+    the cluster's REST API, says so in one line, publishes nothing and exits 143."""
+    cluster, pool = flink
+    known = {job["jid"] for job in cluster.jobs()}
+    output, job_port = tmp_path / "out", str(portpicker.pick_unused_port())
+    with open(tmp_path / "stderr", "w+") as stderr:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", *SAMPLE_FLAGS, *on_the_cluster(flink, tmp_path),
+             "--output_dir", str(output), "--job_port", job_port],
+            stdout=subprocess.DEVNULL, stderr=stderr, cwd=Path(__file__).parents[1],
+            start_new_session=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+        try:
+            job = new_job(cluster, known)
+            launcher.send_signal(signal.SIGTERM)
+            stopped = time.monotonic()
+            launcher.wait(STOP_BOUND_S)
+            took = time.monotonic() - stopped
+        finally:
+            if launcher.poll() is None:
+                os.killpg(launcher.pid, signal.SIGKILL)
+        stderr.seek(0)
+        said = stderr.read()
+    assert launcher.returncode == 128 + signal.SIGTERM, said[-3000:]
+    assert cluster.rest(f"/jobs/{job['jid']}")["state"] == "CANCELED"
+    print(f"SIGTERM to the launcher's exit, the Flink job cancelled: {took:.1f} s")
+    assert "Traceback" not in said, said[-3000:]
+    assert said.splitlines()[-1] == (
+        f"error: stopped by SIGTERM; the Flink job {job['jid']} is cancelled. After it: "
+        f"nothing was published, {output} has no summary.json (no reader takes it for an "
+        f"output); the run's files are in {next(output.glob('.tmp-*'))} (--resume reuses "
+        "its finished shards)")
+    assert not (output / "summary.json").exists()
+    assert not job_servers_on(job_port), "the launcher left its job server running"
+
+
+def test_a_job_whose_workers_never_start_is_cancelled_saying_why(flink, tmp_path):
+    """A worker pool whose `python` cannot import Beam: the pool starts each worker, which
+    dies at once, and the TaskManager waits for it for ever. With a short
+    --worker_start_timeout the launcher cancels the job and exits 1 in one line."""
+    cluster, _ = flink
+    without_beam = tmp_path / "python_without_beam"
+    without_beam.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")  # no site-packages
+    without_beam.chmod(0o755)
+    pool = WorkerPool(tmp_path, workers_python=str(without_beam))
+    try:
+        known = {job["jid"] for job in cluster.jobs()}
+        output = tmp_path / "out"
+        started = time.monotonic()
+        job = pipeline(*SAMPLE_FLAGS, *on_the_cluster(flink, tmp_path, [
+            "--environment_type", "EXTERNAL", "--environment_config", f"localhost:{pool.port}"]),
+            "--output_dir", str(output), "--worker_start_timeout", "30", temp=tmp_path)
+        wall = time.monotonic() - started
+    finally:
+        pool.stop()
+    assert job.returncode == 1, job.stderr[-3000:]
+    assert "No module named 'apache_beam'" in pool.log.read_text() + job.stderr
+    [new] = [found for found in cluster.jobs() if found["jid"] not in known]
+    assert new["state"] == "CANCELED"
+    print(f"a job whose workers never start, with --worker_start_timeout 30: {wall:.1f} s")
+    assert "Traceback" not in job.stderr, job.stderr[-3000:]
+    assert job.stderr.splitlines()[-1].startswith(
+        "error: no SDK worker of the job started within 30 s (--worker_start_timeout) from "
+        f"--environment_type EXTERNAL localhost:{pool.port}: check that every TaskManager or "
+        "executor reaches it and that its python imports apache_beam and this project (the "
+        "TaskManager's log says 'Still waiting for startup of environment'); the Flink job "
+        f"{new['jid']} is cancelled. After it: nothing was published")
+    assert not (output / "summary.json").exists()
