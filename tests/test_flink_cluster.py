@@ -10,11 +10,11 @@ the tests' S3 server, whose keys the pool's environment holds.
 
 The cluster has Beam's runner on its class path, so the runs set --beam_runner_on_cluster
 (no jars sent with the job) and --environment_cache_millis (one SDK worker serves every
-stage): tests/clusters.py's BEAM_IN_LIB says why. Measured here (2 cores shared with
-other work), the sample set from the launcher's start to its end: 115 s on a stock
-cluster (a fresh worker per stage, 152 MB of jars per job), 57-69 s with Beam in the
-cluster's lib/ (one worker), 42-45 s with no jars sent as well, 22-32 s once the worker
-is warm; ~7 s on the DirectRunner. bench/RESULTS.md has the breakdown.
+stage): tests/clusters.py's BEAM_IN_LIB says why. The sample set from the launcher's
+start to its end (bench/cluster_bench.py, 2 cores): 97-115 s on a stock cluster (a fresh
+worker per stage, 152 MB of jars per job), 57-69 s with Beam in the cluster's lib/ (one
+worker), 21-26 s with no jars sent as well on a quiet machine (42-46 s beside two other
+JVM test runs); 6.3 s on the DirectRunner. bench/RESULTS.md has the breakdown.
 
 The last two tests stop a run: the launcher SIGTERMed while its job runs, and a job
 whose SDK workers never start (a pool whose `python` has no Beam); each is cancelled on
