@@ -50,7 +50,8 @@ airflow: $(INSTALLED) $(AIRFLOW_INSTALLED)
 JOB_SERVER_JARS := job_servers/flink/target/beam-flink-1.19-job-server.jar \
 	job_servers/spark/target/beam-spark-3-job-server.jar
 
-$(JOB_SERVER_JARS) &: job_servers/pom.xml job_servers/flink/pom.xml job_servers/spark/pom.xml
+$(JOB_SERVER_JARS) &: job_servers/pom.xml job_servers/flink/pom.xml job_servers/spark/pom.xml \
+		job_servers/java/imagetfrecords/NoJarsToStage.java
 	mvn --batch-mode --quiet --file job_servers/pom.xml package
 	touch $(JOB_SERVER_JARS)
 
@@ -61,6 +62,22 @@ HDFS_CLUSTER_JAR := tests/hdfs_cluster/target/hdfs-minicluster.jar
 
 $(HDFS_CLUSTER_JAR): tests/hdfs_cluster/pom.xml tests/hdfs_cluster/src/main/java/HdfsMiniCluster.java
 	mvn --batch-mode --quiet --file tests/hdfs_cluster/pom.xml package
+	touch $@
+
+# A Flink 1.19 session cluster's jars, for the tests that run the job on a real cluster
+# (tests/flink_cluster/, started by tests/clusters.py).
+FLINK_CLUSTER_JAR := tests/flink_cluster/target/flink-cluster.jar
+
+$(FLINK_CLUSTER_JAR): tests/flink_cluster/pom.xml
+	mvn --batch-mode --quiet --file tests/flink_cluster/pom.xml package
+	touch $@
+
+# A Spark 3.5.0 standalone cluster's jars, for the tests that run the job on a real cluster
+# (tests/spark_cluster/, started by tests/clusters.py).
+SPARK_CLUSTER_JAR := tests/spark_cluster/target/spark-cluster.jar
+
+$(SPARK_CLUSTER_JAR): tests/spark_cluster/pom.xml
+	mvn --batch-mode --quiet --file tests/spark_cluster/pom.xml package
 	touch $@
 
 # The report tests render report.html in Debian's headless Chromium.
@@ -86,7 +103,8 @@ docs: $(DOCS_INSTALLED)
 docs-serve: $(DOCS_INSTALLED)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
 
-test: $(INSTALLED) $(AIRFLOW_INSTALLED) $(DOCS_INSTALLED) $(CHROMIUM) $(JOB_SERVER_JARS) $(HDFS_CLUSTER_JAR)
+test: $(INSTALLED) $(AIRFLOW_INSTALLED) $(DOCS_INSTALLED) $(CHROMIUM) $(JOB_SERVER_JARS) $(HDFS_CLUSTER_JAR) \
+		$(FLINK_CLUSTER_JAR) $(SPARK_CLUSTER_JAR)
 	$(VENV)/bin/python -m pytest tests
 
 $(BENCH_INSTALLED): $(INSTALLED) bench/requirements.txt
@@ -101,4 +119,4 @@ bench: $(BENCH_INSTALLED)
 clean:
 	rm -rf $(VENV) $(AIRFLOW_VENV) $(DOCS_VENV) site ./*-output .airflow-home *.egg-info \
 		job_servers/*/target \
-		tests/hdfs_cluster/target
+		tests/hdfs_cluster/target tests/flink_cluster/target tests/spark_cluster/target

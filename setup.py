@@ -33,5 +33,8 @@ setup(
     ],
     # Reading ArrayRecord outputs with Grain (JAX), as the README shows.
     extras_require={"grain": ["grain>=0.2.18,<0.3"]},
-    entry_points={"console_scripts": ["image-tfrecords=pipeline.cli:main"]},
+    entry_points={"console_scripts": [
+        "image-tfrecords=pipeline.cli:main",
+        # the boot command of a PROCESS environment on a cluster (docs/operations/clusters.md)
+        "image-tfrecords-sdk-worker=pipeline.sdk_worker_boot:main"]},
 )

@@ -45,9 +45,23 @@ _ROUTINE_BEAM_MESSAGES = (
 # runs in this process: their gRPC streams end CANCELLED, or (Spark's state service, when
 # the job's end races a state read) UNKNOWN "Application error processing RPC", and Beam
 # logs it (and its threads raise it) as if it were a failure. A job that really failed
-# says so itself; what its threads raised is shown then too.
+# says so itself; what its threads raised is shown then too (not when the launcher was
+# stopped: it hung up on the job itself, stopping.py).
 _HANG_UP_MESSAGE = ("apache_beam.runners.worker.data_plane",
                     "Failed to read inputs in the data plane")
+# Set while the launcher is being stopped (stopping.py): it stops its job server, or a
+# terminal's Ctrl-C reached the job server's JVM too (one process group), so every gRPC
+# stream to it ends UNAVAILABLE: Beam's reader of the job's messages, LOOPBACK's workers.
+_STOPPING = threading.Event()
+
+
+def expect_hang_ups(stopping: bool) -> None:
+    """Whether the launcher is being stopped: then a stream that ends UNAVAILABLE is a
+    hang-up too (held, and not shown, as the stop is no failure of the run)."""
+    if stopping:
+        _STOPPING.set()
+    else:
+        _STOPPING.clear()
 
 
 def is_routine_native_line(line: bytes) -> bool:
@@ -129,6 +143,8 @@ def _hang_ups_dropped() -> Iterator[None]:
     raised, threading.excepthook = threading.excepthook, hold_hang_up
     try:
         yield
+    except KeyboardInterrupt:  # the launcher was stopped (stopping.py): it hung up itself
+        raise
     except BaseException:
         for args in held:
             raised(args)
@@ -143,6 +159,8 @@ def _is_hang_up(error: BaseException | None) -> bool:
 
     if not isinstance(error, grpc.RpcError):
         return False
+    if error.code() == grpc.StatusCode.UNAVAILABLE:
+        return _STOPPING.is_set()
     return error.code() == grpc.StatusCode.CANCELLED or (
         error.code() == grpc.StatusCode.UNKNOWN
         and error.details() == "Application error processing RPC")

@@ -10,13 +10,17 @@ states, goes to a file of its own that the console names, not to the console.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
+import json
 import logging
 import pathlib
 import re
 import sys
 import tempfile
+import urllib.request
+import zipfile
 from collections.abc import Iterator
 
 import psutil
@@ -24,10 +28,17 @@ from apache_beam.options.pipeline_options import (FlinkRunnerOptions, GoogleClou
                                                   PipelineOptions, PortableOptions,
                                                   SparkRunnerOptions, StandardOptions)
 
+from pipeline.options import add_switch
+from pipeline.tft_storage import WHAT_WORKS
 from worker import naming
 
 JOB_SERVERS = pathlib.Path(__file__).resolve().parents[1] / "job_servers"
 _STOP_SECONDS = 10  # a job server's JVM takes a second or two to stop once asked
+_REST_TIMEOUT_S = 5  # a Flink REST call; the launcher is stopping, it cannot wait long
+# What Flink's REST client in the job server logs of a job it submits to a cluster: the
+# job's name and id, then the REST address it was submitted to.
+_SUBMITTING = re.compile(r"Submitting job '[^']*' \(([0-9a-f]{32})\)")
+_SUBMITTED = re.compile(r"Successfully submitted job '[^']*' \(([0-9a-f]{32})\) to '([^']+)'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +74,27 @@ ENGINES = {
 }
 
 
+# The job server's class (job_servers/java/) that stages no jars with a job: see
+# stage_no_jars_where_the_cluster_has_them.
+NO_JARS_TO_STAGE = "imagetfrecords.NoJarsToStage"
+
+
+class ClusterOptions(PipelineOptions):
+    """How a job reaches a Flink or Spark cluster: Beam's options, like the engines' own,
+    so summary.json (the conversion's options) does not record them."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        add_switch(parser, "--beam_runner_on_cluster",
+                   "FlinkRunner on a cluster whose lib/ folder holds Beam's runner (the job "
+                   "server's jars): the job is submitted without them (152 MB each job "
+                   "otherwise). See docs/operations/clusters.md.")
+        # An option of Beam's Java job server that Beam's Python SDK does not declare (it
+        # sends a job server only the options it knows); set below, not by users.
+        parser.add_argument("--pipeline_resources_detector_factory_class",
+                            help=argparse.SUPPRESS)
+
+
 class EngineUnusable(ValueError):
     """An engine run that cannot start as asked; reported as a usage error."""
 
@@ -84,8 +116,18 @@ def use_built_job_server(options: PipelineOptions) -> None:
     write tf.Transform's files to this machine's temp folder.
     """
     engine = engine_of(options)
-    if engine is None:
-        return
+    if engine is not None:
+        _name_the_job_server(engine, options)
+    stage_no_jars_where_the_cluster_has_them(engine, options)
+    if engine is not None and not (_runs_on_this_machine(engine, options)
+                                   or options.view_as(GoogleCloudOptions).temp_location):
+        raise EngineUnusable(
+            f"--temp_location: on a {engine.name} cluster ({engine.master_option} "
+            f"{engine.master(options)}) the workers write tf.Transform's files there; give "
+            f"a folder every worker reaches ({WHAT_WORKS})")
+
+
+def _name_the_job_server(engine: Engine, options: PipelineOptions) -> None:
     engine_options = options.view_as(engine.options_class)
     if not (options.view_as(PortableOptions).job_endpoint
             or getattr(engine_options, engine.jar_option)):
@@ -96,12 +138,38 @@ def use_built_job_server(options: PipelineOptions) -> None:
                 f"or give --{engine.jar_option} JAR, or --job_endpoint HOST:PORT of a "
                 "running one")
         setattr(engine_options, engine.jar_option, str(engine.built_jar))
-    if not (_runs_on_this_machine(engine, options)
-            or options.view_as(GoogleCloudOptions).temp_location):
+
+
+def stage_no_jars_where_the_cluster_has_them(engine: Engine | None,
+                                              options: PipelineOptions) -> None:
+    """With --beam_runner_on_cluster, the job server sends the job without its own jars.
+
+    Beam's Flink job server otherwise uploads every jar of its class path with each job
+    (163 jars, 152 MB: 13 s of a 69 s sample run on the tests' session cluster), which a
+    cluster whose lib/ folder holds Beam's runner does not need. Its class NoJarsToStage
+    (in the jar `make job-servers` builds) tells it so.
+    """
+    cluster = options.view_as(ClusterOptions)
+    if not cluster.beam_runner_on_cluster:
+        return
+    if engine is None or engine.name != "Flink" or _runs_on_this_machine(engine, options):
         raise EngineUnusable(
-            f"--temp_location: on a {engine.name} cluster ({engine.master_option} "
-            f"{engine.master(options)}) the workers write tf.Transform's files there; give "
-            "a folder every worker reaches (gs://..., s3://... or a shared mount)")
+            "--beam_runner_on_cluster: for --runner FlinkRunner with a cluster's "
+            "--flink_master HOST:PORT and its SDK workers there (not LOOPBACK)")
+    jar = getattr(options.view_as(engine.options_class), engine.jar_option)
+    if jar and not _holds_class(pathlib.Path(jar), NO_JARS_TO_STAGE):
+        raise EngineUnusable(
+            f"--beam_runner_on_cluster needs the job server `make job-servers` builds "
+            f"({engine.built_jar}): --{engine.jar_option} {jar} has no {NO_JARS_TO_STAGE}")
+    cluster.pipeline_resources_detector_factory_class = NO_JARS_TO_STAGE
+
+
+def _holds_class(jar: pathlib.Path, class_name: str) -> bool:
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            return class_name.replace(".", "/") + ".class" in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def _runs_on_this_machine(engine: Engine, options: PipelineOptions) -> bool:
@@ -109,6 +177,44 @@ def _runs_on_this_machine(engine: Engine, options: PipelineOptions) -> bool:
     server, or workers in this process (LOOPBACK)."""
     return bool(engine.local_master.fullmatch(engine.master(options).strip())
                 or options.view_as(PortableOptions).environment_type == "LOOPBACK")
+
+
+def runs_inside_the_job_server(engine: Engine, options: PipelineOptions) -> bool:
+    """Whether the job ends when its job server does: an engine embedded in it (Flink's
+    [local], Spark's local[N]), or Spark on a cluster, whose driver the job server is
+    (client mode). A Flink job on a cluster runs on without it."""
+    return engine.name == "Spark" or bool(
+        engine.local_master.fullmatch(engine.master(options).strip()))
+
+
+@dataclasses.dataclass(frozen=True)
+class FlinkJob:
+    """A job on a Flink cluster, reached through the cluster's REST API at `url`."""
+
+    job_id: str
+    url: str
+
+    def cancel(self) -> None:
+        self._call("PATCH", "?mode=cancel")
+
+    def state(self) -> str:
+        """RUNNING, CANCELLING, CANCELED, FINISHED, FAILED...: Flink's own names."""
+        return self._call("GET")["state"]
+
+    def _call(self, method: str, query: str = "") -> dict:
+        request = urllib.request.Request(f"{self.url}/jobs/{self.job_id}{query}", method=method)
+        with urllib.request.urlopen(request, timeout=_REST_TIMEOUT_S) as answer:
+            body = answer.read()
+        return json.loads(body) if body else {}
+
+
+def submitted_flink_jobs(job_server_output: str, flink_master: str) -> list[FlinkJob]:
+    """The jobs a Flink job server submitted to a cluster, as its output (its log) names
+    them; their REST address as it says, else --flink_master's."""
+    urls = dict(_SUBMITTED.findall(job_server_output))
+    master = flink_master if "://" in flink_master else f"http://{flink_master}"
+    return [FlinkJob(job_id, urls.get(job_id, master).rstrip("/"))
+            for job_id in dict.fromkeys(_SUBMITTING.findall(job_server_output))]
 
 
 @contextlib.contextmanager
@@ -129,7 +235,7 @@ def job_server_of_the_run(options: PipelineOptions, run_id: str
         return
     path = pathlib.Path(naming.job_server_log(tempfile.gettempdir(), run_id, engine.name))
     handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logger = logging.getLogger(engine.logger)
     previous = logger.level, logger.propagate
     logger.setLevel(logging.INFO)
@@ -140,16 +246,17 @@ def job_server_of_the_run(options: PipelineOptions, run_id: str
     try:
         yield path
     finally:
-        _stop_job_servers(engine)
+        stop_job_servers(engine)
         logger.removeHandler(handler)
         logger.setLevel(previous[0])
         logger.propagate = previous[1]
         handler.close()
 
 
-def _stop_job_servers(engine: Engine) -> None:
+def stop_job_servers(engine: Engine) -> int:
     """Ends the job servers of `engine` this process started (java ... -jar JAR
-    --flink-master ... or --spark-master-url ...), the way Beam would: asked, then told."""
+    --flink-master ... or --spark-master-url ...), the way Beam would: asked, then told.
+    Returns how many there were."""
     servers = [child for child in psutil.Process().children()
                if engine.job_server_argument in _command_line(child)]
     for server in servers:
@@ -157,6 +264,7 @@ def _stop_job_servers(engine: Engine) -> None:
     _, alive = psutil.wait_procs(servers, timeout=_STOP_SECONDS)
     for server in alive:
         server.kill()
+    return len(servers)
 
 
 def _command_line(process: psutil.Process) -> list[str]:

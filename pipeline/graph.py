@@ -25,6 +25,7 @@ from pipeline import resume
 from pipeline.beam_lookups import cached_lookups
 from pipeline.collector import uncollected
 from pipeline.options import ConvertOptions, runs_on_the_direct_runner
+from pipeline.stopping import JobWatch, Stopped
 from transforms.duplicates import ReportDuplicates
 from transforms.labels import AnalyzeLabels
 from transforms.outcome import Failure, PublishRules, RunFailed
@@ -34,6 +35,7 @@ from transforms.rows import PACKS, UNSEEN_IN_TRAIN, PackRows, SurveyRows
 from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
 from transforms.sorted_lines import WriteSortedLines
 from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
+from transforms.worker_started import SayWorkerStarted
 from worker import naming
 from worker.chunks import RowChunk
 from worker.dead_letters import DeadLetter
@@ -45,9 +47,11 @@ _MB = 1 << 20
 
 
 def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
-        folder: resume.RunFolder, pinned: PinnedVocabulary | None = None,
+        folder: resume.RunFolder, watch: JobWatch, pinned: PinnedVocabulary | None = None,
         replaced_labels: tuple[str, ...] | None = None) -> Summary | None:
-    """Runs the conversion in `folder` and returns the summary.json it wrote.
+    """Runs the conversion in `folder` and returns the summary.json it wrote; within
+    `watch`, which cancels the job when the launcher is stopped (Stopped is raised, its
+    outcome said) or no SDK worker starts in time.
 
     None when the job is still running: with --no_wait_until_finish (a Flex Template
     launch) the launcher returns once the job is submitted, and the job writes
@@ -74,17 +78,27 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
         # Before the graph is built: tf.Transform reads the pinned file as it traces.
         pinned_file = (write_pinned_vocabulary(pinned, FileSystems.join(tft_dir, "pinned"))
                        if pinned else None)
-        with cached_lookups(), beam.Pipeline(runner=_runner(options), options=options) as p:
-            with uncollected():  # the graph lives until the run, as this block exits, ends
-                build(p, convert, row_chunks, temp_dir, tft_dir, run_info, folder.resumed,
-                      pinned, pinned_file, replaced_labels)
-    except BaseException:
+        p = beam.Pipeline(runner=_runner(options), options=options)
+        with watch:
+            try:
+                with cached_lookups(), p:
+                    marker = naming.worker_started(temp_dir)
+                    # The graph lives until the run, as this block exits, ends.
+                    with uncollected():
+                        build(p, convert, row_chunks, temp_dir, tft_dir, run_info,
+                              folder.resumed, pinned, pinned_file, replaced_labels,
+                              marker if watch.watches_workers else None)
+                    watch.handed_over(p, marker)
+            except Stopped as stopped:  # before its files go: the job may still use them
+                stopped.outcome = watch.cancel(getattr(p, "result", None))
+                raise
+    except BaseException as error:
         # Publishing removes it after a success; after a failure it is no evidence (the
         # temp shards and the staged transform_fn are), so it does not pile up either.
         delete_tree(tft_dir)
         # The runner's own exception wraps the publish step's in text; FAILED.json says
         # the same in a form the launcher can report.
-        if failure := _recorded_failure(temp_dir):
+        if not isinstance(error, Stopped) and (failure := _recorded_failure(temp_dir)):
             raise RunFailed(failure) from None
         raise
     if not PipelineState.is_terminal(p.result.state):
@@ -96,17 +110,22 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
 def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
           temp_dir: str, tft_dir: str, run_info: RunInfo, resuming: bool = False,
           pinned: PinnedVocabulary | None = None, pinned_file: str | None = None,
-          replaced_labels: tuple[str, ...] | None = None) -> None:
+          replaced_labels: tuple[str, ...] | None = None,
+          worker_marker: str | None = None) -> None:
     """The conversion's graph; `pinned_file` is the pinned vocabulary as tf.Transform
     reads it (write_pinned_vocabulary), `pinned` the --vocabulary or declared classes it
     holds; `replaced_labels` the vocabulary of the output this run replaces; `resuming`:
-    the shards a stopped run left in `temp_dir` are reused where their receipts say so."""
+    the shards a stopped run left in `temp_dir` are reused where their receipts say so;
+    `worker_marker`: written by the first SDK worker that starts, for the launcher."""
     output_dir = options.output_dir
     settings = options.run_settings()
     rules = options.row_rules()
 
     # Pass 1, over chunks of the small rows: the label vocabulary and each split's shards.
     chunks = p | "RowChunks" >> beam.Create(row_chunks)
+    if worker_marker:  # a cluster run, whose launcher waits for it (pipeline/stopping.py)
+        chunks = chunks | "SayWorkerStarted" >> beam.ParDo(
+            SayWorkerStarted(worker_marker, settings.filesystems))
     surveys = chunks | "SurveyRows" >> SurveyRows(rules, settings)
     transform_fn = surveys | "AnalyzeLabels" >> AnalyzeLabels(settings, tft_dir, pinned_file)
     # What the publish step names when a label's TRAIN rows all became dead letters.
@@ -120,7 +139,8 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         tft_dir)
     shard_plan = surveys | "PlanShards" >> PlanShards(
-        options.num_shards, int(options.target_shard_mb * _MB), settings.workers)
+        options.num_shards, int(options.target_shard_mb * _MB), settings.workers,
+        settings.filesystems)
 
     # Pass 2: the chunks again, their rows labelled and packed by shard; then each shard
     # loads and writes its own images.
@@ -140,7 +160,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
                     | "DeadLetters" >> beam.Flatten())
     dead_letter_files = dead_letters | "WriteDeadLetters" >> WriteSortedLines(
         naming.jsonl_list(staged, naming.ERRORS), DeadLetter.to_json, temp_dir,
-        sort_key=lambda d: (d.manifest, d.line))
+        sort_key=lambda d: (d.manifest, d.line), filesystems=settings.filesystems)
     # DISCARD rows are left out on purpose: read, but neither examples nor dead letters.
     rows_discarded = (surveys
                       | "Discarded" >> beam.Map(lambda survey: survey.discarded)
@@ -155,7 +175,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
     report_content = ({"example_keys": written[EXAMPLE_KEYS], "dead_letters": dead_letters}
                       | {kind: deduped[kind] for kind in ("duplicates", "near_duplicates",
                                                            "dropped") if kind in deduped}
-                      | "ReportContent" >> GatherReportContent(temp_dir))
+                      | "ReportContent" >> GatherReportContent(temp_dir, settings.filesystems))
 
     _ = ({"shards": deduped["shards"],
           "dead_letter_reasons": dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),

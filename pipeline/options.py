@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 from collections.abc import Sequence
 
-from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions, PipelineOptions,
+from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions,
+                                                  GoogleCloudOptions, PipelineOptions,
                                                   StandardOptions)
 
 from worker.choices import Dedupe, LabelMode, LabelOrder, LeftOut, UnseenLabel
@@ -18,10 +20,15 @@ from worker.images import ImageSettings
 from worker.inputs.rows import DEFAULT_LABEL_SEPARATOR, DEFAULT_SPLIT_FRACTIONS, RowRules
 from worker.inputs.sources import MANIFEST_FORMATS, split_and_path
 from worker.pool import Workers
+from worker.filesystem_options import FilesystemOptions
 from worker.run_settings import RunSettings
 from worker.schema import ExtraColumn, SchemaError, load_schema
+from worker.storage import is_local
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
+# How long a Flink or Spark cluster may take to start the job's first SDK worker (a
+# container image pulled, TensorFlow imported) before the launcher cancels the job.
+WORKER_START_TIMEOUT_S = 600.0
 
 
 class ConvertOptions(PipelineOptions):
@@ -53,7 +60,7 @@ class ConvertOptions(PipelineOptions):
             "--image_dir", metavar="DIR",
             help="Resolve relative image names against this folder instead of the "
                  "manifest's (as generate_tfrecord.py's --image_dir), for every manifest.")
-        _add_switch(group, "--allow_paths_outside_dataset",
+        add_switch(group, "--allow_paths_outside_dataset",
                     "Let annotation files (COCO, YOLO, LabelMe, Label Studio...) name images "
                     "outside their dataset's folder (--image_dir, else the file's): absolute "
                     "paths, '..', URLs, links leading out. Off: path_outside_dataset.")
@@ -127,7 +134,7 @@ class ConvertOptions(PipelineOptions):
                  "label_map.pbtxt (its ids as given), or an earlier image-tfrecords output "
                  "folder, whose ids are kept. A label outside it is unseen "
                  "(--unseen_label); one without examples keeps its id.")
-        _add_switch(group, "--strict_labels",
+        add_switch(group, "--strict_labels",
                     "Fail the run (publishing nothing) on labels that are probably a "
                     "mistake, which are otherwise warnings in the console, report.html and "
                     "summary.json: the multi-label separator inside a label in single-label "
@@ -147,7 +154,7 @@ class ConvertOptions(PipelineOptions):
         group.add_argument(
             "--max_image_pixels", metavar="N", type=int, default=_PILLOW_MAX_PIXELS,
             help="Images with more pixels are rejected as decompression bombs.")
-        _add_switch(group, "--keep_16_bit",
+        add_switch(group, "--keep_16_bit",
                     "Store 16-bit greyscale images as 16-bit PNGs (tf.io.decode_png with "
                     "dtype=tf.uint16 reads them whole). By default they are stored with 8 "
                     "bits, as tf.io.decode_image reads them, and counted as re-encoded "
@@ -171,9 +178,9 @@ class ConvertOptions(PipelineOptions):
         group.add_argument(
             "--output_dir", metavar="DIR",
             help="Where the shards, transform_fn/, summary.json and errors-*.jsonl go.")
-        _add_switch(group, "--overwrite",
+        add_switch(group, "--overwrite",
                     "Replace the outputs of a previous run in a non-empty --output_dir.")
-        _add_switch(group, "--resume",
+        add_switch(group, "--resume",
                     "Continue a stopped run of the same command (the same inputs and "
                     "options) in this --output_dir: the shards it finished are reused, "
                     "their images not read again; a stopped run made from anything else "
@@ -213,6 +220,11 @@ class ConvertOptions(PipelineOptions):
             help="Seconds one image may take to decode in a worker process; a slower "
                  "image is dead-lettered as decode_timeout.")
         group.add_argument(
+            "--worker_start_timeout", metavar="S", type=float, default=WORKER_START_TIMEOUT_S,
+            help="Flink and Spark without LOOPBACK: seconds the job's first SDK worker may "
+                 "take to start before the job is cancelled, saying so (the engine waits "
+                 "for ever); 0: no limit.")
+        group.add_argument(
             "--read_threads", metavar="N", type=int, default=4,
             help="Threads per shard writer that read its images ahead of decoding (more "
                  "for storage with long round trips).")
@@ -238,11 +250,11 @@ class ConvertOptions(PipelineOptions):
             help="Threads per shard writer that download its image URLs ahead of decoding "
                  "(instead of --read_threads): the network, not the core, is what they "
                  "wait on.")
-        _add_switch(group, "--quiet",
+        add_switch(group, "--quiet",
                     "No live progress. By default a local run shows it: a bar on a "
                     "terminal, else a line every 5%% at most every 5 s (for logs); a remote "
                     "run names the counters to watch in its runner's UI.")
-        _add_switch(group, "--verbose",
+        add_switch(group, "--verbose",
                     "Print all that TensorFlow's and Beam's libraries print. By default "
                     "their start-up lines (such as the GPU probe's 'failed call to cuInit' "
                     "on a machine without a GPU) and Beam's routine messages are left out; "
@@ -316,6 +328,8 @@ class ConvertOptions(PipelineOptions):
             found.append("--worker_processes must be 0 or more")
         if self.decode_timeout <= 0:
             found.append("--decode_timeout must be positive")
+        if self.worker_start_timeout < 0:
+            found.append("--worker_start_timeout must be 0 (no limit) or more")
         if not 0 <= self.near_duplicate_distance <= MAX_NEAR_DISTANCE:
             found.append(f"--near_duplicate_distance must be 0 to {MAX_NEAR_DISTANCE} bits")
         try:
@@ -380,7 +394,8 @@ class ConvertOptions(PipelineOptions):
                 max_bytes=round(self.max_download_mb * 2**20),
                 per_host=self.downloads_per_host, threads=self.download_threads),
             dedupe=Dedupe(self.dedupe),
-            near_distance=self.near_duplicate_distance)
+            near_distance=self.near_duplicate_distance,
+            filesystems=FilesystemOptions.of(self))
 
     def _workers(self) -> Workers:
         """Where shards are written; the default process count depends on the runner."""
@@ -391,6 +406,44 @@ class ConvertOptions(PipelineOptions):
 
     def _shard_format(self) -> ShardFormat:
         return shard_format(self.file_format, self.compression)
+
+
+# The options that name a file or folder, by the options class that holds each. A
+# cluster's workers (a worker pool beside each TaskManager, say) do not run in the
+# launcher's working folder, so a relative path there is another file, or none.
+_PATH_OPTIONS: dict[type[PipelineOptions], tuple[str, ...]] = {
+    ConvertOptions: ("image_folder", "image_dir", "vocabulary", "output_dir"),
+    GoogleCloudOptions: ("temp_location", "staging_location"),
+}
+
+
+def make_local_paths_absolute(options: PipelineOptions) -> None:
+    """Makes each relative local path the options name absolute, from the launcher's
+    working folder, before the launcher reads any of them or hands them to a runner:
+    what the launcher checks is then what every worker opens, and what it reports is
+    where the job wrote. Remote URIs (gs://, s3://, http://...) stay as they are, and so
+    does an inline --schema."""
+    for options_class, names in _PATH_OPTIONS.items():
+        view = options.view_as(options_class)
+        for name in names:
+            setattr(view, name, _absolute(getattr(view, name)))
+    convert = options.view_as(ConvertOptions)
+    if convert.manifest:
+        convert.manifest = [_absolute_manifest(argument) for argument in convert.manifest]
+    if convert.schema and not convert.schema.lstrip().startswith("{"):
+        convert.schema = _absolute(convert.schema)
+
+
+def _absolute_manifest(argument: str) -> str:
+    """A --manifest value with its path absolute: SPLIT= is kept as given."""
+    path = split_and_path(argument)[1]
+    return argument.removesuffix(path) + _absolute(path)
+
+
+def _absolute(path: str | None) -> str | None:
+    if not path or not is_local(path) or os.path.isabs(path):
+        return path
+    return os.path.abspath(path)
 
 
 def options_classes() -> list[type[PipelineOptions]]:
@@ -476,7 +529,7 @@ def parse_flag(text: str) -> bool:
     return value == "true"
 
 
-def _add_switch(group: argparse._ArgumentGroup, flag: str, help_text: str) -> None:
+def add_switch(group: argparse._ActionsContainer, flag: str, help_text: str) -> None:
     """An off-by-default switch: a bare --flag, or --flag=true|false as a Flex Template
     passes it."""
     group.add_argument(flag, nargs="?", const=True, default=False, type=parse_flag,

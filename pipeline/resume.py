@@ -33,7 +33,7 @@ from worker.summary import Summary
 # the sources (--manifest, --image_folder) are compared by their contents.
 _NOT_COMPARED = frozenset({"manifest", "image_folder", "output_dir", "overwrite", "resume",
                            "quiet", "verbose", "worker_processes", "decode_timeout",
-                           "read_threads", "max_error_fraction"})
+                           "read_threads", "max_error_fraction", "worker_start_timeout"})
 _BLOCK = 1 << 20
 
 

@@ -10,19 +10,24 @@ import sys
 import time
 from collections.abc import Sequence
 
+import grpc
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
+                                                  StandardOptions)
 
 from pipeline.collector import frozen_for_the_run, uncollected
 from pipeline.console import quiet_console
 from pipeline.engines import EngineUnusable, job_server_of_the_run, use_built_job_server
-from pipeline.options import ConvertOptions, unknown_option_problem
+from pipeline.options import (ConvertOptions, make_local_paths_absolute,
+                              unknown_option_problem)
 from pipeline.progress import shown_progress
 from pipeline.read_choices import settle_read_choices
 from pipeline.report import counted, format_report
 from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
                              scan_sources, start)
+from pipeline.stopping import JobWatch, Stopped, WorkersNeverStarted
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
+from pipeline.tft_storage import tensorflow_location_problem
 from transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
 from transforms.vocabulary_file import (PinnedVocabulary, VocabularyError, output_labels,
                                        read_pinned_vocabulary)
@@ -72,6 +77,9 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
     except (RunFailed, JobFailed) as failed:
         print(f"error: {redact_urls(str(failed))}", file=sys.stderr)
         return EXIT_FAILED
+    except Stopped as stopped:
+        print(f"error: {redact_urls(str(stopped))}", file=sys.stderr)
+        return stopped.exit_code
     return EXIT_OK
 
 
@@ -84,20 +92,26 @@ def convert_and_report(argv: Sequence[str], started: float | None = None) -> Sum
     running (the job then checks its outcome itself). Raises UsageError or ManifestError
     before any work starts, RunFailed (after printing what the run would have published)
     when the run failed its outcome check and published nothing, JobFailed when the job
-    stopped on an error.
+    stopped on an error or no SDK worker of it started in time, Stopped (a
+    KeyboardInterrupt) when SIGINT or SIGTERM stopped the launcher while the job ran, once
+    the job is cancelled; its message says what became of the job and of the output.
     """
     # Beam itself only logs "Discarding unparseable args" and runs on with the defaults.
     problem = unknown_option_problem(argv)
     if problem:
         raise UsageError(problem)
     options = PipelineOptions(list(argv))
+    make_local_paths_absolute(options)  # before anything reads them, or a worker gets them
     # Beam's filesystems take their settings (S3 endpoint and keys, WebHDFS host...) from
-    # here; the pipeline sets them again for its workers.
+    # here; the workers get them from Beam's harness or RunSettings.filesystems.
     FileSystems.set_options(options)
     settle_beam_filesystems()
     convert = options.view_as(ConvertOptions)
-    with shown_progress(options), quiet_console(convert.verbose):
-        return _run(options, convert, time.time() if started is None else started)
+    try:
+        with shown_progress(options), quiet_console(convert.verbose):
+            return _run(options, convert, time.time() if started is None else started)
+    except WorkersNeverStarted as never:  # the job's failure, not the launcher's stop
+        raise JobFailed(str(never)) from None
 
 
 def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> Summary | None:
@@ -126,15 +140,20 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
     scan = scan_sources(convert, manifests, pinned, run_info.versions)
     folder = _run_folder(convert, scan.fingerprint)
     try:
-        with frozen_for_the_run(), job_server_of_the_run(options, folder.run_id):
+        with frozen_for_the_run(), job_server_of_the_run(options, folder.run_id) as log:
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             with uncollected():
                 from pipeline import graph  # noqa: PLC0415
-            summary = graph.run(options, scan.chunks, run_info, folder, pinned,
+            watch = JobWatch(options, log and str(log), convert.worker_start_timeout)
+            summary = graph.run(options, scan.chunks, run_info, folder, watch, pinned,
                                 replaced_labels)
     except RunFailed as failed:
         print(format_report(failed.failure.summary, convert.output_dir,
                             time.time() - started, published=False))
+        raise
+    except Stopped as stopped:
+        stopped.args = (f"{stopped.reason}; {stopped.outcome}. After it: "
+                        f"{_left_behind(convert.output_dir, folder.run_id)}",)
         raise
     except Exception as error:  # noqa: BLE001 - whatever stopped the runner: said in one line
         raise _job_failed(error, convert.output_dir, folder.run_id) from error
@@ -147,24 +166,29 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
 
 
 def _job_failed(error: Exception, output_dir: str, run_id: str) -> JobFailed:
-    """The cause, and what the failed job left: the output as it was, or (it failed while
-    publishing swapped files) no summary.json, which no reader takes for an output."""
+    """The cause, and what the failed job left."""
+    return JobFailed(f"the job failed: {_last_line(error)}. After it: "
+                     f"{_left_behind(output_dir, run_id)}")
+
+
+def _left_behind(output_dir: str, run_id: str) -> str:
+    """What a job that did not end well left: the output as it was, or (it stopped while
+    publishing swapped files) no summary.json, which no reader takes for an output; or
+    the output it published before it could be stopped."""
     try:
         summary = read_summary(FileSystems.join(output_dir, SUMMARY_FILE))
     except Exception:  # noqa: BLE001 - the storage that failed the job may fail this too
         summary = None
     temp = naming.temp_dir(output_dir, run_id)
     if summary is not None and summary.run_id == run_id:
-        left = (f"it published {output_dir} and failed removing its temp folder {temp}, "
+        return (f"it published {output_dir} and failed removing its temp folder {temp}, "
                 "which can be deleted")
+    if summary is not None:
+        left = f"nothing was published, {output_dir} is as it was"
     else:
-        if summary is not None:
-            left = f"nothing was published, {output_dir} is as it was"
-        else:
-            left = (f"nothing was published, {output_dir} has no {SUMMARY_FILE} (no reader "
-                    "takes it for an output)")
-        left += f"; the run's files are in {temp} (--resume reuses its finished shards)"
-    return JobFailed(f"the job failed: {_last_line(error)}. After it: {left}")
+        left = (f"nothing was published, {output_dir} has no {SUMMARY_FILE} (no reader "
+                "takes it for an output)")
+    return left + f"; the run's files are in {temp} (--resume reuses its finished shards)"
 
 
 def _run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolder:
@@ -200,11 +224,18 @@ def _last_line(error: BaseException) -> str:
     cause = error.__cause__ or error.__context__
     if (batch := _failed_batch(error)) is not None:
         message = batch
+    elif isinstance(error, grpc.Call):  # a job server's answer: its text ends in ">"
+        message = f"the job server answered {error.code().name}: {_last_line_of(error.details())}"
     elif lines:
         message = lines[-1]
     else:
         message = _last_line(cause) if cause is not None else repr(error)
     return " ".join(part for part in (message, step) if part)
+
+
+def _last_line_of(text: str | None) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "(no details)"
 
 
 def _failed_batch(error: BaseException | None) -> str | None:
@@ -273,6 +304,9 @@ def _preflight(convert: ConvertOptions) -> list[ManifestSource]:
     Returns the manifest files (none for an image folder).
     """
     problems = convert.problems()
+    if tft_problem := tensorflow_location_problem(
+            "temp_location", convert.view_as(GoogleCloudOptions).temp_location):
+        problems.append(tft_problem)
     if problems:
         raise UsageError("; ".join(problems))
     try:

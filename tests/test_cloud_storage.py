@@ -9,11 +9,14 @@ import concurrent.futures
 import json
 import logging
 import os
+import re
+import pickle
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import apache_beam as beam
 import boto3
 import numpy as np
 import pytest
@@ -25,12 +28,17 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import (FILE_FORMATS, download, encode, feature, get, listing, photo_like, put,
                       read_examples, shard_pattern, tiny_manifest)
 from conftest import BUCKET
-from pipeline import run
+from pipeline import graph, run
+from pipeline.options import ConvertOptions
 from pipeline.storage_probe import PROBE_SECONDS, probe_storage
+from pipeline.tft_storage import tensorflow_location_problem
 from storage_servers import CUT, HOST, S3Server, free_port, object_pattern
 from transforms.shards import mean_file_size
 from worker import storage
+from worker.chunks import RowChunk
+from worker.inputs.sources import find_manifests
 from worker.inputs.rows import resolve_uri
+from worker.summary import RunInfo, RunOptions
 
 LABELS = ("cat", "dog")
 
@@ -503,3 +511,158 @@ def test_without_credentials_gcs_is_read_anonymously_at_once(credentials, anonym
                           capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).parent.parent)
     assert done.stdout.split() == [str(anonymous), str(anonymous)], done.stderr[-2000:]
+
+
+# A worker of a plain Beam worker pool (worker_pool_main, EXTERNAL): its SDK harness never
+# gave Beam's filesystems the job's options, and its environment holds S3's keys.
+_BARE_POOL_WORKER = """
+import dataclasses, pickle, sys
+from apache_beam.io.filesystems import FileSystems
+from transforms.in_workers import RunInWorkers
+from worker.inputs.rows import RowRules
+from worker.pool import Workers
+from worker.row_tasks import SurveyTask
+
+class Survey(RunInWorkers):  # the base every task-running DoFn's setup() is
+    def task(self, chunk):
+        return SurveyTask(chunk, RowRules(), 4, ())
+    def outputs(self, survey):
+        yield survey.rows_read
+
+settings, chunk = pickle.loads(sys.stdin.buffer.read())
+for processes in (1, 0):  # a worker process, then the DoFn's own process
+    FileSystems._pipeline_options = None
+    survey = Survey(dataclasses.replace(settings, workers=Workers(processes)))
+    survey.setup()
+    survey.start_bundle()
+    read = [*survey.process(chunk), *(v.value for v in survey.finish_bundle())]
+    survey.teardown()
+    print(processes, read)
+"""
+
+
+def test_a_bare_worker_pools_dofns_reach_s3_with_the_jobs_options_less_its_keys(s3, tmp_path):
+    """The job's S3 endpoint and region travel in RunSettings (pickled into the graph, so
+    without the keys); a DoFn's setup() gives them to Beam before any storage is touched,
+    and its worker processes get them too."""
+    put(f"{s3.url}/bare/manifest.csv", b"split,image_uri,label\ntrain,a.jpg,cat\ntest,b.jpg,dog\n")
+    options = PipelineOptions([*s3.flags, "--output_dir", str(tmp_path / "out")])
+    settings = options.view_as(ConvertOptions).run_settings()
+    assert b"s3_endpoint_url" in pickle.dumps(settings)
+    assert s3.secrets[1].encode() not in pickle.dumps(settings)
+    (chunk,) = [RowChunk(source) for source in find_manifests([f"{s3.url}/bare/manifest.csv"])]
+    printed = _as_a_bare_pool_worker(s3, _BARE_POOL_WORKER, (settings, chunk))
+    assert printed.split("\n")[:2] == ["1 [2]", "0 [2]"]
+
+
+def _as_a_bare_pool_worker(s3, script: str, given: object) -> str:
+    """What `script` printed, run in a process like a bare worker pool's worker: S3's keys
+    in its environment, and `given` pickled on its stdin."""
+    key_id, secret = s3.secrets
+    done = subprocess.run(
+        [sys.executable, "-c", script], input=pickle.dumps(given), capture_output=True,
+        timeout=60, cwd=Path(__file__).parent.parent,
+        env={**os.environ, "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret})
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return done.stdout.decode()
+
+
+# The two steps of WriteSortedLines, each with Beam's filesystems given no options first:
+# a DoFn that touches storage (StorageDoFn) and a Map's function (with_filesystems).
+_BARE_SORTED_LINES = """
+import pickle, sys
+from apache_beam.io.filesystems import FileSystems
+from transforms import sorted_lines
+from transforms.storage_steps import with_filesystems
+
+filesystems, path, temp_dir = pickle.loads(sys.stdin.buffer.read())
+FileSystems._pipeline_options = None
+runs = sorted_lines._WriteSortedRuns(path, str, lambda line: line, temp_dir, filesystems)
+runs.setup()
+runs.start_bundle()
+for line in ("b", "a"):
+    list(runs.process(line))
+written = [value.value for value in runs.finish_bundle()]
+FileSystems._pipeline_options = None
+print(*with_filesystems(sorted_lines._merge_runs, filesystems)(written, path, temp_dir))
+"""
+
+
+def test_a_bare_worker_pools_storage_steps_outside_the_task_runners_reach_s3(s3, tmp_path):
+    """Not only RunInWorkers: a step that writes storage itself (here the sorted lines'
+    runs and their merge; the graph's others are checked in the next test) applies the
+    job's options first."""
+    options = PipelineOptions([*s3.flags, "--output_dir", str(tmp_path / "out")])
+    filesystems = options.view_as(ConvertOptions).run_settings().filesystems
+    path = f"{s3.url}/bare-lines/errors-00000-of-00001.jsonl"
+    printed = _as_a_bare_pool_worker(
+        s3, _BARE_SORTED_LINES, (filesystems, path, f"{s3.url}/bare-lines/tmp"))
+    assert printed.split() == [path]
+    assert get(path) == b"a\nb\n"
+
+
+def test_a_temp_location_tensorflow_cannot_write_is_refused_before_anything_is_made(
+        s3, tmp_path, capsys):
+    """tf.Transform writes --temp_location through TensorFlow's filesystems, which have no
+    s3://: the run made its folders in the bucket, then failed in the analysis."""
+    temp = f"{s3.url}/tft-temp"
+    assert convert(tiny_manifest(tmp_path), str(tmp_path / "out"), *s3.flags,
+                   "--temp_location", temp) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"error: --temp_location {temp}: tf.Transform writes its working files "
+                    "there through TensorFlow's filesystems, which cannot write s3:// here; "
+                    "give a local folder (on a cluster, a mount every worker shares) or gs://...")
+    assert listing(temp) == [] and not (tmp_path / "out").exists()
+    assert {tensorflow_location_problem("temp_location", where) for where in (
+        None, str(tmp_path), f"file://{tmp_path}", "gs://bucket/temp")} == {None}
+    assert "cannot write ram://" in tensorflow_location_problem("temp_location", "ram://t")
+
+
+# The graph's steps that read or write storage, by their label (less the ParDo's own of
+# a ParDo with outputs); each must apply the job's filesystem options first.
+_STORAGE_STEPS = {
+    "SurveyRows/Survey", "PackRows/Pack", "PlanShards/MeanFileSize", "WriteShards/LoadAndWrite",
+    "Duplicates/FindNear/CloseEarlier", "Duplicates/FindNear/CopyRefs",
+    "Duplicates/FindNear/Pairs", "Duplicates/Drop/Rewrite", "ReportContent/ReadThumbnails",
+    *(f"{writer}/{step}" for writer in ("Duplicates/Write", "Duplicates/WriteNear",
+                                        "WriteDeadLetters")
+      for step in ("SortedRuns", "Merge")),
+    "Publish/Publish"}
+
+
+def _applied_filesystems(fn: beam.DoFn) -> object:
+    """The options a step applies: a StorageDoFn's, or those of the function a Map,
+    FlatMap or MapTuple calls (Beam's Map and MapTuple call it from a lambda of theirs)."""
+    if not isinstance(fn, beam.transforms.core.CallableWrapperDoFn):
+        return getattr(fn, "_filesystems", None)
+    closure = getattr(fn._fn, "__closure__", None) or ()
+    called = [fn._fn, *(cell.cell_contents for cell in closure)]
+    return next((f.filesystems for f in called if hasattr(f, "filesystems")), None)
+
+
+def test_every_step_of_the_graph_that_touches_storage_applies_the_jobs_options(s3, tmp_path):
+    """The whole graph, built (not run) for a bucket: each storage step is a StorageDoFn
+    or a Map's function wrapped by with_filesystems, given the job's options."""
+    put(f"{s3.url}/graph/manifest.csv", b"split,image_uri,label\ntrain,a.jpg,cat\n")
+    options = PipelineOptions([*s3.flags, "--output_dir", f"{s3.url}/graph/out",
+                               "--dedupe", "near"])
+    convert = options.view_as(ConvertOptions)
+    expected = convert.run_settings().filesystems
+    assert expected.values
+    applying: dict[str, bool] = {}
+
+    class Steps(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, applied):
+            if isinstance(applied.transform, beam.ParDo):
+                step = re.sub(r"/ParDo\(\w+\)$", "", applied.full_label)
+                applied_here = _applied_filesystems(applied.transform.fn) == expected
+                applying[step] = applying.get(step, True) and applied_here
+
+    chunks = [RowChunk(source) for source in find_manifests([f"{s3.url}/graph/manifest.csv"])]
+    p = beam.Pipeline(options=options)
+    graph.build(p, convert, chunks, f"{s3.url}/graph/out/.tmp-run", str(tmp_path / "tft"),
+                RunInfo(options=RunOptions(compression="none", label_mode="single",
+                                           unseen_label="error")))
+    p.visit(Steps())
+    assert {step: applying.get(step) for step in _STORAGE_STEPS} == dict.fromkeys(
+        _STORAGE_STEPS, True)

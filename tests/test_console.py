@@ -118,6 +118,18 @@ def test_a_job_servers_hang_up_is_shown_only_when_the_run_fails(run_fails):
     assert shown.count("Traceback") == (3 if run_fails else 1)
 
 
+@pytest.mark.parametrize("run_ends, shown", [("", False), ("; raise KeyboardInterrupt", False),
+                                              ("; raise SystemExit('the run failed')", True)])
+def test_streams_lost_while_the_launcher_stops_are_held_as_hang_ups(run_ends, shown):
+    """Once the launcher is being stopped (stopping.py), its streams to the job server
+    end UNAVAILABLE (it stops the job server, or a terminal's Ctrl-C reached the JVM
+    too): held, shown only if the run fails, not when it was stopped (KeyboardInterrupt)."""
+    lost = ("from pipeline.console import expect_hang_ups; expect_hang_ups(True)\n"
+            "stream_thread(grpc.StatusCode.UNAVAILABLE, 'the job server is stopped')\n")
+    result = run_python(f"exec({HANG_UPS + lost!r}){run_ends}", verbose=False)
+    assert ("the job server is stopped" in result.stderr.decode()) is shown
+
+
 @pytest.mark.parametrize("count, noun", [(1, ""), (2, "s")])
 def test_the_tables_counts_take_their_nouns_plural_only_where_not_one(count, noun):
     """"1 example written", "2 examples written": every count in the table with its noun."""

@@ -23,7 +23,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from conftest import encode, feature, photo_like, read_examples
-from transforms import in_workers, shards
+from transforms import shards
+from worker import filesystem_options
 from transforms.shards import (EXAMPLE_KEYS, SIZE_SAMPLE, PlanShards, SplitPlan, WriteShards,
                                _WriteShardFile, part_of, shard_of, shards_for)
 from worker.file_formats import shard_format
@@ -94,8 +95,9 @@ def test_plan_from_sampled_file_sizes(tmp_path):
     # Two chunks' surveys: the plan samples the split's files across them.
     surveys = [survey(rows[:25], SIZE_SAMPLE), survey(rows[25:], SIZE_SAMPLE)]
     with TestPipeline() as p:
-        plan = p | beam.Create(surveys) | PlanShards(None, target_shard_bytes=10_000,
-                                                     workers=Workers(1))
+        plan = p | beam.Create(surveys) | PlanShards(
+            None, target_shard_bytes=10_000, workers=Workers(1),
+            filesystems=filesystem_options.FilesystemOptions())
         assert_that(plan, equal_to([("train", SplitPlan(4, 1)), ("test", SplitPlan(1, 1))]))
 
 
@@ -313,7 +315,7 @@ def test_the_worker_processes_get_the_options_beams_filesystems_were_given():
     before = FileSystems._pipeline_options
     try:
         FileSystems.set_options(PipelineOptions(["--s3_endpoint_url", "http://127.0.0.1:1"]))
-        assert in_workers.filesystem_options()["s3_endpoint_url"] == "http://127.0.0.1:1"
+        assert filesystem_options.current_options()["s3_endpoint_url"] == "http://127.0.0.1:1"
     finally:
         FileSystems._pipeline_options = before
 

@@ -12,6 +12,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from transforms import sorted_lines
 from transforms.sorted_lines import WriteSortedLines
 from worker import naming
+from worker.filesystem_options import FilesystemOptions
 
 
 def items(count: int, seed: int) -> list[dict]:
@@ -42,7 +43,8 @@ def test_the_lines_come_out_sorted_through_many_runs(batched, tmp_path, monkeypa
         else given
     with beam.Pipeline() as p:
         written = (p | beam.Create(elements, reshuffle=False)
-                   | WriteSortedLines(path, to_json, str(tmp_path), key, batched=batched))
+                   | WriteSortedLines(path, to_json, str(tmp_path), key, batched=batched,
+                                      filesystems=FilesystemOptions()))
         assert_that(written, equal_to([path]))
     expected = [to_json(item) for item in sorted(given, key=lambda i: (key(i), to_json(i)))]
     assert open(path, encoding="utf-8").read().splitlines() == expected
@@ -57,6 +59,7 @@ def test_no_item_writes_no_file(tmp_path):
     path = naming.jsonl_list(str(tmp_path / "staged"), naming.DUPLICATES)
     with beam.Pipeline() as p:
         written = (p | beam.Create([], reshuffle=False)
-                   | WriteSortedLines(path, to_json, str(tmp_path)))
+                   | WriteSortedLines(path, to_json, str(tmp_path),
+                                      filesystems=FilesystemOptions()))
         assert_that(written, equal_to([]))
     assert not (tmp_path / "staged").exists()

@@ -21,10 +21,12 @@ from apache_beam.metrics import Metrics
 
 from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
 from transforms.sorted_lines import WriteSortedLines
+from transforms.storage_steps import StorageDoFn
 from worker import dead_letters as reasons
 from worker import naming
 from worker.choices import Dedupe
 from worker.examples import example_annotations
+from worker.filesystem_options import FilesystemOptions
 from worker.file_formats import PipelineFiles, ShardFormat
 from worker.histograms import file_bytes_bin, longest_side_bin
 from worker.inputs.rows import DEAD_LETTERS
@@ -98,13 +100,15 @@ class DropDuplicates(beam.PTransform):
     """ShardWritten -> ShardWritten without the copies; their rows -> DEAD_LETTERS.
 
     `duplicates`: batches of Duplicates and NearDuplicates, from refs that carry their
-    content.
+    content; the shards are rewritten with `filesystems` applied.
     """
 
-    def __init__(self, duplicates: beam.PCollection, shard_format: ShardFormat) -> None:
+    def __init__(self, duplicates: beam.PCollection, shard_format: ShardFormat,
+                 filesystems: FilesystemOptions) -> None:
         super().__init__()
         self._duplicates = duplicates
         self._format = shard_format
+        self._filesystems = filesystems
 
     def expand(self, shards: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return ({"shard": shards | "KeyShards" >> beam.Map(
@@ -113,12 +117,14 @@ class DropDuplicates(beam.PTransform):
                     lambda batch: (((duplicate.copy.split, duplicate.copy.shard), duplicate)
                                    for duplicate in batch))}
                 | "ByShard" >> beam.CoGroupByKey()
-                | "Rewrite" >> beam.ParDo(_RewriteShard(self._format)).with_outputs(
-                    DEAD_LETTERS, main="shards"))
+                | "Rewrite" >> beam.ParDo(
+                    _RewriteShard(self._format, self._filesystems)).with_outputs(
+                        DEAD_LETTERS, main="shards"))
 
 
-class _RewriteShard(beam.DoFn):
-    def __init__(self, shard_format: ShardFormat) -> None:
+class _RewriteShard(StorageDoFn):
+    def __init__(self, shard_format: ShardFormat, filesystems: FilesystemOptions) -> None:
+        super().__init__(filesystems)
         self._format = shard_format
         self._dropped = Metrics.counter("images", "duplicates_dropped")
         self._near_dropped = Metrics.counter("images", "near_duplicates_dropped")
@@ -214,7 +220,8 @@ class ReportDuplicates(beam.PTransform):
                 shards.pipeline | "NoneDropped" >> beam.Create([]))}
         dropped = ((exact, near) if self._dedupe is Dedupe.NEAR else (exact,)
                    ) | "Dropped" >> beam.Flatten()
-        deduped = shards | "Drop" >> DropDuplicates(dropped, self._format)
+        deduped = shards | "Drop" >> DropDuplicates(dropped, self._format,
+                                                    self._settings.filesystems)
         return result | {"shards": deduped.shards, "dead_letters": deduped[DEAD_LETTERS],
                          "dropped": dropped}
 
@@ -222,7 +229,8 @@ class ReportDuplicates(beam.PTransform):
         """Writes duplicates-*.jsonl (`name` "") or near_duplicates-*.jsonl ("Near")."""
         path = naming.jsonl_list(self._report_dir, NEAR_DUPLICATES if name else DUPLICATES)
         return copies | f"Write{name}" >> WriteSortedLines(
-            path, lambda copy: copy.to_json(dropped), self._temp_dir, batched=True)
+            path, lambda copy: copy.to_json(dropped), self._temp_dir, batched=True,
+            filesystems=self._settings.filesystems)
 
 
 class _CountBySplits(beam.PTransform):

@@ -15,20 +15,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import live_progress
+from transforms.storage_steps import StorageDoFn
 from worker import pool
+from worker.filesystem_options import current_options
 from worker.run_settings import RunSettings
 
 
-class RunInWorkers(beam.DoFn):
+class RunInWorkers(StorageDoFn):
     """Subclasses say what task an element is (task()) and what a task's result gives
     (outputs()); `execute` may be overridden to run several tasks for one element."""
 
     def __init__(self, settings: RunSettings) -> None:
+        super().__init__(settings.filesystems)
         self._settings = settings
         self._pool: pool.ShardPool | None = None
         self._waiting: concurrent.futures.ThreadPoolExecutor | None = None
@@ -41,7 +43,8 @@ class RunInWorkers(beam.DoFn):
         raise NotImplementedError
 
     def setup(self) -> None:
-        self._pool = pool.acquire(self._settings.workers, filesystem_options())
+        super().setup()  # before any storage is touched
+        self._pool = pool.acquire(self._settings.workers, current_options())
         if self._pool is not None:
             self._waiting = self.threads()
 
@@ -85,19 +88,6 @@ class RunInWorkers(beam.DoFn):
         if self._pool is None or not task.in_worker:
             return task.run(self._settings, _LiveProgress())
         return self._pool.run(task, self._settings, live_progress.handled)
-
-
-def filesystem_options() -> dict[str, Any]:
-    """The options Beam's filesystems were given in this process (by the launcher, or on a
-    runner's worker by Beam's SDK harness from the job's options), for the worker
-    processes to reach the same storage (S3's endpoint and keys, say).
-
-    Read here, not carried in the DoFn: that would write credentials such as
-    --s3_secret_access_key into the job's graph. Beam has no public getter for them;
-    tests/test_shards.py fails if this one stops seeing what set_options gave.
-    """
-    options = FileSystems._pipeline_options
-    return options.get_all_options(drop_default=True) if options is not None else {}
 
 
 class _LiveProgress:

@@ -27,7 +27,9 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.in_workers import RunInWorkers
+from transforms.storage_steps import StorageDoFn
 from worker.copies import HASH_BITS, MAX_NEAR_DISTANCE
+from worker.filesystem_options import FilesystemOptions
 from worker.splits import SPLITS
 from worker.near_search import MEMBER, CloseEarlierTask, Link, Shard
 from worker.receipts import example_refs
@@ -103,9 +105,9 @@ class FindNearDuplicates(beam.PTransform):
                 | "CloseEarlier" >> beam.ParDo(_CloseEarlier(self._settings, masks,
                                                              self._max_distance))
                 | "ByCopyShard" >> beam.GroupByKey()
-                | "CopyRefs" >> beam.ParDo(_CopyRefs(self._temp_dir))
+                | "CopyRefs" >> beam.ParDo(_CopyRefs(self._temp_dir, self._settings.filesystems))
                 | "ByKeptShard" >> beam.GroupByKey()
-                | "Pairs" >> beam.ParDo(_Pairs(self._temp_dir)))
+                | "Pairs" >> beam.ParDo(_Pairs(self._temp_dir, self._settings.filesystems)))
 
 
 def near_order(sha256: str, ref: ExampleRef) -> tuple[int, int, int]:
@@ -180,12 +182,13 @@ def by_key(pairs: Iterable[tuple[Any, Any]]) -> dict[Any, list[Any]]:
     return grouped
 
 
-class _CopyRefs(beam.DoFn):
+class _CopyRefs(StorageDoFn):
     """(copy's shard, batches of its copies' links) -> (kept's shard, [(kept's position,
     distance, copy's ExampleRef)]) per kept shard, a copy each for the link preferred
     (the least: earliest split, closest, earliest)."""
 
-    def __init__(self, temp_dir: str) -> None:
+    def __init__(self, temp_dir: str, filesystems: FilesystemOptions) -> None:
+        super().__init__(filesystems)
         self._temp_dir = temp_dir
 
     def process(self, shard_links: tuple[Shard, Iterable[list[tuple[int, Link]]]]
@@ -202,11 +205,12 @@ class _CopyRefs(beam.DoFn):
                           for position, link in sorted(preferred.items())).items()
 
 
-class _Pairs(beam.DoFn):
+class _Pairs(StorageDoFn):
     """(kept's shard, batches of its copies) -> one batch of NearDuplicates, with the kept
     ExampleRefs."""
 
-    def __init__(self, temp_dir: str) -> None:
+    def __init__(self, temp_dir: str, filesystems: FilesystemOptions) -> None:
+        super().__init__(filesystems)
         self._temp_dir = temp_dir
 
     def process(self, shard_copies: tuple[Shard, Iterable[list[tuple[int, int, ExampleRef]]]]

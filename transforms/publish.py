@@ -32,6 +32,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.labels import LABEL_VOCABULARY
+from transforms.storage_steps import with_filesystems
 from transforms.outcome import (Failure, PublishRules, RunFailed, frequency_order,
                                 outcome_problems, read_summary, unwritten_labels)
 from transforms.tfds_metadata import LABELS_SUFFIX, tfds_metadata
@@ -99,7 +100,7 @@ class PublishOutput(beam.PTransform):
         return (inputs["row_counts"].pipeline
                 | "Once" >> beam.Create([None])
                 | "Publish" >> beam.Map(
-                    self._publish,
+                    with_filesystems(self._publish, self._settings.filesystems),
                     shards=beam.pvalue.AsList(inputs["shards"]),
                     errors_by_reason=beam.pvalue.AsDict(errors_by_reason),
                     row_counts=beam.pvalue.AsList(inputs["row_counts"]),

@@ -17,7 +17,9 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.storage_steps import with_filesystems
 from worker.dead_letters import DeadLetter
+from worker.filesystem_options import FilesystemOptions
 from worker.file_formats.tfrecord import read_records
 from worker.naming import thumbnails_path
 from worker.records import ExampleRef, ShardExamples
@@ -39,12 +41,14 @@ class GatherReportContent(beam.PTransform):
     of the copies --dedupe dropped, left out of the sample; absent when it drops none) and
     "dead_letters".
 
-    `temp_dir` is where WriteShards wrote the shards and their thumbnails.
+    `temp_dir` is where WriteShards wrote the shards and their thumbnails, read with
+    `filesystems` applied.
     """
 
-    def __init__(self, temp_dir: str) -> None:
+    def __init__(self, temp_dir: str, filesystems: FilesystemOptions) -> None:
         super().__init__()
         self._temp_dir = temp_dir
+        self._filesystems = filesystems
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
         examples = inputs["example_keys"]
@@ -74,7 +78,8 @@ class GatherReportContent(beam.PTransform):
                       | "Shown" >> beam.Flatten()
                       | "ByShard" >> beam.Map(lambda ref: ((ref.split, ref.shard), ref.position))
                       | "GroupByShard" >> beam.GroupByKey()
-                      | "ReadThumbnails" >> beam.FlatMap(self._read_thumbnails))
+                      | "ReadThumbnails" >> beam.FlatMap(
+                          with_filesystems(self._read_thumbnails, self._filesystems)))
         return (inputs["example_keys"].pipeline
                 | "Once" >> beam.Create([None])
                 | "Assemble" >> beam.Map(

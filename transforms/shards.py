@@ -29,8 +29,10 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.in_workers import RunInWorkers
+from transforms.storage_steps import with_filesystems
 from worker import storage
 from worker.deadline import within_deadline
+from worker.filesystem_options import FilesystemOptions
 from worker.inputs.rows import DEAD_LETTERS
 from worker.pool import Workers
 from worker.records import ShardExamples, ShardOutcome, ShardWritten
@@ -74,15 +76,17 @@ class PlanShards(beam.PTransform):
 
     The size estimate stats a fixed, hash-chosen sample of files per split (sample_of),
     all at once and within a bound (a split's files that did not answer in time are left
-    out), so the plan is the same on every run of the same manifest whose storage answers.
+    out), so the plan is the same on every run of the same manifest whose storage answers;
+    it stats them with `filesystems` applied.
     """
 
-    def __init__(self, num_shards: int | None, target_shard_bytes: int, workers: Workers
-                 ) -> None:
+    def __init__(self, num_shards: int | None, target_shard_bytes: int, workers: Workers,
+                 filesystems: FilesystemOptions) -> None:
         super().__init__()
         self._num_shards = num_shards
         self._target_shard_bytes = target_shard_bytes
         self._workers = workers
+        self._filesystems = filesystems
 
     def _plan(self, rows: int, shards: int) -> SplitPlan:
         # Where the plan is made: the DirectRunner's one process, or a runner's worker.
@@ -98,8 +102,9 @@ class PlanShards(beam.PTransform):
         mean_sizes = (surveys
                       | "Samples" >> beam.FlatMap(lambda survey: survey.size_sample.items())
                       | "SampleFiles" >> beam.CombinePerKey(_SampleOfSamples())
-                      | "MeanFileSize" >> beam.MapTuple(
-                          lambda split, sample: (split, mean_file_size(sample))))
+                      | "MeanFileSize" >> beam.MapTuple(with_filesystems(
+                          lambda split, sample: (split, mean_file_size(sample)),
+                          self._filesystems)))
         return ({"rows": counts, "mean_bytes": mean_sizes}
                 | "Join" >> beam.CoGroupByKey()
                 | "ShardCount" >> beam.MapTuple(lambda split, stats: (split, self._plan(

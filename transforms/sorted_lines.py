@@ -13,7 +13,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
+from transforms.storage_steps import StorageDoFn, with_filesystems
 from worker import naming, storage
+from worker.filesystem_options import FilesystemOptions
 
 # Lines a writer holds before it writes them out as one sorted run: a few MB.
 _RUN_LINES = 10_000
@@ -35,13 +37,14 @@ class WriteSortedLines(beam.PTransform):
     merge sort), and the runs merged into the file, a line of each at a time, at most
     _MAX_OPEN_RUNS at once: memory does not grow with the lines (a run may find a copy for
     most of its examples). The runs stay until the temp folder goes, so that a retried
-    merge finds them.
+    merge finds them. Both steps apply `filesystems` before they touch storage.
     """
 
     def __init__(self, path: str, to_json: Callable[[Any], str], temp_dir: str,
-                 sort_key: Callable[[Any], Any] = lambda item: (), batched: bool = False
-                 ) -> None:
+                 sort_key: Callable[[Any], Any] = lambda item: (), batched: bool = False,
+                 *, filesystems: FilesystemOptions) -> None:
         super().__init__()
+        self._filesystems = filesystems
         self._path = path
         self._to_json = to_json
         self._temp_dir = temp_dir
@@ -52,17 +55,21 @@ class WriteSortedLines(beam.PTransform):
         items = elements if not self._batched else elements | "Items" >> beam.FlatMap(iter)
         return (items
                 | "SortedRuns" >> beam.ParDo(_WriteSortedRuns(
-                    self._path, self._to_json, self._sort_key, self._temp_dir))
+                    self._path, self._to_json, self._sort_key, self._temp_dir,
+                    self._filesystems))
                 | "AllRuns" >> beam.combiners.ToList()
-                | "Merge" >> beam.FlatMap(_merge_runs, self._path, self._temp_dir))
+                | "Merge" >> beam.FlatMap(with_filesystems(_merge_runs, self._filesystems),
+                                          self._path, self._temp_dir))
 
 
-class _WriteSortedRuns(beam.DoFn):
+class _WriteSortedRuns(StorageDoFn):
     """Items -> the paths of files of their lines, each sorted: a line is the sort key's
     JSON, a tab (which JSON text never holds unescaped) and the item's JSON."""
 
     def __init__(self, path: str, to_json: Callable[[Any], str],
-                 sort_key: Callable[[Any], Any], temp_dir: str) -> None:
+                 sort_key: Callable[[Any], Any], temp_dir: str,
+                 filesystems: FilesystemOptions) -> None:
+        super().__init__(filesystems)
         self._path = path
         self._to_json = to_json
         self._sort_key = sort_key

@@ -50,6 +50,7 @@ NEAR_DUPLICATES = "near_duplicates"
 
 SORTED_LINES_DIR = "sorted-lines"  # sorted runs of those lists' lines, merged into them
 RECEIPTS_DIR = "receipts"
+WORKER_STARTED_FILE = "worker-started"  # the first SDK worker of a cluster run writes it
 THUMBNAILS_DIR = "thumbnails"
 PARTS_DIR = "parts"
 PART_SUFFIX = ".records"  # TFRecord framing, whatever the shards' format
@@ -132,6 +133,12 @@ def temp_dir_of_receipt(path: str) -> str:
 def every_temp_dir(output_dir: str) -> str:
     """The pattern of every run's temp folder in `output_dir`."""
     return storage.join(output_dir, TEMP_PREFIX + "*")
+
+
+def worker_started(temp_dir: str) -> str:
+    """The marker the job's first step writes from the first SDK worker that starts, which
+    the launcher waits for (--worker_start_timeout)."""
+    return storage.join(temp_dir, WORKER_STARTED_FILE)
 
 
 def staged_dir(temp_dir: str) -> str:

@@ -14,6 +14,7 @@ from worker.choices import Dedupe, LabelMode, LabelOrder, UnseenLabel
 from worker.copies import DEFAULT_NEAR_DISTANCE
 from worker.downloads import DownloadSettings
 from worker.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
+from worker.filesystem_options import FilesystemOptions
 from worker.images import ImageSettings
 from worker.inputs.rows import DEFAULT_LABEL_SEPARATOR
 from worker.pool import Workers
@@ -37,6 +38,8 @@ class RunSettings:
     downloads: DownloadSettings = dataclasses.field(default_factory=DownloadSettings)
     dedupe: Dedupe = Dedupe.NONE
     near_distance: int = DEFAULT_NEAR_DISTANCE  # bits of pHash that make a near-copy
+    # Beam's filesystems' options, for workers Beam's harness gave none (a worker pool)
+    filesystems: FilesystemOptions = dataclasses.field(default_factory=FilesystemOptions)
 
     def __post_init__(self) -> None:
         for name, choice in (("label_mode", LabelMode), ("unseen_label", UnseenLabel),

@@ -116,7 +116,8 @@ class NearCopiesInfo(CopiesInfo):
 
 class RunOptions(_Record):
     """The command line, every option under its flag's name (and the runner's). The ones
-    typed here are those readers act on; the others are kept as given."""
+    typed here are those readers act on; the others are kept as given, a relative local
+    path made absolute (pipeline/options.py)."""
 
     model_config = pydantic.ConfigDict(frozen=True, extra="allow")
 
@@ -138,7 +139,7 @@ class RunOptions(_Record):
 class RunInfo(_Record):
     """What the launcher knows before the run starts: the sources, options and versions."""
 
-    manifests: tuple[str, ...] | None = None  # as given, SPLIT=path for a split's own
+    manifests: tuple[str, ...] | None = None  # SPLIT=path for a split's own; local: absolute
     image_folder: str | None = None
     options: RunOptions
     versions: dict[str, str] = {}

@@ -1,0 +1,358 @@
+"""Real engine clusters for the tests, each on free ports of this machine.
+
+- `FlinkCluster`: a Flink 1.19 session cluster, a JobManager
+  (`StandaloneSessionClusterEntrypoint`) and one TaskManager (`TaskManagerRunner`), each a
+  JVM of its own, from the jar `make test` builds (tests/flink_cluster/) and Beam's runner
+  (the job server's jar, as a cluster's lib/ would hold it); its REST API is what
+  FlinkRunner's `--flink_master` names.
+- `SparkCluster`: a Spark 3.5.0 standalone cluster, a Master and one Worker, each a JVM of
+  its own, from the jar `make test` builds (tests/spark_cluster/); the Worker starts the
+  application's executors. Its master URL is what SparkRunner's `--spark_master_url`
+  names; the Master's web UI (/json/) shows its workers and applications.
+- `WorkerPool`: Beam's SDK worker pool (`worker_pool_main`) with this project's venv, what
+  `--environment_type EXTERNAL --environment_config localhost:PORT` names: the cluster
+  starts the job's Python workers there, not in the launcher.
+
+Each runs in a process group of its own, with its log in the folder it is given, and
+`stop()` ends the group (the pool's workers, the Worker's executors with it). A cluster's
+`stop()` first cancels every job (Flink) or kills every application (Spark) still running,
+so none outlives a test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from storage_servers import HOST, free_port
+
+# How long a cluster or pool may take to answer before the test fails (they answer in
+# ~10 s and ~3 s here, alone; CI's machine is shared).
+START_TIMEOUT_S = 90.0
+
+# What Flink's distribution sets for every JVM on Java 17 (env.java.opts.all in its
+# config.yaml): its serializers reach into these packages.
+JAVA_17_OPENS = [f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
+    "java.lang", "java.net", "java.io", "java.nio", "sun.nio.ch", "java.lang.reflect",
+    "java.text", "java.time", "java.util", "java.util.concurrent",
+    "java.util.concurrent.atomic", "java.util.concurrent.locks")]
+
+# The TaskManager's memory, every part named: bin/taskmanager.sh computes these from one
+# size and hands them over; a TaskManagerRunner started by hand refuses to start without
+# them. The job's ~170 tasks need 512 MiB of network buffers (256 MiB fails with
+# "Insufficient number of network buffers: required 512, but only 511 available").
+TASK_MANAGER_MEMORY = {
+    "taskmanager.cpu.cores": "1",
+    "taskmanager.memory.framework.heap.size": "128m",
+    "taskmanager.memory.task.heap.size": "512m",
+    "taskmanager.memory.framework.off-heap.size": "128m",
+    "taskmanager.memory.task.off-heap.size": "0m",
+    "taskmanager.memory.managed.size": "128m",
+    "taskmanager.memory.network.min": "512m",
+    "taskmanager.memory.network.max": "512m",
+    "taskmanager.memory.jvm-metaspace.size": "256m",
+    "taskmanager.memory.jvm-overhead.min": "192m",
+    "taskmanager.memory.jvm-overhead.max": "192m",
+}
+# Beam's runner classes on the cluster's own class path, taken from there before the
+# job's jar. Only then does --environment_cache_millis keep an SDK worker from one stage to
+# the next: Beam's Flink runner closes a stage's environment at once when its classes came
+# from the job's class loader (FlinkExecutableStageContextFactory), so a stock session
+# cluster starts a fresh worker (~10 s, TensorFlow's import) for each of the job's ~14
+# stages (measured: 14 workers and ~115 s for the sample; 1 worker with these). Without
+# the leaked class loader check off, the job failed at once ("ServiceConfigurationError:
+# org.apache.beam.sdk.runners.PipelineRunnerRegistrar: Error accessing configuration file").
+BEAM_IN_LIB = {"classloader.resolve-order": "parent-first",
+               "classloader.check-leaked-classloader": "false"}
+
+# The TaskManager JVM's own limits, as bin/taskmanager.sh derives them from the above:
+# heap = framework + task heap (+ room), direct = framework + task off-heap + network.
+TASK_MANAGER_JVM = ["-Xmx768m", "-XX:MaxDirectMemorySize=640m",
+                    "-XX:MaxMetaspaceSize=256m"]
+
+# What Spark's launcher gives every JVM it starts on Java 17 (spark-class, through
+# org.apache.spark.launcher.JavaModuleOptions); SparkContext gives its executors the same.
+SPARK_JAVA_17_OPTIONS = ["-XX:+IgnoreUnrecognizedVMOptions",
+                         *(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
+                             "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io",
+                             "java.net", "java.nio", "java.util", "java.util.concurrent",
+                             "java.util.concurrent.atomic", "jdk.internal.ref", "sun.nio.ch",
+                             "sun.nio.cs", "sun.security.action", "sun.util.calendar")),
+                         "-Djdk.reflect.useDirectMethodHandle=false"]
+# The Worker's share for executors: one executor of the application (2 cores, as the
+# embedded runs' local[2]; Spark's default 1 GiB heap, with room to spare).
+SPARK_WORKER_RESOURCES = ["--cores", "2", "--memory", "2g"]
+
+
+def _group(command: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+    """`command` in a process group of its own, stdout and stderr into `log`."""
+    with open(log, "wb") as output:
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """Ends `process` and everything it started: SIGTERM, then SIGKILL after 10 s."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    else:  # the leader is gone; its children may not be
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _log_tail(log: Path, characters: int = 3000) -> str:
+    return log.read_text(errors="replace")[-characters:] if log.exists() else ""
+
+
+def _require_built(jars: dict[Path, str]) -> None:
+    """Each jar of `jars` is there, or the make target (its value) that builds it is named."""
+    for jar, target in jars.items():
+        if not jar.exists():
+            raise RuntimeError(f"{jar} is missing: `make {target}` builds it")
+
+
+def _request(url: str, method: str = "GET") -> bytes:
+    """The body of the answer to `method url`."""
+    with urllib.request.urlopen(urllib.request.Request(url, method=method),
+                                timeout=10) as answer:
+        return answer.read()
+
+
+def _json(url: str, method: str = "GET") -> dict:
+    """The JSON answer to `method url` (an empty answer is {})."""
+    body = _request(url, method)
+    return json.loads(body) if body else {}
+
+
+def _wait_until(ready: Callable[[], bool], processes: list[tuple[subprocess.Popen, Path]],
+                waiting_for: str) -> None:
+    """Returns once `ready()` is true; raises, with the log's tail, when one of `processes`
+    (each with its log) exits first or START_TIMEOUT_S passes. `ready` raising OSError
+    (a port not listening yet) is not ready."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for process, log in processes:
+            if process.poll() is not None:
+                raise RuntimeError(f"{log.stem} exited with {process.returncode}:\n"
+                                   f"{_log_tail(log)}")
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{waiting_for} within {START_TIMEOUT_S:.0f} s:\n"
+                       f"{_log_tail(processes[-1][1])}")
+
+
+class _Cluster:
+    """JVMs, each in a process group of its own with its log; `stop()` ends any job left
+    on the cluster (`cancel_running_jobs`), then every JVM, the last started first."""
+
+    def __init__(self) -> None:
+        self._jvms: list[tuple[subprocess.Popen, Path]] = []
+
+    def _start(self, command: list[str], log: Path, env: dict | None = None) -> None:
+        self._jvms.append((_group(command, log, env), log))
+
+    def _wait_for(self, ready: Callable[[], bool], waiting_for: str) -> None:
+        """`_wait_until` on this cluster's JVMs; on failure every JVM is stopped."""
+        try:
+            _wait_until(ready, self._jvms, waiting_for)
+        except BaseException:
+            self.stop()
+            raise
+
+    def cancel_running_jobs(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        try:
+            self.cancel_running_jobs()
+        except OSError:
+            pass  # the cluster is not answering (or never did): nothing to cancel there
+        for process, _ in reversed(self._jvms):
+            _stop_group(process)
+
+
+class FlinkCluster(_Cluster):
+    """A JobManager and one TaskManager with one slot; `rest_port` is the REST API's port
+    (`--flink_master localhost:REST_PORT`), their config and logs are in `folder`.
+
+    `beam_runner_jar` (Beam's Flink job server jar) is on both JVMs' class path, as in a
+    cluster whose lib/ folder holds Beam's runner: see BEAM_IN_LIB."""
+
+    JAR = Path(__file__).parent / "flink_cluster" / "target" / "flink-cluster.jar"
+    JOB_MANAGER = "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint"
+    TASK_MANAGER = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
+
+    def __init__(self, folder: Path, beam_runner_jar: Path) -> None:
+        super().__init__()
+        _require_built({self.JAR: "test", beam_runner_jar: "job-servers"})
+        self.folder = folder
+        self.rest_port = free_port()
+        self.url = f"http://{HOST}:{self.rest_port}"
+        config = folder / "conf"
+        config.mkdir(parents=True)
+        (config / "flink-conf.yaml").write_text(self._config(free_port()))
+        java = ["java", *JAVA_17_OPENS, f"-Djava.io.tmpdir={folder}",
+                "-cp", f"{self.JAR}{os.pathsep}{beam_runner_jar}"]
+        self.job_manager_log = folder / "jobmanager.log"
+        self.task_manager_log = folder / "taskmanager.log"
+        self._start([*java, "-Xmx512m", self.JOB_MANAGER, "--configDir", str(config)],
+                    self.job_manager_log)
+        self._start([*java, *TASK_MANAGER_JVM, self.TASK_MANAGER, "--configDir", str(config)],
+                    self.task_manager_log)
+        # A slot, not just a TaskManager: it registers before it offers its slot.
+        self._wait_for(lambda: self.rest("/overview")["slots-total"] >= 1,
+                       "no TaskManager slot registered")
+
+    def _config(self, rpc_port: int) -> str:
+        settings = {
+            "jobmanager.rpc.address": HOST, "jobmanager.bind-host": HOST,
+            "jobmanager.rpc.port": str(rpc_port), "jobmanager.memory.process.size": "1g",
+            "rest.address": HOST, "rest.bind-address": HOST, "rest.port": str(self.rest_port),
+            "taskmanager.host": HOST, "taskmanager.bind-host": HOST,
+            "taskmanager.rpc.port": "0", "blob.server.port": "0",
+            "taskmanager.numberOfTaskSlots": "1", "parallelism.default": "1",
+            **TASK_MANAGER_MEMORY, **BEAM_IN_LIB,
+        }
+        return "".join(f"{key}: {value}\n" for key, value in settings.items())
+
+    def rest(self, path: str, method: str = "GET") -> dict:
+        """The REST API's JSON answer to `method path`."""
+        return _json(self.url + path, method)
+
+    def jars_sent_with(self, job_id: str) -> list[Path]:
+        """The jars the TaskManager fetched for job `job_id` from the JobManager's blobs."""
+        return [path for path in self.folder.glob(f"tm_*/blobStorage/job_{job_id}/*")
+                if path.read_bytes()[:2] == b"PK"]
+
+    def jobs(self) -> list[dict]:
+        """/jobs/overview's jobs, oldest first: each with its `jid`, `name` and `state`."""
+        return sorted(self.rest("/jobs/overview")["jobs"], key=lambda job: job["start-time"])
+
+    def cancel_running_jobs(self) -> None:
+        for job in self.jobs():
+            if job["state"] not in ("FINISHED", "FAILED", "CANCELED"):
+                self.rest(f"/jobs/{job['jid']}?mode=cancel", method="PATCH")
+
+
+class SparkCluster(_Cluster):
+    """A Master and one Worker (SPARK_WORKER_RESOURCES), all on HOST: `master_url` is what
+    `--spark_master_url` names, `url` the Master's web UI, whose /json/ is the cluster's
+    state (`state()`); their logs and the Worker's work folder (each executor's log, the
+    jars the application shipped) are in `folder`.
+
+    `folder`/spark-home is the cluster's SPARK_HOME: its jars/ folder (the jar's target/lib)
+    is what the Worker puts on each executor's class path, as a Spark distribution's is.
+    Beam's runner is not there: the application ships it (tests/test_spark_cluster.py)."""
+
+    JAR = Path(__file__).parent / "spark_cluster" / "target" / "spark-cluster.jar"
+    MASTER = "org.apache.spark.deploy.master.Master"
+    WORKER = "org.apache.spark.deploy.worker.Worker"
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        _require_built({self.JAR: "test"})
+        home = folder / "spark-home"
+        home.mkdir(parents=True)
+        (home / "jars").symlink_to(self.JAR.parent / "lib", target_is_directory=True)
+        self.work_dir = folder / "work"
+        master_port, ui_port = free_port(), free_port()
+        self.master_url = f"spark://{HOST}:{master_port}"
+        self.url = f"http://{HOST}:{ui_port}"
+        # SPARK_LOCAL_IP: every server binds HOST (the web UIs bind 0.0.0.0 without it);
+        # SPARK_LOCAL_DIRS: the executors' scratch space, not /tmp.
+        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_SCALA_VERSION": "2.12",
+               "SPARK_LOCAL_IP": HOST, "SPARK_LOCAL_DIRS": str(folder)}
+        java = ["java", *SPARK_JAVA_17_OPTIONS, "-Xmx512m", f"-Djava.io.tmpdir={folder}",
+                "-cp", str(self.JAR)]
+        self.master_log = folder / "master.log"
+        self.worker_log = folder / "worker.log"
+        self._start([*java, self.MASTER, "--host", HOST, "--port", str(master_port),
+                     "--webui-port", str(ui_port)], self.master_log, env)
+        self._start([*java, self.WORKER, "--host", HOST, "--webui-port", str(free_port()),
+                     *SPARK_WORKER_RESOURCES, "--work-dir", str(self.work_dir),
+                     self.master_url], self.worker_log, env)
+        self._wait_for(lambda: self.state()["aliveworkers"] >= 1, "no Worker registered")
+
+    def state(self) -> dict:
+        """The Master's /json/: its workers, `activeapps` and `completedapps` (each with its
+        `id`, `name`, `state`, `starttime` and `duration` in ms)."""
+        return _json(self.url + "/json/")
+
+    def applications(self) -> list[dict]:
+        """Every application the Master knows, running or ended, the oldest first."""
+        state = self.state()
+        return sorted(state["activeapps"] + state["completedapps"],
+                      key=lambda application: application["starttime"])
+
+    def cancel_running_jobs(self) -> None:
+        """Kills each application not ended, as the web UI's kill link does (its driver is
+        told, its executors stopped; the answer is the UI's page)."""
+        for application in self.state()["activeapps"]:
+            query = urllib.parse.urlencode({"id": application["id"], "terminate": "true"})
+            _request(f"{self.url}/app/kill/?{query}", method="POST")
+
+    def stop(self) -> None:
+        """Then the Worker's executors' copies of the jars each application shipped (260
+        MB of Beam's job server's class path per run) are removed; their logs stay."""
+        super().stop()
+        for jar in self.work_dir.glob("app-*/*/*.jar"):
+            jar.unlink()
+
+
+class WorkerPool:
+    """Beam's SDK worker pool on `port`, with this interpreter's venv first on PATH: the
+    pool starts each worker as the `python` on PATH. The workers import this worktree's
+    packages (PYTHONPATH), as the launcher does; `environment` is added to theirs (a
+    bucket's keys, as a pool's pod would hold them). `workers_python`, where given, is
+    the `python` the workers start with instead (one without Beam: workers that never
+    start)."""
+
+    def __init__(self, folder: Path, environment: dict[str, str] | None = None,
+                 workers_python: str | None = None) -> None:
+        self.port = free_port()
+        self.log = folder / "worker_pool.log"
+        first_on_path = os.path.dirname(sys.executable)
+        if workers_python:
+            first_on_path = str(folder / "worker_pool_bin")
+            os.mkdir(first_on_path)
+            os.symlink(workers_python, os.path.join(first_on_path, "python"))
+        env = {**os.environ,
+               "PATH": f"{first_on_path}{os.pathsep}{os.environ.get('PATH', '')}",
+               "PYTHONPATH": str(Path(__file__).parents[1]), "TMPDIR": str(folder),
+               **(environment or {})}
+        self._process = _group([sys.executable, "-m",
+                                "apache_beam.runners.worker.worker_pool_main",
+                                "--service_port", str(self.port)], self.log, env)
+        try:
+            _wait_until(self._listening, [(self._process, self.log)],
+                        "the worker pool did not listen")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _listening(self) -> bool:
+        socket.create_connection((HOST, self.port), timeout=1).close()
+        return True
+
+    def stop(self) -> None:
+        _stop_group(self._process)
