@@ -21,6 +21,7 @@ so none outlives a test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -30,7 +31,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from storage_servers import HOST, free_port
@@ -356,3 +357,20 @@ class WorkerPool:
 
     def stop(self) -> None:
         _stop_group(self._process)
+
+
+@contextlib.contextmanager
+def beside_a_pool(pool: WorkerPool, start_cluster: Callable[[], _Cluster]
+                  ) -> Iterator[tuple[_Cluster, WorkerPool]]:
+    """The cluster `start_cluster` starts, and `pool` beside it; at the end (or when the
+    cluster does not start) any job left is ended and every JVM and worker stopped."""
+    try:
+        cluster = start_cluster()
+    except BaseException:
+        pool.stop()
+        raise
+    try:
+        yield cluster, pool
+    finally:
+        cluster.stop()
+        pool.stop()

@@ -37,7 +37,7 @@ import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from clusters import FlinkCluster, WorkerPool
+from clusters import FlinkCluster, WorkerPool, beside_a_pool
 from conftest import BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY, download
 from pipeline import engines, stopping
 from test_engines import SAMPLE_FLAGS, comparable, hostile_set, job_servers_on, pipeline
@@ -56,14 +56,9 @@ def flink(tmp_path_factory, _s3_bucket):
     folder = tmp_path_factory.mktemp("flink-cluster")
     pool = WorkerPool(folder, {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY_ID,
                                "AWS_SECRET_ACCESS_KEY": S3_SECRET_ACCESS_KEY})
-    try:
-        cluster = FlinkCluster(folder, engines.ENGINES["flinkrunner"].built_jar)
-    except BaseException:
-        pool.stop()
-        raise
-    yield cluster, pool
-    cluster.stop()
-    pool.stop()
+    with beside_a_pool(pool, lambda: FlinkCluster(
+            folder, engines.ENGINES["flinkrunner"].built_jar)) as cluster_and_pool:
+        yield cluster_and_pool
 
 
 def on_the_cluster(flink, temp, environment: list[str] | None = None) -> list[str]:

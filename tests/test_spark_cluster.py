@@ -38,7 +38,7 @@ import time
 
 import pytest
 
-from clusters import SparkCluster, WorkerPool
+from clusters import SparkCluster, WorkerPool, beside_a_pool
 from storage_servers import HOST
 from test_engines import (assert_same_output, engine_log, hostile,  # noqa: F401 (a fixture)
                           pipeline)
@@ -50,15 +50,8 @@ def spark(tmp_path_factory):
     """A standalone cluster and a worker pool beside its Worker; at the end any application
     left is killed and every JVM, executor and worker stopped."""
     folder = tmp_path_factory.mktemp("spark-cluster")
-    pool = WorkerPool(folder)
-    try:
-        cluster = SparkCluster(folder)
-    except BaseException:
-        pool.stop()
-        raise
-    yield cluster, pool
-    cluster.stop()
-    pool.stop()
+    with beside_a_pool(WorkerPool(folder), lambda: SparkCluster(folder)) as cluster_and_pool:
+        yield cluster_and_pool
 
 
 @dataclasses.dataclass(frozen=True)
