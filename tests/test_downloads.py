@@ -4,8 +4,11 @@ timeout per request, a size limit, per-reason dead letters, the User-Agent, conc
 downloads inside each worker process and their per-host limit, and the storage probe."""
 
 import json
+import subprocess
+import sys
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -242,6 +245,22 @@ def test_credentials_in_image_urls_are_in_no_output_or_message(server, tmp_path,
     assert example.features.feature["image/source_id"].bytes_list.value[0].decode() == (
         f"http://REDACTED@{host}/img/good.jpg?X-Amz-Credential=REDACTED&size=s")
     assert server.times_asked("/img/good.jpg?X-Amz-Credential=AKIAXYZ&size=s")  # as written
+
+
+def test_a_line_of_a_million_letters_is_redacted_in_one_pass(tmp_path):
+    """Each letter of a long run began a scan to the run's end (the scheme unbounded):
+    quadratic, minutes for a 1 MiB manifest line. In a process of its own, so that a
+    regression fails within the bound instead of holding the suite."""
+    script = ("import sys; from worker.redaction import redact_urls; "
+              "line = 'ab1' * 350_000 + ' https://u:p@host/x?sig=1 ' + 'c' * 70 + '://h/?token=2'; "
+              "print(redact_urls(line)[-80:])")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    # The long scheme is matched from its last MAX_SCHEME_CHARS characters: redacted all
+    # the same.
+    assert done.stdout.strip() == (
+        "https://REDACTED@host/x?sig=REDACTED " + "c" * 70 + "://h/?token=REDACTED")[-80:]
 
 
 @pytest.mark.parametrize("written, shown", [

@@ -24,10 +24,16 @@ _SECRET_PARAMETERS = frozenset({
     "key", "password", "passwd", "secret", "client_secret", "auth", "authorization"})
 # Names that hold one of these words are credentials too (X-Amz-Security-Token, sas_token).
 _SECRET_WORDS = re.compile(r"signature|token|secret|password|credential", re.IGNORECASE)
+# The longest scheme a URL in text is matched from (registered ones have up to ~40
+# characters; a longer run is matched from its last 64, and redacted the same). Unbounded,
+# each letter of a long run not followed by "://" began a scan to the run's end: a
+# manifest line of 1 MiB of letters with a URL after them took minutes to redact.
+MAX_SCHEME_CHARS = 64
 # A URL inside free text (a message, a manifest's line): it ends at whitespace, a quote,
 # an angle bracket or a comma (a CSV's next field), and not on punctuation that follows
 # it in a sentence ("...?sig=abc: cannot connect").
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>,]*[^\s\"'<>,.:;!?)]")
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,%d}://[^\s\"'<>,]*[^\s\"'<>,.:;!?)]"
+                          % (MAX_SCHEME_CHARS - 1))
 
 
 def redacted(uri: str) -> str:
