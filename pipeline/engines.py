@@ -175,16 +175,20 @@ def _holds_class(jar: pathlib.Path, class_name: str) -> bool:
 def _runs_on_this_machine(engine: Engine, options: PipelineOptions) -> bool:
     """Whether every worker shares this machine's disk: an engine started inside its job
     server, or workers in this process (LOOPBACK)."""
-    return bool(engine.local_master.fullmatch(engine.master(options).strip())
-                or options.view_as(PortableOptions).environment_type == "LOOPBACK")
+    return (_embedded(engine, options)
+            or options.view_as(PortableOptions).environment_type == "LOOPBACK")
 
 
 def runs_inside_the_job_server(engine: Engine, options: PipelineOptions) -> bool:
     """Whether the job ends when its job server does: an engine embedded in it (Flink's
     [local], Spark's local[N]), or Spark on a cluster, whose driver the job server is
     (client mode). A Flink job on a cluster runs on without it."""
-    return engine.name == "Spark" or bool(
-        engine.local_master.fullmatch(engine.master(options).strip()))
+    return engine.name == "Spark" or _embedded(engine, options)
+
+
+def _embedded(engine: Engine, options: PipelineOptions) -> bool:
+    """Whether the engine runs inside its job server: Flink's [local], Spark's local[N]."""
+    return bool(engine.local_master.fullmatch(engine.master(options).strip()))
 
 
 @dataclasses.dataclass(frozen=True)
