@@ -14,6 +14,9 @@ machine, where its cache keeps none of the 1 GB it downloads.
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.metadata
 import json
 import os
 import re
@@ -23,6 +26,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,3 +98,54 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_sample_job_outside_th
     assert summary["versions"]["image-tfrecords"] == "0.1.0"
     assert (elsewhere / "demo-output" / "report.html").stat().st_size > 0
 
+
+
+def _install_requires() -> list[Requirement]:
+    setup = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    [declared] = [keyword.value for node in ast.walk(setup) if isinstance(node, ast.Call)
+                  for keyword in node.keywords if keyword.arg == "install_requires"]
+    return [Requirement(requirement) for requirement in ast.literal_eval(declared)]
+
+
+def _imported_modules() -> set[str]:
+    """Every module the code folders import, by its first two names (google.auth)."""
+    found = set()
+    for path in (path for folder in CODE for path in (ROOT / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                found.add(node.module)
+    return {".".join(module.split(".")[:2]) for module in found
+            if module.split(".")[0] not in (*CODE, *sys.stdlib_module_names)}
+
+
+@functools.cache
+def _top_level_names() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def _distributions_of(module: str) -> set[str]:
+    """The installed distributions that hold `module`; of a namespace package's (google.*),
+    those with its folder."""
+    candidates = _top_level_names().get(module.split(".")[0], [])
+    if len(candidates) > 1:
+        folder = module.replace(".", "/") + "/"
+        candidates = [name for name in candidates
+                      if any(str(file).startswith(folder)
+                             for file in importlib.metadata.distribution(name).files)]
+    return {canonicalize_name(name) for name in candidates}
+
+
+def test_setup_py_declares_every_library_the_code_imports_in_ranges_that_admit_the_pins():
+    declared = {canonicalize_name(requirement.name): requirement
+                for requirement in _install_requires()}
+    holders = {module: _distributions_of(module) for module in _imported_modules()}
+    undeclared = {module: names for module, names in holders.items()
+                  if not names & declared.keys()}
+    assert undeclared == {}
+    pins = _pins((ROOT / "requirements.txt").read_text(encoding="utf-8"))
+    refused = {name: (str(requirement.specifier), pins.get(name))
+               for name, requirement in declared.items()
+               if pins.get(name) not in requirement.specifier}
+    assert refused == {}
