@@ -21,8 +21,8 @@ DOCS_INSTALLED := $(DOCS_VENV)/.installed
 # pip prints each package as it comes; the time and size are the README's (Quick start).
 $(INSTALLED): requirements.txt setup.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	@echo "Installing the converter's pinned packages (requirements.txt) into $(VENV): about 3 GB," \
-		"TensorFlow 1.9 GB of it; 2 to 3 minutes on a quiet machine the first time, longer on a busy one"
+	@echo "Installing the converter's pinned packages (requirements.txt) into $(VENV): about 1 GB" \
+		"to download, 3 GB installed; about 2 minutes on a quiet machine, 3 to 4 on a busy one"
 	$(VENV)/bin/pip install -r requirements.txt
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
