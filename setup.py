@@ -17,9 +17,17 @@ setup(
         "tensorflow>=2.21,<2.22",
         "tensorflow-transform>=1.21,<1.22",
         "tfx-bsl>=1.21,<1.22",
+        "tensorflow-metadata>=1.21,<1.22",  # the schema handed to tf.Transform (labels.py)
+        "protobuf>=6,<7",  # label_map.pbtxt (worker/label_map.py)
+        "grpcio>=1.59,<2",  # a job server's errors (pipeline/run.py)
         "pillow>=11,<13",  # worker/images.py runs Pillow's format search itself
         "pyarrow>=14",
         "google-cloud-storage>=2.18,<4",
+        "google-auth>=2.14,<3",  # gs:// without credentials (worker/gcs_access.py)
+        "google-crc32c>=1.6,<2",  # every TFRecord CRC (worker/file_formats/tfrecord.py)
+        "urllib3>=1.26,<3",  # images at http(s):// URLs (worker/downloads.py)
+        "pandas>=2,<4",  # DataFrame.tfrecords (image_tfrecords/__init__.py)
+        "typing-extensions>=4.12",  # report.py's TypedDicts (pydantic needs them before 3.12)
         "ijson>=3.2,<4",  # COCO instances JSON, streamed (worker/inputs/coco.py)
         "PyYAML>=6,<7",  # YOLO data.yaml (worker/inputs/yolo.py)
         "pycocotools>=2.0.8,<3",  # masks from polygons and RLE, as COCO's own tools make them

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from pipeline.console import quiet_console
+from pipeline.versions import version_lines
 
 _USAGE = """usage: image-tfrecords COMMAND [options]
 
@@ -20,10 +21,14 @@ commands:
   verify    read every shard of an output back and check it against summary.json
   inspect   write the first records of a split back as image files plus a CSV
   report    write an output's report.html again, from its own files
+
+image-tfrecords --version prints this package's version, the folder its code runs from,
+and the versions of Beam, TensorFlow and tf.Transform it runs with
 """
 
 
 BEAM_HELP = "--help_beam"
+VERSION = "--version"
 _VERBOSE_HELP = ("print all that TensorFlow's libraries print, their start-up lines "
                  "included")
 
@@ -33,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(_USAGE)
         return 0 if args else 2
+    if args[0] == VERSION:
+        print(version_lines())
+        return 0
     command, rest = args[0], args[1:]
     commands = {"convert": convert_main, "verify": verify_main, "inspect": inspect_main,
                 "report": report_main}
@@ -59,6 +67,9 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if BEAM_HELP in args:
         print(_beam_help())
+        return 0
+    if VERSION in args:  # `python -m pipeline --version`
+        print(version_lines())
         return 0
     if "-h" in args or "--help" in args:
         print(_own_help())

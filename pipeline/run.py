@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import importlib.metadata
 import itertools
 import os
 import sys
@@ -28,6 +27,7 @@ from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_f
 from pipeline.stopping import JobWatch, Stopped, WorkersNeverStarted
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from pipeline.tft_storage import tensorflow_location_problem
+from pipeline.versions import installed_versions
 from transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
 from transforms.vocabulary_file import (PinnedVocabulary, VocabularyError, output_labels,
                                        read_pinned_vocabulary)
@@ -60,10 +60,6 @@ class JobFailed(RuntimeError):
     """The job stopped on an error of its own (storage that refused a write, a worker that
     died), not on its outcome check: nothing was published; the message says so, the
     cause, and where the run's files are."""
-
-
-_VERSIONED = ("image-tfrecords", "apache-beam", "tensorflow", "tensorflow-transform",
-              "tfx-bsl", "pillow", "pyarrow", "numpy")
 
 
 def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
@@ -133,7 +129,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
         image_folder=convert.image_folder,
         options=RunOptions(runner=options.view_as(StandardOptions).runner or "DirectRunner",
                            **convert.values()),
-        versions={name: _version(name) for name in _VERSIONED},
+        versions=installed_versions(),
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat())
     # Read now: publishing replaces it. The summary says which ids this run changed.
     replaced_labels = output_labels(convert.output_dir) if convert.overwrite else None
@@ -400,10 +396,3 @@ def _labels_in_data(manifests: list[ManifestSource], rules: RowRules) -> set[str
             if isinstance(row, ManifestRow):
                 found.update(row.labels)
     return found
-
-
-def _version(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+from importlib.metadata import version
 
 import psutil
 import pytest
@@ -242,3 +243,29 @@ def test_the_python_api_prints_nothing_of_tensorflows_own(sample_output):
               "print('read')\n")
     result = run_command(sys.executable, "-c", script)
     assert (result.returncode, result.stdout, result.stderr) == (0, "read\n", "")
+
+
+@pytest.mark.parametrize("command", [["image-tfrecords"], ["-m", "pipeline"]])
+def test_version_names_the_package_and_the_libraries_its_output_depends_on(command):
+    if command[0] == "image-tfrecords":
+        command = [os.path.join(os.path.dirname(sys.executable), "image-tfrecords")]
+    else:
+        command = [sys.executable, *command]
+    result = run_command(*command, "--version")
+    assert result.returncode == 0, result.stderr
+    package, libraries = result.stdout.splitlines()
+    # Where the code runs from: this checkout (the tests put it first on the path).
+    assert package.startswith(f"image-tfrecords {version('image-tfrecords')} from "
+                              f"{os.path.dirname(os.path.dirname(cli.__file__))} (Python ")
+    for name in ("apache-beam", "tensorflow", "tensorflow-transform", "tfx-bsl"):
+        assert f"{name} {version(name)}" in libraries.split(", "), name
+    assert result.stderr == ""
+
+
+def test_version_imports_neither_tensorflow_nor_beam():
+    """It reads the installed packages' metadata: a TensorFlow import takes seconds."""
+    code = ("import sys; from pipeline import cli; code = cli.main(['--version']); "
+            "print(code, sorted({'tensorflow', 'apache_beam'} & set(sys.modules)))")
+    result = run_command(sys.executable, "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "0 []"
