@@ -52,10 +52,6 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     # The Dataflow job id and console URL: a user needs them, and Airflow's Beam operator
     # reads the id from the "Created job with id: [...]" line.
     logging.getLogger("apache_beam.runners.dataflow.internal.apiclient").setLevel(logging.INFO)
-    # A run that fails its outcome check raises RunFailed in the publish step, and the
-    # launcher prints it as one `error:` line; Beam's traceback of it would bury that.
-    logging.getLogger("apache_beam.runners.common").addFilter(
-        lambda record: "RunFailed" not in record.getMessage())
     args = list(sys.argv[1:] if argv is None else argv)
     if BEAM_HELP in args:
         print(_beam_help())

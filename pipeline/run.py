@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib.metadata
 import itertools
+import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import grpc
 from apache_beam.io.filesystems import FileSystems
@@ -50,6 +52,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _ROWS_PROBED = 10  # rows of a manifest whose images the storage probe may read
 # Rows of a manifest whose labels tell a label map's names from its display names.
 _ROWS_SAMPLED_FOR_LABELS = 200
+_STEP_ERRORS_LOGGER = "apache_beam.runners.common"  # Beam's DoFnRunner logs what a step raised
 
 
 class UsageError(ValueError):
@@ -108,10 +111,27 @@ def convert_and_report(argv: Sequence[str], started: float | None = None) -> Sum
     settle_beam_filesystems()
     convert = options.view_as(ConvertOptions)
     try:
-        with shown_progress(options), quiet_console(convert.verbose):
+        with shown_progress(options), quiet_console(convert.verbose), _run_failed_unlogged():
             return _run(options, convert, time.time() if started is None else started)
     except WorkersNeverStarted as never:  # the job's failure, not the launcher's stop
         raise JobFailed(str(never)) from None
+
+
+@contextlib.contextmanager
+def _run_failed_unlogged() -> Iterator[None]:
+    """Within the block, Beam does not log RunFailed. A run that fails its outcome check
+    raises it in the publish step, and Beam's step runner logs it, with its traceback, as
+    an ERROR before it reraises it; the launcher reports it as one `error:` line, the
+    Python API as its result's `problem`, and neither is a crash."""
+    def not_run_failed(record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], RunFailed))
+
+    logger = logging.getLogger(_STEP_ERRORS_LOGGER)
+    logger.addFilter(not_run_failed)
+    try:
+        yield
+    finally:
+        logger.removeFilter(not_run_failed)
 
 
 def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> Summary | None:

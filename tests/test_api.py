@@ -2,6 +2,7 @@
 
 import gc
 import json
+import logging
 import os
 
 import pandas as pd
@@ -66,11 +67,15 @@ def test_convert_from_a_list_of_csvs_and_from_a_folder(photos):
     assert result.examples["train"] == 6
 
 
-def test_a_failed_run_is_reported_not_raised_and_bad_options_raise(photos):
+def test_a_failed_run_is_reported_not_raised_and_bad_options_raise(photos, capfd, caplog):
     root, names = photos
     (root / "m.csv").write_text(f"train,{names[0]},cat\ntrain,img/missing.jpg,cat\n")
     result = image_tfrecords.convert(str(root / "m.csv"), str(root / "out"))
     assert not result.ok and "more than --max_error_fraction" in result.problem
+    # Returned quietly: the failure is the result's, not a crash logged by Beam.
+    printed = capfd.readouterr()
+    assert "Traceback" not in printed.err + printed.out and "RunFailed" not in printed.err
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
     assert result.rows_dead_lettered == 1
     # Nothing published: no summary.json, no shard; the dead letters stay in the temp dir.
     assert result.files == {} and not (root / "out" / "summary.json").exists()
