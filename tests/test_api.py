@@ -10,6 +10,7 @@ import pytest
 
 import image_tfrecords
 from conftest import encode, feature, photo_like, read_examples
+from pipeline import run
 from transforms.shards import shard_of
 from worker.inputs.rows import assign_split
 
@@ -120,3 +121,36 @@ def test_label_order_through_the_api_and_the_dataframe_accessor(photos):
                                            label_order="frequency")
     assert by_frequency.summary.labels == ("zebra", "ant")
     assert by_frequency.summary.options.label_order == "frequency"
+
+
+def test_a_dataframe_whose_relative_paths_resolve_nowhere_is_refused_before_the_job(
+        photos, capsys):
+    """Not one image of the first rows in the current directory (or image_dir): refused
+    up front naming the rows by their index and the folder, not a job that dead-letters
+    every row; as a CSV's rows are with a wrong --image_dir. A few missing images are
+    ordinary dead letters."""
+    root, names = photos
+    bare = [os.path.basename(name) for name in names]  # the images are in img/
+    frame = pd.DataFrame({"image_uri": bare, "label": ["cat"] * 6}, index=list("abcdef"))
+    with pytest.raises(ValueError) as refused:
+        frame.tfrecords.to_tfrecords(str(root / "out"))
+    assert str(refused.value) == (
+        f"the DataFrame: not one image of its first 6 rows is in the current directory "
+        f"{root}, which relative paths are read from: row 'a' '0.jpg', row 'b' '1.jpg', "
+        "row 'c' '2.jpg', ...; give absolute paths, or image_dir= the folder they are in")
+    with pytest.raises(ValueError, match=f"^the DataFrame: .* is in image_dir {root}/out, "):
+        frame.tfrecords.to_tfrecords(str(root / "out"), image_dir="out")
+    assert not (root / "out").exists()  # nothing started
+
+    (root / "m.csv").write_text("".join(f"train,{name},cat\n" for name in bare))
+    code = run.main(["--manifest", str(root / "m.csv"), "--image_dir", str(root),
+                     "--output_dir", str(root / "out")])
+    assert code == run.EXIT_USAGE and capsys.readouterr().err == (
+        f"error: not one image of the first 6 rows is in --image_dir {root}: 0.jpg "
+        f"({root}/m.csv line 1), 1.jpg ({root}/m.csv line 2), 2.jpg ({root}/m.csv line 3), "
+        "...; give absolute paths, or the folder the names are relative to as --image_dir\n")
+
+    some_missing = pd.DataFrame({"image_uri": [names[0], "img/missing.jpg"],
+                                 "label": ["cat"] * 2})
+    result = some_missing.tfrecords.to_tfrecords(str(root / "out"), max_error_fraction=0.5)
+    assert result.ok and result.rows_dead_lettered == 1
