@@ -38,9 +38,6 @@ with quiet_console():
 from worker.naming import REPORT_FILE  # noqa: E402
 from worker.summary import Summary  # noqa: E402
 
-# The line of a DataFrame's first row in the CSV manifest it is written as (after its header).
-_FIRST_ROW_LINE = 2
-
 __all__ = ["ConversionResult", "Output", "Summary", "convert", "load"]
 
 
@@ -131,7 +128,8 @@ def convert(source: str | os.PathLike | Sequence[str | os.PathLike] | pd.DataFra
 def _convert_dataframe(frame: pd.DataFrame, output_dir: str, options: dict[str, Any]
                        ) -> ConversionResult:
     """The DataFrame written as a CSV manifest, converted as one; errors about that file
-    name the DataFrame (and its rows by their index)."""
+    name the DataFrame, and its rows by their image paths (their lines in that file are
+    not its rows' positions where a value holds a line break)."""
     from pipeline.run import ROWS_NAMED, ImagesNotFound  # noqa: PLC0415 - see _convert
 
     with _dataframe_manifest(frame, options.get("temp_location")) as manifest:
@@ -141,8 +139,7 @@ def _convert_dataframe(frame: pd.DataFrame, output_dir: str, options: dict[str, 
                             output_dir)
         except ImagesNotFound as missing:
             folder = ("image_dir" if options.get("image_dir") else "the current directory")
-            rows = ", ".join(f"row {frame.index[row.line - _FIRST_ROW_LINE]!r} "
-                             f"{missing.name(row)!r}" for row in missing.rows[:ROWS_NAMED])
+            rows = ", ".join(repr(missing.name(row)) for row in missing.rows[:ROWS_NAMED])
             raise ValueError(
                 f"the DataFrame: not one image of its first {len(missing.rows)} rows is in "
                 f"{folder} {missing.image_dir}, which relative paths are read from: {rows}"

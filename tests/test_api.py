@@ -126,18 +126,18 @@ def test_label_order_through_the_api_and_the_dataframe_accessor(photos):
 def test_a_dataframe_whose_relative_paths_resolve_nowhere_is_refused_before_the_job(
         photos, capsys):
     """Not one image of the first rows in the current directory (or image_dir): refused
-    up front naming the rows by their index and the folder, not a job that dead-letters
+    up front naming the rows by their paths and the folder, not a job that dead-letters
     every row; as a CSV's rows are with a wrong --image_dir. A few missing images are
     ordinary dead letters."""
     root, names = photos
     bare = [os.path.basename(name) for name in names]  # the images are in img/
-    frame = pd.DataFrame({"image_uri": bare, "label": ["cat"] * 6}, index=list("abcdef"))
+    frame = pd.DataFrame({"image_uri": bare, "label": ["cat"] * 6})
     with pytest.raises(ValueError) as refused:
         frame.tfrecords.to_tfrecords(str(root / "out"))
     assert str(refused.value) == (
         f"the DataFrame: not one image of its first 6 rows is in the current directory "
-        f"{root}, which relative paths are read from: row 'a' '0.jpg', row 'b' '1.jpg', "
-        "row 'c' '2.jpg', ...; give absolute paths, or image_dir= the folder they are in")
+        f"{root}, which relative paths are read from: '0.jpg', '1.jpg', '2.jpg', ...; give "
+        "absolute paths, or image_dir= the folder they are in")
     with pytest.raises(ValueError, match=f"^the DataFrame: .* is in image_dir {root}/out, "):
         frame.tfrecords.to_tfrecords(str(root / "out"), image_dir="out")
     assert not (root / "out").exists()  # nothing started
