@@ -3,6 +3,10 @@ and the parse spec, all from the output's own metadata (local paths or gs:// ali
 
 Reading needs TensorFlow only: this module (and every reader) imports neither Beam nor
 tf.Transform, so `load`, `verify` and `inspect` start as fast as TensorFlow does.
+
+A folder without summary.json where a run failed (it published nothing) is no output,
+and reading it says so: why, from that run's FAILED.json, and where that and its staged
+report are; never only that summary.json is missing.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ from collections.abc import Iterator
 import pydantic
 import tensorflow as tf
 
-from worker.choices import LabelMode, UnseenLabel
-from worker.file_formats import GFiles, ShardFormat
 from transforms.outcome import Failure
 from worker import naming
+from worker.choices import LabelMode, UnseenLabel
+from worker.file_formats import GFiles, ShardFormat
 from worker.naming import SUMMARY_FILE, confined_name
 from worker.splits import SPLIT_NAMES, normalise_split
 from worker.summary import FeatureInfo, Summary
