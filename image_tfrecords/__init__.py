@@ -128,12 +128,23 @@ def convert(source: str | os.PathLike | Sequence[str | os.PathLike] | pd.DataFra
 def _convert_dataframe(frame: pd.DataFrame, output_dir: str, options: dict[str, Any]
                        ) -> ConversionResult:
     """The DataFrame written as a CSV manifest, converted as one; errors about that file
-    name the DataFrame."""
+    name the DataFrame, and its rows by their image paths (their lines in that file are
+    not its rows' positions where a value holds a line break)."""
+    from pipeline.run import ROWS_NAMED, ImagesNotFound  # noqa: PLC0415 - see _convert
+
     with _dataframe_manifest(frame, options.get("temp_location")) as manifest:
         try:
             return _convert({**options, "manifest": manifest,
                              "image_dir": options.get("image_dir") or os.getcwd()},
                             output_dir)
+        except ImagesNotFound as missing:
+            folder = ("image_dir" if options.get("image_dir") else "the current directory")
+            rows = ", ".join(repr(missing.name(row)) for row in missing.rows[:ROWS_NAMED])
+            raise ValueError(
+                f"the DataFrame: not one image of its first {len(missing.rows)} rows is in "
+                f"{folder} {missing.image_dir}, which relative paths are read from: {rows}"
+                + (", ..." if len(missing.rows) > ROWS_NAMED else "")
+                + "; give absolute paths, or image_dir= the folder they are in") from None
         except ValueError as problem:
             raise ValueError(str(problem).replace(manifest, "the DataFrame")) from None
 

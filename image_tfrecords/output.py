@@ -3,17 +3,24 @@ and the parse spec, all from the output's own metadata (local paths or gs:// ali
 
 Reading needs TensorFlow only: this module (and every reader) imports neither Beam nor
 tf.Transform, so `load`, `verify` and `inspect` start as fast as TensorFlow does.
+
+A folder without summary.json where a run failed (it published nothing) is no output,
+and reading it says so: why, from that run's FAILED.json, and where that and its staged
+report are; never only that summary.json is missing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import posixpath
 from collections.abc import Iterator
 
 import pydantic
 import tensorflow as tf
 
+from transforms.outcome import Failure
+from worker import naming
 from worker.choices import LabelMode, UnseenLabel
 from worker.file_formats import GFiles, ShardFormat
 from worker.naming import SUMMARY_FILE, confined_name
@@ -50,6 +57,56 @@ class NotAnOutput(FileNotFoundError):
     """The folder has no summary.json: a usage error, not a bad output."""
 
 
+class FailedRunFolder(ValueError):
+    """The folder has no summary.json, but a run failed in it: not an output, and why."""
+
+
+def output_folder(path: str) -> str:
+    """The output folder `path` names: itself, or the folder of the summary.json it names
+    (`verify out/summary.json`, gs:// and s3:// alike; `out/summary.json/` is a folder)."""
+    if path.endswith("/") or posixpath.basename(path) != SUMMARY_FILE:
+        return path.rstrip("/")
+    return posixpath.dirname(path) or "."
+
+
+@dataclasses.dataclass(frozen=True)
+class FailedRun:
+    """A run that failed its outcome check in an output folder and published nothing:
+    why (its FAILED.json, transforms/outcome.py's Failure) and where its files are."""
+
+    problems: tuple[str, ...]
+    record: str  # its FAILED.json
+    staged_report: str | None  # the report.html it staged, where there is one
+    started_at: str  # ISO 8601; empty where FAILED.json cannot be read
+
+    def said(self) -> str:
+        """Why it failed, and where to look, in one line."""
+        report = f"; its report: {self.staged_report}" if self.staged_report else ""
+        return f"{'; '.join(self.problems)}; see {self.record}{report}"
+
+
+def last_failed_run(directory: str) -> FailedRun | None:
+    """The run that failed last in `directory` (its temp folder holds FAILED.json), or
+    None. A run that publishes removes every run's temp folder, so a failed run beside a
+    published output is one that came after it."""
+    found = [_failed_run(temp) for temp in tf.io.gfile.glob(naming.every_temp_dir(directory))
+             if tf.io.gfile.exists(naming.failure_record(temp))]
+    return max(found, key=lambda failed: failed.started_at, default=None)
+
+
+def _failed_run(temp_dir: str) -> FailedRun:
+    record, report = naming.failure_record(temp_dir), naming.staged_report(temp_dir)
+    staged_report = report if tf.io.gfile.exists(report) else None
+    with tf.io.gfile.GFile(record, "rb") as file:
+        text = file.read()
+    try:  # the folder may be a bucket others write to: its FAILED.json is read as untrusted
+        failure = Failure.from_json(text, record)
+    except ValueError:
+        return FailedRun(("the run's FAILED.json does not say why (it is not one this "
+                          "version reads)",), record, staged_report, "")
+    return FailedRun(failure.problems, record, staged_report, failure.summary.started_at)
+
+
 @dataclasses.dataclass(frozen=True)
 class Output:
     """An output folder and its summary.json."""
@@ -59,12 +116,17 @@ class Output:
 
     @classmethod
     def read(cls, directory: str) -> Output:
-        """Raises NotAnOutput when the folder has no summary.json, ValueError when
-        it is not one (naming what is wrong) or lists no features (written before
-        summary.json did)."""
-        directory = directory.rstrip("/")
+        """`directory` may name its summary.json. Raises FailedRunFolder when the folder
+        has no summary.json but a failed run's files, NotAnOutput when it has neither,
+        ValueError when summary.json is not one (naming what is wrong) or lists no
+        features (written before summary.json did)."""
+        directory = output_folder(directory)
         path = f"{directory}/{SUMMARY_FILE}"
         if not tf.io.gfile.exists(path):
+            failed = last_failed_run(directory)
+            if failed:
+                raise FailedRunFolder(f"no output: {SUMMARY_FILE} was not published, as the "
+                                      f"last run failed: {failed.said()}")
             raise NotAnOutput(f"{path} not found: not an image-tfrecords output")
         with tf.io.gfile.GFile(path, "rb") as file:
             try:

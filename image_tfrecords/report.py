@@ -94,7 +94,7 @@ def rebuild_report(output_dir: str) -> str:
                       for reason, rows in sorted(rejected.items())})
     path = output.path(REPORT_FILE)
     with tf.io.gfile.GFile(path, "wb") as out:
-        out.write(render_report(summary, content, output_dir).encode())
+        out.write(render_report(summary, content, output.directory).encode())
     return path
 
 

@@ -60,10 +60,6 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     # The Dataflow job id and console URL: a user needs them, and Airflow's Beam operator
     # reads the id from the "Created job with id: [...]" line.
     logging.getLogger("apache_beam.runners.dataflow.internal.apiclient").setLevel(logging.INFO)
-    # A run that fails its outcome check raises RunFailed in the publish step, and the
-    # launcher prints it as one `error:` line; Beam's traceback of it would bury that.
-    logging.getLogger("apache_beam.runners.common").addFilter(
-        lambda record: "RunFailed" not in record.getMessage())
     args = list(sys.argv[1:] if argv is None else argv)
     if BEAM_HELP in args:
         print(_beam_help())
@@ -98,6 +94,7 @@ def verify_main(argv: Sequence[str]) -> int:
     splits = ", ".join(f"{split} {count}" for split, count in verified.examples.items())
     print(f"ok: {sum(verified.examples.values())} examples in {verified.shards} shards "
           f"({splits}): every record, image and label id checked")
+    _say_later_failure(args.output_dir)
     return 0
 
 
@@ -137,7 +134,19 @@ def report_main(argv: Sequence[str]) -> int:
     except (ValueError, FileNotFoundError) as problem:
         return _output_problem(args.output_dir, problem)
     print(f"written: {written}")
+    _say_later_failure(args.output_dir)
     return 0
+
+
+def _say_later_failure(output_dir: str) -> None:
+    """A run that failed after the output was published: it is still the earlier run's
+    (exit 0: what was checked is sound), which a user who ran --overwrite must know."""
+    from image_tfrecords.output import last_failed_run, output_folder  # noqa: PLC0415
+
+    failed = last_failed_run(output_folder(output_dir))
+    if failed:
+        print(f"warning: {output_dir}: this is the output an earlier run published; a later "
+              f"run failed and published nothing: {failed.said()}", file=sys.stderr)
 
 
 def _output_problem(output_dir: str, problem: Exception) -> int:

@@ -27,7 +27,7 @@ from worker import naming, storage
 from worker.chunks import LineCutter, LineRange, ManifestSource, RowChunk, chunk_bytes
 from worker.inputs.folder import IMAGE_FOLDER, everything_under
 from worker.inputs.sources import FORMATS
-from worker.naming import FAILED_FILE, RUN_FILE, SUMMARY_FILE
+from worker.naming import RUN_FILE, SUMMARY_FILE
 from worker.summary import Summary
 # Options that change nothing a run writes, and may differ between a run and its resume;
 # the sources (--manifest, --image_folder) are compared by their contents.
@@ -140,7 +140,7 @@ def start(folder: str, current: Fingerprint, resumed: bool) -> None:
         return
     staged = naming.staged_dir(folder)
     publishing = (FileSystems.exists(FileSystems.join(folder, SUMMARY_FILE))
-                  and not FileSystems.exists(FileSystems.join(staged, FAILED_FILE)))
+                  and not FileSystems.exists(naming.failure_record(folder)))
     if not publishing:
         leftovers = [metadata.path for result in FileSystems.match(
             [FileSystems.join(staged, "**"), FileSystems.join(folder, SUMMARY_FILE)])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import itertools
+import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import grpc
 from apache_beam.io.filesystems import FileSystems
@@ -48,12 +50,32 @@ from worker.summary import RunInfo, RunOptions, Summary
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _ROWS_PROBED = 10  # rows of a manifest whose images the storage probe may read
+ROWS_NAMED = 3  # of the rows an error is about, those it names
 # Rows of a manifest whose labels tell a label map's names from its display names.
 _ROWS_SAMPLED_FOR_LABELS = 200
+_STEP_ERRORS_LOGGER = "apache_beam.runners.common"  # Beam's DoFnRunner logs what a step raised
 
 
 class UsageError(ValueError):
     """Options or an output location that cannot work; reported without a traceback."""
+
+
+class ImagesNotFound(UsageError):
+    """Not one image the first rows of the manifests name in --image_dir is there: the
+    folder (or the names) must be wrong. `rows`: those rows."""
+
+    def __init__(self, image_dir: str, rows: list[ManifestRow]) -> None:
+        self.image_dir, self.rows = image_dir, rows
+        super().__init__(
+            f"not one image of the first {counted(len(rows), 'row')} is in --image_dir "
+            f"{image_dir}: " + ", ".join(f"{self.name(row)} ({row.manifest} line {row.line})"
+                                        for row in rows[:ROWS_NAMED])
+            + (", ..." if len(rows) > ROWS_NAMED else "")
+            + "; give absolute paths, or the folder the names are relative to as --image_dir")
+
+    def name(self, row: ManifestRow) -> str:
+        """The image's name as the row gives it, relative to --image_dir."""
+        return os.path.relpath(row.uri, self.image_dir)
 
 
 class JobFailed(RuntimeError):
@@ -104,10 +126,27 @@ def convert_and_report(argv: Sequence[str], started: float | None = None) -> Sum
     settle_beam_filesystems()
     convert = options.view_as(ConvertOptions)
     try:
-        with shown_progress(options), quiet_console(convert.verbose):
+        with shown_progress(options), quiet_console(convert.verbose), _run_failed_unlogged():
             return _run(options, convert, time.time() if started is None else started)
     except WorkersNeverStarted as never:  # the job's failure, not the launcher's stop
         raise JobFailed(str(never)) from None
+
+
+@contextlib.contextmanager
+def _run_failed_unlogged() -> Iterator[None]:
+    """Within the block, Beam does not log RunFailed. A run that fails its outcome check
+    raises it in the publish step, and Beam's step runner logs it, with its traceback, as
+    an ERROR before it reraises it; the launcher reports it as one `error:` line, the
+    Python API as its result's `problem`, and neither is a crash."""
+    def not_run_failed(record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], RunFailed))
+
+    logger = logging.getLogger(_STEP_ERRORS_LOGGER)
+    logger.addFilter(not_run_failed)
+    try:
+        yield
+    finally:
+        logger.removeFilter(not_run_failed)
 
 
 def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> Summary | None:
@@ -329,7 +368,9 @@ def _check_locations(convert: ConvertOptions) -> list[ManifestSource]:
         manifests, first_images = find_manifests(convert.manifest, convert.input_format,
                                                  say=_say), []
     check_sources(manifests, rules)
-    probe_storage(first_images + _first_image_uris(manifests, rules))
+    first_rows = _first_image_rows(manifests, rules)
+    probe_storage(first_images + [row.uri for row in first_rows])
+    _check_image_dir(convert.image_dir, first_rows)
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
     if existing and not convert.overwrite:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "
@@ -374,15 +415,27 @@ def _source_locations(convert: ConvertOptions) -> list[str]:
     return [*(path for path in paths if not any(c in path for c in "*?[")), output]
 
 
-def _first_image_uris(manifests: list[ManifestSource], rules: RowRules) -> list[str]:
-    """The image URIs of the first rows of the first manifests: what the probe reads.
+def _first_image_rows(manifests: list[ManifestSource], rules: RowRules) -> list[ManifestRow]:
+    """The first rows of the first manifests: their images are what the probe reads.
 
     Not from COCO files: their first row comes only after their image table is read.
     """
     readable = [source for source in manifests if source.format != CocoFormat.name]
-    return [row.uri for source in readable[:FILES_PER_SCHEME]
+    return [row for source in readable[:FILES_PER_SCHEME]
             for row in itertools.islice(read_source(source, rules), _ROWS_PROBED)
             if isinstance(row, ManifestRow)]
+
+
+def _check_image_dir(image_dir: str | None, first_rows: list[ManifestRow]) -> None:
+    """ImagesNotFound where a local --image_dir (a DataFrame's: the current directory)
+    holds not one image the first rows name in it: the job would only dead-letter every
+    row as file_not_found. A few missing images are ordinary dead letters."""
+    if not image_dir or not storage.is_local(image_dir):
+        return
+    inside = [row for row in first_rows
+              if storage.is_local(row.uri) and row.uri.startswith(os.path.join(image_dir, ""))]
+    if inside and not any(os.path.exists(row.uri) for row in inside):
+        raise ImagesNotFound(image_dir, inside)
 
 
 def _labels_in_data(manifests: list[ManifestSource], rules: RowRules) -> set[str]:

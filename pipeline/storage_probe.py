@@ -188,8 +188,8 @@ def _record_probe_retries(record: logging.LogRecord) -> bool:
         return record.levelno >= _SHOWN_FROM.get(record.name, logging.NOTSET)
     if record.name == _ANSWERS_LOGGER and record.levelno == logging.DEBUG:
         attempt.answered = attempt.answered or record.msg == _ANSWER_LINE
-    else:
-        attempt.last_line = record.getMessage().splitlines()[0][:300]
+    else:  # whole: a cut line ends mid-word, and its cause is at its end
+        attempt.last_line = next(iter(record.getMessage().splitlines()), "")
     return False
 
 

@@ -2,6 +2,7 @@
 
 import gc
 import json
+import logging
 import os
 
 import pandas as pd
@@ -9,6 +10,7 @@ import pytest
 
 import image_tfrecords
 from conftest import encode, feature, photo_like, read_examples
+from pipeline import run
 from transforms.shards import shard_of
 from worker.inputs.rows import assign_split
 
@@ -66,11 +68,15 @@ def test_convert_from_a_list_of_csvs_and_from_a_folder(photos):
     assert result.examples["train"] == 6
 
 
-def test_a_failed_run_is_reported_not_raised_and_bad_options_raise(photos):
+def test_a_failed_run_is_reported_not_raised_and_bad_options_raise(photos, capfd, caplog):
     root, names = photos
     (root / "m.csv").write_text(f"train,{names[0]},cat\ntrain,img/missing.jpg,cat\n")
     result = image_tfrecords.convert(str(root / "m.csv"), str(root / "out"))
     assert not result.ok and "more than --max_error_fraction" in result.problem
+    # Returned quietly: the failure is the result's, not a crash logged by Beam.
+    printed = capfd.readouterr()
+    assert "Traceback" not in printed.err + printed.out and "RunFailed" not in printed.err
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
     assert result.rows_dead_lettered == 1
     # Nothing published: no summary.json, no shard; the dead letters stay in the temp dir.
     assert result.files == {} and not (root / "out" / "summary.json").exists()
@@ -115,3 +121,36 @@ def test_label_order_through_the_api_and_the_dataframe_accessor(photos):
                                            label_order="frequency")
     assert by_frequency.summary.labels == ("zebra", "ant")
     assert by_frequency.summary.options.label_order == "frequency"
+
+
+def test_a_dataframe_whose_relative_paths_resolve_nowhere_is_refused_before_the_job(
+        photos, capsys):
+    """Not one image of the first rows in the current directory (or image_dir): refused
+    up front naming the rows by their paths and the folder, not a job that dead-letters
+    every row; as a CSV's rows are with a wrong --image_dir. A few missing images are
+    ordinary dead letters."""
+    root, names = photos
+    bare = [os.path.basename(name) for name in names]  # the images are in img/
+    frame = pd.DataFrame({"image_uri": bare, "label": ["cat"] * 6})
+    with pytest.raises(ValueError) as refused:
+        frame.tfrecords.to_tfrecords(str(root / "out"))
+    assert str(refused.value) == (
+        f"the DataFrame: not one image of its first 6 rows is in the current directory "
+        f"{root}, which relative paths are read from: '0.jpg', '1.jpg', '2.jpg', ...; give "
+        "absolute paths, or image_dir= the folder they are in")
+    with pytest.raises(ValueError, match=f"^the DataFrame: .* is in image_dir {root}/out, "):
+        frame.tfrecords.to_tfrecords(str(root / "out"), image_dir="out")
+    assert not (root / "out").exists()  # nothing started
+
+    (root / "m.csv").write_text("".join(f"train,{name},cat\n" for name in bare))
+    code = run.main(["--manifest", str(root / "m.csv"), "--image_dir", str(root),
+                     "--output_dir", str(root / "out")])
+    assert code == run.EXIT_USAGE and capsys.readouterr().err == (
+        f"error: not one image of the first 6 rows is in --image_dir {root}: 0.jpg "
+        f"({root}/m.csv line 1), 1.jpg ({root}/m.csv line 2), 2.jpg ({root}/m.csv line 3), "
+        "...; give absolute paths, or the folder the names are relative to as --image_dir\n")
+
+    some_missing = pd.DataFrame({"image_uri": [names[0], "img/missing.jpg"],
+                                 "label": ["cat"] * 2})
+    result = some_missing.tfrecords.to_tfrecords(str(root / "out"), max_error_fraction=0.5)
+    assert result.ok and result.rows_dead_lettered == 1

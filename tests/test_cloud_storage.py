@@ -396,6 +396,9 @@ def test_an_unreachable_gcs_host_stops_the_run_naming_what_the_client_retries(
     error = stops_fast(image_manifest(tmp_path, uri), capsys, uri)
     assert f"no answer within {PROBE_SECONDS:g} s; the client retries: " in error
     assert "Connection refused" in error or "ConnectionError" in error
+    # The client's line whole, however long its URL (google-api-core's "Retrying due
+    # to ..., sleeping 0.6s ..."): not cut mid-word.
+    assert re.search(r", sleeping \d+\.\ds \.\.\.$", error.rstrip("\n")), error
 
 
 def test_an_unreachable_output_bucket_stops_the_run_before_any_listing_hangs(

@@ -10,7 +10,10 @@ import pytest
 
 from conftest import (copy_output, encode, photo_like, rewrite_records, shard_files,
                       shard_records)
-from pipeline.cli import verify_main
+from image_tfrecords.output import output_folder
+from pipeline.cli import report_main, verify_main
+from transforms.outcome import Failure
+from worker.naming import failure_record, staged_dir, staged_report, temp_dir
 from worker.summary import RunOptions, Summary
 
 SHARD = "train-00001-of-00002.tfrecord"  # in tfrecord_output
@@ -211,3 +214,61 @@ def test_a_folder_without_summary_json_or_with_one_without_features_is_an_error(
     assert code == 1 and "is not a summary.json image-tfrecords reads" in text
     assert "rows_read\n  Field required" in text
 
+
+
+def fail_a_run(output, run_id, started_at, problem):
+    """The files a run that failed its outcome check leaves in `output`: its FAILED.json
+    (as the publish step writes it) and its staged report."""
+    temp = temp_dir(str(output), run_id)
+    os.makedirs(staged_dir(temp))
+    summary = Summary(options=RunOptions(), rows_read=2, examples_written=1,
+                      rows_in_examples=1, rows_dead_lettered=1, accounted=True,
+                      error_fraction=0.5, splits={}, vocabulary={"label": ["cat"]},
+                      started_at=started_at)
+    failure = Failure(problems=(problem,), dead_letters=(), record=failure_record(temp),
+                      summary=summary)
+    with open(failure.record, "w") as out:
+        out.write(failure.to_json())
+    with open(staged_report(temp), "w") as out:
+        out.write("<html>")
+    return temp
+
+
+@pytest.mark.parametrize("command", [verify_main, report_main])
+def test_a_failed_runs_folder_says_the_run_failed_why_and_where_to_look(tmp_path, capsys,
+                                                                         command):
+    """No summary.json, but two failed runs' temp folders: the last one's reason and files
+    are named, and it is no output (exit 1), named by its folder or its summary.json."""
+    out = tmp_path / "out"
+    fail_a_run(out, "0123456789ab", "2026-01-01T10:00:00+00:00", "no example was written")
+    last = fail_a_run(out, "ba9876543210", "2026-01-02T10:00:00+00:00",
+                      "50.0% of rows were dead-lettered, more than --max_error_fraction 1.0%")
+    for given in (out, out / "summary.json"):
+        code = command([str(given)])
+        error = capsys.readouterr().err
+        assert code == 1
+        assert error == (
+            f"error: {given}: no output: summary.json was not published, as the last run "
+            "failed: 50.0% of rows were dead-lettered, more than --max_error_fraction 1.0%; "
+            f"see {failure_record(last)}; its report: {staged_report(last)}\n")
+
+
+def test_an_output_with_a_later_failed_run_beside_it_is_verified_and_the_failure_said(
+        tfrecord_output, tmp_path, capsys):
+    output = copy_output(tfrecord_output, tmp_path / "out")
+    later = fail_a_run(output, "0123456789ab", "2026-01-01T10:00:00+00:00",
+                       "no example was written")
+    code, text = verify(output / "summary.json", capsys)
+    assert code == 0 and text.startswith("ok: ")
+    assert (f"warning: {output}/summary.json: this is the output an earlier run published; "
+            "a later run failed and published nothing: no example was written; see "
+            f"{failure_record(later)}; its report: {staged_report(later)}") in text
+
+
+@pytest.mark.parametrize("given, folder", [
+    ("out/summary.json", "out"), ("out/", "out"), ("summary.json", "."),
+    ("gs://bucket/out/summary.json", "gs://bucket/out"), ("s3://bucket/summary.json",
+                                                           "s3://bucket"),
+    ("out/summary.json/", "out/summary.json")])  # a trailing / names a folder
+def test_an_output_is_named_by_its_folder_or_its_summary_json(given, folder):
+    assert output_folder(given) == folder

@@ -2,7 +2,8 @@
 reading back the summary a run prepared or published.
 
 Kept apart from publish.py so the launcher knows RunFailed, and reads a summary, without
-loading TensorFlow.
+loading TensorFlow; and Beam is loaded only to read a summary, so that the readers of an
+output (verify, report) read a failed run's FAILED.json as a Failure without it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import pydantic
-from apache_beam.io.filesystems import FileSystems
 
 from worker.choices import LabelOrder
 from worker.summary import Summary
@@ -59,6 +59,9 @@ class Failure(pydantic.BaseModel):
 def read_summary(path: str) -> Summary | None:
     """The summary at `path`; None where there is none, or none this version could have
     written (an older version's, or one a killed run left half-written)."""
+    # Imported here: readers of an output read a failed run's Failure with Beam unloaded.
+    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
+
     if not FileSystems.exists(path):
         return None
     with FileSystems.open(path) as file:

@@ -45,7 +45,7 @@ from worker.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from worker.splits import SPLITS
 from worker.label_checks import LabelSeen, label_warnings
 from worker.label_map import label_map_text
-from worker.naming import (DATASET_INFO_FILE, DUPLICATES, ERRORS, FAILED_FILE, FEATURES_FILE,
+from worker.naming import (DATASET_INFO_FILE, DUPLICATES, ERRORS, FEATURES_FILE,
                            LABEL_MAP_FILE, NEAR_DUPLICATES, REPORT_FILE, SUMMARY_FILE,
                            staged_dir)
 from worker.records import ShardWritten
@@ -175,7 +175,7 @@ class PublishOutput(beam.PTransform):
         staged = staged_dir(self._temp_dir)
         failure = Failure(problems=problems, dead_letters=[
             FileSystems.join(staged, name) for name in summary.errors.files],
-            record=FileSystems.join(staged, FAILED_FILE), summary=summary)
+            record=naming.failure_record(self._temp_dir), summary=summary)
         _write_text(failure.record, failure.to_json())
         return failure
 
@@ -246,7 +246,7 @@ class PublishOutput(beam.PTransform):
 
 def read_failure(temp_dir: str) -> Failure | None:
     """The Failure a run with this temp dir recorded, or None when it recorded none."""
-    path = FileSystems.join(staged_dir(temp_dir), FAILED_FILE)
+    path = naming.failure_record(temp_dir)
     if not FileSystems.exists(path):
         return None
     with FileSystems.open(path) as file:

@@ -146,6 +146,16 @@ def staged_dir(temp_dir: str) -> str:
     return storage.join(temp_dir, STAGED_DIR)
 
 
+def failure_record(temp_dir: str) -> str:
+    """The FAILED.json of the run with this temp folder (a pattern, for a pattern)."""
+    return storage.join(staged_dir(temp_dir), FAILED_FILE)
+
+
+def staged_report(temp_dir: str) -> str:
+    """The report.html the run with this temp folder staged (a failed run's stays there)."""
+    return storage.join(staged_dir(temp_dir), REPORT_FILE)
+
+
 def transform_dir(parent: str, run_id: str) -> str:
     """tf.Transform's working folder for the run, under --temp_location or the local
     temp dir (tf.Transform writes through TensorFlow's filesystems, not Beam's)."""
