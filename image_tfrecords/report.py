@@ -184,7 +184,8 @@ def _first(items: Iterable[_T], count: int, rank: Callable[[_T], Any]) -> list[_
 
 def _copy_rank(pair: dict[str, Any]) -> tuple:
     copy = pair["copy"]
-    return copy_rank(copy["split"], copy["manifest"], copy["line"], copy["uri"])
+    return copy_rank(pair["kept"]["split"], copy["split"], copy["manifest"], copy["line"],
+                     copy["uri"])
 
 
 def _row_rank(dead: dict[str, Any]) -> tuple:

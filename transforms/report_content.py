@@ -132,11 +132,12 @@ def _kept(joined: tuple[tuple[str, int], dict[str, list]]) -> Iterator[ShardExam
 
 @beam.ptransform_fn
 def _first_copies(batches: beam.PCollection) -> beam.PCollection:
-    """Batches of copies -> [the first PAIRS_SHOWN, by report_page.copy_rank]."""
+    """Batches of copies -> [the first PAIRS_SHOWN, by report_page.copy_rank: leaks first]."""
     return (batches
             | "Copies" >> beam.FlatMap(iter)
             | "First" >> beam.combiners.Top.Of(PAIRS_SHOWN, key=lambda copy: copy_rank(
-                copy.copy.split, copy.copy.manifest, copy.copy.line, copy.copy.uri),
+                copy.kept.split, copy.copy.split, copy.copy.manifest, copy.copy.line,
+                copy.copy.uri),
                 reverse=True))
 
 
