@@ -25,7 +25,7 @@ from image_tfrecords.output import IMAGE, LABEL_TEXT, Output
 from worker.images import THUMBNAIL_SIDE, open_image, thumbnail_of
 from worker.inputs.documents import DocumentError, load_json
 from worker.naming import REPORT_FILE
-from worker.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
+from worker.report_page import (LEAKS_LISTED, PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
                                     Pictured, RejectedRow, ReportContent, copy_rank,
                                     render_report, sample_rank)
 
@@ -65,13 +65,12 @@ def rebuild_report(output_dir: str) -> str:
     """Writes OUTPUT/report.html and returns its path."""
     output = Output.read(output_dir)
     summary = output.summary
-    copies = {kind: _first(_json_lines(output, found.files, _COPY_LINE), PAIRS_SHOWN,
+    copies = {kind: _first(_json_lines(output, found.files, _COPY_LINE), LEAKS_LISTED,
                            _copy_rank)
               for kind, found in (("duplicates", summary.duplicates),
                                   ("near_duplicates", summary.near_duplicates))}
-    wanted = {(image["split"], image["uri"])
-              for pairs in copies.values() for pair in pairs for image in (pair["kept"],
-                                                                             pair["copy"])}
+    wanted = {(image["split"], image["uri"]) for pairs in copies.values()  # pictured
+              for pair in pairs[:PAIRS_SHOWN] for image in (pair["kept"], pair["copy"])}
     samples, thumbnails = _sample(output, wanted)
 
     def pictured(image: dict[str, Any]) -> Pictured:

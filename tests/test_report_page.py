@@ -29,7 +29,7 @@ from worker.histograms import (FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes_bin
 from worker.images import THUMBNAIL_SIDE
 from worker.naming import REPORT_FILE
 from transforms.outcome import Failure
-from worker.report_page import (LABELS_SAMPLED, PAIRS_SHOWN, SAMPLE_PER_LABEL, CopyPair,
+from worker.report_page import (LABELS_SAMPLED, LEAKS_LISTED, PAIRS_SHOWN, SAMPLE_PER_LABEL, CopyPair,
                                 Pictured, ReportContent, copy_rank, render_report)
 from worker.summary import ErrorsInfo, NearCopiesInfo, RunOptions, SplitInfo, Summary
 
@@ -326,7 +326,7 @@ def box_of(shot: Image.Image, colour: tuple[int, int, int]) -> tuple[int, int]:
 MAGENTA, GREEN = (255, 0, 255), (0, 255, 0)
 
 
-def failed_run_page() -> tuple[str, Failure]:
+def failed_run() -> tuple[Summary, ReportContent, Failure]:
     """A run that failed its outcome check (40% dead letters), as its staged report shows
     it: 60 near-copies within TRAIN and 60 between TRAIN and VALIDATION (leaks), a wide
     thumbnail in the sample and in the first leak."""
@@ -351,8 +351,8 @@ def failed_run_page() -> tuple[str, Failure]:
         wide = solid(GREEN, (96, 32)) if index == 0 else grey
         copies.append(CopyPair(kept._replace(thumbnail=wide), Pictured(
             f"/leak{index}.jpg", "validation", ("cat",), grey), 3))
-    # The first PAIRS_SHOWN of them, as the pipeline and `report` pick them.
-    shown = heapq.nsmallest(PAIRS_SHOWN, copies, key=lambda pair: copy_rank(
+    # The first of them, as the pipeline and `report` pick them.
+    shown = heapq.nsmallest(LEAKS_LISTED, copies, key=lambda pair: copy_rank(
         pair.kept.split, pair.copy.split, "m.csv", int(re.sub(r"\D", "", pair.copy.uri)),
         pair.copy.uri))
     content = ReportContent(
@@ -363,12 +363,12 @@ def failed_run_page() -> tuple[str, Failure]:
                                 "--max_error_fraction 1.0%",),
                       dead_letters=("out/.tmp-1/staged/errors-00000-of-00001.jsonl",),
                       record="out/.tmp-1/staged/FAILED.json", summary=summary)
-    return render_report(summary, content, "out", failure), failure
+    return summary, content, failure
 
 
 def test_a_failed_runs_page_opens_on_its_failure_with_leaks_first(tmp_path):
-    page_html, failure = failed_run_page()
-    (tmp_path / REPORT_FILE).write_text(page_html)
+    summary, content, failure = failed_run()
+    (tmp_path / REPORT_FILE).write_text(render_report(summary, content, "out", failure))
     dom = chromium(tmp_path, "--dump-dom", (tmp_path / REPORT_FILE).as_uri())
     page = Page(dom)
     # The first words are the failure, its reason and where FAILED.json is; nothing that
@@ -384,8 +384,11 @@ def test_a_failed_runs_page_opens_on_its_failure_with_leaks_first(tmp_path):
     assert [uri for uri in near if "/leak" in uri or "/within" in uri] == [
         f"/leak{index}.jpg" for index in range(PAIRS_SHOWN)]
     assert text.index("train/validation (leak)") < text.index("train/train")
-    assert ("The first 50 of 120 copies, leaks first: 50 of the 60 leaks. Every one is in "
-            "near_duplicates-00000-of-00001.jsonl") in text
+    assert ("The first 50 of 120 copies, leaks first: 50 of the 60 leaks; the next 10 are "
+            "listed below.") in text
+    listed = text[text.index("The next 10 leaks, by name"):]
+    assert [re.sub(r"\D", "", uri) for uri in re.findall(r"/\w+\.jpg", listed)] == [
+        str(index) for index in range(PAIRS_SHOWN, 60) for _ in ("kept", "leak")]
     # No script; each bar's numbers as its <title>; whole-number ticks on every count axis.
     assert page.scripts == 0 and "<title>train, cat: 3</title>" in dom
     ticks = YTicks(dom).charts
@@ -401,3 +404,17 @@ def test_a_failed_runs_page_opens_on_its_failure_with_leaks_first(tmp_path):
     for colour, aspect in ((MAGENTA, 4), (GREEN, 3)):
         width, height = box_of(shot, colour)
         assert abs(width / height - aspect) < 0.25 * aspect, (colour, width, height)
+
+
+def test_leaks_beyond_those_listed_are_pointed_to_in_their_files():
+    """More leaks than the page lists (LEAKS_LISTED): the note says how many, which files
+    hold them all and how to pick them out."""
+    summary, content, _ = failed_run()
+    near = summary.near_duplicates.model_copy(update={
+        "copies": 20_060, "by_splits": {"train/train": 60, "train/validation": 20_000}})
+    page = Page(render_report(summary.model_copy(update={"near_duplicates": near}), content,
+                              "out"))
+    assert ("The first 50 of 20060 copies, leaks first: 50 of the 20000 leaks; the next 10 "
+            "are listed below. Every one is in near_duplicates-00000-of-00001.jsonl, the "
+            "lines whose kept and copy splits differ: jq -c 'select(.kept.split != "
+            ".copy.split)' near_duplicates-00000-of-00001.jsonl") in " ".join(page.text)

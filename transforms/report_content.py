@@ -1,8 +1,8 @@
 """What report.html shows besides summary.json's numbers, gathered from small records.
 
 The sample (per split and label, the examples of lowest report_page.sample_rank), the
-first copies of each kind and the first dead letters of each reason are picked by
-combiners, so no stage holds more than the page shows. Their thumbnails are then read
+first copies of each kind (leaks first) and the first dead letters of each reason are
+picked by combiners, so no stage holds more than the page shows. Their thumbnails are then read
 from the files the shard writer wrote beside its shards: the writer's own decode, so no
 image is read again.
 """
@@ -23,7 +23,7 @@ from worker.filesystem_options import FilesystemOptions
 from worker.file_formats.tfrecord import read_records
 from worker.naming import thumbnails_path
 from worker.records import ExampleRef, ShardExamples
-from worker.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
+from worker.report_page import (LEAKS_LISTED, PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
                                     Pictured, RejectedRow, ReportContent, copy_rank,
                                     sample_rank)
 
@@ -132,17 +132,19 @@ def _kept(joined: tuple[tuple[str, int], dict[str, list]]) -> Iterator[ShardExam
 
 @beam.ptransform_fn
 def _first_copies(batches: beam.PCollection) -> beam.PCollection:
-    """Batches of copies -> [the first PAIRS_SHOWN, by report_page.copy_rank: leaks first]."""
+    """Batches of copies -> [the first LEAKS_LISTED, by report_page.copy_rank: leaks
+    first]."""
     return (batches
             | "Copies" >> beam.FlatMap(iter)
-            | "First" >> beam.combiners.Top.Of(PAIRS_SHOWN, key=lambda copy: copy_rank(
+            | "First" >> beam.combiners.Top.Of(LEAKS_LISTED, key=lambda copy: copy_rank(
                 copy.kept.split, copy.copy.split, copy.copy.manifest, copy.copy.line,
                 copy.copy.uri),
                 reverse=True))
 
 
 def _refs_of_copies(copies: list[Any]) -> Iterator[ExampleRef]:
-    for copy in copies:
+    """The examples of the copies pictured (the rest are listed by name)."""
+    for copy in copies[:PAIRS_SHOWN]:
         yield copy.kept
         yield copy.copy
 

@@ -37,6 +37,9 @@ from worker.summary import CopiesInfo, SplitInfo, Summary
 
 SAMPLE_PER_LABEL = 8  # thumbnails per split and label
 PAIRS_SHOWN = 50  # copies of each kind shown side by side (all are in the .jsonl files)
+# Leaks of each kind listed by name beyond those shown side by side: every leak, up to a
+# page of a few MB (all are in the .jsonl files, which the page points to beyond this).
+LEAKS_LISTED = 10_000
 REJECTED_SHOWN = 5  # dead letters shown per reason
 LABELS_PLOTTED = 40  # labels in the examples plot; the table below it has all of them
 # Labels whose sample is shown: with 1,000 labels the page would hold 24,000 thumbnails.
@@ -96,15 +99,17 @@ class RunFailure(Protocol):
 
 
 class CopiesShown(NamedTuple):
-    """A section of copies: summary.json's numbers and the pairs pictured."""
+    """A section of copies: summary.json's numbers, the pairs pictured side by side and
+    the leaks after them, listed by name."""
 
     kind: str  # "duplicates" or "near_duplicates": summary.json's key and the section's id
     heading: str
     numbers: CopiesInfo
-    pairs: Sequence[CopyPair]
+    pictured: Sequence[CopyPair]  # the first PAIRS_SHOWN
+    more_leaks: Sequence[CopyPair]
     by_splits: list[tuple[str, int]]  # numbers.by_splits, leaks first
     leaks: int  # copies in another split than the image kept
-    leaks_shown: int
+    leaks_pictured: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +117,9 @@ class ReportContent:
     """What the page shows besides summary.json's numbers."""
 
     samples: Mapping[str, Mapping[str, Sequence[Pictured]]]  # split -> label -> examples
-    duplicates: Sequence[CopyPair]  # the first PAIRS_SHOWN, by copy_rank (leaks first)
+    # The first copies by copy_rank (leaks first): PAIRS_SHOWN with their thumbnails (the
+    # page pictures them), then up to LEAKS_LISTED in all, the page listing their leaks.
+    duplicates: Sequence[CopyPair]
     near_duplicates: Sequence[CopyPair]
     dead_letters: Mapping[str, Sequence[RejectedRow]]  # reason -> the first rows
 
@@ -149,10 +156,12 @@ def render_report(summary: Summary, content: ReportContent, output_dir: str,
 def _copies_shown(kind: str, heading: str, numbers: CopiesInfo,
                   pairs: Sequence[CopyPair]) -> CopiesShown:
     by_splits = sorted(numbers.by_splits.items(), key=lambda item: not is_leak(item[0]))
+    pictured = pairs[:PAIRS_SHOWN]
     return CopiesShown(
-        kind, heading, numbers, pairs, by_splits,
-        leaks=sum(count for pair, count in by_splits if is_leak(pair)),
-        leaks_shown=sum(pair.kept.split != pair.copy.split for pair in pairs))
+        kind, heading, numbers, pictured,
+        more_leaks=[pair for pair in pairs[PAIRS_SHOWN:] if pair.kept.split != pair.copy.split],
+        by_splits=by_splits, leaks=sum(count for pair, count in by_splits if is_leak(pair)),
+        leaks_pictured=sum(pair.kept.split != pair.copy.split for pair in pictured))
 
 
 def _environment() -> jinja2.Environment:
