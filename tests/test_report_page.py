@@ -29,8 +29,8 @@ from worker.histograms import (FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes_bin
 from worker.images import THUMBNAIL_SIDE
 from worker.naming import REPORT_FILE
 from transforms.outcome import Failure
-from worker.report_page import (LABELS_SAMPLED, LEAKS_LISTED, PAIRS_SHOWN, SAMPLE_PER_LABEL, CopyPair,
-                                Pictured, ReportContent, copy_rank, render_report)
+from worker.report_page import (LABELS_SAMPLED, LEAKS_LISTED, PAIRS_SHOWN, SAMPLE_PER_LABEL,
+                                CopyPair, Pictured, ReportContent, copy_rank, render_report)
 from worker.summary import ErrorsInfo, NearCopiesInfo, RunOptions, SplitInfo, Summary
 
 CHROMIUM = shutil.which("chromium")
@@ -379,7 +379,7 @@ def test_a_failed_runs_page_opens_on_its_failure_with_leaks_first(tmp_path):
     assert failure.dead_letters[0] in text
     assert "accounted for" not in text and "good" not in page.classes
     # Leaks first: every pair shown is one (60 leaks, 50 shown), the split pairs' table
-    # too, and the note says where the other 10 are.
+    # too, and the other 10 are listed by name under them.
     near = page.pictured["near_duplicates"]
     assert [uri for uri in near if "/leak" in uri or "/within" in uri] == [
         f"/leak{index}.jpg" for index in range(PAIRS_SHOWN)]

@@ -62,6 +62,12 @@ def copy_rank(kept_split: str, split: str, manifest: str, line: int, uri: str) -
     return kept_split == split, SPLITS.index(split), manifest, line, uri
 
 
+def distinct(labels: Sequence[str]) -> tuple[str, ...]:
+    """Each label once, in order: a copy's labels as the page shows them (detection's
+    repeat one per object), and all it keeps of them."""
+    return tuple(dict.fromkeys(labels))
+
+
 def is_leak(split_pair: str) -> bool:
     """Whether a "kept split/copy split" of summary.json's by_splits names two splits."""
     kept, copy = split_pair.split("/")
