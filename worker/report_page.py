@@ -176,6 +176,7 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     environment.filters["data_uri"] = _data_uri
     environment.filters["path"] = lambda keys: json.dumps(list(keys), ensure_ascii=False)
+    environment.tests["leak"] = is_leak
     return environment
 
 
