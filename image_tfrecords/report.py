@@ -25,9 +25,9 @@ from image_tfrecords.output import IMAGE, LABEL_TEXT, Output
 from worker.images import THUMBNAIL_SIDE, open_image, thumbnail_of
 from worker.inputs.documents import DocumentError, load_json
 from worker.naming import REPORT_FILE
-from worker.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
-                                    Pictured, RejectedRow, ReportContent, copy_rank,
-                                    render_report, sample_rank)
+from worker.report_page import (LEAKS_LISTED, PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL,
+                                CopyPair, Pictured, RejectedRow, ReportContent, copy_rank,
+                                distinct, render_report, sample_rank)
 
 _T = TypeVar("_T")
 _Shown = tuple[str, str]  # (split, uri): an example the page pictures
@@ -65,13 +65,12 @@ def rebuild_report(output_dir: str) -> str:
     """Writes OUTPUT/report.html and returns its path."""
     output = Output.read(output_dir)
     summary = output.summary
-    copies = {kind: _first(_json_lines(output, found.files, _COPY_LINE), PAIRS_SHOWN,
-                           _copy_rank)
+    copies = {kind: _first(map(_as_shown, _json_lines(output, found.files, _COPY_LINE)),
+                           LEAKS_LISTED, _copy_rank)
               for kind, found in (("duplicates", summary.duplicates),
                                   ("near_duplicates", summary.near_duplicates))}
-    wanted = {(image["split"], image["uri"])
-              for pairs in copies.values() for pair in pairs for image in (pair["kept"],
-                                                                             pair["copy"])}
+    wanted = {(image["split"], image["uri"]) for pairs in copies.values()  # pictured
+              for pair in pairs[:PAIRS_SHOWN] for image in (pair["kept"], pair["copy"])}
     samples, thumbnails = _sample(output, wanted)
 
     def pictured(image: dict[str, Any]) -> Pictured:
@@ -182,9 +181,16 @@ def _first(items: Iterable[_T], count: int, rank: Callable[[_T], Any]) -> list[_
     return heapq.nsmallest(count, items, key=rank)
 
 
+def _as_shown(pair: dict[str, Any]) -> dict[str, Any]:
+    """A copy's line with each label once (report_page.distinct), all the page keeps."""
+    return pair | {side: pair[side] | {"labels": distinct(pair[side]["labels"])}
+                   for side in ("kept", "copy")}
+
+
 def _copy_rank(pair: dict[str, Any]) -> tuple:
     copy = pair["copy"]
-    return copy_rank(copy["split"], copy["manifest"], copy["line"], copy["uri"])
+    return copy_rank(pair["kept"]["split"], copy["split"], copy["manifest"], copy["line"],
+                     copy["uri"])
 
 
 def _row_rank(dead: dict[str, Any]) -> tuple:

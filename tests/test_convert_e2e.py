@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +20,10 @@ from conftest import (FILE_FORMATS, SAMPLE_DATA, encode, feature, photo_like, pn
                       read_examples, shard_pattern, shard_records)
 from image_tfrecords.verify import verify
 from pipeline import run
+from test_report_page import Page, chromium
 from transforms.shards import shard_of
 from worker.inputs.rows import assign_split
+from worker.naming import REPORT_FILE
 
 LABELS = ("cat", "dog", "fish")
 
@@ -206,6 +209,11 @@ def test_error_fraction_over_the_limit_publishes_nothing_and_says_where_the_dead
     failed = json.loads(open(record).read())
     assert failed["problems"] == [line[len("error: "):line.index(". Nothing")]]
     assert failed["summary"]["rows_dead_lettered"] == len(dead)
+    # The staged report, where the docs send the user, opens on the failure, in Chromium.
+    page = Page(chromium(tmp_path, "--dump-dom", Path(staged, REPORT_FILE).as_uri()))
+    assert page.text[0].startswith("This run FAILED") and "good" not in page.classes
+    assert " ".join(page.text).index(failed["problems"][0]) < " ".join(page.text).index(
+        "Rows read")
 
 
 @pytest.fixture(scope="module")

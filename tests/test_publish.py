@@ -14,7 +14,7 @@ from transforms.publish import (PublishOutput, build_summary, move_into_place, n
                                 read_failure)
 from worker.file_formats.tfrecord import TFRecordFormat
 from worker.records import ManifestRow
-from worker.naming import FAILED_FILE, staged_dir
+from worker.naming import FAILED_FILE, REPORT_FILE, staged_dir
 from worker.records import ShardWritten
 from worker.report_page import ReportContent
 from worker.row_tasks import survey
@@ -146,6 +146,12 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     assert failure.problems[0].startswith("rows read (5) != ")
     assert failure.summary == Summary.model_validate(evidence)
     assert read_failure(str(tmp_path / "nowhere")) is None
+    # The staged report, where the docs send the user, opens on the failure and its reason.
+    page = (tmp_path / "tmp" / "staged" / REPORT_FILE).read_text()
+    body = page[page.index("<body>"):]
+    assert body.index("This run FAILED") < body.index(failure.problems[0]) < body.index(
+        failure.record) < body.index("Rows read")
+    assert "accounted for" not in page
 
 
 def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp_path):
@@ -184,7 +190,8 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = publisher(tmp_path)
     named = name_shards(shards, TFRecordFormat())
-    prepared = publish._prepare(named, {}, 3, ({}, {}), {}, [], (0, {}), NO_CONTENT)
+    prepared = publish._prepare(named, {}, 3, ({}, {}), {}, [], (0, {}),
+                                (NO_CONTENT, {"cat": 3}))
     (tmp_path / "tmp" / "summary.json").write_text(prepared.to_json())
     move_into_place(named, str(tmp_path / "tmp"), prepared.files, str(out))  # then died
     first = publish._publish(None, shards, {}, [3], 0, {}, {"cat": 3}, {}, {}, {}, NO_CONTENT,
@@ -208,7 +215,7 @@ def test_a_retry_prepares_again_the_summary_a_killed_try_left_half_written(tmp_p
     staged_transform_fn(tmp_path)
     shards, publish = [temp_shard(tmp_path, "train", 0, 3)], publisher(tmp_path)
     whole = publish._prepare(name_shards(shards, TFRecordFormat()), {}, 3, ({}, {}), {}, [],
-                             (0, {}), NO_CONTENT).to_json()
+                             (0, {}), (NO_CONTENT, {"cat": 3})).to_json()
     (tmp_path / "tmp" / "summary.json").write_text(whole[:len(whole) // 2])
     summary = publish._publish(None, shards, {}, [3], 0, {}, {"cat": 3}, {}, {}, {}, NO_CONTENT,
                                [])

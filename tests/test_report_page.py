@@ -2,17 +2,22 @@
 to summary.json's, nothing fetched from the network, thumbnails that are real images, the
 same page content when `image-tfrecords report` rebuilds it from the output's files,
 and, with --dedupe, a sample and histograms of what was written, not of what was dropped.
+A failed run's page opens on its failure; leaks between splits come before copies within
+one; thumbnails keep their aspect; counts get whole-number ticks; the page has no script.
 """
 
 import base64
+import heapq
 import html.parser
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -23,9 +28,10 @@ from worker.histograms import (FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes_bin
                                    longest_side_bin)
 from worker.images import THUMBNAIL_SIDE
 from worker.naming import REPORT_FILE
-from worker.report_page import (LABELS_SAMPLED, SAMPLE_PER_LABEL, Pictured, ReportContent,
-                                render_report)
-from worker.summary import RunOptions, SplitInfo, Summary
+from transforms.outcome import Failure
+from worker.report_page import (LABELS_SAMPLED, LEAKS_LISTED, PAIRS_SHOWN, SAMPLE_PER_LABEL,
+                                CopyPair, Pictured, ReportContent, copy_rank, render_report)
+from worker.summary import ErrorsInfo, NearCopiesInfo, RunOptions, SplitInfo, Summary
 
 CHROMIUM = shutil.which("chromium")
 # As the machine's notes give them: no sandbox as root, and none of Chromium's own
@@ -55,7 +61,11 @@ class Page(html.parser.HTMLParser):
         self.thumbnails: list[str] = []  # data: URIs
         self.fetched: list[str] = []  # every src or href that is not data: or #anchor
         self.scripts_with_src = 0
+        self.scripts = 0
+        self.text: list[str] = []  # the body's text, in the page's order
+        self.classes: set[str] = set()
         self._section = ""
+        self._in_body = False
         self._open: list | None = None
         self.feed(dom)
 
@@ -68,8 +78,12 @@ class Page(html.parser.HTMLParser):
         for name in ("src", "href"):
             if name in attrs and not attrs[name].startswith(("data:", "#")):
                 self.fetched.append(attrs[name])
-        if tag == "script" and attrs.get("src"):
-            self.scripts_with_src += 1
+        if tag == "script":
+            self.scripts += 1
+            self.scripts_with_src += bool(attrs.get("src"))
+        if tag == "body":
+            self._in_body = True
+        self.classes.update((attrs.get("class") or "").split())
         if tag == "img":
             self.pictured.setdefault(self._section, []).append(attrs["alt"])
             self.thumbnails.append(attrs["src"])
@@ -79,6 +93,8 @@ class Page(html.parser.HTMLParser):
     def handle_data(self, data):
         if self._open is not None:
             self._open[1] += data
+        if self._in_body and data.strip():
+            self.text.append(" ".join(data.split()))
 
     def handle_endtag(self, tag):
         if self._open is not None:
@@ -133,6 +149,8 @@ def test_the_page_renders_in_chromium_with_summary_json_numbers(sample_output, t
     assert len(colours) > 500
     background = max(colours)[0] / (1200 * 3000)
     assert background < 0.9
+    # No script at all (pygal's charts come with one), and the page is not a failed run's.
+    assert page.scripts == 0 and "failed" not in page.classes
 
 
 def test_the_histograms_count_every_example():
@@ -263,3 +281,140 @@ def test_a_dead_letter_line_that_is_not_one_is_named_not_a_traceback(tfrecord_ou
     assert report_main([str(output)]) == 1
     error = capsys.readouterr().err
     assert f"error: {output}: {errors.name} line 2: " in error and why in error, error
+
+
+class YTicks(html.parser.HTMLParser):
+    """The y-axis tick labels of each chart (pygal's `axis y` group)."""
+
+    def __init__(self, dom: str) -> None:
+        super().__init__()
+        self.charts: list[list[str]] = []
+        self._depth = 0  # of <g> inside the open y axis; 0: none open
+        self._in_text = False
+        self.feed(dom)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "g" and self._depth:
+            self._depth += 1
+        elif tag == "g" and (dict(attrs).get("class") or "").startswith("axis y"):
+            self._depth = 1
+            self.charts.append([])
+        self._in_text = tag == "text" and self._depth > 0
+
+    def handle_endtag(self, tag):
+        if tag == "g" and self._depth:
+            self._depth -= 1
+        self._in_text = False
+
+    def handle_data(self, data):
+        if self._in_text:
+            self.charts[-1].append(data.strip())
+
+
+def solid(colour: tuple[int, int, int], size: tuple[int, int]) -> bytes:
+    return encode(Image.new("RGB", size, colour), "JPEG", quality=95)
+
+
+def box_of(shot: Image.Image, colour: tuple[int, int, int]) -> tuple[int, int]:
+    """The width and height of the region of the screenshot painted in `colour` (0, 0:
+    none)."""
+    near = (abs(np.asarray(shot, dtype=int) - colour) < 48).all(axis=2)
+    ys, xs = np.nonzero(near)
+    return (int(xs.max() - xs.min() + 1), int(ys.max() - ys.min() + 1)) if len(xs) else (0, 0)
+
+
+MAGENTA, GREEN = (255, 0, 255), (0, 255, 0)
+
+
+def failed_run() -> tuple[Summary, ReportContent, Failure]:
+    """A run that failed its outcome check (40% dead letters), as its staged report shows
+    it: 60 near-copies within TRAIN and 60 between TRAIN and VALIDATION (leaks), a wide
+    thumbnail in the sample and in the first leak."""
+    pairs = 60
+    near = NearCopiesInfo(copies=2 * pairs, max_distance=8,
+                          by_splits={"train/train": pairs, "train/validation": pairs},
+                          files=("near_duplicates-00000-of-00001.jsonl",))
+    summary = Summary(options=RunOptions(), rows_read=10, rows_in_examples=6,
+                      examples_written=6, rows_dead_lettered=4, accounted=True,
+                      error_fraction=0.4, vocabulary={"label": ["cat"]},
+                      errors=ErrorsInfo(by_reason={"file_not_found": 4},
+                                        files=("errors-00000-of-00001.jsonl",)),
+                      near_duplicates=near,
+                      splits={"train": SplitInfo(examples=3, labels={"cat": 3}),
+                              "validation": SplitInfo(examples=3, labels={"cat": 3})})
+    grey = solid((128, 128, 128), (8, 8))
+    copies = []
+    for index in range(pairs):
+        kept = Pictured(f"/kept{index}.jpg", "train", ("cat",), grey)
+        copies.append(CopyPair(kept, Pictured(f"/within{index}.jpg", "train", ("cat",), grey),
+                               3))
+        wide = solid(GREEN, (96, 32)) if index == 0 else grey
+        copies.append(CopyPair(kept._replace(thumbnail=wide), Pictured(
+            f"/leak{index}.jpg", "validation", ("cat",), grey), 3))
+    # The first of them, as the pipeline and `report` pick them.
+    shown = heapq.nsmallest(LEAKS_LISTED, copies, key=lambda pair: copy_rank(
+        pair.kept.split, pair.copy.split, "m.csv", int(re.sub(r"\D", "", pair.copy.uri)),
+        pair.copy.uri))
+    content = ReportContent(
+        samples={"train": {"cat": [Pictured("/wide.jpg", "train", ("cat",),
+                                            solid(MAGENTA, (96, 24)))]}},
+        duplicates=[], near_duplicates=shown, dead_letters={})
+    failure = Failure(problems=("40.0% of rows were dead-lettered, more than "
+                                "--max_error_fraction 1.0%",),
+                      dead_letters=("out/.tmp-1/staged/errors-00000-of-00001.jsonl",),
+                      record="out/.tmp-1/staged/FAILED.json", summary=summary)
+    return summary, content, failure
+
+
+def test_a_failed_runs_page_opens_on_its_failure_with_leaks_first(tmp_path):
+    summary, content, failure = failed_run()
+    (tmp_path / REPORT_FILE).write_text(render_report(summary, content, "out", failure))
+    dom = chromium(tmp_path, "--dump-dom", (tmp_path / REPORT_FILE).as_uri())
+    page = Page(dom)
+    # The first words are the failure, its reason and where FAILED.json is; nothing that
+    # reads as a good run.
+    text = " ".join(page.text)
+    assert page.text[0].startswith("This run FAILED"), page.text[:3]
+    assert text.index(failure.problems[0]) < text.index(failure.record) < text.index("Rows read")
+    assert failure.dead_letters[0] in text
+    assert "accounted for" not in text and "good" not in page.classes
+    # Leaks first: every pair shown is one (60 leaks, 50 shown), the split pairs' table
+    # too, and the other 10 are listed by name under them.
+    near = page.pictured["near_duplicates"]
+    assert [uri for uri in near if "/leak" in uri or "/within" in uri] == [
+        f"/leak{index}.jpg" for index in range(PAIRS_SHOWN)]
+    assert text.index("train/validation (leak)") < text.index("train/train")
+    assert ("The first 50 of 120 copies, leaks first: 50 of the 60 leaks; the next 10 are "
+            "listed below.") in text
+    listed = text[text.index("The next 10 leaks, by name"):]
+    assert [re.sub(r"\D", "", uri) for uri in re.findall(r"/\w+\.jpg", listed)] == [
+        str(index) for index in range(PAIRS_SHOWN, 60) for _ in ("kept", "leak")]
+    # No script; each bar's numbers as its <title>; whole-number ticks on every count axis.
+    assert page.scripts == 0 and "<title>train, cat: 3</title>" in dom
+    ticks = YTicks(dom).charts
+    assert ticks and all(labels and all(label.isdigit() for label in labels)
+                         for labels in ticks), ticks
+    # Looked at: the failure is the top of the page; wide thumbnails stay wide.
+    chromium(tmp_path, "--window-size=1200,4000", f"--screenshot={tmp_path / 'shot.png'}",
+             (tmp_path / REPORT_FILE).as_uri())
+    with Image.open(tmp_path / "shot.png") as shot:
+        shot = shot.convert("RGB")
+    top = shot.crop((0, 0, shot.width, 160))
+    assert box_of(top, (176, 0, 32))[0] > 0  # the failure's red rule
+    for colour, aspect in ((MAGENTA, 4), (GREEN, 3)):
+        width, height = box_of(shot, colour)
+        assert abs(width / height - aspect) < 0.25 * aspect, (colour, width, height)
+
+
+def test_leaks_beyond_those_listed_are_pointed_to_in_their_files():
+    """More leaks than the page lists (LEAKS_LISTED): the note says how many, which files
+    hold them all and how to pick them out."""
+    summary, content, _ = failed_run()
+    near = summary.near_duplicates.model_copy(update={
+        "copies": 20_060, "by_splits": {"train/train": 60, "train/validation": 20_000}})
+    page = Page(render_report(summary.model_copy(update={"near_duplicates": near}), content,
+                              "out"))
+    assert ("The first 50 of 20060 copies, leaks first: 50 of the 20000 leaks; the next 10 "
+            "are listed below. Every one is in near_duplicates-00000-of-00001.jsonl, the "
+            "lines whose kept and copy splits differ: jq -c 'select(.kept.split != "
+            ".copy.split)' near_duplicates-00000-of-00001.jsonl") in " ".join(page.text)

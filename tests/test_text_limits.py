@@ -15,6 +15,7 @@ from conftest import convert, encode, photo_like, voc_annotation
 from image_tfrecords.output import Output
 from pipeline.cli import verify_main
 from transforms import report_content
+from transforms.duplicates import Duplicate
 from transforms.vocabulary_file import VocabularyError, output_labels, read_pinned_vocabulary
 from worker import dead_letters as reasons
 from worker.chunks import LineCutter, ManifestSource, RowChunk
@@ -22,7 +23,7 @@ from worker.dead_letters import DeadLetter
 from worker.inputs.rows import ManifestError, RowRules
 from worker.inputs.sources import class_declarations, find_manifests, read_chunk, read_manifest
 from worker.label_ids import Vocabulary
-from worker.records import ExampleRef, ManifestRow, ShardExamples
+from worker.records import ExampleContent, ExampleRef, ManifestRow, ShardExamples
 from worker.report_page import SAMPLE_PER_LABEL
 from worker.text_limits import (EXCERPT_CHARS, LINE_BREAKS, MAX_KEPT_CHARS, MAX_LABEL_CHARS,
                                 MAX_LABELS_PER_ROW, MAX_LINE_BYTES)
@@ -142,6 +143,18 @@ def test_the_report_sample_of_a_row_with_many_labels_stays_linear():
             assert_that(samples | beam.combiners.Count.Globally(), equal_to([len(labels)]))
     peak, _ = peak_bytes(sample)
     assert peak < 40_000_000
+
+
+def test_the_copies_the_report_holds_keep_no_rows_and_each_label_once():
+    """The report holds up to LEAKS_LISTED copies of each kind: were each to carry what
+    --dedupe keeps of its example (a detection image's rows, one per object) and a label
+    per object, 10,000 copies of 1,000-object images would hold gigabytes."""
+    rows = tuple(ManifestRow("m.csv", 1, "r", "train", "/a.jpg", ("cat",)) for _ in range(1_000))
+    content = ExampleContent(rows, 1_000, None, 64)
+    ref = ExampleRef("train", 0, 0, "m.csv", 1, "/a.jpg", ("cat", "dog") * 500, 0, content)
+    shown = report_content._shown_copy(Duplicate("sha", ref, ref._replace(split="test")))
+    assert shown.kept.labels == shown.copy.labels == ("cat", "dog")
+    assert shown.kept.content is shown.copy.content is None and shown.distance == 0
 
 
 def test_every_dead_letter_keeps_bounded_text():

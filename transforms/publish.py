@@ -14,7 +14,8 @@ Before anything is moved, the run's outcome is checked (outcome_problems: rows l
 example, a label without a written TRAIN example, too many dead letters). A run that
 fails it publishes nothing: the output stays as it was, the job fails, and what the run
 wrote stays in OUTPUT/.tmp-<run id>/staged/ with FAILED.json (why, and the summary it
-would have published) beside its errors-*.jsonl, until the next run that publishes.
+would have published) beside its errors-*.jsonl and a report.html that opens on the
+failure, until the next run that publishes.
 """
 
 from __future__ import annotations
@@ -135,11 +136,12 @@ class PublishOutput(beam.PTransform):
             summary = self._prepare(files, errors_by_reason, sum(row_counts),
                                     (duplicates, near_duplicates), labels_seen,
                                     written, (rows_discarded, objects_left_out),
-                                    report_content)
+                                    (report_content, train_label_rows))
             _write_text(prepared, summary.to_json())
-        problems = outcome_problems(summary, train_label_rows, self._rules)
-        if problems:  # nothing is published; the temp dir stays, as evidence
-            raise RunFailed(self._record_failure(problems, summary))
+        failure = self._failure(summary, train_label_rows)
+        if failure is not None:  # nothing is published; the temp dir stays, as evidence
+            _write_text(failure.record, failure.to_json())
+            raise RunFailed(failure)
         move_into_place(files, self._temp_dir, summary.files, self._output_dir,
                         self._format.companions)
         _write_text(final, summary.to_json())
@@ -170,23 +172,26 @@ class PublishOutput(beam.PTransform):
             notes["frequency_order_of_examples"] = by_examples
         return notes
 
-    def _record_failure(self, problems: list[str], summary: Summary) -> Failure:
-        """Writes FAILED.json beside the staged dead letters, for the user and the launcher."""
+    def _failure(self, summary: Summary, train_label_rows: dict[str, int]) -> Failure | None:
+        """Why the run must not be published, to be written to FAILED.json beside the
+        staged dead letters (for the user and the launcher); None when it may be."""
+        problems = outcome_problems(summary, train_label_rows, self._rules)
+        if not problems:
+            return None
         staged = staged_dir(self._temp_dir)
-        failure = Failure(problems=problems, dead_letters=[
+        return Failure(problems=problems, dead_letters=[
             FileSystems.join(staged, name) for name in summary.errors.files],
             record=naming.failure_record(self._temp_dir), summary=summary)
-        _write_text(failure.record, failure.to_json())
-        return failure
 
     def _prepare(self, files: dict[str, list[tuple[str, ShardWritten]]],
                  errors_by_reason: dict[str, int], rows_read: int,
                  copies: tuple[dict[str, int], dict[str, int]],
                  labels_seen: dict[str, LabelSeen],
                  written: list[Any], discarded: tuple[int, dict[str, int]],
-                 report_content: ReportContent) -> Summary:
+                 report: tuple[ReportContent, dict[str, int]]) -> Summary:
         """The summary, from the staged transform_fn's vocabularies; stages the TFDS
-        metadata, report.html and, for detection, label_map.pbtxt."""
+        metadata, report.html (from `report`: its content and the TRAIN rows per label
+        that the outcome check needs) and, for detection, label_map.pbtxt."""
         staged = staged_dir(self._temp_dir)
         for folder in TRANSFORM_FOLDERS:
             copy_tree(FileSystems.join(self._tft_dir, folder), FileSystems.join(staged, folder))
@@ -238,9 +243,11 @@ class PublishOutput(beam.PTransform):
         summary = summary.model_copy(update={"files": tuple(sorted([REPORT_FILE, *(
             m.path[m.path.index(marker) + len(marker):]
             for m in FileSystems.match([FileSystems.join(staged, "**")])[0].metadata_list)]))})
-        # Last, as it shows the summary whole.
-        _write_text(FileSystems.join(staged, REPORT_FILE),
-                    render_report(summary, report_content, self._output_dir))
+        # Last, as it shows the summary whole, and the run's outcome: a failed run's page
+        # opens on its failure.
+        content, train_label_rows = report
+        _write_text(FileSystems.join(staged, REPORT_FILE), render_report(
+            summary, content, self._output_dir, self._failure(summary, train_label_rows)))
         return summary
 
 

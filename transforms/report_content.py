@@ -1,8 +1,8 @@
 """What report.html shows besides summary.json's numbers, gathered from small records.
 
 The sample (per split and label, the examples of lowest report_page.sample_rank), the
-first copies of each kind and the first dead letters of each reason are picked by
-combiners, so no stage holds more than the page shows. Their thumbnails are then read
+first copies of each kind (leaks first) and the first dead letters of each reason are
+picked by combiners, so no stage holds more than the page shows. Their thumbnails are then read
 from the files the shard writer wrote beside its shards: the writer's own decode, so no
 image is read again.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import heapq
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -23,9 +23,9 @@ from worker.filesystem_options import FilesystemOptions
 from worker.file_formats.tfrecord import read_records
 from worker.naming import thumbnails_path
 from worker.records import ExampleRef, ShardExamples
-from worker.report_page import (PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL, CopyPair,
-                                    Pictured, RejectedRow, ReportContent, copy_rank,
-                                    sample_rank)
+from worker.report_page import (LEAKS_LISTED, PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL,
+                                CopyPair, Pictured, RejectedRow, ReportContent, copy_rank,
+                                distinct, sample_rank)
 
 Place = tuple[str, int, int]  # (split, shard, position) of an example in the temp shards
 
@@ -130,30 +130,52 @@ def _kept(joined: tuple[tuple[str, int], dict[str, list]]) -> Iterator[ShardExam
             keyed for keyed in examples.keys if keyed[1].position not in dropped))
 
 
+class _ShownCopy(NamedTuple):
+    """A copy as the page takes it: without what --dedupe keeps of each example (its
+    rows: ExampleContent), each label once, so the LEAKS_LISTED held stay small whatever
+    an image's annotation."""
+
+    kept: ExampleRef
+    copy: ExampleRef
+    distance: int
+
+
+def _shown_copy(copy: Any) -> _ShownCopy:
+    """`copy`: a Duplicate or a NearDuplicate."""
+    def light(ref: ExampleRef) -> ExampleRef:
+        return ref._replace(labels=distinct(ref.labels), content=None)
+
+    return _ShownCopy(light(copy.kept), light(copy.copy), copy.distance)
+
+
 @beam.ptransform_fn
 def _first_copies(batches: beam.PCollection) -> beam.PCollection:
-    """Batches of copies -> [the first PAIRS_SHOWN, by report_page.copy_rank]."""
+    """Batches of copies -> [the first LEAKS_LISTED, by report_page.copy_rank: leaks
+    first]."""
     return (batches
             | "Copies" >> beam.FlatMap(iter)
-            | "First" >> beam.combiners.Top.Of(PAIRS_SHOWN, key=lambda copy: copy_rank(
-                copy.copy.split, copy.copy.manifest, copy.copy.line, copy.copy.uri),
+            | "AsShown" >> beam.Map(_shown_copy)
+            | "First" >> beam.combiners.Top.Of(LEAKS_LISTED, key=lambda copy: copy_rank(
+                copy.kept.split, copy.copy.split, copy.copy.manifest, copy.copy.line,
+                copy.copy.uri),
                 reverse=True))
 
 
-def _refs_of_copies(copies: list[Any]) -> Iterator[ExampleRef]:
-    for copy in copies:
+def _refs_of_copies(copies: list[_ShownCopy]) -> Iterator[ExampleRef]:
+    """The examples of the copies pictured (the rest are listed by name)."""
+    for copy in copies[:PAIRS_SHOWN]:
         yield copy.kept
         yield copy.copy
 
 
 def _assemble(_: None, samples: list[tuple[tuple[str, str], list[ExampleRef]]],
-              duplicates: list[Any], near: list[Any],
+              duplicates: list[_ShownCopy], near: list[_ShownCopy],
               rejected: list[tuple[str, list[DeadLetter]]],
               thumbnails: dict[Place, bytes]) -> ReportContent:
     def pictured(ref: ExampleRef) -> Pictured:
         return Pictured(ref.uri, ref.split, ref.labels, thumbnails.get(_place(ref)))
 
-    def pairs(copies: list[Any]) -> list[CopyPair]:
+    def pairs(copies: list[_ShownCopy]) -> list[CopyPair]:
         return [CopyPair(pictured(copy.kept), pictured(copy.copy), copy.distance)
                 for copy in copies]
 
