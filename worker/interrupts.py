@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-# Set at the first signal, cleared when a block starts: no worker process is started
-# again or given a task once it is set.
+# Set at the first signal until the block ends: no worker process is started again or
+# given a task while it is set.
 STOPPING = threading.Event()
 REAP_WAIT_S = 1.0  # for a killed worker process to be gone (it takes milliseconds)
 
@@ -105,6 +105,7 @@ def signals_stop() -> Iterator[None]:
         _stop.installed = False
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        STOPPING.clear()  # a Python API call after a stopped one runs
 
 
 def stopped() -> Stopped | None:
