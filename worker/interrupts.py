@@ -35,6 +35,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Set at the first signal until the block ends: no worker process is started again or
 # given a task while it is set.
 STOPPING = threading.Event()
+_NOTHING_WRITTEN = "nothing was written"
 REAP_WAIT_S = 1.0  # for a killed worker process to be gone (it takes milliseconds)
 
 
@@ -62,7 +63,7 @@ class Stopped(KeyboardInterrupt):
         written."""
         if self.args != (self.reason,):
             return str(self)
-        return f"{self.reason} before the run started; nothing was written"
+        return f"{self.reason} before the run started; {_NOTHING_WRITTEN}"
 
     def again(self) -> Stopped:
         """The same stop, raised anew (in another thread)."""
@@ -80,7 +81,7 @@ class _Stop:
         self.held: Stopped | None = None  # the stop they hold
         self.on_second: Callable[[], None] | None = None
         self.processes: set[subprocess.Popen] = set()
-        self.kept = "nothing was written"  # what the run keeps, said on an exit at once
+        self.kept = _NOTHING_WRITTEN  # what the run keeps, said on an exit at once
 
 
 _stop = _Stop()
@@ -94,9 +95,6 @@ def signals_stop() -> Iterator[None]:
     if _stop.installed or threading.current_thread() is not threading.main_thread():
         yield
         return
-    STOPPING.clear()
-    _stop.first = _stop.injected = _stop.held = None
-    _stop.kept = "nothing was written"
     previous = {signum: signal.signal(signum, _on_signal) for signum in SIGNALS}
     _stop.installed = True
     try:
@@ -105,7 +103,10 @@ def signals_stop() -> Iterator[None]:
         _stop.installed = False
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        STOPPING.clear()  # a Python API call after a stopped one runs
+        # A Python API call after a stopped one runs.
+        STOPPING.clear()
+        _stop.first = _stop.injected = _stop.held = None
+        _stop.kept = _NOTHING_WRITTEN
 
 
 def stopped() -> Stopped | None:
@@ -161,8 +162,9 @@ def forget(process: subprocess.Popen) -> None:
 
 def raise_if_stopping() -> None:
     """Raises the stop under way, in the thread that calls (a pool's waiting thread)."""
-    if STOPPING.is_set():
-        raise _stop.first.again()
+    first = _stop.first  # None once the block has ended
+    if STOPPING.is_set() and first is not None:
+        raise first.again()
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
