@@ -24,7 +24,7 @@ rows done so far, for the live progress display.
 
 Stopping (worker/interrupts.py): the workers run in a process group of their own, so a
 terminal's Ctrl-C, sent to the launcher's group, reaches only the launcher (a worker
-that got it in its imports printed a traceback); the launcher kills them when it is
+that got it in its imports would print a traceback); the launcher kills them when it is
 stopped, and a pool that is stopping starts no other worker and runs no other task.
 """
 
@@ -456,7 +456,8 @@ def release(workers: Workers) -> None:
 
 def _serve(reads: int, writes: int, state_fd: int) -> None:
     """A worker's loop: a task in, its files written, its outcome out."""
-    # The pipeline's process stops its workers (a SIGINT sent to this one alone too).
+    # The pipeline's process stops it (worker/interrupts.py): a SIGINT sent to it alone
+    # is no stop of the run.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     inbox = Connection(reads, writable=False)
     outbox = Connection(writes, readable=False)
