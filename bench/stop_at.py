@@ -1,11 +1,12 @@
-"""Runs the command line in this process and SIGKILLs its whole process group (its worker
-processes too) at the N-th call of one of the pipeline's functions: a stopped run,
-stopped exactly where wanted, for tests/test_resume.py and bench/resume_bench.py.
+"""Runs the command line in this process and SIGKILLs its whole session (its worker
+processes too, which have process groups of their own) at the N-th call of one of the
+pipeline's functions: a stopped run, stopped exactly where wanted, for
+tests/test_resume.py and bench/resume_bench.py.
 
     python bench/stop_at.py MODULE FUNCTION before|after N CONVERT-ARGS...
 
 e.g. `worker.receipts write_receipt after 12 --manifest m.csv --output_dir out`: killed
-once the 12th shard's receipt is written. Start it in a process group of its own
+once the 12th shard's receipt is written. Start it in a session of its own
 (start_new_session=True), or the kill takes its parent too.
 
 The function may run in this process or in the worker processes that write shards: the
@@ -27,7 +28,7 @@ _SPEC = "IMAGE_TFRECORDS_STOP_AT"  # "MODULE FUNCTION WHEN COUNT COUNTER-FILE"
 
 
 def stop_at(module_name: str, function: str, when: str, count: int, counter: str) -> None:
-    """Replaces MODULE.FUNCTION with one that kills the process group at its `count`-th
+    """Replaces MODULE.FUNCTION with one that kills the session at its `count`-th
     call, `before` it runs or `after` it returns; calls are counted in the file `counter`.
 
     Portable runners (Flink, Spark) pickle the DoFns by value with the module's globals:
@@ -43,13 +44,27 @@ def stop_at(module_name: str, function: str, when: str, count: int, counter: str
             calls.flush()
             call = os.fstat(calls.fileno()).st_size
             if when == "before" and call == count:
-                os.killpg(0, signal.SIGKILL)
+                _kill_the_session()
             result = original(*args, **kwargs)
             if when == "after" and call == count:
-                os.killpg(0, signal.SIGKILL)
+                _kill_the_session()
         return result
 
     setattr(module, function, stopping)
+
+
+def _kill_the_session() -> None:
+    """SIGKILLs every process of this session (Linux's /proc lists them), this one last:
+    the launcher's process group and each worker process's."""
+    session = os.getsid(0)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                if os.getsid(int(entry)) == session:
+                    os.kill(int(entry), signal.SIGKILL)
+            except OSError:  # gone, or not ours
+                continue
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _install_from_environment() -> None:

@@ -12,6 +12,7 @@ from typing import NoReturn
 
 from pipeline.console import quiet_console
 from pipeline.versions import version_lines
+from worker import interrupts
 
 _USAGE = """usage: image-tfrecords COMMAND [options]
 
@@ -56,6 +57,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def convert_main(argv: Sequence[str] | None = None) -> int:
+    # From here on SIGINT and SIGTERM stop the run in one line, also in the imports
+    # below, which take seconds (worker/interrupts.py).
+    with interrupts.signals_stop():
+        try:
+            return _convert(argv)
+        except interrupts.Stopped as stopped:  # in the imports, before pipeline.run's
+            print(f"error: {stopped.said()}", file=sys.stderr)
+            return stopped.exit_code
+
+
+def _convert(argv: Sequence[str] | None) -> int:
     _quiet_tensorflow()
     # The Dataflow job id and console URL: a user needs them, and Airflow's Beam operator
     # reads the id from the "Created job with id: [...]" line.
@@ -75,6 +87,8 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     with uncollected():
         from pipeline import run  # noqa: PLC0415 - imports TensorFlow, after the env above
     import psutil  # noqa: PLC0415
+
+    interrupts.raise_if_stopping()  # a stop that an import's `except:` swallowed
 
     # The report's wall time is the command's: the imports (1-1.5 s) are counted in.
     return run.main(args, started=psutil.Process().create_time())

@@ -28,6 +28,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from worker import interrupts
+
 # absl's format: severity, date (0000 before logging is set up), time, thread, file:line].
 _NATIVE_LINE = re.compile(rb"^([IWEF])\d{4} [\d:.]+ +\d+ ([\w.-]+):\d+\] ")
 _ABSL_PREAMBLE = b"WARNING: All log messages before absl::InitializeLog() is called"
@@ -159,8 +161,8 @@ def _is_hang_up(error: BaseException | None) -> bool:
 
     if not isinstance(error, grpc.RpcError):
         return False
-    if error.code() == grpc.StatusCode.UNAVAILABLE:
-        return _STOPPING.is_set()
+    if error.code() == grpc.StatusCode.UNAVAILABLE:  # from the signal on (interrupts.py)
+        return _STOPPING.is_set() or interrupts.STOPPING.is_set()
     return error.code() == grpc.StatusCode.CANCELLED or (
         error.code() == grpc.StatusCode.UNKNOWN
         and error.details() == "Application error processing RPC")

@@ -25,7 +25,7 @@ from pipeline.progress import shown_progress
 from pipeline.read_choices import settle_read_choices
 from pipeline.report import counted, format_report
 from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
-                             scan_sources, start)
+                             finished_shards, published_by, scan_sources, start, unstart)
 from pipeline.stopping import JobWatch, Stopped, WorkersNeverStarted
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from pipeline.tft_storage import tensorflow_location_problem
@@ -33,7 +33,7 @@ from pipeline.versions import installed_versions
 from transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
 from transforms.vocabulary_file import (PinnedVocabulary, VocabularyError, output_labels,
                                        read_pinned_vocabulary)
-from worker import naming, storage
+from worker import interrupts, naming, storage
 from worker.beam_filesystems import settle_beam_filesystems
 from worker.inputs.folder import check_folder, layout_said
 from worker.inputs.folder_kinds import read_folder_as, relative_files
@@ -49,6 +49,8 @@ from worker.splits import SPLITS
 from worker.summary import RunInfo, RunOptions, Summary
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# How a stopped run is continued (docs/guides/resuming.md).
+_RESUMED = ": the same image-tfrecords convert command with --resume continues it"
 _ROWS_PROBED = 10  # rows of a manifest whose images the storage probe may read
 ROWS_NAMED = 3  # of the rows an error is about, those it names
 # Rows of a manifest whose labels tell a label map's names from its display names.
@@ -96,7 +98,7 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
         print(f"error: {redact_urls(str(failed))}", file=sys.stderr)
         return EXIT_FAILED
     except Stopped as stopped:
-        print(f"error: {redact_urls(str(stopped))}", file=sys.stderr)
+        print(f"error: {redact_urls(stopped.said())}", file=sys.stderr)
         return stopped.exit_code
     return EXIT_OK
 
@@ -173,12 +175,15 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
     # Read now: publishing replaces it. The summary says which ids this run changed.
     replaced_labels = output_labels(convert.output_dir) if convert.overwrite else None
     scan = scan_sources(convert, manifests, pinned, run_info.versions)
-    folder = _run_folder(convert, scan.fingerprint)
+    interrupts.raise_if_stopping()  # a stop that a library's `except:` swallowed
+    folder = _whole_run_folder(convert, scan.fingerprint)
+    watch = None
     try:
         with frozen_for_the_run(), job_server_of_the_run(options, folder.run_id) as log:
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             with uncollected():
                 from pipeline import graph  # noqa: PLC0415
+            interrupts.raise_if_stopping()
             watch = JobWatch(options, log and str(log), convert.worker_start_timeout)
             summary = graph.run(options, scan.chunks, run_info, folder, watch, pinned,
                                 replaced_labels)
@@ -187,8 +192,8 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
                             time.time() - started, published=False))
         raise
     except Stopped as stopped:
-        stopped.args = (f"{stopped.reason}; {stopped.outcome}. After it: "
-                        f"{_left_behind(convert.output_dir, folder.run_id)}",)
+        stopped.args = (_stopped_line(stopped, convert.output_dir, folder,
+                                      watch is not None and watch.started),)
         raise
     except Exception as error:  # noqa: BLE001 - whatever stopped the runner: said in one line
         raise _job_failed(error, convert.output_dir, folder.run_id) from error
@@ -206,10 +211,29 @@ def _job_failed(error: Exception, output_dir: str, run_id: str) -> JobFailed:
                      f"{_left_behind(output_dir, run_id)}")
 
 
-def _left_behind(output_dir: str, run_id: str) -> str:
-    """What a job that did not end well left: the output as it was, or (it stopped while
-    publishing swapped files) no summary.json, which no reader takes for an output; or
-    the output it published before it could be stopped."""
+def _stopped_line(stopped: Stopped, output_dir: str, folder: RunFolder,
+                  job_started: bool) -> str:
+    """What a run stopped after its folder was started left, and how it is continued."""
+    if not job_started:
+        return f"{stopped.reason} before the job started; {_unstarted(output_dir, folder)}"
+    if _published_by(output_dir, folder.run_id):  # publishing holds a stop
+        return (f"{stopped.reason} while publishing, which was finished first: "
+                f"{output_dir} is this run's whole output")
+    return (f"{stopped.reason}; {stopped.outcome}. After it: "
+            f"{_left_behind(output_dir, folder.run_id, stopped=True)}")
+
+
+def _published_by(output_dir: str, run_id: str) -> bool:
+    try:
+        return published_by(output_dir, run_id) is not None
+    except Exception:  # noqa: BLE001 - storage that cannot be read now: not said to be
+        return False
+
+
+def _left_behind(output_dir: str, run_id: str, stopped: bool = False) -> str:
+    """What a job that did not end well (was `stopped`) left: the output as it was, or
+    (it stopped while publishing swapped files) no summary.json, which no reader takes
+    for an output; or the output it published before it could be stopped."""
     try:
         summary = read_summary(FileSystems.join(output_dir, SUMMARY_FILE))
     except Exception:  # noqa: BLE001 - the storage that failed the job may fail this too
@@ -223,7 +247,50 @@ def _left_behind(output_dir: str, run_id: str) -> str:
     else:
         left = (f"nothing was published, {output_dir} has no {SUMMARY_FILE} (no reader "
                 "takes it for an output)")
+    if stopped:
+        return f"{left}; {_kept(temp)}"
     return left + f"; the run's files are in {temp} (--resume reuses its finished shards)"
+
+
+def _kept(temp: str) -> str:
+    """What a stopped run keeps, and how it is continued."""
+    try:
+        shards = finished_shards(temp)
+    except Exception:  # noqa: BLE001 - storage that cannot list now: the folder is said
+        shards = 0
+    kept = (f"{counted(shards, 'finished shard')} kept in {temp}" if shards
+            else f"its files are in {temp}")
+    return kept + _RESUMED
+
+
+def _unstarted(output_dir: str, folder: RunFolder) -> str:
+    """What a run stopped before its job started left: a new run's folder is removed (it
+    holds only run.json), a stopped run's given with --resume stays as it was."""
+    temp = naming.temp_dir(output_dir, folder.run_id)
+    if folder.resumed:
+        return f"nothing was published; {_kept(temp)}"
+    try:
+        unstart(temp)
+    except Exception:  # noqa: BLE001 - storage that fails now: the folder is said
+        return f"nothing was written but {temp}, which can be deleted"
+    return f"nothing was written, {output_dir} is as it was"
+
+
+def _whole_run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolder:
+    """_run_folder, which a stop does not cut short: one that came meanwhile is raised
+    once the folder is removed again (a stopped run's given with --resume is kept)."""
+    folder = None
+    try:
+        with interrupts.held("starting the run's folder"):
+            folder = _run_folder(convert, current)
+    except Stopped as stopped:
+        if folder is not None:
+            stopped.args = (_stopped_line(stopped, convert.output_dir, folder, False),)
+        raise
+    # What a second signal, which ends the launcher at once, says is kept.
+    interrupts.keeping(f"its files are in "
+                       f"{naming.temp_dir(convert.output_dir, folder.run_id)}{_RESUMED}")
+    return folder
 
 
 def _run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolder:

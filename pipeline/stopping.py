@@ -2,9 +2,10 @@
 
 A Flink session cluster, a Spark cluster or Dataflow runs the job on machines of its
 own: a launcher killed by SIGTERM (a scheduler's stop, `kill`) or SIGINT (Ctrl-C) left
-it running there, and it published while the launcher had said nothing of it. Within a
-`JobWatch` those signals raise `Stopped` in the launcher's main thread (SIGINT as the
-KeyboardInterrupt it is), and the launcher cancels the job before it exits:
+it running there, and it published while the launcher had said nothing of it. Those
+signals raise `Stopped` in the launcher's main thread (worker/interrupts.py, which also
+stops a job that runs in the launcher: the DirectRunner's), and within a `JobWatch` the
+launcher cancels the job before it exits:
 
 - the job server it started is stopped (a terminal's Ctrl-C, sent to the whole process
   group, may have ended it already): a job that runs inside it (Flink's `[local]`, any
@@ -17,7 +18,8 @@ KeyboardInterrupt it is), and the launcher cancels the job before it exits:
   its runner (PipelineResult.cancel()).
 
 It waits up to CANCEL_WAIT_S for the engine to confirm, and a second signal stops the
-wait. `Stopped.outcome` says what became of the job, in words.
+wait (elsewhere a second signal ends the launcher at once). `Stopped.outcome` says what
+became of the job, in words.
 
 A job whose SDK workers never start (a worker pool whose `python` cannot import Beam, an
 image that does not start) waits forever: Beam's environment factories retry without
@@ -31,13 +33,12 @@ cancels the job the same way.
 
 from __future__ import annotations
 
-import _thread
+import contextlib
 import pathlib
-import signal
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType, TracebackType
+from types import TracebackType
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -47,25 +48,13 @@ from apache_beam.runners.runner import PipelineResult, PipelineState
 from pipeline import engines
 from pipeline.console import expect_hang_ups
 from pipeline.options import runs_on_the_direct_runner
+from worker import interrupts
+from worker.interrupts import Stopped
+
+__all__ = ["JobWatch", "Stopped", "WorkersNeverStarted"]
 
 CANCEL_WAIT_S = 30.0  # how long a cancelled job may take to stop before the launcher exits
 WORKER_POLL_S = 2.0  # how often the launcher looks for the first worker's marker
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Stopped(KeyboardInterrupt):
-    """The launcher was told to stop while the job ran; `outcome` says what became of the
-    job. A KeyboardInterrupt, so that no `except Exception` of Beam's holds it up."""
-
-    def __init__(self, reason: str, exit_code: int) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.exit_code = exit_code  # as a shell gives a command a signal ended: 128 + N
-        self.outcome = "the job was not submitted"
-
-    @classmethod
-    def by(cls, signum: int) -> Stopped:
-        return cls(f"stopped by {signal.Signals(signum).name}", 128 + signum)
 
 
 class WorkersNeverStarted(Stopped):
@@ -88,8 +77,8 @@ def watched_environment(options: PipelineOptions) -> str | None:
 
 
 class JobWatch:
-    """Within the block: SIGINT and SIGTERM raise Stopped (in the main thread only, where
-    Python runs signal handlers; elsewhere they are left as they are), and, once
+    """Within the block: SIGINT and SIGTERM raise Stopped (worker/interrupts.py: the
+    command's handler, or, for a Python API call in the main thread, the block's), once
     `handed_over` names the marker, WorkersNeverStarted is raised when the marker is not
     there within `worker_start_timeout` seconds of the job's submission (0: no
     deadline)."""
@@ -100,9 +89,9 @@ class JobWatch:
         self._job_server_log = job_server_log
         self._timeout = worker_start_timeout
         self._environment = watched_environment(options)
-        self._previous: dict[int, Callable | int | None] = {}
-        self._pending: Stopped | None = None  # what the watcher raises through a signal
-        self._stopping = False
+        self._signals = contextlib.ExitStack()
+        self._entered = False
+        self._handled = False  # whether signals stop the job: in the main thread only
         self._impatient = threading.Event()  # a second signal: stop waiting for the cancel
         self._job_ended = threading.Event()
 
@@ -110,28 +99,24 @@ class JobWatch:
     def watches_workers(self) -> bool:
         """Whether the first worker's start is waited for: workers apart from the
         launcher, a limit, and (within the block) a signal handler to stop the job by."""
-        return bool(self._environment and self._timeout > 0 and self._previous)
+        return bool(self._environment and self._timeout > 0 and self._handled)
+
+    @property
+    def started(self) -> bool:
+        """Whether the block was entered: the job was being handed to its runner."""
+        return self._entered
 
     def __enter__(self) -> JobWatch:
+        self._entered = True
         expect_hang_ups(False)
-        if threading.current_thread() is threading.main_thread():
-            for signum in _SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._on_signal)
+        self._handled = threading.current_thread() is threading.main_thread()
+        self._signals.enter_context(interrupts.signals_stop())
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self._job_ended.set()
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self._stopping:  # the job is being cancelled: stop waiting for it, not the cancel
-            self._impatient.set()
-            return
-        self._stopping = True
-        expect_hang_ups(True)  # its streams to the job server end now: not failures
-        raise self._pending or Stopped.by(signum)
+        self._signals.close()
 
     def handed_over(self, pipeline: beam.Pipeline, marker: str) -> None:
         """`pipeline` is being handed to its runner: once it is submitted (Beam sets its
@@ -151,18 +136,23 @@ class JobWatch:
             if _exists(marker):
                 return
             if time.monotonic() - since >= self._timeout and not self._job_ended.is_set():
-                self._pending = WorkersNeverStarted(
+                interrupts.raise_in_main_thread(WorkersNeverStarted(
                     f"no SDK worker of the job started within {self._timeout:g} s "
                     f"(--worker_start_timeout) from --environment_type {self._environment}: "
                     "check that every TaskManager or executor reaches it and that its "
                     "python imports apache_beam and this project (the TaskManager's log "
-                    "says 'Still waiting for startup of environment')")
-                _thread.interrupt_main(signal.SIGTERM)  # through _on_signal, as a stop is
+                    "says 'Still waiting for startup of environment')"))
                 return
 
     def cancel(self, result: PipelineResult | None) -> str:
         """Cancels the job `result` is (None: its submission was under way); says what
         became of it. Called once Stopped was raised, within the block."""
+        expect_hang_ups(True)  # its streams to the job server end now: not failures
+        # A second signal stops the wait for the cancel, not the cancel.
+        with interrupts.second_signal(self._impatient.set):
+            return self._cancel(result)
+
+    def _cancel(self, result: PipelineResult | None) -> str:
         engine = engines.engine_of(self._options)
         if runs_on_the_direct_runner(self._options):
             return "the job ran in the launcher, and stopped with it"

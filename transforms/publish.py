@@ -37,7 +37,7 @@ from transforms.storage_steps import with_filesystems
 from transforms.outcome import (Failure, PublishRules, RunFailed, frequency_order,
                                 outcome_problems, read_summary, unwritten_labels)
 from transforms.tfds_metadata import LABELS_SUFFIX, tfds_metadata
-from worker import naming
+from worker import interrupts, naming
 from worker.choices import Dedupe, LabelMode, LabelOrder
 from worker.examples import feature_spec
 from worker.file_formats import ShardFormat, shard_globs
@@ -142,16 +142,18 @@ class PublishOutput(beam.PTransform):
         if failure is not None:  # nothing is published; the temp dir stays, as evidence
             _write_text(failure.record, failure.to_json())
             raise RunFailed(failure)
-        move_into_place(files, self._temp_dir, summary.files, self._output_dir,
-                        self._format.companions)
-        _write_text(final, summary.to_json())
-        # This run's temp dirs, and those of runs that crashed before publishing (match
-        # lists files, not folders).
-        crashed = {re.match(rf".*?/{re.escape(naming.TEMP_PREFIX)}[^/]+", m.path).group()
-                   for m in FileSystems.match([FileSystems.join(
-                       naming.every_temp_dir(self._output_dir), "**")])[0].metadata_list}
-        for folder in sorted({self._temp_dir, self._tft_dir, *crashed}):
-            delete_tree(folder)
+        # Ctrl-C now stops the run once the output is whole (worker/interrupts.py).
+        with interrupts.held("publishing"):
+            move_into_place(files, self._temp_dir, summary.files, self._output_dir,
+                            self._format.companions)
+            _write_text(final, summary.to_json())
+            # This run's temp dirs, and those of runs that crashed before publishing
+            # (match lists files, not folders).
+            crashed = {re.match(rf".*?/{re.escape(naming.TEMP_PREFIX)}[^/]+", m.path).group()
+                       for m in FileSystems.match([FileSystems.join(
+                           naming.every_temp_dir(self._output_dir), "**")])[0].metadata_list}
+            for folder in sorted({self._temp_dir, self._tft_dir, *crashed}):
+                delete_tree(folder)
         return summary
 
     def _id_notes(self, vocabulary: tuple[str, ...], summary: Summary) -> dict[str, Any]:

@@ -21,6 +21,11 @@ process which image it is decoding; when it dies or overruns, it is replaced and
 shard is written again from the start without that image, which gives the bytes the
 shard would have had had the image been rejected in place. The same memory carries the
 rows done so far, for the live progress display.
+
+Stopping (worker/interrupts.py): the workers run in a process group of their own, so a
+terminal's Ctrl-C, sent to the launcher's group, reaches only the launcher (a worker
+that got it in its imports would print a traceback); the launcher kills them when it is
+stopped, and a pool that is stopping starts no other worker and runs no other task.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from worker import storage
+from worker import interrupts, storage
 from worker.images import ImageSettings
 from worker.shard_writer import Progress
 
@@ -201,8 +206,9 @@ class _Worker:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "worker.pool", str(worker_reads),
                  str(worker_writes), str(self._state_fd)],
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL, process_group=0,
                 pass_fds=(worker_reads, worker_writes, self._state_fd), env=environment)
+            interrupts.end_with_the_run(self._process)
         finally:
             os.close(worker_reads)
             os.close(worker_writes)
@@ -230,6 +236,7 @@ class _Worker:
         dies while not decoding gets the task once more, then the run fails."""
         died_elsewhere = False
         while True:
+            interrupts.raise_if_stopping()  # its worker was killed: no attempt is lost
             try:
                 _STATE.pack_into(self._state, 0, _NOT_DECODING, 0, 0)
                 self._outbox.send((task, settings))
@@ -289,6 +296,7 @@ class _Worker:
         if self._process:  # None when its own start failed
             self._process.kill()  # nothing if it has exited already
         code = self.stop()
+        interrupts.raise_if_stopping()  # the launcher killed it: none is started again
         self.start()
         self.wait_ready()
         return code
@@ -303,6 +311,7 @@ class _Worker:
         except subprocess.TimeoutExpired:
             self._process.kill()  # hung in a decode
             code = self._process.wait()
+        interrupts.forget(self._process)
         self._process = None
         return code
 
@@ -447,7 +456,8 @@ def release(workers: Workers) -> None:
 
 def _serve(reads: int, writes: int, state_fd: int) -> None:
     """A worker's loop: a task in, its files written, its outcome out."""
-    # Ctrl-C reaches the whole process group: the pipeline handles it and closes the pipes.
+    # The pipeline's process stops it (worker/interrupts.py): a SIGINT sent to it alone
+    # is no stop of the run.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     inbox = Connection(reads, writable=False)
     outbox = Connection(writes, readable=False)
@@ -469,7 +479,10 @@ def _serve(reads: int, writes: int, state_fd: int) -> None:
             answer: Any = task.run(settings, _SharedProgress(state))
         except Exception as error:  # the pipeline's process raises it: the bundle fails
             answer = _Failed(error)
-        outbox.send(answer)
+        try:
+            outbox.send(answer)
+        except BrokenPipeError:  # the pipeline's process has died
+            return
 
 
 if __name__ == "__main__":
