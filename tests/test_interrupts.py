@@ -5,6 +5,7 @@ process left behind; a second signal ends it at once (worker/interrupts.py).
 The real command runs in a process group of its own, signalled at a point its output or
 its files show; one process per point."""
 
+import gc
 import glob
 import os
 import re
@@ -113,8 +114,11 @@ def test_sigterm_before_the_job_removes_the_new_run_folder(tmp_path, sample_outp
     # Its folder is started just before TensorFlow loads and the job starts.
     signal_this_process_when(lambda: glob.glob(f"{previous}/.tmp-*/run.json"),
                              signal.SIGTERM)
-    assert cli.convert_main(["--output_dir", str(previous), *SAMPLE_FLAGS,
-                             "--overwrite"]) == 143
+    try:
+        assert cli.convert_main(["--output_dir", str(previous), *SAMPLE_FLAGS,
+                                 "--overwrite"]) == 143
+    finally:  # the command freezes what its imports made (pipeline/collector.py): the
+        gc.unfreeze()  # process ends there, this one goes on to other tests
     assert capsys.readouterr().err == (f"error: stopped by SIGTERM before the job started; "
                                        f"nothing was written, {previous} is as it was\n")
     assert published(previous) == before and not glob.glob(f"{previous}/.tmp-*")
