@@ -24,6 +24,7 @@ from worker.filesystem_options import FilesystemOptions
 from worker.run_settings import RunSettings
 from worker.schema import ExtraColumn, SchemaError, load_schema
 from worker.storage import is_local
+from worker.summary import MIN_EXAMPLES_PER_SHARD
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 # How long a Flink or Spark cluster may take to start the job's first SDK worker (a
@@ -147,8 +148,9 @@ class ConvertOptions(PipelineOptions):
                     "options is refused, naming what differs.")
         group.add_argument(
             "--num_shards", metavar="N", type=int,
-            help="Shards per split (fewer if a split has fewer examples). "
-                 "Default: from --target_shard_mb.")
+            help=f"Shards per split (at most one per example); under "
+                 f"{MIN_EXAMPLES_PER_SHARD} examples a shard is warned about. Default: from "
+                 f"--target_shard_mb.")
         group.add_argument(
             "--target_shard_mb", metavar="MB", type=float, default=128.0,
             help="Target shard size in MB, estimated from the source file sizes.")
