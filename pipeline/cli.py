@@ -78,7 +78,9 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
         print(_own_help())
         return 0
     from pipeline.collector import uncollected  # noqa: PLC0415
+    from pipeline.stage_lines import show_stages  # noqa: PLC0415
 
+    show_stages(args)  # the imports below take seconds
     with uncollected():
         from pipeline import run  # noqa: PLC0415 - imports TensorFlow, after the env above
     import psutil  # noqa: PLC0415

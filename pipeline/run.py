@@ -25,6 +25,7 @@ from pipeline.read_choices import settle_read_choices
 from pipeline.report import counted, format_report
 from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
                              scan_sources, start)
+from pipeline.stage_lines import stage
 from pipeline.stopping import JobWatch, Stopped, WorkersNeverStarted
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from pipeline.tft_storage import tensorflow_location_problem
@@ -120,6 +121,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
         use_built_job_server(options)
     except EngineUnusable as problem:
         raise UsageError(str(problem)) from None
+    stage("checking the input: " + ", ".join(convert.manifest or [convert.image_folder or ""]))
     manifests = _preflight(convert)
     pinned = _pinned_vocabulary(convert, manifests)
     if not pinned and manifests and all(source.split not in (None, SPLITS[0])
@@ -142,9 +144,12 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
     try:
         with frozen_for_the_run(), job_server_of_the_run(options, folder.run_id) as log:
             # TensorFlow loads here, so usage errors above come back in a second, not six.
+            stage("loading TensorFlow")
             with uncollected():
                 from pipeline import graph  # noqa: PLC0415
             watch = JobWatch(options, log and str(log), convert.worker_start_timeout)
+            stage("reading the rows: the label ids (tf.Transform) and the shard plan, then "
+                  "the images")
             summary = graph.run(options, scan.chunks, run_info, folder, watch, pinned,
                                 replaced_labels)
     except RunFailed as failed:
