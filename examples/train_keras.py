@@ -10,13 +10,11 @@ with the VALIDATION split's accuracy next to chance (1 / classes).
 from __future__ import annotations
 
 import argparse
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras  # noqa: E402 - after the log level above
-
-import image_tfrecords  # noqa: E402
+# First: importing it loads TensorFlow with its start-up lines left out (the command
+# line's console filter, pipeline/console.py), which Keras would print loading it first.
+import image_tfrecords  # isort: skip
+import keras
 
 IMAGE_SIZE = 64
 
