@@ -20,4 +20,7 @@ def test_the_keras_example_fits_on_the_shards_and_reports_validation_accuracy(sa
     assert not [line for line in result.stderr.splitlines()
                 if is_routine_native_line(line.encode()) or "cuda" in line.lower()
                 or "oneDNN" in line or line.startswith("I tensorflow/")], result.stderr
+    # Nor Keras's warnings: shuffle=True on a Dataset, "Your input ran out of data" at the
+    # end of an epoch of unknown length.
+    assert "UserWarning" not in result.stderr, result.stderr
 
