@@ -19,7 +19,7 @@ from pipeline.collector import frozen_for_the_run, uncollected
 from pipeline.console import quiet_console
 from pipeline.engines import EngineUnusable, job_server_of_the_run, use_built_job_server
 from pipeline.options import (ConvertOptions, make_local_paths_absolute,
-                              unknown_option_problem)
+                              runs_on_the_direct_runner, unknown_option_problem)
 from pipeline.progress import shown_progress
 from pipeline.read_choices import settle_read_choices
 from pipeline.report import counted, format_report
@@ -149,7 +149,8 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
                 from pipeline import graph  # noqa: PLC0415
             watch = JobWatch(options, log and str(log), convert.worker_start_timeout)
             stage("reading the rows: the label ids (tf.Transform) and the shard plan, then "
-                  "the images")
+                  "the images" if runs_on_the_direct_runner(options) else
+                  f"starting the job on {options.view_as(StandardOptions).runner}")
             summary = graph.run(options, scan.chunks, run_info, folder, watch, pinned,
                                 replaced_labels)
     except RunFailed as failed:
