@@ -46,7 +46,8 @@ def _dataset(output: Output, split: str, batch_size: int | None,
              seed: int | None) -> tf.data.Dataset:
     output_dir = output.directory
     split = output.split_name(split)
-    paths = [path for path, _ in output.shards(split)]
+    shards = output.shards(split)
+    paths = [path for path, _ in shards]
     if not paths:
         raise ValueError(f"split {split!r} of {output_dir} has no examples")
     if as_supervised and CLASS_LABEL not in output.features:
@@ -59,6 +60,10 @@ def _dataset(output: Output, split: str, batch_size: int | None,
     records = files.interleave(
         output.shard_format.dataset,
         num_parallel_calls=AUTOTUNE, deterministic=not shuffle)
+    # The count summary.json gives, so that len() and Keras know the batches of an epoch
+    # (without it Keras warns "Your input ran out of data" at the end of each).
+    records = records.apply(tf.data.experimental.assert_cardinality(
+        sum(count for _, count in shards)))
     if shuffle:
         # Serialized records: a buffer of encoded images, not of decoded pixels.
         records = records.shuffle(shuffle_buffer, seed=seed)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -30,6 +32,18 @@ and the versions of Beam, TensorFlow and tf.Transform it runs with
 
 BEAM_HELP = "--help_beam"
 VERSION = "--version"
+# What `convert --help` shows first after the options: one command for each way in.
+_EXAMPLES = """examples:
+  image-tfrecords convert --manifest data.csv --output_dir out/
+  image-tfrecords convert --image_folder photos/ --output_dir out/
+  image-tfrecords convert --label_mode detection --output_dir out/ \\
+      --manifest train=coco/instances.json --image_dir coco/images
+  image-tfrecords convert --label_mode detection --manifest yolo/data.yaml \\
+      --output_dir out/
+  image-tfrecords convert --manifest gs://bucket/data.csv \\
+      --output_dir gs://bucket/tfrecords
+  image-tfrecords convert --manifest data.csv --output_dir out/ --resume
+      (after a stopped run: the same command, continued)"""
 _VERBOSE_HELP = ("print all that TensorFlow's libraries print, their start-up lines "
                  "included")
 
@@ -83,7 +97,9 @@ def _convert(argv: Sequence[str] | None) -> int:
         print(_own_help())
         return 0
     from pipeline.collector import uncollected  # noqa: PLC0415
+    from pipeline.stage_lines import show_stages  # noqa: PLC0415
 
+    show_stages(args)  # the imports below take seconds
     with uncollected():
         from pipeline import run  # noqa: PLC0415 - imports TensorFlow, after the env above
     import psutil  # noqa: PLC0415
@@ -213,10 +229,13 @@ def _own_help() -> str:
         prog="image-tfrecords convert", allow_abbrev=False, add_help=False,
         formatter_class=lambda prog: _DefaultsShown(prog, max_help_position=30),
         usage="%(prog)s (--manifest PATH | --image_folder DIR) --output_dir DIR [options]",
-        description="Convert an image manifest, annotations or a folder of images into "
-                    "split-partitioned TFRecord or ArrayRecord shards.",
-        epilog=f"Beam's options (--runner, Dataflow's, Flink's and Spark's, --s3_*, --hdfs_*, "
-               f"...) pass through to the runner unchanged: {BEAM_HELP} lists them all.")
+        description=textwrap.fill(
+            "Convert an image manifest, annotations or a folder of images into "
+            "split-partitioned TFRecord or ArrayRecord shards.", width=_help_width()),
+        epilog=_EXAMPLES + "\n\n" + textwrap.fill(
+            f"Beam's options (--runner, Dataflow's, Flink's and Spark's, --s3_*, --hdfs_*, "
+            f"...) pass through to the runner unchanged: {BEAM_HELP} lists them all.",
+            width=_help_width()))
     ConvertOptions._add_argparse_args(parser)  # noqa: SLF001 - Beam's own extension point
     return parser.format_help()
 
@@ -237,8 +256,14 @@ def _beam_help() -> str:
     return parser.format_help()
 
 
-class _DefaultsShown(argparse.HelpFormatter):
-    """Each option's help ends with its default, where it has one."""
+def _help_width() -> int:
+    """The width argparse wraps option help to (the terminal's, less its margin)."""
+    return shutil.get_terminal_size().columns - 2
+
+
+class _DefaultsShown(argparse.RawDescriptionHelpFormatter):
+    """Each option's help ends with its default, where it has one; the description and
+    epilog are printed as written (the examples keep their lines)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         shown = action.help or ""

@@ -24,6 +24,7 @@ from worker.filesystem_options import FilesystemOptions
 from worker.run_settings import RunSettings
 from worker.schema import ExtraColumn, SchemaError, load_schema
 from worker.storage import is_local
+from worker.summary import MIN_EXAMPLES_PER_SHARD
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 # How long a Flink or Spark cluster may take to start the job's first SDK worker (a
@@ -39,226 +40,171 @@ class ConvertOptions(PipelineOptions):
         group = parser.add_argument_group("input", "What is read.")
         group.add_argument(
             "--manifest", metavar="PATH", action="append",
-            help="A manifest or annotation file, folder or glob, local or remote, in any "
-                 "format --input_format names (CSV, JSON Lines, COCO, VOC, KITTI, Open "
-                 "Images, CVAT, YOLO, Label Studio, LabelMe, Hugging Face metadata), "
-                 "sniffed from its name and first bytes. SPLIT=PATH gives every row of "
-                 "PATH that split. Repeat for several; relative image URIs are relative "
-                 "to the manifest (see --image_dir).")
+            help="A manifest or annotation file, folder or glob, local or remote (CSV, JSON "
+                 "Lines, COCO, VOC, KITTI, Open Images, CVAT, YOLO, Label Studio, LabelMe, "
+                 "Hugging Face), sniffed. SPLIT=PATH: all of PATH is that split. "
+                 "Repeatable. Image paths are relative to it (see --image_dir).")
         group.add_argument(
             "--image_folder", metavar="DIR",
-            help="Instead of --manifest: a folder of ROOT/[<split>/]<label>/<file> images "
-                 "(split folders such as train, training_set, valid, dev, test), local or "
-                 "remote; a Hugging Face imagefolder or a YOLO folder with classes.txt is "
-                 "read as that, as the console says.")
+            help="Instead of --manifest: a folder of ROOT/[<split>/]<label>/<file> "
+                 "images, a Hugging Face imagefolder or a YOLO folder.")
         group.add_argument(
             "--input_format", choices=MANIFEST_FORMATS,
-            help="The format of every --manifest, where its name and first bytes do not "
-                 "say (they are sniffed, and a file that could be read as two formats is "
-                 "refused, naming them).")
+            help="The format of every --manifest, where sniffing cannot tell.")
         group.add_argument(
             "--image_dir", metavar="DIR",
-            help="Resolve relative image names against this folder instead of the "
-                 "manifest's (as generate_tfrecord.py's --image_dir), for every manifest.")
+            help="Resolve relative image names against this folder, not the manifest's.")
         add_switch(group, "--allow_paths_outside_dataset",
-                    "Let annotation files (COCO, YOLO, LabelMe, Label Studio...) name images "
-                    "outside their dataset's folder (--image_dir, else the file's): absolute "
-                    "paths, '..', URLs, links leading out. Off: path_outside_dataset.")
+                    "Let annotation files name images outside their dataset's folder "
+                    "(absolute paths, '..', URLs). Off: path_outside_dataset.")
         group.add_argument(
             "--uri_column", metavar="NAME",
-            help="The header's column holding the image URI, when its name is not one "
-                 "of the known ones (image_uri, image, filename, image_id...); it also "
-                 "overrides them.")
+            help="The column holding the image URI, over the known names (image_uri, "
+                 "filename...).")
         group.add_argument(
             "--label_column", metavar="NAME",
-            help="The header's column holding the label, when its name is not one of "
-                 "the known ones (label, class, category, target...); it also overrides "
-                 "them.")
+            help="The column holding the label, over the known names (label, class...).")
         # Issue 41: a split column under a name of its own.
         group.add_argument(
             "--split_column", metavar="NAME",
-            help="The CSV column holding each row's split, over the known names (split, "
-                 "set, ml_use, subset; is_valid's true/false as fastai's). Without it, one "
-                 "other column whose first values are all split names is used, as the "
-                 "console says; 'none': every split from --split_fractions.")
+            help="The column holding each row's split, over the known names (split, set, "
+                 "ml_use, is_valid...); 'none': all from --split_fractions.")
         group.add_argument(
             "--schema", metavar="JSON",
-            help="Extra manifest columns to keep as typed features, as a JSON object of "
-                 "column name -> integer, float, string, categorical (a vocabulary id from "
-                 "TRAIN, like labels), image (a second image URI) or segmentation (the "
-                 "example's segmentation map's URI), inline or in a file: "
-                 "'{\"age\": \"integer\", \"mask\": \"image\"}'. Needs a header row.")
+            help="Extra columns to keep as typed features (integer, float, string, "
+                 "categorical, image, segmentation), inline or a file: "
+                 "'{\"age\": \"integer\"}'.")
         group.add_argument(
             "--leave_out", metavar="KINDS", default="",
-            help=f"What an input holds that the examples are written without, comma "
-                 f"separated: {', '.join(LeftOut.values())} (instance masks, keypoints, "
-                 f"semantic segmentation maps; by default every one an input holds is "
-                 f"written).")
+            help=f"Leave these out of the examples, comma separated: "
+                 f"{', '.join(LeftOut.values())} (default: all an input holds are kept).")
         group.add_argument(
             "--split_fractions", metavar="FRACTIONS",
             default=",".join(map(str, DEFAULT_SPLIT_FRACTIONS)),
-            help="train,validation,test fractions for rows without a split (UNASSIGNED, "
-                 "empty, or no split column): assigned from a hash of the image URI, so "
-                 "the same row always lands in the same split.")
+            help="train,validation,test fractions for rows without a split, from a hash "
+                 "of the image URI.")
         group = parser.add_argument_group("labels", "How labels become ids.")
         group.add_argument(
             "--label_mode", choices=LabelMode.values(), default=LabelMode.SINGLE.value,
-            help="multi: each row may carry several labels (AutoML's "
-                 "split,uri,label1,label2,... or labels joined by --label_separator); "
-                 "image/class/label and image/class/text then hold one value per label. "
-                 "detection: each row is one bounding box (AutoML's "
-                 "split,uri,label,x_min,y_min,,,x_max,y_max,, or four vertices, relative "
-                 "to the image size); an image's boxes make one example with the Object "
-                 "Detection API's image/object/* features, plus label_map.pbtxt.")
+            help="multi: several labels per row (AutoML's columns, or joined by "
+                 "--label_separator). detection: one box per row (AutoML's), an image's "
+                 "boxes in one example, the Object Detection API's features and "
+                 "label_map.pbtxt.")
         group.add_argument(
             "--label_separator", metavar="TEXT",
-            help="With --label_mode multi: what joins several labels inside one field. "
-                 "Default: of ';', ',' and '|', the one most label fields in the first "
-                 "rows hold (a space where none does and most fields hold one), named in "
-                 "the console, refused when two are as common; '|' where none occurs. "
-                 "Also the separator warned about in single-label mode (default '|').")
+            help="What joins several labels in one field (multi). Default: the most "
+                 "common of ';' ',' '|' in the first rows, as the console says.")
         group.add_argument(
             "--unseen_label", choices=UnseenLabel.values(), default=UnseenLabel.ERROR.value,
-            help="A VALIDATION/TEST label that TRAIN never saw: 'error' dead-letters the "
-                 "row; 'oov' keeps it with label id len(vocabulary).")
+            help="A VALIDATION/TEST label TRAIN never saw: 'error' dead-letters the "
+                 "row; 'oov' gives it id len(vocabulary).")
         group.add_argument(
             "--label_order", choices=LabelOrder.values(), default=LabelOrder.SORTED.value,
-            help="The ids of labels learnt from TRAIN (not declared by the input nor "
-                 "pinned by --vocabulary), and of categorical columns: 'sorted' by their "
-                 "text, as Keras, torchvision and TFDS number class folders; 'frequency' "
-                 "is TFRecorder's order, the most frequent TRAIN label first.")
+            help="Ids of labels learnt from TRAIN: 'sorted' by text (as Keras, TFDS); "
+                 "'frequency', the most frequent first (as TFRecorder).")
         group.add_argument(
             "--vocabulary", metavar="PATH",
-            help="Pin the label ids instead of computing them from TRAIN: a text file of "
-                 "one label per line (line 1 gets id 0), an Object Detection API "
-                 "label_map.pbtxt (its ids as given), or an earlier image-tfrecords output "
-                 "folder, whose ids are kept. A label outside it is unseen "
-                 "(--unseen_label); one without examples keeps its id.")
+            help="Pin the label ids: a file of one label per line, a label_map.pbtxt, or "
+                 "an earlier output folder.")
         add_switch(group, "--strict_labels",
-                    "Fail the run (publishing nothing) on labels that are probably a "
-                    "mistake, which are otherwise warnings in the console, report.html and "
-                    "summary.json: the multi-label separator inside a label in single-label "
-                    "mode, labels that differ only in case or surrounding spaces, and "
-                    "whole-number labels whose ids are not their numbers.")
+                    "Fail the run on labels that are probably a mistake (otherwise "
+                    "warnings): a separator inside a label, labels differing only in case "
+                    "or spaces, number labels not their ids.")
         group = parser.add_argument_group("images", "What is stored of each image.")
         group.add_argument(
             "--image_format", choices=("keep", "jpeg", "png"), default="keep",
-            help="keep: store JPEG/PNG bytes as they are and re-encode only what "
-                 "TensorFlow cannot decode; jpeg/png: store every image in that format.")
+            help="keep: store JPEG/PNG bytes as they are, re-encode only what TensorFlow "
+                 "cannot decode; jpeg/png: store every image so.")
         group.add_argument(
             "--max_side", metavar="PIXELS", type=int,
-            help="Resize images whose longer side exceeds this many pixels (aspect kept).")
+            help="Resize images whose longer side exceeds this (aspect kept).")
         group.add_argument(
             "--jpeg_quality", metavar="Q", type=int, default=95,
             help="Quality of images re-encoded as JPEG (1-100).")
         group.add_argument(
             "--max_image_pixels", metavar="N", type=int, default=_PILLOW_MAX_PIXELS,
-            help="Images with more pixels are rejected as decompression bombs.")
+            help="Larger images are rejected as decompression bombs.")
         add_switch(group, "--keep_16_bit",
-                    "Store 16-bit greyscale images as 16-bit PNGs (tf.io.decode_png with "
-                    "dtype=tf.uint16 reads them whole). By default they are stored with 8 "
-                    "bits, as tf.io.decode_image reads them, and counted as re-encoded "
-                    "(bit_depth): Pillow's convert('RGB'), which PyTorch and Grain pipelines "
-                    "use, clips a 16-bit image to white.")
+                    "Store 16-bit greyscale images as 16-bit PNGs, not 8-bit (as "
+                    "tf.io.decode_image reads them; Pillow's convert('RGB') clips 16 bits "
+                    "to white).")
         group.add_argument(
             "--dedupe", choices=Dedupe.values(), default=Dedupe.NONE.value,
-            help="Byte-identical images and near-copies are always reported "
-                 "(duplicates-*.jsonl, near_duplicates-*.jsonl and summary.json); sha256 "
-                 "also writes each byte-identical image only once, keeping the copy in the "
-                 "earliest split (train, validation, test) and dead-lettering the others "
-                 "as duplicate_image; near also drops near-copies, as "
-                 "near_duplicate_image.")
+            help="Copies are always reported; sha256 also writes a byte-identical image "
+                 "once (in the earliest split), near also drops near-copies.")
         group.add_argument(
             "--near_duplicate_distance", metavar="BITS", type=int, default=DEFAULT_NEAR_DISTANCE,
-            help="Two images are near-copies when their 64-bit perceptual hashes (pHash) "
-                 f"differ in at most this many bits, 0 to {MAX_NEAR_DISTANCE}. The default finds "
-                 "resized, recompressed, re-saved and brightened copies and most 3%% "
-                 "crops while pairing almost no distinct photos (docs/output/copies.md).")
+            help=f"Near-copies: perceptual hashes at most this many bits apart, 0 to "
+                 f"{MAX_NEAR_DISTANCE} (docs/output/copies.md).")
         group = parser.add_argument_group("output", "What is written, and when a run counts as failed.")
         group.add_argument(
             "--output_dir", metavar="DIR",
-            help="Where the shards, transform_fn/, summary.json and errors-*.jsonl go.")
+            help="Where the shards, summary.json and report.html go (local or remote).")
         add_switch(group, "--overwrite",
                     "Replace the outputs of a previous run in a non-empty --output_dir.")
         add_switch(group, "--resume",
-                    "Continue a stopped run of the same command (the same inputs and "
-                    "options) in this --output_dir: the shards it finished are reused, "
-                    "their images not read again; a stopped run made from anything else "
-                    "is refused, naming what differs.")
+                    "Continue a stopped run of the same command in this --output_dir, "
+                    "reusing the shards it finished; a run made from other inputs or "
+                    "options is refused, naming what differs.")
         group.add_argument(
             "--num_shards", metavar="N", type=int,
-            help="Shards per split (fewer if a split has fewer examples). "
-                 "Default: from --target_shard_mb.")
+            help=f"Shards per split (at most one per example); under "
+                 f"{MIN_EXAMPLES_PER_SHARD} examples a shard is warned about. Default: from "
+                 f"--target_shard_mb.")
         group.add_argument(
             "--target_shard_mb", metavar="MB", type=float, default=128.0,
             help="Target shard size in MB, estimated from the source file sizes.")
         group.add_argument(
             "--file_format", choices=format_names(), default=DEFAULT_FORMAT,
-            help="The shards' file format (TFDS's name for the choice): tfrecord writes "
-                 "SPLIT-NNNNN-of-NNNNN.tfrecord files with a .idx index beside each, "
-                 "array_record writes SPLIT-NNNNN-of-NNNNN.array_record files (random "
-                 "access: Grain, TFDS data sources).")
+            help="tfrecord: .tfrecord shards with a .idx index each; array_record: random "
+                 "access (Grain, TFDS data sources).")
         group.add_argument(
             "--compression", choices=compression_names(), default="none",
-            help="tfrecord: gzip writes .tfrecord.gz shards. array_record: zstd "
-                 "compresses each record inside the file. Encoded images gain little.")
+            help="tfrecord: gzip (.tfrecord.gz); array_record: zstd. Encoded images gain "
+                 "little.")
         group.add_argument(
             "--max_error_fraction", metavar="F", type=float, default=0.01,
             help="Exit non-zero when more than this fraction of rows is dead-lettered.")
         group = parser.add_argument_group("run", "The worker processes, image URLs, the console.")
         group.add_argument(
             "--worker_processes", metavar="N", type=int, default=None,
-            help="Processes per pipeline process that each write whole shards: read, "
-                 "check and encode the shard's images (Pillow only, no TensorFlow) and "
-                 "write its files. 0 writes them in the pipeline's own process (no "
-                 "isolation, no --decode_timeout). Default: one per core of the machine, "
-                 "fewer where its memory holds fewer --max_image_pixels decodes; "
-                 "one on Dataflow, which already runs an SDK process per vCPU (unless "
-                 "--experiments no_use_multiple_sdk_containers).")
+            help="Processes that read, check and encode images and write shards; 0: in "
+                 "the pipeline's own process. Default: one per core (fewer if memory is "
+                 "short), one on Dataflow.")
         group.add_argument(
             "--decode_timeout", metavar="S", type=float, default=120.0,
-            help="Seconds one image may take to decode in a worker process; a slower "
-                 "image is dead-lettered as decode_timeout.")
+            help="Seconds one image may take to decode, else decode_timeout.")
         group.add_argument(
             "--worker_start_timeout", metavar="S", type=float, default=WORKER_START_TIMEOUT_S,
-            help="Flink and Spark without LOOPBACK: seconds the job's first SDK worker may "
-                 "take to start before the job is cancelled, saying so (the engine waits "
-                 "for ever); 0: no limit.")
+            help="Flink and Spark: seconds the first SDK worker may take to start; 0: no "
+                 "limit.")
         group.add_argument(
             "--read_threads", metavar="N", type=int, default=4,
-            help="Threads per shard writer that read its images ahead of decoding (more "
-                 "for storage with long round trips).")
+            help="Threads per shard writer reading images ahead of decoding.")
         group.add_argument(
             "--download_timeout", metavar="S", type=float, default=DownloadSettings.timeout_s,
-            help="Seconds an image URL (http://, https://) may take to connect, and between "
-                 "two reads of its body (a slower one is retried), and 3x this for all "
-                 "of it; then it is dead-lettered as http_timeout.")
+            help="Seconds an image URL may take to connect or between reads (3x for all "
+                 "of it), else http_timeout.")
         group.add_argument(
             "--download_retries", metavar="N", type=int, default=DownloadSettings.retries,
-            help="Tries after the first for an image URL that answers 5xx or 429 "
-                 "(honouring Retry-After) or whose connection fails, with exponential "
-                 "backoff; then it is dead-lettered (http_503, connection_error...).")
+            help="Retries, with backoff, of an image URL that answers 5xx or 429 or whose "
+                 "connection fails.")
         group.add_argument(
             "--max_download_mb", metavar="MB",
             type=float, default=DownloadSettings.max_bytes / 2**20,
-            help="An image URL whose body is larger is dead-lettered as too_large.")
+            help="A larger image URL body is dead-lettered as too_large.")
         group.add_argument(
             "--downloads_per_host", metavar="N", type=int, default=DownloadSettings.per_host,
             help="Concurrent requests to one host from one worker process.")
         group.add_argument(
             "--download_threads", metavar="N", type=int, default=DownloadSettings.threads,
-            help="Threads per shard writer that download its image URLs ahead of decoding "
-                 "(instead of --read_threads): the network, not the core, is what they "
-                 "wait on.")
+            help="Threads per shard writer downloading image URLs ahead of decoding.")
         add_switch(group, "--quiet",
-                    "No live progress. By default a local run shows it: a bar on a "
-                    "terminal, else a line every 5%% at most every 5 s (for logs); a remote "
-                    "run names the counters to watch in its runner's UI.")
+                    "No live progress (by default a bar on a terminal, else a line every "
+                    "5%% at most every 5 s).")
         add_switch(group, "--verbose",
-                    "Print all that TensorFlow's and Beam's libraries print. By default "
-                    "their start-up lines (such as the GPU probe's 'failed call to cuInit' "
-                    "on a machine without a GPU) and Beam's routine messages are left out; "
-                    "warnings and errors still show.")
+                    "Print all that TensorFlow's and Beam's libraries print, their start-up "
+                    "lines included.")
 
     @classmethod
     def names(cls) -> list[str]:

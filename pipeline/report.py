@@ -6,7 +6,7 @@ import collections
 
 from worker.examples import ANNOTATION_NAMES
 from worker.naming import REPORT_FILE
-from worker.summary import CopiesInfo, Summary
+from worker.summary import MIN_EXAMPLES_PER_SHARD, CopiesInfo, SplitInfo, Summary
 
 
 def counted(count: int, noun: str) -> str:
@@ -37,6 +37,8 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
               for row in rows]
     if summary.empty_splits:
         lines.append(f"empty splits (no shards written): {', '.join(summary.empty_splits)}")
+    lines += [_few_per_shard_line(split, summary.splits[split])
+              for split in summary.few_examples_per_shard]
     written = f"{counted(summary.examples_written, 'example')} written"
     if summary.rows_in_examples != summary.examples_written:
         written = f"{counted(summary.rows_in_examples, 'row')} in {written}"
@@ -89,6 +91,15 @@ def format_report(summary: Summary, output_dir: str, wall_seconds: float,
     images_per_second = summary.examples_written / wall_seconds if wall_seconds else 0.0
     lines.append(f"wall {wall_seconds:.1f} s, {images_per_second:.1f} images/s")
     return "\n".join(lines)
+
+
+def _few_per_shard_line(split: str, stats: SplitInfo) -> str:
+    """The warning for a split sharded too finely, with a --num_shards that is not."""
+    shards = len(stats.shards)
+    enough = max(1, stats.examples // MIN_EXAMPLES_PER_SHARD)
+    return (f"warning: {split}'s {shards} shards hold {stats.examples / shards:.1f} examples "
+            f"each on average: readers open a file for every few; --num_shards {enough} "
+            f"or fewer gives {MIN_EXAMPLES_PER_SHARD} or more a shard")
 
 
 def _discarded(summary: Summary) -> str:

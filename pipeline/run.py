@@ -20,12 +20,13 @@ from pipeline.collector import frozen_for_the_run, uncollected
 from pipeline.console import quiet_console
 from pipeline.engines import EngineUnusable, job_server_of_the_run, use_built_job_server
 from pipeline.options import (ConvertOptions, make_local_paths_absolute,
-                              unknown_option_problem)
+                              runs_on_the_direct_runner, unknown_option_problem)
 from pipeline.progress import shown_progress
 from pipeline.read_choices import settle_read_choices
 from pipeline.report import counted, format_report
 from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
                              finished_shards, published_by, scan_sources, start, unstart)
+from pipeline.stage_lines import stage
 from pipeline.stopping import JobWatch, Stopped, WorkersNeverStarted
 from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from pipeline.tft_storage import tensorflow_location_problem
@@ -157,6 +158,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
         use_built_job_server(options)
     except EngineUnusable as problem:
         raise UsageError(str(problem)) from None
+    stage("checking the input: " + ", ".join(convert.manifest or [convert.image_folder or ""]))
     manifests = _preflight(convert)
     pinned = _pinned_vocabulary(convert, manifests)
     if not pinned and manifests and all(source.split not in (None, SPLITS[0])
@@ -181,10 +183,14 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
     try:
         with frozen_for_the_run(), job_server_of_the_run(options, folder.run_id) as log:
             # TensorFlow loads here, so usage errors above come back in a second, not six.
+            stage("loading TensorFlow")
             with uncollected():
                 from pipeline import graph  # noqa: PLC0415
             interrupts.raise_if_stopping()
             watch = JobWatch(options, log and str(log), convert.worker_start_timeout)
+            stage("reading the rows: the label ids (tf.Transform) and the shard plan, then "
+                  "the images" if runs_on_the_direct_runner(options) else
+                  f"starting the job on {options.view_as(StandardOptions).runner}")
             summary = graph.run(options, scan.chunks, run_info, folder, watch, pinned,
                                 replaced_labels)
     except RunFailed as failed:

@@ -42,6 +42,7 @@ def test_supervised_batches_have_the_shapes_keras_takes(sample_output):
                                    image_size=(40, 50), as_supervised=True)
     batches = list(dataset)
     assert [len(labels) for _, labels in batches] == [8, 8, 8, 7]
+    assert len(dataset) == 4  # known before a pass: Keras counts an epoch's batches
     images, labels = batches[0]
     assert images.shape == (8, 40, 50, 3) and images.dtype == tf.float32
     assert labels.shape == (8,) and labels.dtype == tf.int64

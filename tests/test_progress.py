@@ -10,11 +10,15 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from conftest import tiny_manifest
+from pipeline import stage_lines
 from pipeline.progress import REMOTE_NOTE, WORKER_PROCESSES_NOTE, LiveProgress, shown_progress
+from pipeline.stage_lines import PREFIX
 
 
 class Clock:
@@ -109,6 +113,12 @@ def test_a_run_in_a_terminal_shows_the_bar(tmp_path):
     assert "writing: 100%|" in text and "3/3 [" in text and "rows/s, dead letters: 0]" in text
     assert text.index("writing: 100%|") < text.index("rows read 3 = 3 examples written")
     assert "progress: " not in text  # the bar, not the lines for logs
+    # What the run does before the bar, first of all before Beam and TensorFlow load
+    # (nothing showed for the ~28 s they, the checks and tf.Transform's pass took).
+    stages = [text.index(PREFIX + said) for said in (
+        "starting: loading Apache Beam", "checking the input: ", "loading TensorFlow",
+        "reading the rows: ")]
+    assert stages[0] == 0 and stages == sorted(stages) and stages[-1] < text.index("writing:")
 
 
 def test_quiet_shows_no_progress(tmp_path):
@@ -116,3 +126,29 @@ def test_quiet_shows_no_progress(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stderr == "" and "rows read 3 = 3 examples written" in result.stdout
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("argv, shown", [
+    (["--manifest", "m.csv"], True), (["--quiet"], False), (["--quiet=true"], False),
+    (["--quiet", "TRUE", "--manifest", "m.csv"], False), (["--quiet", "false"], True),
+    (["--quiet=false"], True)])
+def test_stages_are_said_on_a_terminal_unless_quiet(argv, shown, monkeypatch):
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(stage_lines, "_SHOWN", threading.Event())
+    stage_lines.show_stages(argv)
+    stage_lines.stage("loading TensorFlow")
+    expected = f"{PREFIX}starting: loading Apache Beam\n{PREFIX}loading TensorFlow\n"
+    assert terminal.getvalue() == (expected if shown else "")
+
+
+def test_stages_are_not_said_off_a_terminal(monkeypatch):
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    monkeypatch.setattr(stage_lines, "_SHOWN", threading.Event())
+    stage_lines.show_stages(["--manifest", "m.csv"])
+    assert sys.stderr.getvalue() == ""

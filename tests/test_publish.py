@@ -8,6 +8,7 @@ import pytest
 import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 
+from pipeline.report import format_report
 from transforms.labels import AnalyzeLabels
 from transforms.outcome import PublishRules, RunFailed
 from transforms.publish import (PublishOutput, build_summary, move_into_place, name_shards,
@@ -93,6 +94,23 @@ def test_summary_accounts_for_every_row():
     lost = build_summary(files, {}, rows_read=7, vocabulary=["cat"], error_files=[],
                          run_info=RUN_INFO)
     assert lost.accounted is False
+
+
+def test_a_split_sharded_finer_than_its_examples_is_warned_about():
+    """--num_shards 100000 on 301 examples wrote 197 shards of one or two, without a word."""
+    def shards(split, records):
+        return [(f"{split}-{index:05d}-of-{len(records):05d}.tfrecord",
+                 ShardWritten(split, index, "t", count, count, 10, 10, {"cat": count}, {}, {},
+                              {}, {})) for index, count in enumerate(records)]
+
+    files = {"train": shards("train", [2, 1, 1]), "validation": shards("validation", [10, 10]),
+             "test": shards("test", [1])}
+    summary = build_summary(files, {}, rows_read=26, vocabulary=["cat"], error_files=[],
+                            run_info=RUN_INFO)
+    assert summary.few_examples_per_shard == ("train",)  # one shard is never too many
+    assert ("warning: train's 3 shards hold 1.3 examples each on average: readers open a "
+            "file for every few; --num_shards 1 or fewer gives 10 or more a shard"
+            ) in format_report(summary, "out", 1.0).splitlines()
 
 
 def test_detection_summary_accounts_for_box_rows_not_examples():

@@ -54,7 +54,7 @@ from worker.report_page import ReportContent, render_report
 from worker.run_settings import RunSettings
 from worker.schema import CATEGORICAL
 from worker.summary import (CopiesInfo, ErrorsInfo, LabelIdChange, NearCopiesInfo, RunInfo,
-                            ShardInfo, SplitInfo, Summary)
+                            ShardInfo, SplitInfo, Summary, few_examples_per_shard)
 
 # What tf.Transform's WriteTransformFn writes, as tft.TFTransformOutput(OUTPUT) reads it.
 TRANSFORM_FOLDERS = (tft.TFTransformOutput.TRANSFORM_FN_DIR,
@@ -457,5 +457,6 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
         error_fraction=rows_dead_lettered / rows_read if rows_read else 0.0,
         splits=splits,
         empty_splits=tuple(split for split in SPLITS if not splits[split].examples),
+        few_examples_per_shard=few_examples_per_shard(splits),
         vocabulary={"label": tuple(vocabulary)},
         errors=ErrorsInfo(by_reason=dict(sorted(errors_by_reason.items())), files=error_files))

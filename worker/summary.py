@@ -24,6 +24,11 @@ from worker.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
 from worker.naming import confined_name
 from worker.splits import Split
 
+# A split whose shards hold fewer examples than this on average is warned about (the
+# console, summary.json's few_examples_per_shard): a reader then opens a file (and its
+# index) for every few examples, and a shard placed by hash may be left with one.
+MIN_EXAMPLES_PER_SHARD = 10
+
 # A file of the output, by its name in the output folder; one that would leave it is refused.
 FileName = Annotated[str, pydantic.AfterValidator(confined_name)]
 
@@ -184,6 +189,8 @@ class Summary(RunInfo):
     near_duplicates: NearCopiesInfo = NearCopiesInfo()
     label_map: FileName | None = None  # label_map.pbtxt, with --label_mode detection
     label_warnings: tuple[LabelWarning, ...] = ()
+    # A --num_shards too large for the data: splits of 2+ shards under MIN_EXAMPLES_PER_SHARD
+    few_examples_per_shard: tuple[Split, ...] = ()  # splits under 10 examples a shard, on average
     files: tuple[FileName, ...] = ()  # everything published besides the shards and summary.json
 
     @property
@@ -202,3 +209,11 @@ class Summary(RunInfo):
     @classmethod
     def from_json(cls, text: str | bytes) -> Summary:
         return cls.model_validate_json(text)
+
+
+def few_examples_per_shard(splits: dict[Split, SplitInfo]) -> tuple[Split, ...]:
+    """The splits whose shards hold fewer than MIN_EXAMPLES_PER_SHARD examples on average
+    (one shard is never too many)."""
+    return tuple(split for split, info in splits.items()
+                 if len(info.shards) > 1
+                 and info.examples < MIN_EXAMPLES_PER_SHARD * len(info.shards))
