@@ -4,8 +4,8 @@ then `image-tfrecords --version` and the sample job, run from a folder outside t
 checkout with nothing of it on the path, so that every module and data file the converter
 needs must have come from the wheel.
 
-The wheel is built with pip, as the page says. It is installed with uv (pinned in
-tests/requirements.txt) rather than pip, for time: the same wheel and the same
+The wheel is built with pip, as the page says. It is installed with uv (the Makefile's
+UV_PIN, which installs every pinned set of the project) rather than pip, for time: the same wheel and the same
 constraints, and the test checks that the installed set is exactly requirements.txt's
 pins, as `pip install` resolves it (checked by hand when the pins change: see
 docs/development.md). uv takes 5 s from its cache (20 s without); pip takes 95 s on CI's
