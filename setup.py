@@ -1,5 +1,8 @@
-"""Packages image_tfrecords/, pipeline/, transforms/ and worker/ (what Dataflow workers install
-via --setup_file too)."""
+"""One installed package, `image_tfrecords` (what Dataflow workers install via --setup_file
+too). Its subpackages live in the repository's top-level folders, mapped by package_dir:
+image_tfrecords/ is the Python API and the reader library, pipeline/ the Beam job and its
+command line, transforms/ the job's composite transforms, core/ the Beam-free work of
+reading inputs and writing shards, done in the worker processes."""
 
 from setuptools import setup
 
@@ -8,9 +11,12 @@ setup(
     version="0.1.0",
     description="Apache Beam pipeline: image manifest -> split-partitioned TFRecord or "
                 "ArrayRecord shards",
-    packages=["image_tfrecords", "pipeline", "transforms", "worker", "worker.file_formats",
-              "worker.inputs"],
-    package_data={"worker": ["report_page.html"]},  # report.html's template
+    packages=["image_tfrecords", "image_tfrecords.pipeline", "image_tfrecords.transforms",
+              "image_tfrecords.core", "image_tfrecords.core.file_formats",
+              "image_tfrecords.core.inputs"],
+    package_dir={"image_tfrecords.pipeline": "pipeline",
+                 "image_tfrecords.transforms": "transforms", "image_tfrecords.core": "core"},
+    package_data={"image_tfrecords.core": ["report_page.html"]},  # report.html's template
     python_requires=">=3.10",
     install_requires=[
         "apache-beam[gcp,aws,hadoop]>=2.77,<3",  # gs://, s3://, hdfs://
@@ -18,31 +24,31 @@ setup(
         "tensorflow-transform>=1.21,<1.22",
         "tfx-bsl>=1.21,<1.22",
         "tensorflow-metadata>=1.21,<1.22",  # the schema handed to tf.Transform (labels.py)
-        "protobuf>=6,<7",  # label_map.pbtxt (worker/label_map.py)
+        "protobuf>=6,<7",  # label_map.pbtxt (core/label_map.py)
         "grpcio>=1.59,<2",  # a job server's errors (pipeline/run.py)
-        "pillow>=11,<13",  # worker/images.py runs Pillow's format search itself
+        "pillow>=11,<13",  # core/images.py runs Pillow's format search itself
         "pyarrow>=14",
         "google-cloud-storage>=2.18,<4",
-        "google-auth>=2.14,<3",  # gs:// without credentials (worker/gcs_access.py)
-        "google-crc32c>=1.6,<2",  # every TFRecord CRC (worker/file_formats/tfrecord.py)
-        "urllib3>=1.26,<3",  # images at http(s):// URLs (worker/downloads.py)
+        "google-auth>=2.14,<3",  # gs:// without credentials (core/gcs_access.py)
+        "google-crc32c>=1.6,<2",  # every TFRecord CRC (core/file_formats/tfrecord.py)
+        "urllib3>=1.26,<3",  # images at http(s):// URLs (core/downloads.py)
         "pandas>=2,<4",  # DataFrame.tfrecords (image_tfrecords/__init__.py)
         "typing-extensions>=4.12",  # report.py's TypedDicts (pydantic needs them before 3.12)
-        "ijson>=3.2,<4",  # COCO instances JSON, streamed (worker/inputs/coco.py)
-        "PyYAML>=6,<7",  # YOLO data.yaml (worker/inputs/yolo.py)
+        "ijson>=3.2,<4",  # COCO instances JSON, streamed (core/inputs/coco.py)
+        "PyYAML>=6,<7",  # YOLO data.yaml (core/inputs/yolo.py)
         "pycocotools>=2.0.8,<3",  # masks from polygons and RLE, as COCO's own tools make them
-        "numpy>=2.0,<3",  # pHash (worker/images.py), np.bitwise_count (near_duplicates.py)
+        "numpy>=2.0,<3",  # pHash (core/images.py), np.bitwise_count (near_duplicates.py)
         "tqdm>=4.66,<5",  # the progress bar on a terminal (pipeline/progress.py)
-        "jinja2>=3.1,<4",  # report.html (worker/report_page.py)
+        "jinja2>=3.1,<4",  # report.html (core/report_page.py)
         "pygal>=3.1,<4",  # report.html's plots, as inline SVG
-        "array-record>=0.8,<0.9",  # --file_format array_record (worker/file_formats/)
-        "pydantic>=2.10,<3",  # summary.json's typed model (worker/summary.py)
+        "array-record>=0.8,<0.9",  # --file_format array_record (core/file_formats/)
+        "pydantic>=2.10,<3",  # summary.json's typed model (core/summary.py)
         "psutil>=5.9,<8",  # stopping a Flink or Spark job server (pipeline/engines.py)
     ],
     # Reading ArrayRecord outputs with Grain (JAX), as the README shows.
     extras_require={"grain": ["grain>=0.2.18,<0.3"]},
     entry_points={"console_scripts": [
-        "image-tfrecords=pipeline.cli:main",
+        "image-tfrecords=image_tfrecords.pipeline.cli:main",
         # the boot command of a PROCESS environment on a cluster (docs/operations/clusters.md)
-        "image-tfrecords-sdk-worker=pipeline.sdk_worker_boot:main"]},
+        "image-tfrecords-sdk-worker=image_tfrecords.pipeline.sdk_worker_boot:main"]},
 )

@@ -11,7 +11,7 @@ for round in $(seq "$rounds"); do
   for side in before after; do
     dir=$([ "$side" = before ] && echo "$before" || echo "$after")
     (cd "$dir" && /usr/bin/time -f "$side round $round: wall %e s, user %U s, sys %S s, max RSS %M KB" \
-       env PYTHONPATH="$dir" "$python" -m pipeline --manifest "$manifest" \
+       env PYTHONPATH="$dir" "$python" -m image_tfrecords --manifest "$manifest" \
        --output_dir "$out/$side" --overwrite --quiet > /dev/null 2> "$out/$side.err" \
      || { cat "$out/$side.err"; exit 1; }; tail -1 "$out/$side.err")
   done

@@ -4,7 +4,7 @@ Starts what tests/test_flink_cluster.py runs on (tests/clusters.py: a JobManager
 TaskManager JVM with one slot, Beam's runner in their class path, Beam's worker pool
 from this venv beside them), then alternates, --rounds times, the DirectRunner and the
 cluster on each data set: the 50-row sample (sample_data/) and --images crops of real
-photos (make_dataset.py). Each cluster run is `python -m pipeline` as the docs give it
+photos (make_dataset.py). Each cluster run is `python -m image_tfrecords` as the docs give it
 (--environment_type EXTERNAL, --environment_cache_millis, --beam_runner_on_cluster);
 before each, the script waits past the cached SDK worker's expiry, so every cluster run
 starts its SDK worker as a daily job does.
@@ -34,7 +34,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 from clusters import FlinkCluster, WorkerPool  # noqa: E402
-from pipeline import engines  # noqa: E402
+from image_tfrecords.pipeline import engines  # noqa: E402
 
 CACHE_MS = 20_000  # the SDK worker's cache (its stages share one); each run waits past it
 SAMPLE_FLAGS = ["--manifest", str(ROOT / "sample_data" / "manifest.csv"),
@@ -46,7 +46,7 @@ def run(flags: list[str], output: Path, temp: Path) -> float:
     shutil.rmtree(output, ignore_errors=True)
     temp.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pipeline", *flags, "--output_dir",
+    done = subprocess.run([sys.executable, "-m", "image_tfrecords", *flags, "--output_dir",
                            str(output), "--quiet"], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(ROOT)})
     wall = time.perf_counter() - started

@@ -2,7 +2,7 @@
 one command: for ours, the pipeline process alone (not its worker processes) against
 everything.
 
-    .venv/bin/python bench/own_cpu.py -- .venv/bin/python -m pipeline --manifest M \\
+    .venv/bin/python bench/own_cpu.py -- .venv/bin/python -m image_tfrecords --manifest M \\
         --output_dir O --overwrite --quiet
 
 The own CPU and RSS are sampled every 20 ms until the process exits (so it may miss its last

@@ -52,11 +52,11 @@ def main() -> None:
     full_out, resumed_out = folder / "full", folder / "resumed"
     shards = 3 * SHARDS_PER_SPLIT
     # Where each stopped run is killed: the resume of the first redoes half the shards.
-    stops = {"half": ("worker.receipts", "write_receipt", "after", shards // 2),
-             "all": ("transforms.publish", "move_into_place", "before", 1)}
+    stops = {"half": ("image_tfrecords.core.receipts", "write_receipt", "after", shards // 2),
+             "all": ("image_tfrecords.transforms.publish", "move_into_place", "before", 1)}
     walls: dict[str, list[float]] = {"full": [], "half": [], "all": []}
     for round_number in range(1, args.rounds + 1):
-        walls["full"].append(timed([sys.executable, "-m", "pipeline",
+        walls["full"].append(timed([sys.executable, "-m", "image_tfrecords",
                                     *convert_command(args.data, full_out)]))
         line = f"round {round_number}: full {walls['full'][-1]:.1f} s"
         for name, (module, function, when, count) in stops.items():
@@ -66,7 +66,7 @@ def main() -> None:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             if stopped.returncode != -9:
                 sys.exit(f"the run to stop ended with {stopped.returncode}, not SIGKILL")
-            walls[name].append(timed([sys.executable, "-m", "pipeline",
+            walls[name].append(timed([sys.executable, "-m", "image_tfrecords",
                                       *convert_command(args.data, resumed_out, "--resume")]))
             reused = json.loads((resumed_out / "summary.json").read_text())["resumed_shards"]
             if shard_digests(resumed_out) != shard_digests(full_out):

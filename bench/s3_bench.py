@@ -91,7 +91,7 @@ def main() -> None:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}
 
     def ours(name: str, folder: str, url: str) -> tuple[list[str], str, dict[str, str]]:
-        return ([str(VENV_BIN / "python"), "-m", "pipeline", "--manifest", "MANIFEST",
+        return ([str(VENV_BIN / "python"), "-m", "image_tfrecords", "--manifest", "MANIFEST",
                  "--output_dir", str(out / name), "--overwrite", "--s3_endpoint_url", url,
                  "--s3_region_name", "us-east-1"], folder, {**env, "PYTHONPATH": folder})
 

@@ -5,7 +5,7 @@ tests/test_resume.py and bench/resume_bench.py.
 
     python bench/stop_at.py MODULE FUNCTION before|after N CONVERT-ARGS...
 
-e.g. `worker.receipts write_receipt after 12 --manifest m.csv --output_dir out`: killed
+e.g. `image_tfrecords.core.receipts write_receipt after 12 --manifest m.csv --output_dir out`: killed
 once the 12th shard's receipt is written. Start it in a session of its own
 (start_new_session=True), or the kill takes its parent too.
 
@@ -73,8 +73,8 @@ def _install_from_environment() -> None:
 
 
 if __name__ == "__main__":
-    import pipeline.graph  # noqa: F401 - imported first: its own names for publish's functions stay the originals
-    from pipeline import run
+    import image_tfrecords.pipeline.graph  # noqa: F401 - imported first: its own names for publish's functions stay the originals
+    from image_tfrecords.pipeline import run
 
     module_name, function, when, count = sys.argv[1:5]
     hooks = tempfile.mkdtemp(prefix="stop-at-")

@@ -4,10 +4,10 @@
   the command itself builds (pipeline/options.py's ConvertOptions, then Beam's options
   classes, as `image-tfrecords convert --help` lists them);
 - docs/reference/features.md: the feature keys and dtypes of the examples, from the schema
-  the shard writer uses (worker/examples.py's feature_spec);
-- docs/reference/dead-letters.md: every dead-letter reason, from worker/dead_letters.py's
+  the shard writer uses (core/examples.py's feature_spec);
+- docs/reference/dead-letters.md: every dead-letter reason, from core/dead_letters.py's
   REGISTRY;
-- docs/reference/summary-json.md: summary.json's fields, from its model (worker/summary.py).
+- docs/reference/summary-json.md: summary.json's fields, from its model (core/summary.py).
 
 Run it with the project's interpreter after changing any of those:
 
@@ -92,7 +92,7 @@ def _code(text: object) -> str:
 
 
 def options_page() -> str:
-    from pipeline.options import ConvertOptions, options_classes  # noqa: PLC0415
+    from image_tfrecords.pipeline.options import ConvertOptions, options_classes  # noqa: PLC0415
 
     def actions(options_class: type) -> list[argparse.Action]:
         parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
@@ -104,7 +104,7 @@ def options_page() -> str:
     own = {action.dest for action in own_parser._actions if action.option_strings}  # noqa: SLF001
 
     lines = [GENERATED, "", "# `convert` options", "",
-             "Every option of `image-tfrecords convert` (and of `python -m pipeline`, the same "
+             "Every option of `image-tfrecords convert` (and of `python -m image_tfrecords`, the same "
              "job): this job's own options in the groups `image-tfrecords convert --help` "
              "prints, then Beam's (`--help_beam`), which pass to the runner unchanged. A flag "
              "shown as `true|false` is given bare (`--overwrite`) or with a value "
@@ -175,14 +175,14 @@ def _help(action: argparse.Action) -> str:
 
 
 def features_page() -> str:
-    from worker.choices import LabelMode  # noqa: PLC0415
-    from worker.examples import ANNOTATION_FEATURES, ANNOTATION_NAMES, feature_spec  # noqa: PLC0415
-    from worker.schema import COLUMN_TYPES, ExtraColumn  # noqa: PLC0415
+    from image_tfrecords.core.choices import LabelMode  # noqa: PLC0415
+    from image_tfrecords.core.examples import ANNOTATION_FEATURES, ANNOTATION_NAMES, feature_spec  # noqa: PLC0415
+    from image_tfrecords.core.schema import COLUMN_TYPES, ExtraColumn  # noqa: PLC0415
 
     lines = [GENERATED, "", "# Feature keys", "",
              "Each record is a serialized `tf.train.Example`. These are its keys, with the "
              "dtype (`bytes`, `int64`, `float`) and whether a key holds a list rather than "
-             "one value, as the shard writer writes them (`worker/examples.py`) and as "
+             "one value, as the shard writer writes them (`core/examples.py`) and as "
              "`summary.json` lists them under `features`. Readers need not hard-code them: "
              "`summary.json` lists the keys of the examples it describes.", ""]
     described = set()
@@ -239,13 +239,13 @@ def features_page() -> str:
 
 
 def dead_letters_page() -> str:
-    from worker import dead_letters  # noqa: PLC0415
+    from image_tfrecords.core import dead_letters  # noqa: PLC0415
 
     lines = [GENERATED, "", "# Dead-letter reasons", "",
              "Every row that cannot become an example is one line of `errors-*.jsonl` "
              "(`manifest`, `line`, `raw`, `uri`, `split`, `reason`, `message`), and "
              "`summary.json` counts them under `errors.by_reason`. These are the reasons, "
-             "from `worker/dead_letters.py`'s `REGISTRY`; the message names the row and says "
+             "from `core/dead_letters.py`'s `REGISTRY`; the message names the row and says "
              "what was wrong. An image that cannot be read dead-letters every row of it.", "",
              "| reason | meaning |", "|---|---|"]
     for reason, meaning in dead_letters.REGISTRY.items():
@@ -254,7 +254,7 @@ def dead_letters_page() -> str:
 
 
 def summary_page() -> str:
-    from worker import summary  # noqa: PLC0415
+    from image_tfrecords.core import summary  # noqa: PLC0415
 
     source = inspect.getsource(summary)
     tree = ast.parse(source)
@@ -262,7 +262,7 @@ def summary_page() -> str:
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     lines = [GENERATED, "", "# summary.json", "",
              "Every output's `summary.json`, written last when a run publishes, is one "
-             "`image_tfrecords.Summary` (`worker/summary.py`, a pydantic model): "
+             "`image_tfrecords.Summary` (`core/summary.py`, a pydantic model): "
              "`Output.read(OUTPUT).summary` reads it typed. Its fields, with the comment the "
              "model gives each; a field an older output lacks reads as its default.", ""]
     order = ["Summary", "RunOptions", "SplitInfo", "ShardInfo", "FeatureInfo", "ErrorsInfo",

@@ -5,228 +5,79 @@
     result = df.tfrecords.to_tfrecords("out/", runner="DirectRunner")   # a pandas DataFrame
 
 Options are the command line's, as keyword arguments (`max_side=512`, `overwrite=True`,
-any Beam option too). Importing this module registers the DataFrame accessor.
+any Beam option too). Importing this package registers the DataFrame accessor (when
+pandas is imported, before or after).
 
 Reading the output back: `load()` (a tf.data.Dataset), `Output.read()` (its metadata).
-Beam and the pipeline are imported only when a conversion starts, so readers start as
-fast as TensorFlow does.
+
+The package's subpackages: `pipeline` (the Beam job and the command line), `transforms`
+(its composite transforms), `core` (the Beam-free work of the worker processes). Every
+one of them is imported through this file, the shard writers too, so it imports nothing
+itself: the names above are imported on first use (TensorFlow for load and Output; Beam
+only when a conversion starts), pandas' accessor when pandas is.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import json
+import importlib
+import importlib.abc
+import importlib.util
 import os
-import tempfile
-import time
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from pipeline.console import quiet_console
-
-# TensorFlow's informational lines, as the command line hides them: I and W lines once its
-# logging is set up (unless the user says otherwise), and the lines its libraries write
-# as they load, before it is (TF_CPP_MIN_LOG_LEVEL does not reach those).
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-with quiet_console():
+if TYPE_CHECKING:
+    from image_tfrecords.conversion import ConversionResult, convert
+    from image_tfrecords.core.summary import Summary
     from image_tfrecords.loader import load
     from image_tfrecords.output import Output
-from worker.naming import REPORT_FILE  # noqa: E402
-from worker.summary import Summary  # noqa: E402
 
 __all__ = ["ConversionResult", "Output", "Summary", "convert", "load"]
 
-
-@dataclasses.dataclass(frozen=True)
-class ConversionResult:
-    """What one conversion wrote; `problem` is why it failed, or None.
-
-    A failed run published nothing (the output is as it was): `summary` is what it would
-    have published, `files` is empty, and `error_files` are its dead letters in the run's
-    temp folder, OUTPUT/.tmp-<run id>/staged/, kept until the next run publishes.
-    """
-
-    output_dir: str
-    summary: Summary
-    problem: str | None
-    unpublished_error_files: tuple[str, ...] = ()  # where a failed run left its dead letters
-
-    @property
-    def ok(self) -> bool:
-        return self.problem is None
-
-    @property
-    def rows_read(self) -> int:
-        return self.summary.rows_read
-
-    @property
-    def examples_written(self) -> int:
-        return self.summary.examples_written
-
-    @property
-    def rows_dead_lettered(self) -> int:
-        return self.summary.rows_dead_lettered
-
-    @property
-    def examples(self) -> dict[str, int]:
-        return self.summary.examples
-
-    @property
-    def files(self) -> dict[str, list[str]]:
-        """The shard paths of each split (none when the run failed)."""
-        from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415 - see top
-
-        if not self.ok:
-            return {}
-        return {split: [FileSystems.join(self.output_dir, shard.file) for shard in stats.shards]
-                for split, stats in self.summary.splits.items()}
-
-    @property
-    def report(self) -> str | None:
-        """The path of report.html, the page to look at before training (None when the
-        run failed: its report is in the run's temp folder, with its dead letters)."""
-        from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
-
-        return FileSystems.join(self.output_dir, REPORT_FILE) if self.ok else None
-
-    @property
-    def error_files(self) -> list[str]:
-        from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
-
-        if not self.ok:
-            return list(self.unpublished_error_files)
-        return [FileSystems.join(self.output_dir, name)
-                for name in self.summary.errors.files]
+_MODULE_OF = {"ConversionResult": "conversion", "convert": "conversion", "load": "loader",
+              "Output": "output", "Summary": "core.summary"}
 
 
-def convert(source: str | os.PathLike | Sequence[str | os.PathLike] | pd.DataFrame,
-            output_dir: str, **options: Any) -> ConversionResult:
-    """Converts a manifest (a path or glob; a folder of Pascal VOC XMLs is one), a list of
-    them, an image folder, or a DataFrame.
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # TensorFlow's informational lines, as the command line hides them: I and W lines once
+    # its logging is set up (unless the user says otherwise), and the lines its libraries
+    # write as they load, before it is (TF_CPP_MIN_LOG_LEVEL does not reach those).
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from image_tfrecords.pipeline.console import quiet_console  # noqa: PLC0415
 
-    A DataFrame is read as a CSV manifest with its columns as the header: the same column
-    names, the same options (uri_column, label_column, split_column, label_separator,
-    schema...), the same rows; relative paths in it are relative to the current
-    directory (or image_dir), and rows without a split get one from a hash of the URI as
-    given. `schema` may be a dict (see --schema). Raises ValueError for an unusable source
-    or options, or a missing source.
-    """
-    if isinstance(options.get("schema"), Mapping):
-        options["schema"] = json.dumps(options["schema"])
-    if isinstance(source, pd.DataFrame):
-        return _convert_dataframe(source, output_dir, options)
-    paths = _source_paths(source)
-    if len(paths) == 1 and _is_image_folder(paths[0]):
-        return _convert({"image_folder": paths[0], **options}, output_dir)
-    return _convert({"manifest": paths, **options}, output_dir)
+    with quiet_console():
+        value = getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+    globals()[name] = value
+    return value
 
 
-def _convert_dataframe(frame: pd.DataFrame, output_dir: str, options: dict[str, Any]
-                       ) -> ConversionResult:
-    """The DataFrame written as a CSV manifest, converted as one; errors about that file
-    name the DataFrame, and its rows by their image paths (their lines in that file are
-    not its rows' positions where a value holds a line break)."""
-    from pipeline.run import ROWS_NAMED, ImagesNotFound  # noqa: PLC0415 - see _convert
-
-    with _dataframe_manifest(frame, options.get("temp_location")) as manifest:
-        try:
-            return _convert({**options, "manifest": manifest,
-                             "image_dir": options.get("image_dir") or os.getcwd()},
-                            output_dir)
-        except ImagesNotFound as missing:
-            folder = ("image_dir" if options.get("image_dir") else "the current directory")
-            rows = ", ".join(repr(missing.name(row)) for row in missing.rows[:ROWS_NAMED])
-            raise ValueError(
-                f"the DataFrame: not one image of its first {len(missing.rows)} rows is in "
-                f"{folder} {missing.image_dir}, which relative paths are read from: {rows}"
-                + (", ..." if len(missing.rows) > ROWS_NAMED else "")
-                + "; give absolute paths, or image_dir= the folder they are in") from None
-        except ValueError as problem:
-            raise ValueError(str(problem).replace(manifest, "the DataFrame")) from None
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
 
 
-def _source_paths(source: object) -> list[str]:
-    """A path or a list (or tuple) of paths as strings; ValueError for anything else."""
-    sources = list(source) if isinstance(source, (list, tuple)) else [source]
-    if not sources or not all(isinstance(item, (str, os.PathLike)) and os.fspath(item)
-                              for item in sources):
-        raise ValueError(f"source {source!r}: give a manifest path or glob, a list of them, "
-                         "an image folder or a pandas DataFrame")
-    paths = [os.fspath(item) for item in sources]
-    if len(paths) > 1 and any(_is_image_folder(path) for path in paths):
-        raise ValueError(f"source {source!r}: a list holds manifests; convert an image "
-                         "folder on its own")
-    return paths
+class _AccessorWhenPandasLoads(importlib.abc.MetaPathFinder):
+    """Registers `df.tfrecords` once pandas has loaded, so that neither the command line
+    nor a shard writer pays pandas' import (0.4 s, 50 MB) for an accessor it never uses."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "pandas":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            load_pandas = spec.loader.exec_module
+
+            def exec_module(module: Any) -> None:
+                load_pandas(module)
+                importlib.import_module(f"{__name__}.conversion")  # registers the accessor
+
+            spec.loader.exec_module = exec_module
+        return spec
 
 
-@pd.api.extensions.register_dataframe_accessor("tfrecords")
-class TFRecordsAccessor:
-    """`df.tfrecords.to_tfrecords(output_dir, **options)`, as TFRecorder users know it."""
-
-    def __init__(self, frame: pd.DataFrame) -> None:
-        self._frame = frame
-
-    def to_tfrecords(self, output_dir: str, **options: Any) -> ConversionResult:
-        return convert(self._frame, output_dir, **options)
-
-
-def _convert(options: dict[str, Any], output_dir: str) -> ConversionResult:
-    """A failed run is returned, not raised, as the command line reports it and exits 1."""
-    started = time.time()  # the report's wall time: Beam's import is counted in
-    from pipeline.run import convert_and_report  # noqa: PLC0415
-    from transforms.outcome import RunFailed  # noqa: PLC0415
-
-    if options.get("no_wait_until_finish"):
-        raise ValueError("no_wait_until_finish: convert() returns the finished run's "
-                         "result; submit without waiting from the command line")
-    try:
-        summary = convert_and_report(["--output_dir", output_dir, *_flags(options)], started)
-    except RunFailed as failed:
-        return ConversionResult(output_dir, failed.failure.summary, str(failed),
-                                failed.failure.dead_letters)
-    return ConversionResult(output_dir, summary, None)
-
-
-def _flags(options: dict[str, Any]) -> Iterator[str]:
-    """Keyword arguments as command-line flags: True -> --flag, a list -> repeated."""
-    for name, value in options.items():
-        if value is None or value is False:
-            continue
-        if value is True:
-            yield f"--{name}"
-            continue
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            yield from (f"--{name}", str(item))
-
-
-@contextlib.contextmanager
-def _dataframe_manifest(frame: pd.DataFrame, folder: str | None) -> Iterator[str]:
-    """A DataFrame written as a CSV manifest, its columns the header, where the workers
-    can read it: the CSV reader's rules then read it (automl_csv.py), not a copy of them.
-
-    That is --temp_location when given (a bucket, for Dataflow), else the local temp dir;
-    the file is removed afterwards.
-    """
-    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
-
-    path = FileSystems.join(folder or tempfile.gettempdir(),
-                            f"manifest-{uuid.uuid4().hex[:12]}.csv")
-    with FileSystems.create(path) as out:
-        out.write(frame.to_csv(index=False).encode())
-    try:
-        yield path
-    finally:
-        FileSystems.delete([path])
-
-
-def _is_image_folder(source: str) -> bool:
-    """A folder, but not one of Pascal VOC annotation XMLs (or a VOCdevkit year folder),
-    which is a manifest."""
-    from worker.inputs.voc import xml_glob  # noqa: PLC0415
-
-    is_folder = os.path.isdir(source) or (("://" in source) and source.endswith("/"))
-    return is_folder and xml_glob(source) is None
+if "pandas" in sys.modules:
+    importlib.import_module(f"{__name__}.conversion")
+else:
+    sys.meta_path.insert(0, _AccessorWhenPandasLoads())

@@ -25,9 +25,9 @@ import numpy as np
 import tensorflow as tf
 
 from image_tfrecords.output import IMAGE, MASKS, Output
-from worker.images import open_image
-from worker.overlays import DrawnObject, draw_objects
-from worker.summary import FeatureInfo
+from image_tfrecords.core.images import open_image
+from image_tfrecords.core.overlays import DrawnObject, draw_objects
+from image_tfrecords.core.summary import FeatureInfo
 
 CSV_FILE = "records.csv"
 _BOX = "image/object/bbox/"

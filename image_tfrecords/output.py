@@ -19,14 +19,14 @@ from collections.abc import Iterator
 import pydantic
 import tensorflow as tf
 
-from transforms.outcome import Failure
-from worker import naming
-from worker.choices import LabelMode, UnseenLabel
-from worker.file_formats import GFiles, ShardFormat
-from worker.naming import SUMMARY_FILE, confined_name
-from worker.splits import SPLIT_NAMES, normalise_split
-from worker.summary import FeatureInfo, Summary
-from worker.text_limits import file_lines
+from image_tfrecords.transforms.outcome import Failure
+from image_tfrecords.core import naming
+from image_tfrecords.core.choices import LabelMode, UnseenLabel
+from image_tfrecords.core.file_formats import GFiles, ShardFormat
+from image_tfrecords.core.naming import SUMMARY_FILE, confined_name
+from image_tfrecords.core.splits import SPLIT_NAMES, normalise_split
+from image_tfrecords.core.summary import FeatureInfo, Summary
+from image_tfrecords.core.text_limits import file_lines
 
 # As transforms/labels.py writes them (it imports Beam and tf.Transform);
 # tests/test_output.py checks that they agree.

@@ -22,10 +22,10 @@ import tensorflow as tf
 from typing_extensions import NotRequired, TypedDict
 
 from image_tfrecords.output import IMAGE, LABEL_TEXT, Output
-from worker.images import THUMBNAIL_SIDE, open_image, thumbnail_of
-from worker.inputs.documents import DocumentError, load_json
-from worker.naming import REPORT_FILE
-from worker.report_page import (LEAKS_LISTED, PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL,
+from image_tfrecords.core.images import THUMBNAIL_SIDE, open_image, thumbnail_of
+from image_tfrecords.core.inputs.documents import DocumentError, load_json
+from image_tfrecords.core.naming import REPORT_FILE
+from image_tfrecords.core.report_page import (LEAKS_LISTED, PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL,
                                 CopyPair, Pictured, RejectedRow, ReportContent, copy_rank,
                                 distinct, render_report, sample_rank)
 
@@ -49,7 +49,7 @@ class _CopyLine(TypedDict):  # a line of duplicates-*.jsonl or near_duplicates-*
     distance: NotRequired[int]  # near-copies'
 
 
-class _DeadLetterLine(TypedDict):  # a line of errors-*.jsonl (worker/dead_letters.py)
+class _DeadLetterLine(TypedDict):  # a line of errors-*.jsonl (core/dead_letters.py)
     manifest: str
     line: int
     uri: str

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from image_tfrecords.output import LABEL_ID_BASE, LABEL_TEXT, MASKS, SEGMENTATION, Output
-from worker.file_formats import GFiles, RecordError, shard_globs
+from image_tfrecords.core.file_formats import GFiles, RecordError, shard_globs
 
 _OBJECT_LABEL = "image/object/class/label"
 _KEYPOINT = "image/object/keypoint/"

@@ -12,9 +12,9 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from pipeline.console import quiet_console
-from pipeline.versions import version_lines
-from worker import interrupts
+from image_tfrecords.pipeline.console import quiet_console
+from image_tfrecords.pipeline.versions import version_lines
+from image_tfrecords.core import interrupts
 
 _USAGE = """usage: image-tfrecords COMMAND [options]
 
@@ -72,11 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def convert_main(argv: Sequence[str] | None = None) -> int:
     # From here on SIGINT and SIGTERM stop the run in one line, also in the imports
-    # below, which take seconds (worker/interrupts.py).
+    # below, which take seconds (core/interrupts.py).
     with interrupts.signals_stop():
         try:
             return _convert(argv)
-        except interrupts.Stopped as stopped:  # in the imports, before pipeline.run's
+        except interrupts.Stopped as stopped:  # in the imports, before image_tfrecords.pipeline.run's
             print(f"error: {stopped.said()}", file=sys.stderr)
             return stopped.exit_code
 
@@ -90,18 +90,18 @@ def _convert(argv: Sequence[str] | None) -> int:
     if BEAM_HELP in args:
         print(_beam_help())
         return 0
-    if VERSION in args:  # `python -m pipeline --version`
+    if VERSION in args:  # `python -m image_tfrecords --version`
         print(version_lines())
         return 0
     if "-h" in args or "--help" in args:
         print(_own_help())
         return 0
-    from pipeline.collector import uncollected  # noqa: PLC0415
-    from pipeline.stage_lines import show_stages  # noqa: PLC0415
+    from image_tfrecords.pipeline.collector import uncollected  # noqa: PLC0415
+    from image_tfrecords.pipeline.stage_lines import show_stages  # noqa: PLC0415
 
     show_stages(args)  # the imports below take seconds
     with uncollected():
-        from pipeline import run  # noqa: PLC0415 - imports TensorFlow, after the env above
+        from image_tfrecords.pipeline import run  # noqa: PLC0415 - imports TensorFlow, after the env above
     import psutil  # noqa: PLC0415
 
     interrupts.raise_if_stopping()  # a stop that an import's `except:` swallowed
@@ -223,7 +223,7 @@ def exit_now(code: int) -> NoReturn:
 
 def _own_help() -> str:
     """This job's options, in their groups, each with its default; Beam's in a line."""
-    from pipeline.options import ConvertOptions  # noqa: PLC0415
+    from image_tfrecords.pipeline.options import ConvertOptions  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(
         prog="image-tfrecords convert", allow_abbrev=False, add_help=False,
@@ -243,7 +243,7 @@ def _own_help() -> str:
 def _beam_help() -> str:
     """Every Beam option, since all pass through (the same options the run accepts: see
     options.unknown_option_problem)."""
-    from pipeline.options import options_classes  # noqa: PLC0415
+    from image_tfrecords.pipeline.options import options_classes  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(
         prog="image-tfrecords convert", allow_abbrev=False, conflict_handler="resolve",

@@ -28,7 +28,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from worker import interrupts
+from image_tfrecords.core import interrupts
 
 # absl's format: severity, date (0000 before logging is set up), time, thread, file:line].
 _NATIVE_LINE = re.compile(rb"^([IWEF])\d{4} [\d:.]+ +\d+ ([\w.-]+):\d+\] ")

@@ -28,9 +28,9 @@ from apache_beam.options.pipeline_options import (FlinkRunnerOptions, GoogleClou
                                                   PipelineOptions, PortableOptions,
                                                   SparkRunnerOptions, StandardOptions)
 
-from pipeline.options import add_switch
-from pipeline.tft_storage import WHAT_WORKS
-from worker import naming
+from image_tfrecords.pipeline.options import add_switch
+from image_tfrecords.pipeline.tft_storage import WHAT_WORKS
+from image_tfrecords.core import naming
 
 JOB_SERVERS = pathlib.Path(__file__).resolve().parents[1] / "job_servers"
 _STOP_SECONDS = 10  # a job server's JVM takes a second or two to stop once asked

@@ -21,27 +21,27 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineState
 
-from pipeline import resume
-from pipeline.beam_lookups import cached_lookups
-from pipeline.collector import uncollected
-from pipeline.options import ConvertOptions, runs_on_the_direct_runner
-from pipeline.stopping import JobWatch, Stopped
-from transforms.duplicates import ReportDuplicates
-from transforms.labels import AnalyzeLabels
-from transforms.outcome import Failure, PublishRules, RunFailed
-from transforms.publish import PublishOutput, delete_tree, read_failure
-from transforms.report_content import GatherReportContent
-from transforms.rows import PACKS, UNSEEN_IN_TRAIN, PackRows, SurveyRows
-from transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
-from transforms.sorted_lines import WriteSortedLines
-from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
-from transforms.worker_started import SayWorkerStarted
-from worker import naming
-from worker.chunks import RowChunk
-from worker.dead_letters import DeadLetter
-from worker.label_checks import merge_seen
-from worker.row_tasks import ChunkSurvey
-from worker.summary import RunInfo, Summary
+from image_tfrecords.pipeline import resume
+from image_tfrecords.pipeline.beam_lookups import cached_lookups
+from image_tfrecords.pipeline.collector import uncollected
+from image_tfrecords.pipeline.options import ConvertOptions, runs_on_the_direct_runner
+from image_tfrecords.pipeline.stopping import JobWatch, Stopped
+from image_tfrecords.transforms.duplicates import ReportDuplicates
+from image_tfrecords.transforms.labels import AnalyzeLabels
+from image_tfrecords.transforms.outcome import Failure, PublishRules, RunFailed
+from image_tfrecords.transforms.publish import PublishOutput, delete_tree, read_failure
+from image_tfrecords.transforms.report_content import GatherReportContent
+from image_tfrecords.transforms.rows import PACKS, UNSEEN_IN_TRAIN, PackRows, SurveyRows
+from image_tfrecords.transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
+from image_tfrecords.transforms.sorted_lines import WriteSortedLines
+from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
+from image_tfrecords.transforms.worker_started import SayWorkerStarted
+from image_tfrecords.core import naming
+from image_tfrecords.core.chunks import RowChunk
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.label_checks import merge_seen
+from image_tfrecords.core.row_tasks import ChunkSurvey
+from image_tfrecords.core.summary import RunInfo, Summary
 
 _MB = 1 << 20
 

@@ -11,20 +11,20 @@ from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions,
                                                   GoogleCloudOptions, PipelineOptions,
                                                   StandardOptions)
 
-from worker.choices import Dedupe, LabelMode, LabelOrder, LeftOut, UnseenLabel
-from worker.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
-from worker.downloads import DownloadSettings, is_url
-from worker.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
+from image_tfrecords.core.choices import Dedupe, LabelMode, LabelOrder, LeftOut, UnseenLabel
+from image_tfrecords.core.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
+from image_tfrecords.core.downloads import DownloadSettings, is_url
+from image_tfrecords.core.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
                                      format_names, shard_format)
-from worker.images import ImageSettings
-from worker.inputs.rows import DEFAULT_LABEL_SEPARATOR, DEFAULT_SPLIT_FRACTIONS, RowRules
-from worker.inputs.sources import MANIFEST_FORMATS, split_and_path
-from worker.pool import Workers
-from worker.filesystem_options import FilesystemOptions
-from worker.run_settings import RunSettings
-from worker.schema import ExtraColumn, SchemaError, load_schema
-from worker.storage import is_local
-from worker.summary import MIN_EXAMPLES_PER_SHARD
+from image_tfrecords.core.images import ImageSettings
+from image_tfrecords.core.inputs.rows import DEFAULT_LABEL_SEPARATOR, DEFAULT_SPLIT_FRACTIONS, RowRules
+from image_tfrecords.core.inputs.sources import MANIFEST_FORMATS, split_and_path
+from image_tfrecords.core.pool import Workers
+from image_tfrecords.core.filesystem_options import FilesystemOptions
+from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.schema import ExtraColumn, SchemaError, load_schema
+from image_tfrecords.core.storage import is_local
+from image_tfrecords.core.summary import MIN_EXAMPLES_PER_SHARD
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 # How long a Flink or Spark cluster may take to start the job's first SDK worker (a
@@ -33,7 +33,7 @@ WORKER_START_TIMEOUT_S = 600.0
 
 
 class ConvertOptions(PipelineOptions):
-    """Options of `image-tfrecords convert` / `python -m pipeline`, in groups."""
+    """Options of `image-tfrecords convert` / `python -m image_tfrecords`, in groups."""
 
     @classmethod
     def _add_argparse_args(cls, parser) -> None:

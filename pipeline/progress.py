@@ -19,9 +19,9 @@ from typing import TextIO
 from apache_beam.options.pipeline_options import PipelineOptions
 from tqdm import tqdm
 
-from pipeline.options import (ConvertOptions, runs_on_the_direct_runner,
+from image_tfrecords.pipeline.options import (ConvertOptions, runs_on_the_direct_runner,
                               writes_shards_in_this_process)
-from transforms import live_progress
+from image_tfrecords.transforms import live_progress
 
 STEP_PERCENT = 5  # a line in a log at every 5% of the rows...
 LINE_INTERVAL_S = 5.0  # ...and at most one every 5 s, counted from the first row written

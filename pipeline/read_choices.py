@@ -14,13 +14,13 @@ import dataclasses
 import itertools
 from collections.abc import Sequence
 
-from pipeline.options import ConvertOptions
-from worker.chunks import ManifestSource
-from worker.inputs.automl_csv import (CsvFormat, SplitColumn, common_separator,
+from image_tfrecords.pipeline.options import ConvertOptions
+from image_tfrecords.core.chunks import ManifestSource
+from image_tfrecords.core.inputs.automl_csv import (CsvFormat, SplitColumn, common_separator,
                                      split_name_columns)
-from worker.inputs.rows import DEFAULT_LABEL_SEPARATOR, ManifestError
-from worker.inputs.sources import read_source
-from worker.records import ManifestRow
+from image_tfrecords.core.inputs.rows import DEFAULT_LABEL_SEPARATOR, ManifestError
+from image_tfrecords.core.inputs.sources import read_source
+from image_tfrecords.core.records import ManifestRow
 
 # Data rows of each CSV manifest the choices are made from (the label sample's size).
 ROWS_SAMPLED = 200

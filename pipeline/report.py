@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import collections
 
-from worker.examples import ANNOTATION_NAMES
-from worker.naming import REPORT_FILE
-from worker.summary import MIN_EXAMPLES_PER_SHARD, CopiesInfo, SplitInfo, Summary
+from image_tfrecords.core.examples import ANNOTATION_NAMES
+from image_tfrecords.core.naming import REPORT_FILE
+from image_tfrecords.core.summary import MIN_EXAMPLES_PER_SHARD, CopiesInfo, SplitInfo, Summary
 
 
 def counted(count: int, noun: str) -> str:

@@ -5,7 +5,7 @@ from: the manifests' contents (or the image folder's listing), the pinned vocabu
 the classes the input declares), the options that change what is written, and the
 versions. `--resume` reuses the newest stopped run's folder whose fingerprint is this
 run's, and the shard writer then reuses every shard whose receipt vouches for it
-(worker/receipts.py, which refuses a receipt naming a file outside the run's folder); a
+(core/receipts.py, which refuses a receipt naming a file outside the run's folder); a
 folder whose name is not a run id is no stopped run's. A stopped run made from anything
 else is refused, in one line that says what differs: its shards would not be this run's.
 """
@@ -21,15 +21,15 @@ import pydantic
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.options import ConvertOptions
-from transforms.outcome import read_summary
-from transforms.vocabulary_file import PinnedVocabulary
-from worker import naming, storage
-from worker.chunks import LineCutter, LineRange, ManifestSource, RowChunk, chunk_bytes
-from worker.inputs.folder import IMAGE_FOLDER, everything_under
-from worker.inputs.sources import FORMATS
-from worker.naming import RUN_FILE, SUMMARY_FILE
-from worker.summary import Summary
+from image_tfrecords.pipeline.options import ConvertOptions
+from image_tfrecords.transforms.outcome import read_summary
+from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary
+from image_tfrecords.core import naming, storage
+from image_tfrecords.core.chunks import LineCutter, LineRange, ManifestSource, RowChunk, chunk_bytes
+from image_tfrecords.core.inputs.folder import IMAGE_FOLDER, everything_under
+from image_tfrecords.core.inputs.sources import FORMATS
+from image_tfrecords.core.naming import RUN_FILE, SUMMARY_FILE
+from image_tfrecords.core.summary import Summary
 # Options that change nothing a run writes, and may differ between a run and its resume;
 # the sources (--manifest, --image_folder) are compared by their contents.
 _NOT_COMPARED = frozenset({"manifest", "image_folder", "output_dir", "overwrite", "resume",
@@ -82,7 +82,7 @@ class RunFolder(NamedTuple):
 
 class SourceScan(NamedTuple):
     """What reading the sources once in the launcher gives: the run's fingerprint, and
-    the chunks of rows the worker processes parse (worker/chunks.py)."""
+    the chunks of rows the worker processes parse (core/chunks.py)."""
 
     fingerprint: Fingerprint
     chunks: list[RowChunk]

@@ -16,38 +16,38 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
                                                   StandardOptions)
 
-from pipeline.collector import frozen_for_the_run, uncollected
-from pipeline.console import quiet_console
-from pipeline.engines import EngineUnusable, job_server_of_the_run, use_built_job_server
-from pipeline.options import (ConvertOptions, make_local_paths_absolute,
+from image_tfrecords.pipeline.collector import frozen_for_the_run, uncollected
+from image_tfrecords.pipeline.console import quiet_console
+from image_tfrecords.pipeline.engines import EngineUnusable, job_server_of_the_run, use_built_job_server
+from image_tfrecords.pipeline.options import (ConvertOptions, make_local_paths_absolute,
                               runs_on_the_direct_runner, unknown_option_problem)
-from pipeline.progress import shown_progress
-from pipeline.read_choices import settle_read_choices
-from pipeline.report import counted, format_report
-from pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
+from image_tfrecords.pipeline.progress import shown_progress
+from image_tfrecords.pipeline.read_choices import settle_read_choices
+from image_tfrecords.pipeline.report import counted, format_report
+from image_tfrecords.pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
                              finished_shards, published_by, scan_sources, start, unstart)
-from pipeline.stage_lines import stage
-from pipeline.stopping import JobWatch, Stopped, WorkersNeverStarted
-from pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
-from pipeline.tft_storage import tensorflow_location_problem
-from pipeline.versions import installed_versions
-from transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
-from transforms.vocabulary_file import (PinnedVocabulary, VocabularyError, output_labels,
+from image_tfrecords.pipeline.stage_lines import stage
+from image_tfrecords.pipeline.stopping import JobWatch, Stopped, WorkersNeverStarted
+from image_tfrecords.pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
+from image_tfrecords.pipeline.tft_storage import tensorflow_location_problem
+from image_tfrecords.pipeline.versions import installed_versions
+from image_tfrecords.transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
+from image_tfrecords.transforms.vocabulary_file import (PinnedVocabulary, VocabularyError, output_labels,
                                        read_pinned_vocabulary)
-from worker import interrupts, naming, storage
-from worker.beam_filesystems import settle_beam_filesystems
-from worker.inputs.folder import check_folder, layout_said
-from worker.inputs.folder_kinds import read_folder_as, relative_files
-from worker.inputs.rows import ManifestError, RowRules
-from worker.records import ManifestRow
-from worker.inputs.coco import CocoFormat, category_names
-from worker.inputs.sources import (ManifestSource, check_sources, class_declarations,
+from image_tfrecords.core import interrupts, naming, storage
+from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
+from image_tfrecords.core.inputs.folder import check_folder, layout_said
+from image_tfrecords.core.inputs.folder_kinds import read_folder_as, relative_files
+from image_tfrecords.core.inputs.rows import ManifestError, RowRules
+from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.inputs.coco import CocoFormat, category_names
+from image_tfrecords.core.inputs.sources import (ManifestSource, check_sources, class_declarations,
                                    find_manifests, one_declaration, read_source,
                                    split_and_path)
-from worker.naming import SUMMARY_FILE
-from worker.redaction import redact_urls
-from worker.splits import SPLITS
-from worker.summary import RunInfo, RunOptions, Summary
+from image_tfrecords.core.naming import SUMMARY_FILE
+from image_tfrecords.core.redaction import redact_urls
+from image_tfrecords.core.splits import SPLITS
+from image_tfrecords.core.summary import RunInfo, RunOptions, Summary
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # How a stopped run is continued (docs/guides/resuming.md).
@@ -185,7 +185,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             stage("loading TensorFlow")
             with uncollected():
-                from pipeline import graph  # noqa: PLC0415
+                from image_tfrecords.pipeline import graph  # noqa: PLC0415
             interrupts.raise_if_stopping()
             watch = JobWatch(options, log and str(log), convert.worker_start_timeout)
             stage("reading the rows: the label ids (tf.Transform) and the shard plan, then "

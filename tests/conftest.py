@@ -26,9 +26,9 @@ from PIL import Image  # noqa: E402
 
 from storage_servers import (FaultProxy, GcsEmulator, HdfsCluster, S3Server,  # noqa: E402
                              gcs_error, s3_error)
-from worker.examples import IMAGE_FEATURES  # noqa: E402
-from worker.file_formats import format_names  # noqa: E402
-from worker.beam_filesystems import settle_beam_filesystems  # noqa: E402
+from image_tfrecords.core.examples import IMAGE_FEATURES  # noqa: E402
+from image_tfrecords.core.file_formats import format_names  # noqa: E402
+from image_tfrecords.core.beam_filesystems import settle_beam_filesystems  # noqa: E402
 
 # The end-to-end tests that take `sample_output` run once per format (--file_format).
 FILE_FORMATS = format_names()
@@ -169,7 +169,7 @@ SAMPLE_MANIFEST = SAMPLE_DATA / "manifest.csv"
 
 def convert(output: Path, *flags: str) -> Path:
     """Runs a conversion in this process (the DirectRunner); returns the output folder."""
-    from pipeline import run
+    from image_tfrecords.pipeline import run
 
     assert run.main(["--output_dir", str(output), *flags]) == 0
     return output
@@ -190,9 +190,9 @@ def before_the_job(*arguments) -> tuple:
     _preflight), the label ids (its _pinned_vocabulary: None where they are learnt from
     TRAIN), and the items (rows, dead letters) the job reads from the manifests.
     Returns (pinned, items)."""
-    from pipeline import run
-    from pipeline.options import ConvertOptions
-    from worker.inputs.sources import read_source
+    from image_tfrecords.pipeline import run
+    from image_tfrecords.pipeline.options import ConvertOptions
+    from image_tfrecords.core.inputs.sources import read_source
 
     options = PipelineOptions(list(map(str, arguments))).view_as(ConvertOptions)
     manifests = run._preflight(options)
@@ -322,7 +322,7 @@ def _gcs_bucket(tmp_path_factory):
     """A GCS emulator for the whole session, reached by Beam's own GCS filesystem.
 
     google-cloud-storage goes to STORAGE_EMULATOR_HOST, which the run reads anonymously
-    (worker/gcs_access.py) whatever the credentials: the authorized-user file here stands
+    (core/gcs_access.py) whatever the credentials: the authorized-user file here stands
     for a user's own, which must not be sent to Google or change that;
     test_an_emulator_needs_no_credentials runs with none at all.
     """

@@ -10,9 +10,9 @@ import pytest
 
 import image_tfrecords
 from conftest import encode, feature, photo_like, read_examples
-from pipeline import run
-from transforms.shards import shard_of
-from worker.inputs.rows import assign_split
+from image_tfrecords.pipeline import run
+from image_tfrecords.transforms.shards import shard_of
+from image_tfrecords.core.inputs.rows import assign_split
 
 
 @pytest.fixture()

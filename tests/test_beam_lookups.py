@@ -9,8 +9,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import core
 from apache_beam.typehints.decorators import get_signature as beams_own
 
-from pipeline import beam_lookups
-from pipeline.beam_lookups import _remembering, cached_lookups
+from image_tfrecords.pipeline import beam_lookups
+from image_tfrecords.pipeline.beam_lookups import _remembering, cached_lookups
 
 
 beams_view_as = PipelineOptions.view_as

@@ -14,7 +14,7 @@ import pytest
 
 import image_tfrecords
 from conftest import SAMPLE_DATA, encode, photo_like, tiny_manifest
-from pipeline import cli, run
+from image_tfrecords.pipeline import cli, run
 
 
 def run_command(*args, cwd=None):
@@ -22,7 +22,7 @@ def run_command(*args, cwd=None):
 
 
 def test_convert_help_lists_this_jobs_options_in_groups_and_beams_on_request():
-    result = run_command(sys.executable, "-m", "pipeline", "--help")
+    result = run_command(sys.executable, "-m", "image_tfrecords", "--help")
     assert result.returncode == 0
     text = result.stdout
     groups = [text.index(f"\n{group}:\n") for group in ("input", "labels", "images", "output",
@@ -41,7 +41,7 @@ def test_convert_help_lists_this_jobs_options_in_groups_and_beams_on_request():
                     "--label_mode detection", "coco/instances.json", "yolo/data.yaml",
                     "--output_dir gs://", "--resume"):
         assert example in examples, example
-    beam = run_command(sys.executable, "-m", "pipeline", "--help_beam")
+    beam = run_command(sys.executable, "-m", "image_tfrecords", "--help_beam")
     assert beam.returncode == 0
     for flag in ("--runner", "--direct_num_workers", "--project", "--flink_master",
                  "--s3_endpoint_url", "--hdfs_host"):
@@ -66,7 +66,7 @@ def test_image_tfrecords_without_a_command_prints_usage_and_fails():
 
 def test_python_dash_m_pipeline_converts_and_prints_the_table(tmp_path):
     tiny_manifest(tmp_path)
-    result = run_command(sys.executable, "-m", "pipeline", "--manifest", "m.csv",
+    result = run_command(sys.executable, "-m", "image_tfrecords", "--manifest", "m.csv",
                          "--output_dir", "out", "--runner", "DirectRunner",
                          "--direct_num_workers", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -85,7 +85,7 @@ def test_python_dash_m_pipeline_converts_and_prints_the_table(tmp_path):
 
 def test_a_failed_run_ends_in_one_error_line_without_a_traceback(tmp_path):
     """The sample set has 7 broken rows of 50: over the default --max_error_fraction."""
-    result = run_command(sys.executable, "-m", "pipeline", "--manifest",
+    result = run_command(sys.executable, "-m", "image_tfrecords", "--manifest",
                          str(SAMPLE_DATA / "manifest.csv"), "--output_dir", "out", cwd=tmp_path)
     assert result.returncode == run.EXIT_FAILED
     assert "Traceback" not in result.stderr and "RunFailed" not in result.stderr
@@ -180,7 +180,7 @@ def test_a_conversion_of_other_splits_alone_needs_the_vocabulary_before_the_job(
 
 def test_the_command_and_the_python_api_refuse_a_mistyped_option(tmp_path):
     manifest = tiny_manifest(tmp_path)
-    result = run_command(sys.executable, "-m", "pipeline", "--manifest", manifest,
+    result = run_command(sys.executable, "-m", "image_tfrecords", "--manifest", manifest,
                          "--output_dir", str(tmp_path / "out"), "--num_shard", "4")
     assert result.returncode == 2
     assert result.stderr.strip().endswith(
@@ -250,7 +250,7 @@ def test_the_python_api_prints_nothing_of_tensorflows_own(sample_output):
     assert (result.returncode, result.stdout, result.stderr) == (0, "read\n", "")
 
 
-@pytest.mark.parametrize("command", [["image-tfrecords"], ["-m", "pipeline"]])
+@pytest.mark.parametrize("command", [["image-tfrecords"], ["-m", "image_tfrecords"]])
 def test_version_names_the_package_and_the_libraries_its_output_depends_on(command):
     if command[0] == "image-tfrecords":
         command = [os.path.join(os.path.dirname(sys.executable), "image-tfrecords")]
@@ -269,7 +269,7 @@ def test_version_names_the_package_and_the_libraries_its_output_depends_on(comma
 
 def test_version_imports_neither_tensorflow_nor_beam():
     """It reads the installed packages' metadata: a TensorFlow import takes seconds."""
-    code = ("import sys; from pipeline import cli; code = cli.main(['--version']); "
+    code = ("import sys; from image_tfrecords.pipeline import cli; code = cli.main(['--version']); "
             "print(code, sorted({'tensorflow', 'apache_beam'} & set(sys.modules)))")
     result = run_command(sys.executable, "-c", code)
     assert result.returncode == 0, result.stderr

@@ -28,17 +28,17 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import (FILE_FORMATS, download, encode, feature, get, listing, photo_like, put,
                       read_examples, shard_pattern, tiny_manifest)
 from conftest import BUCKET
-from pipeline import graph, run
-from pipeline.options import ConvertOptions
-from pipeline.storage_probe import PROBE_SECONDS, probe_storage
-from pipeline.tft_storage import tensorflow_location_problem
+from image_tfrecords.pipeline import graph, run
+from image_tfrecords.pipeline.options import ConvertOptions
+from image_tfrecords.pipeline.storage_probe import PROBE_SECONDS, probe_storage
+from image_tfrecords.pipeline.tft_storage import tensorflow_location_problem
 from storage_servers import CUT, HOST, S3Server, free_port, object_pattern
-from transforms.shards import mean_file_size
-from worker import storage
-from worker.chunks import RowChunk
-from worker.inputs.sources import find_manifests
-from worker.inputs.rows import resolve_uri
-from worker.summary import RunInfo, RunOptions
+from image_tfrecords.transforms.shards import mean_file_size
+from image_tfrecords.core import storage
+from image_tfrecords.core.chunks import RowChunk
+from image_tfrecords.core.inputs.sources import find_manifests
+from image_tfrecords.core.inputs.rows import resolve_uri
+from image_tfrecords.core.summary import RunInfo, RunOptions
 
 LABELS = ("cat", "dog")
 
@@ -187,7 +187,7 @@ def test_gs_images_to_s3_output_show_no_credentials(gcs, s3, tmp_path):
     data, output = f"{gcs.url}/to-s3/data", f"{s3.url}/from-gs/out"
     expected = make_dataset(data)
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline", "--manifest", f"{data}/manifest.csv",
+        [sys.executable, "-m", "image_tfrecords", "--manifest", f"{data}/manifest.csv",
          "--output_dir", output, "--max_error_fraction", "0.5", *s3.flags],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -483,7 +483,7 @@ def test_an_emulator_needs_no_credentials(gcs, tmp_path):
     put(f"{gcs.url}/anonymous/m.csv", b"train,a.jpg,cat\n")
     (tmp_path / "home").mkdir()
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline", "--manifest", f"{gcs.url}/anonymous/m.csv",
+        [sys.executable, "-m", "image_tfrecords", "--manifest", f"{gcs.url}/anonymous/m.csv",
          "--output_dir", f"{gcs.url}/anonymous/out"],
         env=no_google_credentials(home=str(tmp_path / "home"),
                                   STORAGE_EMULATOR_HOST=os.environ["STORAGE_EMULATOR_HOST"]),
@@ -506,7 +506,7 @@ def test_without_credentials_gcs_is_read_anonymously_at_once(credentials, anonym
         adc.write_text(json.dumps({"type": "authorized_user", "client_id": "x",
                                    "client_secret": "y", "refresh_token": "z"}))
         extra["GOOGLE_APPLICATION_CREDENTIALS"] = str(adc)
-    script = ("from worker.gcs_access import read_anonymously, settle_gcs_credentials\n"
+    script = ("from image_tfrecords.core.gcs_access import read_anonymously, settle_gcs_credentials\n"
               "from apache_beam.internal.gcp.auth import _Credentials\n"
               "settle_gcs_credentials()\n"
               "print(read_anonymously(), _Credentials._credentials_init)\n")
@@ -521,10 +521,10 @@ def test_without_credentials_gcs_is_read_anonymously_at_once(credentials, anonym
 _BARE_POOL_WORKER = """
 import dataclasses, pickle, sys
 from apache_beam.io.filesystems import FileSystems
-from transforms.in_workers import RunInWorkers
-from worker.inputs.rows import RowRules
-from worker.pool import Workers
-from worker.row_tasks import SurveyTask
+from image_tfrecords.transforms.in_workers import RunInWorkers
+from image_tfrecords.core.inputs.rows import RowRules
+from image_tfrecords.core.pool import Workers
+from image_tfrecords.core.row_tasks import SurveyTask
 
 class Survey(RunInWorkers):  # the base every task-running DoFn's setup() is
     def task(self, chunk):
@@ -575,8 +575,8 @@ def _as_a_bare_pool_worker(s3, script: str, given: object) -> str:
 _BARE_SORTED_LINES = """
 import pickle, sys
 from apache_beam.io.filesystems import FileSystems
-from transforms import sorted_lines
-from transforms.storage_steps import with_filesystems
+from image_tfrecords.transforms import sorted_lines
+from image_tfrecords.transforms.storage_steps import with_filesystems
 
 filesystems, path, temp_dir = pickle.loads(sys.stdin.buffer.read())
 FileSystems._pipeline_options = None

@@ -1,4 +1,4 @@
-"""COCO panoptic JSON (worker/inputs/coco_panoptic.py): told from an instances file,
+"""COCO panoptic JSON (core/inputs/coco_panoptic.py): told from an instances file,
 every segment an object with its box, iscrowd and its pixels in the PNG as its mask."""
 
 import io
@@ -11,13 +11,13 @@ import pytest
 from PIL import Image
 
 from conftest import encode, photo_like, read_examples
-from pipeline import run
-from worker import dead_letters as reasons
-from worker.inputs.rows import ManifestError, RowRules
-from worker.inputs.sources import FORMATS, check_sources, find_manifests, read_source
-from worker.label_map import is_gap
-from worker.masks import decode_rle
-from worker.records import ManifestRow
+from image_tfrecords.pipeline import run
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core.inputs.rows import ManifestError, RowRules
+from image_tfrecords.core.inputs.sources import FORMATS, check_sources, find_manifests, read_source
+from image_tfrecords.core.label_map import is_gap
+from image_tfrecords.core.masks import decode_rle
+from image_tfrecords.core.records import ManifestRow
 
 PUBLIC = Path(__file__).parent / "data" / "public" / "coco"
 DETECTION = RowRules(label_mode="detection")

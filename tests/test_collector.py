@@ -6,7 +6,7 @@ import weakref
 
 import pytest
 
-from pipeline.collector import frozen_for_the_run, uncollected
+from image_tfrecords.pipeline.collector import frozen_for_the_run, uncollected
 
 
 @pytest.fixture(autouse=True)

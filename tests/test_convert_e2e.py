@@ -19,11 +19,11 @@ from PIL import Image
 from conftest import (FILE_FORMATS, SAMPLE_DATA, encode, feature, photo_like, png_declaring,
                       read_examples, shard_pattern, shard_records)
 from image_tfrecords.verify import verify
-from pipeline import run
+from image_tfrecords.pipeline import run
 from test_report_page import Page, chromium
-from transforms.shards import shard_of
-from worker.inputs.rows import assign_split
-from worker.naming import REPORT_FILE
+from image_tfrecords.transforms.shards import shard_of
+from image_tfrecords.core.inputs.rows import assign_split
+from image_tfrecords.core.naming import REPORT_FILE
 
 LABELS = ("cat", "dog", "fish")
 

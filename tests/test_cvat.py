@@ -1,4 +1,4 @@
-"""CVAT for images 1.1 XML (worker/inputs/cvat.py): boxes, polygons and masks in pixels of
+"""CVAT for images 1.1 XML (core/inputs/cvat.py): boxes, polygons and masks in pixels of
 each image's declared size, tags as classification labels, subsets as splits, and every
 shape that is not a box left out by itself, by name, its image written with the rest."""
 
@@ -12,13 +12,13 @@ import pytest
 from PIL import Image
 
 from conftest import encode, feature, photo_like, read_examples, shard_pattern
-from pipeline import run
-from worker import dead_letters as reasons
-from worker.dead_letters import DeadLetter
-from worker.inputs.rows import DiscardedRow, RowRules
-from worker.inputs.sources import check_sources, find_manifests, read_source
-from worker.masks import decode_rle, mask_pixels
-from worker.records import ManifestRow, Mask
+from image_tfrecords.pipeline import run
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.inputs.rows import DiscardedRow, RowRules
+from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
+from image_tfrecords.core.masks import decode_rle, mask_pixels
+from image_tfrecords.core.records import ManifestRow, Mask
 
 HEADER = """<?xml version="1.0" encoding="utf-8"?>
 <annotations>

@@ -15,13 +15,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from conftest import (before_the_job, encode, parse_label_map, photo_like, read_examples,
                       voc_annotation)
-from pipeline import run
-from pipeline.options import ConvertOptions
-from pipeline.resume import scan_sources
-from worker.inputs.rows import ManifestError
-from worker.inputs.sources import class_declarations, find_manifests, one_declaration
-from worker.label_map import label_map_text
-from worker.records import ManifestRow
+from image_tfrecords.pipeline import run
+from image_tfrecords.pipeline.options import ConvertOptions
+from image_tfrecords.pipeline.resume import scan_sources
+from image_tfrecords.core.inputs.rows import ManifestError
+from image_tfrecords.core.inputs.sources import class_declarations, find_manifests, one_declaration
+from image_tfrecords.core.label_map import label_map_text
+from image_tfrecords.core.records import ManifestRow
 
 PUBLIC = Path(__file__).parent / "data" / "public"
 COCO_NAMES = tuple(pyyaml.safe_load((PUBLIC / "yolo" / "yaml" / "coco128.yaml").read_text())

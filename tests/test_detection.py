@@ -15,7 +15,7 @@ from conftest import (SAMPLE_DATA, encode, object_detection_spec, parse_label_ma
 from image_tfrecords import load
 from image_tfrecords.output import Output
 from image_tfrecords.verify import verify
-from pipeline import run
+from image_tfrecords.pipeline import run
 
 # (split, image, label, box as x_min, y_min, x_max, y_max) per manifest row, in order.
 BOXES = [

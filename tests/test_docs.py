@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS_VENV = ROOT / ".venv-docs"
 CHROMIUM = "/usr/bin/chromium"
-CODE = ("worker", "pipeline", "transforms", "image_tfrecords")
+CODE = ("core", "pipeline", "transforms", "image_tfrecords")
 
 
 def test_the_reference_pages_are_what_the_code_generates_now():
@@ -38,8 +38,8 @@ def _emitted_reasons() -> set[str]:
     arguments that are reasons (to dead_letter(), DeadLetter(), ImageRejected(), the
     downloads' failures and the pool's lost images) where they are string literals or
     named constants, and every constant of the modules that hold reasons."""
-    from worker import dead_letters, images  # noqa: PLC0415
-    from worker.inputs import folder  # noqa: PLC0415
+    from image_tfrecords.core import dead_letters, images  # noqa: PLC0415
+    from image_tfrecords.core.inputs import folder  # noqa: PLC0415
 
     found = {value for name, value in vars(dead_letters).items()
              if name.isupper() and isinstance(value, str) and name != "HTTP_STATUS"}
@@ -76,7 +76,7 @@ def _emitted_reasons() -> set[str]:
 
 
 def test_every_dead_letter_reason_the_code_can_emit_is_in_the_registry_and_no_other():
-    from worker import dead_letters  # noqa: PLC0415
+    from image_tfrecords.core import dead_letters  # noqa: PLC0415
 
     emitted = _emitted_reasons()
     assert "decode_crash" in emitted and "not_in_split_folder" in emitted  # the scan works

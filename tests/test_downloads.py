@@ -1,4 +1,4 @@
-"""Images at http(s) URLs (worker/downloads.py), against a web server this test starts on
+"""Images at http(s) URLs (core/downloads.py), against a web server this test starts on
 the loopback address: retries on 5xx, 429 (with Retry-After) and cut connections, a
 timeout per request, a size limit, per-reason dead letters, the User-Agent, concurrent
 downloads inside each worker process and their per-host limit, and the storage probe."""
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from conftest import encode, photo_like, read_examples
-from pipeline import run
+from image_tfrecords.pipeline import run
 from storage_servers import HOST, Behaviour, ImageServer, free_port
-from worker.downloads import MAX_REDIRECTS, DownloadFailed, DownloadSettings, download
-from worker.inputs.rows import resolve_uri
-from worker.redaction import redact_urls, redacted
+from image_tfrecords.core.downloads import MAX_REDIRECTS, DownloadFailed, DownloadSettings, download
+from image_tfrecords.core.inputs.rows import resolve_uri
+from image_tfrecords.core.redaction import redact_urls, redacted
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_urls_are_kept_as_written():
 
 
 def test_a_label_map_or_schema_at_a_url_is_read_through_storage(server):
-    from worker import storage
+    from image_tfrecords.core import storage
     server.files["/labels.txt"] = b"cat\ndog\n"
     with storage.open_read(f"{server.url}/labels.txt") as file:
         assert file.read() == b"cat\ndog\n"
@@ -251,7 +251,7 @@ def test_a_line_of_a_million_letters_is_redacted_in_one_pass(tmp_path):
     """Each letter of a long run began a scan to the run's end (the scheme unbounded):
     quadratic, minutes for a 1 MiB manifest line. In a process of its own, so that a
     regression fails within the bound instead of holding the suite."""
-    script = ("import sys; from worker.redaction import redact_urls; "
+    script = ("import sys; from image_tfrecords.core.redaction import redact_urls; "
               "line = 'ab1' * 350_000 + ' https://u:p@host/x?sig=1 ' + 'c' * 70 + '://h/?token=2'; "
               "print(redact_urls(line)[-80:])")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from conftest import FILE_FORMATS, encode, feature, photo_like, read_examples, shard_pattern
-from pipeline import run
-from transforms.duplicates import _copies
-from worker.records import ExampleRef
+from image_tfrecords.pipeline import run
+from image_tfrecords.transforms.duplicates import _copies
+from image_tfrecords.core.records import ExampleRef
 
 
 def ref(split, line):

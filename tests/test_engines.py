@@ -1,6 +1,6 @@
 """Flink and Spark run the job for real, and publish what the DirectRunner publishes.
 
-Each run is `python -m pipeline` in a process of its own, on Beam's job servers as
+Each run is `python -m image_tfrecords` in a process of its own, on Beam's job servers as
 `make job-servers` builds them (job_servers/): FlinkRunner on an embedded Flink
 (`--flink_master [local]`, parallelism 2), SparkRunner on Spark's local mode (`local[2]`),
 with the SDK workers in the launching process (LOOPBACK). tf.Transform's vocabulary, the
@@ -26,10 +26,10 @@ import psutil
 import pytest
 
 from conftest import SAMPLE_MANIFEST, encode, photo_like, png_declaring
-from pipeline import engines, run
+from image_tfrecords.pipeline import engines, run
 from test_reliability import published
 from test_resume import STOP_AT
-from worker.receipts import ShardReceipt
+from image_tfrecords.core.receipts import ShardReceipt
 
 ENGINES = {
     "flink": ["--runner", "FlinkRunner", "--flink_master", "[local]", "--parallelism", "2",
@@ -48,7 +48,7 @@ SAMPLE_FLAGS = ["--manifest", str(SAMPLE_MANIFEST), "--max_error_fraction", "0.2
 LOG_LINE = re.compile(r"image-tfrecords: running on (Flink|Spark); the job server's log: (\S+)")
 
 
-def pipeline(*argv: str, temp: Path, script: tuple[str, ...] = ("-m", "pipeline")
+def pipeline(*argv: str, temp: Path, script: tuple[str, ...] = ("-m", "image_tfrecords")
              ) -> subprocess.CompletedProcess:
     """A conversion in a process (and process group) of its own, whose temp folder (for
     tf.Transform's files and the job server's log) is the test's `temp`."""
@@ -180,7 +180,7 @@ def test_a_stopped_engine_run_resumes_reusing_its_finished_shards(engine, sample
     flags, reference = sample
     output = tmp_path / "out"
     argv = [*flags, *ENGINES[engine], "--output_dir", str(output)]
-    stopped = pipeline("worker.receipts", "write_receipt", "after", "4", *argv,
+    stopped = pipeline("image_tfrecords.core.receipts", "write_receipt", "after", "4", *argv,
                        temp=tmp_path, script=(str(STOP_AT),))
     assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-3000:]
     receipts = [ShardReceipt.from_json(path.read_bytes(), str(path.parent.parent))

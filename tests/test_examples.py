@@ -6,11 +6,11 @@ import numpy as np
 import tensorflow as tf
 
 from conftest import object_detection_spec
-from worker.choices import LabelMode
-from worker.examples import CLASSIFICATION_FEATURES, encode_example, feature_spec
-from worker.images import PreparedImage
-from worker.records import Box, ManifestRow
-from worker.records import LabelledRow
+from image_tfrecords.core.choices import LabelMode
+from image_tfrecords.core.examples import CLASSIFICATION_FEATURES, encode_example, feature_spec
+from image_tfrecords.core.images import PreparedImage
+from image_tfrecords.core.records import Box, ManifestRow
+from image_tfrecords.core.records import LabelledRow
 
 IMAGE = PreparedImage(b"\xff\xd8jpeg bytes", "jpeg", 20, 10, 3, "JPEG", None, (20, 10),
                       hashlib.sha256(b"\xff\xd8jpeg bytes").hexdigest(), 0x8F3A5C0012345678,

@@ -9,11 +9,11 @@ import tensorflow as tf
 
 from conftest import shard_records
 
-from worker import file_formats
-from worker.file_formats import (PipelineFiles, GFiles, RecordError, ShardFormat,
+from image_tfrecords.core import file_formats
+from image_tfrecords.core.file_formats import (PipelineFiles, GFiles, RecordError, ShardFormat,
                                      compression_names, format_names, shard_format,
                                      shard_globs)
-from worker.file_formats.tfrecord import TFRecordFormat
+from image_tfrecords.core.file_formats.tfrecord import TFRecordFormat
 
 RECORDS = [b"", b"one", bytes(range(256)) * 40, "ünïcode".encode()]
 

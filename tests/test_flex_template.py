@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.stager import Stager
 
 from conftest import read_examples, tiny_manifest
-from pipeline.options import ConvertOptions
+from image_tfrecords.pipeline.options import ConvertOptions
 from templates.flex.metadata import METADATA_FILE, template_metadata
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -89,6 +89,6 @@ def test_setup_file_ships_every_module_to_the_workers(tmp_path):
     (sdist,) = tmp_path.glob("*.tar.gz")
     with tarfile.open(sdist) as archive:
         shipped = {pathlib.Path(*pathlib.Path(name).parts[1:]) for name in archive.getnames()}
-    modules = {path.relative_to(REPO) for package in ("image_tfrecords", "pipeline", "transforms")
+    modules = {path.relative_to(REPO) for package in ("image_tfrecords", "pipeline", "transforms", "core")
                for path in (REPO / package).glob("*.py")}
     assert len(modules) > 15 and modules <= shipped, sorted(modules - shipped)

@@ -39,7 +39,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from clusters import FlinkCluster, WorkerPool, beside_a_pool
 from conftest import BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY, download
-from pipeline import engines, stopping
+from image_tfrecords.pipeline import engines, stopping
 from test_engines import SAMPLE_FLAGS, comparable, hostile_set, job_servers_on, pipeline
 from test_reliability import published
 
@@ -76,7 +76,7 @@ def process_environment(folder: Path) -> list[str]:
     """SDK workers the TaskManager starts itself (PROCESS), booted by
     pipeline/sdk_worker_boot.py (the image-tfrecords-sdk-worker command of an install)."""
     boot = folder / "boot"
-    boot.write_text(f'#!/bin/sh\nexec {sys.executable} -m pipeline.sdk_worker_boot "$@"\n')
+    boot.write_text(f'#!/bin/sh\nexec {sys.executable} -m image_tfrecords.pipeline.sdk_worker_boot "$@"\n')
     boot.chmod(0o755)
     config = {"command": str(boot), "env": {"PYTHONPATH": str(Path(__file__).parents[1])}}
     return ["--environment_type", "PROCESS", "--environment_config", json.dumps(config)]
@@ -188,7 +188,7 @@ def test_a_launcher_stopped_by_sigterm_cancels_its_job_on_the_cluster(flink, tmp
     output, job_port = tmp_path / "out", str(portpicker.pick_unused_port())
     with open(tmp_path / "stderr", "w+") as stderr:
         launcher = subprocess.Popen(
-            [sys.executable, "-m", "pipeline", *SAMPLE_FLAGS, *on_the_cluster(flink, tmp_path),
+            [sys.executable, "-m", "image_tfrecords", *SAMPLE_FLAGS, *on_the_cluster(flink, tmp_path),
              "--output_dir", str(output), "--job_port", job_port],
             stdout=subprocess.DEVNULL, stderr=stderr, cwd=Path(__file__).parents[1],
             start_new_session=True, env={**os.environ, "TMPDIR": str(tmp_path)})

@@ -6,13 +6,13 @@ import pytest
 import tensorflow_transform as tft
 
 from conftest import encode, feature, photo_like, read_examples
-from pipeline import run
+from image_tfrecords.pipeline import run
 
-from worker.inputs.folder import (LABEL_IS_SPLIT_NAME, NOT_IN_LABEL_FOLDER, NOT_IN_SPLIT_FOLDER,
+from image_tfrecords.core.inputs.folder import (LABEL_IS_SPLIT_NAME, NOT_IN_LABEL_FOLDER, NOT_IN_SPLIT_FOLDER,
                                check_folder, folder_rows)
-from worker.inputs.rows import ManifestError, assign_split
-from worker.records import ManifestRow
-from worker.splits import normalise_split
+from image_tfrecords.core.inputs.rows import ManifestError, assign_split
+from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.splits import normalise_split
 
 
 def make_files(root, *relative_paths):

@@ -10,7 +10,7 @@ find_manifests, check_sources, class_declarations, then every source's rows.
 
 Whatever the mutation, the reading
 - raises nothing but ManifestError (the reader's usage error); every bad row is a dead
-  letter whose reason is in worker/dead_letters.py's REGISTRY;
+  letter whose reason is in core/dead_letters.py's REGISTRY;
 - allocates a bounded amount of memory (tracemalloc's peak, MEMORY_CAP);
 - opens, lists and yields no path outside the dataset's folder (an audit hook records
   every file opened or listed; a row's image, segmentation map or mask PNG must be
@@ -43,12 +43,12 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import encode, photo_like
-from worker.chunks import ManifestSource
-from worker.dead_letters import REGISTRY, DeadLetter
-from worker.inputs.folder import IMAGE_FOLDER
-from worker.inputs.rows import DiscardedRow, ManifestError, RowRules
-from worker.inputs.sources import check_sources, class_declarations, find_manifests, read_source
-from worker.records import ManifestRow
+from image_tfrecords.core.chunks import ManifestSource
+from image_tfrecords.core.dead_letters import REGISTRY, DeadLetter
+from image_tfrecords.core.inputs.folder import IMAGE_FOLDER
+from image_tfrecords.core.inputs.rows import DiscardedRow, ManifestError, RowRules
+from image_tfrecords.core.inputs.sources import check_sources, class_declarations, find_manifests, read_source
+from image_tfrecords.core.records import ManifestRow
 
 PUBLIC = Path(__file__).parent / "data" / "public"
 SAMPLE = Path(__file__).parent.parent / "sample_data"

@@ -68,7 +68,7 @@ def test_the_samples_convert_to_the_pinned_bytes(configuration, data, tmp_path):
                                            "single_gzip_resized_png"])
 def test_shards_written_in_parts_and_joined_are_the_pinned_bytes(configuration, data,
                                                                  tmp_path, monkeypatch):
-    from transforms import shards
+    from image_tfrecords.transforms import shards
 
     plan_split, plans = shards.plan_split, tmp_path / "plans"
 
@@ -107,7 +107,7 @@ def test_manifests_parsed_in_many_chunks_give_the_pinned_bytes(configuration, pr
                                                               data, tmp_path, monkeypatch):
     """Rows travel in chunks of ~3 lines here (a header read once, line numbers counted
     across chunks), parsed by worker processes or, with 0, in this one."""
-    from pipeline import resume, run
+    from image_tfrecords.pipeline import resume, run
 
     chunk_counts = []
 

@@ -1,4 +1,4 @@
-"""Hugging Face imagefolder metadata (worker/inputs/hf_imagefolder.py): labels, objects
+"""Hugging Face imagefolder metadata (core/inputs/hf_imagefolder.py): labels, objects
 in pixels of a declared or the image's own size, splits from the metadata's folder."""
 
 import json
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from conftest import encode, photo_like, read_examples
-from pipeline import run
-from worker import dead_letters as reasons
-from worker.inputs.rows import ManifestError, RowRules
-from worker.inputs.sources import check_sources, find_manifests, read_source
-from worker.records import ManifestRow
+from image_tfrecords.pipeline import run
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core.inputs.rows import ManifestError, RowRules
+from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
+from image_tfrecords.core.records import ManifestRow
 
 PUBLIC = Path(__file__).parent / "data" / "public" / "hf" / "metadata.jsonl"
 DETECTION = RowRules(label_mode="detection")

@@ -19,18 +19,18 @@ import pytest
 from PIL import Image
 
 from conftest import encode, photo_like
-from pipeline import run
-from worker import dead_letters as reasons
-from worker.dead_letters import DeadLetter
-from worker.inputs import documents
-from worker.inputs.boxes import polygon_mask
-from worker.inputs.coco import declared_categories, read_coco
-from worker.inputs.input_format import FileHead
-from worker.inputs.kitti import datumaro_classes
-from worker.inputs.rows import ManifestError, RowRules
-from worker.inputs.sources import read_manifest
-from worker.inputs.yolo import YoloDataset
-from worker.masks import MAX_KEYPOINTS
+from image_tfrecords.pipeline import run
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.inputs import documents
+from image_tfrecords.core.inputs.boxes import polygon_mask
+from image_tfrecords.core.inputs.coco import declared_categories, read_coco
+from image_tfrecords.core.inputs.input_format import FileHead
+from image_tfrecords.core.inputs.kitti import datumaro_classes
+from image_tfrecords.core.inputs.rows import ManifestError, RowRules
+from image_tfrecords.core.inputs.sources import read_manifest
+from image_tfrecords.core.inputs.yolo import YoloDataset
+from image_tfrecords.core.masks import MAX_KEYPOINTS
 
 DETECTION = RowRules(label_mode="detection")
 MB = 2**20
@@ -360,8 +360,8 @@ def test_a_polygon_coordinate_that_is_no_number_is_a_dead_letter():
 
 DRAW_PEAK = """
 import resource, sys
-from worker.masks import mask_png
-from worker.records import Mask
+from image_tfrecords.core.masks import mask_png
+from image_tfrecords.core.records import Mask
 polygons = eval(sys.argv[1])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 mask_png(Mask(1000, 1000, polygons), 2000, 2000)

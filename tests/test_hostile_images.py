@@ -25,7 +25,7 @@ from PIL import Image, ImageOps  # noqa: E402
 from conftest import png_declaring  # noqa: E402
 from test_images import (  # noqa: E402
     KEEP, assert_close, chunk, decoded, encode, pixels_of, rgb, with_orientation)
-from worker.images import ImageRejected, ImageSettings, prepare_image  # noqa: E402
+from image_tfrecords.core.images import ImageRejected, ImageSettings, prepare_image  # noqa: E402
 
 # What bytes alone can be rejected for; the other reasons are about reading the file.
 DECODE_REASONS = {"not_an_image", "truncated_image", "decompression_bomb", "decode_error",
@@ -149,7 +149,7 @@ def test_a_kept_jpeg_is_rejected_exactly_when_its_full_size_decode_fails(name):
 # child of this process would start at pytest's own peak.
 _MEASURE = """
 import json, sys
-from worker.images import ImageRejected, ImageSettings, prepare_image
+from image_tfrecords.core.images import ImageRejected, ImageSettings, prepare_image
 
 def peak():
     with open("/proc/self/status") as status:

@@ -22,12 +22,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import encode, feature, photo_like, png_declaring, read_examples
-from pipeline import run
-from worker.dead_letters import DeadLetter
-from worker.inputs.automl_csv import _COLUMN_NAMES, read_header
-from worker.inputs.rows import DEFAULT_SPLIT_FRACTIONS, DiscardedRow, ManifestError, assign_split
-from worker.inputs.sources import read_manifest
-from worker.records import ManifestRow
+from image_tfrecords.pipeline import run
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.inputs.automl_csv import _COLUMN_NAMES, read_header
+from image_tfrecords.core.inputs.rows import DEFAULT_SPLIT_FRACTIONS, DiscardedRow, ManifestError, assign_split
+from image_tfrecords.core.inputs.sources import read_manifest
+from image_tfrecords.core.records import ManifestRow
 
 SPLITS = ("train", "validation", "test")
 VALIDATION_NAMES = ("val", "valid", "eval", "dev")
@@ -40,7 +40,7 @@ BOM = b"\xef\xbb\xbf"
 MAIN_NAMES = {name for column in ("split", "uri", "label") for name in _COLUMN_NAMES[column]}
 
 
-# --- the oracle: the README's rules, read independently of worker/inputs/manifest.py -----------
+# --- the oracle: the README's rules, read independently of core/inputs/manifest.py -----------
 
 class Layout(NamedTuple):
     uri: int

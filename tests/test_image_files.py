@@ -1,4 +1,4 @@
-"""worker.image_files: reading image files, locally and from real GCS and S3 servers."""
+"""image_tfrecords.core.image_files: reading image files, locally and from real GCS and S3 servers."""
 
 import gzip
 
@@ -9,8 +9,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import put
 from storage_servers import HOST, free_port, object_pattern
 from test_images import JPEG_BYTES, PNG_BYTES, rejection
-from worker.image_files import read_image_bytes
-from worker.images import ImageRejected
+from image_tfrecords.core.image_files import read_image_bytes
+from image_tfrecords.core.images import ImageRejected
 
 
 def test_read_image_bytes_returns_the_file_unchanged(tmp_path):

@@ -13,8 +13,8 @@ import pytest
 from PIL import EpsImagePlugin, Image
 
 from conftest import encode, photo_like
-from worker.images import IMAGE_FORMATS, ImageRejected, ImageSettings, open_image, prepare_image
-from worker.masks import class_map_png
+from image_tfrecords.core.images import IMAGE_FORMATS, ImageRejected, ImageSettings, open_image, prepare_image
+from image_tfrecords.core.masks import class_map_png
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 POSTSCRIPT = (b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 16 16\n%%EndComments\n"
@@ -62,9 +62,9 @@ def test_formats_the_converter_does_not_document_are_not_images(fmt):
 
 def test_every_image_the_code_opens_is_opened_with_the_documented_formats():
     """Image.open without formats= tries every plugin, EPS included: each call passes the
-    converter's list (worker.images.open_image does)."""
+    converter's list (image_tfrecords.core.images.open_image does)."""
     unlimited = []
-    for folder in ("worker", "transforms", "image_tfrecords", "pipeline"):
+    for folder in ("core", "transforms", "image_tfrecords", "pipeline"):
         for path in (ROOT / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)

@@ -1,4 +1,4 @@
-"""worker.images on real files made with Pillow, decoded back with TensorFlow's own decoder."""
+"""image_tfrecords.core.images on real files made with Pillow, decoded back with TensorFlow's own decoder."""
 
 import concurrent.futures
 import io
@@ -18,7 +18,7 @@ import tensorflow as tf  # noqa: E402
 from PIL import ExifTags, Image, ImageFile, ImageOps  # noqa: E402
 
 from conftest import photo_like  # noqa: E402
-from worker.images import (  # noqa: E402
+from image_tfrecords.core.images import (  # noqa: E402
     REASONS, THUMBNAIL_SIDE, ImageRejected, ImageSettings, PreparedImage, _is_lossy_webp,
     hash_input, perceptual_hash, prepare_image, thumbnail_of)
 

@@ -8,8 +8,8 @@ import pytest
 from PIL import Image
 
 from conftest import BOX_ROWS, copy_output, read_examples, rewrite_records, shard_pattern
-from worker.overlays import COLOURS
-from pipeline.cli import inspect_main
+from image_tfrecords.core.overlays import COLOURS
+from image_tfrecords.pipeline.cli import inspect_main
 
 
 def inspect(output, out, *flags):

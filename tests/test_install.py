@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 # The folders setup.py packages (as templates/flex/Dockerfile copies them).
-CODE = ("image_tfrecords", "pipeline", "transforms", "worker")
+CODE = ("image_tfrecords", "pipeline", "transforms", "core")
 _TIMEOUT_S = 600  # a cold uv cache downloads about 1 GB
 
 

@@ -1,6 +1,6 @@
 """Ctrl-C (SIGINT to the process group, as a terminal sends it) and SIGTERM at any point
 of `convert`: one line on stderr, exit 130 (143), no traceback, nothing published, no
-process left behind; a second signal ends it at once (worker/interrupts.py).
+process left behind; a second signal ends it at once (core/interrupts.py).
 
 The real command runs in a process group of its own, signalled at a point its output or
 its files show; one process per point."""
@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from conftest import SAMPLE_MANIFEST, copy_output
-from pipeline import cli, run
-from worker import interrupts
+from image_tfrecords.pipeline import cli, run
+from image_tfrecords.core import interrupts
 
 ROOT = Path(__file__).resolve().parent.parent
 # The sample_outputs fixture's run (conftest.py), which the interrupted one repeats.
@@ -37,7 +37,7 @@ class Command:
     def __init__(self, output: Path, *flags: str) -> None:
         self.mark = str(output)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "pipeline", "--output_dir", str(output), *flags],
+            [sys.executable, "-m", "image_tfrecords", "--output_dir", str(output), *flags],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             start_new_session=True, env={**os.environ, MARK: self.mark,
                                          "PYTHONPATH": str(ROOT)})
@@ -167,7 +167,7 @@ def test_a_second_ctrl_c_ends_the_process_at_once_in_one_line():
     # Stopped once, in a step that holds the stop (publishing): the second ends it.
     script = textwrap.dedent("""
         import os, signal, time
-        from worker import interrupts
+        from image_tfrecords.core import interrupts
         with interrupts.signals_stop(), interrupts.held("publishing"):
             interrupts.keeping("its files are in out/.tmp-1")
             os.kill(os.getpid(), signal.SIGINT)

@@ -1,4 +1,4 @@
-"""KITTI object labels (worker/inputs/kitti.py): training/label_2/*.txt beside image_2/,
+"""KITTI object labels (core/inputs/kitti.py): training/label_2/*.txt beside image_2/,
 read as create_kitti_tf_record.py reads them; the layouts people give it recognised."""
 
 import json
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from conftest import encode, photo_like, read_examples
-from pipeline import run
-from worker import dead_letters as reasons
-from worker.inputs.input_format import DeclaredClasses
-from worker.inputs.rows import ManifestError, RowRules, assign_split
-from worker.inputs.sources import FORMATS, check_sources, find_manifests, read_source
-from worker.records import ManifestRow
+from image_tfrecords.pipeline import run
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core.inputs.input_format import DeclaredClasses
+from image_tfrecords.core.inputs.rows import ManifestError, RowRules, assign_split
+from image_tfrecords.core.inputs.sources import FORMATS, check_sources, find_manifests, read_source
+from image_tfrecords.core.records import ManifestRow
 
 PUBLIC = Path(__file__).parent / "data" / "public" / "kitti"
 DETECTION = RowRules(label_mode="detection")

@@ -1,4 +1,4 @@
-"""Labels that are probably a mistake (worker/label_checks.py): the separator inside a
+"""Labels that are probably a mistake (core/label_checks.py): the separator inside a
 single-mode label, case or space variants, whole-number labels whose ids are not their
 numbers; warned in the console, summary.json and report.html with their first rows, and
 errors with --strict_labels."""
@@ -6,10 +6,10 @@ errors with --strict_labels."""
 import json
 
 from conftest import encode, photo_like
-from pipeline import run
+from image_tfrecords.pipeline import run
 from test_report_page import Page, chromium
-from worker.choices import LabelMode
-from worker.label_checks import FIRST_ROWS, LabelSeen, label_warnings, merge_seen
+from image_tfrecords.core.choices import LabelMode
+from image_tfrecords.core.label_checks import FIRST_ROWS, LabelSeen, label_warnings, merge_seen
 
 
 def seen(**rows: int) -> dict[str, LabelSeen]:

@@ -9,13 +9,13 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from transforms.labels import LABEL, AnalyzeLabels, category_id, LABEL_ID
-from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
-from worker.label_ids import Vocabulary
-from worker.records import ManifestRow
-from worker.row_tasks import survey
-from worker.run_settings import RunSettings
-from worker.schema import CATEGORICAL, ExtraColumn
+from image_tfrecords.transforms.labels import LABEL, AnalyzeLabels, category_id, LABEL_ID
+from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
+from image_tfrecords.core.label_ids import Vocabulary
+from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.row_tasks import survey
+from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.schema import CATEGORICAL, ExtraColumn
 
 # TRAIN's labels, with repeats (with --label_order frequency, ids follow them, ties by
 # descending bytes) and

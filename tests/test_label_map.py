@@ -1,7 +1,7 @@
 """label_map.pbtxt parses as the Object Detection API's StringIntLabelMap, any label text."""
 
 from conftest import parse_label_map
-from worker.label_map import UNSEEN_LABEL_NAME, label_map_text
+from image_tfrecords.core.label_map import UNSEEN_LABEL_NAME, label_map_text
 
 
 def test_ids_start_at_one_in_vocabulary_order():

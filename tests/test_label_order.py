@@ -10,7 +10,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from conftest import copy_output, encode, feature, photo_like, printing, read_examples
-from pipeline import run
+from image_tfrecords.pipeline import run
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,12 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from conftest import encode, photo_like
-from pipeline import run
-from pipeline.options import ConvertOptions
-from pipeline.read_choices import settle_read_choices
-from worker.inputs.automl_csv import SeparatorChoice, common_separator
-from worker.inputs.rows import ManifestError
-from worker.inputs.sources import find_manifests, read_manifest
+from image_tfrecords.pipeline import run
+from image_tfrecords.pipeline.options import ConvertOptions
+from image_tfrecords.pipeline.read_choices import settle_read_choices
+from image_tfrecords.core.inputs.automl_csv import SeparatorChoice, common_separator
+from image_tfrecords.core.inputs.rows import ManifestError
+from image_tfrecords.core.inputs.sources import find_manifests, read_manifest
 
 
 def test_labels_joined_by_a_semicolon_are_split_and_the_separator_named(tmp_path, capsys):

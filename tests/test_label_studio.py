@@ -1,4 +1,4 @@
-"""Label Studio JSON exports (worker/inputs/label_studio.py): choices as classification
+"""Label Studio JSON exports (core/inputs/label_studio.py): choices as classification
 labels, rectangles and polygons as boxes, Label Studio's own image paths, and what is
 not a box left out by name, region by region."""
 
@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from conftest import encode, photo_like
-from pipeline import run
-from worker import dead_letters as reasons
-from worker.dead_letters import DeadLetter
-from worker.inputs.rows import DiscardedRow, RowRules
-from worker.inputs.sources import check_sources, find_manifests, read_source
-from worker.masks import mask_pixels
-from worker.records import ManifestRow, Mask
+from image_tfrecords.pipeline import run
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.inputs.rows import DiscardedRow, RowRules
+from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
+from image_tfrecords.core.masks import mask_pixels
+from image_tfrecords.core.records import ManifestRow, Mask
 
 
 # Images outside the export's folder read (an s3:// URL; the public fixtures' "/image1").

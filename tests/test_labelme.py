@@ -1,4 +1,4 @@
-"""LabelMe JSON (worker/inputs/labelme.py): a folder of files, one per image; rectangles,
+"""LabelMe JSON (core/inputs/labelme.py): a folder of files, one per image; rectangles,
 and the extents of polygons, circles and masks, in pixels of the declared size, and their
 masks; shapes sharing a group_id one object; flags as classification labels; __ignore__
 left out; lines and points left out by object. X-AnyLabeling's files (LabelMe's format):
@@ -13,13 +13,13 @@ import numpy as np
 from PIL import Image
 
 from conftest import encode, photo_like
-from pipeline import run
-from worker import dead_letters as reasons
-from worker.dead_letters import DeadLetter
-from worker.inputs.rows import DiscardedRow, RowRules
-from worker.inputs.sources import check_sources, find_manifests, read_source
-from worker.masks import decode_rle
-from worker.records import ManifestRow, Mask
+from image_tfrecords.pipeline import run
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.inputs.rows import DiscardedRow, RowRules
+from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
+from image_tfrecords.core.masks import decode_rle
+from image_tfrecords.core.records import ManifestRow, Mask
 
 PUBLIC = Path(__file__).parent / "data" / "public" / "labelme"
 

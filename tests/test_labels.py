@@ -8,14 +8,14 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from transforms.labels import LABEL_VOCABULARY, AnalyzeLabels
-from transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
-from worker.dead_letters import DeadLetter
-from worker.records import Box, ManifestRow
-from worker.label_ids import LabelLookup
-from worker.records import LabelledRow
-from worker.row_tasks import survey
-from worker.run_settings import RunSettings
+from image_tfrecords.transforms.labels import LABEL_VOCABULARY, AnalyzeLabels
+from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.records import Box, ManifestRow
+from image_tfrecords.core.label_ids import LabelLookup
+from image_tfrecords.core.records import LabelledRow
+from image_tfrecords.core.row_tasks import survey
+from image_tfrecords.core.run_settings import RunSettings
 
 
 def row(line, split, label):

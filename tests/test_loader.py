@@ -13,7 +13,7 @@ import image_tfrecords
 from conftest import (BOX_ROWS, MULTI_LABEL_ROWS, copy_output, encode, photo_like,
                       read_examples, rewrite_records, shard_files, shard_pattern)
 from image_tfrecords import output as reader_output
-from transforms import labels
+from image_tfrecords.transforms import labels
 
 
 def by_sha256(elements):

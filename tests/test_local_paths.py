@@ -16,8 +16,8 @@ from apache_beam.runners.portability import local_job_service
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
 from conftest import read_examples, tiny_manifest
-from pipeline import engines, run
-from pipeline.options import make_local_paths_absolute
+from image_tfrecords.pipeline import engines, run
+from image_tfrecords.pipeline.options import make_local_paths_absolute
 
 RELATIVE = ["--manifest", "m.csv", "--manifest", "TEST=sets/t.csv", "--output_dir", "out/",
             "--image_dir", "images", "--vocabulary", "labels.txt", "--schema", "schema.json",

@@ -7,15 +7,15 @@ import lzma
 
 import pytest
 
-from worker import dead_letters as reasons
-from worker.dead_letters import DeadLetter
-from worker.inputs.automl_csv import AUTOML_LAYOUT, read_header
-from worker.inputs.boxes import parse_box
-from worker.inputs.rows import DiscardedRow, ManifestError, RowRules, assign_split, resolve_uri
-from worker.inputs.sources import read_manifest
-from worker.records import Box, ManifestRow
-from worker.splits import SPLITS, normalise_split
-from worker.inputs.sources import check_sources, find_manifests
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.inputs.automl_csv import AUTOML_LAYOUT, read_header
+from image_tfrecords.core.inputs.boxes import parse_box
+from image_tfrecords.core.inputs.rows import DiscardedRow, ManifestError, RowRules, assign_split, resolve_uri
+from image_tfrecords.core.inputs.sources import read_manifest
+from image_tfrecords.core.records import Box, ManifestRow
+from image_tfrecords.core.splits import SPLITS, normalise_split
+from image_tfrecords.core.inputs.sources import check_sources, find_manifests
 
 
 def check_manifest(path, rules):

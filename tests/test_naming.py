@@ -1,9 +1,9 @@
-"""The names a run writes come from worker/naming.py, and a run id means one thing."""
+"""The names a run writes come from core/naming.py, and a run id means one thing."""
 
 import json
 import re
 
-from worker import naming
+from image_tfrecords.core import naming
 
 
 def test_a_run_id_names_its_temp_folder_and_comes_back_from_it():

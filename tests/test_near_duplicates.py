@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
 from conftest import convert, encode, feature, read_examples
-from pipeline import run
-from transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
-from worker.copies import HASH_BITS
-from worker.naming import receipt_path, shard_path
-from worker.pool import Workers
-from worker.receipts import ShardReceipt, write_receipt
-from worker.records import ExampleRef, ShardExamples, ShardOutcome, ShardWritten
-from worker.run_settings import RunSettings
+from image_tfrecords.pipeline import run
+from image_tfrecords.transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
+from image_tfrecords.core.copies import HASH_BITS
+from image_tfrecords.core.naming import receipt_path, shard_path
+from image_tfrecords.core.pool import Workers
+from image_tfrecords.core.receipts import ShardReceipt, write_receipt
+from image_tfrecords.core.records import ExampleRef, ShardExamples, ShardOutcome, ShardWritten
+from image_tfrecords.core.run_settings import RunSettings
 
 
 def scene(seed: int, size=(192, 144)) -> Image.Image:

@@ -1,4 +1,4 @@
-"""Open Images box CSVs (worker/inputs/open_images.py): recognised by the header, a row
+"""Open Images box CSVs (core/inputs/open_images.py): recognised by the header, a row
 per box, the rows of one ImageID one example, labels from the class descriptions."""
 
 import json
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from conftest import encode, photo_like, read_examples
-from pipeline import run
-from worker import dead_letters as reasons
-from worker.inputs.input_format import DeclaredClasses
-from worker.inputs.rows import ManifestError, RowRules, assign_split
-from worker.inputs.sources import FORMATS, check_sources, find_manifests, read_source
-from worker.records import ManifestRow
+from image_tfrecords.pipeline import run
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core.inputs.input_format import DeclaredClasses
+from image_tfrecords.core.inputs.rows import ManifestError, RowRules, assign_split
+from image_tfrecords.core.inputs.sources import FORMATS, check_sources, find_manifests, read_source
+from image_tfrecords.core.records import ManifestRow
 
 PUBLIC = Path(__file__).parent / "data" / "public" / "open_images"
 DETECTION = RowRules(label_mode="detection")

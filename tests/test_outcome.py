@@ -2,8 +2,8 @@
 
 import json
 
-from transforms.outcome import Failure, PublishRules, outcome_problems, unwritten_labels
-from worker.summary import RunOptions, SplitInfo, Summary
+from image_tfrecords.transforms.outcome import Failure, PublishRules, outcome_problems, unwritten_labels
+from image_tfrecords.core.summary import RunOptions, SplitInfo, Summary
 
 
 def summary(vocabulary, train_labels, rows_read=10, examples=None, dead=0, accounted=True,

@@ -12,8 +12,8 @@ import pytest
 
 import image_tfrecords
 from conftest import copy_output
-from pipeline.cli import inspect_main, report_main, verify_main
-from worker.naming import UnconfinedName, confined_name
+from image_tfrecords.pipeline.cli import inspect_main, report_main, verify_main
+from image_tfrecords.core.naming import UnconfinedName, confined_name
 
 # Where an entry of summary.json is, the name put there, and how the error names the entry.
 SHARD = ("splits", "train", "shards", 0, "file")

@@ -1,4 +1,4 @@
-"""worker/pool.py: real worker processes writing real shards, killed for real."""
+"""core/pool.py: real worker processes writing real shards, killed for real."""
 
 import concurrent.futures
 import dataclasses
@@ -13,13 +13,13 @@ import psutil
 import pytest
 from PIL import Image
 
-import worker
+import image_tfrecords
 from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
-from pipeline.options import ConvertOptions
-from worker.pool import ShardPool, Workers, default_process_count, usable_cores, usable_memory
-from worker.records import LabelledRow, ManifestRow
-from worker.run_settings import RunSettings
-from worker.shard_writer import ShardTask, pack_rows, write_shard
+from image_tfrecords.pipeline.options import ConvertOptions
+from image_tfrecords.core.pool import ShardPool, Workers, default_process_count, usable_cores, usable_memory
+from image_tfrecords.core.records import LabelledRow, ManifestRow
+from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.shard_writer import ShardTask, pack_rows, write_shard
 
 SETTINGS = RunSettings(workers=Workers(read_threads=2))
 JPEG = encode(photo_like(48, 32, 1), "JPEG", quality=90)
@@ -59,7 +59,7 @@ def files(folder):
 
 def test_workers_import_neither_tensorflow_nor_beam():
     imported = subprocess.run(
-        [sys.executable, "-c", "import sys, worker.pool; "
+        [sys.executable, "-c", "import sys, image_tfrecords.core.pool; "
          "print(' '.join(sorted({name.split('.')[0] for name in sys.modules})))"],
         capture_output=True, text=True, check=True, env=_package_path()).stdout.split()
     assert "PIL" in imported
@@ -165,7 +165,7 @@ def test_by_default_a_worker_per_core_this_process_may_run_on():
     # A process pinned to one core (as by taskset, or a container's cpuset) gets one.
     pinned = subprocess.run(
         [sys.executable, "-c", "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})"
-         "; from worker.pool import Workers; print(Workers().process_count())"],
+         "; from image_tfrecords.core.pool import Workers; print(Workers().process_count())"],
         capture_output=True, text=True, check=True, env=_package_path()).stdout
     assert pinned.strip() == "1"
 
@@ -231,7 +231,7 @@ def test_shards_are_the_same_bytes_whatever_the_number_of_worker_processes(tfrec
         assert written(output) == written(tfrecord_output)
         # The DoFn's teardown stopped the pool: no worker process outlives the run.
         assert not [child for child in psutil.Process().children(recursive=True)
-                    if "worker.pool" in child.cmdline()]
+                    if "image_tfrecords.core.pool" in child.cmdline()]
     # Not a comparison of nothing: every split has shards.
     assert {name.split("-")[0] for name in written(tfrecord_output)
             if name.endswith(".tfrecord")} == {"train", "validation", "test"}
@@ -260,7 +260,7 @@ def test_an_image_past_the_time_limit_is_dead_lettered_and_the_rest_written(tmp_
 
 def _package_path() -> dict[str, str]:
     """The environment, with this checkout's packages importable."""
-    return {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(worker.__file__))}
+    return {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(image_tfrecords.__file__))}
 
 
 def test_the_default_holds_as_many_workers_as_memory_holds_largest_images(tmp_path):

@@ -16,9 +16,9 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from conftest import tiny_manifest
-from pipeline import stage_lines
-from pipeline.progress import REMOTE_NOTE, WORKER_PROCESSES_NOTE, LiveProgress, shown_progress
-from pipeline.stage_lines import PREFIX
+from image_tfrecords.pipeline import stage_lines
+from image_tfrecords.pipeline.progress import REMOTE_NOTE, WORKER_PROCESSES_NOTE, LiveProgress, shown_progress
+from image_tfrecords.pipeline.stage_lines import PREFIX
 
 
 class Clock:
@@ -87,7 +87,7 @@ def test_a_remote_run_names_the_counters_to_watch(capsys):
 
 def convert_command(tmp_path, *flags):
     tiny_manifest(tmp_path)
-    return [sys.executable, "-m", "pipeline", "--manifest", "m.csv", "--output_dir", "out",
+    return [sys.executable, "-m", "image_tfrecords", "--manifest", "m.csv", "--output_dir", "out",
             *flags]
 
 

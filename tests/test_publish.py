@@ -8,19 +8,19 @@ import pytest
 import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from pipeline.report import format_report
-from transforms.labels import AnalyzeLabels
-from transforms.outcome import PublishRules, RunFailed
-from transforms.publish import (PublishOutput, build_summary, move_into_place, name_shards,
+from image_tfrecords.pipeline.report import format_report
+from image_tfrecords.transforms.labels import AnalyzeLabels
+from image_tfrecords.transforms.outcome import PublishRules, RunFailed
+from image_tfrecords.transforms.publish import (PublishOutput, build_summary, move_into_place, name_shards,
                                 read_failure)
-from worker.file_formats.tfrecord import TFRecordFormat
-from worker.records import ManifestRow
-from worker.naming import FAILED_FILE, REPORT_FILE, staged_dir
-from worker.records import ShardWritten
-from worker.report_page import ReportContent
-from worker.row_tasks import survey
-from worker.run_settings import RunSettings
-from worker.summary import RunInfo, RunOptions, ShardInfo, Summary
+from image_tfrecords.core.file_formats.tfrecord import TFRecordFormat
+from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.naming import FAILED_FILE, REPORT_FILE, staged_dir
+from image_tfrecords.core.records import ShardWritten
+from image_tfrecords.core.report_page import ReportContent
+from image_tfrecords.core.row_tasks import survey
+from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.summary import RunInfo, RunOptions, ShardInfo, Summary
 
 
 RUN_INFO = RunInfo(options=RunOptions(compression="none", label_mode="single",

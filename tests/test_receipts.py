@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
-from worker.dead_letters import DeadLetter
-from worker.naming import receipt_path
-from worker.receipts import ReceiptError, ShardReceipt, read_receipt, write_receipt
-from worker.records import (Box, ExampleContent, ExampleRef, Keypoints, ManifestRow, Mask, ShardOutcome,
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.naming import receipt_path
+from image_tfrecords.core.receipts import ReceiptError, ShardReceipt, read_receipt, write_receipt
+from image_tfrecords.core.records import (Box, ExampleContent, ExampleRef, Keypoints, ManifestRow, Mask, ShardOutcome,
                             ShardWritten)
 
 

@@ -22,16 +22,16 @@ import pytest
 from PIL import Image
 
 from conftest import convert, encode
-from pipeline.cli import report_main
+from image_tfrecords.pipeline.cli import report_main
 from test_near_duplicates import PLANTED, scene
-from worker.histograms import (FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes_bin,
+from image_tfrecords.core.histograms import (FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes_bin,
                                    longest_side_bin)
-from worker.images import THUMBNAIL_SIDE
-from worker.naming import REPORT_FILE
-from transforms.outcome import Failure
-from worker.report_page import (LABELS_SAMPLED, LEAKS_LISTED, PAIRS_SHOWN, SAMPLE_PER_LABEL,
+from image_tfrecords.core.images import THUMBNAIL_SIDE
+from image_tfrecords.core.naming import REPORT_FILE
+from image_tfrecords.transforms.outcome import Failure
+from image_tfrecords.core.report_page import (LABELS_SAMPLED, LEAKS_LISTED, PAIRS_SHOWN, SAMPLE_PER_LABEL,
                                 CopyPair, Pictured, ReportContent, copy_rank, render_report)
-from worker.summary import ErrorsInfo, NearCopiesInfo, RunOptions, SplitInfo, Summary
+from image_tfrecords.core.summary import ErrorsInfo, NearCopiesInfo, RunOptions, SplitInfo, Summary
 
 CHROMIUM = shutil.which("chromium")
 # As the machine's notes give them: no sandbox as root, and none of Chromium's own

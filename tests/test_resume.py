@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import download, encode, photo_like, put
-from pipeline import resume, run
+from image_tfrecords.pipeline import resume, run
 from test_reliability import published
 
 STOP_AT = Path(__file__).parent.parent / "bench" / "stop_at.py"
@@ -99,7 +99,7 @@ def local(tmp_path_factory):
 def test_a_run_stopped_while_writing_resumes_to_the_same_output(local, capsys, function,
                                                                  when, count, reused):
     manifest, output, reference = local
-    stopped_run(arguments(manifest, str(output)), "worker.receipts", function, when, count,
+    stopped_run(arguments(manifest, str(output)), "image_tfrecords.core.receipts", function, when, count,
                 output.parent)
     receipts = [name for folder in os.listdir(output) if folder.startswith(".tmp-")
                 for name in os.listdir(output / folder / "receipts")
@@ -120,7 +120,7 @@ def test_a_run_stopped_while_writing_resumes_to_the_same_output(local, capsys, f
 def test_a_run_stopped_while_publishing_resumes_to_the_same_output(local, capsys, function,
                                                                    when, reused):
     manifest, output, reference = local
-    stopped_run(arguments(manifest, str(output)), "transforms.publish", function, when, 1,
+    stopped_run(arguments(manifest, str(output)), "image_tfrecords.transforms.publish", function, when, 1,
                 output.parent)
     resumed(arguments(manifest, str(output)), capsys)
     assert json.loads((output / "summary.json").read_text())["resumed_shards"] == reused
@@ -146,7 +146,7 @@ def test_a_stopped_run_made_from_other_inputs_or_options_is_refused(local, tmp_p
     changed = data / "m.csv"
     changed.write_text(open(manifest).read())
     output = str(tmp_path / "out")
-    stopped_run(arguments(str(changed), output), "worker.receipts", "write_receipt",
+    stopped_run(arguments(str(changed), output), "image_tfrecords.core.receipts", "write_receipt",
                 "after", 2, tmp_path)
     capsys.readouterr()
     with changed.open("a") as file:
@@ -187,7 +187,7 @@ def test_a_run_stopped_while_writing_to_a_bucket_resumes_to_the_same_output(
     assert run.main(argv) == 0
     download(output, tmp_path / "reference")
     reference = comparable(tmp_path / "reference")
-    stopped_run(argv, "worker.receipts", "write_receipt", "after", 2, tmp_path)
+    stopped_run(argv, "image_tfrecords.core.receipts", "write_receipt", "after", 2, tmp_path)
     printed = resumed(argv, capsys)
     assert "resumed: 2 of 3 shards reused" in printed
     download(output, tmp_path / "resumed")

@@ -16,7 +16,7 @@ from apache_beam.runners.job import utils as job_utils
 from apache_beam.runners.portability import local_job_service
 
 from conftest import read_examples, tiny_manifest
-from pipeline import run
+from image_tfrecords.pipeline import run
 
 
 @pytest.fixture

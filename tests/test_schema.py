@@ -10,10 +10,10 @@ import tensorflow_transform as tft
 
 import image_tfrecords
 from conftest import SAMPLE_DATA, encode, feature, photo_like, read_examples
-from pipeline import run
-from worker.inputs.rows import ManifestError, RowRules
-from worker.inputs.sources import read_manifest
-from worker.schema import (ExtraColumn, SchemaError, load_schema, parse_value,
+from image_tfrecords.pipeline import run
+from image_tfrecords.core.inputs.rows import ManifestError, RowRules
+from image_tfrecords.core.inputs.sources import read_manifest
+from image_tfrecords.core.schema import (ExtraColumn, SchemaError, load_schema, parse_value,
                                schema_columns)
 
 SCHEMA = {"age": "integer", "weight": "float", "caption": "string", "breed": "categorical",

@@ -23,20 +23,20 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from conftest import encode, feature, photo_like, read_examples
-from transforms import shards
-from worker import filesystem_options
-from transforms.shards import (EXAMPLE_KEYS, SIZE_SAMPLE, PlanShards, SplitPlan, WriteShards,
+from image_tfrecords.transforms import shards
+from image_tfrecords.core import filesystem_options
+from image_tfrecords.transforms.shards import (EXAMPLE_KEYS, SIZE_SAMPLE, PlanShards, SplitPlan, WriteShards,
                                _WriteShardFile, part_of, shard_of, shards_for)
-from worker.file_formats import shard_format
-from worker.images import ImageSettings, prepare_image
-from worker.inputs.boxes import turned_box
-from worker.inputs.rows import DEAD_LETTERS
-from worker.records import Box, ManifestRow
-from worker.pool import Workers
-from worker.records import LabelledRow
-from worker.row_tasks import pack, survey
-from worker.run_settings import RunSettings
-from worker.shard_writer import ShardTask, _ordered_map, pack_rows, write_shard
+from image_tfrecords.core.file_formats import shard_format
+from image_tfrecords.core.images import ImageSettings, prepare_image
+from image_tfrecords.core.inputs.boxes import turned_box
+from image_tfrecords.core.inputs.rows import DEAD_LETTERS
+from image_tfrecords.core.records import Box, ManifestRow
+from image_tfrecords.core.pool import Workers
+from image_tfrecords.core.records import LabelledRow
+from image_tfrecords.core.row_tasks import pack, survey
+from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.shard_writer import ShardTask, _ordered_map, pack_rows, write_shard
 
 
 def tagged(outputs, tag):

@@ -9,10 +9,10 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms import sorted_lines
-from transforms.sorted_lines import WriteSortedLines
-from worker import naming
-from worker.filesystem_options import FilesystemOptions
+from image_tfrecords.transforms import sorted_lines
+from image_tfrecords.transforms.sorted_lines import WriteSortedLines
+from image_tfrecords.core import naming
+from image_tfrecords.core.filesystem_options import FilesystemOptions
 
 
 def items(count: int, seed: int) -> list[dict]:

@@ -9,16 +9,16 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from conftest import voc_annotation
-from pipeline import run
-from transforms.rows import SurveyRows
-from worker import dead_letters as reasons
-from worker.chunks import RowChunk
-from worker.dead_letters import DeadLetter
-from worker.inputs.rows import ManifestError, RowRules
-from worker.records import Box, ManifestRow
-from worker.inputs.sources import (ManifestSource, check_sources, find_manifests, read_source,
+from image_tfrecords.pipeline import run
+from image_tfrecords.transforms.rows import SurveyRows
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core.chunks import RowChunk
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.inputs.rows import ManifestError, RowRules
+from image_tfrecords.core.records import Box, ManifestRow
+from image_tfrecords.core.inputs.sources import (ManifestSource, check_sources, find_manifests, read_source,
                                 split_and_path)
-from worker.run_settings import RunSettings
+from image_tfrecords.core.run_settings import RunSettings
 
 DETECTION = RowRules(label_mode="detection")
 

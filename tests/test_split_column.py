@@ -9,13 +9,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 import image_tfrecords
 from conftest import encode, feature, photo_like, read_examples, shard_pattern
-from pipeline import run
-from pipeline.options import ConvertOptions
-from pipeline.read_choices import settle_read_choices
-from worker import dead_letters as reasons
-from worker.inputs.automl_csv import split_name_columns
-from worker.inputs.rows import DiscardedRow, ManifestError, RowRules, assign_split
-from worker.inputs.sources import find_manifests, read_manifest
+from image_tfrecords.pipeline import run
+from image_tfrecords.pipeline.options import ConvertOptions
+from image_tfrecords.pipeline.read_choices import settle_read_choices
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core.inputs.automl_csv import split_name_columns
+from image_tfrecords.core.inputs.rows import DiscardedRow, ManifestError, RowRules, assign_split
+from image_tfrecords.core.inputs.sources import find_manifests, read_manifest
 
 FOLDS = ("train", "val", "test", "TRAIN")
 FOLD_SPLITS = {"train": "train", "val": "validation", "test": "test", "TRAIN": "train"}

@@ -11,7 +11,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from conftest import SAMPLE_MANIFEST
-from pipeline import engines, run, stopping
+from image_tfrecords.pipeline import engines, run, stopping
 
 FLINK_CLUSTER = ["--runner", "FlinkRunner", "--flink_master", "jobmanager:8081"]
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from conftest import download, encode, listing, output_digests, photo_like, put
-from pipeline import run
+from image_tfrecords.pipeline import run
 from storage_servers import CUT, Behaviour, ImageServer
 
 IMAGES = 16

@@ -12,8 +12,8 @@ from PIL import Image
 
 from conftest import (BOX_ROWS, MULTI_LABEL_ROWS, convert, copy_output, encode, photo_like,
                       read_examples, rewrite_records, shard_files, shard_pattern)
-from transforms.tfds_metadata import label_names, tfds_metadata
-from worker.summary import FeatureInfo, RunOptions, Summary
+from image_tfrecords.transforms.tfds_metadata import label_names, tfds_metadata
+from image_tfrecords.core.summary import FeatureInfo, RunOptions, Summary
 
 TFDS_FILES = {"dataset_info.json", "features.json", "image.class.label.labels.txt"}
 

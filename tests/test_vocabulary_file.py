@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from transforms.vocabulary_file import (PinnedVocabulary, VocabularyError,
+from image_tfrecords.transforms.vocabulary_file import (PinnedVocabulary, VocabularyError,
                                         read_pinned_vocabulary, write_pinned_vocabulary)
-from worker.label_map import is_gap, label_map_text
+from image_tfrecords.core.label_map import is_gap, label_map_text
 
 
 def test_a_file_gives_ids_in_line_order_as_manifest_labels_are_read(tmp_path):

@@ -1,4 +1,4 @@
-"""Ultralytics YOLO datasets (worker/inputs/yolo.py): data.yaml's forms, boxes as
+"""Ultralytics YOLO datasets (core/inputs/yolo.py): data.yaml's forms, boxes as
 Ultralytics converts them, polygons as masks and pose lines as keypoints, hostile label
 lines, and a YOLO folder never mistaken for an image folder."""
 
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from conftest import encode, parse_label_map, photo_like, read_examples
-from pipeline import run
-from pipeline.options import ConvertOptions
-from worker import dead_letters as reasons
-from worker.dead_letters import DeadLetter
-from worker.inputs.rows import ManifestError, RowRules
-from worker.inputs.sources import check_sources, find_manifests, read_source
-from worker.records import Keypoints, ManifestRow, Mask
+from image_tfrecords.pipeline import run
+from image_tfrecords.pipeline.options import ConvertOptions
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.inputs.rows import ManifestError, RowRules
+from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
+from image_tfrecords.core.records import Keypoints, ManifestRow, Mask
 
 DETECTION = RowRules(label_mode="detection")
 # Ultralytics' own YAMLs name a root outside their folder (`path: ../datasets/coco8`).

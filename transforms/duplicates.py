@@ -19,20 +19,20 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
-from transforms.sorted_lines import WriteSortedLines
-from transforms.storage_steps import StorageDoFn
-from worker import dead_letters as reasons
-from worker import naming
-from worker.choices import Dedupe
-from worker.examples import example_annotations
-from worker.filesystem_options import FilesystemOptions
-from worker.file_formats import PipelineFiles, ShardFormat
-from worker.histograms import file_bytes_bin, longest_side_bin
-from worker.inputs.rows import DEAD_LETTERS
-from worker.naming import DUPLICATES, NEAR_DUPLICATES
-from worker.records import ExampleRef, ShardExamples, ShardWritten
-from worker.run_settings import RunSettings
+from image_tfrecords.transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
+from image_tfrecords.transforms.sorted_lines import WriteSortedLines
+from image_tfrecords.transforms.storage_steps import StorageDoFn
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core import naming
+from image_tfrecords.core.choices import Dedupe
+from image_tfrecords.core.examples import example_annotations
+from image_tfrecords.core.filesystem_options import FilesystemOptions
+from image_tfrecords.core.file_formats import PipelineFiles, ShardFormat
+from image_tfrecords.core.histograms import file_bytes_bin, longest_side_bin
+from image_tfrecords.core.inputs.rows import DEAD_LETTERS
+from image_tfrecords.core.naming import DUPLICATES, NEAR_DUPLICATES
+from image_tfrecords.core.records import ExampleRef, ShardExamples, ShardWritten
+from image_tfrecords.core.run_settings import RunSettings
 
 
 class Duplicate(NamedTuple):

@@ -1,5 +1,5 @@
-"""The DoFn that has a task run by the worker processes (worker/pool.py): a chunk of rows
-to survey or pack (worker/row_tasks.py), a shard or part to write (worker/shard_writer.py).
+"""The DoFn that has a task run by the worker processes (core/pool.py): a chunk of rows
+to survey or pack (core/row_tasks.py), a shard or part to write (core/shard_writer.py).
 
 One pool per process that runs the pipeline's DoFns, shared by every such DoFn in it.
 The tasks of a bundle are handed over as they come, on threads that wait for a free
@@ -18,11 +18,11 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms import live_progress
-from transforms.storage_steps import StorageDoFn
-from worker import pool
-from worker.filesystem_options import current_options
-from worker.run_settings import RunSettings
+from image_tfrecords.transforms import live_progress
+from image_tfrecords.transforms.storage_steps import StorageDoFn
+from image_tfrecords.core import pool
+from image_tfrecords.core.filesystem_options import current_options
+from image_tfrecords.core.run_settings import RunSettings
 
 
 class RunInWorkers(StorageDoFn):

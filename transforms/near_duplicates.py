@@ -26,15 +26,15 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms.in_workers import RunInWorkers
-from transforms.storage_steps import StorageDoFn
-from worker.copies import HASH_BITS, MAX_NEAR_DISTANCE
-from worker.filesystem_options import FilesystemOptions
-from worker.splits import SPLITS
-from worker.near_search import MEMBER, CloseEarlierTask, Link, Shard
-from worker.receipts import example_refs
-from worker.records import ExampleRef, ShardExamples
-from worker.run_settings import RunSettings
+from image_tfrecords.transforms.in_workers import RunInWorkers
+from image_tfrecords.transforms.storage_steps import StorageDoFn
+from image_tfrecords.core.copies import HASH_BITS, MAX_NEAR_DISTANCE
+from image_tfrecords.core.filesystem_options import FilesystemOptions
+from image_tfrecords.core.splits import SPLITS
+from image_tfrecords.core.near_search import MEMBER, CloseEarlierTask, Link, Shard
+from image_tfrecords.core.receipts import example_refs
+from image_tfrecords.core.records import ExampleRef, ShardExamples
+from image_tfrecords.core.run_settings import RunSettings
 
 _HELD_EXAMPLES = 4096  # examples a bundle holds before sending its band packs
 class NearDuplicate(NamedTuple):
@@ -84,7 +84,7 @@ class FindNearDuplicates(beam.PTransform):
     the bundle), each receipt read at most twice, rather than from a join with every
     example's ref (half of this search's cost, bench/RESULTS.md). The distances inside
     each group are computed by the worker processes of `settings.workers`
-    (worker/near_search.py). Links and copies travel in batches per shard: one element
+    (core/near_search.py). Links and copies travel in batches per shard: one element
     a copy would cost Beam's coders a few microseconds each, and most examples of a set
     of near-copies have one.
     """

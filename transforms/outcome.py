@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 import pydantic
 
-from worker.choices import LabelOrder
-from worker.summary import Summary
+from image_tfrecords.core.choices import LabelOrder
+from image_tfrecords.core.summary import Summary
 
 
 

@@ -32,28 +32,28 @@ import tensorflow_transform as tft
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.labels import LABEL_VOCABULARY
-from transforms.storage_steps import with_filesystems
-from transforms.outcome import (Failure, PublishRules, RunFailed, frequency_order,
+from image_tfrecords.transforms.labels import LABEL_VOCABULARY
+from image_tfrecords.transforms.storage_steps import with_filesystems
+from image_tfrecords.transforms.outcome import (Failure, PublishRules, RunFailed, frequency_order,
                                 outcome_problems, read_summary, unwritten_labels)
-from transforms.tfds_metadata import LABELS_SUFFIX, tfds_metadata
-from worker import interrupts, naming
-from worker.choices import Dedupe, LabelMode, LabelOrder
-from worker.examples import feature_spec
-from worker.file_formats import ShardFormat, shard_globs
-from worker.beam_filesystems import settle_beam_filesystems
-from worker.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
-from worker.splits import SPLITS
-from worker.label_checks import LabelSeen, label_warnings
-from worker.label_map import label_map_text
-from worker.naming import (DATASET_INFO_FILE, DUPLICATES, ERRORS, FEATURES_FILE,
+from image_tfrecords.transforms.tfds_metadata import LABELS_SUFFIX, tfds_metadata
+from image_tfrecords.core import interrupts, naming
+from image_tfrecords.core.choices import Dedupe, LabelMode, LabelOrder
+from image_tfrecords.core.examples import feature_spec
+from image_tfrecords.core.file_formats import ShardFormat, shard_globs
+from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
+from image_tfrecords.core.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
+from image_tfrecords.core.splits import SPLITS
+from image_tfrecords.core.label_checks import LabelSeen, label_warnings
+from image_tfrecords.core.label_map import label_map_text
+from image_tfrecords.core.naming import (DATASET_INFO_FILE, DUPLICATES, ERRORS, FEATURES_FILE,
                            LABEL_MAP_FILE, NEAR_DUPLICATES, REPORT_FILE, SUMMARY_FILE,
                            staged_dir)
-from worker.records import ShardWritten
-from worker.report_page import ReportContent, render_report
-from worker.run_settings import RunSettings
-from worker.schema import CATEGORICAL
-from worker.summary import (CopiesInfo, ErrorsInfo, LabelIdChange, NearCopiesInfo, RunInfo,
+from image_tfrecords.core.records import ShardWritten
+from image_tfrecords.core.report_page import ReportContent, render_report
+from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.schema import CATEGORICAL
+from image_tfrecords.core.summary import (CopiesInfo, ErrorsInfo, LabelIdChange, NearCopiesInfo, RunInfo,
                             ShardInfo, SplitInfo, Summary, few_examples_per_shard)
 
 # What tf.Transform's WriteTransformFn writes, as tft.TFTransformOutput(OUTPUT) reads it.
@@ -142,7 +142,7 @@ class PublishOutput(beam.PTransform):
         if failure is not None:  # nothing is published; the temp dir stays, as evidence
             _write_text(failure.record, failure.to_json())
             raise RunFailed(failure)
-        # Ctrl-C now stops the run once the output is whole (worker/interrupts.py).
+        # Ctrl-C now stops the run once the output is whole (core/interrupts.py).
         with interrupts.held("publishing"):
             move_into_place(files, self._temp_dir, summary.files, self._output_dir,
                             self._format.companions)

@@ -17,13 +17,13 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.storage_steps import with_filesystems
-from worker.dead_letters import DeadLetter
-from worker.filesystem_options import FilesystemOptions
-from worker.file_formats.tfrecord import read_records
-from worker.naming import thumbnails_path
-from worker.records import ExampleRef, ShardExamples
-from worker.report_page import (LEAKS_LISTED, PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL,
+from image_tfrecords.transforms.storage_steps import with_filesystems
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.filesystem_options import FilesystemOptions
+from image_tfrecords.core.file_formats.tfrecord import read_records
+from image_tfrecords.core.naming import thumbnails_path
+from image_tfrecords.core.records import ExampleRef, ShardExamples
+from image_tfrecords.core.report_page import (LEAKS_LISTED, PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL,
                                 CopyPair, Pictured, RejectedRow, ReportContent, copy_rank,
                                 distinct, sample_rank)
 

@@ -13,9 +13,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms.storage_steps import StorageDoFn, with_filesystems
-from worker import naming, storage
-from worker.filesystem_options import FilesystemOptions
+from image_tfrecords.transforms.storage_steps import StorageDoFn, with_filesystems
+from image_tfrecords.core import naming, storage
+from image_tfrecords.core.filesystem_options import FilesystemOptions
 
 # Lines a writer holds before it writes them out as one sorted run: a few MB.
 _RUN_LINES = 10_000

@@ -20,10 +20,10 @@ from typing import Any
 
 from image_tfrecords.output import (CLASS_LABEL, IMAGE, LABEL_ID_BASE, MASKS, SEGMENTATION,
                                     is_image_key)
-from worker.choices import LabelMode, UnseenLabel
-from worker.label_map import UNSEEN_LABEL_NAME
-from worker.naming import DATASET_INFO_FILE, FEATURES_FILE
-from worker.summary import FeatureInfo, Summary
+from image_tfrecords.core.choices import LabelMode, UnseenLabel
+from image_tfrecords.core.label_map import UNSEEN_LABEL_NAME
+from image_tfrecords.core.naming import DATASET_INFO_FILE, FEATURES_FILE
+from image_tfrecords.core.summary import FeatureInfo, Summary
 
 LABELS_SUFFIX = ".labels.txt"
 BACKGROUND_NAME = "[background]"  # detection's id 0, which no object has

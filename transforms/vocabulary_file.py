@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
 
-from worker.label_map import LabelMapError, is_gap, read_label_map, vocabulary_of
-from worker.text_limits import file_lines, line_break_in
+from image_tfrecords.core.label_map import LabelMapError, is_gap, read_label_map, vocabulary_of
+from image_tfrecords.core.text_limits import file_lines, line_break_in
 
 LABEL_VOCABULARY = "label"  # file name of the vocabulary under transform_fn/assets/
 # Where an earlier output keeps its label vocabulary (tft.TFTransformOutput's layout).
@@ -98,7 +98,7 @@ def read_pinned_vocabulary(given: str, labels_in_data: Callable[[], Iterable[str
 
 def output_labels(output_dir: str) -> tuple[str, ...] | None:
     """The label vocabulary of the image-tfrecords output in `output_dir` (line i: id i),
-    read as the lookup reads it (worker/label_ids.py); None where there is none."""
+    read as the lookup reads it (core/label_ids.py); None where there is none."""
     path = FileSystems.join(output_dir, _EARLIER_OUTPUT_VOCABULARY)
     if not FileSystems.exists(path):
         return None

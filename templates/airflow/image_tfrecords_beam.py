@@ -1,4 +1,4 @@
-"""Daily conversion with Apache Beam's operator: `python -m pipeline` in the project's venv.
+"""Daily conversion with Apache Beam's operator: `python -m image_tfrecords` in the project's venv.
 
 It runs on the DirectRunner, on Dataflow when the Variable image_tfrecords_runner is
 DataflowRunner, or on Flink when it is FlinkRunner. Each run writes
@@ -60,9 +60,9 @@ RUNNER_TASKS = {"DataflowRunner": "convert_on_dataflow", "FlinkRunner": "convert
 
 def convert(task_id: str, runner: str, options: dict, **operator_args
             ) -> BeamRunPythonPipelineOperator:
-    """`python -m pipeline` on `runner` with `options`, in the project's interpreter."""
+    """`python -m image_tfrecords` on `runner` with `options`, in the project's interpreter."""
     return BeamRunPythonPipelineOperator(task_id=task_id, runner=runner, py_interpreter=PYTHON,
-                                         py_options=["-m"], py_file="pipeline",
+                                         py_options=["-m"], py_file="image_tfrecords",
                                          pipeline_options=dict(options), **operator_args)
 
 

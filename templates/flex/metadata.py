@@ -14,7 +14,7 @@ import pathlib
 import re
 from typing import Any
 
-from pipeline.options import ConvertOptions, parse_flag
+from image_tfrecords.pipeline.options import ConvertOptions, parse_flag
 
 METADATA_FILE = pathlib.Path(__file__).with_name("metadata.json")
 

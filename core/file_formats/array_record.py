@@ -1,0 +1,130 @@
+"""ArrayRecord shards: `.array_record` files, which Grain (JAX) and TFDS's data sources
+read by record index.
+
+Written as TFDS writes them, one record per chunk (`group_size:1`), which is what
+random access needs: Grain reads one record without decoding its neighbours. Each chunk
+carries a hash of its data, so a damaged record is named when it is read. The
+compression is the chunks' own (zstd with --compression zstd); the files keep their
+name either way.
+
+The array_record library opens local paths only. A shard for gs://, s3:// or any other
+filesystem is written to a local temporary file and then copied through the `Files` it
+is given; one read from there is copied to a local temporary file first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, BinaryIO
+
+from image_tfrecords.core.file_formats import Files, GFiles, RecordError, ShardFormat, register
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+# One record per chunk (TFDS's and Grain's setting): random access reads one chunk.
+_WRITER_OPTIONS = {"none": "group_size:1,uncompressed", "zstd": "group_size:1,zstd:3"}
+_READ_BATCH = 64  # records read at once: a few MB of images, whatever the shard's size
+_COPY_BUFFER = 8 << 20  # bytes per read when staging a shard: large reads suit buckets
+
+
+@register
+class ArrayRecordFormat(ShardFormat):
+    name = "array_record"
+    tfds_name = "array_record"
+    stem = ".array_record"
+    compressions = tuple(_WRITER_OPTIONS)
+
+    @contextlib.contextmanager
+    def create(self, path: str, files: Files) -> Iterator[ArrayRecordWriter]:
+        from array_record.python.array_record_module import ArrayRecordWriter
+        with _on_local_disk(path, files, writing=True) as local:
+            writer = ArrayRecordWriter(local, _WRITER_OPTIONS[self.compression])
+            try:
+                yield writer
+            finally:
+                writer.close()
+
+    def read(self, path: str, files: Files) -> Iterator[bytes]:
+        from array_record.python.array_record_module import ArrayRecordReader
+        with _on_local_disk(path, files, writing=False) as local:
+            reader = ArrayRecordReader(local)
+            try:
+                if not reader.ok():
+                    raise RecordError(0, None, _reader_error(reader))
+                count = reader.num_records()
+                for start in range(0, count, _READ_BATCH):
+                    try:
+                        records = reader.read(start, min(start + _READ_BATCH, count))
+                    except RuntimeError as problem:  # a chunk's hash does not match
+                        raise _first_bad_record(reader, start, count, problem) from problem
+                    yield from records
+            finally:
+                # Closing a reader that met a damaged file raises that damage again:
+                # it is reported above, as a RecordError naming the record.
+                with contextlib.suppress(RuntimeError):
+                    reader.close()
+
+    def dataset(self, path: tf.Tensor) -> tf.data.Dataset:
+        import tensorflow as tf
+
+        def records(shard: bytes) -> Iterator[bytes]:
+            return self.read(shard.decode(), GFiles())
+        return tf.data.Dataset.from_generator(
+            records, args=(path,), output_signature=tf.TensorSpec([], tf.string))
+
+
+def _reader_error(reader) -> str:
+    """What the library says is wrong with a file it opened as not ok."""
+    try:
+        reader.read_all()
+    except RuntimeError as problem:
+        return f"not a readable ArrayRecord file: {problem}"
+    return "not a readable ArrayRecord file"
+
+
+def _first_bad_record(reader, start: int, count: int, problem: RuntimeError) -> RecordError:
+    """The first record of a batch from `start` that fails to read alone, with the
+    library's words."""
+    for index in range(start, min(start + _READ_BATCH, count)):
+        try:
+            reader.read([index])
+        except RuntimeError as alone:
+            return RecordError(index, None, str(alone))
+    return RecordError(start, None, str(problem))
+
+
+def _local_path(path: str) -> str | None:
+    """`path` as the local filesystem names it, or None for a bucket or other filesystem."""
+    if path.startswith("file://"):
+        return path[len("file://"):]
+    return None if "://" in path else path
+
+
+@contextlib.contextmanager
+def _on_local_disk(path: str, files: Files, *, writing: bool) -> Iterator[str]:
+    """`path` itself where it is on the local disk; else a local temporary file, filled
+    from `path` through `files` first, or when `writing`, copied to it once the block exits."""
+    local = _local_path(path)
+    if local is not None:
+        if writing:  # as Beam's LocalFileSystem and core/storage.py create files
+            os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+        yield local
+        return
+    with tempfile.TemporaryDirectory(prefix="image-tfrecords-") as folder:
+        staged = os.path.join(folder, "shard.array_record")
+        if not writing:
+            _copy(files.open(path), open(staged, "wb"))
+        yield staged
+        if writing:
+            _copy(open(staged, "rb"), files.create(path))
+
+
+def _copy(source: BinaryIO, target: BinaryIO) -> None:
+    with source, target:
+        shutil.copyfileobj(source, target, _COPY_BUFFER)

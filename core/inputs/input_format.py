@@ -1,0 +1,162 @@
+"""The interface every input format implements (one module each in core/inputs/, found
+through the registry in sources.py), and the first bytes of a file that sniffing reads.
+
+A format says which file names it may be (`suffixes`), how its content is recognised
+when a name could be several formats (`recognises`), its checks before the job (a
+ManifestError of one line), and the rows it reads: ManifestRows, DeadLetters naming the
+row and the reason, and DiscardedRows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import re
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import ijson
+
+from image_tfrecords.core.chunks import LineRange, ManifestSource
+from image_tfrecords.core.inputs import documents
+from image_tfrecords.core.inputs.documents import DocumentError, json_events, load_json
+from image_tfrecords.core.inputs.lines import open_manifest
+from image_tfrecords.core.inputs.rows import ManifestError, ManifestItem, RowRules
+
+# Enough of a file to see its first JSON key, its first line or its XML root element.
+_HEAD_BYTES = 64 * 1024
+_COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".deflate")
+_XML_ROOT = re.compile(rb"<([A-Za-z_][\w.-]*)")
+_XML_PREAMBLE = re.compile(rb"\s*(<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^>]*>)", re.S)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileHead:
+    """A file's name and first bytes (decompressed), read once for every format asked."""
+
+    path: str
+    data: bytes
+
+    @classmethod
+    def read(cls, path: str) -> FileHead:
+        try:
+            with open_manifest(path) as file:
+                return cls(path, file.read(_HEAD_BYTES))
+        except (OSError, EOFError) as error:
+            raise ManifestError(f"{path}: cannot read the manifest: {error}") from error
+
+    @property
+    def first_json_key(self) -> str | None:
+        """The first key of the JSON object the file starts with, if it starts with one."""
+        try:
+            for _, event, value in json_events(io.BytesIO(self.data)):
+                if event != "start_map":
+                    return value if event == "map_key" else None
+        except (ijson.JSONError, DocumentError):
+            return None
+        return None
+
+    @property
+    def first_list_item(self) -> object:
+        """The first item of the JSON list the file is, if it is one and the item ends
+        within the first bytes."""
+        try:
+            return next(ijson.items(json_events(io.BytesIO(self.data)), "item"), None)
+        except (ijson.JSONError, DocumentError):
+            return None
+
+    @property
+    def first_line_object(self) -> dict | None:
+        """The first non-blank line, parsed, when it is a JSON object (JSON Lines)."""
+        for line in self.data.splitlines():
+            if line.strip():
+                try:
+                    item = load_json(line)
+                except ValueError:
+                    return None
+                return item if isinstance(item, dict) else None
+        return None
+
+    @property
+    def xml_root(self) -> str | None:
+        """The name of the root element of an XML file."""
+        data = self.data.removeprefix(b"\xef\xbb\xbf")
+        while preamble := _XML_PREAMBLE.match(data):
+            data = data[preamble.end():]
+        root = _XML_ROOT.match(data.lstrip())
+        return root.group(1).decode() if root else None
+
+
+class DeclaredClasses(NamedTuple):
+    """The classes an input declares (YOLO's `names`, COCO's `categories`, CVAT's
+    `<labels>`...), which the output's ids follow as a pinned --vocabulary's do:
+    `labels[i]` gets vocabulary id i (classification's label id; detection's class label
+    is i + 1, the Object Detection API keeping 0 for the background). An id the
+    declaration skips is a gap entry (core/label_map.py's gap name) no label matches."""
+
+    declared_by: str  # what messages name: "coco8.yaml (names)", "instances.json (categories)"
+    labels: tuple[str, ...]
+    note: str = ""  # what the console adds, where the ids are not plainly the declared ones
+
+
+def plain_name(path: str) -> str:
+    """The file's name in lower case, without a compression suffix."""
+    name = path.rstrip("/").rsplit("/", 1)[-1].lower()
+    for suffix in _COMPRESSION_SUFFIXES:
+        name = name.removesuffix(suffix)
+    return name
+
+
+def json_items(path: str, prefix: str) -> Iterator[Any]:
+    """The items at `prefix`, streamed; ManifestError naming the file where it is no JSON
+    (cut off, a stray byte, a number past 64 bits: yajl's limit) or nests beyond
+    documents.MAX_NESTING."""
+    with open_manifest(path) as file:
+        try:
+            yield from documents.json_items(file, prefix)
+        except DocumentError as error:
+            raise ManifestError(f"{path}: {error}") from None
+
+
+class InputFormat:
+    """One input format. Subclasses set the attributes and implement `read`.
+
+    name: what --input_format calls it; title: what messages call it.
+    suffixes: the file names it may be (lower case, without a compression suffix); a
+    format with none is never sniffed, only chosen (CSV is what no other name claims).
+    cuts_by_lines: its uncompressed files may be cut into line ranges (core/chunks.py).
+    in_worker: a worker process reads it. Formats listed with Beam's FileSystems.match
+    (Pascal VOC, image folders) are read in the pipeline's process, which has it loaded:
+    a worker would pay ~2 s and ~200 MB to load it.
+    boxes_only: it holds only bounding boxes, so it needs --label_mode detection.
+    """
+
+    name: str
+    title: str
+    suffixes: tuple[str, ...] = ()
+    cuts_by_lines = False
+    in_worker = True
+    boxes_only = False
+
+    def recognises(self, head: FileHead) -> bool:
+        """Whether the content is this format's, where the name could be several."""
+        return False
+
+    def check(self, source: ManifestSource, rules: RowRules) -> None:
+        """The checks before the job; raises ManifestError."""
+        if self.boxes_only and not rules.detection:
+            raise ManifestError(f"{source.path} is {self.title}, which holds bounding "
+                                "boxes: pass --label_mode detection")
+        self.check_file(source, rules)
+
+    def check_file(self, source: ManifestSource, rules: RowRules) -> None:
+        """The format's own checks of the file, after the label mode's."""
+
+    def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
+        """The classes `source` declares, with their ids; None where it declares none
+        (the ids are then learnt from TRAIN). Read in the launcher, before the job."""
+        return None
+
+    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+             ) -> Iterator[ManifestItem]:
+        raise NotImplementedError

@@ -1,0 +1,183 @@
+"""Every name of a file or folder a run writes, in one place (as TFDS's core/naming.py).
+
+A run id is the 12 hex digits that name one run everywhere: its temp folder
+OUTPUT/.tmp-<run id>, summary.json's run_id, tf.Transform's working folder and an engine's
+job-server log. What a run publishes:
+
+    OUTPUT/train-00000-of-00004.tfrecord   a shard (and its companions: .idx)
+    OUTPUT/summary.json, report.html, errors-00000-of-00001.jsonl, duplicates-...,
+    near_duplicates-..., label_map.pbtxt, dataset_info.json, features.json
+
+and, until it publishes, what it writes in its temp folder <temp> = OUTPUT/.tmp-<run id>:
+
+    <temp>/run.json                        the run's fingerprint (pipeline/resume.py)
+    <temp>/summary.json                    the summary, once prepared
+    <temp>/staged/                         what is published besides the shards;
+                                           a failed run's FAILED.json
+    <temp>/train-00003.tfrecord            a shard, awaiting its published name
+    <temp>/thumbnails/train-00003.records  its thumbnails, for report.html
+    <temp>/parts/train-00003-0001.records  a part of it (TFRecord-framed, uncompressed)
+    <temp>/parts/thumbnails/train-00003-0001.records
+    <temp>/receipts/train-00003.receipt.json        the shard's receipt
+    <temp>/receipts/train-00003-0001.receipt.json   its part's
+
+A name read back from a file in the output (summary.json's shards and lists, a receipt's
+files) is confined to its folder (confined_name): the output folder may be a bucket
+others can write to, and a name such as `../../elsewhere/x`, `/etc/x` or `http://host/x`
+would have a reader read, or a resumed run write, outside it.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from image_tfrecords.core import storage
+
+TEMP_PREFIX = ".tmp-"
+RUN_FILE = "run.json"
+STAGED_DIR = "staged"
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.html"
+FAILED_FILE = "FAILED.json"  # in a failed run's staged dir, beside its dead letters
+LABEL_MAP_FILE = "label_map.pbtxt"
+DATASET_INFO_FILE = "dataset_info.json"  # TFDS's
+FEATURES_FILE = "features.json"  # TFDS's
+# The lists of JSON lines a run publishes, by their stems: <stem>-00000-of-00001.jsonl
+ERRORS = "errors"
+DUPLICATES = "duplicates"
+NEAR_DUPLICATES = "near_duplicates"
+
+SORTED_LINES_DIR = "sorted-lines"  # sorted runs of those lists' lines, merged into them
+RECEIPTS_DIR = "receipts"
+WORKER_STARTED_FILE = "worker-started"  # the first SDK worker of a cluster run writes it
+THUMBNAILS_DIR = "thumbnails"
+PARTS_DIR = "parts"
+PART_SUFFIX = ".records"  # TFRecord framing, whatever the shards' format
+
+
+# A URL's or another filesystem's scheme (http:, gs:, s3:, hdfs:...), or a Windows drive.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_RUN_ID = re.compile(r"^[0-9a-f]{12}$")  # new_run_id's
+
+
+class UnconfinedName(ValueError):
+    """A name read from a file in the output that would leave its folder."""
+
+
+def confined_name(name: str) -> str:
+    """`name` as it is, where it names a file under the folder it was read from: a
+    relative path of plain names joined by `/`. UnconfinedName otherwise: an absolute
+    path, a URL or other scheme, an empty, `.` or `..` part, a backslash (a separator on
+    Windows) or a control character. The one rule for every name read from the output."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or _SCHEME.match(name):
+        raise UnconfinedName(f"{name!r} is not a name in the folder (an absolute path or "
+                             "a URL)")
+    if any(part in ("", ".", "..") for part in parts) or any(
+            char == "\\" or ord(char) < 0x20 or ord(char) == 0x7f for char in name):
+        raise UnconfinedName(f"{name!r} leaves the folder or is not a plain name "
+                             "(an empty, '.' or '..' part, a backslash or a control "
+                             "character)")
+    return name
+
+
+def _stem(split: str, shard: int, part: int | None) -> str:
+    return f"{split}-{shard:05d}" + ("" if part is None else f"-{part:04d}")
+
+
+def shard_path(temp_dir: str, split: str, shard: int, suffix: str) -> str:
+    """A shard as written, before the publish step gives it its final name."""
+    return storage.join(temp_dir, _stem(split, shard, None) + suffix)
+
+
+def part_path(temp_dir: str, split: str, shard: int, part: int) -> str:
+    return storage.join(temp_dir, PARTS_DIR, _stem(split, shard, part) + PART_SUFFIX)
+
+
+def thumbnails_path(temp_dir: str, split: str, shard: int, part: int | None = None) -> str:
+    """A shard's (or a part's) thumbnails, a record per example in its order: TFRecord-
+    framed, whatever the shards' format (a file of the run's own, read by report_content.py)."""
+    folder = (THUMBNAILS_DIR,) if part is None else (PARTS_DIR, THUMBNAILS_DIR)
+    return storage.join(temp_dir, *folder, _stem(split, shard, part) + ".records")
+
+
+def receipt_path(temp_dir: str, split: str, shard: int, part: int | None = None) -> str:
+    return storage.join(temp_dir, RECEIPTS_DIR, _stem(split, shard, part) + ".receipt.json")
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def temp_dir(output_dir: str, run_id: str) -> str:
+    return storage.join(output_dir, TEMP_PREFIX + run_id)
+
+
+def run_id_of(temp_dir: str) -> str:
+    """The run id whose temp folder `temp_dir` is."""
+    return temp_dir.rstrip("/").rsplit("/", 1)[-1].removeprefix(TEMP_PREFIX)
+
+
+def is_run_id(text: str) -> bool:
+    """Whether `text` is a run id new_run_id gives (a folder named otherwise is not a
+    run's)."""
+    return bool(_RUN_ID.match(text))
+
+
+def temp_dir_of_receipt(path: str) -> str:
+    """The temp folder of the run whose receipt is at `path` (receipt_path's)."""
+    return path.rsplit("/", 2)[0]
+
+
+def every_temp_dir(output_dir: str) -> str:
+    """The pattern of every run's temp folder in `output_dir`."""
+    return storage.join(output_dir, TEMP_PREFIX + "*")
+
+
+def worker_started(temp_dir: str) -> str:
+    """The marker the job's first step writes from the first SDK worker that starts, which
+    the launcher waits for (--worker_start_timeout)."""
+    return storage.join(temp_dir, WORKER_STARTED_FILE)
+
+
+def staged_dir(temp_dir: str) -> str:
+    """Where a run writes what it publishes besides the shards (transform_fn/, errors...)."""
+    return storage.join(temp_dir, STAGED_DIR)
+
+
+def failure_record(temp_dir: str) -> str:
+    """The FAILED.json of the run with this temp folder (a pattern, for a pattern)."""
+    return storage.join(staged_dir(temp_dir), FAILED_FILE)
+
+
+def staged_report(temp_dir: str) -> str:
+    """The report.html the run with this temp folder staged (a failed run's stays there)."""
+    return storage.join(staged_dir(temp_dir), REPORT_FILE)
+
+
+def transform_dir(parent: str, run_id: str) -> str:
+    """tf.Transform's working folder for the run, under --temp_location or the local
+    temp dir (tf.Transform writes through TensorFlow's filesystems, not Beam's)."""
+    return storage.join(parent, f"image-tfrecords-{run_id}")
+
+
+def job_server_log(folder: str, run_id: str, engine: str) -> str:
+    return storage.join(folder, f"image-tfrecords-{run_id}-{engine.lower()}.log")
+
+
+def published_shard(split: str, index: int, count: int, suffix: str) -> str:
+    """A shard's published name: `split-IIIII-of-NNNNN` and the format's suffix."""
+    return f"{split}-{index:05d}-of-{count:05d}{suffix}"
+
+
+def jsonl_list(folder: str, stem: str) -> str:
+    """One of the published lists of JSON lines (ERRORS, DUPLICATES, NEAR_DUPLICATES)."""
+    return f"{folder}/{stem}-00000-of-00001.jsonl"
+
+
+def sorted_lines_run(temp_dir: str, list_path: str) -> str:
+    """A new file for a sorted run of the lines of the list at `list_path`: a name of its
+    own per call, as a retried bundle writes its runs again."""
+    name = list_path.rstrip("/").rsplit("/", 1)[-1]
+    return storage.join(temp_dir, SORTED_LINES_DIR, f"{uuid.uuid4().hex}-{name}")

@@ -1,0 +1,429 @@
+"""One shard, written whole by one process: its rows in, its files and a small outcome out.
+
+A shard is a pure function of its rows and the run's settings: the rows are put in the
+write order (a hash of each URI), the rows naming one image make one example, and each
+image is read, checked, re-encoded where needed and encoded as an Example in that order.
+The shard file, its companions (`.idx`), its thumbnails (for report.html) and its receipt
+(for --resume) are written here; what goes back to the pipeline is the ShardOutcome:
+counts, label counts, dead letters and each example's key for the copy search. So which
+process writes a shard, and how many write at once, changes no byte.
+
+Where a split has too few shards to keep the workers busy, its shards are written in
+parts: each part is a contiguous range of the write order (transforms/shards.py cuts
+it), written by the same code into a plain TFRecord-framed file, and shard_parts.py joins
+the parts in order through the shard's format, which gives the bytes of the shard
+written whole.
+
+Runs in a worker process (core/pool.py) or, with no worker processes, in the pipeline's
+own; either way free of Beam's runner and of TensorFlow.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import dataclasses
+import hashlib
+import itertools
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
+
+from image_tfrecords.core import dead_letters as reasons
+from image_tfrecords.core import naming, receipts, storage
+from image_tfrecords.core.choices import LabelMode
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.downloads import DownloadSettings, is_url
+from image_tfrecords.core.examples import encode_example, example_annotations, example_labels
+from image_tfrecords.core.file_formats import PipelineFiles, RecordWriter
+from image_tfrecords.core.file_formats.tfrecord import FramedWriter, write_record
+from image_tfrecords.core.histograms import file_bytes_bin, longest_side_bin
+from image_tfrecords.core.image_files import read_image_bytes
+from image_tfrecords.core.images import ImageRejected, PreparedImage, prepare_image
+from image_tfrecords.core.inputs.boxes import pixel_box, turned_box
+from image_tfrecords.core.masks import class_map_png
+from image_tfrecords.core.overlays import drawn_thumbnail
+from image_tfrecords.core.records import (Box, ExampleContent, ExampleRef, LabelledRow, ManifestRow,
+                            ShardOutcome, ShardWritten)
+from image_tfrecords.core.redaction import redacted
+from image_tfrecords.core.schema import IMAGE
+
+if TYPE_CHECKING:
+    from image_tfrecords.core.run_settings import RunSettings
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardTask:
+    """One shard to write: its rows, packed (pack_rows), and where its files go.
+
+    `part`: the rows are one part of the shard (its place in the shard), written as a
+    part for shard_parts.join_parts; None: they are the whole shard.
+    `lost`: images (by place in the task's image order) that crashed or hung their
+    worker process on an earlier attempt, each with the reason and message of its dead
+    letter; they are not read again.
+    """
+
+    split: str
+    shard: int
+    packs: tuple[bytes, ...]
+    temp_dir: str
+    resuming: bool = False
+    part: int | None = None
+    lost: tuple[tuple[int, str, str], ...] = ()
+
+    in_worker = True  # (pool.Task) any process may write a shard
+
+    @property
+    def name(self) -> str:
+        return f"shard {self.split} {self.shard}" + (
+            "" if self.part is None else f" (part {self.part})")
+
+    def run(self, settings: RunSettings, progress: Progress) -> ShardOutcome:
+        return write_shard(self, settings, progress)
+
+
+class Progress(Protocol):
+    """What a shard writer tells whoever watches it, as it goes."""
+
+    def decoding(self, image: int | None) -> None:
+        """The writer is decoding the image at this place in the shard's image order
+        (None: it is not decoding)."""
+
+    def handled(self, rows: int, dead_letters: int) -> None:
+        """`rows` more of its rows are done with, `dead_letters` of them rejected."""
+
+
+class Unwatched:
+    def decoding(self, image: int | None) -> None:
+        pass
+
+    def handled(self, rows: int, dead_letters: int) -> None:
+        pass
+
+
+def pack_rows(lines: Iterable[bytes]) -> bytes:
+    """LabelledRow JSON lines -> one pack. Level 1: rows share most of their bytes."""
+    return zlib.compress(b"\n".join(lines), 1)
+
+
+def unpack_rows(pack: bytes) -> Iterator[LabelledRow]:
+    return map(LabelledRow.from_json, zlib.decompress(pack).split(b"\n"))
+
+
+def uri_digest(uri: str) -> bytes:
+    return hashlib.sha256(uri.encode("utf-8", "surrogateescape")).digest()
+
+
+class SplitPlan(NamedTuple):
+    """How a split is written: its number of shards, and of parts in each shard."""
+
+    shards: int
+    parts: int = 1
+
+    def place(self, uri: str) -> tuple[int, int]:
+        """The row's shard, and its part of that shard, from one hash of its URI.
+
+        The shard is the first 8 bytes of the digest modulo the shards; the part is
+        their range, and as they lead the write order (write_order), a
+        shard's parts in order are its rows in order."""
+        leading = int.from_bytes(uri_digest(uri)[:8], "big")
+        return leading % self.shards, (leading * self.parts) >> 64
+
+
+def write_order(row: ManifestRow) -> tuple[bytes, str, int]:
+    """A fixed pseudo-random order: shards do not keep the manifest's class-sorted runs."""
+    return uri_digest(row.uri), row.manifest, row.line
+
+
+def write_shard(task: ShardTask, settings: RunSettings, progress: Progress = Unwatched()
+                ) -> ShardOutcome:
+    """Writes the shard (or part) of `task`, or with `task.resuming` reuses what its
+    receipt vouches for; returns what it gave."""
+    ordered = sorted(itertools.chain.from_iterable(map(unpack_rows, task.packs)),
+                     key=lambda item: write_order(item.row))
+    digest = receipts.rows_digest(ordered)
+    receipt_at = naming.receipt_path(task.temp_dir, task.split, task.shard, task.part)
+    if task.resuming and (receipt := (
+            receipts.read_receipt(receipt_at, digest) or task.part is not None and
+            receipts.read_joined_part(task.temp_dir, task.split, task.shard, task.part,
+                                      digest))):
+        progress.handled(len(ordered), len(receipt.outcome.dead_letters))
+        return resumed(receipt.outcome)
+    outcome = _ShardWriter(task, settings, progress).write(ordered)
+    written = outcome.written
+    companions = settings.shard_format.companions if task.part is None else ()
+    files = ((written.temp_path, *(written.temp_path + suffix for suffix in companions),
+              naming.thumbnails_path(task.temp_dir, task.split, task.shard, task.part))
+             if written.examples else ())
+    receipts.write_receipt(receipt_at, receipts.ShardReceipt(
+        digest, outcome, receipts.file_sizes(files)))
+    return outcome
+
+
+def resumed(outcome: ShardOutcome) -> ShardOutcome:
+    return outcome._replace(written=outcome.written._replace(resumed=True))
+
+
+class _Encoded(NamedTuple):
+    """One image's outcome: the example of `rows` (None when no row is left), and the
+    rows dead-lettered because the size they declare is not the image's."""
+
+    record: bytes | None
+    # What is kept of the PreparedImage, whose bytes are in `record` already.
+    sha256: str
+    perceptual_hash: int
+    thumbnail: bytes
+    reencoded: str | None
+    longest_side: int  # of the source image, in pixels
+    source_bytes: int
+    rows: list[LabelledRow]
+    wrong_size: list[DeadLetter]
+
+
+class _ShardWriter:
+    """Rows naming the same image in the same split are next to each other in the write
+    order. They make one example, the image loaded once for all of them: with detection
+    one box per row, with multi-label the union of the rows' labels; with single labels
+    the first row (by manifest and line) makes the example and the others are
+    dead-lettered as duplicate_row.
+
+    Files are read ahead on a few threads through a bounded window (reading waits on the
+    disk or the network, decoding needs the core); images are decoded one at a time, in
+    order, in this thread.
+    """
+
+    def __init__(self, task: ShardTask, settings: RunSettings, progress: Progress) -> None:
+        self._task = task
+        self._settings = settings
+        self._progress = progress
+        self._lost = {place: ImageRejected(reason, message)
+                      for place, reason, message in task.lost}
+
+    def write(self, ordered: list[LabelledRow]) -> ShardOutcome:
+        task, settings, progress = self._task, self._settings, self._progress
+        dead_letters: list[DeadLetter] = []
+        example_keys: list[tuple[str, ExampleRef]] = []
+        images = []
+        for _, group in itertools.groupby(ordered, key=lambda item: item.row.uri):
+            first, *others = group
+            if settings.label_mode is LabelMode.SINGLE and others:
+                repeated = others
+            else:
+                repeated = [other for other in others if other.row.manifest != first.row.manifest
+                            and (other.row.listed_whole or first.row.listed_whole)]
+            if repeated:
+                dead_letters.extend(_duplicate_row(other, first) for other in repeated)
+                progress.handled(len(repeated), len(repeated))
+                others = [other for other in others if other not in repeated]
+            images.append([first, *others])
+        temp_path = (naming.shard_path(task.temp_dir, task.split, task.shard,
+                                       settings.shard_format.suffix) if task.part is None
+                     else naming.part_path(task.temp_dir, task.split, task.shard, task.part))
+        examples = rows_written = source_bytes = 0
+        labels: collections.Counter[str] = collections.Counter()
+        reencoded: collections.Counter[str] = collections.Counter()
+        longest_sides: collections.Counter[str] = collections.Counter()
+        file_bytes: collections.Counter[str] = collections.Counter()
+        annotations: collections.Counter[str] = collections.Counter()
+        # Reading a URL waits on the network far longer than decoding takes: many more
+        # readers keep the process busy (img2dataset's design).
+        threads = (settings.downloads.threads if any(is_url(group[0].row.uri)
+                                                     for group in images)
+                   else settings.workers.read_threads)
+        with contextlib.ExitStack() as opened, concurrent.futures.ThreadPoolExecutor(
+                threads) as readers:
+            # Created with the first example: a shard whose images were all rejected
+            # leaves no file (and Beam's S3 filesystem cannot write an empty one).
+            out = thumbnails = None
+            read = _ordered_map(readers, self._read, enumerate(images), 2 * threads)
+            for place, (image_rows, data) in enumerate(zip(images, read, strict=True)):
+                outcome = self._encode(place, image_rows, data)
+                if isinstance(outcome, ImageRejected):
+                    dead_letters.extend(item.row.dead_letter(outcome.reason, outcome.message)
+                                        for item in image_rows)
+                    progress.handled(len(image_rows), len(image_rows))
+                    continue
+                dead_letters.extend(outcome.wrong_size)
+                progress.handled(len(image_rows), len(outcome.wrong_size))
+                record, image_rows = outcome.record, outcome.rows
+                if record is None:
+                    continue
+                if out is None:
+                    out = opened.enter_context(self._create(temp_path))
+                    thumbnails = opened.enter_context(storage.create(naming.thumbnails_path(
+                        task.temp_dir, task.split, task.shard, task.part)))
+                out.write(record)
+                write_record(thumbnails, outcome.thumbnail)
+                image_labels = example_labels(image_rows, settings.label_mode)
+                first = image_rows[0].row
+                content = ExampleContent(tuple(item.row.shown() for item in image_rows),
+                                         outcome.source_bytes, outcome.reencoded,
+                                         outcome.longest_side)
+                example_keys.append((outcome.sha256, ExampleRef(
+                    task.split, task.shard, examples, first.manifest, first.line, redacted(first.uri),
+                    tuple(image_labels), outcome.perceptual_hash,
+                    content if settings.keeps_content else None)))
+                examples += 1
+                rows_written += len(image_rows)
+                source_bytes += outcome.source_bytes
+                labels.update(image_labels)
+                if outcome.reencoded:
+                    reencoded[outcome.reencoded] += 1
+                longest_sides[longest_side_bin(outcome.longest_side)] += 1
+                file_bytes[file_bytes_bin(outcome.source_bytes)] += 1
+                annotations.update(example_annotations(content.rows))
+        file_size = storage.size(temp_path) if examples else 0
+        written = ShardWritten(task.split, task.shard, temp_path, examples, rows_written,
+                               file_size, source_bytes, dict(labels), dict(reencoded),
+                               dict(longest_sides), dict(file_bytes), dict(annotations))
+        return ShardOutcome(written, tuple(dead_letters), tuple(example_keys))
+
+    @contextlib.contextmanager
+    def _create(self, path: str) -> Iterator[RecordWriter]:
+        """The shard in its format, or a part in plain framing (joined in the format)."""
+        if self._task.part is None:
+            with self._settings.shard_format.create(path, PipelineFiles()) as out:
+                yield out
+        else:
+            with storage.create(path) as raw:
+                yield FramedWriter(raw)
+
+    def _read(self, placed: tuple[int, list[LabelledRow]]) -> bytes | ImageRejected:
+        place, rows = placed
+        if place in self._lost:
+            return self._lost[place]
+        try:
+            return read_image_bytes(rows[0].row.uri, self._settings.downloads)
+        except ImageRejected as rejected:
+            return rejected
+
+    def _encode(self, place: int, rows: list[LabelledRow], data: bytes | ImageRejected
+                ) -> _Encoded | ImageRejected:
+        if isinstance(data, ImageRejected):
+            return data
+        self._progress.decoding(place)
+        try:
+            image = prepare_image(data, self._settings.image)
+            extra_images = self._extra_images(rows[0].row)
+            class_map = _class_map(rows, image, self._settings.downloads)
+        except ImageRejected as rejected:
+            return rejected
+        finally:
+            self._progress.decoding(None)
+        rows, wrong_size = _fit_boxes_to_image(rows, image)
+        record = encode_example(rows, image, self._settings.label_mode,
+                                self._settings.extra_columns, extra_images,
+                                class_map) if rows else None
+        thumbnail = image.thumbnail
+        boxes = [(box, label_id) for item in rows if item.row.boxes
+                 for box, label_id in zip(item.row.boxes, item.label_ids, strict=True)]
+        if boxes:  # report.html shows the objects drawn over the thumbnail
+            thumbnail = drawn_thumbnail(thumbnail, *zip(*boxes))
+        return _Encoded(record, image.sha256, image.perceptual_hash, thumbnail,
+                        image.reencoded, max(image.source_size), len(data), rows, wrong_size)
+
+    def _extra_images(self, row: ManifestRow) -> dict[str, PreparedImage]:
+        """The images of the row's image extra columns; a failure names its column."""
+        images = {}
+        for column, uri in zip(self._settings.extra_columns, row.extras, strict=True):
+            if column.type == IMAGE:
+                try:
+                    images[column.name] = prepare_image(
+                        read_image_bytes(uri, self._settings.downloads), self._settings.image)
+                except ImageRejected as rejected:
+                    raise ImageRejected(rejected.reason,
+                                        f"column {column.name!r}: {rejected.message}") from None
+        return images
+
+
+def _class_map(rows: list[LabelledRow], image: PreparedImage, downloads: DownloadSettings
+               ) -> bytes | None:
+    """The image's segmentation map as stored (masks.class_map_png), where its rows name
+    one; a failure names the map."""
+    uri = next((item.row.segmentation for item in rows if item.row.segmentation), None)
+    if uri is None:
+        return None
+    try:
+        return class_map_png(read_image_bytes(uri, downloads), image)
+    except ImageRejected as rejected:
+        raise ImageRejected(rejected.reason, f"the segmentation map {uri}: "
+                            f"{rejected.message}") from None
+
+
+def _fit_boxes_to_image(rows: list[LabelledRow], image: PreparedImage
+                        ) -> tuple[list[LabelledRow], list[DeadLetter]]:
+    """The rows whose boxes fit the image as written, and a dead letter for each of the
+    others: a declared image size (pixel boxes) that is not the image's own (size_mismatch:
+    the boxes would be misplaced), or boxes in pixels of the image's own size that reach
+    out of it (box_out_of_range).
+
+    Sizes are the source's, before any --max_side resize. An image turned upright by its
+    EXIF orientation is written upright; boxes drawn on its stored pixels (a declared size
+    that is the stored one, or a row not drawn_upright) are turned with it.
+    """
+    kept, wrong = [], []
+    stored, upright = image.source_size, image.upright_source_size
+    for item in rows:
+        row, declared = item.row, item.row.image_size
+        drawn_upright = row.drawn_upright
+        if declared is not None and stored != upright and tuple(declared) in (stored, upright):
+            drawn_upright = tuple(declared) == upright  # the size says which it was
+        actual = upright if drawn_upright else stored
+        if declared is not None and tuple(declared) != actual:
+            wrong.append(row.dead_letter(reasons.SIZE_MISMATCH, (
+                f"the annotation declares a {declared[0]}x{declared[1]} image but the image "
+                f"is {actual[0]}x{actual[1]} pixels")))
+            continue
+        if not row.boxes:
+            kept.append(item)  # classification, or an image without objects
+            continue
+        boxes = row.boxes
+        if row.boxes_in_pixels:  # corners and flags alone (Hugging Face's objects)
+            boxes = [pixel_box(box[:4], actual, *box[4:7], declared=False) for box in boxes]
+            problem = next((box for box in boxes if not isinstance(box, Box)), None)
+            if problem:
+                wrong.append(row.dead_letter(*problem))
+                continue
+        mask_size = next(((box.mask.width, box.mask.height) for box in boxes if box.mask
+                          and box.mask.counts is not None
+                          and (box.mask.width, box.mask.height) != actual), None)
+        if mask_size:
+            wrong.append(row.dead_letter(reasons.SIZE_MISMATCH, (
+                f"a mask is {mask_size[0]}x{mask_size[1]} pixels but the image is "
+                f"{actual[0]}x{actual[1]}")))
+            continue
+        if not drawn_upright:
+            boxes = [turned_box(box, image.turned) for box in boxes]
+        kept.append(item._replace(row=row._replace(boxes=tuple(boxes), boxes_in_pixels=False)))
+    return kept, wrong
+
+
+def _duplicate_row(duplicate: LabelledRow, first: LabelledRow) -> DeadLetter:
+    """A row naming the image a kept row names: with single labels any other row; else a
+    row of another file where one of them lists the image whole (listed_whole)."""
+    if duplicate.row.manifest != first.row.manifest and (
+            duplicate.row.listed_whole or first.row.listed_whole):
+        return duplicate.row.dead_letter(
+            reasons.DUPLICATE_ROW, f"the same image as {first.row.manifest}, which lists it "
+            "with its objects; written once, from that file")
+    labels = ("" if duplicate.row.labels == first.row.labels else
+              f", with label {'|'.join(first.row.labels)!r} there")
+    return duplicate.row.dead_letter(
+        reasons.DUPLICATE_ROW, f"the same image as {first.row.manifest} line "
+        f"{first.row.line}{labels}; written once, from that row")
+
+
+def _ordered_map(executor: concurrent.futures.Executor, fn: Callable[[_T], _R],
+                 items: Iterable[_T], window: int) -> Iterator[_R]:
+    """executor.map with at most `window` results pending, so memory stays bounded."""
+    pending: collections.deque[concurrent.futures.Future] = collections.deque()
+    for item in items:
+        pending.append(executor.submit(fn, item))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()

@@ -1,0 +1,160 @@
+"""Files as a worker process opens them: local paths directly, every other scheme (gs://,
+s3://, hdfs://) through Beam's FileSystems.
+
+Beam's FileSystems is the pipeline's one way to storage, but importing it takes ~2 s and
+~200 MB (all of Beam comes with it); a worker writing shards to a local disk needs none
+of it. So Beam is imported the first time a path with a scheme is met, and given the
+run's options (the S3 endpoint and keys, say) then: `configure` keeps them until that.
+Local files behave as Beam's LocalFileSystem makes them: `create` makes the folders.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+import re
+from typing import Any, BinaryIO
+
+from image_tfrecords.core.downloads import (DownloadFailed, DownloadSettings, content_length, download,
+                              is_url)
+from image_tfrecords.core.gcs_access import GCS_SCHEME, settle_gcs_credentials
+from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
+
+_SCHEME = re.compile(r"^[a-zA-Z][-a-zA-Z0-9+.]*://")  # as Beam's FileSystems.get_scheme
+_DECOMPRESSORS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".lzma": lzma.open}
+_DECOMPRESSED_BY_BEAM = (".deflate", ".zst", ".zstd")
+_options: dict[str, Any] = {}
+_configured = False
+
+
+def configure(options: dict[str, Any]) -> None:
+    """The run's pipeline options (PipelineOptions.get_all_options()), for Beam's
+    filesystems when a remote path is first opened."""
+    global _options, _configured
+    _options, _configured = dict(options), False
+
+
+def is_local(path: str) -> bool:
+    return not _SCHEME.match(path)
+
+
+
+def open_read(path: str) -> BinaryIO:
+    """The file's bytes as they are (Beam would gunzip a name ending in .gz). A URL is
+    downloaded whole: FileNotFoundError for a 404, OSError for another failure."""
+    if is_local(path):
+        return open(path, "rb")
+    if is_url(path):
+        try:
+            return io.BytesIO(download(path, DownloadSettings()))
+        except DownloadFailed as failed:
+            raise (FileNotFoundError if failed.reason == "http_404" else OSError)(
+                failed.message) from None
+    from apache_beam.io.filesystem import CompressionTypes
+    return _beam(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def create(path: str) -> BinaryIO:
+    if is_local(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        return open(path, "wb")
+    from apache_beam.io.filesystem import CompressionTypes
+    return _beam(path).create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def split(path: str) -> tuple[str, str]:
+    """(folder, name), as Beam's FileSystems.split gives them (a local path made absolute)."""
+    if is_local(path):
+        return os.path.split(os.path.abspath(path))
+    return _beam(path).split(path)
+
+
+def open_decompressed(path: str) -> BinaryIO:
+    """The file's bytes, decompressed by its name's suffix as Beam's CompressionTypes
+    detects it. gzip, bzip2 and xz/lzma streams raise EOFError where they are cut off
+    (Beam's own decompression ends quietly there, losing the last lines); the rarer
+    .deflate and .zst are left to Beam, imported for them alone."""
+    lowered = path.lower()
+    for suffix, decompress in _DECOMPRESSORS.items():
+        if lowered.endswith(suffix):
+            return decompress(open_read(path))
+    if lowered.endswith(_DECOMPRESSED_BY_BEAM):
+        return _beam(path).open(path)
+    return open_read(path)
+
+
+def is_compressed(path: str) -> bool:
+    """Whether open_decompressed decompresses the file (by its name)."""
+    return path.lower().endswith((*_DECOMPRESSORS, *_DECOMPRESSED_BY_BEAM))
+
+
+def size(path: str) -> int:
+    """The file's size; FileNotFoundError (locally) or the filesystem's own error (a URL:
+    the size a HEAD announces, or DownloadFailed)."""
+    if is_local(path):
+        return os.stat(path).st_size
+    if is_url(path):
+        return content_length(path, DownloadSettings(retries=0))
+    return _beam(path).get_filesystem(path).metadata(path).size_in_bytes
+
+
+def match(pattern: str, limit: int | None = None) -> list:
+    """Beam's FileMetadata (path, size_in_bytes) of the files `pattern` matches (`limit`
+    at most), local or not: a glob's meaning is Beam's on every filesystem, so Beam is
+    imported for it."""
+    return _beam(pattern).match([pattern], limits=[limit])[0].metadata_list
+
+
+def exists(path: str) -> bool:
+    return os.path.exists(path) if is_local(path) else _beam(path).exists(path)
+
+
+def rename(source: str, destination: str) -> None:
+    if is_local(source):
+        os.replace(source, destination)
+    else:
+        _beam(source).rename([source], [destination])
+
+
+def delete(paths: list[str]) -> None:
+    """Deletes the files; one already gone is no error."""
+    for path in paths:
+        if is_local(path):
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+        elif _beam(path).exists(path):
+            _beam(path).delete([path])
+
+
+def join(base: str, *parts: str) -> str:
+    return os.path.join(base, *parts) if is_local(base) else "/".join(
+        [base.rstrip("/"), *parts])
+
+
+def flush_to_disk(path: str) -> None:
+    """Plain local paths only: an object store holds an object once its upload closed."""
+    if is_local(path):
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def _beam(path: str):
+    """Beam's FileSystems, configured with the run's options, for a remote `path`."""
+    global _configured
+    from apache_beam.io.filesystems import FileSystems
+    if path.startswith(GCS_SCHEME):
+        settle_gcs_credentials()
+    settle_beam_filesystems()
+    if not _configured and _options:
+        from apache_beam.options.pipeline_options import PipelineOptions
+        FileSystems.set_options(PipelineOptions.from_dictionary(_options))
+    _configured = True
+    return FileSystems
