@@ -8,10 +8,13 @@ import importlib.metadata
 import os
 import platform
 
+import image_tfrecords
+
 PACKAGE = "image-tfrecords"
 VERSIONED = (PACKAGE, "apache-beam", "tensorflow", "tensorflow-transform", "tfx-bsl", "pillow",
              "pyarrow", "numpy")
-_CODE_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where the package is imported from: a checkout, or a venv's site-packages.
+_CODE_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(image_tfrecords.__file__)))
 
 
 def installed_version(distribution: str) -> str:

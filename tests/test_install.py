@@ -30,8 +30,11 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
-# The folders setup.py packages (as templates/flex/Dockerfile copies them).
-CODE = ("image_tfrecords", "pipeline", "transforms", "core")
+# The folders setup.py packages (as templates/flex/Dockerfile copies them), and where each
+# is installed: beneath the one package, image_tfrecords (setup.py's package_dir).
+INSTALLED_AS = {"image_tfrecords": "image_tfrecords", "pipeline": "image_tfrecords/pipeline",
+                "transforms": "image_tfrecords/transforms", "core": "image_tfrecords/core"}
+CODE = tuple(INSTALLED_AS)
 _TIMEOUT_S = 600  # a cold uv cache downloads about 1 GB
 
 
@@ -53,6 +56,7 @@ def _source_copy(into: Path) -> Path:
     build, whose stale files setuptools would put in the wheel)."""
     into.mkdir()
     shutil.copy(ROOT / "setup.py", into)
+    shutil.copy(ROOT / "pyproject.toml", into)
     for folder in CODE:
         shutil.copytree(ROOT / folder, into / folder,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -68,9 +72,13 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_sample_job_outside_th
     _run(venv / "bin" / "pip", "wheel", "--no-deps", "--wheel-dir", dist, ".", cwd=source)
     [wheel] = dist.glob("image_tfrecords-*.whl")
     packaged = set(zipfile.ZipFile(wheel).namelist())
-    code_files = {path.relative_to(source).as_posix() for folder in CODE
-                  for path in (source / folder).rglob("*") if path.is_file()}
+    code_files = {f"{INSTALLED_AS[folder]}/{path.relative_to(source / folder).as_posix()}"
+                  for folder in CODE for path in (source / folder).rglob("*") if path.is_file()}
     assert code_files - packaged == set()  # report_page.html too
+    # One top-level name, so that nothing of a user's own (a pipeline/ folder, a
+    # transforms.py beside a training script) is shadowed or shadows the converter.
+    assert {name.split("/")[0] for name in packaged} == {
+        "image_tfrecords", wheel.name.split("-py3")[0] + ".dist-info"}
 
     _run(sys.executable, "-m", "uv", "pip", "install", "--python", venv / "bin" / "python",
          wheel, "-c", ROOT / "requirements.txt", cwd=tmp_path)
@@ -81,6 +89,11 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_sample_job_outside_th
                   "d.metadata['Name'] + '==' + d.version for d in m.distributions())))",
                   cwd=elsewhere).stdout
     installed = _pins(listed)
+    top_level = _run(venv / "bin" / "python", "-c",
+                     "import importlib.metadata as m; print(sorted(name for name, dists in "
+                     "m.packages_distributions().items() if 'image-tfrecords' in dists))",
+                     cwd=elsewhere).stdout
+    assert top_level.strip() == "['image_tfrecords']"
     assert installed.pop("image-tfrecords") == "0.1.0"
     installed.pop("pip")  # the venv's own
     assert installed == _pins((ROOT / "requirements.txt").read_text(encoding="utf-8"))
