@@ -29,7 +29,7 @@ from image_tfrecords.core.summary import FeatureInfo, Summary
 from image_tfrecords.core.text_limits import file_lines
 
 # As transforms/labels.py writes them (it imports Beam and tf.Transform);
-# tests/test_output.py checks that they agree.
+# tests/test_loader.py reads what the job wrote with them.
 VOCABULARY_DIR = "transform_fn/assets"
 LABEL_VOCABULARY = "label"
 

@@ -50,7 +50,7 @@ from image_tfrecords.core.splits import SPLITS
 from image_tfrecords.core.summary import RunInfo, RunOptions, Summary
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-# How a stopped run is continued (docs/guides/resuming.md).
+# How a stopped run is continued (docs/output/what-is-written.md, "A stopped run").
 _RESUMED = ": the same image-tfrecords convert command with --resume continues it"
 _ROWS_PROBED = 10  # rows of a manifest whose images the storage probe may read
 ROWS_NAMED = 3  # of the rows an error is about, those it names

@@ -40,7 +40,7 @@ BOM = b"\xef\xbb\xbf"
 MAIN_NAMES = {name for column in ("split", "uri", "label") for name in _COLUMN_NAMES[column]}
 
 
-# --- the oracle: the README's rules, read independently of core/inputs/manifest.py -----------
+# --- the oracle: the README's rules, read independently of core/inputs/automl_csv.py ---------
 
 class Layout(NamedTuple):
     uri: int

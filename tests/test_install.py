@@ -76,7 +76,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_sample_job_outside_th
                   for folder in CODE for path in (source / folder).rglob("*") if path.is_file()}
     assert code_files - packaged == set()  # report_page.html too
     # One top-level name, so that nothing of a user's own (a pipeline/ folder, a
-    # transforms.py beside a training script) is shadowed or shadows the converter.
+    # transforms module beside a training script) is shadowed or shadows the converter.
     assert {name.split("/")[0] for name in packaged} == {
         "image_tfrecords", wheel.name.split("-py3")[0] + ".dist-info"}
 

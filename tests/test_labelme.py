@@ -152,7 +152,7 @@ def test_a_second_file_for_the_same_image_is_a_duplicate_not_more_objects(tmp_pa
 
 
 def test_regions_labelled_ignore_are_no_objects(tmp_path):
-    """labelme's own instance-segmentation example (examples/instance_segmentation, e.g.
+    """labelme's own instance-segmentation example (labelme/examples/instance_segmentation, e.g.
     2011_000003.json) labels regions to leave alone `__ignore__`, and its labelme2coco
     skips them: they are discarded rows here, not a class; two polygons of one group_id are
     one object whose mask is both."""

@@ -80,7 +80,7 @@ class FindNearDuplicates(beam.PTransform):
 
     The band groups carry places, not ExampleRefs (each example is in max_distance + 1
     of them); the pairs found get both ends' refs from their shards' receipts in
-    `temp_dir` (shard_receipts.py; the writer writes one before its shard's outputs leave
+    `temp_dir` (core/receipts.py; the writer writes one before its shard's outputs leave
     the bundle), each receipt read at most twice, rather than from a join with every
     example's ref (half of this search's cost, bench/RESULTS.md). The distances inside
     each group are computed by the worker processes of `settings.workers`

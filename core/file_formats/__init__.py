@@ -1,9 +1,9 @@
 """Shard file formats: one interface that every writer and reader of shards goes through.
 
-As TFDS's core/file_adapters.py: each format is a small class in its own module that
-says its name, its files' suffix, how records are written into a shard and read back,
-and how tf.data reads its shards; `register` adds it to the formats `--file_format`
-takes. Adding a format is one new module and its name in `_MODULES`.
+As TFDS's tensorflow_datasets/core/file_adapters.py: each format is a small class in its
+own module that says its name, its files' suffix, how records are written into a shard
+and read back, and how tf.data reads its shards; `register` adds it to the formats
+`--file_format` takes. Adding a format is one new module and its name in `_MODULES`.
 
 A format opens files through the `Files` it is given, not through one filesystem: the
 pipeline passes PipelineFiles (Beam's FileSystems for gs://, s3://, the test servers), readers pass
