@@ -29,7 +29,7 @@ $(UV):
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(UV_PIN)
 
-$(INSTALLED): requirements.txt setup.py | $(UV)
+$(INSTALLED): requirements.txt setup.py pyproject.toml | $(UV)
 	@echo "Installing the converter's pinned packages (requirements.txt) into $(VENV): about 1 GB" \
 		"to download, 3 GB installed; under a minute on a quiet machine"
 	$(UV) pip install --python $(VENV)/bin/python -r requirements.txt
