@@ -17,7 +17,7 @@ setup(
     package_dir={"image_tfrecords.pipeline": "pipeline",
                  "image_tfrecords.transforms": "transforms", "image_tfrecords.core": "core"},
     package_data={"image_tfrecords.core": ["report_page.html"]},  # report.html's template
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # the code uses 3.11 syntax; tested on 3.11 only
     install_requires=[
         "apache-beam[gcp,aws,hadoop]>=2.77,<3",  # gs://, s3://, hdfs://
         "tensorflow>=2.21,<2.22",
