@@ -11,7 +11,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from image_tfrecords.output import CLASS_LABEL, IMAGE, MASKS, SEGMENTATION, Output
-from image_tfrecords.pipeline.console import quiet_console
+from image_tfrecords.core.console import quiet_console
 
 AUTOTUNE = tf.data.AUTOTUNE
 
