@@ -34,7 +34,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from image_tfrecords.transforms.labels import LABEL_VOCABULARY
 from image_tfrecords.transforms.storage_steps import with_filesystems
-from image_tfrecords.transforms.outcome import (Failure, PublishRules, RunFailed, frequency_order,
+from image_tfrecords.transforms.outcome import (PublishRules, RunFailed, frequency_order,
                                 outcome_problems, read_summary, unwritten_labels)
 from image_tfrecords.transforms.tfds_metadata import LABELS_SUFFIX, tfds_metadata
 from image_tfrecords.core import interrupts, naming
@@ -53,8 +53,8 @@ from image_tfrecords.core.records import ShardWritten
 from image_tfrecords.core.report_page import ReportContent, render_report
 from image_tfrecords.core.run_settings import RunSettings
 from image_tfrecords.core.schema import CATEGORICAL
-from image_tfrecords.core.summary import (CopiesInfo, ErrorsInfo, LabelIdChange, NearCopiesInfo, RunInfo,
-                            ShardInfo, SplitInfo, Summary, few_examples_per_shard)
+from image_tfrecords.core.summary import (CopiesInfo, ErrorsInfo, Failure, LabelIdChange, NearCopiesInfo,
+                            RunInfo, ShardInfo, SplitInfo, Summary, few_examples_per_shard)
 
 # What tf.Transform's WriteTransformFn writes, as tft.TFTransformOutput(OUTPUT) reads it.
 TRANSFORM_FOLDERS = (tft.TFTransformOutput.TRANSFORM_FN_DIR,
