@@ -33,7 +33,8 @@ from pygal.style import DefaultStyle
 from image_tfrecords.core.examples import ANNOTATION_NAMES
 from image_tfrecords.core.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from image_tfrecords.core.splits import SPLITS
-from image_tfrecords.core.summary import CopiesInfo, Failure, SplitInfo, Summary
+from image_tfrecords.core.failure import Failure
+from image_tfrecords.core.summary import CopiesInfo, SplitInfo, Summary
 
 SAMPLE_PER_LABEL = 8  # thumbnails per split and label
 PAIRS_SHOWN = 50  # copies of each kind shown side by side (all are in the .jsonl files)

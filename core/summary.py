@@ -1,5 +1,4 @@
-"""summary.json as one typed record, as TFDS's DatasetInfo and SplitInfo describe a dataset;
-a failed run's FAILED.json (`Failure`: why, and the summary it would have published).
+"""summary.json as one typed record, as TFDS's DatasetInfo and SplitInfo describe a dataset.
 
 The publish step builds a `Summary` and writes it with `to_json()`; every reader (the
 console table, report.html, the TFDS metadata, `Output`, `verify`, the Python API) reads
@@ -15,7 +14,6 @@ Free of Beam and TensorFlow: readers import it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
@@ -220,27 +218,3 @@ def few_examples_per_shard(splits: dict[Split, SplitInfo]) -> tuple[Split, ...]:
                  if len(info.shards) > 1
                  and info.examples < MIN_EXAMPLES_PER_SHARD * len(info.shards))
 
-
-class Failure(pydantic.BaseModel):
-    """Why a run published nothing, and where what it wrote can be read: FAILED.json."""
-
-    model_config = pydantic.ConfigDict(frozen=True)
-
-    problems: tuple[str, ...]
-    dead_letters: tuple[str, ...]  # paths of the run's errors-*.jsonl (none: no dead letter)
-    record: str = pydantic.Field(exclude=True)  # path of FAILED.json, which holds the rest
-    summary: Summary  # the summary.json the run would have published
-
-    def line(self) -> str:
-        """One line for the console: the problems, then where to look."""
-        letters = ", ".join(self.dead_letters) or "none were written"
-        return (f"{'; '.join(self.problems)}. Nothing was published (the output is as it "
-                f"was); dead letters: {letters}; the run's summary: {self.record}")
-
-    def to_json(self) -> str:
-        return self.model_dump_json(indent=2)
-
-    @classmethod
-    def from_json(cls, text: str | bytes, record: str) -> Failure:
-        """The Failure that FAILED.json at `record` holds."""
-        return cls.model_validate({**json.loads(text), "record": record})

@@ -21,11 +21,12 @@ import tensorflow as tf
 
 from image_tfrecords.core import naming
 from image_tfrecords.core.choices import LabelMode, UnseenLabel
+from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.feature_keys import is_image_key
 from image_tfrecords.core.file_formats import GFiles, ShardFormat
 from image_tfrecords.core.naming import SUMMARY_FILE, confined_name
 from image_tfrecords.core.splits import SPLIT_NAMES, normalise_split
-from image_tfrecords.core.summary import Failure, FeatureInfo, Summary
+from image_tfrecords.core.summary import FeatureInfo, Summary
 from image_tfrecords.core.text_limits import file_lines
 
 # As transforms/labels.py writes them (it imports Beam and tf.Transform);
@@ -55,7 +56,7 @@ def output_folder(path: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class FailedRun:
     """A run that failed its outcome check in an output folder and published nothing:
-    why (its FAILED.json, core/summary.py's Failure) and where its files are."""
+    why (its FAILED.json, core/failure.py's Failure) and where its files are."""
 
     problems: tuple[str, ...]
     record: str  # its FAILED.json

@@ -41,7 +41,8 @@ from image_tfrecords.core.chunks import RowChunk
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.label_checks import merge_seen
 from image_tfrecords.core.row_tasks import ChunkSurvey
-from image_tfrecords.core.summary import Failure, RunInfo, Summary
+from image_tfrecords.core.failure import Failure
+from image_tfrecords.core.summary import RunInfo, Summary
 
 _MB = 1 << 20
 

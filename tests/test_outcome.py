@@ -2,7 +2,8 @@
 
 import json
 
-from image_tfrecords.core.summary import Failure, RunOptions, SplitInfo, Summary
+from image_tfrecords.core.failure import Failure
+from image_tfrecords.core.summary import RunOptions, SplitInfo, Summary
 from image_tfrecords.transforms.outcome import PublishRules, outcome_problems, unwritten_labels
 
 

@@ -30,7 +30,8 @@ from image_tfrecords.core.images import THUMBNAIL_SIDE
 from image_tfrecords.core.naming import REPORT_FILE
 from image_tfrecords.core.report_page import (LABELS_SAMPLED, LEAKS_LISTED, PAIRS_SHOWN, SAMPLE_PER_LABEL,
                                 CopyPair, Pictured, ReportContent, copy_rank, render_report)
-from image_tfrecords.core.summary import ErrorsInfo, Failure, NearCopiesInfo, RunOptions, SplitInfo, Summary
+from image_tfrecords.core.failure import Failure
+from image_tfrecords.core.summary import ErrorsInfo, NearCopiesInfo, RunOptions, SplitInfo, Summary
 
 CHROMIUM = shutil.which("chromium")
 # As the machine's notes give them: no sandbox as root, and none of Chromium's own

@@ -3,7 +3,7 @@ reading back the summary a run prepared or published.
 
 Kept apart from publish.py so the launcher knows RunFailed, and reads a summary, without
 loading TensorFlow; Beam is loaded only to read a summary. FAILED.json's record, `Failure`,
-is core/summary.py's: the readers of an output (verify, report) read it too.
+is core/failure.py's: the readers of an output (verify, report) read it too.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import NamedTuple
 import pydantic
 
 from image_tfrecords.core.choices import LabelOrder
-from image_tfrecords.core.summary import Failure, Summary
+from image_tfrecords.core.failure import Failure
+from image_tfrecords.core.summary import Summary
 
 
 class PublishRules(NamedTuple):

@@ -40,6 +40,7 @@ from image_tfrecords.transforms.tfds_metadata import LABELS_SUFFIX, tfds_metadat
 from image_tfrecords.core import interrupts, naming
 from image_tfrecords.core.choices import Dedupe, LabelMode, LabelOrder
 from image_tfrecords.core.examples import feature_spec
+from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.file_formats import ShardFormat, shard_globs
 from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
 from image_tfrecords.core.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
@@ -53,8 +54,8 @@ from image_tfrecords.core.records import ShardWritten
 from image_tfrecords.core.report_page import ReportContent, render_report
 from image_tfrecords.core.run_settings import RunSettings
 from image_tfrecords.core.schema import CATEGORICAL
-from image_tfrecords.core.summary import (CopiesInfo, ErrorsInfo, Failure, LabelIdChange, NearCopiesInfo,
-                            RunInfo, ShardInfo, SplitInfo, Summary, few_examples_per_shard)
+from image_tfrecords.core.summary import (CopiesInfo, ErrorsInfo, LabelIdChange, NearCopiesInfo, RunInfo,
+                            ShardInfo, SplitInfo, Summary, few_examples_per_shard)
 
 # What tf.Transform's WriteTransformFn writes, as tft.TFTransformOutput(OUTPUT) reads it.
 TRANSFORM_FOLDERS = (tft.TFTransformOutput.TRANSFORM_FN_DIR,
