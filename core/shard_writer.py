@@ -76,7 +76,7 @@ class ShardTask:
     part: int | None = None
     lost: tuple[tuple[int, str, str], ...] = ()
 
-    in_worker = True  # (transforms/in_workers.py) any process may write a shard
+    in_worker = True  # (transforms/in_workers.py's WorkerTask) any process may write a shard
 
     @property
     def name(self) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
@@ -27,6 +27,14 @@ from image_tfrecords.core.run_settings import RunSettings
 from image_tfrecords.core.shard_writer import prepare_worker
 
 
+class WorkerTask(pool.Task, Protocol):
+    """A task for the pool, and whether a worker process may run it (false: it must run
+    where Beam is loaded)."""
+
+    @property
+    def in_worker(self) -> bool: ...
+
+
 class RunInWorkers(StorageDoFn):
     """Subclasses say what task an element is (task()) and what a task's result gives
     (outputs()); `execute` may be overridden to run several tasks for one element."""
@@ -38,7 +46,7 @@ class RunInWorkers(StorageDoFn):
         self._waiting: concurrent.futures.ThreadPoolExecutor | None = None
         self._threads: list[concurrent.futures.ThreadPoolExecutor] = []
 
-    def task(self, element: Any, *side_inputs: Any) -> pool.Task:
+    def task(self, element: Any, *side_inputs: Any) -> WorkerTask:
         raise NotImplementedError
 
     def outputs(self, result: Any) -> Iterator[Any]:
@@ -87,7 +95,7 @@ class RunInWorkers(StorageDoFn):
                     yield GlobalWindows.windowed_value(output)
         self._pending = []
 
-    def execute(self, task: pool.Task) -> Any:
+    def execute(self, task: WorkerTask) -> Any:
         """The task's result, from a worker process or from this one."""
         if self._pool is None or not task.in_worker:
             return task.run(self._settings, _LiveProgress())
