@@ -5,9 +5,9 @@ with a name and a run(context, progress) (`Task`); the pool hands it to an idle 
 the `context` every task of the run shares, and gets back what it returns. Its callers
 (transforms/in_workers.py) hand it a shard or part to write (core/shard_writer.py), parts
 to join (core/shard_parts.py), a chunk of the manifest to parse (core/row_tasks.py), so
-the pipeline's process never touches an image. Workers import Pillow and this package,
-never TensorFlow, and Beam's filesystems only when a path is remote (storage.py): a
-worker takes about 40 MB and starts in ~0.2 s here.
+the pipeline's process never touches an image. Workers import what their tasks need,
+Pillow and this package's core, never TensorFlow, and Beam's filesystems only when a path
+is remote (storage.py): a worker takes about 40 MB and starts in ~0.2 s here.
 
 They are started with a fresh interpreter (subprocess, a fork followed by exec), the only
 start method that is safe in a process where TensorFlow's and gRPC's threads already run:
@@ -31,6 +31,7 @@ stopped, and a pool that is stopping starts no other worker and runs no other ta
 
 from __future__ import annotations
 
+import importlib.util
 import mmap
 import os
 import pickle
@@ -44,7 +45,6 @@ import tempfile
 import threading
 import time
 import traceback
-import importlib.util
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple, Protocol
