@@ -2,7 +2,7 @@
 
 Read by the options as well as by duplicates.py and near_duplicates.py, and so kept free
 of TensorFlow: the command line checks its options before TensorFlow starts (and prints
-its start-up lines, which pipeline/console.py keeps out of sight).
+its start-up lines, which core/console.py keeps out of sight).
 """
 
 HASH_BITS = 64  # of images.perceptual_hash

@@ -2,13 +2,15 @@
 
 Classification examples carry `image/class/*`; detection examples carry the Object
 Detection API's `image/object/*`, with class ids 1-based as that API expects (0 is its
-background class), so they match label_map.pbtxt.
+background class), so they match label_map.pbtxt. The keys readers name too are
+core/feature_keys.py's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from image_tfrecords.core import feature_keys as keys
 from image_tfrecords.core.choices import LabelMode
 from image_tfrecords.core.example_proto import serialize_example
 from image_tfrecords.core.images import PreparedImage
@@ -20,28 +22,26 @@ from image_tfrecords.core.schema import (CATEGORICAL, FLOAT, IMAGE, INTEGER, SEG
 from image_tfrecords.core.summary import FeatureInfo
 
 # The feature keys and their dtypes: the output contract readers rely on.
+_BOX_SIDES = ("xmin", "ymin", "xmax", "ymax")
 _STORED_IMAGE = {"encoded": "bytes", "format": "bytes", "height": "int64", "width": "int64",
                  "channels": "int64"}  # under image/, and under <column>/ for image columns
 IMAGE_FEATURES = {
     **{f"image/{key}": dtype for key, dtype in _STORED_IMAGE.items()},
-    "image/filename": "bytes",
-    "image/source_id": "bytes",
+    keys.FILENAME: "bytes",
+    keys.SOURCE_ID: "bytes",
     "image/key/sha256": "bytes",
 }
 CLASSIFICATION_FEATURES = {
     **IMAGE_FEATURES,
-    "image/class/label": "int64",  # one id per label: a list for multi-label rows
-    "image/class/text": "bytes",  # one text per label, in the same order
+    keys.CLASS_LABEL: "int64",
+    keys.CLASS_TEXT: "bytes",
 }
 DETECTION_FEATURES = {
     **IMAGE_FEATURES,
     # One value per object, in the same order in every list; empty for no objects.
-    "image/object/bbox/xmin": "float",
-    "image/object/bbox/ymin": "float",
-    "image/object/bbox/xmax": "float",
-    "image/object/bbox/ymax": "float",
-    "image/object/class/label": "int64",  # label id + 1
-    "image/object/class/text": "bytes",
+    **{f"{keys.BOX}{side}": "float" for side in _BOX_SIDES},
+    keys.OBJECT_LABEL: "int64",
+    keys.OBJECT_TEXT: "bytes",
     # 0 where the source does not say (Pascal VOC's difficult/truncated, COCO's iscrowd).
     **{f"image/object/{flag}": "int64" for flag in ("difficult", "truncated", "is_crowd")},
 }
@@ -50,18 +50,17 @@ DETECTION_FEATURES = {
 # objects has a mask or keypoints, for every object (an object without a mask has its box
 # as its mask; one without keypoints has K unlabelled points: 0, 0, visibility 0).
 # A segmentation map in DeepLab's keys.
-SEGMENTATION_FEATURES = {"image/segmentation/class/encoded": "bytes",  # PNG, class indices
-                         "image/segmentation/class/format": "bytes"}  # "png"
+SEGMENTATION_FEATURES = {keys.SEGMENTATION: "bytes", keys.SEGMENTATION_FORMAT: "bytes"}
 ANNOTATION_FEATURES = {
-    "masks": {"image/object/mask": "bytes"},  # one PNG of 0s and 1s per object
+    "masks": {keys.MASKS: "bytes"},
     "keypoints": {
         # K per object, relative to the image like the boxes: K * objects values.
-        "image/object/keypoint/x": "float",
-        "image/object/keypoint/y": "float",
-        "image/object/keypoint/visibility": "int64",  # COCO's 0, 1, 2
-        "image/object/keypoint/num": "int64",  # per object: num_keypoints, or points placed
+        f"{keys.KEYPOINT}x": "float",
+        f"{keys.KEYPOINT}y": "float",
+        f"{keys.KEYPOINT}visibility": "int64",  # COCO's 0, 1, 2
+        f"{keys.KEYPOINT}num": "int64",  # per object: num_keypoints, or points placed
     },
-    "keypoint_names": {"image/object/keypoint/text": "bytes"},  # K * objects, where known
+    "keypoint_names": {f"{keys.KEYPOINT}text": "bytes"},  # K * objects, where known
     "segmentation": SEGMENTATION_FEATURES,
 }
 # Each kind as the console and report.html name it.
@@ -126,25 +125,24 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
     ids = [label_id for _, label_id in labelled]
     values = {
         **_stored_image(image, "image"),
-        "image/filename": uri.rsplit("/", 1)[-1].encode(),
-        "image/source_id": uri.encode(),
+        keys.FILENAME: uri.rsplit("/", 1)[-1].encode(),
+        keys.SOURCE_ID: uri.encode(),
         "image/key/sha256": image.sha256.encode(),
     }
     if label_mode == LabelMode.DETECTION:
         boxes = [box for item in rows for box in item.row.boxes]
-        values |= {f"image/object/bbox/{side}": [getattr(box, side) for box in boxes]
-                   for side in ("xmin", "ymin", "xmax", "ymax")}
+        values |= {f"{keys.BOX}{side}": [getattr(box, side) for box in boxes]
+                   for side in _BOX_SIDES}
         values |= {f"image/object/{flag}": [getattr(box, flag) for box in boxes]
                    for flag in ("difficult", "truncated", "is_crowd")}
-        values |= {"image/object/class/label": [label_id + 1 for label_id in ids],
-                   "image/object/class/text": texts}
+        values |= {keys.OBJECT_LABEL: [label_id + 1 for label_id in ids],
+                   keys.OBJECT_TEXT: texts}
         values |= _object_annotations(boxes, image)
     else:
-        values |= {"image/class/label": ids, "image/class/text": texts}
+        values |= {keys.CLASS_LABEL: ids, keys.CLASS_TEXT: texts}
     values |= _extra_values(rows[0], extra_columns, extra_images or {})
     if class_map is not None:
-        values |= {"image/segmentation/class/encoded": class_map,
-                   "image/segmentation/class/format": b"png"}
+        values |= {keys.SEGMENTATION: class_map, keys.SEGMENTATION_FORMAT: b"png"}
     types = feature_types(label_mode, extra_columns, ANNOTATION_FEATURES)
     return serialize_example({key: (types[key], value if isinstance(value, list) else [value])
                               for key, value in values.items()})
@@ -176,8 +174,8 @@ def _object_annotations(boxes: Sequence[Box], image: PreparedImage) -> dict[str,
     points, so every object has K (the API reads them as objects x K)."""
     values: dict[str, list] = {}
     if any(box.mask for box in boxes):
-        values["image/object/mask"] = [mask_png(box.mask or box_mask(box), image.width,
-                                                image.height) for box in boxes]
+        values[keys.MASKS] = [mask_png(box.mask or box_mask(box), image.width, image.height)
+                              for box in boxes]
     points = [box.keypoints for box in boxes]
     if not any(points):
         return values
@@ -188,11 +186,11 @@ def _object_annotations(boxes: Sequence[Box], image: PreparedImage) -> dict[str,
         padding = count - len(keypoints.xs)
         for key, field, blank in (("x", "xs", 0.0), ("y", "ys", 0.0),
                                   ("visibility", "visibility", 0)):
-            values.setdefault(f"image/object/keypoint/{key}", []).extend(
+            values.setdefault(f"{keys.KEYPOINT}{key}", []).extend(
                 (*getattr(keypoints, field), *[blank] * padding))
-        values.setdefault("image/object/keypoint/num", []).append(keypoints.num)
+        values.setdefault(f"{keys.KEYPOINT}num", []).append(keypoints.num)
         if names:
-            values.setdefault("image/object/keypoint/text", []).extend(
+            values.setdefault(f"{keys.KEYPOINT}text", []).extend(
                 text.encode() for text in (*(keypoints.names or [""] * len(keypoints.xs)),
                                            *[""] * padding))
     return values

@@ -98,7 +98,7 @@ class CloseEarlierTask:
     packs: tuple[bytes, ...]
     masks: tuple[int, ...]
     max_distance: int
-    in_worker = True  # (pool.Task)
+    in_worker = True  # (transforms/in_workers.py's WorkerTask)
 
     @property
     def name(self) -> str:

@@ -24,7 +24,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import jinja2
 import pygal
@@ -33,6 +33,7 @@ from pygal.style import DefaultStyle
 from image_tfrecords.core.examples import ANNOTATION_NAMES
 from image_tfrecords.core.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from image_tfrecords.core.splits import SPLITS
+from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.summary import CopiesInfo, SplitInfo, Summary
 
 SAMPLE_PER_LABEL = 8  # thumbnails per split and label
@@ -96,14 +97,6 @@ class RejectedRow(NamedTuple):
     message: str
 
 
-class RunFailure(Protocol):
-    """Why a run published nothing (image_tfrecords.transforms.outcome.Failure), as its page says it."""
-
-    problems: Sequence[str]
-    dead_letters: Sequence[str]  # paths of its errors-*.jsonl
-    record: str  # path of its FAILED.json
-
-
 class CopiesShown(NamedTuple):
     """A section of copies: summary.json's numbers, the pairs pictured side by side and
     the leaks after them, listed by name."""
@@ -131,7 +124,7 @@ class ReportContent:
 
 
 def render_report(summary: Summary, content: ReportContent, output_dir: str,
-                  failure: RunFailure | None = None) -> str:
+                  failure: Failure | None = None) -> str:
     """The page's HTML, for the output in `output_dir` that `summary` describes; given the
     `failure` of a run that published nothing, the page opens on it and nothing on it
     reads as a good run."""

@@ -68,7 +68,8 @@ def sample_of(uris: list[str], size: int) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class _ChunkTask:
-    """A chunk's rows to read, and how (pool.Task's in_worker: by its source's format)."""
+    """A chunk's rows to read, and how (in_worker, for transforms/in_workers.py's WorkerTask: by
+    its source's format)."""
 
     chunk: RowChunk
     rules: RowRules

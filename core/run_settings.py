@@ -17,8 +17,8 @@ from image_tfrecords.core.file_formats import DEFAULT_FORMAT, ShardFormat, shard
 from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.images import ImageSettings
 from image_tfrecords.core.inputs.rows import DEFAULT_LABEL_SEPARATOR
-from image_tfrecords.core.pool import Workers
 from image_tfrecords.core.schema import ExtraColumn
+from image_tfrecords.core.workers import Workers
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,7 +37,7 @@ class JoinTask:
     temp_dir: str
     resuming: bool = False
 
-    in_worker = True  # (pool.Task) any process may write a shard
+    in_worker = True  # (transforms/in_workers.py's WorkerTask) any process may write a shard
 
     @property
     def name(self) -> str:

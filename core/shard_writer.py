@@ -28,7 +28,7 @@ import hashlib
 import itertools
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core import naming, receipts, storage
@@ -40,7 +40,7 @@ from image_tfrecords.core.file_formats import PipelineFiles, RecordWriter
 from image_tfrecords.core.file_formats.tfrecord import FramedWriter, write_record
 from image_tfrecords.core.histograms import file_bytes_bin, longest_side_bin
 from image_tfrecords.core.image_files import read_image_bytes
-from image_tfrecords.core.images import ImageRejected, PreparedImage, prepare_image
+from image_tfrecords.core.images import ImageRejected, PreparedImage, load_plugins, prepare_image
 from image_tfrecords.core.inputs.boxes import pixel_box, turned_box
 from image_tfrecords.core.masks import class_map_png
 from image_tfrecords.core.overlays import drawn_thumbnail
@@ -50,6 +50,7 @@ from image_tfrecords.core.redaction import redacted
 from image_tfrecords.core.schema import IMAGE
 
 if TYPE_CHECKING:
+    from image_tfrecords.core.pool import Lost
     from image_tfrecords.core.run_settings import RunSettings
 
 _T = TypeVar("_T")
@@ -63,8 +64,8 @@ class ShardTask:
     `part`: the rows are one part of the shard (its place in the shard), written as a
     part for shard_parts.join_parts; None: they are the whole shard.
     `lost`: images (by place in the task's image order) that crashed or hung their
-    worker process on an earlier attempt, each with the reason and message of its dead
-    letter; they are not read again.
+    worker process on an earlier attempt (leaving_out), each with the reason and message
+    of its dead letter; they are not read again.
     """
 
     split: str
@@ -75,7 +76,7 @@ class ShardTask:
     part: int | None = None
     lost: tuple[tuple[int, str, str], ...] = ()
 
-    in_worker = True  # (pool.Task) any process may write a shard
+    in_worker = True  # (transforms/in_workers.py's WorkerTask) any process may write a shard
 
     @property
     def name(self) -> str:
@@ -85,24 +86,47 @@ class ShardTask:
     def run(self, settings: RunSettings, progress: Progress) -> ShardOutcome:
         return write_shard(self, settings, progress)
 
+    def leaving_out(self, lost: Lost) -> ShardTask:
+        """This task again, without the image its worker process died or overran on
+        (core/pool.py), which becomes a dead letter."""
+        if lost.death is None:
+            rejected = ImageRejected("decode_timeout", (
+                f"decoding took longer than {lost.timeout_s:g} s (--decode_timeout); the "
+                "process was stopped and the shard written again without this image"))
+        else:
+            rejected = ImageRejected("decode_crash", (
+                f"the process writing its shard died ({lost.death}) decoding this image; "
+                "the shard was written again without it"))
+        return dataclasses.replace(
+            self, lost=(*self.lost, (lost.place, rejected.reason, rejected.message)))
+
 
 class Progress(Protocol):
-    """What a shard writer tells whoever watches it, as it goes."""
+    """What a task tells whoever watches it, as it goes: a worker process's pool
+    (core/pool.py), or the live display of the pipeline's process."""
 
-    def decoding(self, image: int | None) -> None:
+    def on_item(self, place: int | None) -> None:
         """The writer is decoding the image at this place in the shard's image order
-        (None: it is not decoding)."""
+        (None: it is not decoding); the pool leaves out one it dies or overruns on."""
 
     def handled(self, rows: int, dead_letters: int) -> None:
         """`rows` more of its rows are done with, `dead_letters` of them rejected."""
 
 
 class Unwatched:
-    def decoding(self, image: int | None) -> None:
+    def on_item(self, place: int | None) -> None:
         pass
 
     def handled(self, rows: int, dead_letters: int) -> None:
         pass
+
+
+def prepare_worker(storage_options: dict[str, Any]) -> None:
+    """What a worker process (core/pool.py) does before it says it is ready, given with
+    this module imported: Beam's filesystems get the run's options (storage.py), and
+    Pillow imports its format plugins now, not within an image's time limit."""
+    storage.configure(storage_options)
+    load_plugins()
 
 
 def pack_rows(lines: Iterable[bytes]) -> bytes:
@@ -305,7 +329,7 @@ class _ShardWriter:
                 ) -> _Encoded | ImageRejected:
         if isinstance(data, ImageRejected):
             return data
-        self._progress.decoding(place)
+        self._progress.on_item(place)
         try:
             image = prepare_image(data, self._settings.image)
             extra_images = self._extra_images(rows[0].row)
@@ -313,7 +337,7 @@ class _ShardWriter:
         except ImageRejected as rejected:
             return rejected
         finally:
-            self._progress.decoding(None)
+            self._progress.on_item(None)
         rows, wrong_size = _fit_boxes_to_image(rows, image)
         record = encode_example(rows, image, self._settings.label_mode,
                                 self._settings.extra_columns, extra_images,

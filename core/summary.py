@@ -217,3 +217,4 @@ def few_examples_per_shard(splits: dict[Split, SplitInfo]) -> tuple[Split, ...]:
     return tuple(split for split, info in splits.items()
                  if len(info.shards) > 1
                  and info.examples < MIN_EXAMPLES_PER_SHARD * len(info.shards))
+

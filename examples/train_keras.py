@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 # First: importing it loads TensorFlow with its start-up lines left out (the command
-# line's console filter, pipeline/console.py), which Keras would print loading it first.
+# line's console filter, core/console.py), which Keras would print loading it first.
 import image_tfrecords  # isort: skip
 import keras
 

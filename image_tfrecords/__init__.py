@@ -45,7 +45,7 @@ def __getattr__(name: str) -> Any:
     # its logging is set up (unless the user says otherwise), and the lines its libraries
     # write as they load, before it is (TF_CPP_MIN_LOG_LEVEL does not reach those).
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from image_tfrecords.pipeline.console import quiet_console  # noqa: PLC0415
+    from image_tfrecords.core.console import quiet_console  # noqa: PLC0415
 
     with quiet_console():
         value = getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)

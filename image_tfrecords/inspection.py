@@ -24,16 +24,14 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow as tf
 
-from image_tfrecords.output import IMAGE, MASKS, Output
+from image_tfrecords.core.feature_keys import (BOX, FILENAME, IMAGE, KEYPOINT, MASKS, OBJECT_LABEL,
+                                              OBJECT_TEXT)
 from image_tfrecords.core.images import open_image
 from image_tfrecords.core.overlays import DrawnObject, draw_objects
 from image_tfrecords.core.summary import FeatureInfo
+from image_tfrecords.output import Output
 
 CSV_FILE = "records.csv"
-_BOX = "image/object/bbox/"
-_BOX_TEXT = "image/object/class/text"
-_BOX_LABEL = "image/object/class/label"
-_KEYPOINT = "image/object/keypoint/"
 # What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection").
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -43,7 +41,7 @@ def inspect_split(output_dir: str, split: str, count: int, out_dir: str) -> list
     output = Output.read(output_dir)
     features = output.features
     columns = ["record", "shard", "shard_record", *features,
-               *(["overlay"] if f"{_BOX}xmin" in features else [])]
+               *(["overlay"] if f"{BOX}xmin" in features else [])]
     _clear_earlier_inspection(out_dir)
     tf.io.gfile.makedirs(out_dir)
     rows, written = [], []
@@ -117,7 +115,7 @@ def _values(example: tf.train.Example, features: dict[str, FeatureInfo]) -> dict
 
 def _stem(index: int, values: dict[str, object]) -> str:
     """`00003-cat_07`: the record index, then the source file's name where there is one."""
-    name = values.get("image/filename")
+    name = values.get(FILENAME)
     if not isinstance(name, bytes):
         return f"{index:05d}"
     return f"{index:05d}-{_safe(posixpath.splitext(name.decode(errors='replace'))[0])}"
@@ -153,16 +151,16 @@ def _overlay(values: dict[str, object]) -> bytes:
     """The image as PNG with each object drawn: its box outlined and labelled, its mask
     tinted, its keypoints dotted, one colour per class id."""
     image = open_image(values[IMAGE])
-    boxes = list(zip(*(values[f"{_BOX}{side}"] for side in ("xmin", "ymin", "xmax", "ymax"))))
+    boxes = list(zip(*(values[f"{BOX}{side}"] for side in ("xmin", "ymin", "xmax", "ymax"))))
     masks = [np.asarray(open_image(mask)) for mask in values.get(MASKS, [])]
-    xs = values.get(f"{_KEYPOINT}x", [])
+    xs = values.get(f"{KEYPOINT}x", [])
     count = len(xs) // len(boxes) if boxes else 0  # keypoints per object
-    points = list(zip(xs, values.get(f"{_KEYPOINT}y", []),
-                      values.get(f"{_KEYPOINT}visibility", [])))
-    labels = values.get(_BOX_LABEL) or [1] * len(boxes)
+    points = list(zip(xs, values.get(f"{KEYPOINT}y", []),
+                      values.get(f"{KEYPOINT}visibility", [])))
+    labels = values.get(OBJECT_LABEL) or [1] * len(boxes)
     objects = [DrawnObject(
         corners, labels[place] - 1,
-        _text(values[_BOX_TEXT][place]) if _BOX_TEXT in values else "",
+        _text(values[OBJECT_TEXT][place]) if OBJECT_TEXT in values else "",
         masks[place] if masks else None, points[place * count:(place + 1) * count])
         for place, corners in enumerate(boxes)]
     buffer = io.BytesIO()

@@ -19,9 +19,10 @@ from collections.abc import Iterator
 import pydantic
 import tensorflow as tf
 
-from image_tfrecords.transforms.outcome import Failure
 from image_tfrecords.core import naming
 from image_tfrecords.core.choices import LabelMode, UnseenLabel
+from image_tfrecords.core.failure import Failure
+from image_tfrecords.core.feature_keys import is_image_key
 from image_tfrecords.core.file_formats import GFiles, ShardFormat
 from image_tfrecords.core.naming import SUMMARY_FILE, confined_name
 from image_tfrecords.core.splits import SPLIT_NAMES, normalise_split
@@ -33,24 +34,7 @@ from image_tfrecords.core.text_limits import file_lines
 VOCABULARY_DIR = "transform_fn/assets"
 LABEL_VOCABULARY = "label"
 
-# Keys that hold ids of the label vocabulary -> the id of its first entry (detection ids
-# are 1-based, as the Object Detection API keeps 0 for the background).
-LABEL_ID_BASE = {"image/class/label": 0, "image/object/class/label": 1}
-# Each label-id key's companion that holds the label as written.
-LABEL_TEXT = {"image/class/label": "image/class/text",
-              "image/object/class/label": "image/object/class/text"}
-IMAGE = "image/encoded"  # the image and label `as_supervised` and TFDS pair
-CLASS_LABEL = "image/class/label"
-MASKS = "image/object/mask"  # a PNG of 0s and 1s per object, at the image's size
-SEGMENTATION = "image/segmentation/class/encoded"  # a PNG of class indices (DeepLab's key)
-
 _DTYPES = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
-
-
-def is_image_key(key: str, feature: FeatureInfo) -> bool:
-    """An image file's bytes: a single bytes value under a key ending in `/encoded`
-    (`image/encoded`, as in TensorFlow's own datasets)."""
-    return key.endswith("/encoded") and feature.dtype == "bytes" and not feature.list
 
 
 class NotAnOutput(FileNotFoundError):
@@ -72,7 +56,7 @@ def output_folder(path: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class FailedRun:
     """A run that failed its outcome check in an output folder and published nothing:
-    why (its FAILED.json, transforms/outcome.py's Failure) and where its files are."""
+    why (its FAILED.json, core/failure.py's Failure) and where its files are."""
 
     problems: tuple[str, ...]
     record: str  # its FAILED.json

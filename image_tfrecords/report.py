@@ -21,13 +21,14 @@ import pydantic
 import tensorflow as tf
 from typing_extensions import NotRequired, TypedDict
 
-from image_tfrecords.output import IMAGE, LABEL_TEXT, Output
+from image_tfrecords.core.feature_keys import IMAGE, LABEL_TEXT, SOURCE_ID
 from image_tfrecords.core.images import THUMBNAIL_SIDE, open_image, thumbnail_of
 from image_tfrecords.core.inputs.documents import DocumentError, load_json
 from image_tfrecords.core.naming import REPORT_FILE
 from image_tfrecords.core.report_page import (LEAKS_LISTED, PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL,
                                 CopyPair, Pictured, RejectedRow, ReportContent, copy_rank,
                                 distinct, render_report, sample_rank)
+from image_tfrecords.output import Output
 
 _T = TypeVar("_T")
 _Shown = tuple[str, str]  # (split, uri): an example the page pictures
@@ -110,7 +111,7 @@ def _sample(output: Output, wanted: set[_Shown]
         for record in _records(output, split):
             example = tf.train.Example.FromString(record)
             features = example.features.feature
-            uri = features["image/source_id"].bytes_list.value[0].decode()
+            uri = features[SOURCE_ID].bytes_list.value[0].decode()
             labels = tuple(text.decode() for text in features[text_key].bytes_list.value)
             rank = _negated(sample_rank(uri))
             thumbnail = None

@@ -16,12 +16,12 @@ import posixpath
 import numpy as np
 import tensorflow as tf
 
-from image_tfrecords.output import LABEL_ID_BASE, LABEL_TEXT, MASKS, SEGMENTATION, Output
+from image_tfrecords.core.feature_keys import (HEIGHT, KEYPOINT, LABEL_ID_BASE, LABEL_TEXT, MASKS,
+                                              OBJECT_LABEL, SEGMENTATION, WIDTH)
 from image_tfrecords.core.file_formats import GFiles, RecordError, shard_globs
+from image_tfrecords.output import Output
 
-_OBJECT_LABEL = "image/object/class/label"
-_KEYPOINT = "image/object/keypoint/"
-_KEYPOINT_NUM = f"{_KEYPOINT}num"
+_KEYPOINT_NUM = f"{KEYPOINT}num"
 
 
 class VerifyError(ValueError):
@@ -156,10 +156,10 @@ class _ExampleCheck:
     def _check_masks(values: dict[str, np.ndarray]) -> None:
         """One mask per object, each a PNG of 0s and 1s at the image's size; or none, where
         no object of the example has one (beside examples whose objects do)."""
-        masks, objects = values[MASKS], len(values[_OBJECT_LABEL])
+        masks, objects = values[MASKS], len(values[OBJECT_LABEL])
         if len(masks) and len(masks) != objects:
             raise ValueError(f"{len(masks)} masks in {MASKS} for {objects} objects")
-        size = (values["image/height"], values["image/width"])
+        size = (values[HEIGHT], values[WIDTH])
         for number, mask in enumerate(masks):
             try:
                 pixels = tf.io.decode_png(mask).numpy()
@@ -176,7 +176,7 @@ class _ExampleCheck:
     def _check_segmentation(values: dict[str, np.ndarray]) -> None:
         """The segmentation map is one channel at the image's size."""
         shape = tf.io.decode_png(values[SEGMENTATION]).shape
-        size = (values["image/height"], values["image/width"])
+        size = (values[HEIGHT], values[WIDTH])
         if tuple(shape) != (*size, 1):
             raise ValueError(f"{SEGMENTATION} is {shape[1]}x{shape[0]}x{shape[2]}, the image "
                              f"{size[1]}x{size[0]}x1")
@@ -187,7 +187,7 @@ class _ExampleCheck:
         not checked against the visibilities (it is the source's own `num_keypoints`
         where it gives one, which CrowdPose's is not)."""
         counts, visibility = values[_KEYPOINT_NUM], values[f"{_KEYPOINT}visibility"]
-        objects = len(values[_OBJECT_LABEL])
+        objects = len(values[OBJECT_LABEL])
         left = len(visibility) % objects if objects else len(visibility)
         lists = [f"{_KEYPOINT}{key}" for key in ("x", "y", "visibility", "text")
                  if f"{_KEYPOINT}{key}" in values]

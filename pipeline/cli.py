@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from image_tfrecords.pipeline.console import quiet_console
+from image_tfrecords.core.console import quiet_console
 from image_tfrecords.pipeline.versions import version_lines
 from image_tfrecords.core import interrupts
 

@@ -28,7 +28,7 @@ from image_tfrecords.pipeline.options import ConvertOptions, runs_on_the_direct_
 from image_tfrecords.pipeline.stopping import JobWatch, Stopped
 from image_tfrecords.transforms.duplicates import ReportDuplicates
 from image_tfrecords.transforms.labels import AnalyzeLabels
-from image_tfrecords.transforms.outcome import Failure, PublishRules, RunFailed
+from image_tfrecords.transforms.outcome import PublishRules, RunFailed
 from image_tfrecords.transforms.publish import PublishOutput, delete_tree, read_failure
 from image_tfrecords.transforms.report_content import GatherReportContent
 from image_tfrecords.transforms.rows import PACKS, UNSEEN_IN_TRAIN, PackRows, SurveyRows
@@ -41,6 +41,7 @@ from image_tfrecords.core.chunks import RowChunk
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.label_checks import merge_seen
 from image_tfrecords.core.row_tasks import ChunkSurvey
+from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.summary import RunInfo, Summary
 
 _MB = 1 << 20

@@ -19,7 +19,7 @@ from image_tfrecords.core.file_formats import (DEFAULT_FORMAT, ShardFormat, comp
 from image_tfrecords.core.images import ImageSettings
 from image_tfrecords.core.inputs.rows import DEFAULT_LABEL_SEPARATOR, DEFAULT_SPLIT_FRACTIONS, RowRules
 from image_tfrecords.core.inputs.sources import MANIFEST_FORMATS, split_and_path
-from image_tfrecords.core.pool import Workers
+from image_tfrecords.core.workers import Workers
 from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.run_settings import RunSettings
 from image_tfrecords.core.schema import ExtraColumn, SchemaError, load_schema

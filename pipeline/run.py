@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOp
                                                   StandardOptions)
 
 from image_tfrecords.pipeline.collector import frozen_for_the_run, uncollected
-from image_tfrecords.pipeline.console import quiet_console
+from image_tfrecords.core.console import quiet_console
 from image_tfrecords.pipeline.engines import EngineUnusable, job_server_of_the_run, use_built_job_server
 from image_tfrecords.pipeline.options import (ConvertOptions, make_local_paths_absolute,
                               runs_on_the_direct_runner, unknown_option_problem)

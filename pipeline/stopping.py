@@ -46,7 +46,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, PortableOption
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from image_tfrecords.pipeline import engines
-from image_tfrecords.pipeline.console import expect_hang_ups
+from image_tfrecords.core.console import expect_hang_ups
 from image_tfrecords.pipeline.options import runs_on_the_direct_runner
 from image_tfrecords.core import interrupts
 from image_tfrecords.core.interrupts import Stopped

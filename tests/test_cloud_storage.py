@@ -523,7 +523,7 @@ import dataclasses, pickle, sys
 from apache_beam.io.filesystems import FileSystems
 from image_tfrecords.transforms.in_workers import RunInWorkers
 from image_tfrecords.core.inputs.rows import RowRules
-from image_tfrecords.core.pool import Workers
+from image_tfrecords.core.workers import Workers
 from image_tfrecords.core.row_tasks import SurveyTask
 
 class Survey(RunInWorkers):  # the base every task-running DoFn's setup() is

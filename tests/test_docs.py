@@ -35,8 +35,8 @@ def test_the_reference_pages_are_what_the_code_generates_now():
 
 def _emitted_reasons() -> set[str]:
     """Every reason code the code can give a dead letter, read from the source: the
-    arguments that are reasons (to dead_letter(), DeadLetter(), ImageRejected(), the
-    downloads' failures and the pool's lost images) where they are string literals or
+    arguments that are reasons (to dead_letter(), DeadLetter(), ImageRejected() (the pool's
+    lost images too), the downloads' failures) where they are string literals or
     named constants, and every constant of the modules that hold reasons."""
     from image_tfrecords.core import dead_letters, images  # noqa: PLC0415
     from image_tfrecords.core.inputs import folder  # noqa: PLC0415
@@ -46,7 +46,7 @@ def _emitted_reasons() -> set[str]:
     found |= set(images.REASONS)
     found |= {folder.NOT_IN_LABEL_FOLDER, folder.NOT_IN_SPLIT_FOLDER, folder.LABEL_IS_SPLIT_NAME}
     position = {"dead_letter": 0, "ImageRejected": 0, "DownloadFailed": 0, "_Retryable": 0,
-                "_Lost": 1, "DeadLetter": 5}
+                "DeadLetter": 5}
     for path in (path for package in CODE for path in (ROOT / package).rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         constants = {node.targets[0].id: node.value.value for node in tree.body

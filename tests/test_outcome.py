@@ -2,8 +2,9 @@
 
 import json
 
-from image_tfrecords.transforms.outcome import Failure, PublishRules, outcome_problems, unwritten_labels
+from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.summary import RunOptions, SplitInfo, Summary
+from image_tfrecords.transforms.outcome import PublishRules, outcome_problems, unwritten_labels
 
 
 def summary(vocabulary, train_labels, rows_read=10, examples=None, dead=0, accounted=True,

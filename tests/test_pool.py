@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -16,12 +17,14 @@ from PIL import Image
 import image_tfrecords
 from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
 from image_tfrecords.pipeline.options import ConvertOptions
-from image_tfrecords.core.pool import ShardPool, Workers, default_process_count, usable_cores, usable_memory
+from image_tfrecords.core.pool import WorkerPool
 from image_tfrecords.core.records import LabelledRow, ManifestRow
 from image_tfrecords.core.run_settings import RunSettings
-from image_tfrecords.core.shard_writer import ShardTask, pack_rows, write_shard
+from image_tfrecords.core.shard_writer import ShardTask, pack_rows, prepare_worker, write_shard
+from image_tfrecords.core.workers import Workers, default_process_count, usable_cores, usable_memory
 
 SETTINGS = RunSettings(workers=Workers(read_threads=2))
+SETUP = functools.partial(prepare_worker, {})  # as transforms/in_workers.py starts them
 JPEG = encode(photo_like(48, 32, 1), "JPEG", quality=90)
 
 
@@ -34,7 +37,7 @@ def slow_png():
 
 @pytest.fixture
 def pool():
-    started = ShardPool(1, timeout_s=60.0)
+    started = WorkerPool(1, timeout_s=60.0, setup=SETUP)
     yield started
     started.close()
 
@@ -58,8 +61,11 @@ def files(folder):
 
 
 def test_workers_import_neither_tensorflow_nor_beam():
+    # The pool, its workers' setup and every task a worker unpickles.
+    modules = ", ".join(f"image_tfrecords.core.{name}" for name in (
+        "pool", "workers", "shard_writer", "shard_parts", "row_tasks", "near_search"))
     imported = subprocess.run(
-        [sys.executable, "-c", "import sys, image_tfrecords.core.pool; "
+        [sys.executable, "-c", f"import sys, {modules}; "
          "print(' '.join(sorted({name.split('.')[0] for name in sys.modules})))"],
         capture_output=True, text=True, check=True, env=_package_path()).stdout.split()
     assert "PIL" in imported
@@ -121,7 +127,7 @@ def test_a_worker_killed_between_shards_loses_nothing(pool, tmp_path):
 
 
 def test_a_decode_past_the_time_limit_is_stopped_and_the_pool_goes_on(slow_png, tmp_path):
-    pool = ShardPool(2, timeout_s=0.2)
+    pool = WorkerPool(2, timeout_s=0.2, setup=SETUP)
     try:
         old = set(pool.pids())
         with concurrent.futures.ThreadPoolExecutor(3) as threads:
@@ -153,7 +159,7 @@ def test_an_error_writing_the_shard_is_raised_in_the_pipeline_process(pool, tmp_
 
 
 def test_close_stops_every_worker():
-    pool = ShardPool(2, timeout_s=60.0)
+    pool = WorkerPool(2, timeout_s=60.0, setup=SETUP)
     workers = pool.pids()
     pool.close()
     assert not any(map(_alive, workers))
@@ -165,7 +171,7 @@ def test_by_default_a_worker_per_core_this_process_may_run_on():
     # A process pinned to one core (as by taskset, or a container's cpuset) gets one.
     pinned = subprocess.run(
         [sys.executable, "-c", "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})"
-         "; from image_tfrecords.core.pool import Workers; print(Workers().process_count())"],
+         "; from image_tfrecords.core.workers import Workers; print(Workers().process_count())"],
         capture_output=True, text=True, check=True, env=_package_path()).stdout
     assert pinned.strip() == "1"
 

@@ -28,9 +28,9 @@ from image_tfrecords.core.histograms import (FILE_BYTE_BINS, LONGEST_SIDE_BINS, 
                                    longest_side_bin)
 from image_tfrecords.core.images import THUMBNAIL_SIDE
 from image_tfrecords.core.naming import REPORT_FILE
-from image_tfrecords.transforms.outcome import Failure
 from image_tfrecords.core.report_page import (LABELS_SAMPLED, LEAKS_LISTED, PAIRS_SHOWN, SAMPLE_PER_LABEL,
                                 CopyPair, Pictured, ReportContent, copy_rank, render_report)
+from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.summary import ErrorsInfo, NearCopiesInfo, RunOptions, SplitInfo, Summary
 
 CHROMIUM = shutil.which("chromium")

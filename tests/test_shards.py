@@ -32,7 +32,7 @@ from image_tfrecords.core.images import ImageSettings, prepare_image
 from image_tfrecords.core.inputs.boxes import turned_box
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS
 from image_tfrecords.core.records import Box, ManifestRow
-from image_tfrecords.core.pool import Workers
+from image_tfrecords.core.workers import Workers
 from image_tfrecords.core.records import LabelledRow
 from image_tfrecords.core.row_tasks import pack, survey
 from image_tfrecords.core.run_settings import RunSettings

@@ -12,8 +12,8 @@ from conftest import (copy_output, encode, photo_like, rewrite_records, shard_fi
                       shard_records)
 from image_tfrecords.output import output_folder
 from image_tfrecords.pipeline.cli import report_main, verify_main
-from image_tfrecords.transforms.outcome import Failure
 from image_tfrecords.core.naming import failure_record, staged_dir, staged_report, temp_dir
+from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.summary import RunOptions, Summary
 
 SHARD = "train-00001-of-00002.tfrecord"  # in tfrecord_output

@@ -11,8 +11,9 @@ is loaded (a source listed with Beam's FileSystems.match), it runs in this proce
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
@@ -23,6 +24,15 @@ from image_tfrecords.transforms.storage_steps import StorageDoFn
 from image_tfrecords.core import pool
 from image_tfrecords.core.filesystem_options import current_options
 from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.shard_writer import prepare_worker
+
+
+class WorkerTask(pool.Task, Protocol):
+    """A task for the pool, and whether a worker process may run it (false: it must run
+    where Beam is loaded)."""
+
+    @property
+    def in_worker(self) -> bool: ...
 
 
 class RunInWorkers(StorageDoFn):
@@ -32,11 +42,11 @@ class RunInWorkers(StorageDoFn):
     def __init__(self, settings: RunSettings) -> None:
         super().__init__(settings.filesystems)
         self._settings = settings
-        self._pool: pool.ShardPool | None = None
+        self._pool: pool.WorkerPool | None = None
         self._waiting: concurrent.futures.ThreadPoolExecutor | None = None
         self._threads: list[concurrent.futures.ThreadPoolExecutor] = []
 
-    def task(self, element: Any, *side_inputs: Any) -> pool.Task:
+    def task(self, element: Any, *side_inputs: Any) -> WorkerTask:
         raise NotImplementedError
 
     def outputs(self, result: Any) -> Iterator[Any]:
@@ -44,8 +54,10 @@ class RunInWorkers(StorageDoFn):
 
     def setup(self) -> None:
         super().setup()  # before any storage is touched
-        self._pool = pool.acquire(self._settings.workers, current_options())
-        if self._pool is not None:
+        workers = self._settings.workers
+        if processes := workers.process_count():
+            self._pool = pool.acquire(processes, workers.timeout_s,
+                                      functools.partial(prepare_worker, current_options()))
             self._waiting = self.threads()
 
     def threads(self) -> concurrent.futures.ThreadPoolExecutor:
@@ -60,7 +72,7 @@ class RunInWorkers(StorageDoFn):
             for threads in self._threads:
                 threads.shutdown()
             self._threads, self._waiting, self._pool = [], None, None
-            pool.release(self._settings.workers)
+            pool.release()
 
     def start_bundle(self) -> None:
         self._pending: list[concurrent.futures.Future] = []
@@ -83,7 +95,7 @@ class RunInWorkers(StorageDoFn):
                     yield GlobalWindows.windowed_value(output)
         self._pending = []
 
-    def execute(self, task: pool.Task) -> Any:
+    def execute(self, task: WorkerTask) -> Any:
         """The task's result, from a worker process or from this one."""
         if self._pool is None or not task.in_worker:
             return task.run(self._settings, _LiveProgress())
@@ -93,7 +105,7 @@ class RunInWorkers(StorageDoFn):
 class _LiveProgress:
     """shard_writer.Progress for a task run in this process: rows to the display."""
 
-    def decoding(self, image: int | None) -> None:
+    def on_item(self, place: int | None) -> None:
         pass
 
     def handled(self, rows: int, dead_letters: int) -> None:

@@ -2,21 +2,20 @@
 reading back the summary a run prepared or published.
 
 Kept apart from publish.py so the launcher knows RunFailed, and reads a summary, without
-loading TensorFlow; and Beam is loaded only to read a summary, so that the readers of an
-output (verify, report) read a failed run's FAILED.json as a Failure without it.
+loading TensorFlow; Beam is loaded only to read a summary. FAILED.json's record, `Failure`,
+is core/failure.py's: the readers of an output (verify, report) read it too.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import pydantic
 
 from image_tfrecords.core.choices import LabelOrder
+from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.summary import Summary
-
 
 
 class PublishRules(NamedTuple):
@@ -31,35 +30,10 @@ class PublishRules(NamedTuple):
     replaced_labels: tuple[str, ...] | None = None
 
 
-class Failure(pydantic.BaseModel):
-    """Why a run published nothing, and where what it wrote can be read: FAILED.json."""
-
-    model_config = pydantic.ConfigDict(frozen=True)
-
-    problems: tuple[str, ...]
-    dead_letters: tuple[str, ...]  # paths of the run's errors-*.jsonl (none: no dead letter)
-    record: str = pydantic.Field(exclude=True)  # path of FAILED.json, which holds the rest
-    summary: Summary  # the summary.json the run would have published
-
-    def line(self) -> str:
-        """One line for the console: the problems, then where to look."""
-        letters = ", ".join(self.dead_letters) or "none were written"
-        return (f"{'; '.join(self.problems)}. Nothing was published (the output is as it "
-                f"was); dead letters: {letters}; the run's summary: {self.record}")
-
-    def to_json(self) -> str:
-        return self.model_dump_json(indent=2)
-
-    @classmethod
-    def from_json(cls, text: str | bytes, record: str) -> Failure:
-        """The Failure that FAILED.json at `record` holds."""
-        return cls.model_validate({**json.loads(text), "record": record})
-
-
 def read_summary(path: str) -> Summary | None:
     """The summary at `path`; None where there is none, or none this version could have
     written (an older version's, or one a killed run left half-written)."""
-    # Imported here: readers of an output read a failed run's Failure with Beam unloaded.
+    # Imported here: importing this module (RunFailed, the checks) loads no Beam.
     from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
 
     if not FileSystems.exists(path):

@@ -34,12 +34,13 @@ from apache_beam.io.filesystems import FileSystems
 
 from image_tfrecords.transforms.labels import LABEL_VOCABULARY
 from image_tfrecords.transforms.storage_steps import with_filesystems
-from image_tfrecords.transforms.outcome import (Failure, PublishRules, RunFailed, frequency_order,
+from image_tfrecords.transforms.outcome import (PublishRules, RunFailed, frequency_order,
                                 outcome_problems, read_summary, unwritten_labels)
 from image_tfrecords.transforms.tfds_metadata import LABELS_SUFFIX, tfds_metadata
 from image_tfrecords.core import interrupts, naming
 from image_tfrecords.core.choices import Dedupe, LabelMode, LabelOrder
 from image_tfrecords.core.examples import feature_spec
+from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.file_formats import ShardFormat, shard_globs
 from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
 from image_tfrecords.core.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS

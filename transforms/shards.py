@@ -34,7 +34,7 @@ from image_tfrecords.core import storage
 from image_tfrecords.core.deadline import within_deadline
 from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS
-from image_tfrecords.core.pool import Workers
+from image_tfrecords.core.workers import Workers
 from image_tfrecords.core.records import ShardExamples, ShardOutcome, ShardWritten
 from image_tfrecords.core.row_tasks import sample_of
 from image_tfrecords.core.run_settings import RunSettings

@@ -17,10 +17,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-
-from image_tfrecords.output import (CLASS_LABEL, IMAGE, LABEL_ID_BASE, MASKS, SEGMENTATION,
-                                    is_image_key)
 from image_tfrecords.core.choices import LabelMode, UnseenLabel
+from image_tfrecords.core.feature_keys import (CLASS_LABEL, IMAGE, LABEL_ID_BASE, MASKS,
+                                              SEGMENTATION, is_image_key)
 from image_tfrecords.core.label_map import UNSEEN_LABEL_NAME
 from image_tfrecords.core.naming import DATASET_INFO_FILE, FEATURES_FILE
 from image_tfrecords.core.summary import FeatureInfo, Summary

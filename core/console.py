@@ -39,7 +39,8 @@ _GPU_PROBES = (b"cuda_platform.cc", b"cuda_driver.cc", b"cuda_executor.cc",
                b"cuda_diagnostics.cc", b"cudart_stub.cc")
 # Beam's messages that describe its normal work: (logger, start of the message).
 _ROUTINE_BEAM_MESSAGES = (
-    # A Flink or Spark job server started and stopped (its log is named instead: engines.py).
+    # A Flink or Spark job server started and stopped (its log is named instead:
+    # pipeline/engines.py).
     ("apache_beam.utils.subprocess_server", "Really starting service"),
     ("apache_beam.utils.subprocess_server", "Really destroying service"),
 )
@@ -48,10 +49,10 @@ _ROUTINE_BEAM_MESSAGES = (
 # the job's end races a state read) UNKNOWN "Application error processing RPC", and Beam
 # logs it (and its threads raise it) as if it were a failure. A job that really failed
 # says so itself; what its threads raised is shown then too (not when the launcher was
-# stopped: it hung up on the job itself, stopping.py).
+# stopped: it hung up on the job itself, pipeline/stopping.py).
 _HANG_UP_MESSAGE = ("apache_beam.runners.worker.data_plane",
                     "Failed to read inputs in the data plane")
-# Set while the launcher is being stopped (stopping.py): it stops its job server, or a
+# Set while the launcher is being stopped (pipeline/stopping.py): it stops its job server, or a
 # terminal's Ctrl-C reached the job server's JVM too (one process group), so every gRPC
 # stream to it ends UNAVAILABLE: Beam's reader of the job's messages, LOOPBACK's workers.
 _STOPPING = threading.Event()
@@ -145,7 +146,7 @@ def _hang_ups_dropped() -> Iterator[None]:
     raised, threading.excepthook = threading.excepthook, hold_hang_up
     try:
         yield
-    except KeyboardInterrupt:  # the launcher was stopped (stopping.py): it hung up itself
+    except KeyboardInterrupt:  # the launcher was stopped (pipeline/stopping.py): it hung up itself
         raise
     except BaseException:
         for args in held:

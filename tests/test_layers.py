@@ -1,0 +1,62 @@
+"""The package's layers (pyproject.toml's [tool.importlinter] contracts): the core imports
+neither the pipeline, the transforms nor the reader library; the reader library neither
+the pipeline nor the transforms; the transforms not the pipeline; the worker pool nothing
+of what it runs. import-linter reads the package from one folder, so it is given the
+package laid out as a wheel installs it (the checkout's pipeline/, transforms/ and core/
+are mapped beneath image_tfrecords by setup.py's package_dir)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# The subpackages setup.py's package_dir maps from the repository's top-level folders.
+MAPPED = ("pipeline", "transforms", "core")
+
+
+def installed_layout(folder: Path) -> Path:
+    """A copy of the package's code under folder/image_tfrecords, as a wheel lays it out."""
+    ignore = shutil.ignore_patterns("__pycache__")
+    package = folder / "image_tfrecords"
+    shutil.copytree(_source_of("image_tfrecords"), package, ignore=ignore)
+    for name in MAPPED:
+        shutil.copytree(_source_of(f"image_tfrecords.{name}"), package / name, ignore=ignore)
+    return folder
+
+
+def lint_imports(folder: Path) -> subprocess.CompletedProcess:
+    """import-linter's verdict on the package under `folder`: exit 0 when every contract
+    is kept."""
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports")), "--config",
+         str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=folder, env={"PYTHONPATH": str(folder), "PATH": ""}, capture_output=True,
+        text=True, timeout=60)
+
+
+def test_every_layer_contract_is_kept(tmp_path):
+    result = lint_imports(installed_layout(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_an_import_that_runs_up_breaks_a_contract(tmp_path):
+    """The check is no formality: the core importing the pipeline is found, by name."""
+    layout = installed_layout(tmp_path)
+    naming = layout / "image_tfrecords" / "core" / "naming.py"
+    naming.write_text(naming.read_text() + "\nfrom image_tfrecords.pipeline import options\n")
+    result = lint_imports(layout)
+    assert result.returncode == 1
+    assert ("image_tfrecords.core.naming -> image_tfrecords.pipeline.options"
+            in result.stdout), result.stdout
+
+
+def _source_of(package: str) -> Path:
+    """The folder `package` is imported from (the checkout's, through the editable
+    install)."""
+    spec = importlib.util.find_spec(package)
+    return Path(next(iter(spec.submodule_search_locations)))
