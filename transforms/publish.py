@@ -121,7 +121,7 @@ class PublishOutput(beam.PTransform):
                  labels_seen: dict[str, LabelSeen],
                  duplicates: dict[str, int], near_duplicates: dict[str, int],
                  report_content: ReportContent, written: list[Any]) -> Summary:
-        settle_beam_filesystems()  # this may be a worker of another machine
+        settle_beam_filesystems(self._output_dir)  # this may be a worker of another machine
         files = name_shards(shards, self._format)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
         prepared = FileSystems.join(self._temp_dir, SUMMARY_FILE)
