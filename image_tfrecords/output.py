@@ -30,8 +30,6 @@ from image_tfrecords.core.text_limits import file_lines
 
 # As transforms/labels.py writes them (it imports Beam and tf.Transform);
 # tests/test_output.py checks that they agree.
-VOCABULARY_DIR = "transform_fn/assets"
-LABEL_VOCABULARY = "label"
 
 # Keys that hold ids of the label vocabulary -> the id of its first entry (detection ids
 # are 1-based, as the Object Detection API keeps 0 for the background).
@@ -165,7 +163,7 @@ class Output:
     @functools.cached_property
     def vocabulary(self) -> list[str]:
         """The label vocabulary, read from the transform_fn's asset file (id = line)."""
-        path = self.path(f"{VOCABULARY_DIR}/{LABEL_VOCABULARY}")
+        path = self.path(naming.PUBLISHED_LABEL_VOCABULARY)
         with tf.io.gfile.GFile(path, "rb") as file:
             return file_lines(file.read().decode())
 
