@@ -1,4 +1,5 @@
-"""Every name of a file or folder a run writes, in one place (as TFDS's core/naming.py).
+"""Every name of a file or folder a run writes, in one place (as TFDS's core/naming.py):
+each built here, and where it is read back or matched, parsed or globbed here too.
 
 A run id is the 12 hex digits that name one run everywhere: its temp folder
 OUTPUT/.tmp-<run id>, summary.json's run_id, tf.Transform's working folder and an engine's
@@ -7,6 +8,8 @@ job-server log. What a run publishes:
     OUTPUT/train-00000-of-00004.tfrecord   a shard (and its companions: .idx)
     OUTPUT/summary.json, report.html, errors-00000-of-00001.jsonl, duplicates-...,
     near_duplicates-..., label_map.pbtxt, dataset_info.json, features.json
+    OUTPUT/transform_fn/assets/label       tf.Transform's SavedModel and the label ids
+    OUTPUT/transformed_metadata/
 
 and, until it publishes, what it writes in its temp folder <temp> = OUTPUT/.tmp-<run id>:
 
