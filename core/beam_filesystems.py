@@ -21,24 +21,85 @@ S3 shares one boto3 client per set of S3 options. Beam's S3 filesystem makes a n
 boto3 client for every call (every open, stat, listing, copy or delete): ~0.16 s of CPU
 each, 50 times the read of a small image (bench/RESULTS.md). boto3's clients are
 thread-safe; the state of a download stays in each of Beam's own client wrappers.
+
+Both replace Beam's internals (HadoopFileSystem._list and .rename, the S3 Client's
+__init__), so each is installed only on the versions it was read against (VERIFIED_ON),
+once per process, by settle_beam_filesystems. On any other version Beam stays as it is
+and a warning says so: S3 then works as Beam's own, slower; HDFS, whose own listing and
+rename lose a run's files, is refused (UnverifiedBeam) at the first hdfs:// path.
+tests/test_beam_filesystems.py fails until someone has read the new version's code again
+and moved VERIFIED_ON.
 """
 
 from __future__ import annotations
 
+import logging
 import posixpath
 import threading
+from collections.abc import Callable
+from importlib.metadata import version
 from typing import Any
 
+HDFS_SCHEME = "hdfs://"
+
+# The versions each replacement was read against: Beam's HadoopFileSystem (_list, rename,
+# _parse_url, _join, the _FILE_STATUS_* keys) with the hdfs library's client (status,
+# walk, delete, rename); Beam's S3 boto3_client.Client.__init__, with boto3's clients
+# thread-safe (a guarantee of boto3 1.x, which releases daily: its major version only).
+HDFS_FIX, S3_FIX = "HDFS listing and rename", "one S3 client per options"
+VERIFIED_ON = {
+    HDFS_FIX: {"apache-beam": "2.77.0", "hdfs": "2.7.3"},
+    S3_FIX: {"apache-beam": "2.77.0", "boto3": "1."},
+}
+
+
+class UnverifiedBeam(RuntimeError):
+    """An hdfs:// path on a Beam (or hdfs library) the HDFS replacement was not read against."""
+
+
 _settled = False
+_hdfs_refusal = ""  # why hdfs:// paths are refused; empty once Beam's HDFS is fixed
 
 
-def settle_beam_filesystems() -> None:
-    """Idempotent; imports Beam's HDFS and S3 filesystems the first time."""
-    global _settled
+def settle_beam_filesystems(path: str = "") -> None:
+    """Installs each replacement the installed versions allow, the first time; each time,
+    raises UnverifiedBeam if `path` is an hdfs:// path and the HDFS one was not installed."""
+    global _settled, _hdfs_refusal
     if not _settled:
-        _list_and_rename_hdfs_as_the_others()
-        _share_s3_clients()
+        _hdfs_refusal = _install(HDFS_FIX, _list_and_rename_hdfs_as_the_others,
+                                 "hdfs:// paths are refused: Beam's own HDFS listing and "
+                                 "rename lose a run's files")
+        _install(S3_FIX, _share_s3_clients,
+                 "s3:// paths work as Beam's own, slower: a new boto3 client for every call")
         _settled = True
+    if _hdfs_refusal and path.startswith(HDFS_SCHEME):
+        raise UnverifiedBeam(_hdfs_refusal)
+
+
+def unverified_versions(fix: str) -> list[str]:
+    """'package installed (read against ...)' for each version `fix` was not read against."""
+    return [f"{package} {version(package)} (read against {verified})"
+            for package, verified in VERIFIED_ON[fix].items()
+            if not _matches(version(package), verified)]
+
+
+def _matches(installed: str, verified: str) -> bool:
+    # "1." verifies a major version; "2.77.0" one release only.
+    return installed.startswith(verified) if verified.endswith(".") else installed == verified
+
+
+def _install(fix: str, replace: Callable[[], None], otherwise: str) -> str:
+    """Runs `replace` if the installed versions are those `fix` was read against; else
+    logs, and returns, why not and what that means (`otherwise`)."""
+    unverified = unverified_versions(fix)
+    if not unverified:
+        replace()
+        return ""
+    why = (f"Beam's filesystems left as they are: image-tfrecords' {fix} replaces Beam "
+           f"internals read against other versions than {', '.join(unverified)}; "
+           f"{otherwise}. Install the versions in requirements.txt.")
+    logging.getLogger(__name__).warning(why)
+    return why
 
 
 def _list_and_rename_hdfs_as_the_others() -> None:

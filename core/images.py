@@ -93,6 +93,14 @@ class ImageRejected(Exception):
         return f"{self.reason}: {self.message}"
 
 
+class InvalidImageSettings(ValueError):
+    """ImageSettings' values out of range: `problems`, each (field, what is wrong with it)."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{field} {wrong}" for field, wrong in problems))
+        self.problems = tuple(problems)
+
+
 @dataclasses.dataclass(frozen=True)
 class ImageSettings:
     """How images are checked and what is stored for them."""
@@ -107,14 +115,20 @@ class ImageSettings:
     keep_16_bit: bool = False
 
     def __post_init__(self) -> None:
+        # The one check of these limits: the command line reports these problems too,
+        # each under its option's name (pipeline/options.py).
+        problems = []
         if self.image_format not in ("keep", "jpeg", "png"):
-            raise ValueError(f"image_format must be keep, jpeg or png, not {self.image_format!r}")
+            problems.append(("image_format",
+                             f"must be keep, jpeg or png, not {self.image_format!r}"))
         if self.max_side is not None and self.max_side < 1:
-            raise ValueError("max_side must be a positive number of pixels")
+            problems.append(("max_side", "must be a positive number of pixels"))
         if not 1 <= self.jpeg_quality <= 100:
-            raise ValueError("jpeg_quality must be between 1 and 100")
+            problems.append(("jpeg_quality", "must be between 1 and 100"))
         if self.max_pixels < 1:
-            raise ValueError("max_pixels must be positive")
+            problems.append(("max_pixels", "must be positive"))
+        if problems:
+            raise InvalidImageSettings(problems)
 
 
 @dataclasses.dataclass(frozen=True)

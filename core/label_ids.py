@@ -17,7 +17,7 @@ import functools
 from typing import NamedTuple
 
 from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import storage
+from image_tfrecords.core import naming, storage
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.records import LabelledRow, ManifestRow
 
@@ -92,6 +92,6 @@ def _vocabularies(transform_fn_dir: str, names: tuple[str, ...], oov_bucket: boo
     """The assets `names` of the SavedModel at `transform_fn_dir`."""
     found = []
     for name in names:
-        with storage.open_read(storage.join(transform_fn_dir, "assets", name)) as file:
+        with storage.open_read(naming.vocabulary(transform_fn_dir, name)) as file:
             found.append(Vocabulary.from_asset(file.read(), oov_bucket))
     return tuple(found)

@@ -1,4 +1,5 @@
-"""Every name of a file or folder a run writes, in one place (as TFDS's core/naming.py).
+"""Every name of a file or folder a run writes, in one place (as TFDS's core/naming.py):
+each built here, and where it is read back or matched, parsed or globbed here too.
 
 A run id is the 12 hex digits that name one run everywhere: its temp folder
 OUTPUT/.tmp-<run id>, summary.json's run_id, tf.Transform's working folder and an engine's
@@ -7,6 +8,8 @@ job-server log. What a run publishes:
     OUTPUT/train-00000-of-00004.tfrecord   a shard (and its companions: .idx)
     OUTPUT/summary.json, report.html, errors-00000-of-00001.jsonl, duplicates-...,
     near_duplicates-..., label_map.pbtxt, dataset_info.json, features.json
+    OUTPUT/transform_fn/assets/label       tf.Transform's SavedModel and the label ids
+    OUTPUT/transformed_metadata/
 
 and, until it publishes, what it writes in its temp folder <temp> = OUTPUT/.tmp-<run id>:
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import NamedTuple
 
 from image_tfrecords.core import storage
 
@@ -43,6 +47,14 @@ FAILED_FILE = "FAILED.json"  # in a failed run's staged dir, beside its dead let
 LABEL_MAP_FILE = "label_map.pbtxt"
 DATASET_INFO_FILE = "dataset_info.json"  # TFDS's
 FEATURES_FILE = "features.json"  # TFDS's
+# tf.Transform's folders (TFTransformOutput.TRANSFORM_FN_DIR and .TRANSFORMED_METADATA_DIR,
+# tests/test_naming.py), published as they are; a SavedModel keeps its vocabularies, one
+# value a line, in ASSETS_DIR: OUTPUT/transform_fn/assets/label.
+TRANSFORM_FN_DIR = "transform_fn"
+TRANSFORMED_METADATA_DIR = "transformed_metadata"
+ASSETS_DIR = "assets"
+LABEL_VOCABULARY = "label"  # the labels' vocabulary, by the name tf.Transform gives it
+PUBLISHED_LABEL_VOCABULARY = f"{TRANSFORM_FN_DIR}/{ASSETS_DIR}/{LABEL_VOCABULARY}"  # in OUTPUT
 # The lists of JSON lines a run publishes, by their stems: <stem>-00000-of-00001.jsonl
 ERRORS = "errors"
 DUPLICATES = "duplicates"
@@ -54,6 +66,7 @@ WORKER_STARTED_FILE = "worker-started"  # the first SDK worker of a cluster run 
 THUMBNAILS_DIR = "thumbnails"
 PARTS_DIR = "parts"
 PART_SUFFIX = ".records"  # TFRecord framing, whatever the shards' format
+RECEIPT_SUFFIX = ".receipt.json"
 
 
 # A URL's or another filesystem's scheme (http:, gs:, s3:, hdfs:...), or a Windows drive.
@@ -82,8 +95,66 @@ def confined_name(name: str) -> str:
     return name
 
 
+class PublishedShard(NamedTuple):
+    """A published shard's name, `<split>-<index>-of-<count><suffix>`, as TFDS's
+    ShardedFileTemplate: `name` builds it, `parse` reads it back, `glob` matches every one
+    of a split. The published lists of JSON lines are named alike (jsonl_list)."""
+
+    split: str
+    index: int
+    count: int
+    suffix: str  # the shard format's (.tfrecord, .tfrecord.gz, .array_record) or .jsonl
+
+    @property
+    def name(self) -> str:
+        return f"{self.split}-{self.index:05d}-of-{self.count:05d}{self.suffix}"
+
+    @classmethod
+    def parse(cls, name: str) -> PublishedShard | None:
+        """The shard `name` names, None for a name the template does not build."""
+        match = _PUBLISHED_SHARD.fullmatch(name)
+        return match and cls(match["split"], int(match["index"]), int(match["count"]),
+                             match["suffix"])
+
+    @staticmethod
+    def glob(split: str, stem: str) -> str:
+        """Matches every shard of `split` whose suffix starts with `stem` (`.tfrecord`
+        matches compressed ones too)."""
+        return f"{split}-*-of-*{stem}*"
+
+
+_PUBLISHED_SHARD = re.compile(r"(?P<split>.+?)-(?P<index>\d{5,})-of-(?P<count>\d{5,})"
+                              r"(?P<suffix>\..*)")
+# TFDS's template for the same names, in dataset_info.json: train-00000-of-00004.tfrecord.
+TFDS_FILEPATH_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"
+
+
+class ShardPiece(NamedTuple):
+    """A shard, or a part of it, as the run's temp folder names it: `stem` is
+    `<split>-<shard>` or `<split>-<shard>-<part>` (train-00003, train-00003-0001), the stem
+    of its file, its thumbnails and its receipt; `parse` reads a stem back."""
+
+    split: str
+    shard: int
+    part: int | None = None
+
+    @property
+    def stem(self) -> str:
+        return f"{self.split}-{self.shard:05d}" + ("" if self.part is None
+                                                    else f"-{self.part:04d}")
+
+    @classmethod
+    def parse(cls, stem: str) -> ShardPiece | None:
+        match = _SHARD_PIECE.fullmatch(stem)
+        return match and cls(match["split"], int(match["shard"]),
+                             None if match["part"] is None else int(match["part"]))
+
+
+_SHARD_PIECE = re.compile(r"(?P<split>[a-z]+)-(?P<shard>\d{5,})(?:-(?P<part>\d{4,}))?")
+
+
 def _stem(split: str, shard: int, part: int | None) -> str:
-    return f"{split}-{shard:05d}" + ("" if part is None else f"-{part:04d}")
+    return ShardPiece(split, shard, part).stem
 
 
 def shard_path(temp_dir: str, split: str, shard: int, suffix: str) -> str:
@@ -103,7 +174,19 @@ def thumbnails_path(temp_dir: str, split: str, shard: int, part: int | None = No
 
 
 def receipt_path(temp_dir: str, split: str, shard: int, part: int | None = None) -> str:
-    return storage.join(temp_dir, RECEIPTS_DIR, _stem(split, shard, part) + ".receipt.json")
+    return storage.join(temp_dir, RECEIPTS_DIR, _stem(split, shard, part) + RECEIPT_SUFFIX)
+
+
+def every_receipt(temp_dir: str) -> str:
+    """The pattern of every receipt in the run's temp folder, the shards' and the parts'."""
+    return storage.join(temp_dir, RECEIPTS_DIR, "*" + RECEIPT_SUFFIX)
+
+
+def receipted(path: str) -> ShardPiece | None:
+    """The shard or part whose receipt is at `path` (receipt_path's), else None."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return ShardPiece.parse(name.removesuffix(RECEIPT_SUFFIX)) if name.endswith(
+        RECEIPT_SUFFIX) else None
 
 
 def new_run_id() -> str:
@@ -166,14 +249,19 @@ def job_server_log(folder: str, run_id: str, engine: str) -> str:
     return storage.join(folder, f"image-tfrecords-{run_id}-{engine.lower()}.log")
 
 
-def published_shard(split: str, index: int, count: int, suffix: str) -> str:
-    """A shard's published name: `split-IIIII-of-NNNNN` and the format's suffix."""
-    return f"{split}-{index:05d}-of-{count:05d}{suffix}"
-
-
 def jsonl_list(folder: str, stem: str) -> str:
     """One of the published lists of JSON lines (ERRORS, DUPLICATES, NEAR_DUPLICATES)."""
-    return f"{folder}/{stem}-00000-of-00001.jsonl"
+    return f"{folder}/{PublishedShard(stem, 0, 1, '.jsonl').name}"
+
+
+def every_jsonl_list(stem: str) -> str:
+    """The pattern of every published list of `stem` in a folder."""
+    return f"{stem}-*.jsonl"
+
+
+def vocabulary(transform_fn_dir: str, name: str) -> str:
+    """The vocabulary `name` (a text asset) of the transform_fn at `transform_fn_dir`."""
+    return storage.join(transform_fn_dir, ASSETS_DIR, name)
 
 
 def sorted_lines_run(temp_dir: str, list_path: str) -> str:

@@ -152,7 +152,7 @@ def _beam(path: str):
     from apache_beam.io.filesystems import FileSystems
     if path.startswith(GCS_SCHEME):
         settle_gcs_credentials()
-    settle_beam_filesystems()
+    settle_beam_filesystems(path)
     if not _configured and _options:
         from apache_beam.options.pipeline_options import PipelineOptions
         FileSystems.set_options(PipelineOptions.from_dictionary(_options))

@@ -29,11 +29,6 @@ from image_tfrecords.core.splits import SPLIT_NAMES, normalise_split
 from image_tfrecords.core.summary import FeatureInfo, Summary
 from image_tfrecords.core.text_limits import file_lines
 
-# As transforms/labels.py writes them (it imports Beam and tf.Transform);
-# tests/test_loader.py reads what the job wrote with them.
-VOCABULARY_DIR = "transform_fn/assets"
-LABEL_VOCABULARY = "label"
-
 _DTYPES = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
 
 
@@ -149,7 +144,7 @@ class Output:
     @functools.cached_property
     def vocabulary(self) -> list[str]:
         """The label vocabulary, read from the transform_fn's asset file (id = line)."""
-        path = self.path(f"{VOCABULARY_DIR}/{LABEL_VOCABULARY}")
+        path = self.path(naming.PUBLISHED_LABEL_VOCABULARY)
         with tf.io.gfile.GFile(path, "rb") as file:
             return file_lines(file.read().decode())
 

@@ -16,7 +16,7 @@ from image_tfrecords.core.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
 from image_tfrecords.core.downloads import DownloadSettings, is_url
 from image_tfrecords.core.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
                                      format_names, shard_format)
-from image_tfrecords.core.images import ImageSettings
+from image_tfrecords.core.images import ImageSettings, InvalidImageSettings
 from image_tfrecords.core.inputs.rows import DEFAULT_LABEL_SEPARATOR, DEFAULT_SPLIT_FRACTIONS, RowRules
 from image_tfrecords.core.inputs.sources import MANIFEST_FORMATS, split_and_path
 from image_tfrecords.core.workers import Workers
@@ -27,6 +27,8 @@ from image_tfrecords.core.storage import is_local
 from image_tfrecords.core.summary import MIN_EXAMPLES_PER_SHARD
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
+# ImageSettings' fields whose option is named otherwise (its problems name the option).
+_IMAGE_SETTING_OPTIONS = {"max_pixels": "max_image_pixels"}
 # How long a Flink or Spark cluster may take to start the job's first SDK worker (a
 # container image pulled, TensorFlow imported) before the launcher cancels the job.
 WORKER_START_TIMEOUT_S = 600.0
@@ -248,12 +250,11 @@ class ConvertOptions(PipelineOptions):
                          "a --manifest, not of --image_folder")
         if self.label_separator == "":
             found.append("--label_separator must not be empty")
-        if self.max_side is not None and self.max_side < 1:
-            found.append("--max_side must be a positive number of pixels")
-        if not 1 <= self.jpeg_quality <= 100:
-            found.append("--jpeg_quality must be between 1 and 100")
-        if self.max_image_pixels < 1:
-            found.append("--max_image_pixels must be positive")
+        try:
+            self._image_settings()
+        except InvalidImageSettings as invalid:
+            found += [f"--{_IMAGE_SETTING_OPTIONS.get(field, field)} {wrong}"
+                      for field, wrong in invalid.problems]
         if self.num_shards is not None and self.num_shards < 1:
             found.append("--num_shards must be at least 1")
         if self.target_shard_mb <= 0:
@@ -330,10 +331,7 @@ class ConvertOptions(PipelineOptions):
             label_order=LabelOrder(self.label_order),
             extra_columns=self.extra_columns(),
             shard_format=self._shard_format(),
-            image=ImageSettings(image_format=self.image_format, max_side=self.max_side,
-                                jpeg_quality=self.jpeg_quality,
-                                max_pixels=self.max_image_pixels,
-                                keep_16_bit=self.keep_16_bit),
+            image=self._image_settings(),
             workers=self._workers(),
             downloads=DownloadSettings(
                 timeout_s=self.download_timeout, retries=self.download_retries,
@@ -349,6 +347,11 @@ class ConvertOptions(PipelineOptions):
         if processes is None and _runs_a_process_per_core(self):
             processes = 1  # isolation, without more busy processes than cores
         return Workers(processes, self.read_threads, self.decode_timeout, self.max_image_pixels)
+
+    def _image_settings(self) -> ImageSettings:
+        return ImageSettings(image_format=self.image_format, max_side=self.max_side,
+                             jpeg_quality=self.jpeg_quality, max_pixels=self.max_image_pixels,
+                             keep_16_bit=self.keep_16_bit)
 
     def _shard_format(self) -> ShardFormat:
         return shard_format(self.file_format, self.compression)

@@ -13,7 +13,6 @@ else is refused, in one line that says what differs: its shards would not be thi
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -36,7 +35,6 @@ _NOT_COMPARED = frozenset({"manifest", "image_folder", "output_dir", "overwrite"
                            "quiet", "verbose", "worker_processes", "decode_timeout",
                            "read_threads", "max_error_fraction", "worker_start_timeout"})
 _BLOCK = 1 << 20
-_SHARD_RECEIPT = re.compile(r"[a-z]+-\d+\.receipt\.json")  # naming.receipt_path's, no part
 
 
 class ResumeRefused(ValueError):
@@ -162,10 +160,9 @@ def unstart(folder: str) -> None:
 def finished_shards(folder: str) -> int:
     """How many shards a stopped run finished in `folder`: those with a receipt, which
     --resume reuses (their parts' receipts are not counted)."""
-    receipts = FileSystems.match([FileSystems.join(folder, naming.RECEIPTS_DIR,
-                                                   "*.receipt.json")])[0].metadata_list
+    receipts = FileSystems.match([naming.every_receipt(folder)])[0].metadata_list
     return sum(1 for metadata in receipts
-               if _SHARD_RECEIPT.fullmatch(metadata.path.rsplit("/", 1)[-1]))
+               if (piece := naming.receipted(metadata.path)) and piece.part is None)
 
 
 def published_by(output_dir: str, run_id: str) -> Summary | None:

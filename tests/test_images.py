@@ -15,12 +15,14 @@ import imagehash  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from PIL import ExifTags, Image, ImageFile, ImageOps  # noqa: E402
 
 from conftest import photo_like  # noqa: E402
 from image_tfrecords.core.images import (  # noqa: E402
     REASONS, THUMBNAIL_SIDE, ImageRejected, ImageSettings, PreparedImage, _is_lossy_webp,
     hash_input, perceptual_hash, prepare_image, thumbnail_of)
+from image_tfrecords.pipeline.options import ConvertOptions  # noqa: E402
 
 KEEP = ImageSettings()
 KEEP_16_BIT = ImageSettings(keep_16_bit=True)
@@ -612,6 +614,14 @@ def test_reasons_are_the_documented_codes():
 def test_invalid_settings_are_refused(field, value):
     with pytest.raises(ValueError):
         ImageSettings(**{field: value})
+
+
+def test_the_command_line_reports_every_invalid_image_setting_under_its_option():
+    options = PipelineOptions(["--manifest", "m.csv", "--output_dir", "out", "--max_side", "0",
+                               "--jpeg_quality", "101", "--max_image_pixels", "0"])
+    assert options.view_as(ConvertOptions).problems() == [
+        "--max_side must be a positive number of pixels",
+        "--jpeg_quality must be between 1 and 100", "--max_image_pixels must be positive"]
 
 
 def test_concurrent_calls_give_the_same_results_as_sequential_ones():

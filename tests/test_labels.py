@@ -8,7 +8,8 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from image_tfrecords.transforms.labels import LABEL_VOCABULARY, AnalyzeLabels
+from image_tfrecords.core.naming import LABEL_VOCABULARY
+from image_tfrecords.transforms.labels import AnalyzeLabels
 from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.records import Box, ManifestRow

@@ -12,8 +12,7 @@ import tensorflow_transform as tft
 import image_tfrecords
 from conftest import (BOX_ROWS, MULTI_LABEL_ROWS, copy_output, encode, photo_like,
                       read_examples, rewrite_records, shard_files, shard_pattern)
-from image_tfrecords import output as reader_output
-from image_tfrecords.transforms import labels
+from image_tfrecords.core import naming
 
 
 def by_sha256(elements):
@@ -164,7 +163,7 @@ def test_reading_imports_neither_beam_nor_tf_transform(sample_output):
 
 
 def test_the_reader_finds_the_files_where_the_writer_puts_them(sample_output):
-    assert reader_output.LABEL_VOCABULARY == labels.LABEL_VOCABULARY
-    written = tft.TFTransformOutput(str(sample_output)).vocabulary_by_name("label")
+    written = tft.TFTransformOutput(str(sample_output)).vocabulary_by_name(
+        naming.LABEL_VOCABULARY)
     assert image_tfrecords.Output.read(str(sample_output)).vocabulary == [
         word.decode() for word in written]

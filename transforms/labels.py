@@ -42,7 +42,7 @@ import tensorflow_transform.beam as tft_beam
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
-from image_tfrecords.transforms.vocabulary_file import LABEL_VOCABULARY
+from image_tfrecords.core.naming import LABEL_VOCABULARY
 from image_tfrecords.core.choices import LabelMode, LabelOrder
 from image_tfrecords.core.label_ids import UNSEEN_ID
 from image_tfrecords.core.row_tasks import ChunkSurvey

@@ -32,7 +32,6 @@ import tensorflow_transform as tft
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from image_tfrecords.transforms.labels import LABEL_VOCABULARY
 from image_tfrecords.transforms.storage_steps import with_filesystems
 from image_tfrecords.transforms.outcome import (PublishRules, RunFailed, frequency_order,
                                 outcome_problems, read_summary, unwritten_labels)
@@ -48,7 +47,7 @@ from image_tfrecords.core.splits import SPLITS
 from image_tfrecords.core.label_checks import LabelSeen, label_warnings
 from image_tfrecords.core.label_map import label_map_text
 from image_tfrecords.core.naming import (DATASET_INFO_FILE, DUPLICATES, ERRORS, FEATURES_FILE,
-                           LABEL_MAP_FILE, NEAR_DUPLICATES, REPORT_FILE, SUMMARY_FILE,
+                           LABEL_MAP_FILE, LABEL_VOCABULARY, NEAR_DUPLICATES, REPORT_FILE, SUMMARY_FILE,
                            staged_dir)
 from image_tfrecords.core.records import ShardWritten
 from image_tfrecords.core.report_page import ReportContent, render_report
@@ -58,8 +57,7 @@ from image_tfrecords.core.summary import (CopiesInfo, ErrorsInfo, LabelIdChange,
                             ShardInfo, SplitInfo, Summary, few_examples_per_shard)
 
 # What tf.Transform's WriteTransformFn writes, as tft.TFTransformOutput(OUTPUT) reads it.
-TRANSFORM_FOLDERS = (tft.TFTransformOutput.TRANSFORM_FN_DIR,
-                     tft.TFTransformOutput.TRANSFORMED_METADATA_DIR)
+TRANSFORM_FOLDERS = (naming.TRANSFORM_FN_DIR, naming.TRANSFORMED_METADATA_DIR)
 _RAW = CompressionTypes.UNCOMPRESSED  # copies keep bytes as they are, whatever the name
 
 
@@ -122,7 +120,7 @@ class PublishOutput(beam.PTransform):
                  labels_seen: dict[str, LabelSeen],
                  duplicates: dict[str, int], near_duplicates: dict[str, int],
                  report_content: ReportContent, written: list[Any]) -> Summary:
-        settle_beam_filesystems()  # this may be a worker of another machine
+        settle_beam_filesystems(self._output_dir)  # this may be a worker of another machine
         files = name_shards(shards, self._format)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
         prepared = FileSystems.join(self._temp_dir, SUMMARY_FILE)
@@ -286,15 +284,16 @@ def name_shards(shards: Iterable[ShardWritten], shard_format: ShardFormat
     for shard in sorted(shards, key=lambda s: (s.split, s.shard)):
         if shard.examples:
             by_split[shard.split].append(shard)
-    return {split: [(naming.published_shard(split, index, len(split_shards), suffix), shard)
+    return {split: [(naming.PublishedShard(split, index, len(split_shards), suffix).name, shard)
                     for index, shard in enumerate(split_shards)]
             for split, split_shards in by_split.items()}
 
 
 # Everything a run publishes but summary.json; what matches and is not replaced is stale.
-_PUBLISHED = (*(glob for split in SPLITS for glob in shard_globs(split)), "transform_fn/**",
-              "transformed_metadata/**", *(f"{stem}-*.jsonl" for stem in (
-                  ERRORS, DUPLICATES, NEAR_DUPLICATES)), REPORT_FILE, LABEL_MAP_FILE,
+_PUBLISHED = (*(glob for split in SPLITS for glob in shard_globs(split)),
+              *(f"{folder}/**" for folder in TRANSFORM_FOLDERS),
+              *(naming.every_jsonl_list(stem) for stem in (ERRORS, DUPLICATES, NEAR_DUPLICATES)),
+              REPORT_FILE, LABEL_MAP_FILE,
               DATASET_INFO_FILE, FEATURES_FILE, f"*{LABELS_SUFFIX}")
 # What readers start from: removed first, so none takes a half-swapped folder for whole
 # (summary.json is written again last; the TFDS files come with the others).

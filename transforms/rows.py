@@ -15,7 +15,7 @@ from image_tfrecords.transforms import live_progress
 from image_tfrecords.transforms.in_workers import RunInWorkers
 from image_tfrecords.transforms.labels import categorical_columns
 from image_tfrecords.transforms.shards import SIZE_SAMPLE
-from image_tfrecords.transforms.vocabulary_file import LABEL_VOCABULARY
+from image_tfrecords.core.naming import LABEL_VOCABULARY
 from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core.chunks import RowChunk
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS, RowRules

@@ -21,13 +21,11 @@ from image_tfrecords.core.choices import LabelMode, UnseenLabel
 from image_tfrecords.core.feature_keys import (CLASS_LABEL, IMAGE, LABEL_ID_BASE, MASKS,
                                               SEGMENTATION, is_image_key)
 from image_tfrecords.core.label_map import UNSEEN_LABEL_NAME
-from image_tfrecords.core.naming import DATASET_INFO_FILE, FEATURES_FILE
+from image_tfrecords.core.naming import DATASET_INFO_FILE, FEATURES_FILE, TFDS_FILEPATH_TEMPLATE
 from image_tfrecords.core.summary import FeatureInfo, Summary
 
 LABELS_SUFFIX = ".labels.txt"
 BACKGROUND_NAME = "[background]"  # detection's id 0, which no object has
-# TFDS's name for a shard of ours: train-00000-of-00004.tfrecord.
-FILEPATH_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"
 
 _FEATURE = "tensorflow_datasets.core.features"
 _TFDS_DTYPES = {"bytes": "string", "int64": "int64", "float": "float32"}
@@ -48,7 +46,7 @@ def tfds_metadata(summary: Summary) -> dict[str, str]:
         "fileFormat": file_format.tfds_name,
         "splits": [{"name": split, "numBytes": stats.bytes,
                     "shardLengths": [shard.records for shard in stats.shards],
-                    "filepathTemplate": FILEPATH_TEMPLATE}
+                    "filepathTemplate": TFDS_FILEPATH_TEMPLATE}
                    for split, stats in summary.splits.items() if stats.shards],
     }
     label = next((key for key in LABEL_ID_BASE if key in features), None)

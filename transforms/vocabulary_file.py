@@ -15,11 +15,10 @@ from typing import NamedTuple
 from apache_beam.io.filesystems import FileSystems
 
 from image_tfrecords.core.label_map import LabelMapError, is_gap, read_label_map, vocabulary_of
+from image_tfrecords.core.naming import LABEL_VOCABULARY, PUBLISHED_LABEL_VOCABULARY
 from image_tfrecords.core.text_limits import file_lines, line_break_in
 
-LABEL_VOCABULARY = "label"  # file name of the vocabulary under transform_fn/assets/
 # Where an earlier output keeps its label vocabulary (tft.TFTransformOutput's layout).
-_EARLIER_OUTPUT_VOCABULARY = f"transform_fn/assets/{LABEL_VOCABULARY}"
 # How a label map starts, after comments: its first entry, `item {` (or `item: {`).
 _LABEL_MAP = re.compile(r"\A(?:\s*#[^\n]*\n)*\s*item\s*:?\s*\{")
 
@@ -63,7 +62,7 @@ def read_pinned_vocabulary(given: str, labels_in_data: Callable[[], Iterable[str
     make the ids differ from the line numbers the user reads), or what is wrong with a
     label map.
     """
-    earlier = FileSystems.join(given, _EARLIER_OUTPUT_VOCABULARY)
+    earlier = FileSystems.join(given, PUBLISHED_LABEL_VOCABULARY)
     source = earlier if FileSystems.exists(earlier) else given
     try:
         with FileSystems.open(source) as file:
@@ -99,7 +98,7 @@ def read_pinned_vocabulary(given: str, labels_in_data: Callable[[], Iterable[str
 def output_labels(output_dir: str) -> tuple[str, ...] | None:
     """The label vocabulary of the image-tfrecords output in `output_dir` (line i: id i),
     read as the lookup reads it (core/label_ids.py); None where there is none."""
-    path = FileSystems.join(output_dir, _EARLIER_OUTPUT_VOCABULARY)
+    path = FileSystems.join(output_dir, PUBLISHED_LABEL_VOCABULARY)
     if not FileSystems.exists(path):
         return None
     with FileSystems.open(path) as file:

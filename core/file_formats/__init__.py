@@ -17,6 +17,7 @@ import contextlib
 import importlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO, ClassVar, Protocol
+from image_tfrecords.core import naming
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -106,7 +107,7 @@ class ShardFormat(abc.ABC):
     @classmethod
     def shard_glob(cls, split: str) -> str:
         """Matches every shard file of `split` in an output folder, compressed or not."""
-        return f"{split}-*-of-*{cls.stem}*"
+        return naming.PublishedShard.glob(split, cls.stem)
 
     @abc.abstractmethod
     def create(self, path: str, files: Files) -> contextlib.AbstractContextManager[RecordWriter]:
