@@ -26,7 +26,7 @@ BEAMS_OWN = {
 
 
 def test_the_installed_versions_are_those_the_replacements_were_read_against():
-    # Fails when a pin in requirements.txt moves: read Beam's hadoopfilesystem.py and
+    # Fails when a pin in requirements.txt moves: read Beam's apache_beam/io/hadoopfilesystem.py and
     # aws/clients/s3/boto3_client.py (and the hdfs library's Client) again, then move
     # VERIFIED_ON in core/beam_filesystems.py.
     for fix in VERIFIED_ON:
