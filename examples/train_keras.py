@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 
-# First: importing it loads TensorFlow with its start-up lines left out (the command
-# line's console filter, core/console.py), which Keras would print loading it first.
-import image_tfrecords  # isort: skip
+# First: importing the readers loads TensorFlow with its start-up lines left out (the
+# command line's console filter, core/console.py), which Keras would print loading it first.
+from image_tfrecords import Output, load  # isort: skip
 import keras
 
 IMAGE_SIZE = 64
@@ -46,13 +46,12 @@ def main(argv: list[str] | None = None) -> float:
     args = parser.parse_args(argv)
     keras.utils.set_random_seed(args.seed)
 
-    output = image_tfrecords.Output.read(args.output_dir)
+    output = Output.read(args.output_dir)
     if output.label_mode != "single":
         parser.error(f"{args.output_dir} has {output.label_mode!r} labels; this example "
                      "trains a single-label classifier")
-    train, validation = (image_tfrecords.load(args.output_dir, split, as_supervised=True,
-                                              batch_size=args.batch_size,
-                                              image_size=IMAGE_SIZE, seed=args.seed)
+    train, validation = (load(args.output_dir, split, as_supervised=True,
+                              batch_size=args.batch_size, image_size=IMAGE_SIZE, seed=args.seed)
                          for split in ("train", "validation"))
     model = build_model(output.num_classes)
     model.compile(optimizer=keras.optimizers.Adam(3e-3),
