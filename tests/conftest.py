@@ -217,6 +217,16 @@ def sample_outputs(tmp_path_factory):
     return output
 
 
+@pytest.fixture(scope="session")
+def hostile(tmp_path_factory):
+    """test_engines.py's hostile set and the DirectRunner's output of it, run once a
+    session for the engines' tests there and in test_spark_cluster.py."""
+    # Imported here: test_engines imports this module.
+    from test_engines import direct_run_of_the_hostile_set  # noqa: PLC0415
+
+    return direct_run_of_the_hostile_set(tmp_path_factory.mktemp("hostile"))
+
+
 @pytest.fixture(params=FILE_FORMATS)
 def sample_output(request, sample_outputs):
     """The sample output in each file format: a test taking it runs once per format."""

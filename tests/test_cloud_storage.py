@@ -290,18 +290,24 @@ def test_overwrite_replaces_an_earlier_output_only_when_the_run_succeeds(gcs, tm
 
 @pytest.mark.parametrize("file_format", FILE_FORMATS)
 def test_hdfs_manifest_images_and_output(hdfs_flags, tmp_path, file_format):
-    """Into an output folder that does not exist yet, then replacing it: Beam's HDFS
-    filesystem refused the missing folder, and listed one level, so a run lost everything
-    below it (the report, the transform_fn, the dead letters) with exit 0."""
+    """Into an output folder that does not exist yet, then (TFRecord) replacing it: Beam's
+    HDFS filesystem refused the missing folder, and listed one level, so a run lost
+    everything below it (the report, the transform_fn, the dead letters) with exit 0.
+
+    Replacing is run once: a shard of either format reaches the temp folder in the first
+    run (ArrayRecord's through a local file and a copy), and the publish step's renames over
+    the earlier files (core/beam_filesystems.py's rename_over_files) never look at a file's
+    format."""
     run_folder = f"hdfs://hdfs-run-{file_format}"
     data, output = f"{run_folder}/data", f"{run_folder}/out"
     expected = make_dataset(data)
     assert convert(f"{data}/manifest.csv", output, "--file_format", file_format,
                    *hdfs_flags) == 0
-    check_output(output, expected, tmp_path / "first", file_format)
-    assert convert(f"{data}/manifest.csv", output, "--file_format", file_format,
-                   "--overwrite", *hdfs_flags) == 0
-    summary = check_output(output, expected, tmp_path / "again", file_format)
+    summary = check_output(output, expected, tmp_path / "first", file_format)
+    if file_format == "tfrecord":
+        assert convert(f"{data}/manifest.csv", output, "--file_format", file_format,
+                       "--overwrite", *hdfs_flags) == 0
+        summary = check_output(output, expected, tmp_path / "again", file_format)
     assert summary["manifests"] == [f"{data}/manifest.csv"]
     assert not [path for path in listing(run_folder)
                 if ".tmp-" in path or "beam-temp" in path], "temp files left in HDFS"

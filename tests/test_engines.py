@@ -128,10 +128,10 @@ def hostile_set(root: Path) -> Path:
     return root / "m.csv"
 
 
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory):
-    """The hostile set's flags and the DirectRunner's output of it, as `comparable` reads it."""
-    root = tmp_path_factory.mktemp("hostile")
+def direct_run_of_the_hostile_set(root: Path) -> tuple[list[str], dict]:
+    """The hostile set's flags and the DirectRunner's output of it, as `comparable` reads
+    it, made under `root` (conftest.py's session fixture `hostile` holds it: this module
+    and test_spark_cluster.py compare their engines' outputs with the one run)."""
     flags = ["--manifest", str(hostile_set(root)), "--max_error_fraction", "0.5",
              "--num_shards", "2", "--dedupe", "near"]
     job = pipeline(*flags, "--output_dir", str(root / "direct"), temp=root)

@@ -7,6 +7,7 @@ again, is tested in test_shards.py and test_publish.py.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,17 +93,25 @@ def test_same_bytes_with_one_or_two_workers(manifest, reference, tmp_path, worke
 STOP_AT = Path(__file__).parent.parent / "bench" / "stop_at.py"
 
 
+@pytest.fixture(scope="module")
+def old_output(tmp_path_factory):
+    """An earlier output for the killed runs to replace: one image, one label (cat)."""
+    root = tmp_path_factory.mktemp("old")
+    (root / "old.csv").write_text("TRAIN,reliability-old.jpg,cat\n")
+    (root / "reliability-old.jpg").write_bytes(encode(photo_like(8, 8, 99), "JPEG"))
+    assert run.main(["--manifest", str(root / "old.csv"), "--output_dir",
+                     str(root / "out")]) == 0
+    return root / "out"
+
+
 @pytest.mark.parametrize(("module", "function", "when"), [
     ("image_tfrecords.core.receipts", "write_receipt", "after"),  # the 2nd shard written, in a worker
     ("image_tfrecords.transforms.publish", "move_into_place", "after"),  # publishing: shards moved in
 ])
 def test_a_killed_run_never_looks_like_a_good_one_and_a_rerun_completes(
-        manifest, reference, tmp_path, module, function, when):
+        manifest, reference, old_output, tmp_path, module, function, when):
     output = tmp_path / "out"
-    (tmp_path / "old.csv").write_text("TRAIN,reliability-old.jpg,cat\n")
-    (tmp_path / "reliability-old.jpg").write_bytes(encode(photo_like(8, 8, 99), "JPEG"))
-    assert run.main(["--manifest", str(tmp_path / "old.csv"), "--output_dir",
-                     str(output)]) == 0
+    shutil.copytree(old_output, output)  # the earlier output, made once for both kills
     old = published(output)
 
     job = subprocess.run(  # SIGKILLed, worker processes and all, where the test says

@@ -40,8 +40,7 @@ import pytest
 
 from clusters import SparkCluster, WorkerPool, beside_a_pool
 from storage_servers import HOST
-from test_engines import (assert_same_output, engine_log, hostile,  # noqa: F401 (a fixture)
-                          pipeline)
+from test_engines import assert_same_output, engine_log, pipeline
 from test_reliability import published
 
 

@@ -5,11 +5,13 @@ image URLs. The run retries what can be retried and publishes output byte-identi
 clean run's, every row accounted for; what a fault keeps failing is a dead letter, never
 a half-written file."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
-from conftest import download, encode, listing, output_digests, photo_like, put
+from conftest import download, encode, get, listing, output_digests, photo_like, put
 from image_tfrecords.pipeline import run
 from storage_servers import CUT, Behaviour, ImageServer
 
@@ -30,23 +32,45 @@ def convert(manifest: str, output: str, *flags: str) -> None:
     assert run.main(["--manifest", manifest, "--output_dir", output, *flags]) == 0
 
 
-def converted_clean(bucket, folder: str) -> str:
-    """The images and their manifest in `folder` of the bucket, converted into
-    `folder`/clean with no fault; the proxy's record then starts afresh."""
-    for name, data in images().items():
-        put(f"{folder}/img/{name}", data)
-    put(f"{folder}/manifest.csv", manifest_text("img/").encode())
-    convert(f"{folder}/manifest.csv", f"{folder}/clean", *bucket.flags)
-    bucket.proxy.reset()
-    return folder
+@dataclasses.dataclass(frozen=True)
+class Clean:
+    """The images and their manifest in `folder` of a bucket, converted into
+    `folder`/clean with no fault, and that output downloaded to `local`."""
+
+    folder: str
+    local: Path
+
+
+@pytest.fixture(scope="module")
+def clean_runs(tmp_path_factory):
+    """store -> its Clean, converted once for the module: every test here converts the
+    same images, and compares its faulty run with this one (output_digests leaves each
+    output's own folder out). The proxy's record starts afresh after it."""
+    made: dict[str, Clean] = {}
+
+    def clean(store: str, bucket) -> Clean:
+        if store not in made:
+            folder = f"{bucket.url}/faults-{store}"
+            for name, data in images().items():
+                put(f"{folder}/img/{name}", data)
+            put(f"{folder}/manifest.csv", manifest_text("img/").encode())
+            convert(f"{folder}/manifest.csv", f"{folder}/clean", *bucket.flags)
+            local = tmp_path_factory.mktemp(f"clean-{store}")
+            download(f"{folder}/clean", local)
+            made[store] = Clean(folder, local)
+        bucket.proxy.reset()
+        return made[store]
+    return clean
 
 
 @pytest.mark.parametrize("store", ["gcs", "s3"])
-def test_a_steady_share_of_failed_and_cut_reads_changes_no_byte(store, request, tmp_path):
+def test_a_steady_share_of_failed_and_cut_reads_changes_no_byte(store, request, tmp_path,
+                                                                clean_runs):
     """20% of the image reads answered 503, 10% cut mid-body: the clients' retries
     (google-cloud-storage's, botocore's) get every image, and the output is a clean run's."""
     bucket = request.getfixturevalue(store)
-    folder = converted_clean(bucket, f"{bucket.url}/faults-{store}")
+    clean = clean_runs(store, bucket)
+    folder = clean.folder
     # Anchored at the path's start: a shard's upload body names the images too.
     image_reads = r"^/[^?]*img(/|%2F)photo"
     bucket.proxy.fail(image_reads, 503, share=0.2, seed=1)
@@ -56,9 +80,8 @@ def test_a_steady_share_of_failed_and_cut_reads_changes_no_byte(store, request, 
     # generation is in it); some always are.
     answered = bucket.proxy.statuses(image_reads)
     assert {503, CUT} & set(answered), answered
-    for name in ("clean", "faulty"):
-        download(f"{folder}/{name}", tmp_path / name)
-    assert output_digests(tmp_path / "faulty") == output_digests(tmp_path / "clean")
+    download(f"{folder}/faulty", tmp_path / "faulty")
+    assert output_digests(tmp_path / "faulty") == output_digests(clean.local)
     summary = json.loads((tmp_path / "faulty" / "summary.json").read_text())
     assert (summary["examples_written"], summary["accounted"]) == (IMAGES, True)
 
@@ -82,22 +105,24 @@ def test_image_urls_failing_at_a_steady_rate_change_no_byte(tmp_path):
 
 @pytest.mark.parametrize("store", ["gcs", "s3"])
 def test_a_steady_share_of_failed_writes_is_retried_or_the_run_publishes_nothing(
-        store, request, tmp_path):
+        store, request, tmp_path, clean_runs):
     """15% of the requests on the output folder (uploads, copies into place, deletes,
     listings) answered 503: the run either retries them and publishes a clean run's
     bytes, or fails saying so with nothing published."""
     bucket = request.getfixturevalue(store)
-    folder = converted_clean(bucket, f"{bucket.url}/write-faults-{store}")
+    clean = clean_runs(store, bucket)
+    # An output folder of its own, outside the clean run's (the share's draws hash the
+    # requests' paths: these are the paths this test has always drawn on).
+    output = f"{bucket.url}/write-faults-{store}/faulty"
     output_requests = r"write-faults-[a-z0-9]+(/|%2F)faulty"
     bucket.proxy.fail(output_requests, 503, share=0.15, seed=4)
-    code = run.main(["--manifest", f"{folder}/manifest.csv", "--output_dir",
-                     f"{folder}/faulty", *bucket.flags])
+    code = run.main(["--manifest", f"{clean.folder}/manifest.csv", "--output_dir", output,
+                     *bucket.flags])
     assert 503 in bucket.proxy.statuses(output_requests)
     bucket.proxy.reset()
-    download(f"{folder}/faulty", tmp_path / "faulty")
+    download(output, tmp_path / "faulty")
     if code == 0:
-        download(f"{folder}/clean", tmp_path / "clean")
-        assert output_digests(tmp_path / "faulty") == output_digests(tmp_path / "clean")
+        assert output_digests(tmp_path / "faulty") == output_digests(clean.local)
     else:
         assert not (tmp_path / "faulty" / "summary.json").exists()
         assert not [path for path in (tmp_path / "faulty").rglob("*")
@@ -106,7 +131,7 @@ def test_a_steady_share_of_failed_writes_is_retried_or_the_run_publishes_nothing
 
 @pytest.mark.parametrize("store", ["gcs", "s3"])
 def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good(
-        store, request, tmp_path, capsys):
+        store, request, tmp_path, capsys, clean_runs):
     """Every request on a TRAIN shard's final name refused (403: no client retries it) while
     a run replaces an earlier output: the run fails in one line saying why and what it
     left, the folder has no summary.json, so no reader takes it for an output. Then the
@@ -115,11 +140,17 @@ def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good
     that the failed swap moved back: the receipts would not match, and resume would write
     it again)."""
     bucket = request.getfixturevalue(store)
-    folder = converted_clean(bucket, f"{bucket.url}/place-faults-{store}")
-    download(f"{folder}/clean", tmp_path / "clean")
+    clean = clean_runs(store, bucket)
+    # The earlier output: the clean run's files, copied (byte for byte, written before
+    # this run) into a folder of this test's, which the run replaces.
+    output = f"{bucket.url}/place-faults-{store}/clean"
+    for relative in listing(f"{clean.folder}/clean"):
+        put(f"{output}/{relative}", get(f"{clean.folder}/clean/{relative}"))
+    bucket.proxy.reset()
     # Without the first row (a TRAIN one): a new TRAIN shard, the same TEST shard.
-    put(f"{folder}/fewer.csv", "".join(manifest_text("img/").splitlines(True)[1:]).encode())
-    argv = ["--manifest", f"{folder}/fewer.csv", "--output_dir", f"{folder}/clean",
+    put(f"{clean.folder}/fewer.csv",
+        "".join(manifest_text("img/").splitlines(True)[1:]).encode())
+    argv = ["--manifest", f"{clean.folder}/fewer.csv", "--output_dir", output,
             "--overwrite", *bucket.flags]
     # S3 copies with a PUT on the final name; GCS copies to it in a batch request's body.
     bucket.proxy.fail(r"(^/[^?]*|(copyTo|rewriteTo)/b/[^/]+/o/[^ ?]*)clean(/|%2F)train-", 403)
@@ -130,11 +161,11 @@ def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good
     bucket.proxy.reset()
     assert error.startswith("error: the job failed: ") and "403" in error, error
     assert len(error) < 1000, error  # a failed batch in a line: not every file's error
-    assert (f"After it: nothing was published, {folder}/clean has no summary.json (no "
-            f"reader takes it for an output); the run's files are in {folder}/clean/.tmp-"
+    assert (f"After it: nothing was published, {output} has no summary.json (no "
+            f"reader takes it for an output); the run's files are in {output}/.tmp-"
             in error)
-    assert "summary.json" not in listing(f"{folder}/clean")
-    clean = output_digests(tmp_path / "clean")
+    assert "summary.json" not in listing(output)
+    earlier = output_digests(clean.local)
 
     # Resumed with the deletes that end each rename (a copy, then a delete) refused: the
     # copies landed under the final names, and the run removes them again, so no file of
@@ -144,19 +175,19 @@ def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good
     assert 403 in bucket.proxy.statuses(".")
     bucket.proxy.reset()
     assert "has no summary.json" in capsys.readouterr().err.splitlines()[-1]
-    download(f"{folder}/clean", tmp_path / "left")
+    download(output, tmp_path / "left")
     left = output_digests(tmp_path / "left")
     assert "summary.json" not in left
-    assert all(left[name] == clean.get(name) for name in left
-               if name.startswith(("train-", "test-"))), (left, clean)
+    assert all(left[name] == earlier.get(name) for name in left
+               if name.startswith(("train-", "test-"))), (left, earlier)
 
     assert run.main([*argv, "--resume"]) == 0
     assert "resuming the stopped run" in capsys.readouterr().out
-    download(f"{folder}/clean", tmp_path / "rerun")
+    download(output, tmp_path / "rerun")
     rerun = output_digests(tmp_path / "rerun")
-    assert rerun.keys() == clean.keys()
+    assert rerun.keys() == earlier.keys()
     for name in (name for name in rerun if name.startswith(("train-", "test-"))):
-        assert (rerun[name] == clean[name]) == name.startswith("test-"), name
+        assert (rerun[name] == earlier[name]) == name.startswith("test-"), name
     summary = json.loads((tmp_path / "rerun" / "summary.json").read_text())
     assert (summary["resumed_shards"], summary["examples_written"], summary["accounted"]) == (
         2, IMAGES - 1, True)
