@@ -165,7 +165,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
         raise UsageError(f"every manifest is {splits} (--manifest SPLIT=PATH), no "
                          f"--vocabulary is given and they declare no classes: {NO_TRAIN_ROWS}")
     run_info = RunInfo(
-        # An image folder read as the manifests it holds (InputFormat.folder_reading) names them too.
+        # An image folder read as the manifests it holds (folder_reading) names them too.
         manifests=[source.describe() for source in manifests] or None,
         image_folder=convert.image_folder,
         options=RunOptions(runner=options.view_as(StandardOptions).runner or "DirectRunner",

@@ -6,11 +6,12 @@ pixel boxes of a declared size); a header of known names, or the columns
 range at a time by worker processes.
 
 What the first rows may say two ways is settled once, by the launcher, before any worker
-reads (CsvFormat.settled_rules, asked by pipeline/read_choices.py): a header column under a name of its own whose values are
-all split names (`picture,breed,fold`), or a validation flag column holding only
-true/false (fastai's `is_valid`, core/splits.py), is the split column, named in the
-console, or the run is refused naming the columns (split_name_columns); with --label_mode multi, the
-separator most label fields hold (`animal;indoor`) joins labels (common_separator).
+reads (CsvFormat.settled_rules, asked by pipeline/read_choices.py): a header column under
+a name of its own whose values are all split names (`picture,breed,fold`), or a
+validation flag column holding only true/false (fastai's `is_valid`, core/splits.py), is
+the split column, named in the console, or the run is refused naming the columns
+(split_name_columns); with --label_mode multi, the separator most label fields hold
+(`animal;indoor`) joins labels (common_separator).
 Workers read by the RowRules that come of it, so no two chunks can choose apart."""
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ A format says which file names it may be (`suffixes`), how its content is recogn
 when a name could be several formats (`recognises`), which folders and globs given to
 --manifest are its files (`annotation_glob`, `folder_glob`, `folder_reading`), its checks
 before the job (a ManifestError of one line), what the launcher learns of it up front
-(`settled_rules`, `declared_classes`, `labels_sampled`), and the rows it reads: ManifestRows, DeadLetters
-naming the row and the reason, and DiscardedRows. Every hook has a default that does
-nothing special, so a format declares only what it needs: as datumaro's importers each
-find and detect their own files.
+(`settled_rules`, `declared_classes`, `labels_sampled`), and the rows it reads:
+ManifestRows, DeadLetters naming the row and the reason, and DiscardedRows. Every hook
+has a default that does nothing special, so a format declares only what it needs: as
+datumaro's importers each find and detect their own files.
 """
 
 from __future__ import annotations
