@@ -136,6 +136,11 @@ def join(base: str, *parts: str) -> str:
         [base.rstrip("/"), *parts])
 
 
+def everything_under(root: str) -> str:
+    """The pattern of every file under `root`, however deep."""
+    return f"{root.rstrip('/')}/**"
+
+
 def flush_to_disk(path: str) -> None:
     """Plain local paths only: an object store holds an object once its upload closed."""
     if is_local(path):

@@ -84,7 +84,8 @@ class ConversionResult:
 
 def convert(source: str | os.PathLike | Sequence[str | os.PathLike] | pd.DataFrame,
             output_dir: str, **options: Any) -> ConversionResult:
-    """Converts a manifest (a path or glob; a folder of Pascal VOC XMLs is one), a list of
+    """Converts a manifest (a path or glob; a folder of annotation files, such as Pascal
+    VOC XMLs, is one), a list of
     them, an image folder, or a DataFrame.
 
     A DataFrame is read as a CSV manifest with its columns as the header: the same column
@@ -203,9 +204,9 @@ def _dataframe_manifest(frame: pd.DataFrame, folder: str | None) -> Iterator[str
 
 
 def _is_image_folder(source: str) -> bool:
-    """A folder, but not one of Pascal VOC annotation XMLs (or a VOCdevkit year folder),
-    which is a manifest."""
-    from image_tfrecords.core.inputs.voc import xml_glob  # noqa: PLC0415
+    """A folder, but not one of a format's annotation files (Pascal VOC XMLs, KITTI
+    label files), which is a manifest."""
+    from image_tfrecords.core.inputs.sources import is_annotation_folder  # noqa: PLC0415
 
     is_folder = os.path.isdir(source) or (("://" in source) and source.endswith("/"))
-    return is_folder and xml_glob(source) is None
+    return is_folder and not is_annotation_folder(source)

@@ -25,8 +25,7 @@ from image_tfrecords.transforms.outcome import read_summary
 from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary
 from image_tfrecords.core import naming, storage
 from image_tfrecords.core.chunks import LineCutter, LineRange, ManifestSource, RowChunk, chunk_bytes
-from image_tfrecords.core.inputs.folder import IMAGE_FOLDER, everything_under
-from image_tfrecords.core.inputs.sources import FORMATS
+from image_tfrecords.core.inputs.sources import FORMATS, class_folders_source
 from image_tfrecords.core.naming import RUN_FILE, SUMMARY_FILE
 from image_tfrecords.core.summary import Summary
 # Options that change nothing a run writes, and may differ between a run and its resume;
@@ -92,7 +91,7 @@ def scan_sources(convert: ConvertOptions, manifests: Sequence[ManifestSource],
     processes = convert.run_settings().workers.process_count()
     if convert.image_folder and not manifests:  # class folders, not the manifests it holds
         sources = {convert.image_folder: _listing_digest(convert.image_folder)}
-        chunks = [RowChunk(ManifestSource(convert.image_folder, IMAGE_FOLDER))]
+        chunks = [RowChunk(class_folders_source(convert.image_folder))]
     else:
         sources, chunks = {}, []
         for source in manifests:
@@ -214,7 +213,7 @@ def _contents_digest(source: ManifestSource, processes: int
 def _listing_digest(root: str) -> str:
     """Of an image folder's listing: every file's path and size (not its bytes)."""
     digest = hashlib.sha256()
-    for metadata in sorted(FileSystems.match([everything_under(root)])[0].metadata_list,
+    for metadata in sorted(FileSystems.match([storage.everything_under(root)])[0].metadata_list,
                            key=lambda m: m.path):
         digest.update(f"{metadata.path}\0{metadata.size_in_bytes}\n".encode())
     return digest.hexdigest()

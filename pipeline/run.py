@@ -36,14 +36,12 @@ from image_tfrecords.transforms.vocabulary_file import (PinnedVocabulary, Vocabu
                                        read_pinned_vocabulary)
 from image_tfrecords.core import interrupts, naming, storage
 from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
-from image_tfrecords.core.inputs.folder import check_folder, layout_said
-from image_tfrecords.core.inputs.folder_kinds import read_folder_as, relative_files
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.records import ManifestRow
-from image_tfrecords.core.inputs.coco import CocoFormat, category_names
-from image_tfrecords.core.inputs.sources import (ManifestSource, check_sources, class_declarations,
-                                   find_manifests, one_declaration, read_source,
-                                   split_and_path)
+from image_tfrecords.core.inputs.sources import (FORMATS, ManifestSource, check_sources,
+                                                 class_declarations, find_manifests,
+                                                 image_folder_sources, one_declaration,
+                                                 read_source, split_and_path)
 from image_tfrecords.core.naming import SUMMARY_FILE
 from image_tfrecords.core.redaction import redact_urls
 from image_tfrecords.core.splits import SPLITS
@@ -167,7 +165,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
         raise UsageError(f"every manifest is {splits} (--manifest SPLIT=PATH), no "
                          f"--vocabulary is given and they declare no classes: {NO_TRAIN_ROWS}")
     run_info = RunInfo(
-        # An image folder read as the manifests it holds (folder_kinds.py) names them too.
+        # An image folder read as the manifests it holds (folder_reading) names them too.
         manifests=[source.describe() for source in manifests] or None,
         image_folder=convert.image_folder,
         options=RunOptions(runner=options.view_as(StandardOptions).runner or "DirectRunner",
@@ -436,7 +434,7 @@ def _check_locations(convert: ConvertOptions) -> list[ManifestSource]:
     probe_storage(_source_locations(convert))
     rules = convert.row_rules()
     if convert.image_folder:
-        manifests, first_images = _image_folder_sources(convert.image_folder, rules)
+        manifests, first_images = image_folder_sources(convert.image_folder, rules, _say)
     else:
         manifests, first_images = find_manifests(convert.manifest, convert.input_format,
                                                  say=_say), []
@@ -449,27 +447,6 @@ def _check_locations(convert: ConvertOptions) -> list[ManifestSource]:
         raise UsageError(f"--output_dir {convert.output_dir} is not empty; "
                          "pass --overwrite to replace its contents")
     return manifests
-
-
-def _image_folder_sources(root: str, rules: RowRules) -> tuple[list[ManifestSource], list[str]]:
-    """--image_folder: (the manifests it holds, a Hugging Face imagefolder's metadata or
-    a YOLO folder's classes.txt, said in the console; or none for class folders, and
-    the path of a file for the storage probe). Class folders whose layout reads two ways,
-    or fits none, are refused; a split folder under another name is said."""
-    relatives = relative_files(root)
-    reading = read_folder_as(root, relatives)
-    if reading:
-        for line in (reading.said, *reading.notes):
-            _say(line)
-        return list(reading.sources), []
-    first_image = check_folder(root)
-    if rules.detection:
-        raise UsageError("--label_mode detection needs a manifest of boxes, not "
-                         f"--image_folder {root} of class folders")
-    said = layout_said(root, relatives)
-    if said:
-        _say(said)
-    return [], [first_image]
 
 
 def _say(line: str) -> None:
@@ -491,9 +468,10 @@ def _source_locations(convert: ConvertOptions) -> list[str]:
 def _first_image_rows(manifests: list[ManifestSource], rules: RowRules) -> list[ManifestRow]:
     """The first rows of the first manifests: their images are what the probe reads.
 
-    Not from COCO files: their first row comes only after their image table is read.
+    Not from files whose first row comes only after a table of the whole dataset (COCO's
+    images: InputFormat.first_rows_early).
     """
-    readable = [source for source in manifests if source.format != CocoFormat.name]
+    readable = [source for source in manifests if FORMATS[source.format].first_rows_early]
     return [row for source in readable[:FILES_PER_SCHEME]
             for row in itertools.islice(read_source(source, rules), _ROWS_PROBED)
             if isinstance(row, ManifestRow)]
@@ -512,13 +490,8 @@ def _check_image_dir(image_dir: str | None, first_rows: list[ManifestRow]) -> No
 
 
 def _labels_in_data(manifests: list[ManifestSource], rules: RowRules) -> set[str]:
-    """Labels of the first rows of the first manifests (a COCO file's: its categories)."""
-    found: set[str] = set()
-    for source in manifests[:FILES_PER_SCHEME]:
-        if source.format == CocoFormat.name:
-            found.update(category_names(source.path))
-            continue
-        for row in itertools.islice(read_source(source, rules), _ROWS_SAMPLED_FOR_LABELS):
-            if isinstance(row, ManifestRow):
-                found.update(row.labels)
-    return found
+    """Labels of the first rows of the first manifests (InputFormat.labels_sampled: a
+    COCO file's are its categories)."""
+    return set().union(*(FORMATS[source.format].labels_sampled(source, rules,
+                                                               _ROWS_SAMPLED_FOR_LABELS)
+                         for source in manifests[:FILES_PER_SCHEME]))

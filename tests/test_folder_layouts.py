@@ -11,7 +11,7 @@ import tensorflow_transform as tft
 from conftest import before_the_job, encode, feature, photo_like, read_examples
 from image_tfrecords.pipeline import run
 from image_tfrecords.core.inputs.folder import NOT_IN_LABEL_FOLDER, folder_rows
-from image_tfrecords.core.inputs.folder_kinds import read_folder_as, relative_files
+from image_tfrecords.core.inputs.sources import read_folder_as, relative_files
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import (FORMATS, check_sources, find_manifests, read_source,
                                    split_and_path)

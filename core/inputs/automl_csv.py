@@ -6,11 +6,12 @@ pixel boxes of a declared size); a header of known names, or the columns
 range at a time by worker processes.
 
 What the first rows may say two ways is settled once, by the launcher, before any worker
-reads (pipeline/read_choices.py): a header column under a name of its own whose values are
-all split names (`picture,breed,fold`), or a validation flag column holding only
-true/false (fastai's `is_valid`, core/splits.py), is the split column, named in the
-console, or the run is refused naming the columns (split_name_columns); with --label_mode multi, the
-separator most label fields hold (`animal;indoor`) joins labels (common_separator).
+reads (CsvFormat.settled_rules, asked by pipeline/read_choices.py): a header column under
+a name of its own whose values are all split names (`picture,breed,fold`), or a
+validation flag column holding only true/false (fastai's `is_valid`, core/splits.py), is
+the split column, named in the console, or the run is refused naming the columns
+(split_name_columns); with --label_mode multi, the separator most label fields hold
+(`animal;indoor`) joins labels (common_separator).
 Workers read by the RowRules that come of it, so no two chunks can choose apart."""
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.input_format import InputFormat
 from image_tfrecords.core.inputs.boxes import VERTEX_FIELDS, box_row, declared_size, parse_box, pixel_box
 from image_tfrecords.core.inputs.lines import LOOKAHEAD, LongLine, numbered_lines, short_lines
-from image_tfrecords.core.inputs.rows import (DISCARD, DiscardedRow, ManifestError, ManifestItem, RowRules,
+from image_tfrecords.core.inputs.rows import (DEFAULT_LABEL_SEPARATOR, DISCARD, DiscardedRow,
+                                ManifestError, ManifestItem, RowRules,
                                 has_undecodable_bytes, image_folder, invalid_split,
                                 is_split_value, rejecter, resolve_uri, row_split)
 from image_tfrecords.core.records import Box, ManifestRow
@@ -495,14 +497,83 @@ class CsvFormat(InputFormat):
     # that recognises its content among these names (KITTI's .txt, Open Images' .csv)
     # does not claim every file of that name.
     suffixes = (".csv", ".tsv", ".txt")
+    reads_unclaimed_names = True
+    named_columns = True
     cuts_by_lines = True
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         read_header(source.path, rules)
 
+    def settled_rules(self, sources: Sequence[ManifestSource], rules: RowRules,
+                      say: Callable[[str], None]) -> RowRules:
+        """--split_column and --label_separator, where not given, from the manifests'
+        first rows: a column under a name of its own that holds only split names, and
+        the separator the label fields hold (multi)."""
+        if rules.split_column is None:
+            rules = dataclasses.replace(rules, split_column=_split_column(sources, rules, say))
+        if rules.label_separator is None and rules.multi_label:
+            rules = dataclasses.replace(rules,
+                                        label_separator=self._label_separator(sources, rules, say))
+        return rules
+
+    def _label_separator(self, sources: Sequence[ManifestSource], rules: RowRules,
+                         say: Callable[[str], None]) -> str:
+        """The separator the sampled label fields hold (common_separator), named in the
+        console; the default where none holds one."""
+        whole_fields = dataclasses.replace(rules, label_separator=None)
+        fields = [label for source in sources
+                  for row in itertools.islice(self.checked_rows(source, whole_fields),
+                                              ROWS_SAMPLED)
+                  if isinstance(row, ManifestRow) for label in row.labels]
+        choice = common_separator(fields)
+        if choice is None:
+            return DEFAULT_LABEL_SEPARATOR
+        say(f"labels joined by {choice.separator!r} (in {choice.fields_with_it} of the "
+            f"{choice.fields} label fields sampled); --label_separator TEXT chooses another")
+        return choice.separator
+
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestItem]:
         return read_csv(source.path, rules, source.split, lines)
+
+
+# Data rows of each CSV manifest the read choices are made from (the label sample's size).
+ROWS_SAMPLED = 200
+
+
+def _split_column(sources: Sequence[ManifestSource], rules: RowRules,
+                  say: Callable[[str], None]) -> str | None:
+    """The one column of the CSVs' headers, under a name the reader does not know, that
+    holds only split names; None where there is none."""
+    found = {source.path: split_name_columns(source.path, rules, ROWS_SAMPLED)
+             for source in sources}
+    names = {column.name.lower() for columns in found.values() for column in columns}
+    if not names:
+        return None
+    if len(names) > 1 or not all(found.values()):
+        raise ManifestError(
+            f"{_listed(found)}; a split column is chosen only where every CSV manifest has "
+            "one such column, under one name: name it with --split_column NAME, or pass "
+            "--split_column none to split every row by hash (--split_fractions)")
+    column = next(iter(found.values()))[0]  # every manifest's one, under one name
+    say(f"splits from the column {column.name!r} ({', '.join(column.values)}); "
+        "--split_column none splits by hash instead")
+    return column.name
+
+
+def _listed(found: dict[str, tuple[SplitColumn, ...]]) -> str:
+    """Each manifest's columns that hold only split names, or that it has none."""
+    return "; ".join(f"{path}: {_described(columns)}" for path, columns in found.items())
+
+
+def _described(columns: Sequence[SplitColumn]) -> str:
+    if not columns:
+        return "no column of another name holds only split names"
+    if len(columns) > 1:
+        return (f"the columns {', '.join(repr(column.name) for column in columns)} hold "
+                "only split names")
+    return (f"the column {columns[0].name!r} holds only split names "
+            f"({', '.join(columns[0].values)})")
 
 
 class SplitColumn(NamedTuple):

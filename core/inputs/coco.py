@@ -294,6 +294,7 @@ class CocoFormat(InputFormat):
     title = "a COCO instances JSON file"
     suffixes = (".json",)
     boxes_only = True
+    first_rows_early = False  # the first row comes only after the image table is read
 
     def recognises(self, head: FileHead) -> bool:
         """A JSON file whose first key is one of COCO's top-level keys, not panoptic."""
@@ -306,6 +307,10 @@ class CocoFormat(InputFormat):
 
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
         return declared_categories(source.path)
+
+    def labels_sampled(self, source: ManifestSource, rules: RowRules, rows: int) -> set[str]:
+        """Its categories' names: the rows come only after the image table is read."""
+        return category_names(source.path)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestRow | DeadLetter]:

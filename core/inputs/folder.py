@@ -7,7 +7,7 @@ image becomes a ManifestRow, so the rest of the pipeline treats it like a CSV ro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from image_tfrecords.core import storage
 from image_tfrecords.core.dead_letters import DeadLetter
@@ -36,7 +36,7 @@ def check_folder(root: str) -> str:
     there is none, or when the folder is an annotation dataset (YOLO, KITTI, Pascal VOC,
     COCO), whose labels are not folder names, naming the command that reads it. Lists a
     few files at most."""
-    found = storage.match(everything_under(root), limit=1)
+    found = storage.match(storage.everything_under(root), limit=1)
     if not found:
         raise ManifestError(f"image folder not found or empty: {root}")
     root = root.rstrip("/")
@@ -45,6 +45,22 @@ def check_folder(root: str) -> str:
         if problem:
             raise ManifestError(problem)
     return found[0].path
+
+
+def class_folders(root: str, relatives: list[str], rules: RowRules,
+                  say: Callable[[str], None]) -> str:
+    """--image_folder of class folders, before the job: the path of a file under `root`
+    for the storage probe (check_folder). Refused for detection, and where the layout
+    reads two ways or fits none; a split folder under another name is said
+    (layout_said). `relatives`: every file's path under `root`."""
+    first_image = check_folder(root)
+    if rules.detection:
+        raise ManifestError("--label_mode detection needs a manifest of boxes, not "
+                            f"--image_folder {root} of class folders")
+    said = layout_said(root, relatives)
+    if said:
+        say(said)
+    return first_image
 
 
 def _yolo_refusal(root: str) -> str | None:
@@ -139,7 +155,7 @@ def _image_files(root: str) -> list[tuple[str, str]]:
     """(path, path relative to `root`) of every image file under `root`."""
     root = root.rstrip("/")
     return [(metadata.path, metadata.path[len(root) + 1:])
-            for metadata in storage.match(everything_under(root))
+            for metadata in storage.match(storage.everything_under(root))
             if _is_image_name(metadata.path)]
 
 
@@ -238,16 +254,12 @@ def _label_layout_row(root: str, path: str, relative: str,
                        (parts[0],))
 
 
-def everything_under(root: str) -> str:
-    """The pattern of every file under `root`, however deep."""
-    return f"{root.rstrip('/')}/**"
-
-
 class ImageFolderFormat(InputFormat):
     """--image_folder: chosen by the option, never sniffed from a path."""
 
     name = IMAGE_FOLDER
     title = "an image folder"
+    chosen_by_input_format = False
     in_worker = False
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:

@@ -12,6 +12,16 @@ image's own size once the shard writer has read it. Class ids stay ids as text (
 a split name (`train/metadata.jsonl`, as the datasets library reads it), else --manifest
 SPLIT=PATH or a hashed one. A line naming an image an earlier line named is a
 duplicate_row. A file is read whole by one worker process.
+
+A folder (--manifest FOLDER or --image_folder FOLDER) is a Hugging Face imagefolder
+where it holds `metadata.jsonl` or `metadata.csv` files, at its root or in its split
+folders (HfMetadataFormat.folder_reading). The datasets library's folder_based_builder
+reads every metadata file among a split's files, and then takes the labels from the
+metadata, not from the folder names; its split folders are `train/`, `validation/`,
+`test/` (or another split keyword, core/splits.py), maybe under `data/`. Read as those
+metadata files, each with the split of its folder. An image that no metadata file names
+is not read (its label would be the metadata's); the console says how many there are,
+and the first few.
 """
 
 from __future__ import annotations
@@ -30,14 +40,22 @@ from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import box_row, declared_size, pixel_box
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.documents import load_json, load_yaml
-from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat
+from image_tfrecords.core.inputs.folder import IMAGE_EXTENSIONS
+from image_tfrecords.core.inputs.input_format import (DeclaredClasses, FileHead, FolderReading,
+                                                      InputFormat, plain_name)
 from image_tfrecords.core.inputs.lines import LongLine, numbered_lines, whole_lines
 from image_tfrecords.core.inputs.rows import (ImageEntries, ManifestError, RowRules, has_undecodable_bytes,
-                                json_text, printable, rejecter, resolve_uri, row_split)
+                                json_text, normalise_path, printable, rejecter, resolve_uri,
+                                row_split)
 from image_tfrecords.core.records import Box, ManifestRow
 from image_tfrecords.core.splits import normalise_split
 
 _FILE_NAME = "file_name"
+_METADATA_FILES = ("metadata.jsonl", "metadata.csv")
+# The datasets library reads these too; this converter does not.
+_UNREAD_METADATA_FILES = ("metadata.parquet",)
+# The images not in a metadata file that the console names (it counts them all).
+_UNLISTED_SHOWN = 3
 _LABEL_KEYS = ("label", "labels")
 # The features whose class_label names are the classes: the label, or each object's.
 _CLASS_FEATURES = (*_LABEL_KEYS, "category", "categories")
@@ -302,10 +320,64 @@ def _count(value: object) -> int | str:
     return len(value) if isinstance(value, list) else "no list of"
 
 
+def _imagefolder_reading(root: str, relatives: list[str]) -> FolderReading | None:
+    metadata = [relative for relative in relatives if plain_name(relative) in _METADATA_FILES]
+    unread = [relative for relative in relatives
+              if plain_name(relative) in _UNREAD_METADATA_FILES]
+    if unread and not metadata:
+        raise ManifestError(f"{root} is a Hugging Face imagefolder whose metadata is "
+                            f"{unread[0]}, which is not read: write it as metadata.jsonl")
+    if not metadata:
+        return None
+    kinds = sorted({plain_name(relative) for relative in metadata})
+    if len(kinds) > 1:  # the datasets library refuses this too
+        raise ManifestError(f"{root} is a Hugging Face imagefolder with both {kinds[0]} and "
+                            f"{kinds[1]} files: keep one kind")
+    sources = tuple(ManifestSource(storage.join(root, relative), HfMetadataFormat.name,
+                                   _metadata_split(root, relative)) for relative in metadata)
+    return FolderReading(sources, f"reading {root} as a Hugging Face imagefolder: its "
+                         f"{kinds[0]} ({_splits_said(root, sources)})",
+                         _unlisted_images_said(root, relatives, sources))
+
+
+def _unlisted_images_said(root: str, relatives: list[str],
+                          sources: tuple[ManifestSource, ...]) -> tuple[str, ...]:
+    """The console's line on the images under `root` that no metadata file names: they
+    are not read, so a user who added images without metadata lines learns it."""
+    listed = set().union(*(listed_images(source.path) for source in sources))
+    images = (normalise_path(storage.join(root, relative)) for relative in relatives
+              if relative.lower().endswith(IMAGE_EXTENSIONS))
+    unlisted = [image for image in images if image not in listed]
+    if not unlisted:
+        return ()
+    first = ", ".join(unlisted[:_UNLISTED_SHOWN]) + (
+        ", ..." if len(unlisted) > _UNLISTED_SHOWN else "")
+    many = len(unlisted) != 1
+    return (f"{len(unlisted)} image{'s' * many} under {root} {'are' if many else 'is'} in "
+            f"no metadata file and {'were' if many else 'was'} not read: {first}",)
+
+
+def _metadata_split(root: str, relative: str) -> str | None:
+    """The split of the folders a metadata file is in: the first of them named like a
+    split (`train/`, `data/train/`, as the datasets library's `**/train/**` patterns find
+    them), or for one at the root the root's own name (`--image_folder ds/train`); None
+    (a split per row, by hash) where none is."""
+    folders = relative.split("/")[:-1] or [storage.split(root)[1]]
+    return next((split for folder in folders if (split := normalise_split(folder))), None)
+
+
+def _splits_said(root: str, sources: tuple[ManifestSource, ...]) -> str:
+    return ", ".join(
+        f"{source.path[len(root) + 1:]} as "
+        + (source.split.upper() if source.split else "splits drawn by a hash of each image "
+           "(it is in no split folder)")
+        for source in sources)
+
+
 class HfMetadataFormat(InputFormat):
     name = "hf_imagefolder"
     title = "a Hugging Face imagefolder metadata file"
-    suffixes = ("metadata.jsonl", "metadata.csv")
+    suffixes = _METADATA_FILES
     # Read whole, by one worker: a line naming an image that an earlier line named is a
     # duplicate, wherever in the file it is.
     cuts_by_lines = False
@@ -313,6 +385,9 @@ class HfMetadataFormat(InputFormat):
     def recognises(self, head: FileHead) -> bool:
         item = head.first_line_object
         return item is not None and _FILE_NAME in item
+
+    def folder_reading(self, root: str, relatives: list[str]) -> FolderReading | None:
+        return _imagefolder_reading(root.rstrip("/"), relatives)
 
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
         return declared_class_labels(source.path)

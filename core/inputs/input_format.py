@@ -2,17 +2,22 @@
 through the registry in sources.py), and the first bytes of a file that sniffing reads.
 
 A format says which file names it may be (`suffixes`), how its content is recognised
-when a name could be several formats (`recognises`), its checks before the job (a
-ManifestError of one line), and the rows it reads: ManifestRows, DeadLetters naming the
-row and the reason, and DiscardedRows.
+when a name could be several formats (`recognises`), which folders and globs given to
+--manifest are its files (`annotation_glob`, `folder_glob`, `folder_reading`), its checks
+before the job (a ManifestError of one line), what the launcher learns of it up front
+(`settled_rules`, `declared_classes`, `labels_sampled`), and the rows it reads:
+ManifestRows, DeadLetters naming the row and the reason, and DiscardedRows. Every hook
+has a default that does nothing special, so a format declares only what it needs: as
+datumaro's importers each find and detect their own files.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import ijson
@@ -21,7 +26,8 @@ from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.inputs import documents
 from image_tfrecords.core.inputs.documents import DocumentError, json_events, load_json
 from image_tfrecords.core.inputs.lines import open_manifest
-from image_tfrecords.core.inputs.rows import ManifestError, ManifestItem, RowRules
+from image_tfrecords.core.inputs.rows import ManifestError, ManifestItem, RowRules, labels_checked
+from image_tfrecords.core.records import ManifestRow
 
 # Enough of a file to see its first JSON key, its first line or its XML root element.
 _HEAD_BYTES = 64 * 1024
@@ -99,6 +105,19 @@ class DeclaredClasses(NamedTuple):
     note: str = ""  # what the console adds, where the ids are not plainly the declared ones
 
 
+class FolderReading(NamedTuple):
+    """How a folder is read, where it is not class folders: its sources, and the line
+    the console says it in."""
+
+    sources: tuple[ManifestSource, ...]
+    said: str
+    notes: tuple[str, ...] = ()  # the console's further lines: what the reading leaves out
+
+
+def is_glob(path: str) -> bool:
+    return any(char in path for char in "*?[")
+
+
 def plain_name(path: str) -> str:
     """The file's name in lower case, without a compression suffix."""
     name = path.rstrip("/").rsplit("/", 1)[-1].lower()
@@ -119,31 +138,67 @@ def json_items(path: str, prefix: str) -> Iterator[Any]:
 
 
 class InputFormat:
-    """One input format. Subclasses set the attributes and implement `read`.
+    """One input format. Subclasses set the attributes and implement `read`; the other
+    methods are hooks whose defaults suit a format of plain manifest files.
 
     name: what --input_format calls it; title: what messages call it.
     suffixes: the file names it may be (lower case, without a compression suffix); a
-    format with none is never sniffed, only chosen (CSV is what no other name claims).
+    format with none is never sniffed, only chosen.
+    reads_unclaimed_names: it reads a file whose name no format's suffixes claim (one
+    format does: CSV).
+    chosen_by_input_format: --input_format may name it (not so --image_folder's folders).
+    named_columns: its rows are columns that --uri_column, --label_column and
+    --split_column name.
     cuts_by_lines: its uncompressed files may be cut into line ranges (core/chunks.py).
     in_worker: a worker process reads it. Formats listed with Beam's FileSystems.match
     (Pascal VOC, image folders) are read in the pipeline's process, which has it loaded:
     a worker would pay ~2 s and ~200 MB to load it.
     boxes_only: it holds only bounding boxes, so it needs --label_mode detection.
+    first_rows_early: its first rows come without reading the whole file, so the launcher
+    reads them before the job (the storage probe reads their images); False where the
+    first row comes only after a table of the whole dataset (COCO's images).
+    folder_glob: the files, in a folder given to --manifest, that may each be one of its
+    files (one per image), each read as a source where it is this format's.
+    folder_files: what the refusal of a folder that holds none of the formats' files
+    calls a folder of its files.
     """
 
     name: str
     title: str
     suffixes: tuple[str, ...] = ()
+    reads_unclaimed_names = False
+    chosen_by_input_format = True
+    named_columns = False
     cuts_by_lines = False
     in_worker = True
     boxes_only = False
+    first_rows_early = True
+    folder_glob = ""
+    folder_files = ""
 
     def recognises(self, head: FileHead) -> bool:
         """Whether the content is this format's, where the name could be several."""
         return False
 
+    def annotation_glob(self, path: str, chosen: bool) -> str | None:
+        """The glob of this format's files (one per image) that `path`, a folder or a glob
+        given to --manifest, names as one source; None where it names none. `chosen`:
+        --input_format names this format."""
+        return None
+
+    def folder_reading(self, root: str, relatives: list[str]) -> FolderReading | None:
+        """The sources a folder (--manifest FOLDER or --image_folder FOLDER) holds in this
+        format, told by the files in it, and the console's line; None where it holds
+        none. `relatives`: every file's path under `root` (sources.relative_files)."""
+        return None
+
     def check(self, source: ManifestSource, rules: RowRules) -> None:
         """The checks before the job; raises ManifestError."""
+        if not self.named_columns and (rules.uri_column or rules.label_column
+                                       or rules.split_column):
+            raise ManifestError(f"{source.path} is {self.title}: --uri_column, "
+                                "--label_column and --split_column name columns of CSV "
+                                "manifests only")
         if self.boxes_only and not rules.detection:
             raise ManifestError(f"{source.path} is {self.title}, which holds bounding "
                                 "boxes: pass --label_mode detection")
@@ -152,10 +207,28 @@ class InputFormat:
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         """The format's own checks of the file, after the label mode's."""
 
+    def settled_rules(self, sources: Sequence[ManifestSource], rules: RowRules,
+                      say: Callable[[str], None]) -> RowRules:
+        """`rules` with what the options leave open (None) and this format's `sources`
+        decide, each choice named by `say` (CSV's split column and label separator);
+        ManifestError where the files say it two ways. Read in the launcher."""
+        return rules
+
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
         """The classes `source` declares, with their ids; None where it declares none
         (the ids are then learnt from TRAIN). Read in the launcher, before the job."""
         return None
+
+    def labels_sampled(self, source: ManifestSource, rules: RowRules, rows: int) -> set[str]:
+        """Labels `source` holds, from its first `rows` rows: what tells a label map's
+        names from its display names (--vocabulary). Read in the launcher."""
+        return {label for row in itertools.islice(self.checked_rows(source, rules), rows)
+                if isinstance(row, ManifestRow) for label in row.labels}
+
+    def checked_rows(self, source: ManifestSource, rules: RowRules,
+                     lines: LineRange | None = None) -> Iterator[ManifestItem]:
+        """The rows `read` gives, with labels no output can hold made dead letters."""
+        return labels_checked(self.read(source, rules, lines), rules)
 
     def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
              ) -> Iterator[ManifestItem]:

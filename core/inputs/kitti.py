@@ -35,7 +35,7 @@ from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot
 from image_tfrecords.core.inputs.documents import load_json
-from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat
+from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat, is_glob
 from image_tfrecords.core.inputs.lines import LongLine, numbered_lines, short_lines
 from image_tfrecords.core.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
                                 printable)
@@ -81,7 +81,7 @@ def kitti_glob(path: str, chosen: bool = False) -> str | None:
     of them (`label_2`), or a KITTI root holding `label_2` or `training/label_2`; None
     for anything else (one file is sniffed as any other). `chosen` (--input_format
     kitti): the files are not sniffed."""
-    if any(char in path for char in "*?["):
+    if is_glob(path):
         candidates = [path] if chosen or path.lower().endswith(".txt") else []
     elif path.lower().endswith(".txt") or not _is_folder(path):
         return None
@@ -237,6 +237,9 @@ class KittiFormat(InputFormat):
         line = next((line for line in head.data.decode("utf-8", "replace").splitlines()
                      if line.strip()), "")
         return is_kitti_line(line)
+
+    def annotation_glob(self, path: str, chosen: bool) -> str | None:
+        return kitti_glob(path, chosen)
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         if not storage.match(source.path, limit=1):

@@ -221,6 +221,8 @@ class LabelMeFormat(InputFormat):
     name = "labelme"
     title = "a LabelMe JSON file"
     suffixes = (".json",)
+    folder_glob = "*.json"  # one file per image, beside the images
+    folder_files = "LabelMe JSON"
 
     def recognises(self, head: FileHead) -> bool:
         return head.first_json_key in _LABELME_KEYS

@@ -3,10 +3,15 @@ each with its format, and the rows of a chunk of one (core/chunks.py). Free of B
 that worker processes parse the rows.
 
 An input format is one module in core/inputs/ with one InputFormat subclass
-(input_format.py), listed in FORMATS. A source's format is the one --input_format names;
-otherwise it is sniffed: the formats whose `suffixes` the file's name has, then, where
-those are several, the ones that recognise its first bytes. Two that recognise it make
-the input ambiguous: refused, naming both and --input_format. Adding a format is one
+(input_format.py), listed in FORMATS; nothing else here or elsewhere names a format
+(tests/test_format_modules.py checks it). A source's format is the one --input_format
+names; otherwise it is sniffed: the formats whose `suffixes` the file's name has, then,
+where those are several, the ones that recognise its first bytes. Two that recognise it
+make the input ambiguous: refused, naming both and --input_format. A folder or a glob
+is asked of the formats in turn, each in FORMATS' order: first for a glob of its files
+(annotation_glob: VOC's XMLs, KITTI's label files), then for its files in the folder
+(folder_glob: LabelMe's JSONs), then for the files its layout holds (folder_reading: a
+Hugging Face imagefolder's metadata, a YOLO folder's classes.txt). Adding a format is one
 module, one line below and its tests. `--manifest SPLIT=PATH` gives every row of PATH
 that split.
 """
@@ -23,18 +28,17 @@ from image_tfrecords.core.inputs.automl_csv import CsvFormat
 from image_tfrecords.core.inputs.coco import CocoFormat
 from image_tfrecords.core.inputs.coco_panoptic import CocoPanopticFormat
 from image_tfrecords.core.inputs.cvat import CvatFormat
-from image_tfrecords.core.inputs.folder import ImageFolderFormat
-from image_tfrecords.core.inputs.folder_kinds import FolderReading, read_folder_as, relative_files
+from image_tfrecords.core.inputs.folder import ImageFolderFormat, class_folders
 from image_tfrecords.core.inputs.hf_imagefolder import HfMetadataFormat
-from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat, plain_name
-from image_tfrecords.core.inputs.kitti import KittiFormat, kitti_glob
+from image_tfrecords.core.inputs.input_format import (DeclaredClasses, FileHead, FolderReading,
+                                                      InputFormat, is_glob, plain_name)
+from image_tfrecords.core.inputs.kitti import KittiFormat
 from image_tfrecords.core.inputs.label_studio import LabelStudioFormat
 from image_tfrecords.core.inputs.labelme import LabelMeFormat
 from image_tfrecords.core.inputs.open_images import OpenImagesFormat
-from image_tfrecords.core.inputs.rows import (ManifestError, ManifestItem, RowRules, label_problem,
-                                labels_checked)
+from image_tfrecords.core.inputs.rows import ManifestError, ManifestItem, RowRules, label_problem
 from image_tfrecords.core.inputs.vertex_jsonl import VertexJsonlFormat
-from image_tfrecords.core.inputs.voc import VocFormat, xml_glob
+from image_tfrecords.core.inputs.voc import VocFormat
 from image_tfrecords.core.inputs.yolo import YoloFormat
 from image_tfrecords.core.splits import normalise_split
 
@@ -55,11 +59,16 @@ FORMATS: dict[str, InputFormat] = {format.name: format for format in (
     ImageFolderFormat(),
 )}
 # What --input_format may name.
-MANIFEST_FORMATS = tuple(name for name in FORMATS if name != ImageFolderFormat.name)
+MANIFEST_FORMATS = tuple(name for name, format in FORMATS.items()
+                         if format.chosen_by_input_format)
 # Names of files, not folders, whatever else they are.
-_FILE_SUFFIXES = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".xml", ".yaml", ".yml")
+_FILE_SUFFIXES = tuple(sorted({suffix for format in FORMATS.values()
+                               for suffix in format.suffixes}))
 # What a name no format's suffixes claim is read as.
-_DEFAULT_FORMAT = CsvFormat.name
+_DEFAULT_FORMAT = next(name for name, format in FORMATS.items() if format.reads_unclaimed_names)
+# What a folder given to --manifest that holds no format's files is said to lack.
+_FOLDER_FILES = " or ".join(sorted(format.folder_files for format in FORMATS.values()
+                                   if format.folder_files))
 
 
 def split_and_path(argument: str) -> tuple[str | None, str]:
@@ -75,16 +84,17 @@ def split_and_path(argument: str) -> tuple[str | None, str]:
 
 def find_manifests(arguments: Iterable[str], input_format: str | None = None,
                    say: Callable[[str], None] = lambda line: None) -> list[ManifestSource]:
-    """--manifest values (paths, globs, SPLIT=PATH, VOC and KITTI folders, folders that
-    hold a dataset's files) -> the sources to read, each in `input_format` or its sniffed
-    format; fails clearly for one that matches nothing or whose format is ambiguous. `say`
-    is given the console's line for a folder read as the files it holds (folder_kinds.py)."""
+    """--manifest values (paths, globs, SPLIT=PATH, folders of a format's files, folders
+    that hold a dataset's files) -> the sources to read, each in `input_format` or its
+    sniffed format; fails clearly for one that matches nothing or whose format is
+    ambiguous. `say` is given the console's line for a folder read as the files it holds
+    (InputFormat.folder_reading)."""
     found: set[ManifestSource] = set()
     for argument in arguments:
         split, path = split_and_path(argument)
         globbed = _one_file_per_image(path, input_format)
-        labelme = [] if globbed else _labelme_files(path, input_format)
-        held = _held_sources(path, input_format) if not globbed and not labelme else None
+        files = [] if globbed else _files_in_folder(path, input_format)
+        held = _held_sources(path, input_format) if not globbed and not files else None
         if held:
             say(held.said + (f"; {argument.partition('=')[0]}= gives every row "
                              f"{split.upper()}" if split else ""))
@@ -93,16 +103,16 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None,
             found.update(source._replace(split=split or source.split)
                          for source in held.sources)
             continue
-        if not globbed and not labelme and _is_folder(path):
+        if not globbed and not files and _is_folder(path):
             raise ManifestError(
-                f"--manifest {argument} is a folder without LabelMe JSON or VOC XML files: "
+                f"--manifest {argument} is a folder without {_FOLDER_FILES} files: "
                 f"give a manifest file, or --image_folder {path} for images in class folders")
         if globbed:
             if not storage.match(globbed[1]):
                 raise ManifestError(f"manifest not found: {argument}")
             found.add(ManifestSource(globbed[1], globbed[0], split))
             continue
-        paths = [found.path for found in labelme or storage.match(path)]
+        paths = [found.path for found in files or storage.match(path)]
         if not paths:
             raise ManifestError(f"manifest not found: {argument}")
         found.update(ManifestSource(each, input_format or format_of(each), split)
@@ -110,25 +120,25 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None,
     return sorted(found, key=lambda source: (source.path, source.split or ""))
 
 
+def _asked(input_format: str | None) -> list[InputFormat]:
+    """The formats a path may be in: the one --input_format names, else every one."""
+    return [format for format in FORMATS.values() if input_format in (None, format.name)]
+
+
 def _one_file_per_image(path: str, input_format: str | None) -> tuple[str, str] | None:
     """(format, glob) where `path` names annotation files of one image each, read as one
-    source: a folder or glob of VOC XMLs, or of KITTI label files (their folder, or a
-    KITTI root). One file is sniffed as any other (a CVAT XML is one file too)."""
-    if input_format in (None, VocFormat.name):
-        voc = xml_glob(path)
-        if voc and (voc != path or _is_glob(path)):
-            return VocFormat.name, voc
-    if input_format in (None, KittiFormat.name):
-        kitti = kitti_glob(path, chosen=input_format == KittiFormat.name)
-        if kitti:
-            return KittiFormat.name, kitti
+    source (InputFormat.annotation_glob)."""
+    for format in _asked(input_format):
+        glob = format.annotation_glob(path, chosen=input_format == format.name)
+        if glob:
+            return format.name, glob
     return None
 
 
 def _held_sources(path: str, input_format: str | None) -> FolderReading | None:
-    """The sources a folder holds (a Hugging Face imagefolder's metadata, a YOLO folder's
-    classes.txt) and the console's line; None for a file, a glob, a folder that holds
-    neither, or one in another format than --input_format names."""
+    """The sources a folder holds (InputFormat.folder_reading) and the console's line;
+    None for a file, a glob, a folder that holds none, or one in another format than
+    --input_format names."""
     if not _is_folder(path):
         return None
     reading = read_folder_as(path, relative_files(path))
@@ -137,27 +147,75 @@ def _held_sources(path: str, input_format: str | None) -> FolderReading | None:
     return reading
 
 
-def _labelme_files(path: str, input_format: str | None) -> list:
-    """A folder's LabelMe JSON files (one per image; any JSON with --input_format labelme);
-    none for a file or a glob."""
-    if _is_glob(path) or plain_name(path).endswith(_FILE_SUFFIXES):
+def read_folder_as(root: str, relatives: list[str]) -> FolderReading | None:
+    """The sources a folder holds, with the console's line; None for class folders.
+    `relatives`: every file's path under `root` (relative_files)."""
+    for format in FORMATS.values():
+        found = format.folder_reading(root, relatives)
+        if found:
+            return found
+    return None
+
+
+def image_folder_sources(root: str, rules: RowRules, say: Callable[[str], None]
+                         ) -> tuple[list[ManifestSource], list[str]]:
+    """--image_folder: (the manifests it holds (InputFormat.folder_reading: a Hugging
+    Face imagefolder's metadata, a YOLO folder's classes.txt), said by `say`; or none
+    for class folders, and the path of a file for the storage probe). Class folders
+    whose layout reads two ways, or fits none, are refused (folder.class_folders)."""
+    relatives = relative_files(root)
+    reading = read_folder_as(root, relatives)
+    if reading:
+        for line in (reading.said, *reading.notes):
+            say(line)
+        return list(reading.sources), []
+    return [], [class_folders(root, relatives, rules, say)]
+
+
+def class_folders_source(root: str) -> ManifestSource:
+    """The one source of --image_folder's class folders, as the job reads it."""
+    return ManifestSource(root, ImageFolderFormat.name)
+
+
+def relative_files(root: str) -> list[str]:
+    """Every file under `root`, its path relative to `root`, hidden ones left out (as the
+    datasets library leaves them out)."""
+    root = root.rstrip("/")
+    relatives = (metadata.path[len(root) + 1:]
+                 for metadata in storage.match(storage.everything_under(root)))
+    return sorted(relative for relative in relatives
+                  if not any(part.startswith(".") for part in relative.split("/")))
+
+
+def _files_in_folder(path: str, input_format: str | None) -> list:
+    """A folder's files of a format whose files are one per image (InputFormat.folder_glob:
+    LabelMe's JSONs; any such file of the format --input_format names); none for a file
+    or a glob."""
+    if is_glob(path) or plain_name(path).endswith(_FILE_SUFFIXES):
         return []
-    return [found for found in storage.match(storage.join(path, "*.json"))
-            if (input_format or format_of(found.path)) == LabelMeFormat.name]
+    for format in _asked(input_format):
+        if format.folder_glob:
+            files = [found for found in storage.match(storage.join(path, format.folder_glob))
+                     if (input_format or format_of(found.path)) == format.name]
+            if files:
+                return files
+    return []
 
 
 def _is_folder(path: str) -> bool:
     """Whether `path` names a folder (a name prefix with files below it, on a bucket)
     rather than a file."""
-    if _is_glob(path):
+    if is_glob(path):
         return False
     if storage.is_local(path):
         return os.path.isdir(path)
     return not storage.match(path) and bool(storage.match(storage.join(path, "**"), limit=1))
 
 
-def _is_glob(path: str) -> bool:
-    return any(char in path for char in "*?[")
+def is_annotation_folder(path: str) -> bool:
+    """Whether the folder `path` is one some format reads as a glob of its annotation
+    files (InputFormat.annotation_glob), so a manifest, not an image folder."""
+    return any(format.annotation_glob(path, chosen=False) for format in FORMATS.values())
 
 
 def format_of(path: str) -> str:
@@ -179,11 +237,6 @@ def format_of(path: str) -> str:
 def check_sources(sources: Sequence[ManifestSource], rules: RowRules) -> None:
     """Each source's format's checks before the job; raises ManifestError."""
     for source in sources:
-        if source.format != "csv" and (rules.uri_column or rules.label_column
-                                       or rules.split_column):
-            raise ManifestError(f"{source.path} is {FORMATS[source.format].title}: "
-                                "--uri_column, --label_column and --split_column name "
-                                "columns of CSV manifests only")
         FORMATS[source.format].check(source, rules)
 
 
@@ -236,8 +289,7 @@ def read_source(source: ManifestSource, rules: RowRules = RowRules()
 
 
 def read_chunk(chunk: RowChunk, rules: RowRules) -> Iterator[ManifestItem]:
-    return labels_checked(FORMATS[chunk.source.format].read(chunk.source, rules, chunk.lines),
-                          rules)
+    return FORMATS[chunk.source.format].checked_rows(chunk.source, rules, chunk.lines)
 
 
 def read_manifest(path: str, rules: RowRules = RowRules(), split: str | None = None

@@ -28,7 +28,7 @@ from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.inputs.boxes import declared_size, pixel_box
 from image_tfrecords.core.inputs import documents
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
-from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat
+from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat, is_glob
 from image_tfrecords.core.inputs.lines import whole_lines
 from image_tfrecords.core.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
                                 printable)
@@ -216,9 +216,16 @@ class VocFormat(InputFormat):
     suffixes = (".xml",)
     in_worker = False
     boxes_only = True
+    folder_files = "VOC XML"
 
     def recognises(self, head: FileHead) -> bool:
         return head.xml_root == "annotation"
+
+    def annotation_glob(self, path: str, chosen: bool) -> str | None:
+        """A folder of XMLs, a VOCdevkit year folder or a glob; one XML file is sniffed as
+        any other (a CVAT XML is one file too)."""
+        glob = xml_glob(path)
+        return glob if glob and (glob != path or is_glob(path)) else None
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         check_voc(source.path, source.split)

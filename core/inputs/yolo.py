@@ -19,7 +19,7 @@ img2label_paths):
   Studio's YOLO export (`classes.txt`, `notes.json`, `images/`, `labels/`), labelImg's
   (classes.txt in its labels folder, or beside the images and their .txt files), and
   Roboflow-style folders. The source is then the classes.txt (found where it stands by
-  --manifest FOLDER or --image_folder FOLDER, core/inputs/folder_kinds.py), the root
+  --manifest FOLDER or --image_folder FOLDER: YoloFormat.folder_reading), the root
   the folder holding it (its parent where that folder is `labels/`), and the splits the
   folders under the root: `images/<split>/` (labels in `labels/<split>/`) or
   `<split>/images/`, a split named as core/splits.py reads it; with none, every image
@@ -55,7 +55,7 @@ from image_tfrecords.core.choices import LeftOut
 from image_tfrecords.core.inputs.boxes import clipped_box, extent, polygon_mask, with_mask
 from image_tfrecords.core.inputs.dataset_root import OPTION, DatasetRoot, bounded, quoted
 from image_tfrecords.core.inputs.documents import load_yaml
-from image_tfrecords.core.inputs.input_format import DeclaredClasses, InputFormat, plain_name
+from image_tfrecords.core.inputs.input_format import DeclaredClasses, FolderReading, InputFormat, plain_name
 from image_tfrecords.core.inputs.lines import LongLine, numbered_lines, whole_lines
 from image_tfrecords.core.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
                                 normalise_path, printable)
@@ -70,6 +70,9 @@ _SPLIT_KEYS = dict(zip(SPLITS, ("train", "val", "test"), strict=True))
 # verify_image_label: coordinates within -0.01 and 1.01) before Instances.clip clips them.
 _ULTRALYTICS_TOLERANCE = 0.01
 CLASSES_FILE = "classes.txt"  # a YOLO folder's class names without a data.yaml
+# Where a YOLO folder's classes.txt stands: its root (Label Studio's export, labelImg
+# beside the images), or its labels folder (labelImg's save folder).
+_CLASSES_FILE_PLACES = (CLASSES_FILE, f"labels/{CLASSES_FILE}")
 
 
 def read_yolo(path: str, rules: RowRules, split: str | None
@@ -526,12 +529,49 @@ def check_yolo(path: str, split: str | None, rules: RowRules) -> None:
         next(dataset.images(home, split))
 
 
+def _classes_folder_reading(root: str, relatives: list[str]) -> FolderReading | None:
+    """A YOLO folder without data.yaml, whose classes a classes.txt names, read as that
+    classes.txt; a folder with a data.yaml too is refused, naming the data.yaml."""
+    places = [place for place in _CLASSES_FILE_PLACES if place in relatives]
+    if not places or not _has_yolo_labels(root, relatives):
+        return None
+    yaml_files = [relative for relative in relatives
+                  if "/" not in relative and relative.endswith((".yaml", ".yml"))]
+    if yaml_files:
+        raise ManifestError(f"{root} is a YOLO dataset whose classes both {places[0]} and "
+                            f"{yaml_files[0]} may name: pass the data.yaml, --manifest "
+                            f"{storage.join(root, yaml_files[0])} --label_mode detection")
+    classes_file = storage.join(root, places[0])
+    dataset = YoloDataset.load(classes_file)
+    if None in dataset.entries:
+        splits = ("it has no split folders: each image's split is drawn from a hash of "
+                  "its path (--split_fractions)")
+    else:
+        splits = ", ".join(f"{entry}/ as {split.upper()}"
+                           for split, entries in dataset.entries.items() for entry in entries)
+    return FolderReading(
+        (ManifestSource(classes_file, YoloFormat.name),),
+        f"reading {root} as a YOLO dataset: the {len(dataset.names)} classes of {places[0]} "
+        f"(line i is class id i), labels in labels/ or beside the images; {splits}")
+
+
+def _has_yolo_labels(root: str, relatives: list[str]) -> bool:
+    """Whether an image has a label file where YOLO looks for it (label_path): not only
+    some README.txt beside a classes.txt."""
+    files = set(relatives)
+    return any(label_path(storage.join(root, relative))[len(root) + 1:] in files
+               for relative in relatives if relative.lower().endswith(IMAGE_EXTENSIONS))
+
+
 class YoloFormat(InputFormat):
     name = "yolo"
     title = "a YOLO dataset file (data.yaml or classes.txt)"
     suffixes = (".yaml", ".yml")
     in_worker = False
     boxes_only = True
+
+    def folder_reading(self, root: str, relatives: list[str]) -> FolderReading | None:
+        return _classes_folder_reading(root.rstrip("/"), relatives)
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         check_yolo(source.path, source.split, rules)
