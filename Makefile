@@ -16,7 +16,7 @@ AIRFLOW_INSTALLED := $(AIRFLOW_VENV)/.installed
 DOCS_VENV := .venv-docs
 DOCS_INSTALLED := $(DOCS_VENV)/.installed
 
-.PHONY: demo test bench clean job-servers airflow docs docs-serve
+.PHONY: demo test lint bench clean job-servers airflow docs docs-serve
 
 # The pinned sets are installed by uv (into venvs made by Python's venv, so pip is there
 # too): the same pins as pip installs, downloaded in parallel: the converter's set in about
@@ -123,8 +123,13 @@ docs: $(DOCS_INSTALLED)
 docs-serve: $(DOCS_INSTALLED)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
 
-test: $(TEST_INSTALLED) $(AIRFLOW_INSTALLED) $(DOCS_INSTALLED) $(CHROMIUM) $(JOB_SERVER_JARS) $(HDFS_CLUSTER_JAR) \
-		$(FLINK_CLUSTER_JAR) $(SPARK_CLUSTER_JAR)
+# ruff's rules and its formatter (pyproject.toml), in seconds: `make test` runs it first.
+lint: $(TEST_INSTALLED)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint $(TEST_INSTALLED) $(AIRFLOW_INSTALLED) $(DOCS_INSTALLED) $(CHROMIUM) $(JOB_SERVER_JARS) \
+		$(HDFS_CLUSTER_JAR) $(FLINK_CLUSTER_JAR) $(SPARK_CLUSTER_JAR)
 	$(VENV)/bin/python -m pytest tests
 
 $(BENCH_INSTALLED): $(TEST_INSTALLED) bench/requirements.txt
