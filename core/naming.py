@@ -43,6 +43,7 @@ FAILED_FILE = "FAILED.json"  # in a failed run's staged dir, beside its dead let
 LABEL_MAP_FILE = "label_map.pbtxt"
 DATASET_INFO_FILE = "dataset_info.json"  # TFDS's
 FEATURES_FILE = "features.json"  # TFDS's
+LABELS_SUFFIX = ".labels.txt"  # TFDS's <key>.labels.txt, the label names of a ClassLabel key
 # The lists of JSON lines a run publishes, by their stems: <stem>-00000-of-00001.jsonl
 ERRORS = "errors"
 DUPLICATES = "duplicates"

@@ -28,8 +28,8 @@ from image_tfrecords.pipeline.options import ConvertOptions, runs_on_the_direct_
 from image_tfrecords.pipeline.stopping import JobWatch, Stopped
 from image_tfrecords.transforms.duplicates import ReportDuplicates
 from image_tfrecords.transforms.labels import AnalyzeLabels
-from image_tfrecords.transforms.outcome import Failure, PublishRules, RunFailed
-from image_tfrecords.transforms.publish import PublishOutput, delete_tree, read_failure
+from image_tfrecords.transforms.outcome import Failure, PublishRules, RunFailed, read_failure
+from image_tfrecords.transforms.publish import PublishOutput
 from image_tfrecords.transforms.report_content import GatherReportContent
 from image_tfrecords.transforms.rows import PACKS, UNSEEN_IN_TRAIN, PackRows, SurveyRows
 from image_tfrecords.transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
@@ -40,6 +40,7 @@ from image_tfrecords.core import naming
 from image_tfrecords.core.chunks import RowChunk
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.label_checks import merge_seen
+from image_tfrecords.core.publishing import delete_tree
 from image_tfrecords.core.row_tasks import ChunkSurvey
 from image_tfrecords.core.summary import RunInfo, Summary
 

@@ -22,10 +22,9 @@ from image_tfrecords.output import (CLASS_LABEL, IMAGE, LABEL_ID_BASE, MASKS, SE
                                     is_image_key)
 from image_tfrecords.core.choices import LabelMode, UnseenLabel
 from image_tfrecords.core.label_map import UNSEEN_LABEL_NAME
-from image_tfrecords.core.naming import DATASET_INFO_FILE, FEATURES_FILE
+from image_tfrecords.core.naming import DATASET_INFO_FILE, FEATURES_FILE, LABELS_SUFFIX
 from image_tfrecords.core.summary import FeatureInfo, Summary
 
-LABELS_SUFFIX = ".labels.txt"
 BACKGROUND_NAME = "[background]"  # detection's id 0, which no object has
 # TFDS's name for a shard of ours: train-00000-of-00004.tfrecord.
 FILEPATH_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"
