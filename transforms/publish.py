@@ -21,7 +21,7 @@ failure, until the next run that publishes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 import tensorflow_transform as tft
@@ -54,19 +54,31 @@ TRANSFORM_FOLDERS = (tft.TFTransformOutput.TRANSFORM_FN_DIR,
                      tft.TFTransformOutput.TRANSFORMED_METADATA_DIR)
 
 
-class PublishOutput(beam.PTransform):
-    """Renames the shards into place, copies the transform_fn, writes OUTPUT/summary.json.
+class PublishInputs(NamedTuple):
+    """What PublishOutput publishes, each PCollection read whole (a side input)."""
 
-    Input: a dict of PCollections: "shards" (ShardWritten), "dead_letter_reasons"
-    (reason codes), "row_counts" (counts that sum to the rows read; a source with
-    nothing to count gives none), "rows_discarded" (the DISCARD rows and objects left
-    out among them: one count, or none for 0), "objects_left_out" ((shape, objects of it
-    left out)), "train_label_rows" ((label, TRAIN rows carrying it)),
-    "labels_seen" ((label, LabelSeen): every split's, for summary.json's label_warnings),
-    "duplicates_by_splits" and "near_duplicates_by_splits" ("kept split/copy split",
-    copies), "report_content" (the one ReportContent of report.html) and
-    "written" (anything that must be complete first: the transform_fn, the dead letters,
-    the duplicates).
+    shards: beam.PCollection  # ShardWritten
+    dead_letter_reasons: beam.PCollection  # a reason code per dead letter
+    # Counts that sum to the rows read (a source with nothing to count gives none).
+    row_counts: beam.PCollection
+    # The DISCARD rows and objects left out among them: one count, or none for 0.
+    rows_discarded: beam.PCollection
+    objects_left_out: beam.PCollection  # (shape, objects of it left out)
+    train_label_rows: beam.PCollection  # (label, TRAIN rows carrying it)
+    # (label, LabelSeen): every split's, for summary.json's label_warnings.
+    labels_seen: beam.PCollection
+    duplicates_by_splits: beam.PCollection  # ("kept split/copy split", byte-identical copies)
+    near_duplicates_by_splits: beam.PCollection  # ("kept split/copy split", near-copies)
+    report_content: beam.PCollection  # the one ReportContent of report.html
+    # What must be complete first (the transform_fn, the dead letters, the lists of
+    # copies); the paths among them name the lists published.
+    written: tuple[beam.PCollection, ...]
+
+
+class PublishOutput(beam.PTransform):
+    """PublishInputs -> the Summary: renames the shards into place, copies the
+    transform_fn, writes OUTPUT/summary.json.
+
     `temp_dir` holds the temp shards and what is staged; `tft_dir` is tf.Transform's
     working folder, where WriteTransformFn wrote the transform_fn. Both are removed
     once the run has succeeded. With `settings.label_mode` detection it also writes
@@ -86,25 +98,25 @@ class PublishOutput(beam.PTransform):
         self._rules = rules
         self._run_id = naming.run_id_of(temp_dir)
 
-    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
-        errors_by_reason = (inputs["dead_letter_reasons"]
+    def expand(self, inputs: PublishInputs) -> beam.PCollection:
+        errors_by_reason = (inputs.dead_letter_reasons
                             | "CountByReason" >> beam.combiners.Count.PerElement())
-        written = inputs["written"] | "AllWritten" >> beam.Flatten()
-        return (inputs["row_counts"].pipeline
+        written = inputs.written | "AllWritten" >> beam.Flatten()
+        return (inputs.row_counts.pipeline
                 | "Once" >> beam.Create([None])
                 | "Publish" >> beam.Map(
                     with_filesystems(self._publish, self._settings.filesystems),
-                    shards=beam.pvalue.AsList(inputs["shards"]),
+                    shards=beam.pvalue.AsList(inputs.shards),
                     errors_by_reason=beam.pvalue.AsDict(errors_by_reason),
-                    row_counts=beam.pvalue.AsList(inputs["row_counts"]),
-                    rows_discarded=beam.pvalue.AsSingleton(inputs["rows_discarded"],
+                    row_counts=beam.pvalue.AsList(inputs.row_counts),
+                    rows_discarded=beam.pvalue.AsSingleton(inputs.rows_discarded,
                                                            default_value=0),
-                    objects_left_out=beam.pvalue.AsDict(inputs["objects_left_out"]),
-                    train_label_rows=beam.pvalue.AsDict(inputs["train_label_rows"]),
-                    labels_seen=beam.pvalue.AsDict(inputs["labels_seen"]),
-                    duplicates=beam.pvalue.AsDict(inputs["duplicates_by_splits"]),
-                    near_duplicates=beam.pvalue.AsDict(inputs["near_duplicates_by_splits"]),
-                    report_content=beam.pvalue.AsSingleton(inputs["report_content"]),
+                    objects_left_out=beam.pvalue.AsDict(inputs.objects_left_out),
+                    train_label_rows=beam.pvalue.AsDict(inputs.train_label_rows),
+                    labels_seen=beam.pvalue.AsDict(inputs.labels_seen),
+                    duplicates=beam.pvalue.AsDict(inputs.duplicates_by_splits),
+                    near_duplicates=beam.pvalue.AsDict(inputs.near_duplicates_by_splits),
+                    report_content=beam.pvalue.AsSingleton(inputs.report_content),
                     written=beam.pvalue.AsList(written)))
 
     def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
