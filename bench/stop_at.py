@@ -73,7 +73,7 @@ def _install_from_environment() -> None:
 
 
 if __name__ == "__main__":
-    import image_tfrecords.pipeline.graph  # noqa: F401 - imported first: its own names for publish's functions stay the originals
+    import image_tfrecords.pipeline.graph  # noqa: F401 - imported first: its own names for core/publishing.py's functions stay the originals
     from image_tfrecords.pipeline import run
 
     module_name, function, when, count = sys.argv[1:5]

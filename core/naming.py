@@ -52,9 +52,12 @@ FEATURES_FILE = "features.json"  # TFDS's
 # value a line, in ASSETS_DIR: OUTPUT/transform_fn/assets/label.
 TRANSFORM_FN_DIR = "transform_fn"
 TRANSFORMED_METADATA_DIR = "transformed_metadata"
+# What tf.Transform's WriteTransformFn writes, as tft.TFTransformOutput(OUTPUT) reads it.
+TRANSFORM_FOLDERS = (TRANSFORM_FN_DIR, TRANSFORMED_METADATA_DIR)
 ASSETS_DIR = "assets"
 LABEL_VOCABULARY = "label"  # the labels' vocabulary, by the name tf.Transform gives it
 PUBLISHED_LABEL_VOCABULARY = f"{TRANSFORM_FN_DIR}/{ASSETS_DIR}/{LABEL_VOCABULARY}"  # in OUTPUT
+LABELS_SUFFIX = ".labels.txt"  # TFDS's <key>.labels.txt, the label names of a ClassLabel key
 # The lists of JSON lines a run publishes, by their stems: <stem>-00000-of-00001.jsonl
 ERRORS = "errors"
 DUPLICATES = "duplicates"

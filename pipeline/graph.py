@@ -28,9 +28,9 @@ from image_tfrecords.pipeline.options import ConvertOptions, runs_on_the_direct_
 from image_tfrecords.pipeline.stopping import JobWatch, Stopped
 from image_tfrecords.transforms.duplicates import ReportDuplicates
 from image_tfrecords.transforms.labels import AnalyzeLabels
-from image_tfrecords.transforms.outcome import PublishRules, RunFailed
-from image_tfrecords.transforms.publish import PublishOutput, delete_tree, read_failure
-from image_tfrecords.transforms.report_content import GatherReportContent
+from image_tfrecords.transforms.outcome import PublishRules, RunFailed, read_failure
+from image_tfrecords.transforms.publish import PublishInputs, PublishOutput
+from image_tfrecords.transforms.report_content import GatherReportContent, ReportSources
 from image_tfrecords.transforms.rows import PACKS, UNSEEN_IN_TRAIN, PackRows, SurveyRows
 from image_tfrecords.transforms.shards import EXAMPLE_KEYS, PlanShards, WriteShards
 from image_tfrecords.transforms.sorted_lines import WriteSortedLines
@@ -40,6 +40,7 @@ from image_tfrecords.core import naming
 from image_tfrecords.core.chunks import RowChunk
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.label_checks import merge_seen
+from image_tfrecords.core.publishing import delete_tree
 from image_tfrecords.core.row_tasks import ChunkSurvey
 from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.summary import RunInfo, Summary
@@ -157,7 +158,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
                | "Duplicates" >> ReportDuplicates(settings, temp_dir, staged))
 
     dead_letters = ((surveys | "RowDeadLetters" >> beam.FlatMap(lambda s: s.dead_letters),
-                     packed.dead_letters, written.dead_letters, deduped["dead_letters"])
+                     packed.dead_letters, written.dead_letters, deduped.dead_letters)
                     | "DeadLetters" >> beam.Flatten())
     dead_letter_files = dead_letters | "WriteDeadLetters" >> WriteSortedLines(
         naming.jsonl_list(staged, naming.ERRORS), DeadLetter.to_json, temp_dir,
@@ -173,22 +174,25 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
     row_counts = surveys | "RowsRead" >> beam.Map(lambda survey: survey.rows_read)
 
     # What report.html shows besides summary.json: a sample, the first copies and dead letters.
-    report_content = ({"example_keys": written[EXAMPLE_KEYS], "dead_letters": dead_letters}
-                      | {kind: deduped[kind] for kind in ("duplicates", "near_duplicates",
-                                                           "dropped") if kind in deduped}
-                      | "ReportContent" >> GatherReportContent(temp_dir, settings.filesystems))
+    report_content = (ReportSources(example_keys=written[EXAMPLE_KEYS],
+                                    dead_letters=dead_letters,
+                                    duplicates=deduped.duplicates,
+                                    near_duplicates=deduped.near_duplicates)
+                      | "ReportContent" >> GatherReportContent(temp_dir, settings.filesystems,
+                                                               dropped=deduped.dropped))
 
-    _ = ({"shards": deduped["shards"],
-          "dead_letter_reasons": dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
-          "row_counts": row_counts,
-          "rows_discarded": rows_discarded,
-          "objects_left_out": objects_left_out,
-          "train_label_rows": train_label_rows,
-          "labels_seen": labels_seen,
-          "duplicates_by_splits": deduped["by_splits"],
-          "near_duplicates_by_splits": deduped["near_by_splits"],
-          "report_content": report_content,
-          "written": (transform_fn_written, dead_letter_files, deduped["report"])}
+    _ = (PublishInputs(
+            shards=deduped.shards,
+            dead_letter_reasons=dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
+            row_counts=row_counts,
+            rows_discarded=rows_discarded,
+            objects_left_out=objects_left_out,
+            train_label_rows=train_label_rows,
+            labels_seen=labels_seen,
+            duplicates_by_splits=deduped.by_splits,
+            near_duplicates_by_splits=deduped.near_by_splits,
+            report_content=report_content,
+            written=(transform_fn_written, dead_letter_files, deduped.reports))
          | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, settings, run_info,
                                        PublishRules(
                                            options.max_error_fraction,

@@ -2,12 +2,15 @@
 
 import json
 
+import apache_beam as beam
 import pytest
 
 from conftest import FILE_FORMATS, encode, feature, photo_like, read_examples, shard_pattern
 from image_tfrecords.pipeline import run
-from image_tfrecords.transforms.duplicates import _copies
+from image_tfrecords.transforms.duplicates import DuplicatesResult, ReportDuplicates, _copies
+from image_tfrecords.core.choices import Dedupe
 from image_tfrecords.core.records import ExampleRef
+from image_tfrecords.core.run_settings import RunSettings
 
 
 def ref(split, line):
@@ -20,6 +23,20 @@ def test_the_copy_kept_is_in_the_earliest_split_then_the_earliest_row():
     assert {(d.kept.split, d.kept.position) for d in copies} == {("train", 3)}
     assert [(d.copy.split, d.copy.position) for d in copies] == [
         ("train", 9), ("validation", 2), ("test", 1)]
+
+
+@pytest.mark.parametrize("dedupe", list(Dedupe))
+def test_report_duplicates_gives_every_output_and_the_dropped_copies_where_it_drops(
+        tmp_path, dedupe):
+    """Its outputs are typed: a name graph.py mistypes fails before a job is built."""
+    p = beam.Pipeline()
+    written = (p | "Shards" >> beam.Create([]), p | "ExampleKeys" >> beam.Create([]))
+    found = written | ReportDuplicates(RunSettings(dedupe=dedupe), str(tmp_path),
+                                       str(tmp_path / "staged"))
+    assert isinstance(found, DuplicatesResult)
+    assert all(isinstance(pcollection, beam.PCollection)
+               for name, pcollection in found._asdict().items() if name != "dropped")
+    assert (found.dropped is None) == (dedupe is Dedupe.NONE)
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,10 @@ from apache_beam.testing.test_pipeline import TestPipeline
 
 from image_tfrecords.pipeline.report import format_report
 from image_tfrecords.transforms.labels import AnalyzeLabels
-from image_tfrecords.transforms.outcome import PublishRules, RunFailed
-from image_tfrecords.transforms.publish import (PublishOutput, build_summary, move_into_place, name_shards,
-                                read_failure)
+from image_tfrecords.transforms.outcome import PublishRules, RunFailed, read_failure
+from image_tfrecords.transforms.publish import PublishOutput
+from image_tfrecords.core.publishing import move_into_place, name_shards
+from image_tfrecords.core.summary_builder import build_summary
 from image_tfrecords.core.file_formats.tfrecord import TFRecordFormat
 from image_tfrecords.core.records import ManifestRow
 from image_tfrecords.core.naming import FAILED_FILE, REPORT_FILE, staged_dir

@@ -106,7 +106,7 @@ def old_output(tmp_path_factory):
 
 @pytest.mark.parametrize(("module", "function", "when"), [
     ("image_tfrecords.core.receipts", "write_receipt", "after"),  # the 2nd shard written, in a worker
-    ("image_tfrecords.transforms.publish", "move_into_place", "after"),  # publishing: shards moved in
+    ("image_tfrecords.core.publishing", "move_into_place", "after"),  # publishing: shards moved in
 ])
 def test_a_killed_run_never_looks_like_a_good_one_and_a_rerun_completes(
         manifest, reference, old_output, tmp_path, module, function, when):
@@ -115,8 +115,9 @@ def test_a_killed_run_never_looks_like_a_good_one_and_a_rerun_completes(
     old = published(output)
 
     job = subprocess.run(  # SIGKILLed, worker processes and all, where the test says
-        [sys.executable, str(STOP_AT), module, function, when, "2" if module.startswith(
-            "image_tfrecords.core") else "1", "--manifest", str(manifest), "--output_dir", str(output),
+        [sys.executable, str(STOP_AT), module, function, when,
+         "2" if function == "write_receipt" else "1", "--manifest", str(manifest),
+         "--output_dir", str(output),
          "--num_shards", "3", "--overwrite", "--max_error_fraction", "0.1"],
         capture_output=True, text=True, timeout=300, start_new_session=True,
         env={**os.environ, "TMPDIR": str(tmp_path)})  # where tf.Transform's files stay

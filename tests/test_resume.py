@@ -120,7 +120,7 @@ def test_a_run_stopped_while_writing_resumes_to_the_same_output(local, capsys, f
 def test_a_run_stopped_while_publishing_resumes_to_the_same_output(local, capsys, function,
                                                                    when, reused):
     manifest, output, reference = local
-    stopped_run(arguments(manifest, str(output)), "image_tfrecords.transforms.publish", function, when, 1,
+    stopped_run(arguments(manifest, str(output)), "image_tfrecords.core.publishing", function, when, 1,
                 output.parent)
     resumed(arguments(manifest, str(output)), capsys)
     assert json.loads((output / "summary.json").read_text())["resumed_shards"] == reused

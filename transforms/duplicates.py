@@ -184,13 +184,22 @@ def _positive(counts: collections.Counter[str]) -> dict[str, int]:
     return {key: n for key, n in counts.items() if n > 0}
 
 
+class DuplicatesResult(NamedTuple):
+    """ReportDuplicates' outputs."""
+
+    shards: beam.PCollection  # ShardWritten, without the copies `settings.dedupe` drops
+    dead_letters: beam.PCollection  # the dropped copies' rows (none: --dedupe none)
+    reports: beam.PCollection  # the paths of duplicates-*.jsonl and near_duplicates-*.jsonl
+    by_splits: beam.PCollection  # ("kept split/copy split", byte-identical copies)
+    near_by_splits: beam.PCollection  # ("kept split/copy split", near-copies)
+    duplicates: beam.PCollection  # every byte-identical copy found, in batches
+    near_duplicates: beam.PCollection  # every near-copy found, in batches
+    dropped: beam.PCollection | None  # the copies dropped, in batches; None: --dedupe none
+
+
 class ReportDuplicates(beam.PTransform):
-    """(shards, their ShardExamples) -> a dict of PCollections: "shards" (without the copies
-    that `settings.dedupe` drops), "dead_letters" (the dropped copies' rows), "report" (the
-    written duplicates-*.jsonl and near_duplicates-*.jsonl), "by_splits" and
-    "near_by_splits" ("kept split/copy split" -> copies), "duplicates" and
-    "near_duplicates" (every copy found, in batches) and, when it drops any, "dropped"
-    (batches too).
+    """(shards, their ShardExamples) -> DuplicatesResult: the copies found, reported, and
+    dropped as `settings.dedupe` says.
 
     `temp_dir` is where the shards and their receipts were written, `report_dir` where
     the reports are staged."""
@@ -204,26 +213,28 @@ class ReportDuplicates(beam.PTransform):
         self._temp_dir = temp_dir
         self._report_dir = report_dir
 
-    def expand(self, written: tuple[beam.PCollection, beam.PCollection]) -> dict:
+    def expand(self, written: tuple[beam.PCollection, beam.PCollection]) -> DuplicatesResult:
         shards, example_keys = written
         exact = example_keys | "Find" >> FindDuplicates()
         near = example_keys | "FindNear" >> FindNearDuplicates(self._near_distance,
                                                                self._temp_dir, self._settings)
         reports = (self._report(exact, "", self._dedupe is not Dedupe.NONE),
                    self._report(near, "Near", self._dedupe is Dedupe.NEAR))
-        result = {"report": reports | "Reports" >> beam.Flatten(),
-                  "by_splits": exact | "Count" >> _CountBySplits(),
-                  "near_by_splits": near | "CountNear" >> _CountBySplits(),
-                  "duplicates": exact, "near_duplicates": near}
+        reports = reports | "Reports" >> beam.Flatten()
+        by_splits = exact | "Count" >> _CountBySplits()
+        near_by_splits = near | "CountNear" >> _CountBySplits()
         if self._dedupe is Dedupe.NONE:
-            return result | {"shards": shards, "dead_letters": (
-                shards.pipeline | "NoneDropped" >> beam.Create([]))}
-        dropped = ((exact, near) if self._dedupe is Dedupe.NEAR else (exact,)
-                   ) | "Dropped" >> beam.Flatten()
-        deduped = shards | "Drop" >> DropDuplicates(dropped, self._format,
-                                                    self._settings.filesystems)
-        return result | {"shards": deduped.shards, "dead_letters": deduped[DEAD_LETTERS],
-                         "dropped": dropped}
+            kept, dropped = shards, None
+            dead_letters = shards.pipeline | "NoneDropped" >> beam.Create([])
+        else:
+            dropped = ((exact, near) if self._dedupe is Dedupe.NEAR else (exact,)
+                       ) | "Dropped" >> beam.Flatten()
+            deduped = shards | "Drop" >> DropDuplicates(dropped, self._format,
+                                                        self._settings.filesystems)
+            kept, dead_letters = deduped.shards, deduped[DEAD_LETTERS]
+        return DuplicatesResult(shards=kept, dead_letters=dead_letters, reports=reports,
+                                by_splits=by_splits, near_by_splits=near_by_splits,
+                                duplicates=exact, near_duplicates=near, dropped=dropped)
 
     def _report(self, copies: beam.PCollection, name: str, dropped: bool) -> beam.PCollection:
         """Writes duplicates-*.jsonl (`name` "") or near_duplicates-*.jsonl ("Near")."""

@@ -1,9 +1,10 @@
 """Whether a finished run may be published: the check the publish step makes first, and
-reading back the summary a run prepared or published.
+reading back the summary a run prepared or published, or the Failure it recorded.
 
-Kept apart from publish.py so the launcher knows RunFailed, and reads a summary, without
-loading TensorFlow; Beam is loaded only to read a summary. FAILED.json's record, `Failure`,
-is core/failure.py's: the readers of an output (verify, report) read it too.
+Kept apart from publish.py so the launcher knows RunFailed, and reads a summary or a
+Failure, without loading TensorFlow; Beam is loaded only to read them from storage.
+FAILED.json's record, `Failure`, is core/failure.py's: the readers of an output (verify,
+report) read it too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import NamedTuple
 
 import pydantic
 
+from image_tfrecords.core import naming
 from image_tfrecords.core.choices import LabelOrder
 from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.summary import Summary
@@ -43,6 +45,17 @@ def read_summary(path: str) -> Summary | None:
             return Summary.from_json(file.read())
         except pydantic.ValidationError:
             return None
+
+
+def read_failure(temp_dir: str) -> Failure | None:
+    """The Failure a run with this temp dir recorded, or None when it recorded none."""
+    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415 - as read_summary
+
+    path = naming.failure_record(temp_dir)
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as file:
+        return Failure.from_json(file.read(), path)
 
 
 # Label ids are learnt from the TRAIN rows: without any, every label is unseen.

@@ -34,28 +34,36 @@ def _place(ref: ExampleRef) -> Place:
     return ref.split, ref.shard, ref.position
 
 
+class ReportSources(NamedTuple):
+    """What GatherReportContent picks the report's content from."""
+
+    example_keys: beam.PCollection  # WriteShards' ShardExamples
+    dead_letters: beam.PCollection  # DeadLetter
+    duplicates: beam.PCollection  # every byte-identical copy found, in batches
+    near_duplicates: beam.PCollection  # every near-copy found, in batches
+
+
 class GatherReportContent(beam.PTransform):
-    """A dict of PCollections -> one ReportContent: "example_keys" (WriteShards'
-    ShardExamples),
-    "duplicates" and "near_duplicates" (every copy found, in batches), "dropped" (batches
-    of the copies --dedupe dropped, left out of the sample; absent when it drops none) and
-    "dead_letters".
+    """ReportSources -> one ReportContent.
 
     `temp_dir` is where WriteShards wrote the shards and their thumbnails, read with
-    `filesystems` applied.
+    `filesystems` applied; `dropped`: batches of the copies --dedupe dropped, left out of
+    the sample (None when it drops none).
     """
 
-    def __init__(self, temp_dir: str, filesystems: FilesystemOptions) -> None:
+    def __init__(self, temp_dir: str, filesystems: FilesystemOptions,
+                 dropped: beam.PCollection | None = None) -> None:
         super().__init__()
         self._temp_dir = temp_dir
         self._filesystems = filesystems
+        self._dropped = dropped
 
-    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
-        examples = inputs["example_keys"]
-        if "dropped" in inputs:  # a join by shard, only when it can matter
+    def expand(self, inputs: ReportSources) -> beam.PCollection:
+        examples = inputs.example_keys
+        if self._dropped is not None:  # a join by shard, only when it can matter
             examples = ({"examples": examples | "ExamplesByShard" >> beam.Map(
                             lambda shard: ((shard.split, shard.shard), shard)),
-                         "dropped": inputs["dropped"] | "DroppedByShard" >> beam.FlatMap(
+                         "dropped": self._dropped | "DroppedByShard" >> beam.FlatMap(
                             lambda batch: (((copy.copy.split, copy.copy.shard),
                                             copy.copy.position) for copy in batch))}
                         | "JoinDropped" >> beam.CoGroupByKey()
@@ -65,9 +73,9 @@ class GatherReportContent(beam.PTransform):
                    | "ShardSamples" >> beam.FlatMap(_shard_sample)
                    | "Sample" >> beam.combiners.Top.PerKey(
                        SAMPLE_PER_LABEL, key=_sample_rank, reverse=True))
-        duplicates = inputs["duplicates"] | "FirstCopies" >> _first_copies()
-        near = inputs["near_duplicates"] | "FirstNear" >> _first_copies()
-        rejected = (inputs["dead_letters"]
+        duplicates = inputs.duplicates | "FirstCopies" >> _first_copies()
+        near = inputs.near_duplicates | "FirstNear" >> _first_copies()
+        rejected = (inputs.dead_letters
                     | "ByReason" >> beam.Map(lambda dead: (dead.reason, dead))
                     | "FirstRejected" >> beam.combiners.Top.PerKey(
                         REJECTED_SHOWN, key=lambda dead: (dead.manifest, dead.line),
@@ -80,7 +88,7 @@ class GatherReportContent(beam.PTransform):
                       | "GroupByShard" >> beam.GroupByKey()
                       | "ReadThumbnails" >> beam.FlatMap(
                           with_filesystems(self._read_thumbnails, self._filesystems)))
-        return (inputs["example_keys"].pipeline
+        return (inputs.example_keys.pipeline
                 | "Once" >> beam.Create([None])
                 | "Assemble" >> beam.Map(
                     _assemble, samples=beam.pvalue.AsList(samples),

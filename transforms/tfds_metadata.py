@@ -21,10 +21,10 @@ from image_tfrecords.core.choices import LabelMode, UnseenLabel
 from image_tfrecords.core.feature_keys import (CLASS_LABEL, IMAGE, LABEL_ID_BASE, MASKS,
                                               SEGMENTATION, is_image_key)
 from image_tfrecords.core.label_map import UNSEEN_LABEL_NAME
-from image_tfrecords.core.naming import DATASET_INFO_FILE, FEATURES_FILE, TFDS_FILEPATH_TEMPLATE
+from image_tfrecords.core.naming import (DATASET_INFO_FILE, FEATURES_FILE, LABELS_SUFFIX,
+                                         TFDS_FILEPATH_TEMPLATE)
 from image_tfrecords.core.summary import FeatureInfo, Summary
 
-LABELS_SUFFIX = ".labels.txt"
 BACKGROUND_NAME = "[background]"  # detection's id 0, which no object has
 
 _FEATURE = "tensorflow_datasets.core.features"
