@@ -10,12 +10,20 @@ setup(
     name="image-tfrecords",
     version="0.1.0",
     description="Apache Beam pipeline: image manifest -> split-partitioned TFRecord or "
-                "ArrayRecord shards",
-    packages=["image_tfrecords", "image_tfrecords.pipeline", "image_tfrecords.transforms",
-              "image_tfrecords.core", "image_tfrecords.core.file_formats",
-              "image_tfrecords.core.inputs"],
-    package_dir={"image_tfrecords.pipeline": "pipeline",
-                 "image_tfrecords.transforms": "transforms", "image_tfrecords.core": "core"},
+    "ArrayRecord shards",
+    packages=[
+        "image_tfrecords",
+        "image_tfrecords.pipeline",
+        "image_tfrecords.transforms",
+        "image_tfrecords.core",
+        "image_tfrecords.core.file_formats",
+        "image_tfrecords.core.inputs",
+    ],
+    package_dir={
+        "image_tfrecords.pipeline": "pipeline",
+        "image_tfrecords.transforms": "transforms",
+        "image_tfrecords.core": "core",
+    },
     package_data={"image_tfrecords.core": ["report_page.html"]},  # report.html's template
     python_requires=">=3.11",  # the code uses 3.11 syntax; tested on 3.11 only
     install_requires=[
@@ -47,8 +55,11 @@ setup(
     ],
     # Reading ArrayRecord outputs with Grain (JAX), as the README shows.
     extras_require={"grain": ["grain>=0.2.18,<0.3"]},
-    entry_points={"console_scripts": [
-        "image-tfrecords=image_tfrecords.pipeline.cli:main",
-        # the boot command of a PROCESS environment on a cluster (docs/operations/clusters.md)
-        "image-tfrecords-sdk-worker=image_tfrecords.pipeline.sdk_worker_boot:main"]},
+    entry_points={
+        "console_scripts": [
+            "image-tfrecords=image_tfrecords.pipeline.cli:main",
+            # the boot command of a PROCESS environment on a cluster (docs/operations/clusters.md)
+            "image-tfrecords-sdk-worker=image_tfrecords.pipeline.sdk_worker_boot:main",
+        ]
+    },
 )

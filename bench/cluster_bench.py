@@ -34,11 +34,18 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 from clusters import FlinkCluster, WorkerPool  # noqa: E402
+
 from image_tfrecords.pipeline import engines  # noqa: E402
 
 CACHE_MS = 20_000  # the SDK worker's cache (its stages share one); each run waits past it
-SAMPLE_FLAGS = ["--manifest", str(ROOT / "sample_data" / "manifest.csv"),
-                "--max_error_fraction", "0.25", "--num_shards", "2"]
+SAMPLE_FLAGS = [
+    "--manifest",
+    str(ROOT / "sample_data" / "manifest.csv"),
+    "--max_error_fraction",
+    "0.25",
+    "--num_shards",
+    "2",
+]
 
 
 def run(flags: list[str], output: Path, temp: Path) -> float:
@@ -46,9 +53,13 @@ def run(flags: list[str], output: Path, temp: Path) -> float:
     shutil.rmtree(output, ignore_errors=True)
     temp.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "image_tfrecords", *flags, "--output_dir",
-                           str(output), "--quiet"], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-m", "image_tfrecords", *flags, "--output_dir", str(output), "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(ROOT)},
+    )
     wall = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"{flags[-1]}: exit {done.returncode}\n{done.stderr[-3000:]}")
@@ -56,13 +67,16 @@ def run(flags: list[str], output: Path, temp: Path) -> float:
 
 
 def shard_digests(output: Path) -> dict[str, str]:
-    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(output.glob("*.tfrecord"))}
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(output.glob("*.tfrecord"))
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--work", type=Path, default=Path("/tmp/image-tfrecords-cluster-bench"))
     parser.add_argument("--images", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=2)
@@ -71,19 +85,40 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     photos = args.work / f"crops-{args.images}"
     if not (photos / "manifest.csv").exists():
-        subprocess.run([sys.executable, str(BENCH / "make_dataset.py"), "--out", str(photos),
-                        "--images", str(args.images)], check=True)
-    sets = {"sample": SAMPLE_FLAGS,
-            f"{args.images} photos": ["--manifest", str(photos / "manifest.csv")]}
+        subprocess.run(
+            [
+                sys.executable,
+                str(BENCH / "make_dataset.py"),
+                "--out",
+                str(photos),
+                "--images",
+                str(args.images),
+            ],
+            check=True,
+        )
+    sets = {
+        "sample": SAMPLE_FLAGS,
+        f"{args.images} photos": ["--manifest", str(photos / "manifest.csv")],
+    }
     cluster_folder = args.work / f"cluster-{os.getpid()}"
     cluster_folder.mkdir()
     pool = WorkerPool(cluster_folder)
     cluster = FlinkCluster(cluster_folder, engines.ENGINES["flinkrunner"].built_jar)
     on_the_cluster = [
-        "--runner", "FlinkRunner", "--flink_master", f"localhost:{cluster.rest_port}",
-        "--environment_type", "EXTERNAL", "--environment_config", f"localhost:{pool.port}",
-        "--environment_cache_millis", str(CACHE_MS), "--beam_runner_on_cluster",
-        "--temp_location", str(args.work / "tft")]
+        "--runner",
+        "FlinkRunner",
+        "--flink_master",
+        f"localhost:{cluster.rest_port}",
+        "--environment_type",
+        "EXTERNAL",
+        "--environment_config",
+        f"localhost:{pool.port}",
+        "--environment_cache_millis",
+        str(CACHE_MS),
+        "--beam_runner_on_cluster",
+        "--temp_location",
+        str(args.work / "tft"),
+    ]
     runs = []
     try:
         for round_ in range(1, args.rounds + 1):
@@ -104,17 +139,35 @@ def main() -> None:
     summary = {}
     for name in sets:
         of_set = [entry for entry in runs if entry["set"] == name]
-        medians = {mode: statistics.median(entry[mode] for entry in of_set)
-                   for mode in of_set[0] if mode not in ("round", "set")}
+        medians = {
+            mode: statistics.median(entry[mode] for entry in of_set)
+            for mode in of_set[0]
+            if mode not in ("round", "set")
+        }
         summary[name] = {**medians, "cluster/direct": medians["cluster"] / medians["direct"]}
-        print(f"{name}: DirectRunner {medians['direct']:.1f} s, cluster "
-              f"{medians['cluster']:.1f} s: {summary[name]['cluster/direct']:.2f}x")
+        print(
+            f"{name}: DirectRunner {medians['direct']:.1f} s, cluster "
+            f"{medians['cluster']:.1f} s: {summary[name]['cluster/direct']:.2f}x"
+        )
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    Path(args.json).write_text(json.dumps({
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version(), "java": java.splitlines()[0]},
-        "command": " ".join(sys.argv), "runs": runs, "medians": summary}, indent=1) + "\n")
+    Path(args.json).write_text(
+        json.dumps(
+            {
+                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "platform": platform.platform(),
+                    "python": platform.python_version(),
+                    "java": java.splitlines()[0],
+                },
+                "command": " ".join(sys.argv),
+                "runs": runs,
+                "medians": summary,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

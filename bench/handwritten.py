@@ -27,8 +27,9 @@ class Row(NamedTuple):
 
 
 def argument_parser(description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--manifest", required=True, help="CSV: split,image_uri,label")
     parser.add_argument("--output_dir", required=True)
     return parser
@@ -37,8 +38,10 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
 def read_rows(manifest: str) -> list[Row]:
     folder = os.path.dirname(manifest)
     with open(manifest, newline="", encoding="utf-8") as file:
-        return [Row(split.strip().lower(), os.path.join(folder, uri.strip()), label.strip())
-                for split, uri, label in (row for row in csv.reader(file) if row)]
+        return [
+            Row(split.strip().lower(), os.path.join(folder, uri.strip()), label.strip())
+            for split, uri, label in (row for row in csv.reader(file) if row)
+        ]
 
 
 def label_ids_of(rows: list[Row]) -> dict[str, int]:
@@ -64,24 +67,29 @@ def serialized_example(row: Row, label_ids: dict[str, int]) -> bytes:
         width, height = image.size
         channels = len(image.getbands())
         image_format = image.format.lower()
-    return tf.train.Example(features=tf.train.Features(feature={
-        "image/encoded": bytes_feature(encoded),
-        "image/format": bytes_feature(image_format.encode()),
-        "image/height": int_feature(height),
-        "image/width": int_feature(width),
-        "image/channels": int_feature(channels),
-        "image/filename": bytes_feature(os.path.basename(row.path).encode()),
-        "image/source_id": bytes_feature(row.path.encode()),
-        "image/key/sha256": bytes_feature(hashlib.sha256(encoded).hexdigest().encode()),
-        "image/class/label": int_feature(label_ids[row.label]),
-        "image/class/text": bytes_feature(row.label.encode()),
-    })).SerializeToString()
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "image/encoded": bytes_feature(encoded),
+                "image/format": bytes_feature(image_format.encode()),
+                "image/height": int_feature(height),
+                "image/width": int_feature(width),
+                "image/channels": int_feature(channels),
+                "image/filename": bytes_feature(os.path.basename(row.path).encode()),
+                "image/source_id": bytes_feature(row.path.encode()),
+                "image/key/sha256": bytes_feature(hashlib.sha256(encoded).hexdigest().encode()),
+                "image/class/label": int_feature(label_ids[row.label]),
+                "image/class/text": bytes_feature(row.label.encode()),
+            }
+        )
+    ).SerializeToString()
 
 
 def summary(counts: Counter[str]) -> str:
     """The one line write_bench.py reads the example count from."""
-    return (f"wrote {counts.total()} examples: "
-            + ", ".join(f"{split} {count}" for split, count in sorted(counts.items())))
+    return f"wrote {counts.total()} examples: " + ", ".join(
+        f"{split} {count}" for split, count in sorted(counts.items())
+    )
 
 
 def main() -> None:
@@ -94,7 +102,8 @@ def main() -> None:
     for row in rows:
         if row.split not in writers:
             writers[row.split] = tf.io.TFRecordWriter(
-                os.path.join(args.output_dir, f"{row.split}.tfrecord"))
+                os.path.join(args.output_dir, f"{row.split}.tfrecord")
+            )
         writers[row.split].write(serialized_example(row, label_ids))
         counts[row.split] += 1
     for writer in writers.values():

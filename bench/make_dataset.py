@@ -42,12 +42,12 @@ SOURCES: dict[str, Callable[[], np.ndarray]] = {
     "galaxy": data.hubble_deep_field,
 }
 CLASSES = list(SOURCES)
-MIN_CROP = 0.4            # smallest crop side, as a fraction of the photo's side
-LONG_SIDE = (320, 800)    # inclusive range of the output's longer side, px
-QUALITY = (80, 95)        # inclusive JPEG quality range
+MIN_CROP = 0.4  # smallest crop side, as a fraction of the photo's side
+LONG_SIDE = (320, 800)  # inclusive range of the output's longer side, px
+QUALITY = (80, 95)  # inclusive JPEG quality range
 SPLITS = (("TRAIN", 0.8), ("VALIDATION", 0.1), ("TEST", 0.1))
-NEAR_COPY_EVERY = 50      # --kind scenes: image i is a near-copy of i - 1 when i % 50 == 49
-TINY_SIDE = 16            # --kind tiny: px
+NEAR_COPY_EVERY = 50  # --kind scenes: image i is a near-copy of i - 1 when i % 50 == 49
+TINY_SIDE = 16  # --kind tiny: px
 
 _photos: dict[str, Image.Image] = {}
 
@@ -78,8 +78,11 @@ def make_image(task: tuple[Path, str, int, int]) -> int:
     left = int(rng.integers(0, photo.width - crop_w + 1))
     top = int(rng.integers(0, photo.height - crop_h + 1))
     scale = int(rng.integers(LONG_SIDE[0], LONG_SIDE[1] + 1)) / max(crop_w, crop_h)
-    image = photo.resize((round(crop_w * scale), round(crop_h * scale)), Image.LANCZOS,
-                         box=(left, top, left + crop_w, top + crop_h))
+    image = photo.resize(
+        (round(crop_w * scale), round(crop_h * scale)),
+        Image.LANCZOS,
+        box=(left, top, left + crop_w, top + crop_h),
+    )
     if rng.random() < 0.5:
         image = image.transpose(Image.FLIP_LEFT_RIGHT)
     return _save(out, index, image, rng)
@@ -130,7 +133,7 @@ def assign_splits(count: int, seed: int) -> list[str]:
     start = 0.0
     for split, share in SPLITS:
         end = start + share * count
-        for index in order[round(start):round(end)]:
+        for index in order[round(start) : round(end)]:
             splits[index] = split
         start = end
     return splits
@@ -150,19 +153,24 @@ def write_manifest(path: Path, splits: list[str], rows: int) -> None:
         for row in range(rows):
             index, copy = row % len(splits), row // len(splits)
             prefix = f"copies/{copy}/" if copy else ""
-            writer.writerow([splits[index], prefix + image_path(index),
-                             CLASSES[index % len(CLASSES)]])
+            writer.writerow(
+                [splits[index], prefix + image_path(index), CLASSES[index % len(CLASSES)]]
+            )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, required=True, help="dataset folder")
     parser.add_argument("--images", type=int, required=True, help="number of images")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--kind", choices=("crops", "scenes", "tiny"), default="crops",
-                        help="crops of six photos (default), distinct drawn scenes, or "
-                             "tiny noise images")
+    parser.add_argument(
+        "--kind",
+        choices=("crops", "scenes", "tiny"),
+        default="crops",
+        help="crops of six photos (default), distinct drawn scenes, or tiny noise images",
+    )
     parser.add_argument("--rows", type=int, help="also write manifest_ROWS.csv (ROWS > images)")
     parser.add_argument("--processes", type=int, default=2, help="worker processes")
     args = parser.parse_args()
@@ -181,8 +189,10 @@ def main() -> None:
 
     splits = assign_splits(args.images, args.seed)
     write_manifest(args.out / "manifest.csv", splits, args.images)
-    print(f"{args.images} images in {len(CLASSES)} classes, {source_bytes} source bytes "
-          f"({source_bytes / 1e6:.1f} MB): {args.out / 'manifest.csv'}")
+    print(
+        f"{args.images} images in {len(CLASSES)} classes, {source_bytes} source bytes "
+        f"({source_bytes / 1e6:.1f} MB): {args.out / 'manifest.csv'}"
+    )
     if args.rows is not None:
         write_manifest(args.out / f"manifest_{args.rows}.csv", splits, args.rows)
         print(f"{args.rows} rows cycling the images: {args.out / f'manifest_{args.rows}.csv'}")

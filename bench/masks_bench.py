@@ -31,7 +31,7 @@ OBJECTS = 4
 POINTS = 16
 
 # The baseline, as a script its own process runs: create_coco_tf_record's mask steps.
-_LOOP = '''
+_LOOP = """
 import hashlib, io, json, sys
 import numpy as np, PIL.Image, tensorflow as tf
 from pycocotools import mask
@@ -68,17 +68,27 @@ with tf.io.TFRecordWriter(out) as writer:
                       for place, side in enumerate(("xmin", "ymin", "xmax", "ymax"))}}
         writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
                      .SerializeToString())
-'''
+"""
 
 
 def make_coco(folder: Path, images: int) -> Path:
     """make_dataset.py's crops, and a COCO file of star polygons over them."""
     import numpy as np
     from PIL import Image
+
     dataset = folder / f"crops-{images}"
     if not (dataset / "manifest.csv").exists():
-        subprocess.run([str(VENV_BIN / "python"), str(BENCH / "make_dataset.py"), "--out",
-                        str(dataset), "--images", str(images)], check=True)
+        subprocess.run(
+            [
+                str(VENV_BIN / "python"),
+                str(BENCH / "make_dataset.py"),
+                "--out",
+                str(dataset),
+                "--images",
+                str(images),
+            ],
+            check=True,
+        )
     rng = np.random.default_rng(0)
     entries, annotations = [], []
     for number, path in enumerate(sorted(dataset.glob("images/*/*.jpg")), start=1):
@@ -90,19 +100,42 @@ def make_coco(folder: Path, images: int) -> Path:
             x, y = rng.uniform(0, width - w), rng.uniform(0, height - h)
             turns = np.sort(rng.uniform(0, 2 * math.pi, POINTS))
             reach = rng.uniform(0.5, 1.0, POINTS)
-            polygon = [value for turn, r in zip(turns, reach) for value in (
-                x + w / 2 * (1 + r * math.cos(turn)), y + h / 2 * (1 + r * math.sin(turn)))]
-            annotations.append({"id": len(annotations) + 1, "image_id": number,
-                                "category_id": 1 + len(annotations) % 3, "iscrowd": 0,
-                                "bbox": [x, y, w, h], "segmentation": [polygon]})
+            polygon = [
+                value
+                for turn, r in zip(turns, reach)
+                for value in (
+                    x + w / 2 * (1 + r * math.cos(turn)),
+                    y + h / 2 * (1 + r * math.sin(turn)),
+                )
+            ]
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": number,
+                    "category_id": 1 + len(annotations) % 3,
+                    "iscrowd": 0,
+                    "bbox": [x, y, w, h],
+                    "segmentation": [polygon],
+                }
+            )
     path = folder / f"coco-{images}.json"
-    path.write_text(json.dumps({"images": entries, "annotations": annotations, "categories": [
-        {"id": index, "name": name} for index, name in enumerate(("a", "b", "c"), start=1)]}))
+    path.write_text(
+        json.dumps(
+            {
+                "images": entries,
+                "annotations": annotations,
+                "categories": [
+                    {"id": index, "name": name}
+                    for index, name in enumerate(("a", "b", "c"), start=1)
+                ],
+            }
+        )
+    )
     return path
 
 
 # Run in a child, as the tools are: image file name -> its mask PNGs, from one output.
-_MASKS_OF = '''
+_MASKS_OF = """
 import glob, json, sys, tensorflow as tf
 found = {}
 for path in sorted(glob.glob(sys.argv[1])):
@@ -111,39 +144,66 @@ for path in sorted(glob.glob(sys.argv[1])):
         found[feature["image/key/sha256"].bytes_list.value[0].decode()] = [
             mask.hex() for mask in feature["image/object/mask"].bytes_list.value]
 print(json.dumps(found))
-'''
+"""
 
 
 def same_masks(work: Path) -> bool:
     """Whether ours wrote, image by image (by SHA-256), the loop's mask PNGs."""
+
     def masks(pattern: str) -> dict:
-        done = subprocess.run([str(VENV_BIN / "python"), "-c", _MASKS_OF, pattern],
-                              check=True, capture_output=True, text=True)
+        done = subprocess.run(
+            [str(VENV_BIN / "python"), "-c", _MASKS_OF, pattern],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         return json.loads(done.stdout)
-    ours, loop = masks(str(work / "out" / "ours" / "train-*.tfrecord")), masks(
-        str(work / "out" / "loop.tfrecord"))
+
+    ours, loop = (
+        masks(str(work / "out" / "ours" / "train-*.tfrecord")),
+        masks(str(work / "out" / "loop.tfrecord")),
+    )
     return bool(ours) and ours == loop
 
 
 def run(tool: str, coco: Path, out: Path) -> float:
     commands = {
-        "ours": [str(VENV_BIN / "image-tfrecords"), "convert", "--manifest", f"train={coco}",
-                 "--label_mode", "detection", "--output_dir", str(out), "--overwrite"],
-        "ours_leave_out_masks": [str(VENV_BIN / "image-tfrecords"), "convert", "--manifest",
-                                 f"train={coco}", "--label_mode", "detection", "--output_dir",
-                                 str(out), "--overwrite", "--leave_out", "masks"],
+        "ours": [
+            str(VENV_BIN / "image-tfrecords"),
+            "convert",
+            "--manifest",
+            f"train={coco}",
+            "--label_mode",
+            "detection",
+            "--output_dir",
+            str(out),
+            "--overwrite",
+        ],
+        "ours_leave_out_masks": [
+            str(VENV_BIN / "image-tfrecords"),
+            "convert",
+            "--manifest",
+            f"train={coco}",
+            "--label_mode",
+            "detection",
+            "--output_dir",
+            str(out),
+            "--overwrite",
+            "--leave_out",
+            "masks",
+        ],
         "loop": [str(VENV_BIN / "python"), "-c", _LOOP, str(coco), str(out) + ".tfrecord"],
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    subprocess.run(commands[tool], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run(commands[tool], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - started
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--work", default="/tmp/image-tfrecords-masks-bench")
     parser.add_argument("--images", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -154,21 +214,26 @@ def main() -> None:
     tools = ["ours", "ours_leave_out_masks", "loop"]
     walls: dict[str, list[float]] = {tool: [] for tool in tools}
     for round_number in range(args.rounds):
-        for tool in tools[round_number % 3:] + tools[:round_number % 3]:
+        for tool in tools[round_number % 3 :] + tools[: round_number % 3]:
             walls[tool].append(run(tool, coco, work / "out" / tool))
             print(f"round {round_number + 1} {tool}: {walls[tool][-1]:.1f} s", flush=True)
         if round_number == 0 and not same_masks(work):
             sys.exit("ours did not write the loop's masks")
     medians = {tool: statistics.median(values) for tool, values in walls.items()}
     result = {
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(),
         "machine": f"{platform.processor() or platform.machine()}, "
-                   f"{len(__import__('os').sched_getaffinity(0))} cores",
-        "python": sys.version.split()[0], "images": args.images, "objects_per_image": OBJECTS,
-        "polygon_points": POINTS, "walls": walls,
+        f"{len(__import__('os').sched_getaffinity(0))} cores",
+        "python": sys.version.split()[0],
+        "images": args.images,
+        "objects_per_image": OBJECTS,
+        "polygon_points": POINTS,
+        "walls": walls,
         "images_per_second": {tool: args.images / wall for tool, wall in medians.items()},
-        "ratios": {"ours/loop": medians["ours"] / medians["loop"],
-                   "ours/ours_leave_out_masks": medians["ours"] / medians["ours_leave_out_masks"]},
+        "ratios": {
+            "ours/loop": medians["ours"] / medians["loop"],
+            "ours/ours_leave_out_masks": medians["ours"] / medians["ours_leave_out_masks"],
+        },
     }
     Path(args.json).write_text(json.dumps(result, indent=2))
     for tool, wall in medians.items():

@@ -24,10 +24,29 @@ from image_tfrecords.core.images import ImageSettings, prepare_image
 
 # Every photo the scikit-image wheel carries (none is fetched): greys, colour, textures,
 # microscopy, astronomy, text. data.cat is data.chelsea, so it is left out.
-PHOTOS = ("astronaut", "brick", "camera", "cell", "chelsea", "clock", "coffee", "coins",
-          "colorwheel", "grass", "gravel", "horse", "hubble_deep_field",
-          "immunohistochemistry", "logo", "microaneurysms", "moon", "page", "retina",
-          "rocket", "text")
+PHOTOS = (
+    "astronaut",
+    "brick",
+    "camera",
+    "cell",
+    "chelsea",
+    "clock",
+    "coffee",
+    "coins",
+    "colorwheel",
+    "grass",
+    "gravel",
+    "horse",
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "logo",
+    "microaneurysms",
+    "moon",
+    "page",
+    "retina",
+    "rocket",
+    "text",
+)
 
 
 def _photo(name: str) -> Image.Image:
@@ -44,8 +63,9 @@ def distinct_images() -> dict[str, Image.Image]:
     for name, photo in photos.items():
         found[name] = photo
         width, height = photo.size
-        for index, (left, top) in enumerate(((0, 0), (width // 2, 0), (0, height // 2),
-                                             (width // 2, height // 2))):
+        for index, (left, top) in enumerate(
+            ((0, 0), (width // 2, 0), (0, height // 2), (width // 2, height // 2))
+        ):
             quadrant = photo.crop((left, top, left + width // 2, top + height // 2))
             found[f"{name}_q{index}"] = quadrant.resize(photo.size, Image.LANCZOS)
     return found
@@ -63,16 +83,15 @@ def _cropped(image: Image.Image, fraction: float) -> Image.Image:
 
 
 COPIES: dict[str, Callable[[Image.Image], bytes]] = {
-    "resized to half": lambda im: _encoded(im.resize((im.width // 2, im.height // 2),
-                                                     Image.LANCZOS), quality=90),
+    "resized to half": lambda im: _encoded(
+        im.resize((im.width // 2, im.height // 2), Image.LANCZOS), quality=90
+    ),
     "recompressed (JPEG q50)": lambda im: _encoded(im, quality=50),
     "re-saved as PNG": lambda im: _encoded(im, "PNG"),
     "cropped 3% a side": lambda im: _encoded(_cropped(im, 0.03), quality=90),
     "cropped 5% a side": lambda im: _encoded(_cropped(im, 0.05), quality=90),
-    "brightness +15%": lambda im: _encoded(ImageEnhance.Brightness(im).enhance(1.15),
-                                           quality=90),
-    "brightness -15%": lambda im: _encoded(ImageEnhance.Brightness(im).enhance(0.85),
-                                           quality=90),
+    "brightness +15%": lambda im: _encoded(ImageEnhance.Brightness(im).enhance(1.15), quality=90),
+    "brightness -15%": lambda im: _encoded(ImageEnhance.Brightness(im).enhance(0.85), quality=90),
 }
 
 
@@ -88,11 +107,14 @@ def main() -> None:
     images = distinct_images()
     hashes = {name: _hash(_encoded(image, quality=90)) for name, image in images.items()}
     distinct = [_distance(hashes[a], hashes[b]) for a, b in itertools.combinations(hashes, 2)]
-    planted = {kind: [_distance(hashes[name], _hash(make(image)))
-                      for name, image in images.items()]
-               for kind, make in COPIES.items()}
-    print(f"{len(images)} distinct images, {len(distinct)} distinct pairs, "
-          f"{len(images)} copies of each kind\n")
+    planted = {
+        kind: [_distance(hashes[name], _hash(make(image))) for name, image in images.items()]
+        for kind, make in COPIES.items()
+    }
+    print(
+        f"{len(images)} distinct images, {len(distinct)} distinct pairs, "
+        f"{len(images)} copies of each kind\n"
+    )
     print("| distance | false pairs | precision | " + " | ".join(COPIES) + " | recall |")
     print("|" + "---|" * (len(COPIES) + 4))
     for threshold in range(0, 21, 2):
@@ -101,9 +123,11 @@ def main() -> None:
         true_pairs = sum(found.values())
         precision = true_pairs / (true_pairs + false_pairs) if true_pairs else 1.0
         recall = true_pairs / sum(map(len, planted.values()))
-        print(f"| {threshold} | {false_pairs} | {precision:.3f} | "
-              + " | ".join(f"{found[kind] / len(images):.2f}" for kind in COPIES)
-              + f" | {recall:.3f} |")
+        print(
+            f"| {threshold} | {false_pairs} | {precision:.3f} | "
+            + " | ".join(f"{found[kind] / len(images):.2f}" for kind in COPIES)
+            + f" | {recall:.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,10 @@ def main(command: list[str]) -> None:
     if process.returncode:
         sys.exit(f"exit {process.returncode}: {process.stderr.read().decode()[-2000:]}")
     tree = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    print(f"wall {wall:.2f} s, own CPU {own:.2f} s, own peak RSS {peak_rss / 2**20:.0f} MB, "
-          f"tree CPU {tree:.2f} s")
+    print(
+        f"wall {wall:.2f} s, own CPU {own:.2f} s, own peak RSS {peak_rss / 2**20:.0f} MB, "
+        f"tree CPU {tree:.2f} s"
+    )
 
 
 if __name__ == "__main__":

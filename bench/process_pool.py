@@ -10,13 +10,12 @@ label ids and summary line as handwritten.py, whose helpers it uses.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections import Counter
-import multiprocessing
 from typing import NamedTuple
 
 import tensorflow as tf
-
 from handwritten import Row, argument_parser, label_ids_of, read_rows, serialized_example, summary
 
 
@@ -36,9 +35,15 @@ def plan_shards(rows: list[Row], shards_per_split: int, output_dir: str) -> list
     for split, split_rows in by_split.items():
         count = min(shards_per_split, len(split_rows))
         bounds = [len(split_rows) * index // count for index in range(count + 1)]
-        shards += [Shard(os.path.join(output_dir, f"{split}-{index:05d}-of-{count:05d}.tfrecord"),
-                         split, split_rows[bounds[index]:bounds[index + 1]], label_ids)
-                   for index in range(count)]
+        shards += [
+            Shard(
+                os.path.join(output_dir, f"{split}-{index:05d}-of-{count:05d}.tfrecord"),
+                split,
+                split_rows[bounds[index] : bounds[index + 1]],
+                label_ids,
+            )
+            for index in range(count)
+        ]
     # Largest first, so the small splits' shards fill in at the end of the run.
     return sorted(shards, key=lambda shard: len(shard.rows), reverse=True)
 
@@ -52,14 +57,19 @@ def write_shard(shard: Shard) -> tuple[str, int]:
 
 def main() -> None:
     parser = argument_parser(__doc__)
-    parser.add_argument("--workers", type=int, default=os.cpu_count(),
-                        help="processes (default: one per core)")
-    parser.add_argument("--shards_per_split", type=int,
-                        help="default: --workers, so the largest split keeps every worker busy")
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count(), help="processes (default: one per core)"
+    )
+    parser.add_argument(
+        "--shards_per_split",
+        type=int,
+        help="default: --workers, so the largest split keeps every worker busy",
+    )
     args = parser.parse_args()
     os.makedirs(args.output_dir, exist_ok=True)
-    shards = plan_shards(read_rows(args.manifest), args.shards_per_split or args.workers,
-                         args.output_dir)
+    shards = plan_shards(
+        read_rows(args.manifest), args.shards_per_split or args.workers, args.output_dir
+    )
     counts: Counter[str] = Counter()
     with multiprocessing.get_context("fork").Pool(args.workers) as pool:
         for split, written in pool.imap_unordered(write_shard, shards):

@@ -35,9 +35,9 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402 - after the log level above
+import tensorflow as tf
 
-import image_tfrecords  # noqa: E402
+import image_tfrecords
 
 AUTOTUNE = tf.data.AUTOTUNE
 CONVERT = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "image-tfrecords"
@@ -51,31 +51,48 @@ def ensure_output(data: Path, output: Path, num_shards: int, file_format: str) -
     if (output / "summary.json").exists():
         print(f"reusing {output}")
         return
-    subprocess.run([str(CONVERT), "convert", "--manifest", str(data / "manifest.csv"),
-                    "--output_dir", str(output), "--num_shards", str(num_shards),
-                    "--file_format", file_format], check=True)
+    subprocess.run(
+        [
+            str(CONVERT),
+            "convert",
+            "--manifest",
+            str(data / "manifest.csv"),
+            "--output_dir",
+            str(output),
+            "--num_shards",
+            str(num_shards),
+            "--file_format",
+            file_format,
+        ],
+        check=True,
+    )
 
 
 def loose_files(data: Path, vocabulary: list[str]) -> tuple[list[str], list[int]]:
     """The TRAIN images of DATA/manifest.csv (`SPLIT,uri,label`) and their label ids."""
     with (data / "manifest.csv").open(newline="") as file:
         rows = [row for row in csv.reader(file) if row[0] == "TRAIN"]
-    return [str(data / uri) for _, uri, _ in rows], [vocabulary.index(label)
-                                                       for _, _, label in rows]
+    return [str(data / uri) for _, uri, _ in rows], [
+        vocabulary.index(label) for _, _, label in rows
+    ]
 
 
-def loose_dataset(paths: list[str], labels: list[int], batch_size: int,
-                  size: tuple[int, int]) -> tf.data.Dataset:
+def loose_dataset(
+    paths: list[str], labels: list[int], batch_size: int, size: tuple[int, int]
+) -> tf.data.Dataset:
     """The data performance guide's pipeline for files on disk, tuned as load() is."""
+
     def decode(path: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
         return tf.image.resize(image, size), label
 
-    return (tf.data.Dataset.from_tensor_slices((paths, labels))
-            .shuffle(len(paths))
-            .map(decode, num_parallel_calls=AUTOTUNE, deterministic=False)
-            .batch(batch_size)
-            .prefetch(AUTOTUNE))
+    return (
+        tf.data.Dataset.from_tensor_slices((paths, labels))
+        .shuffle(len(paths))
+        .map(decode, num_parallel_calls=AUTOTUNE, deterministic=False)
+        .batch(batch_size)
+        .prefetch(AUTOTUNE)
+    )
 
 
 def random_access(outputs: dict[str, Path], rounds: int) -> dict[str, list[float]]:
@@ -84,8 +101,10 @@ def random_access(outputs: dict[str, Path], rounds: int) -> dict[str, list[float
     import grain
 
     def shard_paths(file_format: str) -> list[str]:
-        return [path for path, _ in
-                image_tfrecords.Output.read(str(outputs[file_format])).shards("train")]
+        return [
+            path
+            for path, _ in image_tfrecords.Output.read(str(outputs[file_format])).shards("train")
+        ]
 
     source = grain.sources.ArrayRecordDataSource(shard_paths("array_record"))
     shuffled = list(range(len(source)))
@@ -96,8 +115,11 @@ def random_access(outputs: dict[str, Path], rounds: int) -> dict[str, list[float
         "grain, in order": lambda: sum(len(source[index]) for index in range(len(source))),
         # In batches: one element at a time, tf.data's Python iterator costs ~200 µs each.
         "tf.data TFRecord, in order": lambda: sum(
-            int(size) for size in records.batch(256).map(
-                lambda batch: tf.reduce_sum(tf.strings.length(batch)))),
+            int(size)
+            for size in records.batch(256).map(
+                lambda batch: tf.reduce_sum(tf.strings.length(batch))
+            )
+        ),
     }
     for read in reads.values():  # warm-up
         read()
@@ -118,20 +140,26 @@ def timed_pass(dataset: tf.data.Dataset) -> tuple[int, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, required=True,
-                        help="a folder made by bench/make_dataset.py")
-    parser.add_argument("--outputs", type=Path, help="its conversions, one folder per "
-                        "format (default DATA; converted when missing)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data", type=Path, required=True, help="a folder made by bench/make_dataset.py"
+    )
+    parser.add_argument(
+        "--outputs",
+        type=Path,
+        help="its conversions, one folder per format (default DATA; converted when missing)",
+    )
     parser.add_argument("--num_shards", type=int, default=8)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--json", type=Path, help="results file")
     args = parser.parse_args()
-    outputs = {file_format: (args.outputs or args.data) / f"out-{file_format}"
-               for file_format in FORMATS}
+    outputs = {
+        file_format: (args.outputs or args.data) / f"out-{file_format}" for file_format in FORMATS
+    }
     for file_format, output in outputs.items():
         ensure_output(args.data, output, args.num_shards, file_format)
 
@@ -140,8 +168,10 @@ def main() -> None:
     paths, labels = loose_files(args.data, vocabulary)
 
     def load(output: Path) -> Callable[[], tf.data.Dataset]:
-        return lambda: image_tfrecords.load(str(output), "train", as_supervised=True,
-                                            batch_size=args.batch_size, image_size=size)
+        return lambda: image_tfrecords.load(
+            str(output), "train", as_supervised=True, batch_size=args.batch_size, image_size=size
+        )
+
     pipelines: dict[str, Callable[[], tf.data.Dataset]] = {
         **{file_format: load(output) for file_format, output in outputs.items()},
         "loose files": lambda: loose_dataset(paths, labels, args.batch_size, size),
@@ -159,27 +189,44 @@ def main() -> None:
             runs[name].append(images / seconds)
             print(f"round {round_index + 1} {name:12s} {images / seconds:8.1f} images/s")
     medians = {name: statistics.median(values) for name, values in runs.items()}
-    ratios = {f"{name} / loose files": medians[name] / medians["loose files"]
-              for name in FORMATS}
+    ratios = {f"{name} / loose files": medians[name] / medians["loose files"] for name in FORMATS}
     ratios["array_record / tfrecord"] = medians["array_record"] / medians["tfrecord"]
-    print(f"{len(paths)} images, batch {args.batch_size}, {args.image_size}x{args.image_size}, "
-          f"median of {args.rounds}: " + ", ".join(
-              f"{name} {value:.1f} images/s" for name, value in medians.items()))
+    print(
+        f"{len(paths)} images, batch {args.batch_size}, {args.image_size}x{args.image_size}, "
+        f"median of {args.rounds}: "
+        + ", ".join(f"{name} {value:.1f} images/s" for name, value in medians.items())
+    )
     print(", ".join(f"{name} {value:.2f}" for name, value in ratios.items()))
     access = random_access(outputs, args.rounds)
     access_medians = {name: statistics.median(values) for name, values in access.items()}
-    print("records/s (read only, median of {}): ".format(args.rounds) + ", ".join(
-        f"{name} {value:.0f}" for name, value in access_medians.items()))
+    print(
+        f"records/s (read only, median of {args.rounds}): "
+        + ", ".join(f"{name} {value:.0f}" for name, value in access_medians.items())
+    )
     if args.json:
-        args.json.write_text(json.dumps({
-            "images": len(paths), "batch_size": args.batch_size, "image_size": args.image_size,
-            "shards": len(image_tfrecords.Output.read(str(outputs["tfrecord"])).shards("train")),
-            "images_per_s": runs, "median_images_per_s": medians, "ratios": ratios,
-            "records_per_s": access, "median_records_per_s": access_medians,
-            "cpus": os.cpu_count(), "python": platform.python_version(),
-            "tensorflow": tf.__version__,
-            "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        }, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "images": len(paths),
+                    "batch_size": args.batch_size,
+                    "image_size": args.image_size,
+                    "shards": len(
+                        image_tfrecords.Output.read(str(outputs["tfrecord"])).shards("train")
+                    ),
+                    "images_per_s": runs,
+                    "median_images_per_s": medians,
+                    "ratios": ratios,
+                    "records_per_s": access,
+                    "median_records_per_s": access_medians,
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "tensorflow": tf.__version__,
+                    "measured_at": datetime.datetime.now(datetime.UTC).isoformat(),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ SUFFIXES = (".tfrecord", ".tfrecord.gz")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("output_dir", type=Path)
     args = parser.parse_args()
     for path in shard_files(args.output_dir):
@@ -30,8 +31,7 @@ def main() -> None:
         compression = "GZIP" if path.name.endswith(".gz") else ""
         for record in tf.data.TFRecordDataset(str(path), compression_type=compression):
             feature = tf.train.Example.FromString(record.numpy()).features.feature
-            print(json.dumps([split, *(feature[key].bytes_list.value[0].decode()
-                                       for key in KEYS)]))
+            print(json.dumps([split, *(feature[key].bytes_list.value[0].decode() for key in KEYS)]))
 
 
 def shard_files(folder: Path) -> list[Path]:

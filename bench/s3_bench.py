@@ -28,27 +28,34 @@ import time
 from pathlib import Path
 
 import boto3
-
 from url_bench import BENCH, VENV_BIN, crops_dataset, keys, loop_script
 
 sys.path.insert(0, str(BENCH.parent / "tests"))
-from storage_servers import FaultProxy, S3Server, s3_error  # noqa: E402
+from storage_servers import FaultProxy, S3Server, s3_error
 
-_LOOP = loop_script("""
+_LOOP = loop_script(
+    """
 import boto3
 client = boto3.client("s3", endpoint_url=sys.argv[3], region_name="us-east-1",
                       aws_access_key_id="bench", aws_secret_access_key="bench")
 def get(uri):
     bucket, key = uri.removeprefix("s3://").split("/", 1)
     return client.get_object(Bucket=bucket, Key=key)["Body"].read()
-""", "get(uri)")
+""",
+    "get(uri)",
+)
 BUCKET = "bench-images"
 
 
 def s3_manifest(dataset: Path, url: str) -> Path:
     """The data set's images uploaded to the bucket; a manifest of their s3:// URIs."""
-    client = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                          aws_access_key_id="bench", aws_secret_access_key="bench")
+    client = boto3.client(
+        "s3",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+    )
     client.create_bucket(Bucket=BUCKET)
     rows = [line.split(",") for line in (dataset / "manifest.csv").read_text().splitlines()]
     for _, uri, _ in rows:
@@ -61,28 +68,35 @@ def s3_manifest(dataset: Path, url: str) -> Path:
 def timed(command: list[str], cwd: str, env: dict[str, str]) -> tuple[float, float]:
     """(wall, CPU) seconds of a child process and everything it started."""
     before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    subprocess.run(command, check=True, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run(
+        command, check=True, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (time.perf_counter() - started,
-            after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return (
+        time.perf_counter() - started,
+        after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--work", default="/tmp/image-tfrecords-s3-bench")
     parser.add_argument("--images", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--checkout", action="append", default=[],
-                        help=f"NAME=DIR: ours from DIR (default: ours={BENCH.parent})")
+    parser.add_argument(
+        "--checkout",
+        action="append",
+        default=[],
+        help=f"NAME=DIR: ours from DIR (default: ours={BENCH.parent})",
+    )
     parser.add_argument("--fault_share", type=float, default=0.05)
     parser.add_argument("--json", default=str(BENCH / "s3-results.json"))
     args = parser.parse_args()
     work = Path(args.work)
     dataset = crops_dataset(work, args.images)
-    checkouts = dict(entry.split("=", 1) for entry in args.checkout) or {
-        "ours": str(BENCH.parent)}
+    checkouts = dict(entry.split("=", 1) for entry in args.checkout) or {"ours": str(BENCH.parent)}
     server = S3Server()
     clean, faulty = FaultProxy(server.url, s3_error), FaultProxy(server.url, s3_error)
     faulty.fail(rf"^/{BUCKET}/images/", 503, share=args.fault_share, seed=1)
@@ -91,15 +105,33 @@ def main() -> None:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}
 
     def ours(name: str, folder: str, url: str) -> tuple[list[str], str, dict[str, str]]:
-        return ([str(VENV_BIN / "python"), "-m", "image_tfrecords", "--manifest", "MANIFEST",
-                 "--output_dir", str(out / name), "--overwrite", "--s3_endpoint_url", url,
-                 "--s3_region_name", "us-east-1"], folder, {**env, "PYTHONPATH": folder})
+        return (
+            [
+                str(VENV_BIN / "python"),
+                "-m",
+                "image_tfrecords",
+                "--manifest",
+                "MANIFEST",
+                "--output_dir",
+                str(out / name),
+                "--overwrite",
+                "--s3_endpoint_url",
+                url,
+                "--s3_region_name",
+                "us-east-1",
+            ],
+            folder,
+            {**env, "PYTHONPATH": folder},
+        )
 
     runs = {name: ours(name, folder, clean.url) for name, folder in checkouts.items()}
     with_faults = f"{list(checkouts)[-1]}_with_faults"
     runs[with_faults] = ours(with_faults, list(checkouts.values())[-1], faulty.url)
-    runs["loop"] = ([str(VENV_BIN / "python"), "-c", _LOOP, "MANIFEST",
-                     str(out / "loop.tfrecord"), clean.url], str(BENCH.parent), env)
+    runs["loop"] = (
+        [str(VENV_BIN / "python"), "-c", _LOOP, "MANIFEST", str(out / "loop.tfrecord"), clean.url],
+        str(BENCH.parent),
+        env,
+    )
     walls: dict[str, list[float]] = {tool: [] for tool in runs}
     cpus: dict[str, list[float]] = {tool: [] for tool in runs}
     try:
@@ -109,16 +141,18 @@ def main() -> None:
             shift = round_number % len(order)
             for tool in order[shift:] + order[:shift]:
                 command, cwd, tool_env = runs[tool]
-                wall, cpu = timed([manifest if part == "MANIFEST" else part
-                                   for part in command], cwd, tool_env)
+                wall, cpu = timed(
+                    [manifest if part == "MANIFEST" else part for part in command], cwd, tool_env
+                )
                 walls[tool].append(wall)
                 cpus[tool].append(cpu)
-                print(f"round {round_number + 1} {tool}: {wall:.1f} s, CPU {cpu:.1f} s",
-                      flush=True)
+                print(f"round {round_number + 1} {tool}: {wall:.1f} s, CPU {cpu:.1f} s", flush=True)
             if round_number == 0:
                 loop = keys(str(out / "loop.tfrecord"))
-                if any(keys(str(out / name / "train-*.tfrecord")) != loop
-                       for name in [*checkouts, with_faults]):
+                if any(
+                    keys(str(out / name / "train-*.tfrecord")) != loop
+                    for name in [*checkouts, with_faults]
+                ):
                     sys.exit("ours did not write the loop's images")
         if 503 not in faulty.statuses(rf"^/{BUCKET}/images/"):
             sys.exit("no fault was injected")
@@ -129,10 +163,13 @@ def main() -> None:
     wall = {tool: statistics.median(values) for tool, values in walls.items()}
     cpu = {tool: statistics.median(values) for tool, values in cpus.items()}
     result = {
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(),
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
-        "python": sys.version.split()[0], "images": args.images, "checkouts": checkouts,
-        "walls": walls, "cpus": cpus,
+        "python": sys.version.split()[0],
+        "images": args.images,
+        "checkouts": checkouts,
+        "walls": walls,
+        "cpus": cpus,
         "images_per_second": {tool: args.images / seconds for tool, seconds in wall.items()},
         "ratio_to_loop": {name: wall[name] / wall["loop"] for name in checkouts},
         "fault_share": args.fault_share,
@@ -140,12 +177,15 @@ def main() -> None:
     }
     Path(args.json).write_text(json.dumps(result, indent=2))
     for tool in runs:
-        print(f"{tool:10} {wall[tool]:7.1f} s  CPU {cpu[tool]:7.1f} s  "
-              f"{args.images / wall[tool]:7.1f} images/s"
-              + (f"  ours/loop {result['ratio_to_loop'][tool]:.3f}" if tool in checkouts
-                 else ""))
-    print(f"with {args.fault_share:.0%} of image GETs answered 503: "
-          f"{result['ratio_faults_to_clean']:.3f}x the clean run")
+        print(
+            f"{tool:10} {wall[tool]:7.1f} s  CPU {cpu[tool]:7.1f} s  "
+            f"{args.images / wall[tool]:7.1f} images/s"
+            + (f"  ours/loop {result['ratio_to_loop'][tool]:.3f}" if tool in checkouts else "")
+        )
+    print(
+        f"with {args.fault_share:.0%} of image GETs answered 503: "
+        f"{result['ratio_faults_to_clean']:.3f}x the clean run"
+    )
 
 
 if __name__ == "__main__":

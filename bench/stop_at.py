@@ -5,8 +5,8 @@ tests/test_resume.py and bench/resume_bench.py.
 
     python bench/stop_at.py MODULE FUNCTION before|after N CONVERT-ARGS...
 
-e.g. `image_tfrecords.core.receipts write_receipt after 12 --manifest m.csv --output_dir out`: killed
-once the 12th shard's receipt is written. Start it in a session of its own
+e.g. `image_tfrecords.core.receipts write_receipt after 12 --manifest m.csv --output_dir
+out`: killed once the 12th shard's receipt is written. Start it in a session of its own
 (start_new_session=True), or the kill takes its parent too.
 
 The function may run in this process or in the worker processes that write shards: the
@@ -81,8 +81,7 @@ if __name__ == "__main__":
     # Worker processes start with this file as their sitecustomize (their PYTHONPATH
     # starts with `hooks`), which installs the same hook from the environment.
     shutil.copy(__file__, os.path.join(hooks, "sitecustomize.py"))
-    os.environ[_SPEC] = " ".join([module_name, function, when, count,
-                                  os.path.join(hooks, "calls")])
+    os.environ[_SPEC] = " ".join([module_name, function, when, count, os.path.join(hooks, "calls")])
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [hooks, os.environ.get("PYTHONPATH")]))
     stop_at(module_name, function, when, int(count), os.path.join(hooks, "calls"))
     sys.exit(run.main(sys.argv[5:]))

@@ -30,11 +30,12 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 VENV_BIN = BENCH.parent / ".venv" / "bin"
 
+
 def loop_script(setup: str, fetch: str) -> str:
     """The loop a user writes: after `setup`, each row's image is fetched by `fetch` (an
     expression of the row's `uri`), decoded by Pillow and written, with its SHA-256 and
     label, to one TFRecord (argv: the manifest, the TFRecord)."""
-    return f'''
+    return f"""
 import csv, hashlib, io, sys
 import PIL.Image, tensorflow as tf
 {setup}
@@ -49,18 +50,18 @@ with tf.io.TFRecordWriter(sys.argv[2]) as writer:
                        value=[label.encode()]))}}
         writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
                      .SerializeToString())
-'''
+"""
 
 
 _LOOP = loop_script("import urllib.request", "urllib.request.urlopen(uri, timeout=30).read()")
 
-_KEYS_OF = '''
+_KEYS_OF = """
 import glob, json, sys, tensorflow as tf
 print(json.dumps(sorted(
     tf.train.Example.FromString(record.numpy()).features.feature["image/key/sha256"]
     .bytes_list.value[0].decode()
     for path in sorted(glob.glob(sys.argv[1])) for record in tf.data.TFRecordDataset(path))))
-'''
+"""
 
 
 class _Server:
@@ -110,20 +111,34 @@ def crops_dataset(work: Path, images: int) -> Path:
     """make_dataset.py's crops, `images` of them, in `work` (made once, then reused)."""
     dataset = work / f"crops-{images}"
     if not (dataset / "manifest.csv").exists():
-        subprocess.run([str(VENV_BIN / "python"), str(BENCH / "make_dataset.py"), "--out",
-                        str(dataset), "--images", str(images)], check=True)
+        subprocess.run(
+            [
+                str(VENV_BIN / "python"),
+                str(BENCH / "make_dataset.py"),
+                "--out",
+                str(dataset),
+                "--images",
+                str(images),
+            ],
+            check=True,
+        )
     return dataset
 
 
 def keys(pattern: str) -> list[str]:
-    done = subprocess.run([str(VENV_BIN / "python"), "-c", _KEYS_OF, pattern], check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [str(VENV_BIN / "python"), "-c", _KEYS_OF, pattern],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(done.stdout)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--work", default="/tmp/image-tfrecords-url-bench")
     parser.add_argument("--images", type=int, default=1000)
     parser.add_argument("--latency_ms", type=float, default=100.0)
@@ -138,39 +153,61 @@ def main() -> None:
     manifest = url_manifest(dataset, server.url, "urls.csv")
     faulty_manifest = url_manifest(dataset, faulty.url, "faulty-urls.csv")
     commands = {
-        "ours": [str(VENV_BIN / "image-tfrecords"), "convert", "--manifest", str(manifest),
-                 "--output_dir", str(work / "out" / "ours"), "--overwrite"],
-        "loop": [str(VENV_BIN / "python"), "-c", _LOOP, str(manifest),
-                 str(work / "out" / "loop.tfrecord")],
-        "ours_with_faults": [str(VENV_BIN / "image-tfrecords"), "convert", "--manifest",
-                             str(faulty_manifest), "--output_dir",
-                             str(work / "out" / "ours_with_faults"), "--overwrite"],
+        "ours": [
+            str(VENV_BIN / "image-tfrecords"),
+            "convert",
+            "--manifest",
+            str(manifest),
+            "--output_dir",
+            str(work / "out" / "ours"),
+            "--overwrite",
+        ],
+        "loop": [
+            str(VENV_BIN / "python"),
+            "-c",
+            _LOOP,
+            str(manifest),
+            str(work / "out" / "loop.tfrecord"),
+        ],
+        "ours_with_faults": [
+            str(VENV_BIN / "image-tfrecords"),
+            "convert",
+            "--manifest",
+            str(faulty_manifest),
+            "--output_dir",
+            str(work / "out" / "ours_with_faults"),
+            "--overwrite",
+        ],
     }
     (work / "out").mkdir(parents=True, exist_ok=True)
     walls: dict[str, list[float]] = {tool: [] for tool in commands}
     try:
         for round_number in range(args.rounds):
             order = list(commands)
-            for tool in order[round_number % 3:] + order[:round_number % 3]:
+            for tool in order[round_number % 3 :] + order[: round_number % 3]:
                 started = time.perf_counter()
-                subprocess.run(commands[tool], check=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                subprocess.run(
+                    commands[tool], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
                 walls[tool].append(time.perf_counter() - started)
                 print(f"round {round_number + 1} {tool}: {walls[tool][-1]:.1f} s", flush=True)
             loop = keys(str(work / "out" / "loop.tfrecord")) if round_number == 0 else None
             if loop is not None and any(
-                    keys(str(work / "out" / tool / "train-*.tfrecord")) != loop
-                    for tool in ("ours", "ours_with_faults")):
+                keys(str(work / "out" / tool / "train-*.tfrecord")) != loop
+                for tool in ("ours", "ours_with_faults")
+            ):
                 sys.exit("ours did not write the loop's images")
     finally:
         server.close()
         faulty.close()
     medians = {tool: statistics.median(values) for tool, values in walls.items()}
     result = {
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(),
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
-        "python": sys.version.split()[0], "images": args.images,
-        "latency_ms": args.latency_ms, "walls": walls,
+        "python": sys.version.split()[0],
+        "images": args.images,
+        "latency_ms": args.latency_ms,
+        "walls": walls,
         "images_per_second": {tool: args.images / wall for tool, wall in medians.items()},
         "fault_share": args.fault_share,
         "ratio_ours_to_loop": medians["ours"] / medians["loop"],
@@ -179,8 +216,10 @@ def main() -> None:
     Path(args.json).write_text(json.dumps(result, indent=2))
     for tool, wall in medians.items():
         print(f"{tool:16} {wall:7.1f} s  {args.images / wall:7.1f} images/s")
-    print(f"ours/loop {result['ratio_ours_to_loop']:.3f}, with {args.fault_share:.0%} "
-          f"faults/clean {result['ratio_faults_to_clean']:.3f}")
+    print(
+        f"ours/loop {result['ratio_ours_to_loop']:.3f}, with {args.fault_share:.0%} "
+        f"faults/clean {result['ratio_faults_to_clean']:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -58,12 +58,15 @@ PSS_EVERY = 10  # samples: PSS every 0.5 s (see TreeSampler)
 # smaps_rollup fields summed over the tree: run keys peak_pss_mb, peak_pss_anon_mb, ...
 MEMORY_FIELDS = ("Pss", "Pss_Anon", "Rss")
 # (key, label, format) of the table rows; every one also gets the ours/baseline ratios.
-METRICS = (("wall_s", "wall s", "{:.1f}"), ("cpu_s", "CPU s", "{:.1f}"),
-           ("peak_pss_mb", "peak PSS MB", "{:.0f}"),
-           ("peak_pss_anon_mb", "peak anon PSS MB", "{:.0f}"),
-           ("peak_rss_mb", "peak RSS MB", "{:.0f}"),
-           ("images_per_s", "images/s", "{:.1f}"),
-           ("output_per_source", "output/source bytes", "{:.3f}"))
+METRICS = (
+    ("wall_s", "wall s", "{:.1f}"),
+    ("cpu_s", "CPU s", "{:.1f}"),
+    ("peak_pss_mb", "peak PSS MB", "{:.0f}"),
+    ("peak_pss_anon_mb", "peak anon PSS MB", "{:.0f}"),
+    ("peak_rss_mb", "peak RSS MB", "{:.0f}"),
+    ("images_per_s", "images/s", "{:.1f}"),
+    ("output_per_source", "output/source bytes", "{:.3f}"),
+)
 
 Listing = dict[str, Counter[tuple[str, ...]]]  # split -> (source_id, sha256, text) -> count
 
@@ -78,11 +81,17 @@ class Tool:
 def tools_for(ours_args: list[str], worker_processes: list[int]) -> list[Tool]:
     """The two baselines, ours, and ours at each --worker_processes of the scaling mode."""
     ours = (str(OURS), "convert", "--overwrite", *ours_args)
-    return [*(Tool(name, (str(PYTHON), str(BENCH / f"{script}.py")), ours=False)
-              for name, script in zip(BASELINES, ("handwritten", "process_pool"))),
-            Tool("ours", ours, ours=True),
-            *(Tool(scaled_name(count), (*ours, SCALING_FLAG, str(count)), ours=True)
-              for count in worker_processes)]
+    return [
+        *(
+            Tool(name, (str(PYTHON), str(BENCH / f"{script}.py")), ours=False)
+            for name, script in zip(BASELINES, ("handwritten", "process_pool"))
+        ),
+        Tool("ours", ours, ours=True),
+        *(
+            Tool(scaled_name(count), (*ours, SCALING_FLAG, str(count)), ours=True)
+            for count in worker_processes
+        ),
+    ]
 
 
 def scaled_name(worker_processes: int) -> str:
@@ -168,12 +177,18 @@ def measure(cmd: list[str], log: Path) -> tuple[int, float, float, float, dict[s
         sampler.done.set()
         sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, so tell Popen
-    return (proc.returncode, wall, usage.ru_utime + usage.ru_stime, sampler.root_cpu_s,
-            sampler.peaks)
+    return (
+        proc.returncode,
+        wall,
+        usage.ru_utime + usage.ru_stime,
+        sampler.root_cpu_s,
+        sampler.peaks,
+    )
 
 
-def run_tool(tool: Tool, manifest: Path, out: Path, log: Path,
-             source_bytes: int) -> dict[str, float]:
+def run_tool(
+    tool: Tool, manifest: Path, out: Path, log: Path, source_bytes: int
+) -> dict[str, float]:
     """One measured run of `tool` into the fresh folder `out`; exits if the tool fails."""
     cmd = [*tool.command, "--manifest", str(manifest), "--output_dir", str(out)]
     code, wall, cpu, root_cpu, memory = measure(cmd, log)
@@ -188,18 +203,31 @@ def run_tool(tool: Tool, manifest: Path, out: Path, log: Path,
             sys.exit(f"{tool.name} printed no example count; see {log}")
         examples = int(found[1])
     # The shards alone, as the baselines write no index.
-    output_bytes = sum(path.stat().st_size for path in out.iterdir()
-                       if path.name.endswith((".tfrecord", ".tfrecord.gz")))
-    return {"wall_s": wall, "cpu_s": cpu, "root_cpu_s": root_cpu, "examples": examples,
-            **{f"peak_{field.lower()}_mb": peak / 2**20 for field, peak in memory.items()},
-            "images_per_s": examples / wall, "output_bytes": output_bytes,
-            "output_per_source": output_bytes / source_bytes}
+    output_bytes = sum(
+        path.stat().st_size
+        for path in out.iterdir()
+        if path.name.endswith((".tfrecord", ".tfrecord.gz"))
+    )
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "root_cpu_s": root_cpu,
+        "examples": examples,
+        **{f"peak_{field.lower()}_mb": peak / 2**20 for field, peak in memory.items()},
+        "images_per_s": examples / wall,
+        "output_bytes": output_bytes,
+        "output_per_source": output_bytes / source_bytes,
+    }
 
 
 def list_examples(out: Path) -> Listing:
     """Every example in `out`, read by read_records.py in a child process (TensorFlow)."""
-    result = subprocess.run([str(PYTHON), str(BENCH / "read_records.py"), str(out)],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [str(PYTHON), str(BENCH / "read_records.py"), str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     listing: Listing = {}
     for line in result.stdout.splitlines():
         split, *key = json.loads(line)
@@ -220,9 +248,11 @@ def check_same(name: str, listings: dict[str, Listing]) -> None:
         print(f"{name}: LOOP AND {tool.upper()} WROTE DIFFERENT EXAMPLES")
         for split in sorted(reference.keys() | other.keys()):
             mine, theirs = reference.get(split, Counter()), other.get(split, Counter())
-            print(f"  {split}: loop {mine.total()}, {tool} {theirs.total()}; "
-                  f"{(mine - theirs).total()} only in loop, "
-                  f"{(theirs - mine).total()} only in {tool}")
+            print(
+                f"  {split}: loop {mine.total()}, {tool} {theirs.total()}; "
+                f"{(mine - theirs).total()} only in loop, "
+                f"{(theirs - mine).total()} only in {tool}"
+            )
             for key in [*(mine - theirs)][:3] + [*(theirs - mine)][:3]:
                 print(f"    e.g. {key}")
     sys.exit(1)
@@ -245,14 +275,23 @@ def ensure_dataset(folder: Path, images: int, rows: int | None, seed: int) -> No
     manifests = {folder / "manifest.csv": images}
     if rows:
         manifests[folder / f"manifest_{rows}.csv"] = rows
-    present = (all(path.exists() and _line_count(path) == count
-                   for path, count in manifests.items())
-               and sum(1 for _ in folder.glob("images/*/*.jpg")) == images)
+    present = (
+        all(path.exists() and _line_count(path) == count for path, count in manifests.items())
+        and sum(1 for _ in folder.glob("images/*/*.jpg")) == images
+    )
     if present:
         print(f"reusing {folder} ({images} images)")
         return
-    cmd = [str(PYTHON), str(BENCH / "make_dataset.py"), "--out", str(folder),
-           "--images", str(images), "--seed", str(seed)]
+    cmd = [
+        str(PYTHON),
+        str(BENCH / "make_dataset.py"),
+        "--out",
+        str(folder),
+        "--images",
+        str(images),
+        "--seed",
+        str(seed),
+    ]
     subprocess.run(cmd + (["--rows", str(rows)] if rows else []), check=True)
 
 
@@ -261,8 +300,9 @@ def _line_count(path: Path) -> int:
         return sum(1 for _ in file)
 
 
-def bench_dataset(name: str, manifest: Path, runs_dir: Path, rounds: int,
-                  tools: list[Tool]) -> dict:
+def bench_dataset(
+    name: str, manifest: Path, runs_dir: Path, rounds: int, tools: list[Tool]
+) -> dict:
     """All rounds of the tools on one manifest: the runs, their medians and the ratios."""
     source_bytes = source_bytes_of(manifest)
     runs: dict[str, list[dict[str, float]]] = {tool.name: [] for tool in tools}
@@ -273,11 +313,15 @@ def bench_dataset(name: str, manifest: Path, runs_dir: Path, rounds: int,
         for tool in tools[first:] + tools[:first]:
             out = runs_dir / f"{tool.name}-{round_number}"
             shutil.rmtree(out, ignore_errors=True)
-            run = run_tool(tool, manifest, out, runs_dir / f"{tool.name}-{round_number}.log",
-                           source_bytes)
-            print(f"  round {round_number} {tool.name}: {run['wall_s']:.1f} s wall, "
-                  f"{run['cpu_s']:.1f} s CPU, {run['peak_pss_mb']:.0f} MB peak PSS "
-                  f"({run['peak_rss_mb']:.0f} RSS), {run['examples']} examples", flush=True)
+            run = run_tool(
+                tool, manifest, out, runs_dir / f"{tool.name}-{round_number}.log", source_bytes
+            )
+            print(
+                f"  round {round_number} {tool.name}: {run['wall_s']:.1f} s wall, "
+                f"{run['cpu_s']:.1f} s CPU, {run['peak_pss_mb']:.0f} MB peak PSS "
+                f"({run['peak_rss_mb']:.0f} RSS), {run['examples']} examples",
+                flush=True,
+            )
             runs[tool.name].append(run)
             if round_number == 1:
                 listings[tool.name] = list_examples(out)
@@ -285,20 +329,38 @@ def bench_dataset(name: str, manifest: Path, runs_dir: Path, rounds: int,
             shutil.rmtree(out)
         if listings:
             check_same(name, {tool.name: listings[tool.name] for tool in tools})
-    median = {tool: {key: statistics.median(run[key] for run in tool_runs)
-                     for key in tool_runs[0]} for tool, tool_runs in runs.items()}
-    ratio = {f"ours/{base}": {key: median["ours"][key] / median[base][key]
-                              for key, _, _ in METRICS} for base in BASELINES}
-    return {"name": name, "manifest": str(manifest), "rows": _line_count(manifest),
-            "source_bytes": source_bytes, "runs": runs, "median": median, "ratio": ratio}
+    median = {
+        tool: {key: statistics.median(run[key] for run in tool_runs) for key in tool_runs[0]}
+        for tool, tool_runs in runs.items()
+    }
+    ratio = {
+        f"ours/{base}": {key: median["ours"][key] / median[base][key] for key, _, _ in METRICS}
+        for base in BASELINES
+    }
+    return {
+        "name": name,
+        "manifest": str(manifest),
+        "rows": _line_count(manifest),
+        "source_bytes": source_bytes,
+        "runs": runs,
+        "median": median,
+        "ratio": ratio,
+    }
 
 
 def scaling_of(result: dict, worker_processes: list[int]) -> dict:
     """Speed-up of ours from the first --worker_processes to each: time there / time here."""
     base = result["median"][scaled_name(worker_processes[0])]
-    return {"from": worker_processes[0], "speedup": {
-        str(count): {key: base[key] / result["median"][scaled_name(count)][key]
-                     for key in ("wall_s", "cpu_s")} for count in worker_processes[1:]}}
+    return {
+        "from": worker_processes[0],
+        "speedup": {
+            str(count): {
+                key: base[key] / result["median"][scaled_name(count)][key]
+                for key in ("wall_s", "cpu_s")
+            }
+            for count in worker_processes[1:]
+        },
+    }
 
 
 def marginal_cpu(small: dict, large: dict) -> dict:
@@ -306,64 +368,105 @@ def marginal_cpu(small: dict, large: dict) -> dict:
     and ours' writing process alone (its own CPU, decoding processes excluded): the work
     per image that one process does whatever the cores, so the core count at which it
     becomes the limit is about the total per image over it."""
+
     def per_image(tool: str, key: str) -> float:
-        return 1000 * (large["median"][tool][key] - small["median"][tool][key]) / (
-            large["median"][tool]["examples"] - small["median"][tool]["examples"])
+        return (
+            1000
+            * (large["median"][tool][key] - small["median"][tool][key])
+            / (large["median"][tool]["examples"] - small["median"][tool]["examples"])
+        )
 
     per_tool = {tool: per_image(tool, "cpu_s") for tool in large["median"]}
     writer = per_image("ours", "root_cpu_s")
-    return {"from": small["name"], "to": large["name"], "ms_per_image": per_tool,
-            "ratio": {f"ours/{base}": per_tool["ours"] / per_tool[base] for base in BASELINES},
-            "ours_writer_ms_per_image": writer,
-            "ours_writer_limit_cores": per_tool["ours"] / writer if writer > 0 else None}
+    return {
+        "from": small["name"],
+        "to": large["name"],
+        "ms_per_image": per_tool,
+        "ratio": {f"ours/{base}": per_tool["ours"] / per_tool[base] for base in BASELINES},
+        "ours_writer_ms_per_image": writer,
+        "ours_writer_limit_cores": per_tool["ours"] / writer if writer > 0 else None,
+    }
 
 
 def print_table(result: dict, rounds: int) -> None:
     tools = list(result["median"])
-    print(f"\n{result['name']}: {result['rows']} rows, {result['source_bytes'] / 1e6:.1f} MB "
-          f"of source images, median of {rounds} round(s)")
-    print(f"{'':22}" + "".join(f"{tool:>10}" for tool in tools)
-          + "".join(f"{name:>11}" for name in result["ratio"]))
+    print(
+        f"\n{result['name']}: {result['rows']} rows, {result['source_bytes'] / 1e6:.1f} MB "
+        f"of source images, median of {rounds} round(s)"
+    )
+    print(
+        f"{'':22}"
+        + "".join(f"{tool:>10}" for tool in tools)
+        + "".join(f"{name:>11}" for name in result["ratio"])
+    )
     for key, label, fmt in METRICS:
-        print(f"{label:22}"
-              + "".join(f"{fmt.format(result['median'][tool][key]):>10}" for tool in tools)
-              + "".join(f"{ratio[key]:>11.2f}" for ratio in result["ratio"].values()))
+        print(
+            f"{label:22}"
+            + "".join(f"{fmt.format(result['median'][tool][key]):>10}" for tool in tools)
+            + "".join(f"{ratio[key]:>11.2f}" for ratio in result["ratio"].values())
+        )
     if result.get("scaling"):
         scaling = result["scaling"]
         for count, speedup in scaling["speedup"].items():
-            print(f"speed-up of ours from {SCALING_FLAG} {scaling['from']} to {count}: "
-                  f"wall {speedup['wall_s']:.2f}x, CPU {speedup['cpu_s']:.2f}x "
-                  "(time there / time here)")
+            print(
+                f"speed-up of ours from {SCALING_FLAG} {scaling['from']} to {count}: "
+                f"wall {speedup['wall_s']:.2f}x, CPU {speedup['cpu_s']:.2f}x "
+                "(time there / time here)"
+            )
     print()
 
 
 def print_marginal(marginal: dict) -> None:
-    print(f"marginal CPU per image, {marginal['from']} to {marginal['to']}: "
-          + ", ".join(f"{tool} {ms:.2f} ms" for tool, ms in marginal["ms_per_image"].items())
-          + "; " + ", ".join(f"{name} {value:.2f}" for name, value in marginal["ratio"].items()))
+    print(
+        f"marginal CPU per image, {marginal['from']} to {marginal['to']}: "
+        + ", ".join(f"{tool} {ms:.2f} ms" for tool, ms in marginal["ms_per_image"].items())
+        + "; "
+        + ", ".join(f"{name} {value:.2f}" for name, value in marginal["ratio"].items())
+    )
     limit = marginal["ours_writer_limit_cores"]
-    print(f"ours' writing process: {marginal['ours_writer_ms_per_image']:.2f} ms per image "
-          "of its own; the limit at about "
-          + (f"{limit:.1f} cores" if limit else "(no measurable writer CPU)"))
+    print(
+        f"ours' writing process: {marginal['ours_writer_ms_per_image']:.2f} ms per image "
+        "of its own; the limit at about "
+        + (f"{limit:.1f} cores" if limit else "(no measurable writer CPU)")
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[200, 10000],
-                        help="image counts, one dataset each")
-    parser.add_argument("--rows", type=int, default=100000,
-                        help="rows of the manifest cycling the largest set (0: none)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=[200, 10000], help="image counts, one dataset each"
+    )
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=100000,
+        help="rows of the manifest cycling the largest set (0: none)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/itf-bench"),
-                        help="datasets, run logs and (by default) the JSON go here")
-    parser.add_argument("--ours-args", default="",
-                        help='extra `convert` flags as one string, e.g. '
-                             '"--direct_num_workers 2" (a lone flag: --ours-args=--flag)')
-    parser.add_argument("--ours_worker_processes", type=int, nargs="+", default=[],
-                        metavar="N", help=f"also run ours with {SCALING_FLAG} N for each N "
-                        "on the image sets; speed-ups are against the first N")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("/tmp/itf-bench"),
+        help="datasets, run logs and (by default) the JSON go here",
+    )
+    parser.add_argument(
+        "--ours-args",
+        default="",
+        help="extra `convert` flags as one string, e.g. "
+        '"--direct_num_workers 2" (a lone flag: --ours-args=--flag)',
+    )
+    parser.add_argument(
+        "--ours_worker_processes",
+        type=int,
+        nargs="+",
+        default=[],
+        metavar="N",
+        help=f"also run ours with {SCALING_FLAG} N for each N "
+        "on the image sets; speed-ups are against the first N",
+    )
     parser.add_argument("--json", type=Path, help="results file (default WORKDIR/results.json)")
     args = parser.parse_args()
     largest = max(args.sizes)
@@ -384,25 +487,38 @@ def main() -> None:
         ensure_dataset(folder, size, args.rows if size == largest else None, args.seed)
         datasets.append((f"{size} images", folder / "manifest.csv", tools))
     if args.rows:
-        datasets.append((f"{args.rows} rows over {largest} images",
-                         args.workdir / f"data-{largest}-seed{args.seed}"
-                         / f"manifest_{args.rows}.csv",
-                         [tool for tool in tools if tool.name in (*BASELINES, "ours")]))
+        datasets.append(
+            (
+                f"{args.rows} rows over {largest} images",
+                args.workdir / f"data-{largest}-seed{args.seed}" / f"manifest_{args.rows}.csv",
+                [tool for tool in tools if tool.name in (*BASELINES, "ours")],
+            )
+        )
 
     results: dict = {
-        "config": {"sizes": sorted(set(args.sizes)), "rows": args.rows, "rounds": args.rounds,
-                   "seed": args.seed, "ours_args": ours_args,
-                   "ours_worker_processes": worker_processes,
-                   "cpus": os.cpu_count(),
-                   "memory_gb": round(psutil.virtual_memory().total / 1e9, 1),
-                   "python": platform.python_version(), "platform": platform.platform(),
-                   "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat()},
-        "datasets": [], "marginal_cpu": None, "flatness": None}
+        "config": {
+            "sizes": sorted(set(args.sizes)),
+            "rows": args.rows,
+            "rounds": args.rounds,
+            "seed": args.seed,
+            "ours_args": ours_args,
+            "ours_worker_processes": worker_processes,
+            "cpus": os.cpu_count(),
+            "memory_gb": round(psutil.virtual_memory().total / 1e9, 1),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "started_at": datetime.datetime.now(datetime.UTC).isoformat(),
+        },
+        "datasets": [],
+        "marginal_cpu": None,
+        "flatness": None,
+    }
     for name, manifest, dataset_tools in datasets:
         print(f"== {name}: {manifest}", flush=True)
         slug = re.sub(r"\W+", "-", name)
-        result = bench_dataset(name, manifest.resolve(), args.workdir / "runs" / slug,
-                               args.rounds, dataset_tools)
+        result = bench_dataset(
+            name, manifest.resolve(), args.workdir / "runs" / slug, args.rounds, dataset_tools
+        )
         if len(dataset_tools) > len(BASELINES) + 1:
             result["scaling"] = scaling_of(result, worker_processes)
         results["datasets"].append(result)
@@ -410,23 +526,26 @@ def main() -> None:
         # Saved after every dataset, so a long run that stops keeps what it measured.
         json_path.write_text(json.dumps(results, indent=2))
 
-    image_sets = results["datasets"][:len(set(args.sizes))]
+    image_sets = results["datasets"][: len(set(args.sizes))]
     if len(image_sets) > 1:
         results["marginal_cpu"] = marginal_cpu(image_sets[0], image_sets[-1])
         print_marginal(results["marginal_cpu"])
     if args.rows:
-        at_rows, at_largest = (results["datasets"][index]["median"]["ours"]
-                               for index in (-1, -2))
+        at_rows, at_largest = (results["datasets"][index]["median"]["ours"] for index in (-1, -2))
         results["flatness"] = {
-            "rows": args.rows, "images": largest,
+            "rows": args.rows,
+            "images": largest,
             "ours_peak_pss_mb_rows": at_rows["peak_pss_mb"],
             "ours_peak_pss_mb_images": at_largest["peak_pss_mb"],
             "ratio": at_rows["peak_pss_mb"] / at_largest["peak_pss_mb"],
             "pss_anon_ratio": at_rows["peak_pss_anon_mb"] / at_largest["peak_pss_anon_mb"],
-            "rss_ratio": at_rows["peak_rss_mb"] / at_largest["peak_rss_mb"]}
-        print(f"flatness: ours peak PSS at {args.rows} rows / at {largest} images = "
-              f"{at_rows['peak_pss_mb']:.0f} MB / {at_largest['peak_pss_mb']:.0f} MB = "
-              f"{results['flatness']['ratio']:.2f}")
+            "rss_ratio": at_rows["peak_rss_mb"] / at_largest["peak_rss_mb"],
+        }
+        print(
+            f"flatness: ours peak PSS at {args.rows} rows / at {largest} images = "
+            f"{at_rows['peak_pss_mb']:.0f} MB / {at_largest['peak_pss_mb']:.0f} MB = "
+            f"{results['flatness']['ratio']:.2f}"
+        )
     json_path.write_text(json.dumps(results, indent=2))
     print(f"results: {json_path}")
 

@@ -66,11 +66,16 @@ def settle_beam_filesystems(path: str = "") -> None:
     raises UnverifiedBeam if `path` is an hdfs:// path and the HDFS one was not installed."""
     global _settled, _hdfs_refusal
     if not _settled:
-        _hdfs_refusal = _install(HDFS_FIX, _list_and_rename_hdfs_as_the_others,
-                                 "hdfs:// paths are refused: Beam's own HDFS listing and "
-                                 "rename lose a run's files")
-        _install(S3_FIX, _share_s3_clients,
-                 "s3:// paths work as Beam's own, slower: a new boto3 client for every call")
+        _hdfs_refusal = _install(
+            HDFS_FIX,
+            _list_and_rename_hdfs_as_the_others,
+            "hdfs:// paths are refused: Beam's own HDFS listing and rename lose a run's files",
+        )
+        _install(
+            S3_FIX,
+            _share_s3_clients,
+            "s3:// paths work as Beam's own, slower: a new boto3 client for every call",
+        )
         _settled = True
     if _hdfs_refusal and path.startswith(HDFS_SCHEME):
         raise UnverifiedBeam(_hdfs_refusal)
@@ -78,9 +83,11 @@ def settle_beam_filesystems(path: str = "") -> None:
 
 def unverified_versions(fix: str) -> list[str]:
     """'package installed (read against ...)' for each version `fix` was not read against."""
-    return [f"{package} {version(package)} (read against {verified})"
-            for package, verified in VERIFIED_ON[fix].items()
-            if not _matches(version(package), verified)]
+    return [
+        f"{package} {version(package)} (read against {verified})"
+        for package, verified in VERIFIED_ON[fix].items()
+        if not _matches(version(package), verified)
+    ]
 
 
 def _matches(installed: str, verified: str) -> bool:
@@ -95,9 +102,11 @@ def _install(fix: str, replace: Callable[[], None], otherwise: str) -> str:
     if not unverified:
         replace()
         return ""
-    why = (f"Beam's filesystems left as they are: image-tfrecords' {fix} replaces Beam "
-           f"internals read against other versions than {', '.join(unverified)}; "
-           f"{otherwise}. Install the versions in requirements.txt.")
+    why = (
+        f"Beam's filesystems left as they are: image-tfrecords' {fix} replaces Beam "
+        f"internals read against other versions than {', '.join(unverified)}; "
+        f"{otherwise}. Install the versions in requirements.txt."
+    )
     logging.getLogger(__name__).warning(why)
     return why
 
@@ -107,16 +116,20 @@ def _list_and_rename_hdfs_as_the_others() -> None:
     from apache_beam.io.filesystem import BeamIOError, FileMetadata
 
     def is_file(status: dict | None) -> bool:
-        return status is not None and (status[hadoopfilesystem._FILE_STATUS_TYPE]
-                                       == hadoopfilesystem._FILE_STATUS_TYPE_FILE)
+        return status is not None and (
+            status[hadoopfilesystem._FILE_STATUS_TYPE] == hadoopfilesystem._FILE_STATUS_TYPE_FILE
+        )
 
     def list_every_file(self, url):
         server, path = self._parse_url(url)
 
         def metadata(file_path: str, status: dict) -> FileMetadata:
-            return FileMetadata(hadoopfilesystem._HDFS_PREFIX + self._join(server, file_path),
-                                status[hadoopfilesystem._FILE_STATUS_LENGTH],
-                                status[hadoopfilesystem._FILE_STATUS_UPDATED] / 1000.0)
+            return FileMetadata(
+                hadoopfilesystem._HDFS_PREFIX + self._join(server, file_path),
+                status[hadoopfilesystem._FILE_STATUS_LENGTH],
+                status[hadoopfilesystem._FILE_STATUS_UPDATED] / 1000.0,
+            )
+
         try:
             status = self._hdfs_client.status(path, strict=False)
             if status is None:
@@ -125,11 +138,12 @@ def _list_and_rename_hdfs_as_the_others() -> None:
                 yield metadata(path, status)
                 return
             # ignore_missing: a folder removed while it is walked holds no file.
-            for (folder, _), _, files in self._hdfs_client.walk(path, status=True,
-                                                                ignore_missing=True):
+            for (folder, _), _, files in self._hdfs_client.walk(
+                path, status=True, ignore_missing=True
+            ):
                 for name, file_status in files:
                     yield metadata(posixpath.join(folder, name), file_status)
-        except Exception as error:  # noqa: BLE001 - as Beam's own _list reports it
+        except Exception as error:
             raise BeamIOError("List operation failed", {url: error}) from error
 
     def rename_over_files(self, sources, destinations):
@@ -138,7 +152,8 @@ def _list_and_rename_hdfs_as_the_others() -> None:
             try:
                 (_, from_path), (_, to_path) = self._parse_url(source), self._parse_url(destination)
                 if is_file(self._hdfs_client.status(from_path, strict=False)) and is_file(
-                        self._hdfs_client.status(to_path, strict=False)):
+                    self._hdfs_client.status(to_path, strict=False)
+                ):
                     self._hdfs_client.delete(to_path)
                 self._hdfs_client.rename(from_path, to_path)
             except Exception as error:  # noqa: BLE001 - each pair's, as Beam's own rename
@@ -176,5 +191,6 @@ def _s3_options_key(options) -> tuple:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     values = options.get_all_options() if isinstance(options, PipelineOptions) else options
-    return tuple(sorted((name, repr(value)) for name, value in values.items()
-                        if name.startswith("s3_")))
+    return tuple(
+        sorted((name, repr(value)) for name, value in values.items() if name.startswith("s3_"))
+    )

@@ -10,14 +10,8 @@ from __future__ import annotations
 import enum
 
 
-class _Choice(str, enum.Enum):
+class _Choice(enum.StrEnum):
     """A command-line choice: equal to its value, and formatted as it."""
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
     @classmethod
     def values(cls) -> tuple[str, ...]:

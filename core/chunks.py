@@ -94,10 +94,11 @@ class LineCutter:
             if newline < 0:
                 break
             self._newlines += data.count(b"\n", offset, newline + 1)
-            self._digest.update(data[offset:newline + 1])
+            self._digest.update(data[offset : newline + 1])
             end = self._position + newline + 1
-            self._ranges.append(LineRange(self._start, end, self._first_line,
-                                          self._digest.hexdigest()))
+            self._ranges.append(
+                LineRange(self._start, end, self._first_line, self._digest.hexdigest())
+            )
             self._start, self._first_line, self._digest = end, self._newlines + 1, _hasher()
             offset = newline + 1
         self._newlines += data.count(b"\n", offset)
@@ -107,6 +108,8 @@ class LineCutter:
     def ranges(self) -> list[LineRange]:
         """The ranges of everything fed (one empty range for an empty file)."""
         if self._position > self._start or not self._ranges:
-            return [*self._ranges, LineRange(self._start, self._position, self._first_line,
-                                             self._digest.hexdigest())]
+            return [
+                *self._ranges,
+                LineRange(self._start, self._position, self._first_line, self._digest.hexdigest()),
+            ]
         return list(self._ranges)

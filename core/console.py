@@ -35,8 +35,13 @@ _NATIVE_LINE = re.compile(rb"^([IWEF])\d{4} [\d:.]+ +\d+ ([\w.-]+):\d+\] ")
 _ABSL_PREAMBLE = b"WARNING: All log messages before absl::InitializeLog() is called"
 _LINE_END = re.compile(rb"[\r\n]")
 # The native errors of probing for a GPU that is not there: not a failure of the run.
-_GPU_PROBES = (b"cuda_platform.cc", b"cuda_driver.cc", b"cuda_executor.cc",
-               b"cuda_diagnostics.cc", b"cudart_stub.cc")
+_GPU_PROBES = (
+    b"cuda_platform.cc",
+    b"cuda_driver.cc",
+    b"cuda_executor.cc",
+    b"cuda_diagnostics.cc",
+    b"cudart_stub.cc",
+)
 # Beam's messages that describe its normal work: (logger, start of the message).
 _ROUTINE_BEAM_MESSAGES = (
     # A Flink or Spark job server started and stopped (its log is named instead:
@@ -50,8 +55,10 @@ _ROUTINE_BEAM_MESSAGES = (
 # logs it (and its threads raise it) as if it were a failure. A job that really failed
 # says so itself; what its threads raised is shown then too (not when the launcher was
 # stopped: it hung up on the job itself, pipeline/stopping.py).
-_HANG_UP_MESSAGE = ("apache_beam.runners.worker.data_plane",
-                    "Failed to read inputs in the data plane")
+_HANG_UP_MESSAGE = (
+    "apache_beam.runners.worker.data_plane",
+    "Failed to read inputs in the data plane",
+)
 # Set while the launcher is being stopped (pipeline/stopping.py): it stops its job server, or a
 # terminal's Ctrl-C reached the job server's JVM too (one process group), so every gRPC
 # stream to it ends UNAVAILABLE: Beam's reader of the job's messages, LOOPBACK's workers.
@@ -85,8 +92,12 @@ def quiet_console(verbose: bool = False) -> Iterator[None]:
     if verbose:
         yield
         return
-    with (_routine_beam_messages_dropped(), _repeated_warnings_dropped(), _hang_ups_dropped(),
-          _native_lines_filtered()):
+    with (
+        _routine_beam_messages_dropped(),
+        _repeated_warnings_dropped(),
+        _hang_ups_dropped(),
+        _native_lines_filtered(),
+    ):
         yield
 
 
@@ -94,8 +105,10 @@ def quiet_console(verbose: bool = False) -> Iterator[None]:
 def _routine_beam_messages_dropped() -> Iterator[None]:
     filters = []
     for name, start in _ROUTINE_BEAM_MESSAGES:
+
         def routine(record: logging.LogRecord, start: str = start) -> bool:
             return not record.getMessage().startswith(start)
+
         logging.getLogger(name).addFilter(routine)
         filters.append((name, routine))
     try:
@@ -117,6 +130,7 @@ def _repeated_warnings_dropped() -> Iterator[None]:
             return False
         said.add(message)
         return True
+
     root = logging.getLogger()
     root.addFilter(first_time)
     try:
@@ -129,9 +143,13 @@ def _repeated_warnings_dropped() -> Iterator[None]:
 def _hang_ups_dropped() -> Iterator[None]:
     """Within the block, a job server's hang-up is not logged, and what a thread raised
     because of one is held: shown only if the block ends in an exception (a failed run)."""
+
     def logged_hang_up(record: logging.LogRecord) -> bool:
-        return not (record.getMessage().startswith(_HANG_UP_MESSAGE[1]) and record.exc_info
-                    and _is_hang_up(record.exc_info[1]))
+        return not (
+            record.getMessage().startswith(_HANG_UP_MESSAGE[1])
+            and record.exc_info
+            and _is_hang_up(record.exc_info[1])
+        )
 
     held: list[threading.ExceptHookArgs] = []
 
@@ -166,7 +184,8 @@ def _is_hang_up(error: BaseException | None) -> bool:
         return _STOPPING.is_set() or interrupts.STOPPING.is_set()
     return error.code() == grpc.StatusCode.CANCELLED or (
         error.code() == grpc.StatusCode.UNKNOWN
-        and error.details() == "Application error processing RPC")
+        and error.details() == "Application error processing RPC"
+    )
 
 
 @contextlib.contextmanager
@@ -180,8 +199,9 @@ def _native_lines_filtered() -> Iterator[None]:
     os.close(write_end)
     # The copier writes to a descriptor of its own, closed when it ends: it may outlive
     # the block, reading what processes started within it still write.
-    copier = threading.Thread(target=_copy_lines, args=(read_end, os.dup(real)), daemon=True,
-                              name="native-stderr-filter")
+    copier = threading.Thread(
+        target=_copy_lines, args=(read_end, os.dup(real)), daemon=True, name="native-stderr-filter"
+    )
     copier.start()
     # A crash's traceback goes straight to the terminal, as the copier dies with the
     # process; where something else set up faulthandler (pytest does), it is left alone.
@@ -209,7 +229,7 @@ def _copy_lines(read_end: int, out: int) -> None:
         while chunk := pipe.read(65536):
             pending += chunk
             while end := _LINE_END.search(pending):
-                line, pending = pending[:end.end()], pending[end.end():]
+                line, pending = pending[: end.end()], pending[end.end() :]
                 if not is_routine_native_line(line[:-1]):
                     _write_all(out, line)
             if pending and not _may_become_native(pending):
@@ -221,12 +241,13 @@ def _copy_lines(read_end: int, out: int) -> None:
 
 def _may_become_native(start: bytes) -> bool:
     """Whether a line that begins with `start` could still turn out to be routine."""
-    if _ABSL_PREAMBLE.startswith(start[:len(_ABSL_PREAMBLE)]):
+    if _ABSL_PREAMBLE.startswith(start[: len(_ABSL_PREAMBLE)]):
         return True
     return start[:1] in (b"I", b"W", b"E") and (
-        len(start) < 64 and b"]" not in start or _NATIVE_LINE.match(start) is not None)
+        len(start) < 64 and b"]" not in start or _NATIVE_LINE.match(start) is not None
+    )
 
 
 def _write_all(fd: int, data: bytes) -> None:
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]

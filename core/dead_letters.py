@@ -6,8 +6,13 @@ import json
 from typing import NamedTuple
 
 from image_tfrecords.core.redaction import redact_urls, redacted
-from image_tfrecords.core.text_limits import (EXCERPT_CHARS, MAX_LABEL_CHARS, MAX_LABELS_PER_ROW,
-                                MAX_LINE_BYTES, kept)
+from image_tfrecords.core.text_limits import (
+    EXCERPT_CHARS,
+    MAX_LABEL_CHARS,
+    MAX_LABELS_PER_ROW,
+    MAX_LINE_BYTES,
+    kept,
+)
 
 # Reason codes a manifest row can be rejected with before any image is read.
 MALFORMED_ROW = "malformed_row"
@@ -55,88 +60,88 @@ HTTP_STATUS = "http_<status>"  # http_404, http_503...: the pattern of core/imag
 REGISTRY: dict[str, str] = {
     # A row, line or annotation as read, before any image is.
     MALFORMED_ROW: "the row, line or object cannot be parsed: not CSV (a field over 131,072 "
-                   "characters), not a JSON object, a field that is not a number",
+    "characters), not a JSON object, a field that is not a number",
     WRONG_COLUMN_COUNT: "the row has more or fewer fields than its layout",
     INVALID_ENCODING: "the row or line is not valid UTF-8",
     TEXT_TOO_LONG: f"a line over {MAX_LINE_BYTES >> 20} MiB, or a label over "
-                   f"{MAX_LABEL_CHARS:,} characters; the dead letter keeps its first "
-                   f"{EXCERPT_CHARS} characters and its length",
+    f"{MAX_LABEL_CHARS:,} characters; the dead letter keeps its first "
+    f"{EXCERPT_CHARS} characters and its length",
     MISSING_URI: "the image URI or file name is empty or missing",
     MISSING_LABEL: "the label (or a box's label) is empty or missing",
     INVALID_SPLIT: "the split is not train (training), validation (val, valid, eval, dev), "
-                   "test (testing), each also with _set after it, UNASSIGNED, DISCARD or "
-                   "empty, or disagrees with the SPLIT= of its --manifest",
+    "test (testing), each also with _set after it, UNASSIGNED, DISCARD or "
+    "empty, or disagrees with the SPLIT= of its --manifest",
     MULTIPLE_LABELS: "several labels where --label_mode single takes one",
-    TOO_MANY_LABELS: f"more than {MAX_LABELS_PER_ROW:,} labels in one row (--label_mode "
-                     "multi)",
+    TOO_MANY_LABELS: f"more than {MAX_LABELS_PER_ROW:,} labels in one row (--label_mode multi)",
     LABEL_BREAKS_LINES: "a label holding a character that breaks lines (U+2028, \\v, "
-                        "\\x1c...: any str.splitlines splits on), which the vocabulary file, "
-                        "a label a line, cannot hold; the message names it",
+    "\\x1c...: any str.splitlines splits on), which the vocabulary file, "
+    "a label a line, cannot hold; the message names it",
     UNSUPPORTED_ANNOTATION: "an annotation of a kind this label mode or format does not "
-                            "write (a shape of a kind its reader does not name, video tracks...)",
+    "write (a shape of a kind its reader does not name, video tracks...)",
     PATH_OUTSIDE_DATASET: "an annotation file's image (or label file) outside its dataset's "
-                          "folder (--image_dir, else the file's own): an absolute path, "
-                          "'..', another bucket or a URL, a link leading out; "
-                          "--allow_paths_outside_dataset reads it",
+    "folder (--image_dir, else the file's own): an absolute path, "
+    "'..', another bucket or a URL, a link leading out; "
+    "--allow_paths_outside_dataset reads it",
     INVALID_ANNOTATION: "an annotation file that cannot be read (a VOC XML or LabelMe JSON "
-                        "that does not parse, a VOC XML without <filename> or <size>)",
+    "that does not parse, a VOC XML without <filename> or <size>)",
     # Boxes, masks and keypoints (--label_mode detection).
     INVALID_BOX: "box coordinates that are not numbers, or neither two nor four vertices",
     BOX_OUT_OF_RANGE: "a box outside the image: a relative coordinate outside [0, 1], or pixels "
-                      "outside the declared size",
+    "outside the declared size",
     EMPTY_BOX: "a box with no width or no height (a minimum not below its maximum)",
     INVALID_SIZE: "a declared image width or height that is not a positive whole number",
     SIZE_MISMATCH: "the size an annotation declares (or a mask's or segmentation map's) is "
-                   "not the image's own, or a mask region (CVAT's, LabelMe's) is larger "
-                   "than the image",
+    "not the image's own, or a mask region (CVAT's, LabelMe's) is larger "
+    "than the image",
     UNKNOWN_IMAGE_ID: "a COCO annotation whose image_id names no image",
-    UNKNOWN_CATEGORY_ID: ("a COCO category_id, YOLO class or Open Images LabelName that names "
-                          "no category"),
+    UNKNOWN_CATEGORY_ID: (
+        "a COCO category_id, YOLO class or Open Images LabelName that names no category"
+    ),
     INVALID_MASK: "a polygon of fewer than 3 points, an RLE that is not one, a mask or "
-                  "segmentation map that cannot be read as class indices, or polygons "
-                  "farther outside the image than its side, or together longer than 100 "
-                  "of its sides",
+    "segmentation map that cannot be read as class indices, or polygons "
+    "farther outside the image than its side, or together longer than 100 "
+    "of its sides",
     INVALID_KEYPOINTS: "keypoints that are not whole points, a visibility not 0, 1 or 2, "
-                       "a point outside the image, or more than 1,000 of them",
+    "a point outside the image, or more than 1,000 of them",
     # Labels and --schema columns, against the vocabulary.
     UNSEEN_LABEL: "a label outside the vocabulary (TRAIN's, or the pinned --vocabulary); "
-                  "--unseen_label oov keeps it instead",
+    "--unseen_label oov keeps it instead",
     INVALID_VALUE: "a --schema column's value that is not of its type, or an empty "
-                   "non-string value",
+    "non-string value",
     UNSEEN_CATEGORY: "a categorical --schema value TRAIN never saw; --unseen_label oov "
-                     "keeps it instead",
+    "keeps it instead",
     # Repeats.
     DUPLICATE_ROW: "the same image again in the same split (single labels, or a second "
-                   "annotation file naming it); the first row makes the example",
+    "annotation file naming it); the first row makes the example",
     DUPLICATE_IMAGE: "--dedupe: a byte-identical copy of an image that is kept",
     NEAR_DUPLICATE_IMAGE: "--dedupe near: a near-copy (pHash within "
-                          "--near_duplicate_distance bits) of an image that is kept",
+    "--near_duplicate_distance bits) of an image that is kept",
     # An image folder's layout (--image_folder).
     "not_in_label_folder": "a file directly in the root, directly in a split folder, or "
-                           "deeper than the layout",
+    "deeper than the layout",
     "not_in_split_folder": "with split folders present, a file under a top-level folder "
-                           "that is no split",
+    "that is no split",
     "label_is_split_name": "a file in a label folder named like a split (train/val/x.jpg)",
     # The image file, read by the shard writer.
     "file_not_found": "the URI names no file (a bucket's 404 included; a URL's is http_404)",
     "read_error": "a directory, no permission, or the storage failed after its retries",
     "empty_file": "the file has zero bytes",
     "not_an_image": "not in a format the converter reads (JPEG, PNG, GIF, BMP, TIFF, WebP): "
-                    "other formats, EPS included, are never opened",
+    "other formats, EPS included, are never opened",
     "truncated_image": "the data ends before the image does",
     DECOMPRESSION_BOMB: "more pixels than --max_image_pixels (the image's, or the size an "
-                        "annotation declares for it), refused before any pixel is allocated",
+    "annotation declares for it), refused before any pixel is allocated",
     "decode_error": "recognised but undecodable: corrupt data, an unsupported variant",
     "encode_error": "decoded, but converting or re-encoding it failed",
     "decode_crash": "the worker process died decoding it (a crash, the OOM killer)",
     "decode_timeout": "decoding took longer than --decode_timeout seconds",
     # An image URL (http://, https://), downloaded by the shard writer.
     HTTP_STATUS: "the server answered this HTTP error status (after the retries for 5xx and "
-                 "429; a 4xx is not retried), or a redirect (3xx) that is not followed: to "
-                 "another scheme, host or port, or more in a row than are followed",
+    "429; a 4xx is not retried), or a redirect (3xx) that is not followed: to "
+    "another scheme, host or port, or more in a row than are followed",
     "http_timeout": "no answer, or a stalled body, within --download_timeout, after the "
-                    "retries; or a body still arriving 3 x --download_timeout after its "
-                    "try began",
+    "retries; or a body still arriving 3 x --download_timeout after its "
+    "try began",
     "connection_error": "the connection was refused, reset or cut, after the retries",
     "too_large": "the body is larger than --max_download_mb",
 }
@@ -164,10 +169,19 @@ class DeadLetter(_DeadLetterFields):
 
     __slots__ = ()
 
-    def __new__(cls, manifest: str, line: int, raw: str, uri: str, split: str, reason: str,
-                message: str) -> DeadLetter:
-        return super().__new__(cls, manifest, line, kept(redact_urls(raw)), redacted(uri),
-                               split, reason, kept(redact_urls(message)))
+    def __new__(
+        cls, manifest: str, line: int, raw: str, uri: str, split: str, reason: str, message: str
+    ) -> DeadLetter:
+        return super().__new__(
+            cls,
+            manifest,
+            line,
+            kept(redact_urls(raw)),
+            redacted(uri),
+            split,
+            reason,
+            kept(redact_urls(message)),
+        )
 
     def to_json(self) -> str:
         return json.dumps(self._asdict(), ensure_ascii=False, sort_keys=True)

@@ -10,8 +10,9 @@ from typing import TypeVar
 _T = TypeVar("_T")
 
 
-def within_deadline(calls: Sequence[Callable[[], _T]], seconds: float, name: str
-                    ) -> list[_T | None]:
+def within_deadline(
+    calls: Sequence[Callable[[], _T]], seconds: float, name: str
+) -> list[_T | None]:
     """Runs every call at once, each in a thread named `name`; returns their results in
     order, None for a call that raised or had not returned after `seconds`.
 
@@ -26,8 +27,9 @@ def within_deadline(calls: Sequence[Callable[[], _T]], seconds: float, name: str
         except Exception:  # noqa: BLE001, S110 - the caller counts a failed call as missing
             pass
 
-    threads = [threading.Thread(target=run, args=(i,), name=name, daemon=True)
-               for i in range(len(calls))]
+    threads = [
+        threading.Thread(target=run, args=(i,), name=name, daemon=True) for i in range(len(calls))
+    ]
     deadline = time.monotonic() + seconds
     for thread in threads:
         thread.start()

@@ -85,10 +85,16 @@ def download(uri: str, settings: DownloadSettings) -> bytes:
                 return _get(uri, settings)
         except _Retryable as problem:
             if attempt == settings.retries:
-                raise DownloadFailed(problem.reason, f"{problem.message} (after "
-                                     f"{attempt + 1} tries): {redacted(uri)}") from None
-            time.sleep(min(_MAX_WAIT_S, problem.wait_s or _BACKOFF_S * 2 ** attempt
-                           * random.uniform(1.0, 1.5)))
+                raise DownloadFailed(
+                    problem.reason,
+                    f"{problem.message} (after {attempt + 1} tries): {redacted(uri)}",
+                ) from None
+            time.sleep(
+                min(
+                    _MAX_WAIT_S,
+                    problem.wait_s or _BACKOFF_S * 2**attempt * random.uniform(1.0, 1.5),
+                )
+            )
     raise AssertionError("unreachable")
 
 
@@ -99,12 +105,14 @@ def content_length(uri: str, settings: DownloadSettings) -> int:
             response = _answer("HEAD", uri, settings)
             response.close()
     except urllib3.exceptions.HTTPError as error:
-        raise DownloadFailed("connection_error", f"{type(error).__name__}: {redacted(uri)}"
-                             ) from None
+        raise DownloadFailed(
+            "connection_error", f"{type(error).__name__}: {redacted(uri)}"
+        ) from None
     length = response.headers.get("Content-Length")
     if response.status >= 400 or not (length or "").isdigit():
-        raise DownloadFailed(f"http_{response.status}", f"HTTP {response.status}, no size: "
-                             f"{redacted(uri)}")
+        raise DownloadFailed(
+            f"http_{response.status}", f"HTTP {response.status}, no size: {redacted(uri)}"
+        )
     return int(length)
 
 
@@ -114,32 +122,42 @@ class _Retryable(Exception):
         self.reason, self.message, self.wait_s = reason, message, wait_s
 
 
-def _answer(method: str, uri: str, settings: DownloadSettings
-            ) -> urllib3.BaseHTTPResponse:
+def _answer(method: str, uri: str, settings: DownloadSettings) -> urllib3.BaseHTTPResponse:
     """The response to `method` `uri`, its body unread, after the redirects allowed: on
     the same scheme, host and port, at most MAX_REDIRECTS. A 3xx's own body is never read
     (it is the server's page, not the image); one that goes elsewhere is a DownloadFailed
     http_3xx naming where."""
     asked = uri
     for _ in range(MAX_REDIRECTS + 1):
-        response = _pool().request(method, uri, headers=_headers(settings),
-                                   timeout=_timeout(settings), retries=False,
-                                   redirect=False, preload_content=False)
+        response = _pool().request(
+            method,
+            uri,
+            headers=_headers(settings),
+            timeout=_timeout(settings),
+            retries=False,
+            redirect=False,
+            preload_content=False,
+        )
         if not 300 <= response.status < 400:
             return response
         response.close()
         status, location = response.status, response.headers.get("Location")
         if not location:
-            raise DownloadFailed(f"http_{status}", f"HTTP {status} without a Location: "
-                                 f"{redacted(asked)}")
+            raise DownloadFailed(
+                f"http_{status}", f"HTTP {status} without a Location: {redacted(asked)}"
+            )
         target = urllib.parse.urljoin(uri, location)
         if _origin(target) != _origin(uri):
-            raise DownloadFailed(f"http_{status}", f"HTTP {status} to {redacted(target)}: "
-                                 "a redirect to another scheme, host or port is not "
-                                 f"followed: {redacted(asked)}")
+            raise DownloadFailed(
+                f"http_{status}",
+                f"HTTP {status} to {redacted(target)}: "
+                "a redirect to another scheme, host or port is not "
+                f"followed: {redacted(asked)}",
+            )
         uri = target
-    raise DownloadFailed(f"http_{status}", f"more than {MAX_REDIRECTS} redirects: "
-                         f"{redacted(asked)}")
+    raise DownloadFailed(
+        f"http_{status}", f"more than {MAX_REDIRECTS} redirects: {redacted(asked)}"
+    )
 
 
 def _origin(uri: str) -> tuple[str, str | None, int | None]:
@@ -161,21 +179,26 @@ def _get(uri: str, settings: DownloadSettings) -> bytes:
     try:
         status = response.status
         if status == 429 or status >= 500:
-            raise _Retryable(f"http_{status}", f"HTTP {status}",
-                             _retry_after(response.headers.get("Retry-After")))
+            raise _Retryable(
+                f"http_{status}",
+                f"HTTP {status}",
+                _retry_after(response.headers.get("Retry-After")),
+            )
         if status >= 400:
             raise DownloadFailed(f"http_{status}", f"HTTP {status}: {redacted(uri)}")
         declared = response.headers.get("Content-Length")
         if declared and declared.isdigit() and int(declared) > settings.max_bytes:
-            raise DownloadFailed("too_large", f"{int(declared):,} bytes, more than the "
-                                 f"{settings.max_bytes:,} allowed (--max_download_mb): "
-                                 f"{redacted(uri)}")
+            raise DownloadFailed(
+                "too_large",
+                f"{int(declared):,} bytes, more than the "
+                f"{settings.max_bytes:,} allowed (--max_download_mb): "
+                f"{redacted(uri)}",
+            )
         body = _body(response, uri, settings, deadline)
         read_whole = True
         return body
     except urllib3.exceptions.TimeoutError:
-        raise _Retryable("http_timeout", f"the body stalled for {settings.timeout_s:g} s"
-                         ) from None
+        raise _Retryable("http_timeout", f"the body stalled for {settings.timeout_s:g} s") from None
     except (urllib3.exceptions.ProtocolError, urllib3.exceptions.DecodeError) as error:
         raise _Retryable("connection_error", f"the body was cut: {_cause(error)}") from None
     finally:
@@ -185,20 +208,27 @@ def _get(uri: str, settings: DownloadSettings) -> bytes:
             response.close()
 
 
-def _body(response: urllib3.BaseHTTPResponse, uri: str, settings: DownloadSettings,
-          deadline: float) -> bytes:
+def _body(
+    response: urllib3.BaseHTTPResponse, uri: str, settings: DownloadSettings, deadline: float
+) -> bytes:
     """The response's body, read as it comes (read1: whatever one read gives, so that a
     dripping body is seen dripping), until `deadline` or max_bytes."""
     body = bytearray()
     while chunk := response.read1(_CHUNK):
         body += chunk
         if len(body) > settings.max_bytes:
-            raise DownloadFailed("too_large", f"more than the {settings.max_bytes:,} "
-                                 f"bytes allowed (--max_download_mb): {redacted(uri)}")
+            raise DownloadFailed(
+                "too_large",
+                f"more than the {settings.max_bytes:,} "
+                f"bytes allowed (--max_download_mb): {redacted(uri)}",
+            )
         if time.monotonic() > deadline:
-            raise DownloadFailed("http_timeout", f"not all of the body within "
-                                 f"{settings.deadline_s:g} s ({DEADLINE_FACTOR} x "
-                                 f"--download_timeout): {redacted(uri)}")
+            raise DownloadFailed(
+                "http_timeout",
+                f"not all of the body within "
+                f"{settings.deadline_s:g} s ({DEADLINE_FACTOR} x "
+                f"--download_timeout): {redacted(uri)}",
+            )
     return bytes(body)
 
 

@@ -44,8 +44,9 @@ def serialize_example(features: Mapping[str, tuple[str, Values]]) -> bytes:
     for key in sorted(features, key=_map_order):
         kind, values = features[key]
         feature = _field(_KIND_TAG[kind], _list(kind, values))
-        entries += _field(_FIELD_1, [*_field(_FIELD_1, [key.encode()]),
-                                     *_field(_MAP_VALUE, feature)])
+        entries += _field(
+            _FIELD_1, [*_field(_FIELD_1, [key.encode()]), *_field(_MAP_VALUE, feature)]
+        )
     # No features: Example.features is left unset, as TensorFlow leaves it.
     return b"".join(_field(_FIELD_1, entries)) if entries else b""
 

@@ -17,14 +17,26 @@ from image_tfrecords.core.images import PreparedImage
 from image_tfrecords.core.masks import box_mask, mask_png
 from image_tfrecords.core.records import Box, Keypoints, LabelledRow, ManifestRow
 from image_tfrecords.core.redaction import redacted
-from image_tfrecords.core.schema import (CATEGORICAL, FLOAT, IMAGE, INTEGER, SEGMENTATION, STRING,
-                           ExtraColumn)
+from image_tfrecords.core.schema import (
+    CATEGORICAL,
+    FLOAT,
+    IMAGE,
+    INTEGER,
+    SEGMENTATION,
+    STRING,
+    ExtraColumn,
+)
 from image_tfrecords.core.summary import FeatureInfo
 
 # The feature keys and their dtypes: the output contract readers rely on.
 _BOX_SIDES = ("xmin", "ymin", "xmax", "ymax")
-_STORED_IMAGE = {"encoded": "bytes", "format": "bytes", "height": "int64", "width": "int64",
-                 "channels": "int64"}  # under image/, and under <column>/ for image columns
+_STORED_IMAGE = {
+    "encoded": "bytes",
+    "format": "bytes",
+    "height": "int64",
+    "width": "int64",
+    "channels": "int64",
+}  # under image/, and under <column>/ for image columns
 IMAGE_FEATURES = {
     **{f"image/{key}": dtype for key, dtype in _STORED_IMAGE.items()},
     keys.FILENAME: "bytes",
@@ -64,12 +76,19 @@ ANNOTATION_FEATURES = {
     "segmentation": SEGMENTATION_FEATURES,
 }
 # Each kind as the console and report.html name it.
-ANNOTATION_NAMES = {"masks": "instance masks", "keypoints": "keypoints",
-                    "keypoint_names": "named keypoints", "segmentation": "segmentation maps"}
+ANNOTATION_NAMES = {
+    "masks": "instance masks",
+    "keypoints": "keypoints",
+    "keypoint_names": "named keypoints",
+    "segmentation": "segmentation maps",
+}
 
 
-def feature_types(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = (),
-                  annotations: Iterable[str] = ()) -> dict[str, str]:
+def feature_types(
+    label_mode: LabelMode,
+    extra_columns: Sequence[ExtraColumn] = (),
+    annotations: Iterable[str] = (),
+) -> dict[str, str]:
     """The feature keys and dtypes (bytes, int64, float) of examples written in this mode.
 
     `annotations`: the kinds of ANNOTATION_FEATURES that examples hold.
@@ -78,8 +97,9 @@ def feature_types(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = 
     Extra columns add `<column>` (integer, float, string; a categorical's vocabulary id,
     with its text in `<column>/text`), or `<column>/encoded`... for a second image.
     """
-    types = dict(DETECTION_FEATURES if label_mode == LabelMode.DETECTION
-                 else CLASSIFICATION_FEATURES)
+    types = dict(
+        DETECTION_FEATURES if label_mode == LabelMode.DETECTION else CLASSIFICATION_FEATURES
+    )
     for kind in annotations:
         types |= ANNOTATION_FEATURES[kind]
     for column in extra_columns:
@@ -95,21 +115,32 @@ def feature_types(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = 
 _EXTRA_DTYPES = {INTEGER: "int64", FLOAT: "float", STRING: "bytes", CATEGORICAL: "int64"}
 
 
-def feature_spec(label_mode: LabelMode, extra_columns: Sequence[ExtraColumn] = (),
-                 annotations: Iterable[str] = ()) -> dict[str, FeatureInfo]:
+def feature_spec(
+    label_mode: LabelMode,
+    extra_columns: Sequence[ExtraColumn] = (),
+    annotations: Iterable[str] = (),
+) -> dict[str, FeatureInfo]:
     """What summary.json tells readers about each key: its dtype, and whether it holds a
     list (multi-label ids and texts, every image/object/* key) rather than one value."""
-    lists = {key for key in feature_types(label_mode, (), annotations)
-             if label_mode != LabelMode.SINGLE
-             and key not in IMAGE_FEATURES | SEGMENTATION_FEATURES}
-    return {key: FeatureInfo(dtype=dtype, list=key in lists)
-            for key, dtype in feature_types(label_mode, extra_columns, annotations).items()}
+    lists = {
+        key
+        for key in feature_types(label_mode, (), annotations)
+        if label_mode != LabelMode.SINGLE and key not in IMAGE_FEATURES | SEGMENTATION_FEATURES
+    }
+    return {
+        key: FeatureInfo(dtype=dtype, list=key in lists)
+        for key, dtype in feature_types(label_mode, extra_columns, annotations).items()
+    }
 
 
-def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode: LabelMode,
-                   extra_columns: Sequence[ExtraColumn] = (),
-                   extra_images: Mapping[str, PreparedImage] | None = None,
-                   class_map: bytes | None = None) -> bytes:
+def encode_example(
+    rows: Sequence[LabelledRow],
+    image: PreparedImage,
+    label_mode: LabelMode,
+    extra_columns: Sequence[ExtraColumn] = (),
+    extra_images: Mapping[str, PreparedImage] | None = None,
+    class_map: bytes | None = None,
+) -> bytes:
     """The serialized tf.train.Example for one image; `image.encoded` is stored as is.
 
     `rows` are the image's manifest rows: one, or in detection mode one per box.
@@ -117,8 +148,11 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
     `class_map`: its segmentation map's PNG (masks.class_map_png), where it has one.
     """
     uri = redacted(rows[0].row.uri)  # source_id and filename: no credential of a URL
-    labelled = [(label, label_id) for item in rows
-                for label, label_id in zip(item.row.labels, item.label_ids, strict=True)]
+    labelled = [
+        (label, label_id)
+        for item in rows
+        for label, label_id in zip(item.row.labels, item.label_ids, strict=True)
+    ]
     if label_mode != LabelMode.DETECTION:  # each label once, as rows of one image are merged
         labelled = list(dict.fromkeys(labelled))
     texts = [label.encode() for label, _ in labelled]
@@ -131,12 +165,14 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
     }
     if label_mode == LabelMode.DETECTION:
         boxes = [box for item in rows for box in item.row.boxes]
-        values |= {f"{keys.BOX}{side}": [getattr(box, side) for box in boxes]
-                   for side in _BOX_SIDES}
-        values |= {f"image/object/{flag}": [getattr(box, flag) for box in boxes]
-                   for flag in ("difficult", "truncated", "is_crowd")}
-        values |= {keys.OBJECT_LABEL: [label_id + 1 for label_id in ids],
-                   keys.OBJECT_TEXT: texts}
+        values |= {
+            f"{keys.BOX}{side}": [getattr(box, side) for box in boxes] for side in _BOX_SIDES
+        }
+        values |= {
+            f"image/object/{flag}": [getattr(box, flag) for box in boxes]
+            for flag in ("difficult", "truncated", "is_crowd")
+        }
+        values |= {keys.OBJECT_LABEL: [label_id + 1 for label_id in ids], keys.OBJECT_TEXT: texts}
         values |= _object_annotations(boxes, image)
     else:
         values |= {keys.CLASS_LABEL: ids, keys.CLASS_TEXT: texts}
@@ -144,8 +180,12 @@ def encode_example(rows: Sequence[LabelledRow], image: PreparedImage, label_mode
     if class_map is not None:
         values |= {keys.SEGMENTATION: class_map, keys.SEGMENTATION_FORMAT: b"png"}
     types = feature_types(label_mode, extra_columns, ANNOTATION_FEATURES)
-    return serialize_example({key: (types[key], value if isinstance(value, list) else [value])
-                              for key, value in values.items()})
+    return serialize_example(
+        {
+            key: (types[key], value if isinstance(value, list) else [value])
+            for key, value in values.items()
+        }
+    )
 
 
 def example_labels(rows: Sequence[LabelledRow], label_mode: LabelMode) -> list[str]:
@@ -174,8 +214,9 @@ def _object_annotations(boxes: Sequence[Box], image: PreparedImage) -> dict[str,
     points, so every object has K (the API reads them as objects x K)."""
     values: dict[str, list] = {}
     if any(box.mask for box in boxes):
-        values[keys.MASKS] = [mask_png(box.mask or box_mask(box), image.width, image.height)
-                              for box in boxes]
+        values[keys.MASKS] = [
+            mask_png(box.mask or box_mask(box), image.width, image.height) for box in boxes
+        ]
     points = [box.keypoints for box in boxes]
     if not any(points):
         return values
@@ -184,26 +225,36 @@ def _object_annotations(boxes: Sequence[Box], image: PreparedImage) -> dict[str,
     for keypoints in points:
         keypoints = keypoints or Keypoints((), (), ())
         padding = count - len(keypoints.xs)
-        for key, field, blank in (("x", "xs", 0.0), ("y", "ys", 0.0),
-                                  ("visibility", "visibility", 0)):
+        for key, field, blank in (
+            ("x", "xs", 0.0),
+            ("y", "ys", 0.0),
+            ("visibility", "visibility", 0),
+        ):
             values.setdefault(f"{keys.KEYPOINT}{key}", []).extend(
-                (*getattr(keypoints, field), *[blank] * padding))
+                (*getattr(keypoints, field), *[blank] * padding)
+            )
         values.setdefault(f"{keys.KEYPOINT}num", []).append(keypoints.num)
         if names:
             values.setdefault(f"{keys.KEYPOINT}text", []).extend(
-                text.encode() for text in (*(keypoints.names or [""] * len(keypoints.xs)),
-                                           *[""] * padding))
+                text.encode()
+                for text in (*(keypoints.names or [""] * len(keypoints.xs)), *[""] * padding)
+            )
     return values
 
 
 def _stored_image(image: PreparedImage, prefix: str) -> dict[str, bytes | int]:
-    return {f"{prefix}/encoded": image.encoded, f"{prefix}/format": image.format.encode(),
-            f"{prefix}/height": image.height, f"{prefix}/width": image.width,
-            f"{prefix}/channels": image.channels}
+    return {
+        f"{prefix}/encoded": image.encoded,
+        f"{prefix}/format": image.format.encode(),
+        f"{prefix}/height": image.height,
+        f"{prefix}/width": image.width,
+        f"{prefix}/channels": image.channels,
+    }
 
 
-def _extra_values(item: LabelledRow, columns: Sequence[ExtraColumn],
-                  images: Mapping[str, PreparedImage]) -> dict[str, bytes | int | float]:
+def _extra_values(
+    item: LabelledRow, columns: Sequence[ExtraColumn], images: Mapping[str, PreparedImage]
+) -> dict[str, bytes | int | float]:
     values: dict[str, bytes | int | float] = {}
     category_ids = iter(item.category_ids)
     for column, value in zip(columns, item.row.extras, strict=True):

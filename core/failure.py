@@ -28,8 +28,10 @@ class Failure(pydantic.BaseModel):
     def line(self) -> str:
         """One line for the console: the problems, then where to look."""
         letters = ", ".join(self.dead_letters) or "none were written"
-        return (f"{'; '.join(self.problems)}. Nothing was published (the output is as it "
-                f"was); dead letters: {letters}; the run's summary: {self.record}")
+        return (
+            f"{'; '.join(self.problems)}. Nothing was published (the output is as it "
+            f"was); dead letters: {letters}; the run's summary: {self.record}"
+        )
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)

@@ -43,8 +43,7 @@ class FilesystemOptions:
         """Those of `options` that were given (not Beam's defaults)."""
         names = _filesystem_option_names() - SECRET_OPTIONS
         given = options.get_all_options(drop_default=True)
-        return cls(tuple(sorted((name, value) for name, value in given.items()
-                                if name in names)))
+        return cls(tuple(sorted((name, value) for name, value in given.items() if name in names)))
 
     def apply(self) -> None:
         """Gives Beam's filesystems in this process these options, over those they have
@@ -53,10 +52,12 @@ class FilesystemOptions:
             return
         from apache_beam.io.filesystems import FileSystems
         from apache_beam.options.pipeline_options import PipelineOptions
+
         current = current_options()
         if any(current.get(name) != value for name, value in self.values):
-            FileSystems.set_options(PipelineOptions.from_dictionary(
-                {**current, **dict(self.values)}))
+            FileSystems.set_options(
+                PipelineOptions.from_dictionary({**current, **dict(self.values)})
+            )
 
 
 def current_options() -> dict[str, Any]:
@@ -65,13 +66,18 @@ def current_options() -> dict[str, Any]:
     graph). Beam has no public getter; tests/test_shards.py fails if this one stops seeing
     what set_options gave."""
     from apache_beam.io.filesystems import FileSystems
+
     options = FileSystems._pipeline_options
     return options.get_all_options(drop_default=True) if options is not None else {}
 
 
 def _filesystem_option_names() -> set[str]:
-    from apache_beam.options.pipeline_options import (GoogleCloudOptions,
-                                                      HadoopFileSystemOptions, S3Options)
+    from apache_beam.options.pipeline_options import (
+        GoogleCloudOptions,
+        HadoopFileSystemOptions,
+        S3Options,
+    )
+
     parser = argparse.ArgumentParser(add_help=False)
     for group in (S3Options, HadoopFileSystemOptions, GoogleCloudOptions):
         group._add_argparse_args(parser)

@@ -34,6 +34,7 @@ def settle_gcs_credentials() -> None:
         # Beam keeps no public switch for it; tests/test_cloud_storage.py fails if this
         # cache stops being what its GCS client reads.
         from apache_beam.internal.gcp.auth import _Credentials
+
         with _Credentials._credentials_lock:
             if not _Credentials._credentials_init:
                 _Credentials._credentials, _Credentials._credentials_init = None, True
@@ -47,6 +48,7 @@ def read_anonymously() -> bool:
 def _has_credentials() -> bool:
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError
+
     try:
         google.auth.default()
     except DefaultCredentialsError:

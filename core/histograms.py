@@ -13,8 +13,16 @@ LONGEST_SIDE_BINS = (*(f"≤ {bound} px" for bound in _SIDE_BOUNDS), "> 4096 px"
 
 _KB, _MB = 1 << 10, 1 << 20
 _BYTE_BOUNDS = (4 * _KB, 16 * _KB, 64 * _KB, 256 * _KB, _MB, 4 * _MB, 16 * _MB)
-FILE_BYTE_BINS = ("≤ 4 KB", "≤ 16 KB", "≤ 64 KB", "≤ 256 KB", "≤ 1 MB", "≤ 4 MB",
-                  "≤ 16 MB", "> 16 MB")
+FILE_BYTE_BINS = (
+    "≤ 4 KB",
+    "≤ 16 KB",
+    "≤ 64 KB",
+    "≤ 256 KB",
+    "≤ 1 MB",
+    "≤ 4 MB",
+    "≤ 16 MB",
+    "> 16 MB",
+)
 
 
 def longest_side_bin(pixels: int) -> str:

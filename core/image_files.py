@@ -31,8 +31,11 @@ def read_image_bytes(uri: str, downloads: DownloadSettings = DownloadSettings())
     except Exception as error:  # each filesystem raises its own types (e.g. GCS NotFound)
         status = http_status(error)
         prefix = f"HTTP {status}: " if status else ""
-        if isinstance(error, FileNotFoundError) or status == 404 or (
-                status is None and not _exists(uri)):
+        if (
+            isinstance(error, FileNotFoundError)
+            or status == 404
+            or (status is None and not _exists(uri))
+        ):
             raise ImageRejected("file_not_found", f"{prefix}no such file: {uri}") from error
         raise ImageRejected("read_error", f"{prefix}cannot read {uri}: {error}") from error
     if not data:
@@ -59,5 +62,5 @@ def _exists(uri: str) -> bool:
     """Whether `uri` exists, or True when even that cannot be told (so: a read error)."""
     try:
         return storage.exists(uri)
-    except Exception:  # the same broken filesystem that failed the read
+    except Exception:  # noqa: BLE001 - the same broken filesystem that failed the read
         return True

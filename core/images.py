@@ -22,24 +22,24 @@ import numpy as np
 from PIL import ExifTags, Image, ImageFile, ImageOps
 
 REASONS = (
-    "file_not_found",      # the URI names no file
-    "read_error",          # a directory, no permission, or the filesystem failed
-    "empty_file",          # zero bytes
-    "not_an_image",        # not in a format of IMAGE_FORMATS
-    "truncated_image",     # the data ends before the image does
+    "file_not_found",  # the URI names no file
+    "read_error",  # a directory, no permission, or the filesystem failed
+    "empty_file",  # zero bytes
+    "not_an_image",  # not in a format of IMAGE_FORMATS
+    "truncated_image",  # the data ends before the image does
     "decompression_bomb",  # width * height above ImageSettings.max_pixels
-    "decode_error",        # recognised but undecodable: corrupt data, unsupported variant
-    "encode_error",        # decoded, but converting or re-encoding it failed
-    "decode_crash",        # the decoding process died on it (a crash, the OOM killer)
-    "decode_timeout",      # decoding took longer than --decode_timeout
+    "decode_error",  # recognised but undecodable: corrupt data, unsupported variant
+    "encode_error",  # decoded, but converting or re-encoding it failed
+    "decode_crash",  # the decoding process died on it (a crash, the OOM killer)
+    "decode_timeout",  # decoding took longer than --decode_timeout
     # The image's segmentation map (core/masks.py): not one, or not the image's size.
     "invalid_mask",
     "size_mismatch",
     # A URL (core/downloads.py): beside these, http_<status> for each HTTP error status,
     # and for a redirect that is not followed (to another host, or too many).
-    "http_timeout",        # no answer, or a stalled body, within --download_timeout
-    "connection_error",    # refused, reset or cut, after the retries
-    "too_large",           # more bytes than --max_download_mb
+    "http_timeout",  # no answer, or a stalled body, within --download_timeout
+    "connection_error",  # refused, reset or cut, after the retries
+    "too_large",  # more bytes than --max_download_mb
 )
 _HTTP_STATUS_REASON = re.compile(r"http_[345]\d\d")
 
@@ -70,8 +70,9 @@ THUMBNAIL_SIDE = 96
 THUMBNAIL_QUALITY = 75
 # The first 8 rows of the unnormalised DCT-II matrix (scipy.fftpack.dct's default, which
 # imagehash uses): 2 cos(pi k (2n + 1) / 2N).
-_DCT_LOW = 2 * np.cos(np.pi * np.arange(8)[:, None] * (2 * np.arange(_HASH_SIDE) + 1)
-                      / (2 * _HASH_SIDE))
+_DCT_LOW = 2 * np.cos(
+    np.pi * np.arange(8)[:, None] * (2 * np.arange(_HASH_SIDE) + 1) / (2 * _HASH_SIDE)
+)
 
 
 class ImageRejected(Exception):
@@ -119,8 +120,9 @@ class ImageSettings:
         # each under its option's name (pipeline/options.py).
         problems = []
         if self.image_format not in ("keep", "jpeg", "png"):
-            problems.append(("image_format",
-                             f"must be keep, jpeg or png, not {self.image_format!r}"))
+            problems.append(
+                ("image_format", f"must be keep, jpeg or png, not {self.image_format!r}")
+            )
         if self.max_side is not None and self.max_side < 1:
             problems.append(("max_side", "must be a positive number of pixels"))
         if not 1 <= self.jpeg_quality <= 100:
@@ -175,9 +177,17 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
         _check_jpeg_markers(data)
     if reason is None:
         channels = png_channels if png_channels is not None else _CHANNELS[image.mode]
-        return PreparedImage(data, "jpeg" if source_format in _JPEG_FORMATS else "png",
-                             *source_size, channels, source_format, None, source_size,
-                             _sha256(data), *hash_and_thumbnail(image))
+        return PreparedImage(
+            data,
+            "jpeg" if source_format in _JPEG_FORMATS else "png",
+            *source_size,
+            channels,
+            source_format,
+            None,
+            source_size,
+            _sha256(data),
+            *hash_and_thumbnail(image),
+        )
 
     out_format = settings.image_format
     if out_format == "keep":
@@ -188,8 +198,7 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
         if out_format == "jpeg":
             image = _jpeg_mode(image)
         else:
-            image = _png_mode(image, resizing=target is not None,
-                              keep_16_bit=settings.keep_16_bit)
+            image = _png_mode(image, resizing=target is not None, keep_16_bit=settings.keep_16_bit)
         if target is not None:
             size = target[::-1] if orientation in _AXES_SWAPPED else target
             image = image.resize(size, Image.Resampling.LANCZOS)
@@ -197,9 +206,20 @@ def prepare_image(data: bytes, settings: ImageSettings) -> PreparedImage:
         hashed, small = hash_and_thumbnail(image)
     except Exception as error:  # Pillow's conversions and encoders raise assorted types
         raise ImageRejected("encode_error", f"cannot re-encode as {out_format}: {error}") from error
-    return PreparedImage(encoded, out_format, image.width, image.height, _CHANNELS[image.mode],
-                         source_format, reason, source_size, _sha256(encoded), hashed, small,
-                         orientation if orientation in _TRANSPOSING else 1)
+    return PreparedImage(
+        encoded,
+        out_format,
+        image.width,
+        image.height,
+        _CHANNELS[image.mode],
+        source_format,
+        reason,
+        source_size,
+        _sha256(encoded),
+        hashed,
+        small,
+        orientation if orientation in _TRANSPOSING else 1,
+    )
 
 
 def perceptual_hash(image: Image.Image) -> int:
@@ -297,10 +317,10 @@ def _is_lossy_webp(data: bytes) -> bool:
     An animation's frames sit inside ANMF chunks and count as lossless (kept as PNG)."""
     offset = 12  # "RIFF", size, "WEBP"
     while offset + 8 <= len(data):
-        kind = data[offset:offset + 4]
+        kind = data[offset : offset + 4]
         if kind in (b"VP8 ", b"VP8L"):
             return kind == b"VP8 "
-        size = int.from_bytes(data[offset + 4:offset + 8], "little")
+        size = int.from_bytes(data[offset + 4 : offset + 8], "little")
         offset += 8 + size + (size & 1)  # chunks are padded to an even size
     return False
 
@@ -396,15 +416,18 @@ def _open(data: bytes, max_pixels: int) -> ImageFile.ImageFile:
             continue
         width, height = image.size
         if width * height > max_pixels:
-            raise ImageRejected("decompression_bomb",
-                                f"{width}x{height} exceeds the limit of {max_pixels} pixels")
+            raise ImageRejected(
+                "decompression_bomb", f"{width}x{height} exceeds the limit of {max_pixels} pixels"
+            )
         return image
     if cut_short:
-        raise ImageRejected("truncated_image", f"the data ends inside the header "
-                            f"({'; '.join(cut_short)})")
+        raise ImageRejected(
+            "truncated_image", f"the data ends inside the header ({'; '.join(cut_short)})"
+        )
     detail = f" ({'; '.join(failures)})" if failures else ""
-    raise ImageRejected("not_an_image", f"not in an image format the converter reads "
-                        f"({_FORMAT_NAMES}){detail}")
+    raise ImageRejected(
+        "not_an_image", f"not in an image format the converter reads ({_FORMAT_NAMES}){detail}"
+    )
 
 
 def load_plugins() -> None:
@@ -424,8 +447,9 @@ def _fit(size: tuple[int, int], max_side: int | None) -> tuple[int, int] | None:
     return max(1, round(width * max_side / height)), max_side
 
 
-def _reencode_reason(image: Image.Image, orientation: object,
-                     target: tuple[int, int] | None, settings: ImageSettings) -> str | None:
+def _reencode_reason(
+    image: Image.Image, orientation: object, target: tuple[int, int] | None, settings: ImageSettings
+) -> str | None:
     """Why the source bytes cannot be stored as they are, or None when they can."""
     if image.format in _JPEG_FORMATS:
         source = "jpeg"
@@ -464,7 +488,7 @@ def _png_channels(data: bytes) -> int:
             raise ImageRejected("truncated_image", f"PNG data ends inside a {kind!r} chunk")
         critical = not kind[0] & 0x20
         stored_crc = struct.unpack_from(">I", data, end - 4)[0]
-        if critical and zlib.crc32(view[position + 4:end - 4]) != stored_crc:
+        if critical and zlib.crc32(view[position + 4 : end - 4]) != stored_crc:
             raise ImageRejected("decode_error", f"PNG {kind!r} chunk fails its CRC check")
         if kind == b"IHDR":
             color_type = data[position + 17]
@@ -501,10 +525,13 @@ def _check_jpeg_markers(data: bytes) -> None:
             return
         if code == 0x00 or code in _JPEG_STANDALONE_MARKERS:
             continue  # 0xFF00 outside a scan is a stray byte pair
-        length = int.from_bytes(data[position:position + 2], "big")
+        length = int.from_bytes(data[position : position + 2], "big")
         if length < 2 or position + length > end:
-            raise ImageRejected("decode_error", f"JPEG segment 0xFF{code:02X} at byte "
-                                f"{position - 2} has a bad length or runs past the end")
+            raise ImageRejected(
+                "decode_error",
+                f"JPEG segment 0xFF{code:02X} at byte "
+                f"{position - 2} has a bad length or runs past the end",
+            )
         position += length
         if code == 0xDA:  # SOS: entropy-coded data up to the next marker
             scan_end = _JPEG_SCAN_END.search(data, position)

@@ -196,8 +196,7 @@ def _exit_at_once(signum: int) -> None:
     """Ends the process now, in one line: no unwinding, no traceback."""
     _kill_processes()
     cut = f"; {_stop.holding[-1]} was cut short" if _stop.holding else ""
-    line = (f"error: stopped at once by a second {signal.Signals(signum).name}{cut}; "
-            f"{_stop.kept}\n")
+    line = f"error: stopped at once by a second {signal.Signals(signum).name}{cut}; {_stop.kept}\n"
     with contextlib.suppress(OSError):
         os.write(2, line.encode(errors="replace"))
     os._exit(128 + signum)

@@ -67,28 +67,37 @@ class LabelLookup:
     unseen_where: str
 
     def labelled(self, row: ManifestRow) -> LabelledRow | DeadLetter:
-        labels, *categories = _vocabularies(self.transform_fn_dir, self.vocabularies,
-                                            self.oov_bucket)
+        labels, *categories = _vocabularies(
+            self.transform_fn_dir, self.vocabularies, self.oov_bucket
+        )
         label_ids = tuple(map(labels.id_of, row.labels))
-        category_ids = tuple(vocabulary.id_of(str(row.extras[index])) for vocabulary, (_, index)
-                             in zip(categories, self.categorical))
+        category_ids = tuple(
+            vocabulary.id_of(str(row.extras[index]))
+            for vocabulary, (_, index) in zip(categories, self.categorical)
+        )
         if UNSEEN_ID in label_ids:
-            unseen = [label for label, label_id in zip(row.labels, label_ids)
-                      if label_id == UNSEEN_ID]
-            return row.dead_letter(reasons.UNSEEN_LABEL,
-                                   f"label {', '.join(map(repr, unseen))} {self.unseen_where}")
+            unseen = [
+                label for label, label_id in zip(row.labels, label_ids) if label_id == UNSEEN_ID
+            ]
+            return row.dead_letter(
+                reasons.UNSEEN_LABEL, f"label {', '.join(map(repr, unseen))} {self.unseen_where}"
+            )
         if UNSEEN_ID in category_ids:
-            unseen = [f"{name} {row.extras[index]!r}"
-                      for (name, index), category in zip(self.categorical, category_ids)
-                      if category == UNSEEN_ID]
-            return row.dead_letter(reasons.UNSEEN_CATEGORY,
-                                   f"{', '.join(unseen)} does not occur in the TRAIN split")
+            unseen = [
+                f"{name} {row.extras[index]!r}"
+                for (name, index), category in zip(self.categorical, category_ids)
+                if category == UNSEEN_ID
+            ]
+            return row.dead_letter(
+                reasons.UNSEEN_CATEGORY, f"{', '.join(unseen)} does not occur in the TRAIN split"
+            )
         return LabelledRow(row, label_ids, category_ids)
 
 
 @functools.lru_cache(maxsize=4)
-def _vocabularies(transform_fn_dir: str, names: tuple[str, ...], oov_bucket: bool
-                  ) -> tuple[Vocabulary, ...]:
+def _vocabularies(
+    transform_fn_dir: str, names: tuple[str, ...], oov_bucket: bool
+) -> tuple[Vocabulary, ...]:
     """The assets `names` of the SavedModel at `transform_fn_dir`."""
     found = []
     for name in names:

@@ -40,23 +40,29 @@ def read_label_map(text: str) -> tuple[LabelMapItem, ...]:
         text_format.Parse(text, label_map, allow_unknown_field=True)
     except text_format.ParseError as error:
         message = str(error).split(" : ", 1)[-1]
-        raise LabelMapError(f"not a label map: line {error.GetLine()}, column "
-                            f"{error.GetColumn()}: {message}") from None
-    items = tuple(LabelMapItem(item.id, item.name.strip(), item.display_name.strip())
-                  for item in label_map.item)
+        raise LabelMapError(
+            f"not a label map: line {error.GetLine()}, column {error.GetColumn()}: {message}"
+        ) from None
+    items = tuple(
+        LabelMapItem(item.id, item.name.strip(), item.display_name.strip())
+        for item in label_map.item
+    )
     if not items:
         raise LabelMapError("the label map has no item")
     first: dict[int, int] = {}
     for number, item in enumerate(items, start=1):
         if item.id < 1:
-            raise LabelMapError(f"item {number} ({item.name!r}) has id {item.id}: ids start "
-                                "at 1, as 0 is the background")
+            raise LabelMapError(
+                f"item {number} ({item.name!r}) has id {item.id}: ids start "
+                "at 1, as 0 is the background"
+            )
         if item.id in first:
             other = items[first[item.id] - 1]
             raise LabelMapError(
                 f"items {first[item.id]} ({other.name!r}) and {number} ({item.name!r}) both "
                 f"have id {item.id}: a vocabulary gives each id one label, so merge such "
-                "classes in the data instead")
+                "classes in the data instead"
+            )
         first[item.id] = number
     return items
 
@@ -70,11 +76,14 @@ def vocabulary_of(items: Sequence[LabelMapItem], field: str) -> tuple[str, ...]:
         if not value:
             raise LabelMapError(f"the item with id {item_id} has no {field}")
         if value in seen:
-            raise LabelMapError(f"the items with ids {seen[value]} and {item_id} are both "
-                                f"{field} {value!r}: a label would match both")
+            raise LabelMapError(
+                f"the items with ids {seen[value]} and {item_id} are both "
+                f"{field} {value!r}: a label would match both"
+            )
         seen[value] = item_id
-    return tuple(by_id.get(item_id, _GAP_NAME.format(item_id))
-                 for item_id in range(1, max(by_id) + 1))
+    return tuple(
+        by_id.get(item_id, _GAP_NAME.format(item_id)) for item_id in range(1, max(by_id) + 1)
+    )
 
 
 def is_gap(name: str) -> bool:
@@ -85,21 +94,33 @@ def is_gap(name: str) -> bool:
 @functools.cache
 def _label_map_class() -> type:
     """StringIntLabelMap's message class, with the fields that name a class."""
-    proto = descriptor_pb2.FileDescriptorProto(name="image_tfrecords_label_map.proto",
-                                               package="image_tfrecords")
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="image_tfrecords_label_map.proto", package="image_tfrecords"
+    )
     item = proto.message_type.add(name="StringIntLabelMapItem")
-    for number, (name, kind) in enumerate((("name", "TYPE_STRING"), ("id", "TYPE_INT32"),
-                                           ("display_name", "TYPE_STRING")), start=1):
-        item.field.add(name=name, number=number, label=descriptor_pb2.FieldDescriptorProto.
-                       LABEL_OPTIONAL, type=descriptor_pb2.FieldDescriptorProto.Type.Value(kind))
+    for number, (name, kind) in enumerate(
+        (("name", "TYPE_STRING"), ("id", "TYPE_INT32"), ("display_name", "TYPE_STRING")), start=1
+    ):
+        item.field.add(
+            name=name,
+            number=number,
+            label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+            type=descriptor_pb2.FieldDescriptorProto.Type.Value(kind),
+        )
     label_map = proto.message_type.add(name="StringIntLabelMap")
-    label_map.field.add(name="item", number=1, type_name=".image_tfrecords.StringIntLabelMapItem",
-                        label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
-                        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE)
+    label_map.field.add(
+        name="item",
+        number=1,
+        type_name=".image_tfrecords.StringIntLabelMapItem",
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("image_tfrecords.StringIntLabelMap"))
+        pool.FindMessageTypeByName("image_tfrecords.StringIntLabelMap")
+    )
+
 
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -111,8 +132,11 @@ def label_map_text(vocabulary: Sequence[str], oov_bucket: bool) -> str:
     label map skipped stay skipped.
     """
     names = [*vocabulary, *([UNSEEN_LABEL_NAME] if oov_bucket else [])]
-    return "".join(f"item {{\n  id: {number}\n  name: {_quoted(name)}\n}}\n"
-                   for number, name in enumerate(names, start=1) if not is_gap(name))
+    return "".join(
+        f"item {{\n  id: {number}\n  name: {_quoted(name)}\n}}\n"
+        for number, name in enumerate(names, start=1)
+        if not is_gap(name)
+    )
 
 
 def _quoted(text: str) -> str:

@@ -46,10 +46,15 @@ POLYGON_MARGIN = 1.0
 MAX_KEYPOINTS = 1000
 
 # Pillow's transpose for each EXIF orientation, as ImageOps.exif_transpose turns an image.
-_TRANSPOSES = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
-               4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
-               6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
-               8: Image.Transpose.ROTATE_90}
+_TRANSPOSES = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
 
 
 def mask_png(mask: Mask, width: int, height: int) -> bytes:
@@ -61,20 +66,26 @@ def mask_pixels(mask: Mask, width: int, height: int) -> np.ndarray:
     """The object's mask at width x height pixels: 0s and 1s, height x width (uint8)."""
     if mask.counts is None:
         scale_x, scale_y = width / mask.width, height / mask.height
-        polygons = [[value * (scale_x if place % 2 == 0 else scale_y)
-                     for place, value in enumerate(polygon)] for polygon in mask.polygons]
-        binary = coco_mask.decode(coco_mask.merge(coco_mask.frPyObjects(polygons, height,
-                                                                        width)))
+        polygons = [
+            [
+                value * (scale_x if place % 2 == 0 else scale_y)
+                for place, value in enumerate(polygon)
+            ]
+            for polygon in mask.polygons
+        ]
+        binary = coco_mask.decode(coco_mask.merge(coco_mask.frPyObjects(polygons, height, width)))
     else:
         binary = decode_rle(mask)
         if binary.shape != (height, width):
-            binary = np.asarray(Image.fromarray(binary).resize((width, height),
-                                                               Image.Resampling.NEAREST))
+            binary = np.asarray(
+                Image.fromarray(binary).resize((width, height), Image.Resampling.NEAREST)
+            )
     return binary
 
 
-def polygon_problem(polygons: Sequence[Sequence[float]], frame: tuple[float, float]
-                    ) -> tuple[str, str] | None:
+def polygon_problem(
+    polygons: Sequence[Sequence[float]], frame: tuple[float, float]
+) -> tuple[str, str] | None:
     """Why an object's polygons (each x0, y0, x1, y1, ... in a frame of (width, height):
     Mask's) cannot be drawn in memory that follows the image: a coordinate that is no
     number, a point farther outside the image than POLYGON_MARGIN, or outlines longer
@@ -87,16 +98,25 @@ def polygon_problem(polygons: Sequence[Sequence[float]], frame: tuple[float, flo
         ys = np.asarray(polygon[1::2], dtype=float) / height
         if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
             return reasons.INVALID_MASK, "a polygon's coordinate is not a number"
-        if (min(xs.min(), ys.min()) < -POLYGON_MARGIN
-                or max(xs.max(), ys.max()) > 1 + POLYGON_MARGIN):
-            return (reasons.INVALID_MASK, "a polygon's point lies farther outside the image "
-                    "than the image's own width or height")
+        if (
+            min(xs.min(), ys.min()) < -POLYGON_MARGIN
+            or max(xs.max(), ys.max()) > 1 + POLYGON_MARGIN
+        ):
+            return (
+                reasons.INVALID_MASK,
+                "a polygon's point lies farther outside the image "
+                "than the image's own width or height",
+            )
         # In steps of the longer side, as pycocotools walks each edge (the closing one too).
-        outline += np.maximum(np.abs(np.diff(xs, append=xs[0])),
-                              np.abs(np.diff(ys, append=ys[0]))).sum()
+        outline += np.maximum(
+            np.abs(np.diff(xs, append=xs[0])), np.abs(np.diff(ys, append=ys[0]))
+        ).sum()
     if outline > MAX_OUTLINE_SIDES:
-        return (reasons.INVALID_MASK, f"the object's polygons are {outline:.0f} times the "
-                f"image's side long, more than the {MAX_OUTLINE_SIDES} a mask may draw")
+        return (
+            reasons.INVALID_MASK,
+            f"the object's polygons are {outline:.0f} times the "
+            f"image's side long, more than the {MAX_OUTLINE_SIDES} a mask may draw",
+        )
     return None
 
 
@@ -108,10 +128,12 @@ def decode_rle(mask: Mask) -> np.ndarray:
         rle = {"size": [height, width], "counts": mask.counts.encode()}
     else:
         if sum(mask.counts) != height * width:
-            raise ValueError(f"its run lengths add up to {sum(mask.counts)} pixels, not "
-                             f"{width}x{height}")
-        rle = coco_mask.frPyObjects({"size": [height, width], "counts": list(mask.counts)},
-                                    height, width)
+            raise ValueError(
+                f"its run lengths add up to {sum(mask.counts)} pixels, not {width}x{height}"
+            )
+        rle = coco_mask.frPyObjects(
+            {"size": [height, width], "counts": list(mask.counts)}, height, width
+        )
     return coco_mask.decode(rle)
 
 
@@ -133,16 +155,21 @@ def turned_mask(mask: Mask, orientation: int, turn_point) -> Mask:
         return rle_of(np.asarray(turned))
     polygons = []
     for polygon in mask.polygons:
-        points = [turn_point(x / mask.width, y / mask.height)
-                  for x, y in zip(polygon[0::2], polygon[1::2], strict=True)]
+        points = [
+            turn_point(x / mask.width, y / mask.height)
+            for x, y in zip(polygon[0::2], polygon[1::2], strict=True)
+        ]
         polygons.append(tuple(value for point in points for value in point))
     return Mask(1.0, 1.0, tuple(polygons))
 
 
 def box_mask(box: Box) -> Mask:
     """The mask of an object given by its box alone: the box, filled."""
-    return Mask(1.0, 1.0, ((box.xmin, box.ymin, box.xmax, box.ymin, box.xmax, box.ymax,
-                            box.xmin, box.ymax),))
+    return Mask(
+        1.0,
+        1.0,
+        ((box.xmin, box.ymin, box.xmax, box.ymin, box.xmax, box.ymax, box.xmin, box.ymax),),
+    )
 
 
 # Formats whose pixels are the values written: a JPEG's are not exact class indices.
@@ -161,15 +188,21 @@ def class_map_png(data: bytes, image: PreparedImage) -> bytes:
     except (OSError, ValueError, Image.DecompressionBombError) as error:
         raise ImageRejected(reasons.INVALID_MASK, f"it is not an image: {error}") from None
     if kind not in _LOSSLESS:
-        raise ImageRejected(reasons.INVALID_MASK, f"it is a {kind}, whose pixels are not "
-                            "exact class indices: give a PNG")
+        raise ImageRejected(
+            reasons.INVALID_MASK,
+            f"it is a {kind}, whose pixels are not exact class indices: give a PNG",
+        )
     if mode not in _INDEX_MODES:
-        raise ImageRejected(reasons.INVALID_MASK, f"its pixels are {mode}, not class "
-                            "indices: give a palette or greyscale PNG")
+        raise ImageRejected(
+            reasons.INVALID_MASK,
+            f"its pixels are {mode}, not class indices: give a palette or greyscale PNG",
+        )
     stored, upright = image.source_size, image.upright_source_size
     if size not in (stored, upright):
-        raise ImageRejected(reasons.SIZE_MISMATCH, f"it is {size[0]}x{size[1]} but the "
-                            f"image is {upright[0]}x{upright[1]}")
+        raise ImageRejected(
+            reasons.SIZE_MISMATCH,
+            f"it is {size[0]}x{size[1]} but the image is {upright[0]}x{upright[1]}",
+        )
     result = Image.fromarray(indices.astype(np.uint8))
     if size == stored and image.turned in _TRANSPOSES:  # drawn on the stored pixels
         result = result.transpose(_TRANSPOSES[image.turned])

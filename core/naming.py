@@ -88,13 +88,15 @@ def confined_name(name: str) -> str:
     Windows) or a control character. The one rule for every name read from the output."""
     parts = name.split("/")
     if not name or name.startswith("/") or _SCHEME.match(name):
-        raise UnconfinedName(f"{name!r} is not a name in the folder (an absolute path or "
-                             "a URL)")
+        raise UnconfinedName(f"{name!r} is not a name in the folder (an absolute path or a URL)")
     if any(part in ("", ".", "..") for part in parts) or any(
-            char == "\\" or ord(char) < 0x20 or ord(char) == 0x7f for char in name):
-        raise UnconfinedName(f"{name!r} leaves the folder or is not a plain name "
-                             "(an empty, '.' or '..' part, a backslash or a control "
-                             "character)")
+        char == "\\" or ord(char) < 0x20 or ord(char) == 0x7F for char in name
+    ):
+        raise UnconfinedName(
+            f"{name!r} leaves the folder or is not a plain name "
+            "(an empty, '.' or '..' part, a backslash or a control "
+            "character)"
+        )
     return name
 
 
@@ -116,8 +118,9 @@ class PublishedShard(NamedTuple):
     def parse(cls, name: str) -> PublishedShard | None:
         """The shard `name` names, None for a name the template does not build."""
         match = _PUBLISHED_SHARD.fullmatch(name)
-        return match and cls(match["split"], int(match["index"]), int(match["count"]),
-                             match["suffix"])
+        return match and cls(
+            match["split"], int(match["index"]), int(match["count"]), match["suffix"]
+        )
 
     @staticmethod
     def glob(split: str, stem: str) -> str:
@@ -126,8 +129,10 @@ class PublishedShard(NamedTuple):
         return f"{split}-*-of-*{stem}*"
 
 
-_PUBLISHED_SHARD = re.compile(r"(?P<split>.+?)-(?P<index>\d{5,})-of-(?P<count>\d{5,})"
-                              r"(?P<suffix>\..*)")
+_PUBLISHED_SHARD = re.compile(
+    r"(?P<split>.+?)-(?P<index>\d{5,})-of-(?P<count>\d{5,})"
+    r"(?P<suffix>\..*)"
+)
 # TFDS's template for the same names, in dataset_info.json: train-00000-of-00004.tfrecord.
 TFDS_FILEPATH_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"
 
@@ -143,14 +148,16 @@ class ShardPiece(NamedTuple):
 
     @property
     def stem(self) -> str:
-        return f"{self.split}-{self.shard:05d}" + ("" if self.part is None
-                                                    else f"-{self.part:04d}")
+        return f"{self.split}-{self.shard:05d}" + ("" if self.part is None else f"-{self.part:04d}")
 
     @classmethod
     def parse(cls, stem: str) -> ShardPiece | None:
         match = _SHARD_PIECE.fullmatch(stem)
-        return match and cls(match["split"], int(match["shard"]),
-                             None if match["part"] is None else int(match["part"]))
+        return match and cls(
+            match["split"],
+            int(match["shard"]),
+            None if match["part"] is None else int(match["part"]),
+        )
 
 
 _SHARD_PIECE = re.compile(r"(?P<split>[a-z]+)-(?P<shard>\d{5,})(?:-(?P<part>\d{4,}))?")
@@ -188,8 +195,11 @@ def every_receipt(temp_dir: str) -> str:
 def receipted(path: str) -> ShardPiece | None:
     """The shard or part whose receipt is at `path` (receipt_path's), else None."""
     name = path.rstrip("/").rsplit("/", 1)[-1]
-    return ShardPiece.parse(name.removesuffix(RECEIPT_SUFFIX)) if name.endswith(
-        RECEIPT_SUFFIX) else None
+    return (
+        ShardPiece.parse(name.removesuffix(RECEIPT_SUFFIX))
+        if name.endswith(RECEIPT_SUFFIX)
+        else None
+    )
 
 
 def new_run_id() -> str:

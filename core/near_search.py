@@ -25,8 +25,16 @@ Shard = tuple[str, int]  # (split, shard)
 # shard, position). Each example is in max_distance + 1 groups: as 33 bytes of an array,
 # a bundle's members pack per band value, and a group unpacks, without a Python object
 # per member (as pickled tuples, packing alone took ~1 s of 10,000 images' run).
-MEMBER = np.dtype([("split", "u1"), ("line", "<u8"), ("content", "<u8"), ("hash", "<u8"),
-                    ("shard", "<u4"), ("position", "<u4")])
+MEMBER = np.dtype(
+    [
+        ("split", "u1"),
+        ("line", "<u8"),
+        ("content", "<u8"),
+        ("hash", "<u8"),
+        ("shard", "<u4"),
+        ("position", "<u4"),
+    ]
+)
 # A group's members are sorted by these, the last first: the near order, then the rest,
 # so that the order is total.
 MEMBER_ORDER = ("position", "shard", "hash", "content", "line", "split")
@@ -44,8 +52,9 @@ class Link(NamedTuple):
     kept_position: int
 
 
-def close_earlier(band: int, packs: Iterable[bytes], masks: tuple[int, ...],
-                  max_distance: int) -> Iterator[tuple[Shard, tuple[int, Link]]]:
+def close_earlier(
+    band: int, packs: Iterable[bytes], masks: tuple[int, ...], max_distance: int
+) -> Iterator[tuple[Shard, tuple[int, Link]]]:
     """For each member of a band group with a close earlier member, the preferred one:
     ((copy's split, shard), (copy's position, Link)).
 
@@ -71,8 +80,9 @@ def close_earlier(band: int, packs: Iterable[bytes], masks: tuple[int, ...],
         pair_xor = hashes[row] ^ hashes[column]
         # First agreeing on this band (each earlier band differs in at least one bit),
         # and not byte-identical.
-        keep = (_no_earlier_band_agrees(pair_xor, masks[:band])
-                & (members["content"][row] != members["content"][column]))
+        keep = _no_earlier_band_agrees(pair_xor, masks[:band]) & (
+            members["content"][row] != members["content"][column]
+        )
         row, column, pair_xor = row[keep], column[keep], pair_xor[keep]
         distance = np.bitwise_count(pair_xor).astype(np.int64)
         # Per copy: the earliest split first, then the closest, then the earliest.
@@ -82,12 +92,18 @@ def close_earlier(band: int, packs: Iterable[bytes], masks: tuple[int, ...],
         picks = chosen[first_of_row]
         # As Python tuples all at once: an element of a structured array costs
         # microseconds a field, and a clustered set has a link for most examples.
-        for copy, kept, apart in zip(members[row[picks]].tolist(),
-                                     members[column[picks]].tolist(), distance[picks].tolist()):
+        for copy, kept, apart in zip(
+            members[row[picks]].tolist(), members[column[picks]].tolist(), distance[picks].tolist()
+        ):
             split, _, _, _, shard, position = copy
             kept_split, kept_line, kept_content, _, kept_shard, kept_position = kept
-            yield (SPLITS[split], shard), (position, Link(
-                kept_split, apart, kept_line, kept_content, kept_shard, kept_position))
+            yield (
+                (SPLITS[split], shard),
+                (
+                    position,
+                    Link(kept_split, apart, kept_line, kept_content, kept_shard, kept_position),
+                ),
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +120,9 @@ class CloseEarlierTask:
     def name(self) -> str:
         return f"the near-copy search of a group of band {self.band}"
 
-    def run(self, settings: RunSettings, progress: Progress
-            ) -> list[tuple[Shard, tuple[int, Link]]]:
+    def run(
+        self, settings: RunSettings, progress: Progress
+    ) -> list[tuple[Shard, tuple[int, Link]]]:
         return list(close_earlier(self.band, self.packs, self.masks, self.max_distance))
 
 

@@ -17,8 +17,15 @@ from image_tfrecords.core.images import THUMBNAIL_QUALITY, open_image
 from image_tfrecords.core.masks import box_mask, mask_pixels
 from image_tfrecords.core.records import Box
 
-COLOURS = ((230, 25, 75), (60, 180, 75), (67, 99, 216), (245, 130, 49), (145, 30, 180),
-           (66, 212, 244), (240, 50, 230))
+COLOURS = (
+    (230, 25, 75),
+    (60, 180, 75),
+    (67, 99, 216),
+    (245, 130, 49),
+    (145, 30, 180),
+    (66, 212, 244),
+    (240, 50, 230),
+)
 _MASK_ALPHA = 110  # of 255: the image shows through the tint
 
 
@@ -30,8 +37,9 @@ class DrawnObject(NamedTuple):
     keypoints: Sequence[tuple[float, float, int]] = ()  # x, y relative; visibility
 
 
-def draw_objects(image: Image.Image, objects: Iterable[DrawnObject], captions: bool = True
-                 ) -> Image.Image:
+def draw_objects(
+    image: Image.Image, objects: Iterable[DrawnObject], captions: bool = True
+) -> Image.Image:
     """A copy of `image` (RGB) with the objects drawn over it."""
     objects = list(objects)
     canvas = image.convert("RGBA")
@@ -39,7 +47,8 @@ def draw_objects(image: Image.Image, objects: Iterable[DrawnObject], captions: b
     for drawn in objects:
         if drawn.mask is not None and drawn.mask.any():
             where = Image.fromarray(drawn.mask.astype(np.uint8) * 255).resize(
-                canvas.size, Image.Resampling.NEAREST)
+                canvas.size, Image.Resampling.NEAREST
+            )
             tint.paste((*_colour(drawn), _MASK_ALPHA), mask=where)
     canvas = Image.alpha_composite(canvas, tint).convert("RGB")
     draw = ImageDraw.Draw(canvas)
@@ -51,15 +60,21 @@ def draw_objects(image: Image.Image, objects: Iterable[DrawnObject], captions: b
         colour = _colour(drawn)
         xmin, ymin, xmax, ymax = drawn.corners
         corner = (xmin * scale[0], ymin * scale[1])
-        draw.rectangle([corner, (xmax * scale[0], ymax * scale[1])], outline=colour,
-                       width=line)
+        draw.rectangle([corner, (xmax * scale[0], ymax * scale[1])], outline=colour, width=line)
         radius = max(2.5, max(width, height) / 60)
         for x, y, visibility in drawn.keypoints:
             if visibility:  # 2 visible: filled; 1 labelled but hidden: a ring
                 centre = (x * scale[0], y * scale[1])
-                draw.ellipse([centre[0] - radius, centre[1] - radius, centre[0] + radius,
-                              centre[1] + radius], outline="white",
-                             fill=colour if visibility == 2 else None)
+                draw.ellipse(
+                    [
+                        centre[0] - radius,
+                        centre[1] - radius,
+                        centre[0] + radius,
+                        centre[1] + radius,
+                    ],
+                    outline="white",
+                    fill=colour if visibility == 2 else None,
+                )
         if captions and drawn.text:
             draw.rectangle(draw.textbbox(corner, drawn.text), fill=colour)
             draw.text(corner, drawn.text, fill="white")
@@ -72,12 +87,23 @@ def drawn_thumbnail(thumbnail: bytes, boxes: Sequence[Box], label_ids: Sequence[
     with open_image(thumbnail) as image:
         width, height = image.size
         masks = any(box.mask for box in boxes)
-        drawn = draw_objects(image, (DrawnObject(
-            tuple(box[:4]), label_id, mask=mask_pixels(box.mask or box_mask(box), width, height)
-            if masks else None, keypoints=tuple(zip(
-                box.keypoints.xs, box.keypoints.ys, box.keypoints.visibility))
-            if box.keypoints else ()) for box, label_id in zip(boxes, label_ids, strict=True)),
-            captions=False)
+        drawn = draw_objects(
+            image,
+            (
+                DrawnObject(
+                    tuple(box[:4]),
+                    label_id,
+                    mask=mask_pixels(box.mask or box_mask(box), width, height) if masks else None,
+                    keypoints=tuple(
+                        zip(box.keypoints.xs, box.keypoints.ys, box.keypoints.visibility)
+                    )
+                    if box.keypoints
+                    else (),
+                )
+                for box, label_id in zip(boxes, label_ids, strict=True)
+            ),
+            captions=False,
+        )
     out = io.BytesIO()
     drawn.save(out, "JPEG", quality=THUMBNAIL_QUALITY)
     return out.getvalue()

@@ -100,8 +100,7 @@ class _Failed:
 
     def raise_it(self) -> None:
         if self.error is not None:
-            self.error.add_note(f"raised in the worker process running {self.task}:\n"
-                                f"{self.text}")
+            self.error.add_note(f"raised in the worker process running {self.task}:\n{self.text}")
             raise self.error
         raise RuntimeError(f"a worker process failed running {self.task}:\n{self.text}")
 
@@ -109,7 +108,7 @@ class _Failed:
 def _pickles(error: BaseException) -> bool:
     try:
         pickle.loads(pickle.dumps(error))
-    except Exception:
+    except Exception:  # noqa: BLE001 - any error that does not survive pickling
         return False
     return True
 
@@ -124,8 +123,9 @@ class WorkerPool:
     `processes` tasks run at once and a call waits for a free worker.
     """
 
-    def __init__(self, processes: int, timeout_s: float,
-                 setup: Callable[[], object] | None = None) -> None:
+    def __init__(
+        self, processes: int, timeout_s: float, setup: Callable[[], object] | None = None
+    ) -> None:
         if processes < 1:
             raise ValueError("a worker pool needs at least one process")
         self._timeout_s = timeout_s
@@ -178,13 +178,23 @@ class _Worker:
         inbox, worker_writes = os.pipe()
         environment = dict(os.environ)
         environment["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [_PACKAGE_ROOT, environment.get("PYTHONPATH")]))
+            filter(None, [_PACKAGE_ROOT, environment.get("PYTHONPATH")])
+        )
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "image_tfrecords.core.pool", str(worker_reads),
-                 str(worker_writes), str(self._state_fd)],
-                stdin=subprocess.DEVNULL, process_group=0,
-                pass_fds=(worker_reads, worker_writes, self._state_fd), env=environment)
+                [
+                    sys.executable,
+                    "-m",
+                    "image_tfrecords.core.pool",
+                    str(worker_reads),
+                    str(worker_writes),
+                    str(self._state_fd),
+                ],
+                stdin=subprocess.DEVNULL,
+                process_group=0,
+                pass_fds=(worker_reads, worker_writes, self._state_fd),
+                env=environment,
+            )
             interrupts.end_with_the_run(self._process)
         finally:
             os.close(worker_reads)
@@ -206,8 +216,10 @@ class _Worker:
         if not ready:
             self._process.kill()
             self.stop()
-            raise RuntimeError("a worker process did not start (python -m "
-                               "image_tfrecords.core.pool); see its error above")
+            raise RuntimeError(
+                "a worker process did not start (python -m "
+                "image_tfrecords.core.pool); see its error above"
+            )
 
     def run(self, task: Task, context: Any, timeout_s: float, progress: _Relay) -> Any:
         """The task's outcome. After a crash or a timeout on an item, the task is run
@@ -230,8 +242,10 @@ class _Worker:
                 return answer
             if answer.place is None:
                 if died_elsewhere:
-                    raise RuntimeError(f"the worker process running {task.name} died twice "
-                                       f"while on no item ({answer.death})")
+                    raise RuntimeError(
+                        f"the worker process running {task.name} died twice "
+                        f"while on no item ({answer.death})"
+                    )
                 died_elsewhere = True
                 continue
             task = task.leaving_out(answer)
@@ -319,8 +333,9 @@ class _SharedProgress:
 
     def on_item(self, place: int | None) -> None:
         """The task is on the item at `place` of its order (None: on none)."""
-        _STATE.pack_into(self._state, 0, _NO_ITEM if place is None else place,
-                         self._rows, self._dead)
+        _STATE.pack_into(
+            self._state, 0, _NO_ITEM if place is None else place, self._rows, self._dead
+        )
 
     def handled(self, rows: int, dead_letters: int) -> None:
         """`rows` more of its rows are done with, `dead_letters` of them rejected."""
@@ -395,7 +410,7 @@ def _serve(reads: int, writes: int, state_fd: int) -> None:
             return
         try:
             answer: Any = task.run(context, _SharedProgress(state))
-        except Exception as error:  # the pipeline's process raises it: the bundle fails
+        except Exception as error:  # noqa: BLE001 - the pipeline's process raises it: the bundle fails
             answer = _Failed(error, task.name)
         try:
             outbox.send(answer)
@@ -407,4 +422,5 @@ if __name__ == "__main__":
     # Run as `python -m image_tfrecords.core.pool`: serve from the module's importable
     # copy, so what it pickles names image_tfrecords.core.pool, not __main__.
     from image_tfrecords.core import pool
-    pool._serve(*map(int, sys.argv[1:]))
+
+    pool._serve(*map(int, sys.argv[1:]))  # noqa: SLF001 - this module's own, under its package name

@@ -22,17 +22,27 @@ from apache_beam.io.filesystems import FileSystems
 
 from image_tfrecords.core import naming
 from image_tfrecords.core.file_formats import ShardFormat, shard_globs
-from image_tfrecords.core.naming import (DATASET_INFO_FILE, DUPLICATES, ERRORS, FEATURES_FILE,
-                                         LABEL_MAP_FILE, LABELS_SUFFIX, NEAR_DUPLICATES,
-                                         REPORT_FILE, SUMMARY_FILE, staged_dir)
+from image_tfrecords.core.naming import (
+    DATASET_INFO_FILE,
+    DUPLICATES,
+    ERRORS,
+    FEATURES_FILE,
+    LABEL_MAP_FILE,
+    LABELS_SUFFIX,
+    NEAR_DUPLICATES,
+    REPORT_FILE,
+    SUMMARY_FILE,
+    staged_dir,
+)
 from image_tfrecords.core.records import ShardWritten
 from image_tfrecords.core.splits import SPLITS
 
 _RAW = CompressionTypes.UNCOMPRESSED  # copies keep bytes as they are, whatever the name
 
 
-def name_shards(shards: Iterable[ShardWritten], shard_format: ShardFormat
-                ) -> dict[str, list[tuple[str, ShardWritten]]]:
+def name_shards(
+    shards: Iterable[ShardWritten], shard_format: ShardFormat
+) -> dict[str, list[tuple[str, ShardWritten]]]:
     """split -> [(final file name, shard)] for the non-empty shards, in shard order.
 
     Names follow the shards actually written (`split-IIIII-of-NNNNN`), so a planned
@@ -43,9 +53,13 @@ def name_shards(shards: Iterable[ShardWritten], shard_format: ShardFormat
     for shard in sorted(shards, key=lambda s: (s.split, s.shard)):
         if shard.examples:
             by_split[shard.split].append(shard)
-    return {split: [(naming.PublishedShard(split, index, len(split_shards), suffix).name, shard)
-                    for index, shard in enumerate(split_shards)]
-            for split, split_shards in by_split.items()}
+    return {
+        split: [
+            (naming.PublishedShard(split, index, len(split_shards), suffix).name, shard)
+            for index, shard in enumerate(split_shards)
+        ]
+        for split, split_shards in by_split.items()
+    }
 
 
 def staged_files(temp_dir: str) -> list[str]:
@@ -53,14 +67,19 @@ def staged_files(temp_dir: str) -> list[str]:
     staged = staged_dir(temp_dir)
     # (match may give the paths in another form than `staged`: absolute, say)
     marker = "/{}/{}/".format(*staged.rstrip("/").rsplit("/", 2)[-2:])  # <temp>/staged/
-    return [m.path[m.path.index(marker) + len(marker):]
-            for m in FileSystems.match([FileSystems.join(staged, "**")])[0].metadata_list]
+    return [
+        m.path[m.path.index(marker) + len(marker) :]
+        for m in FileSystems.match([FileSystems.join(staged, "**")])[0].metadata_list
+    ]
 
 
 def written_names(written: Iterable[object], stem: str) -> list[str]:
     """The names of the lists of `stem` (naming.jsonl_list) among the paths `written`."""
-    return sorted(name for name in (FileSystems.split(str(path))[1] for path in written)
-                  if name.startswith(f"{stem}-"))
+    return sorted(
+        name
+        for name in (FileSystems.split(str(path))[1] for path in written)
+        if name.startswith(f"{stem}-")
+    )
 
 
 def write_text(path: str, text: str) -> None:
@@ -69,19 +88,28 @@ def write_text(path: str, text: str) -> None:
 
 
 # Everything a run publishes but summary.json; what matches and is not replaced is stale.
-_PUBLISHED = (*(glob for split in SPLITS for glob in shard_globs(split)),
-              *(f"{folder}/**" for folder in naming.TRANSFORM_FOLDERS),
-              *(naming.every_jsonl_list(stem) for stem in (ERRORS, DUPLICATES, NEAR_DUPLICATES)),
-              REPORT_FILE, LABEL_MAP_FILE,
-              DATASET_INFO_FILE, FEATURES_FILE, f"*{LABELS_SUFFIX}")
+_PUBLISHED = (
+    *(glob for split in SPLITS for glob in shard_globs(split)),
+    *(f"{folder}/**" for folder in naming.TRANSFORM_FOLDERS),
+    *(naming.every_jsonl_list(stem) for stem in (ERRORS, DUPLICATES, NEAR_DUPLICATES)),
+    REPORT_FILE,
+    LABEL_MAP_FILE,
+    DATASET_INFO_FILE,
+    FEATURES_FILE,
+    f"*{LABELS_SUFFIX}",
+)
 # What readers start from: removed first, so none takes a half-swapped folder for whole
 # (summary.json is written again last; the TFDS files come with the others).
 _ENTRY_POINTS = (SUMMARY_FILE, DATASET_INFO_FILE)
 
 
-def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]], temp_dir: str,
-                    staged_files: Sequence[str], output_dir: str,
-                    companions: Sequence[str] = ()) -> None:
+def move_into_place(
+    files: dict[str, list[tuple[str, ShardWritten]]],
+    temp_dir: str,
+    staged_files: Sequence[str],
+    output_dir: str,
+    companions: Sequence[str] = (),
+) -> None:
     """Swaps this run's files into `output_dir`: the named temp shards, the files
     beside each named as it plus one of `companions` (ShardFormat.companions), and the
     `staged_files` (paths relative to staged_dir(temp_dir)).
@@ -94,21 +122,33 @@ def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]], temp_dir: 
     what is where.
     """
     staged = staged_dir(temp_dir)
-    destinations = {shard.temp_path + companion: FileSystems.join(output_dir, name + companion)
-                    for named in files.values() for name, shard in named
-                    for companion in ("", *companions)}
-    destinations |= {FileSystems.join(staged, name): FileSystems.join(output_dir, name)
-                     for name in staged_files}
-    waiting = sorted(m.path for m in FileSystems.match(
-        [FileSystems.join(temp_dir, "**")])[0].metadata_list if m.path in destinations)
+    destinations = {
+        shard.temp_path + companion: FileSystems.join(output_dir, name + companion)
+        for named in files.values()
+        for name, shard in named
+        for companion in ("", *companions)
+    }
+    destinations |= {
+        FileSystems.join(staged, name): FileSystems.join(output_dir, name) for name in staged_files
+    }
+    waiting = sorted(
+        m.path
+        for m in FileSystems.match([FileSystems.join(temp_dir, "**")])[0].metadata_list
+        if m.path in destinations
+    )
     arriving = {destinations[path] for path in waiting}
-    present = {m.path for pattern in _PUBLISHED + _ENTRY_POINTS
-               for m in FileSystems.match([FileSystems.join(output_dir, pattern)])[0]
-               .metadata_list}
+    present = {
+        m.path
+        for pattern in _PUBLISHED + _ENTRY_POINTS
+        for m in FileSystems.match([FileSystems.join(output_dir, pattern)])[0].metadata_list
+    }
     # The entry points (unless a retry moved the new one in already), then the stale.
     entry_points = {FileSystems.join(output_dir, name) for name in _ENTRY_POINTS}
-    first = sorted(path for path in present & entry_points
-                   if path in arriving or path not in destinations.values())
+    first = sorted(
+        path
+        for path in present & entry_points
+        if path in arriving or path not in destinations.values()
+    )
     stale = sorted(present - entry_points - set(destinations.values()))
     for paths in (first, stale):
         if paths:
@@ -125,14 +165,22 @@ def move_into_place(files: dict[str, list[tuple[str, ShardWritten]]], temp_dir: 
         # Undo a partial swap: no split stands half-published, and a retry starts over.
         # What arrived is what left the temp folder: a file of the earlier output under
         # the same name is not this run's to move.
-        still_waiting = {m.path: m.last_updated_in_seconds for m in FileSystems.match(
-            [FileSystems.join(temp_dir, "**")])[0].metadata_list}
+        still_waiting = {
+            m.path: m.last_updated_in_seconds
+            for m in FileSystems.match([FileSystems.join(temp_dir, "**")])[0].metadata_list
+        }
         back = [path for path in waiting if path not in still_waiting]
         if back:
             FileSystems.rename([destinations[path] for path in back], back)
         if not FileSystems.get_filesystem(output_dir).has_dirs():
-            _remove_landed_copies({destinations[path]: still_waiting[path]
-                                   for path in waiting if path in still_waiting}, output_dir)
+            _remove_landed_copies(
+                {
+                    destinations[path]: still_waiting[path]
+                    for path in waiting
+                    if path in still_waiting
+                },
+                output_dir,
+            )
         raise
 
 
@@ -146,8 +194,11 @@ def _remove_landed_copies(sources_updated: dict[str, float], output_dir: str) ->
     checksums: a copy of an object uploaded in parts gets another S3 ETag.)
     """
     listed = FileSystems.match([FileSystems.join(output_dir, "**")])[0].metadata_list
-    landed = [m.path for m in listed if m.path in sources_updated
-              and m.last_updated_in_seconds >= sources_updated[m.path]]
+    landed = [
+        m.path
+        for m in listed
+        if m.path in sources_updated and m.last_updated_in_seconds >= sources_updated[m.path]
+    ]
     if landed:
         FileSystems.delete(landed)
 
@@ -156,9 +207,12 @@ def remove_temp_dirs(output_dir: str, *folders: str) -> None:
     """Deletes `folders` (a published run's temp dirs) and the temp dirs of runs that
     crashed before publishing in `output_dir`."""
     # match lists files, not folders: a temp dir is found by the files in it
-    crashed = {re.match(rf".*?/{re.escape(naming.TEMP_PREFIX)}[^/]+", m.path).group()
-               for m in FileSystems.match([FileSystems.join(
-                   naming.every_temp_dir(output_dir), "**")])[0].metadata_list}
+    crashed = {
+        re.match(rf".*?/{re.escape(naming.TEMP_PREFIX)}[^/]+", m.path).group()
+        for m in FileSystems.match([FileSystems.join(naming.every_temp_dir(output_dir), "**")])[
+            0
+        ].metadata_list
+    }
     for folder in sorted({*folders, *crashed}):
         delete_tree(folder)
 
@@ -167,10 +221,13 @@ def copy_tree(source: str, destination: str) -> None:
     """Copies every file under `source` to the same place under `destination`, which may
     be on another filesystem (Beam's FileSystems.copy needs both on the same one)."""
     for metadata in FileSystems.match([FileSystems.join(source, "**")])[0].metadata_list:
-        relative = metadata.path[len(source.rstrip("/")) + 1:]
-        with FileSystems.open(metadata.path, compression_type=_RAW) as data, \
-                FileSystems.create(FileSystems.join(destination, relative),
-                                   compression_type=_RAW) as out:
+        relative = metadata.path[len(source.rstrip("/")) + 1 :]
+        with (
+            FileSystems.open(metadata.path, compression_type=_RAW) as data,
+            FileSystems.create(
+                FileSystems.join(destination, relative), compression_type=_RAW
+            ) as out,
+        ):
             shutil.copyfileobj(data, out)
 
 

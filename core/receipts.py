@@ -56,14 +56,19 @@ class ShardReceipt(NamedTuple):
         named relative to it, so a resumed run finds them whatever the output folder's
         spelling, and a receipt names nothing outside it."""
         written = self.outcome.written
-        outcome = self.outcome._replace(written=written._replace(
-            temp_path=_relative(temp_dir, written.temp_path)))
+        outcome = self.outcome._replace(
+            written=written._replace(temp_path=_relative(temp_dir, written.temp_path))
+        )
         # ASCII: a URI may hold undecodable bytes as surrogates, which only escapes carry.
-        return json.dumps({"version": _VERSION, "rows_digest": self.rows_digest,
-                           "outcome": outcome,
-                           "files": [(_relative(temp_dir, path), size)
-                                     for path, size in self.files],
-                           "parts": self.parts}).encode()
+        return json.dumps(
+            {
+                "version": _VERSION,
+                "rows_digest": self.rows_digest,
+                "outcome": outcome,
+                "files": [(_relative(temp_dir, path), size) for path, size in self.files],
+                "parts": self.parts,
+            }
+        ).encode()
 
     @classmethod
     def from_json(cls, data: bytes, temp_dir: str) -> ShardReceipt:
@@ -78,9 +83,11 @@ class ShardReceipt(NamedTuple):
         receipt = _RECEIPT.validate_python(fields)
         written = receipt.outcome.written
         return receipt._replace(
-            outcome=receipt.outcome._replace(written=written._replace(
-                temp_path=_in_temp_dir(temp_dir, written.temp_path))),
-            files=tuple((_in_temp_dir(temp_dir, name), size) for name, size in receipt.files))
+            outcome=receipt.outcome._replace(
+                written=written._replace(temp_path=_in_temp_dir(temp_dir, written.temp_path))
+            ),
+            files=tuple((_in_temp_dir(temp_dir, name), size) for name, size in receipt.files),
+        )
 
 
 # Validates a receipt's fields as the records they are (pydantic's lax mode: JSON's arrays
@@ -93,7 +100,7 @@ def _relative(temp_dir: str, path: str) -> str:
     prefix = temp_dir.rstrip("/") + "/"
     if not path.startswith(prefix):
         raise ValueError(f"{path} is not in the run's temp folder {temp_dir}")
-    return path[len(prefix):]
+    return path[len(prefix) :]
 
 
 def _in_temp_dir(temp_dir: str, name: str) -> str:
@@ -142,21 +149,28 @@ def read_receipt(path: str, digest: str) -> ShardReceipt | None:
     return receipt
 
 
-def read_joined_part(temp_dir: str, split: str, shard: int, part: int, digest: str
-                     ) -> ShardReceipt | None:
+def read_joined_part(
+    temp_dir: str, split: str, shard: int, part: int, digest: str
+) -> ShardReceipt | None:
     """The receipt of the part when it was made from rows of this `digest` and is in a
     finished shard (whose receipt names it, at its place, and whose files are all there):
     its own files were deleted once joined. None otherwise."""
     shard_receipt = _existing(naming.receipt_path(temp_dir, split, shard))
     part_receipt = _existing(naming.receipt_path(temp_dir, split, shard, part))
-    if (shard_receipt is None or part_receipt is None or part_receipt.rows_digest != digest
-            or digest not in shard_receipt.parts or not _files_there(shard_receipt)):
+    if (
+        shard_receipt is None
+        or part_receipt is None
+        or part_receipt.rows_digest != digest
+        or digest not in shard_receipt.parts
+        or not _files_there(shard_receipt)
+    ):
         return None
     return part_receipt
 
 
-def read_part_receipts(temp_dir: str, split: str, shard: int, parts: Sequence[int]
-                       ) -> list[ShardReceipt]:
+def read_part_receipts(
+    temp_dir: str, split: str, shard: int, parts: Sequence[int]
+) -> list[ShardReceipt]:
     """The receipts of a shard's parts, which are all written; ReceiptError when one is
     missing or not a receipt."""
     found = []
@@ -164,8 +178,10 @@ def read_part_receipts(temp_dir: str, split: str, shard: int, parts: Sequence[in
         path = naming.receipt_path(temp_dir, split, shard, part)
         receipt = _existing(path)
         if receipt is None:
-            raise ReceiptError(f"{path} is missing: the part it is the receipt of was "
-                               "written, and the receipt is written last")
+            raise ReceiptError(
+                f"{path} is missing: the part it is the receipt of was "
+                "written, and the receipt is written last"
+            )
         found.append(receipt)
     return found
 
@@ -174,7 +190,7 @@ def _existing(path: str) -> ShardReceipt | None:
     try:
         with storage.open_read(path) as file:
             data = file.read()
-    except Exception:  # none there (each filesystem's own "not found"): written again
+    except Exception:  # noqa: BLE001 - none there (each filesystem's own "not found"): written again
         return None
     return _parsed(path, data)
 
@@ -185,7 +201,7 @@ def _files_there(receipt: ShardReceipt) -> bool:
         try:
             if storage.size(file_path) != size:
                 return False
-        except Exception:  # each filesystem's own "not found"
+        except Exception:  # noqa: BLE001 - each filesystem's own "not found"
             return False
     return True
 
@@ -208,8 +224,10 @@ def _parsed(path: str, data: bytes) -> ShardReceipt:
         raise ReceiptError(
             f"{path} names a file outside its run's temp folder ({error}); a receipt "
             "names only the files of its shard there. Delete the run's folder to write "
-            "its shards again") from None
-    except Exception as error:  # malformed JSON, fields missing or of the wrong kind
+            "its shards again"
+        ) from None
+    except Exception as error:  # noqa: BLE001 - malformed JSON, fields missing or of the wrong kind
         raise ReceiptError(
             f"{path} is not a shard receipt of this version ({type(error).__name__}: "
-            f"{error}); delete it, or the run's folder, to write its shard again") from None
+            f"{error}); delete it, or the run's folder, to write its shard again"
+        ) from None

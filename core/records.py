@@ -30,8 +30,12 @@ class Mask(NamedTuple):
     @classmethod
     def from_fields(cls, fields: list) -> Mask:
         width, height, polygons, counts = fields
-        return cls(width, height, tuple(map(tuple, polygons)),
-                   counts if counts is None or isinstance(counts, str) else tuple(counts))
+        return cls(
+            width,
+            height,
+            tuple(map(tuple, polygons)),
+            counts if counts is None or isinstance(counts, str) else tuple(counts),
+        )
 
 
 class Keypoints(NamedTuple):
@@ -79,8 +83,11 @@ class Box(NamedTuple):
     @classmethod
     def from_fields(cls, fields: list) -> Box:
         *corners_and_flags, mask, keypoints = fields
-        return cls(*corners_and_flags, mask and Mask.from_fields(mask),
-                   keypoints and Keypoints.from_fields(keypoints))
+        return cls(
+            *corners_and_flags,
+            mask and Mask.from_fields(mask),
+            keypoints and Keypoints.from_fields(keypoints),
+        )
 
 
 class ManifestRow(NamedTuple):
@@ -121,17 +128,33 @@ class ManifestRow(NamedTuple):
         return self._replace(raw=redact_urls(self.raw), uri=redacted(self.uri))
 
     def dead_letter(self, reason: str, message: str) -> DeadLetter:
-        return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split,
-                          reason, message)
+        return DeadLetter(self.manifest, self.line, self.raw, self.uri, self.split, reason, message)
 
     @classmethod
     def from_fields(cls, fields: list) -> ManifestRow:
         """The row from its JSON array (a LabelledRow's or a receipt's, parsed)."""
-        (*scalars, labels, boxes, extras, image_size, boxes_in_pixels, drawn_upright,
-         segmentation, listed_whole) = fields
-        return cls(*scalars, tuple(labels), tuple(map(Box.from_fields, boxes)), tuple(extras),
-                   tuple(image_size) if image_size else None, boxes_in_pixels, drawn_upright,
-                   segmentation, listed_whole)
+        (
+            *scalars,
+            labels,
+            boxes,
+            extras,
+            image_size,
+            boxes_in_pixels,
+            drawn_upright,
+            segmentation,
+            listed_whole,
+        ) = fields
+        return cls(
+            *scalars,
+            tuple(labels),
+            tuple(map(Box.from_fields, boxes)),
+            tuple(extras),
+            tuple(image_size) if image_size else None,
+            boxes_in_pixels,
+            drawn_upright,
+            segmentation,
+            listed_whole,
+        )
 
 
 class LabelledRow(NamedTuple):

@@ -17,11 +17,34 @@ import urllib.parse
 REDACTED = "REDACTED"
 # Query parameters that are credentials, by name in lower case: presigned S3 (both
 # signature versions), GCS, CloudFront and Azure SAS URLs, and the usual API keys.
-_SECRET_PARAMETERS = frozenset({
-    "sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token",
-    "awsaccesskeyid", "x-goog-signature", "x-goog-credential", "googleaccessid", "policy",
-    "key-pair-id", "token", "access_token", "id_token", "refresh_token", "api_key", "apikey",
-    "key", "password", "passwd", "secret", "client_secret", "auth", "authorization"})
+_SECRET_PARAMETERS = frozenset(
+    {
+        "sig",
+        "signature",
+        "x-amz-signature",
+        "x-amz-credential",
+        "x-amz-security-token",
+        "awsaccesskeyid",
+        "x-goog-signature",
+        "x-goog-credential",
+        "googleaccessid",
+        "policy",
+        "key-pair-id",
+        "token",
+        "access_token",
+        "id_token",
+        "refresh_token",
+        "api_key",
+        "apikey",
+        "key",
+        "password",
+        "passwd",
+        "secret",
+        "client_secret",
+        "auth",
+        "authorization",
+    }
+)
 # Names that hold one of these words are credentials too (X-Amz-Security-Token, sas_token).
 _SECRET_WORDS = re.compile(r"signature|token|secret|password|credential", re.IGNORECASE)
 # The longest scheme a URL in text is matched from (registered ones have up to ~40
@@ -32,8 +55,10 @@ MAX_SCHEME_CHARS = 64
 # A URL inside free text (a message, a manifest's line): it ends at whitespace, a quote,
 # an angle bracket or a comma (a CSV's next field), and not on punctuation that follows
 # it in a sentence ("...?sig=abc: cannot connect").
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,%d}://[^\s\"'<>,]*[^\s\"'<>,.:;!?)]"
-                          % (MAX_SCHEME_CHARS - 1))
+_URL_IN_TEXT = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.-]{0,%d}://[^\s\"'<>,]*[^\s\"'<>,.:;!?)]"  # noqa: UP031 - braces read plainly
+    % (MAX_SCHEME_CHARS - 1)
+)
 
 
 def redacted(uri: str) -> str:
@@ -43,8 +68,9 @@ def redacted(uri: str) -> str:
     if scheme_end < 0:
         return uri
     start = scheme_end + 3
-    authority_end = next((index for index in range(start, len(uri)) if uri[index] in "/?#"),
-                         len(uri))
+    authority_end = next(
+        (index for index in range(start, len(uri)) if uri[index] in "/?#"), len(uri)
+    )
     authority = uri[start:authority_end]
     if "@" in authority:
         authority = f"{REDACTED}@{authority.rsplit('@', 1)[1]}"

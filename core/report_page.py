@@ -31,9 +31,9 @@ import pygal
 from pygal.style import DefaultStyle
 
 from image_tfrecords.core.examples import ANNOTATION_NAMES
+from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from image_tfrecords.core.splits import SPLITS
-from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.summary import CopiesInfo, SplitInfo, Summary
 
 SAMPLE_PER_LABEL = 8  # thumbnails per split and label
@@ -123,8 +123,9 @@ class ReportContent:
     dead_letters: Mapping[str, Sequence[RejectedRow]]  # reason -> the first rows
 
 
-def render_report(summary: Summary, content: ReportContent, output_dir: str,
-                  failure: Failure | None = None) -> str:
+def render_report(
+    summary: Summary, content: ReportContent, output_dir: str, failure: Failure | None = None
+) -> str:
     """The page's HTML, for the output in `output_dir` that `summary` describes; given the
     `failure` of a run that published nothing, the page opens on it and nothing on it
     reads as a good run."""
@@ -133,40 +134,71 @@ def render_report(summary: Summary, content: ReportContent, output_dir: str,
     reencoded = sorted({why for split in SPLITS for why in splits[split].reencoded})
     plotted = labels[:LABELS_PLOTTED]
     plots = {
-        "labels": _bars("Examples per label", plotted, splits, "labels",
-                        rotate=len(plotted) > 8),
-        "sides": _bars("Source images by longest side", list(LONGEST_SIDE_BINS), splits,
-                       "longest_side"),
+        "labels": _bars("Examples per label", plotted, splits, "labels", rotate=len(plotted) > 8),
+        "sides": _bars(
+            "Source images by longest side", list(LONGEST_SIDE_BINS), splits, "longest_side"
+        ),
         "bytes": _bars("Source files by size", list(FILE_BYTE_BINS), splits, "file_bytes"),
         "reencoded": _bars("Images re-encoded, by reason", reencoded, splits, "reencoded"),
     }
-    return _environment().get_template("report_page.html").render(
-        summary=summary, split_counts=splits, content=content, output_dir=output_dir,
-        failure=failure,
-        splits=SPLITS, labels=labels, labels_plotted=LABELS_PLOTTED, plots=plots,
-        labels_sampled=LABELS_SAMPLED, annotation_names=ANNOTATION_NAMES,
-        side_bins=LONGEST_SIDE_BINS, byte_bins=FILE_BYTE_BINS, reencoded=reencoded,
-        copies=[_copies_shown("duplicates", "Byte-identical images", summary.duplicates,
-                              content.duplicates),
-                _copies_shown("near_duplicates", "Near-copies", summary.near_duplicates,
-                              content.near_duplicates)])
+    return (
+        _environment()
+        .get_template("report_page.html")
+        .render(
+            summary=summary,
+            split_counts=splits,
+            content=content,
+            output_dir=output_dir,
+            failure=failure,
+            splits=SPLITS,
+            labels=labels,
+            labels_plotted=LABELS_PLOTTED,
+            plots=plots,
+            labels_sampled=LABELS_SAMPLED,
+            annotation_names=ANNOTATION_NAMES,
+            side_bins=LONGEST_SIDE_BINS,
+            byte_bins=FILE_BYTE_BINS,
+            reencoded=reencoded,
+            copies=[
+                _copies_shown(
+                    "duplicates", "Byte-identical images", summary.duplicates, content.duplicates
+                ),
+                _copies_shown(
+                    "near_duplicates",
+                    "Near-copies",
+                    summary.near_duplicates,
+                    content.near_duplicates,
+                ),
+            ],
+        )
+    )
 
 
-def _copies_shown(kind: str, heading: str, numbers: CopiesInfo,
-                  pairs: Sequence[CopyPair]) -> CopiesShown:
+def _copies_shown(
+    kind: str, heading: str, numbers: CopiesInfo, pairs: Sequence[CopyPair]
+) -> CopiesShown:
     by_splits = sorted(numbers.by_splits.items(), key=lambda item: not is_leak(item[0]))
     pictured = pairs[:PAIRS_SHOWN]
     return CopiesShown(
-        kind, heading, numbers, pictured,
+        kind,
+        heading,
+        numbers,
+        pictured,
         more_leaks=[pair for pair in pairs[PAIRS_SHOWN:] if pair.kept.split != pair.copy.split],
-        by_splits=by_splits, leaks=sum(count for pair, count in by_splits if is_leak(pair)),
-        leaks_pictured=sum(pair.kept.split != pair.copy.split for pair in pictured))
+        by_splits=by_splits,
+        leaks=sum(count for pair, count in by_splits if is_leak(pair)),
+        leaks_pictured=sum(pair.kept.split != pair.copy.split for pair in pictured),
+    )
 
 
 def _environment() -> jinja2.Environment:
     environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(Path(__file__).parent), autoescape=True,
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+        loader=jinja2.FileSystemLoader(Path(__file__).parent),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     environment.filters["data_uri"] = _data_uri
     environment.filters["path"] = lambda keys: json.dumps(list(keys), ensure_ascii=False)
     environment.tests["leak"] = is_leak
@@ -180,8 +212,9 @@ def _data_uri(jpeg: bytes | None) -> str:
 def _labels(splits: dict[str, SplitInfo]) -> list[str]:
     """Every label with an example, most TRAIN examples first (then VALIDATION, TEST)."""
     names = {label for split in SPLITS for label in splits[split].labels}
-    return sorted(names, key=lambda label: (
-        [-splits[split].labels.get(label, 0) for split in SPLITS], label))
+    return sorted(
+        names, key=lambda label: ([-splits[split].labels.get(label, 0) for split in SPLITS], label)
+    )
 
 
 class _StaticBar(pygal.Bar):
@@ -193,16 +226,30 @@ class _StaticBar(pygal.Bar):
         self.svg.node(parent, "title").text = f"{serie.title}, {self._get_x_label(i)}: {val}"
 
 
-def _bars(title: str, categories: list[str], splits: dict[str, SplitInfo],
-          counted: str, rotate: bool = False) -> str:
+def _bars(
+    title: str,
+    categories: list[str],
+    splits: dict[str, SplitInfo],
+    counted: str,
+    rotate: bool = False,
+) -> str:
     """A bar chart of the `counted` counts of each split, a series per split, as inline SVG
     without script (pygal's tooltips would load one from the network). Its ticks are
     whole numbers (order_min=0: no step under 10**0), as counts are."""
     if not categories:
         return ""
-    chart = _StaticBar(title=title, js=[], disable_xml_declaration=True, width=900,
-                       height=380, x_label_rotation=40 if rotate else 0, style=DefaultStyle,
-                       legend_at_bottom=True, truncate_label=24, order_min=0)
+    chart = _StaticBar(
+        title=title,
+        js=[],
+        disable_xml_declaration=True,
+        width=900,
+        height=380,
+        x_label_rotation=40 if rotate else 0,
+        style=DefaultStyle,
+        legend_at_bottom=True,
+        truncate_label=24,
+        order_min=0,
+    )
     chart.uuid = counted  # the SVG's id: a random one by default
     chart.x_labels = categories
     for split in SPLITS:

@@ -92,8 +92,9 @@ class SurveyTask(_ChunkTask):
         return survey(read_chunk(self.chunk, self.rules), self.sample_size, self.categorical)
 
 
-def survey(items: Iterable[ManifestItem], sample_size: int, categorical: Sequence[int] = ()
-           ) -> ChunkSurvey:
+def survey(
+    items: Iterable[ManifestItem], sample_size: int, categorical: Sequence[int] = ()
+) -> ChunkSurvey:
     """What pass 1 needs of these rows; `categorical`: the places in ManifestRow.extras of
     the categorical extra columns."""
     rows: collections.Counter[str] = collections.Counter()
@@ -121,12 +122,23 @@ def survey(items: Iterable[ManifestItem], sample_size: int, categorical: Sequenc
             for label in item.labels:
                 seen = labels_seen.get(label)
                 row = f"{item.manifest}:{item.line}"
-                labels_seen[label] = (LabelSeen(1, (row,)) if seen is None else LabelSeen(
-                    seen.rows + 1, seen.first_rows + (row,) * (len(seen.first_rows) < FIRST_ROWS)))
-    return ChunkSurvey(dict(rows), {split: sample_of(found, sample_size)
-                                    for split, found in uris.items()},
-                       [TrainLabels(*key, count) for key, count in train.items()],
-                       dead_letters, discarded, dict(left_out), labels_seen)
+                labels_seen[label] = (
+                    LabelSeen(1, (row,))
+                    if seen is None
+                    else LabelSeen(
+                        seen.rows + 1,
+                        seen.first_rows + (row,) * (len(seen.first_rows) < FIRST_ROWS),
+                    )
+                )
+    return ChunkSurvey(
+        dict(rows),
+        {split: sample_of(found, sample_size) for split, found in uris.items()},
+        [TrainLabels(*key, count) for key, count in train.items()],
+        dead_letters,
+        discarded,
+        dict(left_out),
+        labels_seen,
+    )
 
 
 class ChunkPacks(NamedTuple):
@@ -151,8 +163,11 @@ class PackTask(_ChunkTask):
         return pack(read_chunk(self.chunk, self.rules), self.plan, self.labels.labelled)
 
 
-def pack(items: Iterable[ManifestItem], plan: dict[str, SplitPlan],
-         label: Callable[[ManifestRow], LabelledRow | DeadLetter]) -> ChunkPacks:
+def pack(
+    items: Iterable[ManifestItem],
+    plan: dict[str, SplitPlan],
+    label: Callable[[ManifestRow], LabelledRow | DeadLetter],
+) -> ChunkPacks:
     """These rows labelled (LabelLookup.labelled) and packed by where they are written;
     the rows pass 1 counted as dead letters or DISCARD are left out."""
     held: dict[tuple[str, int, int], list[bytes]] = collections.defaultdict(list)
@@ -165,6 +180,11 @@ def pack(items: Iterable[ManifestItem], plan: dict[str, SplitPlan],
             dead_letters.append(labelled)
         else:
             held[item.split, *plan[item.split].place(item.uri)].append(labelled.to_json())
-    return ChunkPacks([((split, shard), (part, pack_rows(lines)))
-                       for (split, shard, part), lines in held.items()],
-                      sum(map(len, held.values())), dead_letters)
+    return ChunkPacks(
+        [
+            ((split, shard), (part, pack_rows(lines)))
+            for (split, shard, part), lines in held.items()
+        ],
+        sum(map(len, held.values())),
+        dead_letters,
+    )

@@ -32,7 +32,8 @@ class RunSettings:
     label_order: LabelOrder = LabelOrder.SORTED  # the ids of vocabularies learnt from TRAIN
     extra_columns: tuple[ExtraColumn, ...] = ()  # from --schema
     shard_format: ShardFormat = dataclasses.field(
-        default_factory=lambda: shard_format(DEFAULT_FORMAT))  # --file_format, --compression
+        default_factory=lambda: shard_format(DEFAULT_FORMAT)
+    )  # --file_format, --compression
     image: ImageSettings = dataclasses.field(default_factory=ImageSettings)
     workers: Workers = dataclasses.field(default_factory=Workers)
     downloads: DownloadSettings = dataclasses.field(default_factory=DownloadSettings)
@@ -42,8 +43,12 @@ class RunSettings:
     filesystems: FilesystemOptions = dataclasses.field(default_factory=FilesystemOptions)
 
     def __post_init__(self) -> None:
-        for name, choice in (("label_mode", LabelMode), ("unseen_label", UnseenLabel),
-                             ("label_order", LabelOrder), ("dedupe", Dedupe)):
+        for name, choice in (
+            ("label_mode", LabelMode),
+            ("unseen_label", UnseenLabel),
+            ("label_order", LabelOrder),
+            ("dedupe", Dedupe),
+        ):
             object.__setattr__(self, name, choice(getattr(self, name)))
         object.__setattr__(self, "extra_columns", tuple(self.extra_columns))
 

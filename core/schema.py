@@ -45,7 +45,7 @@ def load_schema(text: str | None) -> tuple[ExtraColumn, ...]:
         try:
             with storage.open_read(text) as file:
                 text = file.read().decode("utf-8")
-        except Exception as error:  # noqa: BLE001 - each filesystem raises its own type
+        except Exception as error:
             raise SchemaError(f"cannot read the schema file {source}: {error}") from error
     try:
         mapping = json.loads(text)
@@ -56,23 +56,28 @@ def load_schema(text: str | None) -> tuple[ExtraColumn, ...]:
     return schema_columns(mapping, source)
 
 
-def schema_columns(mapping: Mapping[str, str], source: str = "schema"
-                   ) -> tuple[ExtraColumn, ...]:
+def schema_columns(mapping: Mapping[str, str], source: str = "schema") -> tuple[ExtraColumn, ...]:
     columns = []
     for name, kind in mapping.items():
         if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise SchemaError(f"{source}: column name {name!r} must be letters, digits and _ "
-                              "(it becomes a feature key and a file name)")
+            raise SchemaError(
+                f"{source}: column name {name!r} must be letters, digits and _ "
+                "(it becomes a feature key and a file name)"
+            )
         if name.lower() in _RESERVED:
-            raise SchemaError(f"{source}: column name {name!r} is taken by the output's own "
-                              "features")
+            raise SchemaError(
+                f"{source}: column name {name!r} is taken by the output's own features"
+            )
         if kind not in COLUMN_TYPES:
-            raise SchemaError(f"{source}: column {name!r} has type {kind!r}; use one of "
-                              f"{', '.join(COLUMN_TYPES)}")
+            raise SchemaError(
+                f"{source}: column {name!r} has type {kind!r}; use one of {', '.join(COLUMN_TYPES)}"
+            )
         columns.append(ExtraColumn(name, kind))
     if sum(column.type == SEGMENTATION for column in columns) > 1:
-        raise SchemaError(f"{source}: one column may be of type {SEGMENTATION} (an example "
-                          "has one segmentation map)")
+        raise SchemaError(
+            f"{source}: one column may be of type {SEGMENTATION} (an example "
+            "has one segmentation map)"
+        )
     return tuple(columns)
 
 

@@ -56,35 +56,46 @@ def join_parts(task: JoinTask, settings: RunSettings) -> ShardOutcome:
     receipt_at = naming.receipt_path(task.temp_dir, task.split, task.shard)
     if task.resuming and (receipt := receipts.read_receipt(receipt_at, digest)):
         return resumed(receipt.outcome)
-    path = naming.shard_path(task.temp_dir, task.split, task.shard,
-                             settings.shard_format.suffix)
+    path = naming.shard_path(task.temp_dir, task.split, task.shard, settings.shard_format.suffix)
     thumbnails = naming.thumbnails_path(task.temp_dir, task.split, task.shard)
-    with_examples = [place for place, part in zip(task.parts, parts, strict=True)
-                     if part.outcome.written.examples]
+    with_examples = [
+        place
+        for place, part in zip(task.parts, parts, strict=True)
+        if part.outcome.written.examples
+    ]
     if with_examples:
         _join_records(task, with_examples, path, settings)
         _join_thumbnails(task, with_examples, thumbnails)
-    outcome = merged([part.outcome for part in parts], path,
-                     storage.size(path) if with_examples else 0)
-    files = ((path, *(path + suffix for suffix in settings.shard_format.companions),
-              thumbnails) if with_examples else ())
-    receipts.write_receipt(receipt_at, receipts.ShardReceipt(
-        digest, outcome, receipts.file_sizes(files), part_digests))
+    outcome = merged(
+        [part.outcome for part in parts], path, storage.size(path) if with_examples else 0
+    )
+    files = (
+        (path, *(path + suffix for suffix in settings.shard_format.companions), thumbnails)
+        if with_examples
+        else ()
+    )
+    receipts.write_receipt(
+        receipt_at, receipts.ShardReceipt(digest, outcome, receipts.file_sizes(files), part_digests)
+    )
     for place in with_examples:
-        storage.delete([naming.part_path(task.temp_dir, task.split, task.shard, place),
-                        naming.thumbnails_path(task.temp_dir, task.split, task.shard, place)])
+        storage.delete(
+            [
+                naming.part_path(task.temp_dir, task.split, task.shard, place),
+                naming.thumbnails_path(task.temp_dir, task.split, task.shard, place),
+            ]
+        )
     return outcome
 
 
-def _join_records(task: JoinTask, parts: Sequence[int], path: str,
-                  settings: RunSettings) -> None:
+def _join_records(task: JoinTask, parts: Sequence[int], path: str, settings: RunSettings) -> None:
     with settings.shard_format.create(path, PipelineFiles()) as out:
         for place in parts:
             part_path = naming.part_path(task.temp_dir, task.split, task.shard, place)
             if not storage.exists(part_path):  # deleted by an earlier join (read_joined_part)
                 raise FileNotFoundError(
                     f"{part_path} is gone: a resumed run found this part joined into a shard "
-                    "that is no longer whole. Delete the run's folder to write it again")
+                    "that is no longer whole. Delete the run's folder to write it again"
+                )
             with storage.open_read(part_path) as part_file:
                 for record in read_records(part_file):
                     out.write(record)
@@ -93,8 +104,9 @@ def _join_records(task: JoinTask, parts: Sequence[int], path: str,
 def _join_thumbnails(task: JoinTask, parts: Sequence[int], path: str) -> None:
     with storage.create(path) as out:  # TFRecord-framed records: the files concatenated
         for place in parts:
-            with storage.open_read(naming.thumbnails_path(task.temp_dir, task.split,
-                                                          task.shard, place)) as part:
+            with storage.open_read(
+                naming.thumbnails_path(task.temp_dir, task.split, task.shard, place)
+            ) as part:
                 shutil.copyfileobj(part, out)
 
 
@@ -102,8 +114,10 @@ def merged(parts: Sequence[ShardOutcome], path: str, size: int) -> ShardOutcome:
     """The outcome of the shard at `path` (`size` bytes) joined from parts with these
     outcomes, in order: each example's position moved past the examples before its part."""
     first = parts[0].written
-    counts = {field: collections.Counter() for field in (
-        "labels", "reencoded", "longest_side", "file_bytes", "annotations")}
+    counts = {
+        field: collections.Counter()
+        for field in ("labels", "reencoded", "longest_side", "file_bytes", "annotations")
+    }
     dead_letters, example_keys = [], []
     for part in parts:
         written = part.written
@@ -111,11 +125,18 @@ def merged(parts: Sequence[ShardOutcome], path: str, size: int) -> ShardOutcome:
             counter.update(getattr(written, field))
         dead_letters.extend(part.dead_letters)
         before = len(example_keys)
-        example_keys.extend((sha256, ref._replace(position=before + ref.position))
-                            for sha256, ref in part.example_keys)
+        example_keys.extend(
+            (sha256, ref._replace(position=before + ref.position))
+            for sha256, ref in part.example_keys
+        )
     written = ShardWritten(
-        first.split, first.shard, path, sum(part.written.examples for part in parts),
-        sum(part.written.rows for part in parts), size,
+        first.split,
+        first.shard,
+        path,
+        sum(part.written.examples for part in parts),
+        sum(part.written.rows for part in parts),
+        size,
         sum(part.written.source_bytes for part in parts),
-        **{field: dict(counter) for field, counter in counts.items()})
+        **{field: dict(counter) for field, counter in counts.items()},
+    )
     return ShardOutcome(written, tuple(dead_letters), tuple(example_keys))

@@ -44,8 +44,15 @@ from image_tfrecords.core.images import ImageRejected, PreparedImage, load_plugi
 from image_tfrecords.core.inputs.boxes import pixel_box, turned_box
 from image_tfrecords.core.masks import class_map_png
 from image_tfrecords.core.overlays import drawn_thumbnail
-from image_tfrecords.core.records import (Box, ExampleContent, ExampleRef, LabelledRow, ManifestRow,
-                            ShardOutcome, ShardWritten)
+from image_tfrecords.core.records import (
+    Box,
+    ExampleContent,
+    ExampleRef,
+    LabelledRow,
+    ManifestRow,
+    ShardOutcome,
+    ShardWritten,
+)
 from image_tfrecords.core.redaction import redacted
 from image_tfrecords.core.schema import IMAGE
 
@@ -81,7 +88,8 @@ class ShardTask:
     @property
     def name(self) -> str:
         return f"shard {self.split} {self.shard}" + (
-            "" if self.part is None else f" (part {self.part})")
+            "" if self.part is None else f" (part {self.part})"
+        )
 
     def run(self, settings: RunSettings, progress: Progress) -> ShardOutcome:
         return write_shard(self, settings, progress)
@@ -90,15 +98,24 @@ class ShardTask:
         """This task again, without the image its worker process died or overran on
         (core/pool.py), which becomes a dead letter."""
         if lost.death is None:
-            rejected = ImageRejected("decode_timeout", (
-                f"decoding took longer than {lost.timeout_s:g} s (--decode_timeout); the "
-                "process was stopped and the shard written again without this image"))
+            rejected = ImageRejected(
+                "decode_timeout",
+                (
+                    f"decoding took longer than {lost.timeout_s:g} s (--decode_timeout); the "
+                    "process was stopped and the shard written again without this image"
+                ),
+            )
         else:
-            rejected = ImageRejected("decode_crash", (
-                f"the process writing its shard died ({lost.death}) decoding this image; "
-                "the shard was written again without it"))
+            rejected = ImageRejected(
+                "decode_crash",
+                (
+                    f"the process writing its shard died ({lost.death}) decoding this image; "
+                    "the shard was written again without it"
+                ),
+            )
         return dataclasses.replace(
-            self, lost=(*self.lost, (lost.place, rejected.reason, rejected.message)))
+            self, lost=(*self.lost, (lost.place, rejected.reason, rejected.message))
+        )
 
 
 class Progress(Protocol):
@@ -163,28 +180,43 @@ def write_order(row: ManifestRow) -> tuple[bytes, str, int]:
     return uri_digest(row.uri), row.manifest, row.line
 
 
-def write_shard(task: ShardTask, settings: RunSettings, progress: Progress = Unwatched()
-                ) -> ShardOutcome:
+def write_shard(
+    task: ShardTask,
+    settings: RunSettings,
+    progress: Progress = Unwatched(),  # noqa: B008 - stateless
+) -> ShardOutcome:
     """Writes the shard (or part) of `task`, or with `task.resuming` reuses what its
     receipt vouches for; returns what it gave."""
-    ordered = sorted(itertools.chain.from_iterable(map(unpack_rows, task.packs)),
-                     key=lambda item: write_order(item.row))
+    ordered = sorted(
+        itertools.chain.from_iterable(map(unpack_rows, task.packs)),
+        key=lambda item: write_order(item.row),
+    )
     digest = receipts.rows_digest(ordered)
     receipt_at = naming.receipt_path(task.temp_dir, task.split, task.shard, task.part)
-    if task.resuming and (receipt := (
-            receipts.read_receipt(receipt_at, digest) or task.part is not None and
-            receipts.read_joined_part(task.temp_dir, task.split, task.shard, task.part,
-                                      digest))):
+    if task.resuming and (
+        receipt := (
+            receipts.read_receipt(receipt_at, digest)
+            or task.part is not None
+            and receipts.read_joined_part(task.temp_dir, task.split, task.shard, task.part, digest)
+        )
+    ):
         progress.handled(len(ordered), len(receipt.outcome.dead_letters))
         return resumed(receipt.outcome)
     outcome = _ShardWriter(task, settings, progress).write(ordered)
     written = outcome.written
     companions = settings.shard_format.companions if task.part is None else ()
-    files = ((written.temp_path, *(written.temp_path + suffix for suffix in companions),
-              naming.thumbnails_path(task.temp_dir, task.split, task.shard, task.part))
-             if written.examples else ())
-    receipts.write_receipt(receipt_at, receipts.ShardReceipt(
-        digest, outcome, receipts.file_sizes(files)))
+    files = (
+        (
+            written.temp_path,
+            *(written.temp_path + suffix for suffix in companions),
+            naming.thumbnails_path(task.temp_dir, task.split, task.shard, task.part),
+        )
+        if written.examples
+        else ()
+    )
+    receipts.write_receipt(
+        receipt_at, receipts.ShardReceipt(digest, outcome, receipts.file_sizes(files))
+    )
     return outcome
 
 
@@ -224,8 +256,7 @@ class _ShardWriter:
         self._task = task
         self._settings = settings
         self._progress = progress
-        self._lost = {place: ImageRejected(reason, message)
-                      for place, reason, message in task.lost}
+        self._lost = {place: ImageRejected(reason, message) for place, reason, message in task.lost}
 
     def write(self, ordered: list[LabelledRow]) -> ShardOutcome:
         task, settings, progress = self._task, self._settings, self._progress
@@ -237,16 +268,22 @@ class _ShardWriter:
             if settings.label_mode is LabelMode.SINGLE and others:
                 repeated = others
             else:
-                repeated = [other for other in others if other.row.manifest != first.row.manifest
-                            and (other.row.listed_whole or first.row.listed_whole)]
+                repeated = [
+                    other
+                    for other in others
+                    if other.row.manifest != first.row.manifest
+                    and (other.row.listed_whole or first.row.listed_whole)
+                ]
             if repeated:
                 dead_letters.extend(_duplicate_row(other, first) for other in repeated)
                 progress.handled(len(repeated), len(repeated))
                 others = [other for other in others if other not in repeated]
             images.append([first, *others])
-        temp_path = (naming.shard_path(task.temp_dir, task.split, task.shard,
-                                       settings.shard_format.suffix) if task.part is None
-                     else naming.part_path(task.temp_dir, task.split, task.shard, task.part))
+        temp_path = (
+            naming.shard_path(task.temp_dir, task.split, task.shard, settings.shard_format.suffix)
+            if task.part is None
+            else naming.part_path(task.temp_dir, task.split, task.shard, task.part)
+        )
         examples = rows_written = source_bytes = 0
         labels: collections.Counter[str] = collections.Counter()
         reencoded: collections.Counter[str] = collections.Counter()
@@ -255,11 +292,15 @@ class _ShardWriter:
         annotations: collections.Counter[str] = collections.Counter()
         # Reading a URL waits on the network far longer than decoding takes: many more
         # readers keep the process busy (img2dataset's design).
-        threads = (settings.downloads.threads if any(is_url(group[0].row.uri)
-                                                     for group in images)
-                   else settings.workers.read_threads)
-        with contextlib.ExitStack() as opened, concurrent.futures.ThreadPoolExecutor(
-                threads) as readers:
+        threads = (
+            settings.downloads.threads
+            if any(is_url(group[0].row.uri) for group in images)
+            else settings.workers.read_threads
+        )
+        with (
+            contextlib.ExitStack() as opened,
+            concurrent.futures.ThreadPoolExecutor(threads) as readers,
+        ):
             # Created with the first example: a shard whose images were all rejected
             # leaves no file (and Beam's S3 filesystem cannot write an empty one).
             out = thumbnails = None
@@ -267,8 +308,9 @@ class _ShardWriter:
             for place, (image_rows, data) in enumerate(zip(images, read, strict=True)):
                 outcome = self._encode(place, image_rows, data)
                 if isinstance(outcome, ImageRejected):
-                    dead_letters.extend(item.row.dead_letter(outcome.reason, outcome.message)
-                                        for item in image_rows)
+                    dead_letters.extend(
+                        item.row.dead_letter(outcome.reason, outcome.message) for item in image_rows
+                    )
                     progress.handled(len(image_rows), len(image_rows))
                     continue
                 dead_letters.extend(outcome.wrong_size)
@@ -278,19 +320,37 @@ class _ShardWriter:
                     continue
                 if out is None:
                     out = opened.enter_context(self._create(temp_path))
-                    thumbnails = opened.enter_context(storage.create(naming.thumbnails_path(
-                        task.temp_dir, task.split, task.shard, task.part)))
+                    thumbnails = opened.enter_context(
+                        storage.create(
+                            naming.thumbnails_path(task.temp_dir, task.split, task.shard, task.part)
+                        )
+                    )
                 out.write(record)
                 write_record(thumbnails, outcome.thumbnail)
                 image_labels = example_labels(image_rows, settings.label_mode)
                 first = image_rows[0].row
-                content = ExampleContent(tuple(item.row.shown() for item in image_rows),
-                                         outcome.source_bytes, outcome.reencoded,
-                                         outcome.longest_side)
-                example_keys.append((outcome.sha256, ExampleRef(
-                    task.split, task.shard, examples, first.manifest, first.line, redacted(first.uri),
-                    tuple(image_labels), outcome.perceptual_hash,
-                    content if settings.keeps_content else None)))
+                content = ExampleContent(
+                    tuple(item.row.shown() for item in image_rows),
+                    outcome.source_bytes,
+                    outcome.reencoded,
+                    outcome.longest_side,
+                )
+                example_keys.append(
+                    (
+                        outcome.sha256,
+                        ExampleRef(
+                            task.split,
+                            task.shard,
+                            examples,
+                            first.manifest,
+                            first.line,
+                            redacted(first.uri),
+                            tuple(image_labels),
+                            outcome.perceptual_hash,
+                            content if settings.keeps_content else None,
+                        ),
+                    )
+                )
                 examples += 1
                 rows_written += len(image_rows)
                 source_bytes += outcome.source_bytes
@@ -301,9 +361,20 @@ class _ShardWriter:
                 file_bytes[file_bytes_bin(outcome.source_bytes)] += 1
                 annotations.update(example_annotations(content.rows))
         file_size = storage.size(temp_path) if examples else 0
-        written = ShardWritten(task.split, task.shard, temp_path, examples, rows_written,
-                               file_size, source_bytes, dict(labels), dict(reencoded),
-                               dict(longest_sides), dict(file_bytes), dict(annotations))
+        written = ShardWritten(
+            task.split,
+            task.shard,
+            temp_path,
+            examples,
+            rows_written,
+            file_size,
+            source_bytes,
+            dict(labels),
+            dict(reencoded),
+            dict(longest_sides),
+            dict(file_bytes),
+            dict(annotations),
+        )
         return ShardOutcome(written, tuple(dead_letters), tuple(example_keys))
 
     @contextlib.contextmanager
@@ -325,8 +396,9 @@ class _ShardWriter:
         except ImageRejected as rejected:
             return rejected
 
-    def _encode(self, place: int, rows: list[LabelledRow], data: bytes | ImageRejected
-                ) -> _Encoded | ImageRejected:
+    def _encode(
+        self, place: int, rows: list[LabelledRow], data: bytes | ImageRejected
+    ) -> _Encoded | ImageRejected:
         if isinstance(data, ImageRejected):
             return data
         self._progress.on_item(place)
@@ -339,16 +411,38 @@ class _ShardWriter:
         finally:
             self._progress.on_item(None)
         rows, wrong_size = _fit_boxes_to_image(rows, image)
-        record = encode_example(rows, image, self._settings.label_mode,
-                                self._settings.extra_columns, extra_images,
-                                class_map) if rows else None
+        record = (
+            encode_example(
+                rows,
+                image,
+                self._settings.label_mode,
+                self._settings.extra_columns,
+                extra_images,
+                class_map,
+            )
+            if rows
+            else None
+        )
         thumbnail = image.thumbnail
-        boxes = [(box, label_id) for item in rows if item.row.boxes
-                 for box, label_id in zip(item.row.boxes, item.label_ids, strict=True)]
+        boxes = [
+            (box, label_id)
+            for item in rows
+            if item.row.boxes
+            for box, label_id in zip(item.row.boxes, item.label_ids, strict=True)
+        ]
         if boxes:  # report.html shows the objects drawn over the thumbnail
             thumbnail = drawn_thumbnail(thumbnail, *zip(*boxes))
-        return _Encoded(record, image.sha256, image.perceptual_hash, thumbnail,
-                        image.reencoded, max(image.source_size), len(data), rows, wrong_size)
+        return _Encoded(
+            record,
+            image.sha256,
+            image.perceptual_hash,
+            thumbnail,
+            image.reencoded,
+            max(image.source_size),
+            len(data),
+            rows,
+            wrong_size,
+        )
 
     def _extra_images(self, row: ManifestRow) -> dict[str, PreparedImage]:
         """The images of the row's image extra columns; a failure names its column."""
@@ -357,15 +451,18 @@ class _ShardWriter:
             if column.type == IMAGE:
                 try:
                     images[column.name] = prepare_image(
-                        read_image_bytes(uri, self._settings.downloads), self._settings.image)
+                        read_image_bytes(uri, self._settings.downloads), self._settings.image
+                    )
                 except ImageRejected as rejected:
-                    raise ImageRejected(rejected.reason,
-                                        f"column {column.name!r}: {rejected.message}") from None
+                    raise ImageRejected(
+                        rejected.reason, f"column {column.name!r}: {rejected.message}"
+                    ) from None
         return images
 
 
-def _class_map(rows: list[LabelledRow], image: PreparedImage, downloads: DownloadSettings
-               ) -> bytes | None:
+def _class_map(
+    rows: list[LabelledRow], image: PreparedImage, downloads: DownloadSettings
+) -> bytes | None:
     """The image's segmentation map as stored (masks.class_map_png), where its rows name
     one; a failure names the map."""
     uri = next((item.row.segmentation for item in rows if item.row.segmentation), None)
@@ -374,12 +471,14 @@ def _class_map(rows: list[LabelledRow], image: PreparedImage, downloads: Downloa
     try:
         return class_map_png(read_image_bytes(uri, downloads), image)
     except ImageRejected as rejected:
-        raise ImageRejected(rejected.reason, f"the segmentation map {uri}: "
-                            f"{rejected.message}") from None
+        raise ImageRejected(
+            rejected.reason, f"the segmentation map {uri}: {rejected.message}"
+        ) from None
 
 
-def _fit_boxes_to_image(rows: list[LabelledRow], image: PreparedImage
-                        ) -> tuple[list[LabelledRow], list[DeadLetter]]:
+def _fit_boxes_to_image(
+    rows: list[LabelledRow], image: PreparedImage
+) -> tuple[list[LabelledRow], list[DeadLetter]]:
     """The rows whose boxes fit the image as written, and a dead letter for each of the
     others: a declared image size (pixel boxes) that is not the image's own (size_mismatch:
     the boxes would be misplaced), or boxes in pixels of the image's own size that reach
@@ -398,9 +497,15 @@ def _fit_boxes_to_image(rows: list[LabelledRow], image: PreparedImage
             drawn_upright = tuple(declared) == upright  # the size says which it was
         actual = upright if drawn_upright else stored
         if declared is not None and tuple(declared) != actual:
-            wrong.append(row.dead_letter(reasons.SIZE_MISMATCH, (
-                f"the annotation declares a {declared[0]}x{declared[1]} image but the image "
-                f"is {actual[0]}x{actual[1]} pixels")))
+            wrong.append(
+                row.dead_letter(
+                    reasons.SIZE_MISMATCH,
+                    (
+                        f"the annotation declares a {declared[0]}x{declared[1]} image but the "
+                        f"image is {actual[0]}x{actual[1]} pixels"
+                    ),
+                )
+            )
             continue
         if not row.boxes:
             kept.append(item)  # classification, or an image without objects
@@ -412,13 +517,26 @@ def _fit_boxes_to_image(rows: list[LabelledRow], image: PreparedImage
             if problem:
                 wrong.append(row.dead_letter(*problem))
                 continue
-        mask_size = next(((box.mask.width, box.mask.height) for box in boxes if box.mask
-                          and box.mask.counts is not None
-                          and (box.mask.width, box.mask.height) != actual), None)
+        mask_size = next(
+            (
+                (box.mask.width, box.mask.height)
+                for box in boxes
+                if box.mask
+                and box.mask.counts is not None
+                and (box.mask.width, box.mask.height) != actual
+            ),
+            None,
+        )
         if mask_size:
-            wrong.append(row.dead_letter(reasons.SIZE_MISMATCH, (
-                f"a mask is {mask_size[0]}x{mask_size[1]} pixels but the image is "
-                f"{actual[0]}x{actual[1]}")))
+            wrong.append(
+                row.dead_letter(
+                    reasons.SIZE_MISMATCH,
+                    (
+                        f"a mask is {mask_size[0]}x{mask_size[1]} pixels but the image is "
+                        f"{actual[0]}x{actual[1]}"
+                    ),
+                )
+            )
             continue
         if not drawn_upright:
             boxes = [turned_box(box, image.turned) for box in boxes]
@@ -430,19 +548,28 @@ def _duplicate_row(duplicate: LabelledRow, first: LabelledRow) -> DeadLetter:
     """A row naming the image a kept row names: with single labels any other row; else a
     row of another file where one of them lists the image whole (listed_whole)."""
     if duplicate.row.manifest != first.row.manifest and (
-            duplicate.row.listed_whole or first.row.listed_whole):
+        duplicate.row.listed_whole or first.row.listed_whole
+    ):
         return duplicate.row.dead_letter(
-            reasons.DUPLICATE_ROW, f"the same image as {first.row.manifest}, which lists it "
-            "with its objects; written once, from that file")
-    labels = ("" if duplicate.row.labels == first.row.labels else
-              f", with label {'|'.join(first.row.labels)!r} there")
+            reasons.DUPLICATE_ROW,
+            f"the same image as {first.row.manifest}, which lists it "
+            "with its objects; written once, from that file",
+        )
+    labels = (
+        ""
+        if duplicate.row.labels == first.row.labels
+        else f", with label {'|'.join(first.row.labels)!r} there"
+    )
     return duplicate.row.dead_letter(
-        reasons.DUPLICATE_ROW, f"the same image as {first.row.manifest} line "
-        f"{first.row.line}{labels}; written once, from that row")
+        reasons.DUPLICATE_ROW,
+        f"the same image as {first.row.manifest} line "
+        f"{first.row.line}{labels}; written once, from that row",
+    )
 
 
-def _ordered_map(executor: concurrent.futures.Executor, fn: Callable[[_T], _R],
-                 items: Iterable[_T], window: int) -> Iterator[_R]:
+def _ordered_map(
+    executor: concurrent.futures.Executor, fn: Callable[[_T], _R], items: Iterable[_T], window: int
+) -> Iterator[_R]:
     """executor.map with at most `window` results pending, so memory stays bounded."""
     pending: collections.deque[concurrent.futures.Future] = collections.deque()
     for item in items:

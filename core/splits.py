@@ -41,13 +41,15 @@ _SET_SUFFIX = re.compile(r"[-_ ]?set$")
 VALIDATION_FLAG_COLUMNS = ("is_valid", "is_val", "valid")
 _FLAG_SPLITS = {"true": "validation", "1": "validation", "false": "train", "0": "train"}
 # How error messages name what is accepted.
-SPLIT_NAMES = ("train, validation, test (any case; training for train; val, valid, eval, dev "
-               "for validation; testing for test; each also with _set after it, as "
-               "training_set)")
+SPLIT_NAMES = (
+    "train, validation, test (any case; training for train; val, valid, eval, dev "
+    "for validation; testing for test; each also with _set after it, as "
+    "training_set)"
+)
 
 
 def normalise_split(text: str) -> str | None:
-    """"TRAIN", " Validation", "val", "Dev", "training_set"... -> one of SPLITS; None for
+    """ "TRAIN", " Validation", "val", "Dev", "training_set"... -> one of SPLITS; None for
     anything else (UNASSIGNED, DISCARD and empty included: each caller says what those
     mean)."""
     name = text.strip().lower()

@@ -18,10 +18,15 @@ import os
 import re
 from typing import Any, BinaryIO
 
-from image_tfrecords.core.downloads import (DownloadFailed, DownloadSettings, content_length, download,
-                              is_url)
-from image_tfrecords.core.gcs_access import GCS_SCHEME, settle_gcs_credentials
 from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
+from image_tfrecords.core.downloads import (
+    DownloadFailed,
+    DownloadSettings,
+    content_length,
+    download,
+    is_url,
+)
+from image_tfrecords.core.gcs_access import GCS_SCHEME, settle_gcs_credentials
 
 _SCHEME = re.compile(r"^[a-zA-Z][-a-zA-Z0-9+.]*://")  # as Beam's FileSystems.get_scheme
 _DECOMPRESSORS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".lzma": lzma.open}
@@ -41,7 +46,6 @@ def is_local(path: str) -> bool:
     return not _SCHEME.match(path)
 
 
-
 def open_read(path: str) -> BinaryIO:
     """The file's bytes as they are (Beam would gunzip a name ending in .gz). A URL is
     downloaded whole: FileNotFoundError for a 404, OSError for another failure."""
@@ -52,8 +56,10 @@ def open_read(path: str) -> BinaryIO:
             return io.BytesIO(download(path, DownloadSettings()))
         except DownloadFailed as failed:
             raise (FileNotFoundError if failed.reason == "http_404" else OSError)(
-                failed.message) from None
+                failed.message
+            ) from None
     from apache_beam.io.filesystem import CompressionTypes
+
     return _beam(path).open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
@@ -62,6 +68,7 @@ def create(path: str) -> BinaryIO:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         return open(path, "wb")
     from apache_beam.io.filesystem import CompressionTypes
+
     return _beam(path).create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
@@ -132,8 +139,7 @@ def delete(paths: list[str]) -> None:
 
 
 def join(base: str, *parts: str) -> str:
-    return os.path.join(base, *parts) if is_local(base) else "/".join(
-        [base.rstrip("/"), *parts])
+    return os.path.join(base, *parts) if is_local(base) else "/".join([base.rstrip("/"), *parts])
 
 
 def everything_under(root: str) -> str:
@@ -155,11 +161,13 @@ def _beam(path: str):
     """Beam's FileSystems, configured with the run's options, for a remote `path`."""
     global _configured
     from apache_beam.io.filesystems import FileSystems
+
     if path.startswith(GCS_SCHEME):
         settle_gcs_credentials()
     settle_beam_filesystems(path)
     if not _configured and _options:
         from apache_beam.options.pipeline_options import PipelineOptions
+
         FileSystems.set_options(PipelineOptions.from_dictionary(_options))
     _configured = True
     return FileSystems

@@ -88,15 +88,25 @@ class LabelIdChange(_Record):
     new_id: int | None  # None: this run's vocabulary has no such label
 
     @classmethod
-    def between(cls, replaced: Sequence[str], vocabulary: Sequence[str]
-                ) -> tuple[LabelIdChange, ...]:
+    def between(
+        cls, replaced: Sequence[str], vocabulary: Sequence[str]
+    ) -> tuple[LabelIdChange, ...]:
         """The labels whose ids differ: by new id, then those gone, by old id."""
         old = {label: place for place, label in enumerate(replaced)}
         new = {label: place for place, label in enumerate(vocabulary)}
-        changed = [cls(label=label, old_id=old.get(label), new_id=place)
-                   for label, place in new.items() if old.get(label) != place]
-        return tuple(changed + [cls(label=label, old_id=place, new_id=None)
-                                for label, place in old.items() if label not in new])
+        changed = [
+            cls(label=label, old_id=old.get(label), new_id=place)
+            for label, place in new.items()
+            if old.get(label) != place
+        ]
+        return tuple(
+            changed
+            + [
+                cls(label=label, old_id=place, new_id=None)
+                for label, place in old.items()
+                if label not in new
+            ]
+        )
 
 
 class ErrorsInfo(_Record):
@@ -214,7 +224,8 @@ class Summary(RunInfo):
 def few_examples_per_shard(splits: dict[Split, SplitInfo]) -> tuple[Split, ...]:
     """The splits whose shards hold fewer than MIN_EXAMPLES_PER_SHARD examples on average
     (one shard is never too many)."""
-    return tuple(split for split, info in splits.items()
-                 if len(info.shards) > 1
-                 and info.examples < MIN_EXAMPLES_PER_SHARD * len(info.shards))
-
+    return tuple(
+        split
+        for split, info in splits.items()
+        if len(info.shards) > 1 and info.examples < MIN_EXAMPLES_PER_SHARD * len(info.shards)
+    )

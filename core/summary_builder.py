@@ -16,8 +16,14 @@ from collections.abc import Sequence
 from image_tfrecords.core.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from image_tfrecords.core.records import ShardWritten
 from image_tfrecords.core.splits import SPLITS
-from image_tfrecords.core.summary import (ErrorsInfo, RunInfo, ShardInfo, SplitInfo, Summary,
-                                          few_examples_per_shard)
+from image_tfrecords.core.summary import (
+    ErrorsInfo,
+    RunInfo,
+    ShardInfo,
+    SplitInfo,
+    Summary,
+    few_examples_per_shard,
+)
 
 
 def resumed_shards(files: dict[str, list[tuple[str, ShardWritten]]]) -> int:
@@ -25,12 +31,17 @@ def resumed_shards(files: dict[str, list[tuple[str, ShardWritten]]]) -> int:
     return sum(shard.resumed for named in files.values() for _, shard in named)
 
 
-def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
-                  errors_by_reason: dict[str, int], rows_read: int,
-                  vocabulary: Sequence[str], error_files: list[str],
-                  run_info: RunInfo, rows_discarded: int = 0,
-                  objects_left_out: dict[str, int] | None = None,
-                  companions: Sequence[str] = ()) -> Summary:
+def build_summary(
+    files: dict[str, list[tuple[str, ShardWritten]]],
+    errors_by_reason: dict[str, int],
+    rows_read: int,
+    vocabulary: Sequence[str],
+    error_files: list[str],
+    run_info: RunInfo,
+    rows_discarded: int = 0,
+    objects_left_out: dict[str, int] | None = None,
+    companions: Sequence[str] = (),
+) -> Summary:
     """summary.json: counts per split and label, shard files, errors and the accounting.
 
     `rows_discarded`: DISCARD rows and objects left out, read but left out on purpose (no
@@ -59,18 +70,26 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
             labels=dict(sorted(labels.items())),
             unseen_label_examples=sum(n for label, n in labels.items() if label not in known),
             reencoded=dict(sorted(reencoded.items())),
-            longest_side={name: longest_side[name] for name in LONGEST_SIDE_BINS
-                          if longest_side[name]},
+            longest_side={
+                name: longest_side[name] for name in LONGEST_SIDE_BINS if longest_side[name]
+            },
             file_bytes={name: file_bytes[name] for name in FILE_BYTE_BINS if file_bytes[name]},
             annotations=dict(sorted(annotations.items())),
-            shards=tuple(ShardInfo(file=name, records=shard.examples, bytes=shard.bytes,
-                                   companions=tuple(name + suffix for suffix in companions))
-                         for name, shard in files.get(split, [])))
+            shards=tuple(
+                ShardInfo(
+                    file=name,
+                    records=shard.examples,
+                    bytes=shard.bytes,
+                    companions=tuple(name + suffix for suffix in companions),
+                )
+                for name, shard in files.get(split, [])
+            ),
+        )
     rows_in_examples = sum(shard.rows for named in files.values() for _, shard in named)
     rows_dead_lettered = sum(errors_by_reason.values())
     return Summary(
         **dict(run_info),
-        finished_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        finished_at=datetime.datetime.now(datetime.UTC).isoformat(),
         resumed_shards=resumed_shards(files),
         rows_read=rows_read,
         examples_written=sum(split.examples for split in splits.values()),
@@ -84,4 +103,5 @@ def build_summary(files: dict[str, list[tuple[str, ShardWritten]]],
         empty_splits=tuple(split for split in SPLITS if not splits[split].examples),
         few_examples_per_shard=few_examples_per_shard(splits),
         vocabulary={"label": tuple(vocabulary)},
-        errors=ErrorsInfo(by_reason=dict(sorted(errors_by_reason.items())), files=error_files))
+        errors=ErrorsInfo(by_reason=dict(sorted(errors_by_reason.items())), files=error_files),
+    )

@@ -24,10 +24,18 @@ MAX_KEPT_CHARS = 1 << 16  # a dead letter's row text and message; longer ones ->
 EXCERPT_CHARS = 300  # what an excerpt keeps of text over its limit
 
 # What str.splitlines splits on, named: a label holding any of them is refused.
-LINE_BREAKS = {"\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\v": "LINE TABULATION",
-               "\f": "FORM FEED", "\x1c": "FILE SEPARATOR", "\x1d": "GROUP SEPARATOR",
-               "\x1e": "RECORD SEPARATOR", "\x85": "NEXT LINE",
-               "\u2028": "LINE SEPARATOR", "\u2029": "PARAGRAPH SEPARATOR"}
+LINE_BREAKS = {
+    "\n": "LINE FEED",
+    "\r": "CARRIAGE RETURN",
+    "\v": "LINE TABULATION",
+    "\f": "FORM FEED",
+    "\x1c": "FILE SEPARATOR",
+    "\x1d": "GROUP SEPARATOR",
+    "\x1e": "RECORD SEPARATOR",
+    "\x85": "NEXT LINE",
+    "\u2028": "LINE SEPARATOR",
+    "\u2029": "PARAGRAPH SEPARATOR",
+}
 _LINE_BREAK = re.compile(f"[{''.join(LINE_BREAKS)}]")  # every row's labels are searched
 
 

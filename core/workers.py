@@ -45,8 +45,9 @@ def usable_cores(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
     """The cores this process may use: those it may run on (Linux's affinity mask, a
     container's cpuset), fewer under a CPU quota (cgroup v2 cpu.max, e.g. a Kubernetes
     CPU limit or docker --cpus)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-        os.cpu_count() or 1)
+    cores = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
     try:
         with open(cpu_max, encoding="ascii") as file:
             quota, period = file.read().split()
@@ -74,9 +75,12 @@ def default_process_count(cores: int, memory_bytes: int, max_pixels: int) -> int
     return max(1, min(cores, memory_bytes // peak))
 
 
-def usable_memory(limits: tuple[str, ...] = ("/sys/fs/cgroup/memory.max",
-                                             "/sys/fs/cgroup/memory/memory.limit_in_bytes")
-                  ) -> int:
+def usable_memory(
+    limits: tuple[str, ...] = (
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ),
+) -> int:
     """The bytes of memory this process's machine has, less under a container's limit
     (cgroup v2 memory.max, v1 memory.limit_in_bytes: a Kubernetes memory limit, docker
     --memory)."""

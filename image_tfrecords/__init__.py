@@ -34,8 +34,13 @@ if TYPE_CHECKING:
 
 __all__ = ["ConversionResult", "Output", "Summary", "convert", "load"]
 
-_MODULE_OF = {"ConversionResult": "conversion", "convert": "conversion", "load": "loader",
-              "Output": "output", "Summary": "core.summary"}
+_MODULE_OF = {
+    "ConversionResult": "conversion",
+    "convert": "conversion",
+    "load": "loader",
+    "Output": "output",
+    "Summary": "core.summary",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -61,8 +61,10 @@ class ConversionResult:
 
         if not self.ok:
             return {}
-        return {split: [FileSystems.join(self.output_dir, shard.file) for shard in stats.shards]
-                for split, stats in self.summary.splits.items()}
+        return {
+            split: [FileSystems.join(self.output_dir, shard.file) for shard in stats.shards]
+            for split, stats in self.summary.splits.items()
+        }
 
     @property
     def report(self) -> str | None:
@@ -78,12 +80,14 @@ class ConversionResult:
 
         if not self.ok:
             return list(self.unpublished_error_files)
-        return [FileSystems.join(self.output_dir, name)
-                for name in self.summary.errors.files]
+        return [FileSystems.join(self.output_dir, name) for name in self.summary.errors.files]
 
 
-def convert(source: str | os.PathLike | Sequence[str | os.PathLike] | pd.DataFrame,
-            output_dir: str, **options: Any) -> ConversionResult:
+def convert(
+    source: str | os.PathLike | Sequence[str | os.PathLike] | pd.DataFrame,
+    output_dir: str,
+    **options: Any,
+) -> ConversionResult:
     """Converts a manifest (a path or glob; a folder of annotation files, such as Pascal
     VOC XMLs, is one), a list of
     them, an image folder, or a DataFrame.
@@ -105,8 +109,9 @@ def convert(source: str | os.PathLike | Sequence[str | os.PathLike] | pd.DataFra
     return _convert({"manifest": paths, **options}, output_dir)
 
 
-def _convert_dataframe(frame: pd.DataFrame, output_dir: str, options: dict[str, Any]
-                       ) -> ConversionResult:
+def _convert_dataframe(
+    frame: pd.DataFrame, output_dir: str, options: dict[str, Any]
+) -> ConversionResult:
     """The DataFrame written as a CSV manifest, converted as one; errors about that file
     name the DataFrame, and its rows by their image paths (their lines in that file are
     not its rows' positions where a value holds a line break)."""
@@ -114,17 +119,23 @@ def _convert_dataframe(frame: pd.DataFrame, output_dir: str, options: dict[str, 
 
     with _dataframe_manifest(frame, options.get("temp_location")) as manifest:
         try:
-            return _convert({**options, "manifest": manifest,
-                             "image_dir": options.get("image_dir") or os.getcwd()},
-                            output_dir)
+            return _convert(
+                {
+                    **options,
+                    "manifest": manifest,
+                    "image_dir": options.get("image_dir") or os.getcwd(),
+                },
+                output_dir,
+            )
         except ImagesNotFound as missing:
-            folder = ("image_dir" if options.get("image_dir") else "the current directory")
+            folder = "image_dir" if options.get("image_dir") else "the current directory"
             rows = ", ".join(repr(missing.name(row)) for row in missing.rows[:ROWS_NAMED])
             raise ValueError(
                 f"the DataFrame: not one image of its first {len(missing.rows)} rows is in "
                 f"{folder} {missing.image_dir}, which relative paths are read from: {rows}"
                 + (", ..." if len(missing.rows) > ROWS_NAMED else "")
-                + "; give absolute paths, or image_dir= the folder they are in") from None
+                + "; give absolute paths, or image_dir= the folder they are in"
+            ) from None
         except ValueError as problem:
             raise ValueError(str(problem).replace(manifest, "the DataFrame")) from None
 
@@ -132,14 +143,18 @@ def _convert_dataframe(frame: pd.DataFrame, output_dir: str, options: dict[str, 
 def _source_paths(source: object) -> list[str]:
     """A path or a list (or tuple) of paths as strings; ValueError for anything else."""
     sources = list(source) if isinstance(source, (list, tuple)) else [source]
-    if not sources or not all(isinstance(item, (str, os.PathLike)) and os.fspath(item)
-                              for item in sources):
-        raise ValueError(f"source {source!r}: give a manifest path or glob, a list of them, "
-                         "an image folder or a pandas DataFrame")
+    if not sources or not all(
+        isinstance(item, (str, os.PathLike)) and os.fspath(item) for item in sources
+    ):
+        raise ValueError(
+            f"source {source!r}: give a manifest path or glob, a list of them, "
+            "an image folder or a pandas DataFrame"
+        )
     paths = [os.fspath(item) for item in sources]
     if len(paths) > 1 and any(_is_image_folder(path) for path in paths):
-        raise ValueError(f"source {source!r}: a list holds manifests; convert an image "
-                         "folder on its own")
+        raise ValueError(
+            f"source {source!r}: a list holds manifests; convert an image folder on its own"
+        )
     return paths
 
 
@@ -161,13 +176,16 @@ def _convert(options: dict[str, Any], output_dir: str) -> ConversionResult:
     from image_tfrecords.transforms.outcome import RunFailed  # noqa: PLC0415
 
     if options.get("no_wait_until_finish"):
-        raise ValueError("no_wait_until_finish: convert() returns the finished run's "
-                         "result; submit without waiting from the command line")
+        raise ValueError(
+            "no_wait_until_finish: convert() returns the finished run's "
+            "result; submit without waiting from the command line"
+        )
     try:
         summary = convert_and_report(["--output_dir", output_dir, *_flags(options)], started)
     except RunFailed as failed:
-        return ConversionResult(output_dir, failed.failure.summary, str(failed),
-                                failed.failure.dead_letters)
+        return ConversionResult(
+            output_dir, failed.failure.summary, str(failed), failed.failure.dead_letters
+        )
     return ConversionResult(output_dir, summary, None)
 
 
@@ -193,8 +211,9 @@ def _dataframe_manifest(frame: pd.DataFrame, folder: str | None) -> Iterator[str
     """
     from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
 
-    path = FileSystems.join(folder or tempfile.gettempdir(),
-                            f"manifest-{uuid.uuid4().hex[:12]}.csv")
+    path = FileSystems.join(
+        folder or tempfile.gettempdir(), f"manifest-{uuid.uuid4().hex[:12]}.csv"
+    )
     with FileSystems.create(path) as out:
         out.write(frame.to_csv(index=False).encode())
     try:

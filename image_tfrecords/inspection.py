@@ -24,8 +24,15 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow as tf
 
-from image_tfrecords.core.feature_keys import (BOX, FILENAME, IMAGE, KEYPOINT, MASKS, OBJECT_LABEL,
-                                              OBJECT_TEXT)
+from image_tfrecords.core.feature_keys import (
+    BOX,
+    FILENAME,
+    IMAGE,
+    KEYPOINT,
+    MASKS,
+    OBJECT_LABEL,
+    OBJECT_TEXT,
+)
 from image_tfrecords.core.images import open_image
 from image_tfrecords.core.overlays import DrawnObject, draw_objects
 from image_tfrecords.core.summary import FeatureInfo
@@ -40,27 +47,35 @@ def inspect_split(output_dir: str, split: str, count: int, out_dir: str) -> list
     """Writes the files into `out_dir` (local or gs://); returns the paths written."""
     output = Output.read(output_dir)
     features = output.features
-    columns = ["record", "shard", "shard_record", *features,
-               *(["overlay"] if f"{BOX}xmin" in features else [])]
+    columns = [
+        "record",
+        "shard",
+        "shard_record",
+        *features,
+        *(["overlay"] if f"{BOX}xmin" in features else []),
+    ]
     _clear_earlier_inspection(out_dir)
     tf.io.gfile.makedirs(out_dir)
     rows, written = [], []
     for index, (shard, position, record) in enumerate(
-            itertools.islice(_records(output, split), count)):
+        itertools.islice(_records(output, split), count)
+    ):
         values = _values(tf.train.Example.FromString(record), features)
         stem = _stem(index, values)
-        row: dict[str, object] = {"record": index, "shard": _cell(shard),
-                                  "shard_record": position}
+        row: dict[str, object] = {"record": index, "shard": _cell(shard), "shard_record": position}
         for key, value in values.items():
             if key in output.image_keys:
                 name = stem if key == IMAGE else f"{stem}-{_safe(key.removesuffix('/encoded'))}"
                 row[key] = _write(out_dir, name + _extension(value), value, written)
             elif key == MASKS:
-                row[key] = "|".join(_write(out_dir, f"{stem}-mask-{number}.png", mask, written)
-                                    for number, mask in enumerate(value))
+                row[key] = "|".join(
+                    _write(out_dir, f"{stem}-mask-{number}.png", mask, written)
+                    for number, mask in enumerate(value)
+                )
             else:
-                text = "|".join(_text(item) for item in value) \
-                    if features[key].list else _text(value)
+                text = (
+                    "|".join(_text(item) for item in value) if features[key].list else _text(value)
+                )
                 row[key] = _cell(text) if features[key].dtype == "bytes" else text
         if "overlay" in columns:
             row["overlay"] = _write(out_dir, f"{stem}-boxes.png", _overlay(values), written)
@@ -86,11 +101,13 @@ def _clear_earlier_inspection(out_dir: str) -> None:
     named: set[str] = set()
     if CSV_FILE in present:
         with tf.io.gfile.GFile(f"{out_dir.rstrip('/')}/{CSV_FILE}") as table:
-            named = {name for row in csv.reader(table) for cell in row
-                     for name in cell.split("|")} | {CSV_FILE}
+            named = {
+                name for row in csv.reader(table) for cell in row for name in cell.split("|")
+            } | {CSV_FILE}
     if not present <= named:
-        raise ValueError(f"--out {out_dir} holds files inspect did not write: give an empty "
-                         "or new folder")
+        raise ValueError(
+            f"--out {out_dir} holds files inspect did not write: give an empty or new folder"
+        )
     for name in present:
         tf.io.gfile.remove(f"{out_dir.rstrip('/')}/{name}")
 
@@ -155,14 +172,18 @@ def _overlay(values: dict[str, object]) -> bytes:
     masks = [np.asarray(open_image(mask)) for mask in values.get(MASKS, [])]
     xs = values.get(f"{KEYPOINT}x", [])
     count = len(xs) // len(boxes) if boxes else 0  # keypoints per object
-    points = list(zip(xs, values.get(f"{KEYPOINT}y", []),
-                      values.get(f"{KEYPOINT}visibility", [])))
+    points = list(zip(xs, values.get(f"{KEYPOINT}y", []), values.get(f"{KEYPOINT}visibility", [])))
     labels = values.get(OBJECT_LABEL) or [1] * len(boxes)
-    objects = [DrawnObject(
-        corners, labels[place] - 1,
-        _text(values[OBJECT_TEXT][place]) if OBJECT_TEXT in values else "",
-        masks[place] if masks else None, points[place * count:(place + 1) * count])
-        for place, corners in enumerate(boxes)]
+    objects = [
+        DrawnObject(
+            corners,
+            labels[place] - 1,
+            _text(values[OBJECT_TEXT][place]) if OBJECT_TEXT in values else "",
+            masks[place] if masks else None,
+            points[place * count : (place + 1) * count],
+        )
+        for place, corners in enumerate(boxes)
+    ]
     buffer = io.BytesIO()
     draw_objects(image, objects).save(buffer, "PNG")
     return buffer.getvalue()

@@ -17,10 +17,18 @@ from image_tfrecords.output import Output
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def load(output_dir: str, split: str = "train", *, batch_size: int | None = 32,
-         image_size: int | tuple[int, int] | None = None, shuffle: bool | None = None,
-         shuffle_buffer: int = 1024, as_supervised: bool = False, channels: int = 3,
-         seed: int | None = None) -> tf.data.Dataset:
+def load(
+    output_dir: str,
+    split: str = "train",
+    *,
+    batch_size: int | None = 32,
+    image_size: int | tuple[int, int] | None = None,
+    shuffle: bool | None = None,
+    shuffle_buffer: int = 1024,
+    as_supervised: bool = False,
+    channels: int = 3,
+    seed: int | None = None,
+) -> tf.data.Dataset:
     """The examples of `split` (any case; val, valid, eval, dev mean validation) in OUTPUT,
     local or gs://, gzip-compressed or not.
 
@@ -37,14 +45,30 @@ def load(output_dir: str, split: str = "train", *, batch_size: int | None = 32,
     unbatched; without `image_size`, batched images are ragged.
     """
     with quiet_console():  # TensorFlow's first op probes for a GPU, saying so on stderr
-        return _dataset(Output.read(output_dir), split, batch_size, image_size, shuffle,
-                        shuffle_buffer, as_supervised, channels, seed)
+        return _dataset(
+            Output.read(output_dir),
+            split,
+            batch_size,
+            image_size,
+            shuffle,
+            shuffle_buffer,
+            as_supervised,
+            channels,
+            seed,
+        )
 
 
-def _dataset(output: Output, split: str, batch_size: int | None,
-             image_size: int | tuple[int, int] | None, shuffle: bool | None,
-             shuffle_buffer: int, as_supervised: bool, channels: int,
-             seed: int | None) -> tf.data.Dataset:
+def _dataset(
+    output: Output,
+    split: str,
+    batch_size: int | None,
+    image_size: int | tuple[int, int] | None,
+    shuffle: bool | None,
+    shuffle_buffer: int,
+    as_supervised: bool,
+    channels: int,
+    seed: int | None,
+) -> tf.data.Dataset:
     output_dir = output.directory
     split = output.split_name(split)
     shards = output.shards(split)
@@ -52,25 +76,30 @@ def _dataset(output: Output, split: str, batch_size: int | None,
     if not paths:
         raise ValueError(f"split {split!r} of {output_dir} has no examples")
     if as_supervised and CLASS_LABEL not in output.features:
-        raise ValueError(f"as_supervised needs {CLASS_LABEL}: not in a "
-                         f"'{output.label_mode}' output")
+        raise ValueError(
+            f"as_supervised needs {CLASS_LABEL}: not in a '{output.label_mode}' output"
+        )
     shuffle = split == "train" if shuffle is None else shuffle
     files = tf.data.Dataset.from_tensor_slices(paths)
     if shuffle:
         files = files.shuffle(len(paths), seed=seed)
     records = files.interleave(
-        output.shard_format.dataset,
-        num_parallel_calls=AUTOTUNE, deterministic=not shuffle)
+        output.shard_format.dataset, num_parallel_calls=AUTOTUNE, deterministic=not shuffle
+    )
     # The count summary.json gives, so that len() and Keras know the batches of an epoch
     # (without it Keras warns "Your input ran out of data" at the end of each).
-    records = records.apply(tf.data.experimental.assert_cardinality(
-        sum(count for _, count in shards)))
+    records = records.apply(
+        tf.data.experimental.assert_cardinality(sum(count for _, count in shards))
+    )
     if shuffle:
         # Serialized records: a buffer of encoded images, not of decoded pixels.
         records = records.shuffle(shuffle_buffer, seed=seed)
     size = (image_size, image_size) if isinstance(image_size, int) else image_size
-    decode = (_supervised_decoder(output, size, channels) if as_supervised
-              else _decoder(output, size, channels))
+    decode = (
+        _supervised_decoder(output, size, channels)
+        if as_supervised
+        else _decoder(output, size, channels)
+    )
     examples = records.map(decode, num_parallel_calls=AUTOTUNE, deterministic=not shuffle)
     if batch_size:
         examples = examples.ragged_batch(batch_size)
@@ -88,11 +117,11 @@ def _decoder(output: Output, size: tuple[int, int] | None, channels: int):
         # Masks are at the size of image/encoded, decoded above (and resized with it).
         image_size = tf.shape(example[IMAGE])[:2]
         if SEGMENTATION in example:
-            example[SEGMENTATION] = _decode_masks(example[SEGMENTATION][None], size,
-                                                  image_size)[0]
+            example[SEGMENTATION] = _decode_masks(example[SEGMENTATION][None], size, image_size)[0]
         if MASKS in example:
             example[MASKS] = _decode_masks(example[MASKS], size, image_size)
         return example
+
     return decode
 
 
@@ -108,28 +137,34 @@ def _supervised_decoder(output: Output, size: tuple[int, int] | None, channels: 
         if multi_label:  # a sum of one-hots: labels are unique per example
             label = tf.reduce_sum(tf.one_hot(label, num_classes), axis=0)
         return _decode_image(example[IMAGE], size, channels), label
+
     return decode
 
 
-def _decode_masks(encoded: tf.Tensor, size: tuple[int, int] | None, image_size: tf.Tensor
-                  ) -> tf.Tensor:
+def _decode_masks(
+    encoded: tf.Tensor, size: tuple[int, int] | None, image_size: tf.Tensor
+) -> tf.Tensor:
     """One-channel PNGs -> [how many, height, width] uint8. An example without masks
     beside examples with them (none of its objects has one) gives [0, height, width]:
     map_fn cannot stack no PNG of unknown size."""
+
     def decode() -> tf.Tensor:
-        masks = tf.map_fn(lambda mask: tf.io.decode_png(mask, channels=1), encoded,
-                          fn_output_signature=tf.TensorSpec([None, None, 1], tf.uint8))
+        masks = tf.map_fn(
+            lambda mask: tf.io.decode_png(mask, channels=1),
+            encoded,
+            fn_output_signature=tf.TensorSpec([None, None, 1], tf.uint8),
+        )
         if size:
             masks = tf.image.resize(masks, size, method="nearest")
         return masks[..., 0]
 
     def none() -> tf.Tensor:
         return tf.zeros(tf.concat([[0], image_size], axis=0), tf.uint8)
+
     return tf.cond(tf.size(encoded) > 0, decode, none)
 
 
-def _decode_image(encoded: tf.Tensor, size: tuple[int, int] | None, channels: int
-                  ) -> tf.Tensor:
+def _decode_image(encoded: tf.Tensor, size: tuple[int, int] | None, channels: int) -> tf.Tensor:
     """JPEG or PNG bytes -> [height, width, channels] uint8, or resized float32."""
     image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
     return tf.image.resize(image, size) if size else image

@@ -68,8 +68,11 @@ def last_failed_run(directory: str) -> FailedRun | None:
     """The run that failed last in `directory` (its temp folder holds FAILED.json), or
     None. A run that publishes removes every run's temp folder, so a failed run beside a
     published output is one that came after it."""
-    found = [_failed_run(temp) for temp in tf.io.gfile.glob(naming.every_temp_dir(directory))
-             if tf.io.gfile.exists(naming.failure_record(temp))]
+    found = [
+        _failed_run(temp)
+        for temp in tf.io.gfile.glob(naming.every_temp_dir(directory))
+        if tf.io.gfile.exists(naming.failure_record(temp))
+    ]
     return max(found, key=lambda failed: failed.started_at, default=None)
 
 
@@ -81,8 +84,12 @@ def _failed_run(temp_dir: str) -> FailedRun:
     try:  # the folder may be a bucket others write to: its FAILED.json is read as untrusted
         failure = Failure.from_json(text, record)
     except ValueError:
-        return FailedRun(("the run's FAILED.json does not say why (it is not one this "
-                          "version reads)",), record, staged_report, "")
+        return FailedRun(
+            ("the run's FAILED.json does not say why (it is not one this version reads)",),
+            record,
+            staged_report,
+            "",
+        )
     return FailedRun(failure.problems, record, staged_report, failure.summary.started_at)
 
 
@@ -104,18 +111,23 @@ class Output:
         if not tf.io.gfile.exists(path):
             failed = last_failed_run(directory)
             if failed:
-                raise FailedRunFolder(f"no output: {SUMMARY_FILE} was not published, as the "
-                                      f"last run failed: {failed.said()}")
+                raise FailedRunFolder(
+                    f"no output: {SUMMARY_FILE} was not published, as the "
+                    f"last run failed: {failed.said()}"
+                )
             raise NotAnOutput(f"{path} not found: not an image-tfrecords output")
         with tf.io.gfile.GFile(path, "rb") as file:
             try:
                 summary = Summary.from_json(file.read())
             except pydantic.ValidationError as problem:
-                raise ValueError(f"{path} is not a summary.json image-tfrecords reads: "
-                                 f"{problem}") from None
+                raise ValueError(
+                    f"{path} is not a summary.json image-tfrecords reads: {problem}"
+                ) from None
         if not summary.features:
-            raise ValueError(f"{path} lists no features: written by an older "
-                             "image-tfrecords, convert again to read it")
+            raise ValueError(
+                f"{path} lists no features: written by an older "
+                "image-tfrecords, convert again to read it"
+            )
         return cls(directory, summary)
 
     def path(self, name: str) -> str:
@@ -161,15 +173,18 @@ class Output:
         if name is None:
             raise ValueError(f"unknown split {split!r}: give one of {SPLIT_NAMES}")
         if name not in self.summary.splits:
-            raise ValueError(f"split {split!r}: the output has only "
-                             f"{', '.join(self.summary.splits)}")
+            raise ValueError(
+                f"split {split!r}: the output has only {', '.join(self.summary.splits)}"
+            )
         return name
 
     def shards(self, split: str) -> list[tuple[str, int]]:
         """(path, records) of each shard of `split` (any case, see split_name), in
         shard order."""
-        return [(self.path(shard.file), shard.records)
-                for shard in self.summary.splits[self.split_name(split)].shards]
+        return [
+            (self.path(shard.file), shard.records)
+            for shard in self.summary.splits[self.split_name(split)].shards
+        ]
 
     def read_shard(self, path: str) -> Iterator[bytes]:
         """The records of one shard, in order, each checked as its format can; raises
@@ -178,6 +193,9 @@ class Output:
 
     def parse_spec(self) -> dict[str, tf.io.FixedLenFeature | tf.io.RaggedFeature]:
         """tf.io.parse_example's spec for every key: lists as RaggedFeature (1-D per example)."""
-        return {key: tf.io.RaggedFeature(_DTYPES[feature.dtype]) if feature.list
-                else tf.io.FixedLenFeature([], _DTYPES[feature.dtype])
-                for key, feature in self.features.items()}
+        return {
+            key: tf.io.RaggedFeature(_DTYPES[feature.dtype])
+            if feature.list
+            else tf.io.FixedLenFeature([], _DTYPES[feature.dtype])
+            for key, feature in self.features.items()
+        }

@@ -15,19 +15,30 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, NotRequired, TypeVar
 
 import pydantic
 import tensorflow as tf
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 from image_tfrecords.core.feature_keys import IMAGE, LABEL_TEXT, SOURCE_ID
 from image_tfrecords.core.images import THUMBNAIL_SIDE, open_image, thumbnail_of
 from image_tfrecords.core.inputs.documents import DocumentError, load_json
 from image_tfrecords.core.naming import REPORT_FILE
-from image_tfrecords.core.report_page import (LEAKS_LISTED, PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL,
-                                CopyPair, Pictured, RejectedRow, ReportContent, copy_rank,
-                                distinct, render_report, sample_rank)
+from image_tfrecords.core.report_page import (
+    LEAKS_LISTED,
+    PAIRS_SHOWN,
+    REJECTED_SHOWN,
+    SAMPLE_PER_LABEL,
+    CopyPair,
+    Pictured,
+    RejectedRow,
+    ReportContent,
+    copy_rank,
+    distinct,
+    render_report,
+    sample_rank,
+)
 from image_tfrecords.output import Output
 
 _T = TypeVar("_T")
@@ -66,40 +77,57 @@ def rebuild_report(output_dir: str) -> str:
     """Writes OUTPUT/report.html and returns its path."""
     output = Output.read(output_dir)
     summary = output.summary
-    copies = {kind: _first(map(_as_shown, _json_lines(output, found.files, _COPY_LINE)),
-                           LEAKS_LISTED, _copy_rank)
-              for kind, found in (("duplicates", summary.duplicates),
-                                  ("near_duplicates", summary.near_duplicates))}
-    wanted = {(image["split"], image["uri"]) for pairs in copies.values()  # pictured
-              for pair in pairs[:PAIRS_SHOWN] for image in (pair["kept"], pair["copy"])}
+    copies = {
+        kind: _first(
+            map(_as_shown, _json_lines(output, found.files, _COPY_LINE)), LEAKS_LISTED, _copy_rank
+        )
+        for kind, found in (
+            ("duplicates", summary.duplicates),
+            ("near_duplicates", summary.near_duplicates),
+        )
+    }
+    wanted = {
+        (image["split"], image["uri"])
+        for pairs in copies.values()  # pictured
+        for pair in pairs[:PAIRS_SHOWN]
+        for image in (pair["kept"], pair["copy"])
+    }
     samples, thumbnails = _sample(output, wanted)
 
     def pictured(image: dict[str, Any]) -> Pictured:
         shown = image["split"], image["uri"]
-        return Pictured(image["uri"], image["split"], tuple(image["labels"]),
-                        thumbnails.get(shown))
+        return Pictured(image["uri"], image["split"], tuple(image["labels"]), thumbnails.get(shown))
 
     rejected: dict[str, list[dict[str, Any]]] = {}
     for dead in _json_lines(output, summary.errors.files, _DEAD_LETTER_LINE):
         rejected.setdefault(dead["reason"], []).append(dead)
     content = ReportContent(
         samples=samples,
-        duplicates=[CopyPair(pictured(pair["kept"]), pictured(pair["copy"]), 0)
-                    for pair in copies["duplicates"]],
-        near_duplicates=[CopyPair(pictured(pair["kept"]), pictured(pair["copy"]),
-                                  pair["distance"]) for pair in copies["near_duplicates"]],
-        dead_letters={reason: [RejectedRow(dead["manifest"], dead["line"], dead["uri"],
-                                           dead["message"])
-                               for dead in _first(rows, REJECTED_SHOWN, _row_rank)]
-                      for reason, rows in sorted(rejected.items())})
+        duplicates=[
+            CopyPair(pictured(pair["kept"]), pictured(pair["copy"]), 0)
+            for pair in copies["duplicates"]
+        ],
+        near_duplicates=[
+            CopyPair(pictured(pair["kept"]), pictured(pair["copy"]), pair["distance"])
+            for pair in copies["near_duplicates"]
+        ],
+        dead_letters={
+            reason: [
+                RejectedRow(dead["manifest"], dead["line"], dead["uri"], dead["message"])
+                for dead in _first(rows, REJECTED_SHOWN, _row_rank)
+            ]
+            for reason, rows in sorted(rejected.items())
+        },
+    )
     path = output.path(REPORT_FILE)
     with tf.io.gfile.GFile(path, "wb") as out:
         out.write(render_report(summary, content, output.directory).encode())
     return path
 
 
-def _sample(output: Output, wanted: set[_Shown]
-            ) -> tuple[dict[str, dict[str, list[Pictured]]], dict[_Shown, bytes]]:
+def _sample(
+    output: Output, wanted: set[_Shown]
+) -> tuple[dict[str, dict[str, list[Pictured]]], dict[_Shown, bytes]]:
     """The sample of each split and label, and the thumbnails of the `wanted` examples:
     one pass over every shard, decoding only the images that are shown (or, for the
     sample, that are the lowest-ranked so far)."""
@@ -128,8 +156,10 @@ def _sample(output: Output, wanted: set[_Shown]
                 else:
                     heapq.heapreplace(heap, entry)
         if lowest:
-            samples[split] = {label: [pictured for _, pictured in sorted(heap, reverse=True)]
-                              for label, heap in sorted(lowest.items())}
+            samples[split] = {
+                label: [pictured for _, pictured in sorted(heap, reverse=True)]
+                for label, heap in sorted(lowest.items())
+            }
     return samples, thumbnails
 
 
@@ -151,8 +181,9 @@ def _records(output: Output, split: str) -> Iterator[bytes]:
         yield from output.read_shard(path)
 
 
-def _json_lines(output: Output, files: Iterable[str], record: pydantic.TypeAdapter
-                ) -> Iterator[dict[str, Any]]:
+def _json_lines(
+    output: Output, files: Iterable[str], record: pydantic.TypeAdapter
+) -> Iterator[dict[str, Any]]:
     """Each line of the files, as `record` types it; ValueError naming the file and line
     of one that is not such a record."""
     for name in files:
@@ -174,8 +205,9 @@ def _typed_line(record: pydantic.TypeAdapter, line: bytes, where: str) -> dict[s
     except pydantic.ValidationError as problem:
         first = problem.errors()[0]
         field = ".".join(map(str, first["loc"])) or "the line"
-        raise ValueError(f"{where}: not a line image-tfrecords writes ({field}: "
-                         f"{first['msg']})") from None
+        raise ValueError(
+            f"{where}: not a line image-tfrecords writes ({field}: {first['msg']})"
+        ) from None
 
 
 def _first(items: Iterable[_T], count: int, rank: Callable[[_T], Any]) -> list[_T]:
@@ -184,14 +216,16 @@ def _first(items: Iterable[_T], count: int, rank: Callable[[_T], Any]) -> list[_
 
 def _as_shown(pair: dict[str, Any]) -> dict[str, Any]:
     """A copy's line with each label once (report_page.distinct), all the page keeps."""
-    return pair | {side: pair[side] | {"labels": distinct(pair[side]["labels"])}
-                   for side in ("kept", "copy")}
+    return pair | {
+        side: pair[side] | {"labels": distinct(pair[side]["labels"])} for side in ("kept", "copy")
+    }
 
 
 def _copy_rank(pair: dict[str, Any]) -> tuple:
     copy = pair["copy"]
-    return copy_rank(pair["kept"]["split"], copy["split"], copy["manifest"], copy["line"],
-                     copy["uri"])
+    return copy_rank(
+        pair["kept"]["split"], copy["split"], copy["manifest"], copy["line"], copy["uri"]
+    )
 
 
 def _row_rank(dead: dict[str, Any]) -> tuple:

@@ -16,8 +16,16 @@ import posixpath
 import numpy as np
 import tensorflow as tf
 
-from image_tfrecords.core.feature_keys import (HEIGHT, KEYPOINT, LABEL_ID_BASE, LABEL_TEXT, MASKS,
-                                              OBJECT_LABEL, SEGMENTATION, WIDTH)
+from image_tfrecords.core.feature_keys import (
+    HEIGHT,
+    KEYPOINT,
+    LABEL_ID_BASE,
+    LABEL_TEXT,
+    MASKS,
+    OBJECT_LABEL,
+    SEGMENTATION,
+    WIDTH,
+)
 from image_tfrecords.core.file_formats import GFiles, RecordError, shard_globs
 from image_tfrecords.output import Output
 
@@ -44,10 +52,16 @@ def verify(output_dir: str) -> Verified:
     shards = 0
     for split, stats in output.summary.splits.items():
         listed = output.shards(split)
-        companions = {path: [output.path(name) for name in shard.companions]
-                      for (path, _), shard in zip(listed, stats.shards)}
-        _check_no_unlisted_shards(output, split, {path for path, _ in listed}
-                                  | {path for paths in companions.values() for path in paths})
+        companions = {
+            path: [output.path(name) for name in shard.companions]
+            for (path, _), shard in zip(listed, stats.shards)
+        }
+        _check_no_unlisted_shards(
+            output,
+            split,
+            {path for path, _ in listed}
+            | {path for paths in companions.values() for path in paths},
+        )
         for path, expected in listed:
             name = posixpath.basename(path)
             if not tf.io.gfile.exists(path):
@@ -59,11 +73,15 @@ def verify(output_dir: str) -> Verified:
         examples[split] = sum(records for _, records in listed)
         shards += len(listed)
         if examples[split] != stats.examples:
-            raise VerifyError(f"split {split}: its shards hold {examples[split]} records, "
-                              f"summary.json says {stats.examples} examples")
+            raise VerifyError(
+                f"split {split}: its shards hold {examples[split]} records, "
+                f"summary.json says {stats.examples} examples"
+            )
     if sum(examples.values()) != output.summary.examples_written:
-        raise VerifyError(f"the splits hold {sum(examples.values())} examples, summary.json "
-                          f"says {output.summary.examples_written} were written")
+        raise VerifyError(
+            f"the splits hold {sum(examples.values())} examples, summary.json "
+            f"says {output.summary.examples_written} were written"
+        )
     return Verified(examples, shards)
 
 
@@ -81,8 +99,9 @@ def _verify_shard(output: Output, path: str, check: _ExampleCheck, name: str) ->
     return sizes
 
 
-def _verify_companions(output: Output, shard: str, companions: list[str],
-                       record_sizes: list[int]) -> None:
+def _verify_companions(
+    output: Output, shard: str, companions: list[str], record_sizes: list[int]
+) -> None:
     """The files beside a shard (a TFRecord shard's .idx) are there and agree with its
     records (of `record_sizes` bytes)."""
     if not companions:
@@ -98,11 +117,13 @@ def _verify_companions(output: Output, shard: str, companions: list[str],
 
 
 def _check_no_unlisted_shards(output: Output, split: str, listed: set[str]) -> None:
-    for path in (found for glob in shard_globs(split)
-                 for found in tf.io.gfile.glob(output.path(glob))):
+    for path in (
+        found for glob in shard_globs(split) for found in tf.io.gfile.glob(output.path(glob))
+    ):
         if path not in listed:
-            raise VerifyError(f"{posixpath.basename(path)}: a shard file summary.json "
-                              "does not list")
+            raise VerifyError(
+                f"{posixpath.basename(path)}: a shard file summary.json does not list"
+            )
 
 
 class _ExampleCheck:
@@ -119,8 +140,10 @@ class _ExampleCheck:
         try:
             example = tf.io.parse_single_example(record, self._spec)
         except tf.errors.InvalidArgumentError as problem:
-            raise ValueError(f"not an example of the features summary.json lists: "
-                             f"{problem.message.splitlines()[0]}") from problem
+            raise ValueError(
+                f"not an example of the features summary.json lists: "
+                f"{problem.message.splitlines()[0]}"
+            ) from problem
         values = {key: value.numpy() for key, value in example.items()}
         for key in self._images:
             self._check_image(key, values)
@@ -146,8 +169,9 @@ class _ExampleCheck:
         for dimension, size in zip(("height", "width", "channels"), shape):
             stated = values.get(f"{prefix}/{dimension}")
             if stated is not None and stated != size:
-                raise ValueError(f"{key} decodes with {dimension} {size}, "
-                                 f"{prefix}/{dimension} says {stated}")
+                raise ValueError(
+                    f"{key} decodes with {dimension} {size}, {prefix}/{dimension} says {stated}"
+                )
         digest = values.get(f"{prefix}/key/sha256")
         if digest is not None and digest.decode() != hashlib.sha256(encoded).hexdigest():
             raise ValueError(f"{key} does not match {prefix}/key/sha256")
@@ -164,11 +188,14 @@ class _ExampleCheck:
             try:
                 pixels = tf.io.decode_png(mask).numpy()
             except tf.errors.InvalidArgumentError as problem:
-                raise ValueError(f"{MASKS} {number} does not decode: {problem.message}"
-                                 ) from problem
+                raise ValueError(
+                    f"{MASKS} {number} does not decode: {problem.message}"
+                ) from problem
             if pixels.shape[:2] != size or pixels.shape[2] != 1:
-                raise ValueError(f"{MASKS} {number} is {pixels.shape[1]}x{pixels.shape[0]}"
-                                 f"x{pixels.shape[2]}, the image {size[1]}x{size[0]}x1")
+                raise ValueError(
+                    f"{MASKS} {number} is {pixels.shape[1]}x{pixels.shape[0]}"
+                    f"x{pixels.shape[2]}, the image {size[1]}x{size[0]}x1"
+                )
             if pixels.max(initial=0) > 1:
                 raise ValueError(f"{MASKS} {number} holds values other than 0 and 1")
 
@@ -178,24 +205,33 @@ class _ExampleCheck:
         shape = tf.io.decode_png(values[SEGMENTATION]).shape
         size = (values[HEIGHT], values[WIDTH])
         if tuple(shape) != (*size, 1):
-            raise ValueError(f"{SEGMENTATION} is {shape[1]}x{shape[0]}x{shape[2]}, the image "
-                             f"{size[1]}x{size[0]}x1")
+            raise ValueError(
+                f"{SEGMENTATION} is {shape[1]}x{shape[0]}x{shape[2]}, the image "
+                f"{size[1]}x{size[0]}x1"
+            )
 
     @staticmethod
     def _check_keypoints(values: dict[str, np.ndarray]) -> None:
         """K points per object in every keypoint list, and one `num` per object: a count,
         not checked against the visibilities (it is the source's own `num_keypoints`
         where it gives one, which CrowdPose's is not)."""
-        counts, visibility = values[_KEYPOINT_NUM], values[f"{_KEYPOINT}visibility"]
+        counts, visibility = values[_KEYPOINT_NUM], values[f"{KEYPOINT}visibility"]
         objects = len(values[OBJECT_LABEL])
         left = len(visibility) % objects if objects else len(visibility)
-        lists = [f"{_KEYPOINT}{key}" for key in ("x", "y", "visibility", "text")
-                 if f"{_KEYPOINT}{key}" in values]
-        if left or len(counts) != objects or any(len(values[key]) != len(visibility)
-                                                   for key in lists):
-            raise ValueError(f"{objects} objects, but {len(counts)} values in "
-                             f"{_KEYPOINT_NUM} and " + ", ".join(
-                                 f"{len(values[key])} in {key}" for key in lists))
+        lists = [
+            f"{KEYPOINT}{key}"
+            for key in ("x", "y", "visibility", "text")
+            if f"{KEYPOINT}{key}" in values
+        ]
+        if (
+            left
+            or len(counts) != objects
+            or any(len(values[key]) != len(visibility) for key in lists)
+        ):
+            raise ValueError(
+                f"{objects} objects, but {len(counts)} values in "
+                f"{_KEYPOINT_NUM} and " + ", ".join(f"{len(values[key])} in {key}" for key in lists)
+            )
         if (counts < 0).any():
             raise ValueError(f"{_KEYPOINT_NUM} holds a negative count: {counts.tolist()}")
 
@@ -205,8 +241,10 @@ class _ExampleCheck:
         ids = (np.atleast_1d(values[key]) - base).tolist()
         for label_id in ids:
             if not 0 <= label_id < self._num_classes:
-                raise ValueError(f"{key} {label_id + base} is outside the vocabulary "
-                                 f"(ids {base}..{self._num_classes - 1 + base})")
+                raise ValueError(
+                    f"{key} {label_id + base} is outside the vocabulary "
+                    f"(ids {base}..{self._num_classes - 1 + base})"
+                )
         if LABEL_TEXT[key] not in values:
             return
         texts = [text.decode() for text in np.atleast_1d(values[LABEL_TEXT[key]])]
@@ -214,5 +252,7 @@ class _ExampleCheck:
             raise ValueError(f"{len(ids)} values in {key}, {len(texts)} in {LABEL_TEXT[key]}")
         for label_id, text in zip(ids, texts):
             if label_id < len(self._vocabulary) and text != self._vocabulary[label_id]:
-                raise ValueError(f"{key} {label_id + base} is {self._vocabulary[label_id]!r} "
-                                 f"in the vocabulary, but {LABEL_TEXT[key]} says {text!r}")
+                raise ValueError(
+                    f"{key} {label_id + base} is {self._vocabulary[label_id]!r} "
+                    f"in the vocabulary, but {LABEL_TEXT[key]} says {text!r}"
+                )

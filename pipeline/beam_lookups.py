@@ -52,15 +52,17 @@ def cached_lookups() -> Iterator[None]:
         core.get_signature, PipelineOptions.view_as = beam_get_signature, beam_view_as
 
 
-def _remembering(get_signature: Callable[[Any], inspect.Signature]
-                 ) -> Callable[[Any], inspect.Signature]:
+def _remembering(
+    get_signature: Callable[[Any], inspect.Signature],
+) -> Callable[[Any], inspect.Signature]:
     known: dict[Any, inspect.Signature] = {}
 
     def remembered(function: Any) -> inspect.Signature:
         if isinstance(function, types.FunctionType):
             key: Any = function
-        elif (isinstance(function, types.MethodType)
-              and isinstance(function.__func__, types.FunctionType)):
+        elif isinstance(function, types.MethodType) and isinstance(
+            function.__func__, types.FunctionType
+        ):
             key = ("bound", function.__func__)
         else:
             return get_signature(function)
@@ -71,8 +73,9 @@ def _remembering(get_signature: Callable[[Any], inspect.Signature]
     return remembered
 
 
-def _remembered_views(view_as: Callable[[PipelineOptions, type], PipelineOptions]
-                      ) -> Callable[[PipelineOptions, type], PipelineOptions]:
+def _remembered_views(
+    view_as: Callable[[PipelineOptions, type], PipelineOptions],
+) -> Callable[[PipelineOptions, type], PipelineOptions]:
     # By the options' id, with the options kept alive, so that no id is reused.
     known: dict[tuple[int, type], tuple[PipelineOptions, PipelineOptions]] = {}
 

@@ -12,9 +12,9 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from image_tfrecords.core import interrupts
 from image_tfrecords.core.console import quiet_console
 from image_tfrecords.pipeline.versions import version_lines
-from image_tfrecords.core import interrupts
 
 _USAGE = """usage: image-tfrecords COMMAND [options]
 
@@ -44,8 +44,7 @@ _EXAMPLES = """examples:
       --output_dir gs://bucket/tfrecords
   image-tfrecords convert --manifest data.csv --output_dir out/ --resume
       (after a stopped run: the same command, continued)"""
-_VERBOSE_HELP = ("print all that TensorFlow's libraries print, their start-up lines "
-                 "included")
+_VERBOSE_HELP = "print all that TensorFlow's libraries print, their start-up lines included"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,8 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(version_lines())
         return 0
     command, rest = args[0], args[1:]
-    commands = {"convert": convert_main, "verify": verify_main, "inspect": inspect_main,
-                "report": report_main}
+    commands = {
+        "convert": convert_main,
+        "verify": verify_main,
+        "inspect": inspect_main,
+        "report": report_main,
+    }
     if command in commands:
         try:
             code = commands[command](rest)
@@ -76,7 +79,9 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     with interrupts.signals_stop():
         try:
             return _convert(argv)
-        except interrupts.Stopped as stopped:  # in the imports, before image_tfrecords.pipeline.run's
+        except (
+            interrupts.Stopped
+        ) as stopped:  # in the imports, before image_tfrecords.pipeline.run's
             print(f"error: {stopped.said()}", file=sys.stderr)
             return stopped.exit_code
 
@@ -112,8 +117,11 @@ def _convert(argv: Sequence[str] | None) -> int:
 
 def verify_main(argv: Sequence[str]) -> int:
     args = _output_arguments(
-        "verify", "Read every shard back: record CRCs, examples, images, label ids, and the "
-                  "counts in summary.json. Exits 1 naming the first bad shard/record.", argv)
+        "verify",
+        "Read every shard back: record CRCs, examples, images, label ids, and the "
+        "counts in summary.json. Exits 1 naming the first bad shard/record.",
+        argv,
+    )
     try:
         with quiet_console(args.verbose):
             from image_tfrecords.verify import verify  # noqa: PLC0415 - after the env above
@@ -122,8 +130,10 @@ def verify_main(argv: Sequence[str]) -> int:
     except (ValueError, FileNotFoundError) as problem:  # VerifyError is a ValueError
         return _output_problem(args.output_dir, problem)
     splits = ", ".join(f"{split} {count}" for split, count in verified.examples.items())
-    print(f"ok: {sum(verified.examples.values())} examples in {verified.shards} shards "
-          f"({splits}): every record, image and label id checked")
+    print(
+        f"ok: {sum(verified.examples.values())} examples in {verified.shards} shards "
+        f"({splits}): every record, image and label id checked"
+    )
     _say_later_failure(args.output_dir)
     return 0
 
@@ -135,9 +145,13 @@ def inspect_main(argv: Sequence[str]) -> int:
         parser.add_argument("--out", required=True, help="folder to write the files into")
 
     args = _output_arguments(
-        "inspect", "Write the first N records of a split as image files (their stored "
-                   "bytes), a CSV of their other features and, for detection, PNGs with the "
-                   "boxes drawn.", argv, selection)
+        "inspect",
+        "Write the first N records of a split as image files (their stored "
+        "bytes), a CSV of their other features and, for detection, PNGs with the "
+        "boxes drawn.",
+        argv,
+        selection,
+    )
     try:
         with quiet_console(args.verbose):
             from image_tfrecords.inspection import CSV_FILE, inspect_split  # noqa: PLC0415
@@ -152,10 +166,13 @@ def inspect_main(argv: Sequence[str]) -> int:
 
 def report_main(argv: Sequence[str]) -> int:
     args = _output_arguments(
-        "report", "Write OUTPUT/report.html again from the output's own files (summary.json, "
-                  "the shards, the dead letters and the copies found), in one pass over the "
-                  "shards: for an output written before reports were, or one whose report "
-                  "was lost.", argv)
+        "report",
+        "Write OUTPUT/report.html again from the output's own files (summary.json, "
+        "the shards, the dead letters and the copies found), in one pass over the "
+        "shards: for an output written before reports were, or one whose report "
+        "was lost.",
+        argv,
+    )
     try:
         with quiet_console(args.verbose):
             from image_tfrecords.report import rebuild_report  # noqa: PLC0415
@@ -175,8 +192,11 @@ def _say_later_failure(output_dir: str) -> None:
 
     failed = last_failed_run(output_folder(output_dir))
     if failed:
-        print(f"warning: {output_dir}: this is the output an earlier run published; a later "
-              f"run failed and published nothing: {failed.said()}", file=sys.stderr)
+        print(
+            f"warning: {output_dir}: this is the output an earlier run published; a later "
+            f"run failed and published nothing: {failed.said()}",
+            file=sys.stderr,
+        )
 
 
 def _output_problem(output_dir: str, problem: Exception) -> int:
@@ -188,9 +208,12 @@ def _output_problem(output_dir: str, problem: Exception) -> int:
     return 2 if isinstance(problem, NotAnOutput) else 1
 
 
-def _output_arguments(command: str, description: str, argv: Sequence[str],
-                      more: Callable[[argparse.ArgumentParser], None] | None = None
-                      ) -> argparse.Namespace:
+def _output_arguments(
+    command: str,
+    description: str,
+    argv: Sequence[str],
+    more: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.Namespace:
     """The options of a command that reads an output (verify, inspect, report): the
     folder, `more`'s, and --verbose; TensorFlow is quietened before the command loads it."""
     parser = argparse.ArgumentParser(prog=f"image-tfrecords {command}", description=description)
@@ -226,16 +249,24 @@ def _own_help() -> str:
     from image_tfrecords.pipeline.options import ConvertOptions  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(
-        prog="image-tfrecords convert", allow_abbrev=False, add_help=False,
+        prog="image-tfrecords convert",
+        allow_abbrev=False,
+        add_help=False,
         formatter_class=lambda prog: _DefaultsShown(prog, max_help_position=30),
         usage="%(prog)s (--manifest PATH | --image_folder DIR) --output_dir DIR [options]",
         description=textwrap.fill(
             "Convert an image manifest, annotations or a folder of images into "
-            "split-partitioned TFRecord or ArrayRecord shards.", width=_help_width()),
-        epilog=_EXAMPLES + "\n\n" + textwrap.fill(
+            "split-partitioned TFRecord or ArrayRecord shards.",
+            width=_help_width(),
+        ),
+        epilog=_EXAMPLES
+        + "\n\n"
+        + textwrap.fill(
             f"Beam's options (--runner, Dataflow's, Flink's and Spark's, --s3_*, --hdfs_*, "
             f"...) pass through to the runner unchanged: {BEAM_HELP} lists them all.",
-            width=_help_width()))
+            width=_help_width(),
+        ),
+    )
     ConvertOptions._add_argparse_args(parser)  # noqa: SLF001 - Beam's own extension point
     return parser.format_help()
 
@@ -246,10 +277,13 @@ def _beam_help() -> str:
     from image_tfrecords.pipeline.options import options_classes  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(
-        prog="image-tfrecords convert", allow_abbrev=False, conflict_handler="resolve",
-        add_help=False, usage="%(prog)s ... [Beam options]",
-        description="Beam's options, passed to the runner unchanged (this job's own: "
-                    "--help).")
+        prog="image-tfrecords convert",
+        allow_abbrev=False,
+        conflict_handler="resolve",
+        add_help=False,
+        usage="%(prog)s ... [Beam options]",
+        description="Beam's options, passed to the runner unchanged (this job's own: --help).",
+    )
     _, *beam_options = options_classes()
     for options_class in beam_options:
         options_class._add_argparse_args(parser)  # noqa: SLF001

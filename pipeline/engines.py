@@ -24,13 +24,18 @@ import zipfile
 from collections.abc import Iterator
 
 import psutil
-from apache_beam.options.pipeline_options import (FlinkRunnerOptions, GoogleCloudOptions,
-                                                  PipelineOptions, PortableOptions,
-                                                  SparkRunnerOptions, StandardOptions)
+from apache_beam.options.pipeline_options import (
+    FlinkRunnerOptions,
+    GoogleCloudOptions,
+    PipelineOptions,
+    PortableOptions,
+    SparkRunnerOptions,
+    StandardOptions,
+)
 
+from image_tfrecords.core import naming
 from image_tfrecords.pipeline.options import add_switch
 from image_tfrecords.pipeline.tft_storage import WHAT_WORKS
-from image_tfrecords.core import naming
 
 JOB_SERVERS = pathlib.Path(__file__).resolve().parents[1] / "job_servers"
 _STOP_SECONDS = 10  # a job server's JVM takes a second or two to stop once asked
@@ -60,17 +65,25 @@ class Engine:
 
 ENGINES = {
     "flinkrunner": Engine(
-        name="Flink", jar_option="flink_job_server_jar", options_class=FlinkRunnerOptions,
+        name="Flink",
+        jar_option="flink_job_server_jar",
+        options_class=FlinkRunnerOptions,
         built_jar=JOB_SERVERS / "flink" / "target" / "beam-flink-1.19-job-server.jar",
-        logger="FlinkJarJobServer", job_server_argument="--flink-master",
+        logger="FlinkJarJobServer",
+        job_server_argument="--flink-master",
         master_option="flink_master",
-        local_master=re.compile(r"\[(local|auto)\]")),
+        local_master=re.compile(r"\[(local|auto)\]"),
+    ),
     "sparkrunner": Engine(
-        name="Spark", jar_option="spark_job_server_jar", options_class=SparkRunnerOptions,
+        name="Spark",
+        jar_option="spark_job_server_jar",
+        options_class=SparkRunnerOptions,
         built_jar=JOB_SERVERS / "spark" / "target" / "beam-spark-3-job-server.jar",
-        logger="SparkJarJobServer", job_server_argument="--spark-master-url",
+        logger="SparkJarJobServer",
+        job_server_argument="--spark-master-url",
         master_option="spark_master_url",
-        local_master=re.compile(r"local(\[.+\])?")),
+        local_master=re.compile(r"local(\[.+\])?"),
+    ),
 }
 
 
@@ -85,14 +98,16 @@ class ClusterOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser) -> None:
-        add_switch(parser, "--beam_runner_on_cluster",
-                   "FlinkRunner on a cluster whose lib/ folder holds Beam's runner (the job "
-                   "server's jars): the job is submitted without them (152 MB each job "
-                   "otherwise). See docs/operations/clusters.md.")
+        add_switch(
+            parser,
+            "--beam_runner_on_cluster",
+            "FlinkRunner on a cluster whose lib/ folder holds Beam's runner (the job "
+            "server's jars): the job is submitted without them (152 MB each job "
+            "otherwise). See docs/operations/clusters.md.",
+        )
         # An option of Beam's Java job server that Beam's Python SDK does not declare (it
         # sends a job server only the options it knows); set below, not by users.
-        parser.add_argument("--pipeline_resources_detector_factory_class",
-                            help=argparse.SUPPRESS)
+        parser.add_argument("--pipeline_resources_detector_factory_class", help=argparse.SUPPRESS)
 
 
 class EngineUnusable(ValueError):
@@ -119,29 +134,34 @@ def use_built_job_server(options: PipelineOptions) -> None:
     if engine is not None:
         _name_the_job_server(engine, options)
     stage_no_jars_where_the_cluster_has_them(engine, options)
-    if engine is not None and not (_runs_on_this_machine(engine, options)
-                                   or options.view_as(GoogleCloudOptions).temp_location):
+    if engine is not None and not (
+        _runs_on_this_machine(engine, options) or options.view_as(GoogleCloudOptions).temp_location
+    ):
         raise EngineUnusable(
             f"--temp_location: on a {engine.name} cluster ({engine.master_option} "
             f"{engine.master(options)}) the workers write tf.Transform's files there; give "
-            f"a folder every worker reaches ({WHAT_WORKS})")
+            f"a folder every worker reaches ({WHAT_WORKS})"
+        )
 
 
 def _name_the_job_server(engine: Engine, options: PipelineOptions) -> None:
     engine_options = options.view_as(engine.options_class)
-    if not (options.view_as(PortableOptions).job_endpoint
-            or getattr(engine_options, engine.jar_option)):
+    if not (
+        options.view_as(PortableOptions).job_endpoint or getattr(engine_options, engine.jar_option)
+    ):
         if not engine.built_jar.exists():
             raise EngineUnusable(
                 f"--runner {engine.name}Runner needs Beam's {engine.name} job server: "
                 f"`make job-servers` builds it (Maven and Java 17) into {engine.built_jar}; "
                 f"or give --{engine.jar_option} JAR, or --job_endpoint HOST:PORT of a "
-                "running one")
+                "running one"
+            )
         setattr(engine_options, engine.jar_option, str(engine.built_jar))
 
 
-def stage_no_jars_where_the_cluster_has_them(engine: Engine | None,
-                                              options: PipelineOptions) -> None:
+def stage_no_jars_where_the_cluster_has_them(
+    engine: Engine | None, options: PipelineOptions
+) -> None:
     """With --beam_runner_on_cluster, the job server sends the job without its own jars.
 
     Beam's Flink job server otherwise uploads every jar of its class path with each job
@@ -155,12 +175,14 @@ def stage_no_jars_where_the_cluster_has_them(engine: Engine | None,
     if engine is None or engine.name != "Flink" or _runs_on_this_machine(engine, options):
         raise EngineUnusable(
             "--beam_runner_on_cluster: for --runner FlinkRunner with a cluster's "
-            "--flink_master HOST:PORT and its SDK workers there (not LOOPBACK)")
+            "--flink_master HOST:PORT and its SDK workers there (not LOOPBACK)"
+        )
     jar = getattr(options.view_as(engine.options_class), engine.jar_option)
     if jar and not _holds_class(pathlib.Path(jar), NO_JARS_TO_STAGE):
         raise EngineUnusable(
             f"--beam_runner_on_cluster needs the job server `make job-servers` builds "
-            f"({engine.built_jar}): --{engine.jar_option} {jar} has no {NO_JARS_TO_STAGE}")
+            f"({engine.built_jar}): --{engine.jar_option} {jar} has no {NO_JARS_TO_STAGE}"
+        )
     cluster.pipeline_resources_detector_factory_class = NO_JARS_TO_STAGE
 
 
@@ -175,8 +197,10 @@ def _holds_class(jar: pathlib.Path, class_name: str) -> bool:
 def _runs_on_this_machine(engine: Engine, options: PipelineOptions) -> bool:
     """Whether every worker shares this machine's disk: an engine started inside its job
     server, or workers in this process (LOOPBACK)."""
-    return (_embedded(engine, options)
-            or options.view_as(PortableOptions).environment_type == "LOOPBACK")
+    return (
+        _embedded(engine, options)
+        or options.view_as(PortableOptions).environment_type == "LOOPBACK"
+    )
 
 
 def runs_inside_the_job_server(engine: Engine, options: PipelineOptions) -> bool:
@@ -217,13 +241,14 @@ def submitted_flink_jobs(job_server_output: str, flink_master: str) -> list[Flin
     them; their REST address as it says, else --flink_master's."""
     urls = dict(_SUBMITTED.findall(job_server_output))
     master = flink_master if "://" in flink_master else f"http://{flink_master}"
-    return [FlinkJob(job_id, urls.get(job_id, master).rstrip("/"))
-            for job_id in dict.fromkeys(_SUBMITTING.findall(job_server_output))]
+    return [
+        FlinkJob(job_id, urls.get(job_id, master).rstrip("/"))
+        for job_id in dict.fromkeys(_SUBMITTING.findall(job_server_output))
+    ]
 
 
 @contextlib.contextmanager
-def job_server_of_the_run(options: PipelineOptions, run_id: str
-                          ) -> Iterator[pathlib.Path | None]:
+def job_server_of_the_run(options: PipelineOptions, run_id: str) -> Iterator[pathlib.Path | None]:
     """Within the block, the output of the job server Beam starts for a Flink or Spark run
     goes to a file the console names; on leaving it, that job server is stopped. Nothing
     for other runners, nor for a job server already running (--job_endpoint).
@@ -245,8 +270,11 @@ def job_server_of_the_run(options: PipelineOptions, run_id: str
     logger.setLevel(logging.INFO)
     logger.propagate = False
     logger.addHandler(handler)
-    print(f"image-tfrecords: running on {engine.name}; the job server's log: {path}",
-          file=sys.stderr, flush=True)
+    print(
+        f"image-tfrecords: running on {engine.name}; the job server's log: {path}",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         yield path
     finally:
@@ -261,8 +289,11 @@ def stop_job_servers(engine: Engine) -> int:
     """Ends the job servers of `engine` this process started (java ... -jar JAR
     --flink-master ... or --spark-master-url ...), the way Beam would: asked, then told.
     Returns how many there were."""
-    servers = [child for child in psutil.Process().children()
-               if engine.job_server_argument in _command_line(child)]
+    servers = [
+        child
+        for child in psutil.Process().children()
+        if engine.job_server_argument in _command_line(child)
+    ]
     for server in servers:
         server.terminate()
     _, alive = psutil.wait_procs(servers, timeout=_STOP_SECONDS)

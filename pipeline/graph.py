@@ -21,6 +21,14 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineState
 
+from image_tfrecords.core import naming
+from image_tfrecords.core.chunks import RowChunk
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.failure import Failure
+from image_tfrecords.core.label_checks import merge_seen
+from image_tfrecords.core.publishing import delete_tree
+from image_tfrecords.core.row_tasks import ChunkSurvey
+from image_tfrecords.core.summary import RunInfo, Summary
 from image_tfrecords.pipeline import resume
 from image_tfrecords.pipeline.beam_lookups import cached_lookups
 from image_tfrecords.pipeline.collector import uncollected
@@ -36,21 +44,19 @@ from image_tfrecords.transforms.shards import EXAMPLE_KEYS, PlanShards, WriteSha
 from image_tfrecords.transforms.sorted_lines import WriteSortedLines
 from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 from image_tfrecords.transforms.worker_started import SayWorkerStarted
-from image_tfrecords.core import naming
-from image_tfrecords.core.chunks import RowChunk
-from image_tfrecords.core.dead_letters import DeadLetter
-from image_tfrecords.core.label_checks import merge_seen
-from image_tfrecords.core.publishing import delete_tree
-from image_tfrecords.core.row_tasks import ChunkSurvey
-from image_tfrecords.core.failure import Failure
-from image_tfrecords.core.summary import RunInfo, Summary
 
 _MB = 1 << 20
 
 
-def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
-        folder: resume.RunFolder, watch: JobWatch, pinned: PinnedVocabulary | None = None,
-        replaced_labels: tuple[str, ...] | None = None) -> Summary | None:
+def run(
+    options: PipelineOptions,
+    row_chunks: list[RowChunk],
+    run_info: RunInfo,
+    folder: resume.RunFolder,
+    watch: JobWatch,
+    pinned: PinnedVocabulary | None = None,
+    replaced_labels: tuple[str, ...] | None = None,
+) -> Summary | None:
     """Runs the conversion in `folder` and returns the summary.json it wrote; within
     `watch`, which cancels the job when the launcher is stopped (Stopped is raised, its
     outcome said) or no SDK worker starts in time.
@@ -64,8 +70,7 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
     """
     convert = options.view_as(ConvertOptions)
     temp_dir = naming.temp_dir(convert.output_dir, folder.run_id)
-    if folder.resumed and (published := resume.published_by(convert.output_dir,
-                                                             folder.run_id)):
+    if folder.resumed and (published := resume.published_by(convert.output_dir, folder.run_id)):
         delete_tree(temp_dir)  # it was stopped after publishing, while cleaning up
         return published
     # tf.Transform reads and writes through TensorFlow's filesystems, which know local
@@ -73,13 +78,14 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
     # folder is --temp_location (Dataflow's bucket) or the local temp dir, and the
     # publish step copies the transform_fn to the output through Beam's FileSystems.
     tft_dir = naming.transform_dir(
-        options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir(),
-        folder.run_id)
+        options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir(), folder.run_id
+    )
     delete_tree(tft_dir)  # a resumed run's, left by the stopped one: made again
     try:
         # Before the graph is built: tf.Transform reads the pinned file as it traces.
-        pinned_file = (write_pinned_vocabulary(pinned, FileSystems.join(tft_dir, "pinned"))
-                       if pinned else None)
+        pinned_file = (
+            write_pinned_vocabulary(pinned, FileSystems.join(tft_dir, "pinned")) if pinned else None
+        )
         p = beam.Pipeline(runner=_runner(options), options=options)
         with watch:
             try:
@@ -87,9 +93,19 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
                     marker = naming.worker_started(temp_dir)
                     # The graph lives until the run, as this block exits, ends.
                     with uncollected():
-                        build(p, convert, row_chunks, temp_dir, tft_dir, run_info,
-                              folder.resumed, pinned, pinned_file, replaced_labels,
-                              marker if watch.watches_workers else None)
+                        build(
+                            p,
+                            convert,
+                            row_chunks,
+                            temp_dir,
+                            tft_dir,
+                            run_info,
+                            folder.resumed,
+                            pinned,
+                            pinned_file,
+                            replaced_labels,
+                            marker if watch.watches_workers else None,
+                        )
                     watch.handed_over(p, marker)
             except Stopped as stopped:  # before its files go: the job may still use them
                 stopped.outcome = watch.cancel(getattr(p, "result", None))
@@ -109,11 +125,19 @@ def run(options: PipelineOptions, row_chunks: list[RowChunk], run_info: RunInfo,
         return Summary.from_json(file.read())
 
 
-def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
-          temp_dir: str, tft_dir: str, run_info: RunInfo, resuming: bool = False,
-          pinned: PinnedVocabulary | None = None, pinned_file: str | None = None,
-          replaced_labels: tuple[str, ...] | None = None,
-          worker_marker: str | None = None) -> None:
+def build(
+    p: beam.Pipeline,
+    options: ConvertOptions,
+    row_chunks: list[RowChunk],
+    temp_dir: str,
+    tft_dir: str,
+    run_info: RunInfo,
+    resuming: bool = False,
+    pinned: PinnedVocabulary | None = None,
+    pinned_file: str | None = None,
+    replaced_labels: tuple[str, ...] | None = None,
+    worker_marker: str | None = None,
+) -> None:
     """The conversion's graph; `pinned_file` is the pinned vocabulary as tf.Transform
     reads it (write_pinned_vocabulary), `pinned` the --vocabulary or declared classes it
     holds; `replaced_labels` the vocabulary of the output this run replaces; `resuming`:
@@ -127,79 +151,111 @@ def build(p: beam.Pipeline, options: ConvertOptions, row_chunks: list[RowChunk],
     chunks = p | "RowChunks" >> beam.Create(row_chunks)
     if worker_marker:  # a cluster run, whose launcher waits for it (pipeline/stopping.py)
         chunks = chunks | "SayWorkerStarted" >> beam.ParDo(
-            SayWorkerStarted(worker_marker, settings.filesystems))
+            SayWorkerStarted(worker_marker, settings.filesystems)
+        )
     surveys = chunks | "SurveyRows" >> SurveyRows(rules, settings)
     transform_fn = surveys | "AnalyzeLabels" >> AnalyzeLabels(settings, tft_dir, pinned_file)
     # What the publish step names when a label's TRAIN rows all became dead letters.
-    train_label_rows = (surveys
-                        | "TrainLabels" >> beam.FlatMap(_label_rows)
-                        | "CountTrainLabels" >> beam.CombinePerKey(sum))
+    train_label_rows = (
+        surveys
+        | "TrainLabels" >> beam.FlatMap(_label_rows)
+        | "CountTrainLabels" >> beam.CombinePerKey(sum)
+    )
     # Labels that are probably a mistake: every split's, with their first rows.
-    labels_seen = (surveys
-                   | "LabelsSeen" >> beam.FlatMap(lambda survey: survey.labels_seen.items())
-                   | "MergeLabelsSeen" >> beam.CombinePerKey(merge_seen))
-    transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
-        tft_dir)
+    labels_seen = (
+        surveys
+        | "LabelsSeen" >> beam.FlatMap(lambda survey: survey.labels_seen.items())
+        | "MergeLabelsSeen" >> beam.CombinePerKey(merge_seen)
+    )
+    transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(tft_dir)
     shard_plan = surveys | "PlanShards" >> PlanShards(
-        options.num_shards, int(options.target_shard_mb * _MB), settings.workers,
-        settings.filesystems)
+        options.num_shards,
+        int(options.target_shard_mb * _MB),
+        settings.workers,
+        settings.filesystems,
+    )
 
     # Pass 2: the chunks again, their rows labelled and packed by shard; then each shard
     # loads and writes its own images.
     packed = chunks | "PackRows" >> PackRows(
-        shard_plan, transform_fn, rules, settings,
-        pinned.unseen_where() if pinned else UNSEEN_IN_TRAIN)
+        shard_plan,
+        transform_fn,
+        rules,
+        settings,
+        pinned.unseen_where() if pinned else UNSEEN_IN_TRAIN,
+    )
     written = packed[PACKS] | "WriteShards" >> WriteShards(temp_dir, settings, resuming)
 
     # What is published besides the shards is staged, so the previous output stays whole
     # until the publish step swaps everything at once.
     staged = naming.staged_dir(temp_dir)
-    deduped = ((written.shards, written[EXAMPLE_KEYS])
-               | "Duplicates" >> ReportDuplicates(settings, temp_dir, staged))
+    deduped = (written.shards, written[EXAMPLE_KEYS]) | "Duplicates" >> ReportDuplicates(
+        settings, temp_dir, staged
+    )
 
-    dead_letters = ((surveys | "RowDeadLetters" >> beam.FlatMap(lambda s: s.dead_letters),
-                     packed.dead_letters, written.dead_letters, deduped.dead_letters)
-                    | "DeadLetters" >> beam.Flatten())
+    dead_letters = (
+        surveys | "RowDeadLetters" >> beam.FlatMap(lambda s: s.dead_letters),
+        packed.dead_letters,
+        written.dead_letters,
+        deduped.dead_letters,
+    ) | "DeadLetters" >> beam.Flatten()
     dead_letter_files = dead_letters | "WriteDeadLetters" >> WriteSortedLines(
-        naming.jsonl_list(staged, naming.ERRORS), DeadLetter.to_json, temp_dir,
-        sort_key=lambda d: (d.manifest, d.line), filesystems=settings.filesystems)
+        naming.jsonl_list(staged, naming.ERRORS),
+        DeadLetter.to_json,
+        temp_dir,
+        sort_key=lambda d: (d.manifest, d.line),
+        filesystems=settings.filesystems,
+    )
     # DISCARD rows are left out on purpose: read, but neither examples nor dead letters.
-    rows_discarded = (surveys
-                      | "Discarded" >> beam.Map(lambda survey: survey.discarded)
-                      | "CountDiscarded" >> beam.CombineGlobally(sum).without_defaults())
+    rows_discarded = (
+        surveys
+        | "Discarded" >> beam.Map(lambda survey: survey.discarded)
+        | "CountDiscarded" >> beam.CombineGlobally(sum).without_defaults()
+    )
     # Objects of shapes the examples cannot hold, by shape: among the discarded rows.
-    objects_left_out = (surveys
-                        | "LeftOut" >> beam.FlatMap(lambda s: s.objects_left_out.items())
-                        | "CountLeftOut" >> beam.CombinePerKey(sum))
+    objects_left_out = (
+        surveys
+        | "LeftOut" >> beam.FlatMap(lambda s: s.objects_left_out.items())
+        | "CountLeftOut" >> beam.CombinePerKey(sum)
+    )
     row_counts = surveys | "RowsRead" >> beam.Map(lambda survey: survey.rows_read)
 
     # What report.html shows besides summary.json: a sample, the first copies and dead letters.
-    report_content = (ReportSources(example_keys=written[EXAMPLE_KEYS],
-                                    dead_letters=dead_letters,
-                                    duplicates=deduped.duplicates,
-                                    near_duplicates=deduped.near_duplicates)
-                      | "ReportContent" >> GatherReportContent(temp_dir, settings.filesystems,
-                                                               dropped=deduped.dropped))
+    report_content = ReportSources(
+        example_keys=written[EXAMPLE_KEYS],
+        dead_letters=dead_letters,
+        duplicates=deduped.duplicates,
+        near_duplicates=deduped.near_duplicates,
+    ) | "ReportContent" >> GatherReportContent(
+        temp_dir, settings.filesystems, dropped=deduped.dropped
+    )
 
-    _ = (PublishInputs(
-            shards=deduped.shards,
-            dead_letter_reasons=dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
-            row_counts=row_counts,
-            rows_discarded=rows_discarded,
-            objects_left_out=objects_left_out,
-            train_label_rows=train_label_rows,
-            labels_seen=labels_seen,
-            duplicates_by_splits=deduped.by_splits,
-            near_duplicates_by_splits=deduped.near_by_splits,
-            report_content=report_content,
-            written=(transform_fn_written, dead_letter_files, deduped.reports))
-         | "Publish" >> PublishOutput(output_dir, temp_dir, tft_dir, settings, run_info,
-                                       PublishRules(
-                                           options.max_error_fraction,
-                                           pinned.source if pinned else None,
-                                           options.strict_labels,
-                                           declared=bool(pinned and pinned.declared),
-                                           replaced_labels=replaced_labels)))
+    _ = PublishInputs(
+        shards=deduped.shards,
+        dead_letter_reasons=dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
+        row_counts=row_counts,
+        rows_discarded=rows_discarded,
+        objects_left_out=objects_left_out,
+        train_label_rows=train_label_rows,
+        labels_seen=labels_seen,
+        duplicates_by_splits=deduped.by_splits,
+        near_duplicates_by_splits=deduped.near_by_splits,
+        report_content=report_content,
+        written=(transform_fn_written, dead_letter_files, deduped.reports),
+    ) | "Publish" >> PublishOutput(
+        output_dir,
+        temp_dir,
+        tft_dir,
+        settings,
+        run_info,
+        PublishRules(
+            options.max_error_fraction,
+            pinned.source if pinned else None,
+            options.strict_labels,
+            declared=bool(pinned and pinned.declared),
+            replaced_labels=replaced_labels,
+        ),
+    )
 
 
 def _label_rows(survey: ChunkSurvey) -> Iterator[tuple[str, int]]:
@@ -214,7 +270,7 @@ def _recorded_failure(temp_dir: str) -> Failure | None:
     so that the exception that stopped the run is the one raised."""
     try:
         return read_failure(temp_dir)
-    except Exception:  # each filesystem's own
+    except Exception:  # noqa: BLE001 - each filesystem's own
         return None
 
 

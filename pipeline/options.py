@@ -7,24 +7,37 @@ import difflib
 import os
 from collections.abc import Sequence
 
-from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions,
-                                                  GoogleCloudOptions, PipelineOptions,
-                                                  StandardOptions)
+from apache_beam.options.pipeline_options import (
+    DebugOptions,
+    DirectOptions,
+    GoogleCloudOptions,
+    PipelineOptions,
+    StandardOptions,
+)
 
 from image_tfrecords.core.choices import Dedupe, LabelMode, LabelOrder, LeftOut, UnseenLabel
 from image_tfrecords.core.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
 from image_tfrecords.core.downloads import DownloadSettings, is_url
-from image_tfrecords.core.file_formats import (DEFAULT_FORMAT, ShardFormat, compression_names,
-                                     format_names, shard_format)
-from image_tfrecords.core.images import ImageSettings, InvalidImageSettings
-from image_tfrecords.core.inputs.rows import DEFAULT_LABEL_SEPARATOR, DEFAULT_SPLIT_FRACTIONS, RowRules
-from image_tfrecords.core.inputs.sources import MANIFEST_FORMATS, split_and_path
-from image_tfrecords.core.workers import Workers
+from image_tfrecords.core.file_formats import (
+    DEFAULT_FORMAT,
+    ShardFormat,
+    compression_names,
+    format_names,
+    shard_format,
+)
 from image_tfrecords.core.filesystem_options import FilesystemOptions
+from image_tfrecords.core.images import ImageSettings, InvalidImageSettings
+from image_tfrecords.core.inputs.rows import (
+    DEFAULT_LABEL_SEPARATOR,
+    DEFAULT_SPLIT_FRACTIONS,
+    RowRules,
+)
+from image_tfrecords.core.inputs.sources import MANIFEST_FORMATS, split_and_path
 from image_tfrecords.core.run_settings import RunSettings
 from image_tfrecords.core.schema import ExtraColumn, SchemaError, load_schema
 from image_tfrecords.core.storage import is_local
 from image_tfrecords.core.summary import MIN_EXAMPLES_PER_SHARD
+from image_tfrecords.core.workers import Workers
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 # ImageSettings' fields whose option is named otherwise (its problems name the option).
@@ -41,179 +54,309 @@ class ConvertOptions(PipelineOptions):
     def _add_argparse_args(cls, parser) -> None:
         group = parser.add_argument_group("input", "What is read.")
         group.add_argument(
-            "--manifest", metavar="PATH", action="append",
+            "--manifest",
+            metavar="PATH",
+            action="append",
             help="A manifest or annotation file, folder or glob, local or remote (CSV, JSON "
-                 "Lines, COCO, VOC, KITTI, Open Images, CVAT, YOLO, Label Studio, LabelMe, "
-                 "Hugging Face), sniffed. SPLIT=PATH: all of PATH is that split. "
-                 "Repeatable. Image paths are relative to it (see --image_dir).")
+            "Lines, COCO, VOC, KITTI, Open Images, CVAT, YOLO, Label Studio, LabelMe, "
+            "Hugging Face), sniffed. SPLIT=PATH: all of PATH is that split. "
+            "Repeatable. Image paths are relative to it (see --image_dir).",
+        )
         group.add_argument(
-            "--image_folder", metavar="DIR",
+            "--image_folder",
+            metavar="DIR",
             help="Instead of --manifest: a folder of ROOT/[<split>/]<label>/<file> "
-                 "images, a Hugging Face imagefolder or a YOLO folder.")
+            "images, a Hugging Face imagefolder or a YOLO folder.",
+        )
         group.add_argument(
-            "--input_format", choices=MANIFEST_FORMATS,
-            help="The format of every --manifest, where sniffing cannot tell.")
+            "--input_format",
+            choices=MANIFEST_FORMATS,
+            help="The format of every --manifest, where sniffing cannot tell.",
+        )
         group.add_argument(
-            "--image_dir", metavar="DIR",
-            help="Resolve relative image names against this folder, not the manifest's.")
-        add_switch(group, "--allow_paths_outside_dataset",
-                    "Let annotation files name images outside their dataset's folder "
-                    "(absolute paths, '..', URLs). Off: path_outside_dataset.")
+            "--image_dir",
+            metavar="DIR",
+            help="Resolve relative image names against this folder, not the manifest's.",
+        )
+        add_switch(
+            group,
+            "--allow_paths_outside_dataset",
+            "Let annotation files name images outside their dataset's folder "
+            "(absolute paths, '..', URLs). Off: path_outside_dataset.",
+        )
         group.add_argument(
-            "--uri_column", metavar="NAME",
-            help="The column holding the image URI, over the known names (image_uri, "
-                 "filename...).")
+            "--uri_column",
+            metavar="NAME",
+            help="The column holding the image URI, over the known names (image_uri, filename...).",
+        )
         group.add_argument(
-            "--label_column", metavar="NAME",
-            help="The column holding the label, over the known names (label, class...).")
+            "--label_column",
+            metavar="NAME",
+            help="The column holding the label, over the known names (label, class...).",
+        )
         # Issue 41: a split column under a name of its own.
         group.add_argument(
-            "--split_column", metavar="NAME",
+            "--split_column",
+            metavar="NAME",
             help="The column holding each row's split, over the known names (split, set, "
-                 "ml_use, is_valid...); 'none': all from --split_fractions.")
+            "ml_use, is_valid...); 'none': all from --split_fractions.",
+        )
         group.add_argument(
-            "--schema", metavar="JSON",
+            "--schema",
+            metavar="JSON",
             help="Extra columns to keep as typed features (integer, float, string, "
-                 "categorical, image, segmentation), inline or a file: "
-                 "'{\"age\": \"integer\"}'.")
+            "categorical, image, segmentation), inline or a file: "
+            '\'{"age": "integer"}\'.',
+        )
         group.add_argument(
-            "--leave_out", metavar="KINDS", default="",
+            "--leave_out",
+            metavar="KINDS",
+            default="",
             help=f"Leave these out of the examples, comma separated: "
-                 f"{', '.join(LeftOut.values())} (default: all an input holds are kept).")
+            f"{', '.join(LeftOut.values())} (default: all an input holds are kept).",
+        )
         group.add_argument(
-            "--split_fractions", metavar="FRACTIONS",
+            "--split_fractions",
+            metavar="FRACTIONS",
             default=",".join(map(str, DEFAULT_SPLIT_FRACTIONS)),
             help="train,validation,test fractions for rows without a split, from a hash "
-                 "of the image URI.")
+            "of the image URI.",
+        )
         group = parser.add_argument_group("labels", "How labels become ids.")
         group.add_argument(
-            "--label_mode", choices=LabelMode.values(), default=LabelMode.SINGLE.value,
+            "--label_mode",
+            choices=LabelMode.values(),
+            default=LabelMode.SINGLE.value,
             help="multi: several labels per row (AutoML's columns, or joined by "
-                 "--label_separator). detection: one box per row (AutoML's), an image's "
-                 "boxes in one example, the Object Detection API's features and "
-                 "label_map.pbtxt.")
+            "--label_separator). detection: one box per row (AutoML's), an image's "
+            "boxes in one example, the Object Detection API's features and "
+            "label_map.pbtxt.",
+        )
         group.add_argument(
-            "--label_separator", metavar="TEXT",
+            "--label_separator",
+            metavar="TEXT",
             help="What joins several labels in one field (multi). Default: the most "
-                 "common of ';' ',' '|' in the first rows, as the console says.")
+            "common of ';' ',' '|' in the first rows, as the console says.",
+        )
         group.add_argument(
-            "--unseen_label", choices=UnseenLabel.values(), default=UnseenLabel.ERROR.value,
+            "--unseen_label",
+            choices=UnseenLabel.values(),
+            default=UnseenLabel.ERROR.value,
             help="A VALIDATION/TEST label TRAIN never saw: 'error' dead-letters the "
-                 "row; 'oov' gives it id len(vocabulary).")
+            "row; 'oov' gives it id len(vocabulary).",
+        )
         group.add_argument(
-            "--label_order", choices=LabelOrder.values(), default=LabelOrder.SORTED.value,
+            "--label_order",
+            choices=LabelOrder.values(),
+            default=LabelOrder.SORTED.value,
             help="Ids of labels learnt from TRAIN: 'sorted' by text (as Keras, TFDS); "
-                 "'frequency', the most frequent first (as TFRecorder).")
+            "'frequency', the most frequent first (as TFRecorder).",
+        )
         group.add_argument(
-            "--vocabulary", metavar="PATH",
+            "--vocabulary",
+            metavar="PATH",
             help="Pin the label ids: a file of one label per line, a label_map.pbtxt, or "
-                 "an earlier output folder.")
-        add_switch(group, "--strict_labels",
-                    "Fail the run on labels that are probably a mistake (otherwise "
-                    "warnings): a separator inside a label, labels differing only in case "
-                    "or spaces, number labels not their ids.")
+            "an earlier output folder.",
+        )
+        add_switch(
+            group,
+            "--strict_labels",
+            "Fail the run on labels that are probably a mistake (otherwise "
+            "warnings): a separator inside a label, labels differing only in case "
+            "or spaces, number labels not their ids.",
+        )
         group = parser.add_argument_group("images", "What is stored of each image.")
         group.add_argument(
-            "--image_format", choices=("keep", "jpeg", "png"), default="keep",
+            "--image_format",
+            choices=("keep", "jpeg", "png"),
+            default="keep",
             help="keep: store JPEG/PNG bytes as they are, re-encode only what TensorFlow "
-                 "cannot decode; jpeg/png: store every image so.")
+            "cannot decode; jpeg/png: store every image so.",
+        )
         group.add_argument(
-            "--max_side", metavar="PIXELS", type=int,
-            help="Resize images whose longer side exceeds this (aspect kept).")
+            "--max_side",
+            metavar="PIXELS",
+            type=int,
+            help="Resize images whose longer side exceeds this (aspect kept).",
+        )
         group.add_argument(
-            "--jpeg_quality", metavar="Q", type=int, default=95,
-            help="Quality of images re-encoded as JPEG (1-100).")
+            "--jpeg_quality",
+            metavar="Q",
+            type=int,
+            default=95,
+            help="Quality of images re-encoded as JPEG (1-100).",
+        )
         group.add_argument(
-            "--max_image_pixels", metavar="N", type=int, default=_PILLOW_MAX_PIXELS,
-            help="Larger images are rejected as decompression bombs.")
-        add_switch(group, "--keep_16_bit",
-                    "Store 16-bit greyscale images as 16-bit PNGs, not 8-bit (as "
-                    "tf.io.decode_image reads them; Pillow's convert('RGB') clips 16 bits "
-                    "to white).")
+            "--max_image_pixels",
+            metavar="N",
+            type=int,
+            default=_PILLOW_MAX_PIXELS,
+            help="Larger images are rejected as decompression bombs.",
+        )
+        add_switch(
+            group,
+            "--keep_16_bit",
+            "Store 16-bit greyscale images as 16-bit PNGs, not 8-bit (as "
+            "tf.io.decode_image reads them; Pillow's convert('RGB') clips 16 bits "
+            "to white).",
+        )
         group.add_argument(
-            "--dedupe", choices=Dedupe.values(), default=Dedupe.NONE.value,
+            "--dedupe",
+            choices=Dedupe.values(),
+            default=Dedupe.NONE.value,
             help="Copies are always reported; sha256 also writes a byte-identical image "
-                 "once (in the earliest split), near also drops near-copies.")
+            "once (in the earliest split), near also drops near-copies.",
+        )
         group.add_argument(
-            "--near_duplicate_distance", metavar="BITS", type=int, default=DEFAULT_NEAR_DISTANCE,
+            "--near_duplicate_distance",
+            metavar="BITS",
+            type=int,
+            default=DEFAULT_NEAR_DISTANCE,
             help=f"Near-copies: perceptual hashes at most this many bits apart, 0 to "
-                 f"{MAX_NEAR_DISTANCE} (docs/output/copies.md).")
-        group = parser.add_argument_group("output", "What is written, and when a run counts as failed.")
+            f"{MAX_NEAR_DISTANCE} (docs/output/copies.md).",
+        )
+        group = parser.add_argument_group(
+            "output", "What is written, and when a run counts as failed."
+        )
         group.add_argument(
-            "--output_dir", metavar="DIR",
-            help="Where the shards, summary.json and report.html go (local or remote).")
-        add_switch(group, "--overwrite",
-                    "Replace the outputs of a previous run in a non-empty --output_dir.")
-        add_switch(group, "--resume",
-                    "Continue a stopped run of the same command in this --output_dir, "
-                    "reusing the shards it finished; a run made from other inputs or "
-                    "options is refused, naming what differs.")
+            "--output_dir",
+            metavar="DIR",
+            help="Where the shards, summary.json and report.html go (local or remote).",
+        )
+        add_switch(
+            group,
+            "--overwrite",
+            "Replace the outputs of a previous run in a non-empty --output_dir.",
+        )
+        add_switch(
+            group,
+            "--resume",
+            "Continue a stopped run of the same command in this --output_dir, "
+            "reusing the shards it finished; a run made from other inputs or "
+            "options is refused, naming what differs.",
+        )
         group.add_argument(
-            "--num_shards", metavar="N", type=int,
+            "--num_shards",
+            metavar="N",
+            type=int,
             help=f"Shards per split (at most one per example); under "
-                 f"{MIN_EXAMPLES_PER_SHARD} examples a shard is warned about. Default: from "
-                 f"--target_shard_mb.")
+            f"{MIN_EXAMPLES_PER_SHARD} examples a shard is warned about. Default: from "
+            f"--target_shard_mb.",
+        )
         group.add_argument(
-            "--target_shard_mb", metavar="MB", type=float, default=128.0,
-            help="Target shard size in MB, estimated from the source file sizes.")
+            "--target_shard_mb",
+            metavar="MB",
+            type=float,
+            default=128.0,
+            help="Target shard size in MB, estimated from the source file sizes.",
+        )
         group.add_argument(
-            "--file_format", choices=format_names(), default=DEFAULT_FORMAT,
+            "--file_format",
+            choices=format_names(),
+            default=DEFAULT_FORMAT,
             help="tfrecord: .tfrecord shards with a .idx index each; array_record: random "
-                 "access (Grain, TFDS data sources).")
+            "access (Grain, TFDS data sources).",
+        )
         group.add_argument(
-            "--compression", choices=compression_names(), default="none",
-            help="tfrecord: gzip (.tfrecord.gz); array_record: zstd. Encoded images gain "
-                 "little.")
+            "--compression",
+            choices=compression_names(),
+            default="none",
+            help="tfrecord: gzip (.tfrecord.gz); array_record: zstd. Encoded images gain little.",
+        )
         group.add_argument(
-            "--max_error_fraction", metavar="F", type=float, default=0.01,
-            help="Exit non-zero when more than this fraction of rows is dead-lettered.")
+            "--max_error_fraction",
+            metavar="F",
+            type=float,
+            default=0.01,
+            help="Exit non-zero when more than this fraction of rows is dead-lettered.",
+        )
         group = parser.add_argument_group("run", "The worker processes, image URLs, the console.")
         group.add_argument(
-            "--worker_processes", metavar="N", type=int, default=None,
+            "--worker_processes",
+            metavar="N",
+            type=int,
+            default=None,
             help="Processes that read, check and encode images and write shards; 0: in "
-                 "the pipeline's own process. Default: one per core (fewer if memory is "
-                 "short), one on Dataflow.")
+            "the pipeline's own process. Default: one per core (fewer if memory is "
+            "short), one on Dataflow.",
+        )
         group.add_argument(
-            "--decode_timeout", metavar="S", type=float, default=120.0,
-            help="Seconds one image may take to decode, else decode_timeout.")
+            "--decode_timeout",
+            metavar="S",
+            type=float,
+            default=120.0,
+            help="Seconds one image may take to decode, else decode_timeout.",
+        )
         group.add_argument(
-            "--worker_start_timeout", metavar="S", type=float, default=WORKER_START_TIMEOUT_S,
-            help="Flink and Spark: seconds the first SDK worker may take to start; 0: no "
-                 "limit.")
+            "--worker_start_timeout",
+            metavar="S",
+            type=float,
+            default=WORKER_START_TIMEOUT_S,
+            help="Flink and Spark: seconds the first SDK worker may take to start; 0: no limit.",
+        )
         group.add_argument(
-            "--read_threads", metavar="N", type=int, default=4,
-            help="Threads per shard writer reading images ahead of decoding.")
+            "--read_threads",
+            metavar="N",
+            type=int,
+            default=4,
+            help="Threads per shard writer reading images ahead of decoding.",
+        )
         group.add_argument(
-            "--download_timeout", metavar="S", type=float, default=DownloadSettings.timeout_s,
+            "--download_timeout",
+            metavar="S",
+            type=float,
+            default=DownloadSettings.timeout_s,
             help="Seconds an image URL may take to connect or between reads (3x for all "
-                 "of it), else http_timeout.")
+            "of it), else http_timeout.",
+        )
         group.add_argument(
-            "--download_retries", metavar="N", type=int, default=DownloadSettings.retries,
+            "--download_retries",
+            metavar="N",
+            type=int,
+            default=DownloadSettings.retries,
             help="Retries, with backoff, of an image URL that answers 5xx or 429 or whose "
-                 "connection fails.")
+            "connection fails.",
+        )
         group.add_argument(
-            "--max_download_mb", metavar="MB",
-            type=float, default=DownloadSettings.max_bytes / 2**20,
-            help="A larger image URL body is dead-lettered as too_large.")
+            "--max_download_mb",
+            metavar="MB",
+            type=float,
+            default=DownloadSettings.max_bytes / 2**20,
+            help="A larger image URL body is dead-lettered as too_large.",
+        )
         group.add_argument(
-            "--downloads_per_host", metavar="N", type=int, default=DownloadSettings.per_host,
-            help="Concurrent requests to one host from one worker process.")
+            "--downloads_per_host",
+            metavar="N",
+            type=int,
+            default=DownloadSettings.per_host,
+            help="Concurrent requests to one host from one worker process.",
+        )
         group.add_argument(
-            "--download_threads", metavar="N", type=int, default=DownloadSettings.threads,
-            help="Threads per shard writer downloading image URLs ahead of decoding.")
-        add_switch(group, "--quiet",
-                    "No live progress (by default a bar on a terminal, else a line every "
-                    "5%% at most every 5 s).")
-        add_switch(group, "--verbose",
-                    "Print all that TensorFlow's and Beam's libraries print, their start-up "
-                    "lines included.")
+            "--download_threads",
+            metavar="N",
+            type=int,
+            default=DownloadSettings.threads,
+            help="Threads per shard writer downloading image URLs ahead of decoding.",
+        )
+        add_switch(
+            group,
+            "--quiet",
+            "No live progress (by default a bar on a terminal, else a line every "
+            "5%% at most every 5 s).",
+        )
+        add_switch(
+            group,
+            "--verbose",
+            "Print all that TensorFlow's and Beam's libraries print, their start-up "
+            "lines included.",
+        )
 
     @classmethod
     def names(cls) -> list[str]:
         """The names of this job's own options (not Beam's), in --help order."""
         parser = argparse.ArgumentParser()
         cls._add_argparse_args(parser)
-        return [action.dest for action in parser._actions if action.dest != "help"]
+        return [action.dest for action in parser._actions if action.dest != "help"]  # noqa: SLF001 - argparse lists its actions nowhere else
 
     def values(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.names()}
@@ -231,8 +374,7 @@ class ConvertOptions(PipelineOptions):
         except ValueError as problem:
             found.append(f"--split_fractions {self.split_fractions!r}: {problem}")
         if self.image_folder and self.input_format:
-            found.append("--input_format names the format of a --manifest, not of "
-                         "--image_folder")
+            found.append("--input_format names the format of a --manifest, not of --image_folder")
         try:
             self.left_out()
         except ValueError as problem:
@@ -241,20 +383,26 @@ class ConvertOptions(PipelineOptions):
             found.append("--image_dir applies to --manifest, not --image_folder")
         try:
             if self.extra_columns() and (self.image_folder or self.label_mode == "detection"):
-                found.append("--schema needs a classification manifest (not --image_folder "
-                             "or --label_mode detection)")
+                found.append(
+                    "--schema needs a classification manifest (not --image_folder "
+                    "or --label_mode detection)"
+                )
         except SchemaError as problem:
             found.append(str(problem))
         if (self.uri_column or self.label_column or self.split_column) and self.image_folder:
-            found.append("--uri_column, --label_column and --split_column name columns of "
-                         "a --manifest, not of --image_folder")
+            found.append(
+                "--uri_column, --label_column and --split_column name columns of "
+                "a --manifest, not of --image_folder"
+            )
         if self.label_separator == "":
             found.append("--label_separator must not be empty")
         try:
             self._image_settings()
         except InvalidImageSettings as invalid:
-            found += [f"--{_IMAGE_SETTING_OPTIONS.get(field, field)} {wrong}"
-                      for field, wrong in invalid.problems]
+            found += [
+                f"--{_IMAGE_SETTING_OPTIONS.get(field, field)} {wrong}"
+                for field, wrong in invalid.problems
+            ]
         if self.num_shards is not None and self.num_shards < 1:
             found.append("--num_shards must be at least 1")
         if self.target_shard_mb <= 0:
@@ -287,16 +435,22 @@ class ConvertOptions(PipelineOptions):
 
     def _url_problems(self) -> list[str]:
         """Images may be http(s) URLs; what is listed, or written, may not."""
-        found = [f"--manifest {path}: a manifest at a URL is not read; download it first "
-                 "(the images it lists may be URLs)"
-                 for path in (split_and_path(argument)[1] for argument in self.manifest or ())
-                 if is_url(path)]
+        found = [
+            f"--manifest {path}: a manifest at a URL is not read; download it first "
+            "(the images it lists may be URLs)"
+            for path in (split_and_path(argument)[1] for argument in self.manifest or ())
+            if is_url(path)
+        ]
         if self.image_folder and is_url(self.image_folder):
-            found.append(f"--image_folder {self.image_folder}: a web server's folder cannot "
-                         "be listed; give a --manifest of the image URLs")
+            found.append(
+                f"--image_folder {self.image_folder}: a web server's folder cannot "
+                "be listed; give a --manifest of the image URLs"
+            )
         if self.output_dir and is_url(self.output_dir):
-            found.append(f"--output_dir {self.output_dir}: cannot write to a URL; give a "
-                         "local folder or a bucket")
+            found.append(
+                f"--output_dir {self.output_dir}: cannot write to a URL; give a "
+                "local folder or a bucket"
+            )
         return found
 
     def left_out(self) -> frozenset[LeftOut]:
@@ -304,20 +458,28 @@ class ConvertOptions(PipelineOptions):
         names = [name.strip() for name in self.leave_out.split(",") if name.strip()]
         for name in names:
             if name not in LeftOut.values():
-                raise ValueError(f"--leave_out {name!r} is not one of "
-                                 f"{', '.join(LeftOut.values())}")
+                raise ValueError(
+                    f"--leave_out {name!r} is not one of {', '.join(LeftOut.values())}"
+                )
         return frozenset(map(LeftOut, names))
 
     def split_fraction_values(self) -> tuple[float, float, float]:
         return parse_split_fractions(self.split_fractions)
 
     def row_rules(self) -> RowRules:
-        return RowRules(self.split_fraction_values(), self.label_mode, self.label_separator,
-                        self.extra_columns(), image_dir=self.image_dir,
-                        uri_column=self.uri_column, label_column=self.label_column,
-                        split_column=self.split_column, leave_out=self.left_out(),
-                        allow_paths_outside_dataset=self.allow_paths_outside_dataset,
-                        max_pixels=self.max_image_pixels)
+        return RowRules(
+            self.split_fraction_values(),
+            self.label_mode,
+            self.label_separator,
+            self.extra_columns(),
+            image_dir=self.image_dir,
+            uri_column=self.uri_column,
+            label_column=self.label_column,
+            split_column=self.split_column,
+            leave_out=self.left_out(),
+            allow_paths_outside_dataset=self.allow_paths_outside_dataset,
+            max_pixels=self.max_image_pixels,
+        )
 
     def extra_columns(self) -> tuple[ExtraColumn, ...]:
         return load_schema(self.schema)
@@ -334,12 +496,16 @@ class ConvertOptions(PipelineOptions):
             image=self._image_settings(),
             workers=self._workers(),
             downloads=DownloadSettings(
-                timeout_s=self.download_timeout, retries=self.download_retries,
+                timeout_s=self.download_timeout,
+                retries=self.download_retries,
                 max_bytes=round(self.max_download_mb * 2**20),
-                per_host=self.downloads_per_host, threads=self.download_threads),
+                per_host=self.downloads_per_host,
+                threads=self.download_threads,
+            ),
             dedupe=Dedupe(self.dedupe),
             near_distance=self.near_duplicate_distance,
-            filesystems=FilesystemOptions.of(self))
+            filesystems=FilesystemOptions.of(self),
+        )
 
     def _workers(self) -> Workers:
         """Where shards are written; the default process count depends on the runner."""
@@ -349,9 +515,13 @@ class ConvertOptions(PipelineOptions):
         return Workers(processes, self.read_threads, self.decode_timeout, self.max_image_pixels)
 
     def _image_settings(self) -> ImageSettings:
-        return ImageSettings(image_format=self.image_format, max_side=self.max_side,
-                             jpeg_quality=self.jpeg_quality, max_pixels=self.max_image_pixels,
-                             keep_16_bit=self.keep_16_bit)
+        return ImageSettings(
+            image_format=self.image_format,
+            max_side=self.max_side,
+            jpeg_quality=self.jpeg_quality,
+            max_pixels=self.max_image_pixels,
+            keep_16_bit=self.keep_16_bit,
+        )
 
     def _shard_format(self) -> ShardFormat:
         return shard_format(self.file_format, self.compression)
@@ -435,8 +605,9 @@ def unknown_option_problem(argv: Sequence[str]) -> str | None:
         if arg.startswith("-"):
             name = arg.split("=", 1)[0]
             close = difflib.get_close_matches(name, _option_names(), n=1)
-            problems.append(f"unknown option {name}"
-                            + (f" (did you mean {close[0]}?)" if close else ""))
+            problems.append(
+                f"unknown option {name}" + (f" (did you mean {close[0]}?)" if close else "")
+            )
         elif index == 0 or not unknown[index - 1].startswith("-") or "=" in unknown[index - 1]:
             problems.append(f"unexpected argument {arg!r} (options are --name value)")
     return "; ".join(problems) or None
@@ -455,12 +626,15 @@ def _parse_known(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def _option_names() -> list[str]:
-    return [flag for action in _options_parser()._actions  # noqa: SLF001
-            for flag in action.option_strings]
+    return [
+        flag
+        for action in _options_parser()._actions  # noqa: SLF001
+        for flag in action.option_strings
+    ]
 
 
 def parse_split_fractions(text: str) -> tuple[float, float, float]:
-    """"0.8,0.1,0.1" -> (0.8, 0.1, 0.1); ValueError unless three fractions summing to 1."""
+    """ "0.8,0.1,0.1" -> (0.8, 0.1, 0.1); ValueError unless three fractions summing to 1."""
     try:
         values = tuple(float(part) for part in text.split(","))
     except ValueError:
@@ -471,7 +645,7 @@ def parse_split_fractions(text: str) -> tuple[float, float, float]:
 
 
 def parse_flag(text: str) -> bool:
-    """"true"/"false" (any case) -> bool; Flex Templates pass every parameter with a value."""
+    """ "true"/"false" (any case) -> bool; Flex Templates pass every parameter with a value."""
     value = text.strip().lower()
     if value not in ("true", "false"):
         raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
@@ -481,8 +655,15 @@ def parse_flag(text: str) -> bool:
 def add_switch(group: argparse._ActionsContainer, flag: str, help_text: str) -> None:
     """An off-by-default switch: a bare --flag, or --flag=true|false as a Flex Template
     passes it."""
-    group.add_argument(flag, nargs="?", const=True, default=False, type=parse_flag,
-                       metavar="true|false", help=help_text)
+    group.add_argument(
+        flag,
+        nargs="?",
+        const=True,
+        default=False,
+        type=parse_flag,
+        metavar="true|false",
+        help=help_text,
+    )
 
 
 def runs_on_the_direct_runner(options: PipelineOptions) -> bool:
@@ -492,8 +673,10 @@ def runs_on_the_direct_runner(options: PipelineOptions) -> bool:
 def writes_shards_in_this_process(options: PipelineOptions) -> bool:
     """Whether the shard writers run in the launcher's own process: on the DirectRunner's
     FnApiRunner, unless --direct_running_mode multi_processing gives it worker processes."""
-    return (runs_on_the_direct_runner(options)
-            and options.view_as(DirectOptions).direct_running_mode != "multi_processing")
+    return (
+        runs_on_the_direct_runner(options)
+        and options.view_as(DirectOptions).direct_running_mode != "multi_processing"
+    )
 
 
 def _runs_a_process_per_core(options: PipelineOptions) -> bool:
@@ -503,4 +686,5 @@ def _runs_a_process_per_core(options: PipelineOptions) -> bool:
     runner = options.view_as(StandardOptions).runner
     runner_name = runner if isinstance(runner, str) or runner is None else type(runner).__name__
     return (runner_name or "").lower() in ("dataflowrunner", "dataflow") and not (
-        options.view_as(DebugOptions).lookup_experiment("no_use_multiple_sdk_containers"))
+        options.view_as(DebugOptions).lookup_experiment("no_use_multiple_sdk_containers")
+    )

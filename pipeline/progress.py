@@ -19,17 +19,24 @@ from typing import TextIO
 from apache_beam.options.pipeline_options import PipelineOptions
 from tqdm import tqdm
 
-from image_tfrecords.pipeline.options import (ConvertOptions, runs_on_the_direct_runner,
-                              writes_shards_in_this_process)
+from image_tfrecords.pipeline.options import (
+    ConvertOptions,
+    runs_on_the_direct_runner,
+    writes_shards_in_this_process,
+)
 from image_tfrecords.transforms import live_progress
 
 STEP_PERCENT = 5  # a line in a log at every 5% of the rows...
 LINE_INTERVAL_S = 5.0  # ...and at most one every 5 s, counted from the first row written
-REMOTE_NOTE = ("progress: shown by the runner's UI for the job; the counters to watch are "
-               "images/written and images/rejected (Beam metrics, namespace images), and "
-               "with --resume shards/resumed")
-WORKER_PROCESSES_NOTE = ("progress: not shown: with --direct_running_mode multi_processing "
-                         "the shards are written in the DirectRunner's worker processes")
+REMOTE_NOTE = (
+    "progress: shown by the runner's UI for the job; the counters to watch are "
+    "images/written and images/rejected (Beam metrics, namespace images), and "
+    "with --resume shards/resumed"
+)
+WORKER_PROCESSES_NOTE = (
+    "progress: not shown: with --direct_running_mode multi_processing "
+    "the shards are written in the DirectRunner's worker processes"
+)
 
 
 @contextlib.contextmanager
@@ -43,8 +50,11 @@ def shown_progress(options: PipelineOptions) -> Iterator[None]:
         yield
         return
     if not writes_shards_in_this_process(options):
-        print(WORKER_PROCESSES_NOTE if runs_on_the_direct_runner(options) else REMOTE_NOTE,
-              file=sys.stderr, flush=True)
+        print(
+            WORKER_PROCESSES_NOTE if runs_on_the_direct_runner(options) else REMOTE_NOTE,
+            file=sys.stderr,
+            flush=True,
+        )
         yield
         return
     with _stderr_past_the_console_filter() as out:
@@ -73,8 +83,9 @@ class LiveProgress:
     time left and the dead letters so far; the rate and time left count from the first
     row written, not from the start-up."""
 
-    def __init__(self, out: TextIO, terminal: bool,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, out: TextIO, terminal: bool, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._out = out
         self._terminal = terminal
         self._clock = clock
@@ -97,13 +108,17 @@ class LiveProgress:
                 self._started = self._clock()
                 self._next_line_at = self._started + LINE_INTERVAL_S
                 if self._terminal:
-                    self._bar = tqdm(total=self._planned, file=self._out, unit=" rows",
-                                     desc="writing", dynamic_ncols=True)
+                    self._bar = tqdm(
+                        total=self._planned,
+                        file=self._out,
+                        unit=" rows",
+                        desc="writing",
+                        dynamic_ncols=True,
+                    )
             self._done += rows
             self._dead_letters += dead_letters
             if self._bar is not None:
-                self._bar.set_postfix_str(f"dead letters: {self._dead_letters:,}",
-                                          refresh=False)
+                self._bar.set_postfix_str(f"dead letters: {self._dead_letters:,}", refresh=False)
                 self._bar.update(rows)
                 if self._done >= self._planned:  # done: the bar's last state, before the table
                     self._bar.close()
@@ -124,6 +139,9 @@ class LiveProgress:
         seconds = self._clock() - self._started
         rate = self._done / seconds if seconds > 0 else 0.0
         left = (self._planned - self._done) / rate if rate else 0.0
-        print(f"progress: {self._done:,}/{self._planned:,} rows ({self._percent()}%), "
-              f"{rate:,.0f} rows/s, {left:,.0f} s left, dead letters: {self._dead_letters:,}",
-              file=self._out, flush=True)
+        print(
+            f"progress: {self._done:,}/{self._planned:,} rows ({self._percent()}%), "
+            f"{rate:,.0f} rows/s, {left:,.0f} s left, dead letters: {self._dead_letters:,}",
+            file=self._out,
+            flush=True,
+        )

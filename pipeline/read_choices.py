@@ -26,10 +26,12 @@ def settle_read_choices(convert: ConvertOptions, manifests: Sequence[ManifestSou
     rules = convert.row_rules()
     for format in FORMATS.values():
         rules = format.settled_rules(
-            [source for source in manifests if source.format == format.name], rules, _say)
+            [source for source in manifests if source.format == format.name], rules, _say
+        )
     convert.split_column = rules.split_column
-    convert.label_separator = (DEFAULT_LABEL_SEPARATOR if rules.label_separator is None
-                               else rules.label_separator)
+    convert.label_separator = (
+        DEFAULT_LABEL_SEPARATOR if rules.label_separator is None else rules.label_separator
+    )
 
 
 def _say(line: str) -> None:

@@ -20,19 +20,33 @@ import pydantic
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from image_tfrecords.pipeline.options import ConvertOptions
-from image_tfrecords.transforms.outcome import read_summary
-from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary
 from image_tfrecords.core import naming, storage
 from image_tfrecords.core.chunks import LineCutter, LineRange, ManifestSource, RowChunk, chunk_bytes
 from image_tfrecords.core.inputs.sources import FORMATS, class_folders_source
 from image_tfrecords.core.naming import RUN_FILE, SUMMARY_FILE
 from image_tfrecords.core.summary import Summary
+from image_tfrecords.pipeline.options import ConvertOptions
+from image_tfrecords.transforms.outcome import read_summary
+from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary
+
 # Options that change nothing a run writes, and may differ between a run and its resume;
 # the sources (--manifest, --image_folder) are compared by their contents.
-_NOT_COMPARED = frozenset({"manifest", "image_folder", "output_dir", "overwrite", "resume",
-                           "quiet", "verbose", "worker_processes", "decode_timeout",
-                           "read_threads", "max_error_fraction", "worker_start_timeout"})
+_NOT_COMPARED = frozenset(
+    {
+        "manifest",
+        "image_folder",
+        "output_dir",
+        "overwrite",
+        "resume",
+        "quiet",
+        "verbose",
+        "worker_processes",
+        "decode_timeout",
+        "read_threads",
+        "max_error_fraction",
+        "worker_start_timeout",
+    }
+)
 _BLOCK = 1 << 20
 
 
@@ -59,14 +73,17 @@ class Fingerprint(pydantic.BaseModel):
                 found.append(f"{name} is no longer given")
             elif self.sources[name] != stopped.sources[name]:
                 found.append(f"{name} has changed")
-        found += [f"--{name} {self.options.get(name)!r} (the stopped run's: "
-                  f"{stopped.options.get(name)!r})"
-                  for name in sorted(self.options.keys() | stopped.options.keys())
-                  if self.options.get(name) != stopped.options.get(name)]
-        found += [f"{name} {self.versions.get(name)} (the stopped run's: "
-                  f"{stopped.versions.get(name)})"
-                  for name in sorted(self.versions.keys() | stopped.versions.keys())
-                  if self.versions.get(name) != stopped.versions.get(name)]
+        found += [
+            f"--{name} {self.options.get(name)!r} (the stopped run's: "
+            f"{stopped.options.get(name)!r})"
+            for name in sorted(self.options.keys() | stopped.options.keys())
+            if self.options.get(name) != stopped.options.get(name)
+        ]
+        found += [
+            f"{name} {self.versions.get(name)} (the stopped run's: {stopped.versions.get(name)})"
+            for name in sorted(self.versions.keys() | stopped.versions.keys())
+            if self.versions.get(name) != stopped.versions.get(name)
+        ]
         return found
 
 
@@ -85,8 +102,12 @@ class SourceScan(NamedTuple):
     chunks: list[RowChunk]
 
 
-def scan_sources(convert: ConvertOptions, manifests: Sequence[ManifestSource],
-                 pinned: PinnedVocabulary | None, versions: dict[str, str]) -> SourceScan:
+def scan_sources(
+    convert: ConvertOptions,
+    manifests: Sequence[ManifestSource],
+    pinned: PinnedVocabulary | None,
+    versions: dict[str, str],
+) -> SourceScan:
     """Reads each manifest once: its digest, and where its chunks begin and end."""
     processes = convert.run_settings().workers.process_count()
     if convert.image_folder and not manifests:  # class folders, not the manifests it holds
@@ -96,19 +117,28 @@ def scan_sources(convert: ConvertOptions, manifests: Sequence[ManifestSource],
         sources, chunks = {}, []
         for source in manifests:
             sources[source.describe()], lines = _contents_digest(source, processes)
-            chunks += [RowChunk(source, each) for each in lines] if lines else [
-                RowChunk(source)]
+            chunks += [RowChunk(source, each) for each in lines] if lines else [RowChunk(source)]
     return SourceScan(_fingerprint(convert, sources, pinned, versions), chunks)
 
 
-def _fingerprint(convert: ConvertOptions, sources: dict[str, str],
-                 pinned: PinnedVocabulary | None, versions: dict[str, str]) -> Fingerprint:
+def _fingerprint(
+    convert: ConvertOptions,
+    sources: dict[str, str],
+    pinned: PinnedVocabulary | None,
+    versions: dict[str, str],
+) -> Fingerprint:
     if pinned:  # a declaration beside the manifests (VOC's labelmap.txt) is read here alone
         kind = "declared classes" if pinned.declared else "--vocabulary"
         sources[f"{kind} {pinned.source}"] = hashlib.sha256(
-            "\n".join(pinned.labels).encode()).hexdigest()
-    return Fingerprint(sources=sources, versions=versions, options={
-        name: value for name, value in convert.values().items() if name not in _NOT_COMPARED})
+            "\n".join(pinned.labels).encode()
+        ).hexdigest()
+    return Fingerprint(
+        sources=sources,
+        versions=versions,
+        options={
+            name: value for name, value in convert.values().items() if name not in _NOT_COMPARED
+        },
+    )
 
 
 def choose_run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolder:
@@ -125,7 +155,8 @@ def choose_run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolde
         raise ResumeRefused(
             f"--resume: the stopped run in {stopped_dir} was made "
             f"from other inputs or settings: {'; '.join(current.differences(recorded))}. "
-            "Run without --resume to start again from the first image")
+            "Run without --resume to start again from the first image"
+        )
     return RunFolder(naming.new_run_id(), resumed=False)
 
 
@@ -138,12 +169,17 @@ def start(folder: str, current: Fingerprint, resumed: bool) -> None:
             out.write(current.model_dump_json(indent=2).encode())
         return
     staged = naming.staged_dir(folder)
-    publishing = (FileSystems.exists(FileSystems.join(folder, SUMMARY_FILE))
-                  and not FileSystems.exists(naming.failure_record(folder)))
+    publishing = FileSystems.exists(
+        FileSystems.join(folder, SUMMARY_FILE)
+    ) and not FileSystems.exists(naming.failure_record(folder))
     if not publishing:
-        leftovers = [metadata.path for result in FileSystems.match(
-            [FileSystems.join(staged, "**"), FileSystems.join(folder, SUMMARY_FILE)])
-            for metadata in result.metadata_list]
+        leftovers = [
+            metadata.path
+            for result in FileSystems.match(
+                [FileSystems.join(staged, "**"), FileSystems.join(folder, SUMMARY_FILE)]
+            )
+            for metadata in result.metadata_list
+        ]
         if leftovers:
             FileSystems.delete(leftovers)
 
@@ -160,8 +196,11 @@ def finished_shards(folder: str) -> int:
     """How many shards a stopped run finished in `folder`: those with a receipt, which
     --resume reuses (their parts' receipts are not counted)."""
     receipts = FileSystems.match([naming.every_receipt(folder)])[0].metadata_list
-    return sum(1 for metadata in receipts
-               if (piece := naming.receipted(metadata.path)) and piece.part is None)
+    return sum(
+        1
+        for metadata in receipts
+        if (piece := naming.receipted(metadata.path)) and piece.part is None
+    )
 
 
 def published_by(output_dir: str, run_id: str) -> Summary | None:
@@ -175,34 +214,43 @@ def _stopped_runs(output_dir: str) -> list[tuple[str, Fingerprint]]:
     """(run id, fingerprint) of the stopped runs in `output_dir`, newest first."""
     found = []
     for metadata in FileSystems.match(
-            [FileSystems.join(naming.every_temp_dir(output_dir), RUN_FILE)])[0].metadata_list:
+        [FileSystems.join(naming.every_temp_dir(output_dir), RUN_FILE)]
+    )[0].metadata_list:
         run_id = naming.run_id_of(metadata.path.rsplit("/", 1)[0])
         if not naming.is_run_id(run_id):  # not a run's folder: its id names other folders
             continue
         with FileSystems.open(metadata.path) as file:
             try:
-                found.append((metadata.last_updated_in_seconds, run_id,
-                              Fingerprint.model_validate_json(file.read())))
+                found.append(
+                    (
+                        metadata.last_updated_in_seconds,
+                        run_id,
+                        Fingerprint.model_validate_json(file.read()),
+                    )
+                )
             except pydantic.ValidationError:
                 continue  # a run.json cut short: that run never started writing
     return [(run_id, recorded) for _, run_id, recorded in sorted(found, reverse=True)]
 
 
-def _contents_digest(source: ManifestSource, processes: int
-                     ) -> tuple[str, list[LineRange] | None]:
+def _contents_digest(source: ManifestSource, processes: int) -> tuple[str, list[LineRange] | None]:
     """The digest of every file the source's path matches (one manifest, or a Pascal VOC
     glob), in order; and the file's line ranges where its format and compression let it
     be cut (else None: one chunk of all of it)."""
     digest = hashlib.sha256()
     matched = sorted(FileSystems.match([source.path])[0].metadata_list, key=lambda m: m.path)
     cutter = None
-    if (FORMATS[source.format].cuts_by_lines and len(matched) == 1
-            and not storage.is_compressed(source.path)):
+    if (
+        FORMATS[source.format].cuts_by_lines
+        and len(matched) == 1
+        and not storage.is_compressed(source.path)
+    ):
         cutter = LineCutter(chunk_bytes(matched[0].size_in_bytes, processes))
     for metadata in matched:
         digest.update(metadata.path.encode() + b"\0")
-        with FileSystems.open(metadata.path,
-                              compression_type=CompressionTypes.UNCOMPRESSED) as file:
+        with FileSystems.open(
+            metadata.path, compression_type=CompressionTypes.UNCOMPRESSED
+        ) as file:
             while block := file.read(_BLOCK):
                 digest.update(block)
                 if cutter:
@@ -213,7 +261,8 @@ def _contents_digest(source: ManifestSource, processes: int
 def _listing_digest(root: str) -> str:
     """Of an image folder's listing: every file's path and size (not its bytes)."""
     digest = hashlib.sha256()
-    for metadata in sorted(FileSystems.match([storage.everything_under(root)])[0].metadata_list,
-                           key=lambda m: m.path):
+    for metadata in sorted(
+        FileSystems.match([storage.everything_under(root)])[0].metadata_list, key=lambda m: m.path
+    ):
         digest.update(f"{metadata.path}\0{metadata.size_in_bytes}\n".encode())
     return digest.hexdigest()

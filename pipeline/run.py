@@ -13,39 +13,70 @@ from collections.abc import Iterator, Sequence
 
 import grpc
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
-                                                  StandardOptions)
+from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions,
+    PipelineOptions,
+    StandardOptions,
+)
 
-from image_tfrecords.pipeline.collector import frozen_for_the_run, uncollected
+from image_tfrecords.core import interrupts, naming, storage
+from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
 from image_tfrecords.core.console import quiet_console
-from image_tfrecords.pipeline.engines import EngineUnusable, job_server_of_the_run, use_built_job_server
-from image_tfrecords.pipeline.options import (ConvertOptions, make_local_paths_absolute,
-                              runs_on_the_direct_runner, unknown_option_problem)
+from image_tfrecords.core.inputs.rows import ManifestError, RowRules
+from image_tfrecords.core.inputs.sources import (
+    FORMATS,
+    ManifestSource,
+    check_sources,
+    class_declarations,
+    find_manifests,
+    image_folder_sources,
+    one_declaration,
+    read_source,
+    split_and_path,
+)
+from image_tfrecords.core.naming import SUMMARY_FILE
+from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.redaction import redact_urls
+from image_tfrecords.core.splits import SPLITS
+from image_tfrecords.core.summary import RunInfo, RunOptions, Summary
+from image_tfrecords.pipeline.collector import frozen_for_the_run, uncollected
+from image_tfrecords.pipeline.engines import (
+    EngineUnusable,
+    job_server_of_the_run,
+    use_built_job_server,
+)
+from image_tfrecords.pipeline.options import (
+    ConvertOptions,
+    make_local_paths_absolute,
+    runs_on_the_direct_runner,
+    unknown_option_problem,
+)
 from image_tfrecords.pipeline.progress import shown_progress
 from image_tfrecords.pipeline.read_choices import settle_read_choices
 from image_tfrecords.pipeline.report import counted, format_report
-from image_tfrecords.pipeline.resume import (Fingerprint, ResumeRefused, RunFolder, choose_run_folder,
-                             finished_shards, published_by, scan_sources, start, unstart)
+from image_tfrecords.pipeline.resume import (
+    Fingerprint,
+    ResumeRefused,
+    RunFolder,
+    choose_run_folder,
+    finished_shards,
+    published_by,
+    scan_sources,
+    start,
+    unstart,
+)
 from image_tfrecords.pipeline.stage_lines import stage
 from image_tfrecords.pipeline.stopping import JobWatch, Stopped, WorkersNeverStarted
 from image_tfrecords.pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from image_tfrecords.pipeline.tft_storage import tensorflow_location_problem
 from image_tfrecords.pipeline.versions import installed_versions
 from image_tfrecords.transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
-from image_tfrecords.transforms.vocabulary_file import (PinnedVocabulary, VocabularyError, output_labels,
-                                       read_pinned_vocabulary)
-from image_tfrecords.core import interrupts, naming, storage
-from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
-from image_tfrecords.core.inputs.rows import ManifestError, RowRules
-from image_tfrecords.core.records import ManifestRow
-from image_tfrecords.core.inputs.sources import (FORMATS, ManifestSource, check_sources,
-                                                 class_declarations, find_manifests,
-                                                 image_folder_sources, one_declaration,
-                                                 read_source, split_and_path)
-from image_tfrecords.core.naming import SUMMARY_FILE
-from image_tfrecords.core.redaction import redact_urls
-from image_tfrecords.core.splits import SPLITS
-from image_tfrecords.core.summary import RunInfo, RunOptions, Summary
+from image_tfrecords.transforms.vocabulary_file import (
+    PinnedVocabulary,
+    VocabularyError,
+    output_labels,
+    read_pinned_vocabulary,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # How a stopped run is continued (docs/output/what-is-written.md, "A stopped run").
@@ -69,10 +100,13 @@ class ImagesNotFound(UsageError):
         self.image_dir, self.rows = image_dir, rows
         super().__init__(
             f"not one image of the first {counted(len(rows), 'row')} is in --image_dir "
-            f"{image_dir}: " + ", ".join(f"{self.name(row)} ({row.manifest} line {row.line})"
-                                        for row in rows[:ROWS_NAMED])
+            f"{image_dir}: "
+            + ", ".join(
+                f"{self.name(row)} ({row.manifest} line {row.line})" for row in rows[:ROWS_NAMED]
+            )
             + (", ..." if len(rows) > ROWS_NAMED else "")
-            + "; give absolute paths, or the folder the names are relative to as --image_dir")
+            + "; give absolute paths, or the folder the names are relative to as --image_dir"
+        )
 
     def name(self, row: ManifestRow) -> str:
         """The image's name as the row gives it, relative to --image_dir."""
@@ -139,6 +173,7 @@ def _run_failed_unlogged() -> Iterator[None]:
     raises it in the publish step, and Beam's step runner logs it, with its traceback, as
     an ERROR before it reraises it; the launcher reports it as one `error:` line, the
     Python API as its result's `problem`, and neither is a crash."""
+
     def not_run_failed(record: logging.LogRecord) -> bool:
         return not (record.exc_info and isinstance(record.exc_info[1], RunFailed))
 
@@ -159,19 +194,26 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
     stage("checking the input: " + ", ".join(convert.manifest or [convert.image_folder or ""]))
     manifests = _preflight(convert)
     pinned = _pinned_vocabulary(convert, manifests)
-    if not pinned and manifests and all(source.split not in (None, SPLITS[0])
-                                        for source in manifests):
+    if (
+        not pinned
+        and manifests
+        and all(source.split not in (None, SPLITS[0]) for source in manifests)
+    ):
         splits = " and ".join(sorted({source.split.upper() for source in manifests}))
-        raise UsageError(f"every manifest is {splits} (--manifest SPLIT=PATH), no "
-                         f"--vocabulary is given and they declare no classes: {NO_TRAIN_ROWS}")
+        raise UsageError(
+            f"every manifest is {splits} (--manifest SPLIT=PATH), no "
+            f"--vocabulary is given and they declare no classes: {NO_TRAIN_ROWS}"
+        )
     run_info = RunInfo(
         # An image folder read as the manifests it holds (folder_reading) names them too.
         manifests=[source.describe() for source in manifests] or None,
         image_folder=convert.image_folder,
-        options=RunOptions(runner=options.view_as(StandardOptions).runner or "DirectRunner",
-                           **convert.values()),
+        options=RunOptions(
+            runner=options.view_as(StandardOptions).runner or "DirectRunner", **convert.values()
+        ),
         versions=installed_versions(),
-        started_at=datetime.datetime.now(datetime.timezone.utc).isoformat())
+        started_at=datetime.datetime.now(datetime.UTC).isoformat(),
+    )
     # Read now: publishing replaces it. The summary says which ids this run changed.
     replaced_labels = output_labels(convert.output_dir) if convert.overwrite else None
     scan = scan_sources(convert, manifests, pinned, run_info.versions)
@@ -186,24 +228,33 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
                 from image_tfrecords.pipeline import graph  # noqa: PLC0415
             interrupts.raise_if_stopping()
             watch = JobWatch(options, log and str(log), convert.worker_start_timeout)
-            stage("reading the rows: the label ids (tf.Transform) and the shard plan, then "
-                  "the images" if runs_on_the_direct_runner(options) else
-                  f"starting the job on {options.view_as(StandardOptions).runner}")
-            summary = graph.run(options, scan.chunks, run_info, folder, watch, pinned,
-                                replaced_labels)
+            stage(
+                "reading the rows: the label ids (tf.Transform) and the shard plan, then the images"
+                if runs_on_the_direct_runner(options)
+                else f"starting the job on {options.view_as(StandardOptions).runner}"
+            )
+            summary = graph.run(
+                options, scan.chunks, run_info, folder, watch, pinned, replaced_labels
+            )
     except RunFailed as failed:
-        print(format_report(failed.failure.summary, convert.output_dir,
-                            time.time() - started, published=False))
+        print(
+            format_report(
+                failed.failure.summary, convert.output_dir, time.time() - started, published=False
+            )
+        )
         raise
     except Stopped as stopped:
-        stopped.args = (_stopped_line(stopped, convert.output_dir, folder,
-                                      watch is not None and watch.started),)
+        stopped.args = (
+            _stopped_line(stopped, convert.output_dir, folder, watch is not None and watch.started),
+        )
         raise
-    except Exception as error:  # noqa: BLE001 - whatever stopped the runner: said in one line
+    except Exception as error:
         raise _job_failed(error, convert.output_dir, folder.run_id) from error
     if summary is None:
-        print(f"image-tfrecords: job submitted; it writes "
-              f"{convert.output_dir}/{SUMMARY_FILE} when it ends")
+        print(
+            f"image-tfrecords: job submitted; it writes "
+            f"{convert.output_dir}/{SUMMARY_FILE} when it ends"
+        )
     else:
         print(format_report(summary, convert.output_dir, time.time() - started))
     return summary
@@ -211,20 +262,24 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
 
 def _job_failed(error: Exception, output_dir: str, run_id: str) -> JobFailed:
     """The cause, and what the failed job left."""
-    return JobFailed(f"the job failed: {_last_line(error)}. After it: "
-                     f"{_left_behind(output_dir, run_id)}")
+    return JobFailed(
+        f"the job failed: {_last_line(error)}. After it: {_left_behind(output_dir, run_id)}"
+    )
 
 
-def _stopped_line(stopped: Stopped, output_dir: str, folder: RunFolder,
-                  job_started: bool) -> str:
+def _stopped_line(stopped: Stopped, output_dir: str, folder: RunFolder, job_started: bool) -> str:
     """What a run stopped after its folder was started left, and how it is continued."""
     if not job_started:
         return f"{stopped.reason} before the job started; {_unstarted(output_dir, folder)}"
     if _published_by(output_dir, folder.run_id):  # publishing holds a stop
-        return (f"{stopped.reason} while publishing, which was finished first: "
-                f"{output_dir} is this run's whole output")
-    return (f"{stopped.reason}; {stopped.outcome}. After it: "
-            f"{_left_behind(output_dir, folder.run_id, stopped=True)}")
+        return (
+            f"{stopped.reason} while publishing, which was finished first: "
+            f"{output_dir} is this run's whole output"
+        )
+    return (
+        f"{stopped.reason}; {stopped.outcome}. After it: "
+        f"{_left_behind(output_dir, folder.run_id, stopped=True)}"
+    )
 
 
 def _published_by(output_dir: str, run_id: str) -> bool:
@@ -244,13 +299,17 @@ def _left_behind(output_dir: str, run_id: str, stopped: bool = False) -> str:
         summary = None
     temp = naming.temp_dir(output_dir, run_id)
     if summary is not None and summary.run_id == run_id:
-        return (f"it published {output_dir} and failed removing its temp folder {temp}, "
-                "which can be deleted")
+        return (
+            f"it published {output_dir} and failed removing its temp folder {temp}, "
+            "which can be deleted"
+        )
     if summary is not None:
         left = f"nothing was published, {output_dir} is as it was"
     else:
-        left = (f"nothing was published, {output_dir} has no {SUMMARY_FILE} (no reader "
-                "takes it for an output)")
+        left = (
+            f"nothing was published, {output_dir} has no {SUMMARY_FILE} (no reader "
+            "takes it for an output)"
+        )
     if stopped:
         return f"{left}; {_kept(temp)}"
     return left + f"; the run's files are in {temp} (--resume reuses its finished shards)"
@@ -262,8 +321,11 @@ def _kept(temp: str) -> str:
         shards = finished_shards(temp)
     except Exception:  # noqa: BLE001 - storage that cannot list now: the folder is said
         shards = 0
-    kept = (f"{counted(shards, 'finished shard')} kept in {temp}" if shards
-            else f"its files are in {temp}")
+    kept = (
+        f"{counted(shards, 'finished shard')} kept in {temp}"
+        if shards
+        else f"its files are in {temp}"
+    )
     return kept + _RESUMED
 
 
@@ -292,8 +354,9 @@ def _whole_run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolde
             stopped.args = (_stopped_line(stopped, convert.output_dir, folder, False),)
         raise
     # What a second signal, which ends the launcher at once, says is kept.
-    interrupts.keeping(f"its files are in "
-                       f"{naming.temp_dir(convert.output_dir, folder.run_id)}{_RESUMED}")
+    interrupts.keeping(
+        f"its files are in {naming.temp_dir(convert.output_dir, folder.run_id)}{_RESUMED}"
+    )
     return folder
 
 
@@ -307,14 +370,17 @@ def _run_folder(convert: ConvertOptions, current: Fingerprint) -> RunFolder:
     if folder.resumed:
         print(f"image-tfrecords: resuming the stopped run in {path}")
     elif convert.resume:
-        print(f"image-tfrecords: no stopped run in {convert.output_dir} to resume; "
-              "starting from the first image")
+        print(
+            f"image-tfrecords: no stopped run in {convert.output_dir} to resume; "
+            "starting from the first image"
+        )
     try:
         start(path, current, folder.resumed)
-    except Exception as error:  # noqa: BLE001 - each filesystem's own: refused, unreachable
+    except Exception as error:
         # The first write to the output: the probe could only list it.
-        raise UsageError(f"cannot use the storage: cannot write to {path}: "
-                         f"{_last_line(error)}") from error
+        raise UsageError(
+            f"cannot use the storage: cannot write to {path}: {_last_line(error)}"
+        ) from error
     return folder
 
 
@@ -354,14 +420,17 @@ def _failed_batch(error: BaseException | None) -> str | None:
             operation = str(error).split(" with exceptions ", 1)[0]
             files, problem = next(iter(details.items()))
             named = " to ".join(files) if isinstance(files, tuple) else files
-            return (f"{operation} for {counted(len(details), 'file')}, the first {named}: "
-                    f"{_last_line(problem)}")
+            return (
+                f"{operation} for {counted(len(details), 'file')}, the first {named}: "
+                f"{_last_line(problem)}"
+            )
         error = error.__cause__ or error.__context__
     return None
 
 
-def _pinned_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]
-                       ) -> PinnedVocabulary | None:
+def _pinned_vocabulary(
+    convert: ConvertOptions, manifests: list[ManifestSource]
+) -> PinnedVocabulary | None:
     """The label ids, read (and checked) before the job starts: --vocabulary's, else the
     classes the input declares (YOLO's names, COCO's categories...), else None (learnt
     from TRAIN). The console says which, and what --vocabulary overrides."""
@@ -373,33 +442,40 @@ def _pinned_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]
         return None
     if len(declaring) < len(found):
         undeclaring = len(found) - len(declaring)
-        print(f"image-tfrecords: label ids: learnt from TRAIN, as {undeclaring} of the "
-              f"{len(found)} inputs declare{'s' * (undeclaring == 1)} no classes (declared by "
-              f"{', '.join(declaring)}); pin them with --vocabulary")
+        print(
+            f"image-tfrecords: label ids: learnt from TRAIN, as {undeclaring} of the "
+            f"{len(found)} inputs declare{'s' * (undeclaring == 1)} no classes (declared by "
+            f"{', '.join(declaring)}); pin them with --vocabulary"
+        )
         return None
     declared = one_declaration(found)
     pinned = PinnedVocabulary(declared.declared_by, declared.labels, declared=True)
-    print(f"image-tfrecords: label ids: {pinned.described()}"
-          + (f" ({declared.note})" if declared.note else ""))
+    print(
+        f"image-tfrecords: label ids: {pinned.described()}"
+        + (f" ({declared.note})" if declared.note else "")
+    )
     return pinned
 
 
-def _given_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]
-                      ) -> PinnedVocabulary:
+def _given_vocabulary(convert: ConvertOptions, manifests: list[ManifestSource]) -> PinnedVocabulary:
     """--vocabulary's labels; the console names the declarations it overrides."""
     try:
         pinned = read_pinned_vocabulary(
-            convert.vocabulary, lambda: _labels_in_data(manifests, convert.row_rules()))
+            convert.vocabulary, lambda: _labels_in_data(manifests, convert.row_rules())
+        )
     except VocabularyError as problem:
         raise UsageError(str(problem)) from problem
     try:
-        overridden = ", ".join(declared.declared_by
-                               for declared in class_declarations(manifests) if declared)
+        overridden = ", ".join(
+            declared.declared_by for declared in class_declarations(manifests) if declared
+        )
     except ManifestError as problem:  # a declaration that cannot give ids: --vocabulary does
         overridden = f"the input ({problem})"
     if overridden:
-        print(f"image-tfrecords: label ids: --vocabulary {convert.vocabulary} overrides the "
-              f"classes declared by {overridden}")
+        print(
+            f"image-tfrecords: label ids: --vocabulary {convert.vocabulary} overrides the "
+            f"classes declared by {overridden}"
+        )
     return pinned
 
 
@@ -411,7 +487,8 @@ def _preflight(convert: ConvertOptions) -> list[ManifestSource]:
     """
     problems = convert.problems()
     if tft_problem := tensorflow_location_problem(
-            "temp_location", convert.view_as(GoogleCloudOptions).temp_location):
+        "temp_location", convert.view_as(GoogleCloudOptions).temp_location
+    ):
         problems.append(tft_problem)
     if problems:
         raise UsageError("; ".join(problems))
@@ -436,16 +513,20 @@ def _check_locations(convert: ConvertOptions) -> list[ManifestSource]:
     if convert.image_folder:
         manifests, first_images = image_folder_sources(convert.image_folder, rules, _say)
     else:
-        manifests, first_images = find_manifests(convert.manifest, convert.input_format,
-                                                 say=_say), []
+        manifests, first_images = (
+            find_manifests(convert.manifest, convert.input_format, say=_say),
+            [],
+        )
     check_sources(manifests, rules)
     first_rows = _first_image_rows(manifests, rules)
     probe_storage(first_images + [row.uri for row in first_rows])
     _check_image_dir(convert.image_dir, first_rows)
     existing = FileSystems.match([FileSystems.join(convert.output_dir, "*")])[0].metadata_list
     if existing and not convert.overwrite:
-        raise UsageError(f"--output_dir {convert.output_dir} is not empty; "
-                         "pass --overwrite to replace its contents")
+        raise UsageError(
+            f"--output_dir {convert.output_dir} is not empty; "
+            "pass --overwrite to replace its contents"
+        )
     return manifests
 
 
@@ -472,9 +553,12 @@ def _first_image_rows(manifests: list[ManifestSource], rules: RowRules) -> list[
     images: InputFormat.first_rows_early).
     """
     readable = [source for source in manifests if FORMATS[source.format].first_rows_early]
-    return [row for source in readable[:FILES_PER_SCHEME]
-            for row in itertools.islice(read_source(source, rules), _ROWS_PROBED)
-            if isinstance(row, ManifestRow)]
+    return [
+        row
+        for source in readable[:FILES_PER_SCHEME]
+        for row in itertools.islice(read_source(source, rules), _ROWS_PROBED)
+        if isinstance(row, ManifestRow)
+    ]
 
 
 def _check_image_dir(image_dir: str | None, first_rows: list[ManifestRow]) -> None:
@@ -483,8 +567,11 @@ def _check_image_dir(image_dir: str | None, first_rows: list[ManifestRow]) -> No
     row as file_not_found. A few missing images are ordinary dead letters."""
     if not image_dir or not storage.is_local(image_dir):
         return
-    inside = [row for row in first_rows
-              if storage.is_local(row.uri) and row.uri.startswith(os.path.join(image_dir, ""))]
+    inside = [
+        row
+        for row in first_rows
+        if storage.is_local(row.uri) and row.uri.startswith(os.path.join(image_dir, ""))
+    ]
     if inside and not any(os.path.exists(row.uri) for row in inside):
         raise ImagesNotFound(image_dir, inside)
 
@@ -492,6 +579,9 @@ def _check_image_dir(image_dir: str | None, first_rows: list[ManifestRow]) -> No
 def _labels_in_data(manifests: list[ManifestSource], rules: RowRules) -> set[str]:
     """Labels of the first rows of the first manifests (InputFormat.labels_sampled: a
     COCO file's are its categories)."""
-    return set().union(*(FORMATS[source.format].labels_sampled(source, rules,
-                                                               _ROWS_SAMPLED_FOR_LABELS)
-                         for source in manifests[:FILES_PER_SCHEME]))
+    return set().union(
+        *(
+            FORMATS[source.format].labels_sampled(source, rules, _ROWS_SAMPLED_FOR_LABELS)
+            for source in manifests[:FILES_PER_SCHEME]
+        )
+    )

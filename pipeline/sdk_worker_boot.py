@@ -26,8 +26,9 @@ from google.protobuf import json_format, text_format
 PROVISION_TIMEOUT_S = 60.0  # the runner's provision service answers at once when it is up
 
 
-def worker_environment(worker_id: str, info: beam_provision_api_pb2.ProvisionInfo,
-                       semi_persistent_directory: str) -> dict[str, str]:
+def worker_environment(
+    worker_id: str, info: beam_provision_api_pb2.ProvisionInfo, semi_persistent_directory: str
+) -> dict[str, str]:
     """The environment Beam's SDK harness (sdk_worker_main) reads its settings from."""
     environment = {
         "WORKER_ID": worker_id,
@@ -38,7 +39,8 @@ def worker_environment(worker_id: str, info: beam_provision_api_pb2.ProvisionInf
     }
     if info.HasField("status_endpoint"):
         environment["STATUS_API_SERVICE_DESCRIPTOR"] = text_format.MessageToString(
-            info.status_endpoint)
+            info.status_endpoint
+        )
     if info.runner_capabilities:
         environment["RUNNER_CAPABILITIES"] = " ".join(info.runner_capabilities)
     return environment
@@ -48,9 +50,11 @@ def provision_info(endpoint: str, worker_id: str) -> beam_provision_api_pb2.Prov
     """What the runner's provision service says of this worker's job."""
     with grpc.insecure_channel(endpoint) as channel:
         service = beam_provision_api_pb2_grpc.ProvisionServiceStub(channel)
-        return service.GetProvisionInfo(beam_provision_api_pb2.GetProvisionInfoRequest(),
-                                        metadata=[("worker_id", worker_id)],
-                                        timeout=PROVISION_TIMEOUT_S).info
+        return service.GetProvisionInfo(
+            beam_provision_api_pb2.GetProvisionInfoRequest(),
+            metadata=[("worker_id", worker_id)],
+            timeout=PROVISION_TIMEOUT_S,
+        ).info
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -60,8 +64,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--semi_persist_dir", default="/tmp")
     args, _ = parser.parse_known_args(argv)  # a runner may pass more (artifact endpoints)
     info = provision_info(args.provision_endpoint, args.id)
-    os.execve(sys.executable, [sys.executable, "-m", "apache_beam.runners.worker.sdk_worker_main"],
-              {**os.environ, **worker_environment(args.id, info, args.semi_persist_dir)})
+    os.execve(
+        sys.executable,
+        [sys.executable, "-m", "apache_beam.runners.worker.sdk_worker_main"],
+        {**os.environ, **worker_environment(args.id, info, args.semi_persist_dir)},
+    )
 
 
 if __name__ == "__main__":

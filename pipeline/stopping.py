@@ -45,11 +45,11 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from image_tfrecords.pipeline import engines
-from image_tfrecords.core.console import expect_hang_ups
-from image_tfrecords.pipeline.options import runs_on_the_direct_runner
 from image_tfrecords.core import interrupts
+from image_tfrecords.core.console import expect_hang_ups
 from image_tfrecords.core.interrupts import Stopped
+from image_tfrecords.pipeline import engines
+from image_tfrecords.pipeline.options import runs_on_the_direct_runner
 
 __all__ = ["JobWatch", "Stopped", "WorkersNeverStarted"]
 
@@ -83,8 +83,9 @@ class JobWatch:
     there within `worker_start_timeout` seconds of the job's submission (0: no
     deadline)."""
 
-    def __init__(self, options: PipelineOptions, job_server_log: str | None,
-                 worker_start_timeout: float) -> None:
+    def __init__(
+        self, options: PipelineOptions, job_server_log: str | None, worker_start_timeout: float
+    ) -> None:
         self._options = options
         self._job_server_log = job_server_log
         self._timeout = worker_start_timeout
@@ -113,8 +114,12 @@ class JobWatch:
         self._signals.enter_context(interrupts.signals_stop())
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self._job_ended.set()
         self._signals.close()
 
@@ -123,8 +128,12 @@ class JobWatch:
         `result`), the first SDK worker that starts writes `marker`; without it within
         the timeout, the job is stopped."""
         if self.watches_workers:
-            threading.Thread(target=self._wait_for_a_worker, args=(pipeline, marker),
-                             name="worker-start-watch", daemon=True).start()
+            threading.Thread(
+                target=self._wait_for_a_worker,
+                args=(pipeline, marker),
+                name="worker-start-watch",
+                daemon=True,
+            ).start()
 
     def _wait_for_a_worker(self, pipeline: beam.Pipeline, marker: str) -> None:
         # The clock starts at the submission, not with the job server's start before it.
@@ -136,12 +145,15 @@ class JobWatch:
             if _exists(marker):
                 return
             if time.monotonic() - since >= self._timeout and not self._job_ended.is_set():
-                interrupts.raise_in_main_thread(WorkersNeverStarted(
-                    f"no SDK worker of the job started within {self._timeout:g} s "
-                    f"(--worker_start_timeout) from --environment_type {self._environment}: "
-                    "check that every TaskManager or executor reaches it and that its "
-                    "python imports apache_beam and this project (the TaskManager's log "
-                    "says 'Still waiting for startup of environment')"))
+                interrupts.raise_in_main_thread(
+                    WorkersNeverStarted(
+                        f"no SDK worker of the job started within {self._timeout:g} s "
+                        f"(--worker_start_timeout) from --environment_type {self._environment}: "
+                        "check that every TaskManager or executor reaches it and that its "
+                        "python imports apache_beam and this project (the TaskManager's log "
+                        "says 'Still waiting for startup of environment')"
+                    )
+                )
                 return
 
     def cancel(self, result: PipelineResult | None) -> str:
@@ -196,8 +208,11 @@ class JobWatch:
         deadline = time.monotonic() + CANCEL_WAIT_S
         while True:
             now = state()
-            if (PipelineState.is_terminal(_beam_state(now)) or time.monotonic() >= deadline
-                    or self._impatient.wait(0.5)):
+            if (
+                PipelineState.is_terminal(_beam_state(now))
+                or time.monotonic() >= deadline
+                or self._impatient.wait(0.5)
+            ):
                 return now
 
     @staticmethod
@@ -219,8 +234,7 @@ def _job_id(result: PipelineResult) -> str:
 def _beam_state(state: str) -> str:
     """An engine's state as Beam names it (Flink's CANCELED is Beam's CANCELLED)."""
     state = state.rsplit(".", 1)[-1].upper()
-    return {"CANCELED": PipelineState.CANCELLED, "FINISHED": PipelineState.DONE}.get(state,
-                                                                                      state)
+    return {"CANCELED": PipelineState.CANCELLED, "FINISHED": PipelineState.DONE}.get(state, state)
 
 
 def _exists(marker: str) -> bool:

@@ -32,8 +32,7 @@ _PROBE_DOWNLOADS = DownloadSettings(timeout_s=PROBE_SECONDS / 2, retries=0)
 # Loggers through which the clients report what they retry (Beam's S3 reads log to the
 # root logger); the last line one of them logged from a probe's thread is the cause a
 # timed-out probe names.
-_RETRY_LOGGERS = ("", "apache_beam.utils.retry", "google.api_core.retry",
-                  "urllib3.connectionpool")
+_RETRY_LOGGERS = ("", "apache_beam.utils.retry", "google.api_core.retry", "urllib3.connectionpool")
 # Loggers raised to DEBUG while the probes run: google-api-core says what it retries only
 # there, and urllib3 logs each answer's status line there (botocore and the Google
 # clients both use urllib3), which shows the storage answered; its other DEBUG lines
@@ -68,19 +67,29 @@ def probe_storage(uris: Iterable[str], seconds: float = PROBE_SECONDS) -> None:
     for attempt in attempts:
         if attempt.error is not None:
             if attempt.uri.startswith(GCS_SCHEME) and read_anonymously():
-                raise StorageUnreachable(f"{attempt.error} (read anonymously: no Google "
-                                         "credentials were found)")
+                raise StorageUnreachable(
+                    f"{attempt.error} (read anonymously: no Google credentials were found)"
+                )
             raise attempt.error
     for attempt in attempts:
         if not attempt.finished and attempt.answered:
-            logging.warning("%s: the storage answers, but had not given the file after "
-                            "%g s (the client retries: %s); going on, the job retries "
-                            "its reads as well", attempt.uri, seconds, attempt.last_line)
+            logging.warning(
+                "%s: the storage answers, but had not given the file after "
+                "%g s (the client retries: %s); going on, the job retries "
+                "its reads as well",
+                attempt.uri,
+                seconds,
+                attempt.last_line,
+            )
         elif not attempt.finished:
             raise StorageUnreachable(
                 f"{attempt.uri}: no answer within {seconds:g} s"
-                + (f"; the client retries: {attempt.last_line}" if attempt.last_line else
-                   " (host unreachable, or the client waits for credentials?)"))
+                + (
+                    f"; the client retries: {attempt.last_line}"
+                    if attempt.last_line
+                    else " (host unreachable, or the client waits for credentials?)"
+                )
+            )
 
 
 class _Attempt:
@@ -124,7 +133,7 @@ def _probe(uri: str) -> bool:
         with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as file:
             file.read(1)
         return True
-    except Exception as error:  # noqa: BLE001 - each filesystem raises its own types
+    except Exception as error:
         if not (isinstance(error, FileNotFoundError) or http_status(error) == 404):
             raise StorageUnreachable(f"{uri}: {_cause(error)}") from error
     bucket = _bucket_of(uri) + "/"
@@ -152,7 +161,7 @@ def _list_one(uri: str, folder: str) -> bool:
     be listed."""
     try:
         return bool(FileSystems.match([f"{folder}**"], limits=[1])[0].metadata_list)
-    except Exception as error:  # noqa: BLE001 - each filesystem raises its own types
+    except Exception as error:
         raise StorageUnreachable(f"{uri}: cannot list {folder}: {_cause(error)}") from error
 
 
@@ -201,8 +210,9 @@ def _retry_lines_recorded() -> Iterator[None]:
         logger = logging.getLogger(name)
         if _record_probe_retries not in logger.filters:
             logger.addFilter(_record_probe_retries)
-    levels = {name: logging.getLogger(name).level
-              for name in (_DEBUG_RETRY_LOGGER, _ANSWERS_LOGGER)}
+    levels = {
+        name: logging.getLogger(name).level for name in (_DEBUG_RETRY_LOGGER, _ANSWERS_LOGGER)
+    }
     for name in levels:
         _SHOWN_FROM[name] = logging.getLogger(name).getEffectiveLevel()
         logging.getLogger(name).setLevel(logging.DEBUG)

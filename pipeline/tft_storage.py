@@ -31,13 +31,16 @@ def tensorflow_location_problem(option: str, location: str | None) -> str | None
     if scheme in writable:
         return None
     buckets = ", ".join(f"{name}://..." for name in sorted(writable - _LOCAL))
-    return (f"--{option} {location}: tf.Transform writes its working files there through "
-            f"TensorFlow's filesystems, which cannot write {scheme}:// here; give a local "
-            f"folder (on a cluster, a mount every worker shares)"
-            + (f" or {buckets}" if buckets else ""))
+    return (
+        f"--{option} {location}: tf.Transform writes its working files there through "
+        f"TensorFlow's filesystems, which cannot write {scheme}:// here; give a local "
+        f"folder (on a cluster, a mount every worker shares)"
+        + (f" or {buckets}" if buckets else "")
+    )
 
 
 def tensorflow_schemes() -> frozenset[str]:
     """The schemes TensorFlow's filesystems write in this process, local ones included."""
-    import tensorflow as tf
+    import tensorflow as tf  # noqa: PLC0415 - TensorFlow loads only where its filesystems are asked for
+
     return frozenset(tf.io.gfile.get_registered_schemes()) - _NOT_SHARED

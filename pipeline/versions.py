@@ -11,8 +11,16 @@ import platform
 import image_tfrecords
 
 PACKAGE = "image-tfrecords"
-VERSIONED = (PACKAGE, "apache-beam", "tensorflow", "tensorflow-transform", "tfx-bsl", "pillow",
-             "pyarrow", "numpy")
+VERSIONED = (
+    PACKAGE,
+    "apache-beam",
+    "tensorflow",
+    "tensorflow-transform",
+    "tfx-bsl",
+    "pillow",
+    "pyarrow",
+    "numpy",
+)
 # Where the package is imported from: a checkout, or a venv's site-packages.
 _CODE_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(image_tfrecords.__file__)))
 
@@ -33,5 +41,7 @@ def version_lines() -> str:
     from (a checkout, or a venv's site-packages), then the libraries'."""
     versions = installed_versions()
     libraries = ", ".join(f"{name} {versions[name]}" for name in VERSIONED[1:])
-    return (f"{PACKAGE} {versions[PACKAGE]} from {_CODE_FOLDER} "
-            f"(Python {platform.python_version()})\n{libraries}")
+    return (
+        f"{PACKAGE} {versions[PACKAGE]} from {_CODE_FOLDER} "
+        f"(Python {platform.python_version()})\n{libraries}"
+    )

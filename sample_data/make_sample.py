@@ -30,24 +30,37 @@ PER_CLASS = 14  # 01-10 train, 11-12 validation, 13-14 test
 
 # One source photograph per class (plus one for the "unseen label" row).
 SOURCES = {
-    "cat": skdata.chelsea,                         # CC0, Stefan van der Walt
-    "coffee": skdata.coffee,                       # CC0, Rachel Michetti
+    "cat": skdata.chelsea,  # CC0, Stefan van der Walt
+    "coffee": skdata.coffee,  # CC0, Rachel Michetti
     "flower": lambda: load_sample_image("flower.jpg"),  # CC BY 2.0, Flickr
-    "bird": skdata.rocket,                         # public domain, SpaceX
+    "bird": skdata.rocket,  # public domain, SpaceX
 }
 
 # (label, index) -> special format.  Everything else is an RGB JPEG.
 SPECIAL = {
-    ("cat", 2): "png",        ("cat", 5): "cmyk_jpg",
-    ("cat", 11): "gif",       ("cat", 13): "rgba_png",
-    ("coffee", 3): "gray_png", ("coffee", 6): "bmp",
-    ("coffee", 9): "png",     ("coffee", 12): "exif6_jpg",
+    ("cat", 2): "png",
+    ("cat", 5): "cmyk_jpg",
+    ("cat", 11): "gif",
+    ("cat", 13): "rgba_png",
+    ("coffee", 3): "gray_png",
+    ("coffee", 6): "bmp",
+    ("coffee", 9): "png",
+    ("coffee", 12): "exif6_jpg",
     ("coffee", 14): "webp",
-    ("flower", 4): "tiff",    ("flower", 7): "gray_jpg",
-    ("flower", 11): "unicode_jpg", ("flower", 13): "png",
+    ("flower", 4): "tiff",
+    ("flower", 7): "gray_jpg",
+    ("flower", 11): "unicode_jpg",
+    ("flower", 13): "png",
 }
-EXT = {"png": "png", "rgba_png": "png", "gray_png": "png", "gif": "gif",
-       "tiff": "tiff", "bmp": "bmp", "webp": "webp"}
+EXT = {
+    "png": "png",
+    "rgba_png": "png",
+    "gray_png": "png",
+    "gif": "gif",
+    "tiff": "tiff",
+    "bmp": "bmp",
+    "webp": "webp",
+}
 SPLIT_SPELLINGS = {
     "train": ["TRAIN", "train", "Train"],
     "validation": ["VALIDATION", "validation", "Validation"],
@@ -66,7 +79,7 @@ def random_crop(photo, small=False):
     fw = np.clip(fh * rng.uniform(0.8, 1.25), 0.5, 0.9)
     cw, ch = int(w * fw), int(h * fh)
     x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-    img = Image.fromarray(photo[y0:y0 + ch, x0:x0 + cw])
+    img = Image.fromarray(photo[y0 : y0 + ch, x0 : x0 + cw])
     long_side = int(rng.integers(96, 129 if small else 225))
     scale = long_side / max(cw, ch)
     return img.resize((round(cw * scale), round(ch * scale)), Image.LANCZOS)
@@ -90,8 +103,7 @@ def save(img, kind, path):
         # back the upright crop.
         exif = Image.Exif()
         exif[0x0112] = 6
-        img.transpose(Image.Transpose.ROTATE_90).save(
-            path, quality=jpeg_quality(), exif=exif)
+        img.transpose(Image.Transpose.ROTATE_90).save(path, quality=jpeg_quality(), exif=exif)
     elif kind == "png":
         img.save(path, optimize=True)
     elif kind == "gray_png":
@@ -156,21 +168,20 @@ def main():
     random_crop(photos["cat"]).save(buf, format="JPEG", quality=90)
     jpeg = buf.getvalue()
     (broken / "truncated.jpg").write_bytes(jpeg[: int(len(jpeg) * 0.55)])
-    (broken / "not_an_image.jpg").write_text(
-        "This is a text file, not a JPEG.\n", encoding="utf-8")
+    (broken / "not_an_image.jpg").write_text("This is a text file, not a JPEG.\n", encoding="utf-8")
     (broken / "empty.png").write_bytes(b"")
 
     # Deliberately bad rows; the comment is the reason the pipeline should
     # report.  Rows pointing at real images use their own extra files.
     bad = [
-        ["TRAIN", "images/cat/missing.jpg", "cat"],            # file_not_found
-        ["TRAIN", "broken/truncated.jpg", "cat"],              # truncated_image
-        ["VALIDATION", "broken/not_an_image.jpg", "coffee"],   # not_an_image
-        ["TEST", "broken/empty.png", "flower"],                # empty_file
-        ["TRIAN", write_image("flower", 15), "flower"],        # invalid_split
-        ["train", write_image("coffee", 15), ""],              # missing_label
-        ["TEST", write_image("bird", 1), "bird"],              # unseen_label
-        ["UNASSIGNED", write_image("cat", 15), "cat"],         # unassigned_split
+        ["TRAIN", "images/cat/missing.jpg", "cat"],  # file_not_found
+        ["TRAIN", "broken/truncated.jpg", "cat"],  # truncated_image
+        ["VALIDATION", "broken/not_an_image.jpg", "coffee"],  # not_an_image
+        ["TEST", "broken/empty.png", "flower"],  # empty_file
+        ["TRIAN", write_image("flower", 15), "flower"],  # invalid_split
+        ["train", write_image("coffee", 15), ""],  # missing_label
+        ["TEST", write_image("bird", 1), "bird"],  # unseen_label
+        ["UNASSIGNED", write_image("cat", 15), "cat"],  # unassigned_split
     ]
 
     rows = [good[i] for i in rng.permutation(len(good))]
@@ -186,7 +197,7 @@ def main():
 
 def check(rows):
     """Every referenced file that should be an image opens and fully loads."""
-    for split, uri, label in rows:
+    for _split, uri, _label in rows:
         path = HERE / uri
         if uri.startswith("broken/") or not path.exists():
             continue

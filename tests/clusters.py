@@ -42,10 +42,23 @@ START_TIMEOUT_S = 90.0
 
 # What Flink's distribution sets for every JVM on Java 17 (env.java.opts.all in its
 # config.yaml): its serializers reach into these packages.
-JAVA_17_OPENS = [f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
-    "java.lang", "java.net", "java.io", "java.nio", "sun.nio.ch", "java.lang.reflect",
-    "java.text", "java.time", "java.util", "java.util.concurrent",
-    "java.util.concurrent.atomic", "java.util.concurrent.locks")]
+JAVA_17_OPENS = [
+    f"--add-opens=java.base/{package}=ALL-UNNAMED"
+    for package in (
+        "java.lang",
+        "java.net",
+        "java.io",
+        "java.nio",
+        "sun.nio.ch",
+        "java.lang.reflect",
+        "java.text",
+        "java.time",
+        "java.util",
+        "java.util.concurrent",
+        "java.util.concurrent.atomic",
+        "java.util.concurrent.locks",
+    )
+]
 
 # The TaskManager's memory, every part named: bin/taskmanager.sh computes these from one
 # size and hands them over; a TaskManagerRunner started by hand refuses to start without
@@ -72,23 +85,40 @@ TASK_MANAGER_MEMORY = {
 # stages (measured: 14 workers and ~115 s for the sample; 1 worker with these). Without
 # the leaked class loader check off, the job failed at once ("ServiceConfigurationError:
 # org.apache.beam.sdk.runners.PipelineRunnerRegistrar: Error accessing configuration file").
-BEAM_IN_LIB = {"classloader.resolve-order": "parent-first",
-               "classloader.check-leaked-classloader": "false"}
+BEAM_IN_LIB = {
+    "classloader.resolve-order": "parent-first",
+    "classloader.check-leaked-classloader": "false",
+}
 
 # The TaskManager JVM's own limits, as bin/taskmanager.sh derives them from the above:
 # heap = framework + task heap (+ room), direct = framework + task off-heap + network.
-TASK_MANAGER_JVM = ["-Xmx768m", "-XX:MaxDirectMemorySize=640m",
-                    "-XX:MaxMetaspaceSize=256m"]
+TASK_MANAGER_JVM = ["-Xmx768m", "-XX:MaxDirectMemorySize=640m", "-XX:MaxMetaspaceSize=256m"]
 
 # What Spark's launcher gives every JVM it starts on Java 17 (spark-class, through
 # org.apache.spark.launcher.JavaModuleOptions); SparkContext gives its executors the same.
-SPARK_JAVA_17_OPTIONS = ["-XX:+IgnoreUnrecognizedVMOptions",
-                         *(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
-                             "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io",
-                             "java.net", "java.nio", "java.util", "java.util.concurrent",
-                             "java.util.concurrent.atomic", "jdk.internal.ref", "sun.nio.ch",
-                             "sun.nio.cs", "sun.security.action", "sun.util.calendar")),
-                         "-Djdk.reflect.useDirectMethodHandle=false"]
+SPARK_JAVA_17_OPTIONS = [
+    "-XX:+IgnoreUnrecognizedVMOptions",
+    *(
+        f"--add-opens=java.base/{package}=ALL-UNNAMED"
+        for package in (
+            "java.lang",
+            "java.lang.invoke",
+            "java.lang.reflect",
+            "java.io",
+            "java.net",
+            "java.nio",
+            "java.util",
+            "java.util.concurrent",
+            "java.util.concurrent.atomic",
+            "jdk.internal.ref",
+            "sun.nio.ch",
+            "sun.nio.cs",
+            "sun.security.action",
+            "sun.util.calendar",
+        )
+    ),
+    "-Djdk.reflect.useDirectMethodHandle=false",
+]
 # The Worker's share for executors: one executor of the application (2 cores, as the
 # embedded runs' local[2]; Spark's default 1 GiB heap, with room to spare).
 SPARK_WORKER_RESOURCES = ["--cores", "2", "--memory", "2g"]
@@ -97,8 +127,14 @@ SPARK_WORKER_RESOURCES = ["--cores", "2", "--memory", "2g"]
 def _group(command: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
     """`command` in a process group of its own, stdout and stderr into `log`."""
     with open(log, "wb") as output:
-        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
 
 
 def _stop_group(process: subprocess.Popen) -> None:
@@ -130,8 +166,7 @@ def _require_built(jars: dict[Path, str]) -> None:
 
 def _request(url: str, method: str = "GET") -> bytes:
     """The body of the answer to `method url`."""
-    with urllib.request.urlopen(urllib.request.Request(url, method=method),
-                                timeout=10) as answer:
+    with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=10) as answer:
         return answer.read()
 
 
@@ -141,8 +176,9 @@ def _json(url: str, method: str = "GET") -> dict:
     return json.loads(body) if body else {}
 
 
-def _wait_until(ready: Callable[[], bool], processes: list[tuple[subprocess.Popen, Path]],
-                waiting_for: str) -> None:
+def _wait_until(
+    ready: Callable[[], bool], processes: list[tuple[subprocess.Popen, Path]], waiting_for: str
+) -> None:
     """Returns once `ready()` is true; raises, with the log's tail, when one of `processes`
     (each with its log) exits first or START_TIMEOUT_S passes. `ready` raising OSError
     (a port not listening yet) is not ready."""
@@ -150,16 +186,18 @@ def _wait_until(ready: Callable[[], bool], processes: list[tuple[subprocess.Pope
     while time.monotonic() < deadline:
         for process, log in processes:
             if process.poll() is not None:
-                raise RuntimeError(f"{log.stem} exited with {process.returncode}:\n"
-                                   f"{_log_tail(log)}")
+                raise RuntimeError(
+                    f"{log.stem} exited with {process.returncode}:\n{_log_tail(log)}"
+                )
         try:
             if ready():
                 return
         except OSError:
             pass
         time.sleep(0.2)
-    raise RuntimeError(f"{waiting_for} within {START_TIMEOUT_S:.0f} s:\n"
-                       f"{_log_tail(processes[-1][1])}")
+    raise RuntimeError(
+        f"{waiting_for} within {START_TIMEOUT_S:.0f} s:\n{_log_tail(processes[-1][1])}"
+    )
 
 
 class _Cluster:
@@ -212,27 +250,44 @@ class FlinkCluster(_Cluster):
         config = folder / "conf"
         config.mkdir(parents=True)
         (config / "flink-conf.yaml").write_text(self._config(free_port()))
-        java = ["java", *JAVA_17_OPENS, f"-Djava.io.tmpdir={folder}",
-                "-cp", f"{self.JAR}{os.pathsep}{beam_runner_jar}"]
+        java = [
+            "java",
+            *JAVA_17_OPENS,
+            f"-Djava.io.tmpdir={folder}",
+            "-cp",
+            f"{self.JAR}{os.pathsep}{beam_runner_jar}",
+        ]
         self.job_manager_log = folder / "jobmanager.log"
         self.task_manager_log = folder / "taskmanager.log"
-        self._start([*java, "-Xmx512m", self.JOB_MANAGER, "--configDir", str(config)],
-                    self.job_manager_log)
-        self._start([*java, *TASK_MANAGER_JVM, self.TASK_MANAGER, "--configDir", str(config)],
-                    self.task_manager_log)
+        self._start(
+            [*java, "-Xmx512m", self.JOB_MANAGER, "--configDir", str(config)], self.job_manager_log
+        )
+        self._start(
+            [*java, *TASK_MANAGER_JVM, self.TASK_MANAGER, "--configDir", str(config)],
+            self.task_manager_log,
+        )
         # A slot, not just a TaskManager: it registers before it offers its slot.
-        self._wait_for(lambda: self.rest("/overview")["slots-total"] >= 1,
-                       "no TaskManager slot registered")
+        self._wait_for(
+            lambda: self.rest("/overview")["slots-total"] >= 1, "no TaskManager slot registered"
+        )
 
     def _config(self, rpc_port: int) -> str:
         settings = {
-            "jobmanager.rpc.address": HOST, "jobmanager.bind-host": HOST,
-            "jobmanager.rpc.port": str(rpc_port), "jobmanager.memory.process.size": "1g",
-            "rest.address": HOST, "rest.bind-address": HOST, "rest.port": str(self.rest_port),
-            "taskmanager.host": HOST, "taskmanager.bind-host": HOST,
-            "taskmanager.rpc.port": "0", "blob.server.port": "0",
-            "taskmanager.numberOfTaskSlots": "1", "parallelism.default": "1",
-            **TASK_MANAGER_MEMORY, **BEAM_IN_LIB,
+            "jobmanager.rpc.address": HOST,
+            "jobmanager.bind-host": HOST,
+            "jobmanager.rpc.port": str(rpc_port),
+            "jobmanager.memory.process.size": "1g",
+            "rest.address": HOST,
+            "rest.bind-address": HOST,
+            "rest.port": str(self.rest_port),
+            "taskmanager.host": HOST,
+            "taskmanager.bind-host": HOST,
+            "taskmanager.rpc.port": "0",
+            "blob.server.port": "0",
+            "taskmanager.numberOfTaskSlots": "1",
+            "parallelism.default": "1",
+            **TASK_MANAGER_MEMORY,
+            **BEAM_IN_LIB,
         }
         return "".join(f"{key}: {value}\n" for key, value in settings.items())
 
@@ -242,8 +297,11 @@ class FlinkCluster(_Cluster):
 
     def jars_sent_with(self, job_id: str) -> list[Path]:
         """The jars the TaskManager fetched for job `job_id` from the JobManager's blobs."""
-        return [path for path in self.folder.glob(f"tm_*/blobStorage/job_{job_id}/*")
-                if path.read_bytes()[:2] == b"PK"]
+        return [
+            path
+            for path in self.folder.glob(f"tm_*/blobStorage/job_{job_id}/*")
+            if path.read_bytes()[:2] == b"PK"
+        ]
 
     def jobs(self) -> list[dict]:
         """/jobs/overview's jobs, oldest first: each with its `jid`, `name` and `state`."""
@@ -281,17 +339,53 @@ class SparkCluster(_Cluster):
         self.url = f"http://{HOST}:{ui_port}"
         # SPARK_LOCAL_IP: every server binds HOST (the web UIs bind 0.0.0.0 without it);
         # SPARK_LOCAL_DIRS: the executors' scratch space, not /tmp.
-        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_SCALA_VERSION": "2.12",
-               "SPARK_LOCAL_IP": HOST, "SPARK_LOCAL_DIRS": str(folder)}
-        java = ["java", *SPARK_JAVA_17_OPTIONS, "-Xmx512m", f"-Djava.io.tmpdir={folder}",
-                "-cp", str(self.JAR)]
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(home),
+            "SPARK_SCALA_VERSION": "2.12",
+            "SPARK_LOCAL_IP": HOST,
+            "SPARK_LOCAL_DIRS": str(folder),
+        }
+        java = [
+            "java",
+            *SPARK_JAVA_17_OPTIONS,
+            "-Xmx512m",
+            f"-Djava.io.tmpdir={folder}",
+            "-cp",
+            str(self.JAR),
+        ]
         self.master_log = folder / "master.log"
         self.worker_log = folder / "worker.log"
-        self._start([*java, self.MASTER, "--host", HOST, "--port", str(master_port),
-                     "--webui-port", str(ui_port)], self.master_log, env)
-        self._start([*java, self.WORKER, "--host", HOST, "--webui-port", str(free_port()),
-                     *SPARK_WORKER_RESOURCES, "--work-dir", str(self.work_dir),
-                     self.master_url], self.worker_log, env)
+        self._start(
+            [
+                *java,
+                self.MASTER,
+                "--host",
+                HOST,
+                "--port",
+                str(master_port),
+                "--webui-port",
+                str(ui_port),
+            ],
+            self.master_log,
+            env,
+        )
+        self._start(
+            [
+                *java,
+                self.WORKER,
+                "--host",
+                HOST,
+                "--webui-port",
+                str(free_port()),
+                *SPARK_WORKER_RESOURCES,
+                "--work-dir",
+                str(self.work_dir),
+                self.master_url,
+            ],
+            self.worker_log,
+            env,
+        )
         self._wait_for(lambda: self.state()["aliveworkers"] >= 1, "no Worker registered")
 
     def state(self) -> dict:
@@ -302,8 +396,10 @@ class SparkCluster(_Cluster):
     def applications(self) -> list[dict]:
         """Every application the Master knows, running or ended, the oldest first."""
         state = self.state()
-        return sorted(state["activeapps"] + state["completedapps"],
-                      key=lambda application: application["starttime"])
+        return sorted(
+            state["activeapps"] + state["completedapps"],
+            key=lambda application: application["starttime"],
+        )
 
     def cancel_running_jobs(self) -> None:
         """Kills each application not ended, as the web UI's kill link does (its driver is
@@ -328,8 +424,12 @@ class WorkerPool:
     the `python` the workers start with instead (one without Beam: workers that never
     start)."""
 
-    def __init__(self, folder: Path, environment: dict[str, str] | None = None,
-                 workers_python: str | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        environment: dict[str, str] | None = None,
+        workers_python: str | None = None,
+    ) -> None:
         self.port = free_port()
         self.log = folder / "worker_pool.log"
         first_on_path = os.path.dirname(sys.executable)
@@ -337,16 +437,28 @@ class WorkerPool:
             first_on_path = str(folder / "worker_pool_bin")
             os.mkdir(first_on_path)
             os.symlink(workers_python, os.path.join(first_on_path, "python"))
-        env = {**os.environ,
-               "PATH": f"{first_on_path}{os.pathsep}{os.environ.get('PATH', '')}",
-               "PYTHONPATH": str(Path(__file__).parents[1]), "TMPDIR": str(folder),
-               **(environment or {})}
-        self._process = _group([sys.executable, "-m",
-                                "apache_beam.runners.worker.worker_pool_main",
-                                "--service_port", str(self.port)], self.log, env)
+        env = {
+            **os.environ,
+            "PATH": f"{first_on_path}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": str(Path(__file__).parents[1]),
+            "TMPDIR": str(folder),
+            **(environment or {}),
+        }
+        self._process = _group(
+            [
+                sys.executable,
+                "-m",
+                "apache_beam.runners.worker.worker_pool_main",
+                "--service_port",
+                str(self.port),
+            ],
+            self.log,
+            env,
+        )
         try:
-            _wait_until(self._listening, [(self._process, self.log)],
-                        "the worker pool did not listen")
+            _wait_until(
+                self._listening, [(self._process, self.log)], "the worker pool did not listen"
+            )
         except BaseException:
             self.stop()
             raise
@@ -360,8 +472,9 @@ class WorkerPool:
 
 
 @contextlib.contextmanager
-def beside_a_pool(pool: WorkerPool, start_cluster: Callable[[], _Cluster]
-                  ) -> Iterator[tuple[_Cluster, WorkerPool]]:
+def beside_a_pool(
+    pool: WorkerPool, start_cluster: Callable[[], _Cluster]
+) -> Iterator[tuple[_Cluster, WorkerPool]]:
     """The cluster `start_cluster` starts, and `pool` beside it; at the end (or when the
     cluster does not start) any job left is ended and every JVM and worker stopped."""
     try:

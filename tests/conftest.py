@@ -4,8 +4,8 @@ storage_servers.py)."""
 
 import contextlib
 import dataclasses
-import io
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -15,20 +15,19 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from apache_beam.io.filesystem import CompressionTypes  # noqa: E402
-from apache_beam.io.filesystems import FileSystems  # noqa: E402
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
-from PIL import Image  # noqa: E402
+import numpy as np
+import pytest
+import tensorflow as tf
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+from hypothesis import HealthCheck, settings
+from PIL import Image
+from storage_servers import FaultProxy, GcsEmulator, HdfsCluster, S3Server, gcs_error, s3_error
 
-from storage_servers import (FaultProxy, GcsEmulator, HdfsCluster, S3Server,  # noqa: E402
-                             gcs_error, s3_error)
-from image_tfrecords.core.examples import IMAGE_FEATURES  # noqa: E402
-from image_tfrecords.core.file_formats import format_names  # noqa: E402
-from image_tfrecords.core.beam_filesystems import settle_beam_filesystems  # noqa: E402
+from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
+from image_tfrecords.core.examples import IMAGE_FEATURES
+from image_tfrecords.core.file_formats import format_names
 
 # The end-to-end tests that take `sample_output` run once per format (--file_format).
 FILE_FORMATS = format_names()
@@ -37,11 +36,21 @@ FILE_FORMATS = format_names()
 # every run, no example database, no per-example deadline (a pipeline run takes seconds).
 # HYPOTHESIS_PROFILE=explore searches further, with fresh random examples each run.
 settings.register_profile(
-    "ci", max_examples=200, deadline=None, derandomize=True, database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    "ci",
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 settings.register_profile(
-    "explore", max_examples=2000, deadline=None, derandomize=False, database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    "explore",
+    max_examples=2000,
+    deadline=None,
+    derandomize=False,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data"
@@ -53,8 +62,7 @@ def photo_like(width: int, height: int, seed: int, mode: str = "RGB") -> Image.I
     """Smooth gradients plus noise: compresses and decodes like a photo, unlike flat colour."""
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:height, 0:width]
-    channels = [(np.sin(x / (7 + seed % 5 + c)) + np.cos(y / (5 + c))) * 60 + 128
-                for c in range(4)]
+    channels = [(np.sin(x / (7 + seed % 5 + c)) + np.cos(y / (5 + c))) * 60 + 128 for c in range(4)]
     pixels = np.stack(channels, axis=-1) + rng.normal(0, 12, (height, width, 4))
     image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGBA")
     return image.convert(mode) if mode != "RGBA" else image
@@ -76,17 +84,25 @@ def tiny_manifest(folder) -> str:
 
 def png_declaring(width: int, height: int) -> bytes:
     """A tiny PNG whose header claims width x height: a decompression bomb's signature."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data)))
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00" * 16))
+        + chunk(b"IEND", b"")
+    )
 
 
 def shard_pattern(output, split: str = "*") -> str:
     """Matches the shards of `split` in `output`, in the format it was written in."""
     from image_tfrecords.output import Output
+
     return f"{output}/{split}-*-of-*{Output.read(str(output)).shard_format.suffix}"
 
 
@@ -97,8 +113,11 @@ def shard_files(output: Path, split: str = "*") -> list[Path]:
 
 def read_examples(pattern: str) -> list[tf.train.Example]:
     """The examples of the shards `pattern` matches, in name order."""
-    return [tf.train.Example.FromString(record)
-            for path in sorted(tf.io.gfile.glob(pattern)) for record in shard_records(path)]
+    return [
+        tf.train.Example.FromString(record)
+        for path in sorted(tf.io.gfile.glob(pattern))
+        for record in shard_records(path)
+    ]
 
 
 def shard_records(path) -> list[bytes]:
@@ -107,6 +126,7 @@ def shard_records(path) -> list[bytes]:
     path = str(path)
     if path.endswith(".array_record"):
         from array_record.python.array_record_module import ArrayRecordReader
+
         reader = ArrayRecordReader(path)
         try:
             return reader.read_all()
@@ -147,19 +167,26 @@ def parse_label_map(text: str) -> dict[int, str]:
 
     field = descriptor_pb2.FieldDescriptorProto
     proto = descriptor_pb2.FileDescriptorProto(
-        name="string_int_label_map.proto", package="object_detection.protos", syntax="proto2")
+        name="string_int_label_map.proto", package="object_detection.protos", syntax="proto2"
+    )
     item = proto.message_type.add(name="StringIntLabelMapItem")
     item.field.add(name="name", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
     item.field.add(name="id", number=2, type=field.TYPE_INT32, label=field.LABEL_OPTIONAL)
-    item.field.add(name="display_name", number=3, type=field.TYPE_STRING,
-                   label=field.LABEL_OPTIONAL)
+    item.field.add(
+        name="display_name", number=3, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL
+    )
     proto.message_type.add(name="StringIntLabelMap").field.add(
-        name="item", number=1, type=field.TYPE_MESSAGE, label=field.LABEL_REPEATED,
-        type_name=".object_detection.protos.StringIntLabelMapItem")
+        name="item",
+        number=1,
+        type=field.TYPE_MESSAGE,
+        label=field.LABEL_REPEATED,
+        type_name=".object_detection.protos.StringIntLabelMapItem",
+    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     message = message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("object_detection.protos.StringIntLabelMap"))()
+        pool.FindMessageTypeByName("object_detection.protos.StringIntLabelMap")
+    )()
     text_format.Parse(text, message)
     return {entry.id: entry.name for entry in message.item}
 
@@ -190,15 +217,16 @@ def before_the_job(*arguments) -> tuple:
     _preflight), the label ids (its _pinned_vocabulary: None where they are learnt from
     TRAIN), and the items (rows, dead letters) the job reads from the manifests.
     Returns (pinned, items)."""
+    from image_tfrecords.core.inputs.sources import read_source
     from image_tfrecords.pipeline import run
     from image_tfrecords.pipeline.options import ConvertOptions
-    from image_tfrecords.core.inputs.sources import read_source
 
     options = PipelineOptions(list(map(str, arguments))).view_as(ConvertOptions)
     manifests = run._preflight(options)
     pinned = run._pinned_vocabulary(options, manifests)
-    return pinned, [item for source in manifests
-                    for item in read_source(source, options.row_rules())]
+    return pinned, [
+        item for source in manifests for item in read_source(source, options.row_rules())
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -211,9 +239,17 @@ def sample_outputs(tmp_path_factory):
         if file_format not in converted:
             converted[file_format] = convert(
                 tmp_path_factory.mktemp(f"sample-{file_format}") / "out",
-                "--manifest", str(SAMPLE_MANIFEST), "--max_error_fraction", "0.25",
-                "--num_shards", "2", "--file_format", file_format)
+                "--manifest",
+                str(SAMPLE_MANIFEST),
+                "--max_error_fraction",
+                "0.25",
+                "--num_shards",
+                "2",
+                "--file_format",
+                file_format,
+            )
         return converted[file_format]
+
     return output
 
 
@@ -222,7 +258,7 @@ def hostile(tmp_path_factory):
     """test_engines.py's hostile set and the DirectRunner's output of it, run once a
     session for the engines' tests there and in test_spark_cluster.py."""
     # Imported here: test_engines imports this module.
-    from test_engines import direct_run_of_the_hostile_set  # noqa: PLC0415
+    from test_engines import direct_run_of_the_hostile_set
 
     return direct_run_of_the_hostile_set(tmp_path_factory.mktemp("hostile"))
 
@@ -242,16 +278,30 @@ def tfrecord_output(sample_outputs):
 @pytest.fixture(scope="session")
 def gzip_output(tmp_path_factory):
     """The same, one gzip-compressed shard per split."""
-    return convert(tmp_path_factory.mktemp("gzip") / "out", "--manifest", str(SAMPLE_MANIFEST),
-                   "--max_error_fraction", "0.25", "--compression", "gzip")
+    return convert(
+        tmp_path_factory.mktemp("gzip") / "out",
+        "--manifest",
+        str(SAMPLE_MANIFEST),
+        "--max_error_fraction",
+        "0.25",
+        "--compression",
+        "gzip",
+    )
 
 
 # image -> (split, labels); for detection a label is (text, (xmin, ymin, xmax, ymax)).
-MULTI_LABEL_ROWS = {"a.jpg": ("train", ["cat", "dog"]), "b.jpg": ("train", ["dog"]),
-                    "c.jpg": ("train", ["cat"]), "d.jpg": ("validation", ["dog", "cat"])}
-BOX_ROWS = {"a.jpg": ("train", [("cat", (0.1, 0.2, 0.5, 0.6)), ("dog", (0.5, 0.1, 0.9, 0.9))]),
-            "b.jpg": ("train", []), "c.jpg": ("train", [("cat", (0.0, 0.0, 1.0, 1.0))]),
-            "d.jpg": ("validation", [("dog", (0.25, 0.25, 0.75, 0.5))])}
+MULTI_LABEL_ROWS = {
+    "a.jpg": ("train", ["cat", "dog"]),
+    "b.jpg": ("train", ["dog"]),
+    "c.jpg": ("train", ["cat"]),
+    "d.jpg": ("validation", ["dog", "cat"]),
+}
+BOX_ROWS = {
+    "a.jpg": ("train", [("cat", (0.1, 0.2, 0.5, 0.6)), ("dog", (0.5, 0.1, 0.9, 0.9))]),
+    "b.jpg": ("train", []),
+    "c.jpg": ("train", [("cat", (0.0, 0.0, 1.0, 1.0))]),
+    "d.jpg": ("validation", [("dog", (0.25, 0.25, 0.75, 0.5))]),
+}
 
 
 def _small_images(root: Path) -> None:
@@ -263,9 +313,13 @@ def _small_images(root: Path) -> None:
 def multi_label_output(tmp_path_factory):
     root = tmp_path_factory.mktemp("multi")
     _small_images(root)
-    (root / "m.csv").write_text("split,image_uri,label\n" + "".join(
-        f"{split},{name},{'|'.join(labels)}\n"
-        for name, (split, labels) in MULTI_LABEL_ROWS.items()))
+    (root / "m.csv").write_text(
+        "split,image_uri,label\n"
+        + "".join(
+            f"{split},{name},{'|'.join(labels)}\n"
+            for name, (split, labels) in MULTI_LABEL_ROWS.items()
+        )
+    )
     return convert(root / "out", "--manifest", str(root / "m.csv"), "--label_mode", "multi")
 
 
@@ -273,12 +327,14 @@ def multi_label_output(tmp_path_factory):
 def boxes_output(tmp_path_factory):
     root = tmp_path_factory.mktemp("boxes")
     _small_images(root)
-    rows = [f"{split},{name},{label},{x0},{y0},,,{x1},{y1},,"
-            for name, (split, boxes) in BOX_ROWS.items() for label, (x0, y0, x1, y1) in boxes]
+    rows = [
+        f"{split},{name},{label},{x0},{y0},,,{x1},{y1},,"
+        for name, (split, boxes) in BOX_ROWS.items()
+        for label, (x0, y0, x1, y1) in boxes
+    ]
     rows += [f"{split},{name}," for name, (split, boxes) in BOX_ROWS.items() if not boxes]
     (root / "boxes.csv").write_text("\n".join(rows) + "\n")
-    return convert(root / "out", "--manifest", str(root / "boxes.csv"),
-                   "--label_mode", "detection")
+    return convert(root / "out", "--manifest", str(root / "boxes.csv"), "--label_mode", "detection")
 
 
 def copy_output(output: Path, destination: Path) -> Path:
@@ -295,6 +351,7 @@ def rewrite_records(shard: Path, change) -> None:
     records = [example.SerializeToString() for example in examples]
     if shard.name.endswith(".array_record"):
         from array_record.python.array_record_module import ArrayRecordWriter
+
         writer = ArrayRecordWriter(str(shard), "group_size:1")
         for record in records:
             writer.write(record)
@@ -303,6 +360,7 @@ def rewrite_records(shard: Path, change) -> None:
     with tf.io.TFRecordWriter(str(shard)) as writer:
         for record in records:
             writer.write(record)
+
 
 # --- buckets on running servers ------------------------------------------------------------
 
@@ -339,11 +397,24 @@ def _gcs_bucket(tmp_path_factory):
     server = GcsEmulator()
     proxy = FaultProxy(server.url, gcs_error, one_at_a_time=True)
     credentials = tmp_path_factory.mktemp("gcs-credentials") / "adc.json"
-    credentials.write_text(json.dumps({
-        "type": "authorized_user", "client_id": "emulator", "client_secret": GCS_CLIENT_SECRET,
-        "refresh_token": "unused", "token": GCS_TOKEN, "expiry": "2999-01-01T00:00:00Z"}))
-    settings = {"STORAGE_EMULATOR_HOST": proxy.url, "GOOGLE_APPLICATION_CREDENTIALS":
-                str(credentials), "GOOGLE_CLOUD_PROJECT": "test", "NO_GCE_CHECK": "true"}
+    credentials.write_text(
+        json.dumps(
+            {
+                "type": "authorized_user",
+                "client_id": "emulator",
+                "client_secret": GCS_CLIENT_SECRET,
+                "refresh_token": "unused",
+                "token": GCS_TOKEN,
+                "expiry": "2999-01-01T00:00:00Z",
+            }
+        )
+    )
+    settings = {
+        "STORAGE_EMULATOR_HOST": proxy.url,
+        "GOOGLE_APPLICATION_CREDENTIALS": str(credentials),
+        "GOOGLE_CLOUD_PROJECT": "test",
+        "NO_GCE_CHECK": "true",
+    }
     previous = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     try:
@@ -366,11 +437,21 @@ def _s3_bucket():
     proxy = FaultProxy(server.url, s3_error)
     try:
         server.create_bucket(BUCKET)
-        yield Bucket(f"s3://{BUCKET}", proxy,
-                     ["--s3_endpoint_url", proxy.url, "--s3_region_name", "us-east-1",
-                      "--s3_access_key_id", S3_ACCESS_KEY_ID,
-                      "--s3_secret_access_key", S3_SECRET_ACCESS_KEY],
-                     (S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY))
+        yield Bucket(
+            f"s3://{BUCKET}",
+            proxy,
+            [
+                "--s3_endpoint_url",
+                proxy.url,
+                "--s3_region_name",
+                "us-east-1",
+                "--s3_access_key_id",
+                S3_ACCESS_KEY_ID,
+                "--s3_secret_access_key",
+                S3_SECRET_ACCESS_KEY,
+            ],
+            (S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY),
+        )
     finally:
         proxy.close()
         server.stop()
@@ -407,8 +488,14 @@ def hdfs_flags(_hdfs_cluster):
     """The options that reach the session's HDFS (Hadoop's MiniDFSCluster), whose paths
     are hdfs://<path>; Beam's filesystems, as the tests' helpers use them, are set up to
     reach it, and list it as the pipeline does (worker/beam_hdfs.py)."""
-    flags = ["--hdfs_host", "127.0.0.1", "--hdfs_port", str(_hdfs_cluster.port),
-             "--hdfs_user", "trainer"]
+    flags = [
+        "--hdfs_host",
+        "127.0.0.1",
+        "--hdfs_port",
+        str(_hdfs_cluster.port),
+        "--hdfs_user",
+        "trainer",
+    ]
     FileSystems.set_options(PipelineOptions(flags))
     return flags
 
@@ -427,7 +514,9 @@ def get(path: str) -> bytes:
 def listing(folder: str) -> list[str]:
     """The paths of every file under `folder`, relative to it, sorted."""
     prefix = folder.rstrip("/") + "/"
-    return sorted(m.path[len(prefix):] for m in FileSystems.match([prefix + "**"])[0].metadata_list)
+    return sorted(
+        m.path[len(prefix) :] for m in FileSystems.match([prefix + "**"])[0].metadata_list
+    )
 
 
 def download(folder: str, local) -> None:
@@ -444,11 +533,14 @@ def voc_annotation(filename, size, objects):
         f"<object><name>{name}</name><pose>Unspecified</pose><truncated>{truncated}"
         f"</truncated><difficult>{difficult}</difficult><bndbox><xmin>{x0}</xmin>"
         f"<ymin>{y0}</ymin><xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>"
-        for name, (x0, y0, x1, y1), difficult, truncated in objects)
-    return (f"<annotation><folder>images</folder><filename>{filename}</filename>"
-            f"<path>/home/someone/images/{filename}</path><source><database>Unknown"
-            f"</database></source><size><width>{size[0]}</width><height>{size[1]}</height>"
-            f"<depth>3</depth></size><segmented>0</segmented>{parts}</annotation>")
+        for name, (x0, y0, x1, y1), difficult, truncated in objects
+    )
+    return (
+        f"<annotation><folder>images</folder><filename>{filename}</filename>"
+        f"<path>/home/someone/images/{filename}</path><source><database>Unknown"
+        f"</database></source><size><width>{size[0]}</width><height>{size[1]}</height>"
+        f"<depth>3</depth></size><segmented>0</segmented>{parts}</annotation>"
+    )
 
 
 # What summary.json says of the run rather than of its output.
@@ -462,15 +554,20 @@ def output_digests(output: Path) -> dict[str, str]:
     found = {}
     for file in sorted(output.rglob("*")):
         relative = file.relative_to(output).as_posix()
-        if not file.is_file() or relative == "report.html" or relative.startswith(
-                (".tmp-", "transformed_metadata/")) or (
-                relative.startswith("transform_fn/") and "/assets/" not in relative):
+        if (
+            not file.is_file()
+            or relative == "report.html"
+            or relative.startswith((".tmp-", "transformed_metadata/"))
+            or (relative.startswith("transform_fn/") and "/assets/" not in relative)
+        ):
             continue
         data = file.read_bytes()
         if relative == "summary.json":
             summary = json.loads(data)
-            data = json.dumps({key: value for key, value in summary.items()
-                               if key not in RUN_FACTS}, sort_keys=True).encode()
+            data = json.dumps(
+                {key: value for key, value in summary.items() if key not in RUN_FACTS},
+                sort_keys=True,
+            ).encode()
         data = data.replace(str(output).encode(), b"<output>")
         found[relative] = hashlib.sha256(data).hexdigest()
     return found

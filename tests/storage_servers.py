@@ -50,15 +50,18 @@ class _Server:
         self.url = f"http://{HOST}:{port}"
         # stdin: a pipe that closes when this process ends, however it ends (HdfsCluster
         # stops then; the others never read it).
-        self._process = subprocess.Popen(command, stdin=subprocess.PIPE,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         self._wait_until_answering(ready_path)
 
     def _wait_until_answering(self, path: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise RuntimeError(f"{self._process.args[0]} exited with {self._process.returncode}")
+                raise RuntimeError(
+                    f"{self._process.args[0]} exited with {self._process.returncode}"
+                )
             try:
                 with urllib.request.urlopen(self.url + path, timeout=2):
                     return
@@ -87,14 +90,28 @@ class GcsEmulator(_Server):
 
     def __init__(self) -> None:
         port = free_port()
-        super().__init__([_venv_script("gcp-storage-emulator"), "start", "--host", HOST,
-                          "--port", str(port), "--in-memory", "--quiet"],
-                         port, "/storage/v1/b")
+        super().__init__(
+            [
+                _venv_script("gcp-storage-emulator"),
+                "start",
+                "--host",
+                HOST,
+                "--port",
+                str(port),
+                "--in-memory",
+                "--quiet",
+            ],
+            port,
+            "/storage/v1/b",
+        )
 
     def create_bucket(self, name: str) -> None:
         request = urllib.request.Request(
-            f"{self.url}/storage/v1/b?project=test", data=json.dumps({"name": name}).encode(),
-            headers={"Content-Type": "application/json"}, method="POST")
+            f"{self.url}/storage/v1/b?project=test",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         urllib.request.urlopen(request, timeout=10).close()
 
 
@@ -103,45 +120,65 @@ class S3Server(_Server):
 
     def __init__(self) -> None:
         port = free_port()
-        super().__init__([_venv_script("moto_server"), "-H", HOST, "-p", str(port)],
-                         port, "/moto-api/")
+        super().__init__(
+            [_venv_script("moto_server"), "-H", HOST, "-p", str(port)], port, "/moto-api/"
+        )
 
     def create_bucket(self, name: str) -> None:
         # moto takes an unsigned request; a signed one would need a client library here.
-        urllib.request.urlopen(urllib.request.Request(f"{self.url}/{name}", method="PUT"),
-                               timeout=10).close()
+        urllib.request.urlopen(
+            urllib.request.Request(f"{self.url}/{name}", method="PUT"), timeout=10
+        ).close()
 
 
 class HdfsCluster(_Server):
     """HDFS on this machine's disk, below `folder`; `port` is the NameNode's HTTP port,
     which Beam's HDFS filesystem (WebHDFS) is given as --hdfs_port."""
 
-    JAR = os.path.join(os.path.dirname(__file__), "hdfs_cluster", "target",
-                       "hdfs-minicluster.jar")
+    JAR = os.path.join(os.path.dirname(__file__), "hdfs_cluster", "target", "hdfs-minicluster.jar")
 
     def __init__(self, folder: str) -> None:
         if not os.path.exists(self.JAR):
             raise RuntimeError(f"{self.JAR} is missing: `make test` builds it")
         port = free_port()
         # A small heap and the quick compiler: it starts in ~3 s in ~250 MB.
-        super().__init__(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                          f"-Djava.io.tmpdir={folder}", "-jar", self.JAR,
-                          os.path.join(folder, "cluster"), str(port)],
-                         port, "/webhdfs/v1/?op=LISTSTATUS&user.name=test")
+        super().__init__(
+            [
+                "java",
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                f"-Djava.io.tmpdir={folder}",
+                "-jar",
+                self.JAR,
+                os.path.join(folder, "cluster"),
+                str(port),
+            ],
+            port,
+            "/webhdfs/v1/?op=LISTSTATUS&user.name=test",
+        )
 
 
 def gcs_error(status: int) -> tuple[str, bytes]:
     """An error body as the GCS JSON API sends it."""
     return "application/json", json.dumps(
-        {"error": {"code": status, "message": f"injected {status}"}}).encode()
+        {"error": {"code": status, "message": f"injected {status}"}}
+    ).encode()
 
 
 def s3_error(status: int) -> tuple[str, bytes]:
     """An error body as S3 sends it; 503 is S3's SlowDown, its throttling answer."""
-    code = {403: "AccessDenied", 404: "NoSuchKey", 429: "TooManyRequests", 500: "InternalError",
-            503: "SlowDown"}.get(status, "InternalError")
-    return "application/xml", (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}"
-                               f"</Code><Message>injected {status}</Message></Error>").encode()
+    code = {
+        403: "AccessDenied",
+        404: "NoSuchKey",
+        429: "TooManyRequests",
+        500: "InternalError",
+        503: "SlowDown",
+    }.get(status, "InternalError")
+    return "application/xml", (
+        f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}"
+        f"</Code><Message>injected {status}</Message></Error>"
+    ).encode()
 
 
 def object_pattern(name: str) -> str:
@@ -174,8 +211,10 @@ class Fault:
         self._asked: dict[str, int] = {}
 
     def applies(self, path: str, body: bytes) -> bool:
-        if not (re.search(self.pattern, path) is not None
-                or re.search(self.pattern, body.decode("latin-1")) is not None):
+        if not (
+            re.search(self.pattern, path) is not None
+            or re.search(self.pattern, body.decode("latin-1")) is not None
+        ):
             return False
         if self.share is not None:
             asked = self._asked[path] = self._asked.get(path, -1) + 1
@@ -196,8 +235,12 @@ class FaultProxy:
 
     _SKIPPED_HEADERS = {"transfer-encoding", "connection", "content-length", "keep-alive"}
 
-    def __init__(self, upstream_url: str, error_body: Callable[[int], tuple[str, bytes]],
-                 one_at_a_time: bool = False) -> None:
+    def __init__(
+        self,
+        upstream_url: str,
+        error_body: Callable[[int], tuple[str, bytes]],
+        one_at_a_time: bool = False,
+    ) -> None:
         self._upstream = upstream_url.removeprefix("http://")
         self._upstream_turn = threading.Lock() if one_at_a_time else contextlib.nullcontext()
         self._error_body = error_body
@@ -209,8 +252,14 @@ class FaultProxy:
         self.url = f"http://{HOST}:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
-    def fail(self, pattern: str, status: int, times: int | None = None,
-             share: float | None = None, seed: int = 0) -> Fault:
+    def fail(
+        self,
+        pattern: str,
+        status: int,
+        times: int | None = None,
+        share: float | None = None,
+        seed: int = 0,
+    ) -> Fault:
         fault = Fault(pattern, status, times, share, seed)
         with self._lock:
             self._faults.append(fault)
@@ -219,8 +268,7 @@ class FaultProxy:
     def statuses(self, path_pattern: str) -> list[int]:
         """What was answered to the requests whose path matches, in order."""
         with self._lock:
-            return [status for _, path, status in self.requests
-                    if re.search(path_pattern, path)]
+            return [status for _, path, status in self.requests if re.search(path_pattern, path)]
 
     def reset(self) -> None:
         with self._lock:
@@ -270,7 +318,7 @@ class FaultProxy:
                     self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if cut:
-                    self.wfile.write(data[:len(data) // 2])
+                    self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
@@ -294,18 +342,27 @@ class FaultProxy:
             def _exchange(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
                 upstream = http.client.HTTPConnection(proxy._upstream, timeout=60)
                 try:
-                    headers = {name: value for name, value in self.headers.items()
-                               if name.lower() not in proxy._SKIPPED_HEADERS}
+                    headers = {
+                        name: value
+                        for name, value in self.headers.items()
+                        if name.lower() not in proxy._SKIPPED_HEADERS
+                    }
                     if body or self.command in ("POST", "PUT", "PATCH"):
                         headers["Content-Length"] = str(len(body))
                     upstream.request(self.command, self.path, body or None, headers)
                     response = upstream.getresponse()
                     data = response.read()
-                    kept = [(name, value) for name, value in response.getheaders()
-                            if name.lower() not in proxy._SKIPPED_HEADERS]
+                    kept = [
+                        (name, value)
+                        for name, value in response.getheaders()
+                        if name.lower() not in proxy._SKIPPED_HEADERS
+                    ]
                     if self.command == "HEAD":  # the size of what a GET would return
-                        kept += [(name, value) for name, value in response.getheaders()
-                                 if name.lower() == "content-length"]
+                        kept += [
+                            (name, value)
+                            for name, value in response.getheaders()
+                            if name.lower() == "content-length"
+                        ]
                     return response.status, kept, data
                 finally:
                     upstream.close()
@@ -362,8 +419,11 @@ class ImageServer:
     def times_asked(self, path: str) -> list[float]:
         """When each GET of `path` came (a HEAD only asks the size)."""
         with self._lock:
-            return [started for method, asked, _, started in self.requests
-                    if method == "GET" and asked == path]
+            return [
+                started
+                for method, asked, _, started in self.requests
+                if method == "GET" and asked == path
+            ]
 
     def close(self) -> None:
         self._server.shutdown()
@@ -390,14 +450,22 @@ class ImageServer:
 
             def do_GET(self) -> None:
                 with server._lock:
-                    server.requests.append((self.command, self.path,
-                                            self.headers.get("User-Agent", ""),
-                                            time.monotonic()))
+                    server.requests.append(
+                        (
+                            self.command,
+                            self.path,
+                            self.headers.get("User-Agent", ""),
+                            time.monotonic(),
+                        )
+                    )
                     server._at_once += 1
                     server.most_at_once = max(server.most_at_once, server._at_once)
                     # A HEAD (a size estimate) is answered plainly, its GET as told.
-                    behaviour = (server.behaviours.get(self.path, Behaviour())
-                                 if self.command == "GET" else Behaviour())
+                    behaviour = (
+                        server.behaviours.get(self.path, Behaviour())
+                        if self.command == "GET"
+                        else Behaviour()
+                    )
                     behaviour.hits += 1
                     if self.command == "GET" and server._share_fails():
                         behaviour = Behaviour(status=503, retry_after="0")
@@ -436,7 +504,7 @@ class ImageServer:
                 if self.command == "HEAD":
                     return
                 if behaviour.cut and acting:
-                    self.wfile.write(data[:len(data) // 2])
+                    self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return

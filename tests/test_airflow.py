@@ -13,31 +13,36 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import read_examples
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 AIRFLOW = REPO / ".venv-airflow" / "bin" / "airflow"
-PARAMETERS = {p["name"]: p for p in json.loads(
-    (REPO / "templates" / "flex" / "metadata.json").read_text())["parameters"]}
+PARAMETERS = {
+    p["name"]: p
+    for p in json.loads((REPO / "templates" / "flex" / "metadata.json").read_text())["parameters"]
+}
 
-pytestmark = pytest.mark.skipif(not AIRFLOW.exists(),
-                                reason="needs .venv-airflow, which `make test` installs")
+pytestmark = pytest.mark.skipif(
+    not AIRFLOW.exists(), reason="needs .venv-airflow, which `make test` installs"
+)
 
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory):
     """Runs the airflow command against a fresh home whose DAGs folder is templates/airflow."""
-    env = {**os.environ,
-           "AIRFLOW_HOME": str(tmp_path_factory.mktemp("airflow-home")),
-           "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "templates" / "airflow"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-           "IMAGE_TFRECORDS_PYTHON": sys.executable}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path_factory.mktemp("airflow-home")),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "templates" / "airflow"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "IMAGE_TFRECORDS_PYTHON": sys.executable,
+    }
 
     def airflow(*args: str, variables: dict[str, str] | None = None):
         extra = {f"AIRFLOW_VAR_{name.upper()}": value for name, value in (variables or {}).items()}
-        return subprocess.run([str(AIRFLOW), *args], env={**env, **extra}, capture_output=True,
-                              text=True, timeout=600)
+        return subprocess.run(
+            [str(AIRFLOW), *args], env={**env, **extra}, capture_output=True, text=True, timeout=600
+        )
 
     migrated = airflow("db", "migrate")
     assert migrated.returncode == 0, migrated.stderr[-3000:]
@@ -59,8 +64,11 @@ def test_both_dags_import(airflow):
 
 
 def test_the_beam_dag_converts_the_sample_set_on_the_direct_runner(airflow, tmp_path):
-    conf = {"manifest": str(REPO / "sample_data" / "manifest.csv"),
-            "output_root": str(tmp_path), "max_error_fraction": 0.25}
+    conf = {
+        "manifest": str(REPO / "sample_data" / "manifest.csv"),
+        "output_root": str(tmp_path),
+        "max_error_fraction": 0.25,
+    }
     result = airflow("dags", "test", "image_tfrecords_beam", "2026-01-02", "-c", json.dumps(conf))
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     assert skipped(result.stdout + result.stderr) == {"convert_on_dataflow", "convert_on_flink"}
@@ -74,17 +82,30 @@ def test_the_beam_dag_converts_the_sample_set_on_the_direct_runner(airflow, tmp_
 
 def test_the_beam_dag_converts_the_sample_set_on_flink(airflow, tmp_path):
     """An embedded Flink ([local]) in the task, with the checkout's job server."""
-    conf = {"manifest": str(REPO / "sample_data" / "manifest.csv"),
-            "output_root": str(tmp_path), "max_error_fraction": 0.25}
-    result = airflow("dags", "test", "image_tfrecords_beam", "2026-01-03", "-c", json.dumps(conf),
-                     variables={"image_tfrecords_runner": "FlinkRunner"})
+    conf = {
+        "manifest": str(REPO / "sample_data" / "manifest.csv"),
+        "output_root": str(tmp_path),
+        "max_error_fraction": 0.25,
+    }
+    result = airflow(
+        "dags",
+        "test",
+        "image_tfrecords_beam",
+        "2026-01-03",
+        "-c",
+        json.dumps(conf),
+        variables={"image_tfrecords_runner": "FlinkRunner"},
+    )
     printed = result.stdout + result.stderr
     assert result.returncode == 0, printed[-5000:]
     assert skipped(printed) == {"convert_locally", "convert_on_dataflow"}
     log = re.search(r"running on Flink; the job server's log: (\S+)", printed)
     assert log, printed[-5000:]
-    assert re.search(r"Job BeamApp-\S+ \([0-9a-f]{32}\) switched from state RUNNING to "
-                     r"FINISHED", pathlib.Path(log.group(1)).read_text())
+    assert re.search(
+        r"Job BeamApp-\S+ \([0-9a-f]{32}\) switched from state RUNNING to "
+        r"FINISHED",
+        pathlib.Path(log.group(1)).read_text(),
+    )
     summary = json.loads((tmp_path / "2026-01-03" / "summary.json").read_text())
     assert summary["options"]["runner"] == "FlinkRunner"
     assert summary["rows_read"] == 50 and summary["rows_dead_lettered"] == 7
@@ -92,14 +113,23 @@ def test_the_beam_dag_converts_the_sample_set_on_flink(airflow, tmp_path):
 
 
 def test_the_flex_dag_renders_a_launch_the_template_accepts(airflow):
-    variables = {"image_tfrecords_project": "my-project", "image_tfrecords_region": "europe-west4",
-                 "image_tfrecords_template": "gs://my-bucket/templates/image-tfrecords.json",
-                 "image_tfrecords_image": "europe-west4-docker.pkg.dev/my-project/ml/itf:1",
-                 "image_tfrecords_bucket": "my-bucket",
-                 "image_tfrecords_manifest": "gs://my-bucket/manifests/*.csv",
-                 "image_tfrecords_output_root": "gs://my-bucket/tfrecords"}
-    result = airflow("tasks", "render", "image_tfrecords_flex", "launch_flex_template",
-                     "2026-01-02", variables=variables)
+    variables = {
+        "image_tfrecords_project": "my-project",
+        "image_tfrecords_region": "europe-west4",
+        "image_tfrecords_template": "gs://my-bucket/templates/image-tfrecords.json",
+        "image_tfrecords_image": "europe-west4-docker.pkg.dev/my-project/ml/itf:1",
+        "image_tfrecords_bucket": "my-bucket",
+        "image_tfrecords_manifest": "gs://my-bucket/manifests/*.csv",
+        "image_tfrecords_output_root": "gs://my-bucket/tfrecords",
+    }
+    result = airflow(
+        "tasks",
+        "render",
+        "image_tfrecords_flex",
+        "launch_flex_template",
+        "2026-01-02",
+        variables=variables,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     rendered = dict(re.findall(r"# property: (\w+)\n# -+\n(.*)", result.stdout))
     assert rendered["project_id"] == "my-project" and rendered["location"] == "europe-west4"

@@ -12,8 +12,13 @@ from apache_beam.io import hadoopfilesystem
 from apache_beam.io.aws.clients.s3 import boto3_client
 
 from image_tfrecords.core import beam_filesystems
-from image_tfrecords.core.beam_filesystems import (HDFS_FIX, S3_FIX, VERIFIED_ON, UnverifiedBeam,
-                                                   settle_beam_filesystems)
+from image_tfrecords.core.beam_filesystems import (
+    HDFS_FIX,
+    S3_FIX,
+    VERIFIED_ON,
+    UnverifiedBeam,
+    settle_beam_filesystems,
+)
 
 # What the replacements stand in for or call, as read on the versions in VERIFIED_ON.
 BEAMS_OWN = {
@@ -46,12 +51,15 @@ def test_both_are_installed_here_once():
     assert hadoopfilesystem.HadoopFileSystem.rename.__name__ == "rename_over_files"
     assert boto3_client.Client.__init__.__name__ == "made_once"
     # Once: the shared client is made by Beam's own __init__, not by a replacement of it.
-    assert inspect.getclosurevars(boto3_client.Client.__init__).nonlocals[
-        "make"].__qualname__ == "Client.__init__"
+    assert (
+        inspect.getclosurevars(boto3_client.Client.__init__).nonlocals["make"].__qualname__
+        == "Client.__init__"
+    )
 
 
 def test_on_another_beam_beams_own_stay_hdfs_is_refused_and_s3_works_as_beams_own(
-        monkeypatch, caplog):
+    monkeypatch, caplog
+):
     beams = {"_list": object(), "rename": object()}
     for name, own in beams.items():
         monkeypatch.setattr(hadoopfilesystem.HadoopFileSystem, name, own)
@@ -63,7 +71,8 @@ def test_on_another_beam_beams_own_stay_hdfs_is_refused_and_s3_works_as_beams_ow
     with caplog.at_level(logging.WARNING, logger=beam_filesystems.__name__):
         settle_beam_filesystems("s3://bucket/folder")
     assert [getattr(hadoopfilesystem.HadoopFileSystem, name) for name in beams] == list(
-        beams.values())
+        beams.values()
+    )
     assert boto3_client.Client.__init__ is beams_init
     assert len(caplog.records) == 2
     assert f"apache-beam {version('apache-beam')} (read against 9.99.0)" in caplog.text
@@ -77,15 +86,23 @@ def _beams_own() -> dict[str, str]:
     """The source of each function in BEAMS_OWN, read from Beam's module files (the
     classes' own are replaced by now)."""
     sources = {}
-    for module, cls, names in ((hadoopfilesystem, "HadoopFileSystem",
-                                ("_list", "rename", "_parse_url", "_join")),
-                               (boto3_client, "Client", ("__init__",))):
+    for module, cls, names in (
+        (hadoopfilesystem, "HadoopFileSystem", ("_list", "rename", "_parse_url", "_join")),
+        (boto3_client, "Client", ("__init__",)),
+    ):
         text = inspect.getsource(module)
-        found = next(node for node in ast.parse(text).body
-                     if isinstance(node, ast.ClassDef) and node.name == cls)
-        sources.update({f"{cls}.{node.name}": ast.get_source_segment(text, node)
-                        for node in found.body
-                        if isinstance(node, ast.FunctionDef) and node.name in names})
+        found = next(
+            node
+            for node in ast.parse(text).body
+            if isinstance(node, ast.ClassDef) and node.name == cls
+        )
+        sources.update(
+            {
+                f"{cls}.{node.name}": ast.get_source_segment(text, node)
+                for node in found.body
+                if isinstance(node, ast.FunctionDef) and node.name in names
+            }
+        )
     return sources
 
 

@@ -12,7 +12,6 @@ from apache_beam.typehints.decorators import get_signature as beams_own
 from image_tfrecords.pipeline import beam_lookups
 from image_tfrecords.pipeline.beam_lookups import _remembering, cached_lookups
 
-
 beams_view_as = PipelineOptions.view_as
 
 
@@ -31,13 +30,20 @@ def _function(a, b: int = 1, *rest, key=None):
 
 
 def test_the_signatures_are_beams_own_and_beams_lookups_are_restored_after():
-    callables = [_function, _Fn().process, _Fn().process, _Fn.process,
-                 functools.partial(_function, 1), _Callable(), str.strip, _Fn]
+    callables = [
+        _function,
+        _Fn().process,
+        _Fn().process,
+        _Fn.process,
+        functools.partial(_function, 1),
+        _Callable(),
+        str.strip,
+        _Fn,
+    ]
     with cached_lookups():
         assert core.get_signature is not beams_own
         for _ in range(2):
-            assert [core.get_signature(c) for c in callables] == [beams_own(c)
-                                                                  for c in callables]
+            assert [core.get_signature(c) for c in callables] == [beams_own(c) for c in callables]
     assert core.get_signature is beams_own
     assert PipelineOptions.view_as is beams_view_as
 

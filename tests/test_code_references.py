@@ -11,8 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PYTHON_FOLDERS = ("image_tfrecords", "pipeline", "transforms", "core", "tests", "bench",
-                  "templates", "examples", "docs")
+PYTHON_FOLDERS = (
+    "image_tfrecords",
+    "pipeline",
+    "transforms",
+    "core",
+    "tests",
+    "bench",
+    "templates",
+    "examples",
+    "docs",
+)
 TOP_LEVEL = {path.name for path in ROOT.iterdir() if not path.name.startswith(".")}
 # A path: folders then a name, not inside a longer path or a URL (gs://b/x, OUT/.tmp-x/).
 PATH = re.compile(r"(?<![\w/.:-])((?:[\w.-]+/)+[\w.-]*)")
@@ -54,8 +63,11 @@ def _prose(path: Path) -> Iterator[str]:
 def _missing_references(text: str, modules: set[str]) -> Iterator[str]:
     for match in PATH.finditer(text):
         path = match.group(1).rstrip(".")
-        if (path.split("/")[0] in TOP_LEVEL and not any(mark in path for mark in PATTERN_MARKS)
-                and not (ROOT / path).exists()):
+        if (
+            path.split("/")[0] in TOP_LEVEL
+            and not any(mark in path for mark in PATTERN_MARKS)
+            and not (ROOT / path).exists()
+        ):
             yield path
     for match in MODULE_NAME.finditer(text):
         name = match.group(1)
@@ -66,8 +78,12 @@ def _missing_references(text: str, modules: set[str]) -> Iterator[str]:
 def test_every_file_a_docstring_or_comment_names_exists():
     files = list(_python_files())
     modules = {path.name for path in [*files, *ROOT.glob("*.py")]}  # setup.py
-    missing = [f"{path.relative_to(ROOT)}: {reference}" for path in files
-               for text in _prose(path) for reference in _missing_references(text, modules)]
+    missing = [
+        f"{path.relative_to(ROOT)}: {reference}"
+        for path in files
+        for text in _prose(path)
+        for reference in _missing_references(text, modules)
+    ]
     assert missing == []
 
 
@@ -75,6 +91,8 @@ def test_a_moved_module_is_found():
     """The check itself: a path and a module name that do not exist are reported, a
     pattern, another project's path and an existing module are not."""
     modules = {"pool.py"}
-    text = ("core/gone.py, core/pool.py, OUTPUT/<split>-*.tfrecord, "
-            "TFDS's tensorflow_datasets/core/naming.py, pool.py, gone.py")
+    text = (
+        "core/gone.py, core/pool.py, OUTPUT/<split>-*.tfrecord, "
+        "TFDS's tensorflow_datasets/core/naming.py, pool.py, gone.py"
+    )
     assert list(_missing_references(text, modules)) == ["core/gone.py", "gone.py"]

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import encode, feature, photo_like, read_examples, shard_pattern
 from PIL import Image
 
-from conftest import encode, feature, photo_like, read_examples, shard_pattern
-from image_tfrecords.pipeline import run
 from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.rows import DiscardedRow, RowRules
 from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
 from image_tfrecords.core.masks import decode_rle, mask_pixels
 from image_tfrecords.core.records import ManifestRow, Mask
+from image_tfrecords.pipeline import run
 
 HEADER = """<?xml version="1.0" encoding="utf-8"?>
 <annotations>
@@ -76,9 +76,12 @@ def test_shapes_are_boxes_in_pixels_of_the_declared_size(tmp_path):
     found = rows(annotations(tmp_path), RowRules(label_mode="detection"))
     kept = [row for row in found if isinstance(row, ManifestRow)]
     assert [(row.split, row.uri.rsplit("/", 2)[-2:], row.labels) for row in kept] == [
-        ("train", ["images", "a.jpg"], ("cat",)), ("train", ["images", "a.jpg"], ("dog",)),
-        ("validation", ["images", "b.jpg"], ()), (kept[3].split, ["images", "c.jpg"], ("dog",)),
-        ("test", ["images", "d.jpg"], ())]
+        ("train", ["images", "a.jpg"], ("cat",)),
+        ("train", ["images", "a.jpg"], ("dog",)),
+        ("validation", ["images", "b.jpg"], ()),
+        (kept[3].split, ["images", "c.jpg"], ("dog",)),
+        ("test", ["images", "d.jpg"], ()),
+    ]
     np.testing.assert_allclose(kept[0].boxes[0][:4], (0.1, 0.1, 0.5, 0.5))
     np.testing.assert_allclose(kept[1].boxes[0][:4], (0.5, 0.5, 1, 1))
     np.testing.assert_allclose(kept[3].boxes[0][:4], (10 / 64, 20 / 48, 14 / 64, 22 / 48))
@@ -86,14 +89,26 @@ def test_shapes_are_boxes_in_pixels_of_the_declared_size(tmp_path):
     dead = [(row.line, row.reason, row.message) for row in found if isinstance(row, DeadLetter)]
     # The box turned 45 degrees about its centre (5, 5) reaches 2.07 pixels past the edge.
     assert dead == [
-        (3, reasons.BOX_OUT_OF_RANGE, "image 2: <box>: the box reaches outside the image by "
-         "more than 0.1% of its side: corners -0.0323604, -0.0431472, 0.18861, 0.251481"),
-        (3, reasons.BOX_OUT_OF_RANGE, "image 2: <box>: pixel coordinates 50,0,70,10 lie "
-         "outside the declared 64x48 image"),
-        (0, reasons.UNSUPPORTED_ANNOTATION, "track 0: a video's track (CVAT for video 1.1); "
-         "export the task as CVAT for images 1.1")]
+        (
+            3,
+            reasons.BOX_OUT_OF_RANGE,
+            "image 2: <box>: the box reaches outside the image by "
+            "more than 0.1% of its side: corners -0.0323604, -0.0431472, 0.18861, 0.251481",
+        ),
+        (
+            3,
+            reasons.BOX_OUT_OF_RANGE,
+            "image 2: <box>: pixel coordinates 50,0,70,10 lie outside the declared 64x48 image",
+        ),
+        (
+            0,
+            reasons.UNSUPPORTED_ANNOTATION,
+            "track 0: a video's track (CVAT for video 1.1); export the task as CVAT for images 1.1",
+        ),
+    ]
     assert [row for row in found if isinstance(row, DiscardedRow)] == [
-        DiscardedRow(str(tmp_path / "annotations.xml"), 3, "polyline")]
+        DiscardedRow(str(tmp_path / "annotations.xml"), 3, "polyline")
+    ]
     # A polygon is its mask; a <mask>'s RLE runs over its region row by row, from a run of
     # background, placed at left, top (as CVAT's own tools decode it).
     assert kept[0].boxes[0].mask is None
@@ -107,9 +122,13 @@ def test_shapes_are_boxes_in_pixels_of_the_declared_size(tmp_path):
 
 # A 20x10 box centred on (30, 15) of a 64x48 image, turned clockwise: the extent of its
 # corners (half width 10 cos + 5 sin, half height 10 sin + 5 cos), worked out by hand.
-TURNED = {0: (20, 10, 40, 20), 30: (30 - 11.160254, 15 - 9.330127, 30 + 11.160254,
-                                   15 + 9.330127),
-          90: (25, 5, 35, 25), 180: (20, 10, 40, 20), -90: (25, 5, 35, 25)}
+TURNED = {
+    0: (20, 10, 40, 20),
+    30: (30 - 11.160254, 15 - 9.330127, 30 + 11.160254, 15 + 9.330127),
+    90: (25, 5, 35, 25),
+    180: (20, 10, 40, 20),
+    -90: (25, 5, 35, 25),
+}
 
 
 @pytest.mark.parametrize("degrees", TURNED)
@@ -117,53 +136,68 @@ def test_a_rotated_box_is_its_turned_corners_extent_and_their_polygon_its_mask(d
     """CVAT turns a <box> `rotation` degrees clockwise about its centre (its exporters'
     RotatedBoxesToPolygons): the box written is the turned corners' extent, the mask the
     turned rectangle (its 200 pixels); unturned, a box without a mask."""
-    cvat = annotations(tmp_path, f"""
+    cvat = annotations(
+        tmp_path,
+        f"""
   <image id="0" name="a.jpg" width="64" height="48">
     <box label="cat" occluded="0" xtl="20" ytl="10" xbr="40" ybr="20" rotation="{degrees}" z_order="0"/>
-  </image>""")
+  </image>""",
+    )
     (row,) = rows(cvat, RowRules(label_mode="detection"))
     box = row.boxes[0]
-    np.testing.assert_allclose(np.multiply(box[:4], (64, 48, 64, 48)), TURNED[degrees],
-                               atol=1e-5)
+    np.testing.assert_allclose(np.multiply(box[:4], (64, 48, 64, 48)), TURNED[degrees], atol=1e-5)
     if degrees == 0:
         assert box.mask is None
     else:
         assert box.mask.width == 64 and box.mask.height == 48
         corners = np.reshape(box.mask.polygons[0], (4, 2))
         # Each side keeps its length: the rectangle is turned, not stretched.
-        np.testing.assert_allclose(np.hypot(*(corners - np.roll(corners, -1, axis=0)).T),
-                                   (20, 10, 20, 10))
+        np.testing.assert_allclose(
+            np.hypot(*(corners - np.roll(corners, -1, axis=0)).T), (20, 10, 20, 10)
+        )
         assert abs(int(mask_pixels(box.mask, 64, 48).sum()) - 200) <= 30  # its edges' pixels
     (bare,) = rows(cvat, RowRules(label_mode="detection", leave_out={"masks"}))
     assert bare.boxes[0].mask is None and bare.boxes[0][:4] == box[:4]
 
 
 def test_a_rotated_box_with_a_rotation_that_is_not_a_number_is_a_dead_letter(tmp_path):
-    cvat = annotations(tmp_path, """
+    cvat = annotations(
+        tmp_path,
+        """
   <image id="0" name="a.jpg" width="64" height="48">
     <box label="cat" occluded="0" xtl="20" ytl="10" xbr="40" ybr="20" rotation="north" z_order="0"/>
     <box label="cat" occluded="0" xtl="20" ytl="10" xbr="40" ybr="20" rotation="nan" z_order="0"/>
-  </image>""")
-    assert [(row.reason, row.message) for row in rows(cvat, RowRules(label_mode="detection"))
-            ] == [(reasons.INVALID_BOX, "image 0: <box>: a coordinate is not a number"),
-                  (reasons.INVALID_BOX, "image 0: <box>: the rotation is not a number of "
-                   "degrees: nan")]
+  </image>""",
+    )
+    assert [(row.reason, row.message) for row in rows(cvat, RowRules(label_mode="detection"))] == [
+        (reasons.INVALID_BOX, "image 0: <box>: a coordinate is not a number"),
+        (reasons.INVALID_BOX, "image 0: <box>: the rotation is not a number of degrees: nan"),
+    ]
 
 
 def test_a_rotated_box_is_written_with_its_mask(tmp_path):
     """End to end: the example holds the turned corners' extent as its box and the turned
     rectangle as its mask PNG (a quarter turn of a 20x10 box: 10x20 pixels)."""
     (tmp_path / "a.jpg").write_bytes(encode(photo_like(64, 48, 0), "JPEG"))
-    cvat = annotations(tmp_path, """
+    cvat = annotations(
+        tmp_path,
+        """
   <image id="0" name="a.jpg" subset="Train" width="64" height="48">
     <box label="cat" occluded="0" xtl="20" ytl="10" xbr="40" ybr="20" rotation="90" z_order="0"/>
-  </image>""")
+  </image>""",
+    )
     output = tmp_path / "out"
-    assert run.main(["--manifest", str(cvat), "--label_mode", "detection",
-                     "--output_dir", str(output)]) == 0
+    assert (
+        run.main(
+            ["--manifest", str(cvat), "--label_mode", "detection", "--output_dir", str(output)]
+        )
+        == 0
+    )
     (example,) = read_examples(shard_pattern(output, "train"))
-    assert [round(feature(example, f"image/object/bbox/{side}") * size, 4) for side, size
-            in (("xmin", 64), ("ymin", 48), ("xmax", 64), ("ymax", 48))] == [25, 5, 35, 25]
+    assert [
+        round(feature(example, f"image/object/bbox/{side}") * size, 4)
+        for side, size in (("xmin", 64), ("ymin", 48), ("xmax", 64), ("ymax", 48))
+    ] == [25, 5, 35, 25]
     mask = Image.open(io.BytesIO(feature(example, "image/object/mask")))  # its only object's
     ys, xs = np.nonzero(np.asarray(mask))
     assert (xs.min(), xs.max() + 1, ys.min(), ys.max() + 1, len(xs)) == (25, 35, 5, 25, 200)
@@ -172,25 +206,36 @@ def test_a_rotated_box_is_written_with_its_mask(tmp_path):
 @pytest.mark.parametrize("rle", ["3, 3", "3, x, 2", "3, -3, 8", ""])
 def test_a_mask_whose_rle_does_not_fill_its_region_is_a_dead_letter(rle, tmp_path):
     cvat = annotations(tmp_path, IMAGES.replace('rle="3, 3, 2"', f'rle="{rle}"'))
-    (dead,) = [row for row in rows(cvat, RowRules(label_mode="detection"))
-               if isinstance(row, DeadLetter) and row.reason == reasons.INVALID_MASK]
+    (dead,) = [
+        row
+        for row in rows(cvat, RowRules(label_mode="detection"))
+        if isinstance(row, DeadLetter) and row.reason == reasons.INVALID_MASK
+    ]
     assert (dead.line, dead.message) == (3, "image 2: <mask>: its rle does not make a 4x2 mask")
 
 
 def test_tags_are_classification_labels_and_subsets_splits(tmp_path):
     found = rows(annotations(tmp_path), RowRules(label_mode="multi"))
-    assert [(row.line, row.reason if isinstance(row, DeadLetter) else row.labels)
-            for row in found] == [
-        (1, ("indoor",)), (2, reasons.MISSING_LABEL), (3, reasons.MISSING_LABEL),
-        (4, ("outdoor", "dog")), (0, reasons.UNSUPPORTED_ANNOTATION)]
+    assert [
+        (row.line, row.reason if isinstance(row, DeadLetter) else row.labels) for row in found
+    ] == [
+        (1, ("indoor",)),
+        (2, reasons.MISSING_LABEL),
+        (3, reasons.MISSING_LABEL),
+        (4, ("outdoor", "dog")),
+        (0, reasons.UNSUPPORTED_ANNOTATION),
+    ]
     assert found[2].message.endswith("its shapes are boxes: pass --label_mode detection")
     single = rows(annotations(tmp_path), RowRules())
     assert single[3].reason == reasons.MULTIPLE_LABELS
     # SPLIT=PATH: an image whose subset names another split is invalid_split.
     forced = rows(annotations(tmp_path), RowRules(label_mode="multi"), split="train")
     assert [row.reason for row in forced if isinstance(row, DeadLetter)] == [
-        reasons.INVALID_SPLIT, reasons.MISSING_LABEL, reasons.INVALID_SPLIT,
-        reasons.UNSUPPORTED_ANNOTATION]
+        reasons.INVALID_SPLIT,
+        reasons.MISSING_LABEL,
+        reasons.INVALID_SPLIT,
+        reasons.UNSUPPORTED_ANNOTATION,
+    ]
 
 
 def test_a_cvat_export_converts_end_to_end_beside_a_voc_xml(tmp_path):
@@ -199,8 +244,12 @@ def test_a_cvat_export_converts_end_to_end_beside_a_voc_xml(tmp_path):
         (tmp_path / name).write_bytes(encode(photo_like(64, 48, seed), "JPEG"))
     cvat = annotations(tmp_path, IMAGES.split('  <image id="2"')[0])
     output = tmp_path / "out"
-    assert run.main(["--manifest", str(cvat), "--label_mode", "detection",
-                     "--output_dir", str(output)]) == 0
+    assert (
+        run.main(
+            ["--manifest", str(cvat), "--label_mode", "detection", "--output_dir", str(output)]
+        )
+        == 0
+    )
     summary = json.loads((output / "summary.json").read_text())
     assert (summary["rows_read"], summary["examples_written"]) == (3, 2)
     assert summary["splits"]["train"]["labels"] == {"cat": 1, "dog": 1}
@@ -229,22 +278,43 @@ def test_lines_and_points_are_left_out_by_object_not_by_image(tmp_path, capsys):
     for seed, name in enumerate(("a.jpg", "b.jpg")):
         (tmp_path / name).write_bytes(encode(photo_like(64, 48, seed), "JPEG"))
     output = tmp_path / "out"
-    assert run.main(["--manifest", str(annotations(tmp_path, LINES_AND_POINTS)),
-                     "--label_mode", "detection", "--output_dir", str(output)]) == 0
+    assert (
+        run.main(
+            [
+                "--manifest",
+                str(annotations(tmp_path, LINES_AND_POINTS)),
+                "--label_mode",
+                "detection",
+                "--output_dir",
+                str(output),
+            ]
+        )
+        == 0
+    )
     summary = json.loads((output / "summary.json").read_text())
     assert summary["objects_left_out"] == {"points": 2, "polyline": 1, "skeleton": 1}
-    assert (summary["rows_read"], summary["rows_in_examples"], summary["examples_written"],
-            summary["rows_dead_lettered"], summary["rows_discarded"], summary["accounted"]) == (
-        5, 1, 1, 0, 4, True)
+    assert (
+        summary["rows_read"],
+        summary["rows_in_examples"],
+        summary["examples_written"],
+        summary["rows_dead_lettered"],
+        summary["rows_discarded"],
+        summary["accounted"],
+    ) == (5, 1, 1, 0, 4, True)
     assert summary["splits"]["train"]["labels"] == {"cat": 1}
     out = capsys.readouterr().out
-    assert "rows read 5 = 1 example written + 0 dead-lettered (0.0%) + 4 discarded (4 " \
-           "objects left out)" in out
-    assert "objects left out (shapes the examples cannot hold; their images are written " \
-           "with their other objects): points 2, polyline 1, skeleton 1" in out
+    assert (
+        "rows read 5 = 1 example written + 0 dead-lettered (0.0%) + 4 discarded (4 "
+        "objects left out)" in out
+    )
+    assert (
+        "objects left out (shapes the examples cannot hold; their images are written "
+        "with their other objects): points 2, polyline 1, skeleton 1" in out
+    )
     page = (output / "report.html").read_text()
-    assert ("polyline <b data-summary='[&#34;objects_left_out&#34;, &#34;polyline&#34;]'>1"
-            "</b>") in page
+    assert (
+        "polyline <b data-summary='[&#34;objects_left_out&#34;, &#34;polyline&#34;]'>1</b>"
+    ) in page
 
 
 PUBLIC = Path(__file__).parent / "data" / "public" / "cvat"
@@ -256,9 +326,14 @@ def test_datumaros_cvat_exports_read_as_cvat_writes_them(tmp_path):
     task_file = tmp_path / "train.xml"
     shutil.copy(PUBLIC / "datumaro_task_train.xml", task_file)
     found = rows(task_file, RowRules(label_mode="detection"))
-    assert [row.reason if isinstance(row, DeadLetter) else
-            row.labels if isinstance(row, ManifestRow) else row.shape for row in found] == [
-        ("label1",), "polyline", reasons.MISSING_LABEL, "points"]
+    assert [
+        row.reason
+        if isinstance(row, DeadLetter)
+        else row.labels
+        if isinstance(row, ManifestRow)
+        else row.shape
+        for row in found
+    ] == [("label1",), "polyline", reasons.MISSING_LABEL, "points"]
     np.testing.assert_allclose(found[0].boxes[0][:4], (0, 2 / 8, 4 / 8, 4 / 8))
     assert found[0].image_size == (8, 8)
     project = tmp_path / "annotations.xml"
@@ -266,8 +341,10 @@ def test_datumaros_cvat_exports_read_as_cvat_writes_them(tmp_path):
     found = rows(project, RowRules(label_mode="detection"))
     boxes = [row for row in found if isinstance(row, ManifestRow)]
     assert [(row.split, row.uri.rsplit("/", 1)[-1], row.labels) for row in boxes] == [
-        (split, name, ("label1",)) for split in ("test", "train", "validation")
-        for name in ("img0.jpg", "img1.jpg")]
+        (split, name, ("label1",))
+        for split in ("test", "train", "validation")
+        for name in ("img0.jpg", "img1.jpg")
+    ]
     np.testing.assert_allclose(boxes[1].boxes[0][:4], (1 / 10, 2 / 10, 6 / 10, 5 / 10))
 
 
@@ -275,14 +352,22 @@ def test_an_image_name_outside_the_xmls_folder_is_a_dead_letter_naming_the_image
     """`name` stays in the XML's folder (or --image_dir), images/ or not: `..` above it
     and an absolute path elsewhere are path_outside_dataset; the option reads them."""
     (tmp_path / "dataset").mkdir()
-    path = annotations(tmp_path / "dataset", "".join(
-        f'<image id="{number}" name="{name}" width="64" height="48"></image>'
-        for number, name in enumerate(["images/../a.jpg", "../secret.jpg", "/etc/hostname"])))
+    path = annotations(
+        tmp_path / "dataset",
+        "".join(
+            f'<image id="{number}" name="{name}" width="64" height="48"></image>'
+            for number, name in enumerate(["images/../a.jpg", "../secret.jpg", "/etc/hostname"])
+        ),
+    )
     found = rows(path, RowRules(label_mode="detection"))
     assert [row.reason if isinstance(row, DeadLetter) else row.uri for row in found] == [
-        str(tmp_path / "dataset" / "a.jpg")] + [reasons.PATH_OUTSIDE_DATASET] * 2
+        str(tmp_path / "dataset" / "a.jpg")
+    ] + [reasons.PATH_OUTSIDE_DATASET] * 2
     assert found[1].message == (
         f"image 1: name '../secret.jpg' leaves the dataset's folder {tmp_path / 'dataset'}: "
-        "pass --allow_paths_outside_dataset to read files outside it")
-    assert all(isinstance(row, ManifestRow) for row in rows(path, RowRules(
-        label_mode="detection", allow_paths_outside_dataset=True)))
+        "pass --allow_paths_outside_dataset to read files outside it"
+    )
+    assert all(
+        isinstance(row, ManifestRow)
+        for row in rows(path, RowRules(label_mode="detection", allow_paths_outside_dataset=True))
+    )

@@ -24,37 +24,66 @@ import grpc
 import portpicker
 import psutil
 import pytest
-
 from conftest import SAMPLE_MANIFEST, encode, photo_like, png_declaring
-from image_tfrecords.pipeline import engines, run
 from test_reliability import published
 from test_resume import STOP_AT
+
 from image_tfrecords.core.receipts import ShardReceipt
+from image_tfrecords.pipeline import engines, run
 
 ENGINES = {
-    "flink": ["--runner", "FlinkRunner", "--flink_master", "[local]", "--parallelism", "2",
-              "--environment_type", "LOOPBACK"],
-    "spark": ["--runner", "SparkRunner", "--spark_master_url", "local[2]",
-              "--environment_type", "LOOPBACK"],
+    "flink": [
+        "--runner",
+        "FlinkRunner",
+        "--flink_master",
+        "[local]",
+        "--parallelism",
+        "2",
+        "--environment_type",
+        "LOOPBACK",
+    ],
+    "spark": [
+        "--runner",
+        "SparkRunner",
+        "--spark_master_url",
+        "local[2]",
+        "--environment_type",
+        "LOOPBACK",
+    ],
 }
 # What the engine's own log says of a job that ran to its end there.
 FINISHED = {
-    "flink": re.compile(r"Job BeamApp-\S+ \(([0-9a-f]{32})\) switched from state RUNNING "
-                        r"to FINISHED"),
+    "flink": re.compile(
+        r"Job BeamApp-\S+ \(([0-9a-f]{32})\) switched from state RUNNING "
+        r"to FINISHED"
+    ),
     "spark": re.compile(r"SparkPipelineRunner: Job (BeamApp-\S+) finished"),
 }
-SAMPLE_FLAGS = ["--manifest", str(SAMPLE_MANIFEST), "--max_error_fraction", "0.25",
-                "--num_shards", "2"]
+SAMPLE_FLAGS = [
+    "--manifest",
+    str(SAMPLE_MANIFEST),
+    "--max_error_fraction",
+    "0.25",
+    "--num_shards",
+    "2",
+]
 LOG_LINE = re.compile(r"image-tfrecords: running on (Flink|Spark); the job server's log: (\S+)")
 
 
-def pipeline(*argv: str, temp: Path, script: tuple[str, ...] = ("-m", "image_tfrecords")
-             ) -> subprocess.CompletedProcess:
+def pipeline(
+    *argv: str, temp: Path, script: tuple[str, ...] = ("-m", "image_tfrecords")
+) -> subprocess.CompletedProcess:
     """A conversion in a process (and process group) of its own, whose temp folder (for
     tf.Transform's files and the job server's log) is the test's `temp`."""
-    return subprocess.run([sys.executable, *script, *argv], capture_output=True, text=True,
-                          timeout=300, cwd=Path(__file__).parents[1], start_new_session=True,
-                          env={**os.environ, "TMPDIR": str(temp)})
+    return subprocess.run(
+        [sys.executable, *script, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parents[1],
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": str(temp)},
+    )
 
 
 def engine_log(job: subprocess.CompletedProcess, engine: str) -> str:
@@ -66,13 +95,18 @@ def engine_log(job: subprocess.CompletedProcess, engine: str) -> str:
 
 def job_servers_on(port: str) -> list[psutil.Process]:
     """The job servers started with --job-port `port` that still run."""
+
     def command_line(process):
         try:
             return process.cmdline()
         except psutil.Error:
             return []
-    return [process for process in psutil.process_iter()
-            if "--job-port" in (line := command_line(process)) and port in line]
+
+    return [
+        process
+        for process in psutil.process_iter()
+        if "--job-port" in (line := command_line(process)) and port in line
+    ]
 
 
 def comparable(output: Path) -> dict:
@@ -109,8 +143,12 @@ def hostile_set(root: Path) -> Path:
         "sixteen_bit.png": encode(photo_like(24, 20, 40, "L").convert("I;16"), "PNG"),
         "palette.png": encode(photo_like(24, 20, 41).convert("P"), "PNG", transparency=0),
         "cmyk.jpg": encode(photo_like(24, 20, 42, "CMYK"), "JPEG"),
-        "animated.gif": encode(photo_like(24, 20, 43).convert("P"), "GIF", save_all=True,
-                               append_images=[photo_like(24, 20, 44).convert("P")]),
+        "animated.gif": encode(
+            photo_like(24, 20, 43).convert("P"),
+            "GIF",
+            save_all=True,
+            append_images=[photo_like(24, 20, 44).convert("P")],
+        ),
         "cut.jpg": encode(photo_like(64, 48, 45), "JPEG")[:300],
         "empty.jpg": b"",
         "text.jpg": b"not an image at all\n",
@@ -119,11 +157,19 @@ def hostile_set(root: Path) -> Path:
     for name, data in odd.items():
         (images / name).write_bytes(data)
     for index, name in enumerate(odd):
-        rows.append(f"{('TRAIN', 'VALIDATION', 'TEST')[index % 3]},img/{name},"
-                    f"{('cat', 'dog', 'fish')[index % 3]}")
+        rows.append(
+            f"{('TRAIN', 'VALIDATION', 'TEST')[index % 3]},img/{name},"
+            f"{('cat', 'dog', 'fish')[index % 3]}"
+        )
     shutil.copy(images / "0.jpg", images / "copy_of_0.jpg")
-    rows += ["TEST,img/copy_of_0.jpg,cat", "TRAIN,img/missing.jpg,dog", "TRIAN,img/1.jpg,dog",
-             "TRAIN,img/2.jpg,", "TEST,img/3.jpg,bird", "TRAIN,img/4.jpg,dog,4"]
+    rows += [
+        "TEST,img/copy_of_0.jpg,cat",
+        "TRAIN,img/missing.jpg,dog",
+        "TRIAN,img/1.jpg,dog",
+        "TRAIN,img/2.jpg,",
+        "TEST,img/3.jpg,bird",
+        "TRAIN,img/4.jpg,dog,4",
+    ]
     (root / "m.csv").write_text("\n".join(rows) + "\n")
     return root / "m.csv"
 
@@ -132,8 +178,16 @@ def direct_run_of_the_hostile_set(root: Path) -> tuple[list[str], dict]:
     """The hostile set's flags and the DirectRunner's output of it, as `comparable` reads
     it, made under `root` (conftest.py's session fixture `hostile` holds it: this module
     and test_spark_cluster.py compare their engines' outputs with the one run)."""
-    flags = ["--manifest", str(hostile_set(root)), "--max_error_fraction", "0.5",
-             "--num_shards", "2", "--dedupe", "near"]
+    flags = [
+        "--manifest",
+        str(hostile_set(root)),
+        "--max_error_fraction",
+        "0.5",
+        "--num_shards",
+        "2",
+        "--dedupe",
+        "near",
+    ]
     job = pipeline(*flags, "--output_dir", str(root / "direct"), temp=root)
     assert job.returncode == 0, job.stderr[-3000:]
     return flags, comparable(root / "direct")
@@ -152,8 +206,9 @@ def test_the_engine_publishes_what_the_direct_runner_does(engine, hostile, tmp_p
     flags, reference = hostile
     output = tmp_path / "out"
     job_port = str(portpicker.pick_unused_port())
-    job = pipeline(*flags, *ENGINES[engine], "--output_dir", str(output), "--job_port", job_port,
-                   temp=tmp_path)
+    job = pipeline(
+        *flags, *ENGINES[engine], "--output_dir", str(output), "--job_port", job_port, temp=tmp_path
+    )
     assert job.returncode == 0, job.stderr[-3000:]
     assert not job_servers_on(job_port), "the run left its job server running"
     assert FINISHED[engine].search(engine_log(job, engine)), "no job of the engine's ran"
@@ -161,9 +216,17 @@ def test_the_engine_publishes_what_the_direct_runner_does(engine, hostile, tmp_p
     assert summary["options"]["runner"] == ENGINES[engine][1]
     assert summary["rows_read"] == summary["examples_written"] + summary["rows_dead_lettered"]
     reasons = summary["errors"]["by_reason"]
-    assert {"truncated_image", "empty_file", "not_an_image", "file_not_found",
-            "decompression_bomb", "invalid_split", "missing_label", "unseen_label",
-            "duplicate_image"} <= reasons.keys(), reasons
+    assert {
+        "truncated_image",
+        "empty_file",
+        "not_an_image",
+        "file_not_found",
+        "decompression_bomb",
+        "invalid_split",
+        "missing_label",
+        "unseen_label",
+        "duplicate_image",
+    } <= reasons.keys(), reasons
     assert_same_output(output, reference)
     # Nothing of Beam's normal shutdown reads as a failure.
     assert "Traceback" not in job.stderr, job.stderr[-3000:]
@@ -180,11 +243,20 @@ def test_a_stopped_engine_run_resumes_reusing_its_finished_shards(engine, sample
     flags, reference = sample
     output = tmp_path / "out"
     argv = [*flags, *ENGINES[engine], "--output_dir", str(output)]
-    stopped = pipeline("image_tfrecords.core.receipts", "write_receipt", "after", "4", *argv,
-                       temp=tmp_path, script=(str(STOP_AT),))
+    stopped = pipeline(
+        "image_tfrecords.core.receipts",
+        "write_receipt",
+        "after",
+        "4",
+        *argv,
+        temp=tmp_path,
+        script=(str(STOP_AT),),
+    )
     assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-3000:]
-    receipts = [ShardReceipt.from_json(path.read_bytes(), str(path.parent.parent))
-                .outcome.written for path in output.glob(".tmp-*/receipts/*.receipt.json")]
+    receipts = [
+        ShardReceipt.from_json(path.read_bytes(), str(path.parent.parent)).outcome.written
+        for path in output.glob(".tmp-*/receipts/*.receipt.json")
+    ]
     assert len(receipts) == 4
     reused = sum(1 for written in receipts if written.examples)
     shards = sum(1 for name in reference if name.endswith(".tfrecord"))
@@ -210,44 +282,82 @@ def without_resume(files: dict) -> dict:
 
 def test_a_cluster_run_needs_a_temp_location_its_workers_reach(tmp_path, capsys):
     """Workers in containers elsewhere would write tf.Transform's files to their own /tmp."""
-    code = run.main(["--manifest", str(SAMPLE_MANIFEST), "--output_dir", str(tmp_path),
-                     "--runner", "FlinkRunner", "--flink_master", "flink-jobmanager:8081",
-                     "--environment_type", "DOCKER"])
+    code = run.main(
+        [
+            "--manifest",
+            str(SAMPLE_MANIFEST),
+            "--output_dir",
+            str(tmp_path),
+            "--runner",
+            "FlinkRunner",
+            "--flink_master",
+            "flink-jobmanager:8081",
+            "--environment_type",
+            "DOCKER",
+        ]
+    )
     assert code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "error: --temp_location: on a Flink cluster (flink_master flink-jobmanager:8081) "
         "the workers write tf.Transform's files there; give a folder every worker reaches "
-        "(a shared mount, or gs://...; not s3://, which TensorFlow's filesystems cannot write)")
+        "(a shared mount, or gs://...; not s3://, which TensorFlow's filesystems cannot write)"
+    )
 
 
-def test_an_engine_run_without_its_job_server_says_how_to_build_it(tmp_path, capsys,
-                                                                   monkeypatch):
+def test_an_engine_run_without_its_job_server_says_how_to_build_it(tmp_path, capsys, monkeypatch):
     missing = tmp_path / "not-built.jar"
-    monkeypatch.setitem(engines.ENGINES, "sparkrunner", dataclasses.replace(
-        engines.ENGINES["sparkrunner"], built_jar=missing))
-    code = run.main(["--manifest", str(SAMPLE_MANIFEST), "--output_dir", str(tmp_path),
-                     "--runner", "spark"])
+    monkeypatch.setitem(
+        engines.ENGINES,
+        "sparkrunner",
+        dataclasses.replace(engines.ENGINES["sparkrunner"], built_jar=missing),
+    )
+    code = run.main(
+        ["--manifest", str(SAMPLE_MANIFEST), "--output_dir", str(tmp_path), "--runner", "spark"]
+    )
     assert code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "error: --runner SparkRunner needs Beam's Spark job server: `make job-servers` "
         f"builds it (Maven and Java 17) into {missing}; or give --spark_job_server_jar JAR, "
-        "or --job_endpoint HOST:PORT of a running one")
+        "or --job_endpoint HOST:PORT of a running one"
+    )
 
 
-@pytest.mark.parametrize("engine_flags", [
-    [], ["--runner", "FlinkRunner", "--flink_master", "[local]"],
-    ["--runner", "FlinkRunner", "--flink_master", "jobmanager:8081", "--environment_type",
-     "LOOPBACK"],
-    ["--runner", "SparkRunner", "--spark_master_url", "spark://master:7077"]])
+@pytest.mark.parametrize(
+    "engine_flags",
+    [
+        [],
+        ["--runner", "FlinkRunner", "--flink_master", "[local]"],
+        [
+            "--runner",
+            "FlinkRunner",
+            "--flink_master",
+            "jobmanager:8081",
+            "--environment_type",
+            "LOOPBACK",
+        ],
+        ["--runner", "SparkRunner", "--spark_master_url", "spark://master:7077"],
+    ],
+)
 def test_no_jars_are_staged_only_for_a_flink_cluster_running_the_sdk_workers(
-        engine_flags, tmp_path, capsys):
-    code = run.main(["--manifest", str(SAMPLE_MANIFEST), "--output_dir", str(tmp_path),
-                     "--temp_location", str(tmp_path), *engine_flags,
-                     "--beam_runner_on_cluster"])
+    engine_flags, tmp_path, capsys
+):
+    code = run.main(
+        [
+            "--manifest",
+            str(SAMPLE_MANIFEST),
+            "--output_dir",
+            str(tmp_path),
+            "--temp_location",
+            str(tmp_path),
+            *engine_flags,
+            "--beam_runner_on_cluster",
+        ]
+    )
     assert code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "error: --beam_runner_on_cluster: for --runner FlinkRunner with a cluster's "
-        "--flink_master HOST:PORT and its SDK workers there (not LOOPBACK)")
+        "--flink_master HOST:PORT and its SDK workers there (not LOOPBACK)"
+    )
 
 
 def test_no_jars_are_staged_only_by_the_job_server_that_can(tmp_path, capsys):
@@ -256,26 +366,55 @@ def test_no_jars_are_staged_only_by_the_job_server_that_can(tmp_path, capsys):
     other = tmp_path / "other-job-server.jar"
     with zipfile.ZipFile(other, "w") as jar:
         jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
-    code = run.main(["--manifest", str(SAMPLE_MANIFEST), "--output_dir", str(tmp_path),
-                     "--temp_location", str(tmp_path), "--runner", "FlinkRunner",
-                     "--flink_master", "jobmanager:8081", "--environment_type", "EXTERNAL",
-                     "--environment_config", "localhost:50000", "--flink_job_server_jar",
-                     str(other), "--beam_runner_on_cluster"])
+    code = run.main(
+        [
+            "--manifest",
+            str(SAMPLE_MANIFEST),
+            "--output_dir",
+            str(tmp_path),
+            "--temp_location",
+            str(tmp_path),
+            "--runner",
+            "FlinkRunner",
+            "--flink_master",
+            "jobmanager:8081",
+            "--environment_type",
+            "EXTERNAL",
+            "--environment_config",
+            "localhost:50000",
+            "--flink_job_server_jar",
+            str(other),
+            "--beam_runner_on_cluster",
+        ]
+    )
     assert code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "error: --beam_runner_on_cluster needs the job server `make job-servers` builds "
         f"({engines.ENGINES['flinkrunner'].built_jar}): --flink_job_server_jar {other} has "
-        "no imagetfrecords.NoJarsToStage")
+        "no imagetfrecords.NoJarsToStage"
+    )
 
 
 def test_a_job_servers_refusal_is_told_in_its_own_words(tmp_path):
     """A job server that refuses the job answers a gRPC error whose text is a multi-line
     repr ending in '>': the line says the status and the job server's details."""
     server = grpc.server(futures.ThreadPoolExecutor(1))
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("JobService", {
-        "Prepare": grpc.unary_unary_rpc_method_handler(lambda request, context: context.abort(
-            grpc.StatusCode.UNKNOWN, "java.lang.RuntimeException: Unable to find factory "
-                                     "method NoJarsToStage#create()"))})])
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                "JobService",
+                {
+                    "Prepare": grpc.unary_unary_rpc_method_handler(
+                        lambda request, context: context.abort(
+                            grpc.StatusCode.UNKNOWN,
+                            "java.lang.RuntimeException: Unable to find factory "
+                            "method NoJarsToStage#create()",
+                        )
+                    )
+                },
+            )
+        ]
+    )
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
@@ -288,4 +427,5 @@ def test_a_job_servers_refusal_is_told_in_its_own_words(tmp_path):
     assert str(failed).startswith(
         "the job failed: the job server answered UNKNOWN: java.lang.RuntimeException: "
         "Unable to find factory method NoJarsToStage#create(). After it: nothing was "
-        "published")
+        "published"
+    )

@@ -1,7 +1,7 @@
 """Example bytes written without TensorFlow (core/example_proto.py) are TensorFlow's own:
 `tf.train.Example.SerializeToString(deterministic=True)` of the same features, for every
-kind of feature, keys that begin others, empty lists, negative and large ints, floats past float32's range, and
-keys in any order and script."""
+kind of feature, keys that begin others, empty lists, negative and large ints, floats past
+float32's range, and keys in any order and script."""
 
 import tensorflow as tf
 from hypothesis import given
@@ -17,9 +17,9 @@ VALUES = {
 }
 FEATURES = st.dictionaries(
     st.text(min_size=0, max_size=12),
-    st.sampled_from(sorted(VALUES)).flatmap(
-        lambda kind: st.tuples(st.just(kind), VALUES[kind])),
-    max_size=8)
+    st.sampled_from(sorted(VALUES)).flatmap(lambda kind: st.tuples(st.just(kind), VALUES[kind])),
+    max_size=8,
+)
 
 
 def tensorflows(features):
@@ -35,11 +35,16 @@ def test_the_bytes_are_tensorflows(features):
 
 
 def test_an_image_example_is_tensorflows_and_parses_back():
-    features = {"image/encoded": (BYTES, [bytes(range(256)) * 600]),  # a multi-byte length
-                "image/height": (INT64, [480]), "image/object/bbox/xmin": (FLOAT, [0.1, 1 / 3]),
-                "image/object/class/label": (INT64, []), "é/text": (BYTES, ["été".encode()]),
-                # A categorical extra column: a key that begins another sorts after it.
-                "file_type": (INT64, [2]), "file_type/text": (BYTES, [b"jpg"])}
+    features = {
+        "image/encoded": (BYTES, [bytes(range(256)) * 600]),  # a multi-byte length
+        "image/height": (INT64, [480]),
+        "image/object/bbox/xmin": (FLOAT, [0.1, 1 / 3]),
+        "image/object/class/label": (INT64, []),
+        "é/text": (BYTES, ["été".encode()]),
+        # A categorical extra column: a key that begins another sorts after it.
+        "file_type": (INT64, [2]),
+        "file_type/text": (BYTES, [b"jpg"]),
+    }
     serialized = serialize_example(features)
     assert serialized == tensorflows(features)
     parsed = tf.train.Example.FromString(serialized).features.feature

@@ -4,22 +4,35 @@ import hashlib
 
 import numpy as np
 import tensorflow as tf
-
 from conftest import object_detection_spec
+
 from image_tfrecords.core.choices import LabelMode
 from image_tfrecords.core.examples import CLASSIFICATION_FEATURES, encode_example, feature_spec
 from image_tfrecords.core.images import PreparedImage
-from image_tfrecords.core.records import Box, ManifestRow
-from image_tfrecords.core.records import LabelledRow
+from image_tfrecords.core.records import Box, LabelledRow, ManifestRow
 
-IMAGE = PreparedImage(b"\xff\xd8jpeg bytes", "jpeg", 20, 10, 3, "JPEG", None, (20, 10),
-                      hashlib.sha256(b"\xff\xd8jpeg bytes").hexdigest(), 0x8F3A5C0012345678,
-                      b"\xff\xd8thumbnail")
+IMAGE = PreparedImage(
+    b"\xff\xd8jpeg bytes",
+    "jpeg",
+    20,
+    10,
+    3,
+    "JPEG",
+    None,
+    (20, 10),
+    hashlib.sha256(b"\xff\xd8jpeg bytes").hexdigest(),
+    0x8F3A5C0012345678,
+    b"\xff\xd8thumbnail",
+)
 DTYPES = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
 IMAGE_VALUES = {
-    "image/encoded": b"\xff\xd8jpeg bytes", "image/format": b"jpeg",
-    "image/height": 10, "image/width": 20, "image/channels": 3,
-    "image/filename": "été.jpg".encode(), "image/source_id": "gs://b/dir/été.jpg".encode(),
+    "image/encoded": b"\xff\xd8jpeg bytes",
+    "image/format": b"jpeg",
+    "image/height": 10,
+    "image/width": 20,
+    "image/channels": 3,
+    "image/filename": "été.jpg".encode(),
+    "image/source_id": "gs://b/dir/été.jpg".encode(),
     "image/key/sha256": hashlib.sha256(b"\xff\xd8jpeg bytes").hexdigest().encode(),
 }
 
@@ -30,34 +43,48 @@ def row(line, labels, boxes=()):
 
 def parse(serialized, spec):
     parsed = tf.io.parse_single_example(serialized, spec)
-    return {key: (tf.sparse.to_dense(value) if isinstance(value, tf.SparseTensor)
-                  else value).numpy() for key, value in parsed.items()}
+    return {
+        key: (tf.sparse.to_dense(value) if isinstance(value, tf.SparseTensor) else value).numpy()
+        for key, value in parsed.items()
+    }
 
 
 def test_every_classification_key_parses_with_its_dtype():
-    spec = {key: tf.io.FixedLenFeature([], DTYPES[kind])
-            for key, kind in CLASSIFICATION_FEATURES.items()}
-    serialized = encode_example([LabelledRow(row(3, ("chat noir",)), (7,))], IMAGE, LabelMode.SINGLE)
+    spec = {
+        key: tf.io.FixedLenFeature([], DTYPES[kind])
+        for key, kind in CLASSIFICATION_FEATURES.items()
+    }
+    serialized = encode_example(
+        [LabelledRow(row(3, ("chat noir",)), (7,))], IMAGE, LabelMode.SINGLE
+    )
     assert parse(serialized, spec) == {
-        **IMAGE_VALUES, "image/class/label": 7, "image/class/text": b"chat noir"}
+        **IMAGE_VALUES,
+        "image/class/label": 7,
+        "image/class/text": b"chat noir",
+    }
 
 
 def test_detection_example_holds_every_box_of_the_image_with_1_based_ids():
     boxes = [Box(0.1, 0.2, 0.3, 0.4), Box(1 / 3, 0.0, 1.0, 2 / 3)]
-    rows = [LabelledRow(row(4, ("cat",), (boxes[0],)), (0,)),
-            LabelledRow(row(9, ("dog",), (boxes[1],)), (1,))]
+    rows = [
+        LabelledRow(row(4, ("cat",), (boxes[0],)), (0,)),
+        LabelledRow(row(9, ("dog",), (boxes[1],)), (1,)),
+    ]
     parsed = parse(encode_example(rows, IMAGE, LabelMode.DETECTION), object_detection_spec())
     assert {key: parsed[key] for key in IMAGE_VALUES} == IMAGE_VALUES
     assert parsed["image/object/class/label"].tolist() == [1, 2]
     assert parsed["image/object/class/text"].tolist() == [b"cat", b"dog"]
     for side in ("xmin", "ymin", "xmax", "ymax"):
-        np.testing.assert_array_equal(parsed[f"image/object/bbox/{side}"],
-                                      np.float32([getattr(box, side) for box in boxes]))
+        np.testing.assert_array_equal(
+            parsed[f"image/object/bbox/{side}"], np.float32([getattr(box, side) for box in boxes])
+        )
 
 
 def test_an_image_without_objects_has_empty_object_lists():
-    parsed = parse(encode_example([LabelledRow(row(2, ()), ())], IMAGE, LabelMode.DETECTION),
-                   object_detection_spec())
+    parsed = parse(
+        encode_example([LabelledRow(row(2, ()), ())], IMAGE, LabelMode.DETECTION),
+        object_detection_spec(),
+    )
     assert all(parsed[key].size == 0 for key in parsed if key.startswith("image/object/"))
     assert parsed["image/height"] == 10
 

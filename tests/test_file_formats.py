@@ -6,13 +6,19 @@ import fnmatch
 
 import pytest
 import tensorflow as tf
-
 from conftest import shard_records
 
 from image_tfrecords.core import file_formats
-from image_tfrecords.core.file_formats import (PipelineFiles, GFiles, RecordError, ShardFormat,
-                                     compression_names, format_names, shard_format,
-                                     shard_globs)
+from image_tfrecords.core.file_formats import (
+    GFiles,
+    PipelineFiles,
+    RecordError,
+    ShardFormat,
+    compression_names,
+    format_names,
+    shard_format,
+    shard_globs,
+)
 from image_tfrecords.core.file_formats.tfrecord import TFRecordFormat
 
 RECORDS = [b"", b"one", bytes(range(256)) * 40, "ünïcode".encode()]
@@ -24,16 +30,24 @@ def test_formats_are_looked_up_by_name_and_refuse_what_they_cannot_do():
     assert compression_names() == ("none", "gzip", "zstd")
     with pytest.raises(ValueError, match=r"unknown file format 'parquet': give one of .*tfrecord"):
         shard_format("parquet")
-    with pytest.raises(ValueError, match="--compression zstd is not available with "
-                                         "--file_format tfrecord"):
+    with pytest.raises(
+        ValueError, match="--compression zstd is not available with --file_format tfrecord"
+    ):
         shard_format("tfrecord", "zstd")
-    with pytest.raises(ValueError, match=r"--compression gzip is not available with "
-                                         r"--file_format array_record \(only none, zstd\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"--compression gzip is not available with "
+        r"--file_format array_record \(only none, zstd\)",
+    ):
         shard_format("array_record", "gzip")
 
 
-FORMATS = [("tfrecord", "none", ".tfrecord"), ("tfrecord", "gzip", ".tfrecord.gz"),
-           ("array_record", "none", ".array_record"), ("array_record", "zstd", ".array_record")]
+FORMATS = [
+    ("tfrecord", "none", ".tfrecord"),
+    ("tfrecord", "gzip", ".tfrecord.gz"),
+    ("array_record", "none", ".array_record"),
+    ("array_record", "zstd", ".array_record"),
+]
 
 
 def write(fmt, path, files, records=RECORDS):
@@ -43,9 +57,12 @@ def write(fmt, path, files, records=RECORDS):
 
 
 @pytest.mark.parametrize("name, compression, suffix", FORMATS)
-@pytest.mark.parametrize("write_files, read_files", [(PipelineFiles, GFiles), (GFiles, PipelineFiles)])
+@pytest.mark.parametrize(
+    "write_files, read_files", [(PipelineFiles, GFiles), (GFiles, PipelineFiles)]
+)
 def test_shards_read_back_as_written_and_as_tf_data_and_their_library_read_them(
-        tmp_path, name, compression, suffix, write_files, read_files):
+    tmp_path, name, compression, suffix, write_files, read_files
+):
     fmt = shard_format(name, compression)
     assert fmt.suffix == suffix
     shard = tmp_path / f"train-00000-of-00001{suffix}"
@@ -138,5 +155,8 @@ def test_a_registered_format_is_offered_everywhere_formats_are_listed(monkeypatc
 
     assert "plain" in format_names()
     assert shard_format("plain").suffix == ".plain"
-    assert shard_globs("test") == ("test-*-of-*.tfrecord*", "test-*-of-*.array_record*",
-                                    "test-*-of-*.plain*")
+    assert shard_globs("test") == (
+        "test-*-of-*.tfrecord*",
+        "test-*-of-*.array_record*",
+        "test-*-of-*.plain*",
+    )

@@ -10,8 +10,8 @@ import tarfile
 
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.stager import Stager
-
 from conftest import read_examples, tiny_manifest
+
 from image_tfrecords.pipeline.options import ConvertOptions
 from templates.flex.metadata import METADATA_FILE, template_metadata
 
@@ -27,7 +27,8 @@ def test_the_parameters_are_exactly_the_jobs_options():
     for parameter in PARAMETERS:
         assert parameter["label"] and parameter["helpText"], parameter["name"]
     assert json.loads(METADATA_FILE.read_text()) == template_metadata(), (
-        "metadata.json is out of date: run python templates/flex/metadata.py")
+        "metadata.json is out of date: run python templates/flex/metadata.py"
+    )
 
 
 def test_a_launch_with_only_the_required_parameters_is_valid_and_each_is_needed():
@@ -63,17 +64,26 @@ def test_the_launcher_entry_point_runs_template_style_parameters(tmp_path):
     manifest = tiny_manifest(tmp_path)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "stale.txt").write_text("from an earlier run")
-    launch = [sys.executable, str(REPO / "templates" / "flex" / "main.py"),
-              f"--manifest={manifest}", f"--output_dir={tmp_path / 'out'}",
-              "--num_shards=1", "--max_error_fraction=0", "--runner=DirectRunner",
-              "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    launch = [
+        sys.executable,
+        str(REPO / "templates" / "flex" / "main.py"),
+        f"--manifest={manifest}",
+        f"--output_dir={tmp_path / 'out'}",
+        "--num_shards=1",
+        "--max_error_fraction=0",
+        "--runner=DirectRunner",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+    ]
 
-    refused = subprocess.run([*launch, "--overwrite=false"], capture_output=True, text=True,
-                             timeout=300)
+    refused = subprocess.run(
+        [*launch, "--overwrite=false"], capture_output=True, text=True, timeout=300
+    )
     assert refused.returncode == 2 and "is not empty" in refused.stderr
 
-    result = subprocess.run([*launch, "--overwrite=true"], capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [*launch, "--overwrite=true"], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "rows read 3 = 3 examples written + 0 dead-lettered" in result.stdout
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -84,11 +94,15 @@ def test_the_launcher_entry_point_runs_template_style_parameters(tmp_path):
 
 def test_setup_file_ships_every_module_to_the_workers(tmp_path):
     """What Dataflow stages for --setup_file (the launcher passes the template's setup.py)."""
-    Stager.create_job_resources(PipelineOptions([f"--setup_file={REPO / 'setup.py'}"]),
-                                str(tmp_path))
+    Stager.create_job_resources(
+        PipelineOptions([f"--setup_file={REPO / 'setup.py'}"]), str(tmp_path)
+    )
     (sdist,) = tmp_path.glob("*.tar.gz")
     with tarfile.open(sdist) as archive:
         shipped = {pathlib.Path(*pathlib.Path(name).parts[1:]) for name in archive.getnames()}
-    modules = {path.relative_to(REPO) for package in ("image_tfrecords", "pipeline", "transforms", "core")
-               for path in (REPO / package).glob("*.py")}
+    modules = {
+        path.relative_to(REPO)
+        for package in ("image_tfrecords", "pipeline", "transforms", "core")
+        for path in (REPO / package).glob("*.py")
+    }
     assert len(modules) > 15 and modules <= shipped, sorted(modules - shipped)

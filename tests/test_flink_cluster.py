@@ -36,12 +36,12 @@ import portpicker
 import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
-
 from clusters import FlinkCluster, WorkerPool, beside_a_pool
 from conftest import BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY, download
-from image_tfrecords.pipeline import engines, stopping
 from test_engines import SAMPLE_FLAGS, comparable, hostile_set, job_servers_on, pipeline
 from test_reliability import published
+
+from image_tfrecords.pipeline import engines, stopping
 
 # How long the launcher may take to exit once stopped: the cancellation confirmed (or
 # given up on) and its job server stopped.
@@ -54,10 +54,13 @@ def flink(tmp_path_factory, _s3_bucket):
     its environment); at the end any job left is cancelled and every JVM and worker
     stopped."""
     folder = tmp_path_factory.mktemp("flink-cluster")
-    pool = WorkerPool(folder, {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY_ID,
-                               "AWS_SECRET_ACCESS_KEY": S3_SECRET_ACCESS_KEY})
-    with beside_a_pool(pool, lambda: FlinkCluster(
-            folder, engines.ENGINES["flinkrunner"].built_jar)) as cluster_and_pool:
+    pool = WorkerPool(
+        folder,
+        {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY_ID, "AWS_SECRET_ACCESS_KEY": S3_SECRET_ACCESS_KEY},
+    )
+    with beside_a_pool(
+        pool, lambda: FlinkCluster(folder, engines.ENGINES["flinkrunner"].built_jar)
+    ) as cluster_and_pool:
         yield cluster_and_pool
 
 
@@ -65,18 +68,30 @@ def on_the_cluster(flink, temp, environment: list[str] | None = None) -> list[st
     """The flags of a run on the cluster, its SDK workers in the pool unless `environment`
     names others."""
     cluster, pool = flink
-    return ["--runner", "FlinkRunner", "--flink_master", f"localhost:{cluster.rest_port}",
-            *(environment or ["--environment_type", "EXTERNAL",
-                              "--environment_config", f"localhost:{pool.port}"]),
-            "--environment_cache_millis", "60000", "--beam_runner_on_cluster",
-            "--temp_location", str(temp / "tft")]
+    return [
+        "--runner",
+        "FlinkRunner",
+        "--flink_master",
+        f"localhost:{cluster.rest_port}",
+        *(
+            environment
+            or ["--environment_type", "EXTERNAL", "--environment_config", f"localhost:{pool.port}"]
+        ),
+        "--environment_cache_millis",
+        "60000",
+        "--beam_runner_on_cluster",
+        "--temp_location",
+        str(temp / "tft"),
+    ]
 
 
 def process_environment(folder: Path) -> list[str]:
     """SDK workers the TaskManager starts itself (PROCESS), booted by
     pipeline/sdk_worker_boot.py (the image-tfrecords-sdk-worker command of an install)."""
     boot = folder / "boot"
-    boot.write_text(f'#!/bin/sh\nexec {sys.executable} -m image_tfrecords.pipeline.sdk_worker_boot "$@"\n')
+    boot.write_text(
+        f'#!/bin/sh\nexec {sys.executable} -m image_tfrecords.pipeline.sdk_worker_boot "$@"\n'
+    )
     boot.chmod(0o755)
     config = {"command": str(boot), "env": {"PYTHONPATH": str(Path(__file__).parents[1])}}
     return ["--environment_type", "PROCESS", "--environment_config", json.dumps(config)]
@@ -90,16 +105,32 @@ def hostile_in_the_bucket(_s3_bucket, tmp_path_factory):
     local = hostile_set(root)
     prefix = "flink-cluster/hostile"
     # boto3, not Beam's S3 writer: that cannot write an empty object (empty.jpg).
-    client = boto3.client("s3", endpoint_url=_s3_bucket.proxy.url, region_name="us-east-1",
-                          aws_access_key_id=S3_ACCESS_KEY_ID,
-                          aws_secret_access_key=S3_SECRET_ACCESS_KEY)
+    client = boto3.client(
+        "s3",
+        endpoint_url=_s3_bucket.proxy.url,
+        region_name="us-east-1",
+        aws_access_key_id=S3_ACCESS_KEY_ID,
+        aws_secret_access_key=S3_SECRET_ACCESS_KEY,
+    )
     for path in sorted(root.rglob("*")):
         if path.is_file():
-            client.put_object(Bucket=BUCKET, Key=f"{prefix}/{path.relative_to(root).as_posix()}",
-                              Body=path.read_bytes())
+            client.put_object(
+                Bucket=BUCKET,
+                Key=f"{prefix}/{path.relative_to(root).as_posix()}",
+                Body=path.read_bytes(),
+            )
     folder = f"{_s3_bucket.url}/{prefix}"
-    flags = [*_s3_bucket.flags, "--manifest", f"{folder}/{local.name}",
-             "--max_error_fraction", "0.5", "--num_shards", "2", "--dedupe", "near"]
+    flags = [
+        *_s3_bucket.flags,
+        "--manifest",
+        f"{folder}/{local.name}",
+        "--max_error_fraction",
+        "0.5",
+        "--num_shards",
+        "2",
+        "--dedupe",
+        "near",
+    ]
     job = pipeline(*flags, "--output_dir", str(root / "direct"), temp=root)
     assert job.returncode == 0, job.stderr[-3000:]
     return flags, comparable(root / "direct")
@@ -122,12 +153,12 @@ def test_the_session_cluster_has_a_task_manager_with_a_slot(flink):
 
 
 def test_the_hostile_set_from_a_bucket_to_a_bucket_publishes_what_the_direct_runner_does(
-        flink, hostile_in_the_bucket, _s3_bucket, tmp_path):
+    flink, hostile_in_the_bucket, _s3_bucket, tmp_path
+):
     cluster, pool = flink
     flags, reference = hostile_in_the_bucket
     output = f"{_s3_bucket.url}/flink-cluster/out"
-    job = pipeline(*flags, *on_the_cluster(flink, tmp_path), "--output_dir", output,
-                   temp=tmp_path)
+    job = pipeline(*flags, *on_the_cluster(flink, tmp_path), "--output_dir", output, temp=tmp_path)
     assert job.returncode == 0, job.stderr[-3000:]
     assert "Traceback" not in job.stderr, job.stderr[-3000:]
     # The cluster ran it, to its end: one job, FINISHED, in the JobManager's REST API...
@@ -144,7 +175,8 @@ def test_the_hostile_set_from_a_bucket_to_a_bucket_publishes_what_the_direct_run
 
 
 def test_a_failed_run_on_the_cluster_publishes_nothing_and_the_job_failed_there(
-        flink, sample_outputs, tmp_path):
+    flink, sample_outputs, tmp_path
+):
     """The hostile set with no dead letter allowed: the outcome check fails the job on the
     cluster; the output folder's previous contents stay byte for byte. Its SDK workers are
     the TaskManager's own processes (PROCESS), not the pool's."""
@@ -152,10 +184,19 @@ def test_a_failed_run_on_the_cluster_publishes_nothing_and_the_job_failed_there(
     manifest = hostile_set(tmp_path / "data")
     output = shutil.copytree(sample_outputs("tfrecord"), tmp_path / "out")
     before = published(output)
-    job = pipeline("--manifest", str(manifest), "--num_shards", "2", "--output_dir",
-                   str(output), "--overwrite", "--max_error_fraction", "0",
-                   *on_the_cluster(flink, tmp_path, process_environment(tmp_path)),
-                   temp=tmp_path)
+    job = pipeline(
+        "--manifest",
+        str(manifest),
+        "--num_shards",
+        "2",
+        "--output_dir",
+        str(output),
+        "--overwrite",
+        "--max_error_fraction",
+        "0",
+        *on_the_cluster(flink, tmp_path, process_environment(tmp_path)),
+        temp=tmp_path,
+    )
     assert job.returncode == 1, job.stderr[-3000:]
     assert "FAILED: nothing below was published" in job.stdout
     assert "more than --max_error_fraction 0.0%" in job.stderr
@@ -163,16 +204,19 @@ def test_a_failed_run_on_the_cluster_publishes_nothing_and_the_job_failed_there(
     assert cluster.jobs()[-1]["state"] == "FAILED"
     # The TaskManager started the job's SDK worker itself, through Beam's sdk_worker_main
     # (the pool's workers do not run it), with the job's options.
-    assert re.search(r"sdk_worker_main\.py:\d+ - Pipeline_options: \{'job_name': 'BeamApp-",
-                     cluster.task_manager_log.read_text())
+    assert re.search(
+        r"sdk_worker_main\.py:\d+ - Pipeline_options: \{'job_name': 'BeamApp-",
+        cluster.task_manager_log.read_text(),
+    )
 
 
 def new_job(cluster: FlinkCluster, known: set[str], timeout: float = 180) -> dict:
     """The first job on the cluster not in `known` that is RUNNING."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        running = [job for job in cluster.jobs()
-                   if job["jid"] not in known and job["state"] == "RUNNING"]
+        running = [
+            job for job in cluster.jobs() if job["jid"] not in known and job["state"] == "RUNNING"
+        ]
         if running:
             return running[0]
         time.sleep(0.5)
@@ -188,10 +232,23 @@ def test_a_launcher_stopped_by_sigterm_cancels_its_job_on_the_cluster(flink, tmp
     output, job_port = tmp_path / "out", str(portpicker.pick_unused_port())
     with open(tmp_path / "stderr", "w+") as stderr:
         launcher = subprocess.Popen(
-            [sys.executable, "-m", "image_tfrecords", *SAMPLE_FLAGS, *on_the_cluster(flink, tmp_path),
-             "--output_dir", str(output), "--job_port", job_port],
-            stdout=subprocess.DEVNULL, stderr=stderr, cwd=Path(__file__).parents[1],
-            start_new_session=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+            [
+                sys.executable,
+                "-m",
+                "image_tfrecords",
+                *SAMPLE_FLAGS,
+                *on_the_cluster(flink, tmp_path),
+                "--output_dir",
+                str(output),
+                "--job_port",
+                job_port,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd=Path(__file__).parents[1],
+            start_new_session=True,
+            env={**os.environ, "TMPDIR": str(tmp_path)},
+        )
         try:
             job = new_job(cluster, known)
             launcher.send_signal(signal.SIGTERM)
@@ -207,12 +264,19 @@ def test_a_launcher_stopped_by_sigterm_cancels_its_job_on_the_cluster(flink, tmp
     assert cluster.rest(f"/jobs/{job['jid']}")["state"] == "CANCELED"
     print(f"SIGTERM to the launcher's exit, the Flink job cancelled: {took:.1f} s")
     assert "Traceback" not in said, said[-3000:]
-    assert re.fullmatch(re.escape(
-        f"error: stopped by SIGTERM; the Flink job {job['jid']} is cancelled. After it: "
-        f"nothing was published, {output} has no summary.json (no reader takes it for an "
-        f"output); ") + r"(its files are in|\d+ finished shards? kept in) " + re.escape(
-        f"{next(output.glob('.tmp-*'))}: the same image-tfrecords convert command with "
-        "--resume continues it"), said.splitlines()[-1])
+    assert re.fullmatch(
+        re.escape(
+            f"error: stopped by SIGTERM; the Flink job {job['jid']} is cancelled. After it: "
+            f"nothing was published, {output} has no summary.json (no reader takes it for an "
+            f"output); "
+        )
+        + r"(its files are in|\d+ finished shards? kept in) "
+        + re.escape(
+            f"{next(output.glob('.tmp-*'))}: the same image-tfrecords convert command with "
+            "--resume continues it"
+        ),
+        said.splitlines()[-1],
+    )
     assert not (output / "summary.json").exists()
     assert not job_servers_on(job_port), "the launcher left its job server running"
 
@@ -223,16 +287,31 @@ def test_a_job_whose_workers_never_start_is_cancelled_saying_why(flink, tmp_path
     --worker_start_timeout the launcher cancels the job and exits 1 in one line."""
     cluster, _ = flink
     without_beam = tmp_path / "python_without_beam"
-    without_beam.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")  # no site-packages
+    without_beam.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # no site-packages
     without_beam.chmod(0o755)
     pool = WorkerPool(tmp_path, workers_python=str(without_beam))
     try:
         known = {job["jid"] for job in cluster.jobs()}
         output = tmp_path / "out"
         started = time.monotonic()
-        job = pipeline(*SAMPLE_FLAGS, *on_the_cluster(flink, tmp_path, [
-            "--environment_type", "EXTERNAL", "--environment_config", f"localhost:{pool.port}"]),
-            "--output_dir", str(output), "--worker_start_timeout", "30", temp=tmp_path)
+        job = pipeline(
+            *SAMPLE_FLAGS,
+            *on_the_cluster(
+                flink,
+                tmp_path,
+                [
+                    "--environment_type",
+                    "EXTERNAL",
+                    "--environment_config",
+                    f"localhost:{pool.port}",
+                ],
+            ),
+            "--output_dir",
+            str(output),
+            "--worker_start_timeout",
+            "30",
+            temp=tmp_path,
+        )
         wall = time.monotonic() - started
     finally:
         pool.stop()
@@ -247,5 +326,6 @@ def test_a_job_whose_workers_never_start_is_cancelled_saying_why(flink, tmp_path
         f"--environment_type EXTERNAL localhost:{pool.port}: check that every TaskManager or "
         "executor reaches it and that its python imports apache_beam and this project (the "
         "TaskManager's log says 'Still waiting for startup of environment'); the Flink job "
-        f"{new['jid']} is cancelled. After it: nothing was published")
+        f"{new['jid']} is cancelled. After it: nothing was published"
+    )
     assert not (output / "summary.json").exists()

@@ -22,19 +22,26 @@ _FORMAT_NAMES = set(MANIFEST_FORMATS)
 def _module_name(path: Path) -> str:
     """The installed name of a file of the checkout (setup.py's package_dir)."""
     relative = path.relative_to(ROOT).with_suffix("")
-    parts = relative.parts if relative.parts[0] == "image_tfrecords" else (
-        "image_tfrecords", *relative.parts)
+    parts = (
+        relative.parts
+        if relative.parts[0] == "image_tfrecords"
+        else ("image_tfrecords", *relative.parts)
+    )
     return ".".join(parts)
 
 
 def _code_files() -> list[Path]:
-    return sorted(path for folder in ("pipeline", "transforms", "core", "image_tfrecords")
-                  for path in (ROOT / folder).rglob("*.py"))
+    return sorted(
+        path
+        for folder in ("pipeline", "transforms", "core", "image_tfrecords")
+        for path in (ROOT / folder).rglob("*.py")
+    )
 
 
 # Every module but the formats' own (and the registry, which imports them).
-GENERIC = [path for path in _code_files()
-           if _module_name(path) not in FORMAT_MODULES and path != REGISTRY]
+GENERIC = [
+    path for path in _code_files() if _module_name(path) not in FORMAT_MODULES and path != REGISTRY
+]
 
 
 def _imported_modules(tree: ast.AST) -> set[str]:
@@ -60,22 +67,34 @@ def test_no_module_but_a_formats_own_imports_or_names_a_format():
         imported = sorted(_imported_modules(tree) & FORMAT_MODULES)
         if imported:
             problems.append(f"{path.relative_to(ROOT)} imports {', '.join(imported)}")
-        named = sorted({node.value for node in ast.walk(tree)
-                        if isinstance(node, ast.Constant) and node.value in _FORMAT_NAMES})
+        named = sorted(
+            {
+                node.value
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Constant) and node.value in _FORMAT_NAMES
+            }
+        )
         if named:
             problems.append(f"{path.relative_to(ROOT)} names the format {', '.join(named)}")
-    assert not problems, ("ask the formats through InputFormat (a hook with a default) and "
-                          "keep what is a format's own in its module: " + "; ".join(problems))
+    assert not problems, (
+        "ask the formats through InputFormat (a hook with a default) and "
+        "keep what is a format's own in its module: " + "; ".join(problems)
+    )
 
 
 def test_the_registry_holds_no_format_key_and_imports_the_formats_classes():
     """What it imports of a format's module is its InputFormat class; and --image_folder's
     class folders, what a folder is where no format's folder_reading claims it."""
     tree = ast.parse(REGISTRY.read_text())
-    assert not {node.value for node in ast.walk(tree)
-                if isinstance(node, ast.Constant) and node.value in _FORMAT_NAMES}
-    imported = {alias.name for node in ast.walk(tree)
-                if isinstance(node, ast.ImportFrom) and node.module in FORMAT_MODULES
-                for alias in node.names}
-    assert imported == {type(format).__name__ for format in FORMATS.values()} | {
-        "class_folders"}
+    assert not {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in _FORMAT_NAMES
+    }
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module in FORMAT_MODULES
+        for alias in node.names
+    }
+    assert imported == {type(format).__name__ for format in FORMATS.values()} | {"class_folders"}

@@ -32,22 +32,27 @@ import shutil
 import sys
 import tracemalloc
 import xml.etree.ElementTree as ElementTree
-from xml.sax.saxutils import escape as xml_escape
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
+from xml.sax.saxutils import escape as xml_escape
 
 import pytest
 import yaml
+from conftest import encode, photo_like
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import encode, photo_like
 from image_tfrecords.core.chunks import ManifestSource
 from image_tfrecords.core.dead_letters import REGISTRY, DeadLetter
 from image_tfrecords.core.inputs.folder import IMAGE_FOLDER
 from image_tfrecords.core.inputs.rows import DiscardedRow, ManifestError, RowRules
-from image_tfrecords.core.inputs.sources import check_sources, class_declarations, find_manifests, read_source
+from image_tfrecords.core.inputs.sources import (
+    check_sources,
+    class_declarations,
+    find_manifests,
+    read_source,
+)
 from image_tfrecords.core.records import ManifestRow
 
 PUBLIC = Path(__file__).parent / "data" / "public"
@@ -63,10 +68,28 @@ EXAMPLES = 4
 # --- what a reading touches -------------------------------------------------------------
 
 _EVENTS_READ = frozenset({"open", "os.listdir", "os.scandir", "glob.glob", "glob.glob/2"})
-_EVENTS_WRITE = ("os.mkdir", "os.remove", "os.rmdir", "os.rename", "os.symlink", "os.link",
-                 "os.truncate", "os.chmod", "shutil.rmtree", "shutil.move")
-_EVENTS_RUN = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
-               "os.fork", "os.startfile", "ctypes.dlopen")
+_EVENTS_WRITE = (
+    "os.mkdir",
+    "os.remove",
+    "os.rmdir",
+    "os.rename",
+    "os.symlink",
+    "os.link",
+    "os.truncate",
+    "os.chmod",
+    "shutil.rmtree",
+    "shutil.move",
+)
+_EVENTS_RUN = (
+    "subprocess.Popen",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.startfile",
+    "ctypes.dlopen",
+)
 _recording: list[tuple[str, str]] | None = None
 
 
@@ -83,8 +106,14 @@ def _audit(event: str, args: tuple) -> None:
 
 sys.addaudithook(_audit)  # a hook stays for the process: it records only inside touched()
 # Python's own files (a module imported lazily, its bytecode) are no data the reader opens.
-_RUNTIME = tuple({os.path.realpath(prefix) + os.sep for prefix in (
-    sys.prefix, sys.base_prefix, sys.exec_prefix) if prefix} | {"/proc/", "/sys/", "/dev/"})
+_RUNTIME = tuple(
+    {
+        os.path.realpath(prefix) + os.sep
+        for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix)
+        if prefix
+    }
+    | {"/proc/", "/sys/", "/dev/"}
+)
 
 
 @contextlib.contextmanager
@@ -106,6 +135,7 @@ def _is_runtime(path: str) -> bool:
 
 
 # --- the datasets -----------------------------------------------------------------------
+
 
 class Dataset(NamedTuple):
     """A dataset laid out in `root`: what --manifest names (or the image folder), the
@@ -150,51 +180,75 @@ def od_api_csv(root: Path) -> Dataset:
 
 def vertex_jsonl(root: Path) -> Dataset:
     lines = [
-        {"imageGcsUri": "img/a.jpg", "classificationAnnotation": {"displayName": "cat"},
-         "dataItemResourceLabels": {"aiplatform.googleapis.com/ml_use": "training"}},
-        {"imageGcsUri": "img/b.jpg", "classificationAnnotations": [
-            {"displayName": "dog"}, {"displayName": "cat"}]},
-        {"imageGcsUri": "img/g.jpg", "boundingBoxAnnotations": [
-            {"displayName": "cat", "xMin": 0.05, "yMin": 0.1, "xMax": 0.45, "yMax": 0.9}]}]
+        {
+            "imageGcsUri": "img/a.jpg",
+            "classificationAnnotation": {"displayName": "cat"},
+            "dataItemResourceLabels": {"aiplatform.googleapis.com/ml_use": "training"},
+        },
+        {
+            "imageGcsUri": "img/b.jpg",
+            "classificationAnnotations": [{"displayName": "dog"}, {"displayName": "cat"}],
+        },
+        {
+            "imageGcsUri": "img/g.jpg",
+            "boundingBoxAnnotations": [
+                {"displayName": "cat", "xMin": 0.05, "yMin": 0.1, "xMax": 0.45, "yMax": 0.9}
+            ],
+        },
+    ]
     manifest = root / "manifest.jsonl"
     manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return Dataset(root, (str(manifest),), (manifest,), RowRules(label_mode="multi"),
-                   rows_name_any_path=True)
+    return Dataset(
+        root, (str(manifest),), (manifest,), RowRules(label_mode="multi"), rows_name_any_path=True
+    )
 
 
 def pascal_voc(root: Path) -> Dataset:
     shutil.copytree(SAMPLE / "detection" / "voc", root / "voc")
     devkit = root / "voc" / "VOC2007"
     targets = sorted((devkit / "Annotations").glob("*.xml")) + sorted(
-        (devkit / "ImageSets" / "Main").glob("*.txt"))
+        (devkit / "ImageSets" / "Main").glob("*.txt")
+    )
     return Dataset(root, (str(devkit),), tuple(targets), DETECTION)
 
 
 def coco(root: Path) -> Dataset:
     files = [_copy(SAMPLE / "detection" / "coco" / "instances.json", root / "instances.json")]
-    files += [_copy(PUBLIC / "coco" / name, root / name) for name in (
-        "datumaro_instances_val.json", "datumaro_person_keypoints_val.json",
-        "mmpose_crowdpose_test.json")]
+    files += [
+        _copy(PUBLIC / "coco" / name, root / name)
+        for name in (
+            "datumaro_instances_val.json",
+            "datumaro_person_keypoints_val.json",
+            "mmpose_crowdpose_test.json",
+        )
+    ]
     return Dataset(root, tuple(map(str, files)), tuple(files), DETECTION)
 
 
 def coco_panoptic(root: Path) -> Dataset:
     annotations = _copy(PUBLIC / "coco" / "panoptic_examples.json", root / "panoptic.json")
     shutil.copytree(PUBLIC / "coco" / "panoptic_examples", root / "panoptic")
-    return Dataset(root, (str(annotations),),
-                   (annotations, *sorted((root / "panoptic").glob("*.png"))), DETECTION)
+    return Dataset(
+        root,
+        (str(annotations),),
+        (annotations, *sorted((root / "panoptic").glob("*.png"))),
+        DETECTION,
+    )
 
 
 def cvat(root: Path) -> Dataset:
-    files = [_copy(PUBLIC / "cvat" / name, root / name) for name in (
-        "datumaro_task_train.xml", "datumaro_project_annotations.xml")]
+    files = [
+        _copy(PUBLIC / "cvat" / name, root / name)
+        for name in ("datumaro_task_train.xml", "datumaro_project_annotations.xml")
+    ]
     return Dataset(root, tuple(map(str, files)), tuple(files), DETECTION)
 
 
 def label_studio(root: Path) -> Dataset:
     """Label Studio's converter's and SDK's exports; two name their images `/image1`..."""
-    files = [_copy(file, root / file.name)
-             for file in sorted((PUBLIC / "label_studio").glob("*.json"))]
+    files = [
+        _copy(file, root / file.name) for file in sorted((PUBLIC / "label_studio").glob("*.json"))
+    ]
     return Dataset(root, tuple(map(str, files)), tuple(files), DETECTION)
 
 
@@ -207,20 +261,48 @@ def label_studio_relative(root: Path) -> Dataset:
 def labelme(root: Path) -> Dataset:
     """X-AnyLabeling's public file, and a labelme 5 file with its image embedded and a
     mask shape (a base64 PNG region), as labelme saves one without --nodata."""
-    public = _copy(PUBLIC / "labelme" / "x_anylabeling_human_pose.json",
-                   root / "human-pose.json")
+    public = _copy(PUBLIC / "labelme" / "x_anylabeling_human_pose.json", root / "human-pose.json")
     region = encode(photo_like(6, 4, seed=1, mode="1"), "PNG")
     embedded = root / "embedded.json"
-    embedded.write_text(json.dumps({
-        "version": "5.4.1", "flags": {}, "imagePath": "embedded.jpg",
-        "imageData": base64.b64encode(encode(photo_like(20, 10, seed=2), "PNG")).decode(),
-        "imageHeight": 10, "imageWidth": 20, "shapes": [
-            {"label": "cat", "points": [[2, 2], [12, 8]], "group_id": None,
-             "shape_type": "rectangle", "flags": {}, "mask": None},
-            {"label": "dog", "points": [[1, 1], [6, 4]], "group_id": None,
-             "shape_type": "mask", "flags": {}, "mask": base64.b64encode(region).decode()},
-            {"label": "cat", "points": [[1, 1], [9, 1], [5, 9]], "group_id": 1,
-             "shape_type": "polygon", "flags": {}, "mask": None}]}, indent=1))
+    embedded.write_text(
+        json.dumps(
+            {
+                "version": "5.4.1",
+                "flags": {},
+                "imagePath": "embedded.jpg",
+                "imageData": base64.b64encode(encode(photo_like(20, 10, seed=2), "PNG")).decode(),
+                "imageHeight": 10,
+                "imageWidth": 20,
+                "shapes": [
+                    {
+                        "label": "cat",
+                        "points": [[2, 2], [12, 8]],
+                        "group_id": None,
+                        "shape_type": "rectangle",
+                        "flags": {},
+                        "mask": None,
+                    },
+                    {
+                        "label": "dog",
+                        "points": [[1, 1], [6, 4]],
+                        "group_id": None,
+                        "shape_type": "mask",
+                        "flags": {},
+                        "mask": base64.b64encode(region).decode(),
+                    },
+                    {
+                        "label": "cat",
+                        "points": [[1, 1], [9, 1], [5, 9]],
+                        "group_id": 1,
+                        "shape_type": "polygon",
+                        "flags": {},
+                        "mask": None,
+                    },
+                ],
+            },
+            indent=1,
+        )
+    )
     return Dataset(root, (str(root),), (public, embedded), DETECTION)
 
 
@@ -242,8 +324,10 @@ def hf_imagefolder(root: Path) -> Dataset:
 
 
 def kitti(root: Path) -> Dataset:
-    labels = [_copy(file, root / "training" / "label_2" / file.name)
-              for file in sorted((PUBLIC / "kitti").glob("*.txt"))]
+    labels = [
+        _copy(file, root / "training" / "label_2" / file.name)
+        for file in sorted((PUBLIC / "kitti").glob("*.txt"))
+    ]
     for label in labels:
         _jpeg(root / "training" / "image_2" / f"{label.stem}.png", (10, 10))
     return Dataset(root, (str(root),), tuple(labels), DETECTION)
@@ -265,16 +349,27 @@ def image_folder(root: Path) -> Dataset:
 
 
 DATASETS: dict[str, Callable[[Path], Dataset]] = {
-    "csv": csv_classification, "csv_detection": csv_detection, "od_api_csv": od_api_csv,
-    "vertex_jsonl": vertex_jsonl, "pascal_voc": pascal_voc, "coco": coco,
-    "coco_panoptic": coco_panoptic, "cvat": cvat, "label_studio": label_studio,
+    "csv": csv_classification,
+    "csv_detection": csv_detection,
+    "od_api_csv": od_api_csv,
+    "vertex_jsonl": vertex_jsonl,
+    "pascal_voc": pascal_voc,
+    "coco": coco,
+    "coco_panoptic": coco_panoptic,
+    "cvat": cvat,
+    "label_studio": label_studio,
     "label_studio_relative": label_studio_relative,
-    "labelme": labelme, "yolo": yolo, "hf_imagefolder": hf_imagefolder, "kitti": kitti,
-    "open_images": open_images, "image_folder": image_folder,
+    "labelme": labelme,
+    "yolo": yolo,
+    "hf_imagefolder": hf_imagefolder,
+    "kitti": kitti,
+    "open_images": open_images,
+    "image_folder": image_folder,
 }
 
 
 # --- reading as the pipeline reads ------------------------------------------------------
+
 
 def read_everything(dataset: Dataset) -> list:
     """What the launcher checks and the workers read, in their order; [] where the
@@ -327,8 +422,9 @@ def assert_reads_safely(dataset: Dataset) -> None:
             assert not outside, f"a row names {outside} outside the dataset: {item}"
     acted = [(event, what) for event, what in events if event not in _EVENTS_READ]
     assert not acted, f"reading wrote or ran something: {acted}"
-    outside = sorted({path for _, path in events
-                      if not _is_runtime(path) and not inside(path, root)})
+    outside = sorted(
+        {path for _, path in events if not _is_runtime(path) and not inside(path, root)}
+    )
     assert not outside, f"reading opened or listed {outside} outside the dataset"
 
 
@@ -362,6 +458,7 @@ def replaced(path: Path, data: bytes) -> Iterator[None]:
 
 # --- mutations --------------------------------------------------------------------------
 
+
 @st.composite
 def byte_mutations(draw, data: bytes) -> bytes:
     """One to three flips, cuts and insertions of random bytes."""
@@ -370,13 +467,13 @@ def byte_mutations(draw, data: bytes) -> bytes:
         kind = draw(st.sampled_from(("flip", "cut", "insert", "delete")))
         if kind == "flip" and place < len(data):
             bit = 1 << draw(st.integers(0, 7))
-            data = data[:place] + bytes([data[place] ^ bit]) + data[place + 1:]
+            data = data[:place] + bytes([data[place] ^ bit]) + data[place + 1 :]
         elif kind == "cut":
             data = data[:place]
         elif kind == "insert":
             data = data[:place] + draw(st.binary(min_size=1, max_size=16)) + data[place:]
         else:
-            data = data[:place] + data[place + draw(st.integers(1, 64)):]
+            data = data[:place] + data[place + draw(st.integers(1, 64)) :]
     return data
 
 
@@ -395,15 +492,27 @@ class Nesting(NamedTuple):
 # 10**12 cannot be allocated, so a reader that tries fails at once instead of taking the
 # machine): what the fuzzing looks for is the traceback.
 HOSTILE = {
-    "numbers": st.sampled_from([10**12, 2**63, 10**30, 1e308, -1, -(10**12), -1e308, 0,
-                                0.5, float("inf"), float("nan")]),
+    "numbers": st.sampled_from(
+        [10**12, 2**63, 10**30, 1e308, -1, -(10**12), -1e308, 0, 0.5, float("inf"), float("nan")]
+    ),
     "nesting": st.just(Nesting(3000)),  # well past Python's recursion limit (1000)
     "long_strings": st.sampled_from([1 << 12, 1 << 15]).map(lambda size: "x" * size),
-    "paths": st.sampled_from(["../../../../../../etc/passwd", "/etc/passwd", "../outside.jpg",
-                              "..", "/", "a/../../../b.jpg", "C:\\Windows\\win.ini",
-                              "file:///etc/passwd", "~/x.jpg"]),
-    "types": st.sampled_from([None, True, "text", "", {}, [], [[]], {"a": None}, [1, "b"],
-                              "1e9", "-1", "nan"]),
+    "paths": st.sampled_from(
+        [
+            "../../../../../../etc/passwd",
+            "/etc/passwd",
+            "../outside.jpg",
+            "..",
+            "/",
+            "a/../../../b.jpg",
+            "C:\\Windows\\win.ini",
+            "file:///etc/passwd",
+            "~/x.jpg",
+        ]
+    ),
+    "types": st.sampled_from(
+        [None, True, "text", "", {}, [], [[]], {"a": None}, [1, "b"], "1e9", "-1", "nan"]
+    ),
 }
 
 
@@ -428,11 +537,15 @@ def _parsed(path: Path, data: bytes) -> Tree | None:
     if name.endswith(".json"):
         return Tree(json.loads(data), lambda value: json.dumps(value).encode())
     if name.endswith(".jsonl"):
-        return Tree([json.loads(line) for line in data.splitlines() if line.strip()],
-                    lambda lines: b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+        return Tree(
+            [json.loads(line) for line in data.splitlines() if line.strip()],
+            lambda lines: b"".join(json.dumps(line).encode() + b"\n" for line in lines),
+        )
     if name.endswith((".yaml", ".yml")):
-        return Tree(yaml.safe_load(data), lambda value: yaml.safe_dump(
-            value, default_style='"', width=1 << 30).encode())
+        return Tree(
+            yaml.safe_load(data),
+            lambda value: yaml.safe_dump(value, default_style='"', width=1 << 30).encode(),
+        )
     return None
 
 
@@ -472,8 +585,9 @@ def _xml_with(data: bytes, place: int, family: str, value: object) -> bytes:
         element.text = _NESTING_MARK
         tag = element.tag
         return ElementTree.tostring(root).replace(
-            _NESTING_MARK.encode(), f"<{tag}>".encode() * value.depth
-            + f"</{tag}>".encode() * value.depth)
+            _NESTING_MARK.encode(),
+            f"<{tag}>".encode() * value.depth + f"</{tag}>".encode() * value.depth,
+        )
     if element.attrib and place % 2:
         key = sorted(element.attrib)[place // 2 % len(element.attrib)]
         element.set(key, _as_text(value))
@@ -497,8 +611,9 @@ def _fields_with(data: bytes, line_place: int, field_place: int, value: object) 
 
 # What names a file in an annotation: a word with a slash, or with an image's or a list's
 # suffix (`img0.jpg`, `images/train2017`, `/data/local-files/?d=x.jpg`).
-_NAMED_PATH = re.compile(rb"[^\s\"'<>=,:]*(?:/[^\s\"'<>=,]*|\.(?:jpe?g|png|bmp|gif|tiff?|webp|txt)\b)",
-                         re.I)
+_NAMED_PATH = re.compile(
+    rb"[^\s\"'<>=,:]*(?:/[^\s\"'<>=,]*|\.(?:jpe?g|png|bmp|gif|tiff?|webp|txt)\b)", re.I
+)
 
 
 def _path_with(path: Path, data: bytes, place: int, value: str) -> bytes | None:
@@ -509,9 +624,14 @@ def _path_with(path: Path, data: bytes, place: int, value: str) -> bytes | None:
         return None
     named = found[place % len(found)]
     suffix = path.suffix.lower()
-    text = (json.dumps(value)[1:-1] if suffix in (".json", ".jsonl")
-            else xml_escape(value, {'"': "&quot;"}) if suffix == ".xml" else value)
-    return data[:named.start()] + text.encode() + data[named.end():]
+    text = (
+        json.dumps(value)[1:-1]
+        if suffix in (".json", ".jsonl")
+        else xml_escape(value, {'"': "&quot;"})
+        if suffix == ".xml"
+        else value
+    )
+    return data[: named.start()] + text.encode() + data[named.end() :]
 
 
 @st.composite
@@ -529,8 +649,9 @@ def structure_mutations(draw, path: Path, data: bytes, family: str) -> bytes:
     if tree is None:
         return _fields_with(data, draw(st.integers(0, 10**6)), draw(st.integers(0, 50)), value)
     # A JSON Lines file is its lines: one of them changes, never the file's list itself.
-    at = draw(st.sampled_from([at for at in _places(tree.value)
-                               if at or path.suffix.lower() != ".jsonl"]))
+    at = draw(
+        st.sampled_from([at for at in _places(tree.value) if at or path.suffix.lower() != ".jsonl"])
+    )
     if isinstance(value, Nesting):
         if path.suffix.lower() in (".yaml", ".yml"):
             # PyYAML takes a Python frame or three a level, and its scanner time grows
@@ -544,15 +665,24 @@ def structure_mutations(draw, path: Path, data: bytes, family: str) -> bytes:
 
 # No shrinking: a failure's example is reported as found (shrinking a slow reader's
 # failure would take minutes of CI).
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                phases=[Phase.explicit, Phase.reuse, Phase.generate],
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 
 
 STRUCTURED = sorted(set(DATASETS) - {"image_folder"})
-CASES = [pytest.param(name, family, id=f"{name}-{family}")
-         for name in STRUCTURED for family in HOSTILE]
+CASES = [
+    pytest.param(name, family, id=f"{name}-{family}") for name in STRUCTURED for family in HOSTILE
+]
 
 
 @pytest.mark.parametrize("dataset", STRUCTURED, indirect=True)
@@ -568,18 +698,19 @@ def test_byte_mutations_of_every_format_fail_only_as_documented(dataset, data):
 @FUZZ
 @given(data=st.data())
 def test_hostile_values_in_every_format_fail_only_as_documented(dataset, family, data):
-    target = data.draw(st.sampled_from([path for path in dataset.targets
-                                        if path.suffix.lower() != ".png"]), label="file")
-    mutated = data.draw(structure_mutations(target, target.read_bytes(), family),
-                        label="mutated")
+    target = data.draw(
+        st.sampled_from([path for path in dataset.targets if path.suffix.lower() != ".png"]),
+        label="file",
+    )
+    mutated = data.draw(structure_mutations(target, target.read_bytes(), family), label="mutated")
     with replaced(target, mutated):
         assert_reads_safely(dataset)
 
 
 # Names a file system takes: anything but "/" and NUL (and the names "." and "..").
-FILE_NAMES = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="/\x00"),
-                     min_size=1, max_size=80).filter(lambda name: name not in (".", "..")
-                                                     and len(name.encode()) < 250)
+FILE_NAMES = st.text(
+    st.characters(exclude_categories=("Cs",), exclude_characters="/\x00"), min_size=1, max_size=80
+).filter(lambda name: name not in (".", "..") and len(name.encode()) < 250)
 
 
 @pytest.mark.parametrize("dataset", ["image_folder"], indirect=True)
@@ -615,8 +746,15 @@ def test_the_measures_see_what_a_reading_opens_writes_and_runs(tmp_path):
 
 # --- what the fuzzing found, kept as plain cases ------------------------------------------
 
-@pytest.mark.parametrize("cut", [b'{\n "info"', b'{"images": [{"id": 1}, \x80]}',
-                                 b'{"categories": [{"id": 99999999999999999999999}]}'])
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        b'{\n "info"',
+        b'{"images": [{"id": 1}, \x80]}',
+        b'{"categories": [{"id": 99999999999999999999999}]}',
+    ],
+)
 def test_a_coco_file_that_is_no_json_is_a_manifest_error_naming_it(tmp_path, cut):
     """Cut off, a stray byte, a number past 64 bits: ijson's own error was a traceback,
     in the launcher (the categories) and in the workers (the rows)."""
@@ -650,12 +788,26 @@ def test_a_label_studio_export_that_is_no_json_is_a_manifest_error_naming_it(tmp
         list(read_source(ManifestSource(str(path), "label_studio"), DETECTION))
 
 
-@pytest.mark.parametrize("task,reason", [
-    ({"data": {"image": "a.jpg"}, "annotations": 7}, "malformed_row"),
-    ({"data": {"image": "a.jpg"}, "annotations": [{"result": [
-        {"type": "choices", "value": ["cat"]}]}]}, "missing_label"),
-    ({"data": {"image": "a.jpg"}, "annotations": [{"result": [
-        {"type": "choices", "value": {"choices": 3}}]}]}, "missing_label")])
+@pytest.mark.parametrize(
+    "task,reason",
+    [
+        ({"data": {"image": "a.jpg"}, "annotations": 7}, "malformed_row"),
+        (
+            {
+                "data": {"image": "a.jpg"},
+                "annotations": [{"result": [{"type": "choices", "value": ["cat"]}]}],
+            },
+            "missing_label",
+        ),
+        (
+            {
+                "data": {"image": "a.jpg"},
+                "annotations": [{"result": [{"type": "choices", "value": {"choices": 3}}]}],
+            },
+            "missing_label",
+        ),
+    ],
+)
 def test_label_studio_values_of_the_wrong_type_are_dead_letters(tmp_path, task, reason):
     """They were TypeErrors and AttributeErrors: the whole job's traceback."""
     path = tmp_path / "tasks.json"
@@ -664,10 +816,20 @@ def test_label_studio_values_of_the_wrong_type_are_dead_letters(tmp_path, task, 
     assert (dead.line, dead.reason) == (1, reason)
 
 
-@pytest.mark.parametrize("line,reason", [
-    ({"imageGcsUri": "a.jpg", "classificationAnnotations": 7}, "missing_label"),
-    ({"imageGcsUri": "a.jpg", "classificationAnnotation": {"displayName": "cat"},
-      "dataItemResourceLabels": "training"}, None)])
+@pytest.mark.parametrize(
+    "line,reason",
+    [
+        ({"imageGcsUri": "a.jpg", "classificationAnnotations": 7}, "missing_label"),
+        (
+            {
+                "imageGcsUri": "a.jpg",
+                "classificationAnnotation": {"displayName": "cat"},
+                "dataItemResourceLabels": "training",
+            },
+            None,
+        ),
+    ],
+)
 def test_vertex_values_of_the_wrong_type_are_dead_letters_or_ignored(tmp_path, line, reason):
     path = tmp_path / "manifest.jsonl"
     path.write_text(json.dumps(line) + "\n")
@@ -683,7 +845,8 @@ def test_a_coco_annotation_whose_ids_are_lists_is_a_dead_letter(tmp_path, key):
     dataset.targets[0].write_text(json.dumps(instances))
     items = list(read_source(ManifestSource(str(dataset.targets[0]), "coco"), DETECTION))
     assert [(item.line, item.reason) for item in items if isinstance(item, DeadLetter)] == [
-        (1, "unknown_image_id" if key == "image_id" else "unknown_category_id")]
+        (1, "unknown_image_id" if key == "image_id" else "unknown_category_id")
+    ]
 
 
 def test_a_panoptic_segment_whose_id_is_a_list_has_no_pixels(tmp_path):
@@ -691,9 +854,11 @@ def test_a_panoptic_segment_whose_id_is_a_list_has_no_pixels(tmp_path):
     annotations = json.loads(dataset.targets[0].read_text())
     annotations["annotations"][0]["segments_info"][0]["id"] = []  # numpy broadcast it
     dataset.targets[0].write_text(json.dumps(annotations))
-    reasons = [item.reason for item in read_source(
-        ManifestSource(str(dataset.targets[0]), "coco_panoptic"), DETECTION)
-        if isinstance(item, DeadLetter)]
+    reasons = [
+        item.reason
+        for item in read_source(ManifestSource(str(dataset.targets[0]), "coco_panoptic"), DETECTION)
+        if isinstance(item, DeadLetter)
+    ]
     assert reasons == ["invalid_mask"]
 
 
@@ -703,8 +868,11 @@ def test_labelme_shapes_whose_group_id_is_a_list_are_objects_of_their_own(tmp_pa
     for shape in embedded["shapes"]:
         shape["group_id"] = [1]
     dataset.targets[1].write_text(json.dumps(embedded))
-    rows = [item for item in read_source(ManifestSource(str(dataset.targets[1]), "labelme"),
-                                         DETECTION) if isinstance(item, ManifestRow)]
+    rows = [
+        item
+        for item in read_source(ManifestSource(str(dataset.targets[1]), "labelme"), DETECTION)
+        if isinstance(item, ManifestRow)
+    ]
     assert [row.labels for row in rows] == [("cat",), ("dog",), ("cat",)]
 
 
@@ -713,18 +881,25 @@ def test_a_panoptic_segment_whose_category_id_is_a_list_names_no_category(tmp_pa
     annotations = json.loads(dataset.targets[0].read_text())
     annotations["annotations"][0]["segments_info"][0]["category_id"] = [1]
     dataset.targets[0].write_text(json.dumps(annotations))
-    reasons = [item.reason for item in read_source(
-        ManifestSource(str(dataset.targets[0]), "coco_panoptic"), DETECTION)
-        if isinstance(item, DeadLetter)]
+    reasons = [
+        item.reason
+        for item in read_source(ManifestSource(str(dataset.targets[0]), "coco_panoptic"), DETECTION)
+        if isinstance(item, DeadLetter)
+    ]
     assert reasons == ["unknown_category_id"]
 
 
-@pytest.mark.parametrize("build,target,written,outside", [
-    (pascal_voc, 0, "<filename>cat/", "<filename>../../../../../../etc/"),
-    (cvat, 0, 'name="img0.jpg"', 'name="../../../../../../etc/passwd"'),
-    (hf_imagefolder, 0, '"file_name": "', '"file_name": "../../../../../../etc/')])
+@pytest.mark.parametrize(
+    "build,target,written,outside",
+    [
+        (pascal_voc, 0, "<filename>cat/", "<filename>../../../../../../etc/"),
+        (cvat, 0, 'name="img0.jpg"', 'name="../../../../../../etc/passwd"'),
+        (hf_imagefolder, 0, '"file_name": "', '"file_name": "../../../../../../etc/'),
+    ],
+)
 def test_an_image_named_outside_the_annotations_root_is_never_a_row(
-        tmp_path, build, target, written, outside):
+    tmp_path, build, target, written, outside
+):
     """VOC's <filename>, CVAT's <image name> and a Hugging Face metadata file_name of
     `../../..` give rows whose image is in /etc."""
     dataset = build(tmp_path)

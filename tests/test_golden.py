@@ -17,28 +17,60 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLE_DATA, convert, output_digests, put
 
 GOLDEN = Path(__file__).parent / "golden" / "outputs.json"
 ROOT = "golden"  # under the bucket
-SAMPLES = ["manifest.csv", "detection.csv", "one_hot.csv", "extra_columns.csv",
-           "images", "broken", "photo_folder"]
+SAMPLES = [
+    "manifest.csv",
+    "detection.csv",
+    "one_hot.csv",
+    "extra_columns.csv",
+    "images",
+    "broken",
+    "photo_folder",
+]
 
 # configuration -> its flags; {data} is where the samples are in the bucket.
 CONFIGURATIONS = {
     "single_tfrecord": ["--manifest", "{data}/manifest.csv", "--num_shards", "2"],
     "single_array_record_near_dropped": [
-        "--manifest", "{data}/manifest.csv", "--file_format", "array_record",
-        "--dedupe", "near"],
+        "--manifest",
+        "{data}/manifest.csv",
+        "--file_format",
+        "array_record",
+        "--dedupe",
+        "near",
+    ],
     "single_gzip_resized_png": [
-        "--manifest", "{data}/manifest.csv", "--compression", "gzip", "--max_side", "40",
-        "--image_format", "png", "--unseen_label", "oov"],
+        "--manifest",
+        "{data}/manifest.csv",
+        "--compression",
+        "gzip",
+        "--max_side",
+        "40",
+        "--image_format",
+        "png",
+        "--unseen_label",
+        "oov",
+    ],
     "detection": ["--manifest", "{data}/detection.csv", "--label_mode", "detection"],
-    "multi_one_hot": ["--manifest", "{data}/one_hot.csv", "--label_mode", "multi",
-                      "--num_shards", "3"],
-    "extra_columns": ["--manifest", "{data}/extra_columns.csv", "--schema",
-                      str(SAMPLE_DATA / "extra_columns.schema.json"), "--image_format", "jpeg"],
+    "multi_one_hot": [
+        "--manifest",
+        "{data}/one_hot.csv",
+        "--label_mode",
+        "multi",
+        "--num_shards",
+        "3",
+    ],
+    "extra_columns": [
+        "--manifest",
+        "{data}/extra_columns.csv",
+        "--schema",
+        str(SAMPLE_DATA / "extra_columns.schema.json"),
+        "--image_format",
+        "jpeg",
+    ],
     "folder": ["--image_folder", "{data}/photo_folder"],
 }
 
@@ -52,7 +84,7 @@ def data(_s3_bucket):
     root = f"{_s3_bucket.url}/{ROOT}"
     for sample in SAMPLES:
         path = SAMPLE_DATA / sample
-        for file in ([path] if path.is_file() else sorted(path.rglob("*"))):
+        for file in [path] if path.is_file() else sorted(path.rglob("*")):
             if file.is_file() and file.stat().st_size:  # Beam's S3 cannot write an empty one
                 put(f"{root}/{file.relative_to(SAMPLE_DATA)}", file.read_bytes())
     return root, _s3_bucket.flags
@@ -63,11 +95,13 @@ def test_the_samples_convert_to_the_pinned_bytes(configuration, data, tmp_path):
     assert_pinned(configuration, data, tmp_path)
 
 
-@pytest.mark.parametrize("configuration", ["detection", "multi_one_hot",
-                                           "single_array_record_near_dropped",
-                                           "single_gzip_resized_png"])
-def test_shards_written_in_parts_and_joined_are_the_pinned_bytes(configuration, data,
-                                                                 tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "configuration",
+    ["detection", "multi_one_hot", "single_array_record_near_dropped", "single_gzip_resized_png"],
+)
+def test_shards_written_in_parts_and_joined_are_the_pinned_bytes(
+    configuration, data, tmp_path, monkeypatch
+):
     from image_tfrecords.transforms import shards
 
     plan_split, plans = shards.plan_split, tmp_path / "plans"
@@ -87,8 +121,9 @@ def test_shards_written_in_parts_and_joined_are_the_pinned_bytes(configuration, 
 def assert_pinned(configuration, data, tmp_path, *more_flags):
     root, bucket_flags = data
     flags = [flag.format(data=root) for flag in CONFIGURATIONS[configuration]]
-    output = convert(tmp_path / "out", *flags, "--max_error_fraction", "0.5", *bucket_flags,
-                     *more_flags)
+    output = convert(
+        tmp_path / "out", *flags, "--max_error_fraction", "0.5", *bucket_flags, *more_flags
+    )
     found = output_digests(output)
     golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     if os.environ.get("IMAGE_TFRECORDS_WRITE_GOLDEN"):
@@ -100,11 +135,13 @@ def assert_pinned(configuration, data, tmp_path, *more_flags):
     assert {name: digest for name, digest in found.items() if expected[name] != digest} == {}
 
 
-@pytest.mark.parametrize("configuration, processes", [
-    ("extra_columns", "2"), ("detection", "2"), ("multi_one_hot", "2"),
-    ("single_tfrecord", "0")])
-def test_manifests_parsed_in_many_chunks_give_the_pinned_bytes(configuration, processes,
-                                                              data, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "configuration, processes",
+    [("extra_columns", "2"), ("detection", "2"), ("multi_one_hot", "2"), ("single_tfrecord", "0")],
+)
+def test_manifests_parsed_in_many_chunks_give_the_pinned_bytes(
+    configuration, processes, data, tmp_path, monkeypatch
+):
     """Rows travel in chunks of ~3 lines here (a header read once, line numbers counted
     across chunks), parsed by worker processes or, with 0, in this one."""
     from image_tfrecords.pipeline import resume, run

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import grain
-
 from conftest import read_examples, shard_pattern, shard_records
 
 READING = Path(__file__).resolve().parent.parent / "docs" / "output" / "reading.md"
@@ -42,17 +41,22 @@ def test_the_records_are_the_tfrecord_output_s_in_the_same_order(sample_outputs)
 
 def test_the_docs_loader_batches_every_train_example_with_its_label(sample_outputs):
     output = sample_outputs("array_record")
-    block = re.search(r"## Grain \(JAX\)\n.*?```python\n(.*?)```", READING.read_text(),
-                      re.DOTALL).group(1)
+    block = re.search(
+        r"## Grain \(JAX\)\n.*?```python\n(.*?)```", READING.read_text(), re.DOTALL
+    ).group(1)
     code = block.replace('output = "out"', f"output = {str(output)!r}").replace(
-        "    ...", "    seen.append((batch['image'].shape, batch['label'].tolist()))")
+        "    ...", "    seen.append((batch['image'].shape, batch['label'].tolist()))"
+    )
     code = "seen = []\n" + code + "print(__import__('json').dumps(seen))\n"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     batches = json.loads(result.stdout.splitlines()[-1])
     assert [shape for shape, _ in batches] == [[31, 64, 64, 3]]  # 31 train examples
     labels = [label for _, ids in batches for label in ids]
-    stored = [example.features.feature["image/class/label"].int64_list.value[0]
-              for example in read_examples(shard_pattern(output, "train"))]
+    stored = [
+        example.features.feature["image/class/label"].int64_list.value[0]
+        for example in read_examples(shard_pattern(output, "train"))
+    ]
     assert sorted(labels) == sorted(stored) and labels != stored  # all of them, shuffled

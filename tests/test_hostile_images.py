@@ -17,19 +17,23 @@ import zlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from PIL import Image, ImageOps  # noqa: E402
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import png_declaring
+from PIL import Image, ImageOps
+from test_images import KEEP, assert_close, chunk, decoded, encode, pixels_of, rgb, with_orientation
 
-from conftest import png_declaring  # noqa: E402
-from test_images import (  # noqa: E402
-    KEEP, assert_close, chunk, decoded, encode, pixels_of, rgb, with_orientation)
-from image_tfrecords.core.images import ImageRejected, ImageSettings, prepare_image  # noqa: E402
+from image_tfrecords.core.images import ImageRejected, ImageSettings, prepare_image
 
 # What bytes alone can be rejected for; the other reasons are about reading the file.
-DECODE_REASONS = {"not_an_image", "truncated_image", "decompression_bomb", "decode_error",
-                  "encode_error"}
+DECODE_REASONS = {
+    "not_an_image",
+    "truncated_image",
+    "decompression_bomb",
+    "decode_error",
+    "encode_error",
+}
 
 SOURCES = {
     "jpeg": encode(rgb(40, 30, seed=1), "JPEG", quality=90),
@@ -62,11 +66,13 @@ def tf_can_decode(data: bytes) -> bool:
 
 def cut_points(length: int) -> list[int]:
     """Every byte through the headers, every 7th after, and each of the last 16."""
-    return sorted({*range(1, min(length, 96)), *range(96, length, 7),
-                   *range(max(1, length - 16), length)})
+    return sorted(
+        {*range(1, min(length, 96)), *range(96, length, 7), *range(max(1, length - 16), length)}
+    )
 
 
 # --- cut short ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", SIGNATURE_LENGTH)
 def test_a_file_cut_at_any_offset_is_truncated_or_still_whole(name):
@@ -94,6 +100,7 @@ def test_zero_filled_files_are_rejected_with_a_reason():
 
 
 # --- corrupted ------------------------------------------------------------------------------
+
 
 @pytest.mark.filterwarnings("ignore::UserWarning:PIL")  # Pillow on corrupt metadata
 @pytest.mark.parametrize("name", SOURCES)
@@ -129,14 +136,20 @@ def test_a_kept_jpeg_is_rejected_exactly_when_its_full_size_decode_fails(name):
     rng = np.random.default_rng(7)
     rejected = set()
     for trial in range(400):
-        data = bytearray(intact[:int(rng.integers(100, len(intact)))] if trial % 4 == 0
-                         else intact)
+        data = bytearray(
+            intact[: int(rng.integers(100, len(intact)))] if trial % 4 == 0 else intact
+        )
         for position in rng.integers(2, len(data), rng.choice([1, 2, 8])):
             data[position] ^= 1 << int(rng.integers(8))
-        kept, full_size = outcome(bytes(data)), outcome(bytes(data), ImageSettings(
-            image_format="png"))
+        kept, full_size = (
+            outcome(bytes(data)),
+            outcome(bytes(data), ImageSettings(image_format="png")),
+        )
         assert isinstance(kept, ImageRejected) == isinstance(full_size, ImageRejected), (
-            trial, kept, full_size)
+            trial,
+            kept,
+            full_size,
+        )
         if isinstance(kept, ImageRejected):
             assert kept.reason == full_size.reason, (trial, kept, full_size)
             rejected.add(trial)
@@ -197,16 +210,25 @@ def measure_in_child(tmp_path, files: dict[str, bytes]) -> tuple[int, list]:
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
         paths.append(str(tmp_path / name))
-    done = subprocess.run([sys.executable, "-c", _MEASURE, *paths], capture_output=True,
-                          text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, *paths],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     report = json.loads(done.stdout)
     return report["baseline"], report["runs"]
 
 
 def test_bombs_are_refused_without_allocating_their_pixels(tmp_path):
     side = 65_000
-    bombs = {"bomb.jpg": jpeg_declaring(side, side), "bomb.png": png_declaring(side, side),
-             "bomb.gif": gif_declaring(side, side), "bomb.bmp": bmp_declaring(side, side)}
+    bombs = {
+        "bomb.jpg": jpeg_declaring(side, side),
+        "bomb.png": png_declaring(side, side),
+        "bomb.gif": gif_declaring(side, side),
+        "bomb.bmp": bmp_declaring(side, side),
+    }
     baseline, runs = measure_in_child(tmp_path, bombs)
     assert [result for result, _ in runs] == ["decompression_bomb"] * len(bombs)
     assert side * side * 3 > 10 * 2**30  # what decoding any of them would need: 12 GB
@@ -219,14 +241,16 @@ def test_the_memory_measure_sees_a_decoded_image(tmp_path):
     row = b"\x00" * (1 + 8000 * 3)
     pixels = b"".join(compressor.compress(row) for _ in range(8000)) + compressor.flush()
     header = struct.pack(">IIBBBBB", 8000, 8000, 8, 2, 0, 0, 0)
-    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels)
-           + chunk(b"IEND", b""))
+    png = (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
     baseline, runs = measure_in_child(tmp_path, {"large.png": png})
     assert runs[0][0] == "8000x8000"
     assert runs[0][1] - baseline > MEMORY_BOUND
 
 
 # --- degenerate sizes -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("size", [(1, 1), (1, 5000), (5000, 1)], ids=str)
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG", "GIF"])
@@ -243,8 +267,9 @@ def test_one_pixel_and_extreme_aspect_images_round_trip(fmt, size):
         np.testing.assert_array_equal(decoded(image), expected)
 
 
-@pytest.mark.parametrize("size, expected", [((1, 5000), (1, 100)), ((5000, 1), (100, 1)),
-                                            ((1, 1), (1, 1))], ids=str)
+@pytest.mark.parametrize(
+    "size, expected", [((1, 5000), (1, 100)), ((5000, 1), (100, 1)), ((1, 1), (1, 1))], ids=str
+)
 def test_extreme_aspects_resize_without_a_zero_side(size, expected):
     image = prepare_image(encode(rgb(*size), "PNG"), ImageSettings(max_side=100))
     assert (image.width, image.height) == expected
@@ -281,21 +306,27 @@ def test_mirrored_exif_orientations_are_stored_upright(orientation):
     image = prepare_image(data, KEEP)
     assert image.reencoded == "orientation"
     upright = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
-    assert (image.width, image.height) == upright.size == ((40, 60) if orientation >= 5
-                                                           else (60, 40))
+    assert (
+        (image.width, image.height) == upright.size == ((40, 60) if orientation >= 5 else (60, 40))
+    )
     np.testing.assert_array_equal(decoded(image), pixels_of(upright))
 
 
 def _garbled_exif() -> bytes:
     data = with_orientation(rgb(60, 40), "JPEG", 6)
     start = data.index(b"Exif\x00\x00") + 6
-    return data[:start] + b"\xde\xad" * 6 + data[start + 12:]  # TIFF header and IFD offset
+    return data[:start] + b"\xde\xad" * 6 + data[start + 12 :]  # TIFF header and IFD offset
 
 
-@pytest.mark.parametrize("data", [with_orientation(rgb(60, 40), "JPEG", 0),
-                                  with_orientation(rgb(60, 40), "JPEG", 9),
-                                  _garbled_exif()], ids=["orientation-0", "orientation-9",
-                                                         "garbled-exif"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        with_orientation(rgb(60, 40), "JPEG", 0),
+        with_orientation(rgb(60, 40), "JPEG", 9),
+        _garbled_exif(),
+    ],
+    ids=["orientation-0", "orientation-9", "garbled-exif"],
+)
 def test_unusable_orientations_leave_the_jpeg_as_it_is(data):
     image = prepare_image(data, KEEP)
     assert (image.encoded, image.reencoded, image.width, image.height) == (data, None, 60, 40)

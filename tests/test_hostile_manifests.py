@@ -18,16 +18,21 @@ import tempfile
 from typing import NamedTuple
 
 import pytest
+from conftest import encode, feature, photo_like, png_declaring, read_examples
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import encode, feature, photo_like, png_declaring, read_examples
-from image_tfrecords.pipeline import run
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.automl_csv import _COLUMN_NAMES, read_header
-from image_tfrecords.core.inputs.rows import DEFAULT_SPLIT_FRACTIONS, DiscardedRow, ManifestError, assign_split
+from image_tfrecords.core.inputs.rows import (
+    DEFAULT_SPLIT_FRACTIONS,
+    DiscardedRow,
+    ManifestError,
+    assign_split,
+)
 from image_tfrecords.core.inputs.sources import read_manifest
 from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.pipeline import run
 
 SPLITS = ("train", "validation", "test")
 VALIDATION_NAMES = ("val", "valid", "eval", "dev")
@@ -41,6 +46,7 @@ MAIN_NAMES = {name for column in ("split", "uri", "label") for name in _COLUMN_N
 
 
 # --- the oracle: the README's rules, read independently of core/inputs/automl_csv.py ---------
+
 
 class Layout(NamedTuple):
     uri: int
@@ -97,8 +103,9 @@ def without_trailing_empties(fields: list[str]) -> list[str]:
     return fields
 
 
-def header_layout(fields: list[str], following: list[list[str]]
-                  ) -> Layout | None | ManifestError | str:
+def header_layout(
+    fields: list[str], following: list[list[str]]
+) -> Layout | None | ManifestError | str:
     """The README's header rules: the first row is a header with two known names of
     split/uri/label (first of each wins); or, holding no image path, with one known name
     or a column where most next rows of its width (trailing empty fields aside) hold an
@@ -116,16 +123,21 @@ def header_layout(fields: list[str], following: list[list[str]]
         width = len(without_trailing_empties(fields))
         peers = [row for row in following if len(without_trailing_empties(row)) == width]
         by_content = not any(image_path(field) for field in fields) and any(
-            fields[index].strip() and sum(image_path(row[index]) for row in peers) * 2
-            > len(peers) for index in range(width))
+            fields[index].strip() and sum(image_path(row[index]) for row in peers) * 2 > len(peers)
+            for index in range(width)
+        )
         if not by_content:
             return None
     if "uri" not in found:
         return ManifestError("no uri column")
     if "label" not in found:
-        others = [index for index, name in enumerate(names) if name.strip()
-                  and index != found["uri"]
-                  and not any(name in known for known in _COLUMN_NAMES.values())]
+        others = [
+            index
+            for index, name in enumerate(names)
+            if name.strip()
+            and index != found["uri"]
+            and not any(name in known for known in _COLUMN_NAMES.values())
+        ]
         rows = [row for row in following if len(row) == len(fields)]
         binary = [row for row in rows if all(number(row[i]) in (0.0, 1.0) for i in others)]
         if len(others) >= 2 and 2 * len(binary) > len(rows):
@@ -180,8 +192,11 @@ def expected_row(text: str, layout: Layout, folder: str) -> tuple:
 def normalised(uri: str) -> str:
     """`a/./b`, `a/x/../b` and `a//b` are `a/b`; in a URL, below its bucket."""
     scheme, separator, rest = uri.rpartition("://")
-    prefix, path = (f"{scheme}://{rest.split('/', 1)[0]}", "/" + rest.split("/", 1)[1]) \
-        if separator else ("", uri)
+    prefix, path = (
+        (f"{scheme}://{rest.split('/', 1)[0]}", "/" + rest.split("/", 1)[1])
+        if separator
+        else ("", uri)
+    )
     parts = []
     for part in path.split("/"):
         if part == "..":
@@ -191,22 +206,26 @@ def normalised(uri: str) -> str:
     return prefix + ("/" if path.startswith("/") else "") + "/".join(parts)
 
 
-def expected_lines(data: bytes, folder: str
-                   ) -> tuple[Layout, dict[int, tuple]] | ManifestError | str:
+def expected_lines(
+    data: bytes, folder: str
+) -> tuple[Layout, dict[int, tuple]] | ManifestError | str:
     """The layout and {line number: expected_row} for a manifest's bytes, or ManifestError,
     or ONE_HOT."""
     lines = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if number == 1 and raw.startswith(BOM):
-            raw = raw[len(BOM):]
+            raw = raw[len(BOM) :]
         text = raw.decode("utf-8", "surrogateescape").rstrip("\r")
         if text.strip():  # blank lines are no rows
             lines.append((number, text))
     layout, expected = None, {}
     for position, (number, text) in enumerate(lines):
         if layout is None and (fields := csv_fields(text)) is not None:
-            following = [row for _, line in lines[position + 1:LOOKAHEAD]
-                         if (row := csv_fields(line)) is not None]
+            following = [
+                row
+                for _, line in lines[position + 1 : LOOKAHEAD]
+                if (row := csv_fields(line)) is not None
+            ]
             layout = header_layout(fields, following) or AUTOML
             if isinstance(layout, (ManifestError, str)):
                 return layout
@@ -218,7 +237,7 @@ def expected_lines(data: bytes, folder: str
 
 # --- generators -----------------------------------------------------------------------------
 
-HOSTILE = ',"\' \t\r\x00\x07\x0b\x1b\x1c\x7f\x85\xa0\u2028\ufeff|;éß猫🐈/.'
+HOSTILE = ",\"' \t\r\x00\x07\x0b\x1b\x1c\x7f\x85\xa0\u2028\ufeff|;éß猫🐈/."
 TEXT = st.text(alphabet=st.sampled_from("abcxyz01" + HOSTILE), max_size=12)
 
 
@@ -231,14 +250,34 @@ def field_value(text: str) -> str:
 VALUE = TEXT.map(field_value)
 # A good row's label: no character that breaks lines (U+2028, \x0b, \x1c, \x85 in HOSTILE),
 # which a vocabulary file cannot hold; junk rows still carry them.
-LABEL = TEXT.map(lambda text: field_value(
-    "".join(char for char in text if len(f"x{char}x".splitlines()) == 1)))
-URI = st.builds(lambda folder, name, ext: f"{folder}{name}{ext}",
-                st.sampled_from(["", "img/", "a b/", "/abs/", "gs://bucket/"]), VALUE,
-                st.sampled_from([".jpg", ".png"]))
-SPLIT = st.sampled_from(["TRAIN", "train", "Validation", "VALIDATION", "test", "Test",
-                         "val", "Valid", "EVAL", "dev", "DISCARD", "discard",
-                         "UNASSIGNED", "unassigned", ""])
+LABEL = TEXT.map(
+    lambda text: field_value("".join(char for char in text if len(f"x{char}x".splitlines()) == 1))
+)
+URI = st.builds(
+    lambda folder, name, ext: f"{folder}{name}{ext}",
+    st.sampled_from(["", "img/", "a b/", "/abs/", "gs://bucket/"]),
+    VALUE,
+    st.sampled_from([".jpg", ".png"]),
+)
+SPLIT = st.sampled_from(
+    [
+        "TRAIN",
+        "train",
+        "Validation",
+        "VALIDATION",
+        "test",
+        "Test",
+        "val",
+        "Valid",
+        "EVAL",
+        "dev",
+        "DISCARD",
+        "discard",
+        "UNASSIGNED",
+        "unassigned",
+        "",
+    ]
+)
 
 
 class Good(NamedTuple):
@@ -285,8 +324,23 @@ def junk_line(draw, good: st.SearchStrategy, layout: Layout) -> bytes:
     """One line of a hostile kind; whether it is valid is for expected_lines to say."""
     row = draw(good)
     line = draw(render(good_fields(row, layout)))
-    kind = draw(st.sampled_from(["text", "count", "empty", "control", "long", "bytes",
-                                 "latin-1", "bom", "quote", "cr", "separator"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "text",
+                "count",
+                "empty",
+                "control",
+                "long",
+                "bytes",
+                "latin-1",
+                "bom",
+                "quote",
+                "cr",
+                "separator",
+            ]
+        )
+    )
     if kind == "text":
         return draw(TEXT).encode("utf-8", "surrogatepass")
     if kind == "count":  # one field, or too many
@@ -301,7 +355,8 @@ def junk_line(draw, good: st.SearchStrategy, layout: Layout) -> bytes:
     if kind == "long":
         fields = good_fields(row, layout)
         fields[draw(st.integers(0, len(fields) - 1))] = "x" * draw(
-            st.sampled_from([5_000, FIELD_LIMIT, FIELD_LIMIT + 1]))
+            st.sampled_from([5_000, FIELD_LIMIT, FIELD_LIMIT + 1])
+        )
         return draw(render(fields)).encode()
     if kind == "bytes":
         encoded = line.encode()
@@ -332,18 +387,27 @@ def header(draw) -> tuple[Layout, bytes | None]:
         columns[draw(st.integers(0, 1))] = "notes"
         columns.append("split")
     columns = draw(st.permutations(columns))
-    names = [draw(st.sampled_from(sorted(_COLUMN_NAMES.get(column, {"notes"}))))
-             for column in columns]
-    names = [draw(st.sampled_from([name, name.upper(), f" {name.title()} "]))
-             for name in names]
+    names = [
+        draw(st.sampled_from(sorted(_COLUMN_NAMES.get(column, {"notes"})))) for column in columns
+    ]
+    names = [draw(st.sampled_from([name, name.upper(), f" {name.title()} "])) for name in names]
     if kind == "broken":
         return None, ",".join(names).encode()
     if kind == "unknown":
-        names = draw(st.lists(st.text("abcxyz_", min_size=1, max_size=8).filter(
-            lambda name: name not in MAIN_NAMES), min_size=len(columns), max_size=len(columns)))
+        names = draw(
+            st.lists(
+                st.text("abcxyz_", min_size=1, max_size=8).filter(
+                    lambda name: name not in MAIN_NAMES
+                ),
+                min_size=len(columns),
+                max_size=len(columns),
+            )
+        )
     index = {column: position for position, column in enumerate(columns)}
-    return (Layout(index["uri"], index["label"], index.get("split"), len(columns)),
-            ",".join(names).encode())
+    return (
+        Layout(index["uri"], index["label"], index.get("split"), len(columns)),
+        ",".join(names).encode(),
+    )
 
 
 class Manifest(NamedTuple):
@@ -353,15 +417,19 @@ class Manifest(NamedTuple):
 
 
 @st.composite
-def manifests(draw, uris=URI, labels=LABEL, min_rows=1, max_rows=12, min_copies=0
-              ) -> Manifest:
+def manifests(draw, uris=URI, labels=LABEL, min_rows=1, max_rows=12, min_copies=0) -> Manifest:
     layout, head = draw(header())
     row_layout = layout or AUTOML
-    good = st.builds(Good, SPLIT, uris, labels,
-                     st.booleans() if row_layout.headerless else st.just(False))
-    entries = draw(st.lists(st.one_of(good, junk_line(good, row_layout),
-                                      st.sampled_from([b"", b"  ", b"\t"])),
-                            min_size=min_rows, max_size=max_rows))
+    good = st.builds(
+        Good, SPLIT, uris, labels, st.booleans() if row_layout.headerless else st.just(False)
+    )
+    entries = draw(
+        st.lists(
+            st.one_of(good, junk_line(good, row_layout), st.sampled_from([b"", b"  ", b"\t"])),
+            min_size=min_rows,
+            max_size=max_rows,
+        )
+    )
     copies = st.lists(st.integers(0, len(entries) - 1), min_size=min_copies, max_size=3)
     for index in draw(copies):
         entries.append(entries[index])  # duplicate rows, byte for byte
@@ -382,6 +450,7 @@ def manifests(draw, uris=URI, labels=LABEL, min_rows=1, max_rows=12, min_copies=
 
 
 # --- parse level ----------------------------------------------------------------------------
+
 
 def describe(item: ManifestRow | DeadLetter | DiscardedRow) -> tuple:
     if isinstance(item, DeadLetter):
@@ -425,36 +494,57 @@ def test_every_line_of_a_hostile_manifest_is_one_row_or_one_dead_letter(manifest
             if written == "discard":
                 assert by_line[line] == ("discarded",)
                 continue
-            split = ("validation" if written in VALIDATION_NAMES else written
-                     if written in SPLITS else assign_split(row.uri, DEFAULT_SPLIT_FRACTIONS))
+            split = (
+                "validation"
+                if written in VALIDATION_NAMES
+                else written
+                if written in SPLITS
+                else assign_split(row.uri, DEFAULT_SPLIT_FRACTIONS)
+            )
             assert by_line[line][:2] == ("row", split)
             absolute = row.uri.startswith("/") or "://" in row.uri
             assert by_line[line][2] == normalised(
-                row.uri if absolute else os.path.join(folder, row.uri))
+                row.uri if absolute else os.path.join(folder, row.uri)
+            )
             assert by_line[line][3] == (row.label,)
 
 
 def test_the_oracle_reads_the_readme_examples_as_the_readme_says():
     """The oracle itself, on rows whose reading the README spells out."""
-    cases = {'train,"images/fleur, été 01.jpg","a ""quoted"" label"':
-             ("row", "train", "/m/images/fleur, été 01.jpg", ('a "quoted" label',)),
-             "TRIAN,a.jpg,cat": ("dead", "invalid_split"),
-             'train,"a.jpg,cat': ("dead", "malformed_row"),
-             "train,a.jpg,cat,,": ("row", "train", "/m/a.jpg", ("cat",)),
-             "train,a.jpg,cat,extra": ("dead", "wrong_column_count"),
-             "gs://b/c.jpg,dog": ("row", assign_split("gs://b/c.jpg", DEFAULT_SPLIT_FRACTIONS),
-                                  "gs://b/c.jpg", ("dog",)),
-             "train,caf\udce9.jpg,cat": ("dead", "invalid_encoding"),
-             "train," + "x" * (FIELD_LIMIT + 1) + ",cat": ("dead", "malformed_row")}
+    cases = {
+        'train,"images/fleur, été 01.jpg","a ""quoted"" label"': (
+            "row",
+            "train",
+            "/m/images/fleur, été 01.jpg",
+            ('a "quoted" label',),
+        ),
+        "TRIAN,a.jpg,cat": ("dead", "invalid_split"),
+        'train,"a.jpg,cat': ("dead", "malformed_row"),
+        "train,a.jpg,cat,,": ("row", "train", "/m/a.jpg", ("cat",)),
+        "train,a.jpg,cat,extra": ("dead", "wrong_column_count"),
+        "gs://b/c.jpg,dog": (
+            "row",
+            assign_split("gs://b/c.jpg", DEFAULT_SPLIT_FRACTIONS),
+            "gs://b/c.jpg",
+            ("dog",),
+        ),
+        "train,caf\udce9.jpg,cat": ("dead", "invalid_encoding"),
+        "train," + "x" * (FIELD_LIMIT + 1) + ",cat": ("dead", "malformed_row"),
+    }
     assert {line: expected_row(line, AUTOML, "/m") for line in cases} == cases
 
 
 # --- pipeline level -------------------------------------------------------------------------
 
 GOOD_IMAGES = ["a.jpg", "comma, name.jpg", 'quote " name.jpg', "été 猫.jpg", "x y.jpg"]
-BROKEN_IMAGES = {"missing.jpg": "file_not_found", "text.jpg": "not_an_image",
-                 "empty.jpg": "empty_file", "cut.jpg": "truncated_image",
-                 "folder.jpg": "read_error", "bomb.png": "decompression_bomb"}
+BROKEN_IMAGES = {
+    "missing.jpg": "file_not_found",
+    "text.jpg": "not_an_image",
+    "empty.jpg": "empty_file",
+    "cut.jpg": "truncated_image",
+    "folder.jpg": "read_error",
+    "bomb.png": "decompression_bomb",
+}
 LABELS = ["cat", "dog", "big, fluffy", 'say "hi"', "ねこ", "tab\there"]
 
 
@@ -467,7 +557,7 @@ def image_folder(tmp_path_factory):
     whole = encode(photo_like(32, 32, 9), "JPEG")
     (root / "text.jpg").write_text("not an image\n")
     (root / "empty.jpg").write_bytes(b"")
-    (root / "cut.jpg").write_bytes(whole[:len(whole) // 2])
+    (root / "cut.jpg").write_bytes(whole[: len(whole) // 2])
     (root / "folder.jpg").mkdir()
     (root / "bomb.png").write_bytes(png_declaring(60_000, 60_000))
     return root
@@ -496,8 +586,7 @@ def pipeline_expectations(by_line: dict[int, tuple], folder: str):
     dead letters as a Counter of (line, reason)."""
     rows = [(line, row) for line, row in by_line.items() if row[0] == "row"]
     train_labels = {row[3][0] for _, row in rows if row[1] == "train"}
-    dead = collections.Counter((line, row[1]) for line, row in by_line.items()
-                               if row[0] == "dead")
+    dead = collections.Counter((line, row[1]) for line, row in by_line.items() if row[0] == "dead")
     labelled = []
     for line, row in rows:
         if row[3][0] not in train_labels:
@@ -520,9 +609,11 @@ def pipeline_expectations(by_line: dict[int, tuple], folder: str):
 @given(data=st.data())
 def test_a_hostile_manifest_converts_with_every_row_accounted_for(image_folder, data):
     images = st.sampled_from(GOOD_IMAGES * 2 + list(BROKEN_IMAGES))
-    manifest = data.draw(manifests(uris=images, labels=st.sampled_from(LABELS), min_rows=12,
-                                   max_rows=20, min_copies=2)
-                         .filter(lambda m: isinstance(expected_lines(m.data, "/m"), tuple)))
+    manifest = data.draw(
+        manifests(
+            uris=images, labels=st.sampled_from(LABELS), min_rows=12, max_rows=20, min_copies=2
+        ).filter(lambda m: isinstance(expected_lines(m.data, "/m"), tuple))
+    )
     folder = str(image_folder)
     run_dir = tempfile.mkdtemp()
     try:
@@ -532,8 +623,7 @@ def test_a_hostile_manifest_converts_with_every_row_accounted_for(image_folder, 
         _, by_line = expected_lines(manifest.data, folder)
         examples, dead = pipeline_expectations(by_line, folder)
         output = os.path.join(run_dir, "out")
-        code = run.main(["--manifest", path, "--output_dir", output,
-                         "--max_error_fraction", "1"])
+        code = run.main(["--manifest", path, "--output_dir", output, "--max_error_fraction", "1"])
         # Published with any example: sorted ids keep a label whose TRAIN rows were all
         # dead-lettered (docs/output/labels.md); a failed run leaves its files and
         # FAILED.json in its temp dir.
@@ -543,26 +633,28 @@ def test_a_hostile_manifest_converts_with_every_row_accounted_for(image_folder, 
             summary = json.loads(open(os.path.join(output, "summary.json")).read())
             shards = letters_dir = output
         else:
-            failed, = glob.glob(f"{output}/.tmp-*/staged/FAILED.json")
+            (failed,) = glob.glob(f"{output}/.tmp-*/staged/FAILED.json")
             summary = json.loads(open(failed).read())["summary"]
             letters_dir = os.path.dirname(failed)
             shards = os.path.dirname(letters_dir)
         assert summary["rows_read"] == len(by_line)
-        assert summary["rows_in_examples"] == summary["examples_written"] == sum(
-            examples.values())
+        assert summary["rows_in_examples"] == summary["examples_written"] == sum(examples.values())
         assert summary["rows_dead_lettered"] == sum(dead.values())
         assert summary["rows_discarded"] == sum(row == ("discarded",) for row in by_line.values())
         assert summary["accounted"] is True
-        letters = [json.loads(line) for name in glob.glob(f"{letters_dir}/errors-*.jsonl")
-                   for line in open(name, encoding="utf-8")]
-        assert collections.Counter((letter["line"], letter["reason"]) for letter in letters) \
-            == dead
+        letters = [
+            json.loads(line)
+            for name in glob.glob(f"{letters_dir}/errors-*.jsonl")
+            for line in open(name, encoding="utf-8")
+        ]
+        assert collections.Counter((letter["line"], letter["reason"]) for letter in letters) == dead
         written = collections.Counter()
         for split in SPLITS:
             for example in read_examples(f"{shards}/{split}-*.tfrecord"):
                 uri = feature(example, "image/source_id").decode()
-                written[os.path.normpath(uri), split,
-                        feature(example, "image/class/text").decode()] += 1
+                written[
+                    os.path.normpath(uri), split, feature(example, "image/class/text").decode()
+                ] += 1
                 with open(uri, "rb") as file:
                     assert feature(example, "image/encoded") == file.read()
         assert written == examples  # every good row's image, exactly once per row
@@ -571,13 +663,17 @@ def test_a_hostile_manifest_converts_with_every_row_accounted_for(image_folder, 
         os.remove(path)
 
 
-@pytest.mark.parametrize("name, data, words", [
-    ("m.csv", b"split,label,notes\ntrain,cat,a.jpg\n", "names no uri column"),
-    ("m.csv", BOM + b"Image_URI,Set,comment\r\na.jpg,train,x\r\n", "names no label column"),
-    ("m.csv.gz", b"train,a.jpg,cat\n", "cannot read the manifest: Not a gzipped file"),
-])
-def test_a_manifest_that_cannot_be_read_at_all_stops_with_one_clear_line(tmp_path, capsys,
-                                                                         name, data, words):
+@pytest.mark.parametrize(
+    "name, data, words",
+    [
+        ("m.csv", b"split,label,notes\ntrain,cat,a.jpg\n", "names no uri column"),
+        ("m.csv", BOM + b"Image_URI,Set,comment\r\na.jpg,train,x\r\n", "names no label column"),
+        ("m.csv.gz", b"train,a.jpg,cat\n", "cannot read the manifest: Not a gzipped file"),
+    ],
+)
+def test_a_manifest_that_cannot_be_read_at_all_stops_with_one_clear_line(
+    tmp_path, capsys, name, data, words
+):
     (tmp_path / name).write_bytes(data)
     code = run.main(["--manifest", str(tmp_path / name), "--output_dir", str(tmp_path / "out")])
     error = capsys.readouterr().err.strip()

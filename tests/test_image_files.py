@@ -1,14 +1,15 @@
-"""image_tfrecords.core.image_files: reading image files, locally and from real GCS and S3 servers."""
+"""image_tfrecords.core.image_files: reading image files, locally and from real GCS and S3
+servers."""
 
 import gzip
 
 import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
-
 from conftest import put
 from storage_servers import HOST, free_port, object_pattern
 from test_images import JPEG_BYTES, PNG_BYTES, rejection
+
 from image_tfrecords.core.image_files import read_image_bytes
 from image_tfrecords.core.images import ImageRejected
 
@@ -47,6 +48,7 @@ def test_text_named_jpg_reads_but_is_not_an_image(tmp_path):
 
 # Remote files, on the running servers of conftest's gcs and s3 buckets.
 
+
 @pytest.fixture(params=["gcs", "s3"])
 def bucket(request):
     return request.getfixturevalue(request.param)
@@ -78,14 +80,19 @@ def test_missing_remote_file_is_rejected_as_not_found(bucket):
     with pytest.raises(ImageRejected) as caught:
         read_image_bytes(f"{bucket.url}/reading/never-written.jpg")
     assert (caught.value.reason, caught.value.message) == (
-        "file_not_found", f"HTTP 404: no such file: {bucket.url}/reading/never-written.jpg")
+        "file_not_found",
+        f"HTTP 404: no such file: {bucket.url}/reading/never-written.jpg",
+    )
 
 
 def test_unreachable_filesystem_is_a_read_error():
     # A WebHDFS address nothing listens on: neither the read nor the check whether the
     # file exists can get an answer, and no HTTP status.
-    FileSystems.set_options(PipelineOptions(
-        ["--hdfs_host", HOST, "--hdfs_port", str(free_port()), "--hdfs_user", "trainer"]))
+    FileSystems.set_options(
+        PipelineOptions(
+            ["--hdfs_host", HOST, "--hdfs_port", str(free_port()), "--hdfs_user", "trainer"]
+        )
+    )
     assert _read_reason("hdfs://images/a.jpg") == "read_error"
 
 

@@ -10,15 +10,23 @@ import os
 import pathlib
 
 import pytest
+from conftest import encode, photo_like
 from PIL import EpsImagePlugin, Image
 
-from conftest import encode, photo_like
-from image_tfrecords.core.images import IMAGE_FORMATS, ImageRejected, ImageSettings, open_image, prepare_image
+from image_tfrecords.core.images import (
+    IMAGE_FORMATS,
+    ImageRejected,
+    ImageSettings,
+    open_image,
+    prepare_image,
+)
 from image_tfrecords.core.masks import class_map_png
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-POSTSCRIPT = (b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 16 16\n%%EndComments\n"
-              b"newpath 0 0 moveto 16 16 lineto stroke\nshowpage\n%%EOF\n")
+POSTSCRIPT = (
+    b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 16 16\n%%EndComments\n"
+    b"newpath 0 0 moveto 16 16 lineto stroke\nshowpage\n%%EOF\n"
+)
 
 
 @pytest.fixture
@@ -34,15 +42,17 @@ def ghostscript_trap(tmp_path, monkeypatch):
     return marker
 
 
-def test_postscript_named_jpg_is_not_an_image_and_ghostscript_never_runs(ghostscript_trap,
-                                                                         tmp_path):
+def test_postscript_named_jpg_is_not_an_image_and_ghostscript_never_runs(
+    ghostscript_trap, tmp_path
+):
     with pytest.raises(ImageRejected) as rejected:
         prepare_image(POSTSCRIPT, ImageSettings())
     assert rejected.value.reason == "not_an_image"
     assert "JPEG, PNG, GIF, BMP, TIFF or WebP" in rejected.value.message
     with pytest.raises(ImageRejected) as rejected:  # a segmentation map, opened elsewhere
-        class_map_png(POSTSCRIPT, prepare_image(encode(photo_like(16, 16, 0), "PNG"),
-                                                ImageSettings()))
+        class_map_png(
+            POSTSCRIPT, prepare_image(encode(photo_like(16, 16, 0), "PNG"), ImageSettings())
+        )
     assert rejected.value.reason == "invalid_mask"
     with pytest.raises(OSError):
         open_image(POSTSCRIPT)
@@ -67,9 +77,13 @@ def test_every_image_the_code_opens_is_opened_with_the_documented_formats():
     for folder in ("core", "transforms", "image_tfrecords", "pipeline"):
         for path in (ROOT / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr == "open" and ast.unparse(node.func.value) == "Image"
-                        and "formats" not in {keyword.arg for keyword in node.keywords}):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "open"
+                    and ast.unparse(node.func.value) == "Image"
+                    and "formats" not in {keyword.arg for keyword in node.keywords}
+                ):
                     unlimited.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert unlimited == []
     assert "EPS" not in IMAGE_FORMATS

@@ -19,15 +19,23 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import SAMPLE_MANIFEST, copy_output
-from image_tfrecords.pipeline import cli, run
+
 from image_tfrecords.core import interrupts
+from image_tfrecords.pipeline import cli, run
 
 ROOT = Path(__file__).resolve().parent.parent
 # The sample_outputs fixture's run (conftest.py), which the interrupted one repeats.
-SAMPLE_FLAGS = ["--manifest", str(SAMPLE_MANIFEST), "--max_error_fraction", "0.25",
-                "--num_shards", "2", "--file_format", "tfrecord"]
+SAMPLE_FLAGS = [
+    "--manifest",
+    str(SAMPLE_MANIFEST),
+    "--max_error_fraction",
+    "0.25",
+    "--num_shards",
+    "2",
+    "--file_format",
+    "tfrecord",
+]
 MARK = "IMAGE_TFRECORDS_INTERRUPT_TEST"  # in the environment of every process a run starts
 
 
@@ -38,9 +46,13 @@ class Command:
         self.mark = str(output)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "image_tfrecords", "--output_dir", str(output), *flags],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            start_new_session=True, env={**os.environ, MARK: self.mark,
-                                         "PYTHONPATH": str(ROOT)})
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, MARK: self.mark, "PYTHONPATH": str(ROOT)},
+        )
 
     def signal_when(self, ready, signum: int = signal.SIGINT) -> float:
         """Sends `signum` to the group once ready() is true; returns the seconds from
@@ -67,9 +79,11 @@ class Command:
         left = []
         for process in psutil.process_iter(["cmdline", "status"]):
             try:
-                if (process.info["status"] != psutil.STATUS_ZOMBIE
-                        and "python" in " ".join(process.info["cmdline"] or [])
-                        and process.environ().get(MARK) == self.mark):
+                if (
+                    process.info["status"] != psutil.STATUS_ZOMBIE
+                    and "python" in " ".join(process.info["cmdline"] or [])
+                    and process.environ().get(MARK) == self.mark
+                ):
                     left.append(process)
             except (psutil.Error, OSError):
                 continue  # gone, or not ours to read
@@ -78,13 +92,16 @@ class Command:
 
 def published(folder: Path) -> dict[str, bytes]:
     """Every file of the output, less the runs' temp folders."""
-    return {name: path.read_bytes() for path in sorted(folder.rglob("*"))
-            if path.is_file() and not (name := str(path.relative_to(folder))).startswith(
-                ".tmp-")}
+    return {
+        name: path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not (name := str(path.relative_to(folder))).startswith(".tmp-")
+    }
 
 
 def signal_this_process_when(ready, signum: int) -> None:
     """From a thread: `signum` to this process once ready() is true (within a minute)."""
+
     def watch() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -92,17 +109,18 @@ def signal_this_process_when(ready, signum: int) -> None:
                 os.kill(os.getpid(), signum)
                 return
             time.sleep(0.005)
+
     threading.Thread(target=watch, daemon=True).start()
 
 
 def test_ctrl_c_in_the_imports_writes_nothing(tmp_path):
     command = Command(tmp_path / "out", "--manifest", str(SAMPLE_MANIFEST))
     # No output yet shows where it is; the line it prints says it was in the imports.
-    took = command.signal_when(lambda: psutil.Process(command.process.pid).cpu_times().user
-                               > 0.2)
+    took = command.signal_when(lambda: psutil.Process(command.process.pid).cpu_times().user > 0.2)
     assert command.process.returncode == 130
-    assert command.said() == ("error: stopped by SIGINT before the run started; nothing "
-                              "was written\n")
+    assert command.said() == (
+        "error: stopped by SIGINT before the run started; nothing was written\n"
+    )
     assert not (tmp_path / "out").exists() and not command.processes_left()
     assert took < 5
 
@@ -112,20 +130,23 @@ def test_sigterm_before_the_job_removes_the_new_run_folder(tmp_path, sample_outp
     previous = copy_output(sample_outputs("tfrecord"), tmp_path / "out")
     before = published(previous)
     # Its folder is started just before TensorFlow loads and the job starts.
-    signal_this_process_when(lambda: glob.glob(f"{previous}/.tmp-*/run.json"),
-                             signal.SIGTERM)
+    signal_this_process_when(lambda: glob.glob(f"{previous}/.tmp-*/run.json"), signal.SIGTERM)
     try:
-        assert cli.convert_main(["--output_dir", str(previous), *SAMPLE_FLAGS,
-                                 "--overwrite"]) == 143
+        assert (
+            cli.convert_main(["--output_dir", str(previous), *SAMPLE_FLAGS, "--overwrite"]) == 143
+        )
     finally:  # the command freezes what its imports made (pipeline/collector.py): the
         gc.unfreeze()  # process ends there, this one goes on to other tests
-    assert capsys.readouterr().err == (f"error: stopped by SIGTERM before the job started; "
-                                       f"nothing was written, {previous} is as it was\n")
+    assert capsys.readouterr().err == (
+        f"error: stopped by SIGTERM before the job started; "
+        f"nothing was written, {previous} is as it was\n"
+    )
     assert published(previous) == before and not glob.glob(f"{previous}/.tmp-*")
 
 
 def test_ctrl_c_while_worker_processes_write_shards_keeps_the_output_then_resumes(
-        tmp_path, sample_outputs, capsys):
+    tmp_path, sample_outputs, capsys
+):
     reference = sample_outputs("tfrecord")
     previous = copy_output(reference, tmp_path / "out")
     before = published(previous)
@@ -135,22 +156,24 @@ def test_ctrl_c_while_worker_processes_write_shards_keeps_the_output_then_resume
     assert command.process.returncode == 130
     line = command.said()
     temp = glob.glob(f"{previous}/.tmp-*")[0]
-    assert line.startswith("error: stopped by SIGINT; the job ran in the launcher, and "
-                           f"stopped with it. After it: nothing was published, {previous} "
-                           "is as it was; ")
+    assert line.startswith(
+        "error: stopped by SIGINT; the job ran in the launcher, and "
+        f"stopped with it. After it: nothing was published, {previous} "
+        "is as it was; "
+    )
     assert re.search(r"; \d+ finished shards? kept in ", line)
-    assert line.endswith(f"kept in {temp}: the same image-tfrecords convert command with "
-                         "--resume continues it\n")
+    assert line.endswith(
+        f"kept in {temp}: the same image-tfrecords convert command with --resume continues it\n"
+    )
     assert published(previous) == before and not command.processes_left()
     assert took < 5
 
-    assert run.main(["--output_dir", str(previous), *SAMPLE_FLAGS, "--overwrite",
-                     "--resume"]) == 0
+    assert run.main(["--output_dir", str(previous), *SAMPLE_FLAGS, "--overwrite", "--resume"]) == 0
     assert "resuming the stopped run" in capsys.readouterr().out
-    shards = {name: data for name, data in published(reference).items()
-              if ".tfrecord" in name}
-    assert {name: data for name, data in published(previous).items()
-            if ".tfrecord" in name} == shards
+    shards = {name: data for name, data in published(reference).items() if ".tfrecord" in name}
+    assert {
+        name: data for name, data in published(previous).items() if ".tfrecord" in name
+    } == shards
 
 
 def test_a_stop_while_publishing_waits_until_the_output_is_whole():
@@ -176,9 +199,14 @@ def test_a_second_ctrl_c_ends_the_process_at_once_in_one_line():
             time.sleep(10)
     """)
     started = time.monotonic()
-    ended = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                           text=True, timeout=30)
-    assert (ended.returncode, ended.stderr) == (130, (
-        "error: stopped at once by a second SIGINT; publishing was cut short; its files "
-        "are in out/.tmp-1\n"))
+    ended = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    assert (ended.returncode, ended.stderr) == (
+        130,
+        (
+            "error: stopped at once by a second SIGINT; publishing was cut short; its files "
+            "are in out/.tmp-1\n"
+        ),
+    )
     assert time.monotonic() - started < 5

@@ -6,31 +6,42 @@ errors with --strict_labels."""
 import json
 
 from conftest import encode, photo_like
-from image_tfrecords.pipeline import run
 from test_report_page import Page, chromium
+
 from image_tfrecords.core.choices import LabelMode
 from image_tfrecords.core.label_checks import FIRST_ROWS, LabelSeen, label_warnings, merge_seen
+from image_tfrecords.pipeline import run
 
 
 def seen(**rows: int) -> dict[str, LabelSeen]:
-    return {label.replace("_", " "): LabelSeen(count, tuple(f"m.csv:{line}" for line in
-                                                            range(1, min(count, 3) + 1)))
-            for label, count in rows.items()}
+    return {
+        label.replace("_", " "): LabelSeen(
+            count, tuple(f"m.csv:{line}" for line in range(1, min(count, 3) + 1))
+        )
+        for label, count in rows.items()
+    }
 
 
 def test_the_separator_inside_a_single_mode_label_is_named_not_in_multi_mode():
     labels = {"red|blue": LabelSeen(2, ("m.csv:4", "m.csv:9")), "red": LabelSeen(1, ("m.csv:1",))}
     (warning,) = label_warnings(labels, ["red", "red|blue"], LabelMode.SINGLE, "|")
     assert (warning.kind, warning.labels, warning.rows, warning.first_rows) == (
-        "separator", ("red|blue",), 2, ("m.csv:4", "m.csv:9"))
+        "separator",
+        ("red|blue",),
+        2,
+        ("m.csv:4", "m.csv:9"),
+    )
     assert "'red|blue' holds the multi-label separator '|'" in warning.message
     assert label_warnings(labels, ["red", "red|blue"], LabelMode.MULTI, "|") == ()
 
 
 def test_labels_differing_in_case_or_spaces_are_one_warning_with_their_first_rows():
-    labels = {"Red": LabelSeen(1, ("m.csv:7",)), "red": LabelSeen(5, ("m.csv:1", "m.csv:2",
-                                                                      "m.csv:3")),
-              " red": LabelSeen(1, ("m.csv:12",)), "blue": LabelSeen(2, ("m.csv:4",))}
+    labels = {
+        "Red": LabelSeen(1, ("m.csv:7",)),
+        "red": LabelSeen(5, ("m.csv:1", "m.csv:2", "m.csv:3")),
+        " red": LabelSeen(1, ("m.csv:12",)),
+        "blue": LabelSeen(2, ("m.csv:4",)),
+    }
     (warning,) = label_warnings(labels, ["red", "blue", "Red", " red"], LabelMode.SINGLE, "|")
     assert warning.kind == "variants" and warning.labels == (" red", "Red", "red")
     assert warning.rows == 7 and warning.first_rows == ("m.csv:1", "m.csv:2", "m.csv:3")
@@ -49,8 +60,9 @@ def test_numbers_as_labels_warn_only_when_their_ids_are_not_the_numbers():
 
 
 def test_seen_rows_merge_across_chunks_keeping_the_first_rows_in_order():
-    merged = merge_seen([LabelSeen(2, ("b.csv:5", "a.csv:9")), LabelSeen(3, ("a.csv:10",
-                                                                             "a.csv:2"))])
+    merged = merge_seen(
+        [LabelSeen(2, ("b.csv:5", "a.csv:9")), LabelSeen(3, ("a.csv:10", "a.csv:2"))]
+    )
     assert merged.rows == 5 and merged.first_rows == ("a.csv:2", "a.csv:9", "a.csv:10")
     assert len(merged.first_rows) == FIRST_ROWS
 
@@ -58,13 +70,15 @@ def test_seen_rows_merge_across_chunks_keeping_the_first_rows_in_order():
 def manifest(tmp_path, labels):
     for index in range(len(labels)):
         (tmp_path / f"{index}.jpg").write_bytes(encode(photo_like(20, 16, seed=index), "JPEG"))
-    (tmp_path / "m.csv").write_text("".join(f"TRAIN,{index}.jpg,{label}\n"
-                                            for index, label in enumerate(labels)))
+    (tmp_path / "m.csv").write_text(
+        "".join(f"TRAIN,{index}.jpg,{label}\n" for index, label in enumerate(labels))
+    )
     return str(tmp_path / "m.csv")
 
 
 def test_a_run_warns_in_the_console_summary_and_report_and_fails_with_strict_labels(
-        tmp_path, capsys):
+    tmp_path, capsys
+):
     path = manifest(tmp_path, ["cat", "Cat", "cat", '"stripes, horizontal"', "cat|dog"])
     assert run.main(["--manifest", path, "--output_dir", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
@@ -78,12 +92,15 @@ def test_a_run_warns_in_the_console_summary_and_report_and_fails_with_strict_lab
     assert [warning["kind"] for warning in summary["label_warnings"]] == ["separator", "variants"]
     page = Page(chromium(tmp_path, "--dump-dom", (tmp_path / "out" / "report.html").as_uri()))
     shown = {tuple(path): text for path, text in page.numbers if path[0] == "label_warnings"}
-    assert shown == {("label_warnings", index, field): str(warning[field])
-                     for index, warning in enumerate(summary["label_warnings"])
-                     for field in ("message", "rows")}
+    assert shown == {
+        ("label_warnings", index, field): str(warning[field])
+        for index, warning in enumerate(summary["label_warnings"])
+        for field in ("message", "rows")
+    }
 
-    code = run.main(["--manifest", path, "--output_dir", str(tmp_path / "strict"),
-                     "--strict_labels"])
+    code = run.main(
+        ["--manifest", path, "--output_dir", str(tmp_path / "strict"), "--strict_labels"]
+    )
     error = capsys.readouterr().err
     assert code == run.EXIT_FAILED and "error: --strict_labels: label 'cat|dog'" in error
     assert not (tmp_path / "strict" / "summary.json").exists()

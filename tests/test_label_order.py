@@ -8,8 +8,8 @@ import json
 import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
-
 from conftest import copy_output, encode, feature, photo_like, printing, read_examples
+
 from image_tfrecords.pipeline import run
 
 
@@ -28,20 +28,30 @@ def manifests(tmp_path_factory):
     missing = [f"train,img/missing{i}.jpg,rocket" for i in range(6)]
     (root / "base.csv").write_text("\n".join(rows) + "\n")
     (root / "plus.csv").write_text("\n".join(rows + missing) + "\n")
-    (root / "ant.csv").write_text("\n".join(row.replace("rocket", "ant")
-                                            for row in rows) + "\n")
+    (root / "ant.csv").write_text("\n".join(row.replace("rocket", "ant") for row in rows) + "\n")
     return root
 
 
 def convert(manifest, output, *flags):
-    return run.main(["--manifest", str(manifest), "--output_dir", str(output),
-                     "--max_error_fraction", "0.9", *flags])
+    return run.main(
+        [
+            "--manifest",
+            str(manifest),
+            "--output_dir",
+            str(output),
+            "--max_error_fraction",
+            "0.9",
+            *flags,
+        ]
+    )
 
 
 def ids_of(output):
     """label text -> label id, over every example written."""
-    return {feature(example, "image/class/text").decode(): feature(example, "image/class/label")
-            for example in read_examples(f"{output}/*.tfrecord")}
+    return {
+        feature(example, "image/class/text").decode(): feature(example, "image/class/label")
+        for example in read_examples(f"{output}/*.tfrecord")
+    }
 
 
 def summary_of(output):
@@ -66,16 +76,28 @@ def runs(manifests, tmp_path_factory):
     a folder that is no output (no vocabulary)."""
     made = {}
     folder = tmp_path_factory.mktemp("label_order_runs")
-    made["plus_frequency"] = Run(manifests / "plus.csv", folder / "plus_frequency",
-                                 "--label_order", "frequency")
-    made["plus_sorted"] = Run(manifests / "plus.csv", copy_output(
-        folder / "plus_frequency", folder / "plus_sorted"), "--overwrite")
-    made["base_sorted"] = Run(manifests / "base.csv", copy_output(
-        folder / "plus_sorted", folder / "base_sorted"), "--overwrite")
+    made["plus_frequency"] = Run(
+        manifests / "plus.csv", folder / "plus_frequency", "--label_order", "frequency"
+    )
+    made["plus_sorted"] = Run(
+        manifests / "plus.csv",
+        copy_output(folder / "plus_frequency", folder / "plus_sorted"),
+        "--overwrite",
+    )
+    made["base_sorted"] = Run(
+        manifests / "base.csv",
+        copy_output(folder / "plus_sorted", folder / "base_sorted"),
+        "--overwrite",
+    )
     (folder / "base_frequency").mkdir()
     (folder / "base_frequency" / "notes.txt").write_text("not an output\n")
-    made["base_frequency"] = Run(manifests / "base.csv", folder / "base_frequency",
-                                 "--label_order", "frequency", "--overwrite")
+    made["base_frequency"] = Run(
+        manifests / "base.csv",
+        folder / "base_frequency",
+        "--label_order",
+        "frequency",
+        "--overwrite",
+    )
     return made
 
 
@@ -87,7 +109,8 @@ def test_missing_images_change_no_sorted_id(runs):
     # The published transform_fn, fed `label` alone as a serving model feeds it, gives
     # the ids the shards hold.
     served = tft.TFTransformOutput(str(plus)).transform_raw_features(
-        {"label": tf.constant(["rocket", "cat", "ant"])})["label_id"]
+        {"label": tf.constant(["rocket", "cat", "ant"])}
+    )["label_id"]
     assert served.numpy().tolist() == [1, 0, -1]
 
 
@@ -102,20 +125,23 @@ def test_frequency_order_counts_the_rows_read_and_says_how_the_examples_order_th
     summary = summary_of(plus.output)
     assert summary["options"]["label_order"] == "frequency"
     assert summary["frequency_order_of_examples"] == ["cat", "rocket"]
-    assert ("warning: --label_order frequency counted the TRAIN rows read; the written TRAIN "
-            "examples order the labels cat, rocket (the ids follow the rows read: "
-            "--label_order sorted or --vocabulary keeps them stable)") in plus.console
+    assert (
+        "warning: --label_order frequency counted the TRAIN rows read; the written TRAIN "
+        "examples order the labels cat, rocket (the ids follow the rows read: "
+        "--label_order sorted or --vocabulary keeps them stable)"
+    ) in plus.console
 
 
-def test_a_run_replacing_an_output_names_each_id_it_changed(manifests, runs, tmp_path,
-                                                            capsys):
+def test_a_run_replacing_an_output_names_each_id_it_changed(manifests, runs, tmp_path, capsys):
     # Sorted, replacing the frequency order's ids.
     replacing = runs["plus_sorted"]
     assert summary_of(replacing.output)["label_id_changes"] == [
         {"label": "cat", "old_id": 1, "new_id": 0},
-        {"label": "rocket", "old_id": 0, "new_id": 1}]
-    assert ("warning: label ids differ from the output this run replaced: cat 1 -> 0, "
-            "rocket 0 -> 1") in replacing.console
+        {"label": "rocket", "old_id": 0, "new_id": 1},
+    ]
+    assert (
+        "warning: label ids differ from the output this run replaced: cat 1 -> 0, rocket 0 -> 1"
+    ) in replacing.console
 
     # Nothing changed: nothing said.
     unchanged = runs["base_sorted"]
@@ -129,9 +155,12 @@ def test_a_run_replacing_an_output_names_each_id_it_changed(manifests, runs, tmp
     assert summary_of(output)["label_id_changes"] == [
         {"label": "ant", "old_id": None, "new_id": 0},
         {"label": "cat", "old_id": 0, "new_id": 1},
-        {"label": "rocket", "old_id": 1, "new_id": None}]
-    assert ("warning: label ids differ from the output this run replaced: ant new -> 0, "
-            "cat 0 -> 1, rocket 1 -> gone") in capsys.readouterr().out
+        {"label": "rocket", "old_id": 1, "new_id": None},
+    ]
+    assert (
+        "warning: label ids differ from the output this run replaced: ant new -> 0, "
+        "cat 0 -> 1, rocket 1 -> gone"
+    ) in capsys.readouterr().out
 
 
 def test_an_output_without_a_vocabulary_replaced_says_nothing_of_ids(runs):

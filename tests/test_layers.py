@@ -32,10 +32,18 @@ def lint_imports(folder: Path) -> subprocess.CompletedProcess:
     """import-linter's verdict on the package under `folder`: exit 0 when every contract
     is kept."""
     return subprocess.run(
-        [str(Path(sys.executable).with_name("lint-imports")), "--config",
-         str(ROOT / "pyproject.toml"), "--no-cache"],
-        cwd=folder, env={"PYTHONPATH": str(folder), "PATH": ""}, capture_output=True,
-        text=True, timeout=60)
+        [
+            str(Path(sys.executable).with_name("lint-imports")),
+            "--config",
+            str(ROOT / "pyproject.toml"),
+            "--no-cache",
+        ],
+        cwd=folder,
+        env={"PYTHONPATH": str(folder), "PATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_every_layer_contract_is_kept(tmp_path):
@@ -51,8 +59,9 @@ def test_an_import_that_runs_up_breaks_a_contract(tmp_path):
     naming.write_text(naming.read_text() + "\nfrom image_tfrecords.pipeline import options\n")
     result = lint_imports(layout)
     assert result.returncode == 1
-    assert ("image_tfrecords.core.naming -> image_tfrecords.pipeline.options"
-            in result.stdout), result.stdout
+    assert "image_tfrecords.core.naming -> image_tfrecords.pipeline.options" in result.stdout, (
+        result.stdout
+    )
 
 
 def _source_of(package: str) -> Path:

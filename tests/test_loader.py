@@ -8,10 +8,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
+from conftest import (
+    BOX_ROWS,
+    MULTI_LABEL_ROWS,
+    copy_output,
+    encode,
+    photo_like,
+    read_examples,
+    rewrite_records,
+    shard_files,
+    shard_pattern,
+)
 
 import image_tfrecords
-from conftest import (BOX_ROWS, MULTI_LABEL_ROWS, copy_output, encode, photo_like,
-                      read_examples, rewrite_records, shard_files, shard_pattern)
 from image_tfrecords.core import naming
 
 
@@ -37,8 +46,9 @@ def test_every_example_loads_with_every_key_and_its_decoded_image(sample_output)
 
 
 def test_supervised_batches_have_the_shapes_keras_takes(sample_output):
-    dataset = image_tfrecords.load(str(sample_output), "train", batch_size=8,
-                                   image_size=(40, 50), as_supervised=True)
+    dataset = image_tfrecords.load(
+        str(sample_output), "train", batch_size=8, image_size=(40, 50), as_supervised=True
+    )
     batches = list(dataset)
     assert [len(labels) for _, labels in batches] == [8, 8, 8, 7]
     assert len(dataset) == 4  # known before a pass: Keras counts an epoch's batches
@@ -53,8 +63,9 @@ def test_supervised_batches_have_the_shapes_keras_takes(sample_output):
 def test_unbatched_images_keep_their_size_and_batches_of_them_are_ragged(sample_output):
     batch = next(iter(image_tfrecords.load(str(sample_output), "test", batch_size=3)))
     assert isinstance(batch["image/encoded"], tf.RaggedTensor)
-    for image, height, width in zip(batch["image/encoded"], batch["image/height"],
-                                    batch["image/width"]):
+    for image, height, width in zip(
+        batch["image/encoded"], batch["image/height"], batch["image/width"]
+    ):
         assert image.to_tensor().shape == (int(height), int(width), 3)
 
 
@@ -98,8 +109,7 @@ def test_loads_through_tensorflow_filesystems_not_only_local_paths(sample_output
             target = f"{folder}/{path.relative_to(sample_output)}"
             tf.io.gfile.makedirs(target.rsplit("/", 1)[0])
             tf.io.gfile.copy(str(path), target, overwrite=True)
-    batches = image_tfrecords.load(folder, "validation", image_size=16,
-                                   as_supervised=True)
+    batches = image_tfrecords.load(folder, "validation", image_size=16, as_supervised=True)
     assert sum(len(labels) for _, labels in batches) == 6
 
 
@@ -109,23 +119,35 @@ def test_multi_label_lists_and_multi_hot_supervised_labels(multi_label_output):
         name = element["image/filename"].numpy().decode()
         expected = MULTI_LABEL_ROWS[name][1]
         assert [vocabulary[i] for i in element["image/class/label"].numpy()] == expected
-    batch = next(iter(image_tfrecords.load(str(multi_label_output), "validation",
-                                           image_size=8, as_supervised=True)))
+    batch = next(
+        iter(
+            image_tfrecords.load(
+                str(multi_label_output), "validation", image_size=8, as_supervised=True
+            )
+        )
+    )
     hot = {word: 1.0 for word in MULTI_LABEL_ROWS["d.jpg"][1]}
     assert batch[1].numpy().tolist() == [[hot.get(word, 0.0) for word in vocabulary]]
 
 
 def test_detection_boxes_load_as_ragged_lists_and_there_is_no_supervised_label(boxes_output):
-    batch = next(iter(image_tfrecords.load(str(boxes_output), "train", batch_size=3,
-                                           shuffle=False, image_size=32)))
+    batch = next(
+        iter(
+            image_tfrecords.load(
+                str(boxes_output), "train", batch_size=3, shuffle=False, image_size=32
+            )
+        )
+    )
     assert isinstance(batch["image/object/bbox/xmin"], tf.RaggedTensor)
     assert batch["image/encoded"].shape == (3, 32, 32, 3)
     for index, name in enumerate(batch["image/filename"].numpy()):
         boxes = BOX_ROWS[name.decode()][1]
         assert batch["image/object/class/text"][index].numpy().tolist() == [
-            text.encode() for text, _ in boxes]
-        np.testing.assert_allclose(batch["image/object/bbox/ymax"][index].numpy(),
-                                   [box[3] for _, box in boxes])
+            text.encode() for text, _ in boxes
+        ]
+        np.testing.assert_allclose(
+            batch["image/object/bbox/ymax"][index].numpy(), [box[3] for _, box in boxes]
+        )
     with pytest.raises(ValueError, match="as_supervised needs image/class/label"):
         image_tfrecords.load(str(boxes_output), as_supervised=True)
 
@@ -142,8 +164,10 @@ def test_keys_summary_json_adds_are_parsed_and_images_among_them_decoded(sample_
     for shard in shard_files(output, "validation"):
         rewrite_records(shard, add_keys)
     summary = json.loads((output / "summary.json").read_text())
-    summary["features"] |= {"mask/encoded": {"dtype": "bytes", "list": False},
-                            "extra/score": {"dtype": "float", "list": False}}
+    summary["features"] |= {
+        "mask/encoded": {"dtype": "bytes", "list": False},
+        "extra/score": {"dtype": "float", "list": False},
+    }
     (output / "summary.json").write_text(json.dumps(summary))
     for element in image_tfrecords.load(str(output), "validation", batch_size=None):
         assert element["mask/encoded"].shape == (10, 20, 3)
@@ -151,19 +175,22 @@ def test_keys_summary_json_adds_are_parsed_and_images_among_them_decoded(sample_
 
 
 def test_reading_imports_neither_beam_nor_tf_transform(sample_output):
-    code = (f"import sys, image_tfrecords, image_tfrecords.verify, image_tfrecords.inspection\n"
-            f"list(image_tfrecords.load({str(sample_output)!r}, 'test'))\n"
-            f"image_tfrecords.verify.verify({str(sample_output)!r})\n"
-            f"print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            f"('apache_beam', 'tensorflow_transform', 'tfx_bsl')))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
+    code = (
+        f"import sys, image_tfrecords, image_tfrecords.verify, image_tfrecords.inspection\n"
+        f"list(image_tfrecords.load({str(sample_output)!r}, 'test'))\n"
+        f"image_tfrecords.verify.verify({str(sample_output)!r})\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        f"('apache_beam', 'tensorflow_transform', 'tfx_bsl')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
 
 def test_the_reader_finds_the_files_where_the_writer_puts_them(sample_output):
-    written = tft.TFTransformOutput(str(sample_output)).vocabulary_by_name(
-        naming.LABEL_VOCABULARY)
+    written = tft.TFTransformOutput(str(sample_output)).vocabulary_by_name(naming.LABEL_VOCABULARY)
     assert image_tfrecords.Output.read(str(sample_output)).vocabulary == [
-        word.decode() for word in written]
+        word.decode() for word in written
+    ]

@@ -25,7 +25,8 @@ def test_published_names():
     assert fnmatch.fnmatch(shard.name, naming.PublishedShard.glob("train", ".tfrecord"))
     assert not fnmatch.fnmatch(shard.name, naming.PublishedShard.glob("test", ".tfrecord"))
     assert naming.jsonl_list("gs://b/o/.tmp-1/staged", naming.ERRORS) == (
-        "gs://b/o/.tmp-1/staged/errors-00000-of-00001.jsonl")
+        "gs://b/o/.tmp-1/staged/errors-00000-of-00001.jsonl"
+    )
 
 
 def test_summary_json_names_the_run_by_its_id(sample_outputs):
@@ -34,9 +35,11 @@ def test_summary_json_names_the_run_by_its_id(sample_outputs):
 
 
 def test_each_template_parses_the_names_it_builds_and_no_other():
-    for shard in (naming.PublishedShard("train", 0, 1, ".tfrecord"),
-                  naming.PublishedShard("near_duplicates", 0, 1, ".jsonl"),
-                  naming.PublishedShard("validation", 123456, 123457, ".array_record")):
+    for shard in (
+        naming.PublishedShard("train", 0, 1, ".tfrecord"),
+        naming.PublishedShard("near_duplicates", 0, 1, ".jsonl"),
+        naming.PublishedShard("validation", 123456, 123457, ".array_record"),
+    ):
         assert naming.PublishedShard.parse(shard.name) == shard
     for name in ("train-00000.tfrecord", "train-0-of-1.tfrecord", "summary.json"):
         assert naming.PublishedShard.parse(name) is None

@@ -9,11 +9,11 @@ import json
 import shutil
 
 import pytest
+from conftest import copy_output
 
 import image_tfrecords
-from conftest import copy_output
-from image_tfrecords.pipeline.cli import inspect_main, report_main, verify_main
 from image_tfrecords.core.naming import UnconfinedName, confined_name
+from image_tfrecords.pipeline.cli import inspect_main, report_main, verify_main
 
 # Where an entry of summary.json is, the name put there, and how the error names the entry.
 SHARD = ("splits", "train", "shards", 0, "file")
@@ -21,16 +21,20 @@ CRAFTED = {
     "shard ..": (SHARD, "../elsewhere/train.tfrecord", "splits.train.shards.0.file"),
     "shard absolute": (SHARD, "/ELSEWHERE/train.tfrecord", "splits.train.shards.0.file"),
     "shard URL": (SHARD, "http://127.0.0.1:9/t.tfrecord", "splits.train.shards.0.file"),
-    "companion": (("splits", "train", "shards", 0, "companions", 0), "../elsewhere/t.idx",
-                  "splits.train.shards.0.companions.0"),
+    "companion": (
+        ("splits", "train", "shards", 0, "companions", 0),
+        "../elsewhere/t.idx",
+        "splits.train.shards.0.companions.0",
+    ),
     "dead letters": (("errors", "files", 0), "../elsewhere/errors.jsonl", "errors.files.0"),
     "split": (("splits", "../elsewhere"), {}, "splits.`../elsewhere`"),
 }
 READERS = {
     "verify": lambda output, tmp_path: verify_main([str(output)]),
     "report": lambda output, tmp_path: report_main([str(output)]),
-    "inspect": lambda output, tmp_path: inspect_main([str(output), "--out",
-                                                      str(tmp_path / "look")]),
+    "inspect": lambda output, tmp_path: inspect_main(
+        [str(output), "--out", str(tmp_path / "look")]
+    ),
 }
 
 
@@ -59,7 +63,8 @@ def crafted(output, place, name) -> None:
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("case", CRAFTED)
 def test_a_name_leaving_the_output_is_refused_naming_summary_json_and_the_entry(
-        output_with_elsewhere, tmp_path, capsys, reader, case):
+    output_with_elsewhere, tmp_path, capsys, reader, case
+):
     output = output_with_elsewhere
     place, name, entry = CRAFTED[case]
     original = (output / "summary.json").read_text()
@@ -78,22 +83,46 @@ def test_load_refuses_a_shard_outside_the_output(output_with_elsewhere):
     original = (output / "summary.json").read_text()
     try:
         crafted(output, SHARD, "../elsewhere/train.tfrecord")
-        with pytest.raises(ValueError, match=r"summary.json(.|\n)*splits.train.shards.0.file"
-                                             r"(.|\n)*'\.\./elsewhere/train.tfrecord'"):
+        with pytest.raises(
+            ValueError,
+            match=r"summary.json(.|\n)*splits.train.shards.0.file"
+            r"(.|\n)*'\.\./elsewhere/train.tfrecord'",
+        ):
             image_tfrecords.load(str(output))
     finally:
         (output / "summary.json").write_text(original)
 
 
-@pytest.mark.parametrize("name", ["..", "a/../..", "/etc/passwd", "gs://bucket/x", "http:x",
-                                  "C:\\x", "a\\..\\..\\x", "a//b", "./a", "", "a/\n"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "..",
+        "a/../..",
+        "/etc/passwd",
+        "gs://bucket/x",
+        "http:x",
+        "C:\\x",
+        "a\\..\\..\\x",
+        "a//b",
+        "./a",
+        "",
+        "a/\n",
+    ],
+)
 def test_the_one_rule_refuses_every_name_that_is_not_plainly_in_the_folder(name):
     with pytest.raises(UnconfinedName, match="is not a name in the folder|leaves the folder"):
         confined_name(name)
 
 
-@pytest.mark.parametrize("name", ["train-00000-of-00002.tfrecord", "transform_fn/assets/label",
-                                  "errors-00000-of-00001.jsonl", "transform_fn/assets/a:b",
-                                  "é x.txt"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "train-00000-of-00002.tfrecord",
+        "transform_fn/assets/label",
+        "errors-00000-of-00001.jsonl",
+        "transform_fn/assets/a:b",
+        "é x.txt",
+    ],
+)
 def test_the_names_an_output_holds_pass(name):
     assert confined_name(name) == name

@@ -12,16 +12,16 @@ import time
 
 import psutil
 import pytest
+from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
 from PIL import Image
 
 import image_tfrecords
-from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
-from image_tfrecords.pipeline.options import ConvertOptions
 from image_tfrecords.core.pool import WorkerPool
 from image_tfrecords.core.records import LabelledRow, ManifestRow
 from image_tfrecords.core.run_settings import RunSettings
 from image_tfrecords.core.shard_writer import ShardTask, pack_rows, prepare_worker, write_shard
 from image_tfrecords.core.workers import Workers, default_process_count, usable_cores, usable_memory
+from image_tfrecords.pipeline.options import ConvertOptions
 
 SETTINGS = RunSettings(workers=Workers(read_threads=2))
 SETUP = functools.partial(prepare_worker, {})  # as transforms/in_workers.py starts them
@@ -48,26 +48,41 @@ def shard_task(folder, images, name="out"):
     rows = []
     for line, (file_name, data) in enumerate(sorted(images.items()), start=1):
         (folder / file_name).write_bytes(data)
-        rows.append(LabelledRow(ManifestRow("m.csv", line, "raw", "train",
-                                            str(folder / file_name), ("cat",)), (0,)))
-    return ShardTask("train", 0, (pack_rows(row.to_json() for row in rows),),
-                     str(folder / name))
+        rows.append(
+            LabelledRow(
+                ManifestRow("m.csv", line, "raw", "train", str(folder / file_name), ("cat",)), (0,)
+            )
+        )
+    return ShardTask("train", 0, (pack_rows(row.to_json() for row in rows),), str(folder / name))
 
 
 def files(folder):
     """Every file the shard's writing left, by path."""
-    return {str(path.relative_to(folder)): path.read_bytes()
-            for path in sorted(folder.rglob("*")) if path.is_file()}
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
 
 
 def test_workers_import_neither_tensorflow_nor_beam():
     # The pool, its workers' setup and every task a worker unpickles.
-    modules = ", ".join(f"image_tfrecords.core.{name}" for name in (
-        "pool", "workers", "shard_writer", "shard_parts", "row_tasks", "near_search"))
+    modules = ", ".join(
+        f"image_tfrecords.core.{name}"
+        for name in ("pool", "workers", "shard_writer", "shard_parts", "row_tasks", "near_search")
+    )
     imported = subprocess.run(
-        [sys.executable, "-c", f"import sys, {modules}; "
-         "print(' '.join(sorted({name.split('.')[0] for name in sys.modules})))"],
-        capture_output=True, text=True, check=True, env=_package_path()).stdout.split()
+        [
+            sys.executable,
+            "-c",
+            f"import sys, {modules}; "
+            "print(' '.join(sorted({name.split('.')[0] for name in sys.modules})))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_package_path(),
+    ).stdout.split()
     assert "PIL" in imported
     assert not {"tensorflow", "apache_beam", "tensorflow_transform"} & set(imported)
 
@@ -75,22 +90,36 @@ def test_workers_import_neither_tensorflow_nor_beam():
 def test_a_worker_writes_the_bytes_the_pipeline_process_writes(pool, tmp_path):
     gif = encode(photo_like(24, 24, 3).quantize(64), "GIF")
     rgba = encode(photo_like(33, 21, 1, "RGBA"), "PNG")
-    images = {"a.jpg": JPEG, "b.gif": gif, "c.png": rgba, "d.jpg": JPEG[: len(JPEG) // 2],
-              "e.txt": b"plain text", "f.jpg": encode(photo_like(48, 32, 2), "JPEG")}
+    images = {
+        "a.jpg": JPEG,
+        "b.gif": gif,
+        "c.png": rgba,
+        "d.jpg": JPEG[: len(JPEG) // 2],
+        "e.txt": b"plain text",
+        "f.jpg": encode(photo_like(48, 32, 2), "JPEG"),
+    }
     in_process = shard_task(tmp_path, images, "here")
     there = shard_task(tmp_path, images, "there")
     here_outcome = write_shard(in_process, SETTINGS)
     there_outcome = pool.run(there, SETTINGS)
-    assert (sorted(d.reason for d in here_outcome.dead_letters)
-            == sorted(d.reason for d in there_outcome.dead_letters)
-            == ["not_an_image", "truncated_image"])
+    assert (
+        sorted(d.reason for d in here_outcome.dead_letters)
+        == sorted(d.reason for d in there_outcome.dead_letters)
+        == ["not_an_image", "truncated_image"]
+    )
     assert here_outcome.example_keys == there_outcome.example_keys
-    assert (here_outcome.written._replace(temp_path="")
-            == there_outcome.written._replace(temp_path=""))
-    assert {path: data for path, data in files(tmp_path / "here").items()
-            if not path.startswith("receipts/")} == {
-        path: data for path, data in files(tmp_path / "there").items()
-        if not path.startswith("receipts/")}
+    assert here_outcome.written._replace(temp_path="") == there_outcome.written._replace(
+        temp_path=""
+    )
+    assert {
+        path: data
+        for path, data in files(tmp_path / "here").items()
+        if not path.startswith("receipts/")
+    } == {
+        path: data
+        for path, data in files(tmp_path / "there").items()
+        if not path.startswith("receipts/")
+    }
     assert there_outcome.written.examples == 4
 
 
@@ -109,11 +138,11 @@ def test_a_worker_killed_mid_image_costs_only_that_image(pool, slow_png, tmp_pat
     # The shard is what it would be had the image been rejected in place.
     assert outcome.written.examples == 2
     (tmp_path / "b.png").write_bytes(b"not an image after all")
-    rejected = write_shard(dataclasses.replace(task, temp_dir=str(tmp_path / "rejected")),
-                           SETTINGS)
+    rejected = write_shard(dataclasses.replace(task, temp_dir=str(tmp_path / "rejected")), SETTINGS)
     assert [d.reason for d in rejected.dead_letters] == ["not_an_image"]
     assert (tmp_path / "out" / "train-00000.tfrecord").read_bytes() == (
-        tmp_path / "rejected" / "train-00000.tfrecord").read_bytes()
+        tmp_path / "rejected" / "train-00000.tfrecord"
+    ).read_bytes()
     assert pool.pids() != [pid] and len(pool.pids()) == 1
 
 
@@ -131,16 +160,27 @@ def test_a_decode_past_the_time_limit_is_stopped_and_the_pool_goes_on(slow_png, 
     try:
         old = set(pool.pids())
         with concurrent.futures.ThreadPoolExecutor(3) as threads:
-            slow = threads.submit(pool.run, shard_task(
-                tmp_path, {"a.png": slow_png, "b.jpg": JPEG}, "slow"), SETTINGS)
+            slow = threads.submit(
+                pool.run, shard_task(tmp_path, {"a.png": slow_png, "b.jpg": JPEG}, "slow"), SETTINGS
+            )
             # The image is written once: the tasks only differ in where their shard goes.
             quick_task = shard_task(tmp_path, {"c.jpg": JPEG})
-            quick = [threads.submit(pool.run, dataclasses.replace(
-                quick_task, temp_dir=str(tmp_path / f"quick{i}")), SETTINGS) for i in range(10)]
+            quick = [
+                threads.submit(
+                    pool.run,
+                    dataclasses.replace(quick_task, temp_dir=str(tmp_path / f"quick{i}")),
+                    SETTINGS,
+                )
+                for i in range(10)
+            ]
             outcome = slow.result(timeout=60)
-            assert [(d.reason, d.message) for d in outcome.dead_letters] == [(
-                "decode_timeout", "decoding took longer than 0.2 s (--decode_timeout); the "
-                "process was stopped and the shard written again without this image")]
+            assert [(d.reason, d.message) for d in outcome.dead_letters] == [
+                (
+                    "decode_timeout",
+                    "decoding took longer than 0.2 s (--decode_timeout); the "
+                    "process was stopped and the shard written again without this image",
+                )
+            ]
             assert outcome.written.examples == 1
             assert all(future.result().written.examples == 1 for future in quick)
         # The stopped worker is gone; its replacement and the other worker remain.
@@ -170,21 +210,34 @@ def test_by_default_a_worker_per_core_this_process_may_run_on():
     assert Workers().process_count() == usable_cores() <= cores
     # A process pinned to one core (as by taskset, or a container's cpuset) gets one.
     pinned = subprocess.run(
-        [sys.executable, "-c", "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})"
-         "; from image_tfrecords.core.workers import Workers; print(Workers().process_count())"],
-        capture_output=True, text=True, check=True, env=_package_path()).stdout
+        [
+            sys.executable,
+            "-c",
+            "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})"
+            "; from image_tfrecords.core.workers import Workers; print(Workers().process_count())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_package_path(),
+    ).stdout
     assert pinned.strip() == "1"
 
 
 def test_dataflow_has_a_worker_per_sdk_process_unless_it_runs_one_sdk_process_per_vm():
     def processes(*flags):
-        return ConvertOptions(["--manifest", "m.csv", "--output_dir", "out",
-                               *flags]).run_settings().workers.processes
+        return (
+            ConvertOptions(["--manifest", "m.csv", "--output_dir", "out", *flags])
+            .run_settings()
+            .workers.processes
+        )
 
     assert processes() is None  # the DirectRunner: a process per core, found there
     assert processes("--runner", "DataflowRunner") == 1
-    assert processes("--runner", "DataflowRunner",
-                     "--experiments", "no_use_multiple_sdk_containers") is None
+    assert (
+        processes("--runner", "DataflowRunner", "--experiments", "no_use_multiple_sdk_containers")
+        is None
+    )
     assert processes("--runner", "DataflowRunner", "--worker_processes", "3") == 3
 
 
@@ -223,28 +276,44 @@ def _wait_until_dead(pid: int) -> None:
 
 # --- in a whole run ------------------------------------------------------------------------
 
-def test_shards_are_the_same_bytes_whatever_the_number_of_worker_processes(tfrecord_output,
-                                                                          tmp_path):
+
+def test_shards_are_the_same_bytes_whatever_the_number_of_worker_processes(
+    tfrecord_output, tmp_path
+):
     # tfrecord_output is written by a process per core (the default): compare with 0 and 1.
     def written(output):
-        return {path.name: path.read_bytes() for path in output.iterdir()
-                if path.name.endswith((".tfrecord", ".jsonl"))}
+        return {
+            path.name: path.read_bytes()
+            for path in output.iterdir()
+            if path.name.endswith((".tfrecord", ".jsonl"))
+        }
 
     for processes in ("0", "1"):
-        output = convert(tmp_path / processes, "--manifest", str(SAMPLE_MANIFEST),
-                         "--max_error_fraction", "0.25", "--num_shards", "2",
-                         "--worker_processes", processes)
+        output = convert(
+            tmp_path / processes,
+            "--manifest",
+            str(SAMPLE_MANIFEST),
+            "--max_error_fraction",
+            "0.25",
+            "--num_shards",
+            "2",
+            "--worker_processes",
+            processes,
+        )
         assert written(output) == written(tfrecord_output)
         # The DoFn's teardown stopped the pool: no worker process outlives the run.
-        assert not [child for child in psutil.Process().children(recursive=True)
-                    if "image_tfrecords.core.pool" in child.cmdline()]
+        assert not [
+            child
+            for child in psutil.Process().children(recursive=True)
+            if "image_tfrecords.core.pool" in child.cmdline()
+        ]
     # Not a comparison of nothing: every split has shards.
-    assert {name.split("-")[0] for name in written(tfrecord_output)
-            if name.endswith(".tfrecord")} == {"train", "validation", "test"}
+    assert {
+        name.split("-")[0] for name in written(tfrecord_output) if name.endswith(".tfrecord")
+    } == {"train", "validation", "test"}
 
 
-def test_an_image_past_the_time_limit_is_dead_lettered_and_the_rest_written(tmp_path,
-                                                                          slow_png):
+def test_an_image_past_the_time_limit_is_dead_lettered_and_the_rest_written(tmp_path, slow_png):
     (tmp_path / "img").mkdir()
     rows = []
     for i in range(6):
@@ -253,14 +322,27 @@ def test_an_image_past_the_time_limit_is_dead_lettered_and_the_rest_written(tmp_
     (tmp_path / "img" / "huge.png").write_bytes(slow_png)
     rows.append("train,img/huge.png,cat")
     (tmp_path / "manifest.csv").write_text("\n".join(rows) + "\n")
-    output = convert(tmp_path / "out", "--manifest", str(tmp_path / "manifest.csv"),
-                     "--worker_processes", "2", "--decode_timeout", "0.2",
-                     "--max_error_fraction", "0.5")
+    output = convert(
+        tmp_path / "out",
+        "--manifest",
+        str(tmp_path / "manifest.csv"),
+        "--worker_processes",
+        "2",
+        "--decode_timeout",
+        "0.2",
+        "--max_error_fraction",
+        "0.5",
+    )
     summary = json.loads((output / "summary.json").read_text())
-    assert (summary["rows_read"], summary["examples_written"],
-            summary["rows_dead_lettered"]) == (7, 6, 1)
-    (letter,) = [json.loads(line) for line in
-                 (output / "errors-00000-of-00001.jsonl").read_text().splitlines()]
+    assert (summary["rows_read"], summary["examples_written"], summary["rows_dead_lettered"]) == (
+        7,
+        6,
+        1,
+    )
+    (letter,) = [
+        json.loads(line)
+        for line in (output / "errors-00000-of-00001.jsonl").read_text().splitlines()
+    ]
     assert (letter["uri"].endswith("img/huge.png"), letter["reason"]) == (True, "decode_timeout")
 
 
@@ -282,5 +364,6 @@ def test_the_default_holds_as_many_workers_as_memory_holds_largest_images(tmp_pa
     assert usable_memory((str(memory_max),)) == 2 * gb
     memory_max.write_text("max\n")
     assert usable_memory((str(memory_max),)) == os.sysconf("SC_PHYS_PAGES") * os.sysconf(
-        "SC_PAGE_SIZE")
+        "SC_PAGE_SIZE"
+    )
     assert Workers(max_pixels=10**12).process_count() == 1  # no memory holds 16 TB

@@ -14,10 +14,15 @@ import threading
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-
 from conftest import tiny_manifest
+
 from image_tfrecords.pipeline import stage_lines
-from image_tfrecords.pipeline.progress import REMOTE_NOTE, WORKER_PROCESSES_NOTE, LiveProgress, shown_progress
+from image_tfrecords.pipeline.progress import (
+    REMOTE_NOTE,
+    WORKER_PROCESSES_NOTE,
+    LiveProgress,
+    shown_progress,
+)
 from image_tfrecords.pipeline.stage_lines import PREFIX
 
 
@@ -74,8 +79,9 @@ def test_on_a_terminal_a_bar_that_ends_when_the_last_row_is_done():
 
 def test_a_remote_run_names_the_counters_to_watch(capsys):
     def note(*flags):
-        with shown_progress(PipelineOptions(["--manifest", "m.csv", "--output_dir", "out",
-                                             *flags])):
+        with shown_progress(
+            PipelineOptions(["--manifest", "m.csv", "--output_dir", "out", *flags])
+        ):
             pass
         return capsys.readouterr().err
 
@@ -87,16 +93,25 @@ def test_a_remote_run_names_the_counters_to_watch(capsys):
 
 def convert_command(tmp_path, *flags):
     tiny_manifest(tmp_path)
-    return [sys.executable, "-m", "image_tfrecords", "--manifest", "m.csv", "--output_dir", "out",
-            *flags]
+    return [
+        sys.executable,
+        "-m",
+        "image_tfrecords",
+        "--manifest",
+        "m.csv",
+        "--output_dir",
+        "out",
+        *flags,
+    ]
 
 
 def test_a_run_in_a_terminal_shows_the_bar(tmp_path):
     """The command in a pseudo-terminal of 24 rows and 100 columns, as a user runs it."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    process = subprocess.Popen(convert_command(tmp_path), cwd=tmp_path, stdin=follower,
-                               stdout=follower, stderr=follower)
+    process = subprocess.Popen(
+        convert_command(tmp_path), cwd=tmp_path, stdin=follower, stdout=follower, stderr=follower
+    )
     os.close(follower)
     printed = b""
     while True:
@@ -115,15 +130,26 @@ def test_a_run_in_a_terminal_shows_the_bar(tmp_path):
     assert "progress: " not in text  # the bar, not the lines for logs
     # What the run does before the bar, first of all before Beam and TensorFlow load
     # (nothing showed for the ~28 s they, the checks and tf.Transform's pass took).
-    stages = [text.index(PREFIX + said) for said in (
-        "starting: loading Apache Beam", "checking the input: ", "loading TensorFlow",
-        "reading the rows: ")]
+    stages = [
+        text.index(PREFIX + said)
+        for said in (
+            "starting: loading Apache Beam",
+            "checking the input: ",
+            "loading TensorFlow",
+            "reading the rows: ",
+        )
+    ]
     assert stages[0] == 0 and stages == sorted(stages) and stages[-1] < text.index("writing:")
 
 
 def test_quiet_shows_no_progress(tmp_path):
-    result = subprocess.run(convert_command(tmp_path, "--quiet"), cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        convert_command(tmp_path, "--quiet"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr == "" and "rows read 3 = 3 examples written" in result.stdout
 
@@ -133,10 +159,17 @@ class Terminal(io.StringIO):
         return True
 
 
-@pytest.mark.parametrize("argv, shown", [
-    (["--manifest", "m.csv"], True), (["--quiet"], False), (["--quiet=true"], False),
-    (["--quiet", "TRUE", "--manifest", "m.csv"], False), (["--quiet", "false"], True),
-    (["--quiet=false"], True)])
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (["--manifest", "m.csv"], True),
+        (["--quiet"], False),
+        (["--quiet=true"], False),
+        (["--quiet", "TRUE", "--manifest", "m.csv"], False),
+        (["--quiet", "false"], True),
+        (["--quiet=false"], True),
+    ],
+)
 def test_stages_are_said_on_a_terminal_unless_quiet(argv, shown, monkeypatch):
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)

@@ -13,26 +13,72 @@ import pytest
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.naming import receipt_path
 from image_tfrecords.core.receipts import ReceiptError, ShardReceipt, read_receipt, write_receipt
-from image_tfrecords.core.records import (Box, ExampleContent, ExampleRef, Keypoints, ManifestRow, Mask, ShardOutcome,
-                            ShardWritten)
+from image_tfrecords.core.records import (
+    Box,
+    ExampleContent,
+    ExampleRef,
+    Keypoints,
+    ManifestRow,
+    Mask,
+    ShardOutcome,
+    ShardWritten,
+)
 
 
 def receipt(tmp_path):
     shard = tmp_path / "train-00000.tfrecord"
     shard.write_bytes(b"records")
-    row = ManifestRow("m.csv", 3, "raw", "train", "gs://b/\udcffé.jpg", ("cat",),
-                      (Box(0.1, 0.2, 0.3, 0.4, difficult=1),
-                       Box(0.1, 0.2, 0.3, 0.4, mask=Mask(40, 30, ((1.5, 2, 9, 2, 9, 7.25),))),
-                       Box(0.1, 0.2, 0.3, 0.4, mask=Mask(40, 30, counts="PX05"),
-                           keypoints=Keypoints((0.2, 0.0), (0.3, 0.0), (2, 0), ("a", "b")))),
-                      (7, 0.5, "x"), (40, 30))
-    ref = ExampleRef("train", 0, 0, "m.csv", 3, row.uri, ("cat",), (1 << 64) - 1,
-                     ExampleContent((row,), 123, "cmyk", 40))
-    written = ShardWritten("train", 0, str(shard), 1, 1, 7, 123, {"cat": 1}, {"cmyk": 1},
-                           {"<=64": 1}, {"<=1k": 1}, {"masks": 1})
+    row = ManifestRow(
+        "m.csv",
+        3,
+        "raw",
+        "train",
+        "gs://b/\udcffé.jpg",
+        ("cat",),
+        (
+            Box(0.1, 0.2, 0.3, 0.4, difficult=1),
+            Box(0.1, 0.2, 0.3, 0.4, mask=Mask(40, 30, ((1.5, 2, 9, 2, 9, 7.25),))),
+            Box(
+                0.1,
+                0.2,
+                0.3,
+                0.4,
+                mask=Mask(40, 30, counts="PX05"),
+                keypoints=Keypoints((0.2, 0.0), (0.3, 0.0), (2, 0), ("a", "b")),
+            ),
+        ),
+        (7, 0.5, "x"),
+        (40, 30),
+    )
+    ref = ExampleRef(
+        "train",
+        0,
+        0,
+        "m.csv",
+        3,
+        row.uri,
+        ("cat",),
+        (1 << 64) - 1,
+        ExampleContent((row,), 123, "cmyk", 40),
+    )
+    written = ShardWritten(
+        "train",
+        0,
+        str(shard),
+        1,
+        1,
+        7,
+        123,
+        {"cat": 1},
+        {"cmyk": 1},
+        {"<=64": 1},
+        {"<=1k": 1},
+        {"masks": 1},
+    )
     dead = DeadLetter("m.csv", 4, "raw", "gs://b/x.jpg", "train", "not_an_image", "no")
-    return ShardReceipt("digest", ShardOutcome(written, (dead,), (("ab" * 32, ref),)),
-                        ((str(shard), 7),))
+    return ShardReceipt(
+        "digest", ShardOutcome(written, (dead,), (("ab" * 32, ref),)), ((str(shard), 7),)
+    )
 
 
 def test_a_receipt_reads_back_as_the_records_written(tmp_path):
@@ -45,8 +91,14 @@ def test_a_receipt_reads_back_as_the_records_written(tmp_path):
     assert read_receipt(path, "digest") is None  # its shard is not the size it says
 
 
-@pytest.mark.parametrize("content", [b"{not json", pickle.dumps({"rows_digest": "digest"}),
-                                     b'{"version": 1, "rows_digest": "digest"}'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        pickle.dumps({"rows_digest": "digest"}),
+        b'{"version": 1, "rows_digest": "digest"}',
+    ],
+)
 def test_what_is_not_a_receipt_is_refused_by_name(tmp_path, content):
     path = receipt_path(str(tmp_path), "train", 0)
     write_receipt(path, receipt(tmp_path))
@@ -64,14 +116,14 @@ class _CountingServer(http.server.ThreadingHTTPServer):
 
 
 class _Counted(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         self.server.requests += 1
         self.send_response(200)
         self.send_header("Content-Length", "7")
         self.end_headers()
         self.wfile.write(b"records")
 
-    do_HEAD = do_GET  # noqa: N815
+    do_HEAD = do_GET
 
     def log_message(self, *args):
         pass
@@ -111,17 +163,22 @@ def _set(*place_and_value):
         for key in place[:-1]:
             holder = holder[key]
         holder[place[-1]] = value
+
     return change
 
 
-@pytest.mark.parametrize("change", [
-    _set("outcome", 0, 0, "../../elsewhere/x"),  # the shard's split: its published name
-    _set("outcome", 2, 0, 1, 0, "train/../.."),  # an example's split: where its receipt is
-    _set("outcome", 0, 2, "../../elsewhere/x.tfrecord"),  # the shard that is published
-    _set("files", 0, 0, "../../elsewhere/x.tfrecord"),
-    _set("files", 0, 0, "/etc/hostname"),
-    _set("files", 0, 0, "thumbnails\\..\\..\\x"),
-], ids=["split", "example split", "shard path", "file ..", "file absolute", "backslash"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        _set("outcome", 0, 0, "../../elsewhere/x"),  # the shard's split: its published name
+        _set("outcome", 2, 0, 1, 0, "train/../.."),  # an example's split: where its receipt is
+        _set("outcome", 0, 2, "../../elsewhere/x.tfrecord"),  # the shard that is published
+        _set("files", 0, 0, "../../elsewhere/x.tfrecord"),
+        _set("files", 0, 0, "/etc/hostname"),
+        _set("files", 0, 0, "thumbnails\\..\\..\\x"),
+    ],
+    ids=["split", "example split", "shard path", "file ..", "file absolute", "backslash"],
+)
 def test_a_receipt_naming_anything_outside_its_run_folder_is_refused_by_name(tmp_path, change):
     """A resumed run publishes a reused shard under its receipt's split and moves its
     receipt's temp path: a receipt naming `../..` would have it write outside the output."""

@@ -14,10 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import encode, photo_like
 
 import image_tfrecords
-
-from conftest import encode, photo_like
 from image_tfrecords.pipeline import run
 
 TIMINGS = ("started_at", "finished_at", "run_id")
@@ -37,8 +36,23 @@ def manifest(tmp_path_factory):
 
 
 def convert(manifest, output, *flags):
-    assert run.main(["--manifest", str(manifest), "--output_dir", str(output), "--num_shards",
-                     "3", "--max_error_fraction", "0.1", "--overwrite", *flags]) == 0
+    assert (
+        run.main(
+            [
+                "--manifest",
+                str(manifest),
+                "--output_dir",
+                str(output),
+                "--num_shards",
+                "3",
+                "--max_error_fraction",
+                "0.1",
+                "--overwrite",
+                *flags,
+            ]
+        )
+        == 0
+    )
 
 
 def published(output):
@@ -55,7 +69,8 @@ def published(output):
             if path.startswith(".tmp-"):
                 continue  # a run's temp dir: not published
             if not path.startswith(("transform_fn/", "transformed_metadata/")) or (
-                    path.startswith("transform_fn/assets/")):
+                path.startswith("transform_fn/assets/")
+            ):
                 files[path] = open(os.path.join(output, path), "rb").read()
     summary = json.loads(files.pop("summary.json"))
     del summary["options"]["output_dir"]
@@ -75,17 +90,24 @@ def reference(manifest, tmp_path_factory):
     return published(output)
 
 
-@pytest.mark.parametrize("workers", [
-    ["--direct_num_workers", "2", "--direct_running_mode", "multi_threading"],
-    ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"],
-])
+@pytest.mark.parametrize(
+    "workers",
+    [
+        ["--direct_num_workers", "2", "--direct_running_mode", "multi_threading"],
+        ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"],
+    ],
+)
 def test_same_bytes_with_one_or_two_workers(manifest, reference, tmp_path, workers):
     convert(manifest, tmp_path / "out", *workers)
     again = published(tmp_path / "out")
     assert sorted(again) == sorted(reference)
     # Several shards to get right (~50 TRAIN images over 3 shards chosen by URI hash).
-    assert len([name for name in reference
-                if name.startswith("train-") and name.endswith(".tfrecord")]) == 3
+    assert (
+        len(
+            [name for name in reference if name.startswith("train-") and name.endswith(".tfrecord")]
+        )
+        == 3
+    )
     for name in reference:
         assert again[name] == reference[name], name
 
@@ -99,28 +121,56 @@ def old_output(tmp_path_factory):
     root = tmp_path_factory.mktemp("old")
     (root / "old.csv").write_text("TRAIN,reliability-old.jpg,cat\n")
     (root / "reliability-old.jpg").write_bytes(encode(photo_like(8, 8, 99), "JPEG"))
-    assert run.main(["--manifest", str(root / "old.csv"), "--output_dir",
-                     str(root / "out")]) == 0
+    assert run.main(["--manifest", str(root / "old.csv"), "--output_dir", str(root / "out")]) == 0
     return root / "out"
 
 
-@pytest.mark.parametrize(("module", "function", "when"), [
-    ("image_tfrecords.core.receipts", "write_receipt", "after"),  # the 2nd shard written, in a worker
-    ("image_tfrecords.core.publishing", "move_into_place", "after"),  # publishing: shards moved in
-])
+@pytest.mark.parametrize(
+    ("module", "function", "when"),
+    [
+        (
+            "image_tfrecords.core.receipts",
+            "write_receipt",
+            "after",
+        ),  # the 2nd shard written, in a worker
+        (
+            "image_tfrecords.core.publishing",
+            "move_into_place",
+            "after",
+        ),  # publishing: shards moved in
+    ],
+)
 def test_a_killed_run_never_looks_like_a_good_one_and_a_rerun_completes(
-        manifest, reference, old_output, tmp_path, module, function, when):
+    manifest, reference, old_output, tmp_path, module, function, when
+):
     output = tmp_path / "out"
     shutil.copytree(old_output, output)  # the earlier output, made once for both kills
     old = published(output)
 
     job = subprocess.run(  # SIGKILLed, worker processes and all, where the test says
-        [sys.executable, str(STOP_AT), module, function, when,
-         "2" if function == "write_receipt" else "1", "--manifest", str(manifest),
-         "--output_dir", str(output),
-         "--num_shards", "3", "--overwrite", "--max_error_fraction", "0.1"],
-        capture_output=True, text=True, timeout=300, start_new_session=True,
-        env={**os.environ, "TMPDIR": str(tmp_path)})  # where tf.Transform's files stay
+        [
+            sys.executable,
+            str(STOP_AT),
+            module,
+            function,
+            when,
+            "2" if function == "write_receipt" else "1",
+            "--manifest",
+            str(manifest),
+            "--output_dir",
+            str(output),
+            "--num_shards",
+            "3",
+            "--overwrite",
+            "--max_error_fraction",
+            "0.1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # where tf.Transform's files stay
     assert job.returncode == -signal.SIGKILL, job.stderr[-3000:]
     assert [name for name in os.listdir(output) if name.startswith(".tmp-")]
     if function == "write_receipt":
@@ -135,10 +185,20 @@ def test_a_killed_run_never_looks_like_a_good_one_and_a_rerun_completes(
     # The rerun names the ids that differ from the output it replaced: the old one's, or,
     # killed midway through the swap, the new vocabulary already moved in.
     changes = rerun["summary.json"].pop("label_id_changes")
-    assert changes == ([] if function == "move_into_place" else [
-        {"label": "dog", "old_id": None, "new_id": 1},
-        {"label": "fish", "old_id": None, "new_id": 2}])
-    assert rerun == {**reference, "summary.json": {
-        key: value for key, value in reference["summary.json"].items()
-        if key != "label_id_changes"}}
+    assert changes == (
+        []
+        if function == "move_into_place"
+        else [
+            {"label": "dog", "old_id": None, "new_id": 1},
+            {"label": "fish", "old_id": None, "new_id": 2},
+        ]
+    )
+    assert rerun == {
+        **reference,
+        "summary.json": {
+            key: value
+            for key, value in reference["summary.json"].items()
+            if key != "label_id_changes"
+        },
+    }
     assert not [name for name in os.listdir(output) if name.startswith(".tmp-")]

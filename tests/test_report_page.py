@@ -19,34 +19,59 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from conftest import convert, encode
-from image_tfrecords.pipeline.cli import report_main
+from PIL import Image
 from test_near_duplicates import PLANTED, scene
-from image_tfrecords.core.histograms import (FILE_BYTE_BINS, LONGEST_SIDE_BINS, file_bytes_bin,
-                                   longest_side_bin)
+
+from image_tfrecords.core.failure import Failure
+from image_tfrecords.core.histograms import (
+    FILE_BYTE_BINS,
+    LONGEST_SIDE_BINS,
+    file_bytes_bin,
+    longest_side_bin,
+)
 from image_tfrecords.core.images import THUMBNAIL_SIDE
 from image_tfrecords.core.naming import REPORT_FILE
-from image_tfrecords.core.report_page import (LABELS_SAMPLED, LEAKS_LISTED, PAIRS_SHOWN, SAMPLE_PER_LABEL,
-                                CopyPair, Pictured, ReportContent, copy_rank, render_report)
-from image_tfrecords.core.failure import Failure
+from image_tfrecords.core.report_page import (
+    LABELS_SAMPLED,
+    LEAKS_LISTED,
+    PAIRS_SHOWN,
+    SAMPLE_PER_LABEL,
+    CopyPair,
+    Pictured,
+    ReportContent,
+    copy_rank,
+    render_report,
+)
 from image_tfrecords.core.summary import ErrorsInfo, NearCopiesInfo, RunOptions, SplitInfo, Summary
+from image_tfrecords.pipeline.cli import report_main
 
 CHROMIUM = shutil.which("chromium")
 # As the machine's notes give them: no sandbox as root, and none of Chromium's own
 # connections (refused on a closed network, many at a time).
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 def chromium(tmp_path, *args: str) -> str:
     """Runs headless Chromium with its own profile folder; returns what it printed."""
     if CHROMIUM is None:
         pytest.fail("Debian's chromium is not installed: `make test` installs it")
-    done = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-                           *args], capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return done.stdout
 
 
@@ -118,15 +143,22 @@ def test_the_page_renders_in_chromium_with_summary_json_numbers(sample_output, t
     # Every number the page prints from summary.json is the file's, and none is missing.
     shown = {tuple(path): text.strip() for path, text in page.numbers}
     assert shown and all(text == str(at(summary, path)) for path, text in shown.items())
-    expected = {("rows_read",), ("rows_in_examples",), ("rows_dead_lettered",),
-                ("examples_written",), ("near_duplicates", "copies"),
-                ("near_duplicates", "by_splits", "train/train"),
-                *(("errors", "by_reason", reason) for reason in summary["errors"]["by_reason"]),
-                *(("splits", split, counted, name)
-                  for split, stats in summary["splits"].items()
-                  for counted in ("labels", "longest_side", "file_bytes", "reencoded")
-                  for name in stats[counted]),
-                *(("splits", split, "examples") for split in summary["splits"])}
+    expected = {
+        ("rows_read",),
+        ("rows_in_examples",),
+        ("rows_dead_lettered",),
+        ("examples_written",),
+        ("near_duplicates", "copies"),
+        ("near_duplicates", "by_splits", "train/train"),
+        *(("errors", "by_reason", reason) for reason in summary["errors"]["by_reason"]),
+        *(
+            ("splits", split, counted, name)
+            for split, stats in summary["splits"].items()
+            for counted in ("labels", "longest_side", "file_bytes", "reencoded")
+            for name in stats[counted]
+        ),
+        *(("splits", split, "examples") for split in summary["splits"]),
+    }
     assert expected <= set(shown)
     assert summary["rows_read"] == 50 and summary["near_duplicates"]["copies"] == 4
     # Works offline: nothing to fetch, no script from anywhere.
@@ -141,8 +173,12 @@ def test_the_page_renders_in_chromium_with_summary_json_numbers(sample_output, t
         thumbnail = Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1])))
         assert thumbnail.format == "JPEG" and 0 < max(thumbnail.size) <= THUMBNAIL_SIDE
     # The screenshot is a page with content: text, plots and pictures, not a blank.
-    chromium(tmp_path, "--window-size=1200,3000", f"--screenshot={tmp_path / 'shot.png'}",
-             (sample_output / REPORT_FILE).as_uri())
+    chromium(
+        tmp_path,
+        "--window-size=1200,3000",
+        f"--screenshot={tmp_path / 'shot.png'}",
+        (sample_output / REPORT_FILE).as_uri(),
+    )
     with Image.open(tmp_path / "shot.png") as shot:
         assert shot.size == (1200, 3000)
         colours = shot.convert("RGB").getcolors(maxcolors=1 << 20)
@@ -155,11 +191,19 @@ def test_the_page_renders_in_chromium_with_summary_json_numbers(sample_output, t
 
 def test_the_histograms_count_every_example():
     assert [longest_side_bin(side) for side in (1, 64, 65, 4096, 4097)] == [
-        LONGEST_SIDE_BINS[0], LONGEST_SIDE_BINS[0], LONGEST_SIDE_BINS[1],
-        LONGEST_SIDE_BINS[-2], LONGEST_SIDE_BINS[-1]]
+        LONGEST_SIDE_BINS[0],
+        LONGEST_SIDE_BINS[0],
+        LONGEST_SIDE_BINS[1],
+        LONGEST_SIDE_BINS[-2],
+        LONGEST_SIDE_BINS[-1],
+    ]
     assert [file_bytes_bin(size) for size in (0, 4096, 4097, 16 << 20, (16 << 20) + 1)] == [
-        FILE_BYTE_BINS[0], FILE_BYTE_BINS[0], FILE_BYTE_BINS[1], FILE_BYTE_BINS[-2],
-        FILE_BYTE_BINS[-1]]
+        FILE_BYTE_BINS[0],
+        FILE_BYTE_BINS[0],
+        FILE_BYTE_BINS[1],
+        FILE_BYTE_BINS[-2],
+        FILE_BYTE_BINS[-1],
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -177,15 +221,28 @@ def leaky(tmp_path_factory):
         rows.append(f"TEST,scene{seed}.jpg,b")
     (root / "scene1_small.jpg").write_bytes(PLANTED["resized"](scene(1)))
     shutil.copy(root / "scene2.jpg", root / "scene2_copy.jpg")
-    rows += ["TEST,scene1_small.jpg,a", "TEST,scene2_copy.jpg,a", "TEST,gone.jpg,a",
-             "TEST,scene20.jpg,"]
+    rows += [
+        "TEST,scene1_small.jpg,a",
+        "TEST,scene2_copy.jpg,a",
+        "TEST,gone.jpg,a",
+        "TEST,scene20.jpg,",
+    ]
     (root / "m.csv").write_text("\n".join(rows) + "\n")
     return root / "m.csv"
 
 
 def test_with_dedupe_the_report_shows_what_was_written(leaky, tmp_path):
-    output = convert(tmp_path / "out", "--manifest", str(leaky), "--dedupe", "near",
-                     "--num_shards", "2", "--max_error_fraction", "0.5")
+    output = convert(
+        tmp_path / "out",
+        "--manifest",
+        str(leaky),
+        "--dedupe",
+        "near",
+        "--num_shards",
+        "2",
+        "--max_error_fraction",
+        "0.5",
+    )
     summary = json.loads((output / "summary.json").read_text())
     assert summary["duplicates"]["by_splits"] == {"train/test": 1}
     assert summary["near_duplicates"]["by_splits"] == {"train/test": 1}
@@ -221,8 +278,9 @@ def test_the_report_is_rebuilt_from_a_gzip_output(gzip_output, tmp_path):
     (copy / REPORT_FILE).unlink()
     # The installed command, as a user runs it.
     command = Path(sys.executable).parent / "image-tfrecords"
-    done = subprocess.run([str(command), "report", str(copy)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(command), "report", str(copy)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"written: {copy / REPORT_FILE}\n"
     rebuilt = rendered(tmp_path, copy)
@@ -235,45 +293,77 @@ def test_with_many_labels_the_sample_shows_those_with_most_train_examples():
     those with the most TRAIN examples; the table still counts every label."""
     labels = {f"class{index:03d}": 1000 - index for index in range(150)}
     examples = sum(labels.values())
-    summary = Summary(options=RunOptions(), rows_read=examples, rows_in_examples=examples,
-                      examples_written=examples, rows_dead_lettered=0, accounted=True,
-                      error_fraction=0.0, vocabulary={"label": list(labels)},
-                      splits={"train": SplitInfo(examples=examples, labels=labels)})
-    samples = {"train": {label: [Pictured(f"/{label}.jpg", "train", (label,), b"\xff\xd8")]
-                         for label in labels}}
+    summary = Summary(
+        options=RunOptions(),
+        rows_read=examples,
+        rows_in_examples=examples,
+        examples_written=examples,
+        rows_dead_lettered=0,
+        accounted=True,
+        error_fraction=0.0,
+        vocabulary={"label": list(labels)},
+        splits={"train": SplitInfo(examples=examples, labels=labels)},
+    )
+    samples = {
+        "train": {
+            label: [Pictured(f"/{label}.jpg", "train", (label,), b"\xff\xd8")] for label in labels
+        }
+    }
     page = Page(render_report(summary, ReportContent(samples, [], [], {}), "out"))
-    assert page.pictured["sample"] == [f"/class{index:03d}.jpg"
-                                       for index in range(LABELS_SAMPLED)]
+    assert page.pictured["sample"] == [f"/class{index:03d}.jpg" for index in range(LABELS_SAMPLED)]
     assert {tuple(path) for path, _ in page.numbers} >= {
-        ("splits", "train", "labels", label) for label in labels}
+        ("splits", "train", "labels", label) for label in labels
+    }
 
 
 def test_objects_left_out_are_counted_by_shape_under_the_accounting(tmp_path):
     """Shapes the examples cannot hold (a CVAT task's polylines and points) are named with
     their counts, summary.json's, in the page Chromium renders."""
-    summary = Summary(options=RunOptions(label_mode="detection"), rows_read=6,
-                      rows_in_examples=2, examples_written=1, rows_dead_lettered=0,
-                      rows_discarded=4, objects_left_out={"points": 1, "polyline": 3},
-                      accounted=True, error_fraction=0.0, vocabulary={"label": ["cat"]},
-                      splits={"train": SplitInfo(examples=1, labels={"cat": 2})})
-    (tmp_path / REPORT_FILE).write_text(render_report(summary, ReportContent({}, [], [], {}),
-                                                      "out"))
+    summary = Summary(
+        options=RunOptions(label_mode="detection"),
+        rows_read=6,
+        rows_in_examples=2,
+        examples_written=1,
+        rows_dead_lettered=0,
+        rows_discarded=4,
+        objects_left_out={"points": 1, "polyline": 3},
+        accounted=True,
+        error_fraction=0.0,
+        vocabulary={"label": ["cat"]},
+        splits={"train": SplitInfo(examples=1, labels={"cat": 2})},
+    )
+    (tmp_path / REPORT_FILE).write_text(
+        render_report(summary, ReportContent({}, [], [], {}), "out")
+    )
     page = rendered(tmp_path, tmp_path)
     shown = {tuple(path): text.strip() for path, text in page.numbers}
     assert {path: text for path, text in shown.items() if path[0] == "objects_left_out"} == {
-        ("objects_left_out", "points"): "1", ("objects_left_out", "polyline"): "3"}
+        ("objects_left_out", "points"): "1",
+        ("objects_left_out", "polyline"): "3",
+    }
     assert shown[("rows_discarded",)] == "4"
 
 
-@pytest.mark.parametrize(("line", "why"), [
-    ('{"manifest": "m.csv", "line": 3, "uri": "a.jpg", "message": "no"}', "reason: Field required"),
-    ('{"manifest": "m.csv", "line": "three", "uri": "a.jpg", "reason": "r", "message": "no"}',
-     "line: Input should be a valid integer"),
-    ('["m.csv", 3]', "the line: Input should be a valid dictionary"),
-    ('{"manifest": "m.csv", "line": 3,', "not JSON"),
-], ids=["no reason", "line not a number", "not an object", "not JSON"])
-def test_a_dead_letter_line_that_is_not_one_is_named_not_a_traceback(tfrecord_output, tmp_path,
-                                                                     capsys, line, why):
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (
+            '{"manifest": "m.csv", "line": 3, "uri": "a.jpg", "message": "no"}',
+            "reason: Field required",
+        ),
+        (
+            '{"manifest": "m.csv", "line": "three", "uri": "a.jpg", "reason": "r", '
+            '"message": "no"}',
+            "line: Input should be a valid integer",
+        ),
+        ('["m.csv", 3]', "the line: Input should be a valid dictionary"),
+        ('{"manifest": "m.csv", "line": 3,', "not JSON"),
+    ],
+    ids=["no reason", "line not a number", "not an object", "not JSON"],
+)
+def test_a_dead_letter_line_that_is_not_one_is_named_not_a_traceback(
+    tfrecord_output, tmp_path, capsys, line, why
+):
     output = shutil.copytree(tfrecord_output, tmp_path / "out")
     (errors,) = output.glob("errors-*.jsonl")
     lines = errors.read_text().splitlines()
@@ -331,38 +421,67 @@ def failed_run() -> tuple[Summary, ReportContent, Failure]:
     it: 60 near-copies within TRAIN and 60 between TRAIN and VALIDATION (leaks), a wide
     thumbnail in the sample and in the first leak."""
     pairs = 60
-    near = NearCopiesInfo(copies=2 * pairs, max_distance=8,
-                          by_splits={"train/train": pairs, "train/validation": pairs},
-                          files=("near_duplicates-00000-of-00001.jsonl",))
-    summary = Summary(options=RunOptions(), rows_read=10, rows_in_examples=6,
-                      examples_written=6, rows_dead_lettered=4, accounted=True,
-                      error_fraction=0.4, vocabulary={"label": ["cat"]},
-                      errors=ErrorsInfo(by_reason={"file_not_found": 4},
-                                        files=("errors-00000-of-00001.jsonl",)),
-                      near_duplicates=near,
-                      splits={"train": SplitInfo(examples=3, labels={"cat": 3}),
-                              "validation": SplitInfo(examples=3, labels={"cat": 3})})
+    near = NearCopiesInfo(
+        copies=2 * pairs,
+        max_distance=8,
+        by_splits={"train/train": pairs, "train/validation": pairs},
+        files=("near_duplicates-00000-of-00001.jsonl",),
+    )
+    summary = Summary(
+        options=RunOptions(),
+        rows_read=10,
+        rows_in_examples=6,
+        examples_written=6,
+        rows_dead_lettered=4,
+        accounted=True,
+        error_fraction=0.4,
+        vocabulary={"label": ["cat"]},
+        errors=ErrorsInfo(by_reason={"file_not_found": 4}, files=("errors-00000-of-00001.jsonl",)),
+        near_duplicates=near,
+        splits={
+            "train": SplitInfo(examples=3, labels={"cat": 3}),
+            "validation": SplitInfo(examples=3, labels={"cat": 3}),
+        },
+    )
     grey = solid((128, 128, 128), (8, 8))
     copies = []
     for index in range(pairs):
         kept = Pictured(f"/kept{index}.jpg", "train", ("cat",), grey)
-        copies.append(CopyPair(kept, Pictured(f"/within{index}.jpg", "train", ("cat",), grey),
-                               3))
+        copies.append(CopyPair(kept, Pictured(f"/within{index}.jpg", "train", ("cat",), grey), 3))
         wide = solid(GREEN, (96, 32)) if index == 0 else grey
-        copies.append(CopyPair(kept._replace(thumbnail=wide), Pictured(
-            f"/leak{index}.jpg", "validation", ("cat",), grey), 3))
+        copies.append(
+            CopyPair(
+                kept._replace(thumbnail=wide),
+                Pictured(f"/leak{index}.jpg", "validation", ("cat",), grey),
+                3,
+            )
+        )
     # The first of them, as the pipeline and `report` pick them.
-    shown = heapq.nsmallest(LEAKS_LISTED, copies, key=lambda pair: copy_rank(
-        pair.kept.split, pair.copy.split, "m.csv", int(re.sub(r"\D", "", pair.copy.uri)),
-        pair.copy.uri))
+    shown = heapq.nsmallest(
+        LEAKS_LISTED,
+        copies,
+        key=lambda pair: copy_rank(
+            pair.kept.split,
+            pair.copy.split,
+            "m.csv",
+            int(re.sub(r"\D", "", pair.copy.uri)),
+            pair.copy.uri,
+        ),
+    )
     content = ReportContent(
-        samples={"train": {"cat": [Pictured("/wide.jpg", "train", ("cat",),
-                                            solid(MAGENTA, (96, 24)))]}},
-        duplicates=[], near_duplicates=shown, dead_letters={})
-    failure = Failure(problems=("40.0% of rows were dead-lettered, more than "
-                                "--max_error_fraction 1.0%",),
-                      dead_letters=("out/.tmp-1/staged/errors-00000-of-00001.jsonl",),
-                      record="out/.tmp-1/staged/FAILED.json", summary=summary)
+        samples={
+            "train": {"cat": [Pictured("/wide.jpg", "train", ("cat",), solid(MAGENTA, (96, 24)))]}
+        },
+        duplicates=[],
+        near_duplicates=shown,
+        dead_letters={},
+    )
+    failure = Failure(
+        problems=("40.0% of rows were dead-lettered, more than --max_error_fraction 1.0%",),
+        dead_letters=("out/.tmp-1/staged/errors-00000-of-00001.jsonl",),
+        record="out/.tmp-1/staged/FAILED.json",
+        summary=summary,
+    )
     return summary, content, failure
 
 
@@ -382,21 +501,29 @@ def test_a_failed_runs_page_opens_on_its_failure_with_leaks_first(tmp_path):
     # too, and the other 10 are listed by name under them.
     near = page.pictured["near_duplicates"]
     assert [uri for uri in near if "/leak" in uri or "/within" in uri] == [
-        f"/leak{index}.jpg" for index in range(PAIRS_SHOWN)]
+        f"/leak{index}.jpg" for index in range(PAIRS_SHOWN)
+    ]
     assert text.index("train/validation (leak)") < text.index("train/train")
-    assert ("The first 50 of 120 copies, leaks first: 50 of the 60 leaks; the next 10 are "
-            "listed below.") in text
-    listed = text[text.index("The next 10 leaks, by name"):]
+    assert (
+        "The first 50 of 120 copies, leaks first: 50 of the 60 leaks; the next 10 are listed below."
+    ) in text
+    listed = text[text.index("The next 10 leaks, by name") :]
     assert [re.sub(r"\D", "", uri) for uri in re.findall(r"/\w+\.jpg", listed)] == [
-        str(index) for index in range(PAIRS_SHOWN, 60) for _ in ("kept", "leak")]
+        str(index) for index in range(PAIRS_SHOWN, 60) for _ in ("kept", "leak")
+    ]
     # No script; each bar's numbers as its <title>; whole-number ticks on every count axis.
     assert page.scripts == 0 and "<title>train, cat: 3</title>" in dom
     ticks = YTicks(dom).charts
-    assert ticks and all(labels and all(label.isdigit() for label in labels)
-                         for labels in ticks), ticks
+    assert ticks and all(labels and all(label.isdigit() for label in labels) for labels in ticks), (
+        ticks
+    )
     # Looked at: the failure is the top of the page; wide thumbnails stay wide.
-    chromium(tmp_path, "--window-size=1200,4000", f"--screenshot={tmp_path / 'shot.png'}",
-             (tmp_path / REPORT_FILE).as_uri())
+    chromium(
+        tmp_path,
+        "--window-size=1200,4000",
+        f"--screenshot={tmp_path / 'shot.png'}",
+        (tmp_path / REPORT_FILE).as_uri(),
+    )
     with Image.open(tmp_path / "shot.png") as shot:
         shot = shot.convert("RGB")
     top = shot.crop((0, 0, shot.width, 160))
@@ -410,11 +537,13 @@ def test_leaks_beyond_those_listed_are_pointed_to_in_their_files():
     """More leaks than the page lists (LEAKS_LISTED): the note says how many, which files
     hold them all and how to pick them out."""
     summary, content, _ = failed_run()
-    near = summary.near_duplicates.model_copy(update={
-        "copies": 20_060, "by_splits": {"train/train": 60, "train/validation": 20_000}})
-    page = Page(render_report(summary.model_copy(update={"near_duplicates": near}), content,
-                              "out"))
-    assert ("The first 50 of 20060 copies, leaks first: 50 of the 20000 leaks; the next 10 "
-            "are listed below. Every one is in near_duplicates-00000-of-00001.jsonl, the "
-            "lines whose kept and copy splits differ: jq -c 'select(.kept.split != "
-            ".copy.split)' near_duplicates-00000-of-00001.jsonl") in " ".join(page.text)
+    near = summary.near_duplicates.model_copy(
+        update={"copies": 20_060, "by_splits": {"train/train": 60, "train/validation": 20_000}}
+    )
+    page = Page(render_report(summary.model_copy(update={"near_duplicates": near}), content, "out"))
+    assert (
+        "The first 50 of 20060 copies, leaks first: 50 of the 20000 leaks; the next 10 "
+        "are listed below. Every one is in near_duplicates-00000-of-00001.jsonl, the "
+        "lines whose kept and copy splits differ: jq -c 'select(.kept.split != "
+        ".copy.split)' near_duplicates-00000-of-00001.jsonl"
+    ) in " ".join(page.text)

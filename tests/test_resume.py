@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import download, encode, photo_like, put
-from image_tfrecords.pipeline import resume, run
 from test_reliability import published
+
+from image_tfrecords.pipeline import resume, run
 
 STOP_AT = Path(__file__).parent.parent / "bench" / "stop_at.py"
 SPLITS = {"train": 40, "validation": 16, "test": 16}  # 2 shards each, none empty
@@ -29,8 +29,7 @@ def make_manifest(folder: str, splits: dict[str, int] = SPLITS) -> str:
     """Images and a manifest of them (`splits`: images per split), with a missing image
     and a row without a label."""
     rows = []
-    for index, split in enumerate(split for split, count in splits.items()
-                                  for _ in range(count)):
+    for index, split in enumerate(split for split, count in splits.items() for _ in range(count)):
         put(f"{folder}/img/{index}.jpg", encode(photo_like(40, 30, index), "JPEG"))
         rows.append(f"{split.upper()},{folder}/img/{index}.jpg,{('cat', 'dog')[index % 2]}")
     rows += [f"TRAIN,{folder}/img/missing.jpg,cat", f"TRAIN,{folder}/img/0.jpg,"]
@@ -38,19 +37,34 @@ def make_manifest(folder: str, splits: dict[str, int] = SPLITS) -> str:
     return f"{folder}/m.csv"
 
 
-def arguments(manifest: str, output: str, *flags: str, shards_per_split: int = 2
-              ) -> list[str]:
-    return ["--manifest", manifest, "--output_dir", output, "--num_shards",
-            str(shards_per_split), "--max_error_fraction", "0.2", "--overwrite", *flags]
+def arguments(manifest: str, output: str, *flags: str, shards_per_split: int = 2) -> list[str]:
+    return [
+        "--manifest",
+        manifest,
+        "--output_dir",
+        output,
+        "--num_shards",
+        str(shards_per_split),
+        "--max_error_fraction",
+        "0.2",
+        "--overwrite",
+        *flags,
+    ]
 
 
-def stopped_run(argv: list[str], module: str, function: str, when: str, count: int,
-                temp: Path) -> None:
+def stopped_run(
+    argv: list[str], module: str, function: str, when: str, count: int, temp: Path
+) -> None:
     """Runs the command line in a new process group, SIGKILLed as bench/stop_at.py says;
     what it leaves in its temp folder (tf.Transform's) goes in `temp`."""
-    job = subprocess.run([sys.executable, str(STOP_AT), module, function, when, str(count),
-                          *argv], capture_output=True, text=True, timeout=300,
-                         start_new_session=True, env={**os.environ, "TMPDIR": str(temp)})
+    job = subprocess.run(
+        [sys.executable, str(STOP_AT), module, function, when, str(count), *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": str(temp)},
+    )
     assert job.returncode == -signal.SIGKILL, job.stderr[-3000:]
 
 
@@ -90,20 +104,34 @@ def local(tmp_path_factory):
     return manifest, output, comparable(output)
 
 
-@pytest.mark.parametrize(("function", "when", "count", "reused"), [
-    # While writing: after the fourth shard's receipt, and with the third shard's files
-    # closed but its receipt not yet written (that shard is redone).
-    ("write_receipt", "after", 4, 4),
-    ("write_receipt", "before", 3, 2),
-])
-def test_a_run_stopped_while_writing_resumes_to_the_same_output(local, capsys, function,
-                                                                 when, count, reused):
+@pytest.mark.parametrize(
+    ("function", "when", "count", "reused"),
+    [
+        # While writing: after the fourth shard's receipt, and with the third shard's files
+        # closed but its receipt not yet written (that shard is redone).
+        ("write_receipt", "after", 4, 4),
+        ("write_receipt", "before", 3, 2),
+    ],
+)
+def test_a_run_stopped_while_writing_resumes_to_the_same_output(
+    local, capsys, function, when, count, reused
+):
     manifest, output, reference = local
-    stopped_run(arguments(manifest, str(output)), "image_tfrecords.core.receipts", function, when, count,
-                output.parent)
-    receipts = [name for folder in os.listdir(output) if folder.startswith(".tmp-")
-                for name in os.listdir(output / folder / "receipts")
-                if name.endswith(".receipt.json")]
+    stopped_run(
+        arguments(manifest, str(output)),
+        "image_tfrecords.core.receipts",
+        function,
+        when,
+        count,
+        output.parent,
+    )
+    receipts = [
+        name
+        for folder in os.listdir(output)
+        if folder.startswith(".tmp-")
+        for name in os.listdir(output / folder / "receipts")
+        if name.endswith(".receipt.json")
+    ]
     assert len(receipts) == reused
     printed = resumed(arguments(manifest, str(output)), capsys)
     assert f"resumed: {reused} of {SHARDS} shards reused from the stopped run" in printed
@@ -112,23 +140,34 @@ def test_a_run_stopped_while_writing_resumes_to_the_same_output(local, capsys, f
     same_output(output, reference)
 
 
-@pytest.mark.parametrize(("function", "when", "reused"), [
-    ("move_into_place", "before", SHARDS),  # the summary prepared, nothing moved yet
-    ("move_into_place", "after", 0),  # the shards moved in, summary.json not yet written
-    ("delete_tree", "before", 0),  # published, its temp folder not yet removed
-])
-def test_a_run_stopped_while_publishing_resumes_to_the_same_output(local, capsys, function,
-                                                                   when, reused):
+@pytest.mark.parametrize(
+    ("function", "when", "reused"),
+    [
+        ("move_into_place", "before", SHARDS),  # the summary prepared, nothing moved yet
+        ("move_into_place", "after", 0),  # the shards moved in, summary.json not yet written
+        ("delete_tree", "before", 0),  # published, its temp folder not yet removed
+    ],
+)
+def test_a_run_stopped_while_publishing_resumes_to_the_same_output(
+    local, capsys, function, when, reused
+):
     manifest, output, reference = local
-    stopped_run(arguments(manifest, str(output)), "image_tfrecords.core.publishing", function, when, 1,
-                output.parent)
+    stopped_run(
+        arguments(manifest, str(output)),
+        "image_tfrecords.core.publishing",
+        function,
+        when,
+        1,
+        output.parent,
+    )
     resumed(arguments(manifest, str(output)), capsys)
     assert json.loads((output / "summary.json").read_text())["resumed_shards"] == reused
     same_output(output, reference)
 
 
 def test_a_failed_run_resumed_with_a_higher_error_threshold_reuses_every_shard(
-        local, tmp_path, capsys):
+    local, tmp_path, capsys
+):
     """2 of 74 rows are dead letters: more than 1%, so the first run publishes nothing."""
     manifest, _, reference = local
     output = tmp_path / "out"
@@ -146,23 +185,37 @@ def test_a_stopped_run_made_from_other_inputs_or_options_is_refused(local, tmp_p
     changed = data / "m.csv"
     changed.write_text(open(manifest).read())
     output = str(tmp_path / "out")
-    stopped_run(arguments(str(changed), output), "image_tfrecords.core.receipts", "write_receipt",
-                "after", 2, tmp_path)
+    stopped_run(
+        arguments(str(changed), output),
+        "image_tfrecords.core.receipts",
+        "write_receipt",
+        "after",
+        2,
+        tmp_path,
+    )
     capsys.readouterr()
     with changed.open("a") as file:
         file.write(f"TEST,{os.path.dirname(manifest)}/img/1.jpg,dog\n")
     assert run.main(arguments(str(changed), output, "--resume")) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: --resume: the stopped run in ")
-    assert f"made from other inputs or settings: {changed} has changed. Run without " \
-           "--resume to start again from the first image" in error
+    assert (
+        f"made from other inputs or settings: {changed} has changed. Run without "
+        "--resume to start again from the first image" in error
+    )
     assert error.count("\n") == 1
 
-    assert run.main(arguments(manifest, output, "--resume", "--num_shards", "3",
-                              "--image_format", "png")) == 2
+    assert (
+        run.main(
+            arguments(manifest, output, "--resume", "--num_shards", "3", "--image_format", "png")
+        )
+        == 2
+    )
     error = capsys.readouterr().err
-    assert f"{manifest} is new; {changed} is no longer given; --image_format 'png' (the " \
-           "stopped run's: 'keep'); --num_shards 3 (the stopped run's: 2)" in error
+    assert (
+        f"{manifest} is new; {changed} is no longer given; --image_format 'png' (the "
+        "stopped run's: 'keep'); --num_shards 3 (the stopped run's: 2)" in error
+    )
     assert not os.path.exists(os.path.join(output, "summary.json"))  # nothing published
 
 
@@ -176,7 +229,8 @@ def test_resume_with_nothing_to_resume_starts_from_the_first_image(local, tmp_pa
 
 @pytest.mark.parametrize("bucket", ["gcs", "s3"])
 def test_a_run_stopped_while_writing_to_a_bucket_resumes_to_the_same_output(
-        bucket, request, tmp_path, capsys):
+    bucket, request, tmp_path, capsys
+):
     """The receipts, shards and run.json live in the bucket, as on Dataflow (a shard per
     split: every request to the test servers takes a while)."""
     server = request.getfixturevalue(bucket)

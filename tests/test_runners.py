@@ -14,8 +14,8 @@ import pytest
 from apache_beam.portability.api import beam_job_api_pb2
 from apache_beam.runners.job import utils as job_utils
 from apache_beam.runners.portability import local_job_service
-
 from conftest import read_examples, tiny_manifest
+
 from image_tfrecords.pipeline import run
 
 
@@ -29,17 +29,33 @@ def job_server():
 
 def received_options(servicer) -> tuple[object, dict]:
     """The one job the server got, and its options as the server holds them."""
-    (job,) = servicer._jobs.values()  # noqa: SLF001 - no public listing in-process
-    options = job_utils.struct_to_dict(job._pipeline_options)  # noqa: SLF001
+    (job,) = servicer._jobs.values()
+    options = job_utils.struct_to_dict(job._pipeline_options)
     return job, {key.split(":")[2]: value for key, value in options.items()}
 
 
 def test_flink_runner_reaches_the_job_server_with_its_options_untouched(job_server, tmp_path):
     servicer, endpoint = job_server
-    code = run.main(["--manifest", tiny_manifest(tmp_path), "--output_dir", str(tmp_path / "out"),
-                     "--runner", "FlinkRunner", "--flink_master", "flink-jobmanager:8081",
-                     "--parallelism", "4", "--environment_type", "LOOPBACK",
-                     "--job_endpoint", endpoint, "--num_shards", "2"])
+    code = run.main(
+        [
+            "--manifest",
+            tiny_manifest(tmp_path),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--runner",
+            "FlinkRunner",
+            "--flink_master",
+            "flink-jobmanager:8081",
+            "--parallelism",
+            "4",
+            "--environment_type",
+            "LOOPBACK",
+            "--job_endpoint",
+            endpoint,
+            "--num_shards",
+            "2",
+        ]
+    )
     assert code == 0
     _, options = received_options(servicer)
     assert options["flink_master"] == "flink-jobmanager:8081"
@@ -52,13 +68,25 @@ def test_flink_runner_reaches_the_job_server_with_its_options_untouched(job_serv
     assert len(read_examples(str(tmp_path / "out" / "train-*.tfrecord"))) == 2
 
 
-def test_spark_runner_submits_without_waiting_and_the_job_publishes(job_server, tmp_path,
-                                                                    capsys):
+def test_spark_runner_submits_without_waiting_and_the_job_publishes(job_server, tmp_path, capsys):
     servicer, endpoint = job_server
-    code = run.main(["--manifest", tiny_manifest(tmp_path), "--output_dir", str(tmp_path / "out"),
-                     "--runner", "SparkRunner", "--spark_master_url", "spark://spark-master:7077",
-                     "--environment_type", "LOOPBACK", "--job_endpoint", endpoint,
-                     "--no_wait_until_finish"])
+    code = run.main(
+        [
+            "--manifest",
+            tiny_manifest(tmp_path),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--runner",
+            "SparkRunner",
+            "--spark_master_url",
+            "spark://spark-master:7077",
+            "--environment_type",
+            "LOOPBACK",
+            "--job_endpoint",
+            endpoint,
+            "--no_wait_until_finish",
+        ]
+    )
     assert code == 0
     assert "job submitted; it writes" in capsys.readouterr().out
     job, options = received_options(servicer)

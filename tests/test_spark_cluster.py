@@ -37,7 +37,6 @@ import subprocess
 import time
 
 import pytest
-
 from clusters import SparkCluster, WorkerPool, beside_a_pool
 from storage_servers import HOST
 from test_engines import assert_same_output, engine_log, pipeline
@@ -66,9 +65,11 @@ class ClusterRun:
     application_s: float
 
     def times(self) -> str:
-        return (f"{self.wall:.1f} s, of which {self.before:.1f} s before the application "
-                f"started, the application {self.application_s:.1f} s, "
-                f"{self.wall - self.before - self.application_s:.1f} s after it")
+        return (
+            f"{self.wall:.1f} s, of which {self.before:.1f} s before the application "
+            f"started, the application {self.application_s:.1f} s, "
+            f"{self.wall - self.before - self.application_s:.1f} s after it"
+        )
 
 
 def run_on_the_cluster(spark, *argv: str, temp, monkeypatch) -> ClusterRun:
@@ -78,27 +79,45 @@ def run_on_the_cluster(spark, *argv: str, temp, monkeypatch) -> ClusterRun:
     monkeypatch.setenv("SPARK_LOCAL_IP", HOST)
     known = {application["id"] for application in cluster.applications()}
     started = time.time()
-    job = pipeline(*argv, "--temp_location", str(temp / "tft"),
-                   "--runner", "SparkRunner", "--spark_master_url", cluster.master_url,
-                   "--environment_type", "EXTERNAL",
-                   "--environment_config", f"localhost:{pool.port}",
-                   "--environment_cache_millis", "60000", temp=temp)
+    job = pipeline(
+        *argv,
+        "--temp_location",
+        str(temp / "tft"),
+        "--runner",
+        "SparkRunner",
+        "--spark_master_url",
+        cluster.master_url,
+        "--environment_type",
+        "EXTERNAL",
+        "--environment_config",
+        f"localhost:{pool.port}",
+        "--environment_cache_millis",
+        "60000",
+        temp=temp,
+    )
     ended = time.time()
-    [application] = [application for application in cluster.applications()
-                     if application["id"] not in known]
-    return ClusterRun(job, application, wall=ended - started,
-                      before=application["starttime"] / 1000 - started,
-                      application_s=application["duration"] / 1000)
+    [application] = [
+        application for application in cluster.applications() if application["id"] not in known
+    ]
+    return ClusterRun(
+        job,
+        application,
+        wall=ended - started,
+        before=application["starttime"] / 1000 - started,
+        application_s=application["duration"] / 1000,
+    )
 
 
 def test_the_hostile_set_on_the_cluster_publishes_what_the_direct_runner_does(
-        spark, hostile, tmp_path, monkeypatch):
+    spark, hostile, tmp_path, monkeypatch
+):
     _, pool = spark
     flags, reference = hostile
     workers_before = pool.log.read_text().count("Starting worker")
     output = tmp_path / "out"
-    run = run_on_the_cluster(spark, *flags, "--output_dir", str(output), temp=tmp_path,
-                             monkeypatch=monkeypatch)
+    run = run_on_the_cluster(
+        spark, *flags, "--output_dir", str(output), temp=tmp_path, monkeypatch=monkeypatch
+    )
     assert run.job.returncode == 0, run.job.stderr[-3000:]
     print(f"the hostile set on the Spark cluster: {run.times()}")
     # The cluster ran it, to its end: its application FINISHED in the Master's JSON.
@@ -110,16 +129,25 @@ def test_the_hostile_set_on_the_cluster_publishes_what_the_direct_runner_does(
     assert_same_output(output, reference)
 
 
-def test_a_failed_run_on_the_cluster_publishes_nothing(spark, hostile, sample_outputs,
-                                                        tmp_path, monkeypatch):
+def test_a_failed_run_on_the_cluster_publishes_nothing(
+    spark, hostile, sample_outputs, tmp_path, monkeypatch
+):
     """The hostile set with no dead letter allowed: the outcome check, on the executor,
     fails the job; the output folder's previous contents stay byte for byte."""
     flags, _ = hostile
     output = shutil.copytree(sample_outputs("tfrecord"), tmp_path / "out")
     before = published(output)
-    run = run_on_the_cluster(spark, *flags, "--output_dir", str(output), "--overwrite",
-                             "--max_error_fraction", "0", temp=tmp_path,
-                             monkeypatch=monkeypatch)
+    run = run_on_the_cluster(
+        spark,
+        *flags,
+        "--output_dir",
+        str(output),
+        "--overwrite",
+        "--max_error_fraction",
+        "0",
+        temp=tmp_path,
+        monkeypatch=monkeypatch,
+    )
     print(f"a failed run on the Spark cluster: {run.times()}")
     assert run.job.returncode == 1, run.job.stderr[-3000:]
     assert "FAILED: nothing below was published" in run.job.stdout

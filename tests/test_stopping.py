@@ -9,8 +9,8 @@ import types
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-
 from conftest import SAMPLE_MANIFEST
+
 from image_tfrecords.pipeline import engines, run, stopping
 
 FLINK_CLUSTER = ["--runner", "FlinkRunner", "--flink_master", "jobmanager:8081"]
@@ -38,7 +38,9 @@ def test_a_signal_while_the_job_runs_stops_the_launcher_as_a_shell_says(signum, 
         signal_soon(signum)
         wait_in_the_main_thread(5)
     assert (str(stopped.value), stopped.value.exit_code) == (
-        f"stopped by {signal.Signals(signum).name}", exit_code)
+        f"stopped by {signal.Signals(signum).name}",
+        exit_code,
+    )
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
 
 
@@ -69,19 +71,31 @@ def test_a_second_signal_stops_the_wait_for_the_cancellation_not_the_cancellatio
         outcome = watching.cancel(job)
     assert time.monotonic() - started < stopping.CANCEL_WAIT_S / 3
     assert job.cancelled
-    assert outcome == (f"the job {job.job_id()} was asked to cancel and is still RUNNING: see "
-                       "the runner's console")
+    assert outcome == (
+        f"the job {job.job_id()} was asked to cancel and is still RUNNING: see the runner's console"
+    )
 
 
-@pytest.mark.parametrize("flags, environment", [
-    ([], None),
-    ([*FLINK_CLUSTER, "--environment_type", "LOOPBACK"], None),
-    (["--runner", "DataflowRunner"], None),
-    (FLINK_CLUSTER, "DOCKER"),  # Beam's default environment for a portable runner
-    ([*FLINK_CLUSTER, "--environment_type", "external", "--environment_config", "pool:50000"],
-     "EXTERNAL pool:50000"),
-    (["--runner", "SparkRunner", "--environment_type", "PROCESS"], "PROCESS"),
-])
+@pytest.mark.parametrize(
+    "flags, environment",
+    [
+        ([], None),
+        ([*FLINK_CLUSTER, "--environment_type", "LOOPBACK"], None),
+        (["--runner", "DataflowRunner"], None),
+        (FLINK_CLUSTER, "DOCKER"),  # Beam's default environment for a portable runner
+        (
+            [
+                *FLINK_CLUSTER,
+                "--environment_type",
+                "external",
+                "--environment_config",
+                "pool:50000",
+            ],
+            "EXTERNAL pool:50000",
+        ),
+        (["--runner", "SparkRunner", "--environment_type", "PROCESS"], "PROCESS"),
+    ],
+)
 def test_only_workers_that_start_apart_from_the_launcher_are_waited_for(flags, environment):
     assert stopping.watched_environment(PipelineOptions(flags)) == environment
 
@@ -91,31 +105,36 @@ def quick_polls(monkeypatch):
     monkeypatch.setattr(stopping, "WORKER_POLL_S", 0.05)
 
 
-EXTERNAL = [*FLINK_CLUSTER, "--environment_type", "EXTERNAL", "--environment_config",
-            "pool:50000"]
+EXTERNAL = [*FLINK_CLUSTER, "--environment_type", "EXTERNAL", "--environment_config", "pool:50000"]
 
 
-def test_no_worker_started_in_time_stops_the_job_saying_which_environment(quick_polls,
-                                                                          tmp_path):
+def test_no_worker_started_in_time_stops_the_job_saying_which_environment(quick_polls, tmp_path):
     submitted = types.SimpleNamespace(result=RunningJob())  # Beam's Pipeline, once run
-    with pytest.raises(stopping.WorkersNeverStarted) as never, watch(*EXTERNAL,
-                                                                     timeout=0.3) as watching:
+    with (
+        pytest.raises(stopping.WorkersNeverStarted) as never,
+        watch(*EXTERNAL, timeout=0.3) as watching,
+    ):
         watching.handed_over(submitted, str(tmp_path / "worker-started"))
         wait_in_the_main_thread(5)
     assert never.value.exit_code == 1
     assert str(never.value).startswith(
         "no SDK worker of the job started within 0.3 s (--worker_start_timeout) from "
         "--environment_type EXTERNAL pool:50000: check that every TaskManager or executor "
-        "reaches it and that its python imports apache_beam")
+        "reaches it and that its python imports apache_beam"
+    )
 
 
-@pytest.mark.parametrize("timeout, submitted, marker_written", [
-    (0.3, True, True),  # a worker started
-    (0.3, False, False),  # the submission is under way: the clock has not started
-    (0, True, False),  # no limit
-])
-def test_the_job_runs_on_when_a_worker_started_or_no_clock_runs(quick_polls, tmp_path, timeout,
-                                                                submitted, marker_written):
+@pytest.mark.parametrize(
+    "timeout, submitted, marker_written",
+    [
+        (0.3, True, True),  # a worker started
+        (0.3, False, False),  # the submission is under way: the clock has not started
+        (0, True, False),  # no limit
+    ],
+)
+def test_the_job_runs_on_when_a_worker_started_or_no_clock_runs(
+    quick_polls, tmp_path, timeout, submitted, marker_written
+):
     marker = tmp_path / "worker-started"
     if marker_written:
         marker.write_bytes(b"")
@@ -135,26 +154,42 @@ SUBMITTED_LOG = """\
 
 def test_the_flink_jobs_a_job_server_submitted_are_read_from_its_log():
     assert engines.submitted_flink_jobs(SUBMITTED_LOG, "jobmanager:8081") == [
-        engines.FlinkJob("77216ba76a36cd7b05bb79cf9eae1b1c", "http://localhost:38249")]
+        engines.FlinkJob("77216ba76a36cd7b05bb79cf9eae1b1c", "http://localhost:38249")
+    ]
     # Stopped before Flink answered: the job is looked for at --flink_master.
     assert engines.submitted_flink_jobs(SUBMITTED_LOG.splitlines()[1], "jobmanager:8081") == [
-        engines.FlinkJob("77216ba76a36cd7b05bb79cf9eae1b1c", "http://jobmanager:8081")]
+        engines.FlinkJob("77216ba76a36cd7b05bb79cf9eae1b1c", "http://jobmanager:8081")
+    ]
 
 
 def test_a_negative_worker_start_timeout_is_refused(tmp_path, capsys):
-    code = run.main(["--manifest", str(SAMPLE_MANIFEST), "--output_dir", str(tmp_path),
-                     "--worker_start_timeout", "-1"])
+    code = run.main(
+        [
+            "--manifest",
+            str(SAMPLE_MANIFEST),
+            "--output_dir",
+            str(tmp_path),
+            "--worker_start_timeout",
+            "-1",
+        ]
+    )
     assert code == run.EXIT_USAGE
-    assert capsys.readouterr().err == ("error: --worker_start_timeout must be 0 (no limit) "
-                                       "or more\n")
+    assert capsys.readouterr().err == (
+        "error: --worker_start_timeout must be 0 (no limit) or more\n"
+    )
 
 
-@pytest.mark.parametrize("flags, outcome", [
-    ([], "the job ran in the launcher, and stopped with it"),
-    (["--runner", "DataflowRunner"],  # stopped while submitting
-     "its submission was under way: look for the job in the runner's console"),
-    (FLINK_CLUSTER, "the job was not submitted (its job server had not started)"),
-])
+@pytest.mark.parametrize(
+    "flags, outcome",
+    [
+        ([], "the job ran in the launcher, and stopped with it"),
+        (
+            ["--runner", "DataflowRunner"],  # stopped while submitting
+            "its submission was under way: look for the job in the runner's console",
+        ),
+        (FLINK_CLUSTER, "the job was not submitted (its job server had not started)"),
+    ],
+)
 def test_a_job_stopped_before_it_reached_a_runner_is_said_so(tmp_path, flags, outcome):
     log = tmp_path / "flink.log"
     log.write_text("")

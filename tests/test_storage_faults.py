@@ -10,22 +10,25 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import download, encode, get, listing, output_digests, photo_like, put
-from image_tfrecords.pipeline import run
 from storage_servers import CUT, Behaviour, ImageServer
+
+from image_tfrecords.pipeline import run
 
 IMAGES = 16
 
 
 def images() -> dict[str, bytes]:
-    return {f"photo{i}.jpg": encode(photo_like(24 + i, 18 + i, seed=i), "JPEG")
-            for i in range(IMAGES)}
+    return {
+        f"photo{i}.jpg": encode(photo_like(24 + i, 18 + i, seed=i), "JPEG") for i in range(IMAGES)
+    }
 
 
 def manifest_text(prefix: str) -> str:
-    return "".join(f"{'test' if i % 4 == 3 else 'train'},{prefix}photo{i}.jpg,"
-                   f"{'cat' if i % 2 else 'dog'}\n" for i in range(IMAGES))
+    return "".join(
+        f"{'test' if i % 4 == 3 else 'train'},{prefix}photo{i}.jpg,{'cat' if i % 2 else 'dog'}\n"
+        for i in range(IMAGES)
+    )
 
 
 def convert(manifest: str, output: str, *flags: str) -> None:
@@ -60,12 +63,14 @@ def clean_runs(tmp_path_factory):
             made[store] = Clean(folder, local)
         bucket.proxy.reset()
         return made[store]
+
     return clean
 
 
 @pytest.mark.parametrize("store", ["gcs", "s3"])
-def test_a_steady_share_of_failed_and_cut_reads_changes_no_byte(store, request, tmp_path,
-                                                                clean_runs):
+def test_a_steady_share_of_failed_and_cut_reads_changes_no_byte(
+    store, request, tmp_path, clean_runs
+):
     """20% of the image reads answered 503, 10% cut mid-body: the clients' retries
     (google-cloud-storage's, botocore's) get every image, and the output is a clean run's."""
     bucket = request.getfixturevalue(store)
@@ -94,8 +99,10 @@ def test_image_urls_failing_at_a_steady_rate_change_no_byte(tmp_path):
         (tmp_path / "m.csv").write_text(manifest_text(f"{server.url}/img/"))
         convert(str(tmp_path / "m.csv"), str(tmp_path / "clean"))
         server.fault_share, server.fault_seed = 0.25, 3
-        server.behaviours = {"/img/photo1.jpg": Behaviour(stall_s=1.5, times=1),
-                             "/img/photo2.jpg": Behaviour(cut=True, times=1)}
+        server.behaviours = {
+            "/img/photo1.jpg": Behaviour(stall_s=1.5, times=1),
+            "/img/photo2.jpg": Behaviour(cut=True, times=1),
+        }
         convert(str(tmp_path / "m.csv"), str(tmp_path / "faulty"), "--download_timeout", "1")
         assert server.failed_by_share > 0
         assert output_digests(tmp_path / "faulty") == output_digests(tmp_path / "clean")
@@ -105,7 +112,8 @@ def test_image_urls_failing_at_a_steady_rate_change_no_byte(tmp_path):
 
 @pytest.mark.parametrize("store", ["gcs", "s3"])
 def test_a_steady_share_of_failed_writes_is_retried_or_the_run_publishes_nothing(
-        store, request, tmp_path, clean_runs):
+    store, request, tmp_path, clean_runs
+):
     """15% of the requests on the output folder (uploads, copies into place, deletes,
     listings) answered 503: the run either retries them and publishes a clean run's
     bytes, or fails saying so with nothing published."""
@@ -116,8 +124,9 @@ def test_a_steady_share_of_failed_writes_is_retried_or_the_run_publishes_nothing
     output = f"{bucket.url}/write-faults-{store}/faulty"
     output_requests = r"write-faults-[a-z0-9]+(/|%2F)faulty"
     bucket.proxy.fail(output_requests, 503, share=0.15, seed=4)
-    code = run.main(["--manifest", f"{clean.folder}/manifest.csv", "--output_dir", output,
-                     *bucket.flags])
+    code = run.main(
+        ["--manifest", f"{clean.folder}/manifest.csv", "--output_dir", output, *bucket.flags]
+    )
     assert 503 in bucket.proxy.statuses(output_requests)
     bucket.proxy.reset()
     download(output, tmp_path / "faulty")
@@ -125,13 +134,17 @@ def test_a_steady_share_of_failed_writes_is_retried_or_the_run_publishes_nothing
         assert output_digests(tmp_path / "faulty") == output_digests(clean.local)
     else:
         assert not (tmp_path / "faulty" / "summary.json").exists()
-        assert not [path for path in (tmp_path / "faulty").rglob("*")
-                    if path.is_file() and ".tmp-" not in str(path)]
+        assert not [
+            path
+            for path in (tmp_path / "faulty").rglob("*")
+            if path.is_file() and ".tmp-" not in str(path)
+        ]
 
 
 @pytest.mark.parametrize("store", ["gcs", "s3"])
 def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good(
-        store, request, tmp_path, capsys, clean_runs):
+    store, request, tmp_path, capsys, clean_runs
+):
     """Every request on a TRAIN shard's final name refused (403: no client retries it) while
     a run replaces an earlier output: the run fails in one line saying why and what it
     left, the folder has no summary.json, so no reader takes it for an output. Then the
@@ -148,10 +161,15 @@ def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good
         put(f"{output}/{relative}", get(f"{clean.folder}/clean/{relative}"))
     bucket.proxy.reset()
     # Without the first row (a TRAIN one): a new TRAIN shard, the same TEST shard.
-    put(f"{clean.folder}/fewer.csv",
-        "".join(manifest_text("img/").splitlines(True)[1:]).encode())
-    argv = ["--manifest", f"{clean.folder}/fewer.csv", "--output_dir", output,
-            "--overwrite", *bucket.flags]
+    put(f"{clean.folder}/fewer.csv", "".join(manifest_text("img/").splitlines(True)[1:]).encode())
+    argv = [
+        "--manifest",
+        f"{clean.folder}/fewer.csv",
+        "--output_dir",
+        output,
+        "--overwrite",
+        *bucket.flags,
+    ]
     # S3 copies with a PUT on the final name; GCS copies to it in a batch request's body.
     bucket.proxy.fail(r"(^/[^?]*|(copyTo|rewriteTo)/b/[^/]+/o/[^ ?]*)clean(/|%2F)train-", 403)
     capsys.readouterr()
@@ -161,9 +179,10 @@ def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good
     bucket.proxy.reset()
     assert error.startswith("error: the job failed: ") and "403" in error, error
     assert len(error) < 1000, error  # a failed batch in a line: not every file's error
-    assert (f"After it: nothing was published, {output} has no summary.json (no "
-            f"reader takes it for an output); the run's files are in {output}/.tmp-"
-            in error)
+    assert (
+        f"After it: nothing was published, {output} has no summary.json (no "
+        f"reader takes it for an output); the run's files are in {output}/.tmp-" in error
+    )
     assert "summary.json" not in listing(output)
     earlier = output_digests(clean.local)
 
@@ -178,8 +197,9 @@ def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good
     download(output, tmp_path / "left")
     left = output_digests(tmp_path / "left")
     assert "summary.json" not in left
-    assert all(left[name] == earlier.get(name) for name in left
-               if name.startswith(("train-", "test-"))), (left, earlier)
+    assert all(
+        left[name] == earlier.get(name) for name in left if name.startswith(("train-", "test-"))
+    ), (left, earlier)
 
     assert run.main([*argv, "--resume"]) == 0
     assert "resuming the stopped run" in capsys.readouterr().out
@@ -190,4 +210,7 @@ def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good
         assert (rerun[name] == earlier[name]) == name.startswith("test-"), name
     summary = json.loads((tmp_path / "rerun" / "summary.json").read_text())
     assert (summary["resumed_shards"], summary["examples_written"], summary["accounted"]) == (
-        2, IMAGES - 1, True)
+        2,
+        IMAGES - 1,
+        True,
+    )

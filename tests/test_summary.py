@@ -22,7 +22,8 @@ def test_a_written_summary_reads_back_equal_and_writes_the_same_json(sample_outp
     assert summary.options.shard_format.suffix in (".tfrecord", ".array_record")
     assert summary.options.model_extra["max_error_fraction"] == 0.25
     assert summary.rows_read == 50 and summary.examples == {
-        split: info.examples for split, info in summary.splits.items()}
+        split: info.examples for split, info in summary.splits.items()
+    }
     assert sum(summary.examples.values()) == summary.examples_written == 43
 
 
@@ -38,19 +39,27 @@ def test_an_older_output_reads_with_the_defaults_of_what_it_lacks(sample_output)
     assert summary.splits["train"].longest_side == {} and summary.splits["train"].examples
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    (lambda s: s.pop("rows_read"), "rows_read"),
-    (lambda s: s["splits"]["train"].update(examples="many"), "splits.train.examples"),
-    (lambda s: s["options"].update(label_mode="boxes"), "options.label_mode"),
-    (lambda s: s["features"]["image/encoded"].update(dtype="string"),
-     "features.image/encoded.dtype"),
-])
-def test_a_summary_that_is_not_one_is_refused_naming_the_field(sample_output, tmp_path,
-                                                               change, named):
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda s: s.pop("rows_read"), "rows_read"),
+        (lambda s: s["splits"]["train"].update(examples="many"), "splits.train.examples"),
+        (lambda s: s["options"].update(label_mode="boxes"), "options.label_mode"),
+        (
+            lambda s: s["features"]["image/encoded"].update(dtype="string"),
+            "features.image/encoded.dtype",
+        ),
+    ],
+)
+def test_a_summary_that_is_not_one_is_refused_naming_the_field(
+    sample_output, tmp_path, change, named
+):
     broken = json.loads((sample_output / "summary.json").read_text())
     change(broken)
     (tmp_path / "summary.json").write_text(json.dumps(broken))
-    with pytest.raises(ValueError, match=r"summary.json is not a summary\.json image-tfrecords "
-                                         rf"reads: .*\n{named}\n"):
+    with pytest.raises(
+        ValueError,
+        match=r"summary.json is not a summary\.json image-tfrecords "
+        rf"reads: .*\n{named}\n",
+    ):
         Output.read(str(tmp_path))
-

@@ -10,23 +10,38 @@ import tracemalloc
 import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
-
 from conftest import convert, encode, photo_like, voc_annotation
-from image_tfrecords.output import Output
-from image_tfrecords.pipeline.cli import verify_main
-from image_tfrecords.transforms import report_content
-from image_tfrecords.transforms.duplicates import Duplicate
-from image_tfrecords.transforms.vocabulary_file import VocabularyError, output_labels, read_pinned_vocabulary
+
 from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core.chunks import LineCutter, ManifestSource, RowChunk
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
-from image_tfrecords.core.inputs.sources import class_declarations, find_manifests, read_chunk, read_manifest
+from image_tfrecords.core.inputs.sources import (
+    class_declarations,
+    find_manifests,
+    read_chunk,
+    read_manifest,
+)
 from image_tfrecords.core.label_ids import Vocabulary
 from image_tfrecords.core.records import ExampleContent, ExampleRef, ManifestRow, ShardExamples
 from image_tfrecords.core.report_page import SAMPLE_PER_LABEL
-from image_tfrecords.core.text_limits import (EXCERPT_CHARS, LINE_BREAKS, MAX_KEPT_CHARS, MAX_LABEL_CHARS,
-                                MAX_LABELS_PER_ROW, MAX_LINE_BYTES)
+from image_tfrecords.core.text_limits import (
+    EXCERPT_CHARS,
+    LINE_BREAKS,
+    MAX_KEPT_CHARS,
+    MAX_LABEL_CHARS,
+    MAX_LABELS_PER_ROW,
+    MAX_LINE_BYTES,
+)
+from image_tfrecords.output import Output
+from image_tfrecords.pipeline.cli import verify_main
+from image_tfrecords.transforms import report_content
+from image_tfrecords.transforms.duplicates import Duplicate
+from image_tfrecords.transforms.vocabulary_file import (
+    VocabularyError,
+    output_labels,
+    read_pinned_vocabulary,
+)
 
 MULTI = RowRules(label_mode="multi")
 LONG_LINE = 20 * MAX_LINE_BYTES  # 20 MB: a copy of it would show in any memory cap below
@@ -83,9 +98,11 @@ def test_a_line_range_holds_an_over_long_line_once(tmp_path):
 def test_a_line_of_exactly_the_limit_is_read_and_one_byte_more_is_not(tmp_path):
     prefix = "train,a.jpg,"
     manifest = tmp_path / "m.csv"
-    manifest.write_text(f"{prefix}{'y' * (MAX_LINE_BYTES - len(prefix))}\r\n"
-                        f"{prefix}{'z' * (MAX_LINE_BYTES + 1 - len(prefix))}\n"
-                        "train,c.jpg,dog\n")
+    manifest.write_text(
+        f"{prefix}{'y' * (MAX_LINE_BYTES - len(prefix))}\r\n"
+        f"{prefix}{'z' * (MAX_LINE_BYTES + 1 - len(prefix))}\n"
+        "train,c.jpg,dog\n"
+    )
     items = by_line(read_manifest(str(manifest)))
     assert items[1].reason == reasons.MALFORMED_ROW  # a field over csv's own limit
     assert items[2].reason == reasons.TEXT_TOO_LONG
@@ -96,9 +113,16 @@ def test_a_line_of_exactly_the_limit_is_read_and_one_byte_more_is_not(tmp_path):
 def test_an_over_long_json_lines_line_is_a_dead_letter(tmp_path):
     manifest = tmp_path / "m.jsonl"
     good = json.dumps({"imageGcsUri": "a.jpg", "classificationAnnotation": {"displayName": "cat"}})
-    manifest.write_text(good + "\n" + json.dumps(
-        {"imageGcsUri": "b.jpg", "classificationAnnotation": {"displayName": "x" * LONG_LINE}})
-        + "\n" + good.replace("a.jpg", "c.jpg") + "\n")
+    manifest.write_text(
+        good
+        + "\n"
+        + json.dumps(
+            {"imageGcsUri": "b.jpg", "classificationAnnotation": {"displayName": "x" * LONG_LINE}}
+        )
+        + "\n"
+        + good.replace("a.jpg", "c.jpg")
+        + "\n"
+    )
     items = by_line(read_manifest(str(manifest)))
     assert items[2].reason == reasons.TEXT_TOO_LONG and items[3].labels == ("cat",)
     assert_bounded(items[2])
@@ -106,8 +130,9 @@ def test_an_over_long_json_lines_line_is_a_dead_letter(tmp_path):
 
 def test_a_label_over_the_limit_is_a_dead_letter_holding_an_excerpt(tmp_path):
     manifest = tmp_path / "m.csv"
-    manifest.write_text(f"train,a.jpg,{'l' * MAX_LABEL_CHARS}\n"
-                        f"train,b.jpg,{'l' * (MAX_LABEL_CHARS + 1)}\n")
+    manifest.write_text(
+        f"train,a.jpg,{'l' * MAX_LABEL_CHARS}\ntrain,b.jpg,{'l' * (MAX_LABEL_CHARS + 1)}\n"
+    )
     items = by_line(read_manifest(str(manifest)))
     assert isinstance(items[1], ManifestRow)
     assert items[2].reason == reasons.TEXT_TOO_LONG
@@ -117,9 +142,12 @@ def test_a_label_over_the_limit_is_a_dead_letter_holding_an_excerpt(tmp_path):
 
 def test_a_row_with_too_many_labels_is_a_dead_letter(tmp_path):
     manifest = tmp_path / "m.csv"
-    manifest.write_text("".join(
-        f"train,{name}.jpg,{'|'.join(f'label{i}' for i in range(count))}\n"
-        for name, count in (("a", MAX_LABELS_PER_ROW), ("b", MAX_LABELS_PER_ROW + 1))))
+    manifest.write_text(
+        "".join(
+            f"train,{name}.jpg,{'|'.join(f'label{i}' for i in range(count))}\n"
+            for name, count in (("a", MAX_LABELS_PER_ROW), ("b", MAX_LABELS_PER_ROW + 1))
+        )
+    )
     items = by_line(read_manifest(str(manifest), MULTI))
     assert len(items[1].labels) == MAX_LABELS_PER_ROW
     assert items[2].reason == reasons.TOO_MANY_LABELS
@@ -135,12 +163,16 @@ def test_the_report_sample_of_a_row_with_many_labels_stays_linear():
 
     def sample():
         with beam.Pipeline() as pipeline:
-            samples = (pipeline
-                       | beam.Create([ShardExamples("train", 0, (("sha", ref),))])
-                       | beam.FlatMap(report_content._shard_sample)
-                       | beam.combiners.Top.PerKey(SAMPLE_PER_LABEL, reverse=True,
-                                                   key=report_content._sample_rank))
+            samples = (
+                pipeline
+                | beam.Create([ShardExamples("train", 0, (("sha", ref),))])
+                | beam.FlatMap(report_content._shard_sample)
+                | beam.combiners.Top.PerKey(
+                    SAMPLE_PER_LABEL, reverse=True, key=report_content._sample_rank
+                )
+            )
             assert_that(samples | beam.combiners.Count.Globally(), equal_to([len(labels)]))
+
     peak, _ = peak_bytes(sample)
     assert peak < 40_000_000
 
@@ -158,8 +190,15 @@ def test_the_copies_the_report_holds_keep_no_rows_and_each_label_once():
 
 
 def test_every_dead_letter_keeps_bounded_text():
-    letter = DeadLetter("m.csv", 1, "r" * (MAX_KEPT_CHARS + 1), "", "", reasons.MALFORMED_ROW,
-                        "m" * (MAX_KEPT_CHARS + 1))
+    letter = DeadLetter(
+        "m.csv",
+        1,
+        "r" * (MAX_KEPT_CHARS + 1),
+        "",
+        "",
+        reasons.MALFORMED_ROW,
+        "m" * (MAX_KEPT_CHARS + 1),
+    )
     assert_bounded(letter)
     assert letter.raw.endswith(f"({MAX_KEPT_CHARS + 1:,} characters in all)")
     kept = "r" * MAX_KEPT_CHARS
@@ -178,8 +217,10 @@ def test_a_label_that_breaks_lines_is_a_dead_letter_naming_the_character(tmp_pat
 
 def test_a_json_label_holding_a_newline_is_a_dead_letter(tmp_path):
     manifest = tmp_path / "m.jsonl"
-    manifest.write_text(json.dumps({"imageGcsUri": "a.jpg", "classificationAnnotation":
-                                    {"displayName": "a\nb"}}) + "\n")
+    manifest.write_text(
+        json.dumps({"imageGcsUri": "a.jpg", "classificationAnnotation": {"displayName": "a\nb"}})
+        + "\n"
+    )
     (letter,) = read_manifest(str(manifest))
     assert letter.reason == reasons.LABEL_BREAKS_LINES
     assert "U+000A LINE FEED" in letter.message
@@ -194,14 +235,15 @@ def test_a_declared_class_name_no_label_can_be_is_refused_naming_the_file(tmp_pa
         class_declarations(find_manifests([str(yaml)]))
 
 
-def test_a_voc_class_list_is_split_on_newline_only_and_its_line_breaking_name_refused(
-        tmp_path):
+def test_a_voc_class_list_is_split_on_newline_only_and_its_line_breaking_name_refused(tmp_path):
     """labelmap.txt was split by str.splitlines: `cat<U+2028>dog` declared two classes."""
     (tmp_path / "Annotations").mkdir()
     (tmp_path / "Annotations" / "a.xml").write_text(
-        voc_annotation("a.jpg", (64, 48), [("cat", (2, 2, 30, 30), 0, 0)]))
-    (tmp_path / "labelmap.txt").write_text("background:0,0,0::\ncat\u2028dog:1,1,1::\n",
-                                           encoding="utf-8")
+        voc_annotation("a.jpg", (64, 48), [("cat", (2, 2, 30, 30), 0, 0)])
+    )
+    (tmp_path / "labelmap.txt").write_text(
+        "background:0,0,0::\ncat\u2028dog:1,1,1::\n", encoding="utf-8"
+    )
     with pytest.raises(ManifestError, match="labelmap.txt.*U\\+2028 LINE SEPARATOR"):
         class_declarations(find_manifests([str(tmp_path)]))
 
@@ -229,12 +271,16 @@ def test_a_label_that_breaks_lines_is_a_dead_letter_and_verify_and_vocabulary_ag
     ids verify and load() read."""
     for seed, name in enumerate("ab"):
         (tmp_path / f"{name}.jpg").write_bytes(encode(photo_like(32, 24, seed), "JPEG"))
-    (tmp_path / "m.csv").write_text("train,a.jpg,cat\ntrain,b.jpg,x\u2028y\n",
-                                    encoding="utf-8")
-    output = convert(tmp_path / "out", "--manifest", str(tmp_path / "m.csv"),
-                     "--max_error_fraction", "0.5")
-    (letter,) = [json.loads(line) for errors in output.glob("errors-*.jsonl")
-                 for line in errors.read_text(encoding="utf-8").split("\n") if line]
+    (tmp_path / "m.csv").write_text("train,a.jpg,cat\ntrain,b.jpg,x\u2028y\n", encoding="utf-8")
+    output = convert(
+        tmp_path / "out", "--manifest", str(tmp_path / "m.csv"), "--max_error_fraction", "0.5"
+    )
+    (letter,) = [
+        json.loads(line)
+        for errors in output.glob("errors-*.jsonl")
+        for line in errors.read_text(encoding="utf-8").split("\n")
+        if line
+    ]
     assert letter["reason"] == reasons.LABEL_BREAKS_LINES and letter["line"] == 2
     assert verify_main([str(output)]) == 0
     pinned = read_pinned_vocabulary(str(output)).labels

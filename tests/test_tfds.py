@@ -8,12 +8,22 @@ import json
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from conftest import (
+    BOX_ROWS,
+    MULTI_LABEL_ROWS,
+    convert,
+    copy_output,
+    encode,
+    photo_like,
+    read_examples,
+    rewrite_records,
+    shard_files,
+    shard_pattern,
+)
 from PIL import Image
 
-from conftest import (BOX_ROWS, MULTI_LABEL_ROWS, convert, copy_output, encode, photo_like,
-                      read_examples, rewrite_records, shard_files, shard_pattern)
-from image_tfrecords.transforms.tfds_metadata import label_names, tfds_metadata
 from image_tfrecords.core.summary import FeatureInfo, RunOptions, Summary
+from image_tfrecords.transforms.tfds_metadata import label_names, tfds_metadata
 
 TFDS_FILES = {"dataset_info.json", "features.json", "image.class.label.labels.txt"}
 
@@ -45,7 +55,8 @@ def test_split_sizes_shard_lengths_and_label_names_are_the_summary_s(sample_outp
         assert info.num_examples == stats["examples"]
         assert info.shard_lengths == [shard["records"] for shard in stats["shards"]]
         assert sorted(info.filenames) == [
-            shard["file"] for shard in stats["shards"]]  # our files, no copies
+            shard["file"] for shard in stats["shards"]
+        ]  # our files, no copies
 
 
 def test_every_example_decodes_to_rgb_pixels_and_its_label(sample_output):
@@ -61,8 +72,9 @@ def test_every_example_decodes_to_rgb_pixels_and_its_label(sample_output):
             pixels = decoded(builder, keys["image/encoded"].bytes_list.value[0])
             if pixels is not None:
                 np.testing.assert_array_equal(element["image/encoded"], pixels)
-            assert names.int2str(element["image/class/label"]) == \
-                element["image/class/text"].decode()
+            assert (
+                names.int2str(element["image/class/label"]) == element["image/class/text"].decode()
+            )
     assert not stored  # every record, once
 
 
@@ -90,9 +102,11 @@ def test_detection_objects_keep_their_1_based_ids_named_after_a_background(boxes
     for element in tfds.as_numpy(builder.as_dataset(split="train")):
         boxes = BOX_ROWS[element["image/filename"].decode()][1]
         assert [names.int2str(i) for i in element["image/object/class/label"]] == [
-            text for text, _ in boxes]
-        np.testing.assert_allclose(element["image/object/bbox/xmin"],
-                                   np.float32([box[0] for _, box in boxes]))
+            text for text, _ in boxes
+        ]
+        np.testing.assert_allclose(
+            element["image/object/bbox/xmin"], np.float32([box[0] for _, box in boxes])
+        )
     assert builder.info.supervised_keys is None
 
 
@@ -107,9 +121,15 @@ def test_extra_keys_and_a_second_image_become_features(sample_output, tmp_path):
     for shard in shard_files(output, "test"):
         rewrite_records(shard, add_keys)
     summary = Summary.from_json((output / "summary.json").read_text())
-    summary = summary.model_copy(update={"features": summary.features | {
-        "mask/encoded": FeatureInfo(dtype="bytes", list=False),
-        "extra/tags": FeatureInfo(dtype="bytes", list=True)}})
+    summary = summary.model_copy(
+        update={
+            "features": summary.features
+            | {
+                "mask/encoded": FeatureInfo(dtype="bytes", list=False),
+                "extra/tags": FeatureInfo(dtype="bytes", list=True),
+            }
+        }
+    )
     for name, text in tfds_metadata(summary).items():
         (output / name).write_text(text)
     for element in elements(tfds.builder_from_directory(str(output)), "test"):
@@ -122,15 +142,37 @@ def test_gzip_outputs_get_no_tfds_files_and_lose_stale_ones(tfrecord_output, tmp
     output = copy_output(tfrecord_output, tmp_path / "out")
     assert TFDS_FILES <= {path.name for path in output.iterdir()}
     summary = Summary.from_json((output / "summary.json").read_text())
-    convert(output, "--manifest", *summary.manifests, "--max_error_fraction", "0.25",
-            "--compression", "gzip", "--overwrite")
+    convert(
+        output,
+        "--manifest",
+        *summary.manifests,
+        "--max_error_fraction",
+        "0.25",
+        "--compression",
+        "gzip",
+        "--overwrite",
+    )
     assert not TFDS_FILES & {path.name for path in output.iterdir()}
-    assert tfds_metadata(summary.model_copy(update={
-        "options": summary.options.model_copy(update={"compression": "gzip"})})) == {}
+    assert (
+        tfds_metadata(
+            summary.model_copy(
+                update={"options": summary.options.model_copy(update={"compression": "gzip"})}
+            )
+        )
+        == {}
+    )
 
 
 def test_the_oov_id_is_named_after_the_vocabulary():
-    summary = Summary(options=RunOptions(unseen_label="oov"), rows_read=0, examples_written=0,
-                      rows_in_examples=0, rows_dead_lettered=0, accounted=True,
-                      error_fraction=0.0, splits={}, vocabulary={"label": ["b", "a"]})
+    summary = Summary(
+        options=RunOptions(unseen_label="oov"),
+        rows_read=0,
+        examples_written=0,
+        rows_in_examples=0,
+        rows_dead_lettered=0,
+        accounted=True,
+        error_fraction=0.0,
+        splits={},
+        vocabulary={"label": ["b", "a"]},
+    )
     assert label_names(summary) == ["b", "a", "[unseen label]"]

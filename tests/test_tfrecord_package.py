@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import read_examples
 
 # What the README's PyTorch reader does, minus torch: every split, every shard in order.
@@ -51,10 +50,15 @@ def decode(encoded):
 
 @pytest.mark.parametrize("fixture", ["tfrecord_output", "gzip_output"])
 def test_every_example_reads_without_tensorflow_to_tensorflow_s_pixels_and_labels(
-        fixture, request, tmp_path):
+    fixture, request, tmp_path
+):
     output = request.getfixturevalue(fixture)
-    result = subprocess.run([sys.executable, "-c", READER, str(output), str(tmp_path / "r.npz")],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", READER, str(output), str(tmp_path / "r.npz")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     found = np.load(tmp_path / "r.npz")
     suffix = ".tfrecord.gz" if fixture == "gzip_output" else ".tfrecord"
@@ -65,7 +69,8 @@ def test_every_example_reads_without_tensorflow_to_tensorflow_s_pixels_and_label
             expected = decode(stored["image/encoded"].bytes_list.value[0])
             np.testing.assert_array_equal(found[f"{split}/{index}/pixels"], expected.numpy())
             assert found[f"{split}/{index}/label"].tolist() == list(
-                stored["image/class/label"].int64_list.value)
+                stored["image/class/label"].int64_list.value
+            )
             keys |= {f"{split}/{index}/pixels", f"{split}/{index}/label"}
     assert set(found.files) == keys  # every record, none twice
 
@@ -93,8 +98,9 @@ def recipe(page: str) -> str:
     """The page's block that defines read_split, reading the output named on the command
     line, in a process where TensorFlow cannot be imported."""
     text = (Path(__file__).parent.parent / page).read_text(encoding="utf-8")
-    (block,) = [code for code in re.findall(r"```python\n(.*?)```", text, re.S)
-                if "def read_split" in code]
+    (block,) = [
+        code for code in re.findall(r"```python\n(.*?)```", text, re.S) if "def read_split" in code
+    ]
     block, replaced = re.subn(r'^output = "[^"]*"$', "output = sys.argv[1]", block, flags=re.M)
     assert replaced == 1
     return 'import sys\nsys.modules["tensorflow"] = None\n' + block + RECIPE_RUN
@@ -104,22 +110,32 @@ def recipe(page: str) -> str:
 # larger than the data writes), its TRAIN one of three.
 @pytest.mark.parametrize("fixture", ["tfrecord_output", "gzip_output", "multi_label_output"])
 def test_the_docs_pytorch_recipe_reads_every_example_once_as_any_number_of_workers(
-        fixture, request):
+    fixture, request
+):
     output = request.getfixturevalue(fixture)
-    result = subprocess.run([sys.executable, "-c", recipe(RECIPE_PAGES[0]), str(output), "1,3"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", recipe(RECIPE_PAGES[0]), str(output), "1,3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
     summary = json.loads((output / "summary.json").read_text())
-    records = {split: [shard["records"] for shard in stats["shards"]]
-               for split, stats in summary["splits"].items()}
+    records = {
+        split: [shard["records"] for shard in stats["shards"]]
+        for split, stats in summary["splits"].items()
+    }
     if fixture == "multi_label_output":  # the test means what it says
         assert records["validation"] == [1]
     for split, stats in summary["splits"].items():
-        in_order = [hashlib.sha256(example.features.feature["image/encoded"]
-                                   .bytes_list.value[0]).hexdigest()
-                    for shard in stats["shards"]
-                    for example in read_examples(str(output / shard["file"]))]
+        in_order = [
+            hashlib.sha256(
+                example.features.feature["image/encoded"].bytes_list.value[0]
+            ).hexdigest()
+            for shard in stats["shards"]
+            for example in read_examples(str(output / shard["file"]))
+        ]
         for workers in (1, 3):
             read = seen.get(f"{workers}/{split}", [])
             # Every example once, each worker's in the shards' order; decoded to 64x64 RGB.

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import encode, parse_label_map, photo_like, read_examples
-from image_tfrecords.pipeline import run
-from image_tfrecords.pipeline.options import ConvertOptions
+
 from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
 from image_tfrecords.core.records import Keypoints, ManifestRow, Mask
+from image_tfrecords.pipeline import run
+from image_tfrecords.pipeline.options import ConvertOptions
 
 DETECTION = RowRules(label_mode="detection")
 # Ultralytics' own YAMLs name a root outside their folder (`path: ../datasets/coco8`).
@@ -61,37 +61,56 @@ def xyxy(cx, cy, w, h):
 
 
 def test_a_coco8_style_dataset_reads_boxes_as_ultralytics_converts_them(tmp_path):
-    root = ultralytics_layout(tmp_path / "coco8", {
-        ("train", "a"): "0 0.5 0.5 0.5 0.4\n45 0.25 0.75 0.1 0.2\n",
-        ("train", "b"): "",  # an empty label file: no objects
-        ("train", "c"): None,  # no label file: no objects
-        ("val", "d"): "1 0.9 0.1 0.2 0.2\n"})
-    names = {0: "person", 1: "bicycle", **{index: f"c{index}" for index in range(2, 45)},
-             45: "bowl"}
-    yaml = text(root / "coco8.yaml", textwrap.dedent("""
+    root = ultralytics_layout(
+        tmp_path / "coco8",
+        {
+            ("train", "a"): "0 0.5 0.5 0.5 0.4\n45 0.25 0.75 0.1 0.2\n",
+            ("train", "b"): "",  # an empty label file: no objects
+            ("train", "c"): None,  # no label file: no objects
+            ("val", "d"): "1 0.9 0.1 0.2 0.2\n",
+        },
+    )
+    names = {
+        0: "person",
+        1: "bicycle",
+        **{index: f"c{index}" for index in range(2, 45)},
+        45: "bowl",
+    }
+    yaml = text(
+        root / "coco8.yaml",
+        textwrap.dedent("""
         # Ultralytics coco8.yaml's form: a root, folders, names as a dict
         path: .
         train: images/train
         val: images/val
         test:  # optional
         names:
-    """) + "".join(f"  {index}: {name}\n" for index, name in names.items()))
+    """)
+        + "".join(f"  {index}: {name}\n" for index, name in names.items()),
+    )
     found = rows(yaml)
     assert all(isinstance(row, ManifestRow) for row in found), found
     by_image = {}
     for row in found:
         by_image.setdefault((row.split, row.uri.rsplit("/", 1)[-1]), []).append(row)
-    assert sorted(by_image) == [("train", "a.jpg"), ("train", "b.jpg"), ("train", "c.jpg"),
-                                ("validation", "d.jpg")]
+    assert sorted(by_image) == [
+        ("train", "a.jpg"),
+        ("train", "b.jpg"),
+        ("train", "c.jpg"),
+        ("validation", "d.jpg"),
+    ]
     a = by_image[("train", "a.jpg")]
     assert [(row.labels, row.line) for row in a] == [(("person",), 1), (("bowl",), 2)]
     np.testing.assert_allclose(a[0].boxes[0][:4], xyxy(0.5, 0.5, 0.5, 0.4))
     np.testing.assert_allclose(a[1].boxes[0][:4], xyxy(0.25, 0.75, 0.1, 0.2))
     assert a[0].manifest == str(root / "labels" / "train" / "a.txt")
-    assert [row.boxes for row in by_image[("train", "b.jpg")] + by_image[("train", "c.jpg")]
-            ] == [(), ()]
-    np.testing.assert_allclose(by_image[("validation", "d.jpg")][0].boxes[0][:4],
-                               xyxy(0.9, 0.1, 0.2, 0.2))
+    assert [row.boxes for row in by_image[("train", "b.jpg")] + by_image[("train", "c.jpg")]] == [
+        (),
+        (),
+    ]
+    np.testing.assert_allclose(
+        by_image[("validation", "d.jpg")][0].boxes[0][:4], xyxy(0.9, 0.1, 0.2, 0.2)
+    )
     # SPLIT=PATH reads that split's entry alone; one the YAML lacks is refused.
     assert {row.split for row in rows(yaml, split="val")} == {"validation"}
     with pytest.raises(ManifestError, match="has no 'test' entry"):
@@ -110,44 +129,60 @@ def test_roboflow_exports_names_lists_and_txt_lists_of_images(tmp_path):
     image(tmp_path / "elsewhere" / "images" / "z.jpg", 2)
     text(tmp_path / "elsewhere" / "labels" / "z.txt", "0 0.5 0.5 1 1\n")
     text(export / "test.txt", f"./valid/images/y.jpg\n{tmp_path}/elsewhere/images/z.jpg\n")
-    yaml = text(export / "data.yaml", """
+    yaml = text(
+        export / "data.yaml",
+        """
         train: ../train/images
         val: [../valid/images]
         test: test.txt
         nc: 2
         names: ['Helmet', 'No Helmet']
-    """)
-    found = {(row.split, row.uri.rsplit("/", 1)[-1]): row
-             for row in rows(yaml, OUTSIDE_ALLOWED)}
+    """,
+    )
+    found = {(row.split, row.uri.rsplit("/", 1)[-1]): row for row in rows(yaml, OUTSIDE_ALLOWED)}
     assert {key: row.labels for key, row in found.items()} == {
-        ("train", "x.jpg"): ("No Helmet",), ("validation", "y.jpg"): (),
-        ("test", "y.jpg"): (), ("test", "z.jpg"): ("Helmet",)}
+        ("train", "x.jpg"): ("No Helmet",),
+        ("validation", "y.jpg"): (),
+        ("test", "y.jpg"): (),
+        ("test", "z.jpg"): ("Helmet",),
+    }
     np.testing.assert_allclose(found[("test", "z.jpg")].boxes[0][:4], (0, 0, 1, 1))
 
 
-@pytest.mark.parametrize("line, reason, message", [
-    ("0 0.5 0.5 0.2", reasons.WRONG_COLUMN_COUNT, "expected class cx cy w h"),
-    ("0 0.5 0.5 0.2 0.2 0.3", reasons.WRONG_COLUMN_COUNT, "found 6"),
-    ("0 0.3 0.3 0.2 0.2", None, None),  # the control: a good line
-    ("dog 0.5 0.5 0.2 0.2", reasons.MALFORMED_ROW, "not a number"),
-    ("0 nan 0.5 0.2 0.2", reasons.MALFORMED_ROW, "not a finite number"),
-    ("2 0.5 0.5 0.2 0.2", reasons.UNKNOWN_CATEGORY_ID, "class 2 is not one of the 2 classes"),
-    ("-1 0.5 0.5 0.2 0.2", reasons.UNKNOWN_CATEGORY_ID, "class -1"),
-    ("0.5 0.5 0.5 0.2 0.2", reasons.UNKNOWN_CATEGORY_ID, "class 0.5"),
-    ("0 1.5 0.5 0.2 0.2", reasons.BOX_OUT_OF_RANGE, "reaches outside the image by more "
-     "than 1% of its side: corners 1.4, 0.4, 1.6, 0.6"),
-    ("0 0.05 0.5 0.5 0.2", reasons.BOX_OUT_OF_RANGE, "reaches outside the image"),
-    ("0 0.095 0.5 0.2 0.2", None, None),  # 0.005 outside: clipped, as Ultralytics does
-    ("0 -0.005 0.1 0.5 0.1 0.5 0.6 -0.005 0.6", None, None),  # an OBB's corners, likewise
-    ("0 -0.02 0.1 0.5 0.1 0.5 0.6 -0.02 0.6", reasons.BOX_OUT_OF_RANGE, "a point lies "
-     "outside the image by more than 1% of its side: coordinates must be normalised to the "
-     "image size, between 0 and 1, found -0.02"),
-    ("0 0.5 0.5 0 0.2", reasons.EMPTY_BOX, "no width"),
-    ("0 0.1 0.1 0.2 0.2 0.3 0.1 0.4", reasons.WRONG_COLUMN_COUNT, "found 8"),
-    ("0 0.1 0.1 0.2 0.2", reasons.DUPLICATE_ROW, "the same object as line 1"),
-])
+@pytest.mark.parametrize(
+    "line, reason, message",
+    [
+        ("0 0.5 0.5 0.2", reasons.WRONG_COLUMN_COUNT, "expected class cx cy w h"),
+        ("0 0.5 0.5 0.2 0.2 0.3", reasons.WRONG_COLUMN_COUNT, "found 6"),
+        ("0 0.3 0.3 0.2 0.2", None, None),  # the control: a good line
+        ("dog 0.5 0.5 0.2 0.2", reasons.MALFORMED_ROW, "not a number"),
+        ("0 nan 0.5 0.2 0.2", reasons.MALFORMED_ROW, "not a finite number"),
+        ("2 0.5 0.5 0.2 0.2", reasons.UNKNOWN_CATEGORY_ID, "class 2 is not one of the 2 classes"),
+        ("-1 0.5 0.5 0.2 0.2", reasons.UNKNOWN_CATEGORY_ID, "class -1"),
+        ("0.5 0.5 0.5 0.2 0.2", reasons.UNKNOWN_CATEGORY_ID, "class 0.5"),
+        (
+            "0 1.5 0.5 0.2 0.2",
+            reasons.BOX_OUT_OF_RANGE,
+            "reaches outside the image by more than 1% of its side: corners 1.4, 0.4, 1.6, 0.6",
+        ),
+        ("0 0.05 0.5 0.5 0.2", reasons.BOX_OUT_OF_RANGE, "reaches outside the image"),
+        ("0 0.095 0.5 0.2 0.2", None, None),  # 0.005 outside: clipped, as Ultralytics does
+        ("0 -0.005 0.1 0.5 0.1 0.5 0.6 -0.005 0.6", None, None),  # an OBB's corners, likewise
+        (
+            "0 -0.02 0.1 0.5 0.1 0.5 0.6 -0.02 0.6",
+            reasons.BOX_OUT_OF_RANGE,
+            "a point lies "
+            "outside the image by more than 1% of its side: coordinates must be normalised to the "
+            "image size, between 0 and 1, found -0.02",
+        ),
+        ("0 0.5 0.5 0 0.2", reasons.EMPTY_BOX, "no width"),
+        ("0 0.1 0.1 0.2 0.2 0.3 0.1 0.4", reasons.WRONG_COLUMN_COUNT, "found 8"),
+        ("0 0.1 0.1 0.2 0.2", reasons.DUPLICATE_ROW, "the same object as line 1"),
+    ],
+)
 def test_each_bad_label_line_is_a_dead_letter_naming_its_file_and_line(
-        line, reason, message, tmp_path):
+    line, reason, message, tmp_path
+):
     """Line 1 is always good; the line under test is line 2, read as if the launcher's
     look for polygons had not reached it."""
     root = ultralytics_layout(tmp_path, {("train", "a"): f"0 0.1 0.1 0.2 0.2\n{line}\n"})
@@ -158,7 +193,11 @@ def test_each_bad_label_line_is_a_dead_letter_naming_its_file_and_line(
         return
     (dead,) = [row for row in found if isinstance(row, DeadLetter)]
     assert (dead.reason, dead.manifest, dead.line, dead.raw) == (
-        reason, str(root / "labels" / "train" / "a.txt"), 2, line)
+        reason,
+        str(root / "labels" / "train" / "a.txt"),
+        2,
+        line,
+    )
     assert message in dead.message
 
 
@@ -166,10 +205,16 @@ def test_obb_corners_and_polygon_points_just_outside_the_image_are_clipped(tmp_p
     """Ultralytics' dota8 has OBB corners a little outside [0, 1] (17 of its 133 objects);
     its verify_image_label accepts coordinates 1% outside and Instances.clip clips boxes and
     segments to the image: the box and the mask here are of the clipped corners."""
-    root = ultralytics_layout(tmp_path, {("train", "a"): (
-        "0 -0.004 0.1 0.5 0.1 0.5 0.6 -0.004 0.6\n"
-        "0 0.3 0.2 1.008 0.25 0.9 1.01 0.31 0.9\n"
-        "0 0.5 0.5 1.01 0.2\n")})
+    root = ultralytics_layout(
+        tmp_path,
+        {
+            ("train", "a"): (
+                "0 -0.004 0.1 0.5 0.1 0.5 0.6 -0.004 0.6\n"
+                "0 0.3 0.2 1.008 0.25 0.9 1.01 0.31 0.9\n"
+                "0 0.5 0.5 1.01 0.2\n"
+            )
+        },
+    )
     yaml = text(root / "dota8.yaml", "train: images/train\nnames: [plane]\n")
     obb, polygon, box = rows(yaml)
     np.testing.assert_allclose(obb.boxes[0][:4], (0, 0.1, 0.5, 0.6))
@@ -186,44 +231,55 @@ def test_polygons_of_fewer_than_three_points_and_duplicated_images_are_dead_lett
     found = rows(yaml)
     dead = [(row.reason, row.line) for row in found if isinstance(row, DeadLetter)]
     assert dead == [(reasons.WRONG_COLUMN_COUNT, 2), (reasons.DUPLICATE_ROW, 0)]
-    assert "a polygon needs at least 3 points (class x1 y1 x2 y2 x3 y3), found 1" in \
-        found[1].message
+    assert (
+        "a polygon needs at least 3 points (class x1 y1 x2 y2 x3 y3), found 1" in found[1].message
+    )
 
 
 def test_polygons_are_masks_and_pose_lines_keypoints_unless_left_out(tmp_path):
     """A polygon's box is its points' extent (Ultralytics' segments2boxes) and the polygon
     its mask; a pose line's box is its first four fields and the rest its keypoints, named
     by the YAML's kpt_names. --leave_out keeps the boxes alone."""
-    seg = ultralytics_layout(tmp_path / "seg", {
-        ("train", "a"): "0 0.1 0.2 0.5 0.25 0.3 0.7 0.15 0.6\n"})
+    seg = ultralytics_layout(
+        tmp_path / "seg", {("train", "a"): "0 0.1 0.2 0.5 0.25 0.3 0.7 0.15 0.6\n"}
+    )
     yaml = text(seg / "coco8-seg.yaml", "path: .\ntrain: images/train\nnames: {0: person}\n")
     (row,) = rows(yaml)
     np.testing.assert_allclose(row.boxes[0][:4], (0.1, 0.2, 0.5, 0.7))
     assert row.boxes[0].mask == Mask(1.0, 1.0, ((0.1, 0.2, 0.5, 0.25, 0.3, 0.7, 0.15, 0.6),))
     (row,) = rows(yaml, RowRules(label_mode="detection", leave_out={"masks"}))
     assert row.boxes[0].mask is None
-    pose = ultralytics_layout(tmp_path / "pose", {
-        ("train", "a"): "0 0.5 0.5 0.4 0.6 0.4 0.3 2 0 0 0 0.6 0.35 1\n"})
-    yaml = text(pose / "hand.yaml", "train: images/train\nkpt_shape: [3, 3]\n"
-                "names: {0: hand}\nkpt_names: {0: [wrist, thumb, index]}\n")
+    pose = ultralytics_layout(
+        tmp_path / "pose", {("train", "a"): "0 0.5 0.5 0.4 0.6 0.4 0.3 2 0 0 0 0.6 0.35 1\n"}
+    )
+    yaml = text(
+        pose / "hand.yaml",
+        "train: images/train\nkpt_shape: [3, 3]\n"
+        "names: {0: hand}\nkpt_names: {0: [wrist, thumb, index]}\n",
+    )
     (row,) = rows(yaml)
     np.testing.assert_allclose(row.boxes[0][:4], xyxy(0.5, 0.5, 0.4, 0.6))
-    assert row.boxes[0].keypoints == Keypoints((0.4, 0.0, 0.6), (0.3, 0.0, 0.35), (2, 0, 1),
-                                               ("wrist", "thumb", "index"))
+    assert row.boxes[0].keypoints == Keypoints(
+        (0.4, 0.0, 0.6), (0.3, 0.0, 0.35), (2, 0, 1), ("wrist", "thumb", "index")
+    )
     (row,) = rows(yaml, RowRules(label_mode="detection", leave_out={"keypoints"}))
     assert row.boxes[0].keypoints is None
-    two_dimensions = text(pose / "xy.yaml", "train: images/train\nkpt_shape: [2, 2]\n"
-                          "names: [hand]\n")
+    two_dimensions = text(
+        pose / "xy.yaml", "train: images/train\nkpt_shape: [2, 2]\nnames: [hand]\n"
+    )
     text(pose / "labels" / "train" / "a.txt", "0 0.5 0.5 0.4 0.6 0.4 0.3 -1 -1\n")
     (row,) = rows(two_dimensions)
     assert row.boxes[0].keypoints.visibility == (2, 0)  # negative: unlabelled, as Ultralytics
 
 
-@pytest.mark.parametrize("points, message", [
-    ("0.4 0.3 3 0 0 0", "keypoint 1's visibility is 3"),
-    ("0.4 1.3 2 0 0 0", "keypoint 1 (0.4, 1.3) is outside the image"),
-    ("0 0 0 0.4 -0.1 1", "keypoint 2 (0.4, -0.1) is outside the image"),
-])
+@pytest.mark.parametrize(
+    "points, message",
+    [
+        ("0.4 0.3 3 0 0 0", "keypoint 1's visibility is 3"),
+        ("0.4 1.3 2 0 0 0", "keypoint 1 (0.4, 1.3) is outside the image"),
+        ("0 0 0 0.4 -0.1 1", "keypoint 2 (0.4, -0.1) is outside the image"),
+    ],
+)
 def test_bad_keypoints_are_dead_letters(points, message, tmp_path):
     pose = ultralytics_layout(tmp_path, {("train", "a"): f"0 0.5 0.5 0.4 0.6 {points}\n"})
     yaml = text(pose / "pose.yaml", "train: images/train\nkpt_shape: [2, 3]\nnames: [a]\n")
@@ -232,22 +288,35 @@ def test_bad_keypoints_are_dead_letters(points, message, tmp_path):
     assert message in dead.message
 
 
-@pytest.mark.parametrize("content, problem", [
-    ("train: images/train\n", "has no 'names'"),
-    ("train: images/train\nnames: [a, b]\nnc: 3\n", "nc is 3 but 'names' holds 2"),
-    ("train: images/train\nnames: {0: a, 2: b}\n", "keys must be the class ids 0 to 1"),
-    ("train: images/train\nnames: [a, a]\n", "non-empty and distinct"),
-    ("train: images/nowhere\nnames: [a]\n", "'images/nowhere' is neither a folder"),
-    ("names: [a]\n", "names no split"),
-    ("train: [images/train\n", "cannot parse the YAML"),
-    ("train: images/train\nnames: [a]\nkpt_shape: [17]\n", "kpt_shape must be"),
-])
-def test_a_data_yaml_that_cannot_be_read_is_refused_in_one_line(content, problem, tmp_path,
-                                                                  capsys):
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("train: images/train\n", "has no 'names'"),
+        ("train: images/train\nnames: [a, b]\nnc: 3\n", "nc is 3 but 'names' holds 2"),
+        ("train: images/train\nnames: {0: a, 2: b}\n", "keys must be the class ids 0 to 1"),
+        ("train: images/train\nnames: [a, a]\n", "non-empty and distinct"),
+        ("train: images/nowhere\nnames: [a]\n", "'images/nowhere' is neither a folder"),
+        ("names: [a]\n", "names no split"),
+        ("train: [images/train\n", "cannot parse the YAML"),
+        ("train: images/train\nnames: [a]\nkpt_shape: [17]\n", "kpt_shape must be"),
+    ],
+)
+def test_a_data_yaml_that_cannot_be_read_is_refused_in_one_line(content, problem, tmp_path, capsys):
     root = ultralytics_layout(tmp_path, {("train", "a"): "0 0.5 0.5 0.2 0.2\n"})
     yaml = text(root / "data.yaml", content)
-    assert run.main(["--manifest", str(yaml), "--label_mode", "detection",
-                     "--output_dir", str(tmp_path / "out")]) == 2
+    assert (
+        run.main(
+            [
+                "--manifest",
+                str(yaml),
+                "--label_mode",
+                "detection",
+                "--output_dir",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("error: ") and problem in line
 
@@ -258,45 +327,65 @@ def test_a_yolo_folder_given_as_an_image_folder_is_refused(tmp_path, capsys):
     it names that file."""
     root = ultralytics_layout(tmp_path / "ds", {("train", "a"): "0 0.5 0.5 0.2 0.2\n"})
     for folder in (root, root / "images", root / "images" / "train"):
-        assert run.main(["--image_folder", str(folder),
-                         "--output_dir", str(tmp_path / "out")]) == 2
+        assert run.main(["--image_folder", str(folder), "--output_dir", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err
         assert "is a YOLO dataset" in err and f"write classes.txt in {root}" in err
     text(root / "coco8.yaml", "train: images/train\nnames: [a]\n")
     for folder in (root, root / "images", root / "images" / "train"):
-        assert run.main(["--image_folder", str(folder),
-                         "--output_dir", str(tmp_path / "out")]) == 2
+        assert run.main(["--image_folder", str(folder), "--output_dir", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err
         assert f"--manifest {root / 'coco8.yaml'} --label_mode detection" in err
 
 
 def test_a_yolo_dataset_converts_end_to_end_with_the_object_detection_api_keys(tmp_path):
-    root = ultralytics_layout(tmp_path / "ds", {
-        ("train", "a"): "0 0.5 0.5 0.5 0.4\n1 0.25 0.75 0.1 0.2\n",
-        ("train", "b"): None, ("val", "c"): "1 0.5 0.5 1 1\n"})
-    yaml = text(root / "data.yaml", "path: .\ntrain: images/train\nval: images/val\n"
-                "names: [cat, dog]\n")
+    root = ultralytics_layout(
+        tmp_path / "ds",
+        {
+            ("train", "a"): "0 0.5 0.5 0.5 0.4\n1 0.25 0.75 0.1 0.2\n",
+            ("train", "b"): None,
+            ("val", "c"): "1 0.5 0.5 1 1\n",
+        },
+    )
+    yaml = text(
+        root / "data.yaml", "path: .\ntrain: images/train\nval: images/val\nnames: [cat, dog]\n"
+    )
     output = tmp_path / "out"
-    assert run.main(["--manifest", str(yaml), "--label_mode", "detection",
-                     "--output_dir", str(output)]) == 0
+    assert (
+        run.main(
+            ["--manifest", str(yaml), "--label_mode", "detection", "--output_dir", str(output)]
+        )
+        == 0
+    )
     summary = json.loads((output / "summary.json").read_text())
     assert (summary["rows_read"], summary["examples_written"]) == (4, 3)
     names = parse_label_map((output / "label_map.pbtxt").read_text())
-    (a,) = [example for example in read_examples(f"{output}/train-*.tfrecord")
-            if example.features.feature["image/filename"].bytes_list.value[0] == b"a.jpg"]
+    (a,) = [
+        example
+        for example in read_examples(f"{output}/train-*.tfrecord")
+        if example.features.feature["image/filename"].bytes_list.value[0] == b"a.jpg"
+    ]
     feature = a.features.feature
-    assert [names[label] for label in feature["image/object/class/label"].int64_list.value
-            ] == ["cat", "dog"]
+    assert [names[label] for label in feature["image/object/class/label"].int64_list.value] == [
+        "cat",
+        "dog",
+    ]
     np.testing.assert_array_equal(
-        [feature[f"image/object/bbox/{side}"].float_list.value
-         for side in ("xmin", "ymin", "xmax", "ymax")],
-        np.float32(np.transpose([xyxy(0.5, 0.5, 0.5, 0.4), xyxy(0.25, 0.75, 0.1, 0.2)])))
+        [
+            feature[f"image/object/bbox/{side}"].float_list.value
+            for side in ("xmin", "ymin", "xmax", "ymax")
+        ],
+        np.float32(np.transpose([xyxy(0.5, 0.5, 0.5, 0.4), xyxy(0.25, 0.75, 0.1, 0.2)])),
+    )
 
 
 PUBLIC = Path(__file__).parent / "data" / "public" / "yolo"
 # The sizes of the coco128 images the public labels were drawn on.
-COCO128_SIZES = {"000000000030": (640, 428), "000000000049": (381, 500),
-                 "000000000074": (640, 426), "000000000077": (500, 375)}
+COCO128_SIZES = {
+    "000000000030": (640, 428),
+    "000000000049": (381, 500),
+    "000000000074": (640, 426),
+    "000000000077": (500, 375),
+}
 
 
 def public_dataset(root, yaml_name, labels, images_at, labels_at, sizes=None):
@@ -304,10 +393,13 @@ def public_dataset(root, yaml_name, labels, images_at, labels_at, sizes=None):
     JPEGs of the labels' image sizes (made here: the images are not kept)."""
     shutil.copy(PUBLIC / "yaml" / yaml_name, root / yaml_name)
     for index, label in enumerate(sorted((PUBLIC / labels).glob("*.txt"))):
-        shutil.copy(label, (root / labels_at).mkdir(parents=True, exist_ok=True)
-                    or root / labels_at / label.name)
-        image(root / images_at / f"{label.stem}.jpg", index,
-              (sizes or {}).get(label.stem, (64, 48)))
+        shutil.copy(
+            label,
+            (root / labels_at).mkdir(parents=True, exist_ok=True) or root / labels_at / label.name,
+        )
+        image(
+            root / images_at / f"{label.stem}.jpg", index, (sizes or {}).get(label.stem, (64, 48))
+        )
     return root / yaml_name
 
 
@@ -316,9 +408,14 @@ def test_ultralytics_coco128_yaml_and_labels_read_as_ultralytics_reads_them(tmp_
     real label files: every line one box, xywhn2xyxy of its fields, its class named by
     the YAML; each image in both splits, as Ultralytics trains and validates on it."""
     (tmp_path / "ultralytics").mkdir()
-    yaml = public_dataset(tmp_path / "ultralytics", "coco128.yaml", "detect",
-                          "../datasets/coco128/images/train2017",
-                          "../datasets/coco128/labels/train2017", COCO128_SIZES)
+    yaml = public_dataset(
+        tmp_path / "ultralytics",
+        "coco128.yaml",
+        "detect",
+        "../datasets/coco128/images/train2017",
+        "../datasets/coco128/labels/train2017",
+        COCO128_SIZES,
+    )
     found = rows(yaml, OUTSIDE_ALLOWED)
     assert all(isinstance(row, ManifestRow) for row in found), found
     names = __import__("yaml").safe_load(yaml.read_text())["names"]
@@ -327,41 +424,48 @@ def test_ultralytics_coco128_yaml_and_labels_read_as_ultralytics_reads_them(tmp_
         for label in sorted((PUBLIC / "detect").glob("*.txt")):
             for line in label.read_text().splitlines():
                 class_id, *box = line.split()
-                expected.append((split, f"{label.stem}.jpg", names[int(class_id)],
-                                 xyxy(*map(float, box))))
+                expected.append(
+                    (split, f"{label.stem}.jpg", names[int(class_id)], xyxy(*map(float, box)))
+                )
     assert len(expected) == 2 * 27
     assert [(row.split, row.uri.rsplit("/", 1)[-1], row.labels[0]) for row in found] == [
-        item[:3] for item in expected]
-    np.testing.assert_allclose([row.boxes[0][:4] for row in found],
-                               [item[3] for item in expected], atol=1e-12)
+        item[:3] for item in expected
+    ]
+    np.testing.assert_allclose(
+        [row.boxes[0][:4] for row in found], [item[3] for item in expected], atol=1e-12
+    )
     assert ("train", "000000000030.jpg", "potted plant") == expected[0][:3]
 
 
 def test_public_segmentation_pose_and_obb_labels_convert_boxes_masks_and_keypoints(tmp_path):
     """A polygon's box is its points' extent and the polygon its mask; a pose line's box
     is its first four fields, and the rest its keypoints (x, y, visibility each)."""
-    cases = [("dota8.yaml", "obb", "dota8", 27),
-             ("coco8-pose.yaml", "pose", "coco8-pose", 5)]
+    cases = [("dota8.yaml", "obb", "dota8", 27), ("coco8-pose.yaml", "pose", "coco8-pose", 5)]
     for yaml_name, labels, root, lines in cases:
-        yaml = public_dataset(tmp_path, yaml_name, labels, f"{root}/images/train",
-                              f"{root}/labels/train")
+        yaml = public_dataset(
+            tmp_path, yaml_name, labels, f"{root}/images/train", f"{root}/labels/train"
+        )
         image(tmp_path / root / "images" / "val" / "unlabelled.jpg")  # no objects
         found = rows(yaml)
         boxes = [row for row in found if row.boxes]
         assert (len(found), len(boxes)) == (lines + 1, lines), (yaml_name, found)
         for row in boxes:
-            line = (PUBLIC / labels / Path(row.manifest).name).read_text().splitlines()[
-                row.line - 1]
+            line = (
+                (PUBLIC / labels / Path(row.manifest).name).read_text().splitlines()[row.line - 1]
+            )
             values = [float(value) for value in line.split()[1:]]
             (box,) = row.boxes
             if labels == "pose":
                 np.testing.assert_allclose(box[:4], xyxy(*values[:4]), atol=1e-12)
                 assert box.keypoints == Keypoints(
-                    tuple(values[4::3]), tuple(values[5::3]), tuple(map(int, values[6::3])))
+                    tuple(values[4::3]), tuple(values[5::3]), tuple(map(int, values[6::3]))
+                )
             else:
-                np.testing.assert_allclose(box[:4], (min(values[0::2]), min(values[1::2]),
-                                                     max(values[0::2]), max(values[1::2])),
-                                           atol=1e-12)
+                np.testing.assert_allclose(
+                    box[:4],
+                    (min(values[0::2]), min(values[1::2]), max(values[0::2]), max(values[1::2])),
+                    atol=1e-12,
+                )
                 assert box.mask == Mask(1.0, 1.0, (tuple(values),))
 
 
@@ -377,48 +481,68 @@ def test_real_world_yamls_a_roboflow_export_and_a_names_dict_keyed_by_coco_ids(t
     image(export / "test" / "images" / "t.jpg")
     found = rows(yaml)
     assert [(row.split, row.labels) for row in found] == [
-        ("train", ("tumor",)), ("train", ("1",)), ("validation", ()), ("test", ())]
+        ("train", ("tumor",)),
+        ("train", ("1",)),
+        ("validation", ()),
+        ("test", ()),
+    ]
     segmentation = tmp_path / "seg" / "config.yaml"
     segmentation.parent.mkdir()
     shutil.copy(PUBLIC / "yaml" / "lightly-ai_instance_segmentation_config.yaml", segmentation)
-    ultralytics_layout(segmentation.parent, {("train2017", "a"): "1 0.1 0.1 0.2 0.1 0.2 0.2\n",
-                                              ("val2017", "b"): None})
-    with pytest.raises(ManifestError, match="'names' keys must be the class ids 0 to 79, "
-                       r"found \[1, 2, 3"):
+    ultralytics_layout(
+        segmentation.parent,
+        {("train2017", "a"): "1 0.1 0.1 0.2 0.1 0.2 0.2\n", ("val2017", "b"): None},
+    )
+    with pytest.raises(
+        ManifestError,
+        match="'names' keys must be the class ids 0 to 79, "
+        r"found \[1, 2, 3",
+    ):
         rows(segmentation)
 
 
 def test_a_path_that_is_not_beside_the_yaml_is_read_from_the_current_directory(
-        tmp_path, monkeypatch, caplog):
+    tmp_path, monkeypatch, caplog
+):
     """Ultralytics' own YAMLs (ultralytics/cfg/datasets/coco8.yaml: `path:
     ../datasets/coco8`) mean the current directory, as check_det_dataset reads `path`: run
     from the repository, the dataset is its sibling datasets/coco8. The YAML's folder is
     looked at first, and the console says where the root was found."""
     ultralytics_layout(tmp_path / "datasets" / "coco8", {("train", "a"): "0 0.5 0.5 0.2 0.2\n"})
-    yaml = text(tmp_path / "ultralytics" / "cfg" / "datasets" / "coco8.yaml", """
+    yaml = text(
+        tmp_path / "ultralytics" / "cfg" / "datasets" / "coco8.yaml",
+        """
         path: ../datasets/coco8 # dataset root dir
         train: images/train
         names:
           0: person
-        """)
+        """,
+    )
     monkeypatch.chdir(tmp_path / "ultralytics")
     (row,) = rows(yaml.relative_to(tmp_path / "ultralytics"), OUTSIDE_ALLOWED)
-    assert (row.uri, row.labels) == (str(tmp_path / "datasets/coco8/images/train/a.jpg"),
-                                     ("person",))
-    assert f"read from the current directory, as Ultralytics reads it: {tmp_path}" \
+    assert (row.uri, row.labels) == (
+        str(tmp_path / "datasets/coco8/images/train/a.jpg"),
+        ("person",),
+    )
+    assert (
+        f"read from the current directory, as Ultralytics reads it: {tmp_path}"
         "/datasets/coco8" in caplog.text
+    )
 
 
-def test_a_root_or_split_entry_outside_the_yamls_folder_is_refused_naming_the_option(
-        tmp_path):
+def test_a_root_or_split_entry_outside_the_yamls_folder_is_refused_naming_the_option(tmp_path):
     """`path: /`, a `path` elsewhere, or a split entry (a folder, or a .txt list, which
     could be any text file) found only outside the YAML's folder: refused before the job,
     naming the YAML and --allow_paths_outside_dataset, which reads them."""
     elsewhere = ultralytics_layout(tmp_path / "elsewhere", {("train", "a"): "0 0.5 0.5 0.2 0.2\n"})
     text(elsewhere / "list.txt", "images/train/a.jpg\n")
     dataset = tmp_path / "dataset"
-    for entries in ("path: /\ntrain: tmp\n", f"path: {elsewhere}\ntrain: images/train\n",
-                    "train: ../elsewhere/list.txt\n", f"train: {elsewhere}/images/train\n"):
+    for entries in (
+        "path: /\ntrain: tmp\n",
+        f"path: {elsewhere}\ntrain: images/train\n",
+        "train: ../elsewhere/list.txt\n",
+        f"train: {elsewhere}/images/train\n",
+    ):
         yaml = text(dataset / "data.yaml", entries + "names: [a]\n")
         with pytest.raises(ManifestError) as refused:
             rows(yaml)
@@ -435,8 +559,10 @@ def test_list_lines_and_links_leading_out_of_the_yamls_folder_are_dead_letters(t
     secret = tmp_path / "secret.jpg"
     image(secret)
     text(tmp_path / "secret.txt", "0 0.5 0.5 0.2 0.2\n")
-    root = ultralytics_layout(tmp_path / "dataset", {("train", "a"): "0 0.5 0.5 0.2 0.2\n",
-                                                     ("val", "b"): None, ("val", "c"): None})
+    root = ultralytics_layout(
+        tmp_path / "dataset",
+        {("train", "a"): "0 0.5 0.5 0.2 0.2\n", ("val", "b"): None, ("val", "c"): None},
+    )
     (root / "images" / "val" / "link.jpg").symlink_to(secret)
     (root / "labels" / "val").mkdir(parents=True)
     (root / "labels" / "val" / "c.txt").symlink_to(tmp_path / "secret.txt")
@@ -445,31 +571,50 @@ def test_list_lines_and_links_leading_out_of_the_yamls_folder_are_dead_letters(t
     yaml = text(root / "data.yaml", "train: train.txt\nval: images/val\nnames: [a]\n")
     found = rows(yaml)
     outside = reasons.PATH_OUTSIDE_DATASET
-    assert [(Path(row.manifest).name, row.line, row.split, row.reason)
-            if isinstance(row, DeadLetter) else (row.split, Path(row.uri).name)
-            for row in found] == [
-        ("train", "a.jpg"), ("train.txt", 2, "train", outside),
-        ("train.txt", 3, "train", outside), ("train.txt", 4, "train", outside),
-        ("validation", "b.jpg"), ("data.yaml", 0, "validation", outside),
-        ("data.yaml", 0, "validation", outside)]
-    assert found[1].message == (f"the image {str(secret)!r} leaves the dataset's folder "
-                                f"{root}: pass --allow_paths_outside_dataset to read files "
-                                "outside it")
+    assert [
+        (Path(row.manifest).name, row.line, row.split, row.reason)
+        if isinstance(row, DeadLetter)
+        else (row.split, Path(row.uri).name)
+        for row in found
+    ] == [
+        ("train", "a.jpg"),
+        ("train.txt", 2, "train", outside),
+        ("train.txt", 3, "train", outside),
+        ("train.txt", 4, "train", outside),
+        ("validation", "b.jpg"),
+        ("data.yaml", 0, "validation", outside),
+        ("data.yaml", 0, "validation", outside),
+    ]
+    assert found[1].message == (
+        f"the image {str(secret)!r} leaves the dataset's folder "
+        f"{root}: pass --allow_paths_outside_dataset to read files "
+        "outside it"
+    )
     assert len(found[3].message) < 400 + len(str(root))
     assert "(12,005 characters)" in found[3].message
     assert found[5].message.startswith("the label file 'labels/val/c.txt' leaves")
     assert found[6].message.startswith("the image 'images/val/link.jpg' leaves")
 
 
-def test_the_command_refuses_a_root_elsewhere_and_the_option_reaches_the_reader(
-        tmp_path, capsys):
+def test_the_command_refuses_a_root_elsewhere_and_the_option_reaches_the_reader(tmp_path, capsys):
     elsewhere = ultralytics_layout(tmp_path / "elsewhere", {("train", "a"): None})
-    yaml = text(tmp_path / "dataset" / "data.yaml",
-                f"path: {elsewhere}\ntrain: images/train\nnames: [a]\n")
-    assert run.main(["--manifest", str(yaml), "--label_mode", "detection",
-                     "--output_dir", str(tmp_path / "out")]) == 2
-    assert f"{yaml}: path {str(elsewhere)!r} leaves the YAML's folder" in \
-        capsys.readouterr().err
+    yaml = text(
+        tmp_path / "dataset" / "data.yaml", f"path: {elsewhere}\ntrain: images/train\nnames: [a]\n"
+    )
+    assert (
+        run.main(
+            [
+                "--manifest",
+                str(yaml),
+                "--label_mode",
+                "detection",
+                "--output_dir",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
+    assert f"{yaml}: path {str(elsewhere)!r} leaves the YAML's folder" in capsys.readouterr().err
     for flags in (["--allow_paths_outside_dataset"], ["--allow_paths_outside_dataset=true"]):
         assert ConvertOptions(flags).row_rules().allow_paths_outside_dataset
     assert not ConvertOptions([]).row_rules().allow_paths_outside_dataset

@@ -19,20 +19,25 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from image_tfrecords.transforms.near_duplicates import FindNearDuplicates, NearDuplicate, described, order
-from image_tfrecords.transforms.sorted_lines import WriteSortedLines
-from image_tfrecords.transforms.storage_steps import StorageDoFn
 from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core import naming
 from image_tfrecords.core.choices import Dedupe
 from image_tfrecords.core.examples import example_annotations
-from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.file_formats import PipelineFiles, ShardFormat
+from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.histograms import file_bytes_bin, longest_side_bin
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS
 from image_tfrecords.core.naming import DUPLICATES, NEAR_DUPLICATES
 from image_tfrecords.core.records import ExampleRef, ShardExamples, ShardWritten
 from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.transforms.near_duplicates import (
+    FindNearDuplicates,
+    NearDuplicate,
+    described,
+    order,
+)
+from image_tfrecords.transforms.sorted_lines import WriteSortedLines
+from image_tfrecords.transforms.storage_steps import StorageDoFn
 
 
 class Duplicate(NamedTuple):
@@ -46,13 +51,22 @@ class Duplicate(NamedTuple):
         return 0
 
     def to_json(self, dropped: bool) -> str:
-        return json.dumps({"sha256": self.sha256, "kept": described(self.kept),
-                           "copy": described(self.copy), "dropped": dropped},
-                          ensure_ascii=False, sort_keys=True)
+        return json.dumps(
+            {
+                "sha256": self.sha256,
+                "kept": described(self.kept),
+                "copy": described(self.copy),
+                "dropped": dropped,
+            },
+            ensure_ascii=False,
+            sort_keys=True,
+        )
 
     def why_dropped(self) -> str:
-        return (f"byte-identical to {self.kept.uri} ({self.kept.split}, {self.kept.manifest} "
-                f"line {self.kept.line}), which is kept")
+        return (
+            f"byte-identical to {self.kept.uri} ({self.kept.split}, {self.kept.manifest} "
+            f"line {self.kept.line}), which is kept"
+        )
 
 
 class FindDuplicates(beam.PTransform):
@@ -63,10 +77,12 @@ class FindDuplicates(beam.PTransform):
     copies leave as one batch."""
 
     def expand(self, shard_examples: beam.PCollection) -> beam.PCollection:
-        return (shard_examples
-                | "ByBucket" >> beam.FlatMap(_by_bucket)
-                | "GroupByBucket" >> beam.GroupByKey()
-                | "Copies" >> beam.FlatMapTuple(_copies_in_bucket))
+        return (
+            shard_examples
+            | "ByBucket" >> beam.FlatMap(_by_bucket)
+            | "GroupByBucket" >> beam.GroupByKey()
+            | "Copies" >> beam.FlatMapTuple(_copies_in_bucket)
+        )
 
 
 _BUCKETS = 16
@@ -79,14 +95,19 @@ def _by_bucket(examples: ShardExamples) -> Iterator[tuple[int, list[tuple[str, E
     return iter(buckets.items())
 
 
-def _copies_in_bucket(_: int, shards_keys: Iterable[list[tuple[str, ExampleRef]]]
-                      ) -> Iterator[tuple[Duplicate, ...]]:
+def _copies_in_bucket(
+    _: int, shards_keys: Iterable[list[tuple[str, ExampleRef]]]
+) -> Iterator[tuple[Duplicate, ...]]:
     by_sha256: dict[str, list[ExampleRef]] = collections.defaultdict(list)
     for keys in shards_keys:
         for sha256, ref in keys:
             by_sha256[sha256].append(ref)
-    if batch := tuple(copy for sha256, refs in by_sha256.items() if len(refs) > 1
-                      for copy in _copies(sha256, refs)):
+    if batch := tuple(
+        copy
+        for sha256, refs in by_sha256.items()
+        if len(refs) > 1
+        for copy in _copies(sha256, refs)
+    ):
         yield batch
 
 
@@ -103,23 +124,37 @@ class DropDuplicates(beam.PTransform):
     content; the shards are rewritten with `filesystems` applied.
     """
 
-    def __init__(self, duplicates: beam.PCollection, shard_format: ShardFormat,
-                 filesystems: FilesystemOptions) -> None:
+    def __init__(
+        self,
+        duplicates: beam.PCollection,
+        shard_format: ShardFormat,
+        filesystems: FilesystemOptions,
+    ) -> None:
         super().__init__()
         self._duplicates = duplicates
         self._format = shard_format
         self._filesystems = filesystems
 
     def expand(self, shards: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        return ({"shard": shards | "KeyShards" >> beam.Map(
-                    lambda shard: ((shard.split, shard.shard), shard)),
-                 "copies": self._duplicates | "KeyCopies" >> beam.FlatMap(
-                    lambda batch: (((duplicate.copy.split, duplicate.copy.shard), duplicate)
-                                   for duplicate in batch))}
-                | "ByShard" >> beam.CoGroupByKey()
-                | "Rewrite" >> beam.ParDo(
-                    _RewriteShard(self._format, self._filesystems)).with_outputs(
-                        DEAD_LETTERS, main="shards"))
+        return (
+            {
+                "shard": shards
+                | "KeyShards" >> beam.Map(lambda shard: ((shard.split, shard.shard), shard)),
+                "copies": self._duplicates
+                | "KeyCopies"
+                >> beam.FlatMap(
+                    lambda batch: (
+                        ((duplicate.copy.split, duplicate.copy.shard), duplicate)
+                        for duplicate in batch
+                    )
+                ),
+            }
+            | "ByShard" >> beam.CoGroupByKey()
+            | "Rewrite"
+            >> beam.ParDo(_RewriteShard(self._format, self._filesystems)).with_outputs(
+                DEAD_LETTERS, main="shards"
+            )
+        )
 
 
 class _RewriteShard(StorageDoFn):
@@ -129,14 +164,16 @@ class _RewriteShard(StorageDoFn):
         self._dropped = Metrics.counter("images", "duplicates_dropped")
         self._near_dropped = Metrics.counter("images", "near_duplicates_dropped")
 
-    def process(self, keyed: tuple[tuple[str, int], dict[str, list]]
-                ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
+    def process(
+        self, keyed: tuple[tuple[str, int], dict[str, list]]
+    ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
         _, grouped = keyed
         (shard,) = grouped["shard"]
         copies: dict[int, Duplicate | NearDuplicate] = {}
         # A copy both byte-identical to one image and near another is dropped as the first.
-        for duplicate in sorted(grouped["copies"], key=lambda d: (
-                isinstance(d, NearDuplicate), order(d.kept))):
+        for duplicate in sorted(
+            grouped["copies"], key=lambda d: (isinstance(d, NearDuplicate), order(d.kept))
+        ):
             copies.setdefault(duplicate.copy.position, duplicate)
         if not copies:
             yield shard
@@ -147,8 +184,9 @@ class _RewriteShard(StorageDoFn):
         kept = shard.examples - len(copies)
         if kept:  # else no file, like a shard that got no image
             with self._format.create(rewritten, PipelineFiles()) as new:
-                for position, record in enumerate(self._format.read(shard.temp_path,
-                                                                    PipelineFiles())):
+                for position, record in enumerate(
+                    self._format.read(shard.temp_path, PipelineFiles())
+                ):
                     if position not in copies:
                         new.write(record)
         labels = collections.Counter(shard.labels)
@@ -166,18 +204,26 @@ class _RewriteShard(StorageDoFn):
             near = isinstance(duplicate, NearDuplicate)
             (self._near_dropped if near else self._dropped).inc()
             for row in dropped.rows:
-                yield beam.pvalue.TaggedOutput(DEAD_LETTERS, row.dead_letter(
-                    reasons.NEAR_DUPLICATE_IMAGE if near else reasons.DUPLICATE_IMAGE,
-                    duplicate.why_dropped()))
+                yield beam.pvalue.TaggedOutput(
+                    DEAD_LETTERS,
+                    row.dead_letter(
+                        reasons.NEAR_DUPLICATE_IMAGE if near else reasons.DUPLICATE_IMAGE,
+                        duplicate.why_dropped(),
+                    ),
+                )
         yield shard._replace(
-            temp_path=rewritten, examples=kept,
+            temp_path=rewritten,
+            examples=kept,
             rows=shard.rows - sum(len(d.copy.content.rows) for d in copies.values()),
             bytes=FileSystems.match([rewritten])[0].metadata_list[0].size_in_bytes if kept else 0,
-            source_bytes=shard.source_bytes - sum(d.copy.content.source_bytes
-                                                  for d in copies.values()),
-            labels=_positive(labels), reencoded=_positive(reencoded),
-            longest_side=_positive(longest_side), file_bytes=_positive(file_bytes),
-            annotations=_positive(annotations))
+            source_bytes=shard.source_bytes
+            - sum(d.copy.content.source_bytes for d in copies.values()),
+            labels=_positive(labels),
+            reencoded=_positive(reencoded),
+            longest_side=_positive(longest_side),
+            file_bytes=_positive(file_bytes),
+            annotations=_positive(annotations),
+        )
 
 
 def _positive(counts: collections.Counter[str]) -> dict[str, int]:
@@ -216,10 +262,13 @@ class ReportDuplicates(beam.PTransform):
     def expand(self, written: tuple[beam.PCollection, beam.PCollection]) -> DuplicatesResult:
         shards, example_keys = written
         exact = example_keys | "Find" >> FindDuplicates()
-        near = example_keys | "FindNear" >> FindNearDuplicates(self._near_distance,
-                                                               self._temp_dir, self._settings)
-        reports = (self._report(exact, "", self._dedupe is not Dedupe.NONE),
-                   self._report(near, "Near", self._dedupe is Dedupe.NEAR))
+        near = example_keys | "FindNear" >> FindNearDuplicates(
+            self._near_distance, self._temp_dir, self._settings
+        )
+        reports = (
+            self._report(exact, "", self._dedupe is not Dedupe.NONE),
+            self._report(near, "Near", self._dedupe is Dedupe.NEAR),
+        )
         reports = reports | "Reports" >> beam.Flatten()
         by_splits = exact | "Count" >> _CountBySplits()
         near_by_splits = near | "CountNear" >> _CountBySplits()
@@ -227,28 +276,43 @@ class ReportDuplicates(beam.PTransform):
             kept, dropped = shards, None
             dead_letters = shards.pipeline | "NoneDropped" >> beam.Create([])
         else:
-            dropped = ((exact, near) if self._dedupe is Dedupe.NEAR else (exact,)
-                       ) | "Dropped" >> beam.Flatten()
-            deduped = shards | "Drop" >> DropDuplicates(dropped, self._format,
-                                                        self._settings.filesystems)
+            dropped = (
+                (exact, near) if self._dedupe is Dedupe.NEAR else (exact,)
+            ) | "Dropped" >> beam.Flatten()
+            deduped = shards | "Drop" >> DropDuplicates(
+                dropped, self._format, self._settings.filesystems
+            )
             kept, dead_letters = deduped.shards, deduped[DEAD_LETTERS]
-        return DuplicatesResult(shards=kept, dead_letters=dead_letters, reports=reports,
-                                by_splits=by_splits, near_by_splits=near_by_splits,
-                                duplicates=exact, near_duplicates=near, dropped=dropped)
+        return DuplicatesResult(
+            shards=kept,
+            dead_letters=dead_letters,
+            reports=reports,
+            by_splits=by_splits,
+            near_by_splits=near_by_splits,
+            duplicates=exact,
+            near_duplicates=near,
+            dropped=dropped,
+        )
 
     def _report(self, copies: beam.PCollection, name: str, dropped: bool) -> beam.PCollection:
         """Writes duplicates-*.jsonl (`name` "") or near_duplicates-*.jsonl ("Near")."""
         path = naming.jsonl_list(self._report_dir, NEAR_DUPLICATES if name else DUPLICATES)
         return copies | f"Write{name}" >> WriteSortedLines(
-            path, lambda copy: copy.to_json(dropped), self._temp_dir, batched=True,
-            filesystems=self._settings.filesystems)
+            path,
+            lambda copy: copy.to_json(dropped),
+            self._temp_dir,
+            batched=True,
+            filesystems=self._settings.filesystems,
+        )
 
 
 class _CountBySplits(beam.PTransform):
     """Batches of copies -> ("kept split/copy split", copies)."""
 
     def expand(self, copies: beam.PCollection) -> beam.PCollection:
-        return (copies
-                | "SplitPair" >> beam.FlatMap(
-                    lambda batch: (f"{d.kept.split}/{d.copy.split}" for d in batch))
-                | "PerPair" >> beam.combiners.Count.PerElement())
+        return (
+            copies
+            | "SplitPair"
+            >> beam.FlatMap(lambda batch: (f"{d.kept.split}/{d.copy.split}" for d in batch))
+            | "PerPair" >> beam.combiners.Count.PerElement()
+        )

@@ -19,12 +19,12 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from image_tfrecords.transforms import live_progress
-from image_tfrecords.transforms.storage_steps import StorageDoFn
 from image_tfrecords.core import pool
 from image_tfrecords.core.filesystem_options import current_options
 from image_tfrecords.core.run_settings import RunSettings
 from image_tfrecords.core.shard_writer import prepare_worker
+from image_tfrecords.transforms import live_progress
+from image_tfrecords.transforms.storage_steps import StorageDoFn
 
 
 class WorkerTask(pool.Task, Protocol):
@@ -56,15 +56,17 @@ class RunInWorkers(StorageDoFn):
         super().setup()  # before any storage is touched
         workers = self._settings.workers
         if processes := workers.process_count():
-            self._pool = pool.acquire(processes, workers.timeout_s,
-                                      functools.partial(prepare_worker, current_options()))
+            self._pool = pool.acquire(
+                processes, workers.timeout_s, functools.partial(prepare_worker, current_options())
+            )
             self._waiting = self.threads()
 
     def threads(self) -> concurrent.futures.ThreadPoolExecutor:
         """Threads to wait on the worker processes with, one per process; shut down with
         this DoFn."""
-        self._threads.append(concurrent.futures.ThreadPoolExecutor(
-            self._settings.workers.process_count()))
+        self._threads.append(
+            concurrent.futures.ThreadPoolExecutor(self._settings.workers.process_count())
+        )
         return self._threads[-1]
 
     def teardown(self) -> None:
@@ -78,7 +80,7 @@ class RunInWorkers(StorageDoFn):
         self._pending: list[concurrent.futures.Future] = []
 
     # *side_inputs unannotated: Beam's type check reads an annotation as a tuple's
-    def process(self, element: Any, *side_inputs) -> Iterator[Any]:  # noqa: ANN002
+    def process(self, element: Any, *side_inputs) -> Iterator[Any]:
         task = self.task(element, *side_inputs)
         if self._pool is None:
             yield from self.outputs(self.execute(task))
@@ -90,7 +92,8 @@ class RunInWorkers(StorageDoFn):
             for output in self.outputs(result.result()):
                 if isinstance(output, beam.pvalue.TaggedOutput):
                     yield beam.pvalue.TaggedOutput(
-                        output.tag, GlobalWindows.windowed_value(output.value))
+                        output.tag, GlobalWindows.windowed_value(output.value)
+                    )
                 else:
                     yield GlobalWindows.windowed_value(output)
         self._pending = []

@@ -42,9 +42,9 @@ import tensorflow_transform.beam as tft_beam
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
-from image_tfrecords.core.naming import LABEL_VOCABULARY
 from image_tfrecords.core.choices import LabelMode, LabelOrder
 from image_tfrecords.core.label_ids import UNSEEN_ID
+from image_tfrecords.core.naming import LABEL_VOCABULARY
 from image_tfrecords.core.row_tasks import ChunkSurvey
 from image_tfrecords.core.run_settings import RunSettings
 from image_tfrecords.core.schema import CATEGORICAL, ExtraColumn
@@ -56,8 +56,9 @@ _BYTES_LIST = pa.large_list(pa.large_binary())
 _FLOAT_LIST = pa.large_list(pa.float32())
 
 
-def _input_config(label_mode: LabelMode, categorical: Sequence[str], weighted: bool
-                  ) -> tfxio.TensorAdapterConfig:
+def _input_config(
+    label_mode: LabelMode, categorical: Sequence[str], weighted: bool
+) -> tfxio.TensorAdapterConfig:
     """The tensor `label` is for the transform_fn: a string per row, or a list of them
     (multi-label, and detection, where a row may be an image without objects); each
     categorical extra column is one string per row. `weighted`: each column has a twin,
@@ -65,15 +66,20 @@ def _input_config(label_mode: LabelMode, categorical: Sequence[str], weighted: b
 
     Single labels stay a dense scalar, so a serving model feeds plain strings.
     """
+
     def scalar(name: str) -> schema_pb2.TensorRepresentation:
         return schema_pb2.TensorRepresentation(
             dense_tensor=schema_pb2.TensorRepresentation.DenseTensor(
-                column_name=name, shape=schema_pb2.FixedShape()))
+                column_name=name, shape=schema_pb2.FixedShape()
+            )
+        )
 
     def varlen(name: str) -> schema_pb2.TensorRepresentation:
         return schema_pb2.TensorRepresentation(
             varlen_sparse_tensor=schema_pb2.TensorRepresentation.VarLenSparseTensor(
-                column_name=name))
+                column_name=name
+            )
+        )
 
     label_tensor = scalar if label_mode is LabelMode.SINGLE else varlen
     tensors = {LABEL: label_tensor(LABEL)} | {name: scalar(name) for name in categorical}
@@ -85,8 +91,14 @@ def _input_config(label_mode: LabelMode, categorical: Sequence[str], weighted: b
     return tfxio.TensorAdapterConfig(pa.schema(columns), tensors)
 
 
-def preprocessing_fn(inputs: dict, *, oov_bucket: bool, categorical: Sequence[str] = (),
-                     pinned_file: str | None = None, weighted: bool = False) -> dict:
+def preprocessing_fn(
+    inputs: dict,
+    *,
+    oov_bucket: bool,
+    categorical: Sequence[str] = (),
+    pinned_file: str | None = None,
+    weighted: bool = False,
+) -> dict:
     """label -> label_id (a list of labels -> a list of ids); ids follow the vocabulary
     tf.Transform computes on TRAIN, or the lines of `pinned_file` (a file named
     LABEL_VOCABULARY) when the user pinned them. Likewise each categorical column ->
@@ -103,8 +115,9 @@ def preprocessing_fn(inputs: dict, *, oov_bucket: bool, categorical: Sequence[st
         weights = inputs[order_weight(name)] if weighted else None
         if isinstance(weights, tf.SparseTensor):
             weights = weights.values  # tf.Transform pairs them with the labels' values
-        return tft.compute_and_apply_vocabulary(inputs[name], vocab_filename=vocabulary,
-                                                weights=weights, **unseen)
+        return tft.compute_and_apply_vocabulary(
+            inputs[name], vocab_filename=vocabulary, weights=weights, **unseen
+        )
 
     if pinned_file:
         label_ids = tft.apply_vocabulary(inputs[LABEL], pinned_file, **unseen)
@@ -127,41 +140,52 @@ def category_id(column: str) -> str:
 
 def categorical_columns(extra_columns: Sequence[ExtraColumn]) -> tuple[tuple[str, int], ...]:
     """(name, place in ManifestRow.extras) of each categorical extra column."""
-    return tuple((column.name, index) for index, column in enumerate(extra_columns)
-                 if column.type == CATEGORICAL)
+    return tuple(
+        (column.name, index)
+        for index, column in enumerate(extra_columns)
+        if column.type == CATEGORICAL
+    )
 
 
 class AnalyzeLabels(beam.PTransform):
     """ChunkSurveys -> the transform_fn holding the label (and category) vocabularies,
     analysed on the TRAIN rows each survey counted."""
 
-    def __init__(self, settings: RunSettings, temp_dir: str, pinned_file: str | None = None
-                 ) -> None:
+    def __init__(
+        self, settings: RunSettings, temp_dir: str, pinned_file: str | None = None
+    ) -> None:
         super().__init__()
         self._oov_bucket = settings.oov_bucket
         self._label_mode = settings.label_mode
         self._sorted = settings.label_order is LabelOrder.SORTED
-        self._categorical = tuple(name for name, _ in categorical_columns(
-            settings.extra_columns))
+        self._categorical = tuple(name for name, _ in categorical_columns(settings.extra_columns))
         self._temp_dir = temp_dir
         self._pinned_file = pinned_file  # see write_pinned_vocabulary
 
     def expand(self, surveys: beam.PCollection) -> tuple:
         if self._sorted:
-            batches = (surveys
-                       | "TrainValues" >> beam.FlatMap(_train_values, self._categorical)
-                       | "Distinct" >> beam.Distinct()
-                       | "AllValues" >> beam.combiners.ToList()
-                       | "SortedRows" >> beam.FlatMap(_sorted_rows, self._label_mode,
-                                                      self._categorical))
+            batches = (
+                surveys
+                | "TrainValues" >> beam.FlatMap(_train_values, self._categorical)
+                | "Distinct" >> beam.Distinct()
+                | "AllValues" >> beam.combiners.ToList()
+                | "SortedRows" >> beam.FlatMap(_sorted_rows, self._label_mode, self._categorical)
+            )
         else:
             batches = surveys | "TrainRows" >> beam.FlatMap(_train_rows, self._categorical)
         with tft_beam.Context(temp_dir=self._temp_dir):
-            return ((batches, _input_config(self._label_mode, self._categorical, self._sorted))
-                    | "Vocabulary" >> tft_beam.AnalyzeDataset(functools.partial(
-                        preprocessing_fn, oov_bucket=self._oov_bucket,
-                        categorical=self._categorical, pinned_file=self._pinned_file,
-                        weighted=self._sorted)))
+            return (
+                batches,
+                _input_config(self._label_mode, self._categorical, self._sorted),
+            ) | "Vocabulary" >> tft_beam.AnalyzeDataset(
+                functools.partial(
+                    preprocessing_fn,
+                    oov_bucket=self._oov_bucket,
+                    categorical=self._categorical,
+                    pinned_file=self._pinned_file,
+                    weighted=self._sorted,
+                )
+            )
 
 
 def _train_rows(survey: ChunkSurvey, categorical: Sequence[str]) -> Iterator[pa.RecordBatch]:
@@ -175,12 +199,12 @@ def _train_rows(survey: ChunkSurvey, categorical: Sequence[str]) -> Iterator[pa.
     columns = {LABEL: [[label.encode() for label in group.labels] for group in groups]}
     for place, name in enumerate(categorical):
         columns[name] = [[group.categories[place].encode()] for group in groups]
-    yield pa.RecordBatch.from_arrays([pa.array(values, _BYTES_LIST).take(repeat)
-                                      for values in columns.values()], list(columns))
+    yield pa.RecordBatch.from_arrays(
+        [pa.array(values, _BYTES_LIST).take(repeat) for values in columns.values()], list(columns)
+    )
 
 
-def _train_values(survey: ChunkSurvey, categorical: Sequence[str]
-                  ) -> Iterator[tuple[str, str]]:
+def _train_values(survey: ChunkSurvey, categorical: Sequence[str]) -> Iterator[tuple[str, str]]:
     """(column, value) for each value of the chunk's TRAIN rows."""
     for group in survey.train_labels:
         for label in group.labels:
@@ -188,8 +212,9 @@ def _train_values(survey: ChunkSurvey, categorical: Sequence[str]
         yield from zip(categorical, group.categories)
 
 
-def _sorted_rows(values: list[tuple[str, str]], label_mode: LabelMode,
-                 categorical: Sequence[str]) -> Iterator[pa.RecordBatch]:
+def _sorted_rows(
+    values: list[tuple[str, str]], label_mode: LabelMode, categorical: Sequence[str]
+) -> Iterator[pa.RecordBatch]:
     """The distinct TRAIN values, each column's sorted, as rows for tf.Transform: row k
     holds each column's k-th value, weighted n - k (n: the column's count of values),
     so that tf.Transform's order, by weight, is the sorted one.
@@ -198,19 +223,21 @@ def _sorted_rows(values: list[tuple[str, str]], label_mode: LabelMode,
     label list with none: no value), which changes no sum. (float32 holds every whole
     number up to 2**24, more values than a vocabulary holds.)
     """
-    by_column = {name: sorted(value for column, value in values if column == name)
-                 for name in (LABEL, *categorical)}
+    by_column = {
+        name: sorted(value for column, value in values if column == name)
+        for name in (LABEL, *categorical)
+    }
     rows = max(map(len, by_column.values()))
     if not rows:
         return
     columns, weights = {}, {}
     for name, found in by_column.items():
-        ranked = [([value.encode()], [float(len(found) - rank)])
-                  for rank, value in enumerate(found)]
+        ranked = [
+            ([value.encode()], [float(len(found) - rank)]) for rank, value in enumerate(found)
+        ]
         scalar = name != LABEL or label_mode is LabelMode.SINGLE
         filler = ([found[0].encode()], [0.0]) if scalar else ([], [])
         ranked += [filler] * (rows - len(found))
         columns[name] = pa.array([value for value, _ in ranked], _BYTES_LIST)
         weights[order_weight(name)] = pa.array([weight for _, weight in ranked], _FLOAT_LIST)
-    yield pa.RecordBatch.from_arrays([*columns.values(), *weights.values()],
-                                     [*columns, *weights])
+    yield pa.RecordBatch.from_arrays([*columns.values(), *weights.values()], [*columns, *weights])

@@ -26,17 +26,19 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from image_tfrecords.transforms.in_workers import RunInWorkers
-from image_tfrecords.transforms.storage_steps import StorageDoFn
 from image_tfrecords.core.copies import HASH_BITS, MAX_NEAR_DISTANCE
 from image_tfrecords.core.filesystem_options import FilesystemOptions
-from image_tfrecords.core.splits import SPLITS
 from image_tfrecords.core.near_search import MEMBER, CloseEarlierTask, Link, Shard
 from image_tfrecords.core.receipts import example_refs
 from image_tfrecords.core.records import ExampleRef, ShardExamples
 from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.splits import SPLITS
+from image_tfrecords.transforms.in_workers import RunInWorkers
+from image_tfrecords.transforms.storage_steps import StorageDoFn
 
 _HELD_EXAMPLES = 4096  # examples a bundle holds before sending its band packs
+
+
 class NearDuplicate(NamedTuple):
     """`copy` is within `distance` bits of `kept`, which comes first."""
 
@@ -47,19 +49,34 @@ class NearDuplicate(NamedTuple):
     def to_json(self, dropped: bool) -> str:
         def where(ref: ExampleRef) -> dict:
             return described(ref) | {"perceptual_hash": f"{ref.perceptual_hash:016x}"}
-        return json.dumps({"distance": self.distance, "kept": where(self.kept),
-                           "copy": where(self.copy), "dropped": dropped},
-                          ensure_ascii=False, sort_keys=True)
+
+        return json.dumps(
+            {
+                "distance": self.distance,
+                "kept": where(self.kept),
+                "copy": where(self.copy),
+                "dropped": dropped,
+            },
+            ensure_ascii=False,
+            sort_keys=True,
+        )
 
     def why_dropped(self) -> str:
-        return (f"a near-copy (perceptual hash {self.distance} bits away) of {self.kept.uri} "
-                f"({self.kept.split}, {self.kept.manifest} line {self.kept.line})")
+        return (
+            f"a near-copy (perceptual hash {self.distance} bits away) of {self.kept.uri} "
+            f"({self.kept.split}, {self.kept.manifest} line {self.kept.line})"
+        )
 
 
 def described(ref: ExampleRef) -> dict:
     """An example as the reports of copies name it."""
-    return {"uri": ref.uri, "split": ref.split, "labels": list(ref.labels),
-            "manifest": ref.manifest, "line": ref.line}
+    return {
+        "uri": ref.uri,
+        "split": ref.split,
+        "labels": list(ref.labels),
+        "manifest": ref.manifest,
+        "line": ref.line,
+    }
 
 
 def band_masks(max_distance: int) -> tuple[int, ...]:
@@ -99,15 +116,16 @@ class FindNearDuplicates(beam.PTransform):
 
     def expand(self, keyed: beam.PCollection) -> beam.PCollection:
         masks = band_masks(self._max_distance)
-        return (keyed
-                | "PackByBand" >> beam.ParDo(_PackByBand(masks))
-                | "ByBand" >> beam.GroupByKey()
-                | "CloseEarlier" >> beam.ParDo(_CloseEarlier(self._settings, masks,
-                                                             self._max_distance))
-                | "ByCopyShard" >> beam.GroupByKey()
-                | "CopyRefs" >> beam.ParDo(_CopyRefs(self._temp_dir, self._settings.filesystems))
-                | "ByKeptShard" >> beam.GroupByKey()
-                | "Pairs" >> beam.ParDo(_Pairs(self._temp_dir, self._settings.filesystems)))
+        return (
+            keyed
+            | "PackByBand" >> beam.ParDo(_PackByBand(masks))
+            | "ByBand" >> beam.GroupByKey()
+            | "CloseEarlier" >> beam.ParDo(_CloseEarlier(self._settings, masks, self._max_distance))
+            | "ByCopyShard" >> beam.GroupByKey()
+            | "CopyRefs" >> beam.ParDo(_CopyRefs(self._temp_dir, self._settings.filesystems))
+            | "ByKeptShard" >> beam.GroupByKey()
+            | "Pairs" >> beam.ParDo(_Pairs(self._temp_dir, self._settings.filesystems))
+        )
 
 
 def near_order(sha256: str, ref: ExampleRef) -> tuple[int, int, int]:
@@ -131,8 +149,10 @@ class _PackByBand(beam.DoFn):
         self._held: list[tuple[int, ...]] = []  # rows of _MEMBER
 
     def process(self, examples: ShardExamples) -> Iterator[tuple[tuple[int, int], bytes]]:
-        self._held.extend((*near_order(sha256, ref), ref.perceptual_hash, ref.shard,
-                           ref.position) for sha256, ref in examples.keys)
+        self._held.extend(
+            (*near_order(sha256, ref), ref.perceptual_hash, ref.shard, ref.position)
+            for sha256, ref in examples.keys
+        )
         self._hashed.inc(len(examples.keys))
         if len(self._held) >= _HELD_EXAMPLES:
             yield from self._packs()
@@ -160,8 +180,7 @@ class _CloseEarlier(RunInWorkers):
     """A band group -> (copy's (split, shard), [(copy's position, Link)]) per shard, a link
     for each member with a close earlier member (near_search.close_earlier)."""
 
-    def __init__(self, settings: RunSettings, masks: tuple[int, ...], max_distance: int
-                 ) -> None:
+    def __init__(self, settings: RunSettings, masks: tuple[int, ...], max_distance: int) -> None:
         super().__init__(settings)
         self._masks = masks
         self._max_distance = max_distance
@@ -191,8 +210,9 @@ class _CopyRefs(StorageDoFn):
         super().__init__(filesystems)
         self._temp_dir = temp_dir
 
-    def process(self, shard_links: tuple[Shard, Iterable[list[tuple[int, Link]]]]
-                ) -> Iterator[tuple[Shard, list[tuple[int, int, ExampleRef]]]]:
+    def process(
+        self, shard_links: tuple[Shard, Iterable[list[tuple[int, Link]]]]
+    ) -> Iterator[tuple[Shard, list[tuple[int, int, ExampleRef]]]]:
         (split, shard), batches = shard_links
         preferred: dict[int, Link] = {}
         for links in batches:
@@ -200,9 +220,13 @@ class _CopyRefs(StorageDoFn):
                 if position not in preferred or link < preferred[position]:
                     preferred[position] = link
         refs = example_refs(self._temp_dir, split, shard)
-        yield from by_key(((SPLITS[link.kept_split], link.kept_shard),
-                           (link.kept_position, link.distance, refs[position]))
-                          for position, link in sorted(preferred.items())).items()
+        yield from by_key(
+            (
+                (SPLITS[link.kept_split], link.kept_shard),
+                (link.kept_position, link.distance, refs[position]),
+            )
+            for position, link in sorted(preferred.items())
+        ).items()
 
 
 class _Pairs(StorageDoFn):
@@ -213,9 +237,13 @@ class _Pairs(StorageDoFn):
         super().__init__(filesystems)
         self._temp_dir = temp_dir
 
-    def process(self, shard_copies: tuple[Shard, Iterable[list[tuple[int, int, ExampleRef]]]]
-                ) -> Iterator[tuple[NearDuplicate, ...]]:
+    def process(
+        self, shard_copies: tuple[Shard, Iterable[list[tuple[int, int, ExampleRef]]]]
+    ) -> Iterator[tuple[NearDuplicate, ...]]:
         (split, shard), batches = shard_copies
         refs = example_refs(self._temp_dir, split, shard)
-        yield tuple(NearDuplicate(distance, refs[kept_position], copy)
-                    for copies in batches for kept_position, distance, copy in copies)
+        yield tuple(
+            NearDuplicate(distance, refs[kept_position], copy)
+            for copies in batches
+            for kept_position, distance, copy in copies
+        )

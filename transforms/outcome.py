@@ -59,9 +59,11 @@ def read_failure(temp_dir: str) -> Failure | None:
 
 
 # Label ids are learnt from the TRAIN rows: without any, every label is unseen.
-NO_TRAIN_ROWS = ("there is no TRAIN row to learn the label ids from; converting other "
-                 "splits alone needs the ids of the run that converted TRAIN, "
-                 "--vocabulary OUTPUT_DIR (or a file of labels, one a line)")
+NO_TRAIN_ROWS = (
+    "there is no TRAIN row to learn the label ids from; converting other "
+    "splits alone needs the ids of the run that converted TRAIN, "
+    "--vocabulary OUTPUT_DIR (or a file of labels, one a line)"
+)
 
 
 class RunFailed(RuntimeError):
@@ -72,8 +74,9 @@ class RunFailed(RuntimeError):
         self.failure = failure
 
 
-def outcome_problems(summary: Summary, train_label_rows: dict[str, int],
-                     rules: PublishRules) -> list[str]:
+def outcome_problems(
+    summary: Summary, train_label_rows: dict[str, int], rules: PublishRules
+) -> list[str]:
     """Why the run described by `summary` must not be published; empty when it may be.
 
     `train_label_rows` counts the TRAIN rows read per label. With --label_order
@@ -89,40 +92,59 @@ def outcome_problems(summary: Summary, train_label_rows: dict[str, int],
             f"rows read ({summary.rows_read}) != rows in examples written "
             f"({summary.rows_in_examples}) + rows dead-lettered "
             f"({summary.rows_dead_lettered}) + rows discarded "
-            f"({summary.rows_discarded}): rows were lost")
+            f"({summary.rows_discarded}): rows were lost"
+        )
     if not summary.examples_written:
         no_train = rules.pinned_from is None and not train_label_rows
         return [*problems, "no example was written" + (f": {NO_TRAIN_ROWS}" if no_train else "")]
     if rules.pinned_from is None and summary.options.label_order is LabelOrder.FREQUENCY:
-        unwritten = unwritten_labels(summary.labels, summary.splits["train"].labels,
-                                     train_label_rows)
+        unwritten = unwritten_labels(
+            summary.labels, summary.splits["train"].labels, train_label_rows
+        )
         if unwritten:
             problems.append(
-                "labels without a written TRAIN example would get ids: " + ", ".join(
+                "labels without a written TRAIN example would get ids: "
+                + ", ".join(
                     f"{label!r} ({rows} TRAIN row{'s' * (rows != 1)}, all dead-lettered)"
-                    for label, rows in unwritten.items())
+                    for label, rows in unwritten.items()
+                )
                 + "; fix those rows, pin the ids with --vocabulary FILE|OUTPUT_DIR, or "
-                "number the labels by --label_order sorted")
+                "number the labels by --label_order sorted"
+            )
     if rules.strict_labels and summary.label_warnings:
-        problems.append("--strict_labels: " + "; ".join(
-            f"{warning.message} (rows {', '.join(warning.first_rows)})"
-            for warning in summary.label_warnings))
+        problems.append(
+            "--strict_labels: "
+            + "; ".join(
+                f"{warning.message} (rows {', '.join(warning.first_rows)})"
+                for warning in summary.label_warnings
+            )
+        )
     if summary.error_fraction > rules.max_error_fraction:
-        problems.append(f"{summary.error_fraction:.1%} of rows were dead-lettered, more "
-                        f"than --max_error_fraction {rules.max_error_fraction:.1%}")
+        problems.append(
+            f"{summary.error_fraction:.1%} of rows were dead-lettered, more "
+            f"than --max_error_fraction {rules.max_error_fraction:.1%}"
+        )
     return problems
 
 
-def unwritten_labels(vocabulary: Sequence[str], train_examples: dict[str, int],
-                     train_label_rows: dict[str, int]) -> dict[str, int]:
+def unwritten_labels(
+    vocabulary: Sequence[str], train_examples: dict[str, int], train_label_rows: dict[str, int]
+) -> dict[str, int]:
     """label -> its TRAIN rows, for each vocabulary label no written TRAIN example carries."""
-    return {label: train_label_rows.get(label, 0) for label in vocabulary
-            if not train_examples.get(label)}
+    return {
+        label: train_label_rows.get(label, 0)
+        for label in vocabulary
+        if not train_examples.get(label)
+    }
 
 
-def frequency_order(vocabulary: Sequence[str], train_examples: dict[str, int]
-                    ) -> tuple[str, ...]:
+def frequency_order(vocabulary: Sequence[str], train_examples: dict[str, int]) -> tuple[str, ...]:
     """The vocabulary in tf.Transform's frequency order (most first, ties by descending
     bytes) of the written TRAIN examples (detection: objects) carrying each label."""
-    return tuple(sorted(vocabulary, key=lambda label: (train_examples.get(label, 0),
-                                                       label.encode()), reverse=True))
+    return tuple(
+        sorted(
+            vocabulary,
+            key=lambda label: (train_examples.get(label, 0), label.encode()),
+            reverse=True,
+        )
+    )

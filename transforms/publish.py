@@ -31,20 +31,33 @@ from image_tfrecords.core import interrupts, naming, publishing
 from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
 from image_tfrecords.core.choices import Dedupe, LabelMode, LabelOrder
 from image_tfrecords.core.examples import feature_spec
+from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.label_checks import LabelSeen, label_warnings
 from image_tfrecords.core.label_map import label_map_text
-from image_tfrecords.core.naming import (DUPLICATES, ERRORS, LABEL_MAP_FILE, LABEL_VOCABULARY,
-                                         NEAR_DUPLICATES, REPORT_FILE, SUMMARY_FILE, staged_dir)
+from image_tfrecords.core.naming import (
+    DUPLICATES,
+    ERRORS,
+    LABEL_MAP_FILE,
+    LABEL_VOCABULARY,
+    NEAR_DUPLICATES,
+    REPORT_FILE,
+    SUMMARY_FILE,
+    staged_dir,
+)
 from image_tfrecords.core.records import ShardWritten
 from image_tfrecords.core.report_page import ReportContent, render_report
 from image_tfrecords.core.run_settings import RunSettings
 from image_tfrecords.core.schema import CATEGORICAL
-from image_tfrecords.core.summary import (CopiesInfo, LabelIdChange, NearCopiesInfo, RunInfo,
-                                          Summary)
+from image_tfrecords.core.summary import CopiesInfo, LabelIdChange, NearCopiesInfo, RunInfo, Summary
 from image_tfrecords.core.summary_builder import build_summary, resumed_shards
-from image_tfrecords.core.failure import Failure
-from image_tfrecords.transforms.outcome import (PublishRules, RunFailed, frequency_order,
-                                                outcome_problems, read_summary, unwritten_labels)
+from image_tfrecords.transforms.outcome import (
+    PublishRules,
+    RunFailed,
+    frequency_order,
+    outcome_problems,
+    read_summary,
+    unwritten_labels,
+)
 from image_tfrecords.transforms.storage_steps import with_filesystems
 from image_tfrecords.transforms.tfds_metadata import tfds_metadata
 
@@ -81,8 +94,15 @@ class PublishOutput(beam.PTransform):
     breaks `rules` raises RunFailed and publishes nothing (see the module's docstring).
     """
 
-    def __init__(self, output_dir: str, temp_dir: str, tft_dir: str, settings: RunSettings,
-                 run_info: RunInfo, rules: PublishRules) -> None:
+    def __init__(
+        self,
+        output_dir: str,
+        temp_dir: str,
+        tft_dir: str,
+        settings: RunSettings,
+        run_info: RunInfo,
+        rules: PublishRules,
+    ) -> None:
         super().__init__()
         self._output_dir = output_dir
         self._temp_dir = temp_dir
@@ -94,32 +114,45 @@ class PublishOutput(beam.PTransform):
         self._run_id = naming.run_id_of(temp_dir)
 
     def expand(self, inputs: PublishInputs) -> beam.PCollection:
-        errors_by_reason = (inputs.dead_letter_reasons
-                            | "CountByReason" >> beam.combiners.Count.PerElement())
+        errors_by_reason = (
+            inputs.dead_letter_reasons | "CountByReason" >> beam.combiners.Count.PerElement()
+        )
         written = inputs.written | "AllWritten" >> beam.Flatten()
-        return (inputs.row_counts.pipeline
-                | "Once" >> beam.Create([None])
-                | "Publish" >> beam.Map(
-                    with_filesystems(self._publish, self._settings.filesystems),
-                    shards=beam.pvalue.AsList(inputs.shards),
-                    errors_by_reason=beam.pvalue.AsDict(errors_by_reason),
-                    row_counts=beam.pvalue.AsList(inputs.row_counts),
-                    rows_discarded=beam.pvalue.AsSingleton(inputs.rows_discarded,
-                                                           default_value=0),
-                    objects_left_out=beam.pvalue.AsDict(inputs.objects_left_out),
-                    train_label_rows=beam.pvalue.AsDict(inputs.train_label_rows),
-                    labels_seen=beam.pvalue.AsDict(inputs.labels_seen),
-                    duplicates=beam.pvalue.AsDict(inputs.duplicates_by_splits),
-                    near_duplicates=beam.pvalue.AsDict(inputs.near_duplicates_by_splits),
-                    report_content=beam.pvalue.AsSingleton(inputs.report_content),
-                    written=beam.pvalue.AsList(written)))
+        return (
+            inputs.row_counts.pipeline
+            | "Once" >> beam.Create([None])
+            | "Publish"
+            >> beam.Map(
+                with_filesystems(self._publish, self._settings.filesystems),
+                shards=beam.pvalue.AsList(inputs.shards),
+                errors_by_reason=beam.pvalue.AsDict(errors_by_reason),
+                row_counts=beam.pvalue.AsList(inputs.row_counts),
+                rows_discarded=beam.pvalue.AsSingleton(inputs.rows_discarded, default_value=0),
+                objects_left_out=beam.pvalue.AsDict(inputs.objects_left_out),
+                train_label_rows=beam.pvalue.AsDict(inputs.train_label_rows),
+                labels_seen=beam.pvalue.AsDict(inputs.labels_seen),
+                duplicates=beam.pvalue.AsDict(inputs.duplicates_by_splits),
+                near_duplicates=beam.pvalue.AsDict(inputs.near_duplicates_by_splits),
+                report_content=beam.pvalue.AsSingleton(inputs.report_content),
+                written=beam.pvalue.AsList(written),
+            )
+        )
 
-    def _publish(self, _: None, shards: list[ShardWritten], errors_by_reason: dict[str, int],
-                 row_counts: list[int], rows_discarded: int,
-                 objects_left_out: dict[str, int], train_label_rows: dict[str, int],
-                 labels_seen: dict[str, LabelSeen],
-                 duplicates: dict[str, int], near_duplicates: dict[str, int],
-                 report_content: ReportContent, written: list[Any]) -> Summary:
+    def _publish(
+        self,
+        _: None,
+        shards: list[ShardWritten],
+        errors_by_reason: dict[str, int],
+        row_counts: list[int],
+        rows_discarded: int,
+        objects_left_out: dict[str, int],
+        train_label_rows: dict[str, int],
+        labels_seen: dict[str, LabelSeen],
+        duplicates: dict[str, int],
+        near_duplicates: dict[str, int],
+        report_content: ReportContent,
+        written: list[Any],
+    ) -> Summary:
         settle_beam_filesystems(self._output_dir)  # this may be a worker of another machine
         files = publishing.name_shards(shards, self._format)
         final = FileSystems.join(self._output_dir, SUMMARY_FILE)
@@ -132,10 +165,16 @@ class PublishOutput(beam.PTransform):
         if summary is not None:  # what the shards given now were reused from, if resumed
             summary = summary.model_copy(update={"resumed_shards": resumed_shards(files)})
         else:
-            summary = self._prepare(files, errors_by_reason, sum(row_counts),
-                                    (duplicates, near_duplicates), labels_seen,
-                                    written, (rows_discarded, objects_left_out),
-                                    (report_content, train_label_rows))
+            summary = self._prepare(
+                files,
+                errors_by_reason,
+                sum(row_counts),
+                (duplicates, near_duplicates),
+                labels_seen,
+                written,
+                (rows_discarded, objects_left_out),
+                (report_content, train_label_rows),
+            )
             publishing.write_text(prepared, summary.to_json())
         failure = self._failure(summary, train_label_rows)
         if failure is not None:  # nothing is published; the temp dir stays, as evidence
@@ -143,8 +182,9 @@ class PublishOutput(beam.PTransform):
             raise RunFailed(failure)
         # Ctrl-C now stops the run once the output is whole (core/interrupts.py).
         with interrupts.held("publishing"):
-            publishing.move_into_place(files, self._temp_dir, summary.files,
-                                       self._output_dir, self._format.companions)
+            publishing.move_into_place(
+                files, self._temp_dir, summary.files, self._output_dir, self._format.companions
+            )
             publishing.write_text(final, summary.to_json())
             publishing.remove_temp_dirs(self._output_dir, self._temp_dir, self._tft_dir)
         return summary
@@ -156,8 +196,9 @@ class PublishOutput(beam.PTransform):
         another (without an example the run fails: outcome_problems)."""
         notes: dict[str, Any] = {}
         if self._rules.replaced_labels is not None:
-            notes["label_id_changes"] = LabelIdChange.between(self._rules.replaced_labels,
-                                                              vocabulary)
+            notes["label_id_changes"] = LabelIdChange.between(
+                self._rules.replaced_labels, vocabulary
+            )
         if self._rules.pinned_from is not None:
             return notes
         train_examples = summary.splits["train"].labels
@@ -174,71 +215,109 @@ class PublishOutput(beam.PTransform):
         if not problems:
             return None
         staged = staged_dir(self._temp_dir)
-        return Failure(problems=problems, dead_letters=[
-            FileSystems.join(staged, name) for name in summary.errors.files],
-            record=naming.failure_record(self._temp_dir), summary=summary)
+        return Failure(
+            problems=problems,
+            dead_letters=[FileSystems.join(staged, name) for name in summary.errors.files],
+            record=naming.failure_record(self._temp_dir),
+            summary=summary,
+        )
 
-    def _prepare(self, files: dict[str, list[tuple[str, ShardWritten]]],
-                 errors_by_reason: dict[str, int], rows_read: int,
-                 copies: tuple[dict[str, int], dict[str, int]],
-                 labels_seen: dict[str, LabelSeen],
-                 written: list[Any], discarded: tuple[int, dict[str, int]],
-                 report: tuple[ReportContent, dict[str, int]]) -> Summary:
+    def _prepare(
+        self,
+        files: dict[str, list[tuple[str, ShardWritten]]],
+        errors_by_reason: dict[str, int],
+        rows_read: int,
+        copies: tuple[dict[str, int], dict[str, int]],
+        labels_seen: dict[str, LabelSeen],
+        written: list[Any],
+        discarded: tuple[int, dict[str, int]],
+        report: tuple[ReportContent, dict[str, int]],
+    ) -> Summary:
         """The summary, from the staged transform_fn's vocabularies; stages the TFDS
         metadata, report.html (from `report`: its content and the TRAIN rows per label
         that the outcome check needs) and, for detection, label_map.pbtxt."""
         staged = staged_dir(self._temp_dir)
         for folder in naming.TRANSFORM_FOLDERS:
-            publishing.copy_tree(FileSystems.join(self._tft_dir, folder),
-                                 FileSystems.join(staged, folder))
+            publishing.copy_tree(
+                FileSystems.join(self._tft_dir, folder), FileSystems.join(staged, folder)
+            )
         transform_output = tft.TFTransformOutput(self._tft_dir)
-        vocabularies = {name: tuple(word.decode()
-                                    for word in transform_output.vocabulary_by_name(name))
-                        for name in [LABEL_VOCABULARY, *(
-                            column.name for column in self._settings.extra_columns
-                            if column.type == CATEGORICAL)]}
+        vocabularies = {
+            name: tuple(word.decode() for word in transform_output.vocabulary_by_name(name))
+            for name in [
+                LABEL_VOCABULARY,
+                *(
+                    column.name
+                    for column in self._settings.extra_columns
+                    if column.type == CATEGORICAL
+                ),
+            ]
+        }
         duplicates, near_duplicates = copies  # "kept split/copy split" -> copies
         detection = self._settings.label_mode is LabelMode.DETECTION
-        summary = build_summary(files, errors_by_reason, rows_read, vocabularies[LABEL_VOCABULARY],
-                                error_files=publishing.written_names(written, ERRORS),
-                                run_info=self._run_info, rows_discarded=discarded[0],
-                                objects_left_out=discarded[1],
-                                companions=self._format.companions)
+        summary = build_summary(
+            files,
+            errors_by_reason,
+            rows_read,
+            vocabularies[LABEL_VOCABULARY],
+            error_files=publishing.written_names(written, ERRORS),
+            run_info=self._run_info,
+            rows_discarded=discarded[0],
+            objects_left_out=discarded[1],
+            companions=self._format.companions,
+        )
         annotations = {kind for split in summary.splits.values() for kind in split.annotations}
-        summary = summary.model_copy(update={
-            "run_id": self._run_id,
-            "vocabulary": vocabularies,
-            "vocabulary_pinned_from": None if self._rules.declared else self._rules.pinned_from,
-            "vocabulary_declared_by": self._rules.pinned_from if self._rules.declared else None,
-            **self._id_notes(vocabularies[LABEL_VOCABULARY], summary),
-            "features": feature_spec(self._settings.label_mode, self._settings.extra_columns,
-                                     sorted(annotations)),
-            "duplicates": CopiesInfo(
-                copies=sum(duplicates.values()), by_splits=dict(sorted(duplicates.items())),
-                dropped=self._settings.dedupe is not Dedupe.NONE,
-                files=publishing.written_names(written, DUPLICATES)),
-            "near_duplicates": NearCopiesInfo(
-                copies=sum(near_duplicates.values()),
-                by_splits=dict(sorted(near_duplicates.items())),
-                max_distance=self._settings.near_distance,
-                dropped=self._settings.dedupe is Dedupe.NEAR,
-                files=publishing.written_names(written, NEAR_DUPLICATES)),
-            "label_map": LABEL_MAP_FILE if detection else None,
-            "label_warnings": label_warnings(labels_seen, vocabularies[LABEL_VOCABULARY],
-                                             self._settings.label_mode,
-                                             self._settings.label_separator,
-                                             ids_pinned=self._rules.pinned_from is not None)})
+        summary = summary.model_copy(
+            update={
+                "run_id": self._run_id,
+                "vocabulary": vocabularies,
+                "vocabulary_pinned_from": None if self._rules.declared else self._rules.pinned_from,
+                "vocabulary_declared_by": self._rules.pinned_from if self._rules.declared else None,
+                **self._id_notes(vocabularies[LABEL_VOCABULARY], summary),
+                "features": feature_spec(
+                    self._settings.label_mode, self._settings.extra_columns, sorted(annotations)
+                ),
+                "duplicates": CopiesInfo(
+                    copies=sum(duplicates.values()),
+                    by_splits=dict(sorted(duplicates.items())),
+                    dropped=self._settings.dedupe is not Dedupe.NONE,
+                    files=publishing.written_names(written, DUPLICATES),
+                ),
+                "near_duplicates": NearCopiesInfo(
+                    copies=sum(near_duplicates.values()),
+                    by_splits=dict(sorted(near_duplicates.items())),
+                    max_distance=self._settings.near_distance,
+                    dropped=self._settings.dedupe is Dedupe.NEAR,
+                    files=publishing.written_names(written, NEAR_DUPLICATES),
+                ),
+                "label_map": LABEL_MAP_FILE if detection else None,
+                "label_warnings": label_warnings(
+                    labels_seen,
+                    vocabularies[LABEL_VOCABULARY],
+                    self._settings.label_mode,
+                    self._settings.label_separator,
+                    ids_pinned=self._rules.pinned_from is not None,
+                ),
+            }
+        )
         for name, text in tfds_metadata(summary).items():
             publishing.write_text(FileSystems.join(staged, name), text)
         if detection:
-            publishing.write_text(FileSystems.join(staged, LABEL_MAP_FILE), label_map_text(
-                vocabularies[LABEL_VOCABULARY], self._settings.oov_bucket))
+            publishing.write_text(
+                FileSystems.join(staged, LABEL_MAP_FILE),
+                label_map_text(vocabularies[LABEL_VOCABULARY], self._settings.oov_bucket),
+            )
         # Listed now, as a retried publish finds them moved already.
-        summary = summary.model_copy(update={"files": tuple(sorted(
-            [REPORT_FILE, *publishing.staged_files(self._temp_dir)]))})
+        summary = summary.model_copy(
+            update={"files": tuple(sorted([REPORT_FILE, *publishing.staged_files(self._temp_dir)]))}
+        )
         # Last, as it shows the summary whole, and the run's outcome: a failed run's page
         # opens on its failure.
         content, train_label_rows = report
-        publishing.write_text(FileSystems.join(staged, REPORT_FILE), render_report(
-            summary, content, self._output_dir, self._failure(summary, train_label_rows)))
+        publishing.write_text(
+            FileSystems.join(staged, REPORT_FILE),
+            render_report(
+                summary, content, self._output_dir, self._failure(summary, train_label_rows)
+            ),
+        )
         return summary

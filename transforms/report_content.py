@@ -17,15 +17,25 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from image_tfrecords.transforms.storage_steps import with_filesystems
 from image_tfrecords.core.dead_letters import DeadLetter
-from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.file_formats.tfrecord import read_records
+from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.naming import thumbnails_path
 from image_tfrecords.core.records import ExampleRef, ShardExamples
-from image_tfrecords.core.report_page import (LEAKS_LISTED, PAIRS_SHOWN, REJECTED_SHOWN, SAMPLE_PER_LABEL,
-                                CopyPair, Pictured, RejectedRow, ReportContent, copy_rank,
-                                distinct, sample_rank)
+from image_tfrecords.core.report_page import (
+    LEAKS_LISTED,
+    PAIRS_SHOWN,
+    REJECTED_SHOWN,
+    SAMPLE_PER_LABEL,
+    CopyPair,
+    Pictured,
+    RejectedRow,
+    ReportContent,
+    copy_rank,
+    distinct,
+    sample_rank,
+)
+from image_tfrecords.transforms.storage_steps import with_filesystems
 
 Place = tuple[str, int, int]  # (split, shard, position) of an example in the temp shards
 
@@ -51,8 +61,9 @@ class GatherReportContent(beam.PTransform):
     the sample (None when it drops none).
     """
 
-    def __init__(self, temp_dir: str, filesystems: FilesystemOptions,
-                 dropped: beam.PCollection | None = None) -> None:
+    def __init__(
+        self, temp_dir: str, filesystems: FilesystemOptions, dropped: beam.PCollection | None = None
+    ) -> None:
         super().__init__()
         self._temp_dir = temp_dir
         self._filesystems = filesystems
@@ -61,44 +72,69 @@ class GatherReportContent(beam.PTransform):
     def expand(self, inputs: ReportSources) -> beam.PCollection:
         examples = inputs.example_keys
         if self._dropped is not None:  # a join by shard, only when it can matter
-            examples = ({"examples": examples | "ExamplesByShard" >> beam.Map(
-                            lambda shard: ((shard.split, shard.shard), shard)),
-                         "dropped": self._dropped | "DroppedByShard" >> beam.FlatMap(
-                            lambda batch: (((copy.copy.split, copy.copy.shard),
-                                            copy.copy.position) for copy in batch))}
-                        | "JoinDropped" >> beam.CoGroupByKey()
-                        | "Kept" >> beam.FlatMap(_kept))
+            examples = (
+                {
+                    "examples": examples
+                    | "ExamplesByShard"
+                    >> beam.Map(lambda shard: ((shard.split, shard.shard), shard)),
+                    "dropped": self._dropped
+                    | "DroppedByShard"
+                    >> beam.FlatMap(
+                        lambda batch: (
+                            ((copy.copy.split, copy.copy.shard), copy.copy.position)
+                            for copy in batch
+                        )
+                    ),
+                }
+                | "JoinDropped" >> beam.CoGroupByKey()
+                | "Kept" >> beam.FlatMap(_kept)
+            )
         # Each shard's candidates, then the best of them: a few elements per shard.
-        samples = (examples
-                   | "ShardSamples" >> beam.FlatMap(_shard_sample)
-                   | "Sample" >> beam.combiners.Top.PerKey(
-                       SAMPLE_PER_LABEL, key=_sample_rank, reverse=True))
+        samples = (
+            examples
+            | "ShardSamples" >> beam.FlatMap(_shard_sample)
+            | "Sample"
+            >> beam.combiners.Top.PerKey(SAMPLE_PER_LABEL, key=_sample_rank, reverse=True)
+        )
         duplicates = inputs.duplicates | "FirstCopies" >> _first_copies()
         near = inputs.near_duplicates | "FirstNear" >> _first_copies()
-        rejected = (inputs.dead_letters
-                    | "ByReason" >> beam.Map(lambda dead: (dead.reason, dead))
-                    | "FirstRejected" >> beam.combiners.Top.PerKey(
-                        REJECTED_SHOWN, key=lambda dead: (dead.manifest, dead.line),
-                        reverse=True))
-        thumbnails = ((samples | "SampleRefs" >> beam.FlatMap(lambda keyed: keyed[1]),
-                       duplicates | "CopyRefs" >> beam.FlatMap(_refs_of_copies),
-                       near | "NearRefs" >> beam.FlatMap(_refs_of_copies))
-                      | "Shown" >> beam.Flatten()
-                      | "ByShard" >> beam.Map(lambda ref: ((ref.split, ref.shard), ref.position))
-                      | "GroupByShard" >> beam.GroupByKey()
-                      | "ReadThumbnails" >> beam.FlatMap(
-                          with_filesystems(self._read_thumbnails, self._filesystems)))
-        return (inputs.example_keys.pipeline
-                | "Once" >> beam.Create([None])
-                | "Assemble" >> beam.Map(
-                    _assemble, samples=beam.pvalue.AsList(samples),
-                    duplicates=beam.pvalue.AsSingleton(duplicates),
-                    near=beam.pvalue.AsSingleton(near),
-                    rejected=beam.pvalue.AsList(rejected),
-                    thumbnails=beam.pvalue.AsDict(thumbnails)))
+        rejected = (
+            inputs.dead_letters
+            | "ByReason" >> beam.Map(lambda dead: (dead.reason, dead))
+            | "FirstRejected"
+            >> beam.combiners.Top.PerKey(
+                REJECTED_SHOWN, key=lambda dead: (dead.manifest, dead.line), reverse=True
+            )
+        )
+        thumbnails = (
+            (
+                samples | "SampleRefs" >> beam.FlatMap(lambda keyed: keyed[1]),
+                duplicates | "CopyRefs" >> beam.FlatMap(_refs_of_copies),
+                near | "NearRefs" >> beam.FlatMap(_refs_of_copies),
+            )
+            | "Shown" >> beam.Flatten()
+            | "ByShard" >> beam.Map(lambda ref: ((ref.split, ref.shard), ref.position))
+            | "GroupByShard" >> beam.GroupByKey()
+            | "ReadThumbnails"
+            >> beam.FlatMap(with_filesystems(self._read_thumbnails, self._filesystems))
+        )
+        return (
+            inputs.example_keys.pipeline
+            | "Once" >> beam.Create([None])
+            | "Assemble"
+            >> beam.Map(
+                _assemble,
+                samples=beam.pvalue.AsList(samples),
+                duplicates=beam.pvalue.AsSingleton(duplicates),
+                near=beam.pvalue.AsSingleton(near),
+                rejected=beam.pvalue.AsList(rejected),
+                thumbnails=beam.pvalue.AsDict(thumbnails),
+            )
+        )
 
-    def _read_thumbnails(self, shard_positions: tuple[tuple[str, int], Iterable[int]]
-                         ) -> Iterator[tuple[Place, bytes]]:
+    def _read_thumbnails(
+        self, shard_positions: tuple[tuple[str, int], Iterable[int]]
+    ) -> Iterator[tuple[Place, bytes]]:
         """The thumbnails at these positions of one shard, in one pass over its file."""
         (split, shard), positions = shard_positions
         wanted = set(positions)
@@ -134,8 +170,9 @@ def _kept(joined: tuple[tuple[str, int], dict[str, list]]) -> Iterator[ShardExam
     _, grouped = joined
     dropped = set(grouped["dropped"])
     for examples in grouped["examples"]:
-        yield examples._replace(keys=tuple(
-            keyed for keyed in examples.keys if keyed[1].position not in dropped))
+        yield examples._replace(
+            keys=tuple(keyed for keyed in examples.keys if keyed[1].position not in dropped)
+        )
 
 
 class _ShownCopy(NamedTuple):
@@ -150,6 +187,7 @@ class _ShownCopy(NamedTuple):
 
 def _shown_copy(copy: Any) -> _ShownCopy:
     """`copy`: a Duplicate or a NearDuplicate."""
+
     def light(ref: ExampleRef) -> ExampleRef:
         return ref._replace(labels=distinct(ref.labels), content=None)
 
@@ -160,13 +198,19 @@ def _shown_copy(copy: Any) -> _ShownCopy:
 def _first_copies(batches: beam.PCollection) -> beam.PCollection:
     """Batches of copies -> [the first LEAKS_LISTED, by report_page.copy_rank: leaks
     first]."""
-    return (batches
-            | "Copies" >> beam.FlatMap(iter)
-            | "AsShown" >> beam.Map(_shown_copy)
-            | "First" >> beam.combiners.Top.Of(LEAKS_LISTED, key=lambda copy: copy_rank(
-                copy.kept.split, copy.copy.split, copy.copy.manifest, copy.copy.line,
-                copy.copy.uri),
-                reverse=True))
+    return (
+        batches
+        | "Copies" >> beam.FlatMap(iter)
+        | "AsShown" >> beam.Map(_shown_copy)
+        | "First"
+        >> beam.combiners.Top.Of(
+            LEAKS_LISTED,
+            key=lambda copy: copy_rank(
+                copy.kept.split, copy.copy.split, copy.copy.manifest, copy.copy.line, copy.copy.uri
+            ),
+            reverse=True,
+        )
+    )
 
 
 def _refs_of_copies(copies: list[_ShownCopy]) -> Iterator[ExampleRef]:
@@ -176,21 +220,31 @@ def _refs_of_copies(copies: list[_ShownCopy]) -> Iterator[ExampleRef]:
         yield copy.copy
 
 
-def _assemble(_: None, samples: list[tuple[tuple[str, str], list[ExampleRef]]],
-              duplicates: list[_ShownCopy], near: list[_ShownCopy],
-              rejected: list[tuple[str, list[DeadLetter]]],
-              thumbnails: dict[Place, bytes]) -> ReportContent:
+def _assemble(
+    _: None,
+    samples: list[tuple[tuple[str, str], list[ExampleRef]]],
+    duplicates: list[_ShownCopy],
+    near: list[_ShownCopy],
+    rejected: list[tuple[str, list[DeadLetter]]],
+    thumbnails: dict[Place, bytes],
+) -> ReportContent:
     def pictured(ref: ExampleRef) -> Pictured:
         return Pictured(ref.uri, ref.split, ref.labels, thumbnails.get(_place(ref)))
 
     def pairs(copies: list[_ShownCopy]) -> list[CopyPair]:
-        return [CopyPair(pictured(copy.kept), pictured(copy.copy), copy.distance)
-                for copy in copies]
+        return [
+            CopyPair(pictured(copy.kept), pictured(copy.copy), copy.distance) for copy in copies
+        ]
 
     by_split: dict[str, dict[str, list[Pictured]]] = {}
     for (split, label), refs in sorted(samples):
         by_split.setdefault(split, {})[label] = [pictured(ref) for ref in refs]
     return ReportContent(
-        samples=by_split, duplicates=pairs(duplicates), near_duplicates=pairs(near),
-        dead_letters={reason: [RejectedRow(dead.manifest, dead.line, dead.uri, dead.message)
-                               for dead in rows] for reason, rows in sorted(rejected)})
+        samples=by_split,
+        duplicates=pairs(duplicates),
+        near_duplicates=pairs(near),
+        dead_letters={
+            reason: [RejectedRow(dead.manifest, dead.line, dead.uri, dead.message) for dead in rows]
+            for reason, rows in sorted(rejected)
+        },
+    )

@@ -11,17 +11,17 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from image_tfrecords.transforms import live_progress
-from image_tfrecords.transforms.in_workers import RunInWorkers
-from image_tfrecords.transforms.labels import categorical_columns
-from image_tfrecords.transforms.shards import SIZE_SAMPLE
-from image_tfrecords.core.naming import LABEL_VOCABULARY
 from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core.chunks import RowChunk
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS, RowRules
 from image_tfrecords.core.label_ids import LabelLookup
+from image_tfrecords.core.naming import LABEL_VOCABULARY
 from image_tfrecords.core.row_tasks import ChunkPacks, ChunkSurvey, PackTask, SurveyTask
 from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.transforms import live_progress
+from image_tfrecords.transforms.in_workers import RunInWorkers
+from image_tfrecords.transforms.labels import categorical_columns
+from image_tfrecords.transforms.shards import SIZE_SAMPLE
 
 UNSEEN_IN_TRAIN = "does not occur in the TRAIN split"  # where learnt ids lack a label
 PACKS = "packs"  # PackRows' output of ((split, shard), (part, pack))
@@ -48,8 +48,12 @@ class _Survey(RunInWorkers):
         self._rows_discarded = Metrics.counter("manifest", "rows_discarded")
 
     def task(self, chunk: RowChunk) -> SurveyTask:
-        return SurveyTask(chunk, self._rules, SIZE_SAMPLE, tuple(
-            index for _, index in categorical_columns(self._settings.extra_columns)))
+        return SurveyTask(
+            chunk,
+            self._rules,
+            SIZE_SAMPLE,
+            tuple(index for _, index in categorical_columns(self._settings.extra_columns)),
+        )
 
     def outputs(self, survey: ChunkSurvey) -> Iterator[ChunkSurvey]:
         self._rows_read.inc(survey.rows_read)
@@ -68,8 +72,14 @@ class PackRows(beam.PTransform):
     label is missing from (a pinned vocabulary's PinnedVocabulary.unseen_where).
     """
 
-    def __init__(self, plan: beam.PCollection, transform_fn: tuple, rules: RowRules,
-                 settings: RunSettings, unseen_where: str = UNSEEN_IN_TRAIN) -> None:
+    def __init__(
+        self,
+        plan: beam.PCollection,
+        transform_fn: tuple,
+        rules: RowRules,
+        settings: RunSettings,
+        unseen_where: str = UNSEEN_IN_TRAIN,
+    ) -> None:
         super().__init__()
         self._plan = plan
         self._transform_fn_dir = transform_fn[0]  # a PCollection of the SavedModel's path
@@ -81,8 +91,8 @@ class PackRows(beam.PTransform):
         return chunks | "Pack" >> beam.ParDo(
             _Pack(self._rules, self._settings, self._unseen_where),
             beam.pvalue.AsDict(self._plan),
-            beam.pvalue.AsSingleton(self._transform_fn_dir)).with_outputs(
-            DEAD_LETTERS, main=PACKS)
+            beam.pvalue.AsSingleton(self._transform_fn_dir),
+        ).with_outputs(DEAD_LETTERS, main=PACKS)
 
 
 class _Pack(RunInWorkers):
@@ -94,14 +104,27 @@ class _Pack(RunInWorkers):
 
     def task(self, chunk: RowChunk, plan: dict, transform_fn_dir: str) -> PackTask:
         categorical = categorical_columns(self._settings.extra_columns)
-        return PackTask(chunk, self._rules, plan, LabelLookup(
-            transform_fn_dir, (LABEL_VOCABULARY, *(name for name, _ in categorical)),
-            categorical, self._settings.oov_bucket, self._unseen_where))
+        return PackTask(
+            chunk,
+            self._rules,
+            plan,
+            LabelLookup(
+                transform_fn_dir,
+                (LABEL_VOCABULARY, *(name for name, _ in categorical)),
+                categorical,
+                self._settings.oov_bucket,
+                self._unseen_where,
+            ),
+        )
 
     def outputs(self, packed: ChunkPacks) -> Iterator[Any]:
         live_progress.planned(packed.rows)
-        self._unseen.inc(sum(dead.reason in (reasons.UNSEEN_LABEL, reasons.UNSEEN_CATEGORY)
-                             for dead in packed.dead_letters))
+        self._unseen.inc(
+            sum(
+                dead.reason in (reasons.UNSEEN_LABEL, reasons.UNSEEN_CATEGORY)
+                for dead in packed.dead_letters
+            )
+        )
         for dead in packed.dead_letters:
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead)
         yield from packed.packs

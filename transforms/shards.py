@@ -28,18 +28,18 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from image_tfrecords.transforms.in_workers import RunInWorkers
-from image_tfrecords.transforms.storage_steps import with_filesystems
 from image_tfrecords.core import storage
 from image_tfrecords.core.deadline import within_deadline
 from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS
-from image_tfrecords.core.workers import Workers
 from image_tfrecords.core.records import ShardExamples, ShardOutcome, ShardWritten
 from image_tfrecords.core.row_tasks import sample_of
 from image_tfrecords.core.run_settings import RunSettings
 from image_tfrecords.core.shard_parts import JoinTask
 from image_tfrecords.core.shard_writer import ShardTask, SplitPlan
+from image_tfrecords.core.workers import Workers
+from image_tfrecords.transforms.in_workers import RunInWorkers
+from image_tfrecords.transforms.storage_steps import with_filesystems
 
 SIZE_SAMPLE = 32  # files per split whose sizes estimate the split's total bytes
 _SIZE_SECONDS = 10.0  # for statting a split's sample, all files at once
@@ -64,8 +64,9 @@ def shards_for(rows: int, mean_file_bytes: float, target_shard_bytes: int) -> in
 def plan_split(rows: int, shards: int, workers: int) -> SplitPlan:
     """`shards` shards, each cut into as many parts as keep `workers` processes busy
     twice over (so that they finish together), none of fewer than about PART_ROWS rows."""
-    return SplitPlan(shards, max(1, min(math.ceil(rows / shards / PART_ROWS),
-                                        math.ceil(2 * workers / shards))))
+    return SplitPlan(
+        shards, max(1, min(math.ceil(rows / shards / PART_ROWS), math.ceil(2 * workers / shards)))
+    )
 
 
 EXAMPLE_KEYS = "example_keys"  # WriteShards' output of ShardExamples, one per shard
@@ -80,8 +81,13 @@ class PlanShards(beam.PTransform):
     it stats them with `filesystems` applied.
     """
 
-    def __init__(self, num_shards: int | None, target_shard_bytes: int, workers: Workers,
-                 filesystems: FilesystemOptions) -> None:
+    def __init__(
+        self,
+        num_shards: int | None,
+        target_shard_bytes: int,
+        workers: Workers,
+        filesystems: FilesystemOptions,
+    ) -> None:
         super().__init__()
         self._num_shards = num_shards
         self._target_shard_bytes = target_shard_bytes
@@ -93,23 +99,42 @@ class PlanShards(beam.PTransform):
         return plan_split(rows, shards, self._workers.process_count())
 
     def expand(self, surveys: beam.PCollection) -> beam.PCollection:
-        counts = (surveys
-                  | "RowsBySplit" >> beam.FlatMap(lambda survey: survey.rows.items())
-                  | "CountRows" >> beam.CombinePerKey(sum))
+        counts = (
+            surveys
+            | "RowsBySplit" >> beam.FlatMap(lambda survey: survey.rows.items())
+            | "CountRows" >> beam.CombinePerKey(sum)
+        )
         if self._num_shards:
-            return counts | "FixedCount" >> beam.MapTuple(lambda split, count: (
-                split, self._plan(count, min(count, self._num_shards))))
-        mean_sizes = (surveys
-                      | "Samples" >> beam.FlatMap(lambda survey: survey.size_sample.items())
-                      | "SampleFiles" >> beam.CombinePerKey(_SampleOfSamples())
-                      | "MeanFileSize" >> beam.MapTuple(with_filesystems(
-                          lambda split, sample: (split, mean_file_size(sample)),
-                          self._filesystems)))
-        return ({"rows": counts, "mean_bytes": mean_sizes}
-                | "Join" >> beam.CoGroupByKey()
-                | "ShardCount" >> beam.MapTuple(lambda split, stats: (split, self._plan(
-                    stats["rows"][0], shards_for(stats["rows"][0], stats["mean_bytes"][0],
-                                                 self._target_shard_bytes)))))
+            return counts | "FixedCount" >> beam.MapTuple(
+                lambda split, count: (split, self._plan(count, min(count, self._num_shards)))
+            )
+        mean_sizes = (
+            surveys
+            | "Samples" >> beam.FlatMap(lambda survey: survey.size_sample.items())
+            | "SampleFiles" >> beam.CombinePerKey(_SampleOfSamples())
+            | "MeanFileSize"
+            >> beam.MapTuple(
+                with_filesystems(
+                    lambda split, sample: (split, mean_file_size(sample)), self._filesystems
+                )
+            )
+        )
+        return (
+            {"rows": counts, "mean_bytes": mean_sizes}
+            | "Join" >> beam.CoGroupByKey()
+            | "ShardCount"
+            >> beam.MapTuple(
+                lambda split, stats: (
+                    split,
+                    self._plan(
+                        stats["rows"][0],
+                        shards_for(
+                            stats["rows"][0], stats["mean_bytes"][0], self._target_shard_bytes
+                        ),
+                    ),
+                )
+            )
+        )
 
 
 class _SampleOfSamples(beam.CombineFn):
@@ -145,10 +170,12 @@ class WriteShards(beam.PTransform):
 
     def expand(self, packs: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         writer = _WriteShardFile(self._temp_dir, self._settings, self._resuming)
-        return (packs
-                | "GroupByShard" >> beam.GroupByKey()
-                | "LoadAndWrite" >> beam.ParDo(writer).with_outputs(
-                    DEAD_LETTERS, EXAMPLE_KEYS, main="shards"))
+        return (
+            packs
+            | "GroupByShard" >> beam.GroupByKey()
+            | "LoadAndWrite"
+            >> beam.ParDo(writer).with_outputs(DEAD_LETTERS, EXAMPLE_KEYS, main="shards")
+        )
 
 
 class _WriteShardFile(RunInWorkers):
@@ -173,8 +200,9 @@ class _WriteShardFile(RunInWorkers):
         if self._pool is not None:
             self._parts = self.threads()  # not the shards' own: they wait on the parts
 
-    def task(self, shard_packs: tuple[tuple[str, int], Iterable[tuple[int, bytes]]]
-             ) -> list[ShardTask]:
+    def task(
+        self, shard_packs: tuple[tuple[str, int], Iterable[tuple[int, bytes]]]
+    ) -> list[ShardTask]:
         (split, shard), keyed_packs = shard_packs
         by_part: dict[int, list[bytes]] = collections.defaultdict(list)
         for part, pack in keyed_packs:
@@ -182,8 +210,10 @@ class _WriteShardFile(RunInWorkers):
         if len(by_part) == 1:  # written whole: the same bytes, without a join
             (packs,) = by_part.values()
             return [ShardTask(split, shard, tuple(packs), self._temp_dir, self._resuming)]
-        return [ShardTask(split, shard, tuple(by_part[part]), self._temp_dir,
-                          self._resuming, part) for part in sorted(by_part)]
+        return [
+            ShardTask(split, shard, tuple(by_part[part]), self._temp_dir, self._resuming, part)
+            for part in sorted(by_part)
+        ]
 
     def execute(self, tasks: list[ShardTask]) -> ShardOutcome:
         """The shard's outcome, once it is written whole or its parts joined."""
@@ -192,12 +222,17 @@ class _WriteShardFile(RunInWorkers):
         run_parts = self._parts.map if self._parts else map
         _ = list(run_parts(super().execute, tasks))  # what each gave is in its receipt
         first = tasks[0]
-        return super().execute(JoinTask(first.split, first.shard,
-                                        tuple(task.part for task in tasks),
-                                        self._temp_dir, self._resuming))
+        return super().execute(
+            JoinTask(
+                first.split,
+                first.shard,
+                tuple(task.part for task in tasks),
+                self._temp_dir,
+                self._resuming,
+            )
+        )
 
-    def outputs(self, outcome: ShardOutcome
-                ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
+    def outputs(self, outcome: ShardOutcome) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
         written = outcome.written
         if written.resumed:
             self._resumed.inc()
@@ -205,13 +240,18 @@ class _WriteShardFile(RunInWorkers):
             self._written.inc(written.examples)
             # A shard's rows naming one image are one example or all dead letters (other
             # rows of a written image can be dead letters too: duplicate_row).
-            self._rejected.inc(len({dead.uri for dead in outcome.dead_letters}
-                                   - {ref.uri for _, ref in outcome.example_keys}))
+            self._rejected.inc(
+                len(
+                    {dead.uri for dead in outcome.dead_letters}
+                    - {ref.uri for _, ref in outcome.example_keys}
+                )
+            )
         for dead in outcome.dead_letters:
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead)
         if outcome.example_keys:
-            yield beam.pvalue.TaggedOutput(EXAMPLE_KEYS, ShardExamples(
-                written.split, written.shard, outcome.example_keys))
+            yield beam.pvalue.TaggedOutput(
+                EXAMPLE_KEYS, ShardExamples(written.split, written.shard, outcome.example_keys)
+            )
         yield written
 
 
@@ -221,8 +261,9 @@ def mean_file_size(uris: Iterable[str], seconds: float = _SIZE_SECONDS) -> float
     A missing file, or one whose storage did not answer in time, only leaves the sample
     smaller; with no size at all the mean is 0 (one shard per split).
     """
-    found = within_deadline([functools.partial(_file_size, uri) for uri in uris], seconds,
-                            "size-estimate")
+    found = within_deadline(
+        [functools.partial(_file_size, uri) for uri in uris], seconds, "size-estimate"
+    )
     sizes = [size for size in found if size is not None]
     return sum(sizes) / len(sizes) if sizes else 0.0
 

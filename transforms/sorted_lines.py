@@ -13,9 +13,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from image_tfrecords.transforms.storage_steps import StorageDoFn, with_filesystems
 from image_tfrecords.core import naming, storage
 from image_tfrecords.core.filesystem_options import FilesystemOptions
+from image_tfrecords.transforms.storage_steps import StorageDoFn, with_filesystems
 
 # Lines a writer holds before it writes them out as one sorted run: a few MB.
 _RUN_LINES = 10_000
@@ -40,9 +40,16 @@ class WriteSortedLines(beam.PTransform):
     merge finds them. Both steps apply `filesystems` before they touch storage.
     """
 
-    def __init__(self, path: str, to_json: Callable[[Any], str], temp_dir: str,
-                 sort_key: Callable[[Any], Any] = lambda item: (), batched: bool = False,
-                 *, filesystems: FilesystemOptions) -> None:
+    def __init__(
+        self,
+        path: str,
+        to_json: Callable[[Any], str],
+        temp_dir: str,
+        sort_key: Callable[[Any], Any] = lambda item: (),
+        batched: bool = False,
+        *,
+        filesystems: FilesystemOptions,
+    ) -> None:
         super().__init__()
         self._filesystems = filesystems
         self._path = path
@@ -53,22 +60,34 @@ class WriteSortedLines(beam.PTransform):
 
     def expand(self, elements: beam.PCollection) -> beam.PCollection:
         items = elements if not self._batched else elements | "Items" >> beam.FlatMap(iter)
-        return (items
-                | "SortedRuns" >> beam.ParDo(_WriteSortedRuns(
-                    self._path, self._to_json, self._sort_key, self._temp_dir,
-                    self._filesystems))
-                | "AllRuns" >> beam.combiners.ToList()
-                | "Merge" >> beam.FlatMap(with_filesystems(_merge_runs, self._filesystems),
-                                          self._path, self._temp_dir))
+        return (
+            items
+            | "SortedRuns"
+            >> beam.ParDo(
+                _WriteSortedRuns(
+                    self._path, self._to_json, self._sort_key, self._temp_dir, self._filesystems
+                )
+            )
+            | "AllRuns" >> beam.combiners.ToList()
+            | "Merge"
+            >> beam.FlatMap(
+                with_filesystems(_merge_runs, self._filesystems), self._path, self._temp_dir
+            )
+        )
 
 
 class _WriteSortedRuns(StorageDoFn):
     """Items -> the paths of files of their lines, each sorted: a line is the sort key's
     JSON, a tab (which JSON text never holds unescaped) and the item's JSON."""
 
-    def __init__(self, path: str, to_json: Callable[[Any], str],
-                 sort_key: Callable[[Any], Any], temp_dir: str,
-                 filesystems: FilesystemOptions) -> None:
+    def __init__(
+        self,
+        path: str,
+        to_json: Callable[[Any], str],
+        sort_key: Callable[[Any], Any],
+        temp_dir: str,
+        filesystems: FilesystemOptions,
+    ) -> None:
         super().__init__(filesystems)
         self._path = path
         self._to_json = to_json
@@ -107,8 +126,10 @@ def _merge_runs(runs: list[str], path: str, temp_dir: str) -> Iterator[str]:
     if not runs:
         return
     while len(runs) > _MAX_OPEN_RUNS:
-        runs = [_write_run(temp_dir, path, _merged(runs[start:start + _MAX_OPEN_RUNS]))
-                for start in range(0, len(runs), _MAX_OPEN_RUNS)]
+        runs = [
+            _write_run(temp_dir, path, _merged(runs[start : start + _MAX_OPEN_RUNS]))
+            for start in range(0, len(runs), _MAX_OPEN_RUNS)
+        ]
     with FileSystems.create(path, mime_type="application/json") as file:
         for _, line in _merged(runs):
             file.write(line.encode() + b"\n")

@@ -30,8 +30,9 @@ class StorageDoFn(beam.DoFn):
         self._filesystems.apply()
 
 
-def with_filesystems(function: Callable[..., Any], filesystems: FilesystemOptions
-                     ) -> Callable[..., Any]:
+def with_filesystems(
+    function: Callable[..., Any], filesystems: FilesystemOptions
+) -> Callable[..., Any]:
     """`function`, called once `filesystems` are applied: for a Map that touches storage.
     It keeps `function`'s signature (Beam reads its side inputs and type hints there)
     and carries `filesystems` (tests/test_cloud_storage.py checks the graph's steps)."""

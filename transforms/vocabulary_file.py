@@ -51,8 +51,9 @@ class PinnedVocabulary(NamedTuple):
         return f"is {'not among' if self.declared else 'not in'} {self.described()}"
 
 
-def read_pinned_vocabulary(given: str, labels_in_data: Callable[[], Iterable[str]] = tuple
-                           ) -> PinnedVocabulary:
+def read_pinned_vocabulary(
+    given: str, labels_in_data: Callable[[], Iterable[str]] = tuple
+) -> PinnedVocabulary:
     """--vocabulary FILE (one label per line, ids in line order; or a label map) or
     OUTPUT_DIR (an earlier image-tfrecords output, whose transform_fn/assets/label holds
     its ids). `labels_in_data`: some labels of the input, asked for only to tell whether
@@ -70,8 +71,10 @@ def read_pinned_vocabulary(given: str, labels_in_data: Callable[[], Iterable[str
     except UnicodeDecodeError as error:
         raise VocabularyError(f"--vocabulary {source}: not UTF-8 text ({error})") from error
     except Exception as error:  # each filesystem's own "not found"
-        raise VocabularyError(f"--vocabulary {given}: neither a file of labels nor an "
-                              f"image-tfrecords output ({earlier} not found)") from error
+        raise VocabularyError(
+            f"--vocabulary {given}: neither a file of labels nor an "
+            f"image-tfrecords output ({earlier} not found)"
+        ) from error
     if _LABEL_MAP.match(text):
         try:
             return PinnedVocabulary(source, _label_map_vocabulary(text, labels_in_data))
@@ -83,12 +86,15 @@ def read_pinned_vocabulary(given: str, labels_in_data: Callable[[], Iterable[str
         if not label:
             raise VocabularyError(f"--vocabulary {source}: line {number} is empty")
         if breaking := line_break_in(label):
-            raise VocabularyError(f"--vocabulary {source}: line {number}: {label!r} holds "
-                                  f"{breaking}, which no label can hold (rows with it are "
-                                  "dead letters)")
+            raise VocabularyError(
+                f"--vocabulary {source}: line {number}: {label!r} holds "
+                f"{breaking}, which no label can hold (rows with it are "
+                "dead letters)"
+            )
         if label in first_line:
-            raise VocabularyError(f"--vocabulary {source}: line {number}: {label!r} "
-                                  f"repeats line {first_line[label]}")
+            raise VocabularyError(
+                f"--vocabulary {source}: line {number}: {label!r} repeats line {first_line[label]}"
+            )
         first_line[label] = number
     if not first_line:
         raise VocabularyError(f"--vocabulary {source}: no labels in it")
@@ -105,8 +111,9 @@ def output_labels(output_dir: str) -> tuple[str, ...] | None:
         return tuple(file_lines(file.read().decode()))
 
 
-def _label_map_vocabulary(text: str, labels_in_data: Callable[[], Iterable[str]]
-                          ) -> tuple[str, ...]:
+def _label_map_vocabulary(
+    text: str, labels_in_data: Callable[[], Iterable[str]]
+) -> tuple[str, ...]:
     """The label map's vocabulary: its names, or, where every item has a display name,
     whichever of the two the data's labels match more often (the API's use_display_name:
     its COCO map's names are Freebase ids, its Open Images map's are what the Open Images
@@ -115,13 +122,17 @@ def _label_map_vocabulary(text: str, labels_in_data: Callable[[], Iterable[str]]
     if not all(item.display_name for item in items):
         return vocabulary_of(items, "name")
     labels = set(labels_in_data())
-    ids = {field: {getattr(item, field): item.id for item in items}
-           for field in ("name", "display_name")}
+    ids = {
+        field: {getattr(item, field): item.id for item in items}
+        for field in ("name", "display_name")
+    }
     for label in sorted(labels):
         named, displayed = ids["name"].get(label), ids["display_name"].get(label)
         if None not in (named, displayed) and named != displayed:
-            raise LabelMapError(f"the label {label!r} is the name of id {named} and the "
-                                f"display_name of id {displayed}: which it means is unclear")
+            raise LabelMapError(
+                f"the label {label!r} is the name of id {named} and the "
+                f"display_name of id {displayed}: which it means is unclear"
+            )
     matched = {field: len(labels & values.keys()) for field, values in ids.items()}
     if matched["name"] != matched["display_name"]:
         return vocabulary_of(items, max(matched, key=matched.__getitem__))

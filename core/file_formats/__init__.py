@@ -17,6 +17,7 @@ import contextlib
 import importlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO, ClassVar, Protocol
+
 from image_tfrecords.core import naming
 
 if TYPE_CHECKING:
@@ -24,7 +25,10 @@ if TYPE_CHECKING:
 
 DEFAULT_FORMAT = "tfrecord"
 # The modules that register a format, imported when a format is first looked up.
-_MODULES = ("image_tfrecords.core.file_formats.tfrecord", "image_tfrecords.core.file_formats.array_record")
+_MODULES = (
+    "image_tfrecords.core.file_formats.tfrecord",
+    "image_tfrecords.core.file_formats.array_record",
+)
 _FORMATS: dict[str, type[ShardFormat]] = {}
 
 
@@ -43,10 +47,12 @@ class PipelineFiles:
 
     def open(self, path: str) -> BinaryIO:
         from image_tfrecords.core import storage
+
         return storage.open_read(path)
 
     def create(self, path: str) -> BinaryIO:
         from image_tfrecords.core import storage
+
         return storage.create(path)
 
 
@@ -55,10 +61,12 @@ class GFiles:
 
     def open(self, path: str) -> BinaryIO:
         import tensorflow as tf
+
         return tf.io.gfile.GFile(path, "rb")
 
     def create(self, path: str) -> BinaryIO:
         import tensorflow as tf
+
         return tf.io.gfile.GFile(path, "wb")
 
 
@@ -90,8 +98,10 @@ class ShardFormat(abc.ABC):
 
     def __init__(self, compression: str = "none") -> None:
         if compression not in self.compressions:
-            raise ValueError(f"--compression {compression} is not available with "
-                             f"--file_format {self.name} (only {', '.join(self.compressions)})")
+            raise ValueError(
+                f"--compression {compression} is not available with "
+                f"--file_format {self.name} (only {', '.join(self.compressions)})"
+            )
         self.compression = compression
 
     @property
@@ -118,7 +128,9 @@ class ShardFormat(abc.ABC):
         """Every record of the shard at `path`, in order, each checked as the format
         can; raises RecordError at the first that cannot be read."""
 
-    def check_companions(self, path: str, files: Files, record_sizes: Sequence[int]) -> None:
+    def check_companions(  # noqa: B027 - a format without companions has none to check
+        self, path: str, files: Files, record_sizes: Sequence[int]
+    ) -> None:
         """Raises ValueError saying where a companion of the shard at `path` disagrees
         with the shard, whose records, as `read` gave them, have `record_sizes` bytes."""
 
@@ -141,8 +153,11 @@ def format_names() -> tuple[str, ...]:
 def compression_names() -> tuple[str, ...]:
     """Every --compression value some format takes, "none" first."""
     _import_formats()
-    return tuple(dict.fromkeys(name for format_class in _FORMATS.values()
-                               for name in format_class.compressions))
+    return tuple(
+        dict.fromkeys(
+            name for format_class in _FORMATS.values() for name in format_class.compressions
+        )
+    )
 
 
 def shard_globs(split: str) -> tuple[str, ...]:

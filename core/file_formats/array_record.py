@@ -43,6 +43,7 @@ class ArrayRecordFormat(ShardFormat):
     @contextlib.contextmanager
     def create(self, path: str, files: Files) -> Iterator[ArrayRecordWriter]:
         from array_record.python.array_record_module import ArrayRecordWriter
+
         with _on_local_disk(path, files, writing=True) as local:
             writer = ArrayRecordWriter(local, _WRITER_OPTIONS[self.compression])
             try:
@@ -52,6 +53,7 @@ class ArrayRecordFormat(ShardFormat):
 
     def read(self, path: str, files: Files) -> Iterator[bytes]:
         from array_record.python.array_record_module import ArrayRecordReader
+
         with _on_local_disk(path, files, writing=False) as local:
             reader = ArrayRecordReader(local)
             try:
@@ -75,8 +77,10 @@ class ArrayRecordFormat(ShardFormat):
 
         def records(shard: bytes) -> Iterator[bytes]:
             return self.read(shard.decode(), GFiles())
+
         return tf.data.Dataset.from_generator(
-            records, args=(path,), output_signature=tf.TensorSpec([], tf.string))
+            records, args=(path,), output_signature=tf.TensorSpec([], tf.string)
+        )
 
 
 def _reader_error(reader) -> str:
@@ -102,7 +106,7 @@ def _first_bad_record(reader, start: int, count: int, problem: RuntimeError) -> 
 def _local_path(path: str) -> str | None:
     """`path` as the local filesystem names it, or None for a bucket or other filesystem."""
     if path.startswith("file://"):
-        return path[len("file://"):]
+        return path[len("file://") :]
     return None if "://" in path else path
 
 

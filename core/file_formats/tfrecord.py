@@ -74,24 +74,30 @@ class TFRecordFormat(ShardFormat):
         expected = list(_index_lines(record_sizes))
         for line_number, (line, right) in enumerate(zip(listed, expected), start=1):
             if line != right:
-                raise ValueError(f"line {line_number} is {line.rstrip()!r}, the record "
-                                 f"there is '{right.rstrip()}'")
+                raise ValueError(
+                    f"line {line_number} is {line.rstrip()!r}, the record "
+                    f"there is '{right.rstrip()}'"
+                )
         if len(listed) != len(expected):
             raise ValueError(f"{len(listed)} lines for {len(expected)} records")
 
     def dataset(self, path: tf.Tensor) -> tf.data.Dataset:
         import tensorflow as tf
+
         return tf.data.TFRecordDataset(
-            path, compression_type="GZIP" if self.compression == "gzip" else "",
-            buffer_size=_READ_BUFFER)
+            path,
+            compression_type="GZIP" if self.compression == "gzip" else "",
+            buffer_size=_READ_BUFFER,
+        )
 
     @contextlib.contextmanager
     def _compressing(self, raw: BinaryIO) -> Iterator[BinaryIO]:
         if self.compression != "gzip":
             yield raw
             return
-        with gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0,
-                           compresslevel=_GZIP_LEVEL) as stream:
+        with gzip.GzipFile(
+            filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=_GZIP_LEVEL
+        ) as stream:
             yield stream
 
 
@@ -120,8 +126,9 @@ def _index_lines(record_sizes: Iterable[int]) -> Iterator[str]:
 def write_record(stream: BinaryIO, data: bytes) -> None:
     """Appends one TFRecord-framed record."""
     length = _LENGTH.pack(len(data))
-    stream.write(b"".join((length, _CRC.pack(_masked_crc(length)), data,
-                           _CRC.pack(_masked_crc(data)))))
+    stream.write(
+        b"".join((length, _CRC.pack(_masked_crc(length)), data, _CRC.pack(_masked_crc(data))))
+    )
 
 
 def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
@@ -137,8 +144,11 @@ def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
             if not header:
                 return
             if len(header) < _HEADER.size:
-                raise RecordError(index, offset, f"truncated: the file ends {len(header)} "
-                                                 f"bytes into the record's header")
+                raise RecordError(
+                    index,
+                    offset,
+                    f"truncated: the file ends {len(header)} bytes into the record's header",
+                )
             length, length_crc = _HEADER.unpack(header)
             if _masked_crc(header[:8]) != length_crc:
                 raise RecordError(index, offset, "length CRC mismatch")
@@ -146,8 +156,12 @@ def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
         except (OSError, EOFError, zlib.error) as problem:  # a damaged gzip stream
             raise RecordError(index, offset, f"gzip: {problem}") from problem
         if len(body) < length + _CRC.size:
-            raise RecordError(index, offset, f"truncated: the file ends {len(body)} of "
-                                             f"{length + _CRC.size} bytes into the record")
+            raise RecordError(
+                index,
+                offset,
+                f"truncated: the file ends {len(body)} of "
+                f"{length + _CRC.size} bytes into the record",
+            )
         data = body[:length]
         if _masked_crc(data) != _CRC.unpack(body[length:])[0]:
             raise RecordError(index, offset, "data CRC mismatch")

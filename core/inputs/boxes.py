@@ -49,28 +49,36 @@ def parse_box(vertices: Sequence[str]) -> Box | tuple[str, str]:
     elif all(present) and len(vertices) == VERTEX_FIELDS:
         written = list(vertices)
     else:
-        return (reasons.INVALID_BOX, "expected x_min,y_min,,,x_max,y_max,, or four x,y "
-                f"vertices, found {','.join(vertices)!r}")
+        return (
+            reasons.INVALID_BOX,
+            "expected x_min,y_min,,,x_max,y_max,, or four x,y "
+            f"vertices, found {','.join(vertices)!r}",
+        )
     try:
         values = [float(value) for value in written]
     except ValueError:
         return reasons.INVALID_BOX, f"a coordinate is not a number: {','.join(written)!r}"
     if not all(0.0 <= value <= 1.0 for value in values):  # also false for NaN
-        return (reasons.BOX_OUT_OF_RANGE, "coordinates must be relative to the image size, "
-                f"between 0 and 1: {','.join(written)}")
+        return (
+            reasons.BOX_OUT_OF_RANGE,
+            f"coordinates must be relative to the image size, between 0 and 1: {','.join(written)}",
+        )
     if len(values) == 4:
         box = Box(*values)
     else:
         xs, ys = values[0::2], values[1::2]
         box = Box(min(xs), min(ys), max(xs), max(ys))
     if box.xmin >= box.xmax or box.ymin >= box.ymax:
-        return (reasons.EMPTY_BOX, f"x_min must be below x_max and y_min below y_max: "
-                f"{','.join(written)}")
+        return (
+            reasons.EMPTY_BOX,
+            f"x_min must be below x_max and y_min below y_max: {','.join(written)}",
+        )
     return box
 
 
-def declared_size(width: object, height: object, max_pixels: int | None = None
-                  ) -> tuple[int, int] | tuple[str, str]:
+def declared_size(
+    width: object, height: object, max_pixels: int | None = None
+) -> tuple[int, int] | tuple[str, str]:
     """The image size an annotation declares: (width, height) as positive integers, or
     (dead-letter reason, message). Where masks are drawn on it as the file is read
     (COCO's, CVAT's, LabelMe's), more than `max_pixels` (--max_image_pixels) is refused as
@@ -80,17 +88,28 @@ def declared_size(width: object, height: object, max_pixels: int | None = None
     except ValueError:
         size = (0, 0)
     if min(size) < 1:
-        return (reasons.INVALID_SIZE, "the declared image width and height must be positive "
-                f"whole numbers of pixels, found {width!r} x {height!r}")
+        return (
+            reasons.INVALID_SIZE,
+            "the declared image width and height must be positive "
+            f"whole numbers of pixels, found {width!r} x {height!r}",
+        )
     if max_pixels is not None and size[0] * size[1] > max_pixels:
-        return (reasons.DECOMPRESSION_BOMB, f"the declared image size {size[0]}x{size[1]} "
-                f"exceeds the limit of {max_pixels} pixels (--max_image_pixels)")
+        return (
+            reasons.DECOMPRESSION_BOMB,
+            f"the declared image size {size[0]}x{size[1]} "
+            f"exceeds the limit of {max_pixels} pixels (--max_image_pixels)",
+        )
     return size
 
 
-def pixel_box(corners: Sequence[object], size: tuple[int, int], difficult: int = 0,
-              truncated: int = 0, is_crowd: int = 0, declared: bool = True
-              ) -> Box | tuple[str, str]:
+def pixel_box(
+    corners: Sequence[object],
+    size: tuple[int, int],
+    difficult: int = 0,
+    truncated: int = 0,
+    is_crowd: int = 0,
+    declared: bool = True,
+) -> Box | tuple[str, str]:
     """x_min, y_min, x_max, y_max in pixels of the (width, height) the annotation
     declares (or, not `declared`, the image's own) -> a Box
     relative to that size (pixel / size, as the Object Detection API's generate_tfrecord.py,
@@ -102,64 +121,83 @@ def pixel_box(corners: Sequence[object], size: tuple[int, int], difficult: int =
     except (TypeError, ValueError):
         return reasons.INVALID_BOX, f"a pixel coordinate is not a number: {written!r}"
     width, height = size
-    if not (0 <= xmin <= width and 0 <= xmax <= width and 0 <= ymin <= height
-            and 0 <= ymax <= height):  # also false for NaN
-        return (reasons.BOX_OUT_OF_RANGE, f"pixel coordinates {written} lie outside the "
-                f"{'declared ' if declared else ''}{width}x{height} image")
+    if not (
+        0 <= xmin <= width and 0 <= xmax <= width and 0 <= ymin <= height and 0 <= ymax <= height
+    ):  # also false for NaN
+        return (
+            reasons.BOX_OUT_OF_RANGE,
+            f"pixel coordinates {written} lie outside the "
+            f"{'declared ' if declared else ''}{width}x{height} image",
+        )
     if xmin >= xmax or ymin >= ymax:
-        return (reasons.EMPTY_BOX, f"x_min must be below x_max and y_min below y_max: "
-                f"{written}")
-    return Box(xmin / width, ymin / height, xmax / width, ymax / height, difficult,
-               truncated, is_crowd)
+        return (reasons.EMPTY_BOX, f"x_min must be below x_max and y_min below y_max: {written}")
+    return Box(
+        xmin / width, ymin / height, xmax / width, ymax / height, difficult, truncated, is_crowd
+    )
 
 
-def box_row(image: ManifestRow, label: str, has_box: bool,
-            make_box: Callable[[], Box | tuple[str, str]], reject: Callable[..., DeadLetter]
-            ) -> ManifestRow | DeadLetter:
+def box_row(
+    image: ManifestRow,
+    label: str,
+    has_box: bool,
+    make_box: Callable[[], Box | tuple[str, str]],
+    reject: Callable[..., DeadLetter],
+) -> ManifestRow | DeadLetter:
     """One detection row: a labelled box, or with no label and no box an image without
     objects (a negative example). `make_box`: the Box, or (dead-letter reason, message)."""
     if not label and not has_box:
         return image
     if not label:
-        return reject(reasons.MISSING_LABEL, "the box has no label", uri=image.uri,
-                      split=image.split)
+        return reject(
+            reasons.MISSING_LABEL, "the box has no label", uri=image.uri, split=image.split
+        )
     box = make_box()
     if not isinstance(box, Box):
         return reject(*box, uri=image.uri, split=image.split)
     return image._replace(labels=(label,), boxes=(box,))
 
 
-
-def clipped_box(xmin: float, ymin: float, xmax: float, ymax: float,
-                tolerance: float = _EDGE_TOLERANCE) -> Box | tuple[str, str]:
+def clipped_box(
+    xmin: float, ymin: float, xmax: float, ymax: float, tolerance: float = _EDGE_TOLERANCE
+) -> Box | tuple[str, str]:
     """Corners relative to the image -> a Box, clipped to it where they lie at most
     `tolerance` (a fraction of its side) outside it, or (dead-letter reason, message)."""
     corners = (xmin, ymin, xmax, ymax)
     if not all(-tolerance <= value <= 1 + tolerance for value in corners):
-        return (reasons.BOX_OUT_OF_RANGE, "the box reaches outside the image by more than "
-                f"{tolerance * 100:g}% of its side: corners "
-                f"{', '.join(f'{value:.6g}' for value in corners)}")
+        return (
+            reasons.BOX_OUT_OF_RANGE,
+            "the box reaches outside the image by more than "
+            f"{tolerance * 100:g}% of its side: corners "
+            f"{', '.join(f'{value:.6g}' for value in corners)}",
+        )
     xmin, ymin, xmax, ymax = (min(max(value, 0.0), 1.0) for value in corners)
     if xmin >= xmax or ymin >= ymax:
         return reasons.EMPTY_BOX, "the box has no width or no height"
     return Box(xmin, ymin, xmax, ymax)
 
 
-def turned_corners(corners: tuple[float, float, float, float], degrees: float,
-                   pivot: tuple[float, float]) -> list[tuple[float, float]]:
+def turned_corners(
+    corners: tuple[float, float, float, float], degrees: float, pivot: tuple[float, float]
+) -> list[tuple[float, float]]:
     """A rectangle's corners (x_min, y_min, x_max, y_max) turned `degrees` clockwise on the
     image (its y axis pointing down) about `pivot`: its top left, top right, bottom right
     and bottom left corners before the turn, where they lie after it."""
     xmin, ymin, xmax, ymax = corners
     cos, sin = math.cos(math.radians(degrees)), math.sin(math.radians(degrees))
     px, py = pivot
-    return [(px + cos * (x - px) - sin * (y - py), py + sin * (x - px) + cos * (y - py))
-            for x, y in ((xmin, ymin), (xmax, ymin), (xmax, ymax), (xmin, ymax))]
+    return [
+        (px + cos * (x - px) - sin * (y - py), py + sin * (x - px) + cos * (y - py))
+        for x, y in ((xmin, ymin), (xmax, ymin), (xmax, ymax), (xmin, ymax))
+    ]
 
 
-def rotated_box(corners: tuple[float, float, float, float], degrees: float,
-                pivot: tuple[float, float], frame: tuple[float, float], rules: RowRules
-                ) -> Box | tuple[str, str]:
+def rotated_box(
+    corners: tuple[float, float, float, float],
+    degrees: float,
+    pivot: tuple[float, float],
+    frame: tuple[float, float],
+    rules: RowRules,
+) -> Box | tuple[str, str]:
     """A rectangle (x_min, y_min, x_max, y_max in a frame of (width, height): Mask's)
     turned `degrees` clockwise about `pivot` -> the Box of its turned corners' extent,
     relative to the frame and clipped to it as clipped_box clips (box_out_of_range
@@ -178,9 +216,9 @@ def extent(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, floa
     return min(xs), min(ys), max(xs), max(ys)
 
 
-def polygon_mask(polygons: Sequence[Sequence[tuple[float, float]]],
-                 frame: tuple[float, float], rules: RowRules
-                 ) -> Mask | tuple[str, str] | None:
+def polygon_mask(
+    polygons: Sequence[Sequence[tuple[float, float]]], frame: tuple[float, float], rules: RowRules
+) -> Mask | tuple[str, str] | None:
     """An object's mask from its polygons (each [(x, y), ...] of 3 points or more, in a
     frame of (width, height): Mask's), None where --leave_out masks, or (dead-letter
     reason, message) for polygons that cannot be drawn (masks.polygon_problem)."""
@@ -190,8 +228,9 @@ def polygon_mask(polygons: Sequence[Sequence[tuple[float, float]]],
     return polygon_problem(flat, frame) or Mask(*frame, flat)
 
 
-def with_mask(box: Box | tuple[str, str], mask: Mask | tuple[str, str] | None
-              ) -> Box | tuple[str, str]:
+def with_mask(
+    box: Box | tuple[str, str], mask: Mask | tuple[str, str] | None
+) -> Box | tuple[str, str]:
     """The box with its object's mask (a dead letter's reason and message, the box's or
     the mask's, as they are)."""
     if not isinstance(box, Box):
@@ -199,20 +238,25 @@ def with_mask(box: Box | tuple[str, str], mask: Mask | tuple[str, str] | None
     return box._replace(mask=mask) if mask is None or isinstance(mask, Mask) else mask
 
 
-def region_problem(region_size: tuple[float, float], size: tuple[int, int]
-                   ) -> tuple[str, str] | None:
+def region_problem(
+    region_size: tuple[float, float], size: tuple[int, int]
+) -> tuple[str, str] | None:
     """Why a mask region (CVAT's <mask>, LabelMe's mask PNG) of (width, height) cannot lie
     on an image declared (width, height): larger than it (checked before its pixels are
     allocated); None where it can."""
     width, height = region_size
     if 0 < width <= size[0] and 0 < height <= size[1]:
         return None
-    return (reasons.SIZE_MISMATCH, f"the mask is {width:g}x{height:g} pixels, which does "
-            f"not fit the image declared {size[0]}x{size[1]}")
+    return (
+        reasons.SIZE_MISMATCH,
+        f"the mask is {width:g}x{height:g} pixels, which does "
+        f"not fit the image declared {size[0]}x{size[1]}",
+    )
 
 
-def region_mask(region: np.ndarray, left: int, top: int, size: tuple[int, int],
-                rules: RowRules) -> Mask | None:
+def region_mask(
+    region: np.ndarray, left: int, top: int, size: tuple[int, int], rules: RowRules
+) -> Mask | None:
     """An object's mask given as the 0/1 pixels of a region whose top left corner is at
     (left, top) of an image of `size` (CVAT's and LabelMe's masks; region_problem checked),
     as an RLE of the whole image; None where --leave_out masks. What lies outside the
@@ -221,8 +265,10 @@ def region_mask(region: np.ndarray, left: int, top: int, size: tuple[int, int],
         return None
     width, height = size
     whole = np.zeros((height, width), np.uint8)
-    cut = region[max(0, -top):height - top, max(0, -left):width - left]
-    whole[max(0, top):max(0, top) + cut.shape[0], max(0, left):max(0, left) + cut.shape[1]] = cut
+    cut = region[max(0, -top) : height - top, max(0, -left) : width - left]
+    whole[max(0, top) : max(0, top) + cut.shape[0], max(0, left) : max(0, left) + cut.shape[1]] = (
+        cut
+    )
     return rle_of(whole)
 
 
@@ -248,10 +294,18 @@ def turned_box(box: Box, orientation: int) -> Box:
     (x0, y0), (x1, y1) = turn(box.xmin, box.ymin), turn(box.xmax, box.ymax)
     keypoints = box.keypoints
     if keypoints is not None:
-        points = [turn(x, y) if flag else (x, y) for x, y, flag in
-                  zip(keypoints.xs, keypoints.ys, keypoints.visibility, strict=True)]
-        keypoints = keypoints._replace(xs=tuple(x for x, _ in points),
-                                       ys=tuple(y for _, y in points))
-    return box._replace(xmin=min(x0, x1), ymin=min(y0, y1), xmax=max(x0, x1),
-                        ymax=max(y0, y1), keypoints=keypoints,
-                        mask=box.mask and turned_mask(box.mask, orientation, turn))
+        points = [
+            turn(x, y) if flag else (x, y)
+            for x, y, flag in zip(keypoints.xs, keypoints.ys, keypoints.visibility, strict=True)
+        ]
+        keypoints = keypoints._replace(
+            xs=tuple(x for x, _ in points), ys=tuple(y for _, y in points)
+        )
+    return box._replace(
+        xmin=min(x0, x1),
+        ymin=min(y0, y1),
+        xmax=max(x0, x1),
+        ymax=max(y0, y1),
+        keypoints=keypoints,
+        mask=box.mask and turned_mask(box.mask, orientation, turn),
+    )

@@ -21,15 +21,26 @@ from typing import NamedTuple
 import ijson
 
 from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core.dead_letters import DeadLetter
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.inputs.boxes import declared_size, pixel_box
-from image_tfrecords.core.inputs import documents
-from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
-from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat, json_items
-from image_tfrecords.core.inputs.lines import open_manifest
 from image_tfrecords.core.choices import LeftOut
-from image_tfrecords.core.inputs.rows import ImageEntries, ManifestError, RowRules, assign_split, json_id
+from image_tfrecords.core.chunks import LineRange, ManifestSource
+from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.inputs import documents
+from image_tfrecords.core.inputs.boxes import declared_size, pixel_box
+from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
+from image_tfrecords.core.inputs.input_format import (
+    DeclaredClasses,
+    FileHead,
+    InputFormat,
+    json_items,
+)
+from image_tfrecords.core.inputs.lines import open_manifest
+from image_tfrecords.core.inputs.rows import (
+    ImageEntries,
+    ManifestError,
+    RowRules,
+    assign_split,
+    json_id,
+)
 from image_tfrecords.core.label_map import LabelMapItem, vocabulary_of
 from image_tfrecords.core.masks import MAX_KEYPOINTS, decode_rle, polygon_problem
 from image_tfrecords.core.records import Box, Keypoints, ManifestRow, Mask
@@ -38,20 +49,26 @@ from image_tfrecords.core.records import Box, Keypoints, ManifestRow, Mask
 _COCO_KEYS = frozenset({"info", "licenses", "images", "annotations", "categories"})
 
 
-def read_coco(path: str, rules: RowRules, split: str | None
-              ) -> Iterator[ManifestRow | DeadLetter]:
+def read_coco(path: str, rules: RowRules, split: str | None) -> Iterator[ManifestRow | DeadLetter]:
     """A ManifestRow per annotation, and per image without annotations; a DeadLetter per
     annotation (or image) that cannot be one, its message naming the annotation's id.
 
     `line` is the annotation's 1-based position in `annotations`, 0 for an image without
     annotations; `raw` is the annotation (or image) as JSON.
     """
-    categories = {json_id(category, "id"): _Category.of(category)
-                  for category in json_items(path, "categories.item") if isinstance(category, dict)}
+    categories = {
+        json_id(category, "id"): _Category.of(category)
+        for category in json_items(path, "categories.item")
+        if isinstance(category, dict)
+    }
     entries, root = ImageEntries(), DatasetRoot.of(path, rules)
-    images = {json_id(image, "id"): first_entry(image_row(path, image, rules, split, root), image,
-                                            entries)
-              for image in json_items(path, "images.item") if isinstance(image, dict)}
+    images = {
+        json_id(image, "id"): first_entry(
+            image_row(path, image, rules, split, root), image, entries
+        )
+        for image in json_items(path, "images.item")
+        if isinstance(image, dict)
+    }
     annotated = set()
     for position, annotation in enumerate(json_items(path, "annotations.item"), start=1):
         if isinstance(annotation, dict):
@@ -69,8 +86,10 @@ class _Category(NamedTuple):
     @classmethod
     def of(cls, category: dict) -> _Category:
         keypoints = category.get("keypoints")
-        return cls(str(category.get("name", "")).strip(),
-                   tuple(map(str, keypoints)) if isinstance(keypoints, list) else ())
+        return cls(
+            str(category.get("name", "")).strip(),
+            tuple(map(str, keypoints)) if isinstance(keypoints, list) else (),
+        )
 
 
 def declared_categories(path: str) -> DeclaredClasses | None:
@@ -85,8 +104,10 @@ def declared_categories(path: str) -> DeclaredClasses | None:
     for number, category in enumerate(json_items(path, "categories.item"), start=1):
         category_id = category.get("id") if isinstance(category, dict) else None
         if not isinstance(category_id, int) or isinstance(category_id, bool) or category_id < 0:
-            raise ManifestError(f"{path}: category {number} has id {category_id!r}: "
-                                "category ids are whole numbers, 0 or more")
+            raise ManifestError(
+                f"{path}: category {number} has id {category_id!r}: "
+                "category ids are whole numbers, 0 or more"
+            )
         if category_id in names:
             raise ManifestError(f"{path}: two categories have id {category_id}")
         names[category_id] = _Category.of(category).name
@@ -96,25 +117,40 @@ def declared_categories(path: str) -> DeclaredClasses | None:
     first_id: dict[str, int] = {}
     for category_id, name in sorted(named.items()):
         if name in first_id:
-            raise ManifestError(f"{path}: categories {first_id[name]} and {category_id} are "
-                                f"both named {name!r}, which would have both ids: merge them, "
-                                "or give the ids with --vocabulary FILE")
+            raise ManifestError(
+                f"{path}: categories {first_id[name]} and {category_id} are "
+                f"both named {name!r}, which would have both ids: merge them, "
+                "or give the ids with --vocabulary FILE"
+            )
         first_id[name] = category_id
     from_zero = 0 in names
-    labels = vocabulary_of([LabelMapItem(category_id + from_zero, name, "")
-                            for category_id, name in named.items()], "name")
-    return DeclaredClasses(f"{path} (categories)", labels, note=(
-        "a category has id 0, so each class label is its category_id + 1, the Object "
-        "Detection API keeping 0 for the background" if from_zero else ""))
+    labels = vocabulary_of(
+        [LabelMapItem(category_id + from_zero, name, "") for category_id, name in named.items()],
+        "name",
+    )
+    return DeclaredClasses(
+        f"{path} (categories)",
+        labels,
+        note=(
+            "a category has id 0, so each class label is its category_id + 1, the Object "
+            "Detection API keeping 0 for the background"
+            if from_zero
+            else ""
+        ),
+    )
 
 
 def category_names(path: str) -> set[str]:
-    return {str(category.get("name", "")).strip() for category in json_items(path, "categories.item")
-            if isinstance(category, dict)}
+    return {
+        str(category.get("name", "")).strip()
+        for category in json_items(path, "categories.item")
+        if isinstance(category, dict)
+    }
 
 
-def first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntries
-                 ) -> ManifestRow | DeadLetter:
+def first_entry(
+    row: ManifestRow | DeadLetter, image: dict, entries: ImageEntries
+) -> ManifestRow | DeadLetter:
     """The image's row, or a dead letter for its annotations when an earlier image entry
     names the same file in the same split."""
     if isinstance(row, DeadLetter):
@@ -122,8 +158,9 @@ def first_entry(row: ManifestRow | DeadLetter, image: dict, entries: ImageEntrie
     return entries.repeated(row, f"image id {image.get('id')}") or row
 
 
-def image_row(path: str, image: dict, rules: RowRules, forced_split: str | None,
-              root: DatasetRoot) -> ManifestRow | DeadLetter:
+def image_row(
+    path: str, image: dict, rules: RowRules, forced_split: str | None, root: DatasetRoot
+) -> ManifestRow | DeadLetter:
     """The image's row without objects, or a DeadLetter saying why its annotations cannot
     be used. `file_name` is relative to the root, and stays in it."""
     raw = json.dumps(image, ensure_ascii=False)
@@ -133,8 +170,9 @@ def image_row(path: str, image: dict, rules: RowRules, forced_split: str | None,
     split = forced_split or assign_split(written, rules.split_fractions)
     where = f"image id {image.get('id')}: "
     if not written:
-        return DeadLetter(path, 0, raw, "", split, reasons.MISSING_URI,
-                          where + "file_name is missing or empty")
+        return DeadLetter(
+            path, 0, raw, "", split, reasons.MISSING_URI, where + "file_name is missing or empty"
+        )
     outside = root.outside(uri, f"file_name {quoted(written)}")
     if outside:
         return DeadLetter(path, 0, raw, uri, split, outside[0], where + outside[1])
@@ -144,39 +182,67 @@ def image_row(path: str, image: dict, rules: RowRules, forced_split: str | None,
     return ManifestRow(path, 0, raw, split, uri, (), image_size=size, listed_whole=True)
 
 
-def _annotation_row(path: str, position: int, annotation: object,
-                    images: dict[object, ManifestRow | DeadLetter],
-                    categories: dict[object, _Category], rules: RowRules
-                    ) -> ManifestRow | DeadLetter:
+def _annotation_row(
+    path: str,
+    position: int,
+    annotation: object,
+    images: dict[object, ManifestRow | DeadLetter],
+    categories: dict[object, _Category],
+    rules: RowRules,
+) -> ManifestRow | DeadLetter:
     raw = json.dumps(annotation, ensure_ascii=False)
     if not isinstance(annotation, dict):
-        return DeadLetter(path, position, raw, "", "", reasons.MALFORMED_ROW,
-                          "an annotation must be a JSON object")
+        return DeadLetter(
+            path,
+            position,
+            raw,
+            "",
+            "",
+            reasons.MALFORMED_ROW,
+            "an annotation must be a JSON object",
+        )
     where = f"annotation id {annotation.get('id')}: "
     image = images.get(json_id(annotation, "image_id"))
     if image is None:
-        return DeadLetter(path, position, raw, "", "", reasons.UNKNOWN_IMAGE_ID,
-                          f"{where}image_id {annotation.get('image_id')!r} is in no image")
+        return DeadLetter(
+            path,
+            position,
+            raw,
+            "",
+            "",
+            reasons.UNKNOWN_IMAGE_ID,
+            f"{where}image_id {annotation.get('image_id')!r} is in no image",
+        )
     if isinstance(image, DeadLetter):
         return image._replace(line=position, raw=raw, message=where + image.message)
     row = image._replace(line=position, raw=raw)
     category = categories.get(json_id(annotation, "category_id"))
     if not category or not category.name:
-        return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"{where}category_id "
-                               f"{annotation.get('category_id')!r} names no category")
+        return row.dead_letter(
+            reasons.UNKNOWN_CATEGORY_ID,
+            f"{where}category_id {annotation.get('category_id')!r} names no category",
+        )
     box = object_box(annotation, row, where)
     if isinstance(box, DeadLetter):
         return box
     mask = _mask(annotation.get("segmentation"), row.image_size, rules)
     if mask is not None and not isinstance(mask, Mask):
         return row.dead_letter(mask[0], where + mask[1])
-    keypoints = (None if LeftOut.KEYPOINTS in rules.leave_out else _keypoints(
-        annotation.get("keypoints"), annotation.get("num_keypoints"), row.image_size,
-        category.keypoints))
+    keypoints = (
+        None
+        if LeftOut.KEYPOINTS in rules.leave_out
+        else _keypoints(
+            annotation.get("keypoints"),
+            annotation.get("num_keypoints"),
+            row.image_size,
+            category.keypoints,
+        )
+    )
     if keypoints is not None and not isinstance(keypoints, Keypoints):
         return row.dead_letter(keypoints[0], where + keypoints[1])
-    return row._replace(labels=(category.name,),
-                        boxes=(box._replace(mask=mask, keypoints=keypoints),))
+    return row._replace(
+        labels=(category.name,), boxes=(box._replace(mask=mask, keypoints=keypoints),)
+    )
 
 
 def object_box(item: dict, row: ManifestRow, where: str) -> Box | DeadLetter:
@@ -184,20 +250,27 @@ def object_box(item: dict, row: ManifestRow, where: str) -> Box | DeadLetter:
     in pixels, and `iscrowd`, as a Box relative to the row's image; or the row's dead
     letter, its message after `where`."""
     bbox = item.get("bbox")
-    if not (isinstance(bbox, list) and len(bbox) == 4
-            and all(isinstance(value, (int, float)) for value in bbox)):
-        return row.dead_letter(reasons.INVALID_BOX, f"{where}bbox must be [x, y, width, "
-                               f"height] in pixels, found {bbox!r}")
+    if not (
+        isinstance(bbox, list)
+        and len(bbox) == 4
+        and all(isinstance(value, (int, float)) for value in bbox)
+    ):
+        return row.dead_letter(
+            reasons.INVALID_BOX,
+            f"{where}bbox must be [x, y, width, height] in pixels, found {bbox!r}",
+        )
     x, y, width, height = bbox
-    box = pixel_box([x, y, x + width, y + height], row.image_size,
-                    is_crowd=int(bool(item.get("iscrowd"))))
+    box = pixel_box(
+        [x, y, x + width, y + height], row.image_size, is_crowd=int(bool(item.get("iscrowd")))
+    )
     if not isinstance(box, Box):
         return row.dead_letter(box[0], where + box[1])
     return box
 
 
-def _mask(segmentation: object, size: tuple[int, int], rules: RowRules
-          ) -> Mask | tuple[str, str] | None:
+def _mask(
+    segmentation: object, size: tuple[int, int], rules: RowRules
+) -> Mask | tuple[str, str] | None:
     """`segmentation` -> the object's Mask: polygons [[x, y, x, y...], ...] in pixels of the
     image's declared size, or an RLE {"size": [height, width], "counts": ...}, compressed
     (a string) or not (run lengths, as crowd annotations hold them). None for none."""
@@ -205,38 +278,61 @@ def _mask(segmentation: object, size: tuple[int, int], rules: RowRules
         return None
     if isinstance(segmentation, dict):
         counts, rle_size = segmentation.get("counts"), segmentation.get("size")
-        if not (isinstance(rle_size, list) and len(rle_size) == 2
-                and all(isinstance(side, int) for side in rle_size)):
-            return reasons.INVALID_MASK, f"an RLE's size must be [height, width], found {rle_size!r}"
+        if not (
+            isinstance(rle_size, list)
+            and len(rle_size) == 2
+            and all(isinstance(side, int) for side in rle_size)
+        ):
+            return (
+                reasons.INVALID_MASK,
+                f"an RLE's size must be [height, width], found {rle_size!r}",
+            )
         if tuple(rle_size[::-1]) != size:
-            return (reasons.SIZE_MISMATCH, f"the RLE mask is {rle_size[1]}x{rle_size[0]} but "
-                    f"the image is declared {size[0]}x{size[1]}")
-        if isinstance(counts, list) and all(isinstance(count, int) and count >= 0
-                                            for count in counts):
+            return (
+                reasons.SIZE_MISMATCH,
+                f"the RLE mask is {rle_size[1]}x{rle_size[0]} but "
+                f"the image is declared {size[0]}x{size[1]}",
+            )
+        if isinstance(counts, list) and all(
+            isinstance(count, int) and count >= 0 for count in counts
+        ):
             mask = Mask(*size, counts=tuple(counts))
         elif isinstance(counts, str):
             mask = Mask(*size, counts=counts)
         else:
-            return (reasons.INVALID_MASK, "an RLE's counts must be a string or a list of run "
-                    "lengths")
+            return (
+                reasons.INVALID_MASK,
+                "an RLE's counts must be a string or a list of run lengths",
+            )
         try:
             decode_rle(mask)
         except (ValueError, TypeError) as error:
             return reasons.INVALID_MASK, f"the RLE cannot be decoded: {error}"
         return mask
-    if not (isinstance(segmentation, list) and all(
-            isinstance(polygon, list) and all(isinstance(value, (int, float))
-                                              for value in polygon) for polygon in segmentation)):
-        return (reasons.INVALID_MASK, "segmentation must be a list of polygons [x1, y1, x2, "
-                "y2, ...] or an RLE {size, counts}")
+    if not (
+        isinstance(segmentation, list)
+        and all(
+            isinstance(polygon, list) and all(isinstance(value, (int, float)) for value in polygon)
+            for polygon in segmentation
+        )
+    ):
+        return (
+            reasons.INVALID_MASK,
+            "segmentation must be a list of polygons [x1, y1, x2, "
+            "y2, ...] or an RLE {size, counts}",
+        )
     if any(len(polygon) < 6 or len(polygon) % 2 for polygon in segmentation):
-        return (reasons.INVALID_MASK, "a polygon needs 3 or more points, x and y each: "
-                f"found {[len(polygon) for polygon in segmentation]} coordinates")
+        return (
+            reasons.INVALID_MASK,
+            "a polygon needs 3 or more points, x and y each: "
+            f"found {[len(polygon) for polygon in segmentation]} coordinates",
+        )
     return polygon_problem(segmentation, size) or Mask(*size, tuple(map(tuple, segmentation)))
 
 
-def _keypoints(written: object, num_keypoints: object, size: tuple[int, int],
-               names: tuple[str, ...]) -> Keypoints | tuple[str, str] | None:
+def _keypoints(
+    written: object, num_keypoints: object, size: tuple[int, int], names: tuple[str, ...]
+) -> Keypoints | tuple[str, str] | None:
     """`keypoints` [x, y, visibility] * K in pixels -> Keypoints relative to the image's
     declared size (as create_coco_tf_record divides them), named by the category's
     `keypoints`, with `num_keypoints` as the annotation gives it (create_coco_tf_record
@@ -245,28 +341,50 @@ def _keypoints(written: object, num_keypoints: object, size: tuple[int, int],
     if not written:
         return None
     if num_keypoints is not None and not (type(num_keypoints) is int and num_keypoints >= 0):
-        return (reasons.INVALID_KEYPOINTS, "num_keypoints must be a whole number of 0 or "
-                f"more, found {num_keypoints!r}")
-    if not (isinstance(written, list) and len(written) % 3 == 0
-            and all(isinstance(value, (int, float)) for value in written)):
-        return (reasons.INVALID_KEYPOINTS, "keypoints must be [x, y, visibility] per point, "
-                f"numbers: found {len(written) if isinstance(written, list) else written!r}")
+        return (
+            reasons.INVALID_KEYPOINTS,
+            f"num_keypoints must be a whole number of 0 or more, found {num_keypoints!r}",
+        )
+    if not (
+        isinstance(written, list)
+        and len(written) % 3 == 0
+        and all(isinstance(value, (int, float)) for value in written)
+    ):
+        return (
+            reasons.INVALID_KEYPOINTS,
+            "keypoints must be [x, y, visibility] per point, "
+            f"numbers: found {len(written) if isinstance(written, list) else written!r}",
+        )
     if len(written) > 3 * MAX_KEYPOINTS:
-        return (reasons.INVALID_KEYPOINTS, f"{len(written) // 3} keypoints, more than the "
-                f"{MAX_KEYPOINTS} an object may have")
+        return (
+            reasons.INVALID_KEYPOINTS,
+            f"{len(written) // 3} keypoints, more than the {MAX_KEYPOINTS} an object may have",
+        )
     if names and len(written) != 3 * len(names):
-        return (reasons.INVALID_KEYPOINTS, f"{len(written) // 3} keypoints, but the category "
-                f"names {len(names)}")
+        return (
+            reasons.INVALID_KEYPOINTS,
+            f"{len(written) // 3} keypoints, but the category names {len(names)}",
+        )
     xs, ys, flags = written[0::3], written[1::3], written[2::3]
     for number, (x, y, flag) in enumerate(zip(xs, ys, flags, strict=True), start=1):
         if flag not in (0, 1, 2):
-            return (reasons.INVALID_KEYPOINTS, f"keypoint {number}'s visibility is {flag}: "
-                    "0 (not labelled), 1 (hidden) or 2 (visible)")
+            return (
+                reasons.INVALID_KEYPOINTS,
+                f"keypoint {number}'s visibility is {flag}: "
+                "0 (not labelled), 1 (hidden) or 2 (visible)",
+            )
         if flag and not (0 <= x <= size[0] and 0 <= y <= size[1]):
-            return (reasons.INVALID_KEYPOINTS, f"keypoint {number} ({x:g}, {y:g}) is outside "
-                    f"the {size[0]}x{size[1]} image")
-    return Keypoints(tuple(x / size[0] for x in xs), tuple(y / size[1] for y in ys),
-                     tuple(map(int, flags)), names, num_keypoints)
+            return (
+                reasons.INVALID_KEYPOINTS,
+                f"keypoint {number} ({x:g}, {y:g}) is outside the {size[0]}x{size[1]} image",
+            )
+    return Keypoints(
+        tuple(x / size[0] for x in xs),
+        tuple(y / size[1] for y in ys),
+        tuple(map(int, flags)),
+        names,
+        num_keypoints,
+    )
 
 
 @functools.lru_cache(maxsize=16)  # asked by both COCO formats of one file's head
@@ -280,7 +398,9 @@ def is_panoptic(head: FileHead) -> bool:
         try:
             for prefix, event, value in documents.json_events(file):
                 if event == "map_key" and (prefix, value) in (
-                        ("annotations.item", "segments_info"), ("categories.item", "isthing")):
+                    ("annotations.item", "segments_info"),
+                    ("categories.item", "isthing"),
+                ):
                     return True
                 if event == "end_map" and prefix in ("annotations.item", "categories.item"):
                     return False
@@ -302,8 +422,10 @@ class CocoFormat(InputFormat):
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         if is_panoptic(FileHead.read(source.path)):
-            raise ManifestError(f"{source.path} is a COCO panoptic file (segments_info), "
-                                "not instances: pass --input_format coco_panoptic")
+            raise ManifestError(
+                f"{source.path} is a COCO panoptic file (segments_info), "
+                "not instances: pass --input_format coco_panoptic"
+            )
 
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
         return declared_categories(source.path)
@@ -312,6 +434,7 @@ class CocoFormat(InputFormat):
         """Its categories' names: the rows come only after the image table is read."""
         return category_names(source.path)
 
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestRow | DeadLetter]:
+    def read(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+    ) -> Iterator[ManifestRow | DeadLetter]:
         return read_coco(source.path, rules, source.split)

@@ -38,16 +38,32 @@ import numpy as np
 
 from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core import storage
-from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.choices import LabelMode
+from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.dead_letters import DeadLetter
-from image_tfrecords.core.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
-                                 region_mask, region_problem, rotated_box, with_mask)
+from image_tfrecords.core.inputs.boxes import (
+    box_row,
+    declared_size,
+    extent,
+    pixel_box,
+    polygon_mask,
+    region_mask,
+    region_problem,
+    rotated_box,
+    with_mask,
+)
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from image_tfrecords.core.inputs.lines import open_manifest
-from image_tfrecords.core.inputs.rows import (DiscardedRow, ImageEntries, ManifestError, RowRules,
-                                invalid_split, left_out, row_split)
+from image_tfrecords.core.inputs.rows import (
+    DiscardedRow,
+    ImageEntries,
+    ManifestError,
+    RowRules,
+    invalid_split,
+    left_out,
+    row_split,
+)
 from image_tfrecords.core.records import Box, ManifestRow
 
 _IMAGES = "images"  # where CVAT's export with images puts them, beside annotations.xml
@@ -56,8 +72,9 @@ _SUBSET_DEFAULT = "default"  # CVAT's subset of a task without one
 _LEFT_OUT = frozenset({"polyline", "points", "ellipse", "cuboid", "skeleton"})
 
 
-def read_cvat(path: str, rules: RowRules, split: str | None
-              ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
+def read_cvat(
+    path: str, rules: RowRules, split: str | None
+) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     """A row per image (classification) or shape (detection); `line` is the image's
     1-based position among the <image> elements (0 for a <track>), `raw` its element's
     XML without children, or the shape's."""
@@ -70,22 +87,36 @@ def read_cvat(path: str, rules: RowRules, split: str | None
             for _, element in ElementTree.iterparse(file):
                 if element.tag == "image":
                     position += 1
-                    yield from _image_rows(path, position, element, root, folder, rules,
-                                           split, entries)
+                    yield from _image_rows(
+                        path, position, element, root, folder, rules, split, entries
+                    )
                     element.clear()
                 elif element.tag == "track":
-                    yield DeadLetter(path, 0, _xml(element), "", split or "",
-                                     reasons.UNSUPPORTED_ANNOTATION,
-                                     f"track {element.get('id')}: a video's track (CVAT for "
-                                     "video 1.1); export the task as CVAT for images 1.1")
+                    yield DeadLetter(
+                        path,
+                        0,
+                        _xml(element),
+                        "",
+                        split or "",
+                        reasons.UNSUPPORTED_ANNOTATION,
+                        f"track {element.get('id')}: a video's track (CVAT for "
+                        "video 1.1); export the task as CVAT for images 1.1",
+                    )
                     element.clear()
     except ElementTree.ParseError as error:
         raise ManifestError(f"{path}: cannot parse the XML: {error}") from error
 
 
-def _image_rows(path: str, position: int, element: ElementTree.Element, root: DatasetRoot,
-                folder: str, rules: RowRules, forced: str | None, entries: ImageEntries
-                ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
+def _image_rows(
+    path: str,
+    position: int,
+    element: ElementTree.Element,
+    root: DatasetRoot,
+    folder: str,
+    rules: RowRules,
+    forced: str | None,
+    entries: ImageEntries,
+) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     name = (element.get("name") or "").strip()
     raw = _xml(element)
     where = f"image {element.get('id', position)}: "
@@ -93,19 +124,33 @@ def _image_rows(path: str, position: int, element: ElementTree.Element, root: Da
     written_split = "" if subset.lower() == _SUBSET_DEFAULT else subset
     split = row_split(written_split, name, rules, forced)
     if not name:
-        yield DeadLetter(path, position, raw, "", split or "", reasons.MISSING_URI,
-                         where + "the name is missing or empty")
+        yield DeadLetter(
+            path,
+            position,
+            raw,
+            "",
+            split or "",
+            reasons.MISSING_URI,
+            where + "the name is missing or empty",
+        )
         return
     # CVAT turns an image upright when its task is made.
-    image = ManifestRow(path, position, raw, split or "", root.resolve(name, folder), (),
-                        drawn_upright=True, listed_whole=True)
+    image = ManifestRow(
+        path,
+        position,
+        raw,
+        split or "",
+        root.resolve(name, folder),
+        (),
+        drawn_upright=True,
+        listed_whole=True,
+    )
     outside = root.outside(image.uri, f"{where}name {quoted(name)}")
     if outside:
         yield image.dead_letter(*outside)
         return
     if split is None:
-        yield image.dead_letter(reasons.INVALID_SPLIT,
-                                where + invalid_split(written_split, forced))
+        yield image.dead_letter(reasons.INVALID_SPLIT, where + invalid_split(written_split, forced))
         return
     repeated = entries.repeated(image, where.removesuffix(": "))
     if repeated:
@@ -126,23 +171,33 @@ def _image_rows(path: str, position: int, element: ElementTree.Element, root: Da
         yield _shape_row(image._replace(raw=_xml(shape)), where, shape, rules)
 
 
-def _tagged(image: ManifestRow, where: str, element: ElementTree.Element, rules: RowRules
-            ) -> ManifestRow | DeadLetter:
-    labels = tuple(dict.fromkeys(label for tag in element.iter("tag")
-                                 if (label := (tag.get("label") or "").strip())))
+def _tagged(
+    image: ManifestRow, where: str, element: ElementTree.Element, rules: RowRules
+) -> ManifestRow | DeadLetter:
+    labels = tuple(
+        dict.fromkeys(
+            label for tag in element.iter("tag") if (label := (tag.get("label") or "").strip())
+        )
+    )
     if not labels:
         shapes = any(child.tag != "tag" for child in element)
-        return image.dead_letter(reasons.MISSING_LABEL, where + "no <tag> (an image label)"
-                                 + ("; its shapes are boxes: pass --label_mode detection"
-                                    if shapes else ""))
+        return image.dead_letter(
+            reasons.MISSING_LABEL,
+            where
+            + "no <tag> (an image label)"
+            + ("; its shapes are boxes: pass --label_mode detection" if shapes else ""),
+        )
     if len(labels) > 1 and rules.label_mode is LabelMode.SINGLE:
-        return image.dead_letter(reasons.MULTIPLE_LABELS, f"{where}{len(labels)} tags; pass "
-                                 "--label_mode multi to keep them all")
+        return image.dead_letter(
+            reasons.MULTIPLE_LABELS,
+            f"{where}{len(labels)} tags; pass --label_mode multi to keep them all",
+        )
     return image._replace(labels=labels)
 
 
-def _shape_row(row: ManifestRow, where: str, shape: ElementTree.Element, rules: RowRules
-               ) -> ManifestRow | DeadLetter | DiscardedRow:
+def _shape_row(
+    row: ManifestRow, where: str, shape: ElementTree.Element, rules: RowRules
+) -> ManifestRow | DeadLetter | DiscardedRow:
     here = f"{where}<{shape.tag}>: "
 
     def reject(reason: str, message: str, **_: str) -> DeadLetter:
@@ -161,8 +216,9 @@ def _shape_row(row: ManifestRow, where: str, shape: ElementTree.Element, rules: 
     return box_row(row, (shape.get("label") or "").strip(), True, make_box, reject)
 
 
-def _shape_box(row: ManifestRow, shape: ElementTree.Element, rules: RowRules
-               ) -> Callable[[], Box | tuple[str, str]] | tuple[str, str]:
+def _shape_box(
+    row: ManifestRow, shape: ElementTree.Element, rules: RowRules
+) -> Callable[[], Box | tuple[str, str]] | tuple[str, str]:
     """How to make a <box>'s, <polygon>'s or <mask>'s Box (with its mask), or the
     (dead-letter reason, message) of a polygon or mask that makes none; ValueError for a
     coordinate that is not a number."""
@@ -173,20 +229,27 @@ def _shape_box(row: ManifestRow, shape: ElementTree.Element, rules: RowRules
             return lambda: pixel_box(written, row.image_size)
         # CVAT turns a box about its centre.
         xmin, ymin, xmax, ymax = corners = tuple(float(value or "") for value in written)
-        return lambda: rotated_box(corners, degrees, ((xmin + xmax) / 2, (ymin + ymax) / 2),
-                                   row.image_size, rules)
+        return lambda: rotated_box(
+            corners, degrees, ((xmin + xmax) / 2, (ymin + ymax) / 2), row.image_size, rules
+        )
     if shape.tag == "polygon":
-        points = [tuple(map(float, point.split(",")))
-                  for point in (shape.get("points") or "").split(";") if point.strip()]
+        points = [
+            tuple(map(float, point.split(",")))
+            for point in (shape.get("points") or "").split(";")
+            if point.strip()
+        ]
         if len(points) < 3 or any(len(point) != 2 for point in points):
-            return (reasons.INVALID_MASK, "a polygon needs at least 3 points x,y, found "
-                    f"{shape.get('points')!r}")
+            return (
+                reasons.INVALID_MASK,
+                f"a polygon needs at least 3 points x,y, found {shape.get('points')!r}",
+            )
         mask = polygon_mask([points], row.image_size, rules)
-        return lambda: with_mask(pixel_box(extent([x for x, _ in points],
-                                                  [y for _, y in points]), row.image_size),
-                                 mask)
-    left, top, width, height = place = tuple(float(shape.get(key) or "nan")
-                                             for key in ("left", "top", "width", "height"))
+        return lambda: with_mask(
+            pixel_box(extent([x for x, _ in points], [y for _, y in points]), row.image_size), mask
+        )
+    left, top, width, height = place = tuple(
+        float(shape.get(key) or "nan") for key in ("left", "top", "width", "height")
+    )
     if not all(map(math.isfinite, place)):
         raise ValueError(f"not a number: {place}")
     problem = region_problem((width, height), row.image_size)
@@ -196,8 +259,9 @@ def _shape_box(row: ManifestRow, shape: ElementTree.Element, rules: RowRules
     if region is None:
         return reasons.INVALID_MASK, f"its rle does not make a {width:g}x{height:g} mask"
     mask = region_mask(region, int(left), int(top), row.image_size, rules)
-    return lambda: with_mask(pixel_box([left, top, left + width, top + height],
-                                       row.image_size), mask)
+    return lambda: with_mask(
+        pixel_box([left, top, left + width, top + height], row.image_size), mask
+    )
 
 
 def declared_labels(path: str) -> DeclaredClasses | None:
@@ -241,8 +305,9 @@ def _image_folder(root: DatasetRoot, rules: RowRules) -> str:
 
 def _xml(element: ElementTree.Element) -> str:
     """The element's tag and attributes, without its children or text."""
-    return ElementTree.tostring(ElementTree.Element(element.tag, element.attrib),
-                                encoding="unicode")
+    return ElementTree.tostring(
+        ElementTree.Element(element.tag, element.attrib), encoding="unicode"
+    )
 
 
 class CvatFormat(InputFormat):
@@ -256,6 +321,7 @@ class CvatFormat(InputFormat):
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
         return declared_labels(source.path)
 
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
+    def read(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+    ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
         return read_cvat(source.path, rules, source.split)

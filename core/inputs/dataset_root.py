@@ -43,8 +43,10 @@ class DatasetRoot:
     def of(cls, annotation: str, rules: RowRules, default: str | None = None) -> DatasetRoot:
         """The root of the annotation file at `annotation`: --image_dir, else `default`
         (the format's own, where it is not the file's folder), else the file's folder."""
-        return cls(rules.image_dir or default or storage.split(annotation)[0],
-                   rules.allow_paths_outside_dataset)
+        return cls(
+            rules.image_dir or default or storage.split(annotation)[0],
+            rules.allow_paths_outside_dataset,
+        )
 
     def resolve(self, written: str, folder: str | None = None) -> str:
         """`written` as a URI: relative to `folder` (a folder under the root; the root
@@ -58,7 +60,8 @@ class DatasetRoot:
             return None
         return reasons.PATH_OUTSIDE_DATASET, (
             f"{what} leaves the dataset's folder {self.folder}: pass {OPTION} to read "
-            "files outside it")
+            "files outside it"
+        )
 
     def admits(self, uri: str) -> bool:
         """Whether `uri` may be read: it is in the root, or the option lets it out."""
@@ -73,8 +76,9 @@ class DatasetRoot:
         try:
             return _under(os.path.realpath(uri), self._real_folder)
         except ValueError:  # a NUL in the name: no such file, and reading it fails later
-            return _under(os.path.abspath(normalise_path(uri)),
-                          os.path.abspath(normalise_path(self.folder)))
+            return _under(
+                os.path.abspath(normalise_path(uri)), os.path.abspath(normalise_path(self.folder))
+            )
 
     @functools.cached_property
     def _real_folder(self) -> str:

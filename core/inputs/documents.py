@@ -86,7 +86,7 @@ class NestingScanner:
             end = structure.find(b'"')
             if end < 0:
                 return
-            structure, self._in_string = structure[end + 1:], False
+            structure, self._in_string = structure[end + 1 :], False
         structure = _STRING.sub(b"", structure)
         start = structure.find(b'"')  # a string this piece does not end
         if start >= 0:
@@ -170,14 +170,21 @@ class _BoundedLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(
-                None, None, f"found the alias *{event.anchor}: aliases are not read (a few "
-                "bytes of them can expand into gigabytes)", event.start_mark)
+                None,
+                None,
+                f"found the alias *{event.anchor}: aliases are not read (a few "
+                "bytes of them can expand into gigabytes)",
+                event.start_mark,
+            )
         self._depth += 1
         try:
             if self._depth > MAX_NESTING:
                 raise yaml.composer.ComposerError(
-                    None, None, f"lists and mappings nest deeper than {MAX_NESTING} levels",
-                    self.peek_event().start_mark)
+                    None,
+                    None,
+                    f"lists and mappings nest deeper than {MAX_NESTING} levels",
+                    self.peek_event().start_mark,
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1

@@ -10,11 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from image_tfrecords.core import storage
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.chunks import LineRange, ManifestSource
+from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.input_format import InputFormat
 from image_tfrecords.core.inputs.kitti import kitti_labels_beside
-from image_tfrecords.core.inputs.rows import DEFAULT_SPLIT_FRACTIONS, ManifestError, RowRules, assign_split
+from image_tfrecords.core.inputs.rows import (
+    DEFAULT_SPLIT_FRACTIONS,
+    ManifestError,
+    RowRules,
+    assign_split,
+)
 from image_tfrecords.core.records import ManifestRow
 from image_tfrecords.core.splits import SPLIT_NAMES, normalise_split
 
@@ -47,16 +52,19 @@ def check_folder(root: str) -> str:
     return found[0].path
 
 
-def class_folders(root: str, relatives: list[str], rules: RowRules,
-                  say: Callable[[str], None]) -> str:
+def class_folders(
+    root: str, relatives: list[str], rules: RowRules, say: Callable[[str], None]
+) -> str:
     """--image_folder of class folders, before the job: the path of a file under `root`
     for the storage probe (check_folder). Refused for detection, and where the layout
     reads two ways or fits none; a split folder under another name is said
     (layout_said). `relatives`: every file's path under `root`."""
     first_image = check_folder(root)
     if rules.detection:
-        raise ManifestError("--label_mode detection needs a manifest of boxes, not "
-                            f"--image_folder {root} of class folders")
+        raise ManifestError(
+            "--label_mode detection needs a manifest of boxes, not "
+            f"--image_folder {root} of class folders"
+        )
     said = layout_said(root, relatives)
     if said:
         say(said)
@@ -67,45 +75,56 @@ def _yolo_refusal(root: str) -> str | None:
     labels = _yolo_labels_beside(root)
     if not labels:
         return None
-    said = (f"{root} is a YOLO dataset: its labels are the .txt files in {labels}, not "
-            "folder names. ")
+    said = (
+        f"{root} is a YOLO dataset: its labels are the .txt files in {labels}, not folder names. "
+    )
     dataset = labels.rpartition("/labels")[0]  # the folder holding images/ and labels/
     yaml_file = _first(storage.join(dataset, "*.yaml"), storage.join(dataset, "*.yml"))
     if yaml_file:
         return said + f"Pass its data.yaml: --manifest {yaml_file} --label_mode detection"
-    return said + ("No data.yaml or classes.txt names its classes: write classes.txt in "
-                   f"{dataset} (a class name a line, line i naming class id i), then "
-                   f"--image_folder {dataset} --label_mode detection")
+    return said + (
+        "No data.yaml or classes.txt names its classes: write classes.txt in "
+        f"{dataset} (a class name a line, line i naming class id i), then "
+        f"--image_folder {dataset} --label_mode detection"
+    )
 
 
 def _kitti_refusal(root: str) -> str | None:
     kitti = kitti_labels_beside(root)
     if not kitti:
         return None
-    return (f"{root} is a KITTI object dataset: its labels are the .txt files in {kitti}, "
-            f"not folder names. Pass them: --manifest {kitti} --label_mode detection")
+    return (
+        f"{root} is a KITTI object dataset: its labels are the .txt files in {kitti}, "
+        f"not folder names. Pass them: --manifest {kitti} --label_mode detection"
+    )
 
 
 def _voc_refusal(root: str) -> str | None:
     """ROOT/Annotations/*.xml (a VOCdevkit year folder), or a VOCdevkit holding those."""
-    xml = _first(storage.join(root, "Annotations", "*.xml"),
-                 storage.join(root, "*", "Annotations", "*.xml"))
+    xml = _first(
+        storage.join(root, "Annotations", "*.xml"), storage.join(root, "*", "Annotations", "*.xml")
+    )
     if not xml:
         return None
     year_folder = xml.rsplit("/Annotations/", 1)[0]
-    return (f"{root} is a Pascal VOC dataset (its boxes are in {year_folder}/Annotations), "
-            f"not class folders: --manifest {year_folder} --label_mode detection")
+    return (
+        f"{root} is a Pascal VOC dataset (its boxes are in {year_folder}/Annotations), "
+        f"not class folders: --manifest {year_folder} --label_mode detection"
+    )
 
 
 def _coco_refusal(root: str) -> str | None:
     """ROOT/annotations/instances_*.json (or the keypoints' or the panoptic segmentation's
     file, each a download of its own), as COCO's downloads unpack."""
-    annotations = _first(*(storage.join(root, "annotations", f"{kind}_*.json")
-                           for kind in _COCO_ANNOTATION_FILES))
+    annotations = _first(
+        *(storage.join(root, "annotations", f"{kind}_*.json") for kind in _COCO_ANNOTATION_FILES)
+    )
     if not annotations:
         return None
-    return (f"{root} is a COCO dataset ({annotations}), not class folders: --manifest "
-            f"{annotations} --label_mode detection (and --image_dir the images' folder)")
+    return (
+        f"{root} is a COCO dataset ({annotations}), not class folders: --manifest "
+        f"{annotations} --label_mode detection (and --image_dir the images' folder)"
+    )
 
 
 def _first(*patterns: str) -> str | None:
@@ -131,8 +150,9 @@ def _yolo_labels_beside(root: str) -> str | None:
     return None
 
 
-def folder_rows(root: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRACTIONS
-                ) -> Iterator[ManifestRow | DeadLetter]:
+def folder_rows(
+    root: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRACTIONS
+) -> Iterator[ManifestRow | DeadLetter]:
     """Every image file under `root` as a ManifestRow; a misplaced one as a DeadLetter.
 
     Once a top-level folder named like a split (normalise_split: `val`, `Train`,
@@ -154,9 +174,11 @@ def folder_rows(root: str, split_fractions: Sequence[float] = DEFAULT_SPLIT_FRAC
 def _image_files(root: str) -> list[tuple[str, str]]:
     """(path, path relative to `root`) of every image file under `root`."""
     root = root.rstrip("/")
-    return [(metadata.path, metadata.path[len(root) + 1:])
-            for metadata in storage.match(storage.everything_under(root))
-            if _is_image_name(metadata.path)]
+    return [
+        (metadata.path, metadata.path[len(root) + 1 :])
+        for metadata in storage.match(storage.everything_under(root))
+        if _is_image_name(metadata.path)
+    ]
 
 
 def split_folders(relatives: Iterable[str]) -> dict[str, str]:
@@ -188,26 +210,35 @@ def layout_said(root: str, files: Sequence[str]) -> str | None:
             f"{root} reads two ways: {listed} as split folders, which hold class folders "
             f"({_SPLIT_LAYOUT}), but they hold images; or as classes named like splits. "
             f"Put the images in class folders ({root.rstrip('/')}/{named_like_splits[0]}/"
-            "<label>/<file>), or rename the folders if they are classes")
+            "<label>/<file>), or rename the folders if they are classes"
+        )
     if relatives and all(relative.count("/") > 1 for relative in relatives):
         raise ManifestError(
             f"{root}: no image is in ROOT/<label>/<file>, and no top folder "
             f"({', '.join(tops[:5])}{', ...' if len(tops) > 5 else ''}) is a split name for "
-            f"{_SPLIT_LAYOUT}: split folders are named {SPLIT_NAMES}")
+            f"{_SPLIT_LAYOUT}: split folders are named {SPLIT_NAMES}"
+        )
     return None
 
 
-def _split_folders_said(root: str, folders: dict[str, str], relatives: Sequence[str]
-                        ) -> str | None:
-    doubled = sorted({parts[0] for relative in relatives
-                      if len(parts := relative.split("/")) == 4 and _is_doubled(parts)})
+def _split_folders_said(root: str, folders: dict[str, str], relatives: Sequence[str]) -> str | None:
+    doubled = sorted(
+        {
+            parts[0]
+            for relative in relatives
+            if len(parts := relative.split("/")) == 4 and _is_doubled(parts)
+        }
+    )
     if all(folder == split for folder, split in folders.items()) and not doubled:
         return None
-    said = (f"reading {root} as {_SPLIT_LAYOUT}: "
-            + ", ".join(f"{folder}/ as {split.upper()}" for folder, split in sorted(folders.items())))
+    said = f"reading {root} as {_SPLIT_LAYOUT}: " + ", ".join(
+        f"{folder}/ as {split.upper()}" for folder, split in sorted(folders.items())
+    )
     if doubled:
-        said += (f"; {', '.join(f'{folder}/{folder}/' for folder in doubled)} read as one "
-                 "split folder (a split folder inside its namesake, as a zip unpacks)")
+        said += (
+            f"; {', '.join(f'{folder}/{folder}/' for folder in doubled)} read as one "
+            "split folder (a split folder inside its namesake, as a zip unpacks)"
+        )
     return said
 
 
@@ -228,30 +259,59 @@ def _split_layout_row(root: str, path: str, relative: str) -> ManifestRow | Dead
         del parts[1]
     split = normalise_split(parts[0]) if len(parts) > 1 else None
     if len(parts) > 1 and split is None:
-        return DeadLetter(root, 0, relative, path, "", NOT_IN_SPLIT_FOLDER,
-                          f"the folder has split folders, so images go in {_SPLIT_LAYOUT}; "
-                          f"{parts[0]!r} is not a split: {SPLIT_NAMES}")
+        return DeadLetter(
+            root,
+            0,
+            relative,
+            path,
+            "",
+            NOT_IN_SPLIT_FOLDER,
+            f"the folder has split folders, so images go in {_SPLIT_LAYOUT}; "
+            f"{parts[0]!r} is not a split: {SPLIT_NAMES}",
+        )
     if len(parts) != 3:
         where = {1: "directly in ROOT", 2: f"directly in split folder {parts[0]!r}"}.get(
-            len(parts), f"{len(parts) - 1} folders deep")
-        return DeadLetter(root, 0, relative, path, split or "", NOT_IN_LABEL_FOLDER,
-                          f"the image is {where}; expected {_SPLIT_LAYOUT}")
+            len(parts), f"{len(parts) - 1} folders deep"
+        )
+        return DeadLetter(
+            root,
+            0,
+            relative,
+            path,
+            split or "",
+            NOT_IN_LABEL_FOLDER,
+            f"the image is {where}; expected {_SPLIT_LAYOUT}",
+        )
     if normalise_split(parts[1]):
-        return DeadLetter(root, 0, relative, path, split, LABEL_IS_SPLIT_NAME,
-                          f"label folder {parts[1]!r} is a split name, not a class; "
-                          f"expected {_SPLIT_LAYOUT}")
+        return DeadLetter(
+            root,
+            0,
+            relative,
+            path,
+            split,
+            LABEL_IS_SPLIT_NAME,
+            f"label folder {parts[1]!r} is a split name, not a class; expected {_SPLIT_LAYOUT}",
+        )
     return ManifestRow(root, 0, relative, split, path, (parts[1],))
 
 
-def _label_layout_row(root: str, path: str, relative: str,
-                      split_fractions: Sequence[float]) -> ManifestRow | DeadLetter:
+def _label_layout_row(
+    root: str, path: str, relative: str, split_fractions: Sequence[float]
+) -> ManifestRow | DeadLetter:
     parts = relative.split("/")
     if len(parts) != 2:
-        return DeadLetter(root, 0, relative, path, "", NOT_IN_LABEL_FOLDER,
-                          f"expected ROOT/<label>/<file>, or {_SPLIT_LAYOUT} with <split> "
-                          f"one of {SPLIT_NAMES}")
-    return ManifestRow(root, 0, relative, assign_split(relative, split_fractions), path,
-                       (parts[0],))
+        return DeadLetter(
+            root,
+            0,
+            relative,
+            path,
+            "",
+            NOT_IN_LABEL_FOLDER,
+            f"expected ROOT/<label>/<file>, or {_SPLIT_LAYOUT} with <split> one of {SPLIT_NAMES}",
+        )
+    return ManifestRow(
+        root, 0, relative, assign_split(relative, split_fractions), path, (parts[0],)
+    )
 
 
 class ImageFolderFormat(InputFormat):
@@ -265,6 +325,7 @@ class ImageFolderFormat(InputFormat):
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         check_folder(source.path)
 
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestRow | DeadLetter]:
+    def read(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+    ) -> Iterator[ManifestRow | DeadLetter]:
         return folder_rows(source.path, rules.split_fractions)

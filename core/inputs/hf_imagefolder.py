@@ -34,19 +34,33 @@ import yaml
 
 from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core import storage
-from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.choices import LabelMode
+from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import box_row, declared_size, pixel_box
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.documents import load_json, load_yaml
 from image_tfrecords.core.inputs.folder import IMAGE_EXTENSIONS
-from image_tfrecords.core.inputs.input_format import (DeclaredClasses, FileHead, FolderReading,
-                                                      InputFormat, plain_name)
+from image_tfrecords.core.inputs.input_format import (
+    DeclaredClasses,
+    FileHead,
+    FolderReading,
+    InputFormat,
+    plain_name,
+)
 from image_tfrecords.core.inputs.lines import LongLine, numbered_lines, whole_lines
-from image_tfrecords.core.inputs.rows import (ImageEntries, ManifestError, RowRules, has_undecodable_bytes,
-                                json_text, normalise_path, printable, rejecter, resolve_uri,
-                                row_split)
+from image_tfrecords.core.inputs.rows import (
+    ImageEntries,
+    ManifestError,
+    RowRules,
+    has_undecodable_bytes,
+    json_text,
+    normalise_path,
+    printable,
+    rejecter,
+    resolve_uri,
+    row_split,
+)
 from image_tfrecords.core.records import Box, ManifestRow
 from image_tfrecords.core.splits import normalise_split
 
@@ -63,8 +77,9 @@ _DATASET_CARD = "README.md"
 _CARD_FOLDERS_UP = 2  # train/metadata.jsonl, data/train/metadata.jsonl under the card
 
 
-def read_metadata(path: str, rules: RowRules, split: str | None,
-                  lines: LineRange | None = None) -> Iterator[ManifestRow | DeadLetter]:
+def read_metadata(
+    path: str, rules: RowRules, split: str | None, lines: LineRange | None = None
+) -> Iterator[ManifestRow | DeadLetter]:
     root = DatasetRoot.of(path, rules)
     split = split or normalise_split(storage.split(storage.split(path)[0])[1])
     declared = declared_class_labels(path)
@@ -81,20 +96,25 @@ def read_metadata(path: str, rules: RowRules, split: str | None,
         if isinstance(item, str):
             yield reject(reasons.MALFORMED_ROW, item)
             continue
-        yield from _item_rows(path, line, printable(raw), item, root, rules, split, entries,
-                              classes)
+        yield from _item_rows(
+            path, line, printable(raw), item, root, rules, split, entries, classes
+        )
 
 
 def listed_images(path: str) -> set[str]:
     """The images a metadata file's lines name, as read_metadata resolves them (without
     --image_dir); lines it cannot read name none."""
     folder = storage.split(path)[0]
-    return {resolve_uri(written, folder) for _, _, item in _metadata_items(path)
-            if isinstance(item, dict) and (written := json_text(item.get(_FILE_NAME)))}
+    return {
+        resolve_uri(written, folder)
+        for _, _, item in _metadata_items(path)
+        if isinstance(item, dict) and (written := json_text(item.get(_FILE_NAME)))
+    }
 
 
-def _metadata_items(path: str, lines: LineRange | None = None
-                    ) -> Iterator[tuple[int, str, dict | str | LongLine]]:
+def _metadata_items(
+    path: str, lines: LineRange | None = None
+) -> Iterator[tuple[int, str, dict | str | LongLine]]:
     """(line, text, item) for each line of a metadata file, a metadata.csv's header left
     out; the item is why it cannot be read, where it cannot (a LongLine, with itself as
     its text, where it is too long to be read)."""
@@ -124,9 +144,17 @@ class _ClassNames:
         return self._names[index] if index < len(self._names) else text
 
 
-def _item_rows(path: str, line: int, raw: str, item: dict, root: DatasetRoot,
-               rules: RowRules, forced: str | None, entries: ImageEntries, classes: _ClassNames
-               ) -> Iterator[ManifestRow | DeadLetter]:
+def _item_rows(
+    path: str,
+    line: int,
+    raw: str,
+    item: dict,
+    root: DatasetRoot,
+    rules: RowRules,
+    forced: str | None,
+    entries: ImageEntries,
+    classes: _ClassNames,
+) -> Iterator[ManifestRow | DeadLetter]:
     reject = rejecter(path, line, raw)
     written = json_text(item.get(_FILE_NAME))
     if not written:
@@ -152,14 +180,18 @@ def _item_rows(path: str, line: int, raw: str, item: dict, root: DatasetRoot,
         except ValueError:
             objects = None
     if not isinstance(objects, dict):
-        yield image.dead_letter(reasons.MALFORMED_ROW, "objects must be a JSON object of "
-                                "bbox and categories lists")
+        yield image.dead_letter(
+            reasons.MALFORMED_ROW, "objects must be a JSON object of bbox and categories lists"
+        )
         return
     boxes = objects.get("bbox") or []
     names = objects.get("categories", objects.get("category")) or []
     if not (isinstance(boxes, list) and isinstance(names, list)) or len(boxes) != len(names):
-        yield image.dead_letter(reasons.MALFORMED_ROW, f"objects holds {_count(boxes)} bbox "
-                                f"and {_count(names)} categories: one each per object")
+        yield image.dead_letter(
+            reasons.MALFORMED_ROW,
+            f"objects holds {_count(boxes)} bbox "
+            f"and {_count(names)} categories: one each per object",
+        )
         return
     size = None
     if item.get("width") is not None or item.get("height") is not None:
@@ -174,40 +206,61 @@ def _item_rows(path: str, line: int, raw: str, item: dict, root: DatasetRoot,
         yield _object_row(image, index, bbox, classes.label(name), size)
 
 
-def _object_row(image: ManifestRow, index: int, bbox: object, label: str,
-                size: tuple[int, int] | None) -> ManifestRow | DeadLetter:
+def _object_row(
+    image: ManifestRow, index: int, bbox: object, label: str, size: tuple[int, int] | None
+) -> ManifestRow | DeadLetter:
     where = f"objects[{index}]: "
 
     def reject(reason: str, message: str, **_: str) -> DeadLetter:
         return image.dead_letter(reason, where + message)
 
-    if not (isinstance(bbox, list) and len(bbox) == 4
-            and all(isinstance(value, (int, float)) for value in bbox)):
-        return reject(reasons.INVALID_BOX, f"bbox must be [x, y, width, height] in pixels, "
-                      f"found {bbox!r}")
+    if not (
+        isinstance(bbox, list)
+        and len(bbox) == 4
+        and all(isinstance(value, (int, float)) for value in bbox)
+    ):
+        return reject(
+            reasons.INVALID_BOX, f"bbox must be [x, y, width, height] in pixels, found {bbox!r}"
+        )
     x, y, width, height = bbox
     corners = [x, y, x + width, y + height]
     if size is not None:
         return box_row(image, label, True, lambda: pixel_box(corners, size), reject)
     # Checked against the image's own size by the shard writer; here only the shape.
     if not (0 <= x and 0 <= y and width > 0 and height > 0):
-        return reject(reasons.INVALID_BOX if min(width, height) > 0 else reasons.EMPTY_BOX,
-                      f"bbox {bbox} must start inside the image and have a width and height")
+        return reject(
+            reasons.INVALID_BOX if min(width, height) > 0 else reasons.EMPTY_BOX,
+            f"bbox {bbox} must start inside the image and have a width and height",
+        )
     return box_row(image, label, True, lambda: Box(*map(float, corners)), reject)
 
 
-def _labelled(image: ManifestRow, item: dict, rules: RowRules, classes: _ClassNames
-              ) -> ManifestRow | DeadLetter:
+def _labelled(
+    image: ManifestRow, item: dict, rules: RowRules, classes: _ClassNames
+) -> ManifestRow | DeadLetter:
     value = next((item[key] for key in _LABEL_KEYS if key in item), None)
-    labels = tuple(dict.fromkeys(text for each in (value if isinstance(value, list) else [value])
-                                 if (text := classes.label(each))))
+    labels = tuple(
+        dict.fromkeys(
+            text
+            for each in (value if isinstance(value, list) else [value])
+            if (text := classes.label(each))
+        )
+    )
     if not labels:
-        return image.dead_letter(reasons.MISSING_LABEL, "no label (or labels) field"
-                                 + ("; its objects are boxes: pass --label_mode detection"
-                                    if item.get("objects") else ""))
+        return image.dead_letter(
+            reasons.MISSING_LABEL,
+            "no label (or labels) field"
+            + (
+                "; its objects are boxes: pass --label_mode detection"
+                if item.get("objects")
+                else ""
+            ),
+        )
     if len(labels) > 1 and rules.label_mode is LabelMode.SINGLE:
-        return image.dead_letter(reasons.MULTIPLE_LABELS, f"{len(labels)} labels; pass "
-                                 "--label_mode multi to keep them all")
+        return image.dead_letter(
+            reasons.MULTIPLE_LABELS,
+            f"{len(labels)} labels; pass --label_mode multi to keep them all",
+        )
     return image._replace(labels=labels)
 
 
@@ -217,13 +270,18 @@ def declared_class_labels(path: str) -> DeclaredClasses | None:
     declares any. ManifestError for a card that declares two different lists."""
     for card in _dataset_cards(path):
         try:
-            found = {names for name, names in _class_labels(_card_features(card))
-                     if name in _CLASS_FEATURES}
+            found = {
+                names
+                for name, names in _class_labels(_card_features(card))
+                if name in _CLASS_FEATURES
+            }
         except ManifestError as problem:
             raise ManifestError(f"{card}: {problem}") from None
         if len(found) > 1:
-            raise ManifestError(f"{card}: dataset_info declares several class_label lists "
-                                f"({'; '.join(', '.join(names) for names in sorted(found))})")
+            raise ManifestError(
+                f"{card}: dataset_info declares several class_label lists "
+                f"({'; '.join(', '.join(names) for names in sorted(found))})"
+            )
         if found:
             return DeclaredClasses(f"{card} (dataset_info class_label)", found.pop())
     return None
@@ -255,8 +313,12 @@ def _card_features(card: str) -> list:
     except (yaml.YAMLError, AttributeError) as error:
         raise ManifestError(f"cannot read its YAML header: {error}") from None
     configs = info if isinstance(info, list) else [info]
-    return [feature for config in configs if isinstance(config, dict)
-            for feature in config.get("features") or []]
+    return [
+        feature
+        for config in configs
+        if isinstance(config, dict)
+        for feature in config.get("features") or []
+    ]
 
 
 def _class_labels(features: object, name: str = "") -> Iterator[tuple[str, tuple[str, ...]]]:
@@ -281,8 +343,10 @@ def _names(written: object) -> tuple[str, ...]:
     if isinstance(written, dict):
         ids = {int(key): name for key, name in written.items() if str(key).isdigit()}
         if sorted(ids) != list(range(len(written))):
-            raise ManifestError(f"class_label names must be keyed by the ids 0 to "
-                                f"{len(written) - 1}, found {list(written)}")
+            raise ManifestError(
+                f"class_label names must be keyed by the ids 0 to "
+                f"{len(written) - 1}, found {list(written)}"
+            )
         written = [ids[key] for key in range(len(ids))]
     return tuple(str(name).strip() for name in written)
 
@@ -322,39 +386,56 @@ def _count(value: object) -> int | str:
 
 def _imagefolder_reading(root: str, relatives: list[str]) -> FolderReading | None:
     metadata = [relative for relative in relatives if plain_name(relative) in _METADATA_FILES]
-    unread = [relative for relative in relatives
-              if plain_name(relative) in _UNREAD_METADATA_FILES]
+    unread = [relative for relative in relatives if plain_name(relative) in _UNREAD_METADATA_FILES]
     if unread and not metadata:
-        raise ManifestError(f"{root} is a Hugging Face imagefolder whose metadata is "
-                            f"{unread[0]}, which is not read: write it as metadata.jsonl")
+        raise ManifestError(
+            f"{root} is a Hugging Face imagefolder whose metadata is "
+            f"{unread[0]}, which is not read: write it as metadata.jsonl"
+        )
     if not metadata:
         return None
     kinds = sorted({plain_name(relative) for relative in metadata})
     if len(kinds) > 1:  # the datasets library refuses this too
-        raise ManifestError(f"{root} is a Hugging Face imagefolder with both {kinds[0]} and "
-                            f"{kinds[1]} files: keep one kind")
-    sources = tuple(ManifestSource(storage.join(root, relative), HfMetadataFormat.name,
-                                   _metadata_split(root, relative)) for relative in metadata)
-    return FolderReading(sources, f"reading {root} as a Hugging Face imagefolder: its "
-                         f"{kinds[0]} ({_splits_said(root, sources)})",
-                         _unlisted_images_said(root, relatives, sources))
+        raise ManifestError(
+            f"{root} is a Hugging Face imagefolder with both {kinds[0]} and "
+            f"{kinds[1]} files: keep one kind"
+        )
+    sources = tuple(
+        ManifestSource(
+            storage.join(root, relative), HfMetadataFormat.name, _metadata_split(root, relative)
+        )
+        for relative in metadata
+    )
+    return FolderReading(
+        sources,
+        f"reading {root} as a Hugging Face imagefolder: its "
+        f"{kinds[0]} ({_splits_said(root, sources)})",
+        _unlisted_images_said(root, relatives, sources),
+    )
 
 
-def _unlisted_images_said(root: str, relatives: list[str],
-                          sources: tuple[ManifestSource, ...]) -> tuple[str, ...]:
+def _unlisted_images_said(
+    root: str, relatives: list[str], sources: tuple[ManifestSource, ...]
+) -> tuple[str, ...]:
     """The console's line on the images under `root` that no metadata file names: they
     are not read, so a user who added images without metadata lines learns it."""
     listed = set().union(*(listed_images(source.path) for source in sources))
-    images = (normalise_path(storage.join(root, relative)) for relative in relatives
-              if relative.lower().endswith(IMAGE_EXTENSIONS))
+    images = (
+        normalise_path(storage.join(root, relative))
+        for relative in relatives
+        if relative.lower().endswith(IMAGE_EXTENSIONS)
+    )
     unlisted = [image for image in images if image not in listed]
     if not unlisted:
         return ()
     first = ", ".join(unlisted[:_UNLISTED_SHOWN]) + (
-        ", ..." if len(unlisted) > _UNLISTED_SHOWN else "")
+        ", ..." if len(unlisted) > _UNLISTED_SHOWN else ""
+    )
     many = len(unlisted) != 1
-    return (f"{len(unlisted)} image{'s' * many} under {root} {'are' if many else 'is'} in "
-            f"no metadata file and {'were' if many else 'was'} not read: {first}",)
+    return (
+        f"{len(unlisted)} image{'s' * many} under {root} {'are' if many else 'is'} in "
+        f"no metadata file and {'were' if many else 'was'} not read: {first}",
+    )
 
 
 def _metadata_split(root: str, relative: str) -> str | None:
@@ -368,10 +449,14 @@ def _metadata_split(root: str, relative: str) -> str | None:
 
 def _splits_said(root: str, sources: tuple[ManifestSource, ...]) -> str:
     return ", ".join(
-        f"{source.path[len(root) + 1:]} as "
-        + (source.split.upper() if source.split else "splits drawn by a hash of each image "
-           "(it is in no split folder)")
-        for source in sources)
+        f"{source.path[len(root) + 1 :]} as "
+        + (
+            source.split.upper()
+            if source.split
+            else "splits drawn by a hash of each image (it is in no split folder)"
+        )
+        for source in sources
+    )
 
 
 class HfMetadataFormat(InputFormat):
@@ -394,9 +479,12 @@ class HfMetadataFormat(InputFormat):
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         if _is_csv(source.path) and _FILE_NAME not in _csv_header(source.path)[1]:
-            raise ManifestError(f"{source.path}: a Hugging Face metadata.csv needs a "
-                                f"{_FILE_NAME} column; for another CSV pass --input_format csv")
+            raise ManifestError(
+                f"{source.path}: a Hugging Face metadata.csv needs a "
+                f"{_FILE_NAME} column; for another CSV pass --input_format csv"
+            )
 
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestRow | DeadLetter]:
+    def read(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+    ) -> Iterator[ManifestRow | DeadLetter]:
         return read_metadata(source.path, rules, source.split, lines)

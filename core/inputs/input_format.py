@@ -88,7 +88,7 @@ class FileHead:
         """The name of the root element of an XML file."""
         data = self.data.removeprefix(b"\xef\xbb\xbf")
         while preamble := _XML_PREAMBLE.match(data):
-            data = data[preamble.end():]
+            data = data[preamble.end() :]
         root = _XML_ROOT.match(data.lstrip())
         return root.group(1).decode() if root else None
 
@@ -194,21 +194,27 @@ class InputFormat:
 
     def check(self, source: ManifestSource, rules: RowRules) -> None:
         """The checks before the job; raises ManifestError."""
-        if not self.named_columns and (rules.uri_column or rules.label_column
-                                       or rules.split_column):
-            raise ManifestError(f"{source.path} is {self.title}: --uri_column, "
-                                "--label_column and --split_column name columns of CSV "
-                                "manifests only")
+        if not self.named_columns and (
+            rules.uri_column or rules.label_column or rules.split_column
+        ):
+            raise ManifestError(
+                f"{source.path} is {self.title}: --uri_column, "
+                "--label_column and --split_column name columns of CSV "
+                "manifests only"
+            )
         if self.boxes_only and not rules.detection:
-            raise ManifestError(f"{source.path} is {self.title}, which holds bounding "
-                                "boxes: pass --label_mode detection")
+            raise ManifestError(
+                f"{source.path} is {self.title}, which holds bounding "
+                "boxes: pass --label_mode detection"
+            )
         self.check_file(source, rules)
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         """The format's own checks of the file, after the label mode's."""
 
-    def settled_rules(self, sources: Sequence[ManifestSource], rules: RowRules,
-                      say: Callable[[str], None]) -> RowRules:
+    def settled_rules(
+        self, sources: Sequence[ManifestSource], rules: RowRules, say: Callable[[str], None]
+    ) -> RowRules:
         """`rules` with what the options leave open (None) and this format's `sources`
         decide, each choice named by `say` (CSV's split column and label separator);
         ManifestError where the files say it two ways. Read in the launcher."""
@@ -222,14 +228,20 @@ class InputFormat:
     def labels_sampled(self, source: ManifestSource, rules: RowRules, rows: int) -> set[str]:
         """Labels `source` holds, from its first `rows` rows: what tells a label map's
         names from its display names (--vocabulary). Read in the launcher."""
-        return {label for row in itertools.islice(self.checked_rows(source, rules), rows)
-                if isinstance(row, ManifestRow) for label in row.labels}
+        return {
+            label
+            for row in itertools.islice(self.checked_rows(source, rules), rows)
+            if isinstance(row, ManifestRow)
+            for label in row.labels
+        }
 
-    def checked_rows(self, source: ManifestSource, rules: RowRules,
-                     lines: LineRange | None = None) -> Iterator[ManifestItem]:
+    def checked_rows(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None = None
+    ) -> Iterator[ManifestItem]:
         """The rows `read` gives, with labels no output can hold made dead letters."""
         return labels_checked(self.read(source, rules, lines), rules)
 
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestItem]:
+    def read(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+    ) -> Iterator[ManifestItem]:
         raise NotImplementedError

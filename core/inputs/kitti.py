@@ -37,8 +37,13 @@ from image_tfrecords.core.inputs.dataset_root import DatasetRoot
 from image_tfrecords.core.inputs.documents import load_json
 from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat, is_glob
 from image_tfrecords.core.inputs.lines import LongLine, numbered_lines, short_lines
-from image_tfrecords.core.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
-                                printable)
+from image_tfrecords.core.inputs.rows import (
+    ManifestError,
+    RowRules,
+    assign_split,
+    has_undecodable_bytes,
+    printable,
+)
 from image_tfrecords.core.records import Box, ManifestRow
 
 LABELS = "label_2"
@@ -86,8 +91,9 @@ def kitti_glob(path: str, chosen: bool = False) -> str | None:
     elif path.lower().endswith(".txt") or not _is_folder(path):
         return None
     else:
-        candidates = [storage.join(path, *below, "*.txt")
-                      for below in ((), (LABELS,), ("training", LABELS))]
+        candidates = [
+            storage.join(path, *below, "*.txt") for below in ((), (LABELS,), ("training", LABELS))
+        ]
     for pattern in candidates:
         if storage.match(pattern, limit=1) and (chosen or _first_file_is_kitti(pattern)):
             return pattern
@@ -112,8 +118,9 @@ def kitti_labels_beside(root: str) -> str | None:
     return None
 
 
-def read_kitti(pattern: str, rules: RowRules, split: str | None
-               ) -> Iterator[ManifestRow | DeadLetter]:
+def read_kitti(
+    pattern: str, rules: RowRules, split: str | None
+) -> Iterator[ManifestRow | DeadLetter]:
     """A row per object line of every label file `pattern` matches, in path order (a file
     without objects: an image without objects); a DeadLetter per line that cannot be one."""
     images: dict[str, dict[str, str]] = {}  # image folder -> {name without suffix: path}
@@ -125,19 +132,29 @@ def read_kitti(pattern: str, rules: RowRules, split: str | None
             images[image_folder] = _list_images(image_folder)
         stem = name.rsplit(".", 1)[0]
         uri = images[image_folder].get(stem, storage.join(image_folder, f"{stem}.png"))
-        image = ManifestRow(metadata.path, 0, "", split or assign_split(
-            storage.split(uri)[1], rules.split_fractions), uri, (), boxes_in_pixels=True)
+        image = ManifestRow(
+            metadata.path,
+            0,
+            "",
+            split or assign_split(storage.split(uri)[1], rules.split_fractions),
+            uri,
+            (),
+            boxes_in_pixels=True,
+        )
         # Named by the label file's name, the image is in its folder unless a link leads out.
         outside = DatasetRoot(image_folder, rules.allow_paths_outside_dataset).outside(
-            uri, f"the image {stem!r} of the label file")
+            uri, f"the image {stem!r} of the label file"
+        )
         if outside:
             yield image.dead_letter(*outside)
             continue
         objects = 0
         for line, raw in numbered_lines(metadata.path):
-            row = (raw.dead_letter(metadata.path, line, image.split, uri)
-                   if isinstance(raw, LongLine)
-                   else _object_row(image._replace(line=line, raw=printable(raw)), raw))
+            row = (
+                raw.dead_letter(metadata.path, line, image.split, uri)
+                if isinstance(raw, LongLine)
+                else _object_row(image._replace(line=line, raw=printable(raw)), raw)
+            )
             if row is None:
                 dont_care += 1
                 continue
@@ -146,8 +163,11 @@ def read_kitti(pattern: str, rules: RowRules, split: str | None
         if not objects:
             yield image
     if dont_care:
-        logging.warning("%s: %d DontCare regions (areas nobody labelled, not objects) were "
-                        "left out", pattern, dont_care)
+        logging.warning(
+            "%s: %d DontCare regions (areas nobody labelled, not objects) were left out",
+            pattern,
+            dont_care,
+        )
 
 
 def _image_folder(label_folder: str) -> str:
@@ -178,24 +198,31 @@ def _object_row(row: ManifestRow, raw: str) -> ManifestRow | DeadLetter | None:
         return row.dead_letter(reasons.INVALID_ENCODING, "the line is not valid UTF-8")
     fields = raw.split()
     if len(fields) not in _FIELDS:
-        return row.dead_letter(reasons.WRONG_COLUMN_COUNT, "expected 15 fields (type "
-                               "truncated occluded alpha left top right bottom, then the 3D "
-                               f"box) or 16 (and a score), found {len(fields)}")
+        return row.dead_letter(
+            reasons.WRONG_COLUMN_COUNT,
+            "expected 15 fields (type "
+            "truncated occluded alpha left top right bottom, then the 3D "
+            f"box) or 16 (and a score), found {len(fields)}",
+        )
     label = fields[0].lower()
     if label == _DONT_CARE:
         return None
     try:
         truncated, left, top, right, bottom = (float(fields[index]) for index in (1, 4, 5, 6, 7))
     except ValueError:
-        return row.dead_letter(reasons.MALFORMED_ROW, "truncated and the box (fields 2 and 5 "
-                               f"to 8) must be numbers: {raw!r}")
+        return row.dead_letter(
+            reasons.MALFORMED_ROW,
+            f"truncated and the box (fields 2 and 5 to 8) must be numbers: {raw!r}",
+        )
     # Checked against the image's own size by the shard writer; here only the shape.
     if not (0 <= left < right and 0 <= top < bottom):  # also false for NaN
-        return row.dead_letter(reasons.EMPTY_BOX if left >= right or top >= bottom
-                               else reasons.INVALID_BOX, "left must be below right and top "
-                               f"below bottom, from 0: {' '.join(fields[4:8])}")
-    return row._replace(labels=(label,), boxes=(Box(left, top, right, bottom,
-                                                    truncated=int(truncated > 0)),))
+        return row.dead_letter(
+            reasons.EMPTY_BOX if left >= right or top >= bottom else reasons.INVALID_BOX,
+            f"left must be below right and top below bottom, from 0: {' '.join(fields[4:8])}",
+        )
+    return row._replace(
+        labels=(label,), boxes=(Box(left, top, right, bottom, truncated=int(truncated > 0)),)
+    )
 
 
 def datumaro_classes(pattern: str) -> DeclaredClasses | None:
@@ -212,15 +239,19 @@ def datumaro_classes(pattern: str) -> DeclaredClasses | None:
             label_map = load_json(file.read()).get("label_map")
     except (OSError, ValueError, AttributeError) as error:
         raise ManifestError(f"{path}: cannot read datumaro's label_map: {error}") from error
-    if not (isinstance(label_map, dict) and label_map
-            and sorted(label_map) == sorted(map(str, range(len(label_map))))):
-        raise ManifestError(f"{path}: label_map must map the ids 0 to n-1 to types, found "
-                            f"{label_map!r}")
-    labels = tuple(str(label_map[str(index)]).strip().lower()
-                   for index in range(len(label_map)))
+    if not (
+        isinstance(label_map, dict)
+        and label_map
+        and sorted(label_map) == sorted(map(str, range(len(label_map))))
+    ):
+        raise ManifestError(
+            f"{path}: label_map must map the ids 0 to n-1 to types, found {label_map!r}"
+        )
+    labels = tuple(str(label_map[str(index)]).strip().lower() for index in range(len(label_map)))
     if len(set(labels)) != len(labels) or not all(labels):
-        raise ManifestError(f"{path}: label_map names a type twice (in any case) or none: "
-                            f"{list(labels)}")
+        raise ManifestError(
+            f"{path}: label_map names a type twice (in any case) or none: {list(labels)}"
+        )
     return DeclaredClasses(f"{path} (label_map)", labels)
 
 
@@ -234,8 +265,9 @@ class KittiFormat(InputFormat):
     boxes_only = True
 
     def recognises(self, head: FileHead) -> bool:
-        line = next((line for line in head.data.decode("utf-8", "replace").splitlines()
-                     if line.strip()), "")
+        line = next(
+            (line for line in head.data.decode("utf-8", "replace").splitlines() if line.strip()), ""
+        )
         return is_kitti_line(line)
 
     def annotation_glob(self, path: str, chosen: bool) -> str | None:
@@ -246,13 +278,16 @@ class KittiFormat(InputFormat):
             raise ManifestError(f"no KITTI label files at {source.path}")
         datumaro_classes(source.path)  # refused here, not in the job, where it is unreadable
         if source.split is None:
-            logging.warning("%s: KITTI declares no splits: each image gets one from a hash of "
-                            "its name (--split_fractions), or pass --manifest SPLIT=PATH",
-                            source.path)
+            logging.warning(
+                "%s: KITTI declares no splits: each image gets one from a hash of "
+                "its name (--split_fractions), or pass --manifest SPLIT=PATH",
+                source.path,
+            )
 
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
         return datumaro_classes(source.path)
 
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestRow | DeadLetter]:
+    def read(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+    ) -> Iterator[ManifestRow | DeadLetter]:
         return read_kitti(source.path, rules, source.split)

@@ -32,12 +32,20 @@ from PIL import Image
 
 from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core import storage
-from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.choices import LabelMode
+from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.images import open_image
-from image_tfrecords.core.inputs.boxes import (box_row, declared_size, extent, pixel_box, polygon_mask,
-                                 region_mask, region_problem, with_mask)
+from image_tfrecords.core.inputs.boxes import (
+    box_row,
+    declared_size,
+    extent,
+    pixel_box,
+    polygon_mask,
+    region_mask,
+    region_problem,
+    with_mask,
+)
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.documents import load_json
 from image_tfrecords.core.inputs.input_format import FileHead, InputFormat
@@ -59,27 +67,44 @@ _CIRCLE_SIDES = 64
 _IGNORE_FLAG = "__ignore__"
 
 
-def read_labelme(path: str, rules: RowRules, split: str | None
-                 ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
+def read_labelme(
+    path: str, rules: RowRules, split: str | None
+) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     """The rows of one LabelMe file; `line` is the object's 1-based position among the
     file's objects (0 for the image's own row), `raw` its shapes as JSON."""
     try:
         with storage.open_read(path) as file:
             document = load_json(file.read())
     except (OSError, ValueError) as error:
-        yield DeadLetter(path, 0, "", "", split or "", reasons.INVALID_ANNOTATION,
-                         f"cannot read the JSON: {error}")
+        yield DeadLetter(
+            path,
+            0,
+            "",
+            "",
+            split or "",
+            reasons.INVALID_ANNOTATION,
+            f"cannot read the JSON: {error}",
+        )
         return
     written = document.get("imagePath") if isinstance(document, dict) else None
     if not isinstance(written, str) or not written.strip():
-        yield DeadLetter(path, 0, "", "", split or "", reasons.MISSING_URI,
-                         "imagePath is missing or empty")
+        yield DeadLetter(
+            path, 0, "", "", split or "", reasons.MISSING_URI, "imagePath is missing or empty"
+        )
         return
     written = written.strip().replace("\\", "/")  # labelme on Windows writes backslashes
     root = DatasetRoot.of(path, rules)
     # labelme turns an image upright by its EXIF orientation before showing it.
-    image = ManifestRow(path, 0, written, split or assign_split(written, rules.split_fractions),
-                        root.resolve(written), (), drawn_upright=True, listed_whole=True)
+    image = ManifestRow(
+        path,
+        0,
+        written,
+        split or assign_split(written, rules.split_fractions),
+        root.resolve(written),
+        (),
+        drawn_upright=True,
+        listed_whole=True,
+    )
     flags = document.get("flags")
     if isinstance(flags, dict) and flags.get(_IGNORE_FLAG) is True:
         yield DiscardedRow(path, 0)
@@ -91,8 +116,7 @@ def read_labelme(path: str, rules: RowRules, split: str | None
     if not rules.detection:
         yield _flagged(image, flags, rules)
         return
-    size = declared_size(document.get("imageWidth"), document.get("imageHeight"),
-                         rules.max_pixels)
+    size = declared_size(document.get("imageWidth"), document.get("imageHeight"), rules.max_pixels)
     if not isinstance(size[0], int):
         yield image.dead_letter(*size)
         return
@@ -103,8 +127,11 @@ def read_labelme(path: str, rules: RowRules, split: str | None
         return
     objects = list(enumerate(_objects(shapes), start=1))
     # A region labelled __ignore__ is no object (labelme's own labelme2coco skips it).
-    ignored = [position for position, group in objects
-               if isinstance(group[0], dict) and group[0].get("label") == _IGNORE_FLAG]
+    ignored = [
+        position
+        for position, group in objects
+        if isinstance(group[0], dict) and group[0].get("label") == _IGNORE_FLAG
+    ]
     yield from (DiscardedRow(path, position) for position in ignored)
     if len(ignored) == len(objects):
         yield image  # an image without objects
@@ -125,8 +152,9 @@ def _objects(shapes: list) -> list[list]:
     return list(groups.values())
 
 
-def _object_row(row: ManifestRow, shapes: list, rules: RowRules
-                ) -> ManifestRow | DeadLetter | DiscardedRow:
+def _object_row(
+    row: ManifestRow, shapes: list, rules: RowRules
+) -> ManifestRow | DeadLetter | DiscardedRow:
     where = f"object {row.line}: "
 
     def reject(reason: str, message: str, **_: str) -> DeadLetter:
@@ -144,19 +172,25 @@ def _object_row(row: ManifestRow, shapes: list, rules: RowRules
     region = None  # or as a mask shape's pixels (a group of them: the last one's)
     for shape, kind in zip(shapes, kinds, strict=True):
         if kind not in _POINTS_NEEDED:
-            return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {kind} is not a box" + (
-                ", in an object with regions" if kind in _LEFT_OUT else ""))
+            return reject(
+                reasons.UNSUPPORTED_ANNOTATION,
+                f"a {kind} is not a box"
+                + (", in an object with regions" if kind in _LEFT_OUT else ""),
+            )
         points = _points(shape.get("points"))
         needed = _POINTS_NEEDED[kind]
         if points is None or len(points) < needed:
-            return reject(reasons.INVALID_BOX, f"a {kind} needs {needed} or more points "
-                          f"[x, y], found {shape.get('points')!r}")
+            return reject(
+                reasons.INVALID_BOX,
+                f"a {kind} needs {needed} or more points [x, y], found {shape.get('points')!r}",
+            )
         if kind == "circle":
             (cx, cy), (px, py) = points[:2]
             radius = math.hypot(px - cx, py - cy)
-            points = [(cx + radius * math.cos(turn), cy + radius * math.sin(turn))
-                      for turn in (2 * math.pi * step / _CIRCLE_SIDES
-                                   for step in range(_CIRCLE_SIDES))]
+            points = [
+                (cx + radius * math.cos(turn), cy + radius * math.sin(turn))
+                for turn in (2 * math.pi * step / _CIRCLE_SIDES for step in range(_CIRCLE_SIDES))
+            ]
         elif kind == "rectangle":  # its points' extent, whether two corners or four
             x0, y0, x1, y1 = extent([x for x, _ in points], [y for _, y in points])
             points = [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
@@ -176,8 +210,9 @@ def _object_row(row: ManifestRow, shapes: list, rules: RowRules
         mask = polygon_mask(polygons, row.image_size, rules)
     else:
         mask = None  # rectangles alone: a box
-    return box_row(row, label, True, lambda: with_mask(
-        pixel_box(extent(xs, ys), row.image_size), mask), reject)
+    return box_row(
+        row, label, True, lambda: with_mask(pixel_box(extent(xs, ys), row.image_size), mask), reject
+    )
 
 
 def _mask_pixels(encoded: object, size: tuple[int, int]) -> np.ndarray | tuple[str, str]:
@@ -205,15 +240,25 @@ def _points(value: object) -> list[tuple[float, float]] | None:
 
 
 def _flagged(image: ManifestRow, flags: object, rules: RowRules) -> ManifestRow | DeadLetter:
-    labels = tuple(name.strip() for name, value in (flags or {}).items()
-                   if value is True and name != _IGNORE_FLAG and name.strip()
-                   ) if isinstance(flags, dict) else ()
+    labels = (
+        tuple(
+            name.strip()
+            for name, value in (flags or {}).items()
+            if value is True and name != _IGNORE_FLAG and name.strip()
+        )
+        if isinstance(flags, dict)
+        else ()
+    )
     if not labels:
-        return image.dead_letter(reasons.MISSING_LABEL, "no flag is set (labelme's image "
-                                 "labels); for its shapes pass --label_mode detection")
+        return image.dead_letter(
+            reasons.MISSING_LABEL,
+            "no flag is set (labelme's image labels); for its shapes pass --label_mode detection",
+        )
     if len(labels) > 1 and rules.label_mode is LabelMode.SINGLE:
-        return image.dead_letter(reasons.MULTIPLE_LABELS, f"{len(labels)} flags are set; "
-                                 "pass --label_mode multi to keep them all")
+        return image.dead_letter(
+            reasons.MULTIPLE_LABELS,
+            f"{len(labels)} flags are set; pass --label_mode multi to keep them all",
+        )
     return image._replace(labels=labels)
 
 
@@ -227,6 +272,7 @@ class LabelMeFormat(InputFormat):
     def recognises(self, head: FileHead) -> bool:
         return head.first_json_key in _LABELME_KEYS
 
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
+    def read(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+    ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
         return read_labelme(source.path, rules, source.split)

@@ -36,16 +36,23 @@ class LongLine(NamedTuple):
     start: str
     length: int
 
-    def dead_letter(self, path: str, line: int, split: str | None = None, uri: str = ""
-                    ) -> DeadLetter:
-        return DeadLetter(path, line, excerpt(self.start, self.length, "bytes"), uri,
-                          split or "",
-                          reasons.TEXT_TOO_LONG, f"line of {self.length:,} bytes, over the "
-                          f"limit of {MAX_LINE_BYTES:,}")
+    def dead_letter(
+        self, path: str, line: int, split: str | None = None, uri: str = ""
+    ) -> DeadLetter:
+        return DeadLetter(
+            path,
+            line,
+            excerpt(self.start, self.length, "bytes"),
+            uri,
+            split or "",
+            reasons.TEXT_TOO_LONG,
+            f"line of {self.length:,} bytes, over the limit of {MAX_LINE_BYTES:,}",
+        )
 
 
-def numbered_lines(path: str, lines: LineRange | None = None
-                   ) -> Iterator[tuple[int, str | LongLine]]:
+def numbered_lines(
+    path: str, lines: LineRange | None = None
+) -> Iterator[tuple[int, str | LongLine]]:
     """(1-based line number, text without line end) for every non-blank line, of the
     whole file or of `lines` (a range of an uncompressed file); a LongLine in place of
     the text of a line over MAX_LINE_BYTES.
@@ -54,12 +61,15 @@ def numbered_lines(path: str, lines: LineRange | None = None
     """
     number = lines.first_line if lines else 1
     try:
-        with (_line_range(path, lines) if lines else open_manifest(path)) as binary:
+        with _line_range(path, lines) if lines else open_manifest(path) as binary:
             while data := binary.readline(_READ_LIMIT):
                 if number == 1 and data.startswith(codecs.BOM_UTF8):
-                    data = data[len(codecs.BOM_UTF8):]
-                if (len(data) == _READ_LIMIT and not data.endswith(b"\n")
-                        or len(data.rstrip(b"\r\n")) > MAX_LINE_BYTES):
+                    data = data[len(codecs.BOM_UTF8) :]
+                if (
+                    len(data) == _READ_LIMIT
+                    and not data.endswith(b"\n")
+                    or len(data.rstrip(b"\r\n")) > MAX_LINE_BYTES
+                ):
                     yield number, _long_line(data, binary)
                 else:
                     line = data.decode("utf-8", "surrogateescape").rstrip("\r\n")
@@ -83,8 +93,10 @@ def whole_lines(path: str) -> Iterator[tuple[int, str]]:
     where a long line refuses the file, naming it."""
     for number, line in numbered_lines(path):
         if isinstance(line, LongLine):
-            raise ManifestError(f"{path} line {number}: {line.length:,} bytes, over the "
-                                f"limit of {MAX_LINE_BYTES:,} for one line")
+            raise ManifestError(
+                f"{path} line {number}: {line.length:,} bytes, over the "
+                f"limit of {MAX_LINE_BYTES:,} for one line"
+            )
         yield number, line
 
 
@@ -92,7 +104,7 @@ def _long_line(start: bytes, binary: BinaryIO) -> LongLine:
     """The LongLine that begins with `start`, the rest of it read and counted a bounded
     piece at a time, so the line is never held whole."""
     length, piece = len(start), start
-    start = start[:EXCERPT_CHARS * 4]  # UTF-8: at most 4 bytes a character
+    start = start[: EXCERPT_CHARS * 4]  # UTF-8: at most 4 bytes a character
     while not piece.endswith(b"\n") and (piece := binary.readline(_READ_LIMIT)):
         length += len(piece)
     text = printable(start.decode("utf-8", "surrogateescape"))
@@ -104,17 +116,19 @@ def _line_range(path: str, lines: LineRange) -> BinaryIO:
         file.seek(lines.start)
         data = file.read(lines.end - lines.start)
     if len(data) != lines.end - lines.start:
-        raise ManifestError(f"{path} is shorter than when the run was planned: it changed "
-                            "while the run read it")
+        raise ManifestError(
+            f"{path} is shorter than when the run was planned: it changed while the run read it"
+        )
     if lines.digest and range_digest(data) != lines.digest:
-        raise ManifestError(f"{path} changed while the run read it: its lines "
-                            f"{lines.first_line} on (bytes {lines.start}-{lines.end}) are not "
-                            "what they were when the run was planned. Run again once it "
-                            "stays put")
+        raise ManifestError(
+            f"{path} changed while the run read it: its lines "
+            f"{lines.first_line} on (bytes {lines.start}-{lines.end}) are not "
+            "what they were when the run was planned. Run again once it "
+            "stays put"
+        )
     return io.BytesIO(data)
 
 
 def open_manifest(path: str):
     """The manifest's bytes, decompressed by its name's suffix; a cut-off stream raises."""
     return storage.open_decompressed(path)
-

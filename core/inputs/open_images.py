@@ -43,8 +43,14 @@ from image_tfrecords.core.inputs.boxes import clipped_box
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat
 from image_tfrecords.core.inputs.lines import LongLine, numbered_lines, whole_lines
-from image_tfrecords.core.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
-                                printable, rejecter)
+from image_tfrecords.core.inputs.rows import (
+    ManifestError,
+    RowRules,
+    assign_split,
+    has_undecodable_bytes,
+    printable,
+    rejecter,
+)
 from image_tfrecords.core.records import Box, ManifestRow
 from image_tfrecords.core.splits import normalise_split
 
@@ -78,8 +84,9 @@ class ClassDescriptions:
     def beside(cls, csv_path: str) -> ClassDescriptions | None:
         folder = storage.split(csv_path)[0]
         for pattern in _DESCRIPTIONS:
-            found = sorted(metadata.path for metadata
-                           in storage.match(storage.join(folder, pattern)))
+            found = sorted(
+                metadata.path for metadata in storage.match(storage.join(folder, pattern))
+            )
             if found:
                 return cls.read(found[0])
         return None
@@ -93,27 +100,31 @@ class ClassDescriptions:
             if line == 1 and fields == _DESCRIPTIONS_HEADER:
                 continue
             if len(fields) != 2 or not all(fields):
-                raise ManifestError(f"{path} line {line}: expected MID,DisplayName, found "
-                                    f"{printable(raw)!r}")
+                raise ManifestError(
+                    f"{path} line {line}: expected MID,DisplayName, found {printable(raw)!r}"
+                )
             mid, name = fields
             if mid in names or name in by_name:
                 raise ManifestError(
                     f"{path} line {line}: {mid if mid in names else name!r} is listed twice "
                     f"(first for {by_name.get(name, mid)}): its labels would not name one "
-                    "class each")
+                    "class each"
+                )
             names[mid], by_name[name] = name, mid
         return cls(path, names)
 
 
-def read_open_images(path: str, rules: RowRules, split: str | None,
-                     lines: LineRange | None = None) -> Iterator[ManifestRow | DeadLetter]:
+def read_open_images(
+    path: str, rules: RowRules, split: str | None, lines: LineRange | None = None
+) -> Iterator[ManifestRow | DeadLetter]:
     """A row per box row of the CSV (or of its `lines`); a DeadLetter per row that
     cannot be one."""
     header = _header(path)
     descriptions = ClassDescriptions.beside(path)
     split = split or split_in_name(path)
-    images = DatasetRoot(rules.image_dir or _image_folder(path, split),
-                         rules.allow_paths_outside_dataset)
+    images = DatasetRoot(
+        rules.image_dir or _image_folder(path, split), rules.allow_paths_outside_dataset
+    )
     for line, raw in numbered_lines(path, lines):
         if isinstance(raw, LongLine):
             yield raw.dead_letter(path, line, split)
@@ -147,47 +158,70 @@ def _image_folder(path: str, split: str | None) -> str:
     return folder
 
 
-def _box_row(path: str, line: int, raw: str, columns: dict[str, int],
-             descriptions: ClassDescriptions | None, images: DatasetRoot, split: str | None,
-             rules: RowRules) -> ManifestRow | DeadLetter:
+def _box_row(
+    path: str,
+    line: int,
+    raw: str,
+    columns: dict[str, int],
+    descriptions: ClassDescriptions | None,
+    images: DatasetRoot,
+    split: str | None,
+    rules: RowRules,
+) -> ManifestRow | DeadLetter:
     reject = rejecter(path, line, raw)
     if has_undecodable_bytes(raw):
         return reject(reasons.INVALID_ENCODING, "the line is not valid UTF-8")
     fields = _fields(raw)
     if len(fields) != len(columns):
-        return reject(reasons.WRONG_COLUMN_COUNT, f"expected {len(columns)} fields as the "
-                      f"header names, found {len(fields)}")
+        return reject(
+            reasons.WRONG_COLUMN_COUNT,
+            f"expected {len(columns)} fields as the header names, found {len(fields)}",
+        )
     value = dict(zip(columns, fields, strict=True))
     image_id = value["ImageID"]
     if not image_id:
         return reject(reasons.MISSING_URI, "ImageID is empty")
-    image = ManifestRow(path, line, printable(raw),
-                        split or assign_split(image_id, rules.split_fractions),
-                        images.resolve(f"{image_id}.jpg"), ())
+    image = ManifestRow(
+        path,
+        line,
+        printable(raw),
+        split or assign_split(image_id, rules.split_fractions),
+        images.resolve(f"{image_id}.jpg"),
+        (),
+    )
     outside = images.outside(image.uri, f"ImageID {quoted(image_id)}")
     if outside:
         return image.dead_letter(*outside)
     mid = value["LabelName"]
     label = descriptions.names.get(mid) if descriptions else mid
     if not label:
-        return image.dead_letter(reasons.UNKNOWN_CATEGORY_ID, (
-            f"LabelName {mid!r} is not in {descriptions.path}" if descriptions
-            else "LabelName is empty"))
+        return image.dead_letter(
+            reasons.UNKNOWN_CATEGORY_ID,
+            (
+                f"LabelName {mid!r} is not in {descriptions.path}"
+                if descriptions
+                else "LabelName is empty"
+            ),
+        )
     written = [value[side] for side in ("XMin", "YMin", "XMax", "YMax")]
     if not any(written):  # create_oid_tf_record.py reads such rows as image-level labels
-        return image.dead_letter(reasons.UNSUPPORTED_ANNOTATION, "an image-level label "
-                                 "(no box): only boxes are read from a box CSV")
+        return image.dead_letter(
+            reasons.UNSUPPORTED_ANNOTATION,
+            "an image-level label (no box): only boxes are read from a box CSV",
+        )
     try:
         corners = [float(corner) for corner in written]
     except ValueError:
-        return image.dead_letter(reasons.INVALID_BOX, "XMin, XMax, YMin and YMax must be "
-                                 "numbers relative to the image (0 to 1): "
-                                 f"{[value[side] for side in ('XMin', 'XMax', 'YMin', 'YMax')]}")
+        return image.dead_letter(
+            reasons.INVALID_BOX,
+            "XMin, XMax, YMin and YMax must be "
+            "numbers relative to the image (0 to 1): "
+            f"{[value[side] for side in ('XMin', 'XMax', 'YMin', 'YMax')]}",
+        )
     box = clipped_box(*corners)
     if not isinstance(box, Box):
         return image.dead_letter(*box)
-    flags = {field: int(value.get(column, "").strip() == "1")
-             for column, field in _FLAGS.items()}
+    flags = {field: int(value.get(column, "").strip() == "1") for column, field in _FLAGS.items()}
     return image._replace(labels=(label,), boxes=(box._replace(**flags),))
 
 
@@ -206,19 +240,27 @@ class OpenImagesFormat(InputFormat):
         columns = _header(source.path)[1]
         missing = [name for name in _REQUIRED if name not in columns]
         if missing:
-            raise ManifestError(f"{source.path}: an Open Images box CSV needs the columns "
-                                f"{', '.join(_REQUIRED)}; the header lacks {', '.join(missing)}")
+            raise ManifestError(
+                f"{source.path}: an Open Images box CSV needs the columns "
+                f"{', '.join(_REQUIRED)}; the header lacks {', '.join(missing)}"
+            )
         if ClassDescriptions.beside(source.path) is None:
-            logging.warning("%s: no class descriptions file (%s) beside it: the labels are "
-                            "the MIDs (LabelName)", source.path, " or ".join(_DESCRIPTIONS))
+            logging.warning(
+                "%s: no class descriptions file (%s) beside it: the labels are "
+                "the MIDs (LabelName)",
+                source.path,
+                " or ".join(_DESCRIPTIONS),
+            )
 
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
         descriptions = ClassDescriptions.beside(source.path)
         if descriptions is None:
             return None
-        return DeclaredClasses(f"{descriptions.path} (DisplayName)",
-                               tuple(descriptions.names.values()))
+        return DeclaredClasses(
+            f"{descriptions.path} (DisplayName)", tuple(descriptions.names.values())
+        )
 
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestRow | DeadLetter]:
+    def read(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+    ) -> Iterator[ManifestRow | DeadLetter]:
         return read_open_images(source.path, rules, source.split, lines)

@@ -20,7 +20,12 @@ from image_tfrecords.core.images import ImageSettings
 from image_tfrecords.core.records import ManifestRow
 from image_tfrecords.core.schema import ExtraColumn
 from image_tfrecords.core.splits import SPLITS, normalise_split
-from image_tfrecords.core.text_limits import MAX_LABEL_CHARS, MAX_LABELS_PER_ROW, excerpt, line_break_in
+from image_tfrecords.core.text_limits import (
+    MAX_LABEL_CHARS,
+    MAX_LABELS_PER_ROW,
+    excerpt,
+    line_break_in,
+)
 
 DISCARD = "discard"  # TFRecorder's split value for rows to leave out
 DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
@@ -73,8 +78,9 @@ class RowRules:
     @property
     def names_columns(self) -> bool:
         """Whether options name a header's columns (so the first row is a header)."""
-        return bool(self.uri_column or self.label_column
-                    or self.split_column not in (None, NO_SPLIT_COLUMN))
+        return bool(
+            self.uri_column or self.label_column or self.split_column not in (None, NO_SPLIT_COLUMN)
+        )
 
     @property
     def ignores_split_column(self) -> bool:
@@ -169,18 +175,22 @@ def _normpath(path: str) -> str:
     return posixpath.normpath("/" + path.lstrip("/") if path.startswith("//") else path)
 
 
-def rejecter(manifest: str, line: int, raw: str, where: str = ""
-              ) -> Callable[..., DeadLetter]:
+def rejecter(manifest: str, line: int, raw: str, where: str = "") -> Callable[..., DeadLetter]:
     """reject(reason, message, uri="", split="") for one row; `where` starts the message."""
+
     def reject(reason: str, message: str, uri: str = "", split: str = "") -> DeadLetter:
         return DeadLetter(manifest, line, printable(raw), uri, split, reason, where + message)
+
     return reject
 
 
 def is_split_value(field: str) -> bool:
     """Whether a headerless row's first field is a split column (not an image URI)."""
-    return (normalise_split(field) is not None
-            or field.strip().lower() in ("", "unassigned", DISCARD))
+    return normalise_split(field) is not None or field.strip().lower() in (
+        "",
+        "unassigned",
+        DISCARD,
+    )
 
 
 def row_split(written: str, uri: str, rules: RowRules, forced: str | None = None) -> str | None:
@@ -196,12 +206,16 @@ def row_split(written: str, uri: str, rules: RowRules, forced: str | None = None
 
 def invalid_split(written: str, forced: str | None = None) -> str:
     if forced and normalise_split(written):
-        return (f"split {written!r} disagrees with the {forced.upper()} that --manifest "
-                f"{forced.upper()}=PATH gives every row of this file")
+        return (
+            f"split {written!r} disagrees with the {forced.upper()} that --manifest "
+            f"{forced.upper()}=PATH gives every row of this file"
+        )
     # The common names only (core/splits.py SPLIT_NAMES has them all): the golden
     # outputs' dead letters hold this text.
-    return (f"split {written!r} is not one of TRAIN, VALIDATION (or VAL, VALID, EVAL, DEV), "
-            "TEST, UNASSIGNED or DISCARD")
+    return (
+        f"split {written!r} is not one of TRAIN, VALIDATION (or VAL, VALID, EVAL, DEV), "
+        "TEST, UNASSIGNED or DISCARD"
+    )
 
 
 def json_id(entry: dict, key: str) -> object:
@@ -231,8 +245,7 @@ def labels_checked(items: Iterable[ManifestItem], rules: RowRules) -> Iterator[M
     """`items` with every row whose labels cannot be written a dead letter instead (see
     labels_problem): one check for every input format."""
     for item in items:
-        problem = isinstance(item, ManifestRow) and labels_problem(item.labels,
-                                                                   rules.multi_label)
+        problem = isinstance(item, ManifestRow) and labels_problem(item.labels, rules.multi_label)
         yield item.dead_letter(*problem) if problem else item
 
 
@@ -240,13 +253,16 @@ def label_problem(label: str) -> tuple[str, str] | None:
     """(dead-letter reason, message) where `label` (or a declared class name) cannot be
     one; None where it can."""
     if len(label) > MAX_LABEL_CHARS:
-        return reasons.TEXT_TOO_LONG, (f"a label of {len(label):,} characters, over the "
-                                       f"limit of {MAX_LABEL_CHARS:,}: {excerpt(label)!r}")
+        return reasons.TEXT_TOO_LONG, (
+            f"a label of {len(label):,} characters, over the "
+            f"limit of {MAX_LABEL_CHARS:,}: {excerpt(label)!r}"
+        )
     breaking = line_break_in(label)
     if breaking:
         return reasons.LABEL_BREAKS_LINES, (
             f"label {label!r} holds {breaking}: the vocabulary file holds a label a line, "
-            "so no label can break lines")
+            "so no label can break lines"
+        )
     return None
 
 
@@ -254,8 +270,9 @@ def labels_problem(labels: Sequence[str], per_row_limit: bool) -> tuple[str, str
     """(dead-letter reason, message) where a row's `labels` cannot be written, or None;
     `per_row_limit`: whether MAX_LABELS_PER_ROW applies (--label_mode multi)."""
     if per_row_limit and len(labels) > MAX_LABELS_PER_ROW:
-        return reasons.TOO_MANY_LABELS, (f"{len(labels):,} labels in one row, over the "
-                                         f"limit of {MAX_LABELS_PER_ROW:,}")
+        return reasons.TOO_MANY_LABELS, (
+            f"{len(labels):,} labels in one row, over the limit of {MAX_LABELS_PER_ROW:,}"
+        )
     return next(filter(None, map(label_problem, dict.fromkeys(labels))), None)
 
 
@@ -273,5 +290,8 @@ class ImageEntries:
         first = self._first.setdefault((image.split, image.uri), where)
         if first == where:
             return None
-        return image.dead_letter(reasons.DUPLICATE_ROW, f"{where}: the same image as {first} "
-                                 f"in {image.split}; its objects are read from there once")
+        return image.dead_letter(
+            reasons.DUPLICATE_ROW,
+            f"{where}: the same image as {first} "
+            f"in {image.split}; its objects are read from there once",
+        )

@@ -30,8 +30,14 @@ from image_tfrecords.core.inputs.coco_panoptic import CocoPanopticFormat
 from image_tfrecords.core.inputs.cvat import CvatFormat
 from image_tfrecords.core.inputs.folder import ImageFolderFormat, class_folders
 from image_tfrecords.core.inputs.hf_imagefolder import HfMetadataFormat
-from image_tfrecords.core.inputs.input_format import (DeclaredClasses, FileHead, FolderReading,
-                                                      InputFormat, is_glob, plain_name)
+from image_tfrecords.core.inputs.input_format import (
+    DeclaredClasses,
+    FileHead,
+    FolderReading,
+    InputFormat,
+    is_glob,
+    plain_name,
+)
 from image_tfrecords.core.inputs.kitti import KittiFormat
 from image_tfrecords.core.inputs.label_studio import LabelStudioFormat
 from image_tfrecords.core.inputs.labelme import LabelMeFormat
@@ -43,32 +49,36 @@ from image_tfrecords.core.inputs.yolo import YoloFormat
 from image_tfrecords.core.splits import normalise_split
 
 # Where a file's name fits several formats and its content none, the first listed reads it.
-FORMATS: dict[str, InputFormat] = {format.name: format for format in (
-    VocFormat(),
-    CvatFormat(),
-    HfMetadataFormat(),
-    VertexJsonlFormat(),
-    CocoFormat(),
-    CocoPanopticFormat(),
-    LabelStudioFormat(),
-    LabelMeFormat(),
-    YoloFormat(),
-    CsvFormat(),
-    KittiFormat(),
-    OpenImagesFormat(),
-    ImageFolderFormat(),
-)}
+FORMATS: dict[str, InputFormat] = {
+    format.name: format
+    for format in (
+        VocFormat(),
+        CvatFormat(),
+        HfMetadataFormat(),
+        VertexJsonlFormat(),
+        CocoFormat(),
+        CocoPanopticFormat(),
+        LabelStudioFormat(),
+        LabelMeFormat(),
+        YoloFormat(),
+        CsvFormat(),
+        KittiFormat(),
+        OpenImagesFormat(),
+        ImageFolderFormat(),
+    )
+}
 # What --input_format may name.
-MANIFEST_FORMATS = tuple(name for name, format in FORMATS.items()
-                         if format.chosen_by_input_format)
+MANIFEST_FORMATS = tuple(name for name, format in FORMATS.items() if format.chosen_by_input_format)
 # Names of files, not folders, whatever else they are.
-_FILE_SUFFIXES = tuple(sorted({suffix for format in FORMATS.values()
-                               for suffix in format.suffixes}))
+_FILE_SUFFIXES = tuple(
+    sorted({suffix for format in FORMATS.values() for suffix in format.suffixes})
+)
 # What a name no format's suffixes claim is read as.
 _DEFAULT_FORMAT = next(name for name, format in FORMATS.items() if format.reads_unclaimed_names)
 # What a folder given to --manifest that holds no format's files is said to lack.
-_FOLDER_FILES = " or ".join(sorted(format.folder_files for format in FORMATS.values()
-                                   if format.folder_files))
+_FOLDER_FILES = " or ".join(
+    sorted(format.folder_files for format in FORMATS.values() if format.folder_files)
+)
 
 
 def split_and_path(argument: str) -> tuple[str | None, str]:
@@ -82,8 +92,11 @@ def split_and_path(argument: str) -> tuple[str | None, str]:
     return (split, path) if split else (None, argument)
 
 
-def find_manifests(arguments: Iterable[str], input_format: str | None = None,
-                   say: Callable[[str], None] = lambda line: None) -> list[ManifestSource]:
+def find_manifests(
+    arguments: Iterable[str],
+    input_format: str | None = None,
+    say: Callable[[str], None] = lambda line: None,
+) -> list[ManifestSource]:
     """--manifest values (paths, globs, SPLIT=PATH, folders of a format's files, folders
     that hold a dataset's files) -> the sources to read, each in `input_format` or its
     sniffed format; fails clearly for one that matches nothing or whose format is
@@ -96,17 +109,23 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None,
         files = [] if globbed else _files_in_folder(path, input_format)
         held = _held_sources(path, input_format) if not globbed and not files else None
         if held:
-            say(held.said + (f"; {argument.partition('=')[0]}= gives every row "
-                             f"{split.upper()}" if split else ""))
+            say(
+                held.said
+                + (
+                    f"; {argument.partition('=')[0]}= gives every row {split.upper()}"
+                    if split
+                    else ""
+                )
+            )
             for note in held.notes:
                 say(note)
-            found.update(source._replace(split=split or source.split)
-                         for source in held.sources)
+            found.update(source._replace(split=split or source.split) for source in held.sources)
             continue
         if not globbed and not files and _is_folder(path):
             raise ManifestError(
                 f"--manifest {argument} is a folder without {_FOLDER_FILES} files: "
-                f"give a manifest file, or --image_folder {path} for images in class folders")
+                f"give a manifest file, or --image_folder {path} for images in class folders"
+            )
         if globbed:
             if not storage.match(globbed[1]):
                 raise ManifestError(f"manifest not found: {argument}")
@@ -115,8 +134,7 @@ def find_manifests(arguments: Iterable[str], input_format: str | None = None,
         paths = [found.path for found in files or storage.match(path)]
         if not paths:
             raise ManifestError(f"manifest not found: {argument}")
-        found.update(ManifestSource(each, input_format or format_of(each), split)
-                     for each in paths)
+        found.update(ManifestSource(each, input_format or format_of(each), split) for each in paths)
     return sorted(found, key=lambda source: (source.path, source.split or ""))
 
 
@@ -157,8 +175,9 @@ def read_folder_as(root: str, relatives: list[str]) -> FolderReading | None:
     return None
 
 
-def image_folder_sources(root: str, rules: RowRules, say: Callable[[str], None]
-                         ) -> tuple[list[ManifestSource], list[str]]:
+def image_folder_sources(
+    root: str, rules: RowRules, say: Callable[[str], None]
+) -> tuple[list[ManifestSource], list[str]]:
     """--image_folder: (the manifests it holds (InputFormat.folder_reading: a Hugging
     Face imagefolder's metadata, a YOLO folder's classes.txt), said by `say`; or none
     for class folders, and the path of a file for the storage probe). Class folders
@@ -181,10 +200,14 @@ def relative_files(root: str) -> list[str]:
     """Every file under `root`, its path relative to `root`, hidden ones left out (as the
     datasets library leaves them out)."""
     root = root.rstrip("/")
-    relatives = (metadata.path[len(root) + 1:]
-                 for metadata in storage.match(storage.everything_under(root)))
-    return sorted(relative for relative in relatives
-                  if not any(part.startswith(".") for part in relative.split("/")))
+    relatives = (
+        metadata.path[len(root) + 1 :] for metadata in storage.match(storage.everything_under(root))
+    )
+    return sorted(
+        relative
+        for relative in relatives
+        if not any(part.startswith(".") for part in relative.split("/"))
+    )
 
 
 def _files_in_folder(path: str, input_format: str | None) -> list:
@@ -195,8 +218,11 @@ def _files_in_folder(path: str, input_format: str | None) -> list:
         return []
     for format in _asked(input_format):
         if format.folder_glob:
-            files = [found for found in storage.match(storage.join(path, format.folder_glob))
-                     if (input_format or format_of(found.path)) == format.name]
+            files = [
+                found
+                for found in storage.match(storage.join(path, format.folder_glob))
+                if (input_format or format_of(found.path)) == format.name
+            ]
             if files:
                 return files
     return []
@@ -221,8 +247,9 @@ def is_annotation_folder(path: str) -> bool:
 def format_of(path: str) -> str:
     """The name of the format that reads the file at `path` (see the module's doc)."""
     name = plain_name(path)
-    candidates = [format for format in FORMATS.values()
-                  if format.suffixes and name.endswith(format.suffixes)]
+    candidates = [
+        format for format in FORMATS.values() if format.suffixes and name.endswith(format.suffixes)
+    ]
     if len(candidates) < 2:
         return candidates[0].name if candidates else _DEFAULT_FORMAT
     head = FileHead.read(path)
@@ -230,7 +257,8 @@ def format_of(path: str) -> str:
     if len(recognised) > 1:
         raise ManifestError(
             f"{path} could be read as {' or as '.join(f.title for f in recognised)}: name "
-            f"its format with --input_format ({' or '.join(f.name for f in recognised)})")
+            f"its format with --input_format ({' or '.join(f.name for f in recognised)})"
+        )
     return (recognised or candidates)[0].name
 
 
@@ -248,13 +276,21 @@ def class_declarations(sources: Sequence[ManifestSource]) -> list[DeclaredClasse
     for declared in filter(None, found):
         repeated = sorted(name for name, count in Counter(declared.labels).items() if count > 1)
         unlabelled = next(filter(None, map(label_problem, declared.labels)), None)
-        problem = (unlabelled[1] if unlabelled  # first: it bounds what the others quote
-                   else f"{', '.join(map(repr, repeated))} twice" if repeated
-                   else "no class" if not declared.labels
-                   else "an empty name" if not all(declared.labels) else None)
+        problem = (
+            unlabelled[1]
+            if unlabelled  # first: it bounds what the others quote
+            else f"{', '.join(map(repr, repeated))} twice"
+            if repeated
+            else "no class"
+            if not declared.labels
+            else "an empty name"
+            if not all(declared.labels)
+            else None
+        )
         if problem:
-            raise ManifestError(f"{declared.declared_by} declares classes that cannot be "
-                                f"ids: {problem}")
+            raise ManifestError(
+                f"{declared.declared_by} declares classes that cannot be ids: {problem}"
+            )
     return found
 
 
@@ -269,11 +305,14 @@ def one_declaration(declarations: Iterable[DeclaredClasses | None]) -> DeclaredC
         raise ManifestError(
             f"{first.declared_by} and {second.declared_by} declare different classes "
             f"({_first_difference(first.labels, second.labels)}): convert them apart, or "
-            "give the ids of both with --vocabulary FILE")
+            "give the ids of both with --vocabulary FILE"
+        )
     (found,) = by_labels.values()
     others = len({declared.declared_by for declared in found}) - 1
-    return found[0]._replace(declared_by=found[0].declared_by + (
-        f" and {others} other file{'s' * (others > 1)}" if others else ""))
+    return found[0]._replace(
+        declared_by=found[0].declared_by
+        + (f" and {others} other file{'s' * (others > 1)}" if others else "")
+    )
 
 
 def _first_difference(first: Sequence[str], second: Sequence[str]) -> str:
@@ -283,8 +322,7 @@ def _first_difference(first: Sequence[str], second: Sequence[str]) -> str:
     return f"{len(first)} classes in one, {len(second)} in the other"
 
 
-def read_source(source: ManifestSource, rules: RowRules = RowRules()
-                ) -> Iterator[ManifestItem]:
+def read_source(source: ManifestSource, rules: RowRules = RowRules()) -> Iterator[ManifestItem]:
     return read_chunk(RowChunk(source), rules)
 
 
@@ -292,8 +330,9 @@ def read_chunk(chunk: RowChunk, rules: RowRules) -> Iterator[ManifestItem]:
     return FORMATS[chunk.source.format].checked_rows(chunk.source, rules, chunk.lines)
 
 
-def read_manifest(path: str, rules: RowRules = RowRules(), split: str | None = None
-                  ) -> Iterator[ManifestItem]:
+def read_manifest(
+    path: str, rules: RowRules = RowRules(), split: str | None = None
+) -> Iterator[ManifestItem]:
     """Every row of one manifest file, in its sniffed format, as read_source reads it.
 
     Rows without a split (UNASSIGNED, empty, or no split column) get `split` when given

@@ -10,19 +10,30 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 
 from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.choices import LabelMode
+from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import box_row, parse_box
 from image_tfrecords.core.inputs.documents import load_json
 from image_tfrecords.core.inputs.input_format import FileHead, InputFormat
 from image_tfrecords.core.inputs.lines import LOOKAHEAD, LongLine, numbered_lines, short_lines
-from image_tfrecords.core.inputs.rows import (ManifestError, RowRules, has_undecodable_bytes, image_folder,
-                                invalid_split, json_text, rejecter, resolve_uri, row_split)
+from image_tfrecords.core.inputs.rows import (
+    ManifestError,
+    RowRules,
+    has_undecodable_bytes,
+    image_folder,
+    invalid_split,
+    json_text,
+    rejecter,
+    resolve_uri,
+    row_split,
+)
 from image_tfrecords.core.records import ManifestRow
 
-def read_jsonl(path: str, rules: RowRules, split: str | None, lines: LineRange | None = None
-               ) -> Iterator[ManifestRow | DeadLetter]:
+
+def read_jsonl(
+    path: str, rules: RowRules, split: str | None, lines: LineRange | None = None
+) -> Iterator[ManifestRow | DeadLetter]:
     folder = image_folder(path, rules)
     for line, raw in numbered_lines(path, lines):
         if isinstance(raw, LongLine):
@@ -52,21 +63,32 @@ def jsonl_label_mode_problem(items: Sequence[dict], rules: RowRules) -> str | No
     """label_mode_problem for Vertex AI JSON Lines: several classification labels on any
     line without multi (that is unambiguous), or more than half of the lines shaped for
     the other mode (boxes and no classification, or the reverse)."""
-    boxes_only = sum(bool(item.get("boundingBoxAnnotations")) and not _classified(item)
-                     for item in items)
-    classified_only = sum(_classified(item) and not item.get("boundingBoxAnnotations")
-                          for item in items)
-    several = sum(isinstance(item.get("classificationAnnotations"), list)
-                  and len(item["classificationAnnotations"]) > 1 for item in items)
+    boxes_only = sum(
+        bool(item.get("boundingBoxAnnotations")) and not _classified(item) for item in items
+    )
+    classified_only = sum(
+        _classified(item) and not item.get("boundingBoxAnnotations") for item in items
+    )
+    several = sum(
+        isinstance(item.get("classificationAnnotations"), list)
+        and len(item["classificationAnnotations"]) > 1
+        for item in items
+    )
     if rules.detection and 2 * classified_only > len(items):
-        return (f"{classified_only} of the first {len(items)} lines have a classification "
-                "annotation and no boundingBoxAnnotations; pass --label_mode single (or multi)")
+        return (
+            f"{classified_only} of the first {len(items)} lines have a classification "
+            "annotation and no boundingBoxAnnotations; pass --label_mode single (or multi)"
+        )
     if not rules.detection and 2 * boxes_only > len(items):
-        return (f"{boxes_only} of the first {len(items)} lines have only "
-                "boundingBoxAnnotations; pass --label_mode detection")
+        return (
+            f"{boxes_only} of the first {len(items)} lines have only "
+            "boundingBoxAnnotations; pass --label_mode detection"
+        )
     if rules.label_mode is LabelMode.SINGLE and several:
-        return (f"{several} of the first {len(items)} lines have several "
-                "classificationAnnotations; pass --label_mode multi")
+        return (
+            f"{several} of the first {len(items)} lines have several "
+            "classificationAnnotations; pass --label_mode multi"
+        )
     return None
 
 
@@ -77,9 +99,14 @@ def _classified(item: dict) -> bool:
 _VERTEX_ML_USE = "aiplatform.googleapis.com/ml_use"
 
 
-def _parse_jsonl_line(manifest: str, folder: str, line: int, raw: str,
-                      rules: RowRules, forced_split: str | None = None
-                      ) -> Iterator[ManifestRow | DeadLetter]:
+def _parse_jsonl_line(
+    manifest: str,
+    folder: str,
+    line: int,
+    raw: str,
+    rules: RowRules,
+    forced_split: str | None = None,
+) -> Iterator[ManifestRow | DeadLetter]:
     """One line of a Vertex AI image import file: one row, or with detection rules one
     row per bounding box (so that a bad box costs only itself)."""
     reject = rejecter(manifest, line, raw)
@@ -101,13 +128,15 @@ def _parse_jsonl_line(manifest: str, folder: str, line: int, raw: str,
     written_uri = written_uri.strip()
     uri = resolve_uri(written_uri, folder)
     resource_labels = item.get("dataItemResourceLabels")
-    ml_use = str(resource_labels.get(_VERTEX_ML_USE, "")
-                 if isinstance(resource_labels, dict) else "")
+    ml_use = str(
+        resource_labels.get(_VERTEX_ML_USE, "") if isinstance(resource_labels, dict) else ""
+    )
     # Vertex AI's ml_use values (training, validation, test) are split names (splits.py).
     split = row_split(ml_use, written_uri, rules, forced_split)
     if split is None:
-        yield reject(reasons.INVALID_SPLIT, invalid_split(ml_use, forced_split),
-                     uri=uri, split=ml_use)
+        yield reject(
+            reasons.INVALID_SPLIT, invalid_split(ml_use, forced_split), uri=uri, split=ml_use
+        )
         return
     image = ManifestRow(manifest, line, raw, split, uri, ())
     if rules.detection:
@@ -116,38 +145,54 @@ def _parse_jsonl_line(manifest: str, folder: str, line: int, raw: str,
         yield _jsonl_classification_row(image, item, rules, reject)
 
 
-def _jsonl_classification_row(image: ManifestRow, item: dict, rules: RowRules,
-                              reject: Callable[..., DeadLetter]) -> ManifestRow | DeadLetter:
+def _jsonl_classification_row(
+    image: ManifestRow, item: dict, rules: RowRules, reject: Callable[..., DeadLetter]
+) -> ManifestRow | DeadLetter:
     annotations = item.get("classificationAnnotations") or [
-        item.get("classificationAnnotation") or {}]
+        item.get("classificationAnnotation") or {}
+    ]
     if not isinstance(annotations, list):  # no annotation: missing_label below
         annotations = []
-    labels = tuple(dict.fromkeys(
-        str(annotation.get("displayName", "")).strip() for annotation in annotations
-        if isinstance(annotation, dict) and str(annotation.get("displayName", "")).strip()))
+    labels = tuple(
+        dict.fromkeys(
+            str(annotation.get("displayName", "")).strip()
+            for annotation in annotations
+            if isinstance(annotation, dict) and str(annotation.get("displayName", "")).strip()
+        )
+    )
     where = {"uri": image.uri, "split": image.split}
     if not labels and item.get("boundingBoxAnnotations"):
-        return reject(reasons.UNSUPPORTED_ANNOTATION, "boundingBoxAnnotations without a "
-                      "classification annotation; pass --label_mode detection", **where)
+        return reject(
+            reasons.UNSUPPORTED_ANNOTATION,
+            "boundingBoxAnnotations without a "
+            "classification annotation; pass --label_mode detection",
+            **where,
+        )
     if not labels:
-        return reject(reasons.MISSING_LABEL, "no classification annotation with a "
-                      "displayName", **where)
+        return reject(
+            reasons.MISSING_LABEL, "no classification annotation with a displayName", **where
+        )
     if len(labels) > 1 and not rules.multi_label:
-        return reject(reasons.MULTIPLE_LABELS, f"{len(labels)} labels; pass --label_mode "
-                      "multi to keep them all", **where)
+        return reject(
+            reasons.MULTIPLE_LABELS,
+            f"{len(labels)} labels; pass --label_mode multi to keep them all",
+            **where,
+        )
     return image._replace(labels=labels)
 
 
 _VERTEX_BOX_KEYS = ("xMin", "yMin", "", "", "xMax", "yMax", "", "")  # as parse_box reads them
 
 
-def _jsonl_box_rows(image: ManifestRow, annotations: object
-                    ) -> Iterator[ManifestRow | DeadLetter]:
+def _jsonl_box_rows(image: ManifestRow, annotations: object) -> Iterator[ManifestRow | DeadLetter]:
     """A row per bounding box annotation; a line without any is an image without objects."""
     if not isinstance(annotations, list):
         yield rejecter(image.manifest, image.line, image.raw)(
-            reasons.MALFORMED_ROW, "boundingBoxAnnotations is not a list",
-            uri=image.uri, split=image.split)
+            reasons.MALFORMED_ROW,
+            "boundingBoxAnnotations is not a list",
+            uri=image.uri,
+            split=image.split,
+        )
         return
     if not annotations:
         yield image
@@ -155,13 +200,18 @@ def _jsonl_box_rows(image: ManifestRow, annotations: object
         raw = json.dumps(annotation, ensure_ascii=False)
         reject = rejecter(image.manifest, image.line, raw, f"boundingBoxAnnotations[{index}]: ")
         if not isinstance(annotation, dict):
-            yield reject(reasons.MALFORMED_ROW, "expected a JSON object", uri=image.uri,
-                         split=image.split)
+            yield reject(
+                reasons.MALFORMED_ROW, "expected a JSON object", uri=image.uri, split=image.split
+            )
             continue
         vertices = [json_text(annotation.get(key)) if key else "" for key in _VERTEX_BOX_KEYS]
-        yield box_row(image._replace(raw=raw), json_text(annotation.get("displayName")),
-                      any(vertices), functools.partial(parse_box, vertices), reject)
-
+        yield box_row(
+            image._replace(raw=raw),
+            json_text(annotation.get("displayName")),
+            any(vertices),
+            functools.partial(parse_box, vertices),
+            reject,
+        )
 
 
 class VertexJsonlFormat(InputFormat):
@@ -176,10 +226,10 @@ class VertexJsonlFormat(InputFormat):
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         if rules.extra_columns:
-            raise ManifestError(f"{source.path}: --schema columns are read from CSV "
-                                "manifests only")
+            raise ManifestError(f"{source.path}: --schema columns are read from CSV manifests only")
         check_jsonl(source.path, rules)
 
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestRow | DeadLetter]:
+    def read(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+    ) -> Iterator[ManifestRow | DeadLetter]:
         return read_jsonl(source.path, rules, source.split, lines)

@@ -23,15 +23,20 @@ from collections.abc import Iterator
 from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core import storage
 from image_tfrecords.core.choices import LeftOut
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.inputs.boxes import declared_size, pixel_box
+from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs import documents
+from image_tfrecords.core.inputs.boxes import declared_size, pixel_box
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat, is_glob
 from image_tfrecords.core.inputs.lines import whole_lines
-from image_tfrecords.core.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
-                                printable)
+from image_tfrecords.core.inputs.rows import (
+    ManifestError,
+    RowRules,
+    assign_split,
+    has_undecodable_bytes,
+    printable,
+)
 from image_tfrecords.core.records import Box, ManifestRow
 
 ANNOTATIONS = "Annotations"
@@ -53,8 +58,7 @@ def xml_glob(path: str) -> str | None:
         return path
     if any(char in path.rstrip("/").rsplit("/", 1)[-1] for char in ".*?["):
         return None  # a file name or a glob: some other manifest
-    for pattern in (storage.join(path, "*.xml"),
-                    storage.join(path, ANNOTATIONS, "*.xml")):
+    for pattern in (storage.join(path, "*.xml"), storage.join(path, ANNOTATIONS, "*.xml")):
         if storage.match(pattern):
             return pattern
     return None
@@ -67,21 +71,22 @@ def check_voc(pattern: str, split: str | None) -> None:
     if split is None or root is None:
         return
     folder = storage.join(root, "ImageSets", "Main")
-    present = [file for file in _LISTS.values()
-               if storage.exists(storage.join(folder, file))]
+    present = [file for file in _LISTS.values() if storage.exists(storage.join(folder, file))]
     if present and _LISTS[split] not in present:
-        raise ManifestError(f"{folder} has no {_LISTS[split]} for --manifest "
-                            f"{split.upper()}=...; it lists {', '.join(present)}")
+        raise ManifestError(
+            f"{folder} has no {_LISTS[split]} for --manifest "
+            f"{split.upper()}=...; it lists {', '.join(present)}"
+        )
 
 
-def read_voc(pattern: str, rules: RowRules, split: str | None
-             ) -> Iterator[ManifestRow | DeadLetter]:
+def read_voc(
+    pattern: str, rules: RowRules, split: str | None
+) -> Iterator[ManifestRow | DeadLetter]:
     """Every XML `pattern` matches, in path order: a row per object (an XML without
     objects: an image without objects), or a DeadLetter naming the file and the reason."""
     image_sets: dict[str, dict[str, str] | None] = {}  # by VOCdevkit root, each read once
     skipped = 0
-    for metadata in sorted(storage.match(pattern),
-                           key=lambda found: found.path):
+    for metadata in sorted(storage.match(pattern), key=lambda found: found.path):
         path = metadata.path
         folder, name = storage.split(path)
         root = _devkit_root(folder)
@@ -94,13 +99,20 @@ def read_voc(pattern: str, rules: RowRules, split: str | None
             continue
         dataset = DatasetRoot.of(path, rules, root)
         images = rules.image_dir or (storage.join(root, _IMAGES) if root else folder)
-        maps = (storage.join(root, _SEGMENTATION) if root is not None
-                and LeftOut.SEGMENTATION not in rules.leave_out else None)
-        yield from _xml_rows(path, dataset, images, maps,
-                             listed[image_id] if listed else split, rules)
+        maps = (
+            storage.join(root, _SEGMENTATION)
+            if root is not None and LeftOut.SEGMENTATION not in rules.leave_out
+            else None
+        )
+        yield from _xml_rows(
+            path, dataset, images, maps, listed[image_id] if listed else split, rules
+        )
     if skipped:
-        logging.warning("%s: %d annotation XMLs are in no ImageSets/Main list and were left "
-                        "out", pattern, skipped)
+        logging.warning(
+            "%s: %d annotation XMLs are in no ImageSets/Main list and were left out",
+            pattern,
+            skipped,
+        )
 
 
 def declared_class_list(pattern: str) -> DeclaredClasses | None:
@@ -111,17 +123,25 @@ def declared_class_list(pattern: str) -> DeclaredClasses | None:
     ManifestError for two that differ."""
     folder = storage.split(pattern)[0]
     folders = dict.fromkeys(filter(None, (folder, _devkit_root(folder))))
-    found = [_read_class_list(path) for each in folders for name in _CLASS_LISTS
-             if storage.exists(path := storage.join(each, name))]
+    found = [
+        _read_class_list(path)
+        for each in folders
+        for name in _CLASS_LISTS
+        if storage.exists(path := storage.join(each, name))
+    ]
     if len({declared.labels for declared in found}) > 1:
-        raise ManifestError(f"{found[0].declared_by} and {found[1].declared_by} list "
-                            "different classes: keep one")
+        raise ManifestError(
+            f"{found[0].declared_by} and {found[1].declared_by} list different classes: keep one"
+        )
     return found[0] if found else None
 
 
 def _read_class_list(path: str) -> DeclaredClasses:
-    names = [line.split(":", 1)[0].strip() if path.endswith("labelmap.txt") else line.strip()
-             for _, line in whole_lines(path) if not line.lstrip().startswith("#")]
+    names = [
+        line.split(":", 1)[0].strip() if path.endswith("labelmap.txt") else line.strip()
+        for _, line in whole_lines(path)
+        if not line.lstrip().startswith("#")
+    ]
     if names and names[0].lower() in _BACKGROUND:
         names = names[1:]
     return DeclaredClasses(path, tuple(names))
@@ -145,33 +165,54 @@ def _read_image_sets(root: str, split: str | None) -> dict[str, str] | None:
         present = True
         for number, line in whole_lines(path):
             if has_undecodable_bytes(line):  # an id no XML's name can match
-                raise ManifestError(f"{path} is not UTF-8 text: line {number} is "
-                                    f"{printable(line)!r}")
+                raise ManifestError(
+                    f"{path} is not UTF-8 text: line {number} is {printable(line)!r}"
+                )
             found.setdefault(line.split()[0], name)
     return found if present else None
 
 
-def _xml_rows(path: str, dataset: DatasetRoot, images: str, maps: str | None,
-              split: str | None, rules: RowRules
-              ) -> Iterator[ManifestRow | DeadLetter]:
+def _xml_rows(
+    path: str,
+    dataset: DatasetRoot,
+    images: str,
+    maps: str | None,
+    split: str | None,
+    rules: RowRules,
+) -> Iterator[ManifestRow | DeadLetter]:
     """The XML's rows; with `maps` (ROOT/SegmentationClass) and <segmented>1</segmented>,
     the image's segmentation map is maps/<the XML's name>.png."""
     try:
         with storage.open_read(path) as file:
             annotation = documents.parse_xml(file.read())
     except (OSError, ElementTree.ParseError, documents.DocumentError) as error:
-        yield DeadLetter(path, 0, "", "", split or "", reasons.INVALID_ANNOTATION,
-                         f"cannot parse the XML: {error}")
+        yield DeadLetter(
+            path,
+            0,
+            "",
+            "",
+            split or "",
+            reasons.INVALID_ANNOTATION,
+            f"cannot parse the XML: {error}",
+        )
         return
     filename = (annotation.findtext("filename") or "").strip()
     size = declared_size(annotation.findtext("size/width"), annotation.findtext("size/height"))
     split = split or assign_split(filename, rules.split_fractions)
     if not filename or annotation.find("size") is None:
-        yield DeadLetter(path, 0, "", "", split, reasons.INVALID_ANNOTATION,
-                         "the XML has no <filename> or no <size>")
+        yield DeadLetter(
+            path,
+            0,
+            "",
+            "",
+            split,
+            reasons.INVALID_ANNOTATION,
+            "the XML has no <filename> or no <size>",
+        )
         return
-    image = ManifestRow(path, 0, filename, split, dataset.resolve(filename, images), (),
-                        listed_whole=True)
+    image = ManifestRow(
+        path, 0, filename, split, dataset.resolve(filename, images), (), listed_whole=True
+    )
     outside = dataset.outside(image.uri, f"<filename> {quoted(filename)}")
     if outside:
         yield image.dead_letter(*outside)
@@ -196,11 +237,14 @@ def _object_row(image: ManifestRow, element: ElementTree.Element) -> ManifestRow
     label = (element.findtext("name") or "").strip()
     if not label:
         return image.dead_letter(reasons.MISSING_LABEL, where + "<name> is missing or empty")
-    flags = {flag: _FLAGS.get((element.findtext(flag) or "0").strip())
-             for flag in ("difficult", "truncated")}
+    flags = {
+        flag: _FLAGS.get((element.findtext(flag) or "0").strip())
+        for flag in ("difficult", "truncated")
+    }
     if None in flags.values():
-        return image.dead_letter(reasons.INVALID_BOX, where + "<difficult> and <truncated> "
-                                 "must be 0 or 1")
+        return image.dead_letter(
+            reasons.INVALID_BOX, where + "<difficult> and <truncated> must be 0 or 1"
+        )
     corners = [element.findtext(f"bndbox/{side}") for side in ("xmin", "ymin", "xmax", "ymax")]
     box = pixel_box(corners, image.image_size, **flags)
     if not isinstance(box, Box):
@@ -233,6 +277,7 @@ class VocFormat(InputFormat):
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
         return declared_class_list(source.path)
 
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestRow | DeadLetter]:
+    def read(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+    ) -> Iterator[ManifestRow | DeadLetter]:
         return read_voc(source.path, rules, source.split)

@@ -48,17 +48,28 @@ import yaml
 
 from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core import storage
+from image_tfrecords.core.choices import LeftOut
 from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.dead_letters import DeadLetter
-from image_tfrecords.core.inputs.folder import IMAGE_EXTENSIONS
-from image_tfrecords.core.choices import LeftOut
 from image_tfrecords.core.inputs.boxes import clipped_box, extent, polygon_mask, with_mask
 from image_tfrecords.core.inputs.dataset_root import OPTION, DatasetRoot, bounded, quoted
 from image_tfrecords.core.inputs.documents import load_yaml
-from image_tfrecords.core.inputs.input_format import DeclaredClasses, FolderReading, InputFormat, plain_name
+from image_tfrecords.core.inputs.folder import IMAGE_EXTENSIONS
+from image_tfrecords.core.inputs.input_format import (
+    DeclaredClasses,
+    FolderReading,
+    InputFormat,
+    plain_name,
+)
 from image_tfrecords.core.inputs.lines import LongLine, numbered_lines, whole_lines
-from image_tfrecords.core.inputs.rows import (ManifestError, RowRules, assign_split, has_undecodable_bytes,
-                                normalise_path, printable)
+from image_tfrecords.core.inputs.rows import (
+    ManifestError,
+    RowRules,
+    assign_split,
+    has_undecodable_bytes,
+    normalise_path,
+    printable,
+)
 from image_tfrecords.core.masks import MAX_KEYPOINTS
 from image_tfrecords.core.records import Box, Keypoints, ManifestRow
 from image_tfrecords.core.splits import SPLITS, normalise_split
@@ -75,8 +86,7 @@ CLASSES_FILE = "classes.txt"  # a YOLO folder's class names without a data.yaml
 _CLASSES_FILE_PLACES = (CLASSES_FILE, f"labels/{CLASSES_FILE}")
 
 
-def read_yolo(path: str, rules: RowRules, split: str | None
-              ) -> Iterator[ManifestRow | DeadLetter]:
+def read_yolo(path: str, rules: RowRules, split: str | None) -> Iterator[ManifestRow | DeadLetter]:
     """A row per label line, and per image without one; a DeadLetter per line (or image)
     that cannot be one. With `split` (--manifest SPLIT=data.yaml) only that split's
     entry is read."""
@@ -90,19 +100,26 @@ def read_yolo(path: str, rules: RowRules, split: str | None
                 yield image._replace(split=split_name or "")
                 continue
             if image in seen:
-                yield DeadLetter(path, 0, image, image, split_name, reasons.DUPLICATE_ROW,
-                                 f"the image is listed twice in {_SPLIT_KEYS[split_name]!r}; "
-                                 "its labels were read once")
+                yield DeadLetter(
+                    path,
+                    0,
+                    image,
+                    image,
+                    split_name,
+                    reasons.DUPLICATE_ROW,
+                    f"the image is listed twice in {_SPLIT_KEYS[split_name]!r}; "
+                    "its labels were read once",
+                )
                 continue
             seen.add(image)
-            image_split = split_name or assign_split(dataset.relative(image),
-                                                     rules.split_fractions)
+            image_split = split_name or assign_split(dataset.relative(image), rules.split_fractions)
             label_file = label_path(image)
             if not labels.holds(label_file):
                 yield ManifestRow(path, 0, image, image_split, image, (), drawn_upright=True)
                 continue
             outside = home.outside(  # a link leading out
-                label_file, f"the label file {quoted(dataset.relative(label_file))}")
+                label_file, f"the label file {quoted(dataset.relative(label_file))}"
+            )
             if outside:
                 yield DeadLetter(path, 0, image, image, image_split, *outside)
                 continue
@@ -113,11 +130,19 @@ class YoloDataset:
     """data.yaml (or classes.txt), read: the class names, the root and the splits'
     entries."""
 
-    def __init__(self, path: str, names: tuple[str, ...], root: str,
-                 entries: dict[str | None, list[str]], keypoints: tuple[int, int] | None,
-                 keypoint_names: dict[int, tuple[str, ...]], names_key: str = "names",
-                 folder: str | None = None, written_root: str = "",
-                 found_here: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        names: tuple[str, ...],
+        root: str,
+        entries: dict[str | None, list[str]],
+        keypoints: tuple[int, int] | None,
+        keypoint_names: dict[int, tuple[str, ...]],
+        names_key: str = "names",
+        folder: str | None = None,
+        written_root: str = "",
+        found_here: str | None = None,
+    ) -> None:
         self.path = path
         self.names = names
         self.names_key = names_key  # where the names come from: "names", or "nc" alone
@@ -147,8 +172,9 @@ class YoloDataset:
             raise ManifestError(f"{path}: expected a YAML mapping (names, train, val...)")
         folder = storage.split(path)[0]
         written_root = str(data.get("path") or "")
-        root, found_here = _dataset_root(path, written_root, folder) if written_root else (
-            folder, None)
+        root, found_here = (
+            _dataset_root(path, written_root, folder) if written_root else (folder, None)
+        )
         entries = {}
         for split, key in _SPLIT_KEYS.items():
             value = data.get(key)
@@ -156,16 +182,28 @@ class YoloDataset:
                 continue
             written = value if isinstance(value, list) else [value]
             if not all(isinstance(entry, str) and entry.strip() for entry in written):
-                raise ManifestError(f"{path}: {key!r} must be a path or a list of paths, "
-                                    f"found {value!r}")
+                raise ManifestError(
+                    f"{path}: {key!r} must be a path or a list of paths, found {value!r}"
+                )
             entries[split] = [entry.strip() for entry in written]
         if not entries:
-            raise ManifestError(f"{path}: names no split: expected 'train' (and 'val', "
-                                "'test') as a folder of images or a .txt list of them")
+            raise ManifestError(
+                f"{path}: names no split: expected 'train' (and 'val', "
+                "'test') as a folder of images or a .txt list of them"
+            )
         names, keypoints = _class_names(path, data), _keypoint_shape(path, data)
-        return cls(path, names, root, entries, keypoints,
-                   _keypoint_names(path, data, len(names), keypoints),
-                   "names" if "names" in data else "nc", folder, written_root, found_here)
+        return cls(
+            path,
+            names,
+            root,
+            entries,
+            keypoints,
+            _keypoint_names(path, data, len(names), keypoints),
+            "names" if "names" in data else "nc",
+            folder,
+            written_root,
+            found_here,
+        )
 
     @classmethod
     def from_classes_file(cls, path: str) -> YoloDataset:
@@ -181,26 +219,33 @@ class YoloDataset:
         leaves it."""
         home = DatasetRoot(self.folder, rules.allow_paths_outside_dataset)
         if not home.admits(self.root):
-            raise ManifestError(f"{self.path}: path {quoted(self.written_root)} leaves the "
-                                f"YAML's folder {self.folder}: keep the YAML in the "
-                                f"dataset's folder, or pass {OPTION} to read it there")
+            raise ManifestError(
+                f"{self.path}: path {quoted(self.written_root)} leaves the "
+                f"YAML's folder {self.folder}: keep the YAML in the "
+                f"dataset's folder, or pass {OPTION} to read it there"
+            )
         if self.found_here:
             logging.warning("%s", self.found_here)
         return home
 
-    def images(self, home: DatasetRoot, only: str | None = None
-               ) -> Iterator[tuple[str | None, Iterator[str | DeadLetter]]]:
+    def images(
+        self, home: DatasetRoot, only: str | None = None
+    ) -> Iterator[tuple[str | None, Iterator[str | DeadLetter]]]:
         """(split, the URIs of its images, in the order listed, or dead letters for those
         outside `home`) per split entry; the split is None for a folder without splits
         (`only`, --manifest SPLIT=..., where given)."""
         if only is not None and only not in self.entries and None not in self.entries:
-            raise ManifestError(f"{self.path} has no {_SPLIT_KEYS[only]!r} entry for "
-                                f"--manifest {only.upper()}=...; it names "
-                                f"{', '.join(_SPLIT_KEYS[split] for split in self.entries)}")
+            raise ManifestError(
+                f"{self.path} has no {_SPLIT_KEYS[only]!r} entry for "
+                f"--manifest {only.upper()}=...; it names "
+                f"{', '.join(_SPLIT_KEYS[split] for split in self.entries)}"
+            )
         for split, entries in self.entries.items():
             if split is None or only in (None, split):
-                yield split or only, (image for entry in entries
-                                      for image in self._entry_images(entry, home))
+                yield (
+                    split or only,
+                    (image for entry in entries for image in self._entry_images(entry, home)),
+                )
 
     def relative(self, image: str) -> str:
         """The image's path under the root: what its hashed split is drawn from, the same
@@ -216,11 +261,15 @@ class YoloDataset:
             for number, line in whole_lines(found):
                 image = _resolve(line.strip(), folder)
                 outside = home.outside(image, f"the image {quoted(line.strip())}")
-                yield (DeadLetter(found, number, printable(line), image, "", *outside)
-                       if outside else image)
+                yield (
+                    DeadLetter(found, number, printable(line), image, "", *outside)
+                    if outside
+                    else image
+                )
             return
-        for image in sorted(metadata.path for metadata in storage.match(f"{found}/**")
-                            if _is_image(metadata.path)):
+        for image in sorted(
+            metadata.path for metadata in storage.match(f"{found}/**") if _is_image(metadata.path)
+        ):
             outside = home.outside(image, f"the image {quoted(self.relative(image))}")
             yield DeadLetter(self.path, 0, image, image, "", *outside) if outside else image
 
@@ -238,12 +287,16 @@ class YoloDataset:
             elif storage.match(f"{candidate}/**", limit=1):
                 return candidate
         if len(admitted) < len(candidates):
-            raise ManifestError(f"{self.path}: {quoted(entry)} names no folder of images or "
-                                f".txt list in the YAML's folder {self.folder}: keep the "
-                                f"YAML in the dataset's folder, or pass {OPTION} to read "
-                                f"the dataset there (looked for {_looked_for(candidates)})")
-        raise ManifestError(f"{self.path}: {quoted(entry)} is neither a folder of images nor "
-                            f"a .txt list of them (looked for {_looked_for(candidates)})")
+            raise ManifestError(
+                f"{self.path}: {quoted(entry)} names no folder of images or "
+                f".txt list in the YAML's folder {self.folder}: keep the "
+                f"YAML in the dataset's folder, or pass {OPTION} to read "
+                f"the dataset there (looked for {_looked_for(candidates)})"
+            )
+        raise ManifestError(
+            f"{self.path}: {quoted(entry)} is neither a folder of images nor "
+            f"a .txt list of them (looked for {_looked_for(candidates)})"
+        )
 
 
 def _looked_for(candidates: list[str]) -> str:
@@ -259,8 +312,10 @@ def _listed_class_names(path: str) -> tuple[str, ...]:
     if not names:
         raise ManifestError(f"{path} names no class: expected a class name a line")
     if not all(names) or len(set(names)) != len(names):
-        raise ManifestError(f"{path}: class names must be non-empty and distinct, a line "
-                            f"each (line i naming class id i): {names}")
+        raise ManifestError(
+            f"{path}: class names must be non-empty and distinct, a line "
+            f"each (line i naming class id i): {names}"
+        )
     return tuple(names)
 
 
@@ -270,9 +325,10 @@ def _folder_entries(root: str) -> dict[str | None, list[str]]:
     in split folders and outside them are refused: some would have no split."""
     entries: dict[str | None, set[str]] = {}
     outside = []
-    for image in (metadata.path for metadata in storage.match(f"{root}/**")
-                  if _is_image(metadata.path)):
-        parts = image[len(root) + 1:].split("/")
+    for image in (
+        metadata.path for metadata in storage.match(f"{root}/**") if _is_image(metadata.path)
+    ):
+        parts = image[len(root) + 1 :].split("/")
         if len(parts) > 2 and parts[0] == "images" and normalise_split(parts[1]):
             entries.setdefault(normalise_split(parts[1]), set()).add(f"images/{parts[1]}")
         elif len(parts) > 2 and parts[1] == "images" and normalise_split(parts[0]):
@@ -281,12 +337,17 @@ def _folder_entries(root: str) -> dict[str | None, list[str]]:
             outside.append("/".join(parts))
     if entries and outside:
         folders = sorted(set().union(*entries.values()))
-        raise ManifestError(f"{root}: images are in split folders ({', '.join(folders)}) and "
-                            f"outside them ({outside[0]}): put every image in a split "
-                            "folder, or none")
+        raise ManifestError(
+            f"{root}: images are in split folders ({', '.join(folders)}) and "
+            f"outside them ({outside[0]}): put every image in a split "
+            "folder, or none"
+        )
     if not entries:
-        return {None: ["images" if all(each.startswith("images/") for each in outside)
-                       else "."]} if outside else {}
+        return (
+            {None: ["images" if all(each.startswith("images/") for each in outside) else "."]}
+            if outside
+            else {}
+        )
     return {split: sorted(entries[split]) for split in SPLITS if split in entries}
 
 
@@ -306,13 +367,15 @@ class _LabelFolders:
     def holds(self, label_file: str) -> bool:
         folder = storage.split(label_file)[0]
         if folder not in self._listed:
-            self._listed[folder] = {metadata.path for metadata
-                                    in storage.match(storage.join(folder, "*.txt"))}
+            self._listed[folder] = {
+                metadata.path for metadata in storage.match(storage.join(folder, "*.txt"))
+            }
         return label_file in self._listed[folder]
 
 
-def _label_rows(label_file: str, image: str, split: str, dataset: YoloDataset,
-                rules: RowRules) -> Iterator[ManifestRow | DeadLetter]:
+def _label_rows(
+    label_file: str, image: str, split: str, dataset: YoloDataset, rules: RowRules
+) -> Iterator[ManifestRow | DeadLetter]:
     # Ultralytics reads an image's size and pixels turned upright (exif_size, cv2.imread).
     row = ManifestRow(label_file, 0, "", split, image, (), drawn_upright=True)
     seen: dict[str, int] = {}
@@ -325,8 +388,10 @@ def _label_rows(label_file: str, image: str, split: str, dataset: YoloDataset,
         labelled = row._replace(line=line, raw=printable(raw))
         key = " ".join(raw.split())
         if key in seen:
-            yield labelled.dead_letter(reasons.DUPLICATE_ROW, f"the same object as line "
-                                       f"{seen[key]}; Ultralytics drops such a copy too")
+            yield labelled.dead_letter(
+                reasons.DUPLICATE_ROW,
+                f"the same object as line {seen[key]}; Ultralytics drops such a copy too",
+            )
             continue
         seen[key] = line
         yield _label_row(labelled, raw, dataset, rules)
@@ -334,8 +399,9 @@ def _label_rows(label_file: str, image: str, split: str, dataset: YoloDataset,
         yield row
 
 
-def _label_row(row: ManifestRow, raw: str, dataset: YoloDataset, rules: RowRules
-               ) -> ManifestRow | DeadLetter:
+def _label_row(
+    row: ManifestRow, raw: str, dataset: YoloDataset, rules: RowRules
+) -> ManifestRow | DeadLetter:
     if has_undecodable_bytes(raw):
         return row.dead_letter(reasons.INVALID_ENCODING, "the line is not valid UTF-8")
     fields = raw.split()
@@ -347,13 +413,17 @@ def _label_row(row: ManifestRow, raw: str, dataset: YoloDataset, rules: RowRules
         return row.dead_letter(reasons.MALFORMED_ROW, f"a field is not a finite number: {raw!r}")
     shape = _line_shape(len(values), dataset.keypoints)
     if shape is None:
-        return row.dead_letter(reasons.WRONG_COLUMN_COUNT, _expected_fields(
-            len(values), dataset.keypoints))
+        return row.dead_letter(
+            reasons.WRONG_COLUMN_COUNT, _expected_fields(len(values), dataset.keypoints)
+        )
     class_id = values[0]
     if class_id != int(class_id) or not 0 <= class_id < len(dataset.names):
-        return row.dead_letter(reasons.UNKNOWN_CATEGORY_ID, f"class {fields[0]} is not one "
-                               f"of the {len(dataset.names)} classes of {dataset.path} "
-                               f"(0 to {len(dataset.names) - 1})")
+        return row.dead_letter(
+            reasons.UNKNOWN_CATEGORY_ID,
+            f"class {fields[0]} is not one "
+            f"of the {len(dataset.names)} classes of {dataset.path} "
+            f"(0 to {len(dataset.names) - 1})",
+        )
     coordinates = values[1:]
     if shape == "polygon":
         box = _polygon_box(coordinates, rules)
@@ -369,32 +439,44 @@ def _label_row(row: ManifestRow, raw: str, dataset: YoloDataset, rules: RowRules
     return row._replace(labels=(dataset.names[int(class_id)],), boxes=(box,))
 
 
-def _keypoints(values: list[float], dataset: YoloDataset, class_id: int
-               ) -> Keypoints | tuple[str, str]:
+def _keypoints(
+    values: list[float], dataset: YoloDataset, class_id: int
+) -> Keypoints | tuple[str, str]:
     """A pose line's K points (x y, or x y visibility) -> Keypoints. Without a visibility
     a point is unlabelled where a coordinate is negative (as Ultralytics masks it), else
     visible."""
     count, dimensions = dataset.keypoints
-    points = [values[place:place + dimensions] for place in range(0, len(values), dimensions)]
+    points = [values[place : place + dimensions] for place in range(0, len(values), dimensions)]
     visibility = []
     for number, point in enumerate(points, start=1):
         flag = point[2] if dimensions == 3 else (0 if min(point) < 0 else 2)
         if flag not in (0, 1, 2):
-            return (reasons.INVALID_KEYPOINTS, f"keypoint {number}'s visibility is "
-                    f"{point[2]:g}: 0 (not labelled), 1 (hidden) or 2 (visible)")
+            return (
+                reasons.INVALID_KEYPOINTS,
+                f"keypoint {number}'s visibility is "
+                f"{point[2]:g}: 0 (not labelled), 1 (hidden) or 2 (visible)",
+            )
         if flag and not all(0.0 <= value <= 1.0 for value in point[:2]):
-            return (reasons.INVALID_KEYPOINTS, f"keypoint {number} ({point[0]:g}, "
-                    f"{point[1]:g}) is outside the image: coordinates are normalised to 0..1")
+            return (
+                reasons.INVALID_KEYPOINTS,
+                f"keypoint {number} ({point[0]:g}, "
+                f"{point[1]:g}) is outside the image: coordinates are normalised to 0..1",
+            )
         visibility.append(int(flag))
-    return Keypoints(tuple(point[0] for point in points), tuple(point[1] for point in points),
-                     tuple(visibility), dataset.keypoint_names.get(class_id, ()))
+    return Keypoints(
+        tuple(point[0] for point in points),
+        tuple(point[1] for point in points),
+        tuple(visibility),
+        dataset.keypoint_names.get(class_id, ()),
+    )
 
 
 def _line_shape(count: int, keypoints: tuple[int, int] | None) -> str | None:
-    """"box", "pose" or "polygon" by the number of fields; None when it fits none."""
+    """ "box", "pose" or "polygon" by the number of fields; None when it fits none."""
     if keypoints is not None:
-        return "pose" if count == 5 + keypoints[0] * keypoints[1] else (
-            "box" if count == 5 else None)
+        return (
+            "pose" if count == 5 + keypoints[0] * keypoints[1] else ("box" if count == 5 else None)
+        )
     if count == 5:
         return "box"
     if count >= 7 and count % 2 == 1:
@@ -404,35 +486,49 @@ def _line_shape(count: int, keypoints: tuple[int, int] | None) -> str | None:
 
 def _expected_fields(count: int, keypoints: tuple[int, int] | None) -> str:
     if keypoints is not None:
-        return (f"expected 5 fields (class cx cy w h) or {5 + keypoints[0] * keypoints[1]} "
-                f"(and {keypoints[0]} keypoints of {keypoints[1]}, the YAML's kpt_shape), "
-                f"found {count}")
+        return (
+            f"expected 5 fields (class cx cy w h) or {5 + keypoints[0] * keypoints[1]} "
+            f"(and {keypoints[0]} keypoints of {keypoints[1]}, the YAML's kpt_shape), "
+            f"found {count}"
+        )
     if count >= 3 and count % 2 == 1:
-        return (f"a polygon needs at least 3 points (class x1 y1 x2 y2 x3 y3), found "
-                f"{(count - 1) // 2}")
-    return (f"expected class cx cy w h (5 fields) or a polygon class x1 y1 x2 y2 ... (an "
-            f"odd number of 7 or more), found {count}")
+        return (
+            f"a polygon needs at least 3 points (class x1 y1 x2 y2 x3 y3), found {(count - 1) // 2}"
+        )
+    return (
+        f"expected class cx cy w h (5 fields) or a polygon class x1 y1 x2 y2 ... (an "
+        f"odd number of 7 or more), found {count}"
+    )
 
 
 def _centre_box(values: list[float]) -> Box | tuple[str, str]:
     cx, cy, width, height = values
-    return clipped_box(cx - width / 2, cy - height / 2, cx + width / 2, cy + height / 2,
-                       _ULTRALYTICS_TOLERANCE)
+    return clipped_box(
+        cx - width / 2, cy - height / 2, cx + width / 2, cy + height / 2, _ULTRALYTICS_TOLERANCE
+    )
 
 
 def _polygon_box(coordinates: list[float], rules: RowRules) -> Box | tuple[str, str]:
     """A polygon line's (segmentation, or OBB's four corners) points clipped to the image
     within _ULTRALYTICS_TOLERANCE -> the Box of their extent, the polygon its mask."""
-    outside = [value for value in coordinates
-               if not -_ULTRALYTICS_TOLERANCE <= value <= 1 + _ULTRALYTICS_TOLERANCE]
+    outside = [
+        value
+        for value in coordinates
+        if not -_ULTRALYTICS_TOLERANCE <= value <= 1 + _ULTRALYTICS_TOLERANCE
+    ]
     if outside:
-        return (reasons.BOX_OUT_OF_RANGE, "a point lies outside the image by more than "
-                f"{_ULTRALYTICS_TOLERANCE:.0%} of its side: coordinates must be normalised "
-                f"to the image size, between 0 and 1, found {outside[0]:g}")
+        return (
+            reasons.BOX_OUT_OF_RANGE,
+            "a point lies outside the image by more than "
+            f"{_ULTRALYTICS_TOLERANCE:.0%} of its side: coordinates must be normalised "
+            f"to the image size, between 0 and 1, found {outside[0]:g}",
+        )
     clipped = [min(max(value, 0.0), 1.0) for value in coordinates]
     xs, ys = clipped[0::2], clipped[1::2]
-    return with_mask(clipped_box(*extent(xs, ys)),
-                     polygon_mask([list(zip(xs, ys, strict=True))], (1.0, 1.0), rules))
+    return with_mask(
+        clipped_box(*extent(xs, ys)),
+        polygon_mask([list(zip(xs, ys, strict=True))], (1.0, 1.0), rules),
+    )
 
 
 def _class_names(path: str, data: dict) -> tuple[str, ...]:
@@ -441,20 +537,25 @@ def _class_names(path: str, data: dict) -> tuple[str, ...]:
     if names is None:
         if isinstance(count, int) and count > 0:
             return tuple(f"class_{index}" for index in range(count))
-        raise ManifestError(f"{path}: has no 'names' (a list of class names, or a dict of "
-                            "class id -> name)")
+        raise ManifestError(
+            f"{path}: has no 'names' (a list of class names, or a dict of class id -> name)"
+        )
     if isinstance(names, dict):
         try:
             by_id = {int(key): value for key, value in names.items()}
         except (TypeError, ValueError):
             raise ManifestError(f"{path}: 'names' keys must be class ids 0, 1, 2...") from None
         if sorted(by_id) != list(range(len(by_id))):
-            raise ManifestError(f"{path}: 'names' keys must be the class ids 0 to "
-                                f"{len(by_id) - 1}, found {sorted(by_id)}")
+            raise ManifestError(
+                f"{path}: 'names' keys must be the class ids 0 to "
+                f"{len(by_id) - 1}, found {sorted(by_id)}"
+            )
         names = [by_id[index] for index in range(len(by_id))]
     if not isinstance(names, list) or not names:
-        raise ManifestError(f"{path}: 'names' must be a list of class names or a dict of "
-                            f"class id -> name, found {names!r}")
+        raise ManifestError(
+            f"{path}: 'names' must be a list of class names or a dict of "
+            f"class id -> name, found {names!r}"
+        )
     texts = tuple(str(name).strip() for name in names)
     if not all(texts) or len(set(texts)) != len(texts):
         raise ManifestError(f"{path}: 'names' must be non-empty and distinct: {list(texts)}")
@@ -467,24 +568,36 @@ def _keypoint_shape(path: str, data: dict) -> tuple[int, int] | None:
     shape = data.get("kpt_shape")
     if shape is None:
         return None
-    if not (isinstance(shape, list) and len(shape) == 2 and isinstance(shape[0], int)
-            and 0 < shape[0] <= MAX_KEYPOINTS and shape[1] in (2, 3)):
-        raise ManifestError(f"{path}: kpt_shape must be [number of keypoints (1 to "
-                            f"{MAX_KEYPOINTS}), 2 or 3], found {shape!r}")
+    if not (
+        isinstance(shape, list)
+        and len(shape) == 2
+        and isinstance(shape[0], int)
+        and 0 < shape[0] <= MAX_KEYPOINTS
+        and shape[1] in (2, 3)
+    ):
+        raise ManifestError(
+            f"{path}: kpt_shape must be [number of keypoints (1 to "
+            f"{MAX_KEYPOINTS}), 2 or 3], found {shape!r}"
+        )
     return shape[0], shape[1]
 
 
-def _keypoint_names(path: str, data: dict, classes: int, shape: tuple[int, int] | None
-                    ) -> dict[int, tuple[str, ...]]:
+def _keypoint_names(
+    path: str, data: dict, classes: int, shape: tuple[int, int] | None
+) -> dict[int, tuple[str, ...]]:
     """`kpt_names` (Ultralytics' pose YAMLs: class id -> the names of its K points)."""
     written = data.get("kpt_names")
     if written is None or shape is None:
         return {}
-    if not (isinstance(written, dict) and all(
-            isinstance(names, list) and len(names) == shape[0] for names in written.values())
-            and set(written) <= set(range(classes))):
-        raise ManifestError(f"{path}: kpt_names must map class ids to lists of "
-                            f"{shape[0]} names (kpt_shape), found {written!r}")
+    if not (
+        isinstance(written, dict)
+        and all(isinstance(names, list) and len(names) == shape[0] for names in written.values())
+        and set(written) <= set(range(classes))
+    ):
+        raise ManifestError(
+            f"{path}: kpt_names must map class ids to lists of "
+            f"{shape[0]} names (kpt_shape), found {written!r}"
+        )
     return {class_id: tuple(map(str, names)) for class_id, names in written.items()}
 
 
@@ -499,9 +612,11 @@ def _dataset_root(yaml_path: str, written: str, folder: str) -> tuple[str, str |
     here = normalise_path(os.path.abspath(written))
     if not os.path.isdir(here):
         return root, None
-    return here, (f"{yaml_path}: path {quoted(written)} is not a folder beside the YAML "
-                  f"({bounded(root)}); read from the current directory, as Ultralytics reads "
-                  f"it: {bounded(here)}")
+    return here, (
+        f"{yaml_path}: path {quoted(written)} is not a folder beside the YAML "
+        f"({bounded(root)}); read from the current directory, as Ultralytics reads "
+        f"it: {bounded(here)}"
+    )
 
 
 def _resolve(path: str, folder: str) -> str:
@@ -535,32 +650,46 @@ def _classes_folder_reading(root: str, relatives: list[str]) -> FolderReading | 
     places = [place for place in _CLASSES_FILE_PLACES if place in relatives]
     if not places or not _has_yolo_labels(root, relatives):
         return None
-    yaml_files = [relative for relative in relatives
-                  if "/" not in relative and relative.endswith((".yaml", ".yml"))]
+    yaml_files = [
+        relative
+        for relative in relatives
+        if "/" not in relative and relative.endswith((".yaml", ".yml"))
+    ]
     if yaml_files:
-        raise ManifestError(f"{root} is a YOLO dataset whose classes both {places[0]} and "
-                            f"{yaml_files[0]} may name: pass the data.yaml, --manifest "
-                            f"{storage.join(root, yaml_files[0])} --label_mode detection")
+        raise ManifestError(
+            f"{root} is a YOLO dataset whose classes both {places[0]} and "
+            f"{yaml_files[0]} may name: pass the data.yaml, --manifest "
+            f"{storage.join(root, yaml_files[0])} --label_mode detection"
+        )
     classes_file = storage.join(root, places[0])
     dataset = YoloDataset.load(classes_file)
     if None in dataset.entries:
-        splits = ("it has no split folders: each image's split is drawn from a hash of "
-                  "its path (--split_fractions)")
+        splits = (
+            "it has no split folders: each image's split is drawn from a hash of "
+            "its path (--split_fractions)"
+        )
     else:
-        splits = ", ".join(f"{entry}/ as {split.upper()}"
-                           for split, entries in dataset.entries.items() for entry in entries)
+        splits = ", ".join(
+            f"{entry}/ as {split.upper()}"
+            for split, entries in dataset.entries.items()
+            for entry in entries
+        )
     return FolderReading(
         (ManifestSource(classes_file, YoloFormat.name),),
         f"reading {root} as a YOLO dataset: the {len(dataset.names)} classes of {places[0]} "
-        f"(line i is class id i), labels in labels/ or beside the images; {splits}")
+        f"(line i is class id i), labels in labels/ or beside the images; {splits}",
+    )
 
 
 def _has_yolo_labels(root: str, relatives: list[str]) -> bool:
     """Whether an image has a label file where YOLO looks for it (label_path): not only
     some README.txt beside a classes.txt."""
     files = set(relatives)
-    return any(label_path(storage.join(root, relative))[len(root) + 1:] in files
-               for relative in relatives if relative.lower().endswith(IMAGE_EXTENSIONS))
+    return any(
+        label_path(storage.join(root, relative))[len(root) + 1 :] in files
+        for relative in relatives
+        if relative.lower().endswith(IMAGE_EXTENSIONS)
+    )
 
 
 class YoloFormat(InputFormat):
@@ -584,7 +713,7 @@ class YoloFormat(InputFormat):
             return DeclaredClasses(source.path, dataset.names)
         return DeclaredClasses(f"{source.path} ({dataset.names_key})", dataset.names)
 
-    def read(self, source: ManifestSource, rules: RowRules, lines: LineRange | None
-             ) -> Iterator[ManifestRow | DeadLetter]:
+    def read(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+    ) -> Iterator[ManifestRow | DeadLetter]:
         return read_yolo(source.path, rules, source.split)
-

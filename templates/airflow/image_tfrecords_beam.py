@@ -58,27 +58,45 @@ FLINK_OPTIONS = {
 RUNNER_TASKS = {"DataflowRunner": "convert_on_dataflow", "FlinkRunner": "convert_on_flink"}
 
 
-def convert(task_id: str, runner: str, options: dict, **operator_args
-            ) -> BeamRunPythonPipelineOperator:
+def convert(
+    task_id: str, runner: str, options: dict, **operator_args
+) -> BeamRunPythonPipelineOperator:
     """`python -m image_tfrecords` on `runner` with `options`, in the project's interpreter."""
-    return BeamRunPythonPipelineOperator(task_id=task_id, runner=runner, py_interpreter=PYTHON,
-                                         py_options=["-m"], py_file="image_tfrecords",
-                                         pipeline_options=dict(options), **operator_args)
+    return BeamRunPythonPipelineOperator(
+        task_id=task_id,
+        runner=runner,
+        py_interpreter=PYTHON,
+        py_options=["-m"],
+        py_file="image_tfrecords",
+        pipeline_options=dict(options),
+        **operator_args,
+    )
 
 
 with DAG(
     dag_id="image_tfrecords_beam",
     description="Image manifest -> TFRecord shards, with Apache Beam's Airflow operator",
     schedule="@daily",
-    start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc),
+    start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
     catchup=False,
     params={
-        "manifest": Param(str(CHECKOUT / "sample_data" / "manifest.csv"), type="string",
-                          description="Manifest path or glob (gs:// on Dataflow)."),
-        "output_root": Param(str(CHECKOUT / "airflow-output"), type="string",
-                             description="Each run writes OUTPUT_ROOT/<logical date>/."),
-        "max_error_fraction": Param(0.01, type="number", minimum=0, maximum=1,
-                                    description="Fail the run above this dead-letter share."),
+        "manifest": Param(
+            str(CHECKOUT / "sample_data" / "manifest.csv"),
+            type="string",
+            description="Manifest path or glob (gs:// on Dataflow).",
+        ),
+        "output_root": Param(
+            str(CHECKOUT / "airflow-output"),
+            type="string",
+            description="Each run writes OUTPUT_ROOT/<logical date>/.",
+        ),
+        "max_error_fraction": Param(
+            0.01,
+            type="number",
+            minimum=0,
+            maximum=1,
+            description="Fail the run above this dead-letter share.",
+        ),
     },
     tags=["image-tfrecords"],
 ) as dag:
@@ -90,10 +108,14 @@ with DAG(
 
     convert_locally = convert("convert_locally", "DirectRunner", JOB_OPTIONS)
     convert_on_dataflow = convert(
-        "convert_on_dataflow", "DataflowRunner", {**JOB_OPTIONS, **DATAFLOW_OPTIONS},
-        dataflow_config={"job_name": "image-tfrecords",
-                         "project_id": "{{ var.value.image_tfrecords_project }}",
-                         "location": "{{ var.value.image_tfrecords_region }}"})
-    convert_on_flink = convert("convert_on_flink", "FlinkRunner",
-                               {**JOB_OPTIONS, **FLINK_OPTIONS})
+        "convert_on_dataflow",
+        "DataflowRunner",
+        {**JOB_OPTIONS, **DATAFLOW_OPTIONS},
+        dataflow_config={
+            "job_name": "image-tfrecords",
+            "project_id": "{{ var.value.image_tfrecords_project }}",
+            "location": "{{ var.value.image_tfrecords_region }}",
+        },
+    )
+    convert_on_flink = convert("convert_on_flink", "FlinkRunner", {**JOB_OPTIONS, **FLINK_OPTIONS})
     choose_runner() >> [convert_locally, convert_on_dataflow, convert_on_flink]

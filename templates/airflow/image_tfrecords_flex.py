@@ -21,15 +21,20 @@ with DAG(
     dag_id="image_tfrecords_flex",
     description="Image manifest -> TFRecord shards, launched from the Dataflow Flex Template",
     schedule="@daily",
-    start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc),
+    start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
     catchup=False,
     params={
-        "manifest": Param(None, type=["null", "string"],
-                          description="gs:// manifest or glob; default: Variable "
-                                      "image_tfrecords_manifest."),
-        "output_root": Param(None, type=["null", "string"],
-                             description="gs:// folder; each run writes OUTPUT_ROOT/<logical "
-                                         "date>/; default: Variable image_tfrecords_output_root."),
+        "manifest": Param(
+            None,
+            type=["null", "string"],
+            description="gs:// manifest or glob; default: Variable image_tfrecords_manifest.",
+        ),
+        "output_root": Param(
+            None,
+            type=["null", "string"],
+            description="gs:// folder; each run writes OUTPUT_ROOT/<logical "
+            "date>/; default: Variable image_tfrecords_output_root.",
+        ),
     },
     tags=["image-tfrecords"],
 ) as dag:
@@ -37,24 +42,27 @@ with DAG(
         task_id="launch_flex_template",
         project_id="{{ var.value.image_tfrecords_project }}",
         location="{{ var.value.image_tfrecords_region }}",
-        body={"launchParameter": {
-            "jobName": "image-tfrecords-{{ ds_nodash }}",
-            "containerSpecGcsPath": "{{ var.value.image_tfrecords_template }}",
-            # Template parameters are strings; they are the job's options (metadata.json).
-            "parameters": {
-                "manifest": "{{ params.manifest or var.value.image_tfrecords_manifest }}",
-                "output_dir": "{{ params.output_root or var.value.image_tfrecords_output_root }}"
-                              "/{{ ds }}",
-                "overwrite": "true",
-            },
-            "environment": {
-                "sdkContainerImage": "{{ var.value.image_tfrecords_image }}",
-                "tempLocation": "gs://{{ var.value.image_tfrecords_bucket }}/temp",
-                "stagingLocation": "gs://{{ var.value.image_tfrecords_bucket }}/staging",
-                "machineType": "n2-standard-4",
-                "maxWorkers": 20,
-                # One SDK process per worker VM: TensorFlow loads once, not once per core.
-                "additionalExperiments": ["no_use_multiple_sdk_containers"],
-            },
-        }},
+        body={
+            "launchParameter": {
+                "jobName": "image-tfrecords-{{ ds_nodash }}",
+                "containerSpecGcsPath": "{{ var.value.image_tfrecords_template }}",
+                # Template parameters are strings; they are the job's options (metadata.json).
+                "parameters": {
+                    "manifest": "{{ params.manifest or var.value.image_tfrecords_manifest }}",
+                    "output_dir": (
+                        "{{ params.output_root or var.value.image_tfrecords_output_root }}/{{ ds }}"
+                    ),
+                    "overwrite": "true",
+                },
+                "environment": {
+                    "sdkContainerImage": "{{ var.value.image_tfrecords_image }}",
+                    "tempLocation": "gs://{{ var.value.image_tfrecords_bucket }}/temp",
+                    "stagingLocation": "gs://{{ var.value.image_tfrecords_bucket }}/staging",
+                    "machineType": "n2-standard-4",
+                    "maxWorkers": 20,
+                    # One SDK process per worker VM: TensorFlow loads once, not once per core.
+                    "additionalExperiments": ["no_use_multiple_sdk_containers"],
+                },
+            }
+        },
     )

@@ -45,8 +45,8 @@ def template_metadata() -> dict[str, Any]:
     return {
         "name": "image-tfrecords",
         "description": "Converts an image manifest (CSV or Vertex AI JSON Lines) or an image "
-                       "folder into split-partitioned TFRecord shards, with a tf.Transform "
-                       "label vocabulary, dead letters and summary.json.",
+        "folder into split-partitioned TFRecord shards, with a tf.Transform "
+        "label vocabulary, dead letters and summary.json.",
         "parameters": [_parameter(action) for action in options],
     }
 
@@ -54,10 +54,16 @@ def template_metadata() -> dict[str, Any]:
 def _parameter(action: argparse.Action) -> dict[str, Any]:
     if action.nargs == 0:
         # The launcher passes --name=value, which argparse refuses for a bare flag.
-        raise ValueError(f"--{action.dest} takes no value; a Flex Template passes "
-                         f"--{action.dest}=true, so give it a value as --overwrite does")
-    parameter = {"name": action.dest, "label": action.dest.replace("_", " ").capitalize(),
-                 "helpText": action.help, "isOptional": action.dest not in REQUIRED}
+        raise ValueError(
+            f"--{action.dest} takes no value; a Flex Template passes "
+            f"--{action.dest}=true, so give it a value as --overwrite does"
+        )
+    parameter = {
+        "name": action.dest,
+        "label": action.dest.replace("_", " ").capitalize(),
+        "helpText": action.help,
+        "isOptional": action.dest not in REQUIRED,
+    }
     regex = _regex(action)
     if regex:
         parameter["regexes"] = [regex]
