@@ -289,14 +289,16 @@ _SAYS = {
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
     """A `git clone` of this repository's HEAD, with the real .venv linked in (nothing is
-    reinstalled: the clone's requirements.txt and setup.py get an old time so that
-    .venv/.installed stays newer for make) and the clone's own code first on the path."""
+    reinstalled: the clone's requirements.txt, setup.py and pyproject.toml get an old time
+    so that .venv/.installed stays newer for make) and the clone's own code first on the
+    path."""
     if not (ROOT / ".venv" / ".installed").exists():
         pytest.fail(".venv is not installed: run make test")
     clone = tmp_path_factory.mktemp("checkout") / "image-tfrecords"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=120)
     (clone / ".venv").symlink_to(ROOT / ".venv")
-    for stamped in ("requirements.txt", "setup.py"):
+    # (Else make demo would reinstall, pointing the shared .venv's editable install here.)
+    for stamped in ("requirements.txt", "setup.py", "pyproject.toml"):
         os.utime(clone / stamped, (0, 0))
     return clone
 
@@ -331,4 +333,19 @@ def test_every_command_on_the_getting_started_page_runs_on_a_fresh_checkout(chec
                 assert says in result.stdout, (code, result.stdout[-2000:])
         ran.append(code)
     assert len(ran) == 8, ran  # the page's commands, every one
+    # The shared .venv still runs this checkout's code (its editable install was not
+    # pointed at the clone, where the later tests would find no job server jar).
+    where = subprocess.run(
+        [
+            str(ROOT / ".venv" / "bin" / "python"),
+            "-c",
+            "import image_tfrecords.core; print(image_tfrecords.core.__file__)",
+        ],
+        cwd=ROOT.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": ""},
+    ).stdout
+    assert where.startswith(str(ROOT / "core")), where
     assert all(any(key in code for code in ran) for key in [*_WRITES, *_SAYS])
