@@ -10,6 +10,9 @@ job-server log. What a run publishes:
     near_duplicates-..., label_map.pbtxt, dataset_info.json, features.json
     OUTPUT/transform_fn/assets/label       tf.Transform's SavedModel and the label ids
     OUTPUT/transformed_metadata/
+    OUTPUT/sources/train-00000-of-00004.tfrecord.index.jsonl   where each example of the
+    OUTPUT/sources/train-00000-of-00004.tfrecord.thumbnails    shard came from, and its
+                                           thumbnails (core/example_index.py)
 
 and, until it publishes, what it writes in its temp folder <temp> = OUTPUT/.tmp-<run id>:
 
@@ -19,6 +22,7 @@ and, until it publishes, what it writes in its temp folder <temp> = OUTPUT/.tmp-
                                            a failed run's FAILED.json
     <temp>/train-00003.tfrecord            a shard, awaiting its published name
     <temp>/thumbnails/train-00003.records  its thumbnails, for report.html
+    <temp>/index/train-00003.index.jsonl   its example index (core/example_index.py)
     <temp>/parts/train-00003-0001.records  a part of it (TFRecord-framed, uncompressed)
     <temp>/parts/thumbnails/train-00003-0001.records
     <temp>/receipts/train-00003.receipt.json        the shard's receipt
@@ -67,6 +71,10 @@ SORTED_LINES_DIR = "sorted-lines"  # sorted runs of those lists' lines, merged i
 RECEIPTS_DIR = "receipts"
 WORKER_STARTED_FILE = "worker-started"  # the first SDK worker of a cluster run writes it
 THUMBNAILS_DIR = "thumbnails"
+INDEX_DIR = "index"
+SOURCES_DIR = "sources"  # published: each shard's example index and thumbnails
+INDEX_SUFFIX = ".index.jsonl"
+THUMBNAILS_SUFFIX = ".thumbnails"
 PARTS_DIR = "parts"
 PART_SUFFIX = ".records"  # TFRecord framing, whatever the shards' format
 RECEIPT_SUFFIX = ".receipt.json"
@@ -181,6 +189,35 @@ def thumbnails_path(temp_dir: str, split: str, shard: int, part: int | None = No
     framed, whatever the shards' format (a file of the run's own, read by report_content.py)."""
     folder = (THUMBNAILS_DIR,) if part is None else (PARTS_DIR, THUMBNAILS_DIR)
     return storage.join(temp_dir, *folder, _stem(split, shard, part) + ".records")
+
+
+def index_path(temp_dir: str, split: str, shard: int) -> str:
+    """A shard's example index, awaiting the shard's published name."""
+    return storage.join(temp_dir, INDEX_DIR, _stem(split, shard, None) + INDEX_SUFFIX)
+
+
+def published_index(output_dir: str, shard_name: str) -> str:
+    """The example index of the published shard `shard_name` (PublishedShard.name)."""
+    return storage.join(output_dir, SOURCES_DIR, shard_name + INDEX_SUFFIX)
+
+
+def published_thumbnails(output_dir: str, shard_name: str) -> str:
+    """The thumbnails of the published shard `shard_name`, a record per example."""
+    return storage.join(output_dir, SOURCES_DIR, shard_name + THUMBNAILS_SUFFIX)
+
+
+def every_published_index(output_dir: str) -> str:
+    return storage.join(output_dir, SOURCES_DIR, "*" + INDEX_SUFFIX)
+
+
+def indexed_shard(index_path: str) -> PublishedShard | None:
+    """The published shard whose example index is at `index_path` (published_index's);
+    None for a name that is not one (the output may be a bucket others write to)."""
+    name = index_path.rstrip("/").rsplit("/", 1)[-1]
+    if not name.endswith(INDEX_SUFFIX):
+        return None
+    shard = PublishedShard.parse(name.removesuffix(INDEX_SUFFIX))
+    return shard if shard and "/" not in shard.suffix and ".." not in shard.suffix else None
 
 
 def receipt_path(temp_dir: str, split: str, shard: int, part: int | None = None) -> str:

@@ -199,6 +199,17 @@ class ExampleContent(NamedTuple):
     longest_side: int  # of the source image, in pixels
 
 
+class ExampleSource(NamedTuple):
+    """What reading an example's image gave beside the example: what a later run needs
+    to copy the example instead of reading the image again (core/example_index.py)."""
+
+    identity: str | None  # storage.identity of the image when it was read
+    key: str | None  # example_index.example_key of its rows and settings; None: not reusable
+    source_bytes: int
+    reencoded: str | None
+    longest_side: int  # of the source image, in pixels
+
+
 class ExampleRef(NamedTuple):
     """Where one written example is, and the first of the rows it came from."""
 
@@ -211,6 +222,7 @@ class ExampleRef(NamedTuple):
     labels: tuple[str, ...]  # label texts (detection: one per object)
     perceptual_hash: int  # images.PreparedImage.perceptual_hash
     content: ExampleContent | None  # only where RunSettings.keeps_content
+    source: ExampleSource | None = None  # None only where no index is written (tests)
 
 
 class ShardOutcome(NamedTuple):

@@ -9,10 +9,12 @@ options before it starts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from image_tfrecords.core.choices import Dedupe, LabelMode, LabelOrder, UnseenLabel
 from image_tfrecords.core.copies import DEFAULT_NEAR_DISTANCE
 from image_tfrecords.core.downloads import DownloadSettings
+from image_tfrecords.core.example_index import settings_digest
 from image_tfrecords.core.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
 from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.images import ImageSettings
@@ -56,6 +58,19 @@ class RunSettings:
     def oov_bucket(self) -> bool:
         """Whether unseen labels get an id of their own (len(vocabulary))."""
         return self.unseen_label is UnseenLabel.OOV
+
+    @functools.cached_property
+    def example_digest(self) -> str:
+        """What of these settings shapes an example's bytes, as a digest
+        (core/example_index.py keys each example with it)."""
+        return settings_digest(self.label_mode, self.image, self.extra_columns)
+
+    @property
+    def writes_index(self) -> bool:
+        """Whether each shard's example index is written: not when --dedupe drops copies,
+        which rewrites shards after it (an index of the shards as first written would
+        misplace their examples)."""
+        return self.dedupe is Dedupe.NONE
 
     @property
     def keeps_content(self) -> bool:

@@ -108,6 +108,31 @@ def size(path: str) -> int:
     return _beam(path).get_filesystem(path).metadata(path).size_in_bytes
 
 
+def identity(path: str) -> str | None:
+    """What the storage says of the file's current bytes, cheaply and without reading
+    them: one request, or one stat (core/example_index.py reuses an example whose source's
+    identity is the one recorded when its image was read). None where storage says
+    nothing trustworthy (a URL): such a file is always read again.
+
+    Local: size, modification time in ns and inode (a file rewritten in place gets a new
+    time, one replaced by a rename a new inode). gs://: the object's CRC32C, s3://: its
+    ETag, both of its content (Beam's `checksum`, one metadata request); hdfs:// and
+    other schemes: size and modification time. Raises what the filesystem raises for a
+    file that is not there.
+    """
+    if is_url(path):
+        return None
+    if is_local(path):
+        status = os.stat(path)
+        return f"local:{status.st_size}:{status.st_mtime_ns}:{status.st_ino}"
+    filesystem = _beam(path).get_filesystem(path)
+    scheme = filesystem.scheme()
+    if scheme in ("gs", "s3"):
+        return f"{scheme}:{filesystem.checksum(path)}"
+    metadata = filesystem.metadata(path)
+    return f"{scheme}:{metadata.size_in_bytes}:{metadata.last_updated_in_seconds!r}"
+
+
 def match(pattern: str, limit: int | None = None) -> list:
     """Beam's FileMetadata (path, size_in_bytes) of the files `pattern` matches (`limit`
     at most), local or not: a glob's meaning is Beam's on every filesystem, so Beam is

@@ -1,0 +1,137 @@
+"""Each shard's example index: where every example came from and what was learnt reading
+its image, published beside the shards (core/naming.py's OUTPUT/sources/), so that a later
+run over the grown dataset copies an unchanged example from this output instead of
+reading its image again (`--reuse_from`), and `diff` says what changed between outputs.
+
+One JSON line per example, in the shard's order (the thumbnails file beside it holds a
+record per example in the same order). An example is a pure function of its rows, its
+image's bytes and the settings that shape examples: `example_key` digests the rows and
+the settings, `storage.identity` says cheaply whether the bytes can have changed since
+(size, time and inode; a bucket's CRC32C or ETag). A later run copies the example when
+both are what the index recorded; any doubt (no identity, a key left out, another
+value) and the image is read again, so the copy is the bytes a full run writes.
+
+An index is read back as data, never code: the output folder may be a bucket others can
+write to. Each line is validated as an IndexEntry; one that is not stops the run, named
+(ExampleIndexError). A copied record is checked by its format's reader (TFRecord's CRCs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import json
+from collections.abc import Iterable, Iterator, Sequence
+
+import pydantic
+
+from image_tfrecords.core import storage
+from image_tfrecords.core.records import LabelledRow, ShardOutcome
+from image_tfrecords.core.splits import Split
+
+# Of the key's layout: a new one makes every recorded key differ (a full run).
+_KEY_VERSION = 1
+# The libraries whose output is in an example's bytes: this package's encoder, and
+# Pillow's, which re-encodes and resizes.
+_SHAPING_DISTRIBUTIONS = ("image-tfrecords", "pillow")
+
+
+class ExampleIndexError(ValueError):
+    """An example index that is there but cannot be read as one."""
+
+
+class IndexEntry(pydantic.BaseModel):
+    """One example of a published shard, at `position` in it."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", strict=False)
+
+    position: int = pydantic.Field(ge=0)
+    uri: str  # the first row's image, as the example's source_id holds it
+    split: Split
+    labels: tuple[str, ...]  # the example's label texts (detection: one per object)
+    sha256: str
+    perceptual_hash: int
+    source_bytes: int = pydantic.Field(ge=0)
+    reencoded: str | None
+    longest_side: int = pydantic.Field(ge=0)
+    identity: str | None  # storage.identity of the image when it was read; None: unknown
+    key: str | None  # example_key of its rows and settings; None: never reused
+
+    def reusable_for(self, key: str, identity: str | None) -> bool:
+        """Whether this example is the one rows of `key` make from a source of
+        `identity` now."""
+        return self.key is not None and self.key == key and identity == self.identity is not None
+
+
+def example_key(rows: Sequence[LabelledRow], settings_digest: str) -> str:
+    """The digest of what shapes an example besides its image's bytes: its rows (their
+    labels, ids, boxes, extra values; not where in which manifest they were) and the
+    settings (`settings_digest`)."""
+    digest = hashlib.sha256(settings_digest.encode())
+    for item in rows:
+        placeless = item.row._replace(manifest="", line=0, raw="")
+        digest.update(json.dumps(item._replace(row=placeless)).encode())
+    return digest.hexdigest()
+
+
+def settings_digest(label_mode: str, image: object, extra_columns: Iterable[object]) -> str:
+    """The digest of the settings and libraries that shape examples (ImageSettings is a
+    dataclass; the schema's columns are tuples)."""
+    return hashlib.sha256(
+        json.dumps(
+            [
+                _KEY_VERSION,
+                _library_versions(),
+                str(label_mode),
+                dataclasses.asdict(image),
+                list(extra_columns),
+            ]
+        ).encode()
+    ).hexdigest()
+
+
+@functools.cache
+def _library_versions() -> list[str]:
+    return [importlib.metadata.version(name) for name in _SHAPING_DISTRIBUTIONS]
+
+
+def entries(outcome: ShardOutcome) -> Iterator[IndexEntry]:
+    """The index of a shard, from its outcome."""
+    for sha256, ref in outcome.example_keys:
+        yield IndexEntry(
+            position=ref.position,
+            uri=ref.uri,
+            split=ref.split,
+            labels=ref.labels,
+            sha256=sha256,
+            perceptual_hash=ref.perceptual_hash,
+            **ref.source._asdict(),
+        )
+
+
+def write_index(path: str, index: Iterable[IndexEntry]) -> None:
+    with storage.create(path) as out:
+        for entry in index:
+            out.write(entry.model_dump_json().encode() + b"\n")
+
+
+def read_index(path: str) -> Iterator[IndexEntry]:
+    """The entries of the index at `path`, in order; IndexError naming the line that is
+    not one, or an entry out of its place."""
+    with storage.open_read(path) as file:
+        for number, line in enumerate(file, 1):
+            try:
+                entry = IndexEntry.model_validate_json(line)
+            except pydantic.ValidationError as error:
+                raise ExampleIndexError(
+                    f"{path} line {number} is not an example index entry: "
+                    f"{error.errors()[0]['msg']}"
+                ) from None
+            if entry.position != number - 1:
+                raise ExampleIndexError(
+                    f"{path} line {number} says position {entry.position}: the index "
+                    "lists its shard's examples in order"
+                )
+            yield entry
