@@ -88,3 +88,46 @@ def _varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+def first_bytes_values(record: bytes, keys: frozenset[str]) -> dict[str, bytes]:
+    """The first value of each bytes feature of `keys` that the Example `record` holds,
+    read without copying the others (an image); ValueError for bytes that are not an
+    Example as serialize_example writes one (every field length-delimited)."""
+    found = {}
+    for tag, features in _fields(memoryview(record)):
+        for entry_tag, entry in _fields(features) if tag == _FIELD_1[0] else ():
+            parts = dict(_fields(entry)) if entry_tag == _FIELD_1[0] else {}
+            key = bytes(parts.get(_FIELD_1[0], b"")).decode("utf-8", "replace")
+            if key in keys:
+                for kind_tag, values in _fields(parts.get(_MAP_VALUE[0], memoryview(b""))):
+                    if kind_tag == _KIND_TAG[BYTES][0]:
+                        found[key] = next((bytes(value) for _, value in _fields(values)), b"")
+    return found
+
+
+def _fields(message: memoryview) -> list[tuple[int, memoryview]]:
+    """The (tag, payload) of each length-delimited field of `message`."""
+    fields, at = [], 0
+    while at < len(message):
+        tag = message[at]
+        if tag & 0x7 != 2:
+            raise ValueError(f"field {tag >> 3} is not length-delimited")
+        length, at = _read_varint(message, at + 1)
+        if at + length > len(message):
+            raise ValueError("a field runs past the end of the message")
+        fields.append((tag, message[at : at + length]))
+        at += length
+    return fields
+
+
+def _read_varint(data: memoryview, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise ValueError("a length is cut short")
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if byte < 0x80:
+            return value, at

@@ -41,7 +41,7 @@ IMAGE_FEATURES = {
     **{f"image/{key}": dtype for key, dtype in _STORED_IMAGE.items()},
     keys.FILENAME: "bytes",
     keys.SOURCE_ID: "bytes",
-    "image/key/sha256": "bytes",
+    keys.IMAGE_SHA256: "bytes",
 }
 CLASSIFICATION_FEATURES = {
     **IMAGE_FEATURES,
@@ -161,7 +161,7 @@ def encode_example(
         **_stored_image(image, "image"),
         keys.FILENAME: uri.rsplit("/", 1)[-1].encode(),
         keys.SOURCE_ID: uri.encode(),
-        "image/key/sha256": image.sha256.encode(),
+        keys.IMAGE_SHA256: image.sha256.encode(),
     }
     if label_mode == LabelMode.DETECTION:
         boxes = [box for item in rows for box in item.row.boxes]

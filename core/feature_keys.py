@@ -18,6 +18,7 @@ HEIGHT = "image/height"
 WIDTH = "image/width"
 FILENAME = "image/filename"  # the source file's name
 SOURCE_ID = "image/source_id"  # the image's URI
+IMAGE_SHA256 = "image/key/sha256"  # of the stored image's bytes, in hex
 
 CLASS_LABEL = "image/class/label"  # one id per label: a list for multi-label rows
 CLASS_TEXT = "image/class/text"  # one text per label, in the same order

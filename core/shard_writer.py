@@ -37,7 +37,9 @@ from image_tfrecords.core.choices import LabelMode
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.downloads import DownloadSettings, is_url
 from image_tfrecords.core.example_index import IndexEntry, PreviousShard
+from image_tfrecords.core.example_proto import first_bytes_values
 from image_tfrecords.core.examples import encode_example, example_annotations, example_labels
+from image_tfrecords.core.feature_keys import IMAGE_SHA256, SOURCE_ID
 from image_tfrecords.core.file_formats import PipelineFiles, RecordWriter, ShardFormat
 from image_tfrecords.core.file_formats.tfrecord import FramedWriter, read_records, write_record
 from image_tfrecords.core.histograms import file_bytes_bin, longest_side_bin
@@ -606,6 +608,7 @@ class _PreviousExamples:
             position, record, thumbnail = next(self._streams[shard.shard])
             if position != entry.position:
                 raise ValueError(f"gave position {position} for {entry.position}")
+            _check_copied(record, entry)
         except Exception as error:  # noqa: BLE001 - each filesystem's and format's own
             logging.warning(
                 "%s: its examples are read again, not copied (%s: %s)",
@@ -634,6 +637,21 @@ class _PreviousExamples:
                     position_wanted = next(wanted, None)
                     if position_wanted is None:
                         return
+
+
+def _check_copied(record: bytes, entry: IndexEntry) -> None:
+    """ValueError unless the record is the example of the image its index entry names
+    (an index out of step with its shard would give rows another image's example)."""
+    stated = first_bytes_values(record, _COPY_CHECKED)
+    if stated.get(SOURCE_ID) != entry.uri.encode("utf-8", "surrogateescape") or stated.get(
+        IMAGE_SHA256
+    ) != entry.sha256.encode("ascii", "replace"):
+        raise ValueError(
+            f"record {entry.position} is not the example of {entry.uri} its index names"
+        )
+
+
+_COPY_CHECKED = frozenset({SOURCE_ID, IMAGE_SHA256})
 
 
 def _class_map(

@@ -191,7 +191,8 @@ class Summary(RunInfo):
     # What declares the input's classes (YOLO's names, COCO's categories...) where they
     # are the vocabulary: "data/coco8.yaml (names)"; None with either of the above.
     vocabulary_declared_by: str | None = None  # the declaration the ids follow
-    label_id_changes: tuple[LabelIdChange, ...] = ()  # --overwrite: ids not the replaced output's
+    # ids not those of the output --reuse_from names, or else of the one --overwrite replaces
+    label_id_changes: tuple[LabelIdChange, ...] = ()
     # --label_order sorted: labels whose TRAIN rows were all dead-lettered, which keep their ids
     unwritten_labels: tuple[str, ...] = ()  # sorted ids no written TRAIN example carries
     # --label_order frequency: the labels in the order of their written TRAIN examples

@@ -165,6 +165,12 @@ def _discarded(summary: Summary) -> str:
     return (f"{others} DISCARD, " if others else "") + (f"{counted(objects, 'object')} left out")
 
 
+def _compared_with(summary: Summary) -> str:
+    """The output whose ids a run's were compared with (pipeline/run.py), in words."""
+    reuse_from = getattr(summary.options, "reuse_from", None)  # absent: an older summary
+    return f"was built from ({reuse_from})" if reuse_from else "replaced"
+
+
 def _label_id_lines(summary: Summary) -> list[str]:
     """What a user must know of the ids: those that changed from the replaced output's,
     labels that got an id without a TRAIN example, a frequency order the examples do not
@@ -172,7 +178,7 @@ def _label_id_lines(summary: Summary) -> list[str]:
     lines = []
     if summary.label_id_changes:
         lines.append(
-            "warning: label ids differ from the output this run replaced: "
+            f"warning: label ids differ from the output this run {_compared_with(summary)}: "
             + ", ".join(
                 f"{_shown(change.label)} {'new' if change.old_id is None else change.old_id} -> "
                 f"{'gone' if change.new_id is None else change.new_id}"

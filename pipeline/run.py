@@ -215,8 +215,10 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
         versions=installed_versions(),
         started_at=datetime.datetime.now(datetime.UTC).isoformat(),
     )
-    # Read now: publishing replaces it. The summary says which ids this run changed.
-    replaced_labels = output_labels(convert.output_dir) if convert.overwrite else None
+    # Read now: publishing may replace it. The summary says which ids this run changed
+    # since the output it was built from (--reuse_from), or the one it replaces.
+    earlier = convert.reuse_from or (convert.output_dir if convert.overwrite else None)
+    replaced_labels = output_labels(earlier) if earlier else None
     previous = _previous_output(convert)
     if previous and previous.shards:
         run_info = run_info.model_copy(update={"reused_from": previous.folder})

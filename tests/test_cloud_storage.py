@@ -100,6 +100,7 @@ def check_output(output: str, expected: dict, local, file_format: str = "tfrecor
         "features.json",
         "image.class.label.labels.txt",
         "report.html",
+        "sources",
     } == names
     vocabulary = [w.decode() for w in tft.TFTransformOutput(str(local)).vocabulary_by_name("label")]
     seen = set()

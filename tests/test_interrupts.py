@@ -7,6 +7,7 @@ its files show; one process per point."""
 
 import gc
 import glob
+import json
 import os
 import re
 import signal
@@ -170,6 +171,9 @@ def test_ctrl_c_while_worker_processes_write_shards_keeps_the_output_then_resume
 
     assert run.main(["--output_dir", str(previous), *SAMPLE_FLAGS, "--overwrite", "--resume"]) == 0
     assert "resuming the stopped run" in capsys.readouterr().out
+    # Both runs copied the unchanged examples from the output they replace (--overwrite).
+    summary = json.loads((previous / "summary.json").read_text())
+    assert summary["reused_from"] == str(previous) and summary["examples_reused"] > 0
     shards = {name: data for name, data in published(reference).items() if ".tfrecord" in name}
     assert {
         name: data for name, data in published(previous).items() if ".tfrecord" in name

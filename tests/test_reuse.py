@@ -5,9 +5,10 @@ full run gives; what changed is read again, and only that."""
 import json
 import os
 import shutil
+from urllib.parse import unquote
 
 import pytest
-from conftest import SAMPLE_DATA, convert, encode, output_digests, photo_like
+from conftest import SAMPLE_DATA, convert, encode, get, output_digests, photo_like, put
 
 from image_tfrecords.core import example_index, naming
 
@@ -24,10 +25,12 @@ def _images(root):
     return found
 
 
+def _manifest_text(rows):
+    return "split,image_uri,label\n" + "".join(f"{s},{uri},{label}\n" for s, uri, label in rows)
+
+
 def _manifest(path, rows):
-    path.write_text(
-        "split,image_uri,label\n" + "".join(f"{s},{u},{label}\n" for s, u, label in rows)
-    )
+    path.write_text(_manifest_text(rows))
     return str(path)
 
 
@@ -76,22 +79,29 @@ def test_an_option_that_shapes_examples_reuses_none(day_one, tmp_path):
     assert _summary(output)["examples_reused"] == 0
 
 
-def test_a_damaged_previous_shard_is_read_again_not_copied(day_one, tmp_path):
-    """A flipped byte in a previous record fails its CRC: that shard's images are read,
-    and the output is the previous one's bytes (the same inputs)."""
+def test_a_damaged_previous_shard_or_index_is_read_again_not_copied(day_one, tmp_path):
+    """A flipped byte in a previous record fails its CRC; an index out of step with its
+    shard names another image's record at a place (the record's SHA-256 says so): those
+    shards' images are read, and the output is the previous one's bytes (the same
+    inputs)."""
     root, rows, previous = day_one
     damaged = shutil.copytree(previous, tmp_path / "damaged")
     shard = sorted(damaged.glob("train-*.tfrecord"))[0]
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
-    manifest = str(root / "day1.csv")  # its images as day one read them (the next test
+    index = sorted((damaged / "sources").glob("validation-*.index.jsonl"))[0]
+    first, second, *rest = [json.loads(line) for line in index.read_text().splitlines()]
+    first["sha256"], second["sha256"] = second["sha256"], first["sha256"]
+    index.write_text("".join(json.dumps(entry) + "\n" for entry in [first, second, *rest]))
+    manifest = str(root / "day1.csv")  # its images as day one read them (a later test
     # changes some)
     output = convert(
         tmp_path / "out", "--manifest", manifest, "--num_shards", "2", "--reuse_from", str(damaged)
     )
     summary = _summary(output)
-    assert 0 < summary["examples_reused"] < summary["examples_written"]
+    validation_shard = len(rest) + 2  # read again whole, from its first example
+    assert 0 < summary["examples_reused"] < summary["examples_written"] - validation_shard
     assert output_digests(output) == output_digests(previous)
 
 
@@ -145,6 +155,39 @@ def test_a_changed_dataset_reuses_what_did_not_change_and_gives_a_full_runs_byte
     assert summary["examples_reused"] == summary["examples_written"] - len(expected_reads)
     assert removed[1] not in {entry.uri for entry in _entries(reused)}
     assert _summary(full)["examples_reused"] == 0
+
+
+@pytest.mark.parametrize("bucket", ["gcs", "s3"])
+def test_reuse_on_a_bucket_is_decided_from_object_metadata_alone(bucket, request):
+    """The unchanged images are not downloaded (the proxy's log of the server's requests):
+    their CRC32C (gs://) or ETag (s3://) says they are the bytes read before."""
+    server = request.getfixturevalue(bucket)
+    folder = f"{server.url}/reuse-{bucket}"
+    names = [f"photo{i}.png" for i in range(6)]
+    for i, name in enumerate(names):
+        put(f"{folder}/img/{name}", encode(photo_like(20 + i, 16, seed=i), "PNG"))
+    rows = [
+        (SPLITS[i % len(SPLITS)], f"{folder}/img/{name}", "cat") for i, name in enumerate(names)
+    ]
+    put(f"{folder}/m.csv", _manifest_text(rows).encode())
+
+    def run(output, *flags):
+        flags = (*flags, *getattr(server, "flags", ()))
+        return convert(output, "--manifest", f"{folder}/m.csv", "--num_shards", "1", *flags)
+
+    run(f"{folder}/day1")
+    put(f"{folder}/img/{names[0]}", encode(photo_like(20, 16, seed=99), "PNG"))
+    server.proxy.reset()
+    run(f"{folder}/day2", "--reuse_from", f"{folder}/day1")
+    downloads = {
+        unquote(path).split("?")[0]
+        for method, path, _ in server.proxy.requests
+        if method == "GET"
+        and (bucket == "s3" or "alt=media" in path)
+        and any(name in unquote(path) for name in names)
+    }  # (a GCS read may take more than one request)
+    assert [path.rsplit("/", 1)[-1] for path in downloads] == [names[0]]
+    assert json.loads(get(f"{folder}/day2/{naming.SUMMARY_FILE}"))["examples_reused"] == 5
 
 
 def test_an_index_line_that_is_not_an_entry_is_refused_by_line(tmp_path):
