@@ -130,19 +130,20 @@ def test_a_changed_dataset_reuses_what_did_not_change_and_gives_a_full_runs_byte
     manifest = _manifest(tmp_path / "day2.csv", rows)
 
     reads = _reads(monkeypatch)
+    # Three shards a split where day one had two: rows move between shards.
     reused = convert(
         tmp_path / "reused",
         "--manifest",
         manifest,
         "--num_shards",
-        "2",
+        "3",
         "--reuse_from",
         str(previous),
         "--worker_processes",
         "0",
     )
     read_again = sorted(reads)
-    full = convert(tmp_path / "full", "--manifest", manifest, "--num_shards", "2")
+    full = convert(tmp_path / "full", "--manifest", manifest, "--num_shards", "3")
 
     assert output_digests(reused) == output_digests(full)
     assert sorted(str(path) for path in (reused / "sources").iterdir()) != []
