@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import read_examples
+from conftest import output_digests, read_examples
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 AIRFLOW = REPO / ".venv-airflow" / "bin" / "airflow"
@@ -98,9 +98,22 @@ def test_the_beam_dag_converts_the_sample_set_on_the_direct_runner(daily_outputs
     output = daily_outputs / "2026-01-02"  # date-stamped by the run's logical date
     summary = json.loads((output / "summary.json").read_text())
     assert summary["options"]["runner"] == "DirectRunner" and summary["options"]["overwrite"]
+    assert summary["reused_from"] is None and summary["examples_reused"] == 0  # a full run
     assert summary["rows_read"] == 50 and summary["rows_dead_lettered"] == 7
     for split, examples in (("train", 31), ("validation", 6), ("test", 6)):
         assert len(read_examples(str(output / f"{split}-*.tfrecord"))) == examples, split
+
+
+def test_the_next_day_reuses_the_days_before_and_writes_the_same_shards(airflow, daily_outputs):
+    run_beam_dag(airflow, "2026-01-03", daily_outputs)
+    before, after = daily_outputs / "2026-01-02", daily_outputs / "2026-01-03"
+    summary = json.loads((after / "summary.json").read_text())
+    assert summary["options"]["reuse_from"] == str(before)
+    assert summary["reused_from"] == str(before)
+    assert summary["examples_written"] == summary["examples_reused"] == 43  # nothing changed
+    # Every published file the same bytes: shards, indexes, dead letters, vocabularies,
+    # summary.json but for what describes the run.
+    assert output_digests(after) == output_digests(before)
 
 
 def test_the_reuse_source_is_the_newest_earlier_complete_output(tmp_path):

@@ -4,8 +4,10 @@ It runs on the DirectRunner, on Dataflow when the Variable image_tfrecords_runne
 DataflowRunner, or on Flink when it is FlinkRunner. Each run writes
 OUTPUT_ROOT/<logical date>/ (a re-run replaces it), reusing the newest complete output
 dated before it (`--reuse_from`, find_reuse_source): the examples whose images did not
-change are copied from it, not read again, and summary.json says what changed since it.
-Without one (the first run, or every earlier date failed) the run converts everything.
+change are copied from it, not read again, and summary.json names it (reused_from).
+Without one (the first run, or every earlier date failed) the option is left out: the
+run converts everything (a re-run of that date reuses the output it replaces, as
+`convert --overwrite` does).
 "Newest earlier", not exactly the day before: a run after a missed or failed day reuses
 the last good one. Runs do not overlap (max_active_runs=1); a backfill has its own limit:
 give it --max-active-runs 1 to build each date from the one before it.
@@ -90,8 +92,8 @@ def find_reuse_source(output_root: str, ds: str) -> str | None:
 
     Decided from the folders, not from Airflow's records of earlier runs: an output may
     have been removed, or written by a run with another output_root or outside Airflow.
-    Earlier dates only, so that what summary.json says changed is what changed since an
-    earlier day, a re-run of a date included. OUTPUT_ROOT is a local path or gs:// (the
+    Earlier dates only, so that a date is always compared with an earlier day, a re-run
+    of it included. OUTPUT_ROOT is a local path or gs:// (the
     Airflow worker's Google credentials), read through Airflow's ObjectStoragePath.
     """
     root = ObjectStoragePath(output_root)
