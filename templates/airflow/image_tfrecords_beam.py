@@ -88,13 +88,13 @@ def convert(
 @task
 def find_reuse_source(output_root: str, ds: str) -> str | None:
     """The newest complete output under `output_root` dated before `ds`, the run's logical
-    date, or None: a full run.
+    date, or None (no --reuse_from).
 
     Decided from the folders, not from Airflow's records of earlier runs: an output may
     have been removed, or written by a run with another output_root or outside Airflow.
     Earlier dates only, so that a date is always compared with an earlier day, a re-run
-    of it included. OUTPUT_ROOT is a local path or gs:// (the
-    Airflow worker's Google credentials), read through Airflow's ObjectStoragePath.
+    of it included. OUTPUT_ROOT is a local path or gs:// (the Airflow worker's Google
+    credentials), read through Airflow's ObjectStoragePath.
     """
     root = ObjectStoragePath(output_root)
     if not root.is_dir():
