@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import read_examples
+from conftest import output_digests, read_examples
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 AIRFLOW = REPO / ".venv-airflow" / "bin" / "airflow"
@@ -63,41 +63,103 @@ def test_both_dags_import(airflow):
     assert {dag["dag_id"] for dag in dags} == {"image_tfrecords_beam", "image_tfrecords_flex"}
 
 
-def test_the_beam_dag_converts_the_sample_set_on_the_direct_runner(airflow, tmp_path):
+def run_beam_dag(airflow, date: str, output_root: pathlib.Path, runner: str | None = None):
+    """`airflow dags test` of the Beam DAG on the sample set, for the logical date `date`,
+    on `runner` (None: the Variable unset, the DirectRunner)."""
     conf = {
         "manifest": str(REPO / "sample_data" / "manifest.csv"),
-        "output_root": str(tmp_path),
-        "max_error_fraction": 0.25,
-    }
-    result = airflow("dags", "test", "image_tfrecords_beam", "2026-01-02", "-c", json.dumps(conf))
-    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
-    assert skipped(result.stdout + result.stderr) == {"convert_on_dataflow", "convert_on_flink"}
-    output = tmp_path / "2026-01-02"  # date-stamped by the run's logical date
-    summary = json.loads((output / "summary.json").read_text())
-    assert summary["options"]["runner"] == "DirectRunner" and summary["options"]["overwrite"]
-    assert summary["rows_read"] == 50 and summary["rows_dead_lettered"] == 7
-    for split, examples in (("train", 31), ("validation", 6), ("test", 6)):
-        assert len(read_examples(str(output / f"{split}-*.tfrecord"))) == examples, split
-
-
-def test_the_beam_dag_converts_the_sample_set_on_flink(airflow, tmp_path):
-    """An embedded Flink ([local]) in the task, with the checkout's job server."""
-    conf = {
-        "manifest": str(REPO / "sample_data" / "manifest.csv"),
-        "output_root": str(tmp_path),
+        "output_root": str(output_root),
         "max_error_fraction": 0.25,
     }
     result = airflow(
         "dags",
         "test",
         "image_tfrecords_beam",
-        "2026-01-03",
+        date,
         "-c",
         json.dumps(conf),
-        variables={"image_tfrecords_runner": "FlinkRunner"},
+        variables={"image_tfrecords_runner": runner} if runner else None,
     )
     printed = result.stdout + result.stderr
     assert result.returncode == 0, printed[-5000:]
+    return printed
+
+
+@pytest.fixture(scope="module")
+def daily_outputs(airflow, tmp_path_factory):
+    """OUTPUT_ROOT after the DAG's first day, 2026-01-02, on the DirectRunner: a full run."""
+    output_root = tmp_path_factory.mktemp("daily-outputs")
+    printed = run_beam_dag(airflow, "2026-01-02", output_root)
+    assert skipped(printed) == {"convert_on_dataflow", "convert_on_flink"}
+    return output_root
+
+
+def test_the_beam_dag_converts_the_sample_set_on_the_direct_runner(daily_outputs):
+    output = daily_outputs / "2026-01-02"  # date-stamped by the run's logical date
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["options"]["runner"] == "DirectRunner" and summary["options"]["overwrite"]
+    assert summary["reused_from"] is None and summary["examples_reused"] == 0  # a full run
+    assert summary["rows_read"] == 50 and summary["rows_dead_lettered"] == 7
+    for split, examples in (("train", 31), ("validation", 6), ("test", 6)):
+        assert len(read_examples(str(output / f"{split}-*.tfrecord"))) == examples, split
+
+
+def test_the_next_day_reuses_the_days_before_and_writes_the_same_shards(airflow, daily_outputs):
+    run_beam_dag(airflow, "2026-01-03", daily_outputs)
+    before, after = daily_outputs / "2026-01-02", daily_outputs / "2026-01-03"
+    summary = json.loads((after / "summary.json").read_text())
+    assert summary["options"]["reuse_from"] == str(before)
+    assert summary["reused_from"] == str(before)
+    assert summary["examples_written"] == summary["examples_reused"] == 43  # nothing changed
+    # Every published file the same bytes: shards, indexes, dead letters, vocabularies,
+    # summary.json but for what describes the run.
+    assert output_digests(after) == output_digests(before)
+
+
+def test_the_reuse_source_is_the_newest_earlier_complete_output(tmp_path):
+    """find_reuse_source, run in Airflow's interpreter on a hand-made OUTPUT_ROOT."""
+    complete = ("2026-01-01", "2026-01-03", "2026-01-06", "notes", "2026-1-5")
+    for folder in complete:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "summary.json").write_text("{}")
+    failed = tmp_path / "2026-01-04" / ".tmp-0123456789ab" / "staged" / "FAILED.json"
+    failed.parent.mkdir(parents=True)  # a day whose run failed: it published nothing
+    failed.write_text("{}")
+    choose = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(REPO / 'templates' / 'airflow')!r})\n"
+        "from image_tfrecords_beam import find_reuse_source\n"
+        "runs = json.loads(sys.argv[1])\n"
+        "print(json.dumps([find_reuse_source.function(root, ds) for root, ds in runs]))\n"
+    )
+    runs = [
+        (str(tmp_path), "2026-01-05"),
+        (str(tmp_path), "2026-01-03"),
+        (str(tmp_path), "2026-01-01"),
+        (str(tmp_path / "no-output-yet"), "2026-01-02"),
+    ]
+    result = subprocess.run(
+        [str(AIRFLOW.with_name("python")), "-c", choose, json.dumps(runs)],
+        env={**os.environ, "AIRFLOW_HOME": str(tmp_path / ".airflow-home")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    # 2026-01-05 skips the failed 2026-01-04 and never looks at a later date or another
+    # name; a re-run of 2026-01-03 reuses the day before it, not itself; the first day
+    # and a root not yet made have nothing earlier: full runs.
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [
+        str(tmp_path / "2026-01-03"),
+        str(tmp_path / "2026-01-01"),
+        None,
+        None,
+    ]
+
+
+def test_the_beam_dag_converts_the_sample_set_on_flink(airflow, tmp_path):
+    """An embedded Flink ([local]) in the task, with the checkout's job server."""
+    printed = run_beam_dag(airflow, "2026-01-03", tmp_path, runner="FlinkRunner")
     assert skipped(printed) == {"convert_locally", "convert_on_dataflow"}
     log = re.search(r"running on Flink; the job server's log: (\S+)", printed)
     assert log, printed[-5000:]

@@ -2,7 +2,15 @@
 
 It runs on the DirectRunner, on Dataflow when the Variable image_tfrecords_runner is
 DataflowRunner, or on Flink when it is FlinkRunner. Each run writes
-OUTPUT_ROOT/<logical date>/ (a re-run replaces it).
+OUTPUT_ROOT/<logical date>/ (a re-run replaces it), reusing the newest complete output
+dated before it (`--reuse_from`, find_reuse_source): the examples whose images did not
+change are copied from it, not read again, and summary.json names it (reused_from).
+Without one (the first run, or every earlier date failed) the option is left out: the
+run converts everything (a re-run of that date reuses the output it replaces, as
+`convert --overwrite` does).
+"Newest earlier", not exactly the day before: a run after a missed or failed day reuses
+the last good one. Runs do not overlap (max_active_runs=1); a backfill has its own limit:
+give it --max-active-runs 1 to build each date from the one before it.
 
 Settings of the deployment:
 - IMAGE_TFRECORDS_PYTHON, in the Airflow worker's environment: the interpreter that has
@@ -27,7 +35,7 @@ import os
 import pathlib
 
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
-from airflow.sdk import DAG, Param, Variable, task
+from airflow.sdk import DAG, ObjectStoragePath, Param, Variable, task
 
 # This file sits in templates/airflow/ of a checkout: the defaults point at its sample set.
 CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
@@ -56,6 +64,10 @@ FLINK_OPTIONS = {
     "environment_type": "LOOPBACK",
 }
 RUNNER_TASKS = {"DataflowRunner": "convert_on_dataflow", "FlinkRunner": "convert_on_flink"}
+# An output is whole once its summary.json is there: a run writes it last, a run that
+# fails publishes nothing (its FAILED.json stays in a temp folder), and a run replacing
+# an output removes its summary.json first.
+SUMMARY_FILE = "summary.json"
 
 
 def convert(
@@ -73,12 +85,42 @@ def convert(
     )
 
 
+@task
+def find_reuse_source(output_root: str, ds: str) -> str | None:
+    """The newest complete output under `output_root` dated before `ds`, the run's logical
+    date, or None (no --reuse_from).
+
+    Decided from the folders, not from Airflow's records of earlier runs: an output may
+    have been removed, or written by a run with another output_root or outside Airflow.
+    Earlier dates only, so that a date is always compared with an earlier day, a re-run
+    of it included. OUTPUT_ROOT is a local path or gs:// (the Airflow worker's Google
+    credentials), read through Airflow's ObjectStoragePath.
+    """
+    root = ObjectStoragePath(output_root)
+    if not root.is_dir():
+        return None
+    earlier = sorted((path.name for path in root.iterdir() if _is_date(path.name)), reverse=True)
+    for date in (date for date in earlier if date < ds):
+        if (root / date / SUMMARY_FILE).exists():
+            return f"{output_root.rstrip('/')}/{date}"  # spelt as the run's output_dir is
+    return None
+
+
+def _is_date(name: str) -> bool:
+    """Whether `name` is a folder name this DAG writes: a logical date, YYYY-MM-DD."""
+    try:
+        return datetime.date.fromisoformat(name).isoformat() == name
+    except ValueError:
+        return False
+
+
 with DAG(
     dag_id="image_tfrecords_beam",
     description="Image manifest -> TFRecord shards, with Apache Beam's Airflow operator",
     schedule="@daily",
     start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
     catchup=False,
+    max_active_runs=1,  # a run reuses the date before it: that one must be finished
     params={
         "manifest": Param(
             str(CHECKOUT / "sample_data" / "manifest.csv"),
@@ -106,16 +148,20 @@ with DAG(
         runner = Variable.get("image_tfrecords_runner", default="DirectRunner")
         return RUNNER_TASKS.get(runner, "convert_locally")
 
-    convert_locally = convert("convert_locally", "DirectRunner", JOB_OPTIONS)
+    # Decided when the run starts, as an upstream task; the operators take its result as
+    # the option reuse_from, which they leave out when it is None.
+    reuse_source = find_reuse_source(output_root="{{ params.output_root }}", ds="{{ ds }}")
+    job_options = {**JOB_OPTIONS, "reuse_from": reuse_source}
+    convert_locally = convert("convert_locally", "DirectRunner", job_options)
     convert_on_dataflow = convert(
         "convert_on_dataflow",
         "DataflowRunner",
-        {**JOB_OPTIONS, **DATAFLOW_OPTIONS},
+        {**job_options, **DATAFLOW_OPTIONS},
         dataflow_config={
             "job_name": "image-tfrecords",
             "project_id": "{{ var.value.image_tfrecords_project }}",
             "location": "{{ var.value.image_tfrecords_region }}",
         },
     )
-    convert_on_flink = convert("convert_on_flink", "FlinkRunner", {**JOB_OPTIONS, **FLINK_OPTIONS})
+    convert_on_flink = convert("convert_on_flink", "FlinkRunner", {**job_options, **FLINK_OPTIONS})
     choose_runner() >> [convert_locally, convert_on_dataflow, convert_on_flink]
