@@ -9,7 +9,9 @@ one example per split in an output (the shard writer makes one example of an ima
 rows in a split), but in several splits where the input put it there (a leak between
 splits), and an index may hold it twice; the pairing says the same of all of these. Of a
 pair, each way it differs is counted (an example can be relabelled and moved); an
-example of a URI left unpaired on one side is added or removed.
+example of a URI left unpaired on one side is added or removed. An image changed where
+the image an example stores did (its SHA-256), not where its source's storage identity
+did alone: a file touched or copied again makes the same example.
 
 Ten million examples a side must compare in little memory: the entries are spilled to an
 sqlite3 database in a temporary folder (TMPDIR's) and read back in the order of an index
@@ -24,6 +26,7 @@ Free of Beam and TensorFlow: `diff` and the publish step import it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
 import operator
@@ -124,12 +127,11 @@ _OLD, _NEW = 0, 1
 
 def compare(old: Iterable[IndexEntry], new: Iterable[IndexEntry]) -> ExampleChanges:
     """What changed from the examples `old` lists to those `new` does (each in any order)."""
-    with tempfile.TemporaryDirectory(prefix="image-tfrecords-diff-") as folder:
-        database = sqlite3.connect(f"{folder}/examples.sqlite3")
-        try:
-            return _compare(database, old, new)
-        finally:
-            database.close()
+    with (
+        tempfile.TemporaryDirectory(prefix="image-tfrecords-diff-") as folder,
+        contextlib.closing(sqlite3.connect(f"{folder}/examples.sqlite3")) as database,
+    ):
+        return _compare(database, old, new)
 
 
 def _compare(

@@ -19,6 +19,7 @@ from image_tfrecords.core.changes import (
     output_changes,
 )
 from image_tfrecords.core.example_index import IndexEntry, write_index
+from image_tfrecords.pipeline import cli
 
 
 def entry(uri: str, split: str = "train", labels=("cat",), sha256: str = "a") -> IndexEntry:
@@ -199,3 +200,27 @@ def test_an_output_without_indexes_or_summary_is_not_comparable(tmp_path):
         output_changes(old, new)
     with pytest.raises(NotComparable, match="summary.json not found: not an image-tfrecords"):
         output_changes(new, str(tmp_path))
+
+
+def test_diff_prints_the_changes_or_their_record_and_exits_0(tmp_path, capsys):
+    old = published(tmp_path / "old", [entry("a.jpg")])
+    new = published(tmp_path / "new", [entry("a.jpg", "test")])
+    assert cli.diff_main([old, new]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[:2] == [f"{old} -> {new}", "examples: 1 -> 1"]
+    assert "  split moved   1  a.jpg" in printed
+    assert cli.diff_main([old, new, "--json"]) == 0
+    assert ExampleChanges.model_validate_json(capsys.readouterr().out) == output_changes(old, new)
+
+
+def test_diff_exits_2_naming_the_file_it_cannot_read(tmp_path, capsys):
+    old = published(tmp_path / "old", [entry("a.jpg")])
+    new = published(tmp_path / "new", [])
+    index = naming.published_index(new, "train-00000-of-00001.tfrecord")
+    with open(index, "w") as damaged:
+        damaged.write("{not json\n")
+    assert cli.diff_main([old, new]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {index} line 1 is not an example index entry: Invalid JSON: key must be a "
+        "string at line 1 column 2\n"
+    )
