@@ -43,6 +43,7 @@ from image_tfrecords.core.summary import Summary
 
 URIS_LISTED = 10  # of each kind of change of examples, the first URIs named
 LABELS_LISTED = 100  # of the labels new or gone, the first named
+NAMES_SAID = 3  # of those, the first a line of ExampleChanges.lines names
 
 
 class NotComparable(ValueError):
@@ -85,7 +86,7 @@ class ExampleChanges(pydantic.BaseModel):
 
     def lines(self) -> list[str]:
         """What changed, for a person: the examples on each side, then a line per kind of
-        change with its count and its first names."""
+        change with its count and its first few names (the record holds more)."""
         kinds = [
             ("added", self.examples_added),
             ("removed", self.examples_removed),
@@ -99,8 +100,8 @@ class ExampleChanges(pydantic.BaseModel):
         width = len(str(max(self.old_examples, self.new_examples)))
         said = [f"examples: {self.old_examples} -> {self.new_examples}"]
         for name, tally in kinds:
-            named = ", ".join(tally.first)
-            if tally.first and tally.count > len(tally.first):
+            named = ", ".join(tally.first[:NAMES_SAID])
+            if tally.first and tally.count > NAMES_SAID:
                 named += ", ..."
             said.append(f"  {name:<14}{tally.count:>{width}}  {named}".rstrip())
         return said
@@ -197,6 +198,8 @@ def _changes(old: list[_Example], new: list[_Example]) -> collections.Counter[st
     ExampleChanges' names; a change it does not make is absent."""
     counts: collections.Counter[str] = collections.Counter()
     for key in _PAIRING_KEYS:
+        if not (old and new):
+            break
         pairs, old, new = _pairs(old, new, key)
         for before, after in pairs:
             differ = [

@@ -141,12 +141,11 @@ def test_a_uri_sqlite_cannot_hold_as_text_is_compared():
 
 
 def test_lines_say_each_count_and_its_first_names():
-    old = [entry(f"{number}.jpg") for number in range(URIS_LISTED + 2)]
+    old = [entry(f"{number}.jpg") for number in range(12)]
     assert compare(old, [entry("0.jpg", labels=("dog",))]).lines() == [
         "examples: 12 -> 1",
         "  added          0",
-        "  removed       11  1.jpg, 10.jpg, 11.jpg, 2.jpg, 3.jpg, 4.jpg, 5.jpg, 6.jpg, 7.jpg, "
-        "8.jpg, ...",
+        "  removed       11  1.jpg, 10.jpg, 11.jpg, ...",
         "  relabelled     1  0.jpg",
         "  image changed  0",
         "  split moved    0",
