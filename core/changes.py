@@ -17,8 +17,9 @@ Ten million examples a side must compare in little memory: the entries are spill
 sqlite3 database in a temporary folder (TMPDIR's) and read back in the order of an index
 on the URI, one image at a time. sqlite's B-tree sorts on disk in a bounded page cache,
 so this is the external sort a sort-merge would need (sorted runs written and merged)
-without that code; both sides come back interleaved by URI from one query. Only the label
-texts are held in memory: as many as the vocabulary, which the run holds anyway.
+without that code; both sides come back interleaved by URI from one query. It takes about
+300 bytes of disk an example (6 GB for ten million a side; measured: 120 MB for 200,000),
+and memory only for the label texts: as many as the vocabulary, which the run holds anyway.
 
 Free of Beam and TensorFlow: `diff` and the publish step import it.
 """
