@@ -39,6 +39,7 @@ from typing import NamedTuple
 import pydantic
 
 from image_tfrecords.core import naming, storage
+from image_tfrecords.core.choices import Dedupe
 from image_tfrecords.core.example_index import IndexEntry, read_index
 from image_tfrecords.core.summary import Summary
 
@@ -243,18 +244,23 @@ def output_changes(old_dir: str, new_dir: str) -> ExampleChanges:
 def published_entries(output_dir: str) -> Iterator[IndexEntry]:
     """The example index entries of every shard the output's summary.json lists (an
     index a run left beside others is not the output's). NotComparable, at once, for
-    a folder that is not an output or an output written before example indexes were;
+    a folder that is not an output or an output without example indexes;
     ExampleIndexError naming the file and line of an index that cannot be read."""
+    summary = _summary(output_dir)
     indexes = [
         naming.published_index(output_dir, shard.file)
-        for split in _summary(output_dir).splits.values()
+        for split in summary.splits.values()
         for shard in split.shards
     ]
     if indexes and not storage.exists(indexes[0]):
+        why = (
+            f"it was written with --dedupe {summary.options.dedupe}, which keeps none"
+            if summary.options.dedupe is not Dedupe.NONE
+            else "it was written before outputs kept them; convert it again to compare it"
+        )
         raise NotComparable(
-            f"{indexes[0]} not found: {output_dir} was written before outputs recorded "
-            f"where each example came from ({naming.SOURCES_DIR}/); convert it again to "
-            "compare it"
+            f"{indexes[0]} not found: {output_dir} has no example indexes "
+            f"({naming.SOURCES_DIR}/*{naming.INDEX_SUFFIX}): {why}"
         )
     return itertools.chain.from_iterable(map(read_index, indexes))
 

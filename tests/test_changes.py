@@ -155,13 +155,14 @@ def test_lines_say_each_count_and_its_first_names():
     ]
 
 
-def published(folder, entries: list[IndexEntry] | None) -> str:
+def published(folder, entries: list[IndexEntry] | None, dedupe: str = "none") -> str:
     """An output as the publish step leaves it, as far as the comparison reads it: its
     summary.json listing one shard, and that shard's example index of `entries` (None:
-    none, as before outputs recorded them)."""
+    none, as before outputs kept them or with --dedupe)."""
     shard = naming.PublishedShard("train", 0, 1, ".tfrecord").name
     folder.mkdir()
-    (folder / naming.SUMMARY_FILE).write_text(_SUMMARY.replace("SHARD", shard))
+    summary = _SUMMARY.replace("SHARD", shard).replace("DEDUPE", dedupe)
+    (folder / naming.SUMMARY_FILE).write_text(summary)
     if entries is not None:
         write_index(
             naming.published_index(str(folder), shard),
@@ -172,7 +173,7 @@ def published(folder, entries: list[IndexEntry] | None) -> str:
 
 _SUMMARY = json.dumps(
     {
-        "options": {},
+        "options": {"dedupe": "DEDUPE"},
         "rows_read": 0,
         "examples_written": 0,
         "rows_in_examples": 0,
@@ -195,10 +196,13 @@ def test_output_changes_reads_each_outputs_indexes(tmp_path):
 def test_an_output_without_indexes_or_summary_is_not_comparable(tmp_path):
     old = published(tmp_path / "old", None)
     new = published(tmp_path / "new", [])
-    with pytest.raises(NotComparable, match="written before outputs recorded"):
+    with pytest.raises(NotComparable, match="it was written before outputs kept them"):
         output_changes(old, new)
     with pytest.raises(NotComparable, match="summary.json not found: not an image-tfrecords"):
         output_changes(new, str(tmp_path))
+    deduplicated = published(tmp_path / "deduplicated", None, dedupe="sha256")
+    with pytest.raises(NotComparable, match="written with --dedupe sha256, which keeps none"):
+        output_changes(new, deduplicated)
 
 
 def test_diff_prints_the_changes_or_their_record_and_exits_0(tmp_path, capsys):
