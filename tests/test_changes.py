@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import convert, encode, photo_like
 
 from image_tfrecords.core import naming
 from image_tfrecords.core.changes import (
@@ -227,3 +228,34 @@ def test_diff_exits_2_naming_the_file_it_cannot_read(tmp_path, capsys):
         f"error: {index} line 1 is not an example index entry: Invalid JSON: key must be a "
         "string at line 1 column 2\n"
     )
+
+
+def test_diff_says_what_changed_between_two_runs(tmp_path, capsys):
+    """Day two's manifest adds a row, relabels one and removes one; it reuses day one."""
+    for number in range(4):
+        image = encode(photo_like(32, 24, seed=number), "JPEG")
+        (tmp_path / f"{number}.jpg").write_bytes(image)
+    rows = {number: f"train,{number}.jpg,cat\n" for number in range(3)}
+    day_one = tmp_path / "day1.csv"
+    day_one.write_text("".join(rows.values()))
+    rows |= {0: "train,0.jpg,dog\n", 3: "train,3.jpg,cat\n"}
+    del rows[1]
+    day_two = tmp_path / "day2.csv"
+    day_two.write_text("".join(rows.values()))
+    quick = ("--num_shards", "1", "--worker_processes", "0")  # the shards written in-process
+    old = convert(tmp_path / "old", "--manifest", str(day_one), *quick)
+    new = convert(tmp_path / "new", "--manifest", str(day_two), *quick, "--reuse_from", str(old))
+    capsys.readouterr()
+
+    assert cli.diff_main([str(old), str(new)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "examples: 3 -> 3",
+        "  added         1  " + str(tmp_path / "3.jpg"),
+        "  removed       1  " + str(tmp_path / "1.jpg"),
+        "  relabelled    1  " + str(tmp_path / "0.jpg"),
+        "  image changed 0",
+        "  split moved   0",
+        "  unchanged     1",
+        "  labels new    1  dog",
+        "  labels gone   0",
+    ]
