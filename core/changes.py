@@ -49,8 +49,8 @@ NAMES_SAID = 3  # of those, the first a line of ExampleChanges.lines names
 
 
 class NotComparable(ValueError):
-    """An output whose examples cannot be compared: it is not an output, or was written
-    before outputs recorded their example indexes."""
+    """An output whose examples cannot be compared: it is not an output, or it has no
+    example indexes (written before outputs kept them, or with --dedupe)."""
 
 
 class Tally(pydantic.BaseModel):
