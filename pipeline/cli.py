@@ -1,5 +1,6 @@
-"""The `image-tfrecords` command: `convert` writes an output; `verify` and `inspect` read
-one back (they import TensorFlow only, not Beam)."""
+"""The `image-tfrecords` command: `convert` writes an output; `verify`, `inspect` and
+`report` read one back (they import TensorFlow only, not Beam); `diff` compares two
+outputs' example indexes (neither)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ commands:
   verify    read every shard of an output back and check it against summary.json
   inspect   write the first records of a split back as image files plus a CSV
   report    write an output's report.html again, from its own files
+  diff      say what changed from one output's examples to another's
 
 image-tfrecords --version prints this package's version, the folder its code runs from,
 and the versions of Beam, TensorFlow and tf.Transform it runs with
@@ -61,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "verify": verify_main,
         "inspect": inspect_main,
         "report": report_main,
+        "diff": diff_main,
     }
     if command in commands:
         try:
@@ -182,6 +185,35 @@ def report_main(argv: Sequence[str]) -> int:
         return _output_problem(args.output_dir, problem)
     print(f"written: {written}")
     _say_later_failure(args.output_dir)
+    return 0
+
+
+def diff_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="image-tfrecords diff",
+        description="Say what changed from the examples of output OLD to those of output "
+        "NEW: examples added, removed, relabelled, with another image or in another split, "
+        "and labels new or gone, from the example index each output keeps in its sources/ "
+        "folder (no shard is read). Exits 0 when it could compare, changed or not; 2 "
+        "naming the file it could not read.",
+    )
+    parser.add_argument("old", metavar="OLD", help="the earlier output (local, gs://, s3://...)")
+    parser.add_argument("new", metavar="NEW", help="the later output")
+    parser.add_argument(
+        "--json", action="store_true", help="print the changes as one JSON object instead"
+    )
+    args = parser.parse_args(argv)
+    from image_tfrecords.core.changes import output_changes  # noqa: PLC0415 - this command's alone
+
+    try:
+        changes = output_changes(args.old, args.new)
+    except (ValueError, OSError) as problem:  # not an output, an index unreadable or missing
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(changes.model_dump_json(indent=2))
+    else:
+        print("\n".join([f"{args.old} -> {args.new}", *changes.lines()]))
     return 0
 
 
