@@ -41,72 +41,15 @@ import pydantic
 from image_tfrecords.core import naming, storage
 from image_tfrecords.core.choices import Dedupe
 from image_tfrecords.core.example_index import IndexEntry, read_index
-from image_tfrecords.core.summary import Summary
+from image_tfrecords.core.summary import ExampleChanges, Summary, Tally
 
 URIS_LISTED = 10  # of each kind of change of examples, the first URIs named
 LABELS_LISTED = 100  # of the labels new or gone, the first named
-NAMES_SAID = 3  # of those, the first a line of ExampleChanges.lines names
 
 
 class NotComparable(ValueError):
     """An output whose examples cannot be compared: it is not an output, or it has no
     example indexes (written before outputs kept them, or with --dedupe)."""
-
-
-class Tally(pydantic.BaseModel):
-    """How many there are, and the first of them (in sorted order) by name."""
-
-    model_config = pydantic.ConfigDict(frozen=True)
-
-    count: int = 0
-    first: tuple[str, ...] = ()
-
-
-class ExampleChanges(pydantic.BaseModel):
-    """What changed from an old output's examples to a new one's. Examples are named by
-    their image's URI (each `first` lists a URI once, by URI order); a paired example is
-    counted under each way it changed, so old examples = removed + paired and new
-    examples = added + paired, where paired is at least unchanged."""
-
-    model_config = pydantic.ConfigDict(frozen=True)
-
-    old_examples: int
-    new_examples: int
-    examples_added: Tally  # of an image the old output has no example of (in that split)
-    examples_removed: Tally  # whose image the new output has no example of (in that split)
-    relabelled: Tally  # paired, with other label texts (in any order: detection's objects)
-    images_changed: Tally  # paired, storing another image (its bytes' SHA-256 differs)
-    splits_moved: Tally  # paired, in another split
-    unchanged: int  # paired, in the same split with the same labels and image
-    labels_new: Tally  # label texts of the new output's examples the old's have none of
-    labels_gone: Tally  # label texts of the old output's examples the new's have none of
-
-    @property
-    def changed(self) -> bool:
-        """Whether anything changed."""
-        return not self.unchanged == self.old_examples == self.new_examples
-
-    def lines(self) -> list[str]:
-        """What changed, for a person: the examples on each side, then a line per kind of
-        change with its count and its first few names (the record holds more)."""
-        kinds = [
-            ("added", self.examples_added),
-            ("removed", self.examples_removed),
-            ("relabelled", self.relabelled),
-            ("image changed", self.images_changed),
-            ("split moved", self.splits_moved),
-            ("unchanged", Tally(count=self.unchanged)),
-            ("labels new", self.labels_new),
-            ("labels gone", self.labels_gone),
-        ]
-        width = len(str(max(self.old_examples, self.new_examples)))
-        said = [f"examples: {self.old_examples} -> {self.new_examples}"]
-        for name, tally in kinds:
-            named = ", ".join(tally.first[:NAMES_SAID])
-            if tally.first and tally.count > NAMES_SAID:
-                named += ", ..."
-            said.append(f"  {name:<14}{tally.count:>{width}}  {named}".rstrip())
-        return said
 
 
 class _Example(NamedTuple):

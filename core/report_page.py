@@ -34,7 +34,7 @@ from image_tfrecords.core.examples import ANNOTATION_NAMES
 from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.histograms import FILE_BYTE_BINS, LONGEST_SIDE_BINS
 from image_tfrecords.core.splits import SPLITS
-from image_tfrecords.core.summary import CopiesInfo, SplitInfo, Summary
+from image_tfrecords.core.summary import CHANGE_NAMES, CopiesInfo, SplitInfo, Summary
 
 SAMPLE_PER_LABEL = 8  # thumbnails per split and label
 PAIRS_SHOWN = 50  # copies of each kind shown side by side (all are in the .jsonl files)
@@ -153,6 +153,7 @@ def render_report(
             splits=SPLITS,
             labels=labels,
             labels_plotted=LABELS_PLOTTED,
+            change_names=dict(CHANGE_NAMES),
             plots=plots,
             labels_sampled=LABELS_SAMPLED,
             annotation_names=ANNOTATION_NAMES,

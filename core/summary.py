@@ -164,6 +164,73 @@ class RunInfo(_Record):
     reused_from: str | None = None
 
 
+# Of each kind of change ExampleChanges.lines names, the first few (the record keeps more).
+NAMES_SAID = 3
+# ExampleChanges' tallies as a person reads them: the examples', then the labels'.
+CHANGE_NAMES = (
+    ("added", "examples_added"),
+    ("removed", "examples_removed"),
+    ("relabelled", "relabelled"),
+    ("image changed", "images_changed"),
+    ("split moved", "splits_moved"),
+    ("labels new", "labels_new"),
+    ("labels gone", "labels_gone"),
+)
+
+
+class Tally(pydantic.BaseModel):
+    """How many there are, and the first of them (in sorted order) by name."""
+
+    model_config = pydantic.ConfigDict(frozen=True)
+
+    count: int = 0
+    first: tuple[str, ...] = ()
+
+
+class ExampleChanges(pydantic.BaseModel):
+    """What changed from an old output's examples to a new one's. Examples are named by
+    their image's URI (each `first` lists a URI once, by URI order); a paired example is
+    counted under each way it changed, so old examples = removed + paired and new
+    examples = added + paired, where paired is at least unchanged."""
+
+    model_config = pydantic.ConfigDict(frozen=True)
+
+    old_examples: int
+    new_examples: int
+    examples_added: Tally  # of an image the old output has no example of (in that split)
+    examples_removed: Tally  # whose image the new output has no example of (in that split)
+    relabelled: Tally  # paired, with other label texts (in any order: detection's objects)
+    images_changed: Tally  # paired, storing another image (its bytes' SHA-256 differs)
+    splits_moved: Tally  # paired, in another split
+    unchanged: int  # paired, in the same split with the same labels and image
+    labels_new: Tally  # label texts of the new output's examples the old's have none of
+    labels_gone: Tally  # label texts of the old output's examples the new's have none of
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything changed."""
+        return not self.unchanged == self.old_examples == self.new_examples
+
+    def kinds(self) -> list[tuple[str, Tally]]:
+        """Each kind of change as a person reads it (CHANGE_NAMES), with its tally; the
+        unchanged examples after the examples' changes, before the labels'."""
+        tallies = [(name, getattr(self, field)) for name, field in CHANGE_NAMES]
+        return [*tallies[:5], ("unchanged", Tally(count=self.unchanged)), *tallies[5:]]
+
+    def lines(self) -> list[str]:
+        """What changed, for a person: the examples on each side, then a line per kind of
+        change with its count and its first few names (the record holds more)."""
+        kinds = self.kinds()
+        width = len(str(max(self.old_examples, self.new_examples)))
+        said = [f"examples: {self.old_examples} -> {self.new_examples}"]
+        for name, tally in kinds:
+            named = ", ".join(tally.first[:NAMES_SAID])
+            if tally.first and tally.count > NAMES_SAID:
+                named += ", ..."
+            said.append(f"  {name:<14}{tally.count:>{width}}  {named}".rstrip())
+        return said
+
+
 class Summary(RunInfo):
     """summary.json: what one run wrote, and the accounting that every row read is an
     example, a dead letter or a row discarded on purpose. A FileName is a file's name in
@@ -174,6 +241,7 @@ class Summary(RunInfo):
     run_id: str = ""  # the run's id (core/naming.py): a retried publish step knows its own output
     resumed_shards: int = 0  # shards reused from a stopped run (--resume), not written again
     examples_reused: int = 0  # copied from `reused_from`, their images not read again
+    changes: ExampleChanges | None = None  # since `reused_from` (core/changes.py)
     rows_read: int
     examples_written: int
     rows_in_examples: int  # more than examples_written with detection boxes
@@ -191,8 +259,7 @@ class Summary(RunInfo):
     # What declares the input's classes (YOLO's names, COCO's categories...) where they
     # are the vocabulary: "data/coco8.yaml (names)"; None with either of the above.
     vocabulary_declared_by: str | None = None  # the declaration the ids follow
-    # ids not those of the output --reuse_from names, or else of the one --overwrite replaces
-    label_id_changes: tuple[LabelIdChange, ...] = ()
+    label_id_changes: tuple[LabelIdChange, ...] = ()  # ids not --reuse_from's or --overwrite's
     # --label_order sorted: labels whose TRAIN rows were all dead-lettered, which keep their ids
     unwritten_labels: tuple[str, ...] = ()  # sorted ids no written TRAIN example carries
     # --label_order frequency: the labels in the order of their written TRAIN examples

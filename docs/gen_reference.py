@@ -343,6 +343,8 @@ def summary_page() -> str:
         "NearCopiesInfo",
         "LabelWarning",
         "LabelIdChange",
+        "ExampleChanges",
+        "Tally",
     ]
     if sorted([*order, "RunInfo"]) != sorted(name for name in classes if not name.startswith("_")):
         raise SystemExit(f"docs/gen_reference.py: summary.py's models are now {sorted(classes)}")

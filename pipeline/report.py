@@ -135,6 +135,9 @@ def format_report(
             f"reused: {summary.examples_reused} of {counted(summary.examples_written, 'example')}"
             f" copied from {summary.reused_from}, their images unchanged and not read again"
         )
+    if summary.changes:
+        lines.append(f"changed since {summary.reused_from}:")
+        lines += [f"  {line}" for line in summary.changes.lines()]
     if published and REPORT_FILE in summary.files:
         lines.append(
             f"report: {output_dir.rstrip('/')}/{REPORT_FILE} (plots, a sample of "

@@ -554,6 +554,7 @@ RUN_FACTS = (
     "run_id",
     "reused_from",
     "examples_reused",
+    "changes",
 )
 
 

@@ -13,13 +13,12 @@ from image_tfrecords.core import naming
 from image_tfrecords.core.changes import (
     LABELS_LISTED,
     URIS_LISTED,
-    ExampleChanges,
     NotComparable,
-    Tally,
     compare,
     output_changes,
 )
 from image_tfrecords.core.example_index import IndexEntry, write_index
+from image_tfrecords.core.summary import ExampleChanges, Tally
 from image_tfrecords.pipeline import cli
 
 

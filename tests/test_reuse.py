@@ -13,6 +13,13 @@ from conftest import SAMPLE_DATA, convert, encode, get, output_digests, photo_li
 from image_tfrecords.core import example_index, naming
 
 SPLITS = ("train", "train", "train", "validation", "test")
+CHANGE_FIELDS = (
+    "examples_added",
+    "examples_removed",
+    "relabelled",
+    "images_changed",
+    "splits_moved",
+)
 
 
 def _images(root):
@@ -155,6 +162,17 @@ def test_a_changed_dataset_reuses_what_did_not_change_and_gives_a_full_runs_byte
     assert summary["reused_from"] == str(previous)
     assert summary["examples_reused"] == summary["examples_written"] - len(expected_reads)
     assert removed[1] not in {entry.uri for entry in _entries(reused)}
+    # What changed since, said (core/changes.py), in summary.json and report.html:
+    changes = summary["changes"]
+    assert {kind: changes[kind]["first"] for kind in CHANGE_FIELDS} == {
+        "examples_added": [str(added)],
+        "examples_removed": [removed[1]],
+        "relabelled": [rows[2][1]],
+        "images_changed": [changed_bytes],  # the touched one's example is the same
+        "splits_moved": [moved[1]],
+    }
+    assert changes["unchanged"] == summary["examples_written"] - 4
+    assert "What changed since" in (reused / "report.html").read_text()
     assert _summary(full)["examples_reused"] == 0
 
 

@@ -21,6 +21,8 @@ failure, until the next run that publishes.
 
 from __future__ import annotations
 
+import itertools
+import logging
 from typing import Any, NamedTuple
 
 import apache_beam as beam
@@ -29,7 +31,9 @@ from apache_beam.io.filesystems import FileSystems
 
 from image_tfrecords.core import interrupts, naming, publishing
 from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
+from image_tfrecords.core.changes import NotComparable, compare, published_entries
 from image_tfrecords.core.choices import Dedupe, LabelMode, LabelOrder
+from image_tfrecords.core.example_index import ExampleIndexError, read_index
 from image_tfrecords.core.examples import feature_spec
 from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.label_checks import LabelSeen, label_warnings
@@ -48,7 +52,14 @@ from image_tfrecords.core.records import ShardWritten
 from image_tfrecords.core.report_page import ReportContent, render_report
 from image_tfrecords.core.run_settings import RunSettings
 from image_tfrecords.core.schema import CATEGORICAL
-from image_tfrecords.core.summary import CopiesInfo, LabelIdChange, NearCopiesInfo, RunInfo, Summary
+from image_tfrecords.core.summary import (
+    CopiesInfo,
+    ExampleChanges,
+    LabelIdChange,
+    NearCopiesInfo,
+    RunInfo,
+    Summary,
+)
 from image_tfrecords.core.summary_builder import build_summary, resumed_shards
 from image_tfrecords.transforms.outcome import (
     PublishRules,
@@ -189,6 +200,26 @@ class PublishOutput(beam.PTransform):
             publishing.remove_temp_dirs(self._output_dir, self._temp_dir, self._tft_dir)
         return summary
 
+    def _changes(self, files: dict[str, list[tuple[str, ShardWritten]]]) -> ExampleChanges | None:
+        """What changed since the output this run reused, from its example indexes and
+        this run's (before they are published over it); None without one, or where it
+        cannot be read (said: the run's output is whole all the same)."""
+        earlier = self._run_info.reused_from
+        if earlier is None or not self._settings.writes_index:
+            return None
+        indexes = [
+            naming.index_path(self._temp_dir, shard.split, shard.shard)
+            for named in files.values()
+            for _, shard in named
+        ]
+        try:
+            return compare(
+                published_entries(earlier), itertools.chain.from_iterable(map(read_index, indexes))
+            )
+        except (NotComparable, ExampleIndexError, OSError) as error:
+            logging.warning("what changed since %s cannot be said: %s", earlier, error)
+            return None
+
     def _id_notes(self, vocabulary: tuple[str, ...], summary: Summary) -> dict[str, Any]:
         """summary.json's notes on the label ids: those that differ from the replaced
         output's; for ids computed from TRAIN, sorted, the labels no written TRAIN example
@@ -291,6 +322,7 @@ class PublishOutput(beam.PTransform):
                     files=publishing.written_names(written, NEAR_DUPLICATES),
                 ),
                 "label_map": LABEL_MAP_FILE if detection else None,
+                "changes": self._changes(files),
                 "label_warnings": label_warnings(
                     labels_seen,
                     vocabularies[LABEL_VOCABULARY],
