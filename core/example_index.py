@@ -23,11 +23,13 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 import pydantic
 
-from image_tfrecords.core import storage
+from image_tfrecords.core import naming, storage
 from image_tfrecords.core.records import LabelledRow, ShardOutcome
 from image_tfrecords.core.splits import Split
 
@@ -135,3 +137,63 @@ def read_index(path: str) -> Iterator[IndexEntry]:
                     "lists its shard's examples in order"
                 )
             yield entry
+
+
+class PreviousShard(NamedTuple):
+    """Examples of one shard of the output a run reuses (--reuse_from) that rows of one
+    shard (or part) of this run name: where they are, and their index entries."""
+
+    shard: str  # the shard file's path
+    thumbnails: str  # its thumbnails file's path
+    entries: bytes  # their IndexEntry JSON lines, in position order, compressed
+
+    @classmethod
+    def packed(cls, shard: str, thumbnails: str, found: Iterable[IndexEntry]) -> PreviousShard:
+        return cls(
+            shard,
+            thumbnails,
+            zlib.compress(b"\n".join(entry.model_dump_json().encode() for entry in found), 1),
+        )
+
+    def unpacked(self) -> Iterator[IndexEntry]:
+        for line in zlib.decompress(self.entries).split(b"\n"):
+            yield IndexEntry.model_validate_json(line)
+
+
+class PreviousShardFiles(NamedTuple):
+    """A shard of an earlier output and the files beside it that let it be reused."""
+
+    index: str
+    shard: str
+    thumbnails: str
+
+
+class PreviousOutput(NamedTuple):
+    """The earlier output a run reuses examples from (--reuse_from), as it was found
+    before the run: its shards of this run's format with their indexes."""
+
+    folder: str
+    shards: tuple[PreviousShardFiles, ...]
+
+
+def previous_output(folder: str, shard_suffix: str) -> PreviousOutput:
+    """The reusable shards of the output in `folder`: those of a whole output (its
+    summary.json there: a half-published or failed folder gives none) in this run's
+    shard format (`shard_suffix`), with an example index. Names are read from a listing,
+    each parsed as a published shard's, so none leads outside `folder`."""
+    if not storage.exists(storage.join(folder, naming.SUMMARY_FILE)):
+        return PreviousOutput(folder, ())
+    shards = []
+    for metadata in sorted(
+        storage.match(naming.every_published_index(folder)), key=lambda m: m.path
+    ):
+        shard = naming.indexed_shard(metadata.path)
+        if shard is not None and shard.suffix == shard_suffix:
+            shards.append(
+                PreviousShardFiles(
+                    metadata.path,
+                    storage.join(folder, shard.name),
+                    naming.published_thumbnails(folder, shard.name),
+                )
+            )
+    return PreviousOutput(folder, tuple(shards))

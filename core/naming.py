@@ -216,8 +216,7 @@ def indexed_shard(index_path: str) -> PublishedShard | None:
     name = index_path.rstrip("/").rsplit("/", 1)[-1]
     if not name.endswith(INDEX_SUFFIX):
         return None
-    shard = PublishedShard.parse(name.removesuffix(INDEX_SUFFIX))
-    return shard if shard and "/" not in shard.suffix and ".." not in shard.suffix else None
+    return PublishedShard.parse(name.removesuffix(INDEX_SUFFIX))
 
 
 def receipt_path(temp_dir: str, split: str, shard: int, part: int | None = None) -> str:

@@ -97,6 +97,7 @@ _PUBLISHED = (
     DATASET_INFO_FILE,
     FEATURES_FILE,
     f"*{LABELS_SUFFIX}",
+    f"{naming.SOURCES_DIR}/*",
 )
 # What readers start from: removed first, so none takes a half-swapped folder for whole
 # (summary.json is written again last; the TFDS files come with the others).
@@ -128,14 +129,23 @@ def move_into_place(
         for name, shard in named
         for companion in ("", *companions)
     }
+    in_temp_dir = {
+        m.path for m in FileSystems.match([FileSystems.join(temp_dir, "**")])[0].metadata_list
+    }
+    # Each shard's example index with its thumbnails, where the run wrote one (not after
+    # --dedupe rewrote the shards: RunSettings.writes_index).
+    for named in files.values():
+        for name, shard in named:
+            index = naming.index_path(temp_dir, shard.split, shard.shard)
+            if index in in_temp_dir:
+                destinations[index] = naming.published_index(output_dir, name)
+                destinations[naming.thumbnails_path(temp_dir, shard.split, shard.shard)] = (
+                    naming.published_thumbnails(output_dir, name)
+                )
     destinations |= {
         FileSystems.join(staged, name): FileSystems.join(output_dir, name) for name in staged_files
     }
-    waiting = sorted(
-        m.path
-        for m in FileSystems.match([FileSystems.join(temp_dir, "**")])[0].metadata_list
-        if m.path in destinations
-    )
+    waiting = sorted(in_temp_dir & destinations.keys())
     arriving = {destinations[path] for path in waiting}
     present = {
         m.path

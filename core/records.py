@@ -188,6 +188,7 @@ class ShardWritten(NamedTuple):
     # examples.OBJECT_ANNOTATION_FEATURES kind (masks, keypoints...) -> examples holding it
     annotations: dict[str, int]
     resumed: bool = False  # reused from a stopped run (--resume), its images not read again
+    reused: int = 0  # examples copied from the output of --reuse_from, their images not read
 
 
 class ExampleContent(NamedTuple):

@@ -21,7 +21,7 @@ from image_tfrecords.core import naming, receipts, storage
 from image_tfrecords.core.file_formats import PipelineFiles
 from image_tfrecords.core.file_formats.tfrecord import read_records
 from image_tfrecords.core.records import ShardOutcome, ShardWritten
-from image_tfrecords.core.shard_writer import Progress, resumed
+from image_tfrecords.core.shard_writer import Progress, resumed, write_index
 
 if TYPE_CHECKING:
     from image_tfrecords.core.run_settings import RunSettings
@@ -70,7 +70,12 @@ def join_parts(task: JoinTask, settings: RunSettings) -> ShardOutcome:
         [part.outcome for part in parts], path, storage.size(path) if with_examples else 0
     )
     files = (
-        (path, *(path + suffix for suffix in settings.shard_format.companions), thumbnails)
+        (
+            path,
+            *(path + suffix for suffix in settings.shard_format.companions),
+            thumbnails,
+            *write_index(outcome, task.temp_dir, settings),
+        )
         if with_examples
         else ()
     )
@@ -138,5 +143,6 @@ def merged(parts: Sequence[ShardOutcome], path: str, size: int) -> ShardOutcome:
         size,
         sum(part.written.source_bytes for part in parts),
         **{field: dict(counter) for field, counter in counts.items()},
+        reused=sum(part.written.reused for part in parts),
     )
     return ShardOutcome(written, tuple(dead_letters), tuple(example_keys))

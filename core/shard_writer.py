@@ -26,18 +26,20 @@ import contextlib
 import dataclasses
 import hashlib
 import itertools
+import logging
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import naming, receipts, storage
+from image_tfrecords.core import example_index, naming, receipts, storage
 from image_tfrecords.core.choices import LabelMode
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.downloads import DownloadSettings, is_url
+from image_tfrecords.core.example_index import IndexEntry, PreviousShard
 from image_tfrecords.core.examples import encode_example, example_annotations, example_labels
-from image_tfrecords.core.file_formats import PipelineFiles, RecordWriter
-from image_tfrecords.core.file_formats.tfrecord import FramedWriter, write_record
+from image_tfrecords.core.file_formats import PipelineFiles, RecordWriter, ShardFormat
+from image_tfrecords.core.file_formats.tfrecord import FramedWriter, read_records, write_record
 from image_tfrecords.core.histograms import file_bytes_bin, longest_side_bin
 from image_tfrecords.core.image_files import read_image_bytes
 from image_tfrecords.core.images import ImageRejected, PreparedImage, load_plugins, prepare_image
@@ -48,13 +50,14 @@ from image_tfrecords.core.records import (
     Box,
     ExampleContent,
     ExampleRef,
+    ExampleSource,
     LabelledRow,
     ManifestRow,
     ShardOutcome,
     ShardWritten,
 )
 from image_tfrecords.core.redaction import redacted
-from image_tfrecords.core.schema import IMAGE
+from image_tfrecords.core.schema import IMAGE, SEGMENTATION
 
 if TYPE_CHECKING:
     from image_tfrecords.core.pool import Lost
@@ -73,6 +76,8 @@ class ShardTask:
     `lost`: images (by place in the task's image order) that crashed or hung their
     worker process on an earlier attempt (leaving_out), each with the reason and message
     of its dead letter; they are not read again.
+    `previous`: examples of the output this run reuses (--reuse_from) that its rows may
+    copy instead of reading their images (core/example_index.py).
     """
 
     split: str
@@ -82,6 +87,7 @@ class ShardTask:
     resuming: bool = False
     part: int | None = None
     lost: tuple[tuple[int, str, str], ...] = ()
+    previous: tuple[PreviousShard, ...] = ()
 
     in_worker = True  # (transforms/in_workers.py's WorkerTask) any process may write a shard
 
@@ -210,6 +216,7 @@ def write_shard(
             written.temp_path,
             *(written.temp_path + suffix for suffix in companions),
             naming.thumbnails_path(task.temp_dir, task.split, task.shard, task.part),
+            *(write_index(outcome, task.temp_dir, settings) if task.part is None else ()),
         )
         if written.examples
         else ()
@@ -220,13 +227,26 @@ def write_shard(
     return outcome
 
 
+def write_index(outcome: ShardOutcome, temp_dir: str, settings: RunSettings) -> tuple[str, ...]:
+    """Writes the example index of a whole shard with examples, where the run keeps one
+    (RunSettings.writes_index); its path, or none."""
+    if not settings.writes_index:
+        return ()
+    written = outcome.written
+    path = naming.index_path(temp_dir, written.split, written.shard)
+    example_index.write_index(path, example_index.entries(outcome))
+    return (path,)
+
+
 def resumed(outcome: ShardOutcome) -> ShardOutcome:
     return outcome._replace(written=outcome.written._replace(resumed=True))
 
 
 class _Encoded(NamedTuple):
     """One image's outcome: the example of `rows` (None when no row is left), and the
-    rows dead-lettered because the size they declare is not the image's."""
+    rows dead-lettered because the size they declare is not the image's; `fitted`:
+    whether the rows are the ones given (none dead-lettered, no box turned or converted
+    to the image's size), which a later run's copy of the example relies on."""
 
     record: bytes | None
     # What is kept of the PreparedImage, whose bytes are in `record` already.
@@ -238,6 +258,16 @@ class _Encoded(NamedTuple):
     source_bytes: int
     rows: list[LabelledRow]
     wrong_size: list[DeadLetter]
+    fitted: bool = True
+
+
+class _Read(NamedTuple):
+    """What a reader thread gave for an image: its identity before it was read
+    (storage.identity; None when storage says none), and its bytes, why it was rejected,
+    or None where the previous output's example of it is the one to copy."""
+
+    identity: str | None
+    data: bytes | ImageRejected | None
 
 
 class _ShardWriter:
@@ -249,7 +279,10 @@ class _ShardWriter:
 
     Files are read ahead on a few threads through a bounded window (reading waits on the
     disk or the network, decoding needs the core); images are decoded one at a time, in
-    order, in this thread.
+    order, in this thread. An image whose example the previous output holds, made from
+    the same rows and settings (its key) out of the same bytes (its identity, which the
+    reader thread asks storage for), is not read: its record and thumbnail are copied
+    from the previous shard, read in order alongside (_PreviousExamples).
     """
 
     def __init__(self, task: ShardTask, settings: RunSettings, progress: Progress) -> None:
@@ -257,6 +290,8 @@ class _ShardWriter:
         self._settings = settings
         self._progress = progress
         self._lost = {place: ImageRejected(reason, message) for place, reason, message in task.lost}
+        self._keys: list[str | None] = []  # each image's example_key, by place
+        self._reusable: dict[int, tuple[PreviousShard, IndexEntry]] = {}  # by place
 
     def write(self, ordered: list[LabelledRow]) -> ShardOutcome:
         task, settings, progress = self._task, self._settings, self._progress
@@ -279,12 +314,13 @@ class _ShardWriter:
                 progress.handled(len(repeated), len(repeated))
                 others = [other for other in others if other not in repeated]
             images.append([first, *others])
+        self._plan_reuse(images)
         temp_path = (
             naming.shard_path(task.temp_dir, task.split, task.shard, settings.shard_format.suffix)
             if task.part is None
             else naming.part_path(task.temp_dir, task.split, task.shard, task.part)
         )
-        examples = rows_written = source_bytes = 0
+        examples = rows_written = source_bytes = reused = 0
         labels: collections.Counter[str] = collections.Counter()
         reencoded: collections.Counter[str] = collections.Counter()
         longest_sides: collections.Counter[str] = collections.Counter()
@@ -304,9 +340,18 @@ class _ShardWriter:
             # Created with the first example: a shard whose images were all rejected
             # leaves no file (and Beam's S3 filesystem cannot write an empty one).
             out = thumbnails = None
+            previous = opened.enter_context(
+                _PreviousExamples(self._reusable, settings.shard_format)
+            )
             read = _ordered_map(readers, self._read, enumerate(images), 2 * threads)
-            for place, (image_rows, data) in enumerate(zip(images, read, strict=True)):
-                outcome = self._encode(place, image_rows, data)
+            for place, (image_rows, got) in enumerate(zip(images, read, strict=True)):
+                copied = previous.take(place) if place in self._reusable else None
+                if got.data is None and copied is not None:
+                    outcome = self._copied(image_rows, *copied)
+                    reused += 1
+                else:  # no copy to take, or the previous shard would not give it
+                    data = got.data if got.data is not None else self._read_now(image_rows)
+                    outcome = self._encode(place, image_rows, data)
                 if isinstance(outcome, ImageRejected):
                     dead_letters.extend(
                         item.row.dead_letter(outcome.reason, outcome.message) for item in image_rows
@@ -335,6 +380,13 @@ class _ShardWriter:
                     outcome.reencoded,
                     outcome.longest_side,
                 )
+                source = ExampleSource(
+                    got.identity,
+                    self._keys[place] if outcome.fitted else None,
+                    outcome.source_bytes,
+                    outcome.reencoded,
+                    outcome.longest_side,
+                )
                 example_keys.append(
                     (
                         outcome.sha256,
@@ -348,6 +400,7 @@ class _ShardWriter:
                             tuple(image_labels),
                             outcome.perceptual_hash,
                             content if settings.keeps_content else None,
+                            source,
                         ),
                     )
                 )
@@ -374,8 +427,50 @@ class _ShardWriter:
             dict(longest_sides),
             dict(file_bytes),
             dict(annotations),
+            reused=reused,
         )
         return ShardOutcome(written, tuple(dead_letters), tuple(example_keys))
+
+    def _plan_reuse(self, images: list[list[LabelledRow]]) -> None:
+        """Each image's example key, and which images the previous output's examples of
+        the same key may stand for (if storage then says their bytes are the same)."""
+        previous = {
+            entry.uri: (shard, entry) for shard in self._task.previous for entry in shard.unpacked()
+        }
+        for place, rows in enumerate(images):
+            key = self._key(place, rows)
+            self._keys.append(key)
+            found = previous.get(redacted(rows[0].row.uri))
+            if key is not None and found and found[1].key == key and found[1].identity:
+                self._reusable[place] = found
+
+    def _key(self, place: int, rows: list[LabelledRow]) -> str | None:
+        """The rows' example_key, or None where the example depends on more than the
+        image and the rows: another file (a segmentation map, an image column) whose
+        identity is not kept, or a crash of its earlier attempt."""
+        if not (self._settings.writes_index or self._task.previous) or place in self._lost:
+            return None
+        if any(item.row.segmentation for item in rows) or any(
+            column.type in (IMAGE, SEGMENTATION) for column in self._settings.extra_columns
+        ):
+            return None
+        return example_index.example_key(rows, self._settings.example_digest)
+
+    def _copied(
+        self, rows: list[LabelledRow], entry: IndexEntry, record: bytes, thumbnail: bytes
+    ) -> _Encoded:
+        """The example copied from the previous output, with what its index recorded."""
+        return _Encoded(
+            record,
+            entry.sha256,
+            entry.perceptual_hash,
+            thumbnail,
+            entry.reencoded,
+            entry.longest_side,
+            entry.source_bytes,
+            rows,
+            [],
+        )
 
     @contextlib.contextmanager
     def _create(self, path: str) -> Iterator[RecordWriter]:
@@ -387,10 +482,23 @@ class _ShardWriter:
             with storage.create(path) as raw:
                 yield FramedWriter(raw)
 
-    def _read(self, placed: tuple[int, list[LabelledRow]]) -> bytes | ImageRejected:
+    def _read(self, placed: tuple[int, list[LabelledRow]]) -> _Read:
+        """The image's identity, then its bytes unless the previous output's example of
+        it can be copied (a reader thread)."""
         place, rows = placed
         if place in self._lost:
-            return self._lost[place]
+            return _Read(None, self._lost[place])
+        identity = None
+        if self._keys[place] is not None:
+            try:
+                identity = storage.identity(rows[0].row.uri)
+            except Exception:  # noqa: BLE001 - each filesystem's own; reading it says why
+                identity = None
+            if place in self._reusable and identity == self._reusable[place][1].identity:
+                return _Read(identity, None)
+        return _Read(identity, self._read_now(rows))
+
+    def _read_now(self, rows: list[LabelledRow]) -> bytes | ImageRejected:
         try:
             return read_image_bytes(rows[0].row.uri, self._settings.downloads)
         except ImageRejected as rejected:
@@ -410,6 +518,7 @@ class _ShardWriter:
             return rejected
         finally:
             self._progress.on_item(None)
+        given = rows
         rows, wrong_size = _fit_boxes_to_image(rows, image)
         record = (
             encode_example(
@@ -442,6 +551,7 @@ class _ShardWriter:
             len(data),
             rows,
             wrong_size,
+            fitted=not wrong_size and rows == given,
         )
 
     def _extra_images(self, row: ManifestRow) -> dict[str, PreparedImage]:
@@ -458,6 +568,72 @@ class _ShardWriter:
                         rejected.reason, f"column {column.name!r}: {rejected.message}"
                     ) from None
         return images
+
+
+class _PreviousExamples:
+    """The records and thumbnails of the previous output's examples that a shard may
+    copy (by place in its image order), each previous shard read front to back as they
+    are taken: its examples are in the write order too, so those a shard needs come in
+    the order it needs them. A previous shard that cannot give one (gone, cut short,
+    a bad CRC) gives no more: their images are read instead."""
+
+    def __init__(
+        self, reusable: dict[int, tuple[PreviousShard, IndexEntry]], shard_format: ShardFormat
+    ) -> None:
+        self._reusable = reusable
+        self._format = shard_format
+        self._streams: dict[str, Iterator[tuple[int, bytes, bytes]]] = {}
+        self._broken: set[str] = set()
+        self._opened = contextlib.ExitStack()
+
+    def __enter__(self) -> _PreviousExamples:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._opened.close()
+
+    def take(self, place: int) -> tuple[IndexEntry, bytes, bytes] | None:
+        """The entry, record and thumbnail of the example at `place`; None when its
+        previous shard cannot give it."""
+        shard, entry = self._reusable[place]
+        if shard.shard in self._broken:
+            return None
+        try:
+            if shard.shard not in self._streams:
+                self._streams[shard.shard] = self._opened.enter_context(
+                    contextlib.closing(self._records(shard))
+                )
+            position, record, thumbnail = next(self._streams[shard.shard])
+            if position != entry.position:
+                raise ValueError(f"gave position {position} for {entry.position}")
+        except Exception as error:  # noqa: BLE001 - each filesystem's and format's own
+            logging.warning(
+                "%s: its examples are read again, not copied (%s: %s)",
+                shard.shard,
+                type(error).__name__,
+                error,
+            )
+            self._broken.add(shard.shard)
+            return None
+        return entry, record, thumbnail
+
+    def _records(self, shard: PreviousShard) -> Iterator[tuple[int, bytes, bytes]]:
+        wanted = iter(
+            sorted(entry.position for each, entry in self._reusable.values() if each == shard)
+        )
+        position_wanted = next(wanted, None)
+        with storage.open_read(shard.thumbnails) as thumbnails:
+            pairs = zip(
+                self._format.read(shard.shard, PipelineFiles()),
+                read_records(thumbnails),
+                strict=True,
+            )
+            for position, (record, thumbnail) in enumerate(pairs):
+                if position == position_wanted:
+                    yield position, record, thumbnail
+                    position_wanted = next(wanted, None)
+                    if position_wanted is None:
+                        return
 
 
 def _class_map(

@@ -159,6 +159,9 @@ class RunInfo(_Record):
     options: RunOptions
     versions: dict[str, str] = {}
     started_at: str = ""
+    # The output whose unchanged examples were copied (--reuse_from, or the one
+    # --overwrite replaced); None: every image was read.
+    reused_from: str | None = None
 
 
 class Summary(RunInfo):
@@ -170,6 +173,7 @@ class Summary(RunInfo):
     finished_at: str = ""
     run_id: str = ""  # the run's id (core/naming.py): a retried publish step knows its own output
     resumed_shards: int = 0  # shards reused from a stopped run (--resume), not written again
+    examples_reused: int = 0  # copied from `reused_from`, their images not read again
     rows_read: int
     examples_written: int
     rows_in_examples: int  # more than examples_written with detection boxes

@@ -91,6 +91,7 @@ def build_summary(
         **dict(run_info),
         finished_at=datetime.datetime.now(datetime.UTC).isoformat(),
         resumed_shards=resumed_shards(files),
+        examples_reused=sum(shard.reused for named in files.values() for _, shard in named),
         rows_read=rows_read,
         examples_written=sum(split.examples for split in splits.values()),
         rows_in_examples=rows_in_examples,

@@ -24,6 +24,7 @@ from apache_beam.runners.runner import PipelineState
 from image_tfrecords.core import naming
 from image_tfrecords.core.chunks import RowChunk
 from image_tfrecords.core.dead_letters import DeadLetter
+from image_tfrecords.core.example_index import PreviousOutput
 from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.label_checks import merge_seen
 from image_tfrecords.core.publishing import delete_tree
@@ -37,6 +38,7 @@ from image_tfrecords.pipeline.stopping import JobWatch, Stopped
 from image_tfrecords.transforms.duplicates import ReportDuplicates
 from image_tfrecords.transforms.labels import AnalyzeLabels
 from image_tfrecords.transforms.outcome import PublishRules, RunFailed, read_failure
+from image_tfrecords.transforms.previous_examples import RoutePreviousExamples
 from image_tfrecords.transforms.publish import PublishInputs, PublishOutput
 from image_tfrecords.transforms.report_content import GatherReportContent, ReportSources
 from image_tfrecords.transforms.rows import PACKS, UNSEEN_IN_TRAIN, PackRows, SurveyRows
@@ -56,6 +58,7 @@ def run(
     watch: JobWatch,
     pinned: PinnedVocabulary | None = None,
     replaced_labels: tuple[str, ...] | None = None,
+    previous: PreviousOutput | None = None,
 ) -> Summary | None:
     """Runs the conversion in `folder` and returns the summary.json it wrote; within
     `watch`, which cancels the job when the launcher is stopped (Stopped is raised, its
@@ -66,7 +69,8 @@ def run(
     summary.json itself when it ends (or fails, publishing nothing). Raises RunFailed
     when the job failed its outcome check; `pinned` fixes the label ids;
     `replaced_labels`: the vocabulary of the output --overwrite replaces, whose ids the
-    summary compares with this run's.
+    summary compares with this run's; `previous`: the output whose examples are reused
+    (--reuse_from).
     """
     convert = options.view_as(ConvertOptions)
     temp_dir = naming.temp_dir(convert.output_dir, folder.run_id)
@@ -105,6 +109,7 @@ def run(
                             pinned_file,
                             replaced_labels,
                             marker if watch.watches_workers else None,
+                            previous,
                         )
                     watch.handed_over(p, marker)
             except Stopped as stopped:  # before its files go: the job may still use them
@@ -137,12 +142,14 @@ def build(
     pinned_file: str | None = None,
     replaced_labels: tuple[str, ...] | None = None,
     worker_marker: str | None = None,
+    previous: PreviousOutput | None = None,
 ) -> None:
     """The conversion's graph; `pinned_file` is the pinned vocabulary as tf.Transform
     reads it (write_pinned_vocabulary), `pinned` the --vocabulary or declared classes it
     holds; `replaced_labels` the vocabulary of the output this run replaces; `resuming`:
     the shards a stopped run left in `temp_dir` are reused where their receipts say so;
-    `worker_marker`: written by the first SDK worker that starts, for the launcher."""
+    `worker_marker`: written by the first SDK worker that starts, for the launcher;
+    `previous`: the output whose unchanged examples are copied, not read (--reuse_from)."""
     output_dir = options.output_dir
     settings = options.run_settings()
     rules = options.row_rules()
@@ -176,7 +183,7 @@ def build(
     )
 
     # Pass 2: the chunks again, their rows labelled and packed by shard; then each shard
-    # loads and writes its own images.
+    # loads and writes its own images, or copies the previous output's where unchanged.
     packed = chunks | "PackRows" >> PackRows(
         shard_plan,
         transform_fn,
@@ -184,7 +191,14 @@ def build(
         settings,
         pinned.unseen_where() if pinned else UNSEEN_IN_TRAIN,
     )
-    written = packed[PACKS] | "WriteShards" >> WriteShards(temp_dir, settings, resuming)
+    previous_examples = shard_plan | "PreviousExamples" >> RoutePreviousExamples(
+        previous, settings.filesystems
+    )
+    written = (
+        (packed[PACKS], previous_examples)
+        | "RowsAndPrevious" >> beam.Flatten()
+        | "WriteShards" >> WriteShards(temp_dir, settings, resuming)
+    )
 
     # What is published besides the shards is staged, so the previous output stays whole
     # until the publish step swaps everything at once.

@@ -236,6 +236,19 @@ class ConvertOptions(PipelineOptions):
             "options is refused, naming what differs.",
         )
         group.add_argument(
+            "--reuse_from",
+            metavar="DIR",
+            help="An earlier output of this dataset: each example whose rows, settings "
+            "and image (by what storage says of it: size and time, a bucket's checksum) "
+            "are unchanged is copied from it instead of read again, giving the bytes a "
+            "full run gives. Default with --overwrite: the output being replaced.",
+        )
+        add_switch(
+            group,
+            "--no_reuse",
+            "Read every image again, even with --overwrite (a full run).",
+        )
+        group.add_argument(
             "--num_shards",
             metavar="N",
             type=int,
@@ -361,6 +374,13 @@ class ConvertOptions(PipelineOptions):
     def values(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.names()}
 
+    def reuse_source(self) -> str | None:
+        """The output whose unchanged examples are copied: --reuse_from, else with
+        --overwrite the output being replaced; None with --no_reuse."""
+        if self.no_reuse:
+            return None
+        return self.reuse_from or (self.output_dir if self.overwrite else None)
+
     def problems(self) -> list[str]:
         """What is wrong with the options, in words a user can act on."""
         found = []
@@ -381,6 +401,8 @@ class ConvertOptions(PipelineOptions):
             found.append(str(problem))
         if self.image_folder and self.image_dir:
             found.append("--image_dir applies to --manifest, not --image_folder")
+        if self.reuse_from and self.no_reuse:
+            found.append("--reuse_from and --no_reuse: give one")
         try:
             if self.extra_columns() and (self.image_folder or self.label_mode == "detection"):
                 found.append(

@@ -130,6 +130,11 @@ def format_report(
             f"resumed: {summary.resumed_shards} of {counted(shards, 'shard')} reused "
             "from the stopped run, their images not read again"
         )
+    if summary.reused_from:
+        lines.append(
+            f"reused: {summary.examples_reused} of {counted(summary.examples_written, 'example')}"
+            f" copied from {summary.reused_from}, their images unchanged and not read again"
+        )
     if published and REPORT_FILE in summary.files:
         lines.append(
             f"report: {output_dir.rstrip('/')}/{REPORT_FILE} (plots, a sample of "

@@ -38,6 +38,8 @@ _NOT_COMPARED = frozenset(
         "output_dir",
         "overwrite",
         "resume",
+        "reuse_from",
+        "no_reuse",
         "quiet",
         "verbose",
         "worker_processes",

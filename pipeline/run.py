@@ -22,6 +22,7 @@ from apache_beam.options.pipeline_options import (
 from image_tfrecords.core import interrupts, naming, storage
 from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
 from image_tfrecords.core.console import quiet_console
+from image_tfrecords.core.example_index import PreviousOutput, previous_output
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import (
     FORMATS,
@@ -216,6 +217,9 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
     )
     # Read now: publishing replaces it. The summary says which ids this run changed.
     replaced_labels = output_labels(convert.output_dir) if convert.overwrite else None
+    previous = _previous_output(convert)
+    if previous and previous.shards:
+        run_info = run_info.model_copy(update={"reused_from": previous.folder})
     scan = scan_sources(convert, manifests, pinned, run_info.versions)
     interrupts.raise_if_stopping()  # a stop that a library's `except:` swallowed
     folder = _whole_run_folder(convert, scan.fingerprint)
@@ -234,7 +238,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
                 else f"starting the job on {options.view_as(StandardOptions).runner}"
             )
             summary = graph.run(
-                options, scan.chunks, run_info, folder, watch, pinned, replaced_labels
+                options, scan.chunks, run_info, folder, watch, pinned, replaced_labels, previous
             )
     except RunFailed as failed:
         print(
@@ -258,6 +262,23 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
     else:
         print(format_report(summary, convert.output_dir, time.time() - started))
     return summary
+
+
+def _previous_output(convert: ConvertOptions) -> PreviousOutput | None:
+    """The output whose unchanged examples this run copies, as it is now (read before
+    the run: publishing may replace it); said on the console."""
+    source = convert.reuse_source()
+    if source is None:
+        return None
+    previous = previous_output(source, convert.run_settings().shard_format.suffix)
+    if previous.shards:
+        _say(f"reusing the unchanged examples of {source} ({len(previous.shards)} shards)")
+    elif convert.reuse_from:  # asked for: say why nothing is reused
+        _say(
+            f"--reuse_from {source}: no shard of this format with an example index there "
+            "(an output written before indexes, or none): every image is read"
+        )
+    return previous
 
 
 def _job_failed(error: Exception, output_dir: str, run_id: str) -> JobFailed:

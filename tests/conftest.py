@@ -544,7 +544,17 @@ def voc_annotation(filename, size, objects):
 
 
 # What summary.json says of the run rather than of its output.
-RUN_FACTS = ("options", "versions", "started_at", "finished_at", "run_id")
+# What summary.json says of the run rather than of the output: a reusing run's output is a
+# full run's but for these (core/example_index.py).
+RUN_FACTS = (
+    "options",
+    "versions",
+    "started_at",
+    "finished_at",
+    "run_id",
+    "reused_from",
+    "examples_reused",
+)
 
 
 def output_digests(output: Path) -> dict[str, str]:

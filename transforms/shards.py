@@ -30,6 +30,7 @@ from apache_beam.metrics import Metrics
 
 from image_tfrecords.core import storage
 from image_tfrecords.core.deadline import within_deadline
+from image_tfrecords.core.example_index import PreviousShard
 from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS
 from image_tfrecords.core.records import ShardExamples, ShardOutcome, ShardWritten
@@ -158,6 +159,10 @@ class WriteShards(beam.PTransform):
     images -> DEAD_LETTERS; each shard's examples' (sha256, ExampleRef), with their
     content where `settings.keeps_content` -> EXAMPLE_KEYS, as one ShardExamples.
 
+    Beside the packs, ((split, shard), (part, PreviousShard)): the previous output's
+    examples that the shard's rows may copy (RoutePreviousExamples); a shard none of
+    whose rows is left gets none of them.
+
     Each shard leaves a receipt (core/receipts.py); with `resuming`, a shard whose
     receipt vouches for it is not written again.
     """
@@ -173,9 +178,14 @@ class WriteShards(beam.PTransform):
         return (
             packs
             | "GroupByShard" >> beam.GroupByKey()
+            | "WithRows" >> beam.Filter(_has_rows)
             | "LoadAndWrite"
             >> beam.ParDo(writer).with_outputs(DEAD_LETTERS, EXAMPLE_KEYS, main="shards")
         )
+
+
+def _has_rows(shard_packs: tuple[tuple[str, int], Iterable[tuple[int, object]]]) -> bool:
+    return any(isinstance(pack, bytes) for _, pack in shard_packs[1])
 
 
 class _WriteShardFile(RunInWorkers):
@@ -205,13 +215,34 @@ class _WriteShardFile(RunInWorkers):
     ) -> list[ShardTask]:
         (split, shard), keyed_packs = shard_packs
         by_part: dict[int, list[bytes]] = collections.defaultdict(list)
+        previous: dict[int, list[PreviousShard]] = collections.defaultdict(list)
         for part, pack in keyed_packs:
-            by_part[part].append(pack)
+            if isinstance(pack, PreviousShard):
+                previous[part].append(pack)
+            else:
+                by_part[part].append(pack)
         if len(by_part) == 1:  # written whole: the same bytes, without a join
-            (packs,) = by_part.values()
-            return [ShardTask(split, shard, tuple(packs), self._temp_dir, self._resuming)]
+            ((part, packs),) = by_part.items()
+            return [
+                ShardTask(
+                    split,
+                    shard,
+                    tuple(packs),
+                    self._temp_dir,
+                    self._resuming,
+                    previous=tuple(previous[part]),
+                )
+            ]
         return [
-            ShardTask(split, shard, tuple(by_part[part]), self._temp_dir, self._resuming, part)
+            ShardTask(
+                split,
+                shard,
+                tuple(by_part[part]),
+                self._temp_dir,
+                self._resuming,
+                part,
+                previous=tuple(previous[part]),
+            )
             for part in sorted(by_part)
         ]
 

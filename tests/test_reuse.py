@@ -1,0 +1,206 @@
+"""Reuse by source identity (--reuse_from, core/example_index.py): a run over a changed
+dataset copies each unchanged example from the previous output and gives the bytes a
+full run gives; what changed is read again, and only that."""
+
+import json
+import os
+import shutil
+
+import pytest
+from conftest import SAMPLE_DATA, convert, encode, output_digests, photo_like
+
+from image_tfrecords.core import example_index, naming
+
+SPLITS = ("train", "train", "train", "validation", "test")
+
+
+def _images(root):
+    """The sample photos (cat, coffee, flower), copied: the tests change them."""
+    found = []
+    for label in ("cat", "coffee", "flower"):
+        folder = root / label
+        shutil.copytree(SAMPLE_DATA / "images" / label, folder)
+        found += [(label, path) for path in sorted(folder.iterdir()) if path.stat().st_size > 200]
+    return found
+
+
+def _manifest(path, rows):
+    path.write_text(
+        "split,image_uri,label\n" + "".join(f"{s},{u},{label}\n" for s, u, label in rows)
+    )
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def day_one(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reuse")
+    images = _images(root / "images")[:30]
+    rows = [(SPLITS[i % len(SPLITS)], str(path), label) for i, (label, path) in enumerate(images)]
+    manifest = _manifest(root / "day1.csv", rows)
+    output = convert(root / "output1", "--manifest", manifest, "--num_shards", "2")
+    return root, rows, output
+
+
+def _reads(monkeypatch):
+    """The images the shard writer reads (worker processes off: it runs in this one)."""
+    from image_tfrecords.core import shard_writer
+
+    read, reads = shard_writer.read_image_bytes, []
+
+    def counted(uri, *args):
+        reads.append(uri)
+        return read(uri, *args)
+
+    monkeypatch.setattr(shard_writer, "read_image_bytes", counted)
+    return reads
+
+
+def _summary(output):
+    return json.loads((output / naming.SUMMARY_FILE).read_text())
+
+
+def test_an_option_that_shapes_examples_reuses_none(day_one, tmp_path):
+    root, rows, previous = day_one
+    manifest = _manifest(tmp_path / "same.csv", rows)
+    output = convert(
+        tmp_path / "out",
+        "--manifest",
+        manifest,
+        "--num_shards",
+        "2",
+        "--max_side",
+        "32",
+        "--reuse_from",
+        str(previous),
+    )
+    assert _summary(output)["examples_reused"] == 0
+
+
+def test_a_damaged_previous_shard_is_read_again_not_copied(day_one, tmp_path):
+    """A flipped byte in a previous record fails its CRC: that shard's images are read,
+    and the output is the previous one's bytes (the same inputs)."""
+    root, rows, previous = day_one
+    damaged = shutil.copytree(previous, tmp_path / "damaged")
+    shard = sorted(damaged.glob("train-*.tfrecord"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    manifest = str(root / "day1.csv")  # its images as day one read them (the next test
+    # changes some)
+    output = convert(
+        tmp_path / "out", "--manifest", manifest, "--num_shards", "2", "--reuse_from", str(damaged)
+    )
+    summary = _summary(output)
+    assert 0 < summary["examples_reused"] < summary["examples_written"]
+    assert output_digests(output) == output_digests(previous)
+
+
+def test_a_changed_dataset_reuses_what_did_not_change_and_gives_a_full_runs_bytes(
+    day_one, tmp_path, monkeypatch
+):
+    root, rows, previous = day_one
+    rows = list(rows)
+    # One thing at a time, each on its own image:
+    changed_bytes = rows[0][1]  # other bytes of the same size, a later time
+    size, stat = os.path.getsize(changed_bytes), os.stat(changed_bytes)
+    with open(changed_bytes, "r+b") as file:
+        file.seek(size // 2)
+        byte = file.read(1)
+        file.seek(size // 2)
+        file.write(bytes([byte[0] ^ 0x01]))
+    os.utime(changed_bytes, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    touched = rows[1][1]  # the same bytes, a later time: read again, the same example
+    os.utime(touched, ns=(os.stat(touched).st_atime_ns, os.stat(touched).st_mtime_ns + 1000))
+    rows[2] = (rows[2][0], rows[2][1], "coffee" if rows[2][2] != "coffee" else "cat")  # relabelled
+    removed = rows.pop(3)
+    moved = rows[4] = ("test" if rows[4][0] != "test" else "train", *rows[4][1:])
+    added = root / "images" / "added.png"
+    added.write_bytes(encode(photo_like(64, 48, seed=46), "PNG"))
+    rows.append(("train", str(added), "cat"))
+    manifest = _manifest(tmp_path / "day2.csv", rows)
+
+    reads = _reads(monkeypatch)
+    reused = convert(
+        tmp_path / "reused",
+        "--manifest",
+        manifest,
+        "--num_shards",
+        "2",
+        "--reuse_from",
+        str(previous),
+        "--worker_processes",
+        "0",
+    )
+    read_again = sorted(reads)
+    full = convert(tmp_path / "full", "--manifest", manifest, "--num_shards", "2")
+
+    assert output_digests(reused) == output_digests(full)
+    assert sorted(str(path) for path in (reused / "sources").iterdir()) != []
+    expected_reads = sorted(
+        [changed_bytes, touched, rows[2][1], moved[1], str(added)]
+    )  # the relabelled, the moved and the new ones too: their examples differ
+    assert read_again == expected_reads
+    summary = _summary(reused)
+    assert summary["reused_from"] == str(previous)
+    assert summary["examples_reused"] == summary["examples_written"] - len(expected_reads)
+    assert removed[1] not in {entry.uri for entry in _entries(reused)}
+    assert _summary(full)["examples_reused"] == 0
+
+
+def test_an_index_line_that_is_not_an_entry_is_refused_by_line(tmp_path):
+    good = example_index.IndexEntry(
+        position=0,
+        uri="/a.jpg",
+        split="train",
+        labels=("cat",),
+        sha256="0" * 64,
+        perceptual_hash=1,
+        source_bytes=10,
+        reencoded=None,
+        longest_side=5,
+        identity="local:1:2:3",
+        key="k",
+    )
+    path = tmp_path / "x.index.jsonl"
+    path.write_text(good.model_dump_json() + "\n" + '{"position": 1, "uri": 5}\n')
+    with pytest.raises(example_index.ExampleIndexError, match="line 2"):
+        list(example_index.read_index(str(path)))
+    path.write_text(good.model_copy(update={"position": 3}).model_dump_json() + "\n")
+    with pytest.raises(example_index.ExampleIndexError, match="in order"):
+        list(example_index.read_index(str(path)))
+
+
+@pytest.mark.parametrize(
+    "name", ["notes.index.jsonl", "train-00000-of-00001.tfrecord.idx", "train.index.jsonl"]
+)
+def test_only_a_published_shards_index_names_a_shard(name):
+    assert naming.indexed_shard(f"/out/sources/{name}") is None
+    assert naming.indexed_shard("/out/sources/train-00000-of-00001.tfrecord.index.jsonl") == (
+        naming.PublishedShard("train", 0, 1, ".tfrecord")
+    )
+
+
+def test_an_entry_without_identity_is_never_reused():
+    entry = example_index.IndexEntry(
+        position=0,
+        uri="http://host/a.jpg",
+        split="train",
+        labels=(),
+        sha256="0" * 64,
+        perceptual_hash=0,
+        source_bytes=1,
+        reencoded=None,
+        longest_side=1,
+        identity=None,
+        key="k",
+    )
+    assert not entry.reusable_for("k", None)
+    assert entry.model_copy(update={"identity": "x"}).reusable_for("k", "x")
+
+
+def _entries(output):
+    return [
+        entry
+        for path in sorted((output / "sources").glob("*.index.jsonl"))
+        for entry in example_index.read_index(str(path))
+    ]

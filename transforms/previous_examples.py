@@ -1,0 +1,72 @@
+"""The examples of an earlier output that this run's shards may copy (--reuse_from).
+
+Each of the earlier output's example indexes (core/example_index.py) is read once; its
+entries that could be reused (an identity and a key recorded) are placed by this run's
+shard plan, the shard and part their URI gets now, and sent to that shard packed per
+earlier shard: a grown dataset moves rows between shards, so reuse is per example. Only
+small records travel; the shard writer reads the records it copies from the earlier
+shards itself.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Iterator
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from image_tfrecords.core.example_index import (
+    ExampleIndexError,
+    PreviousOutput,
+    PreviousShard,
+    PreviousShardFiles,
+    read_index,
+)
+from image_tfrecords.core.filesystem_options import FilesystemOptions
+from image_tfrecords.core.shard_writer import SplitPlan
+from image_tfrecords.transforms.storage_steps import StorageDoFn
+
+
+class RoutePreviousExamples(beam.PTransform):
+    """(split, SplitPlan) -> ((split, shard), (part, PreviousShard)), as WriteShards
+    takes them beside the rows' packs; nothing without a `previous` output."""
+
+    def __init__(self, previous: PreviousOutput | None, filesystems: FilesystemOptions) -> None:
+        super().__init__()
+        self._shards = previous.shards if previous else ()
+        self._filesystems = filesystems
+
+    def expand(self, shard_plan: beam.PCollection) -> beam.PCollection:
+        return (
+            shard_plan.pipeline
+            | "PreviousShards" >> beam.Create(self._shards)
+            | "Route" >> beam.ParDo(_Route(self._filesystems), plans=beam.pvalue.AsDict(shard_plan))
+        )
+
+
+class _Route(StorageDoFn):
+    def __init__(self, filesystems: FilesystemOptions) -> None:
+        super().__init__(filesystems)
+        self._offered = Metrics.counter("images", "offered_for_reuse")
+
+    def process(
+        self, files: PreviousShardFiles, plans: dict[str, SplitPlan]
+    ) -> Iterator[tuple[tuple[str, int], tuple[int, PreviousShard]]]:
+        placed = collections.defaultdict(list)
+        try:
+            for entry in read_index(files.index):
+                plan = plans.get(entry.split)
+                if plan is not None and entry.key is not None and entry.identity is not None:
+                    placed[(entry.split, *plan.place(entry.uri))].append(entry)
+        except (ExampleIndexError, OSError) as error:
+            # Reuse only saves work: the images of this shard are read again.
+            logging.warning("not reusing %s: %s", files.shard, error)
+            return
+        for (split, shard, part), entries in placed.items():
+            self._offered.inc(len(entries))
+            yield (
+                (split, shard),
+                (part, PreviousShard.packed(files.shard, files.thumbnails, entries)),
+            )
