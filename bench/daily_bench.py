@@ -17,10 +17,11 @@ the rows removed, all drawn from --seed. Day 1 is converted once, into OUT1. The
 Per run: wall and CPU seconds and peak PSS of the process tree (write_bench.py's
 measure). In every round the reusing run's output (and the control's) is compared with
 the full run's, file by file: every shard and companion, dead letters, copy lists,
-OUTPUT/sources/*, the label files, tf.Transform's folders, and summary.json apart from
-RUN_FACTS; any difference exits 1. Then the reusing run is repeated once under
-`strace -f -e trace=openat`, untimed, to count the image files it opened (and OUT1's
-shards); every open counts, whatever the library that made it.
+OUTPUT/sources/*, the label files, tf.Transform's folders, summary.json apart from
+RUN_FACTS, and report.html and the SavedModel with the run's folder, id and times masked
+(two full runs differ there only); any difference exits 1. Then the reusing run is
+repeated once under `strace -f -e trace=openat`, untimed, to count the image files it
+opened (and OUT1's shards); every open counts, whatever the library that made it.
 
     .venv/bin/python bench/daily_bench.py --rounds 3 --json bench/daily-results.json
 """
@@ -40,6 +41,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -65,11 +67,13 @@ RUN_FACTS = (
     "resumed_shards",
     "options.output_dir",
     "options.reuse_from",
-    "options.overwrite",
+    "reused_from",
+    "examples_reused",
 )
 # Files that name the run that wrote them, compared with those names masked: report.html
-# names its output folder and when it finished; tf.Transform's SavedModel names its lookup table after the
-# folder tf.Transform worked in, which is the run id's (core/naming.py's transform_dir).
+# names its output folder and when it finished; tf.Transform's SavedModel names its lookup
+# table after the folder tf.Transform worked in, the run id's (core/naming.py's
+# transform_dir).
 NAMES_THE_RUN = ("report.html", "transform_fn/saved_model.pb")
 # The SavedModel's checksums (so they differ with the run id), not compared: the
 # SavedModel is.
@@ -230,7 +234,7 @@ def is_run_fact(field: str) -> bool:
 
 def count_reads(command: list[str], out: Path, data: Path, out1: Path, logs: Path) -> dict:
     """Runs `command` once under strace, untimed, and counts the opens of image files (of
-    DATA) and of OUT1's shards."""
+    DATA) and of each of OUT1's files."""
     if shutil.which("strace") is None:
         return {"counted": False, "why": "strace is not installed"}
     shutil.rmtree(out, ignore_errors=True)
@@ -245,7 +249,7 @@ def count_reads(command: list[str], out: Path, data: Path, out1: Path, logs: Pat
     # call's path is counted once.
     opened = re.compile(r'openat\((?:AT_FDCWD|\d+), "([^"]+)"')
     images: list[str] = []
-    shards: list[str] = []
+    previous: Counter[str] = Counter()
     with trace.open(errors="replace") as lines:
         for line in lines:
             found = opened.search(line)
@@ -254,16 +258,15 @@ def count_reads(command: list[str], out: Path, data: Path, out1: Path, logs: Pat
             path = found[1]
             if path.startswith(str(data) + "/") and path.endswith(".jpg"):
                 images.append(path)
-            elif path.startswith(str(out1) + "/") and ".tfrecord" in path:
-                shards.append(path)
+            elif path.startswith(str(out1) + "/"):
+                previous[path.removeprefix(str(out1) + "/")] += 1
     trace.unlink()
     return {
         "counted": True,
         "image_opens": len(images),
         "distinct_images": len(set(images)),
         "new_images_opened": sum(f"/{NEW_IMAGES_DIR}/" in path for path in set(images)),
-        "previous_shard_opens": len(shards),
-        "distinct_previous_shard_files": len(set(shards)),
+        "previous_output_opens": dict(sorted(previous.items())),
     }
 
 
