@@ -303,6 +303,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="results file (default WORKDIR/daily.json)")
     args = parser.parse_args()
     check_memory_fields()
+    # Runs import TensorFlow, tf.Transform and Beam from their bytecode, as an installed
+    # package does: a venv made with PYTHONDONTWRITEBYTECODE set has none, and every run
+    # would compile their sources again (~15 s of CPU a process here, py-spy). Day 1's
+    # run, which is not compared, writes it.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     data = (args.workdir / f"data-{IMAGES}-seed{args.seed}").resolve()
     ensure_dataset(data, IMAGES, None, args.seed)
     changes = write_days(data, args.seed)
