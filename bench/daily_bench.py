@@ -69,6 +69,7 @@ RUN_FACTS = (
     "options.reuse_from",
     "reused_from",
     "examples_reused",
+    "changes",
 )
 # Files that name the run that wrote them, compared with those names masked: report.html
 # names its output folder and when it finished; tf.Transform's SavedModel names its lookup
