@@ -7,6 +7,7 @@ again, is tested in test_shards.py and test_publish.py.
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,9 @@ import image_tfrecords
 from image_tfrecords.pipeline import run
 
 TIMINGS = ("started_at", "finished_at", "run_id")
+# What a run that reused an earlier output (--overwrite's, by default) says of it: not of
+# the output, which is a full run's (tests/test_reuse.py).
+REUSE_FACTS = ("reused_from", "examples_reused", "changes")
 
 
 @pytest.fixture(scope="module")
@@ -74,12 +78,15 @@ def published(output):
                 files[path] = open(os.path.join(output, path), "rb").read()
     summary = json.loads(files.pop("summary.json"))
     del summary["options"]["output_dir"]
-    files["summary.json"] = {k: v for k, v in summary.items() if k not in TIMINGS}
-    # report.html shows the end time and the output dir too.
+    files["summary.json"] = {
+        k: v for k, v in summary.items() if k not in TIMINGS and k not in REUSE_FACTS
+    }
+    # report.html shows the end time and the output dir too, and what changed since the
+    # output a run reused.
     report = files.pop("report.html").decode()
-    for varying in (summary["finished_at"], str(output)):
+    for varying in (summary["finished_at"], str(output), '<a href="#changes">Changes</a>'):
         report = report.replace(varying, "")
-    files["report.html"] = report
+    files["report.html"] = re.sub(r'<h2 id="changes">.*?</table>\n', "", report, flags=re.S)
     return files
 
 
