@@ -496,7 +496,9 @@ class _ShardWriter:
                 identity = storage.identity(rows[0].row.uri)
             except Exception:  # noqa: BLE001 - each filesystem's own; reading it says why
                 identity = None
-            if place in self._reusable and identity == self._reusable[place][1].identity:
+            if place in self._reusable and self._reusable[place][1].reusable_for(
+                self._keys[place], identity
+            ):
                 return _Read(identity, None)
         return _Read(identity, self._read_now(rows))
 
@@ -622,7 +624,11 @@ class _PreviousExamples:
 
     def _records(self, shard: PreviousShard) -> Iterator[tuple[int, bytes, bytes]]:
         wanted = iter(
-            sorted(entry.position for each, entry in self._reusable.values() if each == shard)
+            sorted(
+                entry.position
+                for each, entry in self._reusable.values()
+                if each.shard == shard.shard
+            )
         )
         position_wanted = next(wanted, None)
         with storage.open_read(shard.thumbnails) as thumbnails:
