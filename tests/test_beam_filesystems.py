@@ -6,10 +6,12 @@ import hashlib
 import inspect
 import logging
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 from apache_beam.io import hadoopfilesystem
 from apache_beam.io.aws.clients.s3 import boto3_client
+from source_trees import parse
 
 from image_tfrecords.core import beam_filesystems
 from image_tfrecords.core.beam_filesystems import (
@@ -93,7 +95,7 @@ def _beams_own() -> dict[str, str]:
         text = inspect.getsource(module)
         found = next(
             node
-            for node in ast.parse(text).body
+            for node in parse(Path(inspect.getsourcefile(module))).body
             if isinstance(node, ast.ClassDef) and node.name == cls
         )
         sources.update(

@@ -10,6 +10,8 @@ import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
+from source_trees import parsed
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON_FOLDERS = (
     "image_tfrecords",
@@ -47,14 +49,14 @@ def _python_files() -> Iterator[Path]:
         yield from (ROOT / folder).rglob("*.py")
 
 
-def _prose(path: Path) -> Iterator[str]:
+def _prose(path: Path, tree: ast.Module) -> Iterator[str]:
     """The file's docstrings and comments."""
-    source = path.read_text(encoding="utf-8")
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             docstring = ast.get_docstring(node, clean=False)
             if docstring:
                 yield docstring
+    source = path.read_text(encoding="utf-8")
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type == tokenize.COMMENT:
             yield token.string
@@ -80,8 +82,8 @@ def test_every_file_a_docstring_or_comment_names_exists():
     modules = {path.name for path in [*files, *ROOT.glob("*.py")]}  # setup.py
     missing = [
         f"{path.relative_to(ROOT)}: {reference}"
-        for path in files
-        for text in _prose(path)
+        for path, tree in parsed(files).items()
+        for text in _prose(path, tree)
         for reference in _missing_references(text, modules)
     ]
     assert missing == []

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from source_trees import parsed
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS_VENV = ROOT / ".venv-docs"
@@ -60,8 +61,8 @@ def _emitted_reasons() -> set[str]:
         "_Retryable": 0,
         "DeadLetter": 5,
     }
-    for path in (path for package in CODE for path in (ROOT / package).rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    code_files = (path for package in CODE for path in (ROOT / package).rglob("*.py"))
+    for path, tree in parsed(code_files).items():
         constants = {
             node.targets[0].id: node.value.value
             for node in tree.body

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from source_trees import parse, parsed
+
 from image_tfrecords.core.inputs.sources import FORMATS, MANIFEST_FORMATS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,8 +64,7 @@ def test_the_formats_are_found_as_modules():
 
 def test_no_module_but_a_formats_own_imports_or_names_a_format():
     problems = []
-    for path in GENERIC:
-        tree = ast.parse(path.read_text(), str(path))
+    for path, tree in parsed(GENERIC).items():
         imported = sorted(_imported_modules(tree) & FORMAT_MODULES)
         if imported:
             problems.append(f"{path.relative_to(ROOT)} imports {', '.join(imported)}")
@@ -85,7 +86,7 @@ def test_no_module_but_a_formats_own_imports_or_names_a_format():
 def test_the_registry_holds_no_format_key_and_imports_the_formats_classes():
     """What it imports of a format's module is its InputFormat class; and --image_folder's
     class folders, what a folder is where no format's folder_reading claims it."""
-    tree = ast.parse(REGISTRY.read_text())
+    tree = parse(REGISTRY)
     assert not {
         node.value
         for node in ast.walk(tree)

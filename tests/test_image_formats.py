@@ -12,6 +12,7 @@ import pathlib
 import pytest
 from conftest import encode, photo_like
 from PIL import EpsImagePlugin, Image
+from source_trees import parsed
 
 from image_tfrecords.core.images import (
     IMAGE_FORMATS,
@@ -74,16 +75,17 @@ def test_every_image_the_code_opens_is_opened_with_the_documented_formats():
     """Image.open without formats= tries every plugin, EPS included: each call passes the
     converter's list (image_tfrecords.core.images.open_image does)."""
     unlimited = []
-    for folder in ("core", "transforms", "image_tfrecords", "pipeline"):
-        for path in (ROOT / folder).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "open"
-                    and ast.unparse(node.func.value) == "Image"
-                    and "formats" not in {keyword.arg for keyword in node.keywords}
-                ):
-                    unlimited.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    folders = ("core", "transforms", "image_tfrecords", "pipeline")
+    trees = parsed(path for folder in folders for path in (ROOT / folder).rglob("*.py"))
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "open"
+                and ast.unparse(node.func.value) == "Image"
+                and "formats" not in {keyword.arg for keyword in node.keywords}
+            ):
+                unlimited.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert unlimited == []
     assert "EPS" not in IMAGE_FORMATS

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from source_trees import parse, parsed
 
 ROOT = Path(__file__).resolve().parent.parent
 # The folders setup.py packages (as templates/flex/Dockerfile copies them), and where each
@@ -167,7 +168,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_sample_job_outside_th
 
 
 def _install_requires() -> list[Requirement]:
-    setup = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    setup = parse(ROOT / "setup.py")
     [declared] = [
         keyword.value
         for node in ast.walk(setup)
@@ -181,8 +182,9 @@ def _install_requires() -> list[Requirement]:
 def _imported_modules() -> set[str]:
     """Every module the code folders import, by its first two names (google.auth)."""
     found = set()
-    for path in (path for folder in CODE for path in (ROOT / folder).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    code_files = (path for folder in CODE for path in (ROOT / folder).rglob("*.py"))
+    for tree in parsed(code_files).values():
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 found.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
