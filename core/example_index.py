@@ -12,8 +12,10 @@ both are what the index recorded; any doubt (no identity, a key left out, anothe
 value) and the image is read again, so the copy is the bytes a full run writes.
 
 An index is read back as data, never code: the output folder may be a bucket others can
-write to. Each line is validated as an IndexEntry; one that is not stops the run, named
-(ExampleIndexError). A copied record is checked by its format's reader (TFRecord's CRCs).
+write to. Each line is validated as an IndexEntry, and one over MAX_LINE_BYTES is refused
+unread rather than held whole; an index that is not one is named (ExampleIndexError): a
+reusing run reads that shard's images again, `diff` refuses it. A copied record is checked
+by its format's reader (TFRecord's CRCs).
 """
 
 from __future__ import annotations
@@ -32,12 +34,16 @@ import pydantic
 from image_tfrecords.core import naming, storage
 from image_tfrecords.core.records import LabelledRow, ShardOutcome
 from image_tfrecords.core.splits import Split
+from image_tfrecords.core.text_limits import MAX_LINE_BYTES as _MAX_ROW_LINE_BYTES
 
 # Of the key's layout: a new one makes every recorded key differ (a full run).
 _KEY_VERSION = 1
 # The libraries whose output is in an example's bytes: this package's encoder, and
 # Pillow's, which re-encodes and resizes.
 _SHAPING_DISTRIBUTIONS = ("image-tfrecords", "pillow")
+# One entry holds what its example's rows say (a detection example's labels: one per
+# object), so it may be longer than one manifest line; no line is read beyond this.
+MAX_LINE_BYTES = 16 * _MAX_ROW_LINE_BYTES
 
 
 class ExampleIndexError(ValueError):
@@ -123,7 +129,13 @@ def read_index(path: str) -> Iterator[IndexEntry]:
     """The entries of the index at `path`, in order; IndexError naming the line that is
     not one, or an entry out of its place."""
     with storage.open_read(path) as file:
-        for number, line in enumerate(file, 1):
+        lines = iter(lambda: file.readline(MAX_LINE_BYTES + 1), b"")
+        for number, line in enumerate(lines, 1):
+            if len(line) > MAX_LINE_BYTES:
+                raise ExampleIndexError(
+                    f"{path} line {number} is over {MAX_LINE_BYTES:,} bytes: not an example "
+                    "index entry"
+                )
             try:
                 entry = IndexEntry.model_validate_json(line)
             except pydantic.ValidationError as error:

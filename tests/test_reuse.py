@@ -5,6 +5,7 @@ full run gives; what changed is read again, and only that."""
 import json
 import os
 import shutil
+import tracemalloc
 from urllib.parse import unquote
 
 import pytest
@@ -214,20 +215,23 @@ def test_reuse_on_a_bucket_is_decided_from_object_metadata_alone(bucket, request
     assert json.loads(get(f"{folder}/day2/{naming.SUMMARY_FILE}"))["examples_reused"] == 5
 
 
+GOOD_ENTRY = example_index.IndexEntry(
+    position=0,
+    uri="/a.jpg",
+    split="train",
+    labels=("cat",),
+    sha256="0" * 64,
+    perceptual_hash=1,
+    source_bytes=10,
+    reencoded=None,
+    longest_side=5,
+    identity="local:1:2:3",
+    key="k",
+)
+
+
 def test_an_index_line_that_is_not_an_entry_is_refused_by_line(tmp_path):
-    good = example_index.IndexEntry(
-        position=0,
-        uri="/a.jpg",
-        split="train",
-        labels=("cat",),
-        sha256="0" * 64,
-        perceptual_hash=1,
-        source_bytes=10,
-        reencoded=None,
-        longest_side=5,
-        identity="local:1:2:3",
-        key="k",
-    )
+    good = GOOD_ENTRY
     path = tmp_path / "x.index.jsonl"
     path.write_text(good.model_dump_json() + "\n" + '{"position": 1, "uri": 5}\n')
     with pytest.raises(example_index.ExampleIndexError, match="line 2"):
@@ -235,6 +239,24 @@ def test_an_index_line_that_is_not_an_entry_is_refused_by_line(tmp_path):
     path.write_text(good.model_copy(update={"position": 3}).model_dump_json() + "\n")
     with pytest.raises(example_index.ExampleIndexError, match="in order"):
         list(example_index.read_index(str(path)))
+
+
+def test_an_index_line_too_long_to_be_an_entry_is_refused_unread(tmp_path):
+    """A line of 64 MiB (an index in a folder others can write to) is refused by line
+    without being held whole: memory follows the limit, not the line."""
+    path = tmp_path / "x.index.jsonl"
+    with path.open("wb") as file:
+        file.write(GOOD_ENTRY.model_dump_json().encode() + b"\n")
+        for _ in range(64):
+            file.write(b"x" * (1 << 20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(example_index.ExampleIndexError, match="line 2 is over"):
+            list(example_index.read_index(str(path)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * example_index.MAX_LINE_BYTES < 64 << 20
 
 
 @pytest.mark.parametrize(
