@@ -126,12 +126,13 @@ def write_index(path: str, index: Iterable[IndexEntry]) -> None:
 
 
 def read_index(path: str) -> Iterator[IndexEntry]:
-    """The entries of the index at `path`, in order; IndexError naming the line that is
-    not one, or an entry out of its place."""
+    """The entries of the index at `path`, in order; ExampleIndexError naming the line
+    that is not one, or an entry out of its place."""
     with storage.open_read(path) as file:
+        # A line of MAX_LINE_BYTES and its "\n" is read whole; a longer one is cut there.
         lines = iter(lambda: file.readline(MAX_LINE_BYTES + 1), b"")
         for number, line in enumerate(lines, 1):
-            if len(line) > MAX_LINE_BYTES:
+            if len(line.rstrip(b"\n")) > MAX_LINE_BYTES:
                 raise ExampleIndexError(
                     f"{path} line {number} is over {MAX_LINE_BYTES:,} bytes: not an example "
                     "index entry"

@@ -546,16 +546,10 @@ def voc_annotation(filename, size, objects):
 # What summary.json says of the run rather than of its output.
 # What summary.json says of the run rather than of the output: a reusing run's output is a
 # full run's but for these (core/example_index.py).
-RUN_FACTS = (
-    "options",
-    "versions",
-    "started_at",
-    "finished_at",
-    "run_id",
-    "reused_from",
-    "examples_reused",
-    "changes",
-)
+# What a run that reused an earlier output says of it (--reuse_from, or --overwrite's
+# default): not of the output, which is a full run's (tests/test_reuse.py).
+REUSE_FACTS = ("reused_from", "examples_reused", "changes")
+RUN_FACTS = ("options", "versions", "started_at", "finished_at", "run_id", *REUSE_FACTS)
 
 
 def output_digests(output: Path) -> dict[str, str]:

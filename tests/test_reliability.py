@@ -15,15 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import encode, photo_like
+from conftest import REUSE_FACTS, encode, photo_like
 
 import image_tfrecords
 from image_tfrecords.pipeline import run
 
 TIMINGS = ("started_at", "finished_at", "run_id")
-# What a run that reused an earlier output (--overwrite's, by default) says of it: not of
-# the output, which is a full run's (tests/test_reuse.py).
-REUSE_FACTS = ("reused_from", "examples_reused", "changes")
 
 
 @pytest.fixture(scope="module")

@@ -257,6 +257,10 @@ def test_an_index_line_too_long_to_be_an_entry_is_refused_unread(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 3 * example_index.MAX_LINE_BYTES < 64 << 20
+    # A line of the limit itself, and its line end, is read and judged as an entry.
+    path.write_bytes(b"x" * example_index.MAX_LINE_BYTES + b"\n")
+    with pytest.raises(example_index.ExampleIndexError, match="line 1 is not an example"):
+        list(example_index.read_index(str(path)))
 
 
 @pytest.mark.parametrize(
