@@ -208,11 +208,11 @@ def _files_there(receipt: ShardReceipt) -> bool:
 
 def example_refs(temp_dir: str, split: str, shard: int) -> dict[int, ExampleRef]:
     """A finished shard's ExampleRefs by position, from its receipt: where the near-copy
-    search finds the refs of the pairs it found."""
+    search finds the refs of the pairs it found, as a worker sends them (ShardOutcome.sent)."""
     path = naming.receipt_path(temp_dir, split, shard)
     with storage.open_read(path) as file:
         receipt = _parsed(path, file.read())
-    return {ref.position: ref for _, ref in receipt.outcome.example_keys}
+    return {ref.position: ref for _, ref in receipt.outcome.sent().example_keys}
 
 
 def _parsed(path: str, data: bytes) -> ShardReceipt:

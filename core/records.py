@@ -223,7 +223,9 @@ class ExampleRef(NamedTuple):
     labels: tuple[str, ...]  # label texts (detection: one per object)
     perceptual_hash: int  # images.PreparedImage.perceptual_hash
     content: ExampleContent | None  # only where RunSettings.keeps_content
-    source: ExampleSource | None = None  # None only where no index is written (tests)
+    # None once sent to the pipeline's process (ShardOutcome.sent), or where no index is
+    # written (tests).
+    source: ExampleSource | None = None
 
 
 class ShardOutcome(NamedTuple):
@@ -232,6 +234,16 @@ class ShardOutcome(NamedTuple):
     written: ShardWritten
     dead_letters: tuple[DeadLetter, ...]  # its rows that became no example
     example_keys: tuple[tuple[str, ExampleRef], ...]  # (sha256, where) per example
+
+    def sent(self) -> ShardOutcome:
+        """What a worker process sends the pipeline's process: each example without its
+        ExampleSource, which only the example index that the worker writes keeps (the
+        pipeline's process would only unpickle and pickle it again, per example)."""
+        return self._replace(
+            example_keys=tuple(
+                (sha256, ref._replace(source=None)) for sha256, ref in self.example_keys
+            )
+        )
 
 
 class ShardExamples(NamedTuple):

@@ -20,11 +20,12 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import heapq
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import jinja2
 import pygal
@@ -41,6 +42,7 @@ PAIRS_SHOWN = 50  # copies of each kind shown side by side (all are in the .json
 # Leaks of each kind listed by name beyond those shown side by side: every leak, up to a
 # page of a few MB (all are in the .jsonl files, which the page points to beyond this).
 LEAKS_LISTED = 10_000
+T = TypeVar("T")
 REJECTED_SHOWN = 5  # dead letters shown per reason
 LABELS_PLOTTED = 40  # labels in the examples plot; the table below it has all of them
 # Labels whose sample is shown: with 1,000 labels the page would hold 24,000 thumbnails.
@@ -61,6 +63,15 @@ def copy_rank(kept_split: str, split: str, manifest: str, line: int, uri: str) -
     the image kept) before copies within a split, then by the copy's (the one not kept)
     split and row."""
     return kept_split == split, SPLITS.index(split), manifest, line, uri
+
+
+def first_copies(copies: Iterable[T], rank: Callable[[T], tuple]) -> list[T]:
+    """The copies the page takes, in `rank` order (copy_rank's: leaks first): the first
+    PAIRS_SHOWN, which it pictures, then leaks only, up to LEAKS_LISTED in all, which it
+    lists by name (it lists no other copy)."""
+    ranked = heapq.nsmallest(LEAKS_LISTED, copies, key=rank)
+    # copy_rank's first value is False for a leak.
+    return [copy for index, copy in enumerate(ranked) if index < PAIRS_SHOWN or not rank(copy)[0]]
 
 
 def distinct(labels: Sequence[str]) -> tuple[str, ...]:

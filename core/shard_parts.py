@@ -44,7 +44,7 @@ class JoinTask:
         return f"shard {self.split} {self.shard} (joining {len(self.parts)} parts)"
 
     def run(self, settings: RunSettings, progress: Progress) -> ShardOutcome:
-        return join_parts(self, settings)
+        return join_parts(self, settings).sent()
 
 
 def join_parts(task: JoinTask, settings: RunSettings) -> ShardOutcome:

@@ -100,7 +100,7 @@ class ShardTask:
         )
 
     def run(self, settings: RunSettings, progress: Progress) -> ShardOutcome:
-        return write_shard(self, settings, progress)
+        return write_shard(self, settings, progress).sent()
 
     def leaving_out(self, lost: Lost) -> ShardTask:
         """This task again, without the image its worker process died or overran on

@@ -26,7 +26,6 @@ from image_tfrecords.core.images import THUMBNAIL_SIDE, open_image, thumbnail_of
 from image_tfrecords.core.inputs.documents import DocumentError, load_json
 from image_tfrecords.core.naming import REPORT_FILE
 from image_tfrecords.core.report_page import (
-    LEAKS_LISTED,
     PAIRS_SHOWN,
     REJECTED_SHOWN,
     SAMPLE_PER_LABEL,
@@ -36,6 +35,7 @@ from image_tfrecords.core.report_page import (
     ReportContent,
     copy_rank,
     distinct,
+    first_copies,
     render_report,
     sample_rank,
 )
@@ -78,9 +78,7 @@ def rebuild_report(output_dir: str) -> str:
     output = Output.read(output_dir)
     summary = output.summary
     copies = {
-        kind: _first(
-            map(_as_shown, _json_lines(output, found.files, _COPY_LINE)), LEAKS_LISTED, _copy_rank
-        )
+        kind: first_copies(map(_as_shown, _json_lines(output, found.files, _COPY_LINE)), _copy_rank)
         for kind, found in (
             ("duplicates", summary.duplicates),
             ("near_duplicates", summary.near_duplicates),

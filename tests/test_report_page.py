@@ -41,6 +41,7 @@ from image_tfrecords.core.report_page import (
     Pictured,
     ReportContent,
     copy_rank,
+    first_copies,
     render_report,
 )
 from image_tfrecords.core.summary import ErrorsInfo, NearCopiesInfo, RunOptions, SplitInfo, Summary
@@ -547,3 +548,24 @@ def test_leaks_beyond_those_listed_are_pointed_to_in_their_files():
         "lines whose kept and copy splits differ: jq -c 'select(.kept.split != "
         ".copy.split)' near_duplicates-00000-of-00001.jsonl"
     ) in " ".join(page.text)
+
+
+def test_the_copies_taken_are_the_first_pictured_then_leaks_only():
+    """first_copies, what the pipeline's combiner and `report` both hold: the first
+    PAIRS_SHOWN by copy_rank, then leaks only (the page lists no other copy), up to
+    LEAKS_LISTED in all, whatever order the copies come in."""
+
+    def copy(kept_split, split, line):
+        return (kept_split, split, "m.csv", line, f"/{split}{line}.jpg")
+
+    def rank(pair):
+        return copy_rank(*pair)
+
+    leaks = [copy("train", "test", line) for line in range(PAIRS_SHOWN + 5)]
+    within = [copy("train", "train", line) for line in range(2 * PAIRS_SHOWN)]
+    taken = first_copies(reversed(within + leaks), rank)
+    assert taken == leaks  # every leak, in order; none of the copies within a split
+    few_leaks = leaks[:3]
+    assert first_copies(within + few_leaks, rank) == few_leaks + within[: PAIRS_SHOWN - 3]
+    many = [copy("train", "validation", line) for line in range(LEAKS_LISTED + 7)]
+    assert first_copies(many[::-1], rank) == many[:LEAKS_LISTED]

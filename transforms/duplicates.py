@@ -30,6 +30,7 @@ from image_tfrecords.core.inputs.rows import DEAD_LETTERS
 from image_tfrecords.core.naming import DUPLICATES, NEAR_DUPLICATES
 from image_tfrecords.core.records import ExampleRef, ShardExamples, ShardWritten
 from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.transforms.batch import Batch, batches_by_key
 from image_tfrecords.transforms.near_duplicates import (
     FindNearDuplicates,
     NearDuplicate,
@@ -88,21 +89,18 @@ class FindDuplicates(beam.PTransform):
 _BUCKETS = 16
 
 
-def _by_bucket(examples: ShardExamples) -> Iterator[tuple[int, list[tuple[str, ExampleRef]]]]:
-    buckets: dict[int, list[tuple[str, ExampleRef]]] = collections.defaultdict(list)
-    for sha256, ref in examples.keys:
-        buckets[int(sha256[:8], 16) % _BUCKETS].append((sha256, ref))
-    return iter(buckets.items())
+def _by_bucket(examples: ShardExamples) -> Iterator[tuple[int, Batch]]:
+    return batches_by_key(
+        (int(sha256[:8], 16) % _BUCKETS, (sha256, ref)) for sha256, ref in examples.keys
+    )
 
 
-def _copies_in_bucket(
-    _: int, shards_keys: Iterable[list[tuple[str, ExampleRef]]]
-) -> Iterator[tuple[Duplicate, ...]]:
+def _copies_in_bucket(_: int, shards_keys: Iterable[Batch]) -> Iterator[Batch]:
     by_sha256: dict[str, list[ExampleRef]] = collections.defaultdict(list)
     for keys in shards_keys:
         for sha256, ref in keys:
             by_sha256[sha256].append(ref)
-    if batch := tuple(
+    if batch := Batch(
         copy
         for sha256, refs in by_sha256.items()
         if len(refs) > 1

@@ -33,6 +33,7 @@ from image_tfrecords.core.receipts import example_refs
 from image_tfrecords.core.records import ExampleRef, ShardExamples
 from image_tfrecords.core.run_settings import RunSettings
 from image_tfrecords.core.splits import SPLITS
+from image_tfrecords.transforms.batch import Batch, batches_by_key
 from image_tfrecords.transforms.in_workers import RunInWorkers
 from image_tfrecords.transforms.storage_steps import StorageDoFn
 
@@ -190,15 +191,7 @@ class _CloseEarlier(RunInWorkers):
         return CloseEarlierTask(band, tuple(packs), self._masks, self._max_distance)
 
     def outputs(self, links: list[tuple[Shard, tuple[int, Link]]]) -> Iterator[Any]:
-        yield from by_key(links).items()
-
-
-def by_key(pairs: Iterable[tuple[Any, Any]]) -> dict[Any, list[Any]]:
-    """(key, value) pairs -> key -> its values, in their order."""
-    grouped: dict[Any, list[Any]] = {}
-    for key, value in pairs:
-        grouped.setdefault(key, []).append(value)
-    return grouped
+        yield from batches_by_key(links)
 
 
 class _CopyRefs(StorageDoFn):
@@ -220,13 +213,13 @@ class _CopyRefs(StorageDoFn):
                 if position not in preferred or link < preferred[position]:
                     preferred[position] = link
         refs = example_refs(self._temp_dir, split, shard)
-        yield from by_key(
+        yield from batches_by_key(
             (
                 (SPLITS[link.kept_split], link.kept_shard),
                 (link.kept_position, link.distance, refs[position]),
             )
             for position, link in sorted(preferred.items())
-        ).items()
+        )
 
 
 class _Pairs(StorageDoFn):
@@ -242,7 +235,7 @@ class _Pairs(StorageDoFn):
     ) -> Iterator[tuple[NearDuplicate, ...]]:
         (split, shard), batches = shard_copies
         refs = example_refs(self._temp_dir, split, shard)
-        yield tuple(
+        yield Batch(
             NearDuplicate(distance, refs[kept_position], copy)
             for copies in batches
             for kept_position, distance, copy in copies

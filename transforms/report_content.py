@@ -23,7 +23,6 @@ from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.naming import thumbnails_path
 from image_tfrecords.core.records import ExampleRef, ShardExamples
 from image_tfrecords.core.report_page import (
-    LEAKS_LISTED,
     PAIRS_SHOWN,
     REJECTED_SHOWN,
     SAMPLE_PER_LABEL,
@@ -33,8 +32,10 @@ from image_tfrecords.core.report_page import (
     ReportContent,
     copy_rank,
     distinct,
+    first_copies,
     sample_rank,
 )
+from image_tfrecords.transforms.batch import Batch
 from image_tfrecords.transforms.storage_steps import with_filesystems
 
 Place = tuple[str, int, int]  # (split, shard, position) of an example in the temp shards
@@ -189,28 +190,42 @@ def _shown_copy(copy: Any) -> _ShownCopy:
     """`copy`: a Duplicate or a NearDuplicate."""
 
     def light(ref: ExampleRef) -> ExampleRef:
-        return ref._replace(labels=distinct(ref.labels), content=None)
+        return ref._replace(labels=distinct(ref.labels), content=None, source=None)
 
     return _ShownCopy(light(copy.kept), light(copy.copy), copy.distance)
 
 
+def _copy_rank(copy: _ShownCopy) -> tuple:
+    return copy_rank(
+        copy.kept.split, copy.copy.split, copy.copy.manifest, copy.copy.line, copy.copy.uri
+    )
+
+
+class _FirstCopies(beam.CombineFn):
+    """Batches of copies -> the copies the page takes (report_page.first_copies: leaks
+    first), each made light once.
+
+    A batch at a time: one element per copy would cost Beam's coders and a Top combiner
+    microseconds each, thousands of times over on a set of near-copies (the launcher's
+    per-image cost, bench/RESULTS.md issue 53)."""
+
+    def create_accumulator(self) -> Batch:
+        return Batch()
+
+    def add_input(self, first: Batch, batch: Iterable[Any]) -> Batch:
+        return Batch(first_copies([*first, *map(_shown_copy, batch)], _copy_rank))
+
+    def merge_accumulators(self, accumulators: Iterable[Batch]) -> Batch:
+        return Batch(first_copies([copy for first in accumulators for copy in first], _copy_rank))
+
+    def extract_output(self, first: Batch) -> Batch:
+        return first
+
+
 @beam.ptransform_fn
 def _first_copies(batches: beam.PCollection) -> beam.PCollection:
-    """Batches of copies -> [the first LEAKS_LISTED, by report_page.copy_rank: leaks
-    first]."""
-    return (
-        batches
-        | "Copies" >> beam.FlatMap(iter)
-        | "AsShown" >> beam.Map(_shown_copy)
-        | "First"
-        >> beam.combiners.Top.Of(
-            LEAKS_LISTED,
-            key=lambda copy: copy_rank(
-                copy.kept.split, copy.copy.split, copy.copy.manifest, copy.copy.line, copy.copy.uri
-            ),
-            reverse=True,
-        )
-    )
+    """Batches of copies -> [the copies the page takes, in report_page.copy_rank order]."""
+    return batches | "First" >> beam.CombineGlobally(_FirstCopies())
 
 
 def _refs_of_copies(copies: list[_ShownCopy]) -> Iterator[ExampleRef]:
