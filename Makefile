@@ -24,6 +24,10 @@ DOCS_INSTALLED := $(DOCS_VENV)/.installed
 # 8 on a busy one. uv shows its progress on a terminal; the time and size are the README's.
 UV_PIN := uv==0.13.8
 UV := $(VENV)/bin/uv
+# Every install compiles its bytecode (uv does not by default): where Python may not write
+# it (PYTHONDONTWRITEBYTECODE=1, set by many Docker images and CI machines) every process
+# would otherwise compile Beam and TensorFlow again, ~7 s each (bench/RESULTS.md, issue 53).
+UV_INSTALL = $(UV) pip install --compile-bytecode
 
 $(UV):
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -32,13 +36,14 @@ $(UV):
 $(INSTALLED): requirements.txt setup.py pyproject.toml | $(UV)
 	@echo "Installing the converter's pinned packages (requirements.txt) into $(VENV): about 1 GB" \
 		"to download, 3 GB installed; under a minute on a quiet machine"
-	$(UV) pip install --python $(VENV)/bin/python -r requirements.txt
+	$(UV_INSTALL) --python $(VENV)/bin/python -r requirements.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(VENV)/bin/python -m compileall -q -j 0 core pipeline transforms image_tfrecords
 	touch $@
 
 $(TEST_INSTALLED): $(INSTALLED) tests/requirements.txt
 	@echo "Installing the tests' own packages (tests/requirements.txt) into $(VENV)"
-	$(UV) pip install --python $(VENV)/bin/python -r tests/requirements.txt
+	$(UV_INSTALL) --python $(VENV)/bin/python -r tests/requirements.txt
 	touch $@
 
 # The sample set has broken rows on purpose (see sample_data/README.md), hence the
@@ -49,7 +54,7 @@ demo: $(INSTALLED)
 
 $(AIRFLOW_INSTALLED): templates/airflow/requirements.txt | $(UV)
 	test -x $(AIRFLOW_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_VENV)
-	$(UV) pip install --python $(AIRFLOW_VENV)/bin/python -r templates/airflow/requirements.txt
+	$(UV_INSTALL) --python $(AIRFLOW_VENV)/bin/python -r templates/airflow/requirements.txt
 	touch $@
 
 # The Beam DAG (templates/airflow/) run once by hand, as tests/test_airflow.py runs it: the
@@ -110,7 +115,7 @@ $(CHROMIUM):
 
 $(DOCS_INSTALLED): docs/requirements.txt | $(UV)
 	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
-	$(UV) pip install --python $(DOCS_VENV)/bin/python -r docs/requirements.txt
+	$(UV_INSTALL) --python $(DOCS_VENV)/bin/python -r docs/requirements.txt
 	touch $@
 
 # The site, built strictly (a warning, such as a broken link or anchor, is an error) into
@@ -133,7 +138,7 @@ test: lint $(TEST_INSTALLED) $(AIRFLOW_INSTALLED) $(DOCS_INSTALLED) $(CHROMIUM) 
 	$(VENV)/bin/python -m pytest tests
 
 $(BENCH_INSTALLED): $(TEST_INSTALLED) bench/requirements.txt
-	$(UV) pip install --python $(VENV)/bin/python -r bench/requirements.txt
+	$(UV_INSTALL) --python $(VENV)/bin/python -r bench/requirements.txt
 	touch $@
 
 # Ours against bench/handwritten.py and bench/process_pool.py, side by side, and ours at 1

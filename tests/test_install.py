@@ -107,6 +107,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_sample_job_outside_th
         "uv",
         "pip",
         "install",
+        "--compile-bytecode",  # as docs/install.md says: pip would, uv does not by default
         "--python",
         venv / "bin" / "python",
         wheel,
