@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -61,17 +62,27 @@ class FilesystemOptions:
 
 
 def current_options() -> dict[str, Any]:
-    """The options Beam's filesystems were given in this process, for its worker
+    """The options for Beam's filesystems this process was given, for its worker
     processes to reach the same storage (keys included: they go through a pipe, not the
-    graph). Beam has no public getter; tests/test_shards.py fails if this one stops seeing
-    what set_options gave."""
+    graph). Only the filesystems' own: the rest of the object Beam holds changes as a
+    pipeline is built (its experiments), and what a pool's workers were started with is
+    compared with what a run asks for (core/pool.py). Beam has no public getter;
+    tests/test_shards.py fails if this one stops seeing what set_options gave."""
     from apache_beam.io.filesystems import FileSystems
 
     options = FileSystems._pipeline_options
-    return options.get_all_options(drop_default=True) if options is not None else {}
+    if options is None:
+        return {}
+    names = _filesystem_option_names()
+    return {
+        name: value
+        for name, value in options.get_all_options(drop_default=True).items()
+        if name in names
+    }
 
 
-def _filesystem_option_names() -> set[str]:
+@functools.cache
+def _filesystem_option_names() -> frozenset[str]:
     from apache_beam.options.pipeline_options import (
         GoogleCloudOptions,
         HadoopFileSystemOptions,
@@ -81,4 +92,4 @@ def _filesystem_option_names() -> set[str]:
     parser = argparse.ArgumentParser(add_help=False)
     for group in (S3Options, HadoopFileSystemOptions, GoogleCloudOptions):
         group._add_argparse_args(parser)
-    return {action.dest for action in parser._actions}
+    return frozenset(action.dest for action in parser._actions)

@@ -31,6 +31,7 @@ stopped, and a pool that is stopping starts no other worker and runs no other ta
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
 import mmap
 import os
@@ -367,11 +368,44 @@ _shared: WorkerPool | None = None
 _shared_users = 0
 
 
+class _EarlyStart(NamedTuple):
+    """A shared pool being started ahead of its first acquire() (start_early)."""
+
+    key: tuple[int, float, bytes]  # _key of what it was started with
+    pool: concurrent.futures.Future  # of the WorkerPool
+
+
+_early: _EarlyStart | None = None
+
+
+def start_early(processes: int, timeout_s: float, setup: Callable[[], object]) -> None:
+    """Starts the process's shared pool now, in the background, for the acquire() that
+    will ask for the same: its workers import and run `setup` while this process goes on
+    (the launcher importing TensorFlow). Counts as one acquire(): release() it."""
+    global _shared_users, _early
+    with _shared_lock:
+        _shared_users += 1
+        if _shared is None and _early is None:
+            starting = concurrent.futures.ThreadPoolExecutor(1, "worker-pool-start")
+            _early = _EarlyStart(
+                _key(processes, timeout_s, setup),
+                starting.submit(WorkerPool, processes, timeout_s, setup),
+            )
+            starting.shutdown(wait=False)
+
+
 def acquire(processes: int, timeout_s: float, setup: Callable[[], object]) -> WorkerPool:
     """The process's shared pool, started by the first caller with its size, time limit
-    and setup (every caller of a run gives the same)."""
+    and setup (every caller of a run gives the same), or the one start_early() started
+    with them."""
     global _shared, _shared_users
     with _shared_lock:
+        early = _take_early()
+        if early is not None:
+            if early.key == _key(processes, timeout_s, setup):
+                _shared = early.pool.result()  # raises what its start raised
+            else:  # started for other settings: not this run's
+                _close_started(early)
         if _shared is None:
             _shared = WorkerPool(processes, timeout_s, setup)
         _shared_users += 1
@@ -379,13 +413,32 @@ def acquire(processes: int, timeout_s: float, setup: Callable[[], object]) -> Wo
 
 
 def release() -> None:
-    """Undoes one acquire(); the last user's release stops the pool's processes."""
+    """Undoes one acquire() or start_early(); the last user's release stops the pool's
+    processes."""
     global _shared, _shared_users
     with _shared_lock:
         _shared_users -= 1
-        if _shared_users == 0 and _shared is not None:
-            _shared.close()
-            _shared = None
+        if _shared_users == 0:
+            if (early := _take_early()) is not None:  # started, never acquired
+                _close_started(early)
+            if _shared is not None:
+                _shared.close()
+                _shared = None
+
+
+def _key(processes: int, timeout_s: float, setup: Callable[[], object]) -> tuple[int, float, bytes]:
+    return processes, timeout_s, pickle.dumps(setup)
+
+
+def _take_early() -> _EarlyStart | None:
+    global _early
+    early, _early = _early, None
+    return early
+
+
+def _close_started(early: _EarlyStart) -> None:
+    if early.pool.exception() is None:  # a start that failed left nothing running
+        early.pool.result().close()
 
 
 def _serve(reads: int, writes: int, state_fd: int) -> None:

@@ -51,6 +51,7 @@ from image_tfrecords.pipeline.options import (
     make_local_paths_absolute,
     runs_on_the_direct_runner,
     unknown_option_problem,
+    writes_shards_in_this_process,
 )
 from image_tfrecords.pipeline.progress import shown_progress
 from image_tfrecords.pipeline.read_choices import settle_read_choices
@@ -71,6 +72,7 @@ from image_tfrecords.pipeline.stopping import JobWatch, Stopped, WorkersNeverSta
 from image_tfrecords.pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from image_tfrecords.pipeline.tft_storage import tensorflow_location_problem
 from image_tfrecords.pipeline.versions import installed_versions
+from image_tfrecords.transforms.in_workers import workers_started_early
 from image_tfrecords.transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
 from image_tfrecords.transforms.vocabulary_file import (
     PinnedVocabulary,
@@ -168,6 +170,17 @@ def convert_and_report(argv: Sequence[str], started: float | None = None) -> Sum
         raise JobFailed(str(never)) from None
 
 
+def _workers_started_early(
+    options: PipelineOptions, convert: ConvertOptions
+) -> contextlib.AbstractContextManager:
+    """The shard writers' worker processes, started before TensorFlow loads where they
+    run under this process (in_workers.workers_started_early): a second's start-up
+    overlapped."""
+    if writes_shards_in_this_process(options):
+        return workers_started_early(convert.run_settings())
+    return contextlib.nullcontext()
+
+
 @contextlib.contextmanager
 def _run_failed_unlogged() -> Iterator[None]:
     """Within the block, Beam does not log RunFailed. A run that fails its outcome check
@@ -227,7 +240,11 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
     folder = _whole_run_folder(convert, scan.fingerprint)
     watch = None
     try:
-        with frozen_for_the_run(), job_server_of_the_run(options, folder.run_id) as log:
+        with (
+            frozen_for_the_run(),
+            job_server_of_the_run(options, folder.run_id) as log,
+            _workers_started_early(options, convert),
+        ):
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             stage("loading TensorFlow")
             with uncollected():

@@ -16,6 +16,7 @@ from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
 from PIL import Image
 
 import image_tfrecords
+from image_tfrecords.core import pool as shared_pool
 from image_tfrecords.core.pool import WorkerPool
 from image_tfrecords.core.records import LabelledRow, ManifestRow
 from image_tfrecords.core.run_settings import RunSettings
@@ -107,7 +108,7 @@ def test_a_worker_writes_the_bytes_the_pipeline_process_writes(pool, tmp_path):
         == sorted(d.reason for d in there_outcome.dead_letters)
         == ["not_an_image", "truncated_image"]
     )
-    assert here_outcome.example_keys == there_outcome.example_keys
+    assert here_outcome.sent().example_keys == there_outcome.example_keys  # as a task sends it
     assert here_outcome.written._replace(temp_path="") == there_outcome.written._replace(
         temp_path=""
     )
@@ -203,6 +204,36 @@ def test_close_stops_every_worker():
     workers = pool.pids()
     pool.close()
     assert not any(map(_alive, workers))
+
+
+def test_a_pool_started_early_is_the_one_acquired_with_the_same_settings():
+    """start_early (the launcher, before TensorFlow loads) starts the shared pool that the
+    run's DoFns then acquire: the same processes, started once; asked for with other
+    settings it is replaced, and one never acquired is stopped by the last release."""
+    shared_pool.start_early(2, 60.0, SETUP)
+    shared = shared_pool.acquire(2, 60.0, functools.partial(prepare_worker, {}))  # equal
+    workers = shared.pids()
+    assert len(workers) == 2 and shared_pool.acquire(2, 60.0, SETUP) is shared
+    for _ in range(3):
+        shared_pool.release()
+    assert not any(map(_alive, workers))
+
+    shared_pool.start_early(1, 60.0, SETUP)
+    other = shared_pool.acquire(1, 60.0, functools.partial(prepare_worker, {"s3_region_name": "x"}))
+    assert other is not shared and len(other.pids()) == 1
+    shared_pool.release()
+    shared_pool.release()
+    assert other.pids() == []
+
+    shared_pool.start_early(1, 60.0, SETUP)
+    time.sleep(0.5)
+    (early,) = [
+        child.pid
+        for child in psutil.Process().children()
+        if "image_tfrecords.core.pool" in child.cmdline()
+    ]
+    shared_pool.release()
+    assert not _alive(early)
 
 
 def test_by_default_a_worker_per_core_this_process_may_run_on():

@@ -11,8 +11,9 @@ is loaded (a source listed with Beam's FileSystems.match), it runs in this proce
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import apache_beam as beam
@@ -56,9 +57,7 @@ class RunInWorkers(StorageDoFn):
         super().setup()  # before any storage is touched
         workers = self._settings.workers
         if processes := workers.process_count():
-            self._pool = pool.acquire(
-                processes, workers.timeout_s, functools.partial(prepare_worker, current_options())
-            )
+            self._pool = pool.acquire(processes, workers.timeout_s, worker_setup())
             self._waiting = self.threads()
 
     def threads(self) -> concurrent.futures.ThreadPoolExecutor:
@@ -103,6 +102,29 @@ class RunInWorkers(StorageDoFn):
         if self._pool is None or not task.in_worker:
             return task.run(self._settings, _LiveProgress())
         return self._pool.run(task, self._settings, live_progress.handled)
+
+
+def worker_setup() -> Callable[[], None]:
+    """What each worker process runs before its first task: Beam's filesystems get this
+    process's options there (shard_writer.prepare_worker)."""
+    return functools.partial(prepare_worker, current_options())
+
+
+@contextlib.contextmanager
+def workers_started_early(settings: RunSettings) -> Iterator[None]:
+    """The run's worker processes started now, before its job: they import Pillow and
+    this package while the launcher imports TensorFlow, and the job's first task finds
+    them ready (pool.start_early). Only for a job whose DoFns run in this process (the
+    DirectRunner's in-memory mode)."""
+    workers = settings.workers
+    if not (processes := workers.process_count()):
+        yield
+        return
+    pool.start_early(processes, workers.timeout_s, worker_setup())
+    try:
+        yield
+    finally:
+        pool.release()
 
 
 class _LiveProgress:
