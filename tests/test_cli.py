@@ -381,3 +381,17 @@ def test_version_imports_neither_tensorflow_nor_beam():
     result = run_command(sys.executable, "-c", code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "0 []"
+
+
+def test_the_wall_time_counts_from_the_process_start_not_a_second_before():
+    """The report's wall time starts at the process's own start: psutil's create_time,
+    which adds the boot time in whole seconds, put it up to a second early."""
+    child = (
+        "import time; time.sleep(1.0); "
+        "from image_tfrecords.pipeline.cli import _process_started; "
+        "print(time.time() - _process_started())"
+    )
+    began = time.monotonic()
+    age = float(subprocess.check_output([sys.executable, "-c", child], text=True))
+    lived = time.monotonic() - began
+    assert 1.0 <= age <= lived + 0.02  # a clock tick's rounding
