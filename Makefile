@@ -16,7 +16,7 @@ AIRFLOW_INSTALLED := $(AIRFLOW_VENV)/.installed
 DOCS_VENV := .venv-docs
 DOCS_INSTALLED := $(DOCS_VENV)/.installed
 
-.PHONY: demo test lint bench clean job-servers airflow docs docs-serve
+.PHONY: demo test test-fast guard lint bench clean job-servers airflow docs docs-serve
 
 # The pinned sets are installed by uv (into venvs made by Python's venv, so pip is there
 # too): the same pins as pip installs, downloaded in parallel: the converter's set in about
@@ -133,9 +133,23 @@ lint: $(TEST_INSTALLED)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint $(TEST_INSTALLED) $(AIRFLOW_INSTALLED) $(DOCS_INSTALLED) $(CHROMIUM) $(JOB_SERVER_JARS) \
-		$(HDFS_CLUSTER_JAR) $(FLINK_CLUSTER_JAR) $(SPARK_CLUSTER_JAR)
-	$(VENV)/bin/python -m pytest tests
+TEST_NEEDS := $(TEST_INSTALLED) $(AIRFLOW_INSTALLED) $(DOCS_INSTALLED) $(CHROMIUM) \
+	$(JOB_SERVER_JARS) $(HDFS_CLUSTER_JAR) $(FLINK_CLUSTER_JAR) $(SPARK_CLUSTER_JAR)
+
+# Every test (what CI runs). Each test's time goes to .test-durations.json, from which the
+# fast tier is chosen (tests/tiers.py).
+test: lint $(TEST_NEEDS)
+	$(VENV)/bin/python -m pytest tests --record-durations .test-durations.json
+
+# The fast tier, for every commit: each module's unit tests and an end-to-end conversion
+# per input family, in a few minutes (tests/tiers.py says how it is chosen).
+test-fast: lint $(TEST_NEEDS)
+	$(VENV)/bin/python -m pytest -m fast tests
+
+# CI's guard against a slowdown: ours beside the one-loop script and the process pool on
+# 100 and 2,000 photos, failing on a ratio (bench/guard.py); about two minutes.
+guard: $(BENCH_INSTALLED)
+	$(VENV)/bin/python bench/guard.py
 
 $(BENCH_INSTALLED): $(TEST_INSTALLED) bench/requirements.txt
 	$(UV_INSTALL) --python $(VENV)/bin/python -r bench/requirements.txt
@@ -148,5 +162,6 @@ bench: $(BENCH_INSTALLED)
 
 clean:
 	rm -rf $(VENV) $(AIRFLOW_VENV) $(DOCS_VENV) site ./*-output .airflow-home *.egg-info \
+		.test-durations.json \
 		job_servers/*/target \
 		tests/hdfs_cluster/target tests/flink_cluster/target tests/spark_cluster/target

@@ -29,6 +29,9 @@ from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
 from image_tfrecords.core.examples import IMAGE_FEATURES
 from image_tfrecords.core.file_formats import format_names
 
+# The fast tier (`make test-fast`) and the durations it is chosen by.
+pytest_plugins = ["tiers"]
+
 # The end-to-end tests that take `sample_output` run once per format (--file_format).
 FILE_FORMATS = format_names()
 
