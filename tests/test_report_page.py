@@ -32,6 +32,7 @@ from image_tfrecords.core.histograms import (
 )
 from image_tfrecords.core.images import THUMBNAIL_SIDE
 from image_tfrecords.core.naming import REPORT_FILE
+from image_tfrecords.core.records import ExampleRef
 from image_tfrecords.core.report_page import (
     LABELS_SAMPLED,
     LEAKS_LISTED,
@@ -46,6 +47,8 @@ from image_tfrecords.core.report_page import (
 )
 from image_tfrecords.core.summary import ErrorsInfo, NearCopiesInfo, RunOptions, SplitInfo, Summary
 from image_tfrecords.pipeline.cli import report_main
+from image_tfrecords.transforms.near_duplicates import NearDuplicate
+from image_tfrecords.transforms.report_content import _copy_rank, _FirstCopies, _shown_copy
 
 CHROMIUM = shutil.which("chromium")
 # As the machine's notes give them: no sandbox as root, and none of Chromium's own
@@ -569,3 +572,30 @@ def test_the_copies_taken_are_the_first_pictured_then_leaks_only():
     assert first_copies(within + few_leaks, rank) == few_leaks + within[: PAIRS_SHOWN - 3]
     many = [copy("train", "validation", line) for line in range(LEAKS_LISTED + 7)]
     assert first_copies(many[::-1], rank) == many[:LEAKS_LISTED]
+
+
+def test_the_pipeline_takes_the_copies_a_batch_at_a_time_as_first_copies_takes_them():
+    """report_content's combiner, fed batches (cut down as it goes) and merged, holds what
+    first_copies takes of all the copies at once."""
+
+    def ref(split, line):
+        return ExampleRef(
+            split, 0, line, "m.csv", line, f"/{split}/{line}.jpg", ("a", "a"), 0, None
+        )
+
+    splits = ("train", "validation", "test")
+    copies = [
+        NearDuplicate(3, ref("train", line), ref(splits[line % 3], line + 1))
+        for line in range(3 * LEAKS_LISTED)
+    ]
+    combine = _FirstCopies()
+    halves = []
+    for half in (copies[::2], copies[1::2]):
+        held = combine.create_accumulator()
+        for start in range(0, len(half), 700):
+            held = combine.add_input(held, half[start : start + 700])
+        assert len(held) <= 2 * LEAKS_LISTED + 700
+        halves.append(held)
+    taken = combine.extract_output(combine.merge_accumulators(halves))
+    assert list(taken) == first_copies(map(_shown_copy, copies), _copy_rank)
+    assert len(taken) == LEAKS_LISTED and taken[0].copy.labels == ("a",)

@@ -23,6 +23,7 @@ from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.naming import thumbnails_path
 from image_tfrecords.core.records import ExampleRef, ShardExamples
 from image_tfrecords.core.report_page import (
+    LEAKS_LISTED,
     PAIRS_SHOWN,
     REJECTED_SHOWN,
     SAMPLE_PER_LABEL,
@@ -207,19 +208,27 @@ class _FirstCopies(beam.CombineFn):
 
     A batch at a time: one element per copy would cost Beam's coders and a Top combiner
     microseconds each, thousands of times over on a set of near-copies (the launcher's
-    per-image cost, bench/RESULTS.md issue 53)."""
+    per-image cost, bench/RESULTS.md issue 53). What is held is cut down to what the
+    page takes once it is twice LEAKS_LISTED, so a run of many batches sorts each copy a
+    few times, not once per batch."""
 
-    def create_accumulator(self) -> Batch:
-        return Batch()
+    def create_accumulator(self) -> list[_ShownCopy]:
+        return []
 
-    def add_input(self, first: Batch, batch: Iterable[Any]) -> Batch:
-        return Batch(first_copies([*first, *map(_shown_copy, batch)], _copy_rank))
+    def add_input(self, held: list[_ShownCopy], batch: Iterable[Any]) -> list[_ShownCopy]:
+        held.extend(map(_shown_copy, batch))
+        if len(held) > 2 * LEAKS_LISTED:
+            held[:] = first_copies(held, _copy_rank)
+        return held
 
-    def merge_accumulators(self, accumulators: Iterable[Batch]) -> Batch:
-        return Batch(first_copies([copy for first in accumulators for copy in first], _copy_rank))
+    def merge_accumulators(self, accumulators: Iterable[list[_ShownCopy]]) -> list[_ShownCopy]:
+        return first_copies([copy for held in accumulators for copy in held], _copy_rank)
 
-    def extract_output(self, first: Batch) -> Batch:
-        return first
+    def extract_output(self, held: list[_ShownCopy]) -> Batch:
+        return Batch(first_copies(held, _copy_rank))
+
+    def get_accumulator_coder(self) -> beam.coders.Coder:
+        return beam.coders.PickleCoder()  # a list pickled whole (see Batch)
 
 
 @beam.ptransform_fn
