@@ -93,7 +93,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _name(item: pytest.Item) -> str:
-    """The test's id from the tests folder: `test_file.py::test_name[parameters]`."""
+    """The test's id from the tests folder, as `test_cli.py::test_name[parameters]`."""
     return item.nodeid.removeprefix("tests/")
 
 
