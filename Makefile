@@ -146,7 +146,7 @@ test: lint $(TEST_NEEDS)
 test-fast: lint $(TEST_NEEDS)
 	$(VENV)/bin/python -m pytest -m fast tests
 
-# CI's guard against a slowdown: ours beside the one-loop script and the process pool on
+# The guard against a slowdown: ours beside the one-loop script and the process pool on
 # 100 and 2,000 photos, failing on a ratio (bench/guard.py); about two minutes.
 guard: $(BENCH_INSTALLED)
 	$(VENV)/bin/python bench/guard.py

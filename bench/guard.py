@@ -1,4 +1,4 @@
-"""CI's guard against a slowdown: ours, the one-loop script and the process pool side by
+"""The guard against a slowdown: ours, the one-loop script and the process pool side by
 side on two small photo sets, failing on a ratio, not on a time.
 
 A 1.25x slowdown once landed over a few issues with nothing to catch it (issue 53). This
@@ -11,7 +11,7 @@ make_dataset.py's photos, SMALL and LARGE images, and exits 1 when
   recorded ratio (RECORDED, committed; `--record` writes this run's there once a change
   is accepted): the start-up and the parallel part, relative to the machine's own loop.
 
-About two minutes on 2 cores. `make guard`; CI runs it after the tests, on a quiet machine.
+About two minutes on 2 cores: `make guard`, on a quiet machine.
 """
 
 from __future__ import annotations
