@@ -46,13 +46,17 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="itf-guard-"))
     tools = tools_for([], [])
     results = {}
-    for size in (SMALL, LARGE):
-        folder = workdir / f"data-{size}"
-        ensure_dataset(folder, size, None, seed=0)
-        print(f"== {size} images", flush=True)
-        results[size] = bench_dataset(
-            f"{size} images", folder / "manifest.csv", workdir / f"runs-{size}", ROUNDS, tools
-        )
+    try:  # bench_dataset exits when a tool fails or the tools wrote different examples
+        for size in (SMALL, LARGE):
+            folder = workdir / f"data-{size}"
+            ensure_dataset(folder, size, None, seed=0)
+            print(f"== {size} images", flush=True)
+            results[size] = bench_dataset(
+                f"{size} images", folder / "manifest.csv", workdir / f"runs-{size}", ROUNDS, tools
+            )
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
     marginal = marginal_cpu(results[SMALL], results[LARGE])
     cpu_ratio = marginal["ratio"]["ours/loop"]
     wall_ratio = results[LARGE]["ratio"]["ours/loop"]["wall_s"]
@@ -94,8 +98,6 @@ def main() -> int:
             + "\n"
         )
         print(f"recorded in {RECORDED}")
-    if not args.workdir:
-        shutil.rmtree(workdir, ignore_errors=True)
     failed = []
     if cpu_ratio > MAX_MARGINAL_CPU:
         failed.append(

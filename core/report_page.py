@@ -42,11 +42,11 @@ PAIRS_SHOWN = 50  # copies of each kind shown side by side (all are in the .json
 # Leaks of each kind listed by name beyond those shown side by side: every leak, up to a
 # page of a few MB (all are in the .jsonl files, which the page points to beyond this).
 LEAKS_LISTED = 10_000
-T = TypeVar("T")
 REJECTED_SHOWN = 5  # dead letters shown per reason
 LABELS_PLOTTED = 40  # labels in the examples plot; the table below it has all of them
 # Labels whose sample is shown: with 1,000 labels the page would hold 24,000 thumbnails.
 LABELS_SAMPLED = 100
+_Copy = TypeVar("_Copy")  # what first_copies ranks: a pipeline record or a report line
 _PYGAL_DATED = re.compile(r"<!--Generated with pygal [^>]*-->")
 # pygal writes its config as a script even with js=[] (no script file): the page has none.
 _PYGAL_SCRIPT = re.compile(r"<script\b.*?</script>", re.DOTALL)
@@ -65,7 +65,7 @@ def copy_rank(kept_split: str, split: str, manifest: str, line: int, uri: str) -
     return kept_split == split, SPLITS.index(split), manifest, line, uri
 
 
-def first_copies(copies: Iterable[T], rank: Callable[[T], tuple]) -> list[T]:
+def first_copies(copies: Iterable[_Copy], rank: Callable[[_Copy], tuple]) -> list[_Copy]:
     """The copies the page takes, in `rank` order (copy_rank's: leaks first): the first
     PAIRS_SHOWN, which it pictures, then leaks only, up to LEAKS_LISTED in all, which it
     lists by name (it lists no other copy)."""
