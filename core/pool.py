@@ -365,6 +365,7 @@ def _death(code: int | None) -> str:
 # One pool per process that runs tasks, however many DoFn instances and threads use it.
 _shared_lock = threading.Lock()
 _shared: WorkerPool | None = None
+_shared_key: tuple[int, float, bytes] | None = None  # _key of what _shared was started with
 _shared_users = 0
 
 
@@ -381,7 +382,8 @@ _early: _EarlyStart | None = None
 def start_early(processes: int, timeout_s: float, setup: Callable[[], object]) -> None:
     """Starts the process's shared pool now, in the background, for the acquire() that
     will ask for the same: its workers import and run `setup` while this process goes on
-    (the launcher importing TensorFlow). Counts as one acquire(): release() it."""
+    (the launcher importing TensorFlow). Counts as one acquire(); the run's end calls
+    stop_shared()."""
     global _shared_users, _early
     with _shared_lock:
         _shared_users += 1
@@ -397,17 +399,20 @@ def start_early(processes: int, timeout_s: float, setup: Callable[[], object]) -
 def acquire(processes: int, timeout_s: float, setup: Callable[[], object]) -> WorkerPool:
     """The process's shared pool, started by the first caller with its size, time limit
     and setup (every caller of a run gives the same), or the one start_early() started
-    with them."""
-    global _shared, _shared_users
+    with them. One started with other settings is not this run's: it is replaced."""
+    global _shared, _shared_key, _shared_users
+    key = _key(processes, timeout_s, setup)
     with _shared_lock:
-        early = _take_early()
-        if early is not None:
-            if early.key == _key(processes, timeout_s, setup):
-                _shared = early.pool.result()  # raises what its start raised
-            else:  # started for other settings: not this run's
+        if (early := _take_early()) is not None:
+            if early.key == key:
+                _shared, _shared_key = early.pool.result(), key  # raises what its start raised
+            else:
                 _close_started(early)
+        if _shared is not None and _shared_key != key:
+            _shared.close()
+            _shared = None
         if _shared is None:
-            _shared = WorkerPool(processes, timeout_s, setup)
+            _shared, _shared_key = WorkerPool(processes, timeout_s, setup), key
         _shared_users += 1
         return _shared
 
@@ -415,15 +420,31 @@ def acquire(processes: int, timeout_s: float, setup: Callable[[], object]) -> Wo
 def release() -> None:
     """Undoes one acquire() or start_early(); the last user's release stops the pool's
     processes."""
-    global _shared, _shared_users
+    global _shared_users
     with _shared_lock:
-        _shared_users -= 1
+        _shared_users = max(0, _shared_users - 1)  # none below 0 after a stop_shared()
         if _shared_users == 0:
-            if (early := _take_early()) is not None:  # started, never acquired
-                _close_started(early)
-            if _shared is not None:
-                _shared.close()
-                _shared = None
+            _stop()
+
+
+def stop_shared() -> None:
+    """Stops the shared pool however many users have not released it: the run that used it
+    is over. Beam's DoFn teardown is best effort (a bundle that fails while another
+    starts may leave a DoFn never torn down), and a pool left running would serve the
+    process's next run."""
+    global _shared_users
+    with _shared_lock:
+        _shared_users = 0
+        _stop()
+
+
+def _stop() -> None:
+    global _shared
+    if (early := _take_early()) is not None:  # started, never acquired
+        _close_started(early)
+    if _shared is not None:
+        _shared.close()
+        _shared = None
 
 
 def _key(processes: int, timeout_s: float, setup: Callable[[], object]) -> tuple[int, float, bytes]:

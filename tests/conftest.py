@@ -16,6 +16,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
+import psutil
 import pytest
 import tensorflow as tf
 from apache_beam.io.filesystem import CompressionTypes
@@ -230,6 +231,27 @@ def before_the_job(*arguments) -> tuple:
     return pinned, [
         item for source in manifests for item in read_source(source, options.row_rules())
     ]
+
+
+def pool_workers() -> list[psutil.Process]:
+    """This process's worker-pool processes (core/pool.py) still running."""
+    return [
+        child
+        for child in psutil.Process().children(recursive=True)
+        if "image_tfrecords.core.pool" in child.cmdline()
+    ]
+
+
+@pytest.fixture(autouse=True)
+def no_worker_outlives_its_test():
+    """Every run in this process stops its worker pool: one left running (a DoFn never
+    torn down, a start_early never released) would serve the next test's run with this
+    one's settings (its time limit, its buckets' options). Fails the test that left it."""
+    yield
+    if left := pool_workers():
+        for process in left:
+            process.kill()
+        pytest.fail(f"{len(left)} worker-pool processes outlived the test: {left}")
 
 
 @pytest.fixture(scope="session")

@@ -236,6 +236,27 @@ def test_a_pool_started_early_is_the_one_acquired_with_the_same_settings():
     assert not _alive(early)
 
 
+def test_the_runs_end_stops_the_shared_pool_that_a_dofn_never_released():
+    """Beam's teardown is best effort: a DoFn of a failed run may never release its
+    acquire(). The run's end (stop_shared) stops the pool anyway, a late release counts
+    for nothing, and a pool asked for with other settings (the next run's) is a new one,
+    never the last run's with its time limit and its buckets' options."""
+    shared_pool.start_early(1, 60.0, SETUP)
+    leaked = shared_pool.acquire(1, 60.0, SETUP)
+    workers = leaked.pids()
+    shared_pool.stop_shared()
+    assert leaked.pids() == [] and not any(map(_alive, workers))
+    shared_pool.release()  # the leaked DoFn's teardown, late
+
+    first = shared_pool.acquire(1, 60.0, SETUP)
+    first_workers = first.pids()
+    other = shared_pool.acquire(1, 0.5, SETUP)  # not released: the other run's
+    assert other is not first and not any(map(_alive, first_workers))
+    assert shared_pool.acquire(1, 0.5, SETUP) is other
+    shared_pool.stop_shared()
+    assert other.pids() == []
+
+
 def test_by_default_a_worker_per_core_this_process_may_run_on():
     cores = len(os.sched_getaffinity(0))
     assert Workers().process_count() == usable_cores() <= cores

@@ -123,8 +123,8 @@ def workers_started_early(settings: RunSettings) -> Iterator[None]:
     pool.start_early(processes, workers.timeout_s, worker_setup())
     try:
         yield
-    finally:
-        pool.release()
+    finally:  # the job is over: none of its DoFns runs tasks any more
+        pool.stop_shared()
 
 
 class _LiveProgress:
