@@ -70,6 +70,7 @@ RUN_FACTS = (
     "reused_from",
     "examples_reused",
     "changes",
+    "label_id_changes",
 )
 # Files that name the run that wrote them, compared with those names masked: report.html
 # names its output folder and when it finished; tf.Transform's SavedModel names its lookup

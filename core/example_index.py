@@ -6,9 +6,10 @@ reading its image again (`--reuse_from`), and `diff` says what changed between o
 One JSON line per example, in the shard's order (the thumbnails file beside it holds a
 record per example in the same order). An example is a pure function of its rows, its
 image's bytes and the settings that shape examples: `example_key` digests the rows and
-the settings, `storage.identity` says cheaply whether the bytes can have changed since
-(size, time and inode; a bucket's CRC32C or ETag). A later run copies the example when
-both are what the index recorded; any doubt (no identity, a key left out, another
+the settings (a classification example's labels aside: a copy gets its label fields
+from its rows now), `storage.identity` says cheaply whether the bytes can have changed
+since (size, time and inode; a bucket's CRC32C or ETag). A later run copies the example
+when both are what the index recorded; any doubt (no identity, a key left out, another
 value) and the image is read again, so the copy is the bytes a full run writes.
 
 An index is read back as data, never code: the output folder may be a bucket others can
@@ -32,12 +33,13 @@ from typing import NamedTuple
 import pydantic
 
 from image_tfrecords.core import naming, storage
+from image_tfrecords.core.choices import LabelMode
 from image_tfrecords.core.records import LabelledRow, ShardOutcome
 from image_tfrecords.core.splits import Split
 from image_tfrecords.core.text_limits import MAX_LINE_BYTES as _MAX_ROW_LINE_BYTES
 
 # Of the key's layout: a new one makes every recorded key differ (a full run).
-_KEY_VERSION = 1
+_KEY_VERSION = 2  # 2: a classification example's labels left out
 # The libraries whose output is in an example's bytes: this package's encoder, and
 # Pillow's, which re-encodes and resizes.
 _SHAPING_DISTRIBUTIONS = ("image-tfrecords", "pillow")
@@ -73,13 +75,18 @@ class IndexEntry(pydantic.BaseModel):
         return self.key is not None and self.key == key and identity == self.identity is not None
 
 
-def example_key(rows: Sequence[LabelledRow], settings_digest: str) -> str:
-    """The digest of what shapes an example besides its image's bytes: its rows (their
-    labels, ids, boxes, extra values; not where in which manifest they were) and the
-    settings (`settings_digest`)."""
+def example_key(rows: Sequence[LabelledRow], label_mode: LabelMode, settings_digest: str) -> str:
+    """The digest of what shapes an example besides its image's bytes and, for
+    classification, its labels: its rows (their boxes, extra values; not where in which
+    manifest they were) and the settings (`settings_digest`). A copied classification
+    example gets its label fields from its rows now (examples.relabelled): a new class
+    that moves every id, or a relabelled row, reads no image again. Detection keeps its
+    labels in the key: report.html's thumbnail draws each object in its id's colour."""
     digest = hashlib.sha256(settings_digest.encode())
     for item in rows:
         placeless = item.row._replace(manifest="", line=0, raw="")
+        if label_mode != LabelMode.DETECTION:
+            item, placeless = item._replace(label_ids=()), placeless._replace(labels=())
         digest.update(json.dumps(item._replace(row=placeless)).encode())
     return digest.hexdigest()
 

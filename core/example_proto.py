@@ -20,7 +20,7 @@ tests/test_example_proto.py compares the bytes with TensorFlow's for every kind.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -40,22 +40,39 @@ def serialize_example(features: Mapping[str, tuple[str, Values]]) -> bytes:
     Each message is built as a list of pieces with its length known, and the pieces are
     joined once at the end: an image's bytes are copied once, into the Example.
     """
-    entries: list[bytes] = []
-    for key in sorted(features, key=_map_order):
-        kind, values = features[key]
-        feature = _field(_KIND_TAG[kind], _list(kind, values))
-        entries += _field(
-            _FIELD_1, [*_field(_FIELD_1, [key.encode()]), *_field(_MAP_VALUE, feature)]
-        )
+    return _example({key.encode(): _entry(key, *value) for key, value in features.items()})
+
+
+def with_features(record: bytes, features: Mapping[str, tuple[str, Values]]) -> bytes:
+    """The Example `record` with `features` in place of its own of the same keys (or
+    beside them), every other feature's bytes kept: what serialize_example gives for the
+    whole, without decoding the image. ValueError for bytes that are not an Example as
+    serialize_example writes one: nothing of it is dropped unseen."""
+    entries: dict[bytes, list] = {key: [entry] for key, entry in _entries(record)}
+    entries |= {key.encode(): _entry(key, *value) for key, value in features.items()}
+    return _example(entries)
+
+
+def _entry(key: str, kind: str, values: Values) -> list[bytes]:
+    """The pieces of one entry of the features' map: its key, then its Feature."""
+    feature = _field(_KIND_TAG[kind], _list(kind, values))
+    return [*_field(_FIELD_1, [key.encode()]), *_field(_MAP_VALUE, feature)]
+
+
+def _example(entries: Mapping[bytes, list]) -> bytes:
+    """The Example of the map's entries (key -> the entry's pieces), in upb's order."""
+    pieces: list = []
+    for key in sorted(entries, key=_map_order):
+        pieces += _field(_FIELD_1, entries[key])
     # No features: Example.features is left unset, as TensorFlow leaves it.
-    return b"".join(_field(_FIELD_1, entries)) if entries else b""
+    return b"".join(_field(_FIELD_1, pieces)) if pieces else b""
 
 
-def _map_order(key: str) -> bytes:
+def _map_order(key: bytes) -> bytes:
     """Protobuf's (upb's) deterministic order of string map keys: by their UTF-8 bytes,
     except that a key comes after the longer keys it begins ("a/text" before "a", "" last).
     0xFF, never a byte of UTF-8, sorts a key's end after any byte that could follow."""
-    return key.encode() + b"\xff"
+    return key + b"\xff"
 
 
 def _list(kind: str, values: Values) -> list[bytes]:
@@ -93,17 +110,26 @@ def _varint(value: int) -> bytes:
 def first_bytes_values(record: bytes, keys: frozenset[str]) -> dict[str, bytes]:
     """The first value of each bytes feature of `keys` that the Example `record` holds,
     read without copying the others (an image); ValueError for bytes that are not an
-    Example as serialize_example writes one (every field length-delimited)."""
+    Example as serialize_example writes one."""
     found = {}
-    for tag, features in _fields(memoryview(record)):
-        for entry_tag, entry in _fields(features) if tag == _FIELD_1[0] else ():
-            parts = dict(_fields(entry)) if entry_tag == _FIELD_1[0] else {}
-            key = bytes(parts.get(_FIELD_1[0], b"")).decode("utf-8", "replace")
-            if key in keys:
-                for kind_tag, values in _fields(parts.get(_MAP_VALUE[0], memoryview(b""))):
-                    if kind_tag == _KIND_TAG[BYTES][0]:
-                        found[key] = next((bytes(value) for _, value in _fields(values)), b"")
+    for key, entry in _entries(record):
+        if (name := key.decode("utf-8", "replace")) in keys:
+            for kind_tag, values in _fields(dict(_fields(entry)).get(_MAP_VALUE[0], b"")):
+                if kind_tag == _KIND_TAG[BYTES][0]:
+                    found[name] = next((bytes(value) for _, value in _fields(values)), b"")
     return found
+
+
+def _entries(record: bytes) -> Iterator[tuple[bytes, memoryview]]:
+    """The key and the whole payload of each entry of the Example's features map;
+    ValueError at a field serialize_example does not write."""
+    for tag, features in _fields(memoryview(record)):
+        if tag != _FIELD_1[0]:
+            raise ValueError(f"field {tag >> 3} of the Example is not its features")
+        for entry_tag, entry in _fields(features):
+            if entry_tag != _FIELD_1[0]:
+                raise ValueError(f"field {entry_tag >> 3} of the features is not an entry")
+            yield bytes(dict(_fields(entry)).get(_FIELD_1[0], b"")), entry
 
 
 def _fields(message: memoryview) -> list[tuple[int, memoryview]]:

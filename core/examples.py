@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from image_tfrecords.core import feature_keys as keys
 from image_tfrecords.core.choices import LabelMode
-from image_tfrecords.core.example_proto import serialize_example
+from image_tfrecords.core.example_proto import serialize_example, with_features
 from image_tfrecords.core.images import PreparedImage
 from image_tfrecords.core.masks import box_mask, mask_png
 from image_tfrecords.core.records import Box, Keypoints, LabelledRow, ManifestRow
@@ -148,15 +148,6 @@ def encode_example(
     `class_map`: its segmentation map's PNG (masks.class_map_png), where it has one.
     """
     uri = redacted(rows[0].row.uri)  # source_id and filename: no credential of a URL
-    labelled = [
-        (label, label_id)
-        for item in rows
-        for label, label_id in zip(item.row.labels, item.label_ids, strict=True)
-    ]
-    if label_mode != LabelMode.DETECTION:  # each label once, as rows of one image are merged
-        labelled = list(dict.fromkeys(labelled))
-    texts = [label.encode() for label, _ in labelled]
-    ids = [label_id for _, label_id in labelled]
     values = {
         **_stored_image(image, "image"),
         keys.FILENAME: uri.rsplit("/", 1)[-1].encode(),
@@ -172,20 +163,50 @@ def encode_example(
             f"image/object/{flag}": [getattr(box, flag) for box in boxes]
             for flag in ("difficult", "truncated", "is_crowd")
         }
-        values |= {keys.OBJECT_LABEL: [label_id + 1 for label_id in ids], keys.OBJECT_TEXT: texts}
         values |= _object_annotations(boxes, image)
-    else:
-        values |= {keys.CLASS_LABEL: ids, keys.CLASS_TEXT: texts}
+    values |= _label_values(rows, label_mode)
     values |= _extra_values(rows[0], extra_columns, extra_images or {})
     if class_map is not None:
         values |= {keys.SEGMENTATION: class_map, keys.SEGMENTATION_FORMAT: b"png"}
     types = feature_types(label_mode, extra_columns, ANNOTATION_FEATURES)
-    return serialize_example(
-        {
-            key: (types[key], value if isinstance(value, list) else [value])
-            for key, value in values.items()
-        }
+    return serialize_example(_typed(values, types))
+
+
+def relabelled(record: bytes, rows: Sequence[LabelledRow], label_mode: LabelMode) -> bytes:
+    """The example `record` (encode_example's, of the same image and settings) with the
+    label fields `rows` give now: a label id moved by a class added before it, or a row
+    relabelled, without reading the image again. The bytes encode_example gives."""
+    return with_features(
+        record,
+        _typed(_label_values(rows, label_mode), CLASSIFICATION_FEATURES | DETECTION_FEATURES),
     )
+
+
+def _label_values(rows: Sequence[LabelledRow], label_mode: LabelMode) -> dict[str, list]:
+    """The example's label ids and texts: every object's with detection, else each label
+    once (the rows of one image are merged)."""
+    labelled = [
+        (label, label_id)
+        for item in rows
+        for label, label_id in zip(item.row.labels, item.label_ids, strict=True)
+    ]
+    if label_mode == LabelMode.DETECTION:
+        ids, texts = keys.OBJECT_LABEL, keys.OBJECT_TEXT
+        labelled = [(label, label_id + 1) for label, label_id in labelled]
+    else:
+        ids, texts = keys.CLASS_LABEL, keys.CLASS_TEXT
+        labelled = list(dict.fromkeys(labelled))
+    return {
+        ids: [label_id for _, label_id in labelled],
+        texts: [label.encode() for label, _ in labelled],
+    }
+
+
+def _typed(values: Mapping[str, object], types: Mapping[str, str]) -> dict[str, tuple[str, list]]:
+    return {
+        key: (types[key], value if isinstance(value, list) else [value])
+        for key, value in values.items()
+    }
 
 
 def example_labels(rows: Sequence[LabelledRow], label_mode: LabelMode) -> list[str]:

@@ -38,7 +38,12 @@ from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.downloads import DownloadSettings, is_url
 from image_tfrecords.core.example_index import IndexEntry, PreviousShard
 from image_tfrecords.core.example_proto import first_bytes_values
-from image_tfrecords.core.examples import encode_example, example_annotations, example_labels
+from image_tfrecords.core.examples import (
+    encode_example,
+    example_annotations,
+    example_labels,
+    relabelled,
+)
 from image_tfrecords.core.feature_keys import IMAGE_SHA256, SOURCE_ID
 from image_tfrecords.core.file_formats import PipelineFiles, RecordWriter, ShardFormat
 from image_tfrecords.core.file_formats.tfrecord import FramedWriter, read_records, write_record
@@ -456,14 +461,17 @@ class _ShardWriter:
             column.type in (IMAGE, SEGMENTATION) for column in self._settings.extra_columns
         ):
             return None
-        return example_index.example_key(rows, self._settings.example_digest)
+        return example_index.example_key(
+            rows, self._settings.label_mode, self._settings.example_digest
+        )
 
     def _copied(
         self, rows: list[LabelledRow], entry: IndexEntry, record: bytes, thumbnail: bytes
     ) -> _Encoded:
-        """The example copied from the previous output, with what its index recorded."""
+        """The example copied from the previous output, with what its index recorded and
+        the label fields its rows give now."""
         return _Encoded(
-            record,
+            relabelled(record, rows, self._settings.label_mode),
             entry.sha256,
             entry.perceptual_hash,
             thumbnail,

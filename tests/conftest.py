@@ -573,7 +573,7 @@ def voc_annotation(filename, size, objects):
 # full run's but for these (core/example_index.py).
 # What a run that reused an earlier output says of it (--reuse_from, or --overwrite's
 # default): not of the output, which is a full run's (tests/test_reuse.py).
-REUSE_FACTS = ("reused_from", "examples_reused", "changes")
+REUSE_FACTS = ("reused_from", "examples_reused", "changes", "label_id_changes")
 RUN_FACTS = ("options", "versions", "started_at", "finished_at", "run_id", *REUSE_FACTS)
 
 

@@ -1,13 +1,22 @@
 """Example bytes written without TensorFlow (core/example_proto.py) are TensorFlow's own:
 `tf.train.Example.SerializeToString(deterministic=True)` of the same features, for every
 kind of feature, keys that begin others, empty lists, negative and large ints, floats past
-float32's range, and keys in any order and script."""
+float32's range, and keys in any order and script; and so are an Example's bytes with
+some features written anew (with_features: a copied example's labels)."""
 
+import pytest
 import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
-from image_tfrecords.core.example_proto import BYTES, FLOAT, INT64, serialize_example
+from image_tfrecords.core.example_proto import (
+    BYTES,
+    FLOAT,
+    INT64,
+    first_bytes_values,
+    serialize_example,
+    with_features,
+)
 
 _LIST = {BYTES: "bytes_list", FLOAT: "float_list", INT64: "int64_list"}
 VALUES = {
@@ -50,3 +59,29 @@ def test_an_image_example_is_tensorflows_and_parses_back():
     parsed = tf.train.Example.FromString(serialized).features.feature
     assert parsed["image/height"].int64_list.value == [480]
     assert parsed["image/object/class/label"].HasField("int64_list")
+
+
+@given(FEATURES, FEATURES)
+def test_features_written_anew_give_the_bytes_of_the_whole(kept, new):
+    assert with_features(serialize_example(kept), new) == tensorflows(kept | new)
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        b"\x12\x00",  # a second field beside Example.features
+        b"\x0a\x02\x12\x00",  # a field of Features that is not a map entry
+        b"\x08\x01",  # a varint where every field is length-delimited
+        b"\x0a\x05\x0a\x03",  # cut short
+    ],
+)
+def test_bytes_that_are_not_an_example_as_written_here_are_refused_not_trimmed(foreign):
+    """A copied record comes from an earlier output others may write to: what cannot be
+    kept whole is an error (its image is read again), never dropped unseen."""
+    record = serialize_example({"image/source_id": (BYTES, [b"a.jpg"])}) + foreign
+    for read in (
+        lambda: with_features(record, {"image/class/label": (INT64, [1])}),
+        lambda: first_bytes_values(record, frozenset({"image/source_id"})),
+    ):
+        with pytest.raises(ValueError):
+            read()

@@ -3,11 +3,17 @@
 import hashlib
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from conftest import object_detection_spec
 
 from image_tfrecords.core.choices import LabelMode
-from image_tfrecords.core.examples import CLASSIFICATION_FEATURES, encode_example, feature_spec
+from image_tfrecords.core.examples import (
+    CLASSIFICATION_FEATURES,
+    encode_example,
+    feature_spec,
+    relabelled,
+)
 from image_tfrecords.core.images import PreparedImage
 from image_tfrecords.core.records import Box, LabelledRow, ManifestRow
 
@@ -97,3 +103,40 @@ def test_feature_spec_says_which_keys_hold_lists():
     assert lists("multi") == ["image/class/label", "image/class/text"]
     assert lists("detection") == sorted(object_detection_spec().keys() - IMAGE_VALUES.keys())
     assert feature_spec("detection")["image/object/bbox/xmin"].dtype == "float"
+
+
+BOXES = (Box(0.1, 0.2, 0.3, 0.4), Box(1 / 3, 0.0, 1.0, 2 / 3))
+
+
+@pytest.mark.parametrize(
+    ("mode", "before", "now"),
+    [
+        # A new class sorted first: every id moves up by one.
+        (LabelMode.SINGLE, [(("cat",), (0,))], [(("cat",), (1,))]),
+        # Relabelled: another text, another id.
+        (LabelMode.SINGLE, [(("cat",), (0,))], [(("dog",), (3,))]),
+        # Two rows of one image, merged: a label once, whatever rows repeat it.
+        (LabelMode.MULTI, [(("cat",), (0,)), (("dog",), (1,))], [(("cat", "dog"), (2, 0))]),
+        (
+            LabelMode.DETECTION,
+            [(("cat",), (0,)), (("dog",), (1,))],
+            [(("dog",), (1,)), (("dog",), (1,))],
+        ),
+    ],
+)
+def test_a_copied_example_relabelled_is_the_example_its_rows_make_now(mode, before, now):
+    """examples.relabelled: a reusing run's copy of an earlier example, its label
+    fields written from its rows now, is byte for byte what encode_example makes of them."""
+
+    def rows(labelled):
+        return [
+            LabelledRow(
+                row(line, labels, BOXES[line : line + 1] if mode == LabelMode.DETECTION else ()),
+                ids,
+            )
+            for line, (labels, ids) in enumerate(labelled)
+        ]
+
+    earlier = encode_example(rows(before), IMAGE, mode)
+    assert relabelled(earlier, rows(now), mode) == encode_example(rows(now), IMAGE, mode)
+    assert relabelled(earlier, rows(before), mode) == earlier

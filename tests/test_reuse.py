@@ -139,7 +139,8 @@ def test_a_changed_dataset_reuses_what_did_not_change_and_gives_a_full_runs_byte
     moved = rows[4] = ("test" if rows[4][0] != "test" else "train", *rows[4][1:])
     added = root / "images" / "added.png"
     added.write_bytes(encode(photo_like(64, 48, seed=46), "PNG"))
-    rows.append(("train", str(added), "cat"))
+    # Of a new class, sorted first: every other label's id moves up by one.
+    rows.append(("train", str(added), "armadillo"))
     manifest = _manifest(tmp_path / "day2.csv", rows)
 
     reads = _reads(monkeypatch)
@@ -160,9 +161,9 @@ def test_a_changed_dataset_reuses_what_did_not_change_and_gives_a_full_runs_byte
 
     assert output_digests(reused) == output_digests(full)
     assert sorted(str(path) for path in (reused / "sources").iterdir()) != []
-    expected_reads = sorted(
-        [changed_bytes, touched, rows[2][1], moved[1], str(added)]
-    )  # the relabelled, the moved and the new ones too: their examples differ
+    # The moved one and the new one too; neither the relabelled one nor any whose label
+    # id moved: their copies get the label fields their rows give now.
+    expected_reads = sorted([changed_bytes, touched, moved[1], str(added)])
     assert read_again == expected_reads
     summary = _summary(reused)
     assert summary["reused_from"] == str(previous)
