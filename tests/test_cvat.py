@@ -322,7 +322,8 @@ PUBLIC = Path(__file__).parent / "data" / "public" / "cvat"
 
 def test_datumaros_cvat_exports_read_as_cvat_writes_them(tmp_path):
     """datumaro's task export: a box with attributes, a polyline, a polygon with an
-    empty label, points; its project export: each image under Train, Validation, Test."""
+    empty label (a partial annotation: left out by itself), points; its project export:
+    each image under Train, Validation, Test."""
     task_file = tmp_path / "train.xml"
     shutil.copy(PUBLIC / "datumaro_task_train.xml", task_file)
     found = rows(task_file, RowRules(label_mode="detection"))
@@ -333,7 +334,7 @@ def test_datumaros_cvat_exports_read_as_cvat_writes_them(tmp_path):
         if isinstance(row, ManifestRow)
         else row.shape
         for row in found
-    ] == [("label1",), "polyline", reasons.MISSING_LABEL, "points"]
+    ] == [("label1",), "polyline", "polygon without a label", "points"]
     np.testing.assert_allclose(found[0].boxes[0][:4], (0, 2 / 8, 4 / 8, 4 / 8))
     assert found[0].image_size == (8, 8)
     project = tmp_path / "annotations.xml"
@@ -371,3 +372,57 @@ def test_an_image_name_outside_the_xmls_folder_is_a_dead_letter_naming_the_image
         isinstance(row, ManifestRow)
         for row in rows(path, RowRules(label_mode="detection", allow_paths_outside_dataset=True))
     )
+
+
+@pytest.mark.parametrize("kind", ["task", "job"])
+def test_a_task_or_jobs_subset_is_the_split_of_its_images_without_one_of_their_own(kind, tmp_path):
+    """CVAT writes a task's (or a job's) subset once, in <meta>; a project's export says
+    each image's. `default` declares none (a hashed split)."""
+    export = (PUBLIC / "datumaro_task_train.xml").read_text()
+    assert "<subset>" not in export and 'subset="' not in export
+    for subset, expected in (("Test", {"test"}), ("Validation", {"validation"})):
+        path = tmp_path / f"{kind}-{subset}.xml"
+        path.write_text(
+            export.replace("<task>", f"<{kind}>\n      <subset>{subset}</subset>", 1).replace(
+                "</task>", f"</{kind}>", 1
+            )
+        )
+        found = [
+            row
+            for row in rows(path, RowRules(label_mode="detection"))
+            if isinstance(row, ManifestRow)
+        ]
+        assert found and {row.split for row in found} == expected
+    own = annotations(tmp_path, IMAGES.split('  <image id="2"')[0])
+    own.write_text(own.read_text().replace("<mode>annotation</mode>", "<subset>Test</subset>"))
+    assert [row.split for row in rows(own, RowRules(label_mode="detection"))] == [
+        "train",
+        "train",
+        "validation",
+    ]
+
+
+def test_a_shape_without_a_label_is_left_out_and_its_image_written_with_the_rest(tmp_path):
+    for seed, name in enumerate(("a.jpg", "b.jpg")):
+        (tmp_path / name).write_bytes(encode(photo_like(64, 48, seed), "JPEG"))
+    unlabelled = (
+        IMAGES.split('  <image id="2"')[0]
+        .replace('<polygon label="dog"', '<polygon label=""')
+        .replace('<box label="cat"', '<box label=" "')
+    )
+    unlabelled = unlabelled.replace(
+        "</image>",
+        '<box label="dog" source="manual" occluded="0" xtl="1" ytl="1" xbr="9" ybr="9" z_order="0"/></image>',
+        1,
+    )
+    output = tmp_path / "out"
+    argv = ["--manifest", str(annotations(tmp_path, unlabelled)), "--label_mode", "detection"]
+    assert run.main([*argv, "--output_dir", str(output)]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["objects_left_out"] == {"box without a label": 1, "polygon without a label": 1}
+    assert (summary["rows_read"], summary["examples_written"], summary["rows_dead_lettered"]) == (
+        4,
+        2,
+        0,
+    )
+    assert summary["splits"]["train"]["labels"] == {"dog": 1}

@@ -20,12 +20,14 @@ extractor, openvinotoolkit/datumaro datumaro/plugins/cvat_format/extractor.py at
 image within 0.1% of its side (box_out_of_range farther out), its mask the polygon
 (core/inputs/boxes.py, rotated_box). A shape of a kind not named here and a <track>
 (CVAT for video) are dead letters naming them.
-Splits: `subset` (Train, Validation, Test) where it names one, else --manifest
-SPLIT=PATH or a hashed one. Images: `name`, relative to --image_dir, or to the XML's
-`images/` folder when there is one (CVAT's export with images), else to its folder, and
-inside --image_dir or the XML's folder (core/inputs/dataset_root.py). The
-file is streamed an <image> at a time (iterparse). <meta>'s <labels> declare the classes
-(declared_labels).
+Splits: the image's `subset` (Train, Validation, Test; a project's export), else its
+task's or job's (<meta><task|job><subset>: their exports say it once there), where it names one
+(`default`: none), else --manifest SPLIT=PATH or a hashed one. A shape with an empty
+`label` (a partial annotation) is left out by itself like the shapes above. Images:
+`name`, relative to --image_dir, or to the XML's `images/` folder when there is one
+(CVAT's export with images), else to its folder, and inside --image_dir or the XML's
+folder (core/inputs/dataset_root.py). The file is streamed an <image> at a time
+(iterparse). <meta>'s <labels> declare the classes (declared_labels).
 """
 
 from __future__ import annotations
@@ -82,13 +84,20 @@ def read_cvat(
     folder = _image_folder(root, rules)
     entries = ImageEntries()
     position = 0
+    task_subset = ""
     try:
         with open_manifest(path) as file:
             for _, element in ElementTree.iterparse(file):
-                if element.tag == "image":
+                if element.tag == "meta":
+                    # A task's (or a job's) export says its subset once, here; a
+                    # project's says each image's (its tasks' are under <project>).
+                    task_subset = (
+                        element.findtext("task/subset") or element.findtext("job/subset") or ""
+                    ).strip()
+                elif element.tag == "image":
                     position += 1
                     yield from _image_rows(
-                        path, position, element, root, folder, rules, split, entries
+                        path, position, element, root, folder, rules, split, entries, task_subset
                     )
                     element.clear()
                 elif element.tag == "track":
@@ -116,11 +125,12 @@ def _image_rows(
     rules: RowRules,
     forced: str | None,
     entries: ImageEntries,
+    task_subset: str,
 ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     name = (element.get("name") or "").strip()
     raw = _xml(element)
     where = f"image {element.get('id', position)}: "
-    subset = (element.get("subset") or "").strip()
+    subset = (element.get("subset") or "").strip() or task_subset
     written_split = "" if subset.lower() == _SUBSET_DEFAULT else subset
     split = row_split(written_split, name, rules, forced)
     if not name:
@@ -207,13 +217,16 @@ def _shape_row(
         return left_out(row, shape.tag)
     if shape.tag not in ("box", "polygon", "mask"):
         return reject(reasons.UNSUPPORTED_ANNOTATION, f"a {shape.tag} is not a box")
+    label = (shape.get("label") or "").strip()
+    if not label:  # a partial annotation (datumaro's own CVAT sample has such shapes)
+        return left_out(row, f"{shape.tag} without a label")
     try:
         make_box = _shape_box(row, shape, rules)
     except ValueError:
         return reject(reasons.INVALID_BOX, "a coordinate is not a number")
     if isinstance(make_box, tuple):
         return reject(*make_box)
-    return box_row(row, (shape.get("label") or "").strip(), True, make_box, reject)
+    return box_row(row, label, True, make_box, reject)
 
 
 def _shape_box(
