@@ -642,3 +642,70 @@ def test_the_coco_label_map_pins_the_apis_own_ids_through_to_the_published_map(t
         if element["image/filename"] == b"b.jpg"
     ]
     assert list(b["image/object/class/label"].numpy()) == [90]
+
+
+def test_coco_images_without_a_declared_size_are_read_against_their_own(tmp_path, capsys):
+    """fastai's COCO_TINY (train.json) gives each image only `file_name` and `id`: each
+    box is divided by the image's own size, as datumaro reads it, and the console says so
+    once. Half a size is an error; masks, drawn on the declared size, need one."""
+    images = {"a.jpg": (64, 48), "b.jpg": (40, 80), "c.jpg": (32, 32), "d.jpg": (32, 32)}
+    for seed, (name, size) in enumerate(images.items()):
+        (tmp_path / name).write_bytes(encode(photo_like(*size, seed), "JPEG"))
+    coco = {
+        "categories": [{"id": 1, "name": "chair"}, {"id": 2, "name": "vase"}],
+        "images": [
+            {"file_name": "a.jpg", "id": 1},
+            {"file_name": "b.jpg", "id": 2},
+            {"file_name": "c.jpg", "id": 3, "width": 32},
+            {"file_name": "d.jpg", "id": 4},
+        ],
+        "annotations": [
+            {"image_id": 1, "bbox": [16, 12, 32, 24], "category_id": 1, "id": 1},
+            {"image_id": 2, "bbox": [0, 40, 40, 40], "category_id": 2, "id": 2},
+            {"image_id": 2, "bbox": [0, 0, 50, 10], "category_id": 1, "id": 3},
+            {"image_id": 3, "bbox": [0, 0, 8, 8], "category_id": 1, "id": 4},
+            {
+                "image_id": 4,
+                "bbox": [0, 0, 8, 8],
+                "category_id": 1,
+                "id": 5,
+                "segmentation": [[0, 0, 8, 0, 8, 8]],
+            },
+        ],
+    }
+    (tmp_path / "train.json").write_text(json.dumps(coco))
+    output = tmp_path / "out"
+    argv = ["--manifest", f"train={tmp_path / 'train.json'}", "--label_mode", "detection"]
+    assert run.main([*argv, "--output_dir", str(output), "--max_error_fraction", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("declare no width and height") == 1
+    (a, b) = sorted(
+        read_examples(str(output / "train-*.tfrecord")),
+        key=lambda example: example.features.feature["image/filename"].bytes_list.value[0],
+    )
+    for example, expected in ((a, [0.25, 0.25, 0.75, 0.75]), (b, [0.0, 0.5, 1.0, 1.0])):
+        boxes = example.features.feature
+        written = [
+            boxes[f"image/object/bbox/{side}"].float_list.value[0]
+            for side in ("xmin", "ymin", "xmax", "ymax")
+        ]
+        np.testing.assert_allclose(written, expected, atol=1e-6)
+    errors = [
+        json.loads(line)
+        for path in output.glob("errors-*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    assert sorted((error["reason"], error["message"]) for error in errors) == [
+        ("box_out_of_range", "pixel coordinates 0.0,0.0,50.0,10.0 lie outside the 40x80 image"),
+        (
+            "invalid_size",
+            "annotation id 4: image id 3: the declared image width and height must be "
+            "positive whole numbers of pixels, found 32 x None",
+        ),
+        (
+            "invalid_size",
+            "annotation id 5: its image declares no width and height, and its segmentation "
+            "is drawn on the declared size: add them to the image entry, or pass --leave_out "
+            "masks",
+        ),
+    ]

@@ -13,9 +13,10 @@ whatever the keys' order in the file. `categories` declares the classes, with th
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 import ijson
@@ -64,7 +65,7 @@ def read_coco(path: str, rules: RowRules, split: str | None) -> Iterator[Manifes
     entries, root = ImageEntries(), DatasetRoot.of(path, rules)
     images = {
         json_id(image, "id"): first_entry(
-            image_row(path, image, rules, split, root), image, entries
+            image_row(path, image, rules, split, root, size_from_image=True), image, entries
         )
         for image in json_items(path, "images.item")
         if isinstance(image, dict)
@@ -159,10 +160,17 @@ def first_entry(
 
 
 def image_row(
-    path: str, image: dict, rules: RowRules, forced_split: str | None, root: DatasetRoot
+    path: str,
+    image: dict,
+    rules: RowRules,
+    forced_split: str | None,
+    root: DatasetRoot,
+    size_from_image: bool = False,
 ) -> ManifestRow | DeadLetter:
     """The image's row without objects, or a DeadLetter saying why its annotations cannot
-    be used. `file_name` is relative to the root, and stays in it."""
+    be used. `file_name` is relative to the root, and stays in it. `size_from_image`: an
+    entry that declares no size is read against the image's own (instances' boxes; a
+    panoptic PNG is checked against the declared size)."""
     raw = json.dumps(image, ensure_ascii=False)
     name = image.get("file_name")
     written = name.strip() if isinstance(name, str) else ""
@@ -176,10 +184,19 @@ def image_row(
     outside = root.outside(uri, f"file_name {quoted(written)}")
     if outside:
         return DeadLetter(path, 0, raw, uri, split, outside[0], where + outside[1])
+    if size_from_image and undeclared_size(image):  # fastai's COCO_TINY
+        return ManifestRow(path, 0, raw, split, uri, (), boxes_in_pixels=True, listed_whole=True)
     size = declared_size(image.get("width"), image.get("height"), rules.max_pixels)
     if not isinstance(size[0], int):
         return DeadLetter(path, 0, raw, uri, split, size[0], where + size[1])
     return ManifestRow(path, 0, raw, split, uri, (), image_size=size, listed_whole=True)
+
+
+def undeclared_size(image: dict) -> bool:
+    """An image entry without `width` and `height` (neither given): its boxes are read
+    against the image's own size, as datumaro reads such a file; one without the other is
+    an error, as is a size that is not one."""
+    return image.get("width") is None and image.get("height") is None
 
 
 def _annotation_row(
@@ -225,6 +242,19 @@ def _annotation_row(
     box = object_box(annotation, row, where)
     if isinstance(box, DeadLetter):
         return box
+    drawn = [
+        (key, option)
+        for key, option in (("segmentation", LeftOut.MASKS), ("keypoints", LeftOut.KEYPOINTS))
+        if annotation.get(key) and option not in rules.leave_out
+    ]
+    if row.image_size is None and drawn:  # drawn on the declared size, as the file is read
+        return row.dead_letter(
+            reasons.INVALID_SIZE,
+            f"{where}its image declares no width and height, and its "
+            f"{' and '.join(key for key, _ in drawn)} {'are' if len(drawn) > 1 else 'is'} "
+            "drawn on the declared size: add them to the image entry, or pass --leave_out "
+            + ",".join(option.value for _, option in drawn),
+        )
     mask = _mask(annotation.get("segmentation"), row.image_size, rules)
     if mask is not None and not isinstance(mask, Mask):
         return row.dead_letter(mask[0], where + mask[1])
@@ -260,9 +290,15 @@ def object_box(item: dict, row: ManifestRow, where: str) -> Box | DeadLetter:
             f"{where}bbox must be [x, y, width, height] in pixels, found {bbox!r}",
         )
     x, y, width, height = bbox
-    box = pixel_box(
-        [x, y, x + width, y + height], row.image_size, is_crowd=int(bool(item.get("iscrowd")))
-    )
+    is_crowd = int(bool(item.get("iscrowd")))
+    if row.image_size is None:  # divided by the image's own size in the shard writer
+        if not (0 <= x and 0 <= y and width > 0 and height > 0):
+            return row.dead_letter(
+                reasons.INVALID_BOX if min(width, height) > 0 else reasons.EMPTY_BOX,
+                f"{where}bbox {bbox} must start inside the image and have a width and height",
+            )
+        return Box(float(x), float(y), float(x + width), float(y + height), is_crowd=is_crowd)
+    box = pixel_box([x, y, x + width, y + height], row.image_size, is_crowd=is_crowd)
     if not isinstance(box, Box):
         return row.dead_letter(box[0], where + box[1])
     return box
@@ -429,6 +465,21 @@ class CocoFormat(InputFormat):
 
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
         return declared_categories(source.path)
+
+    def settled_rules(
+        self, sources: Sequence[ManifestSource], rules: RowRules, say: Callable[[str], None]
+    ) -> RowRules:
+        """Nothing the options leave open; says, once a file, where its first image
+        declares no size that its images are read against their own (undeclared_size)."""
+        for source in sources:
+            with contextlib.closing(json_items(source.path, "images.item")) as images:
+                first = next(images, None)
+            if isinstance(first, dict) and undeclared_size(first):
+                say(
+                    f"{source.path}: its images declare no width and height: each image's "
+                    "boxes are read against its own size, as datumaro reads them"
+                )
+        return rules
 
     def labels_sampled(self, source: ManifestSource, rules: RowRules, rows: int) -> set[str]:
         """Its categories' names: the rows come only after the image table is read."""
