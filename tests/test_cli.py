@@ -220,6 +220,20 @@ def test_a_detection_csv_without_detection_mode_stops_naming_the_flag(tmp_path, 
     assert "pass --label_mode detection" in error
 
 
+def test_a_run_whose_every_row_is_rejected_says_why_not_to_give_a_vocabulary(tmp_path, capsys):
+    """Rows dead-lettered as they are read never reach the ids: the error leads with their
+    reasons and one of them, and does not send the user to --vocabulary."""
+    (tmp_path / "m.csv").write_text("split,image_uri,label\ntrain,a.jpg,\ntrain,b.jpg,\n")
+    code = run.main(["--manifest", str(tmp_path / "m.csv"), "--output_dir", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert code == 1
+    assert (
+        "no example was written: 2 of the 2 rows read were dead-lettered (missing_label 2), "
+        f"e.g. {tmp_path / 'm.csv'} row 2: " in error
+    )
+    assert "--vocabulary" not in error
+
+
 def test_a_conversion_of_other_splits_alone_needs_the_vocabulary_before_the_job(tmp_path, capsys):
     manifest = tiny_manifest(tmp_path)
     (tmp_path / "t.csv").write_text("test,a.jpg,cat\n")

@@ -2,8 +2,9 @@
 
 import json
 
+from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.failure import Failure
-from image_tfrecords.core.summary import RunOptions, SplitInfo, Summary
+from image_tfrecords.core.summary import ErrorsInfo, RunOptions, SplitInfo, Summary
 from image_tfrecords.transforms.outcome import PublishRules, outcome_problems, unwritten_labels
 
 
@@ -15,6 +16,7 @@ def summary(
     dead=0,
     accounted=True,
     label_order="frequency",
+    by_reason=None,
 ):
     examples = sum(train_labels.values()) if examples is None else examples
     return Summary(
@@ -24,9 +26,10 @@ def summary(
         rows_dead_lettered=dead,
         examples_written=examples,
         accounted=accounted,
-        error_fraction=dead / rows_read,
+        error_fraction=dead / rows_read if rows_read else 0.0,
         vocabulary={"label": vocabulary},
         splits={"train": SplitInfo(labels=train_labels)},
+        errors=ErrorsInfo(by_reason=by_reason or ({"missing_label": dead} if dead else {})),
     )
 
 
@@ -66,8 +69,10 @@ def test_unwritten_labels_keep_the_vocabulary_order_and_ignore_unseen_ones():
 
 
 def test_no_example_too_many_dead_letters_and_lost_rows_each_fail_the_run():
-    empty = summary(["cat"], {}, examples=0, dead=10)
-    assert outcome_problems(empty, {"cat": 10}, PublishRules(1.0)) == ["no example was written"]
+    empty = summary(["cat"], {}, examples=0, dead=10, by_reason={"file_not_found": 10})
+    assert outcome_problems(empty, {"cat": 10}, PublishRules(1.0)) == [
+        "no example was written: 10 of the 10 rows read were dead-lettered (file_not_found 10)"
+    ]
     over = summary(["cat"], {"cat": 8}, dead=2)
     assert outcome_problems(over, {"cat": 10}, PublishRules(0.2)) == []
     assert outcome_problems(over, {"cat": 10}, PublishRules(0.1)) == [
@@ -112,14 +117,31 @@ def test_failed_json_holds_the_problems_dead_letters_and_summary_but_not_its_own
 
 
 def test_no_example_for_want_of_a_train_row_says_to_give_the_vocabulary():
-    every_row_test = summary([], {}, examples=0, dead=10)
+    every_row_test = summary([], {}, examples=0, dead=10, by_reason={"unseen_label": 10})
     (problem,) = outcome_problems(every_row_test, {}, PublishRules(1.0))
-    assert problem.startswith("no example was written: there is no TRAIN row")
+    assert problem.startswith(
+        "no example was written: 10 of the 10 rows read were dead-lettered (unseen_label 10); "
+        "there is no TRAIN row"
+    )
     assert "--vocabulary OUTPUT_DIR" in problem
     # With TRAIN rows, or with the ids pinned, that is not why.
-    assert outcome_problems(every_row_test, {"cat": 3}, PublishRules(1.0)) == [
-        "no example was written"
+    for train_rows, rules in (({"cat": 3}, PublishRules(1.0)), ({}, PublishRules(1.0, "v.txt"))):
+        assert outcome_problems(every_row_test, train_rows, rules) == [
+            "no example was written: 10 of the 10 rows read were dead-lettered (unseen_label 10)"
+        ]
+
+
+def test_no_example_because_every_row_was_rejected_leads_with_why_not_with_the_vocabulary():
+    """Seen on 5 of 17 public exports: rows dead-lettered as they were read (so no TRAIN
+    row reached the ids) were blamed on a missing --vocabulary."""
+    rejected = summary(
+        [], {}, examples=0, dead=12, rows_read=12, by_reason={"invalid_size": 9, "missing_label": 3}
+    )
+    first = DeadLetter("train.json", 1, "{}", "a.jpg", "train", "invalid_size", "found None x None")
+    assert outcome_problems(rejected, {}, PublishRules(1.0), first) == [
+        "no example was written: 12 of the 12 rows read were dead-lettered (invalid_size 9, "
+        "missing_label 3), e.g. train.json row 1: found None x None"
     ]
-    assert outcome_problems(every_row_test, {}, PublishRules(1.0, "v.txt")) == [
-        "no example was written"
+    assert outcome_problems(summary([], {}, rows_read=0, examples=0), {}, PublishRules(1.0)) == [
+        "no example was written: no row was read"
     ]

@@ -9,6 +9,7 @@ report) read it too.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -16,8 +17,10 @@ import pydantic
 
 from image_tfrecords.core import naming
 from image_tfrecords.core.choices import LabelOrder
+from image_tfrecords.core.dead_letters import UNSEEN_LABEL, DeadLetter
 from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.summary import Summary
+from image_tfrecords.core.text_limits import MAX_LINE_BYTES
 
 
 class PublishRules(NamedTuple):
@@ -75,7 +78,10 @@ class RunFailed(RuntimeError):
 
 
 def outcome_problems(
-    summary: Summary, train_label_rows: dict[str, int], rules: PublishRules
+    summary: Summary,
+    train_label_rows: dict[str, int],
+    rules: PublishRules,
+    example: DeadLetter | None = None,
 ) -> list[str]:
     """Why the run described by `summary` must not be published; empty when it may be.
 
@@ -84,7 +90,8 @@ def outcome_problems(
     (detection: a written TRAIN object): a label whose TRAIN rows were all dead-lettered
     would hold an id that no example has, and shift the ids after it. Sorted ids depend
     only on the set of labels the rows give: such a label keeps its place, as a pinned
-    one does, and summary.json's unwritten_labels names it.
+    one does, and summary.json's unwritten_labels names it. `example`: the first dead
+    letter, which a run that wrote no example names.
     """
     problems = []
     if not summary.accounted:
@@ -95,8 +102,7 @@ def outcome_problems(
             f"({summary.rows_discarded}): rows were lost"
         )
     if not summary.examples_written:
-        no_train = rules.pinned_from is None and not train_label_rows
-        return [*problems, "no example was written" + (f": {NO_TRAIN_ROWS}" if no_train else "")]
+        return [*problems, _no_example(summary, train_label_rows, rules, example)]
     if rules.pinned_from is None and summary.options.label_order is LabelOrder.FREQUENCY:
         unwritten = unwritten_labels(
             summary.labels, summary.splits["train"].labels, train_label_rows
@@ -125,6 +131,55 @@ def outcome_problems(
             f"than --max_error_fraction {rules.max_error_fraction:.1%}"
         )
     return problems
+
+
+def _no_example(
+    summary: Summary,
+    train_label_rows: dict[str, int],
+    rules: PublishRules,
+    example: DeadLetter | None,
+) -> str:
+    """Why no example was written: what happened to the rows first (their reasons, and
+    one of them), and the want of TRAIN rows only where that is why (no row but
+    unseen-label dead letters, and no ids pinned)."""
+    said = []
+    by_reason = summary.errors.by_reason
+    if summary.rows_dead_lettered:
+        reasons = ", ".join(
+            f"{reason} {count}"
+            for reason, count in sorted(by_reason.items(), key=lambda item: (-item[1], item[0]))
+        )
+        one = f", e.g. {example.manifest} row {example.line}: {example.message}" if example else ""
+        said.append(
+            f"{summary.rows_dead_lettered} of the {summary.rows_read} rows read were "
+            f"dead-lettered ({reasons}){one}"
+        )
+    elif not summary.rows_read:
+        said.append("no row was read")
+    if (
+        summary.rows_read
+        and rules.pinned_from is None
+        and not train_label_rows
+        and set(by_reason) <= {UNSEEN_LABEL}
+    ):
+        said.append(NO_TRAIN_ROWS)
+    return "no example was written" + (": " + "; ".join(said) if said else "")
+
+
+def first_dead_letter(paths: Sequence[str]) -> DeadLetter | None:
+    """The first dead letter of the errors files at `paths` (their first line, read
+    bounded: the staged files sit in an output folder others may write to); None where
+    there is none, or it is not one."""
+    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415 - as read_summary
+
+    for path in paths:
+        with FileSystems.open(path) as file:
+            line = file.readline(MAX_LINE_BYTES + 1)
+        try:
+            return DeadLetter(**json.loads(line))
+        except (ValueError, TypeError):
+            return None
+    return None
 
 
 def unwritten_labels(

@@ -64,6 +64,7 @@ from image_tfrecords.core.summary_builder import build_summary, resumed_shards
 from image_tfrecords.transforms.outcome import (
     PublishRules,
     RunFailed,
+    first_dead_letter,
     frequency_order,
     outcome_problems,
     read_summary,
@@ -242,13 +243,15 @@ class PublishOutput(beam.PTransform):
     def _failure(self, summary: Summary, train_label_rows: dict[str, int]) -> Failure | None:
         """Why the run must not be published, to be written to FAILED.json beside the
         staged dead letters (for the user and the launcher); None when it may be."""
-        problems = outcome_problems(summary, train_label_rows, self._rules)
+        staged = staged_dir(self._temp_dir)
+        dead_letters = [FileSystems.join(staged, name) for name in summary.errors.files]
+        example = first_dead_letter(dead_letters) if not summary.examples_written else None
+        problems = outcome_problems(summary, train_label_rows, self._rules, example)
         if not problems:
             return None
-        staged = staged_dir(self._temp_dir)
         return Failure(
             problems=problems,
-            dead_letters=[FileSystems.join(staged, name) for name in summary.errors.files],
+            dead_letters=dead_letters,
             record=naming.failure_record(self._temp_dir),
             summary=summary,
         )
