@@ -174,3 +174,25 @@ def test_a_file_name_outside_the_metadatas_folder_is_a_dead_letter(tmp_path):
         f"file_name '../secret.jpg' leaves the dataset's folder {tmp_path / 'train'}: pass "
         "--allow_paths_outside_dataset to read files outside it"
     )
+
+
+def test_an_objects_imagefolder_without_detection_is_refused_naming_it(tmp_path, capsys):
+    """The public metadata.jsonl holds objects and no label: given as --image_folder (or
+    --manifest) without --label_mode detection, every row would be missing_label and the
+    run would fail wanting TRAIN rows. It is refused before the job, naming the mode."""
+    path = tmp_path / "data" / "train" / "metadata.jsonl"
+    path.parent.mkdir(parents=True)
+    shutil.copy(PUBLIC, path)
+    for flag, given in (("--image_folder", tmp_path / "data"), ("--manifest", path)):
+        code = run.main([flag, str(given), "--output_dir", str(tmp_path / "out")])
+        error = capsys.readouterr().err
+        assert code == run.EXIT_USAGE, error
+        assert "holds objects (boxes) and no label or labels: pass --label_mode detection" in error
+    csv_path = tmp_path / "csv" / "metadata.csv"
+    csv_path.parent.mkdir()
+    csv_path.write_text(
+        'file_name,objects\na.jpg,"{""bbox"": [[1, 1, 2, 2]], ""category"": [0]}"\n'
+    )
+    with pytest.raises(ManifestError, match="pass --label_mode detection"):
+        rows(csv_path, RowRules())
+    assert len(rows(csv_path, DETECTION)) == 1

@@ -618,3 +618,30 @@ def test_the_command_refuses_a_root_elsewhere_and_the_option_reaches_the_reader(
     for flags in (["--allow_paths_outside_dataset"], ["--allow_paths_outside_dataset=true"]):
         assert ConvertOptions(flags).row_rules().allow_paths_outside_dataset
     assert not ConvertOptions([]).row_rules().allow_paths_outside_dataset
+
+
+def test_a_labels_folder_or_label_file_given_as_a_manifest_names_the_yaml_to_pass(tmp_path):
+    """Read as a manifest, every `class cx cy w h` line was a dead letter pointing
+    elsewhere: a part of a YOLO dataset is refused before the job, naming YOLO and the
+    dataset's data.yaml (or where it would be)."""
+    public = Path(__file__).parent / "data" / "public" / "yolo" / "detect"
+    labels = tmp_path / "ds" / "labels" / "train"
+    shutil.copytree(public, labels)
+    first = sorted(labels.iterdir())[0]
+    given = [labels.parent, labels, first, labels / "*.txt"]
+    for path in given:
+        with pytest.raises(
+            ManifestError, match=r"YOLO label file.*--manifest .*ds/data\.yaml \(or"
+        ):
+            find_manifests([str(path)])
+    text(tmp_path / "ds" / "data.yaml", "train: images/train\nnames: [person, bicycle]\n")
+    for path in given:
+        with pytest.raises(ManifestError) as refused:
+            find_manifests([f"train={path}"])
+        assert (
+            f"pass --manifest {tmp_path / 'ds' / 'data.yaml'}, with --label_mode detection"
+            in str(refused.value)
+        )
+    # A manifest that only looks like one: read as the CSV it is.
+    (tmp_path / "list.txt").write_text("split,image_uri,label\ntrain,a.jpg,cat\n")
+    assert [source.format for source in find_manifests([str(tmp_path / "list.txt")])] == ["csv"]

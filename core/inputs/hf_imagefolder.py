@@ -478,10 +478,20 @@ class HfMetadataFormat(InputFormat):
         return declared_class_labels(source.path)
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
-        if _is_csv(source.path) and _FILE_NAME not in _csv_header(source.path)[1]:
+        if _is_csv(source.path):
+            fields = _csv_header(source.path)[1]
+            if _FILE_NAME not in fields:
+                raise ManifestError(
+                    f"{source.path}: a Hugging Face metadata.csv needs a "
+                    f"{_FILE_NAME} column; for another CSV pass --input_format csv"
+                )
+        else:
+            fields = list(FileHead.read(source.path).first_line_object or {})
+        if not rules.detection and "objects" in fields and not set(_LABEL_KEYS) & set(fields):
+            # Else every row would be missing_label, and the run fail wanting TRAIN rows.
             raise ManifestError(
-                f"{source.path}: a Hugging Face metadata.csv needs a "
-                f"{_FILE_NAME} column; for another CSV pass --input_format csv"
+                f"{source.path} holds objects (boxes) and no label or labels: pass "
+                "--label_mode detection"
             )
 
     def read(

@@ -192,6 +192,13 @@ class InputFormat:
         none. `relatives`: every file's path under `root` (sources.relative_files)."""
         return None
 
+    def given_in_part(self, path: str, relatives: list[str] | None) -> str | None:
+        """Where `path`, given to --manifest (a folder, `relatives` its files, or a file:
+        None), is a part of a dataset in this format that is read through another file
+        (a YOLO labels/ folder or label file, read through its data.yaml): what to pass
+        instead, for the error; None where it is not."""
+        return None
+
     def check(self, source: ManifestSource, rules: RowRules) -> None:
         """The checks before the job; raises ManifestError."""
         if not self.named_columns and (

@@ -121,6 +121,7 @@ def find_manifests(
                 say(note)
             found.update(source._replace(split=split or source.split) for source in held.sources)
             continue
+        _refuse_a_part_of_a_dataset(argument, path, input_format)
         if not globbed and not files and _is_folder(path):
             raise ManifestError(
                 f"--manifest {argument} is a folder without {_FOLDER_FILES} files: "
@@ -136,6 +137,22 @@ def find_manifests(
             raise ManifestError(f"manifest not found: {argument}")
         found.update(ManifestSource(each, input_format or format_of(each), split) for each in paths)
     return sorted(found, key=lambda source: (source.path, source.split or ""))
+
+
+def _refuse_a_part_of_a_dataset(argument: str, path: str, input_format: str | None) -> None:
+    """ManifestError where `path` is a part of a dataset that is read through another file
+    (InputFormat.given_in_part), naming the format and what to pass instead: read as a
+    manifest, each of its lines would be a dead letter pointing elsewhere."""
+    if input_format is not None:
+        return
+    if is_glob(path):  # as its first file
+        path = next((found.path for found in storage.match(path, limit=1)), None)
+        if path is None:
+            return
+    relatives = relative_files(path) if _is_folder(path) else None
+    for format in FORMATS.values():
+        if instead := format.given_in_part(path, relatives):
+            raise ManifestError(f"--manifest {argument}: {instead}")
 
 
 def _asked(input_format: str | None) -> list[InputFormat]:

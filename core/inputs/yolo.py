@@ -471,6 +471,18 @@ def _keypoints(
     )
 
 
+def _is_label_line(line: str) -> bool:
+    """A YOLO label line: a class id, then four or more numbers (a box, a polygon, a pose)."""
+    fields = line.split()
+    if len(fields) < 5 or not fields[0].isdigit():
+        return False
+    try:
+        list(map(float, fields[1:]))
+    except ValueError:
+        return False
+    return True
+
+
 def _line_shape(count: int, keypoints: tuple[int, int] | None) -> str | None:
     """ "box", "pose" or "polygon" by the number of fields; None when it fits none."""
     if keypoints is not None:
@@ -701,6 +713,39 @@ class YoloFormat(InputFormat):
 
     def folder_reading(self, root: str, relatives: list[str]) -> FolderReading | None:
         return _classes_folder_reading(root.rstrip("/"), relatives)
+
+    def given_in_part(self, path: str, relatives: list[str] | None) -> str | None:
+        """A folder of label .txt files (`labels/`, `labels/train/`), or one of them:
+        read through the dataset's data.yaml (or its classes.txt's folder)."""
+        label_files = [
+            file
+            for file in (
+                [storage.join(path, relative) for relative in relatives]
+                if relatives is not None
+                else [path]
+            )
+            if file.lower().endswith(".txt") and plain_name(file) != CLASSES_FILE
+        ]
+        if not label_files:
+            return None
+        if not _is_label_line(next((line for _, line in whole_lines(label_files[0])), "")):
+            return None
+        head, found, tail = path.rstrip("/").rpartition("/labels")
+        root = head if found and (not tail or tail.startswith("/")) else None
+        yamls = storage.match(storage.join(root, "*.yaml"), limit=2) if root else []
+        instead = (
+            f"--manifest {yamls[0].path}"
+            if len(yamls) == 1
+            else f"--manifest {root}/data.yaml (or the folder holding classes.txt)"
+            if root
+            else "--manifest DATA.yaml, the dataset's YAML (or the folder holding classes.txt)"
+        )
+        return (
+            f"{'a folder of' if relatives is not None else 'a'} YOLO label "
+            f"file{'s' if relatives is not None else ''} (`class x_center y_center width "
+            f"height` lines), which are read through the dataset: pass {instead}, with "
+            "--label_mode detection"
+        )
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         check_yolo(source.path, source.split, rules)
