@@ -234,10 +234,12 @@ def before_the_job(*arguments) -> tuple:
 
 
 def pool_workers() -> list[psutil.Process]:
-    """This process's worker-pool processes (core/pool.py) still running."""
+    """This process's own worker-pool processes (core/pool.py) still running: its
+    children, not those of SDK workers it started (a module's Beam worker pool keeps its
+    SDK workers, and their pools, between tests)."""
     return [
         child
-        for child in psutil.Process().children(recursive=True)
+        for child in psutil.Process().children()
         if "image_tfrecords.core.pool" in child.cmdline()
     ]
 
