@@ -79,14 +79,18 @@ class Box(NamedTuple):
     is_crowd: int = 0  # COCO's iscrowd
     mask: Mask | None = None
     keypoints: Keypoints | None = None
+    # Its source's corners (or points) reached outside the image and were moved onto it:
+    # counted in summary.json's objects_clipped.
+    clipped: bool = False
 
     @classmethod
     def from_fields(cls, fields: list) -> Box:
-        *corners_and_flags, mask, keypoints = fields
+        *corners_and_flags, mask, keypoints, clipped = fields
         return cls(
             *corners_and_flags,
             mask and Mask.from_fields(mask),
             keypoints and Keypoints.from_fields(keypoints),
+            clipped,
         )
 
 

@@ -53,6 +53,7 @@ class ChunkSurvey(NamedTuple):
     discarded: int  # DISCARD rows and objects left out: read, and left out on purpose
     objects_left_out: dict[str, int]  # shape -> objects of it left out (among discarded)
     labels_seen: dict[str, LabelSeen]  # every split's labels, for core/label_checks.py
+    objects_clipped: int = 0  # boxes whose source reached outside the image (Box.clipped)
 
     @property
     def rows_read(self) -> int:
@@ -104,6 +105,7 @@ def survey(
     discarded = 0
     left_out: collections.Counter[str] = collections.Counter()
     labels_seen: dict[str, LabelSeen] = {}
+    clipped = 0
     for item in items:
         if isinstance(item, DeadLetter):
             dead_letters.append(item)
@@ -113,6 +115,7 @@ def survey(
                 left_out[item.shape] += 1
         else:
             rows[item.split] += 1
+            clipped += sum(box.clipped for box in item.boxes)
             sample = uris[item.split]
             sample.append(item.uri)
             if len(sample) > 64 * sample_size:  # memory stays flat
@@ -138,6 +141,7 @@ def survey(
         discarded,
         dict(left_out),
         labels_seen,
+        clipped,
     )
 
 

@@ -250,6 +250,7 @@ class Summary(RunInfo):
     # Objects of shapes the examples cannot hold (CVAT's polylines, LabelMe's points...):
     # each is one row, among rows_discarded; their images are written with their other objects.
     objects_left_out: dict[str, int] = {}  # shape, as its source names it -> objects left out
+    objects_clipped: int = 0  # boxes read whose corners reached outside the image: clipped, kept
     accounted: bool
     error_fraction: float
     splits: dict[Split, SplitInfo]  # train, validation, test

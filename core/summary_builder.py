@@ -41,11 +41,13 @@ def build_summary(
     rows_discarded: int = 0,
     objects_left_out: dict[str, int] | None = None,
     companions: Sequence[str] = (),
+    objects_clipped: int = 0,
 ) -> Summary:
     """summary.json: counts per split and label, shard files, errors and the accounting.
 
     `rows_discarded`: DISCARD rows and objects left out, read but left out on purpose (no
-    error); `objects_left_out`: shape -> the objects of it among them;
+    error); `objects_left_out`: shape -> the objects of it among them; `objects_clipped`:
+    the boxes read whose corners reached outside the image, clipped to it;
     `companions`: the suffixes of the files beside each shard (ShardFormat.companions).
     """
     known = set(vocabulary)
@@ -98,6 +100,7 @@ def build_summary(
         rows_dead_lettered=rows_dead_lettered,
         rows_discarded=rows_discarded,
         objects_left_out=dict(sorted((objects_left_out or {}).items())),
+        objects_clipped=objects_clipped,
         accounted=rows_read == rows_in_examples + rows_dead_lettered + rows_discarded,
         error_fraction=rows_dead_lettered / rows_read if rows_read else 0.0,
         splits=splits,

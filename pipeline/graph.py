@@ -232,6 +232,12 @@ def build(
         | "LeftOut" >> beam.FlatMap(lambda s: s.objects_left_out.items())
         | "CountLeftOut" >> beam.CombinePerKey(sum)
     )
+    # Boxes clipped to the image (their corners reached outside it): one count, none for 0.
+    objects_clipped = (
+        surveys
+        | "Clipped" >> beam.Map(lambda survey: survey.objects_clipped)
+        | "CountClipped" >> beam.CombineGlobally(sum).without_defaults()
+    )
     row_counts = surveys | "RowsRead" >> beam.Map(lambda survey: survey.rows_read)
 
     # What report.html shows besides summary.json: a sample, the first copies and dead letters.
@@ -250,6 +256,7 @@ def build(
         row_counts=row_counts,
         rows_discarded=rows_discarded,
         objects_left_out=objects_left_out,
+        objects_clipped=objects_clipped,
         train_label_rows=train_label_rows,
         labels_seen=labels_seen,
         duplicates_by_splits=deduped.by_splits,

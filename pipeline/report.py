@@ -118,6 +118,11 @@ def format_report(
             "written with their other objects): "
             + ", ".join(f"{shape} {count}" for shape, count in summary.objects_left_out.items())
         )
+    if summary.objects_clipped:
+        lines.append(
+            f"objects clipped to the image (their corners reached outside it, as "
+            f"Ultralytics and the Object Detection API clip them): {summary.objects_clipped}"
+        )
     if summary.options.leave_out:
         lines.append(
             f"left out (--leave_out {summary.options.leave_out}): the examples hold "

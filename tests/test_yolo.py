@@ -168,12 +168,14 @@ def test_roboflow_exports_names_lists_and_txt_lists_of_images(tmp_path):
         ("0 0.05 0.5 0.5 0.2", reasons.BOX_OUT_OF_RANGE, "reaches outside the image"),
         ("0 0.095 0.5 0.2 0.2", None, None),  # 0.005 outside: clipped, as Ultralytics does
         ("0 -0.005 0.1 0.5 0.1 0.5 0.6 -0.005 0.6", None, None),  # an OBB's corners, likewise
+        # Farther out, as Ultralytics checks a polygon: by its extent's centre and size.
+        ("0 -0.3 0.1 0.5 0.1 0.5 0.6 -0.3 0.6", None, None),
         (
-            "0 -0.02 0.1 0.5 0.1 0.5 0.6 -0.02 0.6",
+            "0 10 20 300 20 300 200 10 200",  # pixels, not normalised
             reasons.BOX_OUT_OF_RANGE,
-            "a point lies "
-            "outside the image by more than 1% of its side: coordinates must be normalised to the "
-            "image size, between 0 and 1, found -0.02",
+            "the polygon's extent lies outside the image (its centre or size past 1% of its "
+            "side beyond it): coordinates must be normalised to the image size, between 0 and "
+            "1, found 300",
         ),
         ("0 0.5 0.5 0 0.2", reasons.EMPTY_BOX, "no width"),
         ("0 0.1 0.1 0.2 0.2 0.3 0.1 0.4", reasons.WRONG_COLUMN_COUNT, "found 8"),
@@ -222,6 +224,43 @@ def test_obb_corners_and_polygon_points_just_outside_the_image_are_clipped(tmp_p
     np.testing.assert_allclose(polygon.boxes[0][:4], (0.3, 0.2, 1, 1))
     assert polygon.boxes[0].mask.polygons == ((0.3, 0.2, 1, 0.25, 0.9, 1, 0.31, 0.9),)
     np.testing.assert_allclose(box.boxes[0][:4], (0, 0.4, 1, 0.6))
+
+
+def test_obb_corners_outside_the_image_are_clipped_counted_and_their_images_kept(tmp_path, capsys):
+    """As Ultralytics reads dota8 (17 of its 133 objects have corners outside [0, 1], some
+    by more than 1%): a turned box at the edge, whose extent's centre and size are on the
+    image, is clipped to it and counted in summary.json's objects_clipped; only corners in
+    pixels, not normalised, are box_out_of_range."""
+    root = ultralytics_layout(
+        tmp_path,
+        {
+            ("train", "a"): (
+                "0 -0.06 0.3 0.2 0.1 0.35 0.5 0.1 0.7\n"  # a turned box over the left edge
+                "0 0.6 0.6 0.8 0.6 0.8 0.8 0.6 0.8\n"  # inside
+            ),
+            (
+                "train",
+                "b",
+            ): "0 0.2 0.2 0.4 0.2 0.4 0.4 0.2 0.4\n1 0.7 0.8 0.9 0.9 0.8 1.04 0.6 0.95\n",
+            ("train", "c"): "1 10 20 300 20 300 200 10 200\n0 0.1 0.1 0.3 0.1 0.3 0.3 0.1 0.3\n",
+        },
+    )
+    yaml = text(root / "data.yaml", "train: images/train\nnames: [plane, ship]\n")
+    output = tmp_path / "out"
+    argv = ["--manifest", str(yaml), "--label_mode", "detection", "--max_error_fraction", "0.5"]
+    assert run.main([*argv, "--output_dir", str(output)]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["objects_clipped"] == 2
+    assert summary["errors"]["by_reason"] == {"box_out_of_range": 1}
+    assert (summary["rows_read"], summary["examples_written"]) == (6, 3)
+    assert "objects clipped to the image" in capsys.readouterr().out
+    (edge,) = [
+        example
+        for example in read_examples(str(output / "train-*.tfrecord"))
+        if example.features.feature["image/filename"].bytes_list.value[0] == b"a.jpg"
+    ]
+    xmin = edge.features.feature["image/object/bbox/xmin"].float_list.value
+    assert sorted(xmin) == [0.0, pytest.approx(0.6)]
 
 
 def test_polygons_of_fewer_than_three_points_and_duplicated_images_are_dead_letters(tmp_path):

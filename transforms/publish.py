@@ -84,6 +84,7 @@ class PublishInputs(NamedTuple):
     # The DISCARD rows and objects left out among them: one count, or none for 0.
     rows_discarded: beam.PCollection
     objects_left_out: beam.PCollection  # (shape, objects of it left out)
+    objects_clipped: beam.PCollection  # boxes clipped to the image: one count, or none for 0
     train_label_rows: beam.PCollection  # (label, TRAIN rows carrying it)
     # (label, LabelSeen): every split's, for summary.json's label_warnings.
     labels_seen: beam.PCollection
@@ -141,6 +142,7 @@ class PublishOutput(beam.PTransform):
                 row_counts=beam.pvalue.AsList(inputs.row_counts),
                 rows_discarded=beam.pvalue.AsSingleton(inputs.rows_discarded, default_value=0),
                 objects_left_out=beam.pvalue.AsDict(inputs.objects_left_out),
+                objects_clipped=beam.pvalue.AsSingleton(inputs.objects_clipped, default_value=0),
                 train_label_rows=beam.pvalue.AsDict(inputs.train_label_rows),
                 labels_seen=beam.pvalue.AsDict(inputs.labels_seen),
                 duplicates=beam.pvalue.AsDict(inputs.duplicates_by_splits),
@@ -158,6 +160,7 @@ class PublishOutput(beam.PTransform):
         row_counts: list[int],
         rows_discarded: int,
         objects_left_out: dict[str, int],
+        objects_clipped: int,
         train_label_rows: dict[str, int],
         labels_seen: dict[str, LabelSeen],
         duplicates: dict[str, int],
@@ -184,7 +187,7 @@ class PublishOutput(beam.PTransform):
                 (duplicates, near_duplicates),
                 labels_seen,
                 written,
-                (rows_discarded, objects_left_out),
+                (rows_discarded, objects_left_out, objects_clipped),
                 (report_content, train_label_rows),
             )
             publishing.write_text(prepared, summary.to_json())
@@ -264,7 +267,7 @@ class PublishOutput(beam.PTransform):
         copies: tuple[dict[str, int], dict[str, int]],
         labels_seen: dict[str, LabelSeen],
         written: list[Any],
-        discarded: tuple[int, dict[str, int]],
+        discarded: tuple[int, dict[str, int], int],  # rows discarded, objects left out, clipped
         report: tuple[ReportContent, dict[str, int]],
     ) -> Summary:
         """The summary, from the staged transform_fn's vocabularies; stages the TFDS
@@ -298,6 +301,7 @@ class PublishOutput(beam.PTransform):
             run_info=self._run_info,
             rows_discarded=discarded[0],
             objects_left_out=discarded[1],
+            objects_clipped=discarded[2],
             companions=self._format.companions,
         )
         annotations = {kind for split in summary.splits.values() for kind in split.annotations}

@@ -170,10 +170,10 @@ def clipped_box(
             f"{tolerance * 100:g}% of its side: corners "
             f"{', '.join(f'{value:.6g}' for value in corners)}",
         )
-    xmin, ymin, xmax, ymax = (min(max(value, 0.0), 1.0) for value in corners)
+    xmin, ymin, xmax, ymax = on_image = tuple(min(max(value, 0.0), 1.0) for value in corners)
     if xmin >= xmax or ymin >= ymax:
         return reasons.EMPTY_BOX, "the box has no width or no height"
-    return Box(xmin, ymin, xmax, ymax)
+    return Box(xmin, ymin, xmax, ymax, clipped=on_image != corners)
 
 
 def turned_corners(
