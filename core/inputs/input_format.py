@@ -252,3 +252,20 @@ class InputFormat:
         self, source: ManifestSource, rules: RowRules, lines: LineRange | None
     ) -> Iterator[ManifestItem]:
         raise NotImplementedError
+
+
+class RefusedFormat(InputFormat):
+    """A format people hold that is recognised to be refused by name, not read: read as a
+    manifest, every row of it would be a dead letter pointing elsewhere. Refused before
+    the job (exit 2); `refusal` says what to export or write instead."""
+
+    chosen_by_input_format = False
+    refusal = ""
+
+    def check_file(self, source: ManifestSource, rules: RowRules) -> None:
+        raise ManifestError(f"{source.path} is {self.title}, which is not read: {self.refusal}")
+
+    def read(
+        self, source: ManifestSource, rules: RowRules, lines: LineRange | None
+    ) -> Iterator[ManifestItem]:
+        raise ManifestError(f"{source.path} is {self.title}, which is not read: {self.refusal}")

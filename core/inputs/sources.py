@@ -27,6 +27,7 @@ from image_tfrecords.core.chunks import ManifestSource, RowChunk
 from image_tfrecords.core.inputs.automl_csv import CsvFormat
 from image_tfrecords.core.inputs.coco import CocoFormat
 from image_tfrecords.core.inputs.coco_panoptic import CocoPanopticFormat
+from image_tfrecords.core.inputs.createml import CreateMlFormat
 from image_tfrecords.core.inputs.cvat import CvatFormat
 from image_tfrecords.core.inputs.folder import ImageFolderFormat, class_folders
 from image_tfrecords.core.inputs.hf_imagefolder import HfMetadataFormat
@@ -41,9 +42,11 @@ from image_tfrecords.core.inputs.input_format import (
 from image_tfrecords.core.inputs.kitti import KittiFormat
 from image_tfrecords.core.inputs.label_studio import LabelStudioFormat
 from image_tfrecords.core.inputs.labelme import LabelMeFormat
+from image_tfrecords.core.inputs.list_file import ListFileFormat
 from image_tfrecords.core.inputs.open_images import OpenImagesFormat
 from image_tfrecords.core.inputs.rows import ManifestError, ManifestItem, RowRules, label_problem
 from image_tfrecords.core.inputs.vertex_jsonl import VertexJsonlFormat
+from image_tfrecords.core.inputs.via import ViaFormat
 from image_tfrecords.core.inputs.voc import VocFormat
 from image_tfrecords.core.inputs.yolo import YoloFormat
 from image_tfrecords.core.splits import normalise_split
@@ -58,6 +61,7 @@ FORMATS: dict[str, InputFormat] = {
         VertexJsonlFormat(),
         CocoFormat(),
         CocoPanopticFormat(),
+        CreateMlFormat(),
         LabelStudioFormat(),
         LabelMeFormat(),
         YoloFormat(),
@@ -65,6 +69,8 @@ FORMATS: dict[str, InputFormat] = {
         KittiFormat(),
         OpenImagesFormat(),
         ImageFolderFormat(),
+        ViaFormat(),
+        ListFileFormat(),
     )
 }
 # What --input_format may name.
