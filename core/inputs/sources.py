@@ -44,6 +44,7 @@ from image_tfrecords.core.inputs.label_studio import LabelStudioFormat
 from image_tfrecords.core.inputs.labelme import LabelMeFormat
 from image_tfrecords.core.inputs.list_file import ListFileFormat
 from image_tfrecords.core.inputs.open_images import OpenImagesFormat
+from image_tfrecords.core.inputs.retinanet_csv import RetinaNetCsvFormat
 from image_tfrecords.core.inputs.rows import ManifestError, ManifestItem, RowRules, label_problem
 from image_tfrecords.core.inputs.vertex_jsonl import VertexJsonlFormat
 from image_tfrecords.core.inputs.via import ViaFormat
@@ -68,6 +69,7 @@ FORMATS: dict[str, InputFormat] = {
         CsvFormat(),
         KittiFormat(),
         OpenImagesFormat(),
+        RetinaNetCsvFormat(),
         ImageFolderFormat(),
         ViaFormat(),
         ListFileFormat(),
