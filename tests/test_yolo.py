@@ -684,3 +684,62 @@ def test_a_labels_folder_or_label_file_given_as_a_manifest_names_the_yaml_to_pas
     # A manifest that only looks like one: read as the CSV it is.
     (tmp_path / "list.txt").write_text("split,image_uri,label\ntrain,a.jpg,cat\n")
     assert [source.format for source in find_manifests([str(tmp_path / "list.txt")])] == ["csv"]
+
+
+@pytest.mark.parametrize(
+    ("obj_data", "listed"),
+    [
+        # CVAT's YOLO 1.1 export: darknet keeps it as data/.
+        (
+            "classes = 2\ntrain = data/train.txt\nvalid = data/valid.txt\nnames = data/obj.names\n"
+            "backup = backup/\n",
+            {
+                "train": "data/obj_train_data/a.jpg\ndata/obj_train_data/b.jpg\n",
+                "valid": "data/obj_valid_data/c.jpg\n",
+            },
+        ),
+        # openvinotoolkit/training_extensions, tests/assets/yolo_dataset/obj.data and
+        # train.txt (Apache-2.0): the dataset's own folder name in their paths.
+        (
+            "classes = 10\ntrain = yolo_dataset/train.txt\nnames = yolo_dataset/obj.names\n"
+            "backup = backup/\n",
+            {"train": "yolo_dataset/obj_train_data/a.jpg\nyolo_dataset/obj_train_data/b.jpg\n"},
+        ),
+    ],
+)
+def test_a_darknet_obj_data_cvats_yolo_1_1_export_is_read_with_its_names_and_lists(
+    obj_data, listed, tmp_path, capsys
+):
+    root = tmp_path / "yolo_dataset"
+    text(root / "obj.data", obj_data)
+    text(root / "obj.names", "cat\ndog\n")
+    labels = {"a": "0 0.5 0.5 0.2 0.2\n", "b": "1 0.25 0.25 0.1 0.1\n0 0.7 0.7 0.2 0.2\n", "c": ""}
+    for split, lines in listed.items():
+        text(root / f"{split}.txt", lines)
+        for line in lines.split():
+            name = line.rsplit("/", 1)[-1].removesuffix(".jpg")
+            folder = root / line.split("/", 1)[1].rsplit("/", 1)[0]
+            image(folder / f"{name}.jpg")
+            text(folder / f"{name}.txt", labels[name] or "\n")
+    for given in (root / "obj.data", root):
+        (source,) = find_manifests([str(given)])
+        assert source.format == "yolo" and source.path.endswith("obj.data")
+        found = list(read_source(source, DETECTION))
+        assert [(row.split, row.uri.rsplit("/", 1)[-1], row.labels) for row in found] == [
+            ("train", "a.jpg", ("cat",)),
+            ("train", "b.jpg", ("dog",)),
+            ("train", "b.jpg", ("cat",)),
+            *([("validation", "c.jpg", ())] if "valid" in listed else []),
+        ]
+        np.testing.assert_allclose(found[0].boxes[0][:4], (0.4, 0.4, 0.6, 0.6))
+    output = tmp_path / "out"
+    assert (
+        run.main(
+            ["--manifest", str(root), "--label_mode", "detection", "--output_dir", str(output)]
+        )
+        == 0
+    )
+    assert "as a darknet YOLO dataset" in capsys.readouterr().out
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["vocabulary"]["label"] == ["cat", "dog"]
+    assert summary["vocabulary_declared_by"].endswith("obj.data (names)")

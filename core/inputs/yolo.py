@@ -24,6 +24,10 @@ img2label_paths):
   folders under the root: `images/<split>/` (labels in `labels/<split>/`) or
   `<split>/images/`, a split named as core/splits.py reads it; with none, every image
   under the root, each split assigned by a hash of its path as for UNASSIGNED rows.
+- Darknet's `obj.data` (CVAT's "YOLO 1.1" export, datumaro's YOLO): `names` a class
+  file (obj.names), `train`/`valid`/`test` .txt lists, each image's labels beside it;
+  the paths are darknet's, from the folder above the dataset (YoloDataset.from_darknet).
+  A folder holding obj.data is read as it.
 
 Each line is one detection row: its box converted to the Object Detection API's
 xmin/ymin/xmax/ymax (Ultralytics' xywhn2xyxy; a polygon's box is its points' extent, as
@@ -84,6 +88,8 @@ _SPLIT_KEYS = dict(zip(SPLITS, ("train", "val", "test"), strict=True))
 # verify_image_label: coordinates within -0.01 and 1.01) before Instances.clip clips them.
 _ULTRALYTICS_TOLERANCE = 0.01
 CLASSES_FILE = "classes.txt"  # a YOLO folder's class names without a data.yaml
+_DARKNET_SUFFIX = ".data"  # darknet's obj.data (CVAT's YOLO 1.1 export)
+_DARKNET_FILE = "obj.data"
 # Where a YOLO folder's classes.txt stands: its root (Label Studio's export, labelImg
 # beside the images), or its labels folder (labelImg's save folder).
 _CLASSES_FILE_PLACES = (CLASSES_FILE, f"labels/{CLASSES_FILE}")
@@ -145,6 +151,7 @@ class YoloDataset:
         folder: str | None = None,
         written_root: str = "",
         found_here: str | None = None,
+        list_prefix: str = "",
     ) -> None:
         self.path = path
         self.names = names
@@ -160,11 +167,16 @@ class YoloDataset:
         self.entries = entries
         self.keypoints = keypoints  # kpt_shape: (K, 2 or 3)
         self.keypoint_names = keypoint_names  # class id -> its K points' names, where known
+        # Darknet's lists and obj.data name the root's files under the folder darknet keeps
+        # the dataset in (`data/`): that prefix is the root (from_darknet).
+        self.list_prefix = list_prefix
 
     @classmethod
     def load(cls, path: str) -> YoloDataset:
         if plain_name(path) == CLASSES_FILE:
             return cls.from_classes_file(path)
+        if path.lower().endswith(_DARKNET_SUFFIX):
+            return cls.from_darknet(path)
         with storage.open_read(path) as file:
             try:
                 data = load_yaml(file.read())
@@ -206,6 +218,54 @@ class YoloDataset:
             folder,
             written_root,
             found_here,
+        )
+
+    @classmethod
+    def from_darknet(cls, path: str) -> YoloDataset:
+        """Darknet's `obj.data` (CVAT's "YOLO 1.1" export): `key = value` lines, `names` its
+        class file (a name a line), `train`, `valid` (and `test`) .txt lists of images,
+        each image's labels beside it. Darknet reads the paths from the folder above the
+        dataset's own (`data/obj.names`, CVAT's; `yolo_dataset/obj.names`): where a path is
+        not there from the obj.data's folder, its first folder is that one, and left out
+        (as datumaro's localize_path leaves out `data/`)."""
+        root = storage.split(path)[0]
+        settings = {}
+        for _, line in whole_lines(path):
+            key, equals, value = line.partition("=")
+            if equals and value.strip():
+                settings[key.strip().lower()] = value.strip()
+        if "names" not in settings:
+            raise ManifestError(f"{path}: a darknet obj.data names its class file (names = ...)")
+        first, slash, rest = settings["names"].partition("/")
+        prefix = (
+            first + slash
+            if slash
+            and not storage.exists(_resolve(settings["names"], root))
+            and storage.exists(_resolve(rest, root))
+            else ""
+        )
+        entries = {
+            split: [settings[key].removeprefix(prefix)]
+            for split, key in zip(SPLITS, ("train", "valid", "test"), strict=True)
+            if key in settings
+        }
+        if not entries:
+            raise ManifestError(
+                f"{path}: a darknet obj.data names its image lists (train = ..., valid = "
+                f"...), found {sorted(settings)}"
+            )
+        names_file = _resolve(settings["names"].removeprefix(prefix), root)
+        if not storage.exists(names_file):
+            raise ManifestError(f"{path}: names = {settings['names']} is not there ({names_file})")
+        return cls(
+            path,
+            _listed_class_names(names_file),
+            root,
+            entries,
+            None,
+            {},
+            names_key="names",
+            list_prefix=prefix,
         )
 
     @classmethod
@@ -262,7 +322,12 @@ class YoloDataset:
         if found.lower().endswith(".txt"):
             folder = storage.split(found)[0]
             for number, line in whole_lines(found):
-                image = _resolve(line.strip(), folder)
+                written = line.strip()
+                image = (
+                    _resolve(written.removeprefix(self.list_prefix), self.root)
+                    if self.list_prefix and written.startswith(self.list_prefix)
+                    else _resolve(written, folder)
+                )
                 outside = home.outside(image, f"the image {quoted(line.strip())}")
                 yield (
                     DeadLetter(found, number, printable(line), image, "", *outside)
@@ -667,7 +732,20 @@ def check_yolo(path: str, split: str | None, rules: RowRules) -> None:
 
 def _classes_folder_reading(root: str, relatives: list[str]) -> FolderReading | None:
     """A YOLO folder without data.yaml, whose classes a classes.txt names, read as that
-    classes.txt; a folder with a data.yaml too is refused, naming the data.yaml."""
+    classes.txt; a folder with a data.yaml too is refused, naming the data.yaml. A darknet
+    export (CVAT's YOLO 1.1: obj.data at its top) is read as its obj.data."""
+    darknet = [relative for relative in relatives if relative == _DARKNET_FILE]
+    if darknet:
+        obj_data = storage.join(root, darknet[0])
+        dataset = YoloDataset.load(obj_data)
+        return FolderReading(
+            (ManifestSource(obj_data, YoloFormat.name),),
+            f"reading {root} as a darknet YOLO dataset (CVAT's YOLO 1.1): its obj.data, the "
+            f"{len(dataset.names)} classes of its names file, "
+            + ", ".join(
+                f"{entry} as {split.upper()}" for split, (entry,) in dataset.entries.items()
+            ),
+        )
     places = [place for place in _CLASSES_FILE_PLACES if place in relatives]
     if not places or not _has_yolo_labels(root, relatives):
         return None
@@ -715,8 +793,8 @@ def _has_yolo_labels(root: str, relatives: list[str]) -> bool:
 
 class YoloFormat(InputFormat):
     name = "yolo"
-    title = "a YOLO dataset file (data.yaml or classes.txt)"
-    suffixes = (".yaml", ".yml")
+    title = "a YOLO dataset file (data.yaml, classes.txt or darknet's obj.data)"
+    suffixes = (".yaml", ".yml", _DARKNET_SUFFIX)
     in_worker = False
     boxes_only = True
 
