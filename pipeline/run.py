@@ -72,7 +72,7 @@ from image_tfrecords.pipeline.stopping import JobWatch, Stopped, WorkersNeverSta
 from image_tfrecords.pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from image_tfrecords.pipeline.tft_storage import tensorflow_location_problem
 from image_tfrecords.pipeline.versions import installed_versions
-from image_tfrecords.transforms.in_workers import workers_started_early
+from image_tfrecords.transforms.in_workers import workers_of_the_run
 from image_tfrecords.transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
 from image_tfrecords.transforms.vocabulary_file import (
     PinnedVocabulary,
@@ -170,17 +170,6 @@ def convert_and_report(argv: Sequence[str], started: float | None = None) -> Sum
         raise JobFailed(str(never)) from None
 
 
-def _workers_started_early(
-    options: PipelineOptions, convert: ConvertOptions
-) -> contextlib.AbstractContextManager:
-    """The shard writers' worker processes, started before TensorFlow loads where they
-    run under this process (in_workers.workers_started_early): a second's start-up
-    overlapped."""
-    if writes_shards_in_this_process(options):
-        return workers_started_early(convert.run_settings())
-    return contextlib.nullcontext()
-
-
 @contextlib.contextmanager
 def _run_failed_unlogged() -> Iterator[None]:
     """Within the block, Beam does not log RunFailed. A run that fails its outcome check
@@ -243,7 +232,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
         with (
             frozen_for_the_run(),
             job_server_of_the_run(options, folder.run_id) as log,
-            _workers_started_early(options, convert),
+            workers_of_the_run(convert.run_settings(), writes_shards_in_this_process(options)),
         ):
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             stage("loading TensorFlow")

@@ -111,16 +111,16 @@ def worker_setup() -> Callable[[], None]:
 
 
 @contextlib.contextmanager
-def workers_started_early(settings: RunSettings) -> Iterator[None]:
-    """The run's worker processes started now, before its job: they import Pillow and
-    this package while the launcher imports TensorFlow, and the job's first task finds
-    them ready (pool.start_early). Only for a job whose DoFns run in this process (the
-    DirectRunner's in-memory mode)."""
+def workers_of_the_run(settings: RunSettings, start_early: bool) -> Iterator[None]:
+    """Within the block, the job; after it, this process's worker pool stopped, whatever
+    DoFns did not release it (an SDK worker in this process, the DirectRunner's or a
+    loopback one, may leave a DoFn never torn down). `start_early`: the job's DoFns run
+    in this process (the DirectRunner's in-memory mode), so its worker processes start
+    now, importing Pillow and this package while the launcher imports TensorFlow, and
+    the job's first task finds them ready (pool.start_early)."""
     workers = settings.workers
-    if not (processes := workers.process_count()):
-        yield
-        return
-    pool.start_early(processes, workers.timeout_s, worker_setup())
+    if start_early and (processes := workers.process_count()):
+        pool.start_early(processes, workers.timeout_s, worker_setup())
     try:
         yield
     finally:  # the job is over: none of its DoFns runs tasks any more
