@@ -77,6 +77,8 @@ RUN_FACTS = (
 # table after the folder tf.Transform worked in, the run id's (core/naming.py's
 # transform_dir).
 NAMES_THE_RUN = ("report.html", "transform_fn/saved_model.pb")
+# report.html's section (and its link) on what changed since the reused output.
+REUSE_SECTION = re.compile(rb'<a href="#changes">Changes</a>|\n<h2 id="changes">.*?</table>', re.S)
 # The SavedModel's checksums (so they differ with the run id), not compared: the
 # SavedModel is.
 NOT_COMPARED = ("transform_fn/fingerprint.pb",)
@@ -99,9 +101,11 @@ def draw_changes(rows: int, seed: int) -> Day2:
     return Day2(new, relabelled, removed)
 
 
-def write_days(data: Path, seed: int) -> Day2:
+def write_days(data: Path, seed: int, new_class: str | None = None) -> Day2:
     """Writes DATA/day1.csv (make_dataset.py's manifest), DATA/day2.csv, DATA/floor.csv
-    and day 2's new images (kept when present: their identity is their file's)."""
+    and day 2's new images (kept when present: their identity is their file's). With
+    `new_class`, the new photos are of that class (sorted before the others, it moves
+    every label id: each copied example's label fields are written anew)."""
     with (data / "manifest.csv").open(newline="") as file:
         day1 = [tuple(row) for row in csv.reader(file)]
     changes = draw_changes(len(day1), seed)
@@ -121,7 +125,7 @@ def write_days(data: Path, seed: int) -> Day2:
             (data / new_uri).parent.mkdir(parents=True, exist_ok=True)
             with Image.open(data / uri) as image:
                 image.rotate(180).save(data / new_uri, "JPEG", quality=90)
-        added.append([str(rng.choice(splits, p=shares)), new_uri, label])
+        added.append([str(rng.choice(splits, p=shares)), new_uri, new_class or label])
     removed = set(changes.removed)
     write_rows(data / "day1.csv", day1)
     write_rows(data / "day2.csv", [r for i, r in enumerate(day2) if i not in removed] + added)
@@ -203,9 +207,10 @@ def differences(full: Path, other: Path) -> list[str]:
 
 def run_masked(output: Path, name: str) -> bytes:
     """The file's bytes with the run's facts it may hold masked: the folder it wrote to,
-    its id and times (its summary.json's)."""
+    its id and times (its summary.json's), and report.html's section on what changed
+    since the output a run reused (summary.json's `changes`, a RUN_FACT)."""
     summary = json.loads((output / "summary.json").read_text())
-    masked = (output / name).read_bytes()
+    masked = REUSE_SECTION.sub(b"", (output / name).read_bytes())
     for fact in ("options.output_dir", "run_id", "started_at", "finished_at"):
         masked = masked.replace(str(flatten(summary)[fact]).encode(), f"<{fact}>".encode())
     return masked
@@ -303,6 +308,10 @@ def main() -> None:
         "--control", action="store_true", help="also a second full run, compared as reuse is"
     )
     parser.add_argument("--json", type=Path, help="results file (default WORKDIR/daily.json)")
+    parser.add_argument(
+        "--new_class",
+        help="day 2's new photos are of this class (one sorted first moves every label id)",
+    )
     args = parser.parse_args()
     check_memory_fields()
     # Runs import TensorFlow, tf.Transform and Beam from their bytecode, as an installed
@@ -312,7 +321,7 @@ def main() -> None:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     data = (args.workdir / f"data-{IMAGES}-seed{args.seed}").resolve()
     ensure_dataset(data, IMAGES, None, args.seed)
-    changes = write_days(data, args.seed)
+    changes = write_days(data, args.seed, args.new_class)
     runs_dir = (args.workdir / "daily-runs").resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
     out1 = runs_dir / "day1"
@@ -340,6 +349,7 @@ def main() -> None:
             "new": len(changes.new),
             "relabelled": len(changes.relabelled),
             "removed": len(changes.removed),
+            "new_class": args.new_class,
             "rows": IMAGES + len(changes.new) - len(changes.removed),
         },
         "runs": {name: [] for name in tools},

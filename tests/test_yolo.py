@@ -698,8 +698,8 @@ def test_a_labels_folder_or_label_file_given_as_a_manifest_names_the_yaml_to_pas
                 "valid": "data/obj_valid_data/c.jpg\n",
             },
         ),
-        # openvinotoolkit/training_extensions, tests/assets/yolo_dataset/obj.data and
-        # train.txt (Apache-2.0): the dataset's own folder name in their paths.
+        # The obj.data and train.txt of openvinotoolkit/training_extensions' YOLO test
+        # asset (Apache-2.0), as written: the dataset's own folder name in their paths.
         (
             "classes = 10\ntrain = yolo_dataset/train.txt\nnames = yolo_dataset/obj.names\n"
             "backup = backup/\n",
