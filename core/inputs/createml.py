@@ -20,15 +20,19 @@ import math
 from collections.abc import Iterator
 
 from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import storage
 from image_tfrecords.core.chunks import LineRange, ManifestSource
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import box_row
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.input_format import FileHead, InputFormat, json_items
-from image_tfrecords.core.inputs.rows import ImageEntries, RowRules, assign_split, json_text
+from image_tfrecords.core.inputs.rows import (
+    ImageEntries,
+    RowRules,
+    assign_split,
+    folder_split,
+    json_text,
+)
 from image_tfrecords.core.records import Box, ManifestRow
-from image_tfrecords.core.splits import normalise_split
 
 _ITEM_KEYS = frozenset({"image", "annotations"})
 _SIDES = ("x", "y", "width", "height")
@@ -40,7 +44,7 @@ def read_createml(
     """A row per annotation (and per image without any); `line` is the image's 1-based
     position in the list, `raw` the annotation (or the image) as JSON."""
     root = DatasetRoot.of(path, rules)
-    split = split or normalise_split(storage.split(storage.split(path)[0])[1])
+    split = split or folder_split(path)
     entries = ImageEntries()
     for position, item in enumerate(json_items(path, "item"), start=1):
         yield from _image_rows(path, position, item, root, rules, split, entries)

@@ -53,6 +53,7 @@ from image_tfrecords.core.inputs.rows import (
     ImageEntries,
     ManifestError,
     RowRules,
+    folder_split,
     has_undecodable_bytes,
     json_text,
     normalise_path,
@@ -81,7 +82,7 @@ def read_metadata(
     path: str, rules: RowRules, split: str | None, lines: LineRange | None = None
 ) -> Iterator[ManifestRow | DeadLetter]:
     root = DatasetRoot.of(path, rules)
-    split = split or normalise_split(storage.split(storage.split(path)[0])[1])
+    split = split or folder_split(path)
     declared = declared_class_labels(path)
     classes = _ClassNames(declared.labels if declared else ())
     entries = ImageEntries()

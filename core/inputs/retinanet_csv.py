@@ -31,12 +31,12 @@ from image_tfrecords.core.inputs.rows import (
     ManifestError,
     RowRules,
     assign_split,
+    folder_split,
     printable,
     rejecter,
 )
 from image_tfrecords.core.label_map import LabelMapError, LabelMapItem, vocabulary_of
 from image_tfrecords.core.records import Box, ManifestRow
-from image_tfrecords.core.splits import normalise_split
 
 _CLASS_FILES = ("classes.csv", "_classes.csv")
 _NUMBER = re.compile(r"\s*-?\d+(\.\d+)?\s*")
@@ -57,7 +57,7 @@ def read_retinanet(
     path: str, rules: RowRules, split: str | None
 ) -> Iterator[ManifestRow | DeadLetter]:
     root = DatasetRoot.of(path, rules)
-    split = split or normalise_split(storage.split(storage.split(path)[0])[1])
+    split = split or folder_split(path)
     for line, raw in numbered_lines(path):
         if isinstance(raw, LongLine):
             yield raw.dead_letter(path, line, split or "")

@@ -127,6 +127,12 @@ def image_folder(path: str, rules: RowRules) -> str:
     return rules.image_dir or storage.split(path)[0]
 
 
+def folder_split(path: str) -> str | None:
+    """The split the folder holding the file at `path` names (`train/`, Roboflow's `valid/`,
+    Hugging Face's `validation/`), or None."""
+    return normalise_split(storage.split(storage.split(path)[0])[1])
+
+
 def assign_split(uri: str, split_fractions: Sequence[float]) -> str:
     """A split from a hash of the URI as written in the manifest.
 
