@@ -175,16 +175,27 @@ def box_mask(box: Box) -> Mask:
 # Formats whose pixels are the values written: a JPEG's are not exact class indices.
 _LOSSLESS = ("PNG", "BMP", "TIFF", "GIF")
 _INDEX_MODES = ("P", "L", "1")
+_COLOUR_MODES = ("RGB", "RGBA")  # a map drawn in its classes' colours (labelmap.txt's)
 
 
-def class_map_png(data: bytes, image: PreparedImage) -> bytes:
+def class_map_png(
+    data: bytes,
+    image: PreparedImage,
+    colours: Sequence[tuple[int, int, int]] | None = None,
+) -> bytes:
     """The segmentation map in `data` for `image` (as prepared), as the PNG to store;
-    ImageRejected (invalid_mask, size_mismatch) saying why it cannot be one."""
+    ImageRejected (invalid_mask, size_mismatch) saying why it cannot be one. `colours`:
+    the RGB colour of each class index, index 0 first, where the map is drawn in them
+    (CVAT's VOC export); else its pixels are the indices."""
     try:
         with open_image(data) as source:
             source.load()
             kind, mode, size = source.format, source.mode, source.size
-            indices = np.asarray(source.convert("L") if mode == "1" else source)
+            drawn_in_colours = colours is not None and mode in _COLOUR_MODES
+            if drawn_in_colours:
+                pixels = np.asarray(source.convert("RGB"))
+            else:
+                pixels = np.asarray(source.convert("L") if mode == "1" else source)
     except (OSError, ValueError, Image.DecompressionBombError) as error:
         raise ImageRejected(reasons.INVALID_MASK, f"it is not an image: {error}") from None
     if kind not in _LOSSLESS:
@@ -192,11 +203,15 @@ def class_map_png(data: bytes, image: PreparedImage) -> bytes:
             reasons.INVALID_MASK,
             f"it is a {kind}, whose pixels are not exact class indices: give a PNG",
         )
-    if mode not in _INDEX_MODES:
+    if drawn_in_colours:
+        indices = _indices_of_colours(pixels, colours)
+    elif mode not in _INDEX_MODES:
         raise ImageRejected(
             reasons.INVALID_MASK,
             f"its pixels are {mode}, not class indices: give a palette or greyscale PNG",
         )
+    else:
+        indices = pixels
     stored, upright = image.source_size, image.upright_source_size
     if size not in (stored, upright):
         raise ImageRejected(
@@ -211,6 +226,25 @@ def class_map_png(data: bytes, image: PreparedImage) -> bytes:
     out = io.BytesIO()
     result.save(out, format="PNG")
     return out.getvalue()
+
+
+def _indices_of_colours(pixels: np.ndarray, colours: Sequence[tuple[int, int, int]]) -> np.ndarray:
+    """An RGB map's class indices: each pixel the index of its colour; ImageRejected
+    naming a colour no class has (a map drawn with another labelmap)."""
+    packed = (pixels[..., 0].astype(np.uint32) << 16) | (pixels[..., 1].astype(np.uint32) << 8)
+    packed |= pixels[..., 2]
+    table = np.array([(r << 16) | (g << 8) | b for r, g, b in colours], dtype=np.uint32)
+    order = np.argsort(table, kind="stable")
+    at = np.clip(np.searchsorted(table[order], packed), 0, len(table) - 1)
+    found = table[order][at] == packed
+    if not found.all():
+        stray = int(packed[~found][0])
+        raise ImageRejected(
+            reasons.INVALID_MASK,
+            f"its colour {stray >> 16},{stray >> 8 & 255},{stray & 255} is no class's "
+            "in labelmap.txt",
+        )
+    return order[at].astype(np.uint8)
 
 
 def _png(binary: np.ndarray) -> bytes:

@@ -125,6 +125,10 @@ class ManifestRow(NamedTuple):
     # Studio, LabelMe, Hugging Face): rows of the image from another such file are its
     # objects again, not more of them (the shard writer keeps the first file's).
     listed_whole: bool = False
+    # The RGB colour of each class index its segmentation map draws, index 0 first (CVAT's
+    # and datumaro's VOC export: an RGB map, labelmap.txt's colours); None: the map holds
+    # the indices (a palette or greyscale PNG).
+    segmentation_colours: tuple[tuple[int, int, int], ...] | None = None
 
     def shown(self) -> ManifestRow:
         """The row as outputs keep it (receipts, reports of copies): its URLs without
@@ -147,6 +151,7 @@ class ManifestRow(NamedTuple):
             drawn_upright,
             segmentation,
             listed_whole,
+            colours,
         ) = fields
         return cls(
             *scalars,
@@ -158,6 +163,7 @@ class ManifestRow(NamedTuple):
             drawn_upright,
             segmentation,
             listed_whole,
+            tuple(map(tuple, colours)) if colours else None,
         )
 
 

@@ -673,11 +673,12 @@ def _class_map(
 ) -> bytes | None:
     """The image's segmentation map as stored (masks.class_map_png), where its rows name
     one; a failure names the map."""
-    uri = next((item.row.segmentation for item in rows if item.row.segmentation), None)
-    if uri is None:
+    row = next((item.row for item in rows if item.row.segmentation), None)
+    if row is None:
         return None
+    uri = row.segmentation
     try:
-        return class_map_png(read_image_bytes(uri, downloads), image)
+        return class_map_png(read_image_bytes(uri, downloads), image, row.segmentation_colours)
     except ImageRejected as rejected:
         raise ImageRejected(
             rejected.reason, f"the segmentation map {uri}: {rejected.message}"

@@ -679,6 +679,46 @@ def test_bad_and_missing_maps_are_dead_letters_naming_the_map(tmp_path):
     assert set(found) == {"rgb", "missing"}
 
 
+def test_an_rgb_map_of_cvats_voc_export_is_read_through_labelmap_txt(tmp_path, capsys):
+    """CVAT's (and datumaro's) Pascal VOC 1.1 export draws SegmentationClass in the colours
+    of labelmap.txt (`name:r,g,b::`, background first): each pixel is written as its
+    colour's class index, as a palette map's index is; a colour no class has is an
+    invalid_mask naming it, and a labelmap.txt whose colours cannot be read is refused
+    before the job."""
+    cat, dog = (250, 50, 83), (51, 221, 255)
+    drawn = np.zeros((20, 30, 3), np.uint8)
+    drawn[2:8, 3:12] = cat
+    drawn[10:18, 15:25] = dog
+    stray = drawn.copy()
+    stray[0, 0] = (1, 2, 3)
+    root = voc_with_maps(
+        tmp_path / "export",
+        {"a": encode(Image.fromarray(drawn), "PNG"), "b": encode(Image.fromarray(stray), "PNG")},
+    )
+    (root / "labelmap.txt").write_text(
+        "# label:color_rgb:parts:actions\nbackground:0,0,0::\ncat:250,50,83::\n"
+        "dog:51,221,255::\nperson:255,0,0::\n"
+    )
+    output = convert(tmp_path, f"train={root}", "--max_error_fraction", "1")
+    (example,) = read_examples(str(output / "train-*.tfrecord"))
+    expected = np.zeros((20, 30), np.uint8)
+    expected[2:8, 3:12] = 1
+    expected[10:18, 15:25] = 2
+    np.testing.assert_array_equal(
+        pixels(example.features.feature["image/segmentation/class/encoded"].bytes_list.value[0]),
+        expected,
+    )
+    (letter,) = [
+        json.loads(line)
+        for path in output.glob("errors-*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    assert letter["message"].endswith("its colour 1,2,3 is no class's in labelmap.txt")
+    (root / "labelmap.txt").write_text("background:0,0,0::\ncat:0,0,0::\n")
+    convert(tmp_path, f"train={root}", code=run.EXIT_USAGE)
+    assert "'cat' has 'background''s colour 0,0,0" in capsys.readouterr().err
+
+
 def test_a_csv_column_of_type_segmentation(tmp_path):
     indices = np.arange(6 * 8, dtype=np.uint8).reshape(6, 8) % 4
     (tmp_path / "a.jpg").write_bytes(encode(photo_like(8, 6, 2), "JPEG"))

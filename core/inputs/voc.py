@@ -10,7 +10,9 @@ Images: ROOT/JPEGImages/<filename> in the VOCdevkit layout, else beside the XML,
 --image_dir, and inside ROOT, the XML's folder or --image_dir
 (core/inputs/dataset_root.py). An image whose XML says <segmented>1</segmented> has its
 segmentation map, ROOT/SegmentationClass/<id>.png, written as DeepLab's
-build_voc2012_data writes it.
+build_voc2012_data writes it: a palette's indices, or an RGB map's colours through the
+root's labelmap.txt (`name:r,g,b:...`, background index 0: CVAT's and datumaro's VOC
+exports), a colour no class has an invalid_mask naming it.
 A labelmap.txt or labels.txt beside the XMLs declares the classes (declared_class_list).
 """
 
@@ -49,6 +51,7 @@ _FLAGS = {"0": 0, "1": 1}
 # name a line.
 _CLASS_LISTS = ("labelmap.txt", "labels.txt")
 _BACKGROUND = ("background", "__background__")  # VOC's class index 0, no object's class
+_MAP_CLASSES = 256  # a segmentation map's PNG holds a class index a byte
 
 
 def xml_glob(path: str) -> str | None:
@@ -66,8 +69,11 @@ def xml_glob(path: str) -> str | None:
 
 def check_voc(pattern: str, split: str | None) -> None:
     """Before the job: SPLIT=PATH on a VOCdevkit tree with ImageSets lists needs that
-    split's list (otherwise every XML, of any split, would get SPLIT)."""
+    split's list (otherwise every XML, of any split, would get SPLIT); a labelmap.txt
+    whose colours cannot be read is refused."""
     root = _devkit_root(storage.split(pattern)[0])
+    if root is not None:
+        labelmap_colours(root)  # refused before the job where it cannot be read
     if split is None or root is None:
         return
     folder = storage.join(root, "ImageSets", "Main")
@@ -85,6 +91,7 @@ def read_voc(
     """Every XML `pattern` matches, in path order: a row per object (an XML without
     objects: an image without objects), or a DeadLetter naming the file and the reason."""
     image_sets: dict[str, dict[str, str] | None] = {}  # by VOCdevkit root, each read once
+    colours: dict[str, tuple[tuple[int, int, int], ...] | None] = {}  # likewise
     skipped = 0
     for metadata in sorted(storage.match(pattern), key=lambda found: found.path):
         path = metadata.path
@@ -104,8 +111,16 @@ def read_voc(
             if root is not None and LeftOut.SEGMENTATION not in rules.leave_out
             else None
         )
+        if maps and root not in colours:
+            colours[root] = labelmap_colours(root)
         yield from _xml_rows(
-            path, dataset, images, maps, listed[image_id] if listed else split, rules
+            path,
+            dataset,
+            images,
+            maps,
+            listed[image_id] if listed else split,
+            rules,
+            colours.get(root) if maps else None,
         )
     if skipped:
         logging.warning(
@@ -134,6 +149,41 @@ def declared_class_list(pattern: str) -> DeclaredClasses | None:
             f"{found[0].declared_by} and {found[1].declared_by} list different classes: keep one"
         )
     return found[0] if found else None
+
+
+def labelmap_colours(folder: str) -> tuple[tuple[int, int, int], ...] | None:
+    """The colour of each class index in the labelmap.txt at `folder` (`name:r,g,b:...` a
+    line, background first: index 0), as CVAT's and datumaro's VOC exports draw their RGB
+    segmentation maps; None without one. ManifestError for a colour that is not r,g,b or
+    that two classes share (a pixel of it would be both)."""
+    path = storage.join(folder, _CLASS_LISTS[0])
+    if not storage.exists(path):
+        return None
+    colours: dict[tuple[int, int, int], str] = {}
+    for number, line in whole_lines(path):
+        if line.lstrip().startswith("#"):
+            continue
+        name, _, rest = line.partition(":")
+        written = rest.split(":", 1)[0].strip()
+        try:
+            parts = [int(part) for part in written.split(",")]
+        except ValueError:
+            parts = []
+        if len(parts) != 3 or not all(0 <= part <= 255 for part in parts):
+            raise ManifestError(
+                f"{path} line {number}: the colour of {name.strip()!r} is not r,g,b: {written!r}"
+            )
+        colour = (parts[0], parts[1], parts[2])
+        if colour in colours:
+            raise ManifestError(
+                f"{path} line {number}: {name.strip()!r} has {colours[colour]!r}'s colour {written}"
+            )
+        colours[colour] = name.strip()
+    if len(colours) > _MAP_CLASSES:
+        raise ManifestError(
+            f"{path}: {len(colours)} classes, a segmentation map holds {_MAP_CLASSES}"
+        )
+    return tuple(colours) or None
 
 
 def _read_class_list(path: str) -> DeclaredClasses:
@@ -179,9 +229,11 @@ def _xml_rows(
     maps: str | None,
     split: str | None,
     rules: RowRules,
+    colours: tuple[tuple[int, int, int], ...] | None = None,
 ) -> Iterator[ManifestRow | DeadLetter]:
     """The XML's rows; with `maps` (ROOT/SegmentationClass) and <segmented>1</segmented>,
-    the image's segmentation map is maps/<the XML's name>.png."""
+    the image's segmentation map is maps/<the XML's name>.png, drawn in `colours` where
+    labelmap.txt gives them (an RGB map's) or in class indices."""
     try:
         with storage.open_read(path) as file:
             annotation = documents.parse_xml(file.read())
@@ -223,7 +275,9 @@ def _xml_rows(
     image = image._replace(image_size=size)
     if maps and (annotation.findtext("segmented") or "").strip() == "1":
         stem = storage.split(path)[1].rsplit(".", 1)[0]
-        image = image._replace(segmentation=storage.join(maps, f"{stem}.png"))
+        image = image._replace(
+            segmentation=storage.join(maps, f"{stem}.png"), segmentation_colours=colours
+        )
     objects = annotation.findall("object")
     if not objects:
         yield image
