@@ -66,6 +66,20 @@ END_TO_END = {
         "test_open_images.py",
         "test_rows_of_one_image_id_become_one_example_with_its_boxes",
     ),
+    "createml": ("test_createml.py", "test_a_createml_export_converts_end_to_end"),
+    "retinanet_csv": (
+        "test_retinanet_csv.py",
+        "test_a_retinanet_export_converts_end_to_end_with_its_declared_ids",
+    ),
+    # Formats refused by name: their run stops before the job, saying so.
+    "via": (
+        "test_refused_formats.py",
+        "test_a_via_project_or_export_is_refused_naming_via_and_its_coco_export",
+    ),
+    "list_file": (
+        "test_refused_formats.py",
+        "test_a_space_separated_list_file_is_refused_saying_what_to_write_instead",
+    ),
 }
 
 
