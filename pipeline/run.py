@@ -232,7 +232,9 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
         with (
             frozen_for_the_run(),
             job_server_of_the_run(options, folder.run_id) as log,
-            workers_of_the_run(convert.run_settings(), writes_shards_in_this_process(options)),
+            workers_of_the_run(
+                convert.run_settings(), writes_shards_in_this_process(options)
+            ) as job,
         ):
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             stage("loading TensorFlow")
@@ -248,6 +250,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
             summary = graph.run(
                 options, scan.chunks, run_info, folder, watch, pinned, replaced_labels, previous
             )
+            job.goes_on = summary is None  # submitted with --no_wait_until_finish
     except RunFailed as failed:
         print(
             format_report(

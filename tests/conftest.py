@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import struct
+import time
 import zlib
 from pathlib import Path
 
@@ -236,12 +237,22 @@ def before_the_job(*arguments) -> tuple:
 def pool_workers() -> list[psutil.Process]:
     """This process's own worker-pool processes (core/pool.py) still running: its
     children, not those of SDK workers it started (a module's Beam worker pool keeps its
-    SDK workers, and their pools, between tests)."""
-    return [
-        child
-        for child in psutil.Process().children()
-        if "image_tfrecords.core.pool" in child.cmdline()
-    ]
+    SDK workers, and their pools, between tests); an exited one not yet reaped is none."""
+    found = []
+    for child in psutil.Process().children():
+        try:
+            if "image_tfrecords.core.pool" in child.cmdline() and (
+                child.status() != psutil.STATUS_ZOMBIE
+            ):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+# How long a test's last DoFns may take to be torn down after it (a job submitted
+# without waiting ends in Beam's threads, its pool stopped by the last teardown).
+_TEARDOWN_SECONDS = 10.0
 
 
 @pytest.fixture(autouse=True)
@@ -250,7 +261,10 @@ def no_worker_outlives_its_test():
     torn down, a start_early never released) would serve the next test's run with this
     one's settings (its time limit, its buckets' options). Fails the test that left it."""
     yield
-    if left := pool_workers():
+    deadline = time.monotonic() + _TEARDOWN_SECONDS
+    while (left := pool_workers()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left:
         for process in left:
             process.kill()
         pytest.fail(f"{len(left)} worker-pool processes outlived the test: {left}")

@@ -253,7 +253,19 @@ def test_a_run_that_lost_rows_publishes_nothing_and_leaves_the_old_output_whole(
     publish = publisher(tmp_path)
     with pytest.raises(RunFailed, match=r"rows read \(5\) != .*Nothing was published"):
         publish._publish(
-            None, shards, {"file_not_found": 1}, [5], 0, {}, {"cat": 4}, {}, {}, {}, NO_CONTENT, []
+            None,
+            shards,
+            {"file_not_found": 1},
+            [5],
+            0,
+            {},
+            0,
+            {"cat": 4},
+            {},
+            {},
+            {},
+            NO_CONTENT,
+            [],
         )
     assert sorted(os.listdir(out)) == ["summary.json", "train-00000-of-00001.tfrecord"]
     assert json.loads((out / "summary.json").read_text()) == {"old": True}
@@ -294,7 +306,7 @@ def test_publishing_swaps_in_every_file_and_removes_stale_ones_and_leftovers(tmp
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = publisher(tmp_path)
     summary = publish._publish(
-        None, shards, {"file_not_found": 1}, [4], 0, {}, {"cat": 4}, {}, {}, {}, NO_CONTENT, []
+        None, shards, {"file_not_found": 1}, [4], 0, {}, 0, {"cat": 4}, {}, {}, {}, NO_CONTENT, []
     )
     assert summary.accounted and summary.labels == ("cat",)
     assert sorted(os.listdir(out)) == [
@@ -322,13 +334,17 @@ def test_publish_retried_midway_or_after_the_end_gives_the_same_output(tmp_path)
     shards = [temp_shard(tmp_path, "train", 0, 3)]
     publish = publisher(tmp_path)
     named = name_shards(shards, TFRecordFormat())
-    prepared = publish._prepare(named, {}, 3, ({}, {}), {}, [], (0, {}), (NO_CONTENT, {"cat": 3}))
+    prepared = publish._prepare(
+        named, {}, 3, ({}, {}), {}, [], (0, {}, 0), (NO_CONTENT, {"cat": 3})
+    )
     (tmp_path / "tmp" / "summary.json").write_text(prepared.to_json())
     move_into_place(named, str(tmp_path / "tmp"), prepared.files, str(out))  # then died
-    first = publish._publish(None, shards, {}, [3], 0, {}, {"cat": 3}, {}, {}, {}, NO_CONTENT, [])
+    first = publish._publish(
+        None, shards, {}, [3], 0, {}, 0, {"cat": 3}, {}, {}, {}, NO_CONTENT, []
+    )
     assert first.run_id == "tmp" and first == prepared
     assert (
-        publish._publish(None, shards, {}, [3], 0, {}, {"cat": 3}, {}, {}, {}, NO_CONTENT, [])
+        publish._publish(None, shards, {}, [3], 0, {}, 0, {"cat": 3}, {}, {}, {}, NO_CONTENT, [])
         == first
     )  # after the end
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
@@ -357,10 +373,12 @@ def test_a_retry_prepares_again_the_summary_a_killed_try_left_half_written(tmp_p
         ({}, {}),
         {},
         [],
-        (0, {}),
+        (0, {}, 0),
         (NO_CONTENT, {"cat": 3}),
     ).to_json()
     (tmp_path / "tmp" / "summary.json").write_text(whole[: len(whole) // 2])
-    summary = publish._publish(None, shards, {}, [3], 0, {}, {"cat": 3}, {}, {}, {}, NO_CONTENT, [])
+    summary = publish._publish(
+        None, shards, {}, [3], 0, {}, 0, {"cat": 3}, {}, {}, {}, NO_CONTENT, []
+    )
     assert summary.accounted and summary.examples == {"train": 3, "validation": 0, "test": 0}
     assert Summary.from_json((out / "summary.json").read_text()) == summary

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -110,21 +111,32 @@ def worker_setup() -> Callable[[], None]:
     return functools.partial(prepare_worker, current_options())
 
 
+@dataclasses.dataclass
+class JobOfTheRun:
+    """Whether the job goes on after the launcher's block: submitted with
+    --no_wait_until_finish, its SDK worker (a loopback one runs in this process) still
+    runs DoFns, which keep their worker pool."""
+
+    goes_on: bool = False
+
+
 @contextlib.contextmanager
-def workers_of_the_run(settings: RunSettings, start_early: bool) -> Iterator[None]:
-    """Within the block, the job; after it, this process's worker pool stopped, whatever
-    DoFns did not release it (an SDK worker in this process, the DirectRunner's or a
-    loopback one, may leave a DoFn never torn down). `start_early`: the job's DoFns run
-    in this process (the DirectRunner's in-memory mode), so its worker processes start
-    now, importing Pillow and this package while the launcher imports TensorFlow, and
-    the job's first task finds them ready (pool.start_early)."""
+def workers_of_the_run(settings: RunSettings, start_early: bool) -> Iterator[JobOfTheRun]:
+    """Within the block, the job; after it, unless it goes on, this process's worker pool
+    stopped whatever DoFns did not release it (an SDK worker in this process, the
+    DirectRunner's or a loopback one, may leave a DoFn never torn down). `start_early`:
+    the job's DoFns run in this process (the DirectRunner's in-memory mode), so its
+    worker processes start now, importing Pillow and this package while the launcher
+    imports TensorFlow, and the job's first task finds them ready (pool.start_early)."""
     workers = settings.workers
     if start_early and (processes := workers.process_count()):
         pool.start_early(processes, workers.timeout_s, worker_setup())
+    job = JobOfTheRun()
     try:
-        yield
-    finally:  # the job is over: none of its DoFns runs tasks any more
-        pool.stop_shared()
+        yield job
+    finally:
+        if not job.goes_on:  # none of its DoFns runs tasks any more
+            pool.stop_shared()
 
 
 class _LiveProgress:
