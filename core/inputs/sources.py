@@ -129,7 +129,8 @@ def find_manifests(
                 say(note)
             found.update(source._replace(split=split or source.split) for source in held.sources)
             continue
-        _refuse_a_part_of_a_dataset(argument, path, input_format)
+        if not globbed and not files:  # claimed by no format: maybe a part of a dataset
+            _refuse_a_part_of_a_dataset(argument, path, input_format)
         if not globbed and not files and _is_folder(path):
             raise ManifestError(
                 f"--manifest {argument} is a folder without {_FOLDER_FILES} files: "
