@@ -7,7 +7,7 @@ pipeline. Everything goes through Beam's FileSystems, so it works alike on local
 gs://, s3:// and hdfs://; the worker processes never import this module (Beam's import
 is what core/storage.py spares them). Object stores have no directories (a "directory"
 is a name prefix) and no atomic rename of several files: summary.json, which readers
-start from, is therefore removed first and written last (move_into_place, write_text).
+start from, is therefore removed first and written last (move_into_place, publish).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def move_into_place(
     staged_files: Sequence[str],
     output_dir: str,
     companions: Sequence[str] = (),
-) -> None:
+) -> dict[str, str]:
     """Swaps this run's files into `output_dir`: the named temp shards, the files
     beside each named as it plus one of `companions` (ShardFormat.companions), and the
     `staged_files` (paths relative to staged_dir(temp_dir)).
@@ -120,7 +120,7 @@ def move_into_place(
     an earlier run that this one does not replace, so none stands beside this run's;
     then the renames, undone if one fails. Safe to repeat after a retry: a file no longer
     in the temp folder was moved by the first try. Listings, not a request per file, say
-    what is where.
+    what is where. Returns what it moved (temp path -> final path), for move_back.
     """
     staged = staged_dir(temp_dir)
     destinations = {
@@ -168,30 +168,58 @@ def move_into_place(
             if not FileSystems.exists(folder):
                 FileSystems.mkdirs(folder)
     if not waiting:
-        return
+        return {}
+    moved = {path: destinations[path] for path in waiting}
     try:
-        FileSystems.rename(waiting, [destinations[path] for path in waiting])
+        FileSystems.rename(waiting, list(moved.values()))
     except Exception:
         # Undo a partial swap: no split stands half-published, and a retry starts over.
-        # What arrived is what left the temp folder: a file of the earlier output under
-        # the same name is not this run's to move.
-        still_waiting = {
-            m.path: m.last_updated_in_seconds
-            for m in FileSystems.match([FileSystems.join(temp_dir, "**")])[0].metadata_list
-        }
-        back = [path for path in waiting if path not in still_waiting]
-        if back:
-            FileSystems.rename([destinations[path] for path in back], back)
-        if not FileSystems.get_filesystem(output_dir).has_dirs():
-            _remove_landed_copies(
-                {
-                    destinations[path]: still_waiting[path]
-                    for path in waiting
-                    if path in still_waiting
-                },
-                output_dir,
-            )
+        move_back(moved, temp_dir, output_dir)
         raise
+    return moved
+
+
+def publish(
+    files: dict[str, list[tuple[str, ShardWritten]]],
+    temp_dir: str,
+    staged_files: Sequence[str],
+    output_dir: str,
+    companions: Sequence[str],
+    summary_json: str,
+) -> None:
+    """move_into_place, then summary.json, which readers start from, written last. Where
+    that write fails, the swap is undone as a failed rename undoes it: this run's files go
+    back to the temp folder (a retry or --resume starts from them), none stays in
+    `output_dir` under a name a reader or a later run would take for its own."""
+    moved = move_into_place(files, temp_dir, staged_files, output_dir, companions)
+    summary = FileSystems.join(output_dir, SUMMARY_FILE)
+    try:
+        write_text(summary, summary_json)
+    except Exception:
+        # A store may answer an error for a write it made: none may stand without its files.
+        if FileSystems.exists(summary):
+            FileSystems.delete([summary])
+        move_back(moved, temp_dir, output_dir)
+        raise
+
+
+def move_back(moved: dict[str, str], temp_dir: str, output_dir: str) -> None:
+    """Undoes a swap, or the part of it that was made: each file of `moved` (temp path
+    -> final path) that left the temp folder is renamed back. What arrived is what left
+    the temp folder: a file of the earlier output under the same name is not this run's
+    to move."""
+    still_waiting = {
+        m.path: m.last_updated_in_seconds
+        for m in FileSystems.match([FileSystems.join(temp_dir, "**")])[0].metadata_list
+    }
+    back = [path for path in moved if path not in still_waiting]
+    if back:
+        FileSystems.rename([moved[path] for path in back], back)
+    if not FileSystems.get_filesystem(output_dir).has_dirs():
+        _remove_landed_copies(
+            {moved[path]: still_waiting[path] for path in moved if path in still_waiting},
+            output_dir,
+        )
 
 
 def _remove_landed_copies(sources_updated: dict[str, float], output_dir: str) -> None:

@@ -8,6 +8,7 @@ import pytest
 import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 
+from image_tfrecords.core import publishing
 from image_tfrecords.core.file_formats.tfrecord import TFRecordFormat
 from image_tfrecords.core.naming import FAILED_FILE, REPORT_FILE, staged_dir
 from image_tfrecords.core.publishing import move_into_place, name_shards
@@ -91,6 +92,41 @@ def test_moving_again_after_a_retry_is_harmless(tmp_path):
     move_into_place(named, str(tmp_path / "tmp"), [], str(out))
     assert [name for name, _ in named["train"]] == ["train-00000-of-00001.tfrecord"]
     assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"xxx"
+
+
+def test_a_summary_that_cannot_be_written_takes_the_run_s_files_back(tmp_path, monkeypatch):
+    """The last write of a publish fails (a store's 503 past its retries): the moved files go
+    back to the temp folder, so the output holds no file of the run and a retry (or
+    --resume) starts from the temp folder whole."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("not ours")
+    named = name_shards(
+        [temp_shard(tmp_path, "train", 0, 3), temp_shard(tmp_path, "test", 0, 2)],
+        TFRecordFormat(),
+    )
+    temp = tmp_path / "tmp"
+    before = sorted(os.listdir(temp))
+    written = publishing.write_text
+
+    def landed_then_refused(path, text):
+        written(path, text)  # as a store that made the write and answered an error
+        raise OSError("injected 503")
+
+    monkeypatch.setattr(publishing, "write_text", landed_then_refused)
+    with pytest.raises(OSError, match="injected 503"):
+        publishing.publish(named, str(temp), [], str(out), (), "{}")
+    assert os.listdir(out) == ["notes.txt"]
+    assert sorted(os.listdir(temp)) == before
+
+    monkeypatch.setattr(publishing, "write_text", written)
+    publishing.publish(named, str(temp), [], str(out), (), "{}")  # the retry
+    assert sorted(os.listdir(out)) == [
+        "notes.txt",
+        "summary.json",
+        "test-00000-of-00001.tfrecord",
+        "train-00000-of-00001.tfrecord",
+    ]
 
 
 def test_summary_accounts_for_every_row():

@@ -197,10 +197,14 @@ class PublishOutput(beam.PTransform):
             raise RunFailed(failure)
         # Ctrl-C now stops the run once the output is whole (core/interrupts.py).
         with interrupts.held("publishing"):
-            publishing.move_into_place(
-                files, self._temp_dir, summary.files, self._output_dir, self._format.companions
+            publishing.publish(
+                files,
+                self._temp_dir,
+                summary.files,
+                self._output_dir,
+                self._format.companions,
+                summary.to_json(),
             )
-            publishing.write_text(final, summary.to_json())
             publishing.remove_temp_dirs(self._output_dir, self._temp_dir, self._tft_dir)
         return summary
 
