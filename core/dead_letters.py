@@ -125,6 +125,7 @@ REGISTRY: dict[str, str] = {
     # The image file, read by the shard writer.
     "file_not_found": "the URI names no file (a bucket's 404 included; a URL's is http_404)",
     "read_error": "a directory, no permission, or the storage failed after its retries",
+    "not_a_file": "a FIFO, a device or a socket: never read (its read could wait or run for ever)",
     "empty_file": "the file has zero bytes",
     "not_an_image": "not in a format the converter reads (JPEG, PNG, GIF, BMP, TIFF, WebP): "
     "other formats, EPS included, are never opened",
@@ -134,7 +135,8 @@ REGISTRY: dict[str, str] = {
     "decode_error": "recognised but undecodable: corrupt data, an unsupported variant",
     "encode_error": "decoded, but converting or re-encoding it failed",
     "decode_crash": "the worker process died decoding it (a crash, the OOM killer)",
-    "decode_timeout": "decoding took longer than --decode_timeout seconds",
+    "decode_timeout": "reading (a local file) and decoding took longer than --decode_timeout "
+    "seconds",
     # An image URL (http://, https://), downloaded by the shard writer.
     HTTP_STATUS: "the server answered this HTTP error status (after the retries for 5xx and "
     "429; a 4xx is not retried), or a redirect (3xx) that is not followed: to "
@@ -143,7 +145,8 @@ REGISTRY: dict[str, str] = {
     "retries; or a body still arriving 3 x --download_timeout after its "
     "try began",
     "connection_error": "the connection was refused, reset or cut, after the retries",
-    "too_large": "the body is larger than --max_download_mb",
+    "too_large": "the file (a URL's body, a bucket's object, a local file) is larger than "
+    "--max_download_mb",
 }
 
 

@@ -9,7 +9,10 @@ from image_tfrecords.core.images import ImageRejected
 
 
 def read_image_bytes(uri: str, downloads: DownloadSettings = DownloadSettings()) -> bytes:
-    """Reads the whole file (local paths, any Beam scheme, http:// and https:// URLs).
+    """Reads the whole file (local paths, any Beam scheme, http:// and https:// URLs), of
+    at most `downloads.max_bytes` (--max_download_mb): a larger one is too_large, read no
+    further. A local path that names a FIFO, device or socket is not_a_file, not opened
+    for a read that could wait or run for ever.
 
     Transient server errors (HTTP 429, 5xx, dropped connections) are retried with backoff
     by the filesystem's own client (google-cloud-storage for gs://, botocore for s3://),
@@ -27,7 +30,9 @@ def read_image_bytes(uri: str, downloads: DownloadSettings = DownloadSettings())
         return data
     try:
         with storage.open_read(uri) as file:
-            data = file.read()
+            data = file.read(downloads.max_bytes + 1)  # a file that grows is no bomb either
+    except storage.NotAFile as error:
+        raise ImageRejected("not_a_file", str(error)) from None
     except Exception as error:  # each filesystem raises its own types (e.g. GCS NotFound)
         status = http_status(error)
         prefix = f"HTTP {status}: " if status else ""
@@ -40,6 +45,12 @@ def read_image_bytes(uri: str, downloads: DownloadSettings = DownloadSettings())
         raise ImageRejected("read_error", f"{prefix}cannot read {uri}: {error}") from error
     if not data:
         raise ImageRejected("empty_file", f"{uri} is empty")
+    if len(data) > downloads.max_bytes:
+        raise ImageRejected(
+            "too_large",
+            f"{uri} is larger than the {downloads.max_bytes:,} bytes allowed "
+            "(--max_download_mb): not read further",
+        )
     return data
 
 

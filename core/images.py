@@ -24,6 +24,7 @@ from PIL import ExifTags, Image, ImageFile, ImageOps
 REASONS = (
     "file_not_found",  # the URI names no file
     "read_error",  # a directory, no permission, or the filesystem failed
+    "not_a_file",  # a FIFO, device or socket (core/storage.py's open_local)
     "empty_file",  # zero bytes
     "not_an_image",  # not in a format of IMAGE_FORMATS
     "truncated_image",  # the data ends before the image does
@@ -39,7 +40,7 @@ REASONS = (
     # and for a redirect that is not followed (to another host, or too many).
     "http_timeout",  # no answer, or a stalled body, within --download_timeout
     "connection_error",  # refused, reset or cut, after the retries
-    "too_large",  # more bytes than --max_download_mb
+    "too_large",  # more bytes than --max_download_mb (a URL, an object, a local file)
 )
 _HTTP_STATUS_REASON = re.compile(r"http_[345]\d\d")
 

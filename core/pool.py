@@ -26,7 +26,8 @@ carries the rows done so far, for the live progress display.
 Stopping (core/interrupts.py): the workers run in a process group of their own, so a
 terminal's Ctrl-C, sent to the launcher's group, reaches only the launcher (a worker
 that got it in its imports would print a traceback); the launcher kills them when it is
-stopped, and a pool that is stopping starts no other worker and runs no other task.
+stopped, a worker ends itself once its launcher is gone (killed, it could stop none), and a
+pool that is stopping starts no other worker and runs no other task.
 """
 
 from __future__ import annotations
@@ -467,6 +468,9 @@ def _serve(reads: int, writes: int, state_fd: int) -> None:
     # The pipeline's process stops it (core/interrupts.py): a SIGINT sent to it alone
     # is no stop of the run.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(
+        target=_end_with, args=(os.getppid(),), name="end-with-the-pipeline", daemon=True
+    ).start()
     inbox = Connection(reads, writable=False)
     outbox = Connection(writes, readable=False)
     state = mmap.mmap(state_fd, 0)  # all of it
@@ -490,6 +494,19 @@ def _serve(reads: int, writes: int, state_fd: int) -> None:
             outbox.send(answer)
         except BrokenPipeError:  # the pipeline's process has died
             return
+
+
+def _end_with(pipeline_pid: int) -> None:
+    """Ends this worker once the pipeline's process is gone (killed: SIGKILL leaves it no
+    time to stop its workers). A worker on its inbox sees the pipe close, but one inside a
+    task (a read that waits, an endless decode) would live on in its own process group;
+    its parent becomes another process then. A check twice a second costs nothing."""
+    while os.getppid() == pipeline_pid:
+        time.sleep(_PARENT_CHECK_S)
+    os._exit(1)
+
+
+_PARENT_CHECK_S = 0.5
 
 
 if __name__ == "__main__":

@@ -114,7 +114,8 @@ class ShardTask:
             rejected = ImageRejected(
                 "decode_timeout",
                 (
-                    f"decoding took longer than {lost.timeout_s:g} s (--decode_timeout); the "
+                    f"reading and decoding took longer than {lost.timeout_s:g} s "
+                    "(--decode_timeout); the "
                     "process was stopped and the shard written again without this image"
                 ),
             )
@@ -284,12 +285,13 @@ class _ShardWriter:
     the first row (by manifest and line) makes the example and the others are
     dead-lettered as duplicate_row.
 
-    Files are read ahead on a few threads through a bounded window (reading waits on the
-    disk or the network, decoding needs the core); images are decoded one at a time, in
-    order, in this thread. An image whose example the previous output holds, made from
-    the same rows and settings (its key) out of the same bytes (its identity, which the
-    reader thread asks storage for), is not read: its record and thumbnail are copied
-    from the previous shard, read in order alongside (_PreviousExamples).
+    Files in buckets and at URLs are read ahead on a few threads through a bounded window
+    (reading waits on the network, decoding needs the core), local files as they come;
+    images are decoded one at a time, in order, in this thread. An image whose example the
+    previous output holds, made from the same rows and settings (its key) out of the same
+    bytes (its identity, which the read asks storage for), is not read: its record and
+    thumbnail are copied from the previous shard, read in order alongside
+    (_PreviousExamples).
     """
 
     def __init__(self, task: ShardTask, settings: RunSettings, progress: Progress) -> None:
@@ -333,24 +335,14 @@ class _ShardWriter:
         longest_sides: collections.Counter[str] = collections.Counter()
         file_bytes: collections.Counter[str] = collections.Counter()
         annotations: collections.Counter[str] = collections.Counter()
-        # Reading a URL waits on the network far longer than decoding takes: many more
-        # readers keep the process busy (img2dataset's design).
-        threads = (
-            settings.downloads.threads
-            if any(is_url(group[0].row.uri) for group in images)
-            else settings.workers.read_threads
-        )
-        with (
-            contextlib.ExitStack() as opened,
-            concurrent.futures.ThreadPoolExecutor(threads) as readers,
-        ):
+        with contextlib.ExitStack() as opened:
             # Created with the first example: a shard whose images were all rejected
             # leaves no file (and Beam's S3 filesystem cannot write an empty one).
             out = thumbnails = None
             previous = opened.enter_context(
                 _PreviousExamples(self._reusable, settings.shard_format)
             )
-            read = _ordered_map(readers, self._read, enumerate(images), 2 * threads)
+            read = self._read_ahead(images, opened)
             for place, (image_rows, got) in enumerate(zip(images, read, strict=True)):
                 copied = previous.take(place) if place in self._reusable else None
                 if got.data is None and copied is not None:
@@ -491,6 +483,34 @@ class _ShardWriter:
         else:
             with storage.create(path) as raw:
                 yield FramedWriter(raw)
+
+    def _read_ahead(
+        self, images: list[list[LabelledRow]], opened: contextlib.ExitStack
+    ) -> Iterator[_Read]:
+        """Each image's _Read, in order. Local files are read here, as they are needed: a
+        read from the page cache takes microseconds, and handing it to a thread costs more
+        than it (GIL hand-offs, ~35 us an image: bench/RESULTS.md, issue 53). Buckets and
+        URLs are read ahead on threads; a URL waits on the network far longer than
+        decoding takes, so many more of them keep the process busy (img2dataset's design)."""
+        uris = [group[0].row.uri for group in images]
+        if all(storage.is_local(uri) for uri in uris):
+            return map(self._read_watched, enumerate(images))
+        threads = (
+            self._settings.downloads.threads
+            if any(is_url(uri) for uri in uris)
+            else self._settings.workers.read_threads
+        )
+        readers = opened.enter_context(concurrent.futures.ThreadPoolExecutor(threads))
+        return _ordered_map(readers, self._read, enumerate(images), 2 * threads)
+
+    def _read_watched(self, placed: tuple[int, list[LabelledRow]]) -> _Read:
+        """_read, under the item's time limit: a local read that hangs (a stalled network
+        mount) costs the image, not the run."""
+        self._progress.on_item(placed[0])
+        try:
+            return self._read(placed)
+        finally:
+            self._progress.on_item(None)
 
     def _read(self, placed: tuple[int, list[LabelledRow]]) -> _Read:
         """The image's identity, then its bytes unless the previous output's example of

@@ -11,11 +11,13 @@ Local files behave as Beam's LocalFileSystem makes them: `create` makes the fold
 from __future__ import annotations
 
 import bz2
+import errno
 import gzip
 import io
 import lzma
 import os
 import re
+import stat
 from typing import Any, BinaryIO
 
 from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
@@ -46,11 +48,54 @@ def is_local(path: str) -> bool:
     return not _SCHEME.match(path)
 
 
+class NotAFile(OSError):
+    """A local path that names something other than a file: a FIFO, whose read waits for
+    a writer for ever, a device (/dev/zero never ends), a socket. Never read."""
+
+    def __init__(self, path: str, kind: str) -> None:
+        super().__init__(f"{path} is {kind}, not a file: it is not read")
+        self.kind = kind
+
+
+_NOT_FILES = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def open_local(path: str) -> BinaryIO:
+    """A local file, opened for reading; NotAFile for a FIFO, device or socket. The open
+    itself does not wait (O_NONBLOCK: a FIFO's open waits for a writer), and what is
+    opened is what is checked (fstat, so a name swapped between a check and the open
+    changes nothing); a directory raises IsADirectoryError as open() does."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ENXIO and stat.S_ISSOCK(os.stat(path).st_mode):
+            raise NotAFile(path, "a socket") from None
+        raise
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        for is_kind, kind in _NOT_FILES:
+            if is_kind(mode):
+                raise NotAFile(path, kind)
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
 def open_read(path: str) -> BinaryIO:
     """The file's bytes as they are (Beam would gunzip a name ending in .gz). A URL is
-    downloaded whole: FileNotFoundError for a 404, OSError for another failure."""
+    downloaded whole: FileNotFoundError for a 404, OSError for another failure. A local
+    path must name a file (open_local)."""
     if is_local(path):
-        return open(path, "rb")
+        return open_local(path)
     if is_url(path):
         try:
             return io.BytesIO(download(path, DownloadSettings()))

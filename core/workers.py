@@ -24,7 +24,8 @@ class Workers:
       own threads (no isolation, no time limit); None, one per core of the machine the
       pipeline process runs on, found there (a Flink or Spark worker is not the launcher),
       fewer where its memory holds fewer (default_process_count).
-    read_threads: threads per shard writer that read its images ahead of the decoding.
+    read_threads: threads per shard writer that read its images in buckets ahead of the
+      decoding (local files are read as they are decoded).
     timeout_s: how long one image may take to decode in a worker process.
     max_pixels: the largest image a worker decodes (--max_image_pixels), what its memory
       is planned for.

@@ -312,7 +312,7 @@ class ConvertOptions(PipelineOptions):
             metavar="N",
             type=int,
             default=4,
-            help="Threads per shard writer reading images ahead of decoding.",
+            help="Threads per shard writer reading images in buckets ahead of decoding.",
         )
         group.add_argument(
             "--download_timeout",
@@ -335,7 +335,8 @@ class ConvertOptions(PipelineOptions):
             metavar="MB",
             type=float,
             default=DownloadSettings.max_bytes / 2**20,
-            help="A larger image URL body is dead-lettered as too_large.",
+            help="A larger image file (a URL's body, an object, a local file) is dead-lettered "
+            "as too_large, read no further.",
         )
         group.add_argument(
             "--downloads_per_host",

@@ -739,6 +739,7 @@ def test_reasons_are_the_documented_codes():
     assert set(REASONS) == {
         "file_not_found",
         "read_error",
+        "not_a_file",
         "empty_file",
         "not_an_image",
         "truncated_image",

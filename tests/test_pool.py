@@ -178,7 +178,7 @@ def test_a_decode_past_the_time_limit_is_stopped_and_the_pool_goes_on(slow_png, 
             assert [(d.reason, d.message) for d in outcome.dead_letters] == [
                 (
                     "decode_timeout",
-                    "decoding took longer than 0.2 s (--decode_timeout); the "
+                    "reading and decoding took longer than 0.2 s (--decode_timeout); the "
                     "process was stopped and the shard written again without this image",
                 )
             ]
