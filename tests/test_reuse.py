@@ -118,6 +118,35 @@ def test_a_damaged_previous_shard_or_index_is_read_again_not_copied(day_one, tmp
     assert output_digests(output) == output_digests(previous)
 
 
+def test_a_fifo_or_a_device_in_place_of_a_previous_file_is_read_again_not_waited_on(
+    day_one, tmp_path
+):
+    """A FIFO where a previous shard was and /dev/zero where another's thumbnails were
+    (issue 55): neither is opened for a read that waits or never ends; their images are
+    read again and the output is the previous one's bytes."""
+    root, _, previous = day_one
+    planted = shutil.copytree(previous, tmp_path / "planted")
+    shard, other = sorted(planted.glob("train-*.tfrecord"))
+    shard.unlink()
+    os.mkfifo(shard)
+    thumbnails = planted / "sources" / f"{other.name}.thumbnails"
+    assert thumbnails.exists()
+    thumbnails.unlink()
+    thumbnails.symlink_to("/dev/zero")
+    output = convert(
+        tmp_path / "out",
+        "--manifest",
+        str(root / "day1.csv"),
+        "--num_shards",
+        "2",
+        "--reuse_from",
+        str(planted),
+    )
+    summary = _summary(output)
+    assert 0 < summary["examples_reused"] < summary["examples_written"]
+    assert output_digests(output) == output_digests(previous)
+
+
 def test_a_changed_dataset_reuses_what_did_not_change_and_gives_a_full_runs_bytes(
     day_one, tmp_path, monkeypatch
 ):

@@ -115,10 +115,17 @@ def _on_local_disk(path: str, files: Files, *, writing: bool) -> Iterator[str]:
     """`path` itself where it is on the local disk; else a local temporary file, filled
     from `path` through `files` first, or when `writing`, copied to it once the block exits."""
     local = _local_path(path)
-    if local is not None:
-        if writing:  # as Beam's LocalFileSystem and core/storage.py create files
-            os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+    if local is not None and writing:  # as Beam's LocalFileSystem and core/storage.py do
+        os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
         yield local
+        return
+    if local is not None:
+        from image_tfrecords.core import storage
+
+        # The reader opens a name: it gets the file this process opened and checked (a
+        # FIFO there would hang the C++ reader; a name may be swapped after a check).
+        with storage.open_local(local) as opened:
+            yield f"/proc/self/fd/{opened.fileno()}" if os.path.isdir("/proc/self/fd") else local
         return
     with tempfile.TemporaryDirectory(prefix="image-tfrecords-") as folder:
         staged = os.path.join(folder, "shard.array_record")
