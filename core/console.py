@@ -21,14 +21,75 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import io
 import logging
 import os
 import re
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any, TextIO
 
 from image_tfrecords.core import interrupts
+
+# What a terminal may take for a command (ESC starts CSI and OSC sequences: clearing the
+# screen, setting the title, writing the clipboard through OSC 52; BEL ends OSC; C1's CSI
+# and OSC do the same on their own): every C0 control but tab, newline and carriage
+# return (a progress bar's), DEL and C1, shown as \\uXXXX, as JSON writes them.
+_COMMANDS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_COMMAND_BYTES = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every character a terminal could take for a command escaped."""
+    return _COMMANDS.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
+def _terminal_safe_bytes(data: bytes) -> bytes:
+    """terminal_safe for UTF-8 bytes on their way to descriptor 2."""
+    return _COMMAND_BYTES.sub(
+        lambda found: b"\\u%04x" % ord(found.group().decode("utf-8", "replace")), data
+    )
+
+
+class TerminalSafe(io.TextIOBase):
+    """A text stream (sys.stdout, sys.stderr) whose writes are made terminal_safe: labels,
+    file names and messages come from strangers' files, and everything the commands print
+    passes here (--json already escapes; its strings stay valid JSON). report.html and
+    summary.json keep the text as it is."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.wrapped = stream
+
+    def write(self, text: str) -> int:
+        self.wrapped.write(terminal_safe(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.wrapped.flush()
+
+    def isatty(self) -> bool:
+        return self.wrapped.isatty()
+
+    def fileno(self) -> int:
+        return self.wrapped.fileno()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, errors, buffer...
+        return getattr(self.wrapped, name)
+
+
+def escape_what_is_printed() -> None:
+    """sys.stdout and sys.stderr from here on TerminalSafe (the command line's entry)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, TerminalSafe):
+            setattr(sys, name, TerminalSafe(stream))
+
+
+def unescaped(stream: TextIO) -> TextIO:
+    """The stream a TerminalSafe wraps, or `stream` itself."""
+    return stream.wrapped if isinstance(stream, TerminalSafe) else stream
+
 
 # absl's format: severity, date (0000 before logging is set up), time, thread, file:line].
 _NATIVE_LINE = re.compile(rb"^([IWEF])\d{4} [\d:.]+ +\d+ ([\w.-]+):\d+\] ")
@@ -231,12 +292,12 @@ def _copy_lines(read_end: int, out: int) -> None:
             while end := _LINE_END.search(pending):
                 line, pending = pending[: end.end()], pending[end.end() :]
                 if not is_routine_native_line(line[:-1]):
-                    _write_all(out, line)
+                    _write_all(out, _terminal_safe_bytes(line))
             if pending and not _may_become_native(pending):
-                _write_all(out, pending)
+                _write_all(out, _terminal_safe_bytes(pending))
                 pending = b""
         if pending and not is_routine_native_line(pending):
-            _write_all(out, pending)
+            _write_all(out, _terminal_safe_bytes(pending))
 
 
 def _may_become_native(start: bytes) -> bool:

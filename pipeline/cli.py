@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from image_tfrecords.core import interrupts
+from image_tfrecords.core import console, interrupts
 from image_tfrecords.core.console import quiet_console
 from image_tfrecords.pipeline.versions import version_lines
 
@@ -51,6 +51,7 @@ _VERBOSE_HELP = "print all that TensorFlow's libraries print, their start-up lin
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    console.escape_what_is_printed()  # labels and paths come from strangers' files
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(_USAGE)

@@ -19,6 +19,7 @@ from typing import TextIO
 from apache_beam.options.pipeline_options import PipelineOptions
 from tqdm import tqdm
 
+from image_tfrecords.core import console
 from image_tfrecords.pipeline.options import (
     ConvertOptions,
     runs_on_the_direct_runner,
@@ -71,9 +72,10 @@ def _stderr_past_the_console_filter() -> Iterator[TextIO]:
     """The process's stderr through a descriptor of its own, which the console filter
     (it redirects descriptor 2) does not reach; or sys.stderr where that is something
     else (a notebook's stream, pytest's capture), which the filter does not reach either."""
-    if sys.stderr is not sys.__stderr__:
+    if console.unescaped(sys.stderr) is not sys.__stderr__:
         yield sys.stderr
         return
+    # (The bar's own text is numbers and words of ours: nothing for TerminalSafe to do.)
     with os.fdopen(os.dup(sys.stderr.fileno()), "w") as out:
         yield out
 

@@ -161,3 +161,43 @@ def test_a_worker_inside_a_task_ends_when_its_launcher_is_killed():
     else:
         worker.kill()
         pytest.fail("the worker outlived its killed launcher by 10 s")
+
+
+HOSTILE_LABEL = "cat\x1b]0;owned\x07\x1b[2J"  # sets the title, then clears the screen
+HOSTILE_NAME = "x\x1b]52;c;ZXZpbA==\x07\u009b2J.jpg"  # writes the clipboard (OSC 52), C1's CSI
+
+
+def test_labels_and_names_reach_a_terminal_escaped_and_the_files_keep_them(tmp_path):
+    """What `convert` and `diff` print (the table, the dead letters, what changed) holds
+    no control character a terminal would act on; summary.json keeps the text."""
+    image = encode(photo_like(40, 30, 5), "JPEG")
+    (tmp_path / "a.jpg").write_bytes(image)
+    (tmp_path / "b.jpg").write_bytes(image[: len(image) // 2])  # a dead letter naming it
+    (tmp_path / HOSTILE_NAME).write_bytes(encode(photo_like(40, 30, 6), "JPEG"))
+    before = tmp_path / "before.csv"
+    before.write_text("train,a.jpg,dog\n")
+    hostile = tmp_path / "hostile.csv"
+    hostile.write_text(
+        f"train,a.jpg,{HOSTILE_LABEL}\ntrain,{HOSTILE_NAME},dog\ntrain,b.jpg,dog\n"
+        f"train,{HOSTILE_NAME}.missing,dog\n"
+    )
+    old = convert(tmp_path / "old", "--manifest", str(before))
+    command = Path(sys.executable).parent / "image-tfrecords"
+    printed = []
+    for arguments in (
+        ["convert", "--manifest", str(hostile), "--output_dir", str(tmp_path / "new")]
+        + ["--max_error_fraction", "1"],
+        ["diff", str(old), str(tmp_path / "new")],
+    ):
+        done = subprocess.run(
+            [str(command), *arguments], capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        printed.append(done.stdout + done.stderr)
+    for text in printed:
+        assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", text), text
+    table, changes = printed
+    assert "cat\\u001b]0;owned\\u0007\\u001b[2J" in table  # the label, in the table
+    assert "cat\\u001b]0;owned\\u0007\\u001b[2J" in changes  # a new label
+    summary = json.loads((tmp_path / "new" / "summary.json").read_text())
+    assert HOSTILE_LABEL in summary["splits"]["train"]["labels"]
