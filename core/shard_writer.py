@@ -44,6 +44,7 @@ from image_tfrecords.core.examples import (
     example_labels,
     relabelled,
 )
+from image_tfrecords.core.feature_keys import IMAGE as IMAGE_BYTES
 from image_tfrecords.core.feature_keys import IMAGE_SHA256, SOURCE_ID
 from image_tfrecords.core.file_formats import PipelineFiles, RecordWriter, ShardFormat
 from image_tfrecords.core.file_formats.tfrecord import FramedWriter, read_records, write_record
@@ -675,7 +676,10 @@ class _PreviousExamples:
 
 def _check_copied(record: bytes, entry: IndexEntry) -> None:
     """ValueError unless the record is the example of the image its index entry names
-    (an index out of step with its shard would give rows another image's example)."""
+    (an index out of step with its shard would give rows another image's example), and
+    its image bytes are the ones the entry's SHA-256 names: a record whose image was
+    swapped in the reused folder, its stated hash left as it was, is not copied. (Its
+    label fields are this run's anyway: relabelled.)"""
     stated = first_bytes_values(record, _COPY_CHECKED)
     if stated.get(SOURCE_ID) != entry.uri.encode("utf-8", "surrogateescape") or stated.get(
         IMAGE_SHA256
@@ -683,9 +687,13 @@ def _check_copied(record: bytes, entry: IndexEntry) -> None:
         raise ValueError(
             f"record {entry.position} is not the example of {entry.uri} its index names"
         )
+    if hashlib.sha256(stated.get(IMAGE_BYTES, b"")).hexdigest() != entry.sha256:
+        raise ValueError(
+            f"record {entry.position}'s image is not the bytes its index names for {entry.uri}"
+        )
 
 
-_COPY_CHECKED = frozenset({SOURCE_ID, IMAGE_SHA256})
+_COPY_CHECKED = frozenset({SOURCE_ID, IMAGE_SHA256, IMAGE_BYTES})
 
 
 def _class_map(

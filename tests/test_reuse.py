@@ -9,7 +9,16 @@ import tracemalloc
 from urllib.parse import unquote
 
 import pytest
-from conftest import SAMPLE_DATA, convert, encode, get, output_digests, photo_like, put
+from conftest import (
+    SAMPLE_DATA,
+    convert,
+    encode,
+    get,
+    output_digests,
+    photo_like,
+    put,
+    rewrite_records,
+)
 
 from image_tfrecords.core import example_index, naming
 
@@ -115,6 +124,39 @@ def test_a_damaged_previous_shard_or_index_is_read_again_not_copied(day_one, tmp
     summary = _summary(output)
     validation_shard = len(rest) + 2  # read again whole, from its first example
     assert 0 < summary["examples_reused"] < summary["examples_written"] - validation_shard
+    assert output_digests(output) == output_digests(previous)
+
+
+def test_a_planted_image_or_label_in_a_reused_record_is_not_published(day_one, tmp_path):
+    """A previous record whose image bytes were swapped (its stated SHA-256 and source id
+    left as they were) and another whose class text and id were changed (issue 55): the
+    first is read again from its image, the second gets this run's labels; the output is
+    a full run's bytes."""
+    root, _, previous = day_one
+    planted = shutil.copytree(previous, tmp_path / "planted")
+    shard = sorted(planted.glob("train-*.tfrecord"))[0]
+    other = encode(photo_like(40, 30, 9), "JPEG")
+
+    def plant(index, example):
+        features = example.features.feature
+        if index == 0:
+            features["image/encoded"].bytes_list.value[0] = other
+        elif index == 1:
+            features["image/class/text"].bytes_list.value[0] = b"planted"
+            features["image/class/label"].int64_list.value[0] = 0
+
+    rewrite_records(shard, plant)
+    output = convert(
+        tmp_path / "out",
+        "--manifest",
+        str(root / "day1.csv"),
+        "--num_shards",
+        "2",
+        "--reuse_from",
+        str(planted),
+    )
+    summary = _summary(output)
+    assert 0 < summary["examples_reused"] < summary["examples_written"]
     assert output_digests(output) == output_digests(previous)
 
 
