@@ -159,17 +159,23 @@ def identity(path: str) -> str | None:
     identity is the one recorded when its image was read). None where storage says
     nothing trustworthy (a URL): such a file is always read again.
 
-    Local: size, modification time in ns and inode (a file rewritten in place gets a new
-    time, one replaced by a rename a new inode). gs://: the object's CRC32C, s3://: its
-    ETag, both of its content (Beam's `checksum`, one metadata request); hdfs:// and
-    other schemes: size and modification time. Raises what the filesystem raises for a
+    Local: size, modification time in ns, inode and change time in ns (a file rewritten
+    in place gets a new time, one replaced by a rename a new inode; the change time is the
+    one a user cannot set back: `exiftool -P`, `rsync --inplace -t` and `cp -p` restore
+    the modification time of a file they rewrote, never its change time, which a chmod or
+    a rename also moves, so that file is read again). gs://: the object's CRC32C, s3://:
+    its ETag, both of its content (Beam's `checksum`, one metadata request); hdfs:// and
+    other schemes: size and modification time, which a writer can set back (HDFS keeps no
+    change time): docs/operations/security.md. Raises what the filesystem raises for a
     file that is not there.
     """
     if is_url(path):
         return None
     if is_local(path):
         status = os.stat(path)
-        return f"local:{status.st_size}:{status.st_mtime_ns}:{status.st_ino}"
+        return (
+            f"local:{status.st_size}:{status.st_mtime_ns}:{status.st_ino}:{status.st_ctime_ns}"
+        )
     filesystem = _beam(path).get_filesystem(path)
     scheme = filesystem.scheme()
     if scheme in ("gs", "s3"):

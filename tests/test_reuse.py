@@ -204,6 +204,20 @@ def test_a_changed_dataset_reuses_what_did_not_change_and_gives_a_full_runs_byte
         file.write(bytes([byte[0] ^ 0x01]))
     os.utime(changed_bytes, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
     touched = rows[1][1]  # the same bytes, a later time: read again, the same example
+    # Other bytes of the same size, its time set back (`exiftool -P`, `rsync --inplace
+    # -t`): only the change time, which no user can set, tells (issue 55).
+    restored = rows[6][1]
+    stat = os.stat(restored)
+    with open(restored, "r+b") as file:
+        file.seek(os.path.getsize(restored) // 2)
+        byte = file.read(1)
+        file.seek(-1, os.SEEK_CUR)
+        file.write(bytes([byte[0] ^ 0x01]))
+    os.utime(restored, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (os.stat(restored).st_mtime_ns, os.stat(restored).st_ino) == (
+        stat.st_mtime_ns,
+        stat.st_ino,
+    )
     os.utime(touched, ns=(os.stat(touched).st_atime_ns, os.stat(touched).st_mtime_ns + 1000))
     rows[2] = (rows[2][0], rows[2][1], "coffee" if rows[2][2] != "coffee" else "cat")  # relabelled
     removed = rows.pop(3)
@@ -234,7 +248,7 @@ def test_a_changed_dataset_reuses_what_did_not_change_and_gives_a_full_runs_byte
     assert sorted(str(path) for path in (reused / "sources").iterdir()) != []
     # The moved one and the new one too; neither the relabelled one nor any whose label
     # id moved: their copies get the label fields their rows give now.
-    expected_reads = sorted([changed_bytes, touched, moved[1], str(added)])
+    expected_reads = sorted([changed_bytes, touched, restored, moved[1], str(added)])
     assert read_again == expected_reads
     summary = _summary(reused)
     assert summary["reused_from"] == str(previous)
@@ -246,10 +260,10 @@ def test_a_changed_dataset_reuses_what_did_not_change_and_gives_a_full_runs_byte
         "examples_added": [str(added)],
         "examples_removed": [removed[1]],
         "relabelled": [rows[2][1]],
-        "images_changed": [changed_bytes],  # the touched one's example is the same
+        "images_changed": sorted([changed_bytes, restored]),  # not the touched one's
         "splits_moved": [moved[1]],
     }
-    assert changes["unchanged"] == summary["examples_written"] - 4
+    assert changes["unchanged"] == summary["examples_written"] - 5
     assert "What changed since" in (reused / "report.html").read_text()
     assert _summary(full)["examples_reused"] == 0
 
