@@ -173,9 +173,7 @@ def identity(path: str) -> str | None:
         return None
     if is_local(path):
         status = os.stat(path)
-        return (
-            f"local:{status.st_size}:{status.st_mtime_ns}:{status.st_ino}:{status.st_ctime_ns}"
-        )
+        return f"local:{status.st_size}:{status.st_mtime_ns}:{status.st_ino}:{status.st_ctime_ns}"
     filesystem = _beam(path).get_filesystem(path)
     scheme = filesystem.scheme()
     if scheme in ("gs", "s3"):
