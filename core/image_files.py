@@ -3,6 +3,10 @@ through core/downloads.py), with the reasons a read fails."""
 
 from __future__ import annotations
 
+import io
+import os
+from typing import BinaryIO
+
 from image_tfrecords.core import storage
 from image_tfrecords.core.downloads import DownloadFailed, DownloadSettings, download, is_url
 from image_tfrecords.core.images import ImageRejected
@@ -30,7 +34,7 @@ def read_image_bytes(uri: str, downloads: DownloadSettings = DownloadSettings())
         return data
     try:
         with storage.open_read(uri) as file:
-            data = file.read(downloads.max_bytes + 1)  # a file that grows is no bomb either
+            data = _read_at_most(file, downloads.max_bytes)
     except storage.NotAFile as error:
         raise ImageRejected("not_a_file", str(error)) from None
     except Exception as error:  # each filesystem raises its own types (e.g. GCS NotFound)
@@ -51,6 +55,21 @@ def read_image_bytes(uri: str, downloads: DownloadSettings = DownloadSettings())
             f"{uri} is larger than the {downloads.max_bytes:,} bytes allowed "
             "(--max_download_mb): not read further",
         )
+    return data
+
+
+def _read_at_most(file: BinaryIO, limit: int) -> bytes:
+    """The file's bytes, or its first limit + 1 where it holds more (so that it is told
+    too large). Sized by fstat where the file has one: read(limit + 1) alone would have
+    Python allocate the whole limit for every image (+19 us a read of 50 KB, measured);
+    a file that grows after the fstat is read on to its end or the limit."""
+    try:
+        size = os.fstat(file.fileno()).st_size
+    except (AttributeError, OSError, io.UnsupportedOperation):  # a bucket's object
+        return file.read(limit + 1)
+    data = file.read(min(size, limit) + 1)
+    if size < len(data) <= limit:
+        data += file.read(limit + 1 - len(data))
     return data
 
 
