@@ -146,8 +146,8 @@ test: lint $(TEST_NEEDS)
 test-fast: lint $(TEST_NEEDS)
 	$(VENV)/bin/python -m pytest -m fast tests
 
-# The guard against a slowdown: ours beside the one-loop script and the process pool on
-# 100 and 2,000 photos, failing on a ratio (bench/guard.py); about two minutes.
+# The guard against a slowdown: ours beside the one-loop script on 100 and 5,000 photos,
+# failing on a ratio (bench/guard.py); about two minutes. CI runs it after the tests.
 guard: $(BENCH_INSTALLED)
 	$(VENV)/bin/python bench/guard.py
 

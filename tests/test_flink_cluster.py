@@ -309,7 +309,7 @@ def test_a_job_whose_workers_never_start_is_cancelled_saying_why(flink, tmp_path
             "--output_dir",
             str(output),
             "--worker_start_timeout",
-            "30",
+            "10",
             temp=tmp_path,
         )
         wall = time.monotonic() - started
@@ -319,10 +319,10 @@ def test_a_job_whose_workers_never_start_is_cancelled_saying_why(flink, tmp_path
     assert "No module named 'apache_beam'" in pool.log.read_text() + job.stderr
     [new] = [found for found in cluster.jobs() if found["jid"] not in known]
     assert new["state"] == "CANCELED"
-    print(f"a job whose workers never start, with --worker_start_timeout 30: {wall:.1f} s")
+    print(f"a job whose workers never start, with --worker_start_timeout 10: {wall:.1f} s")
     assert "Traceback" not in job.stderr, job.stderr[-3000:]
     assert job.stderr.splitlines()[-1].startswith(
-        "error: no SDK worker of the job started within 30 s (--worker_start_timeout) from "
+        "error: no SDK worker of the job started within 10 s (--worker_start_timeout) from "
         f"--environment_type EXTERNAL localhost:{pool.port}: check that every TaskManager or "
         "executor reaches it and that its python imports apache_beam and this project (the "
         "TaskManager's log says 'Still waiting for startup of environment'); the Flink job "
