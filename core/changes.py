@@ -205,11 +205,17 @@ def published_entries(output_dir: str) -> Iterator[IndexEntry]:
             f"{indexes[0]} not found: {output_dir} has no example indexes "
             f"({naming.SOURCES_DIR}/*{naming.INDEX_SUFFIX}): {why}"
         )
+    if leading_out := next(
+        (index for index in indexes if not storage.stays_in(index, output_dir)), None
+    ):
+        raise NotComparable(f"{leading_out} is a link out of {output_dir}: it is not read")
     return itertools.chain.from_iterable(map(read_index, indexes))
 
 
 def _summary(output_dir: str) -> Summary:
     path = storage.join(output_dir, naming.SUMMARY_FILE)
+    if not storage.stays_in(path, output_dir):
+        raise NotComparable(f"{path} is a link out of {output_dir}: it is not read")
     try:
         with storage.open_read(path) as file:
             return Summary.from_json(file.read())

@@ -26,6 +26,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import logging
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
@@ -208,12 +209,19 @@ def previous_output(folder: str, shard_suffix: str) -> PreviousOutput:
         storage.match(naming.every_published_index(folder)), key=lambda m: m.path
     ):
         shard = naming.indexed_shard(metadata.path)
-        if shard is not None and shard.suffix == shard_suffix:
-            shards.append(
-                PreviousShardFiles(
-                    metadata.path,
-                    storage.join(folder, shard.name),
-                    naming.published_thumbnails(folder, shard.name),
-                )
+        if shard is None or shard.suffix != shard_suffix:
+            continue
+        files = PreviousShardFiles(
+            metadata.path,
+            storage.join(folder, shard.name),
+            naming.published_thumbnails(folder, shard.name),
+        )
+        if all(storage.stays_in(path, folder) for path in files):
+            shards.append(files)
+        else:  # a file planted as a link to one elsewhere is not this output's to copy
+            logging.warning(
+                "%s: a file of it is a link out of %s: its examples are read again",
+                shard.name,
+                folder,
             )
     return PreviousOutput(folder, tuple(shards))

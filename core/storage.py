@@ -48,6 +48,20 @@ def is_local(path: str) -> bool:
     return not _SCHEME.match(path)
 
 
+def under(path: str, folder: str) -> bool:
+    """Whether the normalised `path` is `folder` or a path beneath it (as text)."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def stays_in(path: str, folder: str) -> bool:
+    """Whether `path` is within `folder` where links lead: a file of an output read back
+    (a reused shard, an index) may be a link planted to a file elsewhere. A bucket has no
+    links: its paths are what they say."""
+    if not is_local(path):
+        return True
+    return under(os.path.realpath(path), os.path.realpath(folder))
+
+
 class NotAFile(OSError):
     """A local path that names something other than a file: a FIFO, whose read waits for
     a writer for ever, a device (/dev/zero never ends), a socket. Never read."""

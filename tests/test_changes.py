@@ -5,6 +5,8 @@ one kind of change at a time, a URI in two splits and twice in one; output_chang
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 from conftest import convert, encode, photo_like
@@ -227,6 +229,28 @@ def test_diff_exits_2_naming_the_file_it_cannot_read(tmp_path, capsys):
         f"error: {index} line 1 is not an example index entry: Invalid JSON: key must be a "
         "string at line 1 column 2\n"
     )
+
+
+def test_diff_reads_no_link_out_of_an_output_and_waits_on_no_fifo(tmp_path, capsys):
+    """An index or a summary.json planted as a link to a file elsewhere is refused, not
+    read; an index that is a FIFO ends the command, it does not wait (issue 55)."""
+    old = published(tmp_path / "old", [entry("a.jpg")])
+    new = published(tmp_path / "new", [entry("a.jpg")])
+    index = Path(naming.published_index(new, "train-00000-of-00001.tfrecord"))
+    elsewhere = tmp_path / "elsewhere.index.jsonl"
+    index.rename(elsewhere)
+    index.symlink_to(elsewhere)
+    assert cli.diff_main([old, new]) == 2
+    assert capsys.readouterr().err == f"error: {index} is a link out of {new}: it is not read\n"
+    index.unlink()
+    os.mkfifo(index)
+    assert cli.diff_main([old, new]) == 2
+    assert "is a FIFO (named pipe), not a file" in capsys.readouterr().err
+    summary = Path(old) / naming.SUMMARY_FILE
+    summary.rename(tmp_path / "summary.json")
+    summary.symlink_to(tmp_path / "summary.json")
+    assert cli.diff_main([old, new]) == 2
+    assert capsys.readouterr().err == f"error: {summary} is a link out of {old}: it is not read\n"
 
 
 def test_diff_says_what_changed_between_two_runs(tmp_path, capsys):

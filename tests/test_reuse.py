@@ -160,6 +160,30 @@ def test_a_planted_image_or_label_in_a_reused_record_is_not_published(day_one, t
     assert output_digests(output) == output_digests(previous)
 
 
+def test_a_previous_shard_that_links_out_of_the_reused_folder_is_not_copied(day_one, tmp_path):
+    """A shard of the reused output replaced by a link to a file elsewhere (here a copy of
+    itself, so that nothing else would tell): confinement applies where links lead, so its
+    examples are read again, not copied (issue 55)."""
+    root, _, previous = day_one
+    planted = shutil.copytree(previous, tmp_path / "planted")
+    shard = sorted(planted.glob("train-*.tfrecord"))[0]
+    elsewhere = shutil.copy(shard, tmp_path / "elsewhere.tfrecord")
+    shard.unlink()
+    shard.symlink_to(elsewhere)
+    output = convert(
+        tmp_path / "out",
+        "--manifest",
+        str(root / "day1.csv"),
+        "--num_shards",
+        "2",
+        "--reuse_from",
+        str(planted),
+    )
+    train = _summary(previous)["splits"]["train"]["shards"][0]["records"]
+    assert _summary(output)["examples_reused"] == _summary(output)["examples_written"] - train
+    assert output_digests(output) == output_digests(previous)
+
+
 def test_a_fifo_or_a_device_in_place_of_a_previous_file_is_read_again_not_waited_on(
     day_one, tmp_path
 ):

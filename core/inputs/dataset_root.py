@@ -72,21 +72,17 @@ class DatasetRoot:
         if storage.is_local(uri) != storage.is_local(self.folder):
             return False  # a URL or a bucket under a local root, or the other way round
         if not storage.is_local(uri):
-            return _under(normalise_path(uri), normalise_path(self.folder))
+            return storage.under(normalise_path(uri), normalise_path(self.folder))
         try:
-            return _under(os.path.realpath(uri), self._real_folder)
+            return storage.under(os.path.realpath(uri), self._real_folder)
         except ValueError:  # a NUL in the name: no such file, and reading it fails later
-            return _under(
+            return storage.under(
                 os.path.abspath(normalise_path(uri)), os.path.abspath(normalise_path(self.folder))
             )
 
     @functools.cached_property
     def _real_folder(self) -> str:
         return os.path.realpath(self.folder or ".")
-
-
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def quoted(text: str) -> str:
