@@ -44,9 +44,12 @@ _KEY_VERSION = 2  # 2: a classification example's labels left out
 # The libraries whose output is in an example's bytes: this package's encoder, and
 # Pillow's, which re-encodes and resizes.
 _SHAPING_DISTRIBUTIONS = ("image-tfrecords", "pillow")
-# One entry holds what its example's rows say (a detection example's labels: one per
-# object), so it may be longer than one manifest line; no line is read beyond this.
-MAX_LINE_BYTES = 16 * _MAX_ROW_LINE_BYTES
+# No line is read beyond this: a manifest line's limit. An entry holds what its example's
+# rows say (a detection example's labels, one per object: ~40,000 objects of 20-character
+# labels fit), and an index comes from a folder others may write to: a crafted 16 MiB line
+# of one-character labels took ~400 MB to parse (issue 55). A longer line is refused, and
+# its shard's images are read again.
+MAX_LINE_BYTES = _MAX_ROW_LINE_BYTES
 
 
 class ExampleIndexError(ValueError):

@@ -373,6 +373,37 @@ def test_an_index_line_too_long_to_be_an_entry_is_refused_unread(tmp_path):
         list(example_index.read_index(str(path)))
 
 
+def test_routing_a_crafted_index_holds_no_entry_s_labels(tmp_path):
+    """An index whose lines are each at the limit with one-character labels (issue 55: a
+    few 16 MiB lines once took 2 GB): the router parses one line at a time and keeps
+    none of an entry's labels, so memory follows a line and the entries' URIs."""
+    from image_tfrecords.core.filesystem_options import FilesystemOptions
+    from image_tfrecords.core.shard_writer import SplitPlan
+    from image_tfrecords.transforms.previous_examples import _Route
+
+    path = tmp_path / "train-00000-of-00001.tfrecord.index.jsonl"
+    labels = ("a",) * ((example_index.MAX_LINE_BYTES - 1000) // 4)
+    with path.open("w") as file:
+        for position in range(8):
+            entry = GOOD_ENTRY.model_copy(
+                update={"position": position, "uri": f"/{position}.jpg", "labels": labels}
+            )
+            line = entry.model_dump_json()
+            assert len(line) <= example_index.MAX_LINE_BYTES
+            file.write(line + "\n")
+    files = example_index.PreviousShardFiles(str(path), "shard", "thumbnails")
+    tracemalloc.start()
+    try:
+        routed = list(_Route(FilesystemOptions()).process(files, {"train": SplitPlan(2)}))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    kept = [entry for _, (_, previous) in routed for entry in previous.unpacked()]
+    assert sorted(entry.uri for entry in kept) == [f"/{n}.jpg" for n in range(8)]
+    assert all(entry.labels == () for entry in kept)
+    assert peak < 40 * example_index.MAX_LINE_BYTES  # one line's labels parsed at a time
+
+
 @pytest.mark.parametrize(
     "name", ["notes.index.jsonl", "train-00000-of-00001.tfrecord.idx", "train.index.jsonl"]
 )

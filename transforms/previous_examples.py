@@ -59,7 +59,11 @@ class _Route(StorageDoFn):
             for entry in read_index(files.index):
                 plan = plans.get(entry.split)
                 if plan is not None and entry.key is not None and entry.identity is not None:
-                    placed[(entry.split, *plan.place(entry.uri))].append(entry)
+                    # Its labels are not needed to copy it (they come from this run's
+                    # rows) and are most of what it holds: memory follows the rows.
+                    placed[(entry.split, *plan.place(entry.uri))].append(
+                        entry.model_copy(update={"labels": ()})
+                    )
         except (ExampleIndexError, OSError) as error:
             # Reuse only saves work: the images of this shard are read again.
             logging.warning("not reusing %s: %s", files.shard, error)
