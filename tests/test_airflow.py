@@ -121,9 +121,14 @@ def test_the_reuse_source_is_the_newest_earlier_complete_output(tmp_path):
     complete = ("2026-01-01", "2026-01-03", "2026-01-06", "notes", "2026-1-5")
     for folder in complete:
         (tmp_path / folder).mkdir()
-        (tmp_path / folder / "summary.json").write_text("{}")
+        (tmp_path / folder / "summary.json").write_text('{"run_id": "r", "accounted": true}')
+    # Days whose summary.json this pipeline did not complete (planted, or cut short): not
+    # reused, whatever their name says.
+    for day, text in (("2026-01-02", "{}"), ("2026-01-04", '{"run_id": "r", "accounted"')):
+        (tmp_path / day).mkdir()
+        (tmp_path / day / "summary.json").write_text(text)
     failed = tmp_path / "2026-01-04" / ".tmp-0123456789ab" / "staged" / "FAILED.json"
-    failed.parent.mkdir(parents=True)  # a day whose run failed: it published nothing
+    failed.parent.mkdir(parents=True)  # a run of that day failed: it published nothing
     failed.write_text("{}")
     choose = (
         "import json, sys\n"
@@ -146,9 +151,10 @@ def test_the_reuse_source_is_the_newest_earlier_complete_output(tmp_path):
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    # 2026-01-05 skips the failed 2026-01-04 and never looks at a later date or another
-    # name; a re-run of 2026-01-03 reuses the day before it, not itself; the first day
-    # and a root not yet made have nothing earlier: full runs.
+    # 2026-01-05 skips 2026-01-04 (a summary.json cut short) and never looks at a later
+    # date or another name; a re-run of 2026-01-03 reuses the day before the planted
+    # 2026-01-02, not itself; the first day and a root not yet made have nothing earlier:
+    # full runs.
     assert json.loads(result.stdout.strip().splitlines()[-1]) == [
         str(tmp_path / "2026-01-03"),
         str(tmp_path / "2026-01-01"),

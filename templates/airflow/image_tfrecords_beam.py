@@ -31,6 +31,7 @@ Run params: manifest, output_root, max_error_fraction.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import pathlib
 
@@ -66,8 +67,13 @@ FLINK_OPTIONS = {
 RUNNER_TASKS = {"DataflowRunner": "convert_on_dataflow", "FlinkRunner": "convert_on_flink"}
 # An output is whole once its summary.json is there: a run writes it last, a run that
 # fails publishes nothing (its FAILED.json stays in a temp folder), and a run replacing
-# an output removes its summary.json first.
+# an output removes its summary.json first. Only one this pipeline completed is reused:
+# its summary.json names the run and says every row was accounted for (a file that
+# merely has the name is not one). OUTPUT_ROOT must be written by this pipeline alone:
+# what --reuse_from copies is checked against its index, not against the images
+# (docs/operations/security.md).
 SUMMARY_FILE = "summary.json"
+MAX_SUMMARY_BYTES = 64 << 20  # what is read of a summary.json to judge it
 
 
 def convert(
@@ -101,9 +107,25 @@ def find_reuse_source(output_root: str, ds: str) -> str | None:
         return None
     earlier = sorted((path.name for path in root.iterdir() if _is_date(path.name)), reverse=True)
     for date in (date for date in earlier if date < ds):
-        if (root / date / SUMMARY_FILE).exists():
+        if _completed(root / date / SUMMARY_FILE):
             return f"{output_root.rstrip('/')}/{date}"  # spelt as the run's output_dir is
     return None
+
+
+def _completed(summary: ObjectStoragePath) -> bool:
+    """Whether `summary` is the summary.json this pipeline writes last in a run that
+    succeeded: JSON naming its run (run_id) with every row accounted for."""
+    try:
+        with summary.open("rb") as file:
+            recorded = json.loads(file.read(MAX_SUMMARY_BYTES + 1))
+    except (OSError, ValueError):  # not there, unreadable, or not JSON (or too long)
+        return False
+    return (
+        isinstance(recorded, dict)
+        and isinstance(recorded.get("run_id"), str)
+        and bool(recorded["run_id"])
+        and recorded.get("accounted") is True
+    )
 
 
 def _is_date(name: str) -> bool:
