@@ -102,7 +102,8 @@ REGISTRY: dict[str, str] = {
     "farther outside the image than its side, or together longer than 100 "
     "of its sides",
     INVALID_KEYPOINTS: "keypoints that are not whole points, a visibility not 0, 1 or 2, "
-    "a point outside the image, or more than 1,000 of them",
+    "a point outside the image, or more than 1,000 of them; or an image whose objects "
+    "x the most keypoints any has are over 100,000",
     # Labels and --schema columns, against the vocabulary.
     UNSEEN_LABEL: "a label outside the vocabulary (TRAIN's, or the pinned --vocabulary); "
     "--unseen_label oov keeps it instead",

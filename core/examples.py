@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from image_tfrecords.core import feature_keys as keys
 from image_tfrecords.core.choices import LabelMode
+from image_tfrecords.core.dead_letters import INVALID_KEYPOINTS
 from image_tfrecords.core.example_proto import serialize_example, with_features
-from image_tfrecords.core.images import PreparedImage
-from image_tfrecords.core.masks import box_mask, mask_png
+from image_tfrecords.core.images import ImageRejected, PreparedImage
+from image_tfrecords.core.masks import MAX_PADDED_KEYPOINTS, box_mask, mask_png
 from image_tfrecords.core.records import Box, Keypoints, LabelledRow, ManifestRow
 from image_tfrecords.core.redaction import redacted
 from image_tfrecords.core.schema import (
@@ -242,6 +243,13 @@ def _object_annotations(boxes: Sequence[Box], image: PreparedImage) -> dict[str,
     if not any(points):
         return values
     count = max(len(keypoints.xs) for keypoints in points if keypoints)
+    if count * len(boxes) > MAX_PADDED_KEYPOINTS:  # before any padding is allocated
+        raise ImageRejected(
+            INVALID_KEYPOINTS,
+            f"{len(boxes):,} objects x {count:,} keypoints (every object is padded to the "
+            f"most any has) is {count * len(boxes):,} points, more than the "
+            f"{MAX_PADDED_KEYPOINTS:,} one image may hold",
+        )
     names = any(keypoints and keypoints.names for keypoints in points)
     for keypoints in points:
         keypoints = keypoints or Keypoints((), (), ())

@@ -35,6 +35,8 @@ REASONS = (
     "decode_timeout",  # decoding took longer than --decode_timeout
     # The image's segmentation map (core/masks.py): not one, or not the image's size.
     "invalid_mask",
+    # Its objects' keypoints, padded to the most any has, more than one image may hold.
+    "invalid_keypoints",
     "size_mismatch",
     # A URL (core/downloads.py): beside these, http_<status> for each HTTP error status,
     # and for a redirect that is not followed (to another host, or too many).

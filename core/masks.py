@@ -44,6 +44,9 @@ POLYGON_MARGIN = 1.0
 # The keypoints an object may have (COCO's person 17, COCO-WholeBody 133, MediaPipe's face
 # mesh 478): every object of an example is padded to the most any of them has.
 MAX_KEYPOINTS = 1000
+# The points of one example, its objects x the most keypoints any has: one object of 1,000
+# points among 30,000 of none padded them all to 1,000 (2.4 MB of JSON -> over 2 GB).
+MAX_PADDED_KEYPOINTS = 100 * MAX_KEYPOINTS
 
 # Pillow's transpose for each EXIF orientation, as ImageOps.exif_transpose turns an image.
 _TRANSPOSES = {

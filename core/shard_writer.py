@@ -553,18 +553,21 @@ class _ShardWriter:
             self._progress.on_item(None)
         given = rows
         rows, wrong_size = _fit_boxes_to_image(rows, image)
-        record = (
-            encode_example(
-                rows,
-                image,
-                self._settings.label_mode,
-                self._settings.extra_columns,
-                extra_images,
-                class_map,
+        try:
+            record = (
+                encode_example(
+                    rows,
+                    image,
+                    self._settings.label_mode,
+                    self._settings.extra_columns,
+                    extra_images,
+                    class_map,
+                )
+                if rows
+                else None
             )
-            if rows
-            else None
-        )
+        except ImageRejected as rejected:  # what its objects' annotations would make
+            return rejected
         thumbnail = image.thumbnail
         boxes = [
             (box, label_id)

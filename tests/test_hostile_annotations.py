@@ -509,6 +509,68 @@ def test_drawing_the_polygons_an_object_may_have_takes_memory_of_the_images_orde
     assert int(grown) < 64 * MB
 
 
+def test_an_image_whose_padded_keypoints_are_over_the_limit_is_a_dead_letter(tmp_path):
+    """One object of 1,000 keypoints beside 150 of one (issue 55: 30,000 such objects took
+    over 2 GB): every object would be padded to 1,000 points, 151,000 in all, so the image
+    is a dead letter before any padding is allocated; another image converts."""
+    for name in ("a.jpg", "b.jpg"):
+        (tmp_path / name).write_bytes(encode(photo_like(100, 100, 3), "JPEG"))
+
+    def person(number, image, points):
+        return {
+            "id": number,
+            "image_id": image,
+            "category_id": 1,
+            "bbox": [10, 10, 20, 20],
+            "keypoints": [15, 15, 2] * points,
+            "num_keypoints": points,
+        }
+
+    annotations = [person(1, 1, MAX_KEYPOINTS)]
+    annotations += [person(2 + n, 1, 1) for n in range(150)]
+    annotations += [person(500, 2, 3)]
+    (tmp_path / "instances.json").write_text(
+        json.dumps(
+            {
+                "images": [
+                    {"id": 1, "file_name": "a.jpg", "width": 100, "height": 100},
+                    {"id": 2, "file_name": "b.jpg", "width": 100, "height": 100},
+                ],
+                "categories": [{"id": 1, "name": "person"}],
+                "annotations": annotations,
+            }
+        )
+    )
+    output = tmp_path / "out"
+    code = run.main(
+        [
+            "--manifest",
+            f"train={tmp_path / 'instances.json'}",
+            "--label_mode",
+            "detection",
+            "--output_dir",
+            str(output),
+            "--max_error_fraction",
+            "1",
+        ]
+    )
+    assert code == 0
+    letters = [
+        json.loads(line)
+        for errors in output.glob("errors-*.jsonl")
+        for line in errors.read_text().splitlines()
+    ]
+    assert {(letter["reason"], letter["message"]) for letter in letters} == {
+        (
+            reasons.INVALID_KEYPOINTS,
+            "151 objects x 1,000 keypoints (every object is padded to the most any has) is "
+            "151,000 points, more than the 100,000 one image may hold",
+        )
+    }
+    assert len(letters) == 151  # a row per object, each dead-lettered with its image
+    assert json.loads((output / "summary.json").read_text())["examples_written"] == 1
+
+
 def test_keypoints_beyond_the_limit_are_a_dead_letter(tmp_path):
     """Every object of an example is padded to the most keypoints any has."""
     coco = coco_with_segmentation(

@@ -749,6 +749,7 @@ def test_reasons_are_the_documented_codes():
         "decode_crash",
         "decode_timeout",
         "invalid_mask",
+        "invalid_keypoints",
         "size_mismatch",
         "http_timeout",
         "connection_error",
