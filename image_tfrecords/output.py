@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pydantic
 import tensorflow as tf
 
-from image_tfrecords.core import naming
+from image_tfrecords.core import naming, storage
 from image_tfrecords.core.choices import LabelMode, UnseenLabel
 from image_tfrecords.core.failure import Failure
 from image_tfrecords.core.feature_keys import is_image_key
@@ -116,7 +116,7 @@ class Output:
                     f"last run failed: {failed.said()}"
                 )
             raise NotAnOutput(f"{path} not found: not an image-tfrecords output")
-        with tf.io.gfile.GFile(path, "rb") as file:
+        with tf.io.gfile.GFile(_within(path, directory), "rb") as file:
             try:
                 summary = Summary.from_json(file.read())
             except pydantic.ValidationError as problem:
@@ -128,12 +128,15 @@ class Output:
                 f"{path} lists no features: written by an older "
                 "image-tfrecords, convert again to read it"
             )
+        for name in _published(summary):  # before any reader opens one (a stat each)
+            _within(f"{directory}/{name}", directory)
         return cls(directory, summary)
 
     def path(self, name: str) -> str:
         """A file in the output folder (a local path or a gs:// URI); UnconfinedName for
-        a name that would leave it (summary.json's names are checked as it is read)."""
-        return f"{self.directory}/{confined_name(name)}"
+        a name that would leave it (summary.json's names are checked as it is read), or a
+        local file that is a link out of it (planted where others can write)."""
+        return _within(f"{self.directory}/{confined_name(name)}", self.directory)
 
     @property
     def features(self) -> dict[str, FeatureInfo]:
@@ -199,3 +202,20 @@ class Output:
             else tf.io.FixedLenFeature([], _DTYPES[feature.dtype])
             for key, feature in self.features.items()
         }
+
+
+def _within(path: str, directory: str) -> str:
+    """`path`, where links lead within `directory`; else UnconfinedName."""
+    if not storage.stays_in(path, directory):
+        raise naming.UnconfinedName(f"{path} is a link out of {directory}: it is not read")
+    return path
+
+
+def _published(summary: Summary) -> Iterator[str]:
+    """The name of every file summary.json lists: the shards, their companions, and the
+    rest of what the run published."""
+    for split in summary.splits.values():
+        for shard in split.shards:
+            yield shard.file
+            yield from shard.companions
+    yield from summary.files

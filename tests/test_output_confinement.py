@@ -78,6 +78,27 @@ def test_a_name_leaving_the_output_is_refused_naming_summary_json_and_the_entry(
     assert not (tmp_path / "look").exists()
 
 
+@pytest.mark.parametrize("reader", READERS)
+def test_a_shard_that_links_out_of_the_output_is_refused_unread(
+    output_with_elsewhere, tmp_path, capsys, reader
+):
+    """A plain name whose file is a link to one elsewhere (issue 55): confinement applies
+    where links lead, as for every input."""
+    output = output_with_elsewhere
+    shard = next(output.glob("train-*.tfrecord"))
+    kept = tmp_path / "kept.tfrecord"
+    shutil.move(shard, kept)
+    try:
+        shard.symlink_to(output.parent / "elsewhere" / "train.tfrecord")
+        assert READERS[reader](output, tmp_path) != 0
+    finally:
+        shard.unlink(missing_ok=True)
+        shutil.move(kept, shard)
+    error = capsys.readouterr().err
+    assert f"{shard} is a link out of {output}: it is not read" in error, error
+    assert not (tmp_path / "look").exists()
+
+
 def test_load_refuses_a_shard_outside_the_output(output_with_elsewhere):
     output = output_with_elsewhere
     original = (output / "summary.json").read_text()
