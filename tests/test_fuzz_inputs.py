@@ -17,6 +17,10 @@ Whatever the mutation, the reading
   inside), except the image a CSV-like manifest names itself (its documented rule);
 - writes, removes or renames no file, and starts no other program.
 
+An earlier output's example index, mutated the same ways, is read as `diff` compares it
+and as --reuse_from routes it: NotComparable or ExampleIndexError only, bounded memory,
+and no routed entry holds labels.
+
 Seeded (derandomize) and bounded (EXAMPLES a test) so the file runs in CI's budget; raise
 EXAMPLES, or set derandomize=False, to search further.
 """
@@ -908,3 +912,101 @@ def test_an_image_named_outside_the_annotations_root_is_never_a_row(
     assert written in text
     path.write_text(text.replace(written, outside, 1))
     assert_reads_safely(dataset)
+
+
+# --- an earlier output's example index: what --reuse_from routes and `diff` compares ------
+
+_INDEXED_SHARD = "train-00000-of-00001.tfrecord"
+
+
+@pytest.fixture(scope="module")
+def indexed_outputs(tmp_path_factory) -> tuple[str, str, Path]:
+    """Two outputs as summary.json and an example index each (what `diff` reads), and the
+    second's index, which the tests mutate."""
+    from image_tfrecords.core import naming
+    from image_tfrecords.core.example_index import IndexEntry, write_index
+
+    root = tmp_path_factory.mktemp("indexes")
+    folders = []
+    for name, labels in (("old", ("cat",)), ("new", ("dog", "cat"))):
+        folder = root / name
+        folder.mkdir()
+        summary = {
+            "options": {"dedupe": "none"},
+            "rows_read": 3,
+            "examples_written": 3,
+            "rows_in_examples": 3,
+            "rows_dead_lettered": 0,
+            "accounted": True,
+            "error_fraction": 0.0,
+            "splits": {"train": {"shards": [{"file": _INDEXED_SHARD, "records": 3, "bytes": 9}]}},
+            "vocabulary": {"label": ["cat", "dog"]},
+        }
+        (folder / naming.SUMMARY_FILE).write_text(json.dumps(summary))
+        write_index(
+            naming.published_index(str(folder), _INDEXED_SHARD),
+            (
+                IndexEntry(
+                    position=position,
+                    uri=str(root / "images" / f"{position}.jpg"),
+                    split="train",
+                    labels=labels,
+                    sha256=f"{position:064x}",
+                    perceptual_hash=position,
+                    source_bytes=100,
+                    reencoded=None,
+                    longest_side=32,
+                    identity=f"local:100:{position}:1:2",
+                    key=f"key{position}",
+                )
+                for position in range(3)
+            ),
+        )
+        folders.append(str(folder))
+    old, new = folders
+    from image_tfrecords.core.changes import output_changes
+
+    assert output_changes(old, new).relabelled.count == 3  # unmutated, they compare
+    return old, new, Path(naming.published_index(new, _INDEXED_SHARD))
+
+
+def assert_index_read_safely(old: str, new: str, index: Path) -> None:
+    """`diff`'s comparison and --reuse_from's routing of the index: only their documented
+    failures, and memory of a bounded reading."""
+    from image_tfrecords.core.changes import NotComparable, output_changes
+    from image_tfrecords.core.example_index import ExampleIndexError, PreviousShardFiles
+    from image_tfrecords.core.filesystem_options import FilesystemOptions
+    from image_tfrecords.core.shard_writer import SplitPlan
+    from image_tfrecords.transforms.previous_examples import _Route
+
+    tracemalloc.start()
+    try:
+        with contextlib.suppress(NotComparable, ExampleIndexError):
+            output_changes(old, new)
+        files = PreviousShardFiles(str(index), str(index.parent / _INDEXED_SHARD), "t")
+        for _, (_, previous) in _Route(FilesystemOptions()).process(
+            files, {"train": SplitPlan(2, 2)}
+        ):
+            assert all(entry.labels == () for entry in previous.unpacked())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < MEMORY_CAP
+
+
+@FUZZ
+@given(data=st.data())
+def test_byte_mutations_of_an_example_index_fail_only_as_documented(indexed_outputs, data):
+    old, new, index = indexed_outputs
+    with replaced(index, data.draw(byte_mutations(index.read_bytes()), label="bytes")):
+        assert_index_read_safely(old, new, index)
+
+
+@pytest.mark.parametrize("family", HOSTILE)
+@FUZZ
+@given(data=st.data())
+def test_hostile_values_in_an_example_index_fail_only_as_documented(indexed_outputs, family, data):
+    old, new, index = indexed_outputs
+    mutated = data.draw(structure_mutations(index, index.read_bytes(), family), label="index")
+    with replaced(index, mutated):
+        assert_index_read_safely(old, new, index)
