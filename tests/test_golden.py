@@ -95,29 +95,6 @@ def test_the_samples_convert_to_the_pinned_bytes(configuration, data, tmp_path):
     assert_pinned(configuration, data, tmp_path)
 
 
-@pytest.mark.parametrize(
-    "configuration",
-    ["detection", "multi_one_hot", "single_array_record_near_dropped", "single_gzip_resized_png"],
-)
-def test_shards_written_in_parts_and_joined_are_the_pinned_bytes(
-    configuration, data, tmp_path, monkeypatch
-):
-    from image_tfrecords.transforms import shards
-
-    plan_split, plans = shards.plan_split, tmp_path / "plans"
-
-    def recorded(rows, shard_count, workers):  # runs in a copy Beam unpickled: it writes a file
-        plan = plan_split(rows, shard_count, workers)
-        with plans.open("a") as file:
-            file.write(f"{plan.parts}\n")
-        return plan
-
-    monkeypatch.setattr(shards, "PART_ROWS", 3)
-    monkeypatch.setattr(shards, "plan_split", recorded)
-    assert_pinned(configuration, data, tmp_path, "--worker_processes", "4")
-    assert max(map(int, plans.read_text().split())) >= 2
-
-
 def assert_pinned(configuration, data, tmp_path, *more_flags):
     root, bucket_flags = data
     flags = [flag.format(data=root) for flag in CONFIGURATIONS[configuration]]
@@ -137,14 +114,24 @@ def assert_pinned(configuration, data, tmp_path, *more_flags):
 
 @pytest.mark.parametrize(
     "configuration, processes",
-    [("extra_columns", "2"), ("detection", "2"), ("multi_one_hot", "2"), ("single_tfrecord", "0")],
+    [
+        ("detection", "4"),
+        ("multi_one_hot", "4"),
+        ("single_array_record_near_dropped", "4"),
+        ("single_gzip_resized_png", "4"),
+        ("extra_columns", "2"),
+        ("single_tfrecord", "0"),
+    ],
 )
-def test_manifests_parsed_in_many_chunks_give_the_pinned_bytes(
+def test_rows_in_many_chunks_and_shards_in_parts_give_the_pinned_bytes(
     configuration, processes, data, tmp_path, monkeypatch
 ):
     """Rows travel in chunks of ~3 lines here (a header read once, line numbers counted
-    across chunks), parsed by worker processes or, with 0, in this one."""
+    across chunks), parsed by worker processes or, with 0, in this one; and each shard is
+    written in parts of 3 rows by the worker processes, then joined. One run for both:
+    each changes how the work is cut, neither what is written."""
     from image_tfrecords.pipeline import resume, run
+    from image_tfrecords.transforms import shards
 
     chunk_counts = []
 
@@ -153,7 +140,19 @@ def test_manifests_parsed_in_many_chunks_give_the_pinned_bytes(
         chunk_counts.append(len(scanned.chunks))
         return scanned
 
+    plan_split, plans = shards.plan_split, tmp_path / "plans"
+
+    def recorded(rows, shard_count, workers):  # runs in a copy Beam unpickled: it writes a file
+        plan = plan_split(rows, shard_count, workers)
+        with plans.open("a") as file:
+            file.write(f"{plan.parts}\n")
+        return plan
+
     monkeypatch.setattr(resume, "chunk_bytes", lambda file_bytes, processes: 100)
     monkeypatch.setattr(run, "scan_sources", scan_in_small_chunks)
+    monkeypatch.setattr(shards, "PART_ROWS", 3)
+    monkeypatch.setattr(shards, "plan_split", recorded)
     assert_pinned(configuration, data, tmp_path, "--worker_processes", processes)
     assert chunk_counts[0] >= 6
+    if processes != "0":  # parts are for worker processes to share a shard
+        assert max(map(int, plans.read_text().split())) >= 2
