@@ -61,6 +61,20 @@ def day_one(tmp_path_factory):
     return root, rows, output
 
 
+def reusing(root, previous, output):
+    """Day one's rows (their images as day one read them: a later test changes some)
+    converted again into `output`, reusing `previous`."""
+    return convert(
+        output,
+        "--manifest",
+        str(root / "day1.csv"),
+        "--num_shards",
+        "2",
+        "--reuse_from",
+        str(previous),
+    )
+
+
 def _reads(monkeypatch):
     """The images the shard writer reads (worker processes off: it runs in this one)."""
     from image_tfrecords.core import shard_writer
@@ -116,11 +130,7 @@ def test_a_damaged_previous_shard_or_index_is_read_again_not_copied(day_one, tmp
     first, second, *rest = [json.loads(line) for line in index.read_text().splitlines()]
     first["sha256"], second["sha256"] = second["sha256"], first["sha256"]
     index.write_text("".join(json.dumps(entry) + "\n" for entry in [first, second, *rest]))
-    manifest = str(root / "day1.csv")  # its images as day one read them (a later test
-    # changes some)
-    output = convert(
-        tmp_path / "out", "--manifest", manifest, "--num_shards", "2", "--reuse_from", str(damaged)
-    )
+    output = reusing(root, damaged, tmp_path / "out")
     summary = _summary(output)
     validation_shard = len(rest) + 2  # read again whole, from its first example
     assert 0 < summary["examples_reused"] < summary["examples_written"] - validation_shard
@@ -146,15 +156,7 @@ def test_a_planted_image_or_label_in_a_reused_record_is_not_published(day_one, t
             features["image/class/label"].int64_list.value[0] = 0
 
     rewrite_records(shard, plant)
-    output = convert(
-        tmp_path / "out",
-        "--manifest",
-        str(root / "day1.csv"),
-        "--num_shards",
-        "2",
-        "--reuse_from",
-        str(planted),
-    )
+    output = reusing(root, planted, tmp_path / "out")
     summary = _summary(output)
     assert 0 < summary["examples_reused"] < summary["examples_written"]
     assert output_digests(output) == output_digests(previous)
@@ -170,15 +172,7 @@ def test_a_previous_shard_that_links_out_of_the_reused_folder_is_not_copied(day_
     elsewhere = shutil.copy(shard, tmp_path / "elsewhere.tfrecord")
     shard.unlink()
     shard.symlink_to(elsewhere)
-    output = convert(
-        tmp_path / "out",
-        "--manifest",
-        str(root / "day1.csv"),
-        "--num_shards",
-        "2",
-        "--reuse_from",
-        str(planted),
-    )
+    output = reusing(root, planted, tmp_path / "out")
     train = _summary(previous)["splits"]["train"]["shards"][0]["records"]
     assert _summary(output)["examples_reused"] == _summary(output)["examples_written"] - train
     assert output_digests(output) == output_digests(previous)
@@ -199,15 +193,7 @@ def test_a_fifo_or_a_device_in_place_of_a_previous_file_is_read_again_not_waited
     assert thumbnails.exists()
     thumbnails.unlink()
     thumbnails.symlink_to("/dev/zero")
-    output = convert(
-        tmp_path / "out",
-        "--manifest",
-        str(root / "day1.csv"),
-        "--num_shards",
-        "2",
-        "--reuse_from",
-        str(planted),
-    )
+    output = reusing(root, planted, tmp_path / "out")
     summary = _summary(output)
     assert 0 < summary["examples_reused"] < summary["examples_written"]
     assert output_digests(output) == output_digests(previous)
