@@ -168,7 +168,7 @@ HOSTILE_NAME = "x\x1b]52;c;ZXZpbA==\x07\u009b2J.jpg"  # writes the clipboard (OS
 
 
 def test_labels_and_names_reach_a_terminal_escaped_and_the_files_keep_them(tmp_path):
-    """What `convert` and `diff` print (the table, the dead letters, what changed) holds
+    """What a conversion and `diff` print (the table, the dead letters, what changed) holds
     no control character a terminal would act on; summary.json keeps the text."""
     image = encode(photo_like(40, 30, 5), "JPEG")
     (tmp_path / "a.jpg").write_bytes(image)
@@ -182,16 +182,14 @@ def test_labels_and_names_reach_a_terminal_escaped_and_the_files_keep_them(tmp_p
         f"train,{HOSTILE_NAME}.missing,dog\n"
     )
     old = convert(tmp_path / "old", "--manifest", str(before))
-    command = Path(sys.executable).parent / "image-tfrecords"
+    command = str(Path(sys.executable).parent / "image-tfrecords")
     printed = []
-    for arguments in (
-        ["convert", "--manifest", str(hostile), "--output_dir", str(tmp_path / "new")]
-        + ["--max_error_fraction", "1"],
-        ["diff", str(old), str(tmp_path / "new")],
+    for arguments in (  # both entries: `python -m image_tfrecords` (what operators run)
+        [sys.executable, "-m", "image_tfrecords", "--manifest", str(hostile)]
+        + ["--output_dir", str(tmp_path / "new"), "--max_error_fraction", "1"],
+        [command, "diff", str(old), str(tmp_path / "new")],
     ):
-        done = subprocess.run(
-            [str(command), *arguments], capture_output=True, text=True, timeout=300
-        )
+        done = subprocess.run(arguments, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         printed.append(done.stdout + done.stderr)
     for text in printed:
