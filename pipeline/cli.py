@@ -79,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def convert_main(argv: Sequence[str] | None = None) -> int:
+    # Every entry of a conversion comes here (`python -m image_tfrecords`, the Flex
+    # Template's, main()), and what it prints holds labels and paths from strangers' files.
+    console.escape_what_is_printed()
     # From here on SIGINT and SIGTERM stop the run in one line, also in the imports
     # below, which take seconds (core/interrupts.py).
     with interrupts.signals_stop():
