@@ -1,25 +1,23 @@
-"""A shard written in parts, joined: the parts' records, in order, through the shard's
-format, which gives the bytes the shard has when written whole (its compression and its
-companions included, since the format's writer sees the same records in the same order).
+"""A shard written in parts, joined through the shard's format (ShardFormat.join), which
+gives the bytes the shard has when written whole, its compression and companions included:
+TFRecord's parts are framed as its shards are, so their files are concatenated (by the
+kernel, between local files); other formats write the parts' records again.
 
 Parts are written by the same code as whole shards (shard_writer.py) into plain
 TFRecord-framed files. The join reads each part's receipt for what it gave, writes the
 shard, its thumbnails and its receipt (which names the parts' digests, for --resume), and
 then deletes the parts' files; their receipts stay, small, so that a resumed run knows a
-part is in a finished shard. Runs in a worker process, like a shard's writing.
-"""
+part is in a finished shard. Runs in a worker process, like a shard's writing."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from image_tfrecords.core import naming, receipts, storage
 from image_tfrecords.core.file_formats import PipelineFiles
-from image_tfrecords.core.file_formats.tfrecord import read_records
 from image_tfrecords.core.records import ShardOutcome, ShardWritten
 from image_tfrecords.core.shard_writer import Progress, resumed, write_index
 
@@ -93,17 +91,14 @@ def join_parts(task: JoinTask, settings: RunSettings) -> ShardOutcome:
 
 
 def _join_records(task: JoinTask, parts: Sequence[int], path: str, settings: RunSettings) -> None:
-    with settings.shard_format.create(path, PipelineFiles()) as out:
-        for place in parts:
-            part_path = naming.part_path(task.temp_dir, task.split, task.shard, place)
-            if not storage.exists(part_path):  # deleted by an earlier join (read_joined_part)
-                raise FileNotFoundError(
-                    f"{part_path} is gone: a resumed run found this part joined into a shard "
-                    "that is no longer whole. Delete the run's folder to write it again"
-                )
-            with storage.open_read(part_path) as part_file:
-                for record in read_records(part_file):
-                    out.write(record)
+    part_paths = [naming.part_path(task.temp_dir, task.split, task.shard, place) for place in parts]
+    for part_path in part_paths:
+        if not storage.exists(part_path):  # deleted by an earlier join (read_joined_part)
+            raise FileNotFoundError(
+                f"{part_path} is gone: a resumed run found this part joined into a shard "
+                "that is no longer whole. Delete the run's folder to write it again"
+            )
+    settings.shard_format.join(path, part_paths, PipelineFiles())
 
 
 def _join_thumbnails(task: JoinTask, parts: Sequence[int], path: str) -> None:
@@ -112,7 +107,7 @@ def _join_thumbnails(task: JoinTask, parts: Sequence[int], path: str) -> None:
             with storage.open_read(
                 naming.thumbnails_path(task.temp_dir, task.split, task.shard, place)
             ) as part:
-                shutil.copyfileobj(part, out)
+                storage.append(part, out)
 
 
 def merged(parts: Sequence[ShardOutcome], path: str, size: int) -> ShardOutcome:

@@ -17,6 +17,7 @@ import io
 import lzma
 import os
 import re
+import shutil
 import stat
 from typing import Any, BinaryIO
 
@@ -129,6 +130,35 @@ def create(path: str) -> BinaryIO:
     from apache_beam.io.filesystem import CompressionTypes
 
     return _beam(path).create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+_COPY_BUFFER = 8 << 20
+# copy_file_range's refusals where it cannot copy between these files; then Python copies.
+_NO_KERNEL_COPY = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF)
+
+
+def append(source: BinaryIO, destination: BinaryIO) -> None:
+    """Writes the rest of `source` at the end of `destination`. Between two local files
+    the kernel copies (os.copy_file_range: no bytes through Python, a reflink where the
+    disk shares blocks); otherwise (Beam's streams, a gzip stream around a file), or where
+    the kernel refuses, Python does."""
+    if not (isinstance(source, io.BufferedReader) and isinstance(destination, io.BufferedWriter)):
+        shutil.copyfileobj(source, destination, _COPY_BUFFER)
+        return
+    destination.flush()  # the kernel writes at the descriptor's offset: the file's end
+    start = offset = source.tell()  # the reader's, which its read-ahead has left behind
+    try:
+        while copied := os.copy_file_range(
+            source.fileno(), destination.fileno(), _COPY_BUFFER, offset
+        ):
+            offset += copied
+    except OSError as refused:
+        if offset != start or refused.errno not in _NO_KERNEL_COPY:
+            raise
+        shutil.copyfileobj(source, destination, _COPY_BUFFER)
+        return
+    source.seek(offset)
+    destination.seek(0, os.SEEK_END)  # the buffered writer learns where the kernel wrote to
 
 
 def split(path: str) -> tuple[str, str]:

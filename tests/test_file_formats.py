@@ -105,6 +105,53 @@ def test_array_record_shards_elsewhere_than_on_disk_go_through_the_files_given(t
     assert [r.numpy() for r in fmt.dataset(tf.constant(path))] == RECORDS
 
 
+@pytest.mark.parametrize("name, compression, suffix", FORMATS)
+@pytest.mark.parametrize("files", [PipelineFiles, GFiles])
+def test_a_shard_joined_from_parts_is_the_shard_written_whole(
+    tmp_path, name, compression, suffix, files
+):
+    """Parts are TFRecord-framed files (core/shard_parts.py). Joined, through local files
+    (TFRecord's: copied by the kernel) or TensorFlow's streams (copied by Python), they
+    give the whole shard's bytes and companions."""
+    fmt = shard_format(name, compression)
+    whole = tmp_path / f"whole{suffix}"
+    write(fmt, str(whole), PipelineFiles(), RECORDS * 3)
+    framing = shard_format("tfrecord")
+    parts = []
+    for place, records in enumerate([RECORDS, RECORDS[:1], RECORDS[1:] + RECORDS]):
+        parts.append(str(tmp_path / f"part-{place}"))
+        write(framing, parts[-1], PipelineFiles(), records)
+    joined = tmp_path / f"joined{suffix}"
+    fmt.join(str(joined), parts, files())
+    assert joined.read_bytes() == whole.read_bytes()
+    for companion in fmt.companions:
+        assert (tmp_path / f"joined{suffix}{companion}").read_bytes() == (
+            tmp_path / f"whole{suffix}{companion}"
+        ).read_bytes()
+    assert list(fmt.read(str(joined), GFiles())) == RECORDS * 3
+
+
+def test_a_part_whose_framing_breaks_is_not_joined_into_a_shard(tmp_path):
+    """TFRecord's join reads only the records' headers: a length whose CRC fails, or a
+    file that ends inside a record, is named as reading it would name it."""
+    fmt = shard_format("tfrecord")
+    part = tmp_path / "part"
+    write(fmt, str(part), PipelineFiles())
+    data = part.read_bytes()
+    sizes = [16 + len(record) for record in RECORDS]
+    part.write_bytes(data[: sum(sizes[:3]) + 20])
+    with pytest.raises(RecordError, match=r"record 3 \(byte 10291\): truncated"):
+        fmt.join(str(tmp_path / "s.tfrecord"), [str(part)], PipelineFiles())
+    damaged = bytearray(data)
+    damaged[sizes[0] + 2] ^= 0xFF  # record 1's length
+    part.write_bytes(bytes(damaged))
+    with pytest.raises(RecordError, match=r"record 1 \(byte 16\): length CRC mismatch"):
+        fmt.join(str(tmp_path / "s.tfrecord"), [str(part)], PipelineFiles())
+    part.write_bytes(data + data[:5])
+    with pytest.raises(RecordError, match=r"record 4 .*5 bytes into the record's header"):
+        fmt.join(str(tmp_path / "s.tfrecord"), [str(part)], PipelineFiles())
+
+
 def test_a_damaged_array_record_is_named_by_its_index(tmp_path):
     fmt = shard_format("array_record")
     path = tmp_path / "s.array_record"

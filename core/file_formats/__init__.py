@@ -123,6 +123,17 @@ class ShardFormat(abc.ABC):
     def create(self, path: str, files: Files) -> contextlib.AbstractContextManager[RecordWriter]:
         """A writer of one shard at `path`; the shard is whole once the block exits."""
 
+    def join(self, path: str, parts: Sequence[str], files: Files) -> None:
+        """Writes the shard at `path` from `parts`, files of TFRecord-framed records
+        (core/shard_parts.py), in order: the bytes the shard has when written whole."""
+        from image_tfrecords.core.file_formats.tfrecord import read_records
+
+        with self.create(path, files) as shard:
+            for part in parts:
+                with files.open(part) as source:
+                    for record in read_records(source):
+                        shard.write(record)
+
     @abc.abstractmethod
     def read(self, path: str, files: Files) -> Iterator[bytes]:
         """Every record of the shard at `path`, in order, each checked as the format

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import struct
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -60,8 +61,22 @@ class TFRecordFormat(ShardFormat):
         with files.create(path) as raw, self._compressing(raw) as stream:
             writer = FramedWriter(stream)
             yield writer
-        with files.create(path + INDEX_SUFFIX) as index:
-            index.write("".join(_index_lines(writer.sizes)).encode("ascii"))
+        _write_index(path, writer.sizes, files)
+
+    def join(self, path: str, parts: Sequence[str], files: Files) -> None:
+        # The parts are framed as the shard is: their bytes one after another (compressed
+        # as one stream) are the shard, copied without reading a record into Python, and
+        # the index follows from their records' headers.
+        from image_tfrecords.core import storage
+
+        sizes: list[int] = []
+        with files.create(path) as raw, self._compressing(raw) as stream:
+            for part in parts:
+                with files.open(part) as source:
+                    sizes.extend(record_sizes(source))
+                    source.seek(0)
+                    storage.append(source, stream)
+        _write_index(path, sizes, files)
 
     def read(self, path: str, files: Files) -> Iterator[bytes]:
         with files.open(path) as raw:
@@ -111,6 +126,11 @@ class FramedWriter:
     def write(self, record: bytes) -> None:
         write_record(self._stream, record)
         self.sizes.append(len(record))
+
+
+def _write_index(path: str, record_sizes: Iterable[int], files: Files) -> None:
+    with files.create(path + INDEX_SUFFIX) as index:
+        index.write("".join(_index_lines(record_sizes)).encode("ascii"))
 
 
 def _index_lines(record_sizes: Iterable[int]) -> Iterator[str]:
@@ -168,6 +188,32 @@ def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
         yield data
         index += 1
         offset += _HEADER.size + len(body)
+
+
+def record_sizes(file: BinaryIO) -> Iterator[int]:
+    """Each record's data size, from the headers of an uncompressed file alone (each
+    length's CRC checked, the data skipped); raises RecordError where the framing breaks."""
+    file.seek(0, io.SEEK_END)  # (GFile's seek gives no position)
+    end = file.tell()
+    file.seek(0)
+    index = offset = 0
+    while offset < end:
+        header = file.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            raise RecordError(
+                index,
+                offset,
+                f"truncated: the file ends {len(header)} bytes into the record's header",
+            )
+        length, length_crc = _HEADER.unpack(header)
+        if _masked_crc(header[:8]) != length_crc:
+            raise RecordError(index, offset, "length CRC mismatch")
+        file.seek(length + _CRC.size, io.SEEK_CUR)
+        if file.tell() > end:
+            raise RecordError(index, offset, "truncated: the file ends inside the record")
+        yield length
+        index += 1
+        offset += _HEADER.size + length + _CRC.size
 
 
 def _masked_crc(data: bytes) -> int:
