@@ -152,9 +152,22 @@ class JobWatch:
                         "check that every TaskManager or executor reaches it and that its "
                         "python imports apache_beam and this project (the TaskManager's log "
                         "says 'Still waiting for startup of environment')"
+                        + self._storage_hint(marker)
                     )
                 )
                 return
+
+    def _storage_hint(self, marker: str) -> str:
+        # A plain worker pool's workers get none of the job's options from Beam: workers
+        # that started but cannot write the marker to S3 look, from here, as never started.
+        if not (marker.startswith("s3://") and self._environment.startswith("EXTERNAL")):
+            return ""
+        return (
+            ", or, where the pool's log says 'Unable to locate credentials', that its "
+            "workers have S3's keys: a plain worker pool gives them none of the job's "
+            "options, so start it with --container_executable image-tfrecords-sdk-worker "
+            "(or give its environment AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+        )
 
     def cancel(self, result: PipelineResult | None) -> str:
         """Cancels the job `result` is (None: its submission was under way); says what

@@ -420,15 +420,18 @@ class WorkerPool:
     """Beam's SDK worker pool on `port`, with this interpreter's venv first on PATH: the
     pool starts each worker as the `python` on PATH. The workers import this worktree's
     packages (PYTHONPATH), as the launcher does; `environment` is added to theirs (a
-    bucket's keys, as a pool's pod would hold them). `workers_python`, where given, is
-    the `python` the workers start with instead (one without Beam: workers that never
-    start)."""
+    bucket's keys, as a pool's pod would hold them; AWS_* variables of this process never
+    reach it). `workers_python`, where given, is the `python` the workers start with
+    instead (one without Beam: workers that never start); `container_executable`, the
+    command each worker is started as (Beam's container contract: the worker asks the
+    job's provision service for its options)."""
 
     def __init__(
         self,
         folder: Path,
         environment: dict[str, str] | None = None,
         workers_python: str | None = None,
+        container_executable: str | None = None,
     ) -> None:
         self.port = free_port()
         self.log = folder / "worker_pool.log"
@@ -438,7 +441,7 @@ class WorkerPool:
             os.mkdir(first_on_path)
             os.symlink(workers_python, os.path.join(first_on_path, "python"))
         env = {
-            **os.environ,
+            **{name: value for name, value in os.environ.items() if not name.startswith("AWS_")},
             "PATH": f"{first_on_path}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONPATH": str(Path(__file__).parents[1]),
             "TMPDIR": str(folder),
@@ -451,6 +454,7 @@ class WorkerPool:
                 "apache_beam.runners.worker.worker_pool_main",
                 "--service_port",
                 str(self.port),
+                *(["--container_executable", container_executable] if container_executable else []),
             ],
             self.log,
             env,

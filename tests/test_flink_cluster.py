@@ -85,15 +85,23 @@ def on_the_cluster(flink, temp, environment: list[str] | None = None) -> list[st
     ]
 
 
-def process_environment(folder: Path) -> list[str]:
-    """SDK workers the TaskManager starts itself (PROCESS), booted by
-    pipeline/sdk_worker_boot.py (the image-tfrecords-sdk-worker command of an install)."""
+def worker_boot(folder: Path) -> Path:
+    """pipeline/sdk_worker_boot.py as a command (the image-tfrecords-sdk-worker command of
+    an install): an SDK worker that asks the job's provision service for its options."""
     boot = folder / "boot"
     boot.write_text(
         f'#!/bin/sh\nexec {sys.executable} -m image_tfrecords.pipeline.sdk_worker_boot "$@"\n'
     )
     boot.chmod(0o755)
-    config = {"command": str(boot), "env": {"PYTHONPATH": str(Path(__file__).parents[1])}}
+    return boot
+
+
+def process_environment(folder: Path) -> list[str]:
+    """SDK workers the TaskManager starts itself (PROCESS), booted by worker_boot."""
+    config = {
+        "command": str(worker_boot(folder)),
+        "env": {"PYTHONPATH": str(Path(__file__).parents[1])},
+    }
     return ["--environment_type", "PROCESS", "--environment_config", json.dumps(config)]
 
 
@@ -172,6 +180,48 @@ def test_the_hostile_set_from_a_bucket_to_a_bucket_publishes_what_the_direct_run
     assert sorted(files) == sorted(reference)
     for name, content in reference.items():
         assert files[name] == content, name
+
+
+def test_a_worker_pool_without_keys_reaches_the_bucket_with_the_keys_the_job_was_given(
+    flink, _s3_bucket, tmp_path
+):
+    """A worker pool whose environment has no AWS keys, started as the docs say for keys
+    given as the job's options (`--container_executable image-tfrecords-sdk-worker`):
+    each worker takes the job's options, keys included, from the provision service, so
+    its first storage call (the worker-started marker, in the run's temp folder in the
+    bucket) and every later one reach the bucket. A plain pool's workers get no options
+    from Beam (they failed with 'Unable to locate credentials')."""
+    cluster, _ = flink
+    pool = WorkerPool(tmp_path, container_executable=str(worker_boot(tmp_path)))
+    output = f"{_s3_bucket.url}/flink-cluster/keys-as-options"
+    try:
+        job = pipeline(
+            *SAMPLE_FLAGS,
+            *_s3_bucket.flags,
+            *on_the_cluster(
+                flink,
+                tmp_path,
+                [
+                    "--environment_type",
+                    "EXTERNAL",
+                    "--environment_config",
+                    f"localhost:{pool.port}",
+                ],
+            ),
+            "--output_dir",
+            output,
+            "--worker_start_timeout",
+            "120",
+            temp=tmp_path,
+        )
+    finally:
+        pool.stop()
+    assert job.returncode == 0, job.stderr[-3000:] + pool.log.read_text()[-3000:]
+    assert cluster.jobs()[-1]["state"] == "FINISHED"
+    assert "Unable to locate credentials" not in pool.log.read_text()
+    files = published_from_the_bucket(_s3_bucket, output, tmp_path / "read-back")
+    summary = files["summary.json"]
+    assert summary["accounted"] and summary["examples_written"] > 0
 
 
 def test_a_failed_run_on_the_cluster_publishes_nothing_and_the_job_failed_there(

@@ -124,6 +124,25 @@ def test_no_worker_started_in_time_stops_the_job_saying_which_environment(quick_
     )
 
 
+def test_a_pool_whose_workers_cannot_reach_an_s3_temp_folder_is_named_as_a_cause(quick_polls, s3):
+    """Workers of a plain pool start without the job's S3 keys and cannot write the marker
+    into a temp folder in a bucket: the error names that cause and what to start the pool
+    with, beside the workers that never started."""
+    submitted = types.SimpleNamespace(result=RunningJob())
+    with (
+        pytest.raises(stopping.WorkersNeverStarted) as never,
+        watch(*EXTERNAL, timeout=0.3) as watching,
+    ):
+        watching.handed_over(submitted, f"{s3.url}/stopping/worker-started")
+        wait_in_the_main_thread(5)
+    assert str(never.value).endswith(
+        "or, where the pool's log says 'Unable to locate credentials', that its workers "
+        "have S3's keys: a plain worker pool gives them none of the job's options, so start "
+        "it with --container_executable image-tfrecords-sdk-worker (or give its environment "
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+    )
+
+
 @pytest.mark.parametrize(
     "timeout, submitted, marker_written",
     [
