@@ -72,11 +72,19 @@ class IndexEntry(pydantic.BaseModel):
     longest_side: int = pydantic.Field(ge=0)
     identity: str | None  # storage.identity of the image when it was read; None: unknown
     key: str | None  # example_key of its rows and settings; None: never reused
+    # ExampleSource.features_digest; None in an index written before it was kept: such
+    # an example is read again, not copied.
+    features_digest: str | None = None
 
     def reusable_for(self, key: str, identity: str | None) -> bool:
         """Whether this example is the one rows of `key` make from a source of
         `identity` now."""
-        return self.key is not None and self.key == key and identity == self.identity is not None
+        return (
+            self.key is not None
+            and self.key == key
+            and identity == self.identity is not None
+            and self.features_digest is not None
+        )
 
 
 def example_key(rows: Sequence[LabelledRow], label_mode: LabelMode, settings_digest: str) -> str:

@@ -20,6 +20,7 @@ tests/test_example_proto.py compares the bytes with TensorFlow's for every kind.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -118,6 +119,21 @@ def first_bytes_values(record: bytes, keys: frozenset[str]) -> dict[str, bytes]:
                 if kind_tag == _KIND_TAG[BYTES][0]:
                     found[name] = next((bytes(value) for _, value in _fields(values)), b"")
     return found
+
+
+def features_digest(record: bytes, leaving_out: frozenset[str]) -> str:
+    """The SHA-256 of the Example `record`'s features but those of `leaving_out`, each
+    key with its serialized values, in the order of their keys (a map's order is the
+    writer's), read without copying the features left out (an image)."""
+    digest = hashlib.sha256()
+    for _, entry in sorted(
+        (key, entry)
+        for key, entry in _entries(record)
+        if key.decode("utf-8", "replace") not in leaving_out
+    ):
+        digest.update(len(entry).to_bytes(8, "little"))
+        digest.update(entry)
+    return digest.hexdigest()
 
 
 def _entries(record: bytes) -> Iterator[tuple[bytes, memoryview]]:

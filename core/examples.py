@@ -173,6 +173,12 @@ def encode_example(
     return serialize_example(_typed(values, types))
 
 
+# The features relabelled writes: the label ids and texts of either mode.
+RELABELLED_FEATURES = frozenset(
+    {keys.CLASS_LABEL, keys.CLASS_TEXT, keys.OBJECT_LABEL, keys.OBJECT_TEXT}
+)
+
+
 def relabelled(record: bytes, rows: Sequence[LabelledRow], label_mode: LabelMode) -> bytes:
     """The example `record` (encode_example's, of the same image and settings) with the
     label fields `rows` give now: a label id moved by a class added before it, or a row

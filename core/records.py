@@ -219,6 +219,9 @@ class ExampleSource(NamedTuple):
     source_bytes: int
     reencoded: str | None
     longest_side: int  # of the source image, in pixels
+    # example_proto.features_digest of the record's features but its image bytes and
+    # label fields (which a copy checks apart); None where no index is written.
+    features_digest: str | None = None
 
 
 class ExampleRef(NamedTuple):

@@ -37,8 +37,9 @@ from image_tfrecords.core.choices import LabelMode
 from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.downloads import DownloadSettings, is_url
 from image_tfrecords.core.example_index import IndexEntry, PreviousShard
-from image_tfrecords.core.example_proto import first_bytes_values
+from image_tfrecords.core.example_proto import features_digest, first_bytes_values
 from image_tfrecords.core.examples import (
+    RELABELLED_FEATURES,
     encode_example,
     example_annotations,
     example_labels,
@@ -268,6 +269,7 @@ class _Encoded(NamedTuple):
     rows: list[LabelledRow]
     wrong_size: list[DeadLetter]
     fitted: bool = True
+    features_digest: str | None = None  # a copy's, checked: no need to digest it again
 
 
 class _Read(NamedTuple):
@@ -381,11 +383,16 @@ class _ShardWriter:
                     outcome.longest_side,
                 )
                 source = ExampleSource(
-                    got.identity,
-                    self._keys[place] if outcome.fitted else None,
-                    outcome.source_bytes,
-                    outcome.reencoded,
-                    outcome.longest_side,
+                    identity=got.identity,
+                    key=self._keys[place] if outcome.fitted else None,
+                    source_bytes=outcome.source_bytes,
+                    reencoded=outcome.reencoded,
+                    longest_side=outcome.longest_side,
+                    features_digest=(
+                        outcome.features_digest or features_digest(record, _CHECKED_APART)
+                        if settings.writes_index
+                        else None
+                    ),
                 )
                 example_keys.append(
                     (
@@ -441,7 +448,13 @@ class _ShardWriter:
             key = self._key(place, rows)
             self._keys.append(key)
             found = previous.get(redacted(rows[0].row.uri))
-            if key is not None and found and found[1].key == key and found[1].identity:
+            if (
+                key is not None
+                and found
+                and found[1].key == key
+                and found[1].identity
+                and found[1].features_digest
+            ):
                 self._reusable[place] = found
 
     def _key(self, place: int, rows: list[LabelledRow]) -> str | None:
@@ -473,6 +486,7 @@ class _ShardWriter:
             entry.source_bytes,
             rows,
             [],
+            features_digest=entry.features_digest,
         )
 
     @contextlib.contextmanager
@@ -679,10 +693,11 @@ class _PreviousExamples:
 
 def _check_copied(record: bytes, entry: IndexEntry) -> None:
     """ValueError unless the record is the example of the image its index entry names
-    (an index out of step with its shard would give rows another image's example), and
-    its image bytes are the ones the entry's SHA-256 names: a record whose image was
-    swapped in the reused folder, its stated hash left as it was, is not copied. (Its
-    label fields are this run's anyway: relabelled.)"""
+    (an index out of step with its shard would give rows another image's example), its
+    image bytes are the ones the entry's SHA-256 names (a record whose image was swapped
+    in the reused folder, its stated hash left as it was, is not copied), and its other
+    features (boxes, masks, keypoints, extra columns) are the ones the entry's digest
+    names. Its label fields are this run's anyway: relabelled."""
     stated = first_bytes_values(record, _COPY_CHECKED)
     if stated.get(SOURCE_ID) != entry.uri.encode("utf-8", "surrogateescape") or stated.get(
         IMAGE_SHA256
@@ -694,9 +709,16 @@ def _check_copied(record: bytes, entry: IndexEntry) -> None:
         raise ValueError(
             f"record {entry.position}'s image is not the bytes its index names for {entry.uri}"
         )
+    if features_digest(record, _CHECKED_APART) != entry.features_digest:
+        raise ValueError(
+            f"record {entry.position}'s features are not the ones its index names for {entry.uri}"
+        )
 
 
 _COPY_CHECKED = frozenset({SOURCE_ID, IMAGE_SHA256, IMAGE_BYTES})
+# What a copy's features digest leaves out: the image (hashed by itself) and the label
+# fields (examples.relabelled writes this run's).
+_CHECKED_APART = frozenset({IMAGE_BYTES, *RELABELLED_FEATURES})
 
 
 def _class_map(

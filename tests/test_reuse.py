@@ -162,6 +162,32 @@ def test_a_planted_image_or_label_in_a_reused_record_is_not_published(day_one, t
     assert output_digests(output) == output_digests(previous)
 
 
+def test_a_box_changed_in_a_reused_detection_record_is_not_published(tmp_path):
+    """A previous detection record whose box was moved, everything else (its image, its
+    index entry) left as it was: its features no longer digest to the entry's, so its
+    shard's images are read again, with a warning, and the output is a full run's bytes."""
+    flags = [
+        "--manifest",
+        str(SAMPLE_DATA / "detection.csv"),
+        "--label_mode",
+        "detection",
+        "--max_error_fraction",
+        "0.5",  # the sample's two bad boxes
+    ]
+    previous = convert(tmp_path / "day1", *flags, "--num_shards", "1")
+    planted = shutil.copytree(previous, tmp_path / "planted")
+    (shard,) = planted.glob("train-*.tfrecord")
+
+    def plant(index, example):
+        if index == 1:
+            example.features.feature["image/object/bbox/xmin"].float_list.value[0] += 0.125
+
+    rewrite_records(shard, plant)
+    output = convert(tmp_path / "out", *flags, "--num_shards", "1", "--reuse_from", str(planted))
+    assert _summary(output)["examples_reused"] < _summary(previous)["examples_written"]
+    assert output_digests(output) == output_digests(previous)
+
+
 def test_a_previous_shard_that_links_out_of_the_reused_folder_is_not_copied(day_one, tmp_path):
     """A shard of the reused output replaced by a link to a file elsewhere (here a copy of
     itself, so that nothing else would tell): confinement applies where links lead, so its
@@ -413,9 +439,14 @@ def test_an_entry_without_identity_is_never_reused():
         longest_side=1,
         identity=None,
         key="k",
+        features_digest="d",
     )
     assert not entry.reusable_for("k", None)
     assert entry.model_copy(update={"identity": "x"}).reusable_for("k", "x")
+    # An index written before features were digested: its examples are read again.
+    assert not entry.model_copy(update={"identity": "x", "features_digest": None}).reusable_for(
+        "k", "x"
+    )
 
 
 def _entries(output):
