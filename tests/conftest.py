@@ -528,7 +528,7 @@ def _hdfs_cluster(tmp_path_factory):
 def hdfs_flags(_hdfs_cluster):
     """The options that reach the session's HDFS (Hadoop's MiniDFSCluster), whose paths
     are hdfs://<path>; Beam's filesystems, as the tests' helpers use them, are set up to
-    reach it, and list it as the pipeline does (worker/beam_hdfs.py)."""
+    reach it, and list it as the pipeline does (core/beam_filesystems.py)."""
     flags = [
         "--hdfs_host",
         "127.0.0.1",
