@@ -187,5 +187,22 @@ class DeadLetter(_DeadLetterFields):
             kept(redact_urls(message)),
         )
 
+    @classmethod
+    def in_file(
+        cls,
+        path: str,
+        reason: str,
+        message: str,
+        *,
+        position: int = 0,
+        raw: str = "",
+        uri: str = "",
+        split: str = "",
+    ) -> DeadLetter:
+        """A dead letter of an annotation file (`path`), or of the entry at `position` in
+        it (a task, an image element, a list line: `raw` its text), about the image `uri`
+        where one is named."""
+        return cls(path, position, raw, uri, split, reason, message)
+
     def to_json(self) -> str:
         return json.dumps(self._asdict(), ensure_ascii=False, sort_keys=True)

@@ -178,17 +178,19 @@ def image_row(
     split = forced_split or assign_split(written, rules.split_fractions)
     where = f"image id {image.get('id')}: "
     if not written:
-        return DeadLetter(
-            path, 0, raw, "", split, reasons.MISSING_URI, where + "file_name is missing or empty"
+        return DeadLetter.in_file(
+            path, reasons.MISSING_URI, where + "file_name is missing or empty", raw=raw, split=split
         )
     outside = root.outside(uri, f"file_name {quoted(written)}")
     if outside:
-        return DeadLetter(path, 0, raw, uri, split, outside[0], where + outside[1])
+        return DeadLetter.in_file(
+            path, outside[0], where + outside[1], raw=raw, uri=uri, split=split
+        )
     if size_from_image and undeclared_size(image):  # fastai's COCO_TINY
         return ManifestRow(path, 0, raw, split, uri, (), boxes_in_pixels=True, listed_whole=True)
     size = declared_size(image.get("width"), image.get("height"), rules.max_pixels)
     if not isinstance(size[0], int):
-        return DeadLetter(path, 0, raw, uri, split, size[0], where + size[1])
+        return DeadLetter.in_file(path, size[0], where + size[1], raw=raw, uri=uri, split=split)
     return ManifestRow(path, 0, raw, split, uri, (), image_size=size, listed_whole=True)
 
 
@@ -209,26 +211,22 @@ def _annotation_row(
 ) -> ManifestRow | DeadLetter:
     raw = json.dumps(annotation, ensure_ascii=False)
     if not isinstance(annotation, dict):
-        return DeadLetter(
+        return DeadLetter.in_file(
             path,
-            position,
-            raw,
-            "",
-            "",
             reasons.MALFORMED_ROW,
             "an annotation must be a JSON object",
+            position=position,
+            raw=raw,
         )
     where = f"annotation id {annotation.get('id')}: "
     image = images.get(json_id(annotation, "image_id"))
     if image is None:
-        return DeadLetter(
+        return DeadLetter.in_file(
             path,
-            position,
-            raw,
-            "",
-            "",
             reasons.UNKNOWN_IMAGE_ID,
             f"{where}image_id {annotation.get('image_id')!r} is in no image",
+            position=position,
+            raw=raw,
         )
     if isinstance(image, DeadLetter):
         return image._replace(line=position, raw=raw, message=where + image.message)

@@ -100,27 +100,23 @@ def _annotation_rows(
 ) -> Iterator[ManifestRow | DeadLetter]:
     raw = json.dumps(annotation, ensure_ascii=False)
     if not isinstance(annotation, dict):
-        yield DeadLetter(
+        yield DeadLetter.in_file(
             path,
-            position,
-            raw,
-            "",
-            "",
             reasons.MALFORMED_ROW,
             "an annotation must be a JSON object",
+            position=position,
+            raw=raw,
         )
         return
     where = f"annotation of image id {annotation.get('image_id')}: "
     image = images.get(json_id(annotation, "image_id"))
     if image is None:
-        yield DeadLetter(
+        yield DeadLetter.in_file(
             path,
-            position,
-            raw,
-            "",
-            "",
             reasons.UNKNOWN_IMAGE_ID,
             f"{where}image_id {annotation.get('image_id')!r} is in no image",
+            position=position,
+            raw=raw,
         )
         return
     if isinstance(image, DeadLetter):

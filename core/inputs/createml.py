@@ -63,14 +63,13 @@ def _image_rows(
     where = f"image {position}: "
     name = json_text(item.get("image")) if isinstance(item, dict) else None
     if not name:
-        yield DeadLetter(
+        yield DeadLetter.in_file(
             path,
-            position,
-            raw,
-            "",
-            split or "",
             reasons.MISSING_URI,
             where + "`image` (the file's name) is missing or empty",
+            position=position,
+            raw=raw,
+            split=split or "",
         )
         return
     uri = root.resolve(name)

@@ -101,15 +101,13 @@ def read_cvat(
                     )
                     element.clear()
                 elif element.tag == "track":
-                    yield DeadLetter(
+                    yield DeadLetter.in_file(
                         path,
-                        0,
-                        _xml(element),
-                        "",
-                        split or "",
                         reasons.UNSUPPORTED_ANNOTATION,
                         f"track {element.get('id')}: a video's track (CVAT for "
                         "video 1.1); export the task as CVAT for images 1.1",
+                        raw=_xml(element),
+                        split=split or "",
                     )
                     element.clear()
     except ElementTree.ParseError as error:
@@ -134,14 +132,13 @@ def _image_rows(
     written_split = "" if subset.lower() == _SUBSET_DEFAULT else subset
     split = row_split(written_split, name, rules, forced)
     if not name:
-        yield DeadLetter(
+        yield DeadLetter.in_file(
             path,
-            position,
-            raw,
-            "",
-            split or "",
             reasons.MISSING_URI,
             where + "the name is missing or empty",
+            position=position,
+            raw=raw,
+            split=split or "",
         )
         return
     # CVAT turns an image upright when its task is made.

@@ -259,38 +259,34 @@ def _split_layout_row(root: str, path: str, relative: str) -> ManifestRow | Dead
         del parts[1]
     split = normalise_split(parts[0]) if len(parts) > 1 else None
     if len(parts) > 1 and split is None:
-        return DeadLetter(
+        return DeadLetter.in_file(
             root,
-            0,
-            relative,
-            path,
-            "",
             NOT_IN_SPLIT_FOLDER,
             f"the folder has split folders, so images go in {_SPLIT_LAYOUT}; "
             f"{parts[0]!r} is not a split: {SPLIT_NAMES}",
+            raw=relative,
+            uri=path,
         )
     if len(parts) != 3:
         where = {1: "directly in ROOT", 2: f"directly in split folder {parts[0]!r}"}.get(
             len(parts), f"{len(parts) - 1} folders deep"
         )
-        return DeadLetter(
+        return DeadLetter.in_file(
             root,
-            0,
-            relative,
-            path,
-            split or "",
             NOT_IN_LABEL_FOLDER,
             f"the image is {where}; expected {_SPLIT_LAYOUT}",
+            raw=relative,
+            uri=path,
+            split=split or "",
         )
     if normalise_split(parts[1]):
-        return DeadLetter(
+        return DeadLetter.in_file(
             root,
-            0,
-            relative,
-            path,
-            split,
             LABEL_IS_SPLIT_NAME,
             f"label folder {parts[1]!r} is a split name, not a class; expected {_SPLIT_LAYOUT}",
+            raw=relative,
+            uri=path,
+            split=split,
         )
     return ManifestRow(root, 0, relative, split, path, (parts[1],))
 
@@ -300,14 +296,12 @@ def _label_layout_row(
 ) -> ManifestRow | DeadLetter:
     parts = relative.split("/")
     if len(parts) != 2:
-        return DeadLetter(
+        return DeadLetter.in_file(
             root,
-            0,
-            relative,
-            path,
-            "",
             NOT_IN_LABEL_FOLDER,
             f"expected ROOT/<label>/<file>, or {_SPLIT_LAYOUT} with <split> one of {SPLIT_NAMES}",
+            raw=relative,
+            uri=path,
         )
     return ManifestRow(
         root, 0, relative, assign_split(relative, split_fractions), path, (parts[0],)

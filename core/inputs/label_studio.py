@@ -103,27 +103,25 @@ def _task_rows(
 ) -> Iterator[ManifestRow | DeadLetter | DiscardedRow]:
     raw = json.dumps(task, ensure_ascii=False)
     if not isinstance(task, dict):
-        yield DeadLetter(
+        yield DeadLetter.in_file(
             path,
-            position,
-            raw,
-            "",
-            split or "",
             reasons.MALFORMED_ROW,
             "a task must be a JSON object",
+            position=position,
+            raw=raw,
+            split=split or "",
         )
         return
     where = f"task {task.get('id', position)}: "
     written = (task.get("data") or {}).get("image") if isinstance(task.get("data"), dict) else None
     if not isinstance(written, str) or not written.strip():
-        yield DeadLetter(
+        yield DeadLetter.in_file(
             path,
-            position,
-            raw,
-            "",
-            split or "",
             reasons.MISSING_URI,
             where + "data.image is missing or empty",
+            position=position,
+            raw=raw,
+            split=split or "",
         )
         return
     name = _image_name(written.strip())

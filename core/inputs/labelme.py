@@ -76,20 +76,14 @@ def read_labelme(
         with storage.open_read(path) as file:
             document = load_json(file.read())
     except (OSError, ValueError) as error:
-        yield DeadLetter(
-            path,
-            0,
-            "",
-            "",
-            split or "",
-            reasons.INVALID_ANNOTATION,
-            f"cannot read the JSON: {error}",
+        yield DeadLetter.in_file(
+            path, reasons.INVALID_ANNOTATION, f"cannot read the JSON: {error}", split=split or ""
         )
         return
     written = document.get("imagePath") if isinstance(document, dict) else None
     if not isinstance(written, str) or not written.strip():
-        yield DeadLetter(
-            path, 0, "", "", split or "", reasons.MISSING_URI, "imagePath is missing or empty"
+        yield DeadLetter.in_file(
+            path, reasons.MISSING_URI, "imagePath is missing or empty", split=split or ""
         )
         return
     written = written.strip().replace("\\", "/")  # labelme on Windows writes backslashes

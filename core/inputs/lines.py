@@ -39,14 +39,14 @@ class LongLine(NamedTuple):
     def dead_letter(
         self, path: str, line: int, split: str | None = None, uri: str = ""
     ) -> DeadLetter:
-        return DeadLetter(
+        return DeadLetter.in_file(
             path,
-            line,
-            excerpt(self.start, self.length, "bytes"),
-            uri,
-            split or "",
             reasons.TEXT_TOO_LONG,
             f"line of {self.length:,} bytes, over the limit of {MAX_LINE_BYTES:,}",
+            position=line,
+            raw=excerpt(self.start, self.length, "bytes"),
+            uri=uri,
+            split=split or "",
         )
 
 

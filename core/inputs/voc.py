@@ -238,28 +238,16 @@ def _xml_rows(
         with storage.open_read(path) as file:
             annotation = documents.parse_xml(file.read())
     except (OSError, ElementTree.ParseError, documents.DocumentError) as error:
-        yield DeadLetter(
-            path,
-            0,
-            "",
-            "",
-            split or "",
-            reasons.INVALID_ANNOTATION,
-            f"cannot parse the XML: {error}",
+        yield DeadLetter.in_file(
+            path, reasons.INVALID_ANNOTATION, f"cannot parse the XML: {error}", split=split or ""
         )
         return
     filename = (annotation.findtext("filename") or "").strip()
     size = declared_size(annotation.findtext("size/width"), annotation.findtext("size/height"))
     split = split or assign_split(filename, rules.split_fractions)
     if not filename or annotation.find("size") is None:
-        yield DeadLetter(
-            path,
-            0,
-            "",
-            "",
-            split,
-            reasons.INVALID_ANNOTATION,
-            "the XML has no <filename> or no <size>",
+        yield DeadLetter.in_file(
+            path, reasons.INVALID_ANNOTATION, "the XML has no <filename> or no <size>", split=split
         )
         return
     image = ManifestRow(

@@ -109,15 +109,14 @@ def read_yolo(path: str, rules: RowRules, split: str | None) -> Iterator[Manifes
                 yield image._replace(split=split_name or "")
                 continue
             if image in seen:
-                yield DeadLetter(
+                yield DeadLetter.in_file(
                     path,
-                    0,
-                    image,
-                    image,
-                    split_name,
                     reasons.DUPLICATE_ROW,
                     f"the image is listed twice in {_SPLIT_KEYS[split_name]!r}; "
                     "its labels were read once",
+                    raw=image,
+                    uri=image,
+                    split=split_name,
                 )
                 continue
             seen.add(image)
@@ -130,7 +129,7 @@ def read_yolo(path: str, rules: RowRules, split: str | None) -> Iterator[Manifes
                 label_file, f"the label file {quoted(dataset.relative(label_file))}"
             )
             if outside:
-                yield DeadLetter(path, 0, image, image, image_split, *outside)
+                yield DeadLetter.in_file(path, *outside, raw=image, uri=image, split=image_split)
                 continue
             yield from _label_rows(label_file, image, image_split, dataset, rules)
 
@@ -330,7 +329,9 @@ class YoloDataset:
                 )
                 outside = home.outside(image, f"the image {quoted(line.strip())}")
                 yield (
-                    DeadLetter(found, number, printable(line), image, "", *outside)
+                    DeadLetter.in_file(
+                        found, *outside, position=number, raw=printable(line), uri=image
+                    )
                     if outside
                     else image
                 )
@@ -339,7 +340,9 @@ class YoloDataset:
             metadata.path for metadata in storage.match(f"{found}/**") if _is_image(metadata.path)
         ):
             outside = home.outside(image, f"the image {quoted(self.relative(image))}")
-            yield DeadLetter(self.path, 0, image, image, "", *outside) if outside else image
+            yield (
+                DeadLetter.in_file(self.path, *outside, raw=image, uri=image) if outside else image
+            )
 
     def locate(self, entry: str, home: DatasetRoot) -> str:
         """A split entry's path, in `home`; one that is not there fails naming it, and one
