@@ -73,16 +73,18 @@ def on_the_cluster(flink, temp, environment: list[str] | None = None) -> list[st
         "FlinkRunner",
         "--flink_master",
         f"localhost:{cluster.rest_port}",
-        *(
-            environment
-            or ["--environment_type", "EXTERNAL", "--environment_config", f"localhost:{pool.port}"]
-        ),
+        *(environment or in_the_pool(pool)),
         "--environment_cache_millis",
         "60000",
         "--beam_runner_on_cluster",
         "--temp_location",
         str(temp / "tft"),
     ]
+
+
+def in_the_pool(pool: WorkerPool) -> list[str]:
+    """The flags of SDK workers from `pool` (EXTERNAL)."""
+    return ["--environment_type", "EXTERNAL", "--environment_config", f"localhost:{pool.port}"]
 
 
 def worker_boot(folder: Path) -> Path:
@@ -198,16 +200,7 @@ def test_a_worker_pool_without_keys_reaches_the_bucket_with_the_keys_the_job_was
         job = pipeline(
             *SAMPLE_FLAGS,
             *_s3_bucket.flags,
-            *on_the_cluster(
-                flink,
-                tmp_path,
-                [
-                    "--environment_type",
-                    "EXTERNAL",
-                    "--environment_config",
-                    f"localhost:{pool.port}",
-                ],
-            ),
+            *on_the_cluster(flink, tmp_path, in_the_pool(pool)),
             "--output_dir",
             output,
             "--worker_start_timeout",
@@ -346,16 +339,7 @@ def test_a_job_whose_workers_never_start_is_cancelled_saying_why(flink, tmp_path
         started = time.monotonic()
         job = pipeline(
             *SAMPLE_FLAGS,
-            *on_the_cluster(
-                flink,
-                tmp_path,
-                [
-                    "--environment_type",
-                    "EXTERNAL",
-                    "--environment_config",
-                    f"localhost:{pool.port}",
-                ],
-            ),
+            *on_the_cluster(flink, tmp_path, in_the_pool(pool)),
             "--output_dir",
             str(output),
             "--worker_start_timeout",

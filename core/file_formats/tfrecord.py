@@ -163,15 +163,7 @@ def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
             header = stream.read(_HEADER.size)
             if not header:
                 return
-            if len(header) < _HEADER.size:
-                raise RecordError(
-                    index,
-                    offset,
-                    f"truncated: the file ends {len(header)} bytes into the record's header",
-                )
-            length, length_crc = _HEADER.unpack(header)
-            if _masked_crc(header[:8]) != length_crc:
-                raise RecordError(index, offset, "length CRC mismatch")
+            length = _record_length(header, index, offset)
             body = stream.read(length + _CRC.size)
         except (OSError, EOFError, zlib.error) as problem:  # a damaged gzip stream
             raise RecordError(index, offset, f"gzip: {problem}") from problem
@@ -198,22 +190,26 @@ def record_sizes(file: BinaryIO) -> Iterator[int]:
     file.seek(0)
     index = offset = 0
     while offset < end:
-        header = file.read(_HEADER.size)
-        if len(header) < _HEADER.size:
-            raise RecordError(
-                index,
-                offset,
-                f"truncated: the file ends {len(header)} bytes into the record's header",
-            )
-        length, length_crc = _HEADER.unpack(header)
-        if _masked_crc(header[:8]) != length_crc:
-            raise RecordError(index, offset, "length CRC mismatch")
+        length = _record_length(file.read(_HEADER.size), index, offset)
         file.seek(length + _CRC.size, io.SEEK_CUR)
         if file.tell() > end:
             raise RecordError(index, offset, "truncated: the file ends inside the record")
         yield length
         index += 1
         offset += _HEADER.size + length + _CRC.size
+
+
+def _record_length(header: bytes, index: int, offset: int) -> int:
+    """The data length a record's header gives, its CRC checked; RecordError naming the
+    record at `index` (starting at byte `offset`) where the header is cut or damaged."""
+    if len(header) < _HEADER.size:
+        raise RecordError(
+            index, offset, f"truncated: the file ends {len(header)} bytes into the record's header"
+        )
+    length, length_crc = _HEADER.unpack(header)
+    if _masked_crc(header[:8]) != length_crc:
+        raise RecordError(index, offset, "length CRC mismatch")
+    return length
 
 
 def _masked_crc(data: bytes) -> int:
