@@ -18,13 +18,18 @@ setup(
         "image_tfrecords.core",
         "image_tfrecords.core.file_formats",
         "image_tfrecords.core.inputs",
+        "image_tfrecords.core.launcher",
+        "image_tfrecords.core.records",
+        "image_tfrecords.core.report",
+        "image_tfrecords.core.storage",
+        "image_tfrecords.core.worker",
     ],
     package_dir={
         "image_tfrecords.pipeline": "pipeline",
         "image_tfrecords.transforms": "transforms",
         "image_tfrecords.core": "core",
     },
-    package_data={"image_tfrecords.core": ["report_page.html"]},  # report.html's template
+    package_data={"image_tfrecords.core.report": ["report_page.html"]},  # report.html's template
     python_requires=">=3.11",  # the code uses 3.11 syntax; tested on 3.11 only
     install_requires=[
         "apache-beam[gcp,aws,hadoop]>=2.77,<3",  # gs://, s3://, hdfs://
@@ -32,25 +37,25 @@ setup(
         "tensorflow-transform>=1.21,<1.22",
         "tfx-bsl>=1.21,<1.22",
         "tensorflow-metadata>=1.21,<1.22",  # the schema handed to tf.Transform (labels.py)
-        "protobuf>=6,<7",  # label_map.pbtxt (core/label_map.py)
+        "protobuf>=6,<7",  # label_map.pbtxt (core/records/label_map.py)
         "grpcio>=1.59,<2",  # a job server's errors (pipeline/run.py)
-        "pillow>=11,<13",  # core/images.py runs Pillow's format search itself
+        "pillow>=11,<13",  # core/worker/images.py runs Pillow's format search itself
         "pyarrow>=14",
         "google-cloud-storage>=2.18,<4",
-        "google-auth>=2.14,<3",  # gs:// without credentials (core/gcs_access.py)
+        "google-auth>=2.14,<3",  # gs:// without credentials (core/storage/gcs_access.py)
         "google-crc32c>=1.6,<2",  # every TFRecord CRC (core/file_formats/tfrecord.py)
-        "urllib3>=1.26,<3",  # images at http(s):// URLs (core/downloads.py)
+        "urllib3>=1.26,<3",  # images at http(s):// URLs (core/storage/downloads.py)
         "pandas>=2,<4",  # DataFrame.tfrecords (image_tfrecords/__init__.py)
         "typing-extensions>=4.12",  # report.py's TypedDicts (pydantic needs them before 3.12)
         "ijson>=3.2,<4",  # COCO instances JSON, streamed (core/inputs/coco.py)
         "PyYAML>=6,<7",  # YOLO data.yaml (core/inputs/yolo.py)
         "pycocotools>=2.0.8,<3",  # masks from polygons and RLE, as COCO's own tools make them
-        "numpy>=2.0,<3",  # pHash (core/images.py), np.bitwise_count (near_duplicates.py)
+        "numpy>=2.0,<3",  # pHash (core/worker/images.py), np.bitwise_count (near_duplicates.py)
         "tqdm>=4.66,<5",  # the progress bar on a terminal (pipeline/progress.py)
-        "jinja2>=3.1,<4",  # report.html (core/report_page.py)
+        "jinja2>=3.1,<4",  # report.html (core/report/report_page.py)
         "pygal>=3.1,<4",  # report.html's plots, as inline SVG
         "array-record>=0.8,<0.9",  # --file_format array_record (core/file_formats/)
-        "pydantic>=2.10,<3",  # summary.json's typed model (core/summary.py)
+        "pydantic>=2.10,<3",  # summary.json's typed model (core/records/summary.py)
         "psutil>=5.9,<8",  # stopping a Flink or Spark job server (pipeline/engines.py)
     ],
     # Reading ArrayRecord outputs with Grain (JAX), as the README shows.

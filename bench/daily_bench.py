@@ -74,7 +74,7 @@ RUN_FACTS = (
 )
 # Files that name the run that wrote them, compared with those names masked: report.html
 # names its output folder and when it finished; tf.Transform's SavedModel names its lookup
-# table after the folder tf.Transform worked in, the run id's (core/naming.py's
+# table after the folder tf.Transform worked in, the run id's (core/records/naming.py's
 # transform_dir).
 NAMES_THE_RUN = ("report.html", "transform_fn/saved_model.pb")
 # report.html's section (and its link) on what changed since the reused output.

@@ -64,8 +64,8 @@ def main() -> None:
     shards = 3 * SHARDS_PER_SPLIT
     # Where each stopped run is killed: the resume of the first redoes half the shards.
     stops = {
-        "half": ("image_tfrecords.core.receipts", "write_receipt", "after", shards // 2),
-        "all": ("image_tfrecords.core.publishing", "move_into_place", "before", 1),
+        "half": ("image_tfrecords.core.records.receipts", "write_receipt", "after", shards // 2),
+        "all": ("image_tfrecords.core.launcher.publishing", "move_into_place", "before", 1),
     }
     walls: dict[str, list[float]] = {"full": [], "half": [], "all": []}
     for round_number in range(1, args.rounds + 1):

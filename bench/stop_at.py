@@ -5,7 +5,7 @@ tests/test_resume.py and bench/resume_bench.py.
 
     python bench/stop_at.py MODULE FUNCTION before|after N CONVERT-ARGS...
 
-e.g. `image_tfrecords.core.receipts write_receipt after 12 --manifest m.csv --output_dir
+e.g. `image_tfrecords.core.records.receipts write_receipt after 12 --manifest m.csv --output_dir
 out`: killed once the 12th shard's receipt is written. Start it in a session of its own
 (start_new_session=True), or the kill takes its parent too.
 
@@ -73,7 +73,7 @@ def _install_from_environment() -> None:
 
 
 if __name__ == "__main__":
-    import image_tfrecords.pipeline.graph  # noqa: F401 - imported first: its own names for core/publishing.py's functions stay the originals
+    import image_tfrecords.pipeline.graph  # noqa: F401 - imported first: its own names for core/launcher/publishing.py's functions stay the originals
     from image_tfrecords.pipeline import run
 
     module_name, function, when, count = sys.argv[1:5]

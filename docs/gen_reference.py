@@ -4,10 +4,10 @@
   the command itself builds (pipeline/options.py's ConvertOptions, then Beam's options
   classes, as `image-tfrecords convert --help` lists them);
 - docs/reference/features.md: the feature keys and dtypes of the examples, from the schema
-  the shard writer uses (core/examples.py's feature_spec);
-- docs/reference/dead-letters.md: every dead-letter reason, from core/dead_letters.py's
+  the shard writer uses (core/worker/examples.py's feature_spec);
+- docs/reference/dead-letters.md: every dead-letter reason, from core/records/dead_letters.py's
   REGISTRY;
-- docs/reference/summary-json.md: summary.json's fields, from its model (core/summary.py).
+- docs/reference/summary-json.md: summary.json's fields, from its model (core/records/summary.py).
 
 Run it with the project's interpreter after changing any of those:
 
@@ -196,9 +196,13 @@ def _help(action: argparse.Action) -> str:
 
 
 def features_page() -> str:
-    from image_tfrecords.core.choices import LabelMode  # noqa: PLC0415
-    from image_tfrecords.core.examples import ANNOTATION_FEATURES, ANNOTATION_NAMES, feature_spec  # noqa: PLC0415
-    from image_tfrecords.core.schema import COLUMN_TYPES, ExtraColumn  # noqa: PLC0415
+    from image_tfrecords.core.records.choices import LabelMode  # noqa: PLC0415
+    from image_tfrecords.core.records.schema import COLUMN_TYPES, ExtraColumn  # noqa: PLC0415
+    from image_tfrecords.core.worker.examples import (  # noqa: PLC0415
+        ANNOTATION_FEATURES,
+        ANNOTATION_NAMES,
+        feature_spec,
+    )
 
     lines = [
         GENERATED,
@@ -207,7 +211,7 @@ def features_page() -> str:
         "",
         "Each record is a serialized `tf.train.Example`. These are its keys, with the "
         "dtype (`bytes`, `int64`, `float`) and whether a key holds a list rather than "
-        "one value, as the shard writer writes them (`core/examples.py`) and as "
+        "one value, as the shard writer writes them (`core/worker/examples.py`) and as "
         "`summary.json` lists them under `features`. Readers need not hard-code them: "
         "`summary.json` lists the keys of the examples it describes.",
         "",
@@ -293,7 +297,7 @@ def features_page() -> str:
 
 
 def dead_letters_page() -> str:
-    from image_tfrecords.core import dead_letters  # noqa: PLC0415
+    from image_tfrecords.core.records import dead_letters  # noqa: PLC0415
 
     lines = [
         GENERATED,
@@ -303,7 +307,7 @@ def dead_letters_page() -> str:
         "Every row that cannot become an example is one line of `errors-*.jsonl` "
         "(`manifest`, `line`, `raw`, `uri`, `split`, `reason`, `message`), and "
         "`summary.json` counts them under `errors.by_reason`. These are the reasons, "
-        "from `core/dead_letters.py`'s `REGISTRY`; the message names the row and says "
+        "from `core/records/dead_letters.py`'s `REGISTRY`; the message names the row and says "
         "what was wrong. An image that cannot be read dead-letters every row of it.",
         "",
         "| reason | meaning |",
@@ -315,7 +319,7 @@ def dead_letters_page() -> str:
 
 
 def summary_page() -> str:
-    from image_tfrecords.core import summary  # noqa: PLC0415
+    from image_tfrecords.core.records import summary  # noqa: PLC0415
 
     source = inspect.getsource(summary)
     tree = ast.parse(source)
@@ -327,7 +331,7 @@ def summary_page() -> str:
         "# summary.json",
         "",
         "Every output's `summary.json`, written last when a run publishes, is one "
-        "`image_tfrecords.Summary` (`core/summary.py`, a pydantic model): "
+        "`image_tfrecords.Summary` (`core/records/summary.py`, a pydantic model): "
         "`Output.read(OUTPUT).summary` reads it typed. Its fields, with the comment the "
         "model gives each; a field an older output lacks reads as its default.",
         "",

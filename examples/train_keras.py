@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 
 # First: importing the readers loads TensorFlow with its start-up lines left out (the
-# command line's console filter, core/console.py), which Keras would print loading it first.
+# command line's console filter, core/launcher/console.py), which Keras would print
+# loading it first.
 from image_tfrecords import Output, load  # isort: skip
 import keras
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from image_tfrecords.conversion import ConversionResult, convert
-    from image_tfrecords.core.summary import Summary
+    from image_tfrecords.core.records.summary import Summary
     from image_tfrecords.loader import load
     from image_tfrecords.output import Output
 
@@ -39,7 +39,7 @@ _MODULE_OF = {
     "convert": "conversion",
     "load": "loader",
     "Output": "output",
-    "Summary": "core.summary",
+    "Summary": "core.records.summary",
 }
 
 
@@ -50,7 +50,7 @@ def __getattr__(name: str) -> Any:
     # its logging is set up (unless the user says otherwise), and the lines its libraries
     # write as they load, before it is (TF_CPP_MIN_LOG_LEVEL does not reach those).
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from image_tfrecords.core.console import quiet_console  # noqa: PLC0415
+    from image_tfrecords.core.launcher.console import quiet_console  # noqa: PLC0415
 
     with quiet_console():
         value = getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)

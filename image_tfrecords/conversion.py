@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from image_tfrecords.core.naming import REPORT_FILE
-from image_tfrecords.core.summary import Summary
+from image_tfrecords.core.records.naming import REPORT_FILE
+from image_tfrecords.core.records.summary import Summary
 
 
 @dataclasses.dataclass(frozen=True)

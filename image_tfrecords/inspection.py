@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow as tf
 
-from image_tfrecords.core.feature_keys import (
+from image_tfrecords.core.records.feature_keys import (
     BOX,
     FILENAME,
     IMAGE,
@@ -33,9 +33,9 @@ from image_tfrecords.core.feature_keys import (
     OBJECT_LABEL,
     OBJECT_TEXT,
 )
-from image_tfrecords.core.images import open_image
-from image_tfrecords.core.overlays import DrawnObject, draw_objects
-from image_tfrecords.core.summary import FeatureInfo
+from image_tfrecords.core.records.summary import FeatureInfo
+from image_tfrecords.core.worker.images import open_image
+from image_tfrecords.core.worker.overlays import DrawnObject, draw_objects
 from image_tfrecords.output import Output
 
 CSV_FILE = "records.csv"

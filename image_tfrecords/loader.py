@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from image_tfrecords.core.console import quiet_console
-from image_tfrecords.core.feature_keys import CLASS_LABEL, IMAGE, MASKS, SEGMENTATION
+from image_tfrecords.core.launcher.console import quiet_console
+from image_tfrecords.core.records.feature_keys import CLASS_LABEL, IMAGE, MASKS, SEGMENTATION
 from image_tfrecords.output import Output
 
 AUTOTUNE = tf.data.AUTOTUNE

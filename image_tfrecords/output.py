@@ -19,15 +19,16 @@ from collections.abc import Iterator
 import pydantic
 import tensorflow as tf
 
-from image_tfrecords.core import naming, storage
-from image_tfrecords.core.choices import LabelMode, UnseenLabel
-from image_tfrecords.core.failure import Failure
-from image_tfrecords.core.feature_keys import is_image_key
 from image_tfrecords.core.file_formats import GFiles, ShardFormat
-from image_tfrecords.core.naming import SUMMARY_FILE, confined_name
-from image_tfrecords.core.splits import SPLIT_NAMES, normalise_split
-from image_tfrecords.core.summary import FeatureInfo, Summary
-from image_tfrecords.core.text_limits import file_lines
+from image_tfrecords.core.records import naming
+from image_tfrecords.core.records.choices import LabelMode, UnseenLabel
+from image_tfrecords.core.records.failure import Failure
+from image_tfrecords.core.records.feature_keys import is_image_key
+from image_tfrecords.core.records.naming import SUMMARY_FILE, confined_name
+from image_tfrecords.core.records.splits import SPLIT_NAMES, normalise_split
+from image_tfrecords.core.records.summary import FeatureInfo, Summary
+from image_tfrecords.core.records.text_limits import file_lines
+from image_tfrecords.core.storage import storage
 
 _DTYPES = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
 
@@ -51,7 +52,7 @@ def output_folder(path: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class FailedRun:
     """A run that failed its outcome check in an output folder and published nothing:
-    why (its FAILED.json, core/failure.py's Failure) and where its files are."""
+    why (its FAILED.json, core/records/failure.py's Failure) and where its files are."""
 
     problems: tuple[str, ...]
     record: str  # its FAILED.json

@@ -21,11 +21,10 @@ import pydantic
 import tensorflow as tf
 from typing_extensions import TypedDict
 
-from image_tfrecords.core.feature_keys import IMAGE, LABEL_TEXT, SOURCE_ID
-from image_tfrecords.core.images import THUMBNAIL_SIDE, open_image, thumbnail_of
 from image_tfrecords.core.inputs.documents import DocumentError, load_json
-from image_tfrecords.core.naming import REPORT_FILE
-from image_tfrecords.core.report_page import (
+from image_tfrecords.core.records.feature_keys import IMAGE, LABEL_TEXT, SOURCE_ID
+from image_tfrecords.core.records.naming import REPORT_FILE
+from image_tfrecords.core.report.report_page import (
     PAIRS_SHOWN,
     REJECTED_SHOWN,
     SAMPLE_PER_LABEL,
@@ -39,6 +38,7 @@ from image_tfrecords.core.report_page import (
     render_report,
     sample_rank,
 )
+from image_tfrecords.core.worker.images import THUMBNAIL_SIDE, open_image, thumbnail_of
 from image_tfrecords.output import Output
 
 _T = TypeVar("_T")
@@ -61,7 +61,7 @@ class _CopyLine(TypedDict):  # a line of duplicates-*.jsonl or near_duplicates-*
     distance: NotRequired[int]  # near-copies'
 
 
-class _DeadLetterLine(TypedDict):  # a line of errors-*.jsonl (core/dead_letters.py)
+class _DeadLetterLine(TypedDict):  # a line of errors-*.jsonl (core/records/dead_letters.py)
     manifest: str
     line: int
     uri: str

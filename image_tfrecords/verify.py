@@ -16,7 +16,8 @@ import posixpath
 import numpy as np
 import tensorflow as tf
 
-from image_tfrecords.core.feature_keys import (
+from image_tfrecords.core.file_formats import GFiles, RecordError, shard_globs
+from image_tfrecords.core.records.feature_keys import (
     HEIGHT,
     KEYPOINT,
     LABEL_ID_BASE,
@@ -26,7 +27,6 @@ from image_tfrecords.core.feature_keys import (
     SEGMENTATION,
     WIDTH,
 )
-from image_tfrecords.core.file_formats import GFiles, RecordError, shard_globs
 from image_tfrecords.output import Output
 
 _KEYPOINT_NUM = f"{KEYPOINT}num"

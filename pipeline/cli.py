@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from image_tfrecords.core import console, interrupts
-from image_tfrecords.core.console import quiet_console
+from image_tfrecords.core.launcher import console
+from image_tfrecords.core.launcher.console import quiet_console
+from image_tfrecords.core.worker import interrupts
 from image_tfrecords.pipeline.versions import version_lines
 
 _USAGE = """usage: image-tfrecords COMMAND [options]
@@ -83,7 +84,7 @@ def convert_main(argv: Sequence[str] | None = None) -> int:
     # Template's, main()), and what it prints holds labels and paths from strangers' files.
     console.escape_what_is_printed()
     # From here on SIGINT and SIGTERM stop the run in one line, also in the imports
-    # below, which take seconds (core/interrupts.py).
+    # below, which take seconds (core/worker/interrupts.py).
     with interrupts.signals_stop():
         try:
             return _convert(argv)
@@ -225,7 +226,7 @@ def diff_main(argv: Sequence[str]) -> int:
         "--json", action="store_true", help="print the changes as one JSON object instead"
     )
     args = parser.parse_args(argv)
-    from image_tfrecords.core.changes import output_changes  # noqa: PLC0415 - this command's alone
+    from image_tfrecords.core.report.changes import output_changes  # noqa: PLC0415 - this command's alone
 
     try:
         changes = output_changes(args.old, args.new)

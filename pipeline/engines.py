@@ -33,7 +33,7 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from image_tfrecords.core import naming
+from image_tfrecords.core.records import naming
 from image_tfrecords.pipeline.options import add_switch
 from image_tfrecords.pipeline.tft_storage import WHAT_WORKS
 

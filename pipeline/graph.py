@@ -21,15 +21,15 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineState
 
-from image_tfrecords.core import naming
-from image_tfrecords.core.chunks import RowChunk
-from image_tfrecords.core.dead_letters import DeadLetter
-from image_tfrecords.core.example_index import PreviousOutput
-from image_tfrecords.core.failure import Failure
-from image_tfrecords.core.label_checks import merge_seen
-from image_tfrecords.core.publishing import delete_tree
-from image_tfrecords.core.row_tasks import ChunkSurvey
-from image_tfrecords.core.summary import RunInfo, Summary
+from image_tfrecords.core.launcher.publishing import delete_tree
+from image_tfrecords.core.records import naming
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.example_index import PreviousOutput
+from image_tfrecords.core.records.failure import Failure
+from image_tfrecords.core.records.summary import RunInfo, Summary
+from image_tfrecords.core.worker.chunks import RowChunk
+from image_tfrecords.core.worker.label_checks import merge_seen
+from image_tfrecords.core.worker.row_tasks import ChunkSurvey
 from image_tfrecords.pipeline import resume
 from image_tfrecords.pipeline.beam_lookups import cached_lookups
 from image_tfrecords.pipeline.collector import uncollected

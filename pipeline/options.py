@@ -15,9 +15,6 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from image_tfrecords.core.choices import Dedupe, LabelMode, LabelOrder, LeftOut, UnseenLabel
-from image_tfrecords.core.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
-from image_tfrecords.core.downloads import DownloadSettings, is_url
 from image_tfrecords.core.file_formats import (
     DEFAULT_FORMAT,
     ShardFormat,
@@ -25,19 +22,22 @@ from image_tfrecords.core.file_formats import (
     format_names,
     shard_format,
 )
-from image_tfrecords.core.filesystem_options import FilesystemOptions
-from image_tfrecords.core.images import ImageSettings, InvalidImageSettings
 from image_tfrecords.core.inputs.rows import (
     DEFAULT_LABEL_SEPARATOR,
     DEFAULT_SPLIT_FRACTIONS,
     RowRules,
 )
 from image_tfrecords.core.inputs.sources import MANIFEST_FORMATS, split_and_path
-from image_tfrecords.core.run_settings import RunSettings
-from image_tfrecords.core.schema import ExtraColumn, SchemaError, load_schema
-from image_tfrecords.core.storage import is_local
-from image_tfrecords.core.summary import MIN_EXAMPLES_PER_SHARD
-from image_tfrecords.core.workers import Workers
+from image_tfrecords.core.records.choices import Dedupe, LabelMode, LabelOrder, LeftOut, UnseenLabel
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.records.schema import ExtraColumn, SchemaError, load_schema
+from image_tfrecords.core.records.summary import MIN_EXAMPLES_PER_SHARD
+from image_tfrecords.core.records.workers import Workers
+from image_tfrecords.core.storage.downloads import DownloadSettings, is_url
+from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
+from image_tfrecords.core.storage.storage import is_local
+from image_tfrecords.core.worker.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
+from image_tfrecords.core.worker.images import ImageSettings, InvalidImageSettings
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 # ImageSettings' fields whose option is named otherwise (its problems name the option).

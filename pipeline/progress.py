@@ -19,7 +19,7 @@ from typing import TextIO
 from apache_beam.options.pipeline_options import PipelineOptions
 from tqdm import tqdm
 
-from image_tfrecords.core import console
+from image_tfrecords.core.launcher import console
 from image_tfrecords.pipeline.options import (
     ConvertOptions,
     runs_on_the_direct_runner,

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import collections
 
-from image_tfrecords.core.examples import ANNOTATION_NAMES
-from image_tfrecords.core.naming import REPORT_FILE
-from image_tfrecords.core.summary import MIN_EXAMPLES_PER_SHARD, CopiesInfo, SplitInfo, Summary
+from image_tfrecords.core.records.naming import REPORT_FILE
+from image_tfrecords.core.records.summary import (
+    MIN_EXAMPLES_PER_SHARD,
+    CopiesInfo,
+    SplitInfo,
+    Summary,
+)
+from image_tfrecords.core.worker.examples import ANNOTATION_NAMES
 
 
 def counted(count: int, noun: str) -> str:

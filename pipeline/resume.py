@@ -5,7 +5,7 @@ from: the manifests' contents (or the image folder's listing), the pinned vocabu
 the classes the input declares), the options that change what is written, and the
 versions. `--resume` reuses the newest stopped run's folder whose fingerprint is this
 run's, and the shard writer then reuses every shard whose receipt vouches for it
-(core/receipts.py, which refuses a receipt naming a file outside the run's folder); a
+(core/records/receipts.py, which refuses a receipt naming a file outside the run's folder); a
 folder whose name is not a run id is no stopped run's. A stopped run made from anything
 else is refused, in one line that says what differs: its shards would not be this run's.
 """
@@ -20,11 +20,18 @@ import pydantic
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from image_tfrecords.core import naming, storage
-from image_tfrecords.core.chunks import LineCutter, LineRange, ManifestSource, RowChunk, chunk_bytes
 from image_tfrecords.core.inputs.sources import FORMATS, class_folders_source
-from image_tfrecords.core.naming import RUN_FILE, SUMMARY_FILE
-from image_tfrecords.core.summary import Summary
+from image_tfrecords.core.records import naming
+from image_tfrecords.core.records.naming import RUN_FILE, SUMMARY_FILE
+from image_tfrecords.core.records.summary import Summary
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.worker.chunks import (
+    LineCutter,
+    LineRange,
+    ManifestSource,
+    RowChunk,
+    chunk_bytes,
+)
 from image_tfrecords.pipeline.options import ConvertOptions
 from image_tfrecords.transforms.outcome import read_summary
 from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary
@@ -98,7 +105,7 @@ class RunFolder(NamedTuple):
 
 class SourceScan(NamedTuple):
     """What reading the sources once in the launcher gives: the run's fingerprint, and
-    the chunks of rows the worker processes parse (core/chunks.py)."""
+    the chunks of rows the worker processes parse (core/worker/chunks.py)."""
 
     fingerprint: Fingerprint
     chunks: list[RowChunk]

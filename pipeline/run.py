@@ -19,10 +19,6 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from image_tfrecords.core import interrupts, naming, storage
-from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
-from image_tfrecords.core.console import quiet_console
-from image_tfrecords.core.example_index import PreviousOutput, previous_output
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import (
     FORMATS,
@@ -35,11 +31,17 @@ from image_tfrecords.core.inputs.sources import (
     read_source,
     split_and_path,
 )
-from image_tfrecords.core.naming import SUMMARY_FILE
-from image_tfrecords.core.records import ManifestRow
-from image_tfrecords.core.redaction import redact_urls
-from image_tfrecords.core.splits import SPLITS
-from image_tfrecords.core.summary import RunInfo, RunOptions, Summary
+from image_tfrecords.core.launcher.console import quiet_console
+from image_tfrecords.core.records import naming
+from image_tfrecords.core.records.example_index import PreviousOutput, previous_output
+from image_tfrecords.core.records.naming import SUMMARY_FILE
+from image_tfrecords.core.records.records import ManifestRow
+from image_tfrecords.core.records.splits import SPLITS
+from image_tfrecords.core.records.summary import RunInfo, RunOptions, Summary
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.storage.beam_filesystems import settle_beam_filesystems
+from image_tfrecords.core.storage.redaction import redact_urls
+from image_tfrecords.core.worker import interrupts
 from image_tfrecords.pipeline.collector import frozen_for_the_run, uncollected
 from image_tfrecords.pipeline.engines import (
     EngineUnusable,

@@ -3,7 +3,7 @@
 A Flink session cluster, a Spark cluster or Dataflow runs the job on machines of its
 own: a launcher killed by SIGTERM (a scheduler's stop, `kill`) or SIGINT (Ctrl-C) left
 it running there, and it published while the launcher had said nothing of it. Those
-signals raise `Stopped` in the launcher's main thread (core/interrupts.py, which also
+signals raise `Stopped` in the launcher's main thread (core/worker/interrupts.py, which also
 stops a job that runs in the launcher: the DirectRunner's), and within a `JobWatch` the
 launcher cancels the job before it exits:
 
@@ -45,9 +45,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from image_tfrecords.core import interrupts
-from image_tfrecords.core.console import expect_hang_ups
-from image_tfrecords.core.interrupts import Stopped
+from image_tfrecords.core.launcher.console import expect_hang_ups
+from image_tfrecords.core.worker import interrupts
+from image_tfrecords.core.worker.interrupts import Stopped
 from image_tfrecords.pipeline import engines
 from image_tfrecords.pipeline.options import runs_on_the_direct_runner
 
@@ -77,7 +77,7 @@ def watched_environment(options: PipelineOptions) -> str | None:
 
 
 class JobWatch:
-    """Within the block: SIGINT and SIGTERM raise Stopped (core/interrupts.py: the
+    """Within the block: SIGINT and SIGTERM raise Stopped (core/worker/interrupts.py: the
     command's handler, or, for a Python API call in the main thread, the block's), once
     `handed_over` names the marker, WorkersNeverStarted is raised when the marker is not
     there within `worker_start_timeout` seconds of the job's submission (0: no

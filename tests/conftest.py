@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, settings
 from PIL import Image
 from storage_servers import FaultProxy, GcsEmulator, HdfsCluster, S3Server, gcs_error, s3_error
 
-from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
-from image_tfrecords.core.examples import IMAGE_FEATURES
 from image_tfrecords.core.file_formats import format_names
+from image_tfrecords.core.storage.beam_filesystems import settle_beam_filesystems
+from image_tfrecords.core.worker.examples import IMAGE_FEATURES
 
 # The fast tier (`make test-fast`) and the durations it is chosen by.
 pytest_plugins = ["tiers"]
@@ -235,13 +235,13 @@ def before_the_job(*arguments) -> tuple:
 
 
 def pool_workers() -> list[psutil.Process]:
-    """This process's own worker-pool processes (core/pool.py) still running: its
+    """This process's own worker-pool processes (core/worker/pool.py) still running: its
     children, not those of SDK workers it started (a module's Beam worker pool keeps its
     SDK workers, and their pools, between tests); an exited one not yet reaped is none."""
     found = []
     for child in psutil.Process().children():
         try:
-            if "image_tfrecords.core.pool" in child.cmdline() and (
+            if "image_tfrecords.core.worker.pool" in child.cmdline() and (
                 child.status() != psutil.STATUS_ZOMBIE
             ):
                 found.append(child)
@@ -431,7 +431,7 @@ def _gcs_bucket(tmp_path_factory):
     """A GCS emulator for the whole session, reached by Beam's own GCS filesystem.
 
     google-cloud-storage goes to STORAGE_EMULATOR_HOST, which the run reads anonymously
-    (core/gcs_access.py) whatever the credentials: the authorized-user file here stands
+    (core/storage/gcs_access.py) whatever the credentials: the authorized-user file here stands
     for a user's own, which must not be sent to Google or change that;
     test_an_emulator_needs_no_credentials runs with none at all.
     """
@@ -528,7 +528,7 @@ def _hdfs_cluster(tmp_path_factory):
 def hdfs_flags(_hdfs_cluster):
     """The options that reach the session's HDFS (Hadoop's MiniDFSCluster), whose paths
     are hdfs://<path>; Beam's filesystems, as the tests' helpers use them, are set up to
-    reach it, and list it as the pipeline does (core/beam_filesystems.py)."""
+    reach it, and list it as the pipeline does (core/storage/beam_filesystems.py)."""
     flags = [
         "--hdfs_host",
         "127.0.0.1",
@@ -586,7 +586,7 @@ def voc_annotation(filename, size, objects):
 
 # What summary.json says of the run rather than of its output.
 # What summary.json says of the run rather than of the output: a reusing run's output is a
-# full run's but for these (core/example_index.py).
+# full run's but for these (core/records/example_index.py).
 # What a run that reused an earlier output says of it (--reuse_from, or --overwrite's
 # default): not of the output, which is a full run's (tests/test_reuse.py).
 REUSE_FACTS = ("reused_from", "examples_reused", "changes", "label_id_changes")

@@ -1,4 +1,4 @@
-"""Tasks for core/pool.py's workers in tests that start their own launcher: importable by
+"""Tasks for core/worker/pool.py's workers in tests that start their own launcher: importable by
 name in a worker process (tests/ on its PYTHONPATH)."""
 
 import time

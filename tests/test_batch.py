@@ -5,7 +5,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from image_tfrecords.core.records import ExampleRef
+from image_tfrecords.core.records.records import ExampleRef
 from image_tfrecords.transforms.batch import Batch, batches_by_key
 
 

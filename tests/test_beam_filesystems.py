@@ -13,8 +13,8 @@ from apache_beam.io import hadoopfilesystem
 from apache_beam.io.aws.clients.s3 import boto3_client
 from source_trees import parse
 
-from image_tfrecords.core import beam_filesystems
-from image_tfrecords.core.beam_filesystems import (
+from image_tfrecords.core.storage import beam_filesystems
+from image_tfrecords.core.storage.beam_filesystems import (
     HDFS_FIX,
     S3_FIX,
     VERIFIED_ON,
@@ -35,7 +35,7 @@ BEAMS_OWN = {
 def test_the_installed_versions_are_those_the_replacements_were_read_against():
     # Fails when a pin in requirements.txt moves: read Beam's apache_beam/io/hadoopfilesystem.py and
     # aws/clients/s3/boto3_client.py (and the hdfs library's Client) again, then move
-    # VERIFIED_ON in core/beam_filesystems.py.
+    # VERIFIED_ON in core/storage/beam_filesystems.py.
     for fix in VERIFIED_ON:
         assert beam_filesystems.unverified_versions(fix) == [], fix
     assert version("apache-beam") == VERIFIED_ON[HDFS_FIX]["apache-beam"]

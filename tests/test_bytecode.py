@@ -22,7 +22,7 @@ OUR_FOLDERS = ("core", "pipeline", "transforms", "image_tfrecords")  # setup.py'
 IMPORTED_BY_A_CONVERSION = """
 import json, sys
 import image_tfrecords.pipeline.cli, image_tfrecords.pipeline.run, image_tfrecords.pipeline.graph
-import image_tfrecords.core.pool, image_tfrecords.core.shard_writer
+import image_tfrecords.core.worker.pool, image_tfrecords.core.worker.shard_writer
 print(json.dumps([getattr(m, "__file__", None) for m in list(sys.modules.values())]))
 """
 

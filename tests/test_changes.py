@@ -1,4 +1,4 @@
-"""What changed between two outputs (core/changes.py): compare on hand-made index entries,
+"""What changed between two outputs (core/report/changes.py): compare on hand-made index entries,
 one kind of change at a time, a URI in two splits and twice in one; output_changes and
 `image-tfrecords diff` on hand-made outputs."""
 
@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 from conftest import convert, encode, photo_like
 
-from image_tfrecords.core import naming
-from image_tfrecords.core.changes import (
+from image_tfrecords.core.records import naming
+from image_tfrecords.core.records.example_index import IndexEntry, write_index
+from image_tfrecords.core.records.summary import ExampleChanges, Tally
+from image_tfrecords.core.report.changes import (
     LABELS_LISTED,
     URIS_LISTED,
     NotComparable,
     compare,
     output_changes,
 )
-from image_tfrecords.core.example_index import IndexEntry, write_index
-from image_tfrecords.core.summary import ExampleChanges, Tally
 from image_tfrecords.pipeline import cli
 
 

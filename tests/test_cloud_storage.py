@@ -40,11 +40,11 @@ from conftest import (
 )
 from storage_servers import CUT, HOST, S3Server, free_port, object_pattern
 
-from image_tfrecords.core import storage
-from image_tfrecords.core.chunks import RowChunk
 from image_tfrecords.core.inputs.rows import resolve_uri
 from image_tfrecords.core.inputs.sources import find_manifests
-from image_tfrecords.core.summary import RunInfo, RunOptions
+from image_tfrecords.core.records.summary import RunInfo, RunOptions
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.worker.chunks import RowChunk
 from image_tfrecords.pipeline import graph, run
 from image_tfrecords.pipeline.options import ConvertOptions
 from image_tfrecords.pipeline.storage_probe import PROBE_SECONDS, probe_storage
@@ -354,7 +354,7 @@ def test_hdfs_manifest_images_and_output(hdfs_flags, tmp_path, file_format):
 
     Replacing is run once: a shard of either format reaches the temp folder in the first
     run (ArrayRecord's through a local file and a copy), and the publish step's renames over
-    the earlier files (core/beam_filesystems.py's rename_over_files) never look at a file's
+    the earlier files (core/storage/beam_filesystems.py's rename_over_files) never look at a file's
     format."""
     run_folder = f"hdfs://hdfs-run-{file_format}"
     data, output = f"{run_folder}/data", f"{run_folder}/out"
@@ -665,7 +665,8 @@ def test_without_credentials_gcs_is_read_anonymously_at_once(credentials, anonym
         )
         extra["GOOGLE_APPLICATION_CREDENTIALS"] = str(adc)
     script = (
-        "from image_tfrecords.core.gcs_access import read_anonymously, settle_gcs_credentials\n"
+        "from image_tfrecords.core.storage.gcs_access import (\n"
+        "    read_anonymously, settle_gcs_credentials)\n"
         "from apache_beam.internal.gcp.auth import _Credentials\n"
         "settle_gcs_credentials()\n"
         "print(read_anonymously(), _Credentials._credentials_init)\n"
@@ -688,8 +689,8 @@ import dataclasses, pickle, sys
 from apache_beam.io.filesystems import FileSystems
 from image_tfrecords.transforms.in_workers import RunInWorkers
 from image_tfrecords.core.inputs.rows import RowRules
-from image_tfrecords.core.workers import Workers
-from image_tfrecords.core.row_tasks import SurveyTask
+from image_tfrecords.core.records.workers import Workers
+from image_tfrecords.core.worker.row_tasks import SurveyTask
 
 class Survey(RunInWorkers):  # the base every task-running DoFn's setup() is
     def task(self, chunk):

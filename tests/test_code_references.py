@@ -44,7 +44,6 @@ OTHER_PROJECTS_SCRIPTS = {
 # The folders our modules are in, as a path inside a package names them (`inputs/x.py`).
 PACKAGES = ("image_tfrecords", "pipeline", "transforms", "core", "tests", "bench", "templates")
 PATTERN_MARKS = ("<", "*", "{")  # OUTPUT/<split>-*.tfrecord names a pattern, not a file
-FORMER_FOLDERS = {"worker"}  # core/ before the one package (issue 45)
 BUILT = ("/target/", "dist/", "site/")  # build outputs the docs name: not in a clean clone
 FILE_SUFFIX = re.compile(r"[a-z0-9]{1,5}(\.[a-z0-9]{1,5})*")  # what follows a file's stem
 
@@ -84,9 +83,7 @@ def _missing_paths(text: str, modules: set[str]) -> Iterator[str]:
             continue
         if any(folder in path for folder in BUILT):
             continue
-        if path.split("/")[0] in FORMER_FOLDERS:
-            yield path
-        elif path.split("/")[0] in TOP_LEVEL:
+        if path.split("/")[0] in TOP_LEVEL:
             if not (ROOT / path).exists() and not _an_attribute_of(ROOT / path):
                 yield path
         elif _a_module_of_ours_where_it_is_not(path, modules):
@@ -94,7 +91,7 @@ def _missing_paths(text: str, modules: set[str]) -> Iterator[str]:
 
 
 def _an_attribute_of(path: Path) -> bool:
-    """`core/masks.MAX_KEYPOINTS`: a name its module (core/masks.py) defines."""
+    """`core/worker/masks.MAX_KEYPOINTS`: a name its module (core/worker/masks.py) defines."""
     stem, _, attribute = path.name.partition(".")
     module = path.with_name(f"{stem}.py")
     return (
@@ -145,21 +142,17 @@ def test_a_moved_module_is_found():
     pattern, another project's path and an existing module are not."""
     modules = {"pool.py"}
     text = (
-        "core/gone.py, core/pool.py, OUTPUT/<split>-*.tfrecord, "
+        "core/gone.py, core/worker/pool.py, OUTPUT/<split>-*.tfrecord, "
         "TFDS's tensorflow_datasets/core/naming.py, pool.py, gone.py"
     )
     assert list(_missing_references(text, modules)) == ["core/gone.py", "gone.py"]
     # A module of ours named under a folder that is gone, not another project's.
-    text = "inputs/pool.py, other/pool.PEAK, core/pool.py, ray/pool.md, tfds/core/gone.py"
+    text = "inputs/pool.py, other/pool.PEAK, core/worker/pool.py, ray/pool.md, tfds/core/gone.py"
     assert list(_missing_references(text, modules)) == ["inputs/pool.py", "other/pool.PEAK"]
-    # A folder of ours that is gone, whatever it names; an attribute its module lacks.
-    assert list(_missing_references("worker/, worker/gone.py", modules)) == [
-        "worker/",
-        "worker/gone.py",
-    ]
-    assert list(_missing_paths("core/masks.MAX_KEYPOINTS, core/masks.NOT_THERE", set())) == [
-        "core/masks.NOT_THERE"
-    ]
+    # A constant its module does not define.
+    assert list(
+        _missing_paths("core/worker/masks.MAX_KEYPOINTS, core/worker/masks.NOT_THERE", set())
+    ) == ["core/worker/masks.NOT_THERE"]
 
 
 def test_every_path_of_ours_the_documents_name_exists():

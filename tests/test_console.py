@@ -7,8 +7,14 @@ import textwrap
 
 import pytest
 
-from image_tfrecords.core.console import is_routine_native_line
-from image_tfrecords.core.summary import LabelWarning, RunOptions, ShardInfo, SplitInfo, Summary
+from image_tfrecords.core.launcher.console import is_routine_native_line
+from image_tfrecords.core.records.summary import (
+    LabelWarning,
+    RunOptions,
+    ShardInfo,
+    SplitInfo,
+    Summary,
+)
 from image_tfrecords.pipeline.report import format_report
 
 # Written by TensorFlow 2.21 at import and first use on a machine without a GPU.
@@ -54,7 +60,7 @@ def run_python(code: str, verbose: bool) -> subprocess.CompletedProcess:
     split_routine_line = [NO_CUINIT[:30], NO_CUINIT[30:] + b"\n"]
     script = textwrap.dedent(f"""
         import os, sys, logging
-        from image_tfrecords.core.console import quiet_console
+        from image_tfrecords.core.launcher.console import quiet_console
         with quiet_console(verbose={verbose}):
             for data in {writes!r}:
                 os.write(2, data)  # as C++ writes: straight to the descriptor
@@ -153,7 +159,7 @@ def test_streams_lost_while_the_launcher_stops_are_held_as_hang_ups(run_ends, sh
     end UNAVAILABLE (it stops the job server, or a terminal's Ctrl-C reached the JVM
     too): held, shown only if the run fails, not when it was stopped (KeyboardInterrupt)."""
     lost = (
-        "from image_tfrecords.core.console import expect_hang_ups; expect_hang_ups(True)\n"
+        "from image_tfrecords.core.launcher.console import expect_hang_ups; expect_hang_ups(True)\n"
         "stream_thread(grpc.StatusCode.UNAVAILABLE, 'the job server is stopped')\n"
     )
     result = run_python(f"exec({HANG_UPS + lost!r}){run_ends}", verbose=False)

@@ -29,7 +29,7 @@ from PIL import Image
 from test_report_page import Page, chromium
 
 from image_tfrecords.core.inputs.rows import assign_split
-from image_tfrecords.core.naming import REPORT_FILE
+from image_tfrecords.core.records.naming import REPORT_FILE
 from image_tfrecords.pipeline import run
 from image_tfrecords.transforms.shards import shard_of
 from image_tfrecords.verify import verify

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from conftest import encode, photo_like, read_examples
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
-from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import ManifestRow
 from image_tfrecords.pipeline import run
 
 DETECTION = RowRules(label_mode="detection")

@@ -23,8 +23,8 @@ from conftest import (
 
 from image_tfrecords.core.inputs.rows import ManifestError
 from image_tfrecords.core.inputs.sources import class_declarations, find_manifests, one_declaration
-from image_tfrecords.core.label_map import label_map_text
-from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.records.label_map import label_map_text
+from image_tfrecords.core.records.records import ManifestRow
 from image_tfrecords.pipeline import run
 from image_tfrecords.pipeline.options import ConvertOptions
 from image_tfrecords.pipeline.resume import scan_sources

@@ -44,8 +44,9 @@ def _emitted_reasons() -> set[str]:
     arguments that are reasons (to dead_letter(), DeadLetter(), ImageRejected() (the pool's
     lost images too), the downloads' failures) where they are string literals or
     named constants, and every constant of the modules that hold reasons."""
-    from image_tfrecords.core import dead_letters, images
     from image_tfrecords.core.inputs import folder
+    from image_tfrecords.core.records import dead_letters
+    from image_tfrecords.core.worker import images
 
     found = {
         value
@@ -97,7 +98,7 @@ def _emitted_reasons() -> set[str]:
 
 
 def test_every_dead_letter_reason_the_code_can_emit_is_in_the_registry_and_no_other():
-    from image_tfrecords.core import dead_letters
+    from image_tfrecords.core.records import dead_letters
 
     emitted = _emitted_reasons()
     assert "decode_crash" in emitted and "not_in_split_folder" in emitted  # the scan works

@@ -1,4 +1,4 @@
-"""Images at http(s) URLs (core/downloads.py), against a web server this test starts on
+"""Images at http(s) URLs (core/storage/downloads.py), against a web server this test starts on
 the loopback address: retries on 5xx, 429 (with Retry-After) and cut connections, a
 timeout per request, a size limit, per-reason dead letters, the User-Agent, concurrent
 downloads inside each worker process and their per-host limit, and the storage probe."""
@@ -14,9 +14,14 @@ import pytest
 from conftest import encode, photo_like, read_examples
 from storage_servers import HOST, Behaviour, ImageServer, free_port
 
-from image_tfrecords.core.downloads import MAX_REDIRECTS, DownloadFailed, DownloadSettings, download
 from image_tfrecords.core.inputs.rows import resolve_uri
-from image_tfrecords.core.redaction import redact_urls, redacted
+from image_tfrecords.core.storage.downloads import (
+    MAX_REDIRECTS,
+    DownloadFailed,
+    DownloadSettings,
+    download,
+)
+from image_tfrecords.core.storage.redaction import redact_urls, redacted
 from image_tfrecords.pipeline import run
 
 
@@ -189,7 +194,7 @@ def test_urls_are_kept_as_written():
 
 
 def test_a_label_map_or_schema_at_a_url_is_read_through_storage(server):
-    from image_tfrecords.core import storage
+    from image_tfrecords.core.storage import storage
 
     server.files["/labels.txt"] = b"cat\ndog\n"
     with storage.open_read(f"{server.url}/labels.txt") as file:
@@ -348,7 +353,7 @@ def test_a_line_of_a_million_letters_is_redacted_in_one_pass(tmp_path):
     quadratic, minutes for a 1 MiB manifest line. In a process of its own, so that a
     regression fails within the bound instead of holding the suite."""
     script = (
-        "import sys; from image_tfrecords.core.redaction import redact_urls; "
+        "import sys; from image_tfrecords.core.storage.redaction import redact_urls; "
         "line = 'ab1' * 350_000 + ' https://u:p@host/x?sig=1 ' + 'c' * 70 + '://h/?token=2'; "
         "print(redact_urls(line)[-80:])"
     )

@@ -6,9 +6,9 @@ import apache_beam as beam
 import pytest
 from conftest import FILE_FORMATS, encode, feature, photo_like, read_examples, shard_pattern
 
-from image_tfrecords.core.choices import Dedupe
-from image_tfrecords.core.records import ExampleRef
-from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.records.choices import Dedupe
+from image_tfrecords.core.records.records import ExampleRef
+from image_tfrecords.core.records.run_settings import RunSettings
 from image_tfrecords.pipeline import run
 from image_tfrecords.transforms.duplicates import DuplicatesResult, ReportDuplicates, _copies
 

@@ -28,7 +28,7 @@ from conftest import SAMPLE_MANIFEST, encode, photo_like, png_declaring
 from test_reliability import published
 from test_resume import STOP_AT
 
-from image_tfrecords.core.receipts import ShardReceipt
+from image_tfrecords.core.records.receipts import ShardReceipt
 from image_tfrecords.pipeline import engines, run
 
 ENGINES = {
@@ -244,7 +244,7 @@ def test_a_stopped_engine_run_resumes_reusing_its_finished_shards(engine, sample
     output = tmp_path / "out"
     argv = [*flags, *ENGINES[engine], "--output_dir", str(output)]
     stopped = pipeline(
-        "image_tfrecords.core.receipts",
+        "image_tfrecords.core.records.receipts",
         "write_receipt",
         "after",
         "4",

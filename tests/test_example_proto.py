@@ -1,4 +1,4 @@
-"""Example bytes written without TensorFlow (core/example_proto.py) are TensorFlow's own:
+"""Example bytes written without TensorFlow (core/worker/example_proto.py) are TensorFlow's own:
 `tf.train.Example.SerializeToString(deterministic=True)` of the same features, for every
 kind of feature, keys that begin others, empty lists, negative and large ints, floats past
 float32's range, and keys in any order and script; and so are an Example's bytes with
@@ -9,7 +9,7 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
-from image_tfrecords.core.example_proto import (
+from image_tfrecords.core.worker.example_proto import (
     BYTES,
     FLOAT,
     INT64,

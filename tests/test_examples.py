@@ -7,15 +7,15 @@ import pytest
 import tensorflow as tf
 from conftest import object_detection_spec
 
-from image_tfrecords.core.choices import LabelMode
-from image_tfrecords.core.examples import (
+from image_tfrecords.core.records.choices import LabelMode
+from image_tfrecords.core.records.records import Box, LabelledRow, ManifestRow
+from image_tfrecords.core.worker.examples import (
     CLASSIFICATION_FEATURES,
     encode_example,
     feature_spec,
     relabelled,
 )
-from image_tfrecords.core.images import PreparedImage
-from image_tfrecords.core.records import Box, LabelledRow, ManifestRow
+from image_tfrecords.core.worker.images import PreparedImage
 
 IMAGE = PreparedImage(
     b"\xff\xd8jpeg bytes",

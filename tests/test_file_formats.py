@@ -110,7 +110,7 @@ def test_array_record_shards_elsewhere_than_on_disk_go_through_the_files_given(t
 def test_a_shard_joined_from_parts_is_the_shard_written_whole(
     tmp_path, name, compression, suffix, files
 ):
-    """Parts are TFRecord-framed files (core/shard_parts.py). Joined, through local files
+    """Parts are TFRecord-framed files (core/worker/shard_parts.py). Joined, through local files
     (TFRecord's: copied by the kernel) or TensorFlow's streams (copied by Python), they
     give the whole shard's bytes and companions."""
     fmt = shard_format(name, compression)

@@ -14,8 +14,8 @@ from image_tfrecords.core.inputs.folder import (
     folder_rows,
 )
 from image_tfrecords.core.inputs.rows import ManifestError, assign_split
-from image_tfrecords.core.records import ManifestRow
-from image_tfrecords.core.splits import normalise_split
+from image_tfrecords.core.records.records import ManifestRow
+from image_tfrecords.core.records.splits import normalise_split
 from image_tfrecords.pipeline import run
 
 

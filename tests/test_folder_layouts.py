@@ -20,7 +20,7 @@ from image_tfrecords.core.inputs.sources import (
     relative_files,
     split_and_path,
 )
-from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.records.records import ManifestRow
 from image_tfrecords.pipeline import run
 
 DETECTION = RowRules(label_mode="detection")

@@ -10,7 +10,7 @@ find_manifests, check_sources, class_declarations, then every source's rows.
 
 Whatever the mutation, the reading
 - raises nothing but ManifestError (the reader's usage error); every bad row is a dead
-  letter whose reason is in core/dead_letters.py's REGISTRY;
+  letter whose reason is in core/records/dead_letters.py's REGISTRY;
 - allocates a bounded amount of memory (tracemalloc's peak, MEMORY_CAP);
 - opens, lists and yields no path outside the dataset's folder (an audit hook records
   every file opened or listed; a row's image, segmentation map or mask PNG must be
@@ -47,8 +47,6 @@ from conftest import encode, photo_like
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from image_tfrecords.core.chunks import ManifestSource
-from image_tfrecords.core.dead_letters import REGISTRY, DeadLetter
 from image_tfrecords.core.inputs.folder import IMAGE_FOLDER
 from image_tfrecords.core.inputs.rows import DiscardedRow, ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import (
@@ -57,7 +55,9 @@ from image_tfrecords.core.inputs.sources import (
     find_manifests,
     read_source,
 )
-from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.records.dead_letters import REGISTRY, DeadLetter
+from image_tfrecords.core.records.records import ManifestRow
+from image_tfrecords.core.worker.chunks import ManifestSource
 
 PUBLIC = Path(__file__).parent / "data" / "public"
 SAMPLE = Path(__file__).parent.parent / "sample_data"
@@ -923,8 +923,8 @@ _INDEXED_SHARD = "train-00000-of-00001.tfrecord"
 def indexed_outputs(tmp_path_factory) -> tuple[str, str, Path]:
     """Two outputs as summary.json and an example index each (what `diff` reads), and the
     second's index, which the tests mutate."""
-    from image_tfrecords.core import naming
-    from image_tfrecords.core.example_index import IndexEntry, write_index
+    from image_tfrecords.core.records import naming
+    from image_tfrecords.core.records.example_index import IndexEntry, write_index
 
     root = tmp_path_factory.mktemp("indexes")
     folders = []
@@ -964,7 +964,7 @@ def indexed_outputs(tmp_path_factory) -> tuple[str, str, Path]:
         )
         folders.append(str(folder))
     old, new = folders
-    from image_tfrecords.core.changes import output_changes
+    from image_tfrecords.core.report.changes import output_changes
 
     assert output_changes(old, new).relabelled.count == 3  # unmutated, they compare
     return old, new, Path(naming.published_index(new, _INDEXED_SHARD))
@@ -973,10 +973,10 @@ def indexed_outputs(tmp_path_factory) -> tuple[str, str, Path]:
 def assert_index_read_safely(old: str, new: str, index: Path) -> None:
     """`diff`'s comparison and --reuse_from's routing of the index: only their documented
     failures, and memory of a bounded reading."""
-    from image_tfrecords.core.changes import NotComparable, output_changes
-    from image_tfrecords.core.example_index import ExampleIndexError, PreviousShardFiles
-    from image_tfrecords.core.filesystem_options import FilesystemOptions
-    from image_tfrecords.core.shard_writer import SplitPlan
+    from image_tfrecords.core.records.example_index import ExampleIndexError, PreviousShardFiles
+    from image_tfrecords.core.report.changes import NotComparable, output_changes
+    from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
+    from image_tfrecords.core.worker.shard_writer import SplitPlan
     from image_tfrecords.transforms.previous_examples import _Route
 
     tracemalloc.start()

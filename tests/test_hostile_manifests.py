@@ -22,7 +22,6 @@ from conftest import encode, feature, photo_like, png_declaring, read_examples
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.automl_csv import _COLUMN_NAMES, read_header
 from image_tfrecords.core.inputs.rows import (
     DEFAULT_SPLIT_FRACTIONS,
@@ -31,7 +30,8 @@ from image_tfrecords.core.inputs.rows import (
     assign_split,
 )
 from image_tfrecords.core.inputs.sources import read_manifest
-from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import ManifestRow
 from image_tfrecords.pipeline import run
 
 SPLITS = ("train", "validation", "test")

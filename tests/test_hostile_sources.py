@@ -17,7 +17,7 @@ import psutil
 import pytest
 from conftest import convert, encode, photo_like
 
-from image_tfrecords.core import storage
+from image_tfrecords.core.storage import storage
 
 TESTS = Path(__file__).resolve().parent
 
@@ -127,7 +127,7 @@ def test_a_file_over_the_size_limit_is_too_large_and_read_no_further(tmp_path):
 _LAUNCHER = textwrap.dedent(
     """
     import sys
-    from image_tfrecords.core.pool import WorkerPool
+    from image_tfrecords.core.worker.pool import WorkerPool
     from pool_tasks import Waits
 
     pool = WorkerPool(1, timeout_s=600.0, setup=None)

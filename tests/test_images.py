@@ -1,4 +1,4 @@
-"""image_tfrecords.core.images on real files made with Pillow, decoded back with TensorFlow's
+"""image_tfrecords.core.worker.images on real files made with Pillow, decoded back with TensorFlow's
 own decoder."""
 
 import concurrent.futures
@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import photo_like
 from PIL import ExifTags, Image, ImageFile, ImageOps
 
-from image_tfrecords.core.images import (
+from image_tfrecords.core.worker.images import (
     REASONS,
     THUMBNAIL_SIDE,
     ImageRejected,

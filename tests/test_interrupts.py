@@ -1,6 +1,6 @@
 """Ctrl-C (SIGINT to the process group, as a terminal sends it) and SIGTERM at any point
 of `convert`: one line on stderr, exit 130 (143), no traceback, nothing published, no
-process left behind; a second signal ends it at once (core/interrupts.py).
+process left behind; a second signal ends it at once (core/worker/interrupts.py).
 
 The real command runs in a process group of its own, signalled at a point its output or
 its files show; one process per point."""
@@ -22,7 +22,7 @@ import psutil
 import pytest
 from conftest import SAMPLE_MANIFEST, copy_output
 
-from image_tfrecords.core import interrupts
+from image_tfrecords.core.worker import interrupts
 from image_tfrecords.pipeline import cli, run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,7 +194,7 @@ def test_a_second_ctrl_c_ends_the_process_at_once_in_one_line():
     # Stopped once, in a step that holds the stop (publishing): the second ends it.
     script = textwrap.dedent("""
         import os, signal, time
-        from image_tfrecords.core import interrupts
+        from image_tfrecords.core.worker import interrupts
         with interrupts.signals_stop(), interrupts.held("publishing"):
             interrupts.keeping("its files are in out/.tmp-1")
             os.kill(os.getpid(), signal.SIGINT)

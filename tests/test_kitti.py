@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from conftest import encode, photo_like, read_examples
 
-from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core.inputs.input_format import DeclaredClasses
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules, assign_split
 from image_tfrecords.core.inputs.sources import FORMATS, check_sources, find_manifests, read_source
-from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.records import ManifestRow
 from image_tfrecords.pipeline import run
 
 PUBLIC = Path(__file__).parent / "data" / "public" / "kitti"

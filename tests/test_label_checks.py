@@ -1,4 +1,4 @@
-"""Labels that are probably a mistake (core/label_checks.py): the separator inside a
+"""Labels that are probably a mistake (core/worker/label_checks.py): the separator inside a
 single-mode label, case or space variants, whole-number labels whose ids are not their
 numbers; warned in the console, summary.json and report.html with their first rows, and
 errors with --strict_labels."""
@@ -8,8 +8,13 @@ import json
 from conftest import encode, photo_like
 from test_report_page import Page, chromium
 
-from image_tfrecords.core.choices import LabelMode
-from image_tfrecords.core.label_checks import FIRST_ROWS, LabelSeen, label_warnings, merge_seen
+from image_tfrecords.core.records.choices import LabelMode
+from image_tfrecords.core.worker.label_checks import (
+    FIRST_ROWS,
+    LabelSeen,
+    label_warnings,
+    merge_seen,
+)
 from image_tfrecords.pipeline import run
 
 

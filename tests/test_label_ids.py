@@ -9,11 +9,11 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from image_tfrecords.core.label_ids import Vocabulary
-from image_tfrecords.core.records import ManifestRow
-from image_tfrecords.core.row_tasks import survey
-from image_tfrecords.core.run_settings import RunSettings
-from image_tfrecords.core.schema import CATEGORICAL, ExtraColumn
+from image_tfrecords.core.records.records import ManifestRow
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.records.schema import CATEGORICAL, ExtraColumn
+from image_tfrecords.core.worker.label_ids import Vocabulary
+from image_tfrecords.core.worker.row_tasks import survey
 from image_tfrecords.transforms.labels import LABEL, LABEL_ID, AnalyzeLabels, category_id
 from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 

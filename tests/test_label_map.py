@@ -2,7 +2,7 @@
 
 from conftest import parse_label_map
 
-from image_tfrecords.core.label_map import UNSEEN_LABEL_NAME, label_map_text
+from image_tfrecords.core.records.label_map import UNSEEN_LABEL_NAME, label_map_text
 
 
 def test_ids_start_at_one_in_vocabulary_order():

@@ -8,12 +8,12 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from image_tfrecords.core.dead_letters import DeadLetter
-from image_tfrecords.core.label_ids import LabelLookup
-from image_tfrecords.core.naming import LABEL_VOCABULARY
-from image_tfrecords.core.records import Box, LabelledRow, ManifestRow
-from image_tfrecords.core.row_tasks import survey
-from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.naming import LABEL_VOCABULARY
+from image_tfrecords.core.records.records import Box, LabelledRow, ManifestRow
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.worker.label_ids import LabelLookup
+from image_tfrecords.core.worker.row_tasks import survey
 from image_tfrecords.transforms.labels import AnalyzeLabels
 from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary, write_pinned_vocabulary
 

@@ -1,7 +1,8 @@
 """The package's layers (pyproject.toml's [tool.importlinter] contracts): the core imports
 neither the pipeline, the transforms nor the reader library; the reader library neither
 the pipeline nor the transforms; the transforms not the pipeline; the worker pool nothing
-of what it runs. import-linter reads the package from one folder, so it is given the
+of what it runs; a worker process's own code (core/worker, core/records) neither Beam nor
+TensorFlow. import-linter reads the package from one folder, so it is given the
 package laid out as a wheel installs it (the checkout's pipeline/, transforms/ and core/
 are mapped beneath image_tfrecords by setup.py's package_dir)."""
 
@@ -55,13 +56,24 @@ def test_every_layer_contract_is_kept(tmp_path):
 def test_an_import_that_runs_up_breaks_a_contract(tmp_path):
     """The check is no formality: the core importing the pipeline is found, by name."""
     layout = installed_layout(tmp_path)
-    naming = layout / "image_tfrecords" / "core" / "naming.py"
+    naming = layout / "image_tfrecords" / "core" / "records" / "naming.py"
     naming.write_text(naming.read_text() + "\nfrom image_tfrecords.pipeline import options\n")
     result = lint_imports(layout)
     assert result.returncode == 1
-    assert "image_tfrecords.core.naming -> image_tfrecords.pipeline.options" in result.stdout, (
-        result.stdout
-    )
+    assert (
+        "image_tfrecords.core.records.naming -> image_tfrecords.pipeline.options" in result.stdout
+    ), result.stdout
+
+
+def test_a_worker_module_importing_beam_breaks_the_worker_contract(tmp_path):
+    """A worker process's own code imports neither Beam nor TensorFlow: an import of
+    either, even inside a function, is found by name."""
+    layout = installed_layout(tmp_path)
+    images = layout / "image_tfrecords" / "core" / "worker" / "images.py"
+    images.write_text(images.read_text() + "\ndef _f():\n    import apache_beam\n")
+    result = lint_imports(layout)
+    assert result.returncode == 1
+    assert "image_tfrecords.core.worker.images -> apache_beam" in result.stdout, result.stdout
 
 
 def _source_of(package: str) -> Path:

@@ -21,7 +21,7 @@ from conftest import (
 )
 
 import image_tfrecords
-from image_tfrecords.core import naming
+from image_tfrecords.core.records import naming
 
 
 def by_sha256(elements):

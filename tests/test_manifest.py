@@ -7,8 +7,6 @@ import lzma
 
 import pytest
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.automl_csv import AUTOML_LAYOUT, read_header
 from image_tfrecords.core.inputs.boxes import parse_box
 from image_tfrecords.core.inputs.rows import (
@@ -19,8 +17,10 @@ from image_tfrecords.core.inputs.rows import (
     resolve_uri,
 )
 from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_manifest
-from image_tfrecords.core.records import Box, ManifestRow
-from image_tfrecords.core.splits import SPLITS, normalise_split
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import Box, ManifestRow
+from image_tfrecords.core.records.splits import SPLITS, normalise_split
 
 
 def check_manifest(path, rules):

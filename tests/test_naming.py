@@ -1,4 +1,4 @@
-"""The names a run writes come from core/naming.py, and a run id means one thing."""
+"""The names a run writes come from core/records/naming.py, and a run id means one thing."""
 
 import fnmatch
 import json
@@ -6,7 +6,7 @@ import re
 
 import tensorflow_transform as tft
 
-from image_tfrecords.core import naming
+from image_tfrecords.core.records import naming
 
 
 def test_a_run_id_names_its_temp_folder_and_comes_back_from_it():

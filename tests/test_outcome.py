@@ -2,9 +2,9 @@
 
 import json
 
-from image_tfrecords.core.dead_letters import DeadLetter
-from image_tfrecords.core.failure import Failure
-from image_tfrecords.core.summary import ErrorsInfo, RunOptions, SplitInfo, Summary
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.failure import Failure
+from image_tfrecords.core.records.summary import ErrorsInfo, RunOptions, SplitInfo, Summary
 from image_tfrecords.transforms.outcome import PublishRules, outcome_problems, unwritten_labels
 
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import copy_output
 
 import image_tfrecords
-from image_tfrecords.core.naming import UnconfinedName, confined_name
+from image_tfrecords.core.records.naming import UnconfinedName, confined_name
 from image_tfrecords.pipeline.cli import inspect_main, report_main, verify_main
 
 # Where an entry of summary.json is, the name put there, and how the error names the entry.

@@ -1,4 +1,4 @@
-"""core/pool.py: real worker processes writing real shards, killed for real."""
+"""core/worker/pool.py: real worker processes writing real shards, killed for real."""
 
 import concurrent.futures
 import dataclasses
@@ -16,12 +16,22 @@ from conftest import SAMPLE_MANIFEST, convert, encode, photo_like
 from PIL import Image
 
 import image_tfrecords
-from image_tfrecords.core import pool as shared_pool
-from image_tfrecords.core.pool import WorkerPool
-from image_tfrecords.core.records import LabelledRow, ManifestRow
-from image_tfrecords.core.run_settings import RunSettings
-from image_tfrecords.core.shard_writer import ShardTask, pack_rows, prepare_worker, write_shard
-from image_tfrecords.core.workers import Workers, default_process_count, usable_cores, usable_memory
+from image_tfrecords.core.records.records import LabelledRow, ManifestRow
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.records.workers import (
+    Workers,
+    default_process_count,
+    usable_cores,
+    usable_memory,
+)
+from image_tfrecords.core.worker import pool as shared_pool
+from image_tfrecords.core.worker.pool import WorkerPool
+from image_tfrecords.core.worker.shard_writer import (
+    ShardTask,
+    pack_rows,
+    prepare_worker,
+    write_shard,
+)
 from image_tfrecords.pipeline.options import ConvertOptions
 
 SETTINGS = RunSettings(workers=Workers(read_threads=2))
@@ -70,7 +80,14 @@ def test_workers_import_neither_tensorflow_nor_beam():
     # The pool, its workers' setup and every task a worker unpickles.
     modules = ", ".join(
         f"image_tfrecords.core.{name}"
-        for name in ("pool", "workers", "shard_writer", "shard_parts", "row_tasks", "near_search")
+        for name in (
+            "worker.pool",
+            "records.workers",
+            "worker.shard_writer",
+            "worker.shard_parts",
+            "worker.row_tasks",
+            "worker.near_search",
+        )
     )
     imported = subprocess.run(
         [
@@ -230,7 +247,7 @@ def test_a_pool_started_early_is_the_one_acquired_with_the_same_settings():
     (early,) = [
         child.pid
         for child in psutil.Process().children()
-        if "image_tfrecords.core.pool" in child.cmdline()
+        if "image_tfrecords.core.worker.pool" in child.cmdline()
     ]
     shared_pool.release()
     assert not _alive(early)
@@ -266,7 +283,8 @@ def test_by_default_a_worker_per_core_this_process_may_run_on():
             sys.executable,
             "-c",
             "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})"
-            "; from image_tfrecords.core.workers import Workers; print(Workers().process_count())",
+            "; from image_tfrecords.core.records.workers import Workers"
+            "; print(Workers().process_count())",
         ],
         capture_output=True,
         text=True,
@@ -357,7 +375,7 @@ def test_shards_are_the_same_bytes_whatever_the_number_of_worker_processes(
         assert not [
             child
             for child in psutil.Process().children(recursive=True)
-            if "image_tfrecords.core.pool" in child.cmdline()
+            if "image_tfrecords.core.worker.pool" in child.cmdline()
         ]
     # Not a comparison of nothing: every split has shards.
     assert {

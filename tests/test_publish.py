@@ -8,16 +8,16 @@ import pytest
 import tensorflow_transform.beam as tft_beam
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from image_tfrecords.core import publishing
 from image_tfrecords.core.file_formats.tfrecord import TFRecordFormat
-from image_tfrecords.core.naming import FAILED_FILE, REPORT_FILE, staged_dir
-from image_tfrecords.core.publishing import move_into_place, name_shards
-from image_tfrecords.core.records import ManifestRow, ShardWritten
-from image_tfrecords.core.report_page import ReportContent
-from image_tfrecords.core.row_tasks import survey
-from image_tfrecords.core.run_settings import RunSettings
-from image_tfrecords.core.summary import RunInfo, RunOptions, ShardInfo, Summary
-from image_tfrecords.core.summary_builder import build_summary
+from image_tfrecords.core.launcher import publishing
+from image_tfrecords.core.launcher.publishing import move_into_place, name_shards
+from image_tfrecords.core.records.naming import FAILED_FILE, REPORT_FILE, staged_dir
+from image_tfrecords.core.records.records import ManifestRow, ShardWritten
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.records.summary import RunInfo, RunOptions, ShardInfo, Summary
+from image_tfrecords.core.records.summary_builder import build_summary
+from image_tfrecords.core.report.report_page import ReportContent
+from image_tfrecords.core.worker.row_tasks import survey
 from image_tfrecords.pipeline.report import format_report
 from image_tfrecords.transforms.labels import AnalyzeLabels
 from image_tfrecords.transforms.outcome import PublishRules, RunFailed, read_failure

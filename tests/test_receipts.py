@@ -10,10 +10,15 @@ import threading
 
 import pytest
 
-from image_tfrecords.core.dead_letters import DeadLetter
-from image_tfrecords.core.naming import receipt_path
-from image_tfrecords.core.receipts import ReceiptError, ShardReceipt, read_receipt, write_receipt
-from image_tfrecords.core.records import (
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.naming import receipt_path
+from image_tfrecords.core.records.receipts import (
+    ReceiptError,
+    ShardReceipt,
+    read_receipt,
+    write_receipt,
+)
+from image_tfrecords.core.records.records import (
     Box,
     ExampleContent,
     ExampleRef,

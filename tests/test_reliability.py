@@ -133,12 +133,12 @@ def old_output(tmp_path_factory):
     ("module", "function", "when"),
     [
         (
-            "image_tfrecords.core.receipts",
+            "image_tfrecords.core.records.receipts",
             "write_receipt",
             "after",
         ),  # the 2nd shard written, in a worker
         (
-            "image_tfrecords.core.publishing",
+            "image_tfrecords.core.launcher.publishing",
             "move_into_place",
             "after",
         ),  # publishing: shards moved in

@@ -23,17 +23,23 @@ from conftest import convert, encode
 from PIL import Image
 from test_near_duplicates import PLANTED, scene
 
-from image_tfrecords.core.failure import Failure
-from image_tfrecords.core.histograms import (
+from image_tfrecords.core.records.failure import Failure
+from image_tfrecords.core.records.histograms import (
     FILE_BYTE_BINS,
     LONGEST_SIDE_BINS,
     file_bytes_bin,
     longest_side_bin,
 )
-from image_tfrecords.core.images import THUMBNAIL_SIDE
-from image_tfrecords.core.naming import REPORT_FILE
-from image_tfrecords.core.records import ExampleRef
-from image_tfrecords.core.report_page import (
+from image_tfrecords.core.records.naming import REPORT_FILE
+from image_tfrecords.core.records.records import ExampleRef
+from image_tfrecords.core.records.summary import (
+    ErrorsInfo,
+    NearCopiesInfo,
+    RunOptions,
+    SplitInfo,
+    Summary,
+)
+from image_tfrecords.core.report.report_page import (
     LABELS_SAMPLED,
     LEAKS_LISTED,
     PAIRS_SHOWN,
@@ -45,7 +51,7 @@ from image_tfrecords.core.report_page import (
     first_copies,
     render_report,
 )
-from image_tfrecords.core.summary import ErrorsInfo, NearCopiesInfo, RunOptions, SplitInfo, Summary
+from image_tfrecords.core.worker.images import THUMBNAIL_SIDE
 from image_tfrecords.pipeline.cli import report_main
 from image_tfrecords.transforms.near_duplicates import NearDuplicate
 from image_tfrecords.transforms.report_content import _copy_rank, _FirstCopies, _shown_copy

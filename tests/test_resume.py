@@ -120,7 +120,7 @@ def test_a_run_stopped_while_writing_resumes_to_the_same_output(
     manifest, output, reference = local
     stopped_run(
         arguments(manifest, str(output)),
-        "image_tfrecords.core.receipts",
+        "image_tfrecords.core.records.receipts",
         function,
         when,
         count,
@@ -157,7 +157,7 @@ def test_a_run_stopped_while_publishing_resumes_to_the_same_output(
     manifest, output, reference = local
     stopped_run(
         arguments(manifest, str(output)),
-        "image_tfrecords.core.publishing",
+        "image_tfrecords.core.launcher.publishing",
         function,
         when,
         1,
@@ -190,7 +190,7 @@ def test_a_stopped_run_made_from_other_inputs_or_options_is_refused(local, tmp_p
     output = str(tmp_path / "out")
     stopped_run(
         arguments(str(changed), output),
-        "image_tfrecords.core.receipts",
+        "image_tfrecords.core.records.receipts",
         "write_receipt",
         "after",
         2,
@@ -244,7 +244,9 @@ def test_a_run_stopped_while_writing_to_a_bucket_resumes_to_the_same_output(
     assert run.main(argv) == 0
     download(output, tmp_path / "reference")
     reference = comparable(tmp_path / "reference")
-    stopped_run(argv, "image_tfrecords.core.receipts", "write_receipt", "after", 2, tmp_path)
+    stopped_run(
+        argv, "image_tfrecords.core.records.receipts", "write_receipt", "after", 2, tmp_path
+    )
     printed = resumed(argv, capsys)
     assert "resumed: 2 of 3 shards reused" in printed
     download(output, tmp_path / "resumed")

@@ -1,4 +1,4 @@
-"""Reuse by source identity (--reuse_from, core/example_index.py): a run over a changed
+"""Reuse by source identity (--reuse_from, core/records/example_index.py): a run over a changed
 dataset copies each unchanged example from the previous output and gives the bytes a
 full run gives; what changed is read again, and only that."""
 
@@ -20,7 +20,7 @@ from conftest import (
     rewrite_records,
 )
 
-from image_tfrecords.core import example_index, naming
+from image_tfrecords.core.records import example_index, naming
 
 SPLITS = ("train", "train", "train", "validation", "test")
 CHANGE_FIELDS = (
@@ -77,7 +77,7 @@ def reusing(root, previous, output):
 
 def _reads(monkeypatch):
     """The images the shard writer reads (worker processes off: it runs in this one)."""
-    from image_tfrecords.core import shard_writer
+    from image_tfrecords.core.worker import shard_writer
 
     read, reads = shard_writer.read_image_bytes, []
 
@@ -290,7 +290,7 @@ def test_a_changed_dataset_reuses_what_did_not_change_and_gives_a_full_runs_byte
     assert summary["reused_from"] == str(previous)
     assert summary["examples_reused"] == summary["examples_written"] - len(expected_reads)
     assert removed[1] not in {entry.uri for entry in _entries(reused)}
-    # What changed since, said (core/changes.py), in summary.json and report.html:
+    # What changed since, said (core/report/changes.py), in summary.json and report.html:
     changes = summary["changes"]
     assert {kind: changes[kind]["first"] for kind in CHANGE_FIELDS} == {
         "examples_added": [str(added)],
@@ -389,8 +389,8 @@ def test_routing_a_crafted_index_holds_no_entry_s_labels(tmp_path):
     """An index whose lines are each at the limit with one-character labels (issue 55: a
     few 16 MiB lines once took 2 GB): the router parses one line at a time and keeps
     none of an entry's labels, so memory follows a line and the entries' URIs."""
-    from image_tfrecords.core.filesystem_options import FilesystemOptions
-    from image_tfrecords.core.shard_writer import SplitPlan
+    from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
+    from image_tfrecords.core.worker.shard_writer import SplitPlan
     from image_tfrecords.transforms.previous_examples import _Route
 
     path = tmp_path / "train-00000-of-00001.tfrecord.index.jsonl"

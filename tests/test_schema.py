@@ -12,7 +12,7 @@ from conftest import SAMPLE_DATA, encode, feature, photo_like, read_examples
 import image_tfrecords
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import read_manifest
-from image_tfrecords.core.schema import (
+from image_tfrecords.core.records.schema import (
     ExtraColumn,
     SchemaError,
     load_schema,

@@ -21,16 +21,16 @@ from apache_beam.testing.util import assert_that, equal_to
 from conftest import encode, feature, photo_like, read_examples
 from PIL import Image
 
-from image_tfrecords.core import filesystem_options
 from image_tfrecords.core.file_formats import shard_format
-from image_tfrecords.core.images import ImageSettings, prepare_image
 from image_tfrecords.core.inputs.boxes import turned_box
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS
-from image_tfrecords.core.records import Box, LabelledRow, ManifestRow
-from image_tfrecords.core.row_tasks import pack, survey
-from image_tfrecords.core.run_settings import RunSettings
-from image_tfrecords.core.shard_writer import ShardTask, _ordered_map, pack_rows, write_shard
-from image_tfrecords.core.workers import Workers
+from image_tfrecords.core.records.records import Box, LabelledRow, ManifestRow
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.records.workers import Workers
+from image_tfrecords.core.storage import filesystem_options
+from image_tfrecords.core.worker.images import ImageSettings, prepare_image
+from image_tfrecords.core.worker.row_tasks import pack, survey
+from image_tfrecords.core.worker.shard_writer import ShardTask, _ordered_map, pack_rows, write_shard
 from image_tfrecords.transforms import shards
 from image_tfrecords.transforms.shards import (
     EXAMPLE_KEYS,

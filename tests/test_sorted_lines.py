@@ -9,8 +9,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from image_tfrecords.core import naming
-from image_tfrecords.core.filesystem_options import FilesystemOptions
+from image_tfrecords.core.records import naming
+from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
 from image_tfrecords.transforms import sorted_lines
 from image_tfrecords.transforms.sorted_lines import WriteSortedLines
 

@@ -9,9 +9,6 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import voc_annotation
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core.chunks import RowChunk
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import (
     ManifestSource,
@@ -20,8 +17,11 @@ from image_tfrecords.core.inputs.sources import (
     read_source,
     split_and_path,
 )
-from image_tfrecords.core.records import Box, ManifestRow
-from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import Box, ManifestRow
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.worker.chunks import RowChunk
 from image_tfrecords.pipeline import run
 from image_tfrecords.transforms.rows import SurveyRows
 

@@ -9,10 +9,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import encode, feature, photo_like, read_examples, shard_pattern
 
 import image_tfrecords
-from image_tfrecords.core import dead_letters as reasons
 from image_tfrecords.core.inputs.automl_csv import split_name_columns
 from image_tfrecords.core.inputs.rows import DiscardedRow, ManifestError, RowRules, assign_split
 from image_tfrecords.core.inputs.sources import find_manifests, read_manifest
+from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.pipeline import run
 from image_tfrecords.pipeline.options import ConvertOptions
 from image_tfrecords.pipeline.read_choices import settle_read_choices

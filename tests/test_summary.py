@@ -7,8 +7,8 @@ import json
 import pytest
 
 from image_tfrecords import Output
-from image_tfrecords.core.choices import LabelMode, UnseenLabel
-from image_tfrecords.core.summary import NearCopiesInfo, Summary
+from image_tfrecords.core.records.choices import LabelMode, UnseenLabel
+from image_tfrecords.core.records.summary import NearCopiesInfo, Summary
 
 
 def test_a_written_summary_reads_back_equal_and_writes_the_same_json(sample_output):

@@ -1,4 +1,4 @@
-"""Text from data has limits (core/text_limits.py): a line, a label, a declared class
+"""Text from data has limits (core/records/text_limits.py): a line, a label, a declared class
 name, the labels of one row; beyond them the row is a dead letter holding a bounded
 excerpt, read without holding the line whole, and the report's sample stays linear in a
 row's labels. Labels are written a line each (the vocabulary file), so a label that
@@ -12,9 +12,6 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import convert, encode, photo_like, voc_annotation
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core.chunks import LineCutter, ManifestSource, RowChunk
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import (
     class_declarations,
@@ -22,10 +19,15 @@ from image_tfrecords.core.inputs.sources import (
     read_chunk,
     read_manifest,
 )
-from image_tfrecords.core.label_ids import Vocabulary
-from image_tfrecords.core.records import ExampleContent, ExampleRef, ManifestRow, ShardExamples
-from image_tfrecords.core.report_page import SAMPLE_PER_LABEL
-from image_tfrecords.core.text_limits import (
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import (
+    ExampleContent,
+    ExampleRef,
+    ManifestRow,
+    ShardExamples,
+)
+from image_tfrecords.core.records.text_limits import (
     EXCERPT_CHARS,
     LINE_BREAKS,
     MAX_KEPT_CHARS,
@@ -33,6 +35,9 @@ from image_tfrecords.core.text_limits import (
     MAX_LABELS_PER_ROW,
     MAX_LINE_BYTES,
 )
+from image_tfrecords.core.report.report_page import SAMPLE_PER_LABEL
+from image_tfrecords.core.worker.chunks import LineCutter, ManifestSource, RowChunk
+from image_tfrecords.core.worker.label_ids import Vocabulary
 from image_tfrecords.output import Output
 from image_tfrecords.pipeline.cli import verify_main
 from image_tfrecords.transforms import report_content

@@ -22,7 +22,7 @@ from conftest import (
 )
 from PIL import Image
 
-from image_tfrecords.core.summary import FeatureInfo, RunOptions, Summary
+from image_tfrecords.core.records.summary import FeatureInfo, RunOptions, Summary
 from image_tfrecords.transforms.tfds_metadata import label_names, tfds_metadata
 
 TFDS_FILES = {"dataset_info.json", "features.json", "image.class.label.labels.txt"}

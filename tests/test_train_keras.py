@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from image_tfrecords.core.console import is_routine_native_line
+from image_tfrecords.core.launcher.console import is_routine_native_line
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_keras.py"
 

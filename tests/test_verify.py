@@ -9,9 +9,9 @@ import sys
 import pytest
 from conftest import copy_output, encode, photo_like, rewrite_records, shard_files, shard_records
 
-from image_tfrecords.core.failure import Failure
-from image_tfrecords.core.naming import failure_record, staged_dir, staged_report, temp_dir
-from image_tfrecords.core.summary import RunOptions, Summary
+from image_tfrecords.core.records.failure import Failure
+from image_tfrecords.core.records.naming import failure_record, staged_dir, staged_report, temp_dir
+from image_tfrecords.core.records.summary import RunOptions, Summary
 from image_tfrecords.output import output_folder
 from image_tfrecords.pipeline.cli import report_main, verify_main
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from image_tfrecords.core.label_map import is_gap, label_map_text
+from image_tfrecords.core.records.label_map import is_gap, label_map_text
 from image_tfrecords.transforms.vocabulary_file import (
     PinnedVocabulary,
     VocabularyError,

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from conftest import encode, parse_label_map, photo_like, read_examples
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
-from image_tfrecords.core.records import Keypoints, ManifestRow, Mask
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import Keypoints, ManifestRow, Mask
 from image_tfrecords.pipeline import run
 from image_tfrecords.pipeline.options import ConvertOptions
 

@@ -19,17 +19,17 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import naming
-from image_tfrecords.core.choices import Dedupe
-from image_tfrecords.core.examples import example_annotations
 from image_tfrecords.core.file_formats import PipelineFiles, ShardFormat
-from image_tfrecords.core.filesystem_options import FilesystemOptions
-from image_tfrecords.core.histograms import file_bytes_bin, longest_side_bin
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS
-from image_tfrecords.core.naming import DUPLICATES, NEAR_DUPLICATES
-from image_tfrecords.core.records import ExampleRef, ShardExamples, ShardWritten
-from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records import naming
+from image_tfrecords.core.records.choices import Dedupe
+from image_tfrecords.core.records.histograms import file_bytes_bin, longest_side_bin
+from image_tfrecords.core.records.naming import DUPLICATES, NEAR_DUPLICATES
+from image_tfrecords.core.records.records import ExampleRef, ShardExamples, ShardWritten
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
+from image_tfrecords.core.worker.examples import example_annotations
 from image_tfrecords.transforms.batch import Batch, batches_by_key
 from image_tfrecords.transforms.near_duplicates import (
     FindNearDuplicates,

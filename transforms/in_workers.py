@@ -1,5 +1,6 @@
-"""The DoFn that has a task run by the worker processes (core/pool.py): a chunk of rows
-to survey or pack (core/row_tasks.py), a shard or part to write (core/shard_writer.py).
+"""The DoFn that has a task run by the worker processes (core/worker/pool.py): a chunk of
+rows to survey or pack (core/worker/row_tasks.py), a shard or part to write
+(core/worker/shard_writer.py).
 
 One pool per process that runs the pipeline's DoFns, shared by every such DoFn in it.
 The tasks of a bundle are handed over as they come, on threads that wait for a free
@@ -21,10 +22,10 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from image_tfrecords.core import pool
-from image_tfrecords.core.filesystem_options import current_options
-from image_tfrecords.core.run_settings import RunSettings
-from image_tfrecords.core.shard_writer import prepare_worker
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.storage.filesystem_options import current_options
+from image_tfrecords.core.worker import pool
+from image_tfrecords.core.worker.shard_writer import prepare_worker
 from image_tfrecords.transforms import live_progress
 from image_tfrecords.transforms.storage_steps import StorageDoFn
 

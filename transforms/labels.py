@@ -3,10 +3,10 @@ and applied to every split.
 
 Only the labels go through TensorFlow, to analyse them: the transform_fn's input is
 `label` (and each categorical column), exactly what a serving model feeds it. The labels
-reach it as the chunks' surveys counted them on TRAIN (core/row_tasks.py): each
+reach it as the chunks' surveys counted them on TRAIN (core/worker/row_tasks.py): each
 distinct value once (sorted order, below) or each row one instance (frequency order).
 The ids are then given to every row, in the worker processes that pack the rows, by a
-lookup of the vocabulary assets the transform_fn saved (core/label_ids.py), which
+lookup of the vocabulary assets the transform_fn saved (core/worker/label_ids.py), which
 gives the ids the transform_fn gives (tests/test_label_ids.py), without a TensorFlow
 graph run or an Arrow round trip per row.
 
@@ -42,12 +42,12 @@ import tensorflow_transform.beam as tft_beam
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
-from image_tfrecords.core.choices import LabelMode, LabelOrder
-from image_tfrecords.core.label_ids import UNSEEN_ID
-from image_tfrecords.core.naming import LABEL_VOCABULARY
-from image_tfrecords.core.row_tasks import ChunkSurvey
-from image_tfrecords.core.run_settings import RunSettings
-from image_tfrecords.core.schema import CATEGORICAL, ExtraColumn
+from image_tfrecords.core.records.choices import LabelMode, LabelOrder
+from image_tfrecords.core.records.naming import LABEL_VOCABULARY
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.records.schema import CATEGORICAL, ExtraColumn
+from image_tfrecords.core.worker.label_ids import UNSEEN_ID
+from image_tfrecords.core.worker.row_tasks import ChunkSurvey
 
 LABEL = "label"
 LABEL_ID = "label_id"

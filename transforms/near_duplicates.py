@@ -26,13 +26,13 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from image_tfrecords.core.copies import HASH_BITS, MAX_NEAR_DISTANCE
-from image_tfrecords.core.filesystem_options import FilesystemOptions
-from image_tfrecords.core.near_search import MEMBER, CloseEarlierTask, Link, Shard
-from image_tfrecords.core.receipts import example_refs
-from image_tfrecords.core.records import ExampleRef, ShardExamples
-from image_tfrecords.core.run_settings import RunSettings
-from image_tfrecords.core.splits import SPLITS
+from image_tfrecords.core.records.receipts import example_refs
+from image_tfrecords.core.records.records import ExampleRef, ShardExamples
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.records.splits import SPLITS
+from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
+from image_tfrecords.core.worker.copies import HASH_BITS, MAX_NEAR_DISTANCE
+from image_tfrecords.core.worker.near_search import MEMBER, CloseEarlierTask, Link, Shard
 from image_tfrecords.transforms.batch import Batch, batches_by_key
 from image_tfrecords.transforms.in_workers import RunInWorkers
 from image_tfrecords.transforms.storage_steps import StorageDoFn
@@ -98,11 +98,11 @@ class FindNearDuplicates(beam.PTransform):
 
     The band groups carry places, not ExampleRefs (each example is in max_distance + 1
     of them); the pairs found get both ends' refs from their shards' receipts in
-    `temp_dir` (core/receipts.py; the writer writes one before its shard's outputs leave
+    `temp_dir` (core/records/receipts.py; the writer writes one before its shard's outputs leave
     the bundle), each receipt read at most twice, rather than from a join with every
     example's ref (half of this search's cost, bench/RESULTS.md). The distances inside
     each group are computed by the worker processes of `settings.workers`
-    (core/near_search.py). Links and copies travel in batches per shard: one element
+    (core/worker/near_search.py). Links and copies travel in batches per shard: one element
     a copy would cost Beam's coders a few microseconds each, and most examples of a set
     of near-copies have one.
     """

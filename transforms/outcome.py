@@ -3,7 +3,7 @@ reading back the summary a run prepared or published, or the Failure it recorded
 
 Kept apart from publish.py so the launcher knows RunFailed, and reads a summary or a
 Failure, without loading TensorFlow; Beam is loaded only to read them from storage.
-FAILED.json's record, `Failure`, is core/failure.py's: the readers of an output (verify,
+FAILED.json's record, `Failure`, is core/records/failure.py's: the readers of an output (verify,
 report) read it too.
 """
 
@@ -15,12 +15,12 @@ from typing import NamedTuple
 
 import pydantic
 
-from image_tfrecords.core import naming
-from image_tfrecords.core.choices import LabelOrder
-from image_tfrecords.core.dead_letters import UNSEEN_LABEL, DeadLetter
-from image_tfrecords.core.failure import Failure
-from image_tfrecords.core.summary import Summary
-from image_tfrecords.core.text_limits import MAX_LINE_BYTES
+from image_tfrecords.core.records import naming
+from image_tfrecords.core.records.choices import LabelOrder
+from image_tfrecords.core.records.dead_letters import UNSEEN_LABEL, DeadLetter
+from image_tfrecords.core.records.failure import Failure
+from image_tfrecords.core.records.summary import Summary
+from image_tfrecords.core.records.text_limits import MAX_LINE_BYTES
 
 
 class PublishRules(NamedTuple):

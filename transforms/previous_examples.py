@@ -1,6 +1,6 @@
 """The examples of an earlier output that this run's shards may copy (--reuse_from).
 
-Each of the earlier output's example indexes (core/example_index.py) is read once; its
+Each of the earlier output's example indexes (core/records/example_index.py) is read once; its
 entries that could be reused (an identity and a key recorded) are placed by this run's
 shard plan, the shard and part their URI gets now, and sent to that shard packed per
 earlier shard: a grown dataset moves rows between shards, so reuse is per example. Only
@@ -17,15 +17,15 @@ from collections.abc import Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from image_tfrecords.core.example_index import (
+from image_tfrecords.core.records.example_index import (
     ExampleIndexError,
     PreviousOutput,
     PreviousShard,
     PreviousShardFiles,
     read_index,
 )
-from image_tfrecords.core.filesystem_options import FilesystemOptions
-from image_tfrecords.core.shard_writer import SplitPlan
+from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
+from image_tfrecords.core.worker.shard_writer import SplitPlan
 from image_tfrecords.transforms.storage_steps import StorageDoFn
 
 

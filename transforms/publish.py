@@ -7,7 +7,8 @@ Dataflow, where the launcher may be gone before the job ends.
 
 This is the order of things, as Beam's WriteImpl orders the calls to its sink: the file
 operations (naming the shards, swapping the files into place, removing the temp
-folders) are core/publishing.py's, the counts of summary.json core/summary_builder.py's.
+folders) are core/launcher/publishing.py's, the counts of summary.json
+core/records/summary_builder.py's.
 summary.json is removed first and written last, so it is present only beside a complete
 set of shards, whatever the filesystem.
 
@@ -29,16 +30,13 @@ import apache_beam as beam
 import tensorflow_transform as tft
 from apache_beam.io.filesystems import FileSystems
 
-from image_tfrecords.core import interrupts, naming, publishing
-from image_tfrecords.core.beam_filesystems import settle_beam_filesystems
-from image_tfrecords.core.changes import NotComparable, compare, published_entries
-from image_tfrecords.core.choices import Dedupe, LabelMode, LabelOrder
-from image_tfrecords.core.example_index import ExampleIndexError, read_index
-from image_tfrecords.core.examples import feature_spec
-from image_tfrecords.core.failure import Failure
-from image_tfrecords.core.label_checks import LabelSeen, label_warnings
-from image_tfrecords.core.label_map import label_map_text
-from image_tfrecords.core.naming import (
+from image_tfrecords.core.launcher import publishing
+from image_tfrecords.core.records import naming
+from image_tfrecords.core.records.choices import Dedupe, LabelMode, LabelOrder
+from image_tfrecords.core.records.example_index import ExampleIndexError, read_index
+from image_tfrecords.core.records.failure import Failure
+from image_tfrecords.core.records.label_map import label_map_text
+from image_tfrecords.core.records.naming import (
     DUPLICATES,
     ERRORS,
     LABEL_MAP_FILE,
@@ -48,11 +46,10 @@ from image_tfrecords.core.naming import (
     SUMMARY_FILE,
     staged_dir,
 )
-from image_tfrecords.core.records import ShardWritten
-from image_tfrecords.core.report_page import ReportContent, render_report
-from image_tfrecords.core.run_settings import RunSettings
-from image_tfrecords.core.schema import CATEGORICAL
-from image_tfrecords.core.summary import (
+from image_tfrecords.core.records.records import ShardWritten
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.records.schema import CATEGORICAL
+from image_tfrecords.core.records.summary import (
     CopiesInfo,
     ExampleChanges,
     LabelIdChange,
@@ -60,7 +57,13 @@ from image_tfrecords.core.summary import (
     RunInfo,
     Summary,
 )
-from image_tfrecords.core.summary_builder import build_summary, resumed_shards
+from image_tfrecords.core.records.summary_builder import build_summary, resumed_shards
+from image_tfrecords.core.report.changes import NotComparable, compare, published_entries
+from image_tfrecords.core.report.report_page import ReportContent, render_report
+from image_tfrecords.core.storage.beam_filesystems import settle_beam_filesystems
+from image_tfrecords.core.worker import interrupts
+from image_tfrecords.core.worker.examples import feature_spec
+from image_tfrecords.core.worker.label_checks import LabelSeen, label_warnings
 from image_tfrecords.transforms.outcome import (
     PublishRules,
     RunFailed,
@@ -195,7 +198,7 @@ class PublishOutput(beam.PTransform):
         if failure is not None:  # nothing is published; the temp dir stays, as evidence
             publishing.write_text(failure.record, failure.to_json())
             raise RunFailed(failure)
-        # Ctrl-C now stops the run once the output is whole (core/interrupts.py).
+        # Ctrl-C now stops the run once the output is whole (core/worker/interrupts.py).
         with interrupts.held("publishing"):
             publishing.publish(
                 files,

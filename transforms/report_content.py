@@ -17,12 +17,11 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.file_formats.tfrecord import read_records
-from image_tfrecords.core.filesystem_options import FilesystemOptions
-from image_tfrecords.core.naming import thumbnails_path
-from image_tfrecords.core.records import ExampleRef, ShardExamples
-from image_tfrecords.core.report_page import (
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.naming import thumbnails_path
+from image_tfrecords.core.records.records import ExampleRef, ShardExamples
+from image_tfrecords.core.report.report_page import (
     LEAKS_LISTED,
     PAIRS_SHOWN,
     REJECTED_SHOWN,
@@ -36,6 +35,7 @@ from image_tfrecords.core.report_page import (
     first_copies,
     sample_rank,
 )
+from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
 from image_tfrecords.transforms.batch import Batch
 from image_tfrecords.transforms.storage_steps import with_filesystems
 

@@ -1,5 +1,5 @@
-"""The manifest's rows, a chunk at a time (core/chunks.py), parsed by the worker
-processes in each pass (core/row_tasks.py): the pipeline's process sees one element
+"""The manifest's rows, a chunk at a time (core/worker/chunks.py), parsed by the worker
+processes in each pass (core/worker/row_tasks.py): the pipeline's process sees one element
 per chunk, and per pack of rows bound for a shard, never one per row.
 """
 
@@ -11,13 +11,13 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core.chunks import RowChunk
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS, RowRules
-from image_tfrecords.core.label_ids import LabelLookup
-from image_tfrecords.core.naming import LABEL_VOCABULARY
-from image_tfrecords.core.row_tasks import ChunkPacks, ChunkSurvey, PackTask, SurveyTask
-from image_tfrecords.core.run_settings import RunSettings
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.naming import LABEL_VOCABULARY
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.worker.chunks import RowChunk
+from image_tfrecords.core.worker.label_ids import LabelLookup
+from image_tfrecords.core.worker.row_tasks import ChunkPacks, ChunkSurvey, PackTask, SurveyTask
 from image_tfrecords.transforms import live_progress
 from image_tfrecords.transforms.in_workers import RunInWorkers
 from image_tfrecords.transforms.labels import categorical_columns
@@ -67,7 +67,7 @@ class PackRows(beam.PTransform):
     packed by where they are written; unseen labels -> DEAD_LETTERS (pass 2).
 
     `plan`: PlanShards' (split, SplitPlan); `transform_fn`: AnalyzeLabels' output, whose
-    vocabulary assets give the ids (core/label_ids.py). With the OOV bucket an unseen
+    vocabulary assets give the ids (core/worker/label_ids.py). With the OOV bucket an unseen
     label keeps its row and gets the OOV id instead. `unseen_where` says where an unseen
     label is missing from (a pinned vocabulary's PinnedVocabulary.unseen_where).
     """

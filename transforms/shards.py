@@ -7,11 +7,11 @@ in memory, in an order that changes per run); with a runner-chosen count the num
 size of files follow the bundling. Grouping the small rows by shard instead (packed, about
 20 bytes a row) keeps image bytes out of any shuffle, keeps shard sizes near the target
 and makes the output deterministic: a row's shard is a hash of its URI and rows are
-written in hash order (core/shard_writer.py).
+written in hash order (core/worker/shard_writer.py).
 
 When a split has fewer shards than the worker processes can write at once, its shards are
 cut into parts, ranges of that hash order of at least about PART_ROWS rows, which worker
-processes write at once and one of them then joins (core/shard_parts.py): a run with
+processes write at once and one of them then joins (core/worker/shard_parts.py): a run with
 fewer shards than cores (a small dataset, a few large shards) still uses every core. The
 bytes are those of the shard written whole, so the plan may depend on the number of
 workers; where there are shards enough, none is cut (a join reads its examples again).
@@ -28,17 +28,17 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from image_tfrecords.core import storage
-from image_tfrecords.core.deadline import within_deadline
-from image_tfrecords.core.example_index import PreviousShard
-from image_tfrecords.core.filesystem_options import FilesystemOptions
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS
-from image_tfrecords.core.records import ShardExamples, ShardOutcome, ShardWritten
-from image_tfrecords.core.row_tasks import sample_of
-from image_tfrecords.core.run_settings import RunSettings
-from image_tfrecords.core.shard_parts import JoinTask
-from image_tfrecords.core.shard_writer import ShardTask, SplitPlan
-from image_tfrecords.core.workers import Workers
+from image_tfrecords.core.records.example_index import PreviousShard
+from image_tfrecords.core.records.records import ShardExamples, ShardOutcome, ShardWritten
+from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.records.workers import Workers
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.storage.deadline import within_deadline
+from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
+from image_tfrecords.core.worker.row_tasks import sample_of
+from image_tfrecords.core.worker.shard_parts import JoinTask
+from image_tfrecords.core.worker.shard_writer import ShardTask, SplitPlan
 from image_tfrecords.transforms.in_workers import RunInWorkers
 from image_tfrecords.transforms.storage_steps import with_filesystems
 
@@ -163,7 +163,7 @@ class WriteShards(beam.PTransform):
     examples that the shard's rows may copy (RoutePreviousExamples); a shard none of
     whose rows is left gets none of them.
 
-    Each shard leaves a receipt (core/receipts.py); with `resuming`, a shard whose
+    Each shard leaves a receipt (core/records/receipts.py); with `resuming`, a shard whose
     receipt vouches for it is not written again.
     """
 
@@ -189,8 +189,8 @@ def _has_rows(shard_packs: tuple[tuple[str, int], Iterable[tuple[int, object]]])
 
 
 class _WriteShardFile(RunInWorkers):
-    """Has each shard written (core/shard_writer.py), whole or in parts joined after
-    (core/shard_parts.py), by the process's worker processes, and gives what it gave.
+    """Has each shard written (core/worker/shard_writer.py), whole or in parts joined after
+    (core/worker/shard_parts.py), by the process's worker processes, and gives what it gave.
 
     A shard's thread waits for its parts and then has them joined; the parts wait for
     workers on threads of their own, so a shard waiting never holds up a part.

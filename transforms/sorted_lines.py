@@ -13,8 +13,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from image_tfrecords.core import naming, storage
-from image_tfrecords.core.filesystem_options import FilesystemOptions
+from image_tfrecords.core.records import naming
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
 from image_tfrecords.transforms.storage_steps import StorageDoFn, with_filesystems
 
 # Lines a writer holds before it writes them out as one sorted run: a few MB.

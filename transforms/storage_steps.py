@@ -1,7 +1,7 @@
 """The steps that touch storage give Beam's filesystems the job's options first.
 
 A worker of a plain Beam worker pool (EXTERNAL) gets no options from Beam's harness
-(core/filesystem_options.py): a step that opened an s3:// path there failed with "Must
+(core/storage/filesystem_options.py): a step that opened an s3:// path there failed with "Must
 provide one of client or options". A DoFn that touches storage is a StorageDoFn (its
 setup() applies them; RunInWorkers is one); a Map's function, which has no setup(), is
 wrapped in with_filesystems, which applies them at each call (a few calls per run:
@@ -16,7 +16,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from image_tfrecords.core.filesystem_options import FilesystemOptions
+from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
 
 
 class StorageDoFn(beam.DoFn):

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from image_tfrecords.core.choices import LabelMode, UnseenLabel
-from image_tfrecords.core.feature_keys import (
+from image_tfrecords.core.records.choices import LabelMode, UnseenLabel
+from image_tfrecords.core.records.feature_keys import (
     CLASS_LABEL,
     IMAGE,
     LABEL_ID_BASE,
@@ -26,14 +26,14 @@ from image_tfrecords.core.feature_keys import (
     SEGMENTATION,
     is_image_key,
 )
-from image_tfrecords.core.label_map import UNSEEN_LABEL_NAME
-from image_tfrecords.core.naming import (
+from image_tfrecords.core.records.label_map import UNSEEN_LABEL_NAME
+from image_tfrecords.core.records.naming import (
     DATASET_INFO_FILE,
     FEATURES_FILE,
     LABELS_SUFFIX,
     TFDS_FILEPATH_TEMPLATE,
 )
-from image_tfrecords.core.summary import FeatureInfo, Summary
+from image_tfrecords.core.records.summary import FeatureInfo, Summary
 
 BACKGROUND_NAME = "[background]"  # detection's id 0, which no object has
 

@@ -14,9 +14,14 @@ from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
 
-from image_tfrecords.core.label_map import LabelMapError, is_gap, read_label_map, vocabulary_of
-from image_tfrecords.core.naming import LABEL_VOCABULARY, PUBLISHED_LABEL_VOCABULARY
-from image_tfrecords.core.text_limits import file_lines, line_break_in
+from image_tfrecords.core.records.label_map import (
+    LabelMapError,
+    is_gap,
+    read_label_map,
+    vocabulary_of,
+)
+from image_tfrecords.core.records.naming import LABEL_VOCABULARY, PUBLISHED_LABEL_VOCABULARY
+from image_tfrecords.core.records.text_limits import file_lines, line_break_in
 
 # Where an earlier output keeps its label vocabulary (tft.TFTransformOutput's layout).
 # How a label map starts, after comments: its first entry, `item {` (or `item: {`).
@@ -103,7 +108,7 @@ def read_pinned_vocabulary(
 
 def output_labels(output_dir: str) -> tuple[str, ...] | None:
     """The label vocabulary of the image-tfrecords output in `output_dir` (line i: id i),
-    read as the lookup reads it (core/label_ids.py); None where there is none."""
+    read as the lookup reads it (core/worker/label_ids.py); None where there is none."""
     path = FileSystems.join(output_dir, PUBLISHED_LABEL_VOCABULARY)
     if not FileSystems.exists(path):
         return None

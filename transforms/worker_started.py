@@ -17,7 +17,7 @@ from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
-from image_tfrecords.core.filesystem_options import FilesystemOptions
+from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
 from image_tfrecords.transforms.storage_steps import StorageDoFn
 
 

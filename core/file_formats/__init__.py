@@ -18,7 +18,7 @@ import importlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO, ClassVar, Protocol
 
-from image_tfrecords.core import naming
+from image_tfrecords.core.records import naming
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -42,16 +42,16 @@ class Files(Protocol):
 
 class PipelineFiles:
     """Where the pipeline and its worker processes write: local paths directly, other
-    schemes through Beam's FileSystems (core/storage.py); bytes as they are, whatever the
+    schemes through Beam's FileSystems (core/storage/storage.py); bytes as they are, whatever the
     name (Beam would gzip a `.gz` file itself)."""
 
     def open(self, path: str) -> BinaryIO:
-        from image_tfrecords.core import storage
+        from image_tfrecords.core.storage import storage
 
         return storage.open_read(path)
 
     def create(self, path: str) -> BinaryIO:
-        from image_tfrecords.core import storage
+        from image_tfrecords.core.storage import storage
 
         return storage.create(path)
 
@@ -125,7 +125,7 @@ class ShardFormat(abc.ABC):
 
     def join(self, path: str, parts: Sequence[str], files: Files) -> None:
         """Writes the shard at `path` from `parts`, files of TFRecord-framed records
-        (core/shard_parts.py), in order: the bytes the shard has when written whole."""
+        (core/worker/shard_parts.py), in order: the bytes the shard has when written whole."""
         from image_tfrecords.core.file_formats.tfrecord import read_records
 
         with self.create(path, files) as shard:

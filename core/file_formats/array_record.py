@@ -115,12 +115,12 @@ def _on_local_disk(path: str, files: Files, *, writing: bool) -> Iterator[str]:
     """`path` itself where it is on the local disk; else a local temporary file, filled
     from `path` through `files` first, or when `writing`, copied to it once the block exits."""
     local = _local_path(path)
-    if local is not None and writing:  # as Beam's LocalFileSystem and core/storage.py do
+    if local is not None and writing:  # as Beam's LocalFileSystem and core/storage/storage.py do
         os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
         yield local
         return
     if local is not None:
-        from image_tfrecords.core import storage
+        from image_tfrecords.core.storage import storage
 
         # The reader opens a name: it gets the file this process opened and checked (a
         # FIFO there would hang the C++ reader; a name may be swapped after a check).

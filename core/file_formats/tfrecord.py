@@ -67,7 +67,7 @@ class TFRecordFormat(ShardFormat):
         # The parts are framed as the shard is: their bytes one after another (compressed
         # as one stream) are the shard, copied without reading a record into Python, and
         # the index follows from their records' headers.
-        from image_tfrecords.core import storage
+        from image_tfrecords.core.storage import storage
 
         sizes: list[int] = []
         with files.create(path) as raw, self._compressing(raw) as stream:

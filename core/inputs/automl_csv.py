@@ -8,7 +8,7 @@ range at a time by worker processes.
 What the first rows may say two ways is settled once, by the launcher, before any worker
 reads (CsvFormat.settled_rules, asked by pipeline/read_choices.py): a header column under
 a name of its own whose values are all split names (`picture,breed,fold`), or a
-validation flag column holding only true/false (fastai's `is_valid`, core/splits.py), is
+validation flag column holding only true/false (fastai's `is_valid`, core/records/splits.py), is
 the split column, named in the console, or the run is refused naming the columns
 (split_name_columns); with --label_mode multi, the separator most label fields hold
 (`animal;indoor`) joins labels (common_separator).
@@ -25,10 +25,6 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core.choices import LabelMode, LeftOut
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import (
     VERTEX_FIELDS,
     box_row,
@@ -53,9 +49,17 @@ from image_tfrecords.core.inputs.rows import (
     resolve_uri,
     row_split,
 )
-from image_tfrecords.core.records import Box, ManifestRow
-from image_tfrecords.core.schema import IMAGE, SEGMENTATION, ExtraColumn, parse_value
-from image_tfrecords.core.splits import is_validation_flag_column, normalise_split, split_word
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.choices import LabelMode, LeftOut
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import Box, ManifestRow
+from image_tfrecords.core.records.schema import IMAGE, SEGMENTATION, ExtraColumn, parse_value
+from image_tfrecords.core.records.splits import (
+    is_validation_flag_column,
+    normalise_split,
+    split_word,
+)
+from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 # Header names recognised for each column (compared lower-cased); AutoML order otherwise.
 # Left out as ambiguous: "name" (a file name or a class name) and "id" (an image id or,
@@ -123,7 +127,7 @@ class ColumnLayout:
     `size`: its width and height columns, when its boxes are in pixels of that size;
     `extras`: the columns of RowRules.extra_columns, in their order;
     `split_flags`: whether the split column is a validation flag column (fastai's
-    `is_valid`: true is validation, false train; core/splits.py split_word).
+    `is_valid`: true is validation, false train; core/records/splits.py split_word).
     """
 
     uri: int

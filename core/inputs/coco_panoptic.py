@@ -27,12 +27,6 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import storage
-from image_tfrecords.core.choices import LeftOut
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.dead_letters import DeadLetter
-from image_tfrecords.core.images import open_image
 from image_tfrecords.core.inputs.coco import (
     declared_categories,
     first_entry,
@@ -48,8 +42,14 @@ from image_tfrecords.core.inputs.input_format import (
     json_items,
 )
 from image_tfrecords.core.inputs.rows import ImageEntries, RowRules, json_id
-from image_tfrecords.core.masks import rle_of
-from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.choices import LeftOut
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import ManifestRow
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
+from image_tfrecords.core.worker.images import open_image
+from image_tfrecords.core.worker.masks import rle_of
 
 
 def read_panoptic(

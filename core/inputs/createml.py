@@ -19,9 +19,6 @@ import json
 import math
 from collections.abc import Iterator
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import box_row
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.input_format import FileHead, InputFormat, json_items
@@ -32,7 +29,10 @@ from image_tfrecords.core.inputs.rows import (
     folder_split,
     json_text,
 )
-from image_tfrecords.core.records import Box, ManifestRow
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import Box, ManifestRow
+from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 _ITEM_KEYS = frozenset({"image", "annotations"})
 _SIDES = ("x", "y", "width", "height")

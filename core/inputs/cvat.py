@@ -38,11 +38,6 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import storage
-from image_tfrecords.core.choices import LabelMode
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import (
     box_row,
     declared_size,
@@ -66,7 +61,12 @@ from image_tfrecords.core.inputs.rows import (
     left_out,
     row_split,
 )
-from image_tfrecords.core.records import Box, ManifestRow
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.choices import LabelMode
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import Box, ManifestRow
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 _IMAGES = "images"  # where CVAT's export with images puts them, beside annotations.xml
 _SUBSET_DEFAULT = "default"  # CVAT's subset of a task without one

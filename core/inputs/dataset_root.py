@@ -22,9 +22,9 @@ import dataclasses
 import functools
 import os
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import storage
 from image_tfrecords.core.inputs.rows import RowRules, normalise_path, resolve_uri
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.storage import storage
 
 OPTION = "--allow_paths_outside_dataset"
 # How much of a path read from data a message quotes: enough to recognise it, never a

@@ -1,7 +1,7 @@
 """Reads an image folder, `ROOT/<split>/<label>/<file>` or `ROOT/<label>/<file>`, as rows.
 
 The folder is listed with Beam's FileSystems.match (`ROOT/**`: the same on local disks and
-buckets, which have no real directories), as one chunk of rows (core/chunks.py). Each
+buckets, which have no real directories), as one chunk of rows (core/worker/chunks.py). Each
 image becomes a ManifestRow, so the rest of the pipeline treats it like a CSV row.
 """
 
@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from image_tfrecords.core import storage
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.input_format import InputFormat
 from image_tfrecords.core.inputs.kitti import kitti_labels_beside
 from image_tfrecords.core.inputs.rows import (
@@ -20,8 +17,11 @@ from image_tfrecords.core.inputs.rows import (
     RowRules,
     assign_split,
 )
-from image_tfrecords.core.records import ManifestRow
-from image_tfrecords.core.splits import SPLIT_NAMES, normalise_split
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import ManifestRow
+from image_tfrecords.core.records.splits import SPLIT_NAMES, normalise_split
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 IMAGE_FOLDER = "image_folder"  # a source's format (sources.FORMATS) for --image_folder
 

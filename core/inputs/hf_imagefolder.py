@@ -18,7 +18,7 @@ where it holds `metadata.jsonl` or `metadata.csv` files, at its root or in its s
 folders (HfMetadataFormat.folder_reading). The datasets library's folder_based_builder
 reads every metadata file among a split's files, and then takes the labels from the
 metadata, not from the folder names; its split folders are `train/`, `validation/`,
-`test/` (or another split keyword, core/splits.py), maybe under `data/`. Read as those
+`test/` (or another split keyword, core/records/splits.py), maybe under `data/`. Read as those
 metadata files, each with the split of its folder. An image that no metadata file names
 is not read (its label would be the metadata's); the console says how many there are,
 and the first few.
@@ -32,11 +32,6 @@ from collections.abc import Iterator
 
 import yaml
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import storage
-from image_tfrecords.core.choices import LabelMode
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import box_row, declared_size, pixel_box
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.documents import load_json, load_yaml
@@ -62,8 +57,13 @@ from image_tfrecords.core.inputs.rows import (
     resolve_uri,
     row_split,
 )
-from image_tfrecords.core.records import Box, ManifestRow
-from image_tfrecords.core.splits import normalise_split
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.choices import LabelMode
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import Box, ManifestRow
+from image_tfrecords.core.records.splits import normalise_split
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 _FILE_NAME = "file_name"
 _METADATA_FILES = ("metadata.jsonl", "metadata.csv")

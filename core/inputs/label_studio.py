@@ -34,10 +34,6 @@ import json
 import urllib.parse
 from collections.abc import Iterator
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core.choices import LabelMode
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import (
     box_row,
     clipped_box,
@@ -56,7 +52,11 @@ from image_tfrecords.core.inputs.rows import (
     assign_split,
     left_out,
 )
-from image_tfrecords.core.records import Box, ManifestRow
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.choices import LabelMode
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import Box, ManifestRow
+from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 _LOCAL_FILES = "/data/local-files/"
 _LABEL_STUDIO_DATA = "/data/"

@@ -35,10 +35,6 @@ import logging
 import re
 from collections.abc import Iterator
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import storage
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import clipped_box
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat
@@ -51,8 +47,12 @@ from image_tfrecords.core.inputs.rows import (
     printable,
     rejecter,
 )
-from image_tfrecords.core.records import Box, ManifestRow
-from image_tfrecords.core.splits import normalise_split
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import Box, ManifestRow
+from image_tfrecords.core.records.splits import normalise_split
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 _REQUIRED = ("ImageID", "LabelName", "XMin", "XMax", "YMin", "YMax")
 _FLAGS = {"IsTruncated": "truncated", "IsGroupOf": "is_crowd"}  # Open Images' -> Box's

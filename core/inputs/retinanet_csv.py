@@ -19,10 +19,6 @@ import functools
 import re
 from collections.abc import Iterator
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import storage
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import box_row
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat
@@ -35,8 +31,12 @@ from image_tfrecords.core.inputs.rows import (
     printable,
     rejecter,
 )
-from image_tfrecords.core.label_map import LabelMapError, LabelMapItem, vocabulary_of
-from image_tfrecords.core.records import Box, ManifestRow
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.label_map import LabelMapError, LabelMapItem, vocabulary_of
+from image_tfrecords.core.records.records import Box, ManifestRow
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 _CLASS_FILES = ("classes.csv", "_classes.csv")
 _NUMBER = re.compile(r"\s*-?\d+(\.\d+)?\s*")

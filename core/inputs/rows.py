@@ -1,4 +1,4 @@
-"""What every input format makes of what it reads: ManifestRows (core/records.py), dead
+"""What every input format makes of what it reads: ManifestRows (core/records/records.py), dead
 letters, and rows left out on purpose; the rules they are read by (RowRules), and the
 rules every format shares: a row's split, an image name resolved to a URI, a dead letter
 that names its row. Free of Beam: worker processes parse the rows."""
@@ -12,20 +12,20 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import storage
-from image_tfrecords.core.choices import LabelMode, LeftOut
-from image_tfrecords.core.dead_letters import DeadLetter
-from image_tfrecords.core.images import ImageSettings
-from image_tfrecords.core.records import ManifestRow
-from image_tfrecords.core.schema import ExtraColumn
-from image_tfrecords.core.splits import SPLITS, normalise_split
-from image_tfrecords.core.text_limits import (
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.choices import LabelMode, LeftOut
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import ManifestRow
+from image_tfrecords.core.records.schema import ExtraColumn
+from image_tfrecords.core.records.splits import SPLITS, normalise_split
+from image_tfrecords.core.records.text_limits import (
     MAX_LABEL_CHARS,
     MAX_LABELS_PER_ROW,
     excerpt,
     line_break_in,
 )
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.worker.images import ImageSettings
 
 DISCARD = "discard"  # TFRecorder's split value for rows to leave out
 DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
@@ -216,7 +216,7 @@ def invalid_split(written: str, forced: str | None = None) -> str:
             f"split {written!r} disagrees with the {forced.upper()} that --manifest "
             f"{forced.upper()}=PATH gives every row of this file"
         )
-    # The common names only (core/splits.py SPLIT_NAMES has them all): the golden
+    # The common names only (core/records/splits.py SPLIT_NAMES has them all): the golden
     # outputs' dead letters hold this text.
     return (
         f"split {written!r} is not one of TRAIN, VALIDATION (or VAL, VALID, EVAL, DEV), "

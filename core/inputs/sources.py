@@ -1,5 +1,5 @@
 """The input formats, registered once, and what `--manifest` names: the sources to read,
-each with its format, and the rows of a chunk of one (core/chunks.py). Free of Beam, so
+each with its format, and the rows of a chunk of one (core/worker/chunks.py). Free of Beam, so
 that worker processes parse the rows.
 
 An input format is one module in core/inputs/ with one InputFormat subclass
@@ -22,8 +22,6 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from image_tfrecords.core import storage
-from image_tfrecords.core.chunks import ManifestSource, RowChunk
 from image_tfrecords.core.inputs.automl_csv import CsvFormat
 from image_tfrecords.core.inputs.coco import CocoFormat
 from image_tfrecords.core.inputs.coco_panoptic import CocoPanopticFormat
@@ -50,7 +48,9 @@ from image_tfrecords.core.inputs.vertex_jsonl import VertexJsonlFormat
 from image_tfrecords.core.inputs.via import ViaFormat
 from image_tfrecords.core.inputs.voc import VocFormat
 from image_tfrecords.core.inputs.yolo import YoloFormat
-from image_tfrecords.core.splits import normalise_split
+from image_tfrecords.core.records.splits import normalise_split
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.worker.chunks import ManifestSource, RowChunk
 
 # Where a file's name fits several formats and its content none, the first listed reads it.
 FORMATS: dict[str, InputFormat] = {

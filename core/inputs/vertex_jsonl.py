@@ -9,10 +9,6 @@ import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core.choices import LabelMode
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import box_row, parse_box
 from image_tfrecords.core.inputs.documents import load_json
 from image_tfrecords.core.inputs.input_format import FileHead, InputFormat
@@ -28,7 +24,11 @@ from image_tfrecords.core.inputs.rows import (
     resolve_uri,
     row_split,
 )
-from image_tfrecords.core.records import ManifestRow
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.choices import LabelMode
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import ManifestRow
+from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 
 def read_jsonl(

@@ -1,7 +1,9 @@
-"""VGG Image Annotator (VIA) 2, recognised and refused by name (RefusedFormat): its
+"""VGG Image Annotator (VIA) 1 and 2, recognised and refused by name (RefusedFormat): its
 project file (`_via_settings`, `_via_img_metadata`), its JSON export (an object of images,
-each with `filename` and `regions`) and its CSV export (`filename,file_size,
-file_attributes,region_count,region_id,region_shape_attributes,region_attributes`). Read
+each with `filename` and `regions`: a list in VIA 2, an object keyed "0", "1"... in VIA 1)
+and its CSV export (`filename,file_size,file_attributes,region_count,region_id,
+region_shape_attributes,region_attributes`; VIA 1 writes the header `#filename,...`, as
+its own test data does: ox-vgg/via, via-1.x.y/tests/data/unit_test_annotation1.csv). Read
 as Vertex AI JSON Lines or a CSV manifest, each row was a dead letter; VIA exports COCO
 itself, which is read.
 """
@@ -29,7 +31,10 @@ class ViaFormat(RefusedFormat):
     )
 
     def recognises(self, head: FileHead) -> bool:
-        if head.data.lstrip().startswith(_CSV_HEADER) or head.first_json_key in _PROJECT_KEYS:
+        if (
+            head.data.lstrip().removeprefix(b"#").startswith(_CSV_HEADER)
+            or head.first_json_key in _PROJECT_KEYS
+        ):
             return True
         first = _first_value(head.data)
         return isinstance(first, dict) and {"filename", "regions"} <= set(first)

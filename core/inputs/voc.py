@@ -22,11 +22,6 @@ import logging
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import storage
-from image_tfrecords.core.choices import LeftOut
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs import documents
 from image_tfrecords.core.inputs.boxes import declared_size, pixel_box
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
@@ -39,7 +34,12 @@ from image_tfrecords.core.inputs.rows import (
     has_undecodable_bytes,
     printable,
 )
-from image_tfrecords.core.records import Box, ManifestRow
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.choices import LeftOut
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import Box, ManifestRow
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 ANNOTATIONS = "Annotations"
 _IMAGES = "JPEGImages"

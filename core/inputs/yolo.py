@@ -22,7 +22,7 @@ img2label_paths):
   --manifest FOLDER or --image_folder FOLDER: YoloFormat.folder_reading), the root
   the folder holding it (its parent where that folder is `labels/`), and the splits the
   folders under the root: `images/<split>/` (labels in `labels/<split>/`) or
-  `<split>/images/`, a split named as core/splits.py reads it; with none, every image
+  `<split>/images/`, a split named as core/records/splits.py reads it; with none, every image
   under the root, each split assigned by a hash of its path as for UNASSIGNED rows.
 - Darknet's `obj.data` (CVAT's "YOLO 1.1" export, datumaro's YOLO): `names` a class
   file (obj.names), `train`/`valid`/`test` .txt lists, each image's labels beside it;
@@ -53,11 +53,6 @@ from collections.abc import Iterator
 
 import yaml
 
-from image_tfrecords.core import dead_letters as reasons
-from image_tfrecords.core import storage
-from image_tfrecords.core.choices import LeftOut
-from image_tfrecords.core.chunks import LineRange, ManifestSource
-from image_tfrecords.core.dead_letters import DeadLetter
 from image_tfrecords.core.inputs.boxes import clipped_box, extent, polygon_mask, with_mask
 from image_tfrecords.core.inputs.dataset_root import OPTION, DatasetRoot, bounded, quoted
 from image_tfrecords.core.inputs.documents import load_yaml
@@ -77,9 +72,14 @@ from image_tfrecords.core.inputs.rows import (
     normalise_path,
     printable,
 )
-from image_tfrecords.core.masks import MAX_KEYPOINTS
-from image_tfrecords.core.records import Box, Keypoints, ManifestRow
-from image_tfrecords.core.splits import SPLITS, normalise_split
+from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.choices import LeftOut
+from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.records import Box, Keypoints, ManifestRow
+from image_tfrecords.core.records.splits import SPLITS, normalise_split
+from image_tfrecords.core.storage import storage
+from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
+from image_tfrecords.core.worker.masks import MAX_KEYPOINTS
 
 # data.yaml's key for each split.
 _SPLIT_KEYS = dict(zip(SPLITS, ("train", "val", "test"), strict=True))
