@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ConversionResult", "Output", "Summary", "convert", "load"]
 
+# The folder this package is imported from (a checkout, or a venv's site-packages): what
+# `--version` names, and first on a worker process's PYTHONPATH (a launcher may have it on
+# sys.path only).
+CODE_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 _MODULE_OF = {
     "ConversionResult": "conversion",
     "convert": "conversion",

@@ -11,6 +11,7 @@ the manifest.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Iterator
 
@@ -26,6 +27,7 @@ from image_tfrecords.core.records import naming
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.example_index import PreviousOutput
 from image_tfrecords.core.records.failure import Failure
+from image_tfrecords.core.records.run_settings import RunSettings
 from image_tfrecords.core.records.summary import RunInfo, Summary
 from image_tfrecords.core.worker.chunks import RowChunk
 from image_tfrecords.core.worker.label_checks import merge_seen
@@ -50,15 +52,37 @@ from image_tfrecords.transforms.worker_started import SayWorkerStarted
 _MB = 1 << 20
 
 
+@dataclasses.dataclass(frozen=True)
+class JobInputs:
+    """What the launcher settled before the job, passed whole to `run` and `build`."""
+
+    settings: RunSettings  # built once, by the launcher, from the options
+    row_chunks: tuple[RowChunk, ...]
+    run_info: RunInfo
+    pinned: PinnedVocabulary | None = None  # --vocabulary or declared classes: the ids
+    # The vocabulary of the output this run follows (--reuse_from, or the one --overwrite
+    # replaces), whose ids the summary compares with this run's.
+    replaced_labels: tuple[str, ...] | None = None
+    previous: PreviousOutput | None = None  # whose unchanged examples are copied
+
+
+@dataclasses.dataclass(frozen=True)
+class JobFolders:
+    """Where the job's files go: the run's temp folder and tf.Transform's; `resuming`: the
+    shards a stopped run left in `temp_dir` are reused where their receipts say so;
+    `pinned_file`: the pinned vocabulary as tf.Transform reads it
+    (write_pinned_vocabulary); `worker_marker`: written by the first SDK worker that
+    starts, for the launcher (pipeline/stopping.py)."""
+
+    temp_dir: str
+    tft_dir: str
+    resuming: bool = False
+    pinned_file: str | None = None
+    worker_marker: str | None = None
+
+
 def run(
-    options: PipelineOptions,
-    row_chunks: list[RowChunk],
-    run_info: RunInfo,
-    folder: resume.RunFolder,
-    watch: JobWatch,
-    pinned: PinnedVocabulary | None = None,
-    replaced_labels: tuple[str, ...] | None = None,
-    previous: PreviousOutput | None = None,
+    options: PipelineOptions, job: JobInputs, folder: resume.RunFolder, watch: JobWatch
 ) -> Summary | None:
     """Runs the conversion in `folder` and returns the summary.json it wrote; within
     `watch`, which cancels the job when the launcher is stopped (Stopped is raised, its
@@ -67,10 +91,7 @@ def run(
     None when the job is still running: with --no_wait_until_finish (a Flex Template
     launch) the launcher returns once the job is submitted, and the job writes
     summary.json itself when it ends (or fails, publishing nothing). Raises RunFailed
-    when the job failed its outcome check; `pinned` fixes the label ids;
-    `replaced_labels`: the vocabulary of the output --overwrite replaces, whose ids the
-    summary compares with this run's; `previous`: the output whose examples are reused
-    (--reuse_from).
+    when the job failed its outcome check.
     """
     convert = options.view_as(ConvertOptions)
     temp_dir = naming.temp_dir(convert.output_dir, folder.run_id)
@@ -88,7 +109,9 @@ def run(
     try:
         # Before the graph is built: tf.Transform reads the pinned file as it traces.
         pinned_file = (
-            write_pinned_vocabulary(pinned, FileSystems.join(tft_dir, "pinned")) if pinned else None
+            write_pinned_vocabulary(job.pinned, FileSystems.join(tft_dir, "pinned"))
+            if job.pinned
+            else None
         )
         p = beam.Pipeline(runner=_runner(options), options=options)
         with watch:
@@ -100,16 +123,14 @@ def run(
                         build(
                             p,
                             convert,
-                            row_chunks,
-                            temp_dir,
-                            tft_dir,
-                            run_info,
-                            folder.resumed,
-                            pinned,
-                            pinned_file,
-                            replaced_labels,
-                            marker if watch.watches_workers else None,
-                            previous,
+                            job,
+                            JobFolders(
+                                temp_dir,
+                                tft_dir,
+                                resuming=folder.resumed,
+                                pinned_file=pinned_file,
+                                worker_marker=marker if watch.watches_workers else None,
+                            ),
                         )
                     watch.handed_over(p, marker)
             except Stopped as stopped:  # before its files go: the job may still use them
@@ -130,38 +151,22 @@ def run(
         return Summary.from_json(file.read())
 
 
-def build(
-    p: beam.Pipeline,
-    options: ConvertOptions,
-    row_chunks: list[RowChunk],
-    temp_dir: str,
-    tft_dir: str,
-    run_info: RunInfo,
-    resuming: bool = False,
-    pinned: PinnedVocabulary | None = None,
-    pinned_file: str | None = None,
-    replaced_labels: tuple[str, ...] | None = None,
-    worker_marker: str | None = None,
-    previous: PreviousOutput | None = None,
-) -> None:
-    """The conversion's graph; `pinned_file` is the pinned vocabulary as tf.Transform
-    reads it (write_pinned_vocabulary), `pinned` the --vocabulary or declared classes it
-    holds; `replaced_labels` the vocabulary of the output this run replaces; `resuming`:
-    the shards a stopped run left in `temp_dir` are reused where their receipts say so;
-    `worker_marker`: written by the first SDK worker that starts, for the launcher;
-    `previous`: the output whose unchanged examples are copied, not read (--reuse_from)."""
-    output_dir = options.output_dir
-    settings = options.run_settings()
-    rules = options.row_rules()
+def build(p: beam.Pipeline, options: ConvertOptions, job: JobInputs, folders: JobFolders) -> None:
+    """The conversion's graph, from what the launcher settled (`job`) and where the job's
+    files go (`folders`)."""
+    settings, rules = job.settings, options.row_rules()
+    temp_dir, tft_dir, pinned = folders.temp_dir, folders.tft_dir, job.pinned
 
     # Pass 1, over chunks of the small rows: the label vocabulary and each split's shards.
-    chunks = p | "RowChunks" >> beam.Create(row_chunks)
-    if worker_marker:  # a cluster run, whose launcher waits for it (pipeline/stopping.py)
+    chunks = p | "RowChunks" >> beam.Create(job.row_chunks)
+    if folders.worker_marker:  # a cluster run, whose launcher waits for it (pipeline/stopping.py)
         chunks = chunks | "SayWorkerStarted" >> beam.ParDo(
-            SayWorkerStarted(worker_marker, settings.filesystems)
+            SayWorkerStarted(folders.worker_marker, settings.filesystems)
         )
     surveys = chunks | "SurveyRows" >> SurveyRows(rules, settings)
-    transform_fn = surveys | "AnalyzeLabels" >> AnalyzeLabels(settings, tft_dir, pinned_file)
+    transform_fn = surveys | "AnalyzeLabels" >> AnalyzeLabels(
+        settings, tft_dir, folders.pinned_file
+    )
     # What the publish step names when a label's TRAIN rows all became dead letters.
     train_label_rows = (
         surveys
@@ -192,12 +197,12 @@ def build(
         pinned.unseen_where() if pinned else UNSEEN_IN_TRAIN,
     )
     previous_examples = shard_plan | "PreviousExamples" >> RoutePreviousExamples(
-        previous, settings.filesystems
+        job.previous, settings.filesystems
     )
     written = (
         (packed[PACKS], previous_examples)
         | "RowsAndPrevious" >> beam.Flatten()
-        | "WriteShards" >> WriteShards(temp_dir, settings, resuming)
+        | "WriteShards" >> WriteShards(temp_dir, settings, folders.resuming)
     )
 
     # What is published besides the shards is staged, so the previous output stays whole
@@ -264,17 +269,17 @@ def build(
         report_content=report_content,
         written=(transform_fn_written, dead_letter_files, deduped.reports),
     ) | "Publish" >> PublishOutput(
-        output_dir,
+        options.output_dir,
         temp_dir,
         tft_dir,
         settings,
-        run_info,
+        job.run_info,
         PublishRules(
             options.max_error_fraction,
             pinned.source if pinned else None,
             options.strict_labels,
             declared=bool(pinned and pinned.declared),
-            replaced_labels=replaced_labels,
+            replaced_labels=job.replaced_labels,
         ),
     )
 

@@ -375,12 +375,15 @@ class ConvertOptions(PipelineOptions):
     def values(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.names()}
 
-    def reuse_source(self) -> str | None:
-        """The output whose unchanged examples are copied: --reuse_from, else with
-        --overwrite the output being replaced; None with --no_reuse."""
-        if self.no_reuse:
-            return None
+    def earlier_output(self) -> str | None:
+        """The output this run follows: --reuse_from, else with --overwrite the output
+        being replaced (the summary compares its label ids with this run's)."""
         return self.reuse_from or (self.output_dir if self.overwrite else None)
+
+    def reuse_source(self) -> str | None:
+        """The output whose unchanged examples are copied: the earlier output, unless
+        --no_reuse."""
+        return None if self.no_reuse else self.earlier_output()
 
     def problems(self) -> list[str]:
         """What is wrong with the options, in words a user can act on."""

@@ -116,9 +116,10 @@ def scan_sources(
     manifests: Sequence[ManifestSource],
     pinned: PinnedVocabulary | None,
     versions: dict[str, str],
+    processes: int,
 ) -> SourceScan:
-    """Reads each manifest once: its digest, and where its chunks begin and end."""
-    processes = convert.run_settings().workers.process_count()
+    """Reads each manifest once: its digest, and where its chunks begin and end (as many
+    as keep `processes` worker processes busy)."""
     if convert.image_folder and not manifests:  # class folders, not the manifests it holds
         sources = {convert.image_folder: _listing_digest(convert.image_folder)}
         chunks = [RowChunk(class_folders_source(convert.image_folder))]

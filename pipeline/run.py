@@ -36,6 +36,7 @@ from image_tfrecords.core.records import naming
 from image_tfrecords.core.records.example_index import PreviousOutput, previous_output
 from image_tfrecords.core.records.naming import SUMMARY_FILE
 from image_tfrecords.core.records.records import ManifestRow
+from image_tfrecords.core.records.run_settings import RunSettings
 from image_tfrecords.core.records.splits import SPLITS
 from image_tfrecords.core.records.summary import RunInfo, RunOptions, Summary
 from image_tfrecords.core.storage import storage
@@ -221,12 +222,15 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
     )
     # Read now: publishing may replace it. The summary says which ids this run changed
     # since the output it was built from (--reuse_from), or the one it replaces.
-    earlier = convert.reuse_from or (convert.output_dir if convert.overwrite else None)
+    earlier = convert.earlier_output()
     replaced_labels = output_labels(earlier) if earlier else None
-    previous = _previous_output(convert)
+    settings = convert.run_settings()
+    previous = _previous_output(convert, settings)
     if previous and previous.shards:
         run_info = run_info.model_copy(update={"reused_from": previous.folder})
-    scan = scan_sources(convert, manifests, pinned, run_info.versions)
+    scan = scan_sources(
+        convert, manifests, pinned, run_info.versions, settings.workers.process_count()
+    )
     interrupts.raise_if_stopping()  # a stop that a library's `except:` swallowed
     folder = _whole_run_folder(convert, scan.fingerprint)
     watch = None
@@ -234,9 +238,7 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
         with (
             frozen_for_the_run(),
             job_server_of_the_run(options, folder.run_id) as log,
-            workers_of_the_run(
-                convert.run_settings(), writes_shards_in_this_process(options)
-            ) as job,
+            workers_of_the_run(settings, writes_shards_in_this_process(options)) as job,
         ):
             # TensorFlow loads here, so usage errors above come back in a second, not six.
             stage("loading TensorFlow")
@@ -250,7 +252,12 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
                 else f"starting the job on {options.view_as(StandardOptions).runner}"
             )
             summary = graph.run(
-                options, scan.chunks, run_info, folder, watch, pinned, replaced_labels, previous
+                options,
+                graph.JobInputs(
+                    settings, tuple(scan.chunks), run_info, pinned, replaced_labels, previous
+                ),
+                folder,
+                watch,
             )
             job.goes_on = summary is None  # submitted with --no_wait_until_finish
     except RunFailed as failed:
@@ -277,13 +284,13 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
     return summary
 
 
-def _previous_output(convert: ConvertOptions) -> PreviousOutput | None:
+def _previous_output(convert: ConvertOptions, settings: RunSettings) -> PreviousOutput | None:
     """The output whose unchanged examples this run copies, as it is now (read before
     the run: publishing may replace it); said on the console."""
     source = convert.reuse_source()
     if source is None:
         return None
-    previous = previous_output(source, convert.run_settings().shard_format.suffix)
+    previous = previous_output(source, settings.shard_format.suffix)
     if previous.shards:
         _say(f"reusing the unchanged examples of {source} ({len(previous.shards)} shards)")
     elif convert.reuse_from:  # asked for: say why nothing is reused

@@ -5,7 +5,6 @@ installed packages' metadata, so that nothing is imported (TensorFlow takes seco
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import platform
 
 import image_tfrecords
@@ -21,8 +20,6 @@ VERSIONED = (
     "pyarrow",
     "numpy",
 )
-# Where the package is imported from: a checkout, or a venv's site-packages.
-_CODE_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(image_tfrecords.__file__)))
 
 
 def installed_version(distribution: str) -> str:
@@ -42,6 +39,6 @@ def version_lines() -> str:
     versions = installed_versions()
     libraries = ", ".join(f"{name} {versions[name]}" for name in VERSIONED[1:])
     return (
-        f"{PACKAGE} {versions[PACKAGE]} from {_CODE_FOLDER} "
+        f"{PACKAGE} {versions[PACKAGE]} from {image_tfrecords.CODE_FOLDER} "
         f"(Python {platform.python_version()})\n{libraries}"
     )

@@ -854,10 +854,14 @@ def test_every_step_of_the_graph_that_touches_storage_applies_the_jobs_options(s
     graph.build(
         p,
         convert,
-        chunks,
-        f"{s3.url}/graph/out/.tmp-run",
-        str(tmp_path / "tft"),
-        RunInfo(options=RunOptions(compression="none", label_mode="single", unseen_label="error")),
+        graph.JobInputs(
+            convert.run_settings(),
+            tuple(chunks),
+            RunInfo(
+                options=RunOptions(compression="none", label_mode="single", unseen_label="error")
+            ),
+        ),
+        graph.JobFolders(f"{s3.url}/graph/out/.tmp-run", str(tmp_path / "tft")),
     )
     p.visit(Steps())
     assert {step: applying.get(step) for step in _STORAGE_STEPS} == dict.fromkeys(

@@ -492,7 +492,7 @@ def test_the_resume_fingerprint_covers_a_declaration_beside_the_manifests(tmp_pa
     def fingerprint():
         manifests = find_manifests([str(root)])
         pinned = run._pinned_vocabulary(convert_options, manifests)
-        return scan_sources(convert_options, manifests, pinned, {}).fingerprint.sources
+        return scan_sources(convert_options, manifests, pinned, {}, 1).fingerprint.sources
 
     before = fingerprint()
     assert f"declared classes {root}/labelmap.txt" in before

@@ -33,7 +33,6 @@ pool that is stopping starts no other worker and runs no other task.
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
 import mmap
 import os
 import pickle
@@ -51,6 +50,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple, Protocol
 
+from image_tfrecords import CODE_FOLDER
 from image_tfrecords.core.worker import interrupts
 
 _READY = "ready"  # a worker's first message, once its imports and setup are done
@@ -60,9 +60,6 @@ _WATCH_SECONDS = 0.2  # how often a waiting pipeline thread reads the worker's p
 # those dead-lettered.
 _STATE = struct.Struct("<qqq")
 _NO_ITEM = -1
-# The folder the image_tfrecords package is imported from, for a worker's PYTHONPATH (a
-# launcher may have it on sys.path only; an installed package is found anyway).
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(importlib.util.find_spec("image_tfrecords").origin))
 
 # Called with (rows, dead letters) as the workers get through rows: live_progress.handled.
 ProgressSink = Callable[[int, int], None]
@@ -180,7 +177,7 @@ class _Worker:
         inbox, worker_writes = os.pipe()
         environment = dict(os.environ)
         environment["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [_PACKAGE_ROOT, environment.get("PYTHONPATH")])
+            filter(None, [CODE_FOLDER, environment.get("PYTHONPATH")])
         )
         try:
             self._process = subprocess.Popen(
