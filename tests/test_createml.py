@@ -3,10 +3,12 @@
 images, each box its centre, width and height in pixels of the image's own size."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import encode, photo_like, read_examples
+from PIL import Image
 
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
@@ -116,3 +118,79 @@ def test_a_createml_export_converts_end_to_end(tmp_path):
         (30 / 64, 24 / 48, 50 / 64, 36 / 48),
         rtol=1e-6,
     )
+
+
+PUBLIC = Path(__file__).parent / "data" / "public" / "createml"
+# The sizes of dhshin04/EggsByTheDozen's images, which its public file's boxes were drawn on.
+EGGS_SIZES = {
+    "medium_test.jpeg": (1067, 800),
+    "hard_test.jpeg": (758, 569),
+    "MISC_TEST.jpg": (1920, 1200),
+    "null_test.jpeg": (540, 360),
+    "easy_test.png": (972, 675),
+}
+
+
+def test_a_public_createml_file_converts_each_box_divided_by_its_own_images_size(tmp_path):
+    """dhshin04/EggsByTheDozen's _annotations.createml.json (one line, no newline at the
+    end): five images of five sizes, a PNG among JPEGs, 78 `Barber` boxes whose centres and
+    sides are floats such as 60.54999999999998, boxes reaching the image's edge
+    (hard_test.jpeg's right and bottom, medium_test.jpeg's top), and an image without
+    objects (`"annotations":[]`). Given as the train split, each box is divided by its own
+    image's size (the file declares none): plain images of those sizes stand in for them."""
+    manifest = tmp_path / "_annotations.createml.json"
+    manifest.write_bytes((PUBLIC / "eggs_annotations.createml.json").read_bytes())
+    entries = json.loads(manifest.read_text())
+    assert [entry["image"] for entry in entries] == [
+        "medium_test.jpeg",
+        "hard_test.jpeg",
+        "MISC_TEST.jpg",
+        "null_test.jpeg",
+        "easy_test.png",
+    ]
+    for seed, (name, size) in enumerate(EGGS_SIZES.items()):
+        plain = Image.new("RGB", size, (40 * seed, 120, 200 - 30 * seed))
+        (tmp_path / name).write_bytes(encode(plain, "PNG" if name.endswith(".png") else "JPEG"))
+    output = tmp_path / "out"
+    argv = ["--manifest", f"train={manifest}", "--label_mode", "detection"]
+    assert run.main([*argv, "--output_dir", str(output)]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert [
+        summary[key]
+        for key in (
+            "rows_read",
+            "examples_written",
+            "rows_in_examples",
+            "rows_dead_lettered",
+            "rows_discarded",
+        )
+    ] == [79, 5, 79, 0, 0]  # 78 boxes and the image without any
+    assert {split: summary["splits"][split]["examples"] for split in summary["splits"]} == {
+        "train": 5,
+        "validation": 0,
+        "test": 0,
+    }
+    assert summary["splits"]["train"]["labels"] == {"Barber": 78}
+    assert summary["vocabulary"]["label"] == ["Barber"]
+    examples = {
+        example.features.feature["image/filename"].bytes_list.value[0].decode(): (
+            example.features.feature
+        )
+        for example in read_examples(str(output / "train-*.tfrecord"))
+    }
+    assert sorted(examples) == sorted(EGGS_SIZES)
+    assert not examples["null_test.jpeg"]["image/object/bbox/xmin"].float_list.value
+    easy = examples["easy_test.png"]
+    assert list(easy["image/object/class/label"].int64_list.value) == [1, 1, 1]
+    # {"x":345,"y":450,"width":126,"height":132}: x and y its centre, on a 972x675 image
+    np.testing.assert_allclose(
+        [
+            easy[f"image/object/bbox/{side}"].float_list.value[0]
+            for side in ("xmin", "ymin", "xmax", "ymax")
+        ],
+        (282 / 972, 384 / 675, 408 / 972, 516 / 675),
+        rtol=1e-6,
+    )
+    hard = examples["hard_test.jpeg"]
+    assert max(hard["image/object/bbox/xmax"].float_list.value) == pytest.approx(757.995 / 758)
+    assert max(hard["image/object/bbox/ymax"].float_list.value) == 1.0

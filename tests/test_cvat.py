@@ -4,6 +4,7 @@ shape that is not a box left out by itself, by name, its image written with the 
 
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -426,3 +427,51 @@ def test_a_shape_without_a_label_is_left_out_and_its_image_written_with_the_rest
         0,
     )
     assert summary["splits"]["train"]["labels"] == {"dog": 1}
+
+
+def test_a_cvat_task_exports_subset_is_the_split_of_every_image(tmp_path):
+    """A real CVAT task export (anishgoyal1108/ConcreteNet, app.cvat.ai, 2026): its task's
+    `<subset>Train</subset>` in <meta> is the split of all its 48 images, none of which
+    says a subset of its own; the 21 with boxes are written with them, the 27 without as
+    images without objects, and the one <label> of <meta> declares the ids."""
+    export = tmp_path / "annotations.xml"
+    shutil.copy(PUBLIC / "concretenet_task_train.xml", export)
+    text = export.read_text()
+    assert "<subset>Train</subset>" in text and 'subset="' not in text
+    for number, name in enumerate(sorted(set(re.findall(r'name="(image\d+\.png)"', text)))):
+        image = Image.new("RGB", (2445, 1485), (number, 90, 160))
+        (tmp_path / name).write_bytes(encode(image, "PNG", compress_level=1))
+    output = tmp_path / "out"
+    argv = ["--manifest", str(export), "--label_mode", "detection", "--output_dir", str(output)]
+    assert run.main(argv) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert (
+        summary["rows_read"],
+        summary["rows_in_examples"],
+        summary["examples_written"],
+        summary["rows_dead_lettered"],
+        summary["rows_discarded"],
+    ) == (1030 + 27, 1030 + 27, 48, 0, 0)
+    assert {split: counts["examples"] for split, counts in summary["splits"].items()} == {
+        "train": 48,
+        "validation": 0,
+        "test": 0,
+    }
+    assert summary["splits"]["train"]["labels"] == {"rebar": 1030}
+    assert summary["vocabulary"]["label"] == ["rebar"]
+    assert summary["vocabulary_declared_by"] == f"{export} (<labels>)"
+    examples = {
+        feature(example, "image/filename"): example
+        for example in read_examples(shard_pattern(output, "train"))
+    }
+    assert len(examples) == 48 and not feature(examples[b"image8.png"], "image/object/bbox/xmin")
+    first = examples[b"image10.png"]  # <box label="rebar" xtl="1201.20" ytl="121.59" ...
+    assert feature(first, "image/object/class/label") == [1] * 49
+    np.testing.assert_allclose(
+        [
+            feature(first, f"image/object/bbox/{side}")[0]
+            for side in ("xmin", "ymin", "xmax", "ymax")
+        ],
+        (1201.20 / 2445, 121.59 / 1485, 1227.33 / 2445, 237.12 / 1485),
+        rtol=1e-6,
+    )

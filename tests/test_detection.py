@@ -3,6 +3,8 @@
 import collections
 import io
 import json
+import shutil
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +18,13 @@ from conftest import (
     parse_label_map,
     photo_like,
     read_examples,
+    shard_pattern,
     voc_annotation,
 )
+from PIL import Image
 
 from image_tfrecords import load
+from image_tfrecords.core.inputs.rows import RowRules, assign_split
 from image_tfrecords.output import Output
 from image_tfrecords.pipeline import run
 from image_tfrecords.verify import verify
@@ -709,3 +714,61 @@ def test_coco_images_without_a_declared_size_are_read_against_their_own(tmp_path
             "masks",
         ),
     ]
+
+
+def test_cvats_pascal_voc_export_reads_its_labelmap_and_splits_default_by_hash(tmp_path):
+    """A real CVAT "Pascal VOC 1.1" export (Motlante/mmdet_zavtrak_test, 2022): its folder
+    is no VOC2007 but holds Annotations/, so it is a VOC dataset; its labelmap.txt
+    (`# label:color_rgb:parts:actions`, background first) declares the four classes, named
+    in Cyrillic, in its order; ImageSets/Main/default.txt is CVAT's `default` subset, no
+    split, so every image is written, in the split its file name hashes to. Each XML's
+    empty <depth> and the <attributes> CVAT writes in each <object> change nothing."""
+    export = tmp_path / "export"
+    shutil.copytree(Path(__file__).parent / "data" / "public" / "voc" / "cvat_pascal_voc", export)
+    (export / "JPEGImages").mkdir()
+    splits = {}
+    for number, path in enumerate(sorted((export / "Annotations").glob("*.xml"))):
+        annotation = ElementTree.parse(path).getroot()
+        name = annotation.findtext("filename")
+        size = int(annotation.findtext("size/width")), int(annotation.findtext("size/height"))
+        (export / "JPEGImages" / name).write_bytes(
+            encode(Image.new("RGB", size, (number * 10, 90, 160)), "JPEG")
+        )
+        splits[name.encode()] = assign_split(name, RowRules().split_fractions)
+    assert len(splits) == 18 and collections.Counter(splits.values()) == {
+        "train": 15,
+        "validation": 3,
+    }
+    output = tmp_path / "out"
+    argv = ["--manifest", str(export), "--label_mode", "detection", "--output_dir", str(output)]
+    assert run.main(argv) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    classes = ["Кесадилья с курицей", "Поднос", "Салфетки", "Тарелка"]
+    assert summary["vocabulary"]["label"] == classes
+    assert summary["vocabulary_declared_by"] == str(export / "labelmap.txt")
+    assert (
+        summary["rows_read"],
+        summary["rows_in_examples"],
+        summary["examples_written"],
+        summary["rows_dead_lettered"],
+        summary["rows_discarded"],
+    ) == (18 * 4, 18 * 4, 18, 0, 0)
+    assert summary["splits"]["train"]["labels"] == dict.fromkeys(classes, 15)
+    written = {
+        example.features.feature["image/filename"].bytes_list.value[0]: (
+            split,
+            example.features.feature,
+        )
+        for split in ("train", "validation")
+        for example in read_examples(shard_pattern(output, split))
+    }
+    assert {name: split for name, (split, _) in written.items()} == splits
+    _, first = written[b"photo_2022-03-20_15-48-44.jpg"]  # 576x1280
+    assert [text.decode() for text in first["image/object/class/text"].bytes_list.value] == classes
+    assert first["image/object/class/label"].int64_list.value == [1, 2, 3, 4]
+    sides = ("xmin", "ymin", "xmax", "ymax")
+    np.testing.assert_allclose(
+        [first[f"image/object/bbox/{side}"].float_list.value[0] for side in sides],
+        (87.5 / 576, 437.7 / 1280, 374.9 / 576, 678.1 / 1280),
+        rtol=1e-6,
+    )

@@ -812,3 +812,68 @@ def test_file_names_outside_the_dataset_folder_are_dead_letters_naming_the_image
     ]
     allowed, reasons_found = outcomes(allow_paths_outside_dataset=True)
     assert set(reasons_found) == {"read"} and allowed[2].uri == str(secret)
+
+
+def test_fastais_coco_tiny_declares_no_image_sizes_and_converts_against_their_own(tmp_path, capsys):
+    """fastai's COCO_TINY train.json (URLs.COCO_TINY, as a public repository vendors it):
+    its 200 images give only `id` and `file_name` (no width, height, info or licenses), its
+    688 annotations only `image_id`, `bbox` and `category_id` (no id, area or iscrowd), in
+    pixels of its 128x128 JPEGs, and its 6 categories keep COCO's ids (62 chair to 86
+    vase). Laid out as fastai unpacks it (coco_tiny/train.json beside coco_tiny/train/),
+    each box is divided by its own image's size, which the console says once; the label
+    ids are the categories' ids."""
+    root = tmp_path / "coco_tiny"
+    (root / "train").mkdir(parents=True)
+    coco = root / "train.json"
+    coco.write_bytes((PUBLIC / "coco_tiny_train.json").read_bytes())
+    data = json.loads(coco.read_text())
+    assert not any({"width", "height"} & set(entry) for entry in data["images"])
+    for seed, entry in enumerate(data["images"]):
+        (root / "train" / entry["file_name"]).write_bytes(
+            encode(photo_like(128, 128, seed), "JPEG")
+        )
+    output = convert(tmp_path, f"train={coco}", "--image_dir", str(root / "train"))
+    assert capsys.readouterr().out.count("its images declare no width and height") == 1
+    summary = json.loads((output / "summary.json").read_text())
+    assert [
+        summary[key]
+        for key in (
+            "rows_read",
+            "examples_written",
+            "rows_in_examples",
+            "rows_dead_lettered",
+            "rows_discarded",
+        )
+    ] == [688, 200, 688, 0, 0]
+    names = {category["id"]: category["name"] for category in data["categories"]}
+    assert summary["splits"]["train"]["examples"] == 200
+    assert summary["splits"]["train"]["labels"] == {
+        "book": 254,
+        "chair": 284,
+        "couch": 40,
+        "remote": 20,
+        "tv": 26,
+        "vase": 64,
+    }
+    assert summary["vocabulary_declared_by"] == f"{coco} (categories)"
+    assert {
+        index + 1: label
+        for index, label in enumerate(summary["vocabulary"]["label"])
+        if not label.startswith("[")
+    } == names
+    (first,) = [
+        example.features.feature
+        for example in read_examples(f"{output}/train-*.tfrecord")
+        if example.features.feature["image/filename"].bytes_list.value[0] == b"000000542959.jpg"
+    ]
+    boxes = [box["bbox"] for box in data["annotations"] if box["image_id"] == 542959]
+    assert boxes[0] == [32.52, 86.34, 8.53, 9.41]  # a chair
+    assert list(first["image/object/class/label"].int64_list.value) == [62, 86, 86, 62, 62, 62]
+    np.testing.assert_allclose(
+        [
+            first[f"image/object/bbox/{side}"].float_list.value
+            for side in ("xmin", "ymin", "xmax", "ymax")
+        ],
+        np.transpose([(x / 128, y / 128, (x + w) / 128, (y + h) / 128) for x, y, w, h in boxes]),
+        rtol=1e-6,
+    )

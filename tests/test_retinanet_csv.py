@@ -4,6 +4,7 @@ path,x1,y1,x2,y2,class_name in pixels; path,,,,, an image without objects) besid
 `_classes.csv` (class_name,id), which declares the ids."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -90,3 +91,59 @@ def test_a_class_file_that_is_not_one_is_refused_naming_its_line(tmp_path):
     (tmp_path / "train" / "_classes.csv").write_text("cow,0\ncat\n")
     with pytest.raises(ManifestError, match=r"_classes.csv line 2: expected class_name,id"):
         class_declarations(find_manifests([str(path)]))
+
+
+PUBLIC = Path(__file__).parent / "data" / "public" / "retinanet_csv"
+
+
+def test_a_public_keras_retinanet_csv_converts_with_its_class_file(tmp_path):
+    """DavidReveloLuna/HandDetectRetinaNet's annotations_test.csv and classes.csv, made for
+    keras-retinanet's `retinanet-train csv annotations.csv classes.csv`: 47 lines such as
+    `images/116.png,35,18,197,212,left`, PNG paths relative to the CSV, no header, and one
+    class (`left,0`, which declares id 0). Its images are 224x224 PNGs; the folder names no
+    split, so each image's split is hashed from its path."""
+    for name in ("annotations_test.csv", "classes.csv"):
+        (tmp_path / name).write_bytes((PUBLIC / name).read_bytes())
+    lines = (tmp_path / "annotations_test.csv").read_text().splitlines()
+    assert len(lines) == 47 and lines[0] == "images/116.png,35,18,197,212,left"
+    (tmp_path / "images").mkdir()
+    for seed, line in enumerate(lines):
+        (tmp_path / line.split(",")[0]).write_bytes(encode(photo_like(224, 224, seed), "PNG"))
+    output = tmp_path / "out"
+    argv = ["--manifest", str(tmp_path / "annotations_test.csv"), "--label_mode", "detection"]
+    assert run.main([*argv, "--output_dir", str(output)]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert [
+        summary[key]
+        for key in (
+            "rows_read",
+            "examples_written",
+            "rows_in_examples",
+            "rows_dead_lettered",
+            "rows_discarded",
+        )
+    ] == [47, 47, 47, 0, 0]
+    splits = summary["splits"]
+    assert sum(split["examples"] for split in splits.values()) == 47
+    assert splits["train"]["examples"] > 0
+    assert all(
+        split["labels"] == {"left": split["examples"]}
+        for split in splits.values()
+        if split["examples"]
+    )
+    assert summary["vocabulary"]["label"] == ["left"]
+    assert summary["vocabulary_declared_by"] == str(tmp_path / "classes.csv")
+    (first,) = [
+        example.features.feature
+        for example in read_examples(str(output / "*-*.tfrecord"))
+        if example.features.feature["image/filename"].bytes_list.value[0] == b"116.png"
+    ]
+    assert list(first["image/object/class/label"].int64_list.value) == [1]
+    np.testing.assert_allclose(
+        [
+            first[f"image/object/bbox/{side}"].float_list.value[0]
+            for side in ("xmin", "ymin", "xmax", "ymax")
+        ],
+        (35 / 224, 18 / 224, 197 / 224, 212 / 224),
+        rtol=1e-6,
+    )

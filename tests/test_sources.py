@@ -290,8 +290,22 @@ def test_vocdevkit_splits_come_from_image_sets_and_images_from_jpegimages(tmp_pa
     )
     # SPLIT=PATH reads only that split's list, and needs it.
     assert [row.labels for row in read(root, split="val")] == [()]
-    with pytest.raises(ManifestError, match="Main has no test.txt .*it lists train.txt, val"):
+    with pytest.raises(ManifestError, match="Main has no list of test .*it lists train.txt, val"):
         check_sources(find_manifests([f"test={root}"]), DETECTION)
+    # datumaro's and CVAT's project exports name each list after its subset; CVAT's
+    # default.txt (a task without a subset), trainval.txt and a class's list name no split.
+    for name in ("train", "val"):
+        (root / "ImageSets" / "Main" / f"{name}.txt").unlink()
+    write(root / "ImageSets" / "Main" / "Train.txt", "000001\n000004\n")
+    write(root / "ImageSets" / "Main" / "Validation.txt", "000002\n")
+    for other in ("default.txt", "trainval.txt", "dog_train.txt"):
+        write(root / "ImageSets" / "Main" / other, "000003\n")
+    assert [(row.split, row.manifest.rsplit("/", 1)[-1]) for row in read(root)] == [
+        ("train", "000001.xml"),
+        ("train", "000001.xml"),
+        ("validation", "000002.xml"),
+        ("train", "000004.xml"),
+    ]
 
 
 def test_labelimg_xml_beside_its_image_or_under_image_dir(tmp_path):

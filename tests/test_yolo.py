@@ -743,3 +743,151 @@ def test_a_darknet_obj_data_cvats_yolo_1_1_export_is_read_with_its_names_and_lis
     summary = json.loads((output / "summary.json").read_text())
     assert summary["vocabulary"]["label"] == ["cat", "dog"]
     assert summary["vocabulary_declared_by"].endswith("obj.data (names)")
+
+
+def test_a_darknet_obj_data_lists_subsets_by_their_own_names(tmp_path):
+    """datumaro's YOLO writer (a CVAT project's export) names each subset's list after the
+    subset (`Validation = data/Validation.txt`), as its importer reads any line but
+    darknet's own keys: each is the split its name says. A subset that is no split the
+    converter writes is refused by its line, not left out."""
+    root = tmp_path / "export"
+    text(root / "obj.names", "cat\n")
+    for subset, name in (("Train", "a"), ("Validation", "b")):
+        text(root / f"{subset}.txt", f"data/obj_{subset}_data/{name}.jpg\n")
+        image(root / f"obj_{subset}_data" / f"{name}.jpg")
+        text(root / f"obj_{subset}_data" / f"{name}.txt", "0 0.5 0.5 0.2 0.2\n")
+    settings = "classes = 1\nnames = data/obj.names\nbackup = backup/\n"
+    text(root / "obj.data", settings + "Train = data/Train.txt\nValidation = data/Validation.txt\n")
+    (source,) = find_manifests([str(root)])
+    assert [(row.split, row.uri.rsplit("/", 1)[-1]) for row in read_source(source, DETECTION)] == [
+        ("train", "a.jpg"),
+        ("validation", "b.jpg"),
+    ]
+    text(root / "obj.data", settings + "Train = data/Train.txt\nextra = data/Extra.txt\n")
+    with pytest.raises(ManifestError, match=r"extra = data/Extra.txt: .* 'extra' is none of them"):
+        find_manifests([str(root)])
+
+
+# Ultralytics' dota8, as its dota8.zip ships it: labels/train and labels/val, four files each.
+DOTA8 = PUBLIC / "dota8"
+
+
+def test_ultralytics_dota8_corners_just_outside_are_clipped_counted_and_kept(tmp_path):
+    """Ultralytics' dota8 (its eight label files under its own dota8.yaml, `path: dota8`):
+    17 of its 133 OBB objects have a corner outside [0, 1], turned boxes at the image's
+    edge such as P1142's `1.04199`. Each is clipped to the image (its box the clipped
+    corners' extent, its mask the clipped polygon), counted in summary.json's
+    objects_clipped, and its image written. A line in pixels (the P1142 object as
+    Ultralytics' docs draw it, DOTA's own coordinates) lies far outside: box_out_of_range.
+    dota8's images are 1024x1024; YOLO's coordinates are relative, so 64x64 JPEGs do."""
+    import io
+
+    from PIL import Image
+
+    shutil.copy(PUBLIC / "yaml" / "dota8.yaml", tmp_path / "dota8.yaml")
+    shutil.copytree(DOTA8 / "labels", tmp_path / "dota8" / "labels")
+    public = sorted((DOTA8 / "labels").glob("*/*.txt"))
+    corners = [
+        [float(value) for value in line.split()[1:]]
+        for label in public
+        for line in label.read_text().splitlines()
+    ]
+    outside = [values for values in corners if not all(0 <= value <= 1 for value in values)]
+    assert (len(public), len(corners), len(outside)) == (8, 133, 17)
+    text(
+        tmp_path / "dota8" / "labels" / "train" / "pixels.txt",
+        "0 635 560 919 719 1087 420 803 261\n",
+    )
+    for seed, label in enumerate(sorted((tmp_path / "dota8" / "labels").glob("*/*.txt"))):
+        image(
+            tmp_path / "dota8" / "images" / label.parent.name / f"{label.stem}.jpg", seed, (64, 64)
+        )
+    output = tmp_path / "out"
+    argv = ["--manifest", str(tmp_path / "dota8.yaml"), "--label_mode", "detection"]
+    assert run.main([*argv, "--output_dir", str(output)]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert [
+        summary[key]
+        for key in (
+            "rows_read",
+            "examples_written",
+            "rows_in_examples",
+            "rows_dead_lettered",
+            "rows_discarded",
+            "objects_clipped",
+        )
+    ] == [134, 8, 133, 1, 0, 17]
+    assert summary["errors"]["by_reason"] == {"box_out_of_range": 1}
+    assert {split: summary["splits"][split]["examples"] for split in summary["splits"]} == {
+        "train": 4,
+        "validation": 4,
+        "test": 0,
+    }
+    assert summary["splits"]["validation"]["labels"] == {
+        "baseball diamond": 4,
+        "basketball court": 3,
+        "soccer ball field": 1,
+    }
+    names = __import__("yaml").safe_load((PUBLIC / "yaml" / "dota8.yaml").read_text())["names"]
+    assert summary["vocabulary"]["label"] == [names[index] for index in range(15)]
+    assert parse_label_map((output / "label_map.pbtxt").read_text())[1] == "plane"
+    (p1142,) = [
+        example.features.feature
+        for example in read_examples(f"{output}/train-*.tfrecord")
+        if example.features.feature["image/filename"].bytes_list.value[0]
+        == b"P1142__1024__0___824.jpg"
+    ]
+    # 0 0.779296 0.690429 0.625976 0.451171 0.88965 0.266601 1.04199 0.51465
+    assert list(p1142["image/object/class/label"].int64_list.value) == [1]
+    np.testing.assert_array_equal(
+        [
+            p1142[f"image/object/bbox/{side}"].float_list.value
+            for side in ("xmin", "ymin", "xmax", "ymax")
+        ],
+        np.float32([[0.625976], [0.266601], [1.0], [0.690429]]),
+    )
+    (png,) = p1142["image/object/mask"].bytes_list.value
+    mask = np.asarray(Image.open(io.BytesIO(png)))
+    assert mask.shape == (64, 64) and mask[:, -1].any() and not mask[:, :32].any()
+
+
+def test_datumaros_darknet_yolo_export_converts_with_its_names_and_train_list(tmp_path):
+    """datumaro's darknet YOLO sample, the layout CVAT's "YOLO 1.1" export writes (CVAT
+    exports through datumaro): obj.data names `data/obj.names` and `data/train.txt`,
+    darknet's paths; obj.names's ten classes are the declared ids in their order, though
+    only two are drawn; train.txt is the TRAIN list. Its image, obj_train_data/1.jpg,
+    was 15x10."""
+    export = tmp_path / "export"
+    shutil.copytree(PUBLIC / "darknet", export)
+    image(export / "obj_train_data" / "1.jpg", size=(15, 10))
+    output = tmp_path / "out"
+    argv = ["--manifest", str(export), "--label_mode", "detection", "--output_dir", str(output)]
+    assert run.main(argv) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    names = [f"label_{number}" for number in range(10)]
+    assert summary["vocabulary"]["label"] == names
+    assert summary["vocabulary_declared_by"] == f"{export / 'obj.data'} (names)"
+    assert (
+        summary["rows_read"],
+        summary["rows_in_examples"],
+        summary["examples_written"],
+        summary["rows_dead_lettered"],
+        summary["rows_discarded"],
+    ) == (2, 2, 1, 0, 0)
+    assert {split: counts["examples"] for split, counts in summary["splits"].items()} == {
+        "train": 1,
+        "validation": 0,
+        "test": 0,
+    }
+    assert summary["splits"]["train"]["labels"] == {"label_2": 1, "label_4": 1}
+    (example,) = read_examples(str(output / "train-*.tfrecord"))
+    written = example.features.feature
+    assert written["image/object/class/text"].bytes_list.value == [b"label_2", b"label_4"]
+    assert written["image/object/class/label"].int64_list.value == [3, 5]
+    # `2 0.133333 0.300000 0.266667 0.200000` and `4 0.266667 0.450000 0.133333 0.300000`
+    sides = ("xmin", "ymin", "xmax", "ymax")
+    np.testing.assert_allclose(
+        [written[f"image/object/bbox/{side}"].float_list.value for side in sides],
+        [[0.0, 0.2], [0.2, 0.3], [0.266667, 1 / 3], [0.4, 0.6]],
+        atol=1e-6,
+    )

@@ -2,7 +2,8 @@
 image): one detection row per <object>, boxes normalised as create_pascal_tf_record.py does.
 
 Splits: in the VOCdevkit layout (XMLs in ROOT/Annotations/), ROOT/ImageSets/Main/
-{train,val,test}.txt list the image ids of each split, and an XML no list names is left
+{train,val,test}.txt (or a subset's own name, Train.txt, Validation.txt: datumaro's and
+CVAT's project exports) list the image ids of each split, and an XML no list names is left
 out, as create_pascal_tf_record.py and TFDS leave it out (they read only listed ids);
 without those lists every image gets the --manifest SPLIT=PATH split, or one from a hash
 of its file name. With SPLIT=PATH and the lists, only that split's list is read.
@@ -38,13 +39,13 @@ from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.choices import LeftOut
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import Box, ManifestRow
+from image_tfrecords.core.records.splits import normalise_split
 from image_tfrecords.core.storage import storage
 from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 ANNOTATIONS = "Annotations"
 _IMAGES = "JPEGImages"
 _SEGMENTATION = "SegmentationClass"  # VOC2012's maps: palette PNGs of class indices
-_LISTS = {"train": "train.txt", "validation": "val.txt", "test": "test.txt"}
 _FLAGS = {"0": 0, "1": 1}
 # The class lists written beside VOC annotations: datumaro's and CVAT's VOC exports write
 # labelmap.txt (`name:color:parts:actions` a line, background first); labels.txt holds a
@@ -76,11 +77,11 @@ def check_voc(pattern: str, split: str | None) -> None:
         labelmap_colours(root)  # refused before the job where it cannot be read
     if split is None or root is None:
         return
-    folder = storage.join(root, "ImageSets", "Main")
-    present = [file for file in _LISTS.values() if storage.exists(storage.join(folder, file))]
-    if present and _LISTS[split] not in present:
+    lists = _split_lists(root)
+    if lists and split not in lists:
+        present = sorted(storage.split(path)[1] for paths in lists.values() for path in paths)
         raise ManifestError(
-            f"{folder} has no {_LISTS[split]} for --manifest "
+            f"{storage.join(root, 'ImageSets', 'Main')} has no list of {split} for --manifest "
             f"{split.upper()}=...; it lists {', '.join(present)}"
         )
 
@@ -205,21 +206,33 @@ def _devkit_root(folder: str) -> str | None:
 def _read_image_sets(root: str, split: str | None) -> dict[str, str] | None:
     """Image id -> split from ROOT/ImageSets/Main's lists (only `split`'s when given), or
     None when there is no list to read."""
-    lists = {name: file for name, file in _LISTS.items() if split in (None, name)}
+    lists = _split_lists(root)
     found: dict[str, str] = {}
-    present = False
-    for name, file in lists.items():
-        path = storage.join(root, "ImageSets", "Main", file)
-        if not storage.exists(path):
-            continue
-        present = True
+    for name, path in (
+        (name, path) for name, paths in lists.items() if split in (None, name) for path in paths
+    ):
         for number, line in whole_lines(path):
             if has_undecodable_bytes(line):  # an id no XML's name can match
                 raise ManifestError(
                     f"{path} is not UTF-8 text: line {number} is {printable(line)!r}"
                 )
             found.setdefault(line.split()[0], name)
-    return found if present else None
+    return found if lists else None
+
+
+def _split_lists(root: str) -> dict[str, list[str]]:
+    """Split -> ROOT/ImageSets/Main's lists of it, in name order: each list whose name is
+    a split's (train.txt, val.txt, test.txt; a subset's own name as datumaro and CVAT
+    write a project's, Train.txt or Validation.txt), as datumaro's VOC importer reads
+    them. `default.txt` (CVAT's task without a subset), `trainval.txt` and per-class
+    lists (`cat_train.txt`) name no split."""
+    lists: dict[str, list[str]] = {}
+    pattern = storage.join(root, "ImageSets", "Main", "*.txt")
+    for path in sorted(found.path for found in storage.match(pattern)):
+        split = normalise_split(storage.split(path)[1].removesuffix(".txt"))
+        if split is not None:
+            lists.setdefault(split, []).append(path)
+    return lists
 
 
 def _xml_rows(

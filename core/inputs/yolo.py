@@ -90,6 +90,10 @@ _ULTRALYTICS_TOLERANCE = 0.01
 CLASSES_FILE = "classes.txt"  # a YOLO folder's class names without a data.yaml
 _DARKNET_SUFFIX = ".data"  # darknet's obj.data (CVAT's YOLO 1.1 export)
 _DARKNET_FILE = "obj.data"
+# obj.data's lines that are not an image list (darknet's own keys); every other line is a
+# subset's list, its name the split (datumaro writes a CVAT project's subsets so:
+# `Validation = data/Validation.txt`), as datumaro's YOLO importer reads them.
+_DARKNET_SETTINGS = frozenset({"classes", "names", "backup", "eval", "results", "map"})
 # Where a YOLO folder's classes.txt stands: its root (Label Studio's export, labelImg
 # beside the images), or its labels folder (labelImg's save folder).
 _CLASSES_FILE_PLACES = (CLASSES_FILE, f"labels/{CLASSES_FILE}")
@@ -222,11 +226,12 @@ class YoloDataset:
     @classmethod
     def from_darknet(cls, path: str) -> YoloDataset:
         """Darknet's `obj.data` (CVAT's "YOLO 1.1" export): `key = value` lines, `names` its
-        class file (a name a line), `train`, `valid` (and `test`) .txt lists of images,
-        each image's labels beside it. Darknet reads the paths from the folder above the
-        dataset's own (`data/obj.names`, CVAT's; `yolo_dataset/obj.names`): where a path is
-        not there from the obj.data's folder, its first folder is that one, and left out
-        (as datumaro's localize_path leaves out `data/`)."""
+        class file (a name a line), `train`, `valid` (and `test`, or a subset's own name:
+        `Validation`) .txt lists of images, each image's labels beside it. Darknet reads
+        the paths from the folder above the dataset's own (`data/obj.names`, CVAT's;
+        `yolo_dataset/obj.names`): where a path is not there from the obj.data's folder,
+        its first folder is that one, and left out (as datumaro's localize_path leaves out
+        `data/`)."""
         root = storage.split(path)[0]
         settings = {}
         for _, line in whole_lines(path):
@@ -243,11 +248,18 @@ class YoloDataset:
             and storage.exists(_resolve(rest, root))
             else ""
         )
-        entries = {
-            split: [settings[key].removeprefix(prefix)]
-            for split, key in zip(SPLITS, ("train", "valid", "test"), strict=True)
-            if key in settings
-        }
+        entries: dict[str, list[str]] = {}
+        for key, value in settings.items():
+            if key in _DARKNET_SETTINGS:
+                continue
+            split = normalise_split(key)
+            if split is None:
+                raise ManifestError(
+                    f"{path}: {key} = {value}: a darknet obj.data's other lines are image "
+                    f"lists of a split (train, valid, test; {', '.join(SPLITS)}); {key!r} "
+                    "is none of them"
+                )
+            entries.setdefault(split, []).append(value.removeprefix(prefix))
         if not entries:
             raise ManifestError(
                 f"{path}: a darknet obj.data names its image lists (train = ..., valid = "
