@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from image_tfrecords.core.file_formats.tfrecord import read_records
+from image_tfrecords.core.file_formats.framing import read_records
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.naming import thumbnails_path
 from image_tfrecords.core.records.records import ExampleRef, ShardExamples

@@ -126,7 +126,7 @@ class ShardFormat(abc.ABC):
     def join(self, path: str, parts: Sequence[str], files: Files) -> None:
         """Writes the shard at `path` from `parts`, files of TFRecord-framed records
         (core/worker/shard_parts.py), in order: the bytes the shard has when written whole."""
-        from image_tfrecords.core.file_formats.tfrecord import read_records
+        from image_tfrecords.core.file_formats.framing import read_records
 
         with self.create(path, files) as shard:
             for part in parts:

@@ -1,11 +1,9 @@
 """TFRecord shards: `.tfrecord`, or `.tfrecord.gz` with --compression gzip, each with an
 index beside it, `<shard file>.idx`.
 
-The framing is read and written here in plain Python with every CRC checked, so a damaged
-record is named by its index and byte offset (tf.data names only the file), and no
-private Beam helper is needed. A record is: length (uint64 LE), masked CRC32C of the
-length, the data, masked CRC32C of the data. A gzip shard is one gzip stream around the
-same framing (deterministic: no file name or time in its header).
+The records are TFRecord-framed (framing.py, in plain Python with every CRC checked). A
+gzip shard is one gzip stream around the same framing (deterministic: no file name or
+time in its header).
 
 The index has one line per record, `offset length` (where the record starts and its
 bytes with the framing), as the `tfrecord` package's and NVIDIA DALI's `tfrecord2idx`
@@ -18,23 +16,20 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import io
-import struct
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
-import google_crc32c
-
-from image_tfrecords.core.file_formats import Files, RecordError, ShardFormat, register
+from image_tfrecords.core.file_formats import Files, ShardFormat, register
+from image_tfrecords.core.file_formats.framing import (
+    FramedWriter,
+    framed_size,
+    read_records,
+    record_sizes,
+)
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
-_HEADER = struct.Struct("<QI")
-_CRC = struct.Struct("<I")
-_LENGTH = struct.Struct("<Q")
-_MASK_DELTA = 0xA282EAD8
 INDEX_SUFFIX = ".idx"
 _GZIP_LEVEL = 6  # zlib's default, as Beam's and TensorFlow's gzip writers use
 _READ_BUFFER = 8 << 20  # tf.data's bytes per shard reader: large sequential reads suit gs:// too
@@ -116,18 +111,6 @@ class TFRecordFormat(ShardFormat):
             yield stream
 
 
-class FramedWriter:
-    """Writes TFRecord-framed records to a stream."""
-
-    def __init__(self, stream: BinaryIO) -> None:
-        self._stream = stream
-        self.sizes: list[int] = []  # of each record written, for the index
-
-    def write(self, record: bytes) -> None:
-        write_record(self._stream, record)
-        self.sizes.append(len(record))
-
-
 def _write_index(path: str, record_sizes: Iterable[int], files: Files) -> None:
     with files.create(path + INDEX_SUFFIX) as index:
         index.write("".join(_index_lines(record_sizes)).encode("ascii"))
@@ -138,81 +121,6 @@ def _index_lines(record_sizes: Iterable[int]) -> Iterator[str]:
     stream, and its bytes with the framing."""
     offset = 0
     for size in record_sizes:
-        framed = _HEADER.size + size + _CRC.size
+        framed = framed_size(size)
         yield f"{offset} {framed}\n"
         offset += framed
-
-
-def write_record(stream: BinaryIO, data: bytes) -> None:
-    """Appends one TFRecord-framed record."""
-    length = _LENGTH.pack(len(data))
-    stream.write(
-        b"".join((length, _CRC.pack(_masked_crc(length)), data, _CRC.pack(_masked_crc(data))))
-    )
-
-
-def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
-    """Yields each record's data; raises RecordError at the first bad one.
-
-    Offsets are into the uncompressed stream.
-    """
-    stream = gzip.GzipFile(fileobj=file, mode="rb") if compressed else file
-    index = offset = 0
-    while True:
-        try:
-            header = stream.read(_HEADER.size)
-            if not header:
-                return
-            length = _record_length(header, index, offset)
-            body = stream.read(length + _CRC.size)
-        except (OSError, EOFError, zlib.error) as problem:  # a damaged gzip stream
-            raise RecordError(index, offset, f"gzip: {problem}") from problem
-        if len(body) < length + _CRC.size:
-            raise RecordError(
-                index,
-                offset,
-                f"truncated: the file ends {len(body)} of "
-                f"{length + _CRC.size} bytes into the record",
-            )
-        data = body[:length]
-        if _masked_crc(data) != _CRC.unpack(body[length:])[0]:
-            raise RecordError(index, offset, "data CRC mismatch")
-        yield data
-        index += 1
-        offset += _HEADER.size + len(body)
-
-
-def record_sizes(file: BinaryIO) -> Iterator[int]:
-    """Each record's data size, from the headers of an uncompressed file alone (each
-    length's CRC checked, the data skipped); raises RecordError where the framing breaks."""
-    file.seek(0, io.SEEK_END)  # (GFile's seek gives no position)
-    end = file.tell()
-    file.seek(0)
-    index = offset = 0
-    while offset < end:
-        length = _record_length(file.read(_HEADER.size), index, offset)
-        file.seek(length + _CRC.size, io.SEEK_CUR)
-        if file.tell() > end:
-            raise RecordError(index, offset, "truncated: the file ends inside the record")
-        yield length
-        index += 1
-        offset += _HEADER.size + length + _CRC.size
-
-
-def _record_length(header: bytes, index: int, offset: int) -> int:
-    """The data length a record's header gives, its CRC checked; RecordError naming the
-    record at `index` (starting at byte `offset`) where the header is cut or damaged."""
-    if len(header) < _HEADER.size:
-        raise RecordError(
-            index, offset, f"truncated: the file ends {len(header)} bytes into the record's header"
-        )
-    length, length_crc = _HEADER.unpack(header)
-    if _masked_crc(header[:8]) != length_crc:
-        raise RecordError(index, offset, "length CRC mismatch")
-    return length
-
-
-def _masked_crc(data: bytes) -> int:
-    """TFRecord's CRC: CRC32C rotated right by 15 bits plus a constant."""
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF

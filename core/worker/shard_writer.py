@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from image_tfrecords.core.file_formats import PipelineFiles, RecordWriter, ShardFormat
-from image_tfrecords.core.file_formats.tfrecord import FramedWriter, read_records, write_record
+from image_tfrecords.core.file_formats.framing import FramedWriter, read_records, write_record
 from image_tfrecords.core.inputs.boxes import pixel_box, turned_box
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records import example_index, naming, receipts
