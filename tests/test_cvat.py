@@ -350,6 +350,37 @@ def test_datumaros_cvat_exports_read_as_cvat_writes_them(tmp_path):
     np.testing.assert_allclose(boxes[1].boxes[0][:4], (1 / 10, 2 / 10, 6 / 10, 5 / 10))
 
 
+def test_datumaros_cvat_task_export_with_unlabelled_shapes_converts_end_to_end(tmp_path):
+    """End to end on datumaro's public task export: the polygon without a label is left
+    out by itself, counted as such, not a missing_label dead letter; img0 is written with
+    its box beside its left-out polyline. img1 holds nothing an example can (the unlabelled
+    polygon, and points): as any image whose objects are all left out, its rows are
+    discarded, counted, and it is not written as an image without objects."""
+    shutil.copy(PUBLIC / "datumaro_task_train.xml", tmp_path / "train.xml")
+    (tmp_path / "images").mkdir()
+    for name, side in (("img0.jpg", 8), ("img1.jpg", 10)):
+        (tmp_path / "images" / name).write_bytes(encode(photo_like(side, side, side), "JPEG"))
+    output = tmp_path / "out"
+    flags = ["--manifest", str(tmp_path / "train.xml"), "--label_mode", "detection"]
+    assert run.main([*flags, "--output_dir", str(output)]) == 0
+    summary = json.loads((output / "summary.json").read_text())
+    assert (
+        summary["rows_read"],
+        summary["examples_written"],
+        summary["rows_dead_lettered"],
+        summary["rows_discarded"],
+        summary["accounted"],
+    ) == (4, 1, 0, 3, True)
+    assert summary["objects_left_out"] == {
+        "points": 1,
+        "polygon without a label": 1,
+        "polyline": 1,
+    }
+    (example,) = read_examples(shard_pattern(output, "train"))
+    assert feature(example, "image/source_id").decode().endswith("img0.jpg")
+    assert feature(example, "image/object/class/text") == b"label1"
+
+
 def test_an_image_name_outside_the_xmls_folder_is_a_dead_letter_naming_the_image(tmp_path):
     """`name` stays in the XML's folder (or --image_dir), images/ or not: `..` above it
     and an absolute path elsewhere are path_outside_dataset; the option reads them."""
