@@ -238,9 +238,7 @@ class Summary(RunInfo):
     control character is refused when read); a Split is train, validation or test."""
 
     finished_at: str = ""
-    run_id: str = (
-        ""  # the run's id (core/records/naming.py): a retried publish step knows its own output
-    )
+    run_id: str = ""  # the run's id (records/naming.py): a retried publish knows its output
     resumed_shards: int = 0  # shards reused from a stopped run (--resume), not written again
     examples_reused: int = 0  # copied from `reused_from`, their images not read again
     changes: ExampleChanges | None = None  # since `reused_from` (core/report/changes.py)
