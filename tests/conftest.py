@@ -104,6 +104,21 @@ def png_declaring(width: int, height: int) -> bytes:
     )
 
 
+ROW_ACCOUNTING = (
+    "rows_read",
+    "examples_written",
+    "rows_in_examples",
+    "rows_dead_lettered",
+    "rows_discarded",
+)
+
+
+def row_accounting(summary: dict, *more: str) -> list:
+    """summary.json's account of the rows a run read (rows read = rows in examples +
+    dead-lettered + discarded), then the values of `more` of its keys."""
+    return [summary[key] for key in (*ROW_ACCOUNTING, *more)]
+
+
 def shard_pattern(output, split: str = "*") -> str:
     """Matches the shards of `split` in `output`, in the format it was written in."""
     from image_tfrecords.output import Output

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import encode, parse_label_map, photo_like, read_examples
+from conftest import encode, parse_label_map, photo_like, read_examples, row_accounting
 
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
@@ -806,17 +806,7 @@ def test_ultralytics_dota8_corners_just_outside_are_clipped_counted_and_kept(tmp
     argv = ["--manifest", str(tmp_path / "dota8.yaml"), "--label_mode", "detection"]
     assert run.main([*argv, "--output_dir", str(output)]) == 0
     summary = json.loads((output / "summary.json").read_text())
-    assert [
-        summary[key]
-        for key in (
-            "rows_read",
-            "examples_written",
-            "rows_in_examples",
-            "rows_dead_lettered",
-            "rows_discarded",
-            "objects_clipped",
-        )
-    ] == [134, 8, 133, 1, 0, 17]
+    assert row_accounting(summary, "objects_clipped") == [134, 8, 133, 1, 0, 17]
     assert summary["errors"]["by_reason"] == {"box_out_of_range": 1}
     assert {split: summary["splits"][split]["examples"] for split in summary["splits"]} == {
         "train": 4,
