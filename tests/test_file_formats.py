@@ -131,6 +131,28 @@ def test_a_shard_joined_from_parts_is_the_shard_written_whole(
     assert list(fmt.read(str(joined), GFiles())) == RECORDS * 3
 
 
+def test_a_copy_the_kernel_refuses_is_made_by_python(tmp_path, monkeypatch):
+    """copy_file_range fails across filesystems (EXDEV) and on some (EINVAL): the
+    parts are then copied through Python, to the same bytes."""
+    import errno
+    import os
+
+    from image_tfrecords.core.storage import storage
+
+    source, target = tmp_path / "source", tmp_path / "target"
+    source.write_bytes(b"framed records " * 1000)
+
+    def refused(*arguments):
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    monkeypatch.setattr(os, "copy_file_range", refused)
+    with storage.open_local(str(source)) as part, storage.create(str(target)) as shard:
+        shard.write(b"head")
+        storage.append(part, shard)
+        shard.write(b"tail")
+    assert target.read_bytes() == b"head" + source.read_bytes() + b"tail"
+
+
 def test_a_part_whose_framing_breaks_is_not_joined_into_a_shard(tmp_path):
     """TFRecord's join reads only the records' headers: a length whose CRC fails, or a
     file that ends inside a record, is named as reading it would name it."""

@@ -93,7 +93,9 @@ _DARKNET_FILE = "obj.data"
 # obj.data's lines that are not an image list (darknet's own keys); every other line is a
 # subset's list, its name the split (datumaro writes a CVAT project's subsets so:
 # `Validation = data/Validation.txt`), as datumaro's YOLO importer reads them.
-_DARKNET_SETTINGS = frozenset({"classes", "names", "backup", "eval", "results", "map"})
+_DARKNET_SETTINGS = frozenset(
+    {"classes", "names", "backup", "eval", "results", "map", "labels", "top"}
+)
 # Where a YOLO folder's classes.txt stands: its root (Label Studio's export, labelImg
 # beside the images), or its labels folder (labelImg's save folder).
 _CLASSES_FILE_PLACES = (CLASSES_FILE, f"labels/{CLASSES_FILE}")
