@@ -21,7 +21,12 @@ import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
-from image_tfrecords.core.file_formats import Files, GFiles, RecordError, ShardFormat, register
+from image_tfrecords.core.file_formats.shard_format import (
+    Files,
+    GFiles,
+    RecordError,
+    ShardFormat,
+)
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -33,7 +38,6 @@ _READ_BATCH = 64  # records read at once: a few MB of images, whatever the shard
 _COPY_BUFFER = 8 << 20  # bytes per read when staging a shard: large reads suit buckets
 
 
-@register
 class ArrayRecordFormat(ShardFormat):
     name = "array_record"
     tfds_name = "array_record"

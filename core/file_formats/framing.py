@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 import google_crc32c
 
-from image_tfrecords.core.file_formats import RecordError
+from image_tfrecords.core.file_formats.shard_format import RecordError
 
 _HEADER = struct.Struct("<QI")
 _CRC = struct.Struct("<I")

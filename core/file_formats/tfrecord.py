@@ -19,13 +19,13 @@ import gzip
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
-from image_tfrecords.core.file_formats import Files, ShardFormat, register
 from image_tfrecords.core.file_formats.framing import (
     FramedWriter,
     framed_size,
     read_records,
     record_sizes,
 )
+from image_tfrecords.core.file_formats.shard_format import Files, ShardFormat
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -35,7 +35,6 @@ _GZIP_LEVEL = 6  # zlib's default, as Beam's and TensorFlow's gzip writers use
 _READ_BUFFER = 8 << 20  # tf.data's bytes per shard reader: large sequential reads suit gs:// too
 
 
-@register
 class TFRecordFormat(ShardFormat):
     name = "tfrecord"
     tfds_name = "tfrecord"
