@@ -5,10 +5,14 @@ Plain NamedTuples, free of Beam and TensorFlow."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.histograms import file_bytes_bin, longest_side_bin
 from image_tfrecords.core.records.splits import Split
 from image_tfrecords.core.storage.redaction import redact_urls, redacted
 
@@ -199,6 +203,75 @@ class ShardWritten(NamedTuple):
     annotations: dict[str, int]
     resumed: bool = False  # reused from a stopped run (--resume), its images not read again
     reused: int = 0  # examples copied from the output of --reuse_from, their images not read
+
+
+@dataclasses.dataclass
+class ShardTally:
+    """What a shard's examples add up to, counted as each is written (shard_writer.py) or
+    as its parts are joined (shard_parts.py): the numbers of its ShardWritten."""
+
+    examples: int = 0
+    rows: int = 0
+    source_bytes: int = 0
+    reused: int = 0
+    labels: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    reencoded: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    longest_side: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    file_bytes: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    annotations: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+
+    def add_example(
+        self,
+        *,
+        rows: int,
+        labels: Iterable[str],
+        content: ExampleContent,
+        annotations: Iterable[str],
+        reused: bool,
+    ) -> None:
+        self.examples += 1
+        self.rows += rows
+        self.source_bytes += content.source_bytes
+        self.reused += reused
+        self.labels.update(labels)
+        if content.reencoded:
+            self.reencoded[content.reencoded] += 1
+        self.longest_side[longest_side_bin(content.longest_side)] += 1
+        self.file_bytes[file_bytes_bin(content.source_bytes)] += 1
+        self.annotations.update(annotations)
+
+    def add_part(self, part: ShardWritten) -> None:
+        """A part of the shard, joined after those added before it."""
+        self.examples += part.examples
+        self.rows += part.rows
+        self.source_bytes += part.source_bytes
+        self.reused += part.reused
+        for counter, counts in (
+            (self.labels, part.labels),
+            (self.reencoded, part.reencoded),
+            (self.longest_side, part.longest_side),
+            (self.file_bytes, part.file_bytes),
+            (self.annotations, part.annotations),
+        ):
+            counter.update(counts)
+
+    def written(self, split: Split, shard: int, temp_path: str, size: int) -> ShardWritten:
+        """The shard's record, its file at `temp_path` of `size` bytes."""
+        return ShardWritten(
+            split=split,
+            shard=shard,
+            temp_path=temp_path,
+            examples=self.examples,
+            rows=self.rows,
+            bytes=size,
+            source_bytes=self.source_bytes,
+            labels=dict(self.labels),
+            reencoded=dict(self.reencoded),
+            longest_side=dict(self.longest_side),
+            file_bytes=dict(self.file_bytes),
+            annotations=dict(self.annotations),
+            reused=self.reused,
+        )
 
 
 class ExampleContent(NamedTuple):

@@ -11,14 +11,13 @@ part is in a finished shard. Runs in a worker process, like a shard's writing.""
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from image_tfrecords.core.file_formats import PipelineFiles
 from image_tfrecords.core.records import naming, receipts
-from image_tfrecords.core.records.records import ShardOutcome, ShardWritten
+from image_tfrecords.core.records.records import ShardOutcome, ShardTally
 from image_tfrecords.core.storage import storage
 from image_tfrecords.core.worker.shard_writer import Progress, resumed, write_index
 
@@ -114,31 +113,16 @@ def _join_thumbnails(task: JoinTask, parts: Sequence[int], path: str) -> None:
 def merged(parts: Sequence[ShardOutcome], path: str, size: int) -> ShardOutcome:
     """The outcome of the shard at `path` (`size` bytes) joined from parts with these
     outcomes, in order: each example's position moved past the examples before its part."""
-    first = parts[0].written
-    counts = {
-        field: collections.Counter()
-        for field in ("labels", "reencoded", "longest_side", "file_bytes", "annotations")
-    }
+    tally = ShardTally()
     dead_letters, example_keys = [], []
     for part in parts:
-        written = part.written
-        for field, counter in counts.items():
-            counter.update(getattr(written, field))
+        tally.add_part(part.written)
         dead_letters.extend(part.dead_letters)
         before = len(example_keys)
         example_keys.extend(
             (sha256, ref._replace(position=before + ref.position))
             for sha256, ref in part.example_keys
         )
-    written = ShardWritten(
-        first.split,
-        first.shard,
-        path,
-        sum(part.written.examples for part in parts),
-        sum(part.written.rows for part in parts),
-        size,
-        sum(part.written.source_bytes for part in parts),
-        **{field: dict(counter) for field, counter in counts.items()},
-        reused=sum(part.written.reused for part in parts),
-    )
+    first = parts[0].written
+    written = tally.written(first.split, first.shard, path, size)
     return ShardOutcome(written, tuple(dead_letters), tuple(example_keys))

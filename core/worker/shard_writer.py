@@ -41,7 +41,6 @@ from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.example_index import IndexEntry, PreviousShard
 from image_tfrecords.core.records.feature_keys import IMAGE as IMAGE_BYTES
 from image_tfrecords.core.records.feature_keys import IMAGE_SHA256, SOURCE_ID
-from image_tfrecords.core.records.histograms import file_bytes_bin, longest_side_bin
 from image_tfrecords.core.records.records import (
     Box,
     ExampleContent,
@@ -50,7 +49,7 @@ from image_tfrecords.core.records.records import (
     LabelledRow,
     ManifestRow,
     ShardOutcome,
-    ShardWritten,
+    ShardTally,
 )
 from image_tfrecords.core.records.schema import IMAGE, SEGMENTATION
 from image_tfrecords.core.storage import storage
@@ -315,35 +314,14 @@ class _ShardWriter:
         task, settings, progress = self._task, self._settings, self._progress
         dead_letters: list[DeadLetter] = []
         example_keys: list[tuple[str, ExampleRef]] = []
-        images = []
-        for _, group in itertools.groupby(ordered, key=lambda item: item.row.uri):
-            first, *others = group
-            if settings.label_mode is LabelMode.SINGLE and others:
-                repeated = others
-            else:
-                repeated = [
-                    other
-                    for other in others
-                    if other.row.manifest != first.row.manifest
-                    and (other.row.listed_whole or first.row.listed_whole)
-                ]
-            if repeated:
-                dead_letters.extend(_duplicate_row(other, first) for other in repeated)
-                progress.handled(len(repeated), len(repeated))
-                others = [other for other in others if other not in repeated]
-            images.append([first, *others])
+        images = self._images(ordered, dead_letters)
         self._plan_reuse(images)
         temp_path = (
             naming.shard_path(task.temp_dir, task.split, task.shard, settings.shard_format.suffix)
             if task.part is None
             else naming.part_path(task.temp_dir, task.split, task.shard, task.part)
         )
-        examples = rows_written = source_bytes = reused = 0
-        labels: collections.Counter[str] = collections.Counter()
-        reencoded: collections.Counter[str] = collections.Counter()
-        longest_sides: collections.Counter[str] = collections.Counter()
-        file_bytes: collections.Counter[str] = collections.Counter()
-        annotations: collections.Counter[str] = collections.Counter()
+        tally = ShardTally()
         with contextlib.ExitStack() as opened:
             # Created with the first example: a shard whose images were all rejected
             # leaves no file (and Beam's S3 filesystem cannot write an empty one).
@@ -354,9 +332,9 @@ class _ShardWriter:
             read = self._read_ahead(images, opened)
             for place, (image_rows, got) in enumerate(zip(images, read, strict=True)):
                 copied = previous.take(place) if place in self._reusable else None
-                if got.data is None and copied is not None:
+                reused = got.data is None and copied is not None
+                if reused:
                     outcome = self._copied(image_rows, *copied)
-                    reused += 1
                 else:  # no copy to take, or the previous shard would not give it
                     data = got.data if got.data is not None else self._read_now(image_rows)
                     outcome = self._encode(place, image_rows, data)
@@ -380,69 +358,89 @@ class _ShardWriter:
                     )
                 out.write(record)
                 write_record(thumbnails, outcome.thumbnail)
-                image_labels = example_labels(image_rows, settings.label_mode)
-                first = image_rows[0].row
                 content = ExampleContent(
-                    tuple(item.row.shown() for item in image_rows),
-                    outcome.source_bytes,
-                    outcome.reencoded,
-                    outcome.longest_side,
-                )
-                source = ExampleSource(
-                    identity=got.identity,
-                    key=self._keys[place] if outcome.fitted else None,
+                    rows=tuple(item.row.shown() for item in image_rows),
                     source_bytes=outcome.source_bytes,
                     reencoded=outcome.reencoded,
                     longest_side=outcome.longest_side,
-                    features_digest=(
-                        outcome.features_digest or features_digest(record, _CHECKED_APART)
-                        if settings.writes_index
-                        else None
-                    ),
                 )
-                example_keys.append(
-                    (
-                        outcome.sha256,
-                        ExampleRef(
-                            task.split,
-                            task.shard,
-                            examples,
-                            first.manifest,
-                            first.line,
-                            redacted(first.uri),
-                            tuple(image_labels),
-                            outcome.perceptual_hash,
-                            content if settings.keeps_content else None,
-                            source,
-                        ),
-                    )
+                labels = example_labels(image_rows, settings.label_mode)
+                ref = self._example_ref(
+                    tally.examples, place, outcome, labels, content, got.identity
                 )
-                examples += 1
-                rows_written += len(image_rows)
-                source_bytes += outcome.source_bytes
-                labels.update(image_labels)
-                if outcome.reencoded:
-                    reencoded[outcome.reencoded] += 1
-                longest_sides[longest_side_bin(outcome.longest_side)] += 1
-                file_bytes[file_bytes_bin(outcome.source_bytes)] += 1
-                annotations.update(example_annotations(content.rows))
-        file_size = storage.size(temp_path) if examples else 0
-        written = ShardWritten(
-            task.split,
-            task.shard,
-            temp_path,
-            examples,
-            rows_written,
-            file_size,
-            source_bytes,
-            dict(labels),
-            dict(reencoded),
-            dict(longest_sides),
-            dict(file_bytes),
-            dict(annotations),
-            reused=reused,
-        )
+                example_keys.append((outcome.sha256, ref))
+                tally.add_example(
+                    rows=len(image_rows),
+                    labels=labels,
+                    content=content,
+                    annotations=example_annotations(content.rows),
+                    reused=reused,
+                )
+        size = storage.size(temp_path) if tally.examples else 0
+        written = tally.written(task.split, task.shard, temp_path, size)
         return ShardOutcome(written, tuple(dead_letters), tuple(example_keys))
+
+    def _images(
+        self, ordered: list[LabelledRow], dead_letters: list[DeadLetter]
+    ) -> list[list[LabelledRow]]:
+        """The rows of each image, in write order, less the rows that repeat another row's
+        image where they may not (added to `dead_letters` as duplicate_row)."""
+        images = []
+        for _, group in itertools.groupby(ordered, key=lambda item: item.row.uri):
+            first, *others = group
+            if self._settings.label_mode is LabelMode.SINGLE and others:
+                repeated = others
+            else:
+                repeated = [
+                    other
+                    for other in others
+                    if other.row.manifest != first.row.manifest
+                    and (other.row.listed_whole or first.row.listed_whole)
+                ]
+            if repeated:
+                dead_letters.extend(_duplicate_row(other, first) for other in repeated)
+                self._progress.handled(len(repeated), len(repeated))
+                others = [other for other in others if other not in repeated]
+            images.append([first, *others])
+        return images
+
+    def _example_ref(
+        self,
+        position: int,
+        place: int,
+        outcome: _Encoded,
+        labels: list[str],
+        content: ExampleContent,
+        identity: str | None,
+    ) -> ExampleRef:
+        """Where the example of the image at `place` is written, at `position` in the
+        shard, with what a later run needs to copy it (its ExampleSource)."""
+        settings = self._settings
+        first = outcome.rows[0].row
+        source = ExampleSource(
+            identity=identity,
+            key=self._keys[place] if outcome.fitted else None,
+            source_bytes=outcome.source_bytes,
+            reencoded=outcome.reencoded,
+            longest_side=outcome.longest_side,
+            features_digest=(
+                outcome.features_digest or features_digest(outcome.record, _CHECKED_APART)
+                if settings.writes_index
+                else None
+            ),
+        )
+        return ExampleRef(
+            split=self._task.split,
+            shard=self._task.shard,
+            position=position,
+            manifest=first.manifest,
+            line=first.line,
+            uri=redacted(first.uri),
+            labels=tuple(labels),
+            perceptual_hash=outcome.perceptual_hash,
+            content=content if settings.keeps_content else None,
+            source=source,
+        )
 
     def _plan_reuse(self, images: list[list[LabelledRow]]) -> None:
         """Each image's example key, and which images the previous output's examples of
