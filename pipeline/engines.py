@@ -34,7 +34,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from image_tfrecords.core.records import naming
-from image_tfrecords.pipeline.options import add_switch
+from image_tfrecords.pipeline.options import Option
 from image_tfrecords.pipeline.tft_storage import WHAT_WORKS
 
 JOB_SERVERS = pathlib.Path(__file__).resolve().parents[1] / "job_servers"
@@ -98,13 +98,13 @@ class ClusterOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser) -> None:
-        add_switch(
-            parser,
+        Option(
             "--beam_runner_on_cluster",
             "FlinkRunner on a cluster whose lib/ folder holds Beam's runner (the job "
             "server's jars): the job is submitted without them (152 MB each job "
             "otherwise). See docs/operations/clusters.md.",
-        )
+            switch=True,
+        ).add_to(parser)
         # An option of Beam's Java job server that Beam's Python SDK does not declare (it
         # sends a job server only the options it knows); set below, not by users.
         parser.add_argument("--pipeline_resources_detector_factory_class", help=argparse.SUPPRESS)

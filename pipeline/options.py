@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from apache_beam.options.pipeline_options import (
     DebugOptions,
@@ -47,330 +48,407 @@ _IMAGE_SETTING_OPTIONS = {"max_pixels": "max_image_pixels"}
 WORKER_START_TIMEOUT_S = 600.0
 
 
+class Option(NamedTuple):
+    """One flag: its help and argparse's keywords, or an off-by-default switch (a bare
+    --flag, or --flag=true|false as a Flex Template passes it)."""
+
+    flag: str
+    help: str
+    metavar: str | None = None
+    type: Callable[[str], object] | None = None
+    default: object = None
+    choices: Sequence[str] | None = None
+    action: str | None = None
+    switch: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--")
+
+    def add_to(self, group: argparse._ActionsContainer) -> None:
+        if self.switch:
+            group.add_argument(
+                self.flag,
+                nargs="?",
+                const=True,
+                default=False,
+                type=parse_flag,
+                metavar="true|false",
+                help=self.help,
+            )
+            return
+        keywords = {
+            name: value
+            for name, value in self._asdict().items()
+            if name not in ("flag", "switch") and value is not None
+        }
+        group.add_argument(self.flag, **keywords)
+
+
+class OptionGroup(NamedTuple):
+    """A group of options as --help shows it."""
+
+    title: str
+    description: str
+    options: tuple[Option, ...]
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group(self.title, self.description)
+        for option in self.options:
+            option.add_to(group)
+
+
+# The job's own options, in --help's groups and order (each group: title, description).
+OPTION_GROUPS: tuple[OptionGroup, ...] = (
+    OptionGroup(
+        "input",
+        "What is read.",
+        (
+            Option(
+                "--manifest",
+                "A manifest or annotation file, folder or glob, local or remote (CSV, JSON "
+                "Lines, COCO, VOC, KITTI, Open Images, CVAT, YOLO, Label Studio, LabelMe, "
+                "Hugging Face), sniffed. SPLIT=PATH: all of PATH is that split. "
+                "Repeatable. Image paths are relative to it (see --image_dir).",
+                metavar="PATH",
+                action="append",
+            ),
+            Option(
+                "--image_folder",
+                "Instead of --manifest: a folder of ROOT/[<split>/]<label>/<file> "
+                "images, a Hugging Face imagefolder or a YOLO folder.",
+                metavar="DIR",
+            ),
+            Option(
+                "--input_format",
+                "The format of every --manifest, where sniffing cannot tell.",
+                choices=MANIFEST_FORMATS,
+            ),
+            Option(
+                "--image_dir",
+                "Resolve relative image names against this folder, not the manifest's.",
+                metavar="DIR",
+            ),
+            Option(
+                "--allow_paths_outside_dataset",
+                "Let annotation files name images outside their dataset's folder "
+                "(absolute paths, '..', URLs). Off: path_outside_dataset.",
+                switch=True,
+            ),
+            Option(
+                "--uri_column",
+                "The column holding the image URI, over the known names (image_uri, filename...).",
+                metavar="NAME",
+            ),
+            Option(
+                "--label_column",
+                "The column holding the label, over the known names (label, class...).",
+                metavar="NAME",
+            ),
+            Option(
+                "--split_column",
+                "The column holding each row's split, over the known names (split, set, "
+                "ml_use, is_valid...); 'none': all from --split_fractions.",
+                metavar="NAME",
+            ),
+            Option(
+                "--schema",
+                "Extra columns to keep as typed features (integer, float, string, "
+                "categorical, image, segmentation), inline or a file: "
+                '\'{"age": "integer"}\'.',
+                metavar="JSON",
+            ),
+            Option(
+                "--leave_out",
+                f"Leave these out of the examples, comma separated: "
+                f"{', '.join(LeftOut.values())} (default: all an input holds are kept).",
+                metavar="KINDS",
+                default="",
+            ),
+            Option(
+                "--split_fractions",
+                "train,validation,test fractions for rows without a split, from a hash "
+                "of the image URI.",
+                metavar="FRACTIONS",
+                default=",".join(map(str, DEFAULT_SPLIT_FRACTIONS)),
+            ),
+        ),
+    ),
+    OptionGroup(
+        "labels",
+        "How labels become ids.",
+        (
+            Option(
+                "--label_mode",
+                "multi: several labels per row (AutoML's columns, or joined by "
+                "--label_separator). detection: one box per row (AutoML's), an image's "
+                "boxes in one example, the Object Detection API's features and "
+                "label_map.pbtxt.",
+                choices=LabelMode.values(),
+                default=LabelMode.SINGLE.value,
+            ),
+            Option(
+                "--label_separator",
+                "What joins several labels in one field (multi). Default: the most "
+                "common of ';' ',' '|' in the first rows, as the console says.",
+                metavar="TEXT",
+            ),
+            Option(
+                "--unseen_label",
+                "A VALIDATION/TEST label TRAIN never saw: 'error' dead-letters the "
+                "row; 'oov' gives it id len(vocabulary).",
+                choices=UnseenLabel.values(),
+                default=UnseenLabel.ERROR.value,
+            ),
+            Option(
+                "--label_order",
+                "Ids of labels learnt from TRAIN: 'sorted' by text (as Keras, TFDS); "
+                "'frequency', the most frequent first (as TFRecorder).",
+                choices=LabelOrder.values(),
+                default=LabelOrder.SORTED.value,
+            ),
+            Option(
+                "--vocabulary",
+                "Pin the label ids: a file of one label per line, a label_map.pbtxt, or "
+                "an earlier output folder.",
+                metavar="PATH",
+            ),
+            Option(
+                "--strict_labels",
+                "Fail the run on labels that are probably a mistake (otherwise "
+                "warnings): a separator inside a label, labels differing only in case "
+                "or spaces, number labels not their ids.",
+                switch=True,
+            ),
+        ),
+    ),
+    OptionGroup(
+        "images",
+        "What is stored of each image.",
+        (
+            Option(
+                "--image_format",
+                "keep: store JPEG/PNG bytes as they are, re-encode only what TensorFlow "
+                "cannot decode; jpeg/png: store every image so.",
+                choices=("keep", "jpeg", "png"),
+                default="keep",
+            ),
+            Option(
+                "--max_side",
+                "Resize images whose longer side exceeds this (aspect kept).",
+                metavar="PIXELS",
+                type=int,
+            ),
+            Option(
+                "--jpeg_quality",
+                "Quality of images re-encoded as JPEG (1-100).",
+                metavar="Q",
+                type=int,
+                default=95,
+            ),
+            Option(
+                "--max_image_pixels",
+                "Larger images are rejected as decompression bombs.",
+                metavar="N",
+                type=int,
+                default=_PILLOW_MAX_PIXELS,
+            ),
+            Option(
+                "--keep_16_bit",
+                "Store 16-bit greyscale images as 16-bit PNGs, not 8-bit (as "
+                "tf.io.decode_image reads them; Pillow's convert('RGB') clips 16 bits "
+                "to white).",
+                switch=True,
+            ),
+            Option(
+                "--dedupe",
+                "Copies are always reported; sha256 also writes a byte-identical image "
+                "once (in the earliest split), near also drops near-copies.",
+                choices=Dedupe.values(),
+                default=Dedupe.NONE.value,
+            ),
+            Option(
+                "--near_duplicate_distance",
+                f"Near-copies: perceptual hashes at most this many bits apart, 0 to "
+                f"{MAX_NEAR_DISTANCE} (docs/output/copies.md).",
+                metavar="BITS",
+                type=int,
+                default=DEFAULT_NEAR_DISTANCE,
+            ),
+        ),
+    ),
+    OptionGroup(
+        "output",
+        "What is written, and when a run counts as failed.",
+        (
+            Option(
+                "--output_dir",
+                "Where the shards, summary.json and report.html go (local or remote).",
+                metavar="DIR",
+            ),
+            Option(
+                "--overwrite",
+                "Replace the outputs of a previous run in a non-empty --output_dir.",
+                switch=True,
+            ),
+            Option(
+                "--resume",
+                "Continue a stopped run of the same command in this --output_dir, "
+                "reusing the shards it finished; a run made from other inputs or "
+                "options is refused, naming what differs.",
+                switch=True,
+            ),
+            Option(
+                "--reuse_from",
+                "An earlier output of this dataset: each example whose rows, settings "
+                "and image (by what storage says of it: size and time, a bucket's checksum) "
+                "are unchanged is copied from it instead of read again, giving the bytes a "
+                "full run gives. Default with --overwrite: the output being replaced.",
+                metavar="DIR",
+            ),
+            Option(
+                "--no_reuse",
+                "Read every image again, even with --overwrite (a full run).",
+                switch=True,
+            ),
+            Option(
+                "--num_shards",
+                f"Shards per split (at most one per example); under "
+                f"{MIN_EXAMPLES_PER_SHARD} examples a shard is warned about. Default: from "
+                f"--target_shard_mb.",
+                metavar="N",
+                type=int,
+            ),
+            Option(
+                "--target_shard_mb",
+                "Target shard size in MB, estimated from the source file sizes.",
+                metavar="MB",
+                type=float,
+                default=128.0,
+            ),
+            Option(
+                "--file_format",
+                "tfrecord: .tfrecord shards with a .idx index each; array_record: random "
+                "access (Grain, TFDS data sources).",
+                choices=format_names(),
+                default=DEFAULT_FORMAT,
+            ),
+            Option(
+                "--compression",
+                "tfrecord: gzip (.tfrecord.gz); array_record: zstd. Encoded images gain little.",
+                choices=compression_names(),
+                default="none",
+            ),
+            Option(
+                "--max_error_fraction",
+                "Exit non-zero when more than this fraction of rows is dead-lettered.",
+                metavar="F",
+                type=float,
+                default=0.01,
+            ),
+        ),
+    ),
+    OptionGroup(
+        "run",
+        "The worker processes, image URLs, the console.",
+        (
+            Option(
+                "--worker_processes",
+                "Processes that read, check and encode images and write shards; 0: in "
+                "the pipeline's own process. Default: one per core (fewer if memory is "
+                "short), one on Dataflow.",
+                metavar="N",
+                type=int,
+                default=None,
+            ),
+            Option(
+                "--decode_timeout",
+                "Seconds one image may take to decode, else decode_timeout.",
+                metavar="S",
+                type=float,
+                default=120.0,
+            ),
+            Option(
+                "--worker_start_timeout",
+                "Flink and Spark: seconds the first SDK worker may take to start; 0: no limit.",
+                metavar="S",
+                type=float,
+                default=WORKER_START_TIMEOUT_S,
+            ),
+            Option(
+                "--read_threads",
+                "Threads per shard writer reading images in buckets ahead of decoding.",
+                metavar="N",
+                type=int,
+                default=4,
+            ),
+            Option(
+                "--download_timeout",
+                "Seconds an image URL may take to connect or between reads (3x for all "
+                "of it), else http_timeout.",
+                metavar="S",
+                type=float,
+                default=DownloadSettings.timeout_s,
+            ),
+            Option(
+                "--download_retries",
+                "Retries, with backoff, of an image URL that answers 5xx or 429 or whose "
+                "connection fails.",
+                metavar="N",
+                type=int,
+                default=DownloadSettings.retries,
+            ),
+            Option(
+                "--max_download_mb",
+                "A larger image file (a URL's body, an object, a local file) is dead-lettered "
+                "as too_large, read no further.",
+                metavar="MB",
+                type=float,
+                default=DownloadSettings.max_bytes / 2**20,
+            ),
+            Option(
+                "--downloads_per_host",
+                "Concurrent requests to one host from one worker process.",
+                metavar="N",
+                type=int,
+                default=DownloadSettings.per_host,
+            ),
+            Option(
+                "--download_threads",
+                "Threads per shard writer downloading image URLs ahead of decoding.",
+                metavar="N",
+                type=int,
+                default=DownloadSettings.threads,
+            ),
+            Option(
+                "--quiet",
+                "No live progress (by default a bar on a terminal, else a line every "
+                "5%% at most every 5 s).",
+                switch=True,
+            ),
+            Option(
+                "--verbose",
+                "Print all that TensorFlow's and Beam's libraries print, their start-up "
+                "lines included.",
+                switch=True,
+            ),
+        ),
+    ),
+)
+
+
 class ConvertOptions(PipelineOptions):
     """Options of `image-tfrecords convert` / `python -m image_tfrecords`, in groups."""
 
     @classmethod
     def _add_argparse_args(cls, parser) -> None:
-        group = parser.add_argument_group("input", "What is read.")
-        group.add_argument(
-            "--manifest",
-            metavar="PATH",
-            action="append",
-            help="A manifest or annotation file, folder or glob, local or remote (CSV, JSON "
-            "Lines, COCO, VOC, KITTI, Open Images, CVAT, YOLO, Label Studio, LabelMe, "
-            "Hugging Face), sniffed. SPLIT=PATH: all of PATH is that split. "
-            "Repeatable. Image paths are relative to it (see --image_dir).",
-        )
-        group.add_argument(
-            "--image_folder",
-            metavar="DIR",
-            help="Instead of --manifest: a folder of ROOT/[<split>/]<label>/<file> "
-            "images, a Hugging Face imagefolder or a YOLO folder.",
-        )
-        group.add_argument(
-            "--input_format",
-            choices=MANIFEST_FORMATS,
-            help="The format of every --manifest, where sniffing cannot tell.",
-        )
-        group.add_argument(
-            "--image_dir",
-            metavar="DIR",
-            help="Resolve relative image names against this folder, not the manifest's.",
-        )
-        add_switch(
-            group,
-            "--allow_paths_outside_dataset",
-            "Let annotation files name images outside their dataset's folder "
-            "(absolute paths, '..', URLs). Off: path_outside_dataset.",
-        )
-        group.add_argument(
-            "--uri_column",
-            metavar="NAME",
-            help="The column holding the image URI, over the known names (image_uri, filename...).",
-        )
-        group.add_argument(
-            "--label_column",
-            metavar="NAME",
-            help="The column holding the label, over the known names (label, class...).",
-        )
-        # Issue 41: a split column under a name of its own.
-        group.add_argument(
-            "--split_column",
-            metavar="NAME",
-            help="The column holding each row's split, over the known names (split, set, "
-            "ml_use, is_valid...); 'none': all from --split_fractions.",
-        )
-        group.add_argument(
-            "--schema",
-            metavar="JSON",
-            help="Extra columns to keep as typed features (integer, float, string, "
-            "categorical, image, segmentation), inline or a file: "
-            '\'{"age": "integer"}\'.',
-        )
-        group.add_argument(
-            "--leave_out",
-            metavar="KINDS",
-            default="",
-            help=f"Leave these out of the examples, comma separated: "
-            f"{', '.join(LeftOut.values())} (default: all an input holds are kept).",
-        )
-        group.add_argument(
-            "--split_fractions",
-            metavar="FRACTIONS",
-            default=",".join(map(str, DEFAULT_SPLIT_FRACTIONS)),
-            help="train,validation,test fractions for rows without a split, from a hash "
-            "of the image URI.",
-        )
-        group = parser.add_argument_group("labels", "How labels become ids.")
-        group.add_argument(
-            "--label_mode",
-            choices=LabelMode.values(),
-            default=LabelMode.SINGLE.value,
-            help="multi: several labels per row (AutoML's columns, or joined by "
-            "--label_separator). detection: one box per row (AutoML's), an image's "
-            "boxes in one example, the Object Detection API's features and "
-            "label_map.pbtxt.",
-        )
-        group.add_argument(
-            "--label_separator",
-            metavar="TEXT",
-            help="What joins several labels in one field (multi). Default: the most "
-            "common of ';' ',' '|' in the first rows, as the console says.",
-        )
-        group.add_argument(
-            "--unseen_label",
-            choices=UnseenLabel.values(),
-            default=UnseenLabel.ERROR.value,
-            help="A VALIDATION/TEST label TRAIN never saw: 'error' dead-letters the "
-            "row; 'oov' gives it id len(vocabulary).",
-        )
-        group.add_argument(
-            "--label_order",
-            choices=LabelOrder.values(),
-            default=LabelOrder.SORTED.value,
-            help="Ids of labels learnt from TRAIN: 'sorted' by text (as Keras, TFDS); "
-            "'frequency', the most frequent first (as TFRecorder).",
-        )
-        group.add_argument(
-            "--vocabulary",
-            metavar="PATH",
-            help="Pin the label ids: a file of one label per line, a label_map.pbtxt, or "
-            "an earlier output folder.",
-        )
-        add_switch(
-            group,
-            "--strict_labels",
-            "Fail the run on labels that are probably a mistake (otherwise "
-            "warnings): a separator inside a label, labels differing only in case "
-            "or spaces, number labels not their ids.",
-        )
-        group = parser.add_argument_group("images", "What is stored of each image.")
-        group.add_argument(
-            "--image_format",
-            choices=("keep", "jpeg", "png"),
-            default="keep",
-            help="keep: store JPEG/PNG bytes as they are, re-encode only what TensorFlow "
-            "cannot decode; jpeg/png: store every image so.",
-        )
-        group.add_argument(
-            "--max_side",
-            metavar="PIXELS",
-            type=int,
-            help="Resize images whose longer side exceeds this (aspect kept).",
-        )
-        group.add_argument(
-            "--jpeg_quality",
-            metavar="Q",
-            type=int,
-            default=95,
-            help="Quality of images re-encoded as JPEG (1-100).",
-        )
-        group.add_argument(
-            "--max_image_pixels",
-            metavar="N",
-            type=int,
-            default=_PILLOW_MAX_PIXELS,
-            help="Larger images are rejected as decompression bombs.",
-        )
-        add_switch(
-            group,
-            "--keep_16_bit",
-            "Store 16-bit greyscale images as 16-bit PNGs, not 8-bit (as "
-            "tf.io.decode_image reads them; Pillow's convert('RGB') clips 16 bits "
-            "to white).",
-        )
-        group.add_argument(
-            "--dedupe",
-            choices=Dedupe.values(),
-            default=Dedupe.NONE.value,
-            help="Copies are always reported; sha256 also writes a byte-identical image "
-            "once (in the earliest split), near also drops near-copies.",
-        )
-        group.add_argument(
-            "--near_duplicate_distance",
-            metavar="BITS",
-            type=int,
-            default=DEFAULT_NEAR_DISTANCE,
-            help=f"Near-copies: perceptual hashes at most this many bits apart, 0 to "
-            f"{MAX_NEAR_DISTANCE} (docs/output/copies.md).",
-        )
-        group = parser.add_argument_group(
-            "output", "What is written, and when a run counts as failed."
-        )
-        group.add_argument(
-            "--output_dir",
-            metavar="DIR",
-            help="Where the shards, summary.json and report.html go (local or remote).",
-        )
-        add_switch(
-            group,
-            "--overwrite",
-            "Replace the outputs of a previous run in a non-empty --output_dir.",
-        )
-        add_switch(
-            group,
-            "--resume",
-            "Continue a stopped run of the same command in this --output_dir, "
-            "reusing the shards it finished; a run made from other inputs or "
-            "options is refused, naming what differs.",
-        )
-        group.add_argument(
-            "--reuse_from",
-            metavar="DIR",
-            help="An earlier output of this dataset: each example whose rows, settings "
-            "and image (by what storage says of it: size and time, a bucket's checksum) "
-            "are unchanged is copied from it instead of read again, giving the bytes a "
-            "full run gives. Default with --overwrite: the output being replaced.",
-        )
-        add_switch(
-            group,
-            "--no_reuse",
-            "Read every image again, even with --overwrite (a full run).",
-        )
-        group.add_argument(
-            "--num_shards",
-            metavar="N",
-            type=int,
-            help=f"Shards per split (at most one per example); under "
-            f"{MIN_EXAMPLES_PER_SHARD} examples a shard is warned about. Default: from "
-            f"--target_shard_mb.",
-        )
-        group.add_argument(
-            "--target_shard_mb",
-            metavar="MB",
-            type=float,
-            default=128.0,
-            help="Target shard size in MB, estimated from the source file sizes.",
-        )
-        group.add_argument(
-            "--file_format",
-            choices=format_names(),
-            default=DEFAULT_FORMAT,
-            help="tfrecord: .tfrecord shards with a .idx index each; array_record: random "
-            "access (Grain, TFDS data sources).",
-        )
-        group.add_argument(
-            "--compression",
-            choices=compression_names(),
-            default="none",
-            help="tfrecord: gzip (.tfrecord.gz); array_record: zstd. Encoded images gain little.",
-        )
-        group.add_argument(
-            "--max_error_fraction",
-            metavar="F",
-            type=float,
-            default=0.01,
-            help="Exit non-zero when more than this fraction of rows is dead-lettered.",
-        )
-        group = parser.add_argument_group("run", "The worker processes, image URLs, the console.")
-        group.add_argument(
-            "--worker_processes",
-            metavar="N",
-            type=int,
-            default=None,
-            help="Processes that read, check and encode images and write shards; 0: in "
-            "the pipeline's own process. Default: one per core (fewer if memory is "
-            "short), one on Dataflow.",
-        )
-        group.add_argument(
-            "--decode_timeout",
-            metavar="S",
-            type=float,
-            default=120.0,
-            help="Seconds one image may take to decode, else decode_timeout.",
-        )
-        group.add_argument(
-            "--worker_start_timeout",
-            metavar="S",
-            type=float,
-            default=WORKER_START_TIMEOUT_S,
-            help="Flink and Spark: seconds the first SDK worker may take to start; 0: no limit.",
-        )
-        group.add_argument(
-            "--read_threads",
-            metavar="N",
-            type=int,
-            default=4,
-            help="Threads per shard writer reading images in buckets ahead of decoding.",
-        )
-        group.add_argument(
-            "--download_timeout",
-            metavar="S",
-            type=float,
-            default=DownloadSettings.timeout_s,
-            help="Seconds an image URL may take to connect or between reads (3x for all "
-            "of it), else http_timeout.",
-        )
-        group.add_argument(
-            "--download_retries",
-            metavar="N",
-            type=int,
-            default=DownloadSettings.retries,
-            help="Retries, with backoff, of an image URL that answers 5xx or 429 or whose "
-            "connection fails.",
-        )
-        group.add_argument(
-            "--max_download_mb",
-            metavar="MB",
-            type=float,
-            default=DownloadSettings.max_bytes / 2**20,
-            help="A larger image file (a URL's body, an object, a local file) is dead-lettered "
-            "as too_large, read no further.",
-        )
-        group.add_argument(
-            "--downloads_per_host",
-            metavar="N",
-            type=int,
-            default=DownloadSettings.per_host,
-            help="Concurrent requests to one host from one worker process.",
-        )
-        group.add_argument(
-            "--download_threads",
-            metavar="N",
-            type=int,
-            default=DownloadSettings.threads,
-            help="Threads per shard writer downloading image URLs ahead of decoding.",
-        )
-        add_switch(
-            group,
-            "--quiet",
-            "No live progress (by default a bar on a terminal, else a line every "
-            "5%% at most every 5 s).",
-        )
-        add_switch(
-            group,
-            "--verbose",
-            "Print all that TensorFlow's and Beam's libraries print, their start-up "
-            "lines included.",
-        )
+        for group in OPTION_GROUPS:
+            group.add_to(parser)
 
     @classmethod
     def names(cls) -> list[str]:
         """The names of this job's own options (not Beam's), in --help order."""
-        parser = argparse.ArgumentParser()
-        cls._add_argparse_args(parser)
-        return [action.dest for action in parser._actions if action.dest != "help"]  # noqa: SLF001 - argparse lists its actions nowhere else
+        return [option.dest for group in OPTION_GROUPS for option in group.options]
 
     def values(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.names()}
@@ -676,20 +754,6 @@ def parse_flag(text: str) -> bool:
     if value not in ("true", "false"):
         raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
     return value == "true"
-
-
-def add_switch(group: argparse._ActionsContainer, flag: str, help_text: str) -> None:
-    """An off-by-default switch: a bare --flag, or --flag=true|false as a Flex Template
-    passes it."""
-    group.add_argument(
-        flag,
-        nargs="?",
-        const=True,
-        default=False,
-        type=parse_flag,
-        metavar="true|false",
-        help=help_text,
-    )
 
 
 def runs_on_the_direct_runner(options: PipelineOptions) -> bool:
