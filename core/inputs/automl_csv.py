@@ -499,31 +499,9 @@ def _parse_row(
     fields = [field.strip() for field in fields]
     while len(fields) > layout.width and not fields[-1]:
         fields.pop()  # trailing commas are common in exported manifests
-    headerless = layout in (AUTOML_LAYOUT, URI_LABEL_LAYOUT)
-    if headerless and rules.label_mode is not LabelMode.SINGLE:  # split,uri,... or uri,...
-        layout = AUTOML_LAYOUT if is_split_value(fields[0]) else URI_LABEL_LAYOUT
-        # A negative detection row keeps its empty label field: `TRAIN,uri,`.
-        least = layout.width if rules.detection else layout.uri + 1
-        most = layout.width + VERTEX_FIELDS if rules.detection else None
-        if len(fields) < least or (most and len(fields) > most):
-            expected = f"{least} to {most}" if most else f"at least {least}"
-            return reject(
-                reasons.WRONG_COLUMN_COUNT, f"expected {expected} fields, found {len(fields)}"
-            )
-    else:
-        if layout is AUTOML_LAYOUT and len(fields) == 2:
-            layout = URI_LABEL_LAYOUT
-        if len(fields) != layout.width:
-            hint = (
-                "; for one bounding box per row pass --label_mode detection"
-                if headerless and _are_numbers(fields[layout.width :])
-                else ""
-            )
-            return reject(
-                reasons.WRONG_COLUMN_COUNT,
-                f"expected {layout.width} fields, found {len(fields)}{hint}",
-            )
-
+    layout = _row_layout(fields, layout, rules)
+    if isinstance(layout, str):
+        return reject(reasons.WRONG_COLUMN_COUNT, layout)
     written_uri = fields[layout.uri]
     written_split = (
         ""
@@ -544,52 +522,20 @@ def _parse_row(
             split=written_split,
         )
     if rules.detection:
-        image = ManifestRow(manifest, line, raw, split, uri, ())
-        if layout.size is not None:
-            return _pixel_box_row(image, fields, layout, reject)
-        if layout.box is None:  # headerless: the fields after the label
-            vertices = fields[layout.label + 1 :]
-            vertices += [""] * (VERTEX_FIELDS - len(vertices))
-        else:
-            xmin, ymin, xmax, ymax = (fields[index] for index in layout.box)
-            vertices = [xmin, ymin, "", "", xmax, ymax, "", ""]
-        return box_row(
-            image,
-            fields[layout.label],
-            any(vertices),
-            functools.partial(parse_box, vertices),
-            reject,
+        return _detection_row(
+            ManifestRow(manifest, line, raw, split, uri, ()), fields, layout, reject
         )
-    if layout.one_hot:
-        labels = _one_hot_labels(
-            fields,
-            layout.one_hot,
-            rules.multi_label,
-            functools.partial(reject, uri=uri, split=split),
-        )
-        if isinstance(labels, DeadLetter):
-            return labels
-    elif not rules.multi_label:
-        labels = tuple(filter(None, [fields[layout.label]]))
-    else:
-        label_fields = fields[layout.label :] if headerless else [fields[layout.label]]
-        labels = tuple(
-            dict.fromkeys(  # each label once, in order
-                label.strip()
-                for field in label_fields
-                for label in _joined_labels(field, rules.label_separator)
-                if label.strip()
-            )
-        )
-    if not labels:
-        return reject(reasons.MISSING_LABEL, "the label is empty", uri=uri, split=split)
+    reject = functools.partial(reject, uri=uri, split=split)
+    labels = _row_labels(fields, layout, rules, reject)
+    if isinstance(labels, DeadLetter):
+        return labels
     try:
         extras = tuple(
             _extra_value(column, fields[index], folder)
             for column, index in zip(rules.extra_columns, layout.extras, strict=True)
         )
     except ValueError as problem:
-        return reject(reasons.INVALID_VALUE, str(problem), uri=uri, split=split)
+        return reject(reasons.INVALID_VALUE, str(problem))
     segmentation = next(
         (
             value
@@ -601,6 +547,82 @@ def _parse_row(
     return ManifestRow(
         manifest, line, raw, split, uri, labels, extras=extras, segmentation=segmentation
     )
+
+
+def _row_layout(fields: Sequence[str], layout: ColumnLayout, rules: RowRules) -> ColumnLayout | str:
+    """The layout a row's `fields` are read by, or why their count fits none. A file
+    without a header reads each row by its shape: `split,uri,...` or `uri,...`."""
+    headerless = layout in (AUTOML_LAYOUT, URI_LABEL_LAYOUT)
+    if headerless and rules.label_mode is not LabelMode.SINGLE:
+        layout = AUTOML_LAYOUT if is_split_value(fields[0]) else URI_LABEL_LAYOUT
+        # A negative detection row keeps its empty label field: `TRAIN,uri,`.
+        least = layout.width if rules.detection else layout.uri + 1
+        most = layout.width + VERTEX_FIELDS if rules.detection else None
+        if len(fields) < least or (most and len(fields) > most):
+            expected = f"{least} to {most}" if most else f"at least {least}"
+            return f"expected {expected} fields, found {len(fields)}"
+        return layout
+    if layout is AUTOML_LAYOUT and len(fields) == 2:
+        layout = URI_LABEL_LAYOUT
+    if len(fields) != layout.width:
+        hint = (
+            "; for one bounding box per row pass --label_mode detection"
+            if headerless and _are_numbers(fields[layout.width :])
+            else ""
+        )
+        return f"expected {layout.width} fields, found {len(fields)}{hint}"
+    return layout
+
+
+def _detection_row(
+    image: ManifestRow,
+    fields: Sequence[str],
+    layout: ColumnLayout,
+    reject: Callable[..., DeadLetter],
+) -> ManifestRow | DeadLetter:
+    """A row of one box (or none: a negative image), as AutoML's vertices, the header's
+    corner columns, or the Object Detection API's pixels of a declared size."""
+    if layout.size is not None:
+        return _pixel_box_row(image, fields, layout, reject)
+    if layout.box is None:  # headerless: the fields after the label
+        vertices = fields[layout.label + 1 :]
+        vertices += [""] * (VERTEX_FIELDS - len(vertices))
+    else:
+        xmin, ymin, xmax, ymax = (fields[index] for index in layout.box)
+        vertices = [xmin, ymin, "", "", xmax, ymax, "", ""]
+    return box_row(
+        image,
+        fields[layout.label],
+        any(vertices),
+        functools.partial(parse_box, vertices),
+        reject,
+    )
+
+
+def _row_labels(
+    fields: Sequence[str],
+    layout: ColumnLayout,
+    rules: RowRules,
+    reject: Callable[..., DeadLetter],
+) -> tuple[str, ...] | DeadLetter:
+    """A classification row's labels: from one-hot columns, its label field, or with
+    multi-label every label field (headerless) split by the separator, each once."""
+    if layout.one_hot:
+        return _one_hot_labels(fields, layout.one_hot, rules.multi_label, reject)
+    if not rules.multi_label:
+        labels = tuple(filter(None, [fields[layout.label]]))
+    else:
+        headerless = layout in (AUTOML_LAYOUT, URI_LABEL_LAYOUT)
+        label_fields = fields[layout.label :] if headerless else [fields[layout.label]]
+        labels = tuple(
+            dict.fromkeys(  # each label once, in order
+                label.strip()
+                for field in label_fields
+                for label in _joined_labels(field, rules.label_separator)
+                if label.strip()
+            )
+        )
+    return labels or reject(reasons.MISSING_LABEL, "the label is empty")
 
 
 def _joined_labels(field: str, separator: str | None) -> list[str]:
