@@ -190,7 +190,13 @@ def _convert(options: dict[str, Any], output_dir: str) -> ConversionResult:
 
 
 def _flags(options: dict[str, Any]) -> Iterator[str]:
-    """Keyword arguments as command-line flags: True -> --flag, a list -> repeated."""
+    """Keyword arguments as command-line flags: True -> --flag, a list -> repeated.
+
+    Flags, not PipelineOptions(**options): Beam's options exist only as flags its parser
+    reads (a runner's own appear once its module is imported), and going through the
+    command line's parser gives the API every check and message the command line has
+    (an unknown keyword named with the closest option, a value an option cannot take).
+    Each as `--name=value`, so a value that starts with '-' is not read as a flag."""
     for name, value in options.items():
         if value is None or value is False:
             continue
@@ -198,7 +204,7 @@ def _flags(options: dict[str, Any]) -> Iterator[str]:
             yield f"--{name}"
             continue
         for item in value if isinstance(value, (list, tuple)) else [value]:
-            yield from (f"--{name}", str(item))
+            yield f"--{name}={item}"
 
 
 @contextlib.contextmanager

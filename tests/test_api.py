@@ -177,3 +177,21 @@ def test_a_dataframe_whose_relative_paths_resolve_nowhere_is_refused_before_the_
     some_missing = pd.DataFrame({"image_uri": [names[0], "img/missing.jpg"], "label": ["cat"] * 2})
     result = some_missing.tfrecords.to_tfrecords(str(root / "out"), max_error_fraction=0.5)
     assert result.ok and result.rows_dead_lettered == 1
+
+
+def test_keyword_values_that_start_with_a_dash_reach_their_options_as_given():
+    """The API's keywords go through the command line's parser; a value such as a label
+    separator '-;' or a file named '-old.csv' is the option's value, not a flag."""
+    from image_tfrecords.conversion import _flags
+    from image_tfrecords.pipeline.options import ConvertOptions, unknown_option_problem
+
+    keywords = {"manifest": ["-old.csv", "new.csv"], "label_separator": "-;", "quiet": True}
+    argv = list(_flags({**keywords, "resume": False, "num_shards": 3}))
+    assert unknown_option_problem(argv) is None
+    options = ConvertOptions(argv)
+    assert (options.manifest, options.label_separator, options.quiet) == (
+        ["-old.csv", "new.csv"],
+        "-;",
+        True,
+    )
+    assert (options.resume, options.num_shards) == (False, 3)
