@@ -17,6 +17,7 @@ setup(
         "image_tfrecords.transforms",
         "image_tfrecords.core",
         "image_tfrecords.core.file_formats",
+        "image_tfrecords.core.imaging",
         "image_tfrecords.core.inputs",
         "image_tfrecords.core.launcher",
         "image_tfrecords.core.records",
@@ -39,7 +40,7 @@ setup(
         "tensorflow-metadata>=1.21,<1.22",  # the schema handed to tf.Transform (labels.py)
         "protobuf>=6,<7",  # label_map.pbtxt (core/records/label_map.py)
         "grpcio>=1.59,<2",  # a job server's errors (pipeline/run.py)
-        "pillow>=11,<13",  # core/worker/images.py runs Pillow's format search itself
+        "pillow>=11,<13",  # core/imaging/images.py runs Pillow's format search itself
         "pyarrow>=14",
         "google-cloud-storage>=2.18,<4",
         "google-auth>=2.14,<3",  # gs:// without credentials (core/storage/gcs_access.py)
@@ -50,7 +51,7 @@ setup(
         "ijson>=3.2,<4",  # COCO instances JSON, streamed (core/inputs/coco.py)
         "PyYAML>=6,<7",  # YOLO data.yaml (core/inputs/yolo.py)
         "pycocotools>=2.0.8,<3",  # masks from polygons and RLE, as COCO's own tools make them
-        "numpy>=2.0,<3",  # pHash (core/worker/images.py), np.bitwise_count (near_duplicates.py)
+        "numpy>=2.0,<3",  # pHash (core/imaging/images.py), np.bitwise_count (near_duplicates.py)
         "tqdm>=4.66,<5",  # the progress bar on a terminal (pipeline/progress.py)
         "jinja2>=3.1,<4",  # report.html (core/report/report_page.py)
         "pygal>=3.1,<4",  # report.html's plots, as inline SVG

@@ -3,7 +3,7 @@
 The distinct photos are the real ones in the scikit-image wheel, each whole and as its
 four quadrants (scaled back to the photo's size): 110 images, 5,995 pairs that are not
 copies. Each gets seven planted copies, made the way copies reach public datasets.
-Hashes are the pipeline's own: image_tfrecords.core.worker.images.prepare_image on the
+Hashes are the pipeline's own: image_tfrecords.core.imaging.images.prepare_image on the
 encoded bytes.
 Prints a Markdown table: for each distance, the distinct pairs within it (false
 pairs), and the share of each kind of copy found (recall).
@@ -21,7 +21,8 @@ import numpy as np
 from PIL import Image, ImageEnhance
 from skimage import data
 
-from image_tfrecords.core.worker.images import ImageSettings, prepare_image
+from image_tfrecords.core.imaging.images import prepare_image
+from image_tfrecords.core.records.image_settings import ImageSettings
 
 # Every photo the scikit-image wheel carries (none is fetched): greys, colour, textures,
 # microscopy, astronomy, text. data.cat is data.chelsea, so it is left out.

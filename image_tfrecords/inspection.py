@@ -24,6 +24,8 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow as tf
 
+from image_tfrecords.core.imaging.images import open_image
+from image_tfrecords.core.imaging.overlays import DrawnObject, draw_objects
 from image_tfrecords.core.records.feature_keys import (
     BOX,
     FILENAME,
@@ -34,8 +36,6 @@ from image_tfrecords.core.records.feature_keys import (
     OBJECT_TEXT,
 )
 from image_tfrecords.core.records.summary import FeatureInfo
-from image_tfrecords.core.worker.images import open_image
-from image_tfrecords.core.worker.overlays import DrawnObject, draw_objects
 from image_tfrecords.output import Output
 
 CSV_FILE = "records.csv"

@@ -21,7 +21,8 @@ import pydantic
 import tensorflow as tf
 from typing_extensions import TypedDict
 
-from image_tfrecords.core.inputs.documents import DocumentError, load_json
+from image_tfrecords.core.imaging.images import THUMBNAIL_SIDE, open_image, thumbnail_of
+from image_tfrecords.core.records.documents import DocumentError, load_json
 from image_tfrecords.core.records.feature_keys import IMAGE, LABEL_TEXT, SOURCE_ID
 from image_tfrecords.core.records.naming import REPORT_FILE
 from image_tfrecords.core.report.report_page import (
@@ -38,7 +39,6 @@ from image_tfrecords.core.report.report_page import (
     render_report,
     sample_rank,
 )
-from image_tfrecords.core.worker.images import THUMBNAIL_SIDE, open_image, thumbnail_of
 from image_tfrecords.output import Output
 
 _T = TypeVar("_T")

@@ -16,7 +16,7 @@ import posixpath
 import numpy as np
 import tensorflow as tf
 
-from image_tfrecords.core.file_formats import GFiles, RecordError, shard_globs
+from image_tfrecords.core.file_formats import GFiles, RecordError
 from image_tfrecords.core.records.feature_keys import (
     HEIGHT,
     KEYPOINT,
@@ -27,6 +27,7 @@ from image_tfrecords.core.records.feature_keys import (
     SEGMENTATION,
     WIDTH,
 )
+from image_tfrecords.core.records.naming import shard_globs
 from image_tfrecords.output import Output
 
 _KEYPOINT_NUM = f"{KEYPOINT}num"

@@ -24,12 +24,12 @@ from apache_beam.runners.runner import PipelineState
 
 from image_tfrecords.core.launcher.publishing import delete_tree
 from image_tfrecords.core.records import naming
+from image_tfrecords.core.records.chunks import RowChunk
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.example_index import PreviousOutput
 from image_tfrecords.core.records.failure import Failure
 from image_tfrecords.core.records.run_settings import RunSettings
 from image_tfrecords.core.records.summary import RunInfo, Summary
-from image_tfrecords.core.worker.chunks import RowChunk
 from image_tfrecords.core.worker.label_checks import merge_seen
 from image_tfrecords.core.worker.row_tasks import ChunkSurvey
 from image_tfrecords.pipeline import resume

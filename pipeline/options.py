@@ -30,6 +30,8 @@ from image_tfrecords.core.inputs.rows import (
 )
 from image_tfrecords.core.inputs.sources import MANIFEST_FORMATS, split_and_path
 from image_tfrecords.core.records.choices import Dedupe, LabelMode, LabelOrder, LeftOut, UnseenLabel
+from image_tfrecords.core.records.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
+from image_tfrecords.core.records.image_settings import ImageSettings, InvalidImageSettings
 from image_tfrecords.core.records.run_settings import RunSettings
 from image_tfrecords.core.records.schema import ExtraColumn, SchemaError, load_schema
 from image_tfrecords.core.records.summary import MIN_EXAMPLES_PER_SHARD
@@ -37,8 +39,6 @@ from image_tfrecords.core.records.workers import Workers
 from image_tfrecords.core.storage.downloads import DownloadSettings, is_url
 from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
 from image_tfrecords.core.storage.storage import is_local
-from image_tfrecords.core.worker.copies import DEFAULT_NEAR_DISTANCE, MAX_NEAR_DISTANCE
-from image_tfrecords.core.worker.images import ImageSettings, InvalidImageSettings
 
 _PILLOW_MAX_PIXELS = ImageSettings().max_pixels
 # ImageSettings' fields whose option is named otherwise (its problems name the option).

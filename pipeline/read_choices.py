@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from image_tfrecords.core.inputs.rows import DEFAULT_LABEL_SEPARATOR
 from image_tfrecords.core.inputs.sources import FORMATS
-from image_tfrecords.core.worker.chunks import ManifestSource
+from image_tfrecords.core.records.choices import DEFAULT_LABEL_SEPARATOR
+from image_tfrecords.core.records.chunks import ManifestSource
 from image_tfrecords.pipeline.options import ConvertOptions
 
 

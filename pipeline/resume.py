@@ -22,16 +22,16 @@ from apache_beam.io.filesystems import FileSystems
 
 from image_tfrecords.core.inputs.sources import FORMATS, class_folders_source
 from image_tfrecords.core.records import naming
-from image_tfrecords.core.records.naming import RUN_FILE, SUMMARY_FILE
-from image_tfrecords.core.records.summary import Summary
-from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import (
+from image_tfrecords.core.records.chunks import (
     LineCutter,
     LineRange,
     ManifestSource,
     RowChunk,
     chunk_bytes,
 )
+from image_tfrecords.core.records.naming import RUN_FILE, SUMMARY_FILE
+from image_tfrecords.core.records.summary import Summary
+from image_tfrecords.core.storage import storage
 from image_tfrecords.pipeline.options import ConvertOptions
 from image_tfrecords.transforms.outcome import read_summary
 from image_tfrecords.transforms.vocabulary_file import PinnedVocabulary
@@ -105,7 +105,7 @@ class RunFolder(NamedTuple):
 
 class SourceScan(NamedTuple):
     """What reading the sources once in the launcher gives: the run's fingerprint, and
-    the chunks of rows the worker processes parse (core/worker/chunks.py)."""
+    the chunks of rows the worker processes parse (core/records/chunks.py)."""
 
     fingerprint: Fingerprint
     chunks: list[RowChunk]

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from image_tfrecords.core.imaging.image_files import http_status
 from image_tfrecords.core.storage.deadline import within_deadline
 from image_tfrecords.core.storage.downloads import (
     DownloadFailed,
@@ -32,7 +33,6 @@ from image_tfrecords.core.storage.gcs_access import (
     read_anonymously,
     settle_gcs_credentials,
 )
-from image_tfrecords.core.worker.image_files import http_status
 
 PROBE_SECONDS = 8.0  # for every probe together; a reachable bucket answers in well under 1 s
 FILES_PER_SCHEME = 3

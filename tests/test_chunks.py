@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import find_manifests, read_chunk, read_source
-from image_tfrecords.core.worker.chunks import LineCutter, RowChunk, range_digest
+from image_tfrecords.core.records.chunks import LineCutter, RowChunk, range_digest
 from image_tfrecords.core.worker.row_tasks import sample_of, survey
 
 LINE = st.sampled_from(

@@ -42,9 +42,9 @@ from storage_servers import CUT, HOST, S3Server, free_port, object_pattern
 
 from image_tfrecords.core.inputs.rows import resolve_uri
 from image_tfrecords.core.inputs.sources import find_manifests
+from image_tfrecords.core.records.chunks import RowChunk
 from image_tfrecords.core.records.summary import RunInfo, RunOptions
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import RowChunk
 from image_tfrecords.pipeline import graph, run
 from image_tfrecords.pipeline.options import ConvertOptions
 from image_tfrecords.pipeline.storage_probe import PROBE_SECONDS, probe_storage

@@ -11,12 +11,12 @@ import pytest
 from conftest import encode, photo_like, read_examples
 from PIL import Image
 
+from image_tfrecords.core.imaging.masks import decode_rle
 from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import FORMATS, check_sources, find_manifests, read_source
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.label_map import is_gap
 from image_tfrecords.core.records.records import ManifestRow
-from image_tfrecords.core.worker.masks import decode_rle
 from image_tfrecords.pipeline import run
 
 PUBLIC = Path(__file__).parent / "data" / "public" / "coco"

@@ -91,7 +91,7 @@ def _missing_paths(text: str, modules: set[str]) -> Iterator[str]:
 
 
 def _an_attribute_of(path: Path) -> bool:
-    """`core/worker/masks.MAX_KEYPOINTS`: a name its module (core/worker/masks.py) defines."""
+    """`core/imaging/masks.MAX_KEYPOINTS`: a name its module (core/imaging/masks.py) defines."""
     stem, _, attribute = path.name.partition(".")
     module = path.with_name(f"{stem}.py")
     return (
@@ -151,8 +151,8 @@ def test_a_moved_module_is_found():
     assert list(_missing_references(text, modules)) == ["inputs/pool.py", "other/pool.PEAK"]
     # A constant its module does not define.
     assert list(
-        _missing_paths("core/worker/masks.MAX_KEYPOINTS, core/worker/masks.NOT_THERE", set())
-    ) == ["core/worker/masks.NOT_THERE"]
+        _missing_paths("core/imaging/masks.MAX_KEYPOINTS, core/imaging/masks.NOT_THERE", set())
+    ) == ["core/imaging/masks.NOT_THERE"]
 
 
 def test_every_path_of_ours_the_documents_name_exists():

@@ -44,9 +44,9 @@ def _emitted_reasons() -> set[str]:
     arguments that are reasons (to dead_letter(), DeadLetter(), ImageRejected() (the pool's
     lost images too), the downloads' failures) where they are string literals or
     named constants, and every constant of the modules that hold reasons."""
+    from image_tfrecords.core.imaging import images
     from image_tfrecords.core.inputs import folder
     from image_tfrecords.core.records import dead_letters
-    from image_tfrecords.core.worker import images
 
     found = {
         value

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 from conftest import object_detection_spec
 
+from image_tfrecords.core.imaging.images import PreparedImage
 from image_tfrecords.core.records.choices import LabelMode
 from image_tfrecords.core.records.records import Box, LabelledRow, ManifestRow
 from image_tfrecords.core.worker.examples import (
@@ -15,7 +16,6 @@ from image_tfrecords.core.worker.examples import (
     feature_spec,
     relabelled,
 )
-from image_tfrecords.core.worker.images import PreparedImage
 
 IMAGE = PreparedImage(
     b"\xff\xd8jpeg bytes",

@@ -17,9 +17,9 @@ from image_tfrecords.core.file_formats import (
     compression_names,
     format_names,
     shard_format,
-    shard_globs,
 )
 from image_tfrecords.core.file_formats.tfrecord import TFRecordFormat
+from image_tfrecords.core.records import naming
 
 RECORDS = [b"", b"one", bytes(range(256)) * 40, "ünïcode".encode()]
 
@@ -68,7 +68,7 @@ def test_shards_read_back_as_written_and_as_tf_data_and_their_library_read_them(
     shard = tmp_path / f"train-00000-of-00001{suffix}"
     path = str(shard)
     write(fmt, path, write_files())
-    assert fnmatch.fnmatch(shard.name, fmt.shard_glob("train"))
+    assert fnmatch.fnmatch(shard.name, naming.PublishedShard.glob("train", fmt.stem))
     assert list(fmt.read(path, read_files())) == RECORDS
     assert shard_records(shard) == RECORDS  # tf.data's or array_record's own reader
     assert [r.numpy() for r in fmt.dataset(tf.constant(path))] == RECORDS
@@ -223,7 +223,7 @@ def test_a_registered_format_is_offered_everywhere_formats_are_listed(monkeypatc
     monkeypatch.setitem(file_formats.FORMATS, Plain.name, Plain)
     assert "plain" in format_names()
     assert shard_format("plain").suffix == ".plain"
-    assert shard_globs("test") == (
+    assert naming.shard_globs("test") == (
         "test-*-of-*.tfrecord*",
         "test-*-of-*.array_record*",
         "test-*-of-*.plain*",

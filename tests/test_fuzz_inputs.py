@@ -55,9 +55,9 @@ from image_tfrecords.core.inputs.sources import (
     find_manifests,
     read_source,
 )
+from image_tfrecords.core.records.chunks import ManifestSource
 from image_tfrecords.core.records.dead_letters import REGISTRY, DeadLetter
 from image_tfrecords.core.records.records import ManifestRow
-from image_tfrecords.core.worker.chunks import ManifestSource
 
 PUBLIC = Path(__file__).parent / "data" / "public"
 SAMPLE = Path(__file__).parent.parent / "sample_data"

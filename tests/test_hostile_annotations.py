@@ -19,7 +19,7 @@ import pytest
 from conftest import encode, photo_like
 from PIL import Image
 
-from image_tfrecords.core.inputs import documents
+from image_tfrecords.core.imaging.masks import MAX_KEYPOINTS
 from image_tfrecords.core.inputs.boxes import polygon_mask
 from image_tfrecords.core.inputs.coco import declared_categories, read_coco
 from image_tfrecords.core.inputs.input_format import FileHead
@@ -28,8 +28,8 @@ from image_tfrecords.core.inputs.rows import ManifestError, RowRules
 from image_tfrecords.core.inputs.sources import read_manifest
 from image_tfrecords.core.inputs.yolo import YoloDataset
 from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records import documents
 from image_tfrecords.core.records.dead_letters import DeadLetter
-from image_tfrecords.core.worker.masks import MAX_KEYPOINTS
 from image_tfrecords.pipeline import run
 
 DETECTION = RowRules(label_mode="detection")
@@ -480,7 +480,7 @@ def test_a_polygon_coordinate_that_is_no_number_is_a_dead_letter():
 
 DRAW_PEAK = """
 import resource, sys
-from image_tfrecords.core.worker.masks import mask_png
+from image_tfrecords.core.imaging.masks import mask_png
 from image_tfrecords.core.records.records import Mask
 polygons = eval(sys.argv[1])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

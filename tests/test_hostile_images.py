@@ -24,7 +24,8 @@ from conftest import png_declaring
 from PIL import Image, ImageOps
 from test_images import KEEP, assert_close, chunk, decoded, encode, pixels_of, rgb, with_orientation
 
-from image_tfrecords.core.worker.images import ImageRejected, ImageSettings, prepare_image
+from image_tfrecords.core.imaging.images import ImageRejected, prepare_image
+from image_tfrecords.core.records.image_settings import ImageSettings
 
 # What bytes alone can be rejected for; the other reasons are about reading the file.
 DECODE_REASONS = {
@@ -162,7 +163,8 @@ def test_a_kept_jpeg_is_rejected_exactly_when_its_full_size_decode_fails(name):
 # child of this process would start at pytest's own peak.
 _MEASURE = """
 import json, sys
-from image_tfrecords.core.worker.images import ImageRejected, ImageSettings, prepare_image
+from image_tfrecords.core.imaging.images import ImageRejected, prepare_image
+from image_tfrecords.core.records.image_settings import ImageSettings
 
 def peak():
     with open("/proc/self/status") as status:

@@ -1,4 +1,4 @@
-"""image_tfrecords.core.worker.image_files: reading image files, locally and from real GCS and S3
+"""image_tfrecords.core.imaging.image_files: reading image files, locally and from real GCS and S3
 servers."""
 
 import gzip
@@ -10,8 +10,8 @@ from conftest import put
 from storage_servers import HOST, free_port, object_pattern
 from test_images import JPEG_BYTES, PNG_BYTES, rejection
 
-from image_tfrecords.core.worker.image_files import read_image_bytes
-from image_tfrecords.core.worker.images import ImageRejected
+from image_tfrecords.core.imaging.image_files import read_image_bytes
+from image_tfrecords.core.imaging.images import ImageRejected
 
 
 def test_read_image_bytes_returns_the_file_unchanged(tmp_path):

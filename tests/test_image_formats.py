@@ -14,14 +14,14 @@ from conftest import encode, photo_like
 from PIL import EpsImagePlugin, Image
 from source_trees import parsed
 
-from image_tfrecords.core.worker.images import (
+from image_tfrecords.core.imaging.images import (
     IMAGE_FORMATS,
     ImageRejected,
     ImageSettings,
     open_image,
     prepare_image,
 )
-from image_tfrecords.core.worker.masks import class_map_png
+from image_tfrecords.core.imaging.masks import class_map_png
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 POSTSCRIPT = (
@@ -73,7 +73,7 @@ def test_formats_the_converter_does_not_document_are_not_images(fmt):
 
 def test_every_image_the_code_opens_is_opened_with_the_documented_formats():
     """Image.open without formats= tries every plugin, EPS included: each call passes the
-    converter's list (image_tfrecords.core.worker.images.open_image does)."""
+    converter's list (image_tfrecords.core.imaging.images.open_image does)."""
     unlimited = []
     folders = ("core", "transforms", "image_tfrecords", "pipeline")
     trees = parsed(path for folder in folders for path in (ROOT / folder).rglob("*.py"))

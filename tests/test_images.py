@@ -1,5 +1,5 @@
-"""image_tfrecords.core.worker.images on real files made with Pillow, decoded back with TensorFlow's
-own decoder."""
+"""image_tfrecords.core.imaging.images on real files made with Pillow, decoded back with
+TensorFlow's own decoder."""
 
 import concurrent.futures
 import io
@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import photo_like
 from PIL import ExifTags, Image, ImageFile, ImageOps
 
-from image_tfrecords.core.worker.images import (
+from image_tfrecords.core.imaging.images import (
     REASONS,
     THUMBNAIL_SIDE,
     ImageRejected,

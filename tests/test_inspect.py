@@ -8,7 +8,7 @@ import pytest
 from conftest import BOX_ROWS, copy_output, read_examples, rewrite_records, shard_pattern
 from PIL import Image
 
-from image_tfrecords.core.worker.overlays import COLOURS
+from image_tfrecords.core.imaging.overlays import COLOURS
 from image_tfrecords.pipeline.cli import inspect_main
 
 

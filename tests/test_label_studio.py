@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from conftest import encode, photo_like
 
+from image_tfrecords.core.imaging.masks import mask_pixels
 from image_tfrecords.core.inputs.rows import DiscardedRow, RowRules
 from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import ManifestRow, Mask
-from image_tfrecords.core.worker.masks import mask_pixels
 from image_tfrecords.pipeline import run
 
 # Images outside the export's folder read (an s3:// URL; the public fixtures' "/image1").

@@ -13,12 +13,12 @@ import numpy as np
 from conftest import encode, photo_like
 from PIL import Image
 
+from image_tfrecords.core.imaging.masks import decode_rle
 from image_tfrecords.core.inputs.rows import DiscardedRow, RowRules
 from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import ManifestRow, Mask
-from image_tfrecords.core.worker.masks import decode_rle
 from image_tfrecords.pipeline import run
 
 PUBLIC = Path(__file__).parent / "data" / "public" / "labelme"

@@ -65,15 +65,32 @@ def test_an_import_that_runs_up_breaks_a_contract(tmp_path):
     ), result.stdout
 
 
+def test_a_core_role_importing_a_role_above_it_breaks_the_roles_contract(tmp_path):
+    """core's folders are layered too: the records importing the worker's code is found."""
+    layout = installed_layout(tmp_path)
+    settings = layout / "image_tfrecords" / "core" / "records" / "run_settings.py"
+    settings.write_text(
+        settings.read_text() + "\nfrom image_tfrecords.core.worker import shard_writer\n"
+    )
+    result = lint_imports(layout)
+    assert result.returncode == 1
+    said = " ".join(result.stdout.split())  # lint-imports wraps its lines
+    assert "image_tfrecords.core.records is not allowed to import" in said
+    assert (
+        "image_tfrecords.core.records.run_settings -> image_tfrecords.core.worker.shard_writer"
+        in said
+    ), result.stdout
+
+
 def test_a_worker_module_importing_beam_breaks_the_worker_contract(tmp_path):
     """A worker process's own code imports neither Beam nor TensorFlow: an import of
     either, even inside a function, is found by name."""
     layout = installed_layout(tmp_path)
-    images = layout / "image_tfrecords" / "core" / "worker" / "images.py"
+    images = layout / "image_tfrecords" / "core" / "imaging" / "images.py"
     images.write_text(images.read_text() + "\ndef _f():\n    import apache_beam\n")
     result = lint_imports(layout)
     assert result.returncode == 1
-    assert "image_tfrecords.core.worker.images -> apache_beam" in result.stdout, result.stdout
+    assert "image_tfrecords.core.imaging.images -> apache_beam" in result.stdout, result.stdout
 
 
 def _source_of(package: str) -> Path:

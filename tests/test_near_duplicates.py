@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
+from image_tfrecords.core.records.copies import HASH_BITS
 from image_tfrecords.core.records.naming import receipt_path, shard_path
 from image_tfrecords.core.records.receipts import ShardReceipt, write_receipt
 from image_tfrecords.core.records.records import (
@@ -26,7 +27,6 @@ from image_tfrecords.core.records.records import (
 )
 from image_tfrecords.core.records.run_settings import RunSettings
 from image_tfrecords.core.records.workers import Workers
-from image_tfrecords.core.worker.copies import HASH_BITS
 from image_tfrecords.pipeline import run
 from image_tfrecords.transforms.near_duplicates import FindNearDuplicates, band_masks, near_order
 

@@ -1,4 +1,4 @@
-"""Instance masks and keypoints (core/worker/masks.py, core/worker/examples.py): written as the
+"""Instance masks and keypoints (core/imaging/masks.py, core/worker/examples.py): written as the
 Object Detection API's create_coco_tf_record writes them, following the image when it is
 resized or turned upright, with hostile masks and keypoints dead letters; read back by
 load(), verify, inspect and TFDS, and drawn over report.html's thumbnails. Semantic
@@ -15,14 +15,15 @@ from PIL import Image
 from pycocotools import mask as coco_mask
 
 from image_tfrecords import load
+from image_tfrecords.core.imaging.images import ImageRejected, prepare_image
+from image_tfrecords.core.imaging.masks import class_map_png
+from image_tfrecords.core.imaging.overlays import COLOURS, drawn_thumbnail
 from image_tfrecords.core.inputs.rows import RowRules
 from image_tfrecords.core.inputs.sources import check_sources, find_manifests, read_source
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.image_settings import ImageSettings
 from image_tfrecords.core.records.records import Box, Keypoints, Mask
-from image_tfrecords.core.worker.images import ImageRejected, ImageSettings, prepare_image
-from image_tfrecords.core.worker.masks import class_map_png
-from image_tfrecords.core.worker.overlays import COLOURS, drawn_thumbnail
 from image_tfrecords.inspection import inspect_split
 from image_tfrecords.pipeline import run
 from image_tfrecords.verify import verify

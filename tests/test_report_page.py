@@ -23,6 +23,7 @@ from conftest import convert, encode
 from PIL import Image
 from test_near_duplicates import PLANTED, scene
 
+from image_tfrecords.core.imaging.images import THUMBNAIL_SIDE
 from image_tfrecords.core.records.failure import Failure
 from image_tfrecords.core.records.histograms import (
     FILE_BYTE_BINS,
@@ -51,7 +52,6 @@ from image_tfrecords.core.report.report_page import (
     first_copies,
     render_report,
 )
-from image_tfrecords.core.worker.images import THUMBNAIL_SIDE
 from image_tfrecords.pipeline.cli import report_main
 from image_tfrecords.transforms.near_duplicates import NearDuplicate
 from image_tfrecords.transforms.report_content import _copy_rank, _FirstCopies, _shown_copy

@@ -22,13 +22,14 @@ from conftest import encode, feature, photo_like, read_examples
 from PIL import Image
 
 from image_tfrecords.core.file_formats import shard_format
+from image_tfrecords.core.imaging.images import prepare_image
 from image_tfrecords.core.inputs.boxes import turned_box
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS
+from image_tfrecords.core.records.image_settings import ImageSettings
 from image_tfrecords.core.records.records import Box, LabelledRow, ManifestRow
 from image_tfrecords.core.records.run_settings import RunSettings
 from image_tfrecords.core.records.workers import Workers
 from image_tfrecords.core.storage import filesystem_options
-from image_tfrecords.core.worker.images import ImageSettings, prepare_image
 from image_tfrecords.core.worker.row_tasks import pack, survey
 from image_tfrecords.core.worker.shard_writer import ShardTask, _ordered_map, pack_rows, write_shard
 from image_tfrecords.transforms import shards

@@ -18,10 +18,10 @@ from image_tfrecords.core.inputs.sources import (
     split_and_path,
 )
 from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.chunks import RowChunk
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import Box, ManifestRow
 from image_tfrecords.core.records.run_settings import RunSettings
-from image_tfrecords.core.worker.chunks import RowChunk
 from image_tfrecords.pipeline import run
 from image_tfrecords.transforms.rows import SurveyRows
 

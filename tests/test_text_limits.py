@@ -20,6 +20,7 @@ from image_tfrecords.core.inputs.sources import (
     read_manifest,
 )
 from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.chunks import LineCutter, ManifestSource, RowChunk
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import (
     ExampleContent,
@@ -36,7 +37,6 @@ from image_tfrecords.core.records.text_limits import (
     MAX_LINE_BYTES,
 )
 from image_tfrecords.core.report.report_page import SAMPLE_PER_LABEL
-from image_tfrecords.core.worker.chunks import LineCutter, ManifestSource, RowChunk
 from image_tfrecords.core.worker.label_ids import Vocabulary
 from image_tfrecords.output import Output
 from image_tfrecords.pipeline.cli import verify_main

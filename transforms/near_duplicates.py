@@ -26,12 +26,12 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
+from image_tfrecords.core.records.copies import HASH_BITS, MAX_NEAR_DISTANCE
 from image_tfrecords.core.records.receipts import example_refs
 from image_tfrecords.core.records.records import ExampleRef, ShardExamples
 from image_tfrecords.core.records.run_settings import RunSettings
 from image_tfrecords.core.records.splits import SPLITS
 from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
-from image_tfrecords.core.worker.copies import HASH_BITS, MAX_NEAR_DISTANCE
 from image_tfrecords.core.worker.near_search import MEMBER, CloseEarlierTask, Link, Shard
 from image_tfrecords.transforms.batch import Batch, batches_by_key
 from image_tfrecords.transforms.in_workers import RunInWorkers

@@ -1,4 +1,4 @@
-"""The manifest's rows, a chunk at a time (core/worker/chunks.py), parsed by the worker
+"""The manifest's rows, a chunk at a time (core/records/chunks.py), parsed by the worker
 processes in each pass (core/worker/row_tasks.py): the pipeline's process sees one element
 per chunk, and per pack of rows bound for a shard, never one per row.
 """
@@ -13,9 +13,9 @@ from apache_beam.metrics import Metrics
 
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS, RowRules
 from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.chunks import RowChunk
 from image_tfrecords.core.records.naming import LABEL_VOCABULARY
 from image_tfrecords.core.records.run_settings import RunSettings
-from image_tfrecords.core.worker.chunks import RowChunk
 from image_tfrecords.core.worker.label_ids import LabelLookup
 from image_tfrecords.core.worker.row_tasks import ChunkPacks, ChunkSurvey, PackTask, SurveyTask
 from image_tfrecords.transforms import live_progress

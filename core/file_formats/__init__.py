@@ -33,7 +33,6 @@ __all__ = [
     "compression_names",
     "format_names",
     "shard_format",
-    "shard_globs",
 ]
 
 DEFAULT_FORMAT = "tfrecord"
@@ -54,11 +53,6 @@ def compression_names() -> tuple[str, ...]:
             name for format_class in FORMATS.values() for name in format_class.compressions
         )
     )
-
-
-def shard_globs(split: str) -> tuple[str, ...]:
-    """Matches every shard file of `split`, of any format."""
-    return tuple(format_class.shard_glob(split) for format_class in FORMATS.values())
 
 
 def shard_format(name: str, compression: str = "none") -> ShardFormat:

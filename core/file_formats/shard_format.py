@@ -14,8 +14,6 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO, ClassVar, Protocol
 
-from image_tfrecords.core.records import naming
-
 if TYPE_CHECKING:
     import tensorflow as tf
 
@@ -101,11 +99,6 @@ class ShardFormat(abc.ABC):
     def tfds_reads(self) -> bool:
         """Whether TFDS reads these shards (it has no gzip TFRecord reader)."""
         return True
-
-    @classmethod
-    def shard_glob(cls, split: str) -> str:
-        """Matches every shard file of `split` in an output folder, compressed or not."""
-        return naming.PublishedShard.glob(split, cls.stem)
 
     @abc.abstractmethod
     def create(self, path: str, files: Files) -> contextlib.AbstractContextManager[RecordWriter]:

@@ -51,6 +51,7 @@ from image_tfrecords.core.inputs.rows import (
 )
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.choices import LabelMode, LeftOut
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import Box, ManifestRow
 from image_tfrecords.core.records.schema import IMAGE, SEGMENTATION, ExtraColumn, parse_value
@@ -59,7 +60,6 @@ from image_tfrecords.core.records.splits import (
     normalise_split,
     split_word,
 )
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 # Header names recognised for each column (compared lower-cased); AutoML order otherwise.
 # Left out as ambiguous: "name" (a file name or a class name) and "id" (an image id or,

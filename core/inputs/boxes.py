@@ -21,12 +21,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from image_tfrecords.core.imaging.masks import polygon_problem, rle_of, turned_mask
 from image_tfrecords.core.inputs.rows import RowRules
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.choices import LeftOut
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import Box, ManifestRow, Mask
-from image_tfrecords.core.worker.masks import polygon_problem, rle_of, turned_mask
 
 # A corner given relative to the image may lie this far outside it (a fraction of its
 # side) and be clipped to it: what rounding gives at the image's edge, not a box outside.

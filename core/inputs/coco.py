@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import ijson
 
-from image_tfrecords.core.inputs import documents
+from image_tfrecords.core.imaging.masks import MAX_KEYPOINTS, decode_rle, polygon_problem
 from image_tfrecords.core.inputs.boxes import declared_size, pixel_box
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.input_format import (
@@ -39,12 +39,12 @@ from image_tfrecords.core.inputs.rows import (
     json_id,
 )
 from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records import documents
 from image_tfrecords.core.records.choices import LeftOut
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.label_map import LabelMapItem, vocabulary_of
 from image_tfrecords.core.records.records import Box, Keypoints, ManifestRow, Mask
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
-from image_tfrecords.core.worker.masks import MAX_KEYPOINTS, decode_rle, polygon_problem
 
 # A COCO file's top-level keys; Vertex AI's JSON Lines items start with their own.
 _COCO_KEYS = frozenset({"info", "licenses", "images", "annotations", "categories"})

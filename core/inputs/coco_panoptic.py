@@ -27,6 +27,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from image_tfrecords.core.imaging.images import open_image
+from image_tfrecords.core.imaging.masks import rle_of
 from image_tfrecords.core.inputs.coco import (
     declared_categories,
     first_entry,
@@ -44,12 +46,10 @@ from image_tfrecords.core.inputs.input_format import (
 from image_tfrecords.core.inputs.rows import ImageEntries, RowRules, json_id
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.choices import LeftOut
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import ManifestRow
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
-from image_tfrecords.core.worker.images import open_image
-from image_tfrecords.core.worker.masks import rle_of
 
 
 def read_panoptic(

@@ -30,9 +30,9 @@ from image_tfrecords.core.inputs.rows import (
     json_text,
 )
 from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import Box, ManifestRow
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 _ITEM_KEYS = frozenset({"image", "annotations"})
 _SIDES = ("x", "y", "width", "height")

@@ -63,10 +63,10 @@ from image_tfrecords.core.inputs.rows import (
 )
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.choices import LabelMode
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import Box, ManifestRow
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 _IMAGES = "images"  # where CVAT's export with images puts them, beside annotations.xml
 _SUBSET_DEFAULT = "default"  # CVAT's subset of a task without one

@@ -1,7 +1,7 @@
 """Reads an image folder, `ROOT/<split>/<label>/<file>` or `ROOT/<label>/<file>`, as rows.
 
 The folder is listed with Beam's FileSystems.match (`ROOT/**`: the same on local disks and
-buckets, which have no real directories), as one chunk of rows (core/worker/chunks.py). Each
+buckets, which have no real directories), as one chunk of rows (core/records/chunks.py). Each
 image becomes a ManifestRow, so the rest of the pipeline treats it like a CSV row.
 """
 
@@ -17,11 +17,11 @@ from image_tfrecords.core.inputs.rows import (
     RowRules,
     assign_split,
 )
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import ManifestRow
 from image_tfrecords.core.records.splits import SPLIT_NAMES, normalise_split
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 IMAGE_FOLDER = "image_folder"  # a source's format (sources.FORMATS) for --image_folder
 

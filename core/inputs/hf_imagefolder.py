@@ -34,7 +34,6 @@ import yaml
 
 from image_tfrecords.core.inputs.boxes import box_row, declared_size, pixel_box
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
-from image_tfrecords.core.inputs.documents import load_json, load_yaml
 from image_tfrecords.core.inputs.folder import IMAGE_EXTENSIONS
 from image_tfrecords.core.inputs.input_format import (
     DeclaredClasses,
@@ -59,11 +58,12 @@ from image_tfrecords.core.inputs.rows import (
 )
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.choices import LabelMode
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.documents import load_json, load_yaml
 from image_tfrecords.core.records.records import Box, ManifestRow
 from image_tfrecords.core.records.splits import normalise_split
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 _FILE_NAME = "file_name"
 _METADATA_FILES = ("metadata.jsonl", "metadata.csv")

@@ -22,12 +22,12 @@ from typing import Any, NamedTuple
 
 import ijson
 
-from image_tfrecords.core.inputs import documents
-from image_tfrecords.core.inputs.documents import DocumentError, json_events, load_json
 from image_tfrecords.core.inputs.lines import open_manifest
 from image_tfrecords.core.inputs.rows import ManifestError, ManifestItem, RowRules, labels_checked
+from image_tfrecords.core.records import documents
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
+from image_tfrecords.core.records.documents import DocumentError, json_events, load_json
 from image_tfrecords.core.records.records import ManifestRow
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 # Enough of a file to see its first JSON key, its first line or its XML root element.
 _HEAD_BYTES = 64 * 1024
@@ -149,7 +149,7 @@ class InputFormat:
     chosen_by_input_format: --input_format may name it (not so --image_folder's folders).
     named_columns: its rows are columns that --uri_column, --label_column and
     --split_column name.
-    cuts_by_lines: its uncompressed files may be cut into line ranges (core/worker/chunks.py).
+    cuts_by_lines: its uncompressed files may be cut into line ranges (core/records/chunks.py).
     in_worker: a worker process reads it. Formats listed with Beam's FileSystems.match
     (Pascal VOC, image folders) are read in the pipeline's process, which has it loaded:
     a worker would pay ~2 s and ~200 MB to load it.

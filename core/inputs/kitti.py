@@ -30,7 +30,6 @@ import logging
 from collections.abc import Iterator
 
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot
-from image_tfrecords.core.inputs.documents import load_json
 from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat, is_glob
 from image_tfrecords.core.inputs.lines import LongLine, numbered_lines, short_lines
 from image_tfrecords.core.inputs.rows import (
@@ -41,10 +40,11 @@ from image_tfrecords.core.inputs.rows import (
     printable,
 )
 from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.documents import load_json
 from image_tfrecords.core.records.records import Box, ManifestRow
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 LABELS = "label_2"
 IMAGES = "image_2"

@@ -54,9 +54,9 @@ from image_tfrecords.core.inputs.rows import (
 )
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.choices import LabelMode
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import Box, ManifestRow
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 _LOCAL_FILES = "/data/local-files/"
 _LABEL_STUDIO_DATA = "/data/"

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 import numpy as np
 from PIL import Image
 
+from image_tfrecords.core.imaging.images import open_image
 from image_tfrecords.core.inputs.boxes import (
     box_row,
     declared_size,
@@ -41,16 +42,15 @@ from image_tfrecords.core.inputs.boxes import (
     with_mask,
 )
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
-from image_tfrecords.core.inputs.documents import load_json
 from image_tfrecords.core.inputs.input_format import FileHead, InputFormat
 from image_tfrecords.core.inputs.rows import DiscardedRow, RowRules, assign_split, json_id, left_out
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.choices import LabelMode
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.documents import load_json
 from image_tfrecords.core.records.records import ManifestRow
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
-from image_tfrecords.core.worker.images import open_image
 
 # labelme's first keys: version, flags, shapes, imagePath, imageData...
 _LABELME_KEYS = frozenset({"version", "flags", "shapes"})

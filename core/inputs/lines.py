@@ -1,4 +1,4 @@
-"""A manifest's lines: the whole file, or a range of it (core/worker/chunks.py) checked against
+"""A manifest's lines: the whole file, or a range of it (core/records/chunks.py) checked against
 the digest the launcher took, decompressed by the name's suffix. A row is one physical
 line: a stray quote then costs only its own row instead of swallowing the rest of the
 file (image manifests have no multi-line fields), and a line range holds whole rows.
@@ -18,10 +18,10 @@ from typing import BinaryIO, NamedTuple
 
 from image_tfrecords.core.inputs.rows import ManifestError, printable
 from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.chunks import LineRange, range_digest
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.text_limits import EXCERPT_CHARS, MAX_LINE_BYTES, excerpt
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import LineRange, range_digest
 
 # Lines read ahead of the first: to tell a header from data, and the label mode's
 # shape.

@@ -48,11 +48,11 @@ from image_tfrecords.core.inputs.rows import (
     rejecter,
 )
 from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import Box, ManifestRow
 from image_tfrecords.core.records.splits import normalise_split
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 _REQUIRED = ("ImageID", "LabelName", "XMin", "XMax", "YMin", "YMax")
 _FLAGS = {"IsTruncated": "truncated", "IsGroupOf": "is_crowd"}  # Open Images' -> Box's

@@ -32,11 +32,11 @@ from image_tfrecords.core.inputs.rows import (
     rejecter,
 )
 from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.label_map import LabelMapError, LabelMapItem, vocabulary_of
 from image_tfrecords.core.records.records import Box, ManifestRow
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 _CLASS_FILES = ("classes.csv", "_classes.csv")
 _NUMBER = re.compile(r"\s*-?\d+(\.\d+)?\s*")

@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from image_tfrecords.core.records import dead_letters as reasons
-from image_tfrecords.core.records.choices import LabelMode, LeftOut
+from image_tfrecords.core.records.choices import DEFAULT_LABEL_SEPARATOR, LabelMode, LeftOut
 from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.image_settings import ImageSettings
 from image_tfrecords.core.records.records import ManifestRow
 from image_tfrecords.core.records.schema import ExtraColumn
 from image_tfrecords.core.records.splits import SPLITS, normalise_split
@@ -25,13 +26,9 @@ from image_tfrecords.core.records.text_limits import (
     line_break_in,
 )
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.images import ImageSettings
 
 DISCARD = "discard"  # TFRecorder's split value for rows to leave out
 DEFAULT_SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
-# What joins several labels in one field (multi) when neither --label_separator nor the
-# data says otherwise (pipeline/read_choices.py).
-DEFAULT_LABEL_SEPARATOR = "|"
 # --split_column's value for "no split column": every row's split from the hash.
 NO_SPLIT_COLUMN = "none"
 DEAD_LETTERS = "dead_letters"

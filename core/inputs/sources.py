@@ -1,5 +1,5 @@
 """The input formats, registered once, and what `--manifest` names: the sources to read,
-each with its format, and the rows of a chunk of one (core/worker/chunks.py). Free of Beam, so
+each with its format, and the rows of a chunk of one (core/records/chunks.py). Free of Beam, so
 that worker processes parse the rows.
 
 An input format is one module in core/inputs/ with one InputFormat subclass
@@ -48,9 +48,9 @@ from image_tfrecords.core.inputs.vertex_jsonl import VertexJsonlFormat
 from image_tfrecords.core.inputs.via import ViaFormat
 from image_tfrecords.core.inputs.voc import VocFormat
 from image_tfrecords.core.inputs.yolo import YoloFormat
+from image_tfrecords.core.records.chunks import ManifestSource, RowChunk
 from image_tfrecords.core.records.splits import normalise_split
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import ManifestSource, RowChunk
 
 # Where a file's name fits several formats and its content none, the first listed reads it.
 FORMATS: dict[str, InputFormat] = {

@@ -10,7 +10,6 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 
 from image_tfrecords.core.inputs.boxes import box_row, parse_box
-from image_tfrecords.core.inputs.documents import load_json
 from image_tfrecords.core.inputs.input_format import FileHead, InputFormat
 from image_tfrecords.core.inputs.lines import LOOKAHEAD, LongLine, numbered_lines, short_lines
 from image_tfrecords.core.inputs.rows import (
@@ -26,9 +25,10 @@ from image_tfrecords.core.inputs.rows import (
 )
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.choices import LabelMode
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.documents import load_json
 from image_tfrecords.core.records.records import ManifestRow
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 
 def read_jsonl(

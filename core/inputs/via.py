@@ -14,8 +14,8 @@ import io
 
 import ijson
 
-from image_tfrecords.core.inputs.documents import DocumentError, json_events
 from image_tfrecords.core.inputs.input_format import FileHead, RefusedFormat
+from image_tfrecords.core.records.documents import DocumentError, json_events
 
 _PROJECT_KEYS = frozenset({"_via_settings", "_via_img_metadata", "_via_attributes"})
 _CSV_HEADER = b"filename,file_size,file_attributes,region_count,region_id"

@@ -23,7 +23,6 @@ import logging
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 
-from image_tfrecords.core.inputs import documents
 from image_tfrecords.core.inputs.boxes import declared_size, pixel_box
 from image_tfrecords.core.inputs.dataset_root import DatasetRoot, quoted
 from image_tfrecords.core.inputs.input_format import DeclaredClasses, FileHead, InputFormat, is_glob
@@ -36,12 +35,13 @@ from image_tfrecords.core.inputs.rows import (
     printable,
 )
 from image_tfrecords.core.records import dead_letters as reasons
+from image_tfrecords.core.records import documents
 from image_tfrecords.core.records.choices import LeftOut
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import Box, ManifestRow
 from image_tfrecords.core.records.splits import normalise_split
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
 
 ANNOTATIONS = "Annotations"
 _IMAGES = "JPEGImages"

@@ -53,9 +53,9 @@ from collections.abc import Iterator
 
 import yaml
 
+from image_tfrecords.core.imaging.masks import MAX_KEYPOINTS
 from image_tfrecords.core.inputs.boxes import clipped_box, extent, polygon_mask, with_mask
 from image_tfrecords.core.inputs.dataset_root import OPTION, DatasetRoot, bounded, quoted
-from image_tfrecords.core.inputs.documents import load_yaml
 from image_tfrecords.core.inputs.folder import IMAGE_EXTENSIONS
 from image_tfrecords.core.inputs.input_format import (
     DeclaredClasses,
@@ -74,12 +74,12 @@ from image_tfrecords.core.inputs.rows import (
 )
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.choices import LeftOut
+from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
+from image_tfrecords.core.records.documents import load_yaml
 from image_tfrecords.core.records.records import Box, Keypoints, ManifestRow
 from image_tfrecords.core.records.splits import SPLITS, normalise_split
 from image_tfrecords.core.storage import storage
-from image_tfrecords.core.worker.chunks import LineRange, ManifestSource
-from image_tfrecords.core.worker.masks import MAX_KEYPOINTS
 
 # data.yaml's key for each split.
 _SPLIT_KEYS = dict(zip(SPLITS, ("train", "val", "test"), strict=True))

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from image_tfrecords.core.file_formats import ShardFormat, shard_globs
+from image_tfrecords.core.file_formats import ShardFormat
 from image_tfrecords.core.records import naming
 from image_tfrecords.core.records.naming import (
     DATASET_INFO_FILE,
@@ -89,7 +89,7 @@ def write_text(path: str, text: str) -> None:
 
 # Everything a run publishes but summary.json; what matches and is not replaced is stale.
 _PUBLISHED = (
-    *(glob for split in SPLITS for glob in shard_globs(split)),
+    *(glob for split in SPLITS for glob in naming.shard_globs(split)),
     *(f"{folder}/**" for folder in naming.TRANSFORM_FOLDERS),
     *(naming.every_jsonl_list(stem) for stem in (ERRORS, DUPLICATES, NEAR_DUPLICATES)),
     REPORT_FILE,

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import enum
 
+# What joins several labels in one field (multi) when neither --label_separator nor the
+# data says otherwise (pipeline/read_choices.py).
+DEFAULT_LABEL_SEPARATOR = "|"
+
 
 class _Choice(enum.StrEnum):
     """A command-line choice: equal to its value, and formatted as it."""

@@ -49,14 +49,14 @@ PATH_OUTSIDE_DATASET = "path_outside_dataset"
 TEXT_TOO_LONG = "text_too_long"
 TOO_MANY_LABELS = "too_many_labels"
 LABEL_BREAKS_LINES = "label_breaks_lines"
-# More pixels than --max_image_pixels: an image's (core/worker/images.py), or a declared size.
+# More pixels than --max_image_pixels: an image's (core/imaging/images.py), or a declared size.
 DECOMPRESSION_BOMB = "decompression_bomb"
 
 # Every reason a dead letter can give, with what it means: the row reasons above, the image
-# reasons of core/worker/images.py's REASONS and the image folder's of core/inputs/folder.py.
+# reasons of core/imaging/images.py's REASONS and the image folder's of core/inputs/folder.py.
 # docs/reference/dead-letters.md is generated from it (docs/gen_reference.py), and
 # tests/test_docs.py checks that every reason the code can emit is here, and no other.
-HTTP_STATUS = "http_<status>"  # http_404, http_503...: the pattern of core/worker/images.py
+HTTP_STATUS = "http_<status>"  # http_404, http_503...: the pattern of core/imaging/images.py
 REGISTRY: dict[str, str] = {
     # A row, line or annotation as read, before any image is.
     MALFORMED_ROW: "the row, line or object cannot be parsed: not CSV (a field over 131,072 "

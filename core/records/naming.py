@@ -40,6 +40,7 @@ import re
 import uuid
 from typing import NamedTuple
 
+from image_tfrecords.core.file_formats import FORMATS
 from image_tfrecords.core.storage import storage
 
 TEMP_PREFIX = ".tmp-"
@@ -135,6 +136,12 @@ class PublishedShard(NamedTuple):
         """Matches every shard of `split` whose suffix starts with `stem` (`.tfrecord`
         matches compressed ones too)."""
         return f"{split}-*-of-*{stem}*"
+
+
+def shard_globs(split: str) -> tuple[str, ...]:
+    """Matches every shard file of `split` in an output folder, of any format, compressed
+    or not."""
+    return tuple(PublishedShard.glob(split, format_class.stem) for format_class in FORMATS.values())
 
 
 _PUBLISHED_SHARD = re.compile(

@@ -31,8 +31,8 @@ from typing import NamedTuple
 
 import pydantic
 
-from image_tfrecords.core.inputs.documents import load_json
 from image_tfrecords.core.records import naming
+from image_tfrecords.core.records.documents import load_json
 from image_tfrecords.core.records.records import ExampleRef, LabelledRow, ShardOutcome
 from image_tfrecords.core.storage import storage
 

@@ -19,7 +19,7 @@ from image_tfrecords.core.storage.redaction import redact_urls, redacted
 
 class Mask(NamedTuple):
     """An object's instance mask as its source gives it, drawn at the image's size by the
-    shard writer (core/worker/masks.py): polygons, or COCO's run-length encoding.
+    shard writer (core/imaging/masks.py): polygons, or COCO's run-length encoding.
 
     The frame is what the coordinates are measured in: the declared image size in
     pixels, 1 x 1 for coordinates relative to the image, 100 x 100 for percentages. An

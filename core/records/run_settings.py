@@ -12,15 +12,20 @@ import dataclasses
 import functools
 
 from image_tfrecords.core.file_formats import DEFAULT_FORMAT, ShardFormat, shard_format
-from image_tfrecords.core.inputs.rows import DEFAULT_LABEL_SEPARATOR
-from image_tfrecords.core.records.choices import Dedupe, LabelMode, LabelOrder, UnseenLabel
+from image_tfrecords.core.records.choices import (
+    DEFAULT_LABEL_SEPARATOR,
+    Dedupe,
+    LabelMode,
+    LabelOrder,
+    UnseenLabel,
+)
+from image_tfrecords.core.records.copies import DEFAULT_NEAR_DISTANCE
 from image_tfrecords.core.records.example_index import settings_digest
+from image_tfrecords.core.records.image_settings import ImageSettings
 from image_tfrecords.core.records.schema import ExtraColumn
 from image_tfrecords.core.records.workers import Workers
 from image_tfrecords.core.storage.downloads import DownloadSettings
 from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
-from image_tfrecords.core.worker.copies import DEFAULT_NEAR_DISTANCE
-from image_tfrecords.core.worker.images import ImageSettings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ import dataclasses
 import math
 import os
 
-from image_tfrecords.core.worker.images import ImageSettings
+from image_tfrecords.core.records.image_settings import ImageSettings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from image_tfrecords.core.imaging.images import ImageRejected, PreparedImage
+from image_tfrecords.core.imaging.masks import MAX_PADDED_KEYPOINTS, box_mask, mask_png
 from image_tfrecords.core.records import feature_keys as keys
 from image_tfrecords.core.records.choices import LabelMode
 from image_tfrecords.core.records.dead_letters import INVALID_KEYPOINTS
@@ -26,8 +28,6 @@ from image_tfrecords.core.records.schema import (
 from image_tfrecords.core.records.summary import FeatureInfo
 from image_tfrecords.core.storage.redaction import redacted
 from image_tfrecords.core.worker.example_proto import serialize_example, with_features
-from image_tfrecords.core.worker.images import ImageRejected, PreparedImage
-from image_tfrecords.core.worker.masks import MAX_PADDED_KEYPOINTS, box_mask, mask_png
 
 # The feature keys and their dtypes: the output contract readers rely on.
 _BOX_SIDES = ("xmin", "ymin", "xmax", "ymax")

@@ -1,4 +1,4 @@
-"""What a worker process does with a chunk of rows (core/worker/chunks.py), once in each pass.
+"""What a worker process does with a chunk of rows (core/records/chunks.py), once in each pass.
 
 Pass 1, SurveyTask: parse the chunk and sum up what planning needs: rows per split, the
 split's size sample, TRAIN's labels with their row counts (for tf.Transform's
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from image_tfrecords.core.inputs.rows import DiscardedRow, ManifestItem, RowRules
 from image_tfrecords.core.inputs.sources import FORMATS, read_chunk
+from image_tfrecords.core.records.chunks import RowChunk
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import LabelledRow, ManifestRow
 from image_tfrecords.core.records.splits import SPLITS
-from image_tfrecords.core.worker.chunks import RowChunk
 from image_tfrecords.core.worker.label_checks import FIRST_ROWS, LabelSeen
 from image_tfrecords.core.worker.label_ids import LabelLookup
 from image_tfrecords.core.worker.shard_writer import Progress, SplitPlan, pack_rows, uri_digest

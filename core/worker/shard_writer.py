@@ -33,6 +33,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from image_tfrecords.core.file_formats import PipelineFiles, RecordWriter, ShardFormat
 from image_tfrecords.core.file_formats.framing import FramedWriter, read_records, write_record
+from image_tfrecords.core.imaging.image_files import read_image_bytes
+from image_tfrecords.core.imaging.images import (
+    ImageRejected,
+    PreparedImage,
+    load_plugins,
+    prepare_image,
+)
+from image_tfrecords.core.imaging.masks import class_map_png
+from image_tfrecords.core.imaging.overlays import drawn_thumbnail
 from image_tfrecords.core.inputs.boxes import pixel_box, turned_box
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records import example_index, naming, receipts
@@ -63,15 +72,6 @@ from image_tfrecords.core.worker.examples import (
     example_labels,
     relabelled,
 )
-from image_tfrecords.core.worker.image_files import read_image_bytes
-from image_tfrecords.core.worker.images import (
-    ImageRejected,
-    PreparedImage,
-    load_plugins,
-    prepare_image,
-)
-from image_tfrecords.core.worker.masks import class_map_png
-from image_tfrecords.core.worker.overlays import drawn_thumbnail
 
 if TYPE_CHECKING:
     from image_tfrecords.core.records.run_settings import RunSettings

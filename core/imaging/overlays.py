@@ -13,9 +13,9 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageDraw
 
+from image_tfrecords.core.imaging.images import THUMBNAIL_QUALITY, open_image
+from image_tfrecords.core.imaging.masks import box_mask, mask_pixels
 from image_tfrecords.core.records.records import Box
-from image_tfrecords.core.worker.images import THUMBNAIL_QUALITY, open_image
-from image_tfrecords.core.worker.masks import box_mask, mask_pixels
 
 COLOURS = (
     (230, 25, 75),

@@ -3,7 +3,7 @@
 Plain, thread-safe functions that touch no process-wide state (warnings filters,
 Pillow's module globals). Pillow and NumPy only, no Beam or TensorFlow: the worker
 processes that write shards (core/worker/pool.py) import this module and nothing heavier.
-Reading the files is core/worker/image_files.py's.
+Reading the files is core/imaging/image_files.py's.
 JPEG and PNG bytes are stored untouched whenever TensorFlow decodes them to the same
 pixels as Pillow; everything else is re-encoded, and the reason is recorded.
 """
@@ -21,6 +21,8 @@ from typing import NamedTuple
 import numpy as np
 from PIL import ExifTags, Image, ImageFile, ImageOps
 
+from image_tfrecords.core.records.image_settings import ImageSettings
+
 REASONS = (
     "file_not_found",  # the URI names no file
     "read_error",  # a directory, no permission, or the filesystem failed
@@ -33,7 +35,7 @@ REASONS = (
     "encode_error",  # decoded, but converting or re-encoding it failed
     "decode_crash",  # the decoding process died on it (a crash, the OOM killer)
     "decode_timeout",  # decoding took longer than --decode_timeout
-    # The image's segmentation map (core/worker/masks.py): not one, or not the image's size.
+    # The image's segmentation map (core/imaging/masks.py): not one, or not the image's size.
     "invalid_mask",
     # Its objects' keypoints, padded to the most any has, more than one image may hold.
     "invalid_keypoints",
@@ -95,45 +97,6 @@ class ImageRejected(Exception):
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"
-
-
-class InvalidImageSettings(ValueError):
-    """ImageSettings' values out of range: `problems`, each (field, what is wrong with it)."""
-
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        super().__init__("; ".join(f"{field} {wrong}" for field, wrong in problems))
-        self.problems = tuple(problems)
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageSettings:
-    """How images are checked and what is stored for them."""
-
-    image_format: str = "keep"  # "keep" | "jpeg" | "png"
-    max_side: int | None = None  # resize so the longer side <= max_side, aspect kept
-    jpeg_quality: int = 95
-    max_pixels: int = 89_478_485  # Pillow's default MAX_IMAGE_PIXELS
-    # 16-bit greyscale stored as such (a PNG): readers that open it with Pillow and
-    # convert("RGB") clip it to white; by default it is stored with 8 bits (its high byte,
-    # as tf.io.decode_image reads it), counted as re-encoded for "bit_depth".
-    keep_16_bit: bool = False
-
-    def __post_init__(self) -> None:
-        # The one check of these limits: the command line reports these problems too,
-        # each under its option's name (pipeline/options.py).
-        problems = []
-        if self.image_format not in ("keep", "jpeg", "png"):
-            problems.append(
-                ("image_format", f"must be keep, jpeg or png, not {self.image_format!r}")
-            )
-        if self.max_side is not None and self.max_side < 1:
-            problems.append(("max_side", "must be a positive number of pixels"))
-        if not 1 <= self.jpeg_quality <= 100:
-            problems.append(("jpeg_quality", "must be between 1 and 100"))
-        if self.max_pixels < 1:
-            problems.append(("max_pixels", "must be positive"))
-        if problems:
-            raise InvalidImageSettings(problems)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,9 +29,9 @@ import numpy as np
 from PIL import Image
 from pycocotools import mask as coco_mask
 
+from image_tfrecords.core.imaging.images import ImageRejected, PreparedImage, open_image
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.records import Box, Mask
-from image_tfrecords.core.worker.images import ImageRejected, PreparedImage, open_image
 
 # pycocotools draws a polygon by walking its outline at 5 times the image's resolution
 # (rleFrPoly), some 50 bytes per pixel of outline: an object's polygons may together be

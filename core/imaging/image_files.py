@@ -7,6 +7,7 @@ import io
 import os
 from typing import BinaryIO
 
+from image_tfrecords.core.imaging.images import ImageRejected
 from image_tfrecords.core.storage import storage
 from image_tfrecords.core.storage.downloads import (
     DownloadFailed,
@@ -14,7 +15,6 @@ from image_tfrecords.core.storage.downloads import (
     download,
     is_url,
 )
-from image_tfrecords.core.worker.images import ImageRejected
 
 
 def read_image_bytes(uri: str, downloads: DownloadSettings = DownloadSettings()) -> bytes:
