@@ -121,6 +121,8 @@ def options_page() -> str:
             continue
         lines += [f"## {group.title.capitalize()}", "", group.description or "", ""]
         for action in group._group_actions:  # noqa: SLF001
+            if action.help == argparse.SUPPRESS:  # set by a run for the run it starts
+                continue
             default = _default_cell(action)
             lines += [
                 f"### {_option_cell(action)}",
@@ -349,6 +351,8 @@ def summary_page() -> str:
         "LabelIdChange",
         "ExampleChanges",
         "Tally",
+        "SplitGroups",
+        "MovedRow",
     ]
     if sorted([*order, "RunInfo"]) != sorted(name for name in classes if not name.startswith("_")):
         raise SystemExit(f"docs/gen_reference.py: summary.py's models are now {sorted(classes)}")

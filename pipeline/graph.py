@@ -197,7 +197,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, job: JobInputs, folders: Jo
         pinned.unseen_where() if pinned else UNSEEN_IN_TRAIN,
     )
     previous_examples = shard_plan | "PreviousExamples" >> RoutePreviousExamples(
-        job.previous, settings.filesystems
+        job.previous, settings.filesystems, rules.split_plan
     )
     written = (
         (packed[PACKS], previous_examples)

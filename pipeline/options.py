@@ -46,6 +46,19 @@ _IMAGE_SETTING_OPTIONS = {"max_pixels": "max_image_pixels"}
 # How long a Flink or Spark cluster may take to start the job's first SDK worker (a
 # container image pulled, TensorFlow imported) before the launcher cancels the job.
 WORKER_START_TIMEOUT_S = 600.0
+# --split_by's choices: the hash of the URI (the default), or groups kept together.
+SPLIT_BY = ("uri", "groups")
+
+
+def folder_group_level(group_column: str) -> int | None:
+    """--group_column folder or folder:N: how many folders up from an image its group is
+    (1: its own); None for a column's name; 0 for a level that is not a number >= 1."""
+    name, _, level = group_column.partition(":")
+    if name != "folder":
+        return None
+    if not level:
+        return 1
+    return int(level) if level.isdigit() else 0
 
 
 class Option(NamedTuple):
@@ -172,6 +185,29 @@ OPTION_GROUPS: tuple[OptionGroup, ...] = (
                 metavar="FRACTIONS",
                 default=",".join(map(str, DEFAULT_SPLIT_FRACTIONS)),
             ),
+            Option(
+                "--split_by",
+                "uri: each row's split from a hash of its image URI. groups: byte copies "
+                "and near-copies (--near_duplicate_distance) kept in one split, each "
+                "split's labels close to the whole's, the same split every run; every "
+                "row's split is made (a split column is not read). It reads each image "
+                "once, in a staging pass (docs/output/splits.md).",
+                choices=SPLIT_BY,
+                default=SPLIT_BY[0],
+            ),
+            Option(
+                "--group_column",
+                "With --split_by groups: rows with the same value in this manifest column "
+                "(a patient, subject, camera, video or product id) stay in one split; "
+                "'folder': images in the same folder do, 'folder:N': under the same "
+                "folder N levels up.",
+                metavar="NAME",
+            ),
+            # Set by --split_by groups for the run after its staging pass
+            # (pipeline/split_staging.py), not by users: each image's split, and the
+            # staged output its examples are copied from.
+            Option("--split_plan", argparse.SUPPRESS),
+            Option("--staged_output", argparse.SUPPRESS),
         ),
     ),
     OptionGroup(
@@ -451,7 +487,14 @@ class ConvertOptions(PipelineOptions):
         return [option.dest for group in OPTION_GROUPS for option in group.options]
 
     def values(self) -> dict[str, object]:
-        return {name: getattr(self, name) for name in self.names()}
+        """The options a user gives, by name (summary.json's; not those a run sets for
+        the run it starts, which --help does not show)."""
+        return {
+            option.dest: getattr(self, option.dest)
+            for group in OPTION_GROUPS
+            for option in group.options
+            if option.help != argparse.SUPPRESS
+        }
 
     def earlier_output(self) -> str | None:
         """The output this run follows: --reuse_from, else with --overwrite the output
@@ -459,9 +502,15 @@ class ConvertOptions(PipelineOptions):
         return self.reuse_from or (self.output_dir if self.overwrite else None)
 
     def reuse_source(self) -> str | None:
-        """The output whose unchanged examples are copied: the earlier output, unless
-        --no_reuse."""
+        """The output whose unchanged examples are copied: the staging pass's of a grouped
+        split, else the earlier output, unless --no_reuse."""
+        if self.staged_output:
+            return self.staged_output
         return None if self.no_reuse else self.earlier_output()
+
+    @property
+    def splits_by_groups(self) -> bool:
+        return self.split_by == SPLIT_BY[1]
 
     def problems(self) -> list[str]:
         """What is wrong with the options, in words a user can act on."""
@@ -493,6 +542,11 @@ class ConvertOptions(PipelineOptions):
                 )
         except SchemaError as problem:
             found.append(str(problem))
+        if self.group_column and not self.splits_by_groups:
+            found.append(f"--group_column {self.group_column}: give --split_by groups too")
+        if self.group_column and (folder := folder_group_level(self.group_column)) is not None:
+            if folder < 1:
+                found.append(f"--group_column {self.group_column}: folder:N takes N >= 1")
         if (self.uri_column or self.label_column or self.split_column) and self.image_folder:
             found.append(
                 "--uri_column, --label_column and --split_column name columns of "
@@ -583,6 +637,7 @@ class ConvertOptions(PipelineOptions):
             leave_out=self.left_out(),
             allow_paths_outside_dataset=self.allow_paths_outside_dataset,
             max_pixels=self.max_image_pixels,
+            split_plan=self.split_plan,
         )
 
     def extra_columns(self) -> tuple[ExtraColumn, ...]:

@@ -8,6 +8,7 @@ from image_tfrecords.core.records.naming import REPORT_FILE
 from image_tfrecords.core.records.summary import (
     MIN_EXAMPLES_PER_SHARD,
     CopiesInfo,
+    SplitGroups,
     SplitInfo,
     Summary,
 )
@@ -99,6 +100,7 @@ def format_report(
                 f"near-copies (pHash within {near.max_distance} bits)", near, "--dedupe near"
             )
         )
+    lines += _split_groups_lines(summary.split_groups)
     lines += [
         f"warning: {warning.message}; {counted(warning.rows, 'row')}, "
         f"the first {', '.join(warning.first_rows)}"
@@ -224,3 +226,28 @@ def _copies_line(heading: str, copies: CopiesInfo, dropped_by: str) -> str:
     )
     dropped = f"; the copies dropped ({dropped_by})" if copies.dropped else ""
     return f"{heading}: {pairs}{dropped}  ({', '.join(copies.files)})"
+
+
+def _split_groups_lines(groups: SplitGroups | None) -> list[str]:
+    """What --split_by groups kept together, how close the split came to the asked
+    fractions, and what it could not do."""
+    if groups is None:
+        return []
+    fractions = ", ".join(
+        f"{split} {groups.fractions[split]:.1%} (asked {groups.fractions_asked[split]:.0%})"
+        for split in groups.fractions
+    )
+    lines = [
+        f"split by groups: {counted(groups.groups_kept_together, 'group')} of copies kept "
+        f"together ({groups.images_in_groups} of {groups.images} images, the largest "
+        f"{groups.largest_group}); {fractions}"
+    ]
+    if groups.moved:
+        moved = ", ".join(f"{row.uri} {row.was}->{row.now}" for row in groups.moved_listed[:3])
+        lines.append(
+            f"split by groups: {counted(groups.moved, 'image')} moved split since the earlier "
+            f"output, a new near-copy joining groups of two splits: {moved}"
+            + (", ..." if groups.moved > 3 else "")
+        )
+    lines += [f"warning: {problem}" for problem in groups.problems]
+    return lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import itertools
 import logging
 import os
@@ -37,6 +38,7 @@ from image_tfrecords.core.records.example_index import PreviousOutput, previous_
 from image_tfrecords.core.records.naming import SUMMARY_FILE
 from image_tfrecords.core.records.records import ManifestRow
 from image_tfrecords.core.records.run_settings import RunSettings
+from image_tfrecords.core.records.split_plan import plan_info
 from image_tfrecords.core.records.splits import SPLITS
 from image_tfrecords.core.records.summary import RunInfo, RunOptions, Summary
 from image_tfrecords.core.storage import storage
@@ -70,6 +72,7 @@ from image_tfrecords.pipeline.resume import (
     start,
     unstart,
 )
+from image_tfrecords.pipeline.split_staging import convert_grouped
 from image_tfrecords.pipeline.stage_lines import stage
 from image_tfrecords.pipeline.stopping import JobWatch, Stopped, WorkersNeverStarted
 from image_tfrecords.pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
@@ -168,7 +171,7 @@ def convert_and_report(argv: Sequence[str], started: float | None = None) -> Sum
     convert = options.view_as(ConvertOptions)
     try:
         with shown_progress(options), quiet_console(convert.verbose), _run_failed_unlogged():
-            return _run(options, convert, time.time() if started is None else started)
+            return _run(argv, options, convert, time.time() if started is None else started)
     except WorkersNeverStarted as never:  # the job's failure, not the launcher's stop
         raise JobFailed(str(never)) from None
 
@@ -191,7 +194,9 @@ def _run_failed_unlogged() -> Iterator[None]:
         logger.removeFilter(not_run_failed)
 
 
-def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> Summary | None:
+def _run(
+    argv: Sequence[str], options: PipelineOptions, convert: ConvertOptions, started: float
+) -> Summary | None:
     """convert_and_report's work, within its console filter."""
     try:
         use_built_job_server(options)
@@ -199,6 +204,11 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
         raise UsageError(str(problem)) from None
     stage("checking the input: " + ", ".join(convert.manifest or [convert.image_folder or ""]))
     manifests = _preflight(convert)
+    if convert.splits_by_groups and not convert.split_plan:  # its two runs, each as this
+        # The report's wall time is the two runs'.
+        return convert_grouped(
+            argv, options, manifests, functools.partial(convert_and_report, started=started)
+        )
     pinned = _pinned_vocabulary(convert, manifests)
     if (
         not pinned
@@ -226,8 +236,10 @@ def _run(options: PipelineOptions, convert: ConvertOptions, started: float) -> S
     replaced_labels = output_labels(earlier) if earlier else None
     settings = convert.run_settings()
     previous = _previous_output(convert, settings)
-    if previous and previous.shards:
+    if previous and previous.shards and not convert.staged_output:
         run_info = run_info.model_copy(update={"reused_from": previous.folder})
+    if convert.split_plan:
+        run_info = run_info.model_copy(update={"split_groups": plan_info(convert.split_plan)})
     scan = scan_sources(
         convert, manifests, pinned, run_info.versions, settings.workers.process_count()
     )
@@ -291,7 +303,9 @@ def _previous_output(convert: ConvertOptions, settings: RunSettings) -> Previous
     if source is None:
         return None
     previous = previous_output(source, settings.shard_format.suffix)
-    if previous.shards:
+    if previous.shards and convert.staged_output:
+        _say("copying the examples of the staging run (--split_by groups)")
+    elif previous.shards:
         _say(f"reusing the unchanged examples of {source} ({len(previous.shards)} shards)")
     elif convert.reuse_from:  # asked for: say why nothing is reused
         _say(

@@ -67,6 +67,9 @@ class RowRules:
     # --max_image_pixels: the largest image size an annotation may declare (its masks are
     # drawn on it as it is read).
     max_pixels: int = ImageSettings.max_pixels
+    # --split_plan: a file of each image's split (core/records/split_plan.py), which every
+    # row of the image takes over any split written or hashed; None: no plan.
+    split_plan: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_mode", LabelMode(self.label_mode))

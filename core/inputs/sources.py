@@ -43,14 +43,23 @@ from image_tfrecords.core.inputs.labelme import LabelMeFormat
 from image_tfrecords.core.inputs.list_file import ListFileFormat
 from image_tfrecords.core.inputs.open_images import OpenImagesFormat
 from image_tfrecords.core.inputs.retinanet_csv import RetinaNetCsvFormat
-from image_tfrecords.core.inputs.rows import ManifestError, ManifestItem, RowRules, label_problem
+from image_tfrecords.core.inputs.rows import (
+    ManifestError,
+    ManifestItem,
+    RowRules,
+    assign_split,
+    label_problem,
+)
 from image_tfrecords.core.inputs.vertex_jsonl import VertexJsonlFormat
 from image_tfrecords.core.inputs.via import ViaFormat
 from image_tfrecords.core.inputs.voc import VocFormat
 from image_tfrecords.core.inputs.yolo import YoloFormat
+from image_tfrecords.core.records import split_plan
 from image_tfrecords.core.records.chunks import ManifestSource, RowChunk
+from image_tfrecords.core.records.records import ManifestRow
 from image_tfrecords.core.records.splits import normalise_split
 from image_tfrecords.core.storage import storage
+from image_tfrecords.core.storage.redaction import redacted
 
 # Where a file's name fits several formats and its content none, the first listed reads it.
 FORMATS: dict[str, InputFormat] = {
@@ -353,7 +362,20 @@ def read_source(source: ManifestSource, rules: RowRules = RowRules()) -> Iterato
 
 
 def read_chunk(chunk: RowChunk, rules: RowRules) -> Iterator[ManifestItem]:
-    return FORMATS[chunk.source.format].checked_rows(chunk.source, rules, chunk.lines)
+    items = FORMATS[chunk.source.format].checked_rows(chunk.source, rules, chunk.lines)
+    return items if rules.split_plan is None else _planned(items, rules.split_plan, rules)
+
+
+def _planned(items: Iterable[ManifestItem], plan: str, rules: RowRules) -> Iterator[ManifestItem]:
+    """The rows, each with its image's split in the grouped split's plan (--split_by
+    groups); an image the plan does not hold (its staging pass wrote no example of it)
+    keeps a split from the hash of its URI."""
+    splits = split_plan.planned_splits(plan)
+    for item in items:
+        if isinstance(item, ManifestRow):
+            uri = redacted(item.uri)
+            item = item._replace(split=splits.get(uri) or assign_split(uri, rules.split_fractions))
+        yield item
 
 
 def read_manifest(

@@ -41,7 +41,7 @@ from image_tfrecords.core.records.text_limits import MAX_LINE_BYTES as _MAX_ROW_
 from image_tfrecords.core.storage import storage
 
 # Of the key's layout: a new one makes every recorded key differ (a full run).
-_KEY_VERSION = 2  # 2: a classification example's labels left out
+_KEY_VERSION = 3  # 2: a classification example's labels left out; 3: its split too
 # The libraries whose output is in an example's bytes: this package's encoder, and
 # Pillow's, which re-encodes and resizes.
 _SHAPING_DISTRIBUTIONS = ("image-tfrecords", "pillow")
@@ -91,13 +91,15 @@ class IndexEntry(pydantic.BaseModel):
 def example_key(rows: Sequence[LabelledRow], label_mode: LabelMode, settings_digest: str) -> str:
     """The digest of what shapes an example besides its image's bytes and, for
     classification, its labels: its rows (their boxes, extra values; not where in which
-    manifest they were) and the settings (`settings_digest`). A copied classification
-    example gets its label fields from its rows now (examples.relabelled): a new class
-    that moves every id, or a relabelled row, reads no image again. Detection keeps its
-    labels in the key: report.html's thumbnail draws each object in its id's colour."""
+    manifest they were, nor their split) and the settings (`settings_digest`). A copied
+    classification example gets its label fields from its rows now (examples.relabelled):
+    a new class that moves every id, or a relabelled row, reads no image again. Detection
+    keeps its labels in the key: report.html's thumbnail draws each object in its id's
+    colour."""
     digest = hashlib.sha256(settings_digest.encode())
     for item in rows:
-        placeless = item.row._replace(manifest="", line=0, raw="")
+        # An example holds no split: a row moved to another split copies it.
+        placeless = item.row._replace(manifest="", line=0, raw="", split="")
         if label_mode != LabelMode.DETECTION:
             item, placeless = item._replace(label_ids=()), placeless._replace(labels=())
         digest.update(json.dumps(item._replace(row=placeless)).encode())

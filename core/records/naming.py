@@ -295,6 +295,20 @@ def staged_report(temp_dir: str) -> str:
     return storage.join(staged_dir(temp_dir), REPORT_FILE)
 
 
+def split_staging_dir(parent: str, run_id: str) -> str:
+    """The staging conversion of a grouped split (--split_by groups), under
+    --temp_location or the local temp dir, with the split plan beside its output."""
+    return storage.join(parent, f"image-tfrecords-split-{run_id}")
+
+
+def split_plan_file(staging_dir: str) -> str:
+    return storage.join(staging_dir, "split_plan.jsonl")
+
+
+def staged_output(staging_dir: str) -> str:
+    return storage.join(staging_dir, "output")
+
+
 def transform_dir(parent: str, run_id: str) -> str:
     """tf.Transform's working folder for the run, under --temp_location or the local
     temp dir (tf.Transform writes through TensorFlow's filesystems, not Beam's)."""

@@ -151,6 +151,32 @@ class RunOptions(_Record):
         return shard_format(self.file_format, self.compression)
 
 
+class MovedRow(_Record):
+    """An image a daily run moved to another split: a new near-copy joined its group
+    to a group of another split (core/launcher/grouped_split.py)."""
+
+    uri: str
+    was: Split
+    now: Split
+
+
+class SplitGroups(_Record):
+    """The split made with --split_by groups: what was kept together and how close each
+    split came to what was asked (core/launcher/grouped_split.py)."""
+
+    images: int  # images the staging conversion wrote, which the plan placed
+    groups_kept_together: int  # groups of more than one image: copies, near-copies, declared
+    images_in_groups: int
+    largest_group: int  # images
+    fractions_asked: dict[Split, float]
+    fractions: dict[Split, float]  # of the images, as placed
+    labels: dict[Split, dict[str, float]]  # of each split, each label's share of its labels
+    labels_whole: dict[str, float]  # each label's share of all the images' labels
+    moved: int = 0  # images an earlier output had in another split
+    moved_listed: tuple[MovedRow, ...] = ()  # the first of them, by URI
+    problems: tuple[str, ...] = ()  # asked fractions the groups made impossible
+
+
 class RunInfo(_Record):
     """What the launcher knows before the run starts: the sources, options and versions."""
 
@@ -162,6 +188,8 @@ class RunInfo(_Record):
     # The output whose unchanged examples were copied (--reuse_from, or the one
     # --overwrite replaced); None: every image was read.
     reused_from: str | None = None
+    # --split_by groups: the groups kept together and the split's balance; None otherwise.
+    split_groups: SplitGroups | None = None
 
 
 # Of each kind of change ExampleChanges.lines names, the first few (the record keeps more).

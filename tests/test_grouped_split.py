@@ -1,0 +1,229 @@
+"""--split_by groups (issue 57): copies, near-copies and declared groups kept in one split,
+labels balanced, the same split every run. The plan on its own (core/launcher/
+grouped_split.py), then whole conversions of real photos with planted copies, read back."""
+
+import collections
+import csv
+import io
+import itertools
+import json
+import random
+import shutil
+
+import pytest
+from conftest import SAMPLE_DATA, convert, feature, read_examples, row_accounting, shard_pattern
+from PIL import Image
+
+from image_tfrecords.core.imaging.images import perceptual_hash
+from image_tfrecords.core.launcher.grouped_split import PlannedImage, _near_pairs, plan_splits
+from image_tfrecords.core.records.feature_keys import CLASS_TEXT, IMAGE, IMAGE_SHA256, SOURCE_ID
+
+FRACTIONS = (0.8, 0.1, 0.1)
+DISTANCE = 10
+
+
+def distance(a: int, b: int) -> int:
+    return bin(a ^ b).count("1")
+
+
+def image(uri, label="cat", sha=None, phash=None, group=None):
+    """A planned image; its pHash, unless given, one far from any other's (random)."""
+    if phash is None:
+        phash = random.Random(uri).getrandbits(64)
+    return PlannedImage(uri, (label,), sha or f"sha-{uri}", phash, group)
+
+
+def test_the_bands_find_every_pair_within_the_distance_and_no_other():
+    rng = random.Random(7)
+    hashes = [rng.getrandbits(64) for _ in range(1500)]
+    for i in range(200):  # planted: 1 to 12 bits flipped, some beyond the distance
+        flipped = hashes[i]
+        for bit in rng.sample(range(64), rng.randint(1, 12)):
+            flipped ^= 1 << bit
+        hashes.append(flipped)
+    found = set(_near_pairs(hashes, DISTANCE))
+    expected = {
+        (i, j)
+        for i, j in itertools.combinations(range(len(hashes)), 2)
+        if distance(hashes[i], hashes[j]) <= DISTANCE
+    }
+    assert found == expected
+    assert len(expected) > 100
+
+
+def test_copies_near_copies_and_groups_go_to_one_split_transitively():
+    """a~b and b~c are near (a and c are not), d has c's bytes, e shares d's patient:
+    all five are one group, and so in one split, whatever the fractions."""
+    far = 0xFFFF_FFFF_0000_0000
+    images = [
+        image("a", phash=0),
+        image("b", phash=0b111111),  # 6 bits from a
+        image("c", phash=0b111111111111, sha="same"),  # 6 from b, 12 from a
+        image("d", phash=far, sha="same", group="p1"),
+        image("e", phash=far ^ 0xFFFF, group="p1"),
+        *(image(f"other{i}") for i in range(40)),
+    ]
+    plan = plan_splits(images, (0.2, 0.4, 0.4), DISTANCE)
+    assert len({plan.splits[uri] for uri in "abcde"}) == 1
+    assert plan.info.largest_group == 5
+    assert plan.info.groups_kept_together == 1
+    assert plan.info.images_in_groups == 5
+
+
+def synthetic(count=900, seed=3):
+    """Images with imbalanced labels, in groups of 1 to 6 that share a label and a pHash
+    neighbourhood."""
+    rng = random.Random(seed)
+    images, number = [], 0
+    while number < count:
+        label = rng.choices(["cat", "dog", "bird", "fish"], weights=[50, 30, 15, 5])[0]
+        base = rng.getrandbits(64)
+        for _ in range(rng.randint(1, 6)):
+            images.append(
+                image(f"/data/{number:05d}.jpg", label, phash=base ^ (1 << rng.randrange(64)))
+            )
+            number += 1
+    return images
+
+
+def test_each_split_keeps_the_labels_and_the_fractions_of_the_whole():
+    plan = plan_splits(synthetic(), FRACTIONS, DISTANCE)
+    info = plan.info
+    for split, asked in zip(("train", "validation", "test"), FRACTIONS, strict=True):
+        assert abs(info.fractions[split] - asked) <= 0.02, info.fractions
+        for label, share in info.labels_whole.items():
+            assert abs(info.labels[split].get(label, 0) - share) <= 0.03, (
+                split,
+                label,
+                info.labels,
+            )
+    assert not info.problems
+    # What was placed is what the info says.
+    counts = collections.Counter(plan.splits.values())
+    assert counts["train"] / len(plan.splits) == pytest.approx(info.fractions["train"])
+
+
+def test_the_plan_does_not_depend_on_the_order_of_the_images():
+    images = synthetic(300)
+    shuffled = images[:]
+    random.Random(1).shuffle(shuffled)
+    assert (
+        plan_splits(images, FRACTIONS, DISTANCE).splits
+        == plan_splits(shuffled, FRACTIONS, DISTANCE).splits
+    )
+
+
+def test_a_daily_run_keeps_every_earlier_split_unless_a_new_copy_joins_two():
+    first = synthetic(300)
+    earlier = plan_splits(first, FRACTIONS, DISTANCE).splits
+    in_train = next(i for i in first if earlier[i.uri] == "train")
+    in_test = next(i for i in first if earlier[i.uri] == "test")
+    added = [
+        *(image(f"/new/{n}.jpg", "dog") for n in range(60)),
+        # Near both: joins a TRAIN group and a TEST group.
+        image("/new/joiner.jpg", phash=in_train.perceptual_hash, group="joined"),
+        image("/new/joiner2.jpg", phash=in_test.perceptual_hash, group="joined"),
+    ]
+    daily = plan_splits([*first, *added], FRACTIONS, DISTANCE, earlier)
+    moved = {row.uri for row in daily.info.moved_listed}
+    for uri, split in earlier.items():
+        assert daily.splits[uri] == split or uri in moved
+    assert moved and daily.info.moved == len(moved)
+    assert {row.was for row in daily.info.moved_listed} <= {"train", "test"}
+    assert daily.splits["/new/joiner.jpg"] == daily.splits["/new/joiner2.jpg"]
+
+
+def test_a_group_the_fractions_cannot_take_is_said():
+    """A patient with 60% of the images fits in TRAIN's 80%; one with 90% does not."""
+    fits = [image(f"{n}", group="one") for n in range(60)] + [image(f"x{n}") for n in range(40)]
+    assert plan_splits(fits, FRACTIONS, DISTANCE).info.problems == ()
+    images = [image(f"{n}", group="one") for n in range(90)] + [image(f"x{n}") for n in range(10)]
+    plan = plan_splits(images, FRACTIONS, DISTANCE)
+    assert plan.info.largest_group == 90
+    assert plan.info.fractions["train"] == pytest.approx(0.9)
+    assert [problem.split(":")[0] for problem in plan.info.problems] == [
+        "train holds 90.0% of the images, not the 80.0% asked"
+    ]
+
+
+# --- whole conversions ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """The sample's photos, with planted near-copies (resized and recompressed) and byte
+    copies; a patient per photo that its copies share."""
+    root = tmp_path_factory.mktemp("planted")
+    rng = random.Random(5)
+    rows = []
+    for number, path in enumerate(sorted((SAMPLE_DATA / "images").glob("*/*.jpg"))):
+        label, patient = path.parent.name, f"p{rng.randrange(12)}"
+        name = f"{label}_{number}"
+        shutil.copy(path, root / f"{name}.jpg")
+        rows.append((f"{name}.jpg", label, patient))
+        if number % 3 == 0:
+            photo = Image.open(path).convert("RGB")
+            smaller = photo.resize((photo.width * 4 // 5, photo.height * 4 // 5))
+            smaller.save(root / f"{name}_small.jpg", quality=70)
+            rows.append((f"{name}_small.jpg", label, patient))
+        if number % 5 == 0:
+            shutil.copy(path, root / f"{name}_copy.jpg")
+            rows.append((f"{name}_copy.jpg", label, patient))
+    with open(root / "m.csv", "w", newline="") as file:
+        csv.writer(file).writerows([("image_uri", "label", "patient"), *rows])
+    return root
+
+
+def written(output):
+    """Each example's (split, its source URI, label, SHA-256, pHash of the stored image)."""
+    found = []
+    for split in ("train", "validation", "test"):
+        for example in read_examples(shard_pattern(output, split)):
+            stored = Image.open(io.BytesIO(feature(example, IMAGE)))
+            found.append(
+                (
+                    split,
+                    feature(example, SOURCE_ID).decode(),
+                    feature(example, CLASS_TEXT).decode(),
+                    feature(example, IMAGE_SHA256).decode(),
+                    perceptual_hash(stored),
+                )
+            )
+    return found
+
+
+def leaking_pairs(examples):
+    return [
+        (a[1], b[1])
+        for a, b in itertools.combinations(examples, 2)
+        if a[0] != b[0] and (a[3] == b[3] or distance(a[4], b[4]) <= DISTANCE)
+    ]
+
+
+def test_no_copy_pair_or_patient_crosses_splits_read_back_and_the_split_is_the_same_for_any_workers(
+    planted, tmp_path
+):
+    manifest = str(planted / "m.csv")
+    flags = ["--manifest", manifest, "--split_by", "groups", "--group_column", "patient"]
+    one = convert(tmp_path / "one", *flags, "--worker_processes", "1")
+    two = convert(tmp_path / "two", *flags, "--worker_processes", "2")
+    examples = written(one)
+    assert leaking_pairs(examples) == []
+    patients = {row[0]: row[2] for row in csv.reader(open(manifest)) if row[0] != "image_uri"}
+    split_of_patient = collections.defaultdict(set)
+    for split, uri, *_ in examples:
+        split_of_patient[patients[uri.rsplit("/", 1)[-1]]].add(split)
+    assert all(len(splits) == 1 for splits in split_of_patient.values()), split_of_patient
+    assert sorted((split, uri) for split, uri, *_ in written(two)) == sorted(
+        (split, uri) for split, uri, *_ in examples
+    )
+    summary = json.loads((one / "summary.json").read_text())
+    assert row_accounting(summary) == [len(patients)] * 3 + [0, 0]
+    groups = summary["split_groups"]
+    assert groups["images"] == len(patients)
+    assert groups["largest_group"] >= 2 and groups["groups_kept_together"] >= 5
+    assert sum(groups["fractions"].values()) == pytest.approx(1)
+    assert summary["examples_reused"] == len(patients)  # copied from the staging run
+    # The URI hash of the same rows does leak: what the grouped split prevents.
+    hashed = convert(tmp_path / "hashed", "--manifest", manifest)
+    assert leaking_pairs(written(hashed))
