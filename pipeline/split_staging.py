@@ -70,7 +70,10 @@ def convert_grouped(
     earlier = convert.earlier_output()
     group_of = _declared_groups(convert, manifests)  # before any image is read
     try:
-        stage("the grouped split: a staging run reads every image once")
+        stage(
+            "the grouped split: every row's split is made here (no split column is read); "
+            "a staging run reads every image once"
+        )
         reuse = [f"--reuse_from={earlier}"] if earlier and not convert.no_reuse else []
         with contextlib.redirect_stdout(io.StringIO()):
             convert_and_report([*argv, *_STAGING_OPTIONS, f"--output_dir={staged}", *reuse])
