@@ -35,8 +35,10 @@ from image_tfrecords.core.records.naming import REPORT_FILE
 from image_tfrecords.core.records.records import ExampleRef
 from image_tfrecords.core.records.summary import (
     ErrorsInfo,
+    MovedRow,
     NearCopiesInfo,
     RunOptions,
+    SplitGroups,
     SplitInfo,
     Summary,
 )
@@ -605,3 +607,54 @@ def test_the_pipeline_takes_the_copies_a_batch_at_a_time_as_first_copies_takes_t
     taken = combine.extract_output(combine.merge_accumulators(halves))
     assert list(taken) == first_copies(map(_shown_copy, copies), _copy_rank)
     assert len(taken) == LEAKS_LISTED and taken[0].copy.labels == ("a",)
+
+
+def test_a_grouped_split_shows_what_it_kept_together_and_the_label_shares_side_by_side(tmp_path):
+    """--split_by groups: the groups' counts (summary.json's, by path), each label's share
+    of every split beside the whole's, the fractions asked, and what could not be done."""
+    groups = SplitGroups(
+        images=40,
+        groups_kept_together=6,
+        images_in_groups=15,
+        largest_group=5,
+        fractions_asked={"train": 0.8, "validation": 0.1, "test": 0.1},
+        fractions={"train": 0.85, "validation": 0.1, "test": 0.05},
+        labels={
+            "train": {"cat": 0.6, "dog": 0.4},
+            "validation": {"cat": 0.5, "dog": 0.5},
+            "test": {"cat": 1.0},
+        },
+        labels_whole={"cat": 0.6, "dog": 0.4},
+        moved=1,
+        moved_listed=(MovedRow(uri="/d/a.jpg", was="test", now="train"),),
+        problems=("test holds 5.0% of the images, not the 10.0% asked: ...",),
+    )
+    summary = Summary(
+        rows_read=40,
+        rows_in_examples=40,
+        examples_written=40,
+        rows_dead_lettered=0,
+        accounted=True,
+        error_fraction=0.0,
+        vocabulary={"label": ["cat", "dog"]},
+        splits={"train": SplitInfo(examples=34, labels={"cat": 20, "dog": 14})},
+        split_groups=groups,
+        options=RunOptions(),
+    )
+    (tmp_path / REPORT_FILE).write_text(
+        render_report(summary, ReportContent({}, [], [], {}), "out")
+    )
+    page = rendered(tmp_path, tmp_path)
+    shown = {tuple(path): text.strip() for path, text in page.numbers if path[0] == "split_groups"}
+    assert shown == {
+        ("split_groups", "groups_kept_together"): "6",
+        ("split_groups", "images_in_groups"): "15",
+        ("split_groups", "images"): "40",
+        ("split_groups", "largest_group"): "5",
+        ("split_groups", "moved"): "1",
+    }
+    text = " ".join(page.text)
+    assert "cat 60.0% 60.0% 50.0% 100.0%" in text and "dog 40.0% 40.0% 50.0% 0.0%" in text
+    assert "images 100% 85.0% (asked 80%) 10.0% (asked 10%) 5.0% (asked 10%)" in text
+    assert "/d/a.jpg test → train" in text
+    assert "test holds 5.0% of the images, not the 10.0% asked" in text and "bad" in page.classes
