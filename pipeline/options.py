@@ -542,6 +542,11 @@ class ConvertOptions(PipelineOptions):
                 )
         except SchemaError as problem:
             found.append(str(problem))
+        if self.splits_by_groups and self.view_as(StandardOptions).no_wait_until_finish:
+            found.append(
+                "--split_by groups waits for its staging run to plan the split: "
+                "drop --no_wait_until_finish"
+            )
         if self.group_column and not self.splits_by_groups:
             found.append(f"--group_column {self.group_column}: give --split_by groups too")
         if self.group_column and (folder := folder_group_level(self.group_column)) is not None:

@@ -227,3 +227,56 @@ def test_no_copy_pair_or_patient_crosses_splits_read_back_and_the_split_is_the_s
     # The URI hash of the same rows does leak: what the grouped split prevents.
     hashed = convert(tmp_path / "hashed", "--manifest", manifest)
     assert leaking_pairs(written(hashed))
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--group_column", "patient"], "--group_column patient: give --split_by groups too"),
+        (["--split_by", "groups", "--group_column", "folder:x"], "folder:N takes N >= 1"),
+        (
+            ["--split_by", "groups", "--group_column", "ward"],
+            "has no column 'ward' named by --group_column",
+        ),
+        (["--split_by", "groups", "--no_wait_until_finish"], "drop --no_wait_until_finish"),
+    ],
+    ids=["no grouped split", "folder level", "no such column", "no wait"],
+)
+def test_a_grouping_that_cannot_be_made_stops_before_any_image_is_read(
+    planted, tmp_path, capsys, flags, said
+):
+    from image_tfrecords.pipeline import run
+
+    output = tmp_path / "out"
+    code = run.main(["--manifest", str(planted / "m.csv"), "--output_dir", str(output), *flags])
+    assert code == run.EXIT_USAGE
+    assert said in capsys.readouterr().err
+    assert not output.exists()
+
+
+def test_a_daily_run_keeps_every_image_of_the_earlier_output_in_its_split(planted, tmp_path):
+    """Day 2 adds photos (the sample's, turned upside down: new bytes, new pHashes) to
+    day 1's rows; with --reuse_from day 1, every day-1 image stays in its split, as read
+    back from both outputs, and nothing is listed as moved."""
+    flags = ["--split_by", "groups", "--group_column", "patient"]
+    day1 = convert(tmp_path / "day1", "--manifest", str(planted / "m.csv"), *flags)
+    header, *rows = list(csv.reader(open(planted / "m.csv")))
+    rows = [header, *([str(planted / name), *rest] for name, *rest in rows)]
+    for number, path in enumerate(sorted((SAMPLE_DATA / "images").glob("*/*.jpg"))[:6]):
+        turned = tmp_path / f"new_{number}.jpg"
+        Image.open(path).convert("RGB").rotate(180).save(turned, quality=90)
+        rows.append([str(turned), path.parent.name, f"new{number}"])
+    day2_manifest = tmp_path / "day2.csv"
+    with open(day2_manifest, "w", newline="") as file:
+        csv.writer(file).writerows(rows)
+    day2 = convert(
+        tmp_path / "day2", "--manifest", str(day2_manifest), *flags, "--reuse_from", str(day1)
+    )
+    before = {uri: split for split, uri, *_ in written(day1)}
+    after = {uri: split for split, uri, *_ in written(day2)}
+    assert {uri: after[uri] for uri in before} == before
+    assert len(after) == len(before) + 6
+    summary = json.loads((day2 / "summary.json").read_text())
+    assert summary["split_groups"]["moved"] == 0
+    assert summary["split_groups"]["images"] == len(after)
+    assert leaking_pairs(written(day2)) == []
