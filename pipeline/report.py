@@ -243,11 +243,14 @@ def _split_groups_lines(groups: SplitGroups | None) -> list[str]:
         f"{groups.largest_group}); {fractions}"
     ]
     if groups.moved:
-        moved = ", ".join(f"{row.uri} {row.was}->{row.now}" for row in groups.moved_listed[:3])
+        moved = ", ".join(
+            f"{row.uri} {row.was}->{row.now}"
+            + (f" (joined by {row.joined_by})" if row.joined_by else "")
+            for row in groups.moved_listed[:3]
+        )
         lines.append(
             f"split by groups: {counted(groups.moved, 'image')} moved split since the earlier "
-            f"output, a new near-copy joining groups of two splits: {moved}"
-            + (", ..." if groups.moved > 3 else "")
+            f"output, their group now in one split: {moved}" + (", ..." if groups.moved > 3 else "")
         )
     lines += [f"warning: {problem}" for problem in groups.problems]
     return lines

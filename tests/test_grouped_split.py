@@ -131,6 +131,7 @@ def test_a_daily_run_keeps_every_earlier_split_unless_a_new_copy_joins_two():
     assert moved and daily.info.moved == len(moved)
     assert {row.was for row in daily.info.moved_listed} <= {"train", "test"}
     assert daily.splits["/new/joiner.jpg"] == daily.splits["/new/joiner2.jpg"]
+    assert {row.joined_by for row in daily.info.moved_listed} == {"/new/joiner.jpg"}
 
 
 def test_a_group_the_fractions_cannot_take_is_said():

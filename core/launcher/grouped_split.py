@@ -75,11 +75,14 @@ def plan_splits(
             continue
         split = min(before, key=lambda s: (-before[s], SPLITS.index(s)))
         placed.add(split, [images[m] for m in members])
+        joined_by = min(
+            (images[m].uri for m in members if images[m].uri not in earlier), default=None
+        )
         for m in members:
             splits[images[m].uri] = split
             was = earlier.get(images[m].uri)
             if was and was != split:
-                moved.append(MovedRow(uri=images[m].uri, was=was, now=split))
+                moved.append(MovedRow(uri=images[m].uri, was=was, now=split, joined_by=joined_by))
     for members in sorted(unpinned, key=lambda g: (-len(g), _group_digest(images, g))):
         held = [images[m] for m in members]
         split = placed.best_split(held)

@@ -158,6 +158,10 @@ class MovedRow(_Record):
     uri: str
     was: Split
     now: Split
+    # A new image (not in the earlier output) whose near-copies or group joined the
+    # splits' images; None: the earlier output had the group in two splits already (it
+    # was not split by groups, or its rows' groups changed).
+    joined_by: str | None = None
 
 
 class SplitGroups(_Record):
