@@ -281,3 +281,17 @@ def test_a_daily_run_keeps_every_image_of_the_earlier_output_in_its_split(plante
     assert summary["split_groups"]["moved"] == 0
     assert summary["split_groups"]["images"] == len(after)
     assert leaking_pairs(written(day2)) == []
+
+
+def test_a_group_column_of_a_file_with_no_columns_is_refused_before_any_image_is_read(
+    tmp_path, capsys
+):
+    """A COCO file has no manifest columns: the rows would all be ungrouped, silently."""
+    from image_tfrecords.pipeline import run
+
+    coco = SAMPLE_DATA / "detection" / "coco" / "instances.json"
+    flags = ["--label_mode", "detection", "--split_by", "groups", "--group_column", "patient"]
+    output = tmp_path / "out"
+    assert run.main(["--manifest", str(coco), "--output_dir", str(output), *flags]) == 2
+    assert "--group_column patient: a column of a CSV manifest" in capsys.readouterr().err
+    assert not output.exists()
