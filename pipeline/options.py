@@ -483,18 +483,18 @@ class ConvertOptions(PipelineOptions):
 
     @classmethod
     def names(cls) -> list[str]:
-        """The names of this job's own options (not Beam's), in --help order."""
-        return [option.dest for group in OPTION_GROUPS for option in group.options]
-
-    def values(self) -> dict[str, object]:
-        """The options a user gives, by name (summary.json's; not those a run sets for
-        the run it starts, which --help does not show)."""
-        return {
-            option.dest: getattr(self, option.dest)
+        """The names of this job's own options (not Beam's) that a user gives, in --help
+        order: not those a run sets for the run it starts, which --help does not show."""
+        return [
+            option.dest
             for group in OPTION_GROUPS
             for option in group.options
             if option.help != argparse.SUPPRESS
-        }
+        ]
+
+    def values(self) -> dict[str, object]:
+        """The options a user gives, by name (summary.json's)."""
+        return {name: getattr(self, name) for name in self.names()}
 
     def earlier_output(self) -> str | None:
         """The output this run follows: --reuse_from, else with --overwrite the output

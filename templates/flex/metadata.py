@@ -38,7 +38,11 @@ def template_metadata() -> dict[str, Any]:
     """The metadata.json content for the options ConvertOptions defines now."""
     parser = argparse.ArgumentParser()
     ConvertOptions._add_argparse_args(parser)  # noqa: SLF001 - Beam's own extension point
-    options = [action for action in parser._actions if action.dest != "help"]  # noqa: SLF001
+    options = [
+        action
+        for action in parser._actions  # noqa: SLF001
+        if action.dest != "help" and action.help != argparse.SUPPRESS  # a run's, for its next
+    ]
     unknown = (REQUIRED | _REGEXES.keys()) - {action.dest for action in options}
     if unknown:
         raise ValueError(f"not options of the job any more: {sorted(unknown)}")
