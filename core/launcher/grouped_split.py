@@ -47,7 +47,10 @@ class PlannedImage(NamedTuple):
     group: str | None = None  # its rows' --group_column value
 
 
-class SplitPlan(NamedTuple):
+class GroupedSplit(NamedTuple):
+    """The plan: each image's split, and its account for summary.json. (Not the shard
+    writer's SplitPlan, which places rows in a split's shards.)"""
+
     splits: dict[str, str]  # image URI -> split
     info: SplitGroups
 
@@ -57,7 +60,7 @@ def plan_splits(
     fractions: Sequence[float],
     max_distance: int,
     earlier: Mapping[str, str] | None = None,
-) -> SplitPlan:
+) -> GroupedSplit:
     """Each image's split; `earlier`: the earlier output's split of each image URI."""
     earlier = earlier or {}
     groups = _groups(images, max_distance)
@@ -106,7 +109,7 @@ def plan_splits(
         moved_listed=tuple(sorted(moved, key=lambda row: row.uri)[:MOVED_LISTED]),
         problems=tuple(placed.problems(max(map(len, groups), default=0))),
     )
-    return SplitPlan(splits, info)
+    return GroupedSplit(splits, info)
 
 
 def _groups(images: Sequence[PlannedImage], max_distance: int) -> list[list[int]]:
