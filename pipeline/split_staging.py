@@ -25,9 +25,8 @@ from collections.abc import Callable, Sequence
 
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
-from image_tfrecords.core.inputs.automl_csv import CsvFormat
 from image_tfrecords.core.inputs.rows import ManifestError
-from image_tfrecords.core.inputs.sources import read_source
+from image_tfrecords.core.inputs.sources import FORMATS, read_source
 from image_tfrecords.core.launcher.grouped_split import PlannedImage, plan_splits
 from image_tfrecords.core.launcher.publishing import delete_tree
 from image_tfrecords.core.records import naming
@@ -111,7 +110,7 @@ def _declared_groups(
     rules = dataclasses.replace(
         rules, extra_columns=(*rules.extra_columns, ExtraColumn(convert.group_column, STRING))
     )
-    not_csv = [source.path for source in manifests if source.format != CsvFormat.name]
+    not_csv = [source.path for source in manifests if not FORMATS[source.format].named_columns]
     if not_csv or not manifests:
         raise ManifestError(
             f"--group_column {convert.group_column}: a column of a CSV manifest, and "
