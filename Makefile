@@ -89,9 +89,9 @@ $(HDFS_CLUSTER_JAR): tests/hdfs_cluster/pom.xml tests/hdfs_cluster/src/main/java
 	mvn --batch-mode --quiet --file tests/hdfs_cluster/pom.xml package
 	touch $@
 
-# A Flink 1.19 session cluster's jars, for the tests that run the job on a real cluster
-# (tests/flink_cluster/, started by tests/clusters.py).
-FLINK_CLUSTER_JAR := tests/flink_cluster/target/flink-cluster.jar
+# A Flink 1.19 installation's lib/, laid out as the distribution's, for the tests that run
+# the job on a real session cluster (tests/flink_cluster/, started by tests/clusters.py).
+FLINK_CLUSTER_JAR := tests/flink_cluster/target/flink/lib/flink-dist-1.19.0.jar
 
 $(FLINK_CLUSTER_JAR): tests/flink_cluster/pom.xml
 	mvn --batch-mode --quiet --file tests/flink_cluster/pom.xml package

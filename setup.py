@@ -66,6 +66,7 @@ setup(
             "image-tfrecords=image_tfrecords.pipeline.cli:main",
             # the boot command of a PROCESS environment on a cluster (docs/operations/clusters.md)
             "image-tfrecords-sdk-worker=image_tfrecords.pipeline.sdk_worker_boot:main",
+            "image-tfrecords-sdk-worker-pool=image_tfrecords.pipeline.sdk_worker_pool:main",
         ]
     },
 )

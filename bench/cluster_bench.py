@@ -1,17 +1,21 @@
-"""The job on a Flink session cluster against the DirectRunner, on this machine.
+"""The page's Flink session cluster against the DirectRunner, on this machine.
 
-Starts what tests/test_flink_cluster.py runs on (tests/clusters.py: a JobManager and one
-TaskManager JVM with one slot, Beam's runner in their class path, Beam's worker pool
-from this venv beside them), then alternates, --rounds times, the DirectRunner and the
-cluster on each data set: the 50-row sample (sample_data/) and --images crops of real
-photos (make_dataset.py). Each cluster run is `python -m image_tfrecords` as the docs give it
-(--environment_type EXTERNAL, --environment_cache_millis, --beam_runner_on_cluster);
-before each, the script waits past the cached SDK worker's expiry, so every cluster run
-starts its SDK worker as a daily job does.
-Every run's output must equal the DirectRunner's (the published shards' bytes), else
-exit 1. Prints the medians and ratios, writes every run to --json.
+Starts a cluster laid out and run as docs/operations/clusters.md says (tests/clusters.py
+takes its commands from the page: Flink's lib/ with Beam's runner copied in by the page's
+script, a JobManager and one TaskManager with one slot, the page's worker pool and its job
+server started once), then alternates, --rounds times, on each data set (the 50-row sample
+of the README's job and --images crops of real photos, make_dataset.py):
 
-`make job-servers` and `make test`'s tests/flink_cluster jar first.
+- the DirectRunner;
+- the page's launcher command (`--job_endpoint` the job server, the page's pool);
+- the same without `--job_endpoint`: the launcher starts a job server for the run;
+- the page's command with Beam's own worker pool (worker_pool_main) instead.
+
+Every run's published shards must equal the DirectRunner's, and each cluster run must start
+exactly one SDK worker (a job's worker never serves the next job), else exit 1. Prints the
+medians and ratios, writes every run to --json.
+
+`make job-servers` and `make test`'s tests/flink_cluster first.
 """
 
 from __future__ import annotations
@@ -32,24 +36,26 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))
-from clusters import FlinkCluster, WorkerPool  # noqa: E402
+from clusters import (  # noqa: E402
+    TASK_MANAGER_JVM,
+    TASK_MANAGER_MEMORY,
+    FlinkCluster,
+    JobServer,
+    WorkerPool,
+    flink_page,
+)
 
-from image_tfrecords.pipeline import engines  # noqa: E402
-
-CACHE_MS = 20_000  # the SDK worker's cache (its stages share one); each run waits past it
 SAMPLE_FLAGS = [
     "--manifest",
     str(ROOT / "sample_data" / "manifest.csv"),
     "--max_error_fraction",
     "0.25",
-    "--num_shards",
-    "2",
 ]
 
 
 def run(flags: list[str], output: Path, temp: Path) -> float:
-    """The console's own wall of one conversion (a fresh output), checked to succeed."""
+    """The wall of one conversion (a fresh output) from the launcher's start to its end,
+    checked to succeed."""
     shutil.rmtree(output, ignore_errors=True)
     temp.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -58,12 +64,18 @@ def run(flags: list[str], output: Path, temp: Path) -> float:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "TMPDIR": str(temp)},
     )
     wall = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"{flags[-1]}: exit {done.returncode}\n{done.stderr[-3000:]}")
     return wall
+
+
+def workers_started(pool: WorkerPool) -> int:
+    """How many SDK workers `pool` has started (its own log's lines, either pool's)."""
+    text = pool.log.read_text(errors="replace")
+    return text.count("Started worker") + text.count("Starting worker")
 
 
 def shard_digests(output: Path) -> dict[str, str]:
@@ -100,25 +112,35 @@ def main() -> None:
         "sample": SAMPLE_FLAGS,
         f"{args.images} photos": ["--manifest", str(photos / "manifest.csv")],
     }
-    cluster_folder = args.work / f"cluster-{os.getpid()}"
-    cluster_folder.mkdir()
-    pool = WorkerPool(cluster_folder)
-    cluster = FlinkCluster(cluster_folder, engines.ENGINES["flinkrunner"].built_jar)
-    on_the_cluster = [
-        "--runner",
-        "FlinkRunner",
-        "--flink_master",
-        f"localhost:{cluster.rest_port}",
-        "--environment_type",
-        "EXTERNAL",
-        "--environment_config",
-        f"localhost:{pool.port}",
-        "--environment_cache_millis",
-        str(CACHE_MS),
-        "--beam_runner_on_cluster",
-        "--temp_location",
-        str(args.work / "tft"),
-    ]
+    page = flink_page()
+    folder = args.work / f"cluster-{os.getpid()}"
+    (folder / "beams-pool").mkdir(parents=True)
+    at = page.pool.index("--service_port") + 1
+    pools = {
+        "page": WorkerPool(folder, [*page.pool[:at], "PORT", *page.pool[at + 1 :]]),
+        "beam": WorkerPool(folder / "beams-pool"),
+    }
+    cluster = FlinkCluster(folder, page)
+    job_server = JobServer(folder, page.job_server, f"localhost:{cluster.rest_port}")
+
+    def launcher_flags(pool: WorkerPool) -> list[str]:
+        return page.launcher_flags(
+            {
+                "jobmanager:8081": f"localhost:{cluster.rest_port}",
+                "jobserver:8099": job_server.endpoint,
+                "localhost:50000": f"localhost:{pool.port}",
+                "/shared/tmp": str(args.work / "tft"),
+            },
+            leave_out=("--manifest", "--output_dir", "--s3_endpoint_url"),
+        )
+
+    page_flags = launcher_flags(pools["page"])
+    at = page_flags.index("--job_endpoint")
+    modes = {
+        "cluster": (page_flags, pools["page"]),
+        "own job server": (page_flags[:at] + page_flags[at + 2 :], pools["page"]),
+        "beam's pool": (launcher_flags(pools["beam"]), pools["beam"]),
+    }
     runs = []
     try:
         for round_ in range(1, args.rounds + 1):
@@ -126,16 +148,21 @@ def main() -> None:
                 direct = args.work / "direct"
                 times = {"direct": run(flags, direct, args.work / "tmp")}
                 expected = shard_digests(direct)
-                time.sleep(CACHE_MS / 1000 + 5)  # the cached SDK worker is gone
-                output = args.work / "cluster"
-                times["cluster"] = run([*flags, *on_the_cluster], output, args.work / "tmp")
-                if shard_digests(output) != expected:
-                    sys.exit(f"{name}: the cluster's shards differ from the DirectRunner's")
+                for mode, (on_the_cluster, pool) in modes.items():
+                    before = workers_started(pool)
+                    output = args.work / "cluster"
+                    times[mode] = run([*flags, *on_the_cluster], output, args.work / "tmp")
+                    if shard_digests(output) != expected:
+                        sys.exit(f"{name}, {mode}: the shards differ from the DirectRunner's")
+                    if workers_started(pool) != before + 1:
+                        sys.exit(f"{name}, {mode}: not one SDK worker started for the job")
                 runs.append({"round": round_, "set": name, **times})
                 print(json.dumps(runs[-1]), flush=True)
     finally:
+        job_server.stop()
         cluster.stop()
-        pool.stop()
+        for pool in pools.values():
+            pool.stop()
     summary = {}
     for name in sets:
         of_set = [entry for entry in runs if entry["set"] == name]
@@ -144,10 +171,16 @@ def main() -> None:
             for mode in of_set[0]
             if mode not in ("round", "set")
         }
-        summary[name] = {**medians, "cluster/direct": medians["cluster"] / medians["direct"]}
+        summary[name] = {
+            **medians,
+            **{f"{mode}/direct": medians[mode] / medians["direct"] for mode in modes},
+        }
         print(
-            f"{name}: DirectRunner {medians['direct']:.1f} s, cluster "
-            f"{medians['cluster']:.1f} s: {summary[name]['cluster/direct']:.2f}x"
+            f"{name}: DirectRunner {medians['direct']:.1f} s; "
+            + ", ".join(
+                f"{mode} {medians[mode]:.1f} s ({summary[name][f'{mode}/direct']:.2f}x)"
+                for mode in modes
+            )
         )
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
     Path(args.json).write_text(
@@ -161,6 +194,16 @@ def main() -> None:
                     "java": java.splitlines()[0],
                 },
                 "command": " ".join(sys.argv),
+                "cluster": {
+                    "task managers": 1,
+                    "slots": 1,
+                    "task manager": {
+                        **TASK_MANAGER_MEMORY,
+                        **page.settings,
+                        "jvm": TASK_MANAGER_JVM,
+                    },
+                    "job manager": "-Xmx512m, jobmanager.memory.process.size 1g",
+                },
                 "runs": runs,
                 "medians": summary,
             },

@@ -240,11 +240,25 @@ def submitted_flink_jobs(job_server_output: str, flink_master: str) -> list[Flin
     """The jobs a Flink job server submitted to a cluster, as its output (its log) names
     them; their REST address as it says, else --flink_master's."""
     urls = dict(_SUBMITTED.findall(job_server_output))
-    master = flink_master if "://" in flink_master else f"http://{flink_master}"
     return [
-        FlinkJob(job_id, urls.get(job_id, master).rstrip("/"))
+        FlinkJob(job_id, urls.get(job_id, _rest_url(flink_master)).rstrip("/"))
         for job_id in dict.fromkeys(_SUBMITTING.findall(job_server_output))
     ]
+
+
+def flink_jobs_named(name: str, flink_master: str) -> list[FlinkJob]:
+    """The jobs named `name` on the cluster at `flink_master`, through its REST API: a job
+    server started apart from the launcher (--job_endpoint) submits Beam's job under the
+    job's name (Beam's job id is the name, '_' and a UUID). Raises OSError where the
+    cluster does not answer."""
+    url = _rest_url(flink_master).rstrip("/")
+    with urllib.request.urlopen(f"{url}/jobs/overview", timeout=_REST_TIMEOUT_S) as answer:
+        jobs = json.loads(answer.read())["jobs"]
+    return [FlinkJob(job["jid"], url) for job in jobs if job["name"] == name]
+
+
+def _rest_url(flink_master: str) -> str:
+    return flink_master if "://" in flink_master else f"http://{flink_master}"
 
 
 @contextlib.contextmanager

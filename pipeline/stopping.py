@@ -164,9 +164,9 @@ class JobWatch:
             return ""
         return (
             ", or, where the pool's log says 'Unable to locate credentials', that its "
-            "workers have S3's keys: a plain worker pool gives them none of the job's "
-            "options, so start it with --container_executable image-tfrecords-sdk-worker "
-            "(or give its environment AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+            "workers have S3's keys: Beam's worker pool gives them none of the job's "
+            "options, so start image-tfrecords-sdk-worker-pool instead (or give its "
+            "environment AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
         )
 
     def cancel(self, result: PipelineResult | None) -> str:
@@ -184,6 +184,8 @@ class JobWatch:
         if engine is None or self._job_server_log is None:  # Dataflow, --job_endpoint
             if result is None:  # the runner may have made the job before it answered
                 return "its submission was under way: look for the job in the runner's console"
+            if engine is not None and not engines.runs_inside_the_job_server(engine, self._options):
+                return self._cancel_named_on_flink(result, engine.master(self._options))
             return self._cancel_through_runner(result)
         # No submission after this, and a job inside the job server ends with it. A
         # terminal's Ctrl-C reaches the job server too (one process group): it may be gone.
@@ -197,6 +199,18 @@ class JobWatch:
         if not submitted:
             return "the job was not submitted to the cluster"
         return "; ".join(self._cancel_on_flink(job) for job in submitted)
+
+    def _cancel_named_on_flink(self, result: PipelineResult, flink_master: str) -> str:
+        """A job on a session cluster from a job server of its own (--job_endpoint): Beam's
+        cancel would only stop that job server's wait, so it is found by its name."""
+        name = _job_id(result).rsplit("_", 1)[0]
+        try:
+            jobs = engines.flink_jobs_named(name, flink_master)
+        except OSError as error:
+            return f"the Flink job {name} could not be looked for at {flink_master}: {error}"
+        if not jobs:
+            return self._cancel_through_runner(result)
+        return "; ".join(self._cancel_on_flink(job) for job in jobs)
 
     def _cancel_on_flink(self, job: engines.FlinkJob) -> str:
         try:

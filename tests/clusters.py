@@ -22,8 +22,12 @@ so none outlives a test.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import re
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +39,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from storage_servers import HOST, free_port
+
+from image_tfrecords.pipeline import engines
+
+ROOT = Path(__file__).parents[1]
+# The page whose commands the tests run (FlinkPage).
+PAGE = ROOT / "docs" / "operations" / "clusters.md"
 
 # How long a cluster or pool may take to answer before the test fails (they answer in
 # ~10 s and ~3 s here, alone; CI's machine is shared).
@@ -62,8 +72,7 @@ JAVA_17_OPENS = [
 
 # The TaskManager's memory, every part named: bin/taskmanager.sh computes these from one
 # size and hands them over; a TaskManagerRunner started by hand refuses to start without
-# them. The job's ~170 tasks need 512 MiB of network buffers (256 MiB fails with
-# "Insufficient number of network buffers: required 512, but only 511 available").
+# them. Its network buffers are the page's (FlinkPage.settings).
 TASK_MANAGER_MEMORY = {
     "taskmanager.cpu.cores": "1",
     "taskmanager.memory.framework.heap.size": "128m",
@@ -71,23 +80,9 @@ TASK_MANAGER_MEMORY = {
     "taskmanager.memory.framework.off-heap.size": "128m",
     "taskmanager.memory.task.off-heap.size": "0m",
     "taskmanager.memory.managed.size": "128m",
-    "taskmanager.memory.network.min": "512m",
-    "taskmanager.memory.network.max": "512m",
     "taskmanager.memory.jvm-metaspace.size": "256m",
     "taskmanager.memory.jvm-overhead.min": "192m",
     "taskmanager.memory.jvm-overhead.max": "192m",
-}
-# Beam's runner classes on the cluster's own class path, taken from there before the
-# job's jar. Only then does --environment_cache_millis keep an SDK worker from one stage to
-# the next: Beam's Flink runner closes a stage's environment at once when its classes came
-# from the job's class loader (FlinkExecutableStageContextFactory), so a stock session
-# cluster starts a fresh worker (~10 s, TensorFlow's import) for each of the job's ~14
-# stages (measured: 14 workers and ~115 s for the sample; 1 worker with these). Without
-# the leaked class loader check off, the job failed at once ("ServiceConfigurationError:
-# org.apache.beam.sdk.runners.PipelineRunnerRegistrar: Error accessing configuration file").
-BEAM_IN_LIB = {
-    "classloader.resolve-order": "parent-first",
-    "classloader.check-leaked-classloader": "false",
 }
 
 # The TaskManager JVM's own limits, as bin/taskmanager.sh derives them from the above:
@@ -124,7 +119,9 @@ SPARK_JAVA_17_OPTIONS = [
 SPARK_WORKER_RESOURCES = ["--cores", "2", "--memory", "2g"]
 
 
-def _group(command: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+def _group(
+    command: list[str], log: Path, env: dict | None = None, cwd: Path | None = None
+) -> subprocess.Popen:
     """`command` in a process group of its own, stdout and stderr into `log`."""
     with open(log, "wb") as output:
         return subprocess.Popen(
@@ -133,6 +130,7 @@ def _group(command: list[str], log: Path, env: dict | None = None) -> subprocess
             stdout=output,
             stderr=subprocess.STDOUT,
             env=env,
+            cwd=cwd,
             start_new_session=True,
         )
 
@@ -231,45 +229,92 @@ class _Cluster:
 
 
 class FlinkCluster(_Cluster):
-    """A JobManager and one TaskManager with one slot; `rest_port` is the REST API's port
-    (`--flink_master localhost:REST_PORT`), their config and logs are in `folder`.
+    """A Flink 1.19 installation laid out as docs/operations/clusters.md says, and a session
+    cluster of it: a JobManager and one TaskManager with one slot. `rest_port` is the REST
+    API's port (`--flink_master localhost:REST_PORT`); the installation (FLINK_HOME:
+    `home`, its conf/ and log/) and the JVMs' working files are in `folder`.
 
-    `beam_runner_jar` (Beam's Flink job server jar) is on both JVMs' class path, as in a
-    cluster whose lib/ folder holds Beam's runner: see BEAM_IN_LIB."""
+    The installation is Flink's lib/ as `make test` builds it (tests/flink_cluster/), Beam's
+    runner added by the page's command (`page`: job_servers/flink/copy-to-flink-lib.sh,
+    into lib/beam/), the page's settings in conf/config.yaml and Flink's own
+    conf/log4j.properties. Each JVM is started as Flink's bin/flink-daemon.sh starts it:
+    the class path bin/config.sh makes of lib/ (`flink_class_path`), log4j writing to the
+    file `-Dlog.file` names (`job_manager_log`, `task_manager_log`: what the web UI shows),
+    stdout and stderr to the .out file beside it."""
 
-    JAR = Path(__file__).parent / "flink_cluster" / "target" / "flink-cluster.jar"
+    DISTRIBUTION = Path(__file__).parent / "flink_cluster" / "target" / "flink"
+    LOG4J_PROPERTIES = Path(__file__).parent / "flink_cluster" / "conf" / "log4j.properties"
     JOB_MANAGER = "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint"
     TASK_MANAGER = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
 
-    def __init__(self, folder: Path, beam_runner_jar: Path) -> None:
+    def __init__(self, folder: Path, page: FlinkPage) -> None:
         super().__init__()
-        _require_built({self.JAR: "test", beam_runner_jar: "job-servers"})
+        self._page = page
+        _require_built(
+            {
+                self.DISTRIBUTION / "lib" / "flink-dist-1.19.0.jar": "test",
+                engines.ENGINES["flinkrunner"].built_jar: "job-servers",
+            }
+        )
         self.folder = folder
+        self.home = folder / "flink"
         self.rest_port = free_port()
         self.url = f"http://{HOST}:{self.rest_port}"
-        config = folder / "conf"
-        config.mkdir(parents=True)
-        (config / "flink-conf.yaml").write_text(self._config(free_port()))
-        java = [
-            "java",
-            *JAVA_17_OPENS,
-            f"-Djava.io.tmpdir={folder}",
-            "-cp",
-            f"{self.JAR}{os.pathsep}{beam_runner_jar}",
-        ]
-        self.job_manager_log = folder / "jobmanager.log"
-        self.task_manager_log = folder / "taskmanager.log"
-        self._start(
-            [*java, "-Xmx512m", self.JOB_MANAGER, "--configDir", str(config)], self.job_manager_log
+        self._install()
+        self.job_manager_log = self._daemon(
+            "standalonesession", ["-Xmx512m"], self.JOB_MANAGER, "--executionMode", "cluster"
         )
-        self._start(
-            [*java, *TASK_MANAGER_JVM, self.TASK_MANAGER, "--configDir", str(config)],
-            self.task_manager_log,
-        )
+        self.task_manager_log = self._daemon("taskexecutor", TASK_MANAGER_JVM, self.TASK_MANAGER)
         # A slot, not just a TaskManager: it registers before it offers its slot.
         self._wait_for(
             lambda: self.rest("/overview")["slots-total"] >= 1, "no TaskManager slot registered"
         )
+
+    def _install(self) -> None:
+        """FLINK_HOME: Flink's lib/ (links to the built jars), Beam's runner copied in by
+        the page's command, conf/."""
+        lib = self.home / "lib"
+        lib.mkdir(parents=True)
+        for jar in (self.DISTRIBUTION / "lib").glob("*.jar"):
+            (lib / jar.name).symlink_to(jar)
+        # where flink-dist's manifest names Flink's modules (../flink-dist-lib/ of lib/)
+        (self.home / "flink-dist-lib").symlink_to(self.DISTRIBUTION / "flink-dist-lib")
+        subprocess.run(
+            [str(self.home) if part == "$FLINK_HOME" else part for part in self._page.copy_runner],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        conf = self.home / "conf"
+        conf.mkdir()
+        (conf / "config.yaml").write_text(self._config(free_port()))
+        shutil.copy(self.LOG4J_PROPERTIES, conf)
+        (self.home / "log").mkdir()
+
+    def _daemon(self, daemon: str, memory: list[str], main_class: str, *arguments: str) -> Path:
+        """Starts `main_class` as bin/flink-daemon.sh starts DAEMON; its log4j log."""
+        conf = self.home / "conf"
+        prefix = self.home / "log" / f"flink-{daemon}-0"
+        log = prefix.with_suffix(".log")
+        self._start(
+            [
+                "java",
+                *JAVA_17_OPENS,
+                *memory,
+                f"-Djava.io.tmpdir={self.folder}",
+                f"-Dlog.file={log}",
+                f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}",
+                f"-Dlog4j.configurationFile=file:{conf / 'log4j.properties'}",
+                "-classpath",
+                flink_class_path(self.home / "lib"),
+                main_class,
+                "--configDir",
+                str(conf),
+                *arguments,
+            ],
+            prefix.with_suffix(".out"),
+        )
+        return log
 
     def _config(self, rpc_port: int) -> str:
         settings = {
@@ -287,7 +332,7 @@ class FlinkCluster(_Cluster):
             "taskmanager.numberOfTaskSlots": "1",
             "parallelism.default": "1",
             **TASK_MANAGER_MEMORY,
-            **BEAM_IN_LIB,
+            **self._page.settings,
         }
         return "".join(f"{key}: {value}\n" for key, value in settings.items())
 
@@ -313,6 +358,14 @@ class FlinkCluster(_Cluster):
                 self.rest(f"/jobs/{job['jid']}?mode=cancel", method="PATCH")
 
 
+def flink_class_path(lib: Path) -> str:
+    """The class path Flink's bin/config.sh (constructFlinkClassPath) gives its JVMs: every
+    jar under lib/, sub-folders included, in sorted order, the flink-dist jar last."""
+    jars = sorted(str(jar) for jar in lib.rglob("*.jar"))
+    dist = [jar for jar in jars if re.search(r"/flink-dist[^/]*\.jar$", jar)]
+    return os.pathsep.join([jar for jar in jars if jar not in dist] + dist)
+
+
 class SparkCluster(_Cluster):
     """A Master and one Worker (SPARK_WORKER_RESOURCES), all on HOST: `master_url` is what
     `--spark_master_url` names, `url` the Master's web UI, whose /json/ is the cluster's
@@ -327,8 +380,9 @@ class SparkCluster(_Cluster):
     MASTER = "org.apache.spark.deploy.master.Master"
     WORKER = "org.apache.spark.deploy.worker.Worker"
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, page: FlinkPage) -> None:
         super().__init__()
+        self._page = page
         _require_built({self.JAR: "test"})
         home = folder / "spark-home"
         home.mkdir(parents=True)
@@ -416,22 +470,31 @@ class SparkCluster(_Cluster):
             jar.unlink()
 
 
+# Beam's own worker pool, as its docs start it.
+BEAM_POOL = [
+    sys.executable,
+    "-m",
+    "apache_beam.runners.worker.worker_pool_main",
+    "--service_port",
+    "PORT",
+]
+
+
 class WorkerPool:
-    """Beam's SDK worker pool on `port`, with this interpreter's venv first on PATH: the
-    pool starts each worker as the `python` on PATH. The workers import this worktree's
-    packages (PYTHONPATH), as the launcher does; `environment` is added to theirs (a
-    bucket's keys, as a pool's pod would hold them; AWS_* variables of this process never
-    reach it). `workers_python`, where given, is the `python` the workers start with
-    instead (one without Beam: workers that never start); `container_executable`, the
-    command each worker is started as (Beam's container contract: the worker asks the
-    job's provision service for its options)."""
+    """An SDK worker pool on `port`, with this interpreter's venv first on PATH.
+
+    `command` is the pool's command line with PORT for its port (PAGE_POOL: the page's,
+    image-tfrecords-sdk-worker-pool, else Beam's worker_pool_main, which starts each worker
+    as the `python` on PATH). `environment` is added to its own (AWS_* variables of this
+    process never reach it); `workers_python`, where given, is the `python` Beam's pool
+    starts workers with instead (one without Beam: workers that never start)."""
 
     def __init__(
         self,
         folder: Path,
+        command: list[str] | None = None,
         environment: dict[str, str] | None = None,
         workers_python: str | None = None,
-        container_executable: str | None = None,
     ) -> None:
         self.port = free_port()
         self.log = folder / "worker_pool.log"
@@ -443,21 +506,12 @@ class WorkerPool:
         env = {
             **{name: value for name, value in os.environ.items() if not name.startswith("AWS_")},
             "PATH": f"{first_on_path}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONPATH": str(Path(__file__).parents[1]),
             "TMPDIR": str(folder),
             **(environment or {}),
         }
+        command = command or BEAM_POOL
         self._process = _group(
-            [
-                sys.executable,
-                "-m",
-                "apache_beam.runners.worker.worker_pool_main",
-                "--service_port",
-                str(self.port),
-                *(["--container_executable", container_executable] if container_executable else []),
-            ],
-            self.log,
-            env,
+            [str(self.port) if part == "PORT" else part for part in command], self.log, env
         )
         try:
             _wait_until(
@@ -473,6 +527,84 @@ class WorkerPool:
 
     def stop(self) -> None:
         _stop_group(self._process)
+
+
+class JobServer:
+    """A Flink job server started once (`command`, the page's, with its ports free ones of
+    this machine's, its host this one and the cluster's REST address `flink_master`),
+    taking every job: `endpoint` is what `--job_endpoint` names."""
+
+    def __init__(self, folder: Path, command: list[str], flink_master: str) -> None:
+        self.port = free_port()
+        ports = {"--job-port": self.port, "--artifact-port": free_port(), "--expansion-port": 0}
+        arguments = list(command)
+        for flag, port in ports.items():
+            arguments[arguments.index(flag) + 1] = str(port)
+        arguments[arguments.index("--job-host") + 1] = HOST
+        arguments[arguments.index("--flink-master") + 1] = flink_master
+        self.endpoint = f"{HOST}:{self.port}"
+        self.log = folder / "job_server.log"
+        # The jar names the jars of the lib/ beside it: run where `make job-servers` built it.
+        self._process = _group(
+            arguments, self.log, cwd=engines.ENGINES["flinkrunner"].built_jar.parent
+        )
+        try:
+            _wait_until(
+                self._listening, [(self._process, self.log)], "the job server did not listen"
+            )
+        except BaseException:
+            self.stop()
+            raise
+
+    def _listening(self) -> bool:
+        socket.create_connection((HOST, self.port), timeout=1).close()
+        return True
+
+    def stop(self) -> None:
+        _stop_group(self._process)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlinkPage:
+    """The commands and settings docs/operations/clusters.md gives for a Flink session
+    cluster, in its order: each command split as a shell would (continuation lines joined)."""
+
+    copy_runner: list[str]  # Beam's runner into Flink's lib/ ($FLINK_HOME)
+    settings: dict[str, str]  # conf/config.yaml
+    pool: list[str]  # beside each TaskManager
+    job_server: list[str]  # once
+    launcher: list[str]  # each conversion
+
+    def launcher_flags(self, replacements: dict[str, str], leave_out: tuple[str, ...]) -> list[str]:
+        """The launcher's options, each value of `replacements` given for its key (the
+        page's hosts and folders for this machine's), those named in `leave_out` (with
+        their values) left out."""
+        flags = self.launcher[self.launcher.index("image_tfrecords") + 1 :]
+        missing = set(replacements) - set(flags)
+        assert not missing, f"the page's launcher command has no {missing}: {flags}"
+        kept = []
+        for flag in flags:
+            if kept and kept[-1] in leave_out:
+                kept.pop()
+                continue
+            kept.append(replacements.get(flag, flag))
+        return kept
+
+
+def flink_page() -> FlinkPage:
+    """The fenced blocks under the page's "A Flink session cluster", as FlinkPage."""
+    text = PAGE.read_text()
+    section = text[text.index("## A Flink session cluster") :]
+    section = section[: section.index("\n## ", 1)]
+    blocks = re.findall(r"^```(sh|yaml)\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    commands = [shlex.split(body.replace("\\\n", " ")) for kind, body in blocks if kind == "sh"]
+    (settings,) = [
+        dict(line.split(": ", 1) for line in body.splitlines())
+        for kind, body in blocks
+        if kind == "yaml"
+    ]
+    copy_runner, pool, job_server, launcher = commands
+    return FlinkPage(copy_runner, settings, pool, job_server, launcher)
 
 
 @contextlib.contextmanager

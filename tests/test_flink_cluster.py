@@ -1,24 +1,21 @@
-"""The job on a real Flink session cluster, its Python workers apart from the launcher.
+"""The job on a real Flink session cluster, laid out and run as docs/operations/clusters.md
+says: its commands and settings are taken from the page (tests/clusters.py: FlinkPage).
 
-A JobManager and a TaskManager JVM (tests/clusters.py, from the jar `make test` builds in
-tests/flink_cluster/) and Beam's worker pool from the project's venv: the launcher submits
-through Beam's Flink job server (`--flink_master localhost:REST_PORT`) and the TaskManager
-starts the job's SDK workers in the pool (`--environment_type EXTERNAL`), as on a
-production cluster with a pool beside each TaskManager. tf.Transform's files go to a
-`--temp_location` every worker reaches (here the same disk); the images and the output to
-the tests' S3 server, whose keys the pool's environment holds.
+A Flink 1.19 installation (tests/flink_cluster/: Flink's lib/ and log4j settings) with
+Beam's runner copied into its lib/ by the page's script, a JobManager and a TaskManager JVM
+started as Flink's scripts start them, the page's worker pool beside the TaskManager and
+its job server started once; each conversion is the page's launcher command with this
+machine's hosts and folders: `--job_endpoint` the job server, `--environment_type EXTERNAL`
+the pool, `--environment_cache_millis` and `--beam_runner_on_cluster`. tf.Transform's files
+go to a `--temp_location` every worker reaches (here the same disk); the images and the
+output to the tests' S3 server, whose keys only the job's options hold (the pool's
+environment has none: each worker takes them from the runner).
 
-The cluster has Beam's runner on its class path, so the runs set --beam_runner_on_cluster
-(no jars sent with the job) and --environment_cache_millis (one SDK worker serves every
-stage): tests/clusters.py's BEAM_IN_LIB says why. The sample set from the launcher's
-start to its end (bench/cluster_bench.py, 2 cores): 97-115 s on a stock cluster (a fresh
-worker per stage, 152 MB of jars per job), 57-69 s with Beam in the cluster's lib/ (one
-worker), 21-26 s with no jars sent as well on a quiet machine (42-46 s beside two other
-JVM test runs); 6.3 s on the DirectRunner. bench/RESULTS.md has the breakdown.
+bench/cluster_bench.py times the same commands; bench/RESULTS.md has the figures.
 
 The last two tests stop a run: the launcher SIGTERMed while its job runs, and a job
-whose SDK workers never start (a pool whose `python` has no Beam); each is cancelled on
-the cluster (pipeline/stopping.py).
+whose SDK workers never start (Beam's pool with a `python` that has no Beam); each is
+cancelled on the cluster (pipeline/stopping.py).
 """
 
 import json
@@ -29,14 +26,16 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 import boto3
 import portpicker
 import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
-from clusters import FlinkCluster, WorkerPool, beside_a_pool
+from clusters import ROOT, FlinkCluster, JobServer, WorkerPool, beside_a_pool, flink_page
 from conftest import BUCKET, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY, download
 from test_engines import SAMPLE_FLAGS, comparable, hostile_set, job_servers_on, pipeline
 from test_reliability import published
@@ -48,38 +47,55 @@ from image_tfrecords.pipeline import engines, stopping
 STOP_BOUND_S = stopping.CANCEL_WAIT_S + 20
 
 
+PAGE = flink_page()
+
+
+class Flink(NamedTuple):
+    """The page's cluster, pool and job server."""
+
+    cluster: FlinkCluster
+    pool: WorkerPool
+    job_server: JobServer
+
+
 @pytest.fixture(scope="module")
-def flink(tmp_path_factory, _s3_bucket):
-    """A session cluster and a worker pool beside its TaskManager (the S3 server's keys in
-    its environment); at the end any job left is cancelled and every JVM and worker
-    stopped."""
+def flink(tmp_path_factory):
+    """The page's session cluster, its worker pool beside the TaskManager (no keys in its
+    environment) and its job server; at the end any job left is cancelled and every JVM and
+    worker stopped."""
     folder = tmp_path_factory.mktemp("flink-cluster")
-    pool = WorkerPool(
-        folder,
-        {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY_ID, "AWS_SECRET_ACCESS_KEY": S3_SECRET_ACCESS_KEY},
+    port = PAGE.pool.index("--service_port") + 1
+    pool = WorkerPool(folder, [*PAGE.pool[:port], "PORT", *PAGE.pool[port + 1 :]])
+    with beside_a_pool(pool, lambda: FlinkCluster(folder, PAGE)) as (cluster, pool):
+        job_server = JobServer(folder, PAGE.job_server, f"localhost:{cluster.rest_port}")
+        try:
+            yield Flink(cluster, pool, job_server)
+        finally:
+            job_server.stop()
+
+
+def on_the_cluster(flink: Flink, temp: Path, environment: list[str] | None = None) -> list[str]:
+    """The page's launcher options for this cluster (its storage options are the test's),
+    its SDK workers from the page's pool unless `environment` names others."""
+    flags = PAGE.launcher_flags(
+        {
+            "jobmanager:8081": f"localhost:{flink.cluster.rest_port}",
+            "jobserver:8099": flink.job_server.endpoint,
+            "localhost:50000": f"localhost:{flink.pool.port}",
+            "/shared/tmp": str(temp / "tft"),
+        },
+        leave_out=("--manifest", "--output_dir", "--s3_endpoint_url"),
     )
-    with beside_a_pool(
-        pool, lambda: FlinkCluster(folder, engines.ENGINES["flinkrunner"].built_jar)
-    ) as cluster_and_pool:
-        yield cluster_and_pool
+    if environment:
+        at = flags.index("--environment_type")
+        flags[at : at + 4] = environment
+    return flags
 
 
-def on_the_cluster(flink, temp, environment: list[str] | None = None) -> list[str]:
-    """The flags of a run on the cluster, its SDK workers in the pool unless `environment`
-    names others."""
-    cluster, pool = flink
-    return [
-        "--runner",
-        "FlinkRunner",
-        "--flink_master",
-        f"localhost:{cluster.rest_port}",
-        *(environment or in_the_pool(pool)),
-        "--environment_cache_millis",
-        "60000",
-        "--beam_runner_on_cluster",
-        "--temp_location",
-        str(temp / "tft"),
-    ]
+def with_its_own_job_server(flags: list[str]) -> list[str]:
+    """`flags` without --job_endpoint: the launcher starts a job server for the run."""
+    at = flags.index("--job_endpoint")
+    return flags[:at] + flags[at + 2 :]
 
 
 def in_the_pool(pool: WorkerPool) -> list[str]:
@@ -100,10 +116,7 @@ def worker_boot(folder: Path) -> Path:
 
 def process_environment(folder: Path) -> list[str]:
     """SDK workers the TaskManager starts itself (PROCESS), booted by worker_boot."""
-    config = {
-        "command": str(worker_boot(folder)),
-        "env": {"PYTHONPATH": str(Path(__file__).parents[1])},
-    }
+    config = {"command": str(worker_boot(folder))}
     return ["--environment_type", "PROCESS", "--environment_config", json.dumps(config)]
 
 
@@ -155,21 +168,51 @@ def published_from_the_bucket(bucket, output: str, local) -> dict:
     return comparable(local)
 
 
+def test_the_page_script_copies_beams_runner_but_not_flinks_own_jars_or_slf4j(tmp_path):
+    """Step 1's script: Beam's job server and its lib/ into lib/beam/, less the jars the
+    installation has (flink-*: Flink's modules; slf4j-*: Beam's slf4j-simple would take the
+    logs from log4j); a Flink other than 1.19, or a folder that is none, refused."""
+    script, built = ROOT / PAGE.copy_runner[0], engines.ENGINES["flinkrunner"].built_jar
+    home = tmp_path / "flink"
+    (home / "lib").mkdir(parents=True)
+    (home / "lib" / "flink-dist-1.19.0.jar").write_bytes(b"")
+    copied = subprocess.run([script, str(home)], capture_output=True, text=True, check=True)
+    beams = {jar.name for jar in (built.parent / "lib").glob("*.jar")}
+    kept = {name for name in beams if not name.startswith(("flink-", "slf4j-"))}
+    assert {jar.name for jar in (home / "lib" / "beam").iterdir()} == kept | {built.name}
+    assert len(beams - kept) >= 20 and "slf4j-simple" in " ".join(beams - kept)
+    assert f"copied {len(kept) + 1} jars" in copied.stdout
+    (home / "lib" / "flink-dist-1.19.0.jar").rename(home / "lib" / "flink-dist-1.20.0.jar")
+    refused = subprocess.run([script, str(home)], capture_output=True, text=True)
+    assert refused.returncode == 1 and "is not Flink 1.19" in refused.stderr
+    refused = subprocess.run([script, str(tmp_path)], capture_output=True, text=True)
+    assert refused.returncode == 1 and "holds no flink-dist jar" in refused.stderr
+
+
 def test_the_session_cluster_has_a_task_manager_with_a_slot(flink):
-    cluster, _ = flink
-    overview = cluster.rest("/overview")
+    overview = flink.cluster.rest("/overview")
     assert overview["flink-version"] == "1.19.0"
     assert (overview["taskmanagers"], overview["slots-total"]) == (1, 1)
+
+
+def web_ui_log(cluster: FlinkCluster, path: str) -> str:
+    """A log as Flink's web UI shows it."""
+    with urllib.request.urlopen(cluster.url + path, timeout=10) as answer:
+        return answer.read().decode(errors="replace")
 
 
 def test_the_hostile_set_from_a_bucket_to_a_bucket_publishes_what_the_direct_runner_does(
     flink, hostile_in_the_bucket, _s3_bucket, tmp_path
 ):
-    cluster, pool = flink
+    """The page's commands: the DirectRunner's bytes, from a pool whose environment has no
+    S3 keys (each worker takes the job's options from the runner); the job's states in the
+    JobManager's log and the worker's lines in the TaskManager's, as the web UI shows them,
+    nothing in the .out files."""
+    cluster, pool, _ = flink
     flags, reference = hostile_in_the_bucket
     output = f"{_s3_bucket.url}/flink-cluster/out"
     job = pipeline(*flags, *on_the_cluster(flink, tmp_path), "--output_dir", output, temp=tmp_path)
-    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.returncode == 0, job.stderr[-3000:] + pool.log.read_text()[-3000:]
     assert "Traceback" not in job.stderr, job.stderr[-3000:]
     # The cluster ran it, to its end: one job, FINISHED, in the JobManager's REST API...
     (ran,) = cluster.jobs()
@@ -177,44 +220,21 @@ def test_the_hostile_set_from_a_bucket_to_a_bucket_publishes_what_the_direct_run
     # ...sent without the job server's jars (--beam_runner_on_cluster), and one SDK worker
     # served every stage (--environment_cache_millis), not one worker started per stage.
     assert cluster.jars_sent_with(ran["jid"]) == []
-    assert pool.log.read_text().count("Starting worker") == 1
+    assert pool.log.read_text().count("Started worker") == 1
     files = published_from_the_bucket(_s3_bucket, output, tmp_path / "read-back")
     assert sorted(files) == sorted(reference)
     for name, content in reference.items():
         assert files[name] == content, name
-
-
-def test_a_worker_pool_without_keys_reaches_the_bucket_with_the_keys_the_job_was_given(
-    flink, _s3_bucket, tmp_path
-):
-    """A worker pool whose environment has no AWS keys, started as the docs say for keys
-    given as the job's options (`--container_executable image-tfrecords-sdk-worker`):
-    each worker takes the job's options, keys included, from the provision service, so
-    its first storage call (the worker-started marker, in the run's temp folder in the
-    bucket) and every later one reach the bucket. A plain pool's workers get no options
-    from Beam (they failed with 'Unable to locate credentials')."""
-    cluster, _ = flink
-    pool = WorkerPool(tmp_path, container_executable=str(worker_boot(tmp_path)))
-    output = f"{_s3_bucket.url}/flink-cluster/keys-as-options"
-    try:
-        job = pipeline(
-            *SAMPLE_FLAGS,
-            *_s3_bucket.flags,
-            *on_the_cluster(flink, tmp_path, in_the_pool(pool)),
-            "--output_dir",
-            output,
-            "--worker_start_timeout",
-            "120",
-            temp=tmp_path,
-        )
-    finally:
-        pool.stop()
-    assert job.returncode == 0, job.stderr[-3000:] + pool.log.read_text()[-3000:]
-    assert cluster.jobs()[-1]["state"] == "FINISHED"
-    assert "Unable to locate credentials" not in pool.log.read_text()
-    files = published_from_the_bucket(_s3_bucket, output, tmp_path / "read-back")
-    summary = files["summary.json"]
-    assert summary["accounted"] and summary["examples_written"] > 0
+    # Where "Following a job" points.
+    assert f"({ran['jid']}) switched from state RUNNING to FINISHED" in web_ui_log(
+        cluster, "/jobmanager/log"
+    )
+    [task_manager] = cluster.rest("/taskmanagers")["taskmanagers"]
+    worker_lines = web_ui_log(cluster, f"/taskmanagers/{task_manager['id']}/log")
+    assert re.search(r"sdk_worker_main\.py:\d+ .*- Python sdk harness starting", worker_lines)
+    assert "Unable to locate credentials" not in worker_lines + pool.log.read_text()
+    for out in (cluster.home / "log").glob("*.out"):
+        assert out.read_text() == "", out  # no "multiple SLF4J bindings", no log line
 
 
 def test_a_failed_run_on_the_cluster_publishes_nothing_and_the_job_failed_there(
@@ -223,7 +243,7 @@ def test_a_failed_run_on_the_cluster_publishes_nothing_and_the_job_failed_there(
     """The hostile set with no dead letter allowed: the outcome check fails the job on the
     cluster; the output folder's previous contents stay byte for byte. Its SDK workers are
     the TaskManager's own processes (PROCESS), not the pool's."""
-    cluster, _ = flink
+    cluster = flink.cluster
     manifest = hostile_set(tmp_path / "data")
     output = shutil.copytree(sample_outputs("tfrecord"), tmp_path / "out")
     before = published(output)
@@ -248,7 +268,7 @@ def test_a_failed_run_on_the_cluster_publishes_nothing_and_the_job_failed_there(
     # The TaskManager started the job's SDK worker itself, through Beam's sdk_worker_main
     # (the pool's workers do not run it), with the job's options.
     assert re.search(
-        r"sdk_worker_main\.py:\d+ - Pipeline_options: \{'job_name': 'BeamApp-",
+        r"sdk_worker_main\.py:\d+ .*- Pipeline_options: \{'job_name': 'BeamApp-",
         cluster.task_manager_log.read_text(),
     )
 
@@ -266,13 +286,19 @@ def new_job(cluster: FlinkCluster, known: set[str], timeout: float = 180) -> dic
     raise AssertionError(f"no new job ran on the cluster within {timeout} s")
 
 
-def test_a_launcher_stopped_by_sigterm_cancels_its_job_on_the_cluster(flink, tmp_path):
+@pytest.mark.parametrize("job_server", ["the page's", "the launcher's own"])
+def test_a_launcher_stopped_by_sigterm_cancels_its_job_on_the_cluster(flink, tmp_path, job_server):
     """Beam's job service cannot cancel a job its job server submitted to a session
     cluster (the job ran on to FINISHED and published): the launcher cancels it through
-    the cluster's REST API, says so in one line, publishes nothing and exits 143."""
-    cluster, pool = flink
+    the cluster's REST API (the job its own job server's log names, or the job named as
+    Beam named it on the page's job server), says so in one line, publishes nothing and
+    exits 143; a job server it started is stopped."""
+    cluster = flink.cluster
     known = {job["jid"] for job in cluster.jobs()}
     output, job_port = tmp_path / "out", str(portpicker.pick_unused_port())
+    flags = on_the_cluster(flink, tmp_path)
+    if job_server == "the launcher's own":
+        flags = [*with_its_own_job_server(flags), "--job_port", job_port]
     with open(tmp_path / "stderr", "w+") as stderr:
         launcher = subprocess.Popen(
             [
@@ -280,11 +306,9 @@ def test_a_launcher_stopped_by_sigterm_cancels_its_job_on_the_cluster(flink, tmp
                 "-m",
                 "image_tfrecords",
                 *SAMPLE_FLAGS,
-                *on_the_cluster(flink, tmp_path),
+                *flags,
                 "--output_dir",
                 str(output),
-                "--job_port",
-                job_port,
             ],
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -328,7 +352,7 @@ def test_a_job_whose_workers_never_start_is_cancelled_saying_why(flink, tmp_path
     """A worker pool whose `python` cannot import Beam: the pool starts each worker, which
     dies at once, and the TaskManager waits for it for ever. With a short
     --worker_start_timeout the launcher cancels the job and exits 1 in one line."""
-    cluster, _ = flink
+    cluster = flink.cluster
     without_beam = tmp_path / "python_without_beam"
     without_beam.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # no site-packages
     without_beam.chmod(0o755)

@@ -137,8 +137,8 @@ def test_a_pool_whose_workers_cannot_reach_an_s3_temp_folder_is_named_as_a_cause
         wait_in_the_main_thread(5)
     assert str(never.value).endswith(
         "or, where the pool's log says 'Unable to locate credentials', that its workers "
-        "have S3's keys: a plain worker pool gives them none of the job's options, so start "
-        "it with --container_executable image-tfrecords-sdk-worker (or give its environment "
+        "have S3's keys: Beam's worker pool gives them none of the job's options, so start "
+        "image-tfrecords-sdk-worker-pool instead (or give its environment "
         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
     )
 
