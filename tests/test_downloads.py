@@ -56,7 +56,8 @@ def test_urls_convert_with_retries_and_a_dead_letter_per_reason(server, tmp_path
     server.behaviours = {
         "/img/flaky.jpg": Behaviour(status=503, times=2),
         "/img/throttled.jpg": Behaviour(status=429, times=1, retry_after="1"),
-        "/img/stalled.jpg": Behaviour(stall_s=3),
+        # Stalled past the timeout; the timeout leaves a loaded machine's answers time.
+        "/img/stalled.jpg": Behaviour(stall_s=6),
         "/img/cut.jpg": Behaviour(cut=True),
         "/img/huge.jpg": Behaviour(declared=10 << 20),
     }
@@ -70,7 +71,7 @@ def test_urls_convert_with_retries_and_a_dead_letter_per_reason(server, tmp_path
                 "--output_dir",
                 str(output),
                 "--download_timeout",
-                "1",
+                "2",
                 "--download_retries",
                 "2",
                 "--max_download_mb",

@@ -93,7 +93,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fast: in the fast tier (tests/tiers.py)")
-    if config.getoption("--record-durations"):
+    # Under pytest-xdist, the controller gets every worker's reports: it alone writes.
+    if config.getoption("--record-durations") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(_Recorder(config.getoption("--record-durations")))
 
 
