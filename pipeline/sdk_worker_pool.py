@@ -4,11 +4,12 @@ What `--environment_type EXTERNAL --environment_config HOST:PORT` names, as Beam
 `worker_pool_main` is: a gRPC service beside each Flink TaskManager (or Spark executor)
 that the runner asks to start an SDK worker for a job (StartWorker) and to stop it
 (StopWorker). Beam's pool starts each worker as a fresh `python`, which imports Beam,
-TensorFlow, tf.Transform and this package again: ~3.5 s of a job here before its first
-bundle, every job, as no worker outlives its job. This pool imports them once, in a
-multiprocessing fork server started with the pool, and forks each worker from it (~0.1 s):
-the fork server has only imported modules, never run a gRPC channel or a TensorFlow
-session, so a fork of it holds no thread's lock.
+TensorFlow, tf.Transform and this package again, every job, as no worker outlives its
+job: 4.3 s of the sample's run on the tests' cluster (bench/RESULTS.md, issue 58). This
+pool imports them once, in a multiprocessing fork server started with the pool, and forks
+each worker from it, ready in under a second. The fork server has only imported modules:
+it never opened a gRPC channel or ran a TensorFlow op, whose threads a fork would copy
+held locks from (a worker opens its own once forked).
 
 Each worker is Beam's own harness (`sdk_worker_main`) with the job's options, endpoints and
 id from the runner's provision service, as Beam's containers and image-tfrecords-sdk-worker
