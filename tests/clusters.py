@@ -380,9 +380,8 @@ class SparkCluster(_Cluster):
     MASTER = "org.apache.spark.deploy.master.Master"
     WORKER = "org.apache.spark.deploy.worker.Worker"
 
-    def __init__(self, folder: Path, page: FlinkPage) -> None:
+    def __init__(self, folder: Path) -> None:
         super().__init__()
-        self._page = page
         _require_built({self.JAR: "test"})
         home = folder / "spark-home"
         home.mkdir(parents=True)

@@ -437,3 +437,35 @@ def test_the_default_holds_as_many_workers_as_memory_holds_largest_images(tmp_pa
         "SC_PAGE_SIZE"
     )
     assert Workers(max_pixels=10**12).process_count() == 1  # no memory holds 16 TB
+
+
+def test_a_pool_whose_worker_did_not_start_leaves_none_of_its_workers_running(monkeypatch):
+    """A stop that kills the first worker while the second is still being started (a run
+    stopped before its job, its pool started early): the start fails and the worker
+    started after the kill is stopped too, not left running (CI saw one outlive its test)."""
+    started = []
+    real_start = shared_pool._Worker.start
+
+    def start_then_note(worker):
+        real_start(worker)
+        started.append(worker.pid)
+
+    def first_killed(worker):
+        if worker.pid == started[0]:
+            os.kill(worker.pid, signal.SIGKILL)
+        return real_wait_ready(worker)
+
+    real_wait_ready = shared_pool._Worker.wait_ready
+    monkeypatch.setattr(shared_pool._Worker, "start", start_then_note)
+    monkeypatch.setattr(shared_pool._Worker, "wait_ready", first_killed)
+    with pytest.raises(RuntimeError, match="a worker process did not start"):
+        WorkerPool(2, timeout_s=60.0, setup=SETUP)
+    assert len(started) == 2
+    assert not [pid for pid in started if psutil.pid_exists(pid) and _running(pid)]
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -130,11 +130,17 @@ class WorkerPool:
         self._timeout_s = timeout_s
         self._workers = [_Worker(setup) for _ in range(processes)]
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
-        for worker in self._workers:  # all start at once; each waits only for its own
-            worker.start()
-        for worker in self._workers:
-            worker.wait_ready()
-            self._idle.put(worker)
+        try:
+            for worker in self._workers:  # all start at once; each waits only for its own
+                worker.start()
+            for worker in self._workers:
+                worker.wait_ready()
+                self._idle.put(worker)
+        except BaseException:
+            # One that did not start (killed by a stop while the others were still being
+            # started, as a run stopped before its job may do): none is left running.
+            self.close()
+            raise
 
     def run(self, task: Task, context: Any, progress: ProgressSink | None = None) -> Any:
         """What `task` returns, run with `context` (the run's settings) in a worker."""
