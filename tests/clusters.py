@@ -479,7 +479,30 @@ BEAM_POOL = [
 ]
 
 
-class WorkerPool:
+class _Service:
+    """A process of its own group that serves on HOST:`port`, its output in `log`."""
+
+    port: int
+    log: Path
+
+    def _serve(self, process: subprocess.Popen, name: str) -> None:
+        """Keeps `process`; returns once it listens (else stops it and raises)."""
+        self._process = process
+        try:
+            _wait_until(self._listening, [(process, self.log)], f"{name} did not listen")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _listening(self) -> bool:
+        socket.create_connection((HOST, self.port), timeout=1).close()
+        return True
+
+    def stop(self) -> None:
+        _stop_group(self._process)
+
+
+class WorkerPool(_Service):
     """An SDK worker pool on `port`, with this interpreter's venv first on PATH.
 
     `command` is the pool's command line with PORT for its port (PAGE_POOL: the page's,
@@ -509,26 +532,13 @@ class WorkerPool:
             **(environment or {}),
         }
         command = command or BEAM_POOL
-        self._process = _group(
-            [str(self.port) if part == "PORT" else part for part in command], self.log, env
+        self._serve(
+            _group([str(self.port) if part == "PORT" else part for part in command], self.log, env),
+            "the worker pool",
         )
-        try:
-            _wait_until(
-                self._listening, [(self._process, self.log)], "the worker pool did not listen"
-            )
-        except BaseException:
-            self.stop()
-            raise
-
-    def _listening(self) -> bool:
-        socket.create_connection((HOST, self.port), timeout=1).close()
-        return True
-
-    def stop(self) -> None:
-        _stop_group(self._process)
 
 
-class JobServer:
+class JobServer(_Service):
     """A Flink job server started once (`command`, the page's, with its ports free ones of
     this machine's, its host this one and the cluster's REST address `flink_master`),
     taking every job: `endpoint` is what `--job_endpoint` names."""
@@ -544,23 +554,10 @@ class JobServer:
         self.endpoint = f"{HOST}:{self.port}"
         self.log = folder / "job_server.log"
         # The jar names the jars of the lib/ beside it: run where `make job-servers` built it.
-        self._process = _group(
-            arguments, self.log, cwd=engines.ENGINES["flinkrunner"].built_jar.parent
+        self._serve(
+            _group(arguments, self.log, cwd=engines.ENGINES["flinkrunner"].built_jar.parent),
+            "the job server",
         )
-        try:
-            _wait_until(
-                self._listening, [(self._process, self.log)], "the job server did not listen"
-            )
-        except BaseException:
-            self.stop()
-            raise
-
-    def _listening(self) -> bool:
-        socket.create_connection((HOST, self.port), timeout=1).close()
-        return True
-
-    def stop(self) -> None:
-        _stop_group(self._process)
 
 
 @dataclasses.dataclass(frozen=True)
