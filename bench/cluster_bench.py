@@ -115,24 +115,15 @@ def main() -> None:
     page = flink_page()
     folder = args.work / f"cluster-{os.getpid()}"
     (folder / "beams-pool").mkdir(parents=True)
-    at = page.pool.index("--service_port") + 1
     pools = {
-        "page": WorkerPool(folder, [*page.pool[:at], "PORT", *page.pool[at + 1 :]]),
+        "page": WorkerPool(folder, page.pool),
         "beam": WorkerPool(folder / "beams-pool"),
     }
     cluster = FlinkCluster(folder, page)
     job_server = JobServer(folder, page.job_server, f"localhost:{cluster.rest_port}")
 
     def launcher_flags(pool: WorkerPool) -> list[str]:
-        return page.launcher_flags(
-            {
-                "jobmanager:8081": f"localhost:{cluster.rest_port}",
-                "jobserver:8099": job_server.endpoint,
-                "localhost:50000": f"localhost:{pool.port}",
-                "/shared/tmp": str(args.work / "tft"),
-            },
-            leave_out=("--manifest", "--output_dir", "--s3_endpoint_url"),
-        )
+        return page.launcher_flags(cluster, job_server, pool, args.work)
 
     page_flags = launcher_flags(pools["page"])
     at = page_flags.index("--job_endpoint")

@@ -110,12 +110,14 @@ def _declared_groups(
     rules = dataclasses.replace(
         rules, extra_columns=(*rules.extra_columns, ExtraColumn(convert.group_column, STRING))
     )
-    not_csv = [source.path for source in manifests if not FORMATS[source.format].named_columns]
-    if not_csv or not manifests:
+    without_columns = [
+        source.path for source in manifests if not FORMATS[source.format].named_columns
+    ]
+    if without_columns or not manifests:
         raise ManifestError(
             f"--group_column {convert.group_column}: a column of a CSV manifest, and "
-            f"{', '.join(not_csv) or convert.image_folder} has none; give folder or folder:N "
-            "for the images' folders"
+            f"{', '.join(without_columns) or convert.image_folder} has none; give folder or "
+            "folder:N for the images' folders"
         )
     groups = {}
     try:

@@ -469,13 +469,13 @@ class SparkCluster(_Cluster):
             jar.unlink()
 
 
-# Beam's own worker pool, as its docs start it.
+# Beam's own worker pool, as its docs start it (the port is WorkerPool's).
 BEAM_POOL = [
     sys.executable,
     "-m",
     "apache_beam.runners.worker.worker_pool_main",
     "--service_port",
-    "PORT",
+    "50000",
 ]
 
 
@@ -505,11 +505,12 @@ class _Service:
 class WorkerPool(_Service):
     """An SDK worker pool on `port`, with this interpreter's venv first on PATH.
 
-    `command` is the pool's command line with PORT for its port (PAGE_POOL: the page's,
-    image-tfrecords-sdk-worker-pool, else Beam's worker_pool_main, which starts each worker
-    as the `python` on PATH). `environment` is added to its own (AWS_* variables of this
-    process never reach it); `workers_python`, where given, is the `python` Beam's pool
-    starts workers with instead (one without Beam: workers that never start)."""
+    `command` is the pool's command line, its `--service_port` a free port's instead
+    (FlinkPage.pool: the page's, image-tfrecords-sdk-worker-pool; else Beam's
+    worker_pool_main, which starts each worker as the `python` on PATH). `environment` is
+    added to its own (AWS_* variables of this process never reach it); `workers_python`,
+    where given, is the `python` Beam's pool starts workers with instead (one without
+    Beam: workers that never start)."""
 
     def __init__(
         self,
@@ -531,11 +532,9 @@ class WorkerPool(_Service):
             "TMPDIR": str(folder),
             **(environment or {}),
         }
-        command = command or BEAM_POOL
-        self._serve(
-            _group([str(self.port) if part == "PORT" else part for part in command], self.log, env),
-            "the worker pool",
-        )
+        command = list(command or BEAM_POOL)
+        command[command.index("--service_port") + 1] = str(self.port)
+        self._serve(_group(command, self.log, env), "the worker pool")
 
 
 class JobServer(_Service):
@@ -571,10 +570,19 @@ class FlinkPage:
     job_server: list[str]  # once
     launcher: list[str]  # each conversion
 
-    def launcher_flags(self, replacements: dict[str, str], leave_out: tuple[str, ...]) -> list[str]:
-        """The launcher's options, each value of `replacements` given for its key (the
-        page's hosts and folders for this machine's), those named in `leave_out` (with
-        their values) left out."""
+    def launcher_flags(
+        self, cluster: FlinkCluster, job_server: JobServer, pool: WorkerPool, temp: Path
+    ) -> list[str]:
+        """The launcher's options for this machine's `cluster`, `job_server` and `pool`,
+        tf.Transform's folder in `temp`; the page's storage options (--manifest,
+        --output_dir, --s3_endpoint_url) are left for the caller's."""
+        replacements = {
+            "jobmanager:8081": f"localhost:{cluster.rest_port}",
+            "jobserver:8099": job_server.endpoint,
+            "localhost:50000": f"localhost:{pool.port}",
+            "/shared/tmp": str(temp / "tft"),
+        }
+        leave_out = ("--manifest", "--output_dir", "--s3_endpoint_url")
         flags = self.launcher[self.launcher.index("image_tfrecords") + 1 :]
         missing = set(replacements) - set(flags)
         assert not missing, f"the page's launcher command has no {missing}: {flags}"

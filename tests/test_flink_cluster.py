@@ -64,8 +64,7 @@ def flink(tmp_path_factory):
     environment) and its job server; at the end any job left is cancelled and every JVM and
     worker stopped."""
     folder = tmp_path_factory.mktemp("flink-cluster")
-    port = PAGE.pool.index("--service_port") + 1
-    pool = WorkerPool(folder, [*PAGE.pool[:port], "PORT", *PAGE.pool[port + 1 :]])
+    pool = WorkerPool(folder, PAGE.pool)
     with beside_a_pool(pool, lambda: FlinkCluster(folder, PAGE)) as (cluster, pool):
         job_server = JobServer(folder, PAGE.job_server, f"localhost:{cluster.rest_port}")
         try:
@@ -77,15 +76,7 @@ def flink(tmp_path_factory):
 def on_the_cluster(flink: Flink, temp: Path, environment: list[str] | None = None) -> list[str]:
     """The page's launcher options for this cluster (its storage options are the test's),
     its SDK workers from the page's pool unless `environment` names others."""
-    flags = PAGE.launcher_flags(
-        {
-            "jobmanager:8081": f"localhost:{flink.cluster.rest_port}",
-            "jobserver:8099": flink.job_server.endpoint,
-            "localhost:50000": f"localhost:{flink.pool.port}",
-            "/shared/tmp": str(temp / "tft"),
-        },
-        leave_out=("--manifest", "--output_dir", "--s3_endpoint_url"),
-    )
+    flags = PAGE.launcher_flags(flink.cluster, flink.job_server, flink.pool, temp)
     if environment:
         at = flags.index("--environment_type")
         flags[at : at + 4] = environment
