@@ -3,11 +3,13 @@ outputs shared by the reader tests, and buckets on real storage servers (see
 storage_servers.py)."""
 
 import contextlib
+import csv
 import dataclasses
 import hashlib
 import io
 import json
 import os
+import random
 import shutil
 import struct
 import time
@@ -317,6 +319,32 @@ def hostile(tmp_path_factory):
     from test_engines import direct_run_of_the_hostile_set
 
     return direct_run_of_the_hostile_set(tmp_path_factory.mktemp("hostile"))
+
+
+@pytest.fixture(scope="session")
+def planted(tmp_path_factory):
+    """The sample's photos, with planted near-copies (resized and recompressed) and byte
+    copies; a patient per photo that its copies share: test_grouped_split.py's set, which
+    test_engines.py splits on the engines too."""
+    root = tmp_path_factory.mktemp("planted")
+    rng = random.Random(5)
+    rows = []
+    for number, path in enumerate(sorted((SAMPLE_DATA / "images").glob("*/*.jpg"))):
+        label, patient = path.parent.name, f"p{rng.randrange(12)}"
+        name = f"{label}_{number}"
+        shutil.copy(path, root / f"{name}.jpg")
+        rows.append((f"{name}.jpg", label, patient))
+        if number % 3 == 0:
+            photo = Image.open(path).convert("RGB")
+            smaller = photo.resize((photo.width * 4 // 5, photo.height * 4 // 5))
+            smaller.save(root / f"{name}_small.jpg", quality=70)
+            rows.append((f"{name}_small.jpg", label, patient))
+        if number % 5 == 0:
+            shutil.copy(path, root / f"{name}_copy.jpg")
+            rows.append((f"{name}_copy.jpg", label, patient))
+    with open(root / "m.csv", "w", newline="") as file:
+        csv.writer(file).writerows([("image_uri", "label", "patient"), *rows])
+    return root
 
 
 @pytest.fixture(params=FILE_FORMATS)

@@ -232,6 +232,40 @@ def test_the_engine_publishes_what_the_direct_runner_does(engine, hostile, tmp_p
     assert "Traceback" not in job.stderr, job.stderr[-3000:]
 
 
+@pytest.fixture(scope="module")
+def grouped(planted, tmp_path_factory):
+    """--split_by groups on conftest's planted set: its flags and the DirectRunner's output."""
+    flags = [
+        "--manifest",
+        str(planted / "m.csv"),
+        "--split_by",
+        "groups",
+        "--group_column",
+        "patient",
+        "--num_shards",
+        "2",
+    ]
+    root = tmp_path_factory.mktemp("grouped")
+    job = pipeline(*flags, "--output_dir", str(root / "direct"), temp=root)
+    assert job.returncode == 0, job.stderr[-3000:]
+    return flags, comparable(root / "direct")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_grouped_split_on_the_engine_is_the_direct_runners_byte_for_byte(
+    engine, grouped, tmp_path
+):
+    """Both of a grouped split's runs (the staging run, the run with the plan) on the
+    engine, with its parallelism 2: the same split, shards and report (issue 57.4)."""
+    flags, reference = grouped
+    output = tmp_path / "out"
+    job = pipeline(*flags, *ENGINES[engine], "--output_dir", str(output), temp=tmp_path)
+    assert job.returncode == 0, job.stderr[-3000:]
+    logs = [Path(path).read_text() for _, path in LOG_LINE.findall(job.stderr)]
+    assert len(logs) == 2 and all(FINISHED[engine].search(log) for log in logs), job.stderr
+    assert_same_output(output, reference)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_stopped_engine_run_resumes_reusing_its_finished_shards(engine, sample, tmp_path):
     """SIGKILLed (the launcher, its LOOPBACK workers and the job server: one process
