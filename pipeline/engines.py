@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import json
 import logging
 import pathlib
@@ -58,6 +59,9 @@ class Engine:
     job_server_argument: str  # an argument Beam starts the job server with
     master_option: str
     local_master: re.Pattern  # a master that runs inside the job server, on this machine
+    # Beam's module whose JOB_SERVER_CACHE keeps a started job server for the process's
+    # next run with the same options (SparkRunner's); None where Beam keeps none.
+    job_server_cache: str | None = None
 
     def master(self, options: PipelineOptions) -> str:
         return getattr(options.view_as(self.options_class), self.master_option)
@@ -83,6 +87,7 @@ ENGINES = {
         job_server_argument="--spark-master-url",
         master_option="spark_master_url",
         local_master=re.compile(r"local(\[.+\])?"),
+        job_server_cache="apache_beam.runners.portability.spark_runner",
     ),
 }
 
@@ -302,7 +307,14 @@ def job_server_of_the_run(options: PipelineOptions, run_id: str) -> Iterator[pat
 def stop_job_servers(engine: Engine) -> int:
     """Ends the job servers of `engine` this process started (java ... -jar JAR
     --flink-master ... or --spark-master-url ...), the way Beam would: asked, then told.
-    Returns how many there were."""
+    Returns how many there were.
+
+    Beam is told first where it keeps its job server for the next run: otherwise a second
+    run in this process (a grouped split's, the Python API's next convert()) would send
+    its job to the stopped one's port rather than start another."""
+    if engine.job_server_cache:
+        for kept in importlib.import_module(engine.job_server_cache).JOB_SERVER_CACHE.values():
+            kept.stop()  # stops its JVM, and the next run's start() starts a new one
     servers = [
         child
         for child in psutil.Process().children()
