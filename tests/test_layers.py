@@ -9,9 +9,11 @@ are mapped beneath image_tfrecords by setup.py's package_dir)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,3 +100,15 @@ def _source_of(package: str) -> Path:
     install)."""
     spec = importlib.util.find_spec(package)
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def test_the_design_pages_table_of_roles_is_cores_folders_in_the_contracts_order():
+    """docs/design.md's table of core/'s roles lists every folder of core/, no other, in
+    the order of the roles contract's layers (issue 56: folder = role, as documented)."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (roles,) = [c for c in contracts["contracts"] if c["id"] == "roles"]
+    folders = {path.parent.name for path in (ROOT / "core").glob("*/__init__.py")}
+    page = (ROOT / "docs" / "design.md").read_text()
+    table = re.findall(r"^\| `core/(\w+)/` \|", page, flags=re.M)
+    assert sorted(table) == sorted(folders)
+    assert table == roles["layers"]
