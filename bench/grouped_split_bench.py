@@ -11,8 +11,9 @@ Two parts:
        hash    `image-tfrecords convert --split_column none` (every row split by the URI)
        groups  the same with --split_by groups (a staging run, the plan, a run that
                copies every example from the staging output)
-   wall and CPU seconds of the process tree (write_bench.py's measure); the medians and
-   groups/hash ratios.
+   wall and CPU seconds and the peak memory of the process tree (write_bench.py's
+   measure); the medians and groups/hash ratios. --dataset may be any make_dataset.py
+   folder of --images images (make_dataset.py --kind scenes for 100,000 distinct photos).
 
     .venv/bin/python bench/grouped_split_bench.py --rounds 3 --json bench/grouped-split-results.json
 """
@@ -87,15 +88,20 @@ def main() -> int:
                 output = work / f"{tool}-{round_number}"
                 flags = ["--split_by", "groups"] if tool == "groups" else []
                 cmd = [str(OURS), "convert", "--manifest", manifest, "--output_dir", str(output)]
-                code, wall, cpu, _, _ = measure(
+                code, wall, cpu, _, peaks = measure(
                     [*cmd, "--split_column", "none", "--quiet", *flags], work / f"{tool}.log"
                 )
                 if code:
                     print((work / f"{tool}.log").read_text()[-3000:], file=sys.stderr)
                     return 1
-                runs[tool].append({"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)})
+                tree_mb = {field: round(peak / 2**20) for field, peak in peaks.items()}
+                runs[tool].append(
+                    {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "tree_peak_mb": tree_mb}
+                )
                 print(
-                    f"round {round_number}: {tool} wall {wall:.1f} s, CPU {cpu:.1f} s", flush=True
+                    f"round {round_number}: {tool} wall {wall:.1f} s, CPU {cpu:.1f} s, "
+                    f"process tree's peak memory {tree_mb} MB",
+                    flush=True,
                 )
                 shutil.rmtree(output)
     finally:
