@@ -198,9 +198,10 @@ OPTION_GROUPS: tuple[OptionGroup, ...] = (
             Option(
                 "--group_column",
                 "With --split_by groups: rows with the same value in this manifest column "
-                "(a patient, subject, camera, video or product id) stay in one split; "
-                "'folder': images in the same folder do, 'folder:N': under the same "
-                "folder N levels up.",
+                "(a patient, subject, camera, video or product id), or images with the "
+                "same value of this attribute of a COCO file's image entries (video_id), "
+                "stay in one split; 'folder': images in the same folder do, 'folder:N': "
+                "under the same folder N levels up.",
                 metavar="NAME",
             ),
             # Set by --split_by groups for the run after its staging pass

@@ -17,7 +17,6 @@ and fails again.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import tempfile
 import uuid
@@ -26,14 +25,12 @@ from collections.abc import Callable, Sequence
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from image_tfrecords.core.inputs.rows import ManifestError
-from image_tfrecords.core.inputs.sources import FORMATS, read_source
+from image_tfrecords.core.inputs.sources import FORMATS
 from image_tfrecords.core.launcher.grouped_split import PlannedImage, plan_splits
 from image_tfrecords.core.launcher.publishing import delete_tree
 from image_tfrecords.core.records import naming
 from image_tfrecords.core.records.chunks import ManifestSource
 from image_tfrecords.core.records.example_index import read_index
-from image_tfrecords.core.records.records import ManifestRow
-from image_tfrecords.core.records.schema import STRING, ExtraColumn
 from image_tfrecords.core.records.split_plan import write_plan
 from image_tfrecords.core.records.summary import Summary
 from image_tfrecords.core.storage import storage
@@ -99,36 +96,23 @@ def convert_grouped(
 def _declared_groups(
     convert: ConvertOptions, manifests: Sequence[ManifestSource]
 ) -> Callable[[str], str | None]:
-    """The --group_column value of each image URI: its folder some levels up, or its
-    rows' value in a manifest column (read here, the rows only), None for none."""
+    """The --group_column value of each image URI: its folder some levels up, or what its
+    manifest gives it (a column's value, an image entry's attribute: each format says,
+    InputFormat.group_values; the rows only, no image), None for none."""
     if not convert.group_column:
         return lambda uri: None
     level = folder_group_level(convert.group_column)
     if level is not None:
         return lambda uri: uri.rsplit("/", level)[0] if uri.count("/") >= level else None
-    rules = convert.row_rules()
-    rules = dataclasses.replace(
-        rules, extra_columns=(*rules.extra_columns, ExtraColumn(convert.group_column, STRING))
-    )
-    without_columns = [
-        source.path for source in manifests if not FORMATS[source.format].named_columns
-    ]
-    if without_columns or not manifests:
+    if not manifests:
         raise ManifestError(
-            f"--group_column {convert.group_column}: a column of a CSV manifest, and "
-            f"{', '.join(without_columns) or convert.image_folder} has none; give folder or "
-            "folder:N for the images' folders"
+            f"--group_column {convert.group_column}: {convert.image_folder}'s class folders "
+            "have no columns; give folder or folder:N for the images' folders"
         )
-    groups = {}
-    try:
-        for source in manifests:
-            for item in read_source(source, rules):
-                if isinstance(item, ManifestRow) and item.extras[-1] != "":
-                    groups[redacted(item.uri)] = str(item.extras[-1])
-    except ManifestError as error:  # a header without the column, said as the CSV reader does
-        raise ManifestError(
-            str(error).replace("named in --schema", "named by --group_column")
-        ) from None
+    rules, groups = convert.row_rules(), {}
+    for source in manifests:
+        for uri, group in FORMATS[source.format].group_values(source, rules, convert.group_column):
+            groups[redacted(uri)] = group
     return groups.get
 
 

@@ -16,7 +16,13 @@ from test_reliability import published
 
 from image_tfrecords.core.imaging.images import perceptual_hash
 from image_tfrecords.core.launcher.grouped_split import PlannedImage, _near_pairs, plan_splits
-from image_tfrecords.core.records.feature_keys import CLASS_TEXT, IMAGE, IMAGE_SHA256, SOURCE_ID
+from image_tfrecords.core.records.feature_keys import (
+    CLASS_TEXT,
+    IMAGE,
+    IMAGE_SHA256,
+    OBJECT_TEXT,
+    SOURCE_ID,
+)
 
 FRACTIONS = (0.8, 0.1, 0.1)
 DISTANCE = 10
@@ -155,12 +161,14 @@ def written(output):
     found = []
     for split in ("train", "validation", "test"):
         for example in read_examples(shard_pattern(output, split)):
+            keys = example.features.feature
             stored = Image.open(io.BytesIO(feature(example, IMAGE)))
             found.append(
                 (
                     split,
                     feature(example, SOURCE_ID).decode(),
-                    feature(example, CLASS_TEXT).decode(),
+                    # a detection example's labels are its objects'
+                    feature(example, CLASS_TEXT if CLASS_TEXT in keys else OBJECT_TEXT),
                     feature(example, IMAGE_SHA256).decode(),
                     perceptual_hash(stored),
                 )
@@ -263,15 +271,105 @@ def test_a_daily_run_keeps_every_image_of_the_earlier_output_in_its_split(plante
     assert leaking_pairs(written(day2)) == []
 
 
-def test_a_group_column_of_a_file_with_no_columns_is_refused_before_any_image_is_read(
-    tmp_path, capsys
+@pytest.mark.parametrize(
+    ("manifest", "group", "said"),
+    [
+        (
+            SAMPLE_DATA / "detection" / "voc" / "VOC2007",
+            "patient",
+            "Pascal VOC annotation XML, which has neither columns nor image attributes",
+        ),
+        (
+            SAMPLE_DATA / "detection" / "coco" / "instances.json",
+            "patient",
+            "--group_column patient: no image entry of",
+        ),
+    ],
+    ids=["voc", "coco without it"],
+)
+def test_a_group_column_a_file_does_not_hold_is_refused_before_any_image_is_read(
+    tmp_path, capsys, manifest, group, said
 ):
-    """A COCO file has no manifest columns: the rows would all be ungrouped, silently."""
+    """Pascal VOC has no columns or image attributes; no image entry of the COCO file has a
+    `patient`: the rows would all be ungrouped, silently."""
     from image_tfrecords.pipeline import run
 
-    coco = SAMPLE_DATA / "detection" / "coco" / "instances.json"
-    flags = ["--label_mode", "detection", "--split_by", "groups", "--group_column", "patient"]
+    flags = ["--label_mode", "detection", "--split_by", "groups", "--group_column", group]
     output = tmp_path / "out"
-    assert run.main(["--manifest", str(coco), "--output_dir", str(output), *flags]) == 2
-    assert "--group_column patient: a column of a CSV manifest" in capsys.readouterr().err
+    assert run.main(["--manifest", str(manifest), "--output_dir", str(output), *flags]) == 2
+    assert said in capsys.readouterr().err
     assert not output.exists()
+
+
+def coco_of(planted, path, attribute="video_id"):
+    """The planted set as a COCO instances file: one box over each whole image, its label
+    the category, its patient the image entry's `attribute`."""
+    rows = list(csv.reader(open(planted / "m.csv")))[1:]
+    labels = sorted({label for _, label, _ in rows})
+    images, annotations = [], []
+    for number, (name, label, patient) in enumerate(rows, start=1):
+        width, height = Image.open(planted / name).size
+        images.append(
+            {"id": number, "file_name": name, "width": width, "height": height, attribute: patient}
+        )
+        annotations.append(
+            {
+                "id": number,
+                "image_id": number,
+                "category_id": labels.index(label) + 1,
+                "bbox": [0, 0, width, height],
+                "area": width * height,
+                "iscrowd": 0,
+            }
+        )
+    categories = [{"id": number, "name": name} for number, name in enumerate(labels, start=1)]
+    document = {"images": images, "annotations": annotations, "categories": categories}
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_a_coco_image_attribute_groups_its_images_read_back(planted, tmp_path):
+    """--group_column video_id on a COCO file: an attribute of its image entries, as video
+    datasets add one; every video's images in one split, and no copy pair across splits."""
+    coco = coco_of(planted, tmp_path / "instances.json")
+    output = convert(
+        tmp_path / "out",
+        "--manifest",
+        str(coco),
+        "--image_dir",
+        str(planted),
+        "--label_mode",
+        "detection",
+        "--split_by",
+        "groups",
+        "--group_column",
+        "video_id",
+    )
+    images = json.loads(coco.read_text())["images"]
+    video = {entry["file_name"]: entry["video_id"] for entry in images}
+    examples = written(output)
+    splits_of_video = collections.defaultdict(set)
+    for split, uri, *_ in examples:
+        splits_of_video[video[uri.rsplit("/", 1)[-1]]].add(split)
+    assert len(examples) == len(video)
+    assert all(len(splits) == 1 for splits in splits_of_video.values()), splits_of_video
+    assert len({split for splits in splits_of_video.values() for split in splits}) > 1
+    assert leaking_pairs(examples) == []
+
+
+def test_a_coco_image_attribute_that_is_not_a_value_is_refused_naming_the_image(planted, tmp_path):
+    from image_tfrecords.core.inputs.coco import image_attributes
+    from image_tfrecords.core.inputs.rows import ManifestError, RowRules
+
+    coco = coco_of(planted, tmp_path / "instances.json")
+    document = json.loads(coco.read_text())
+    document["images"][3]["video_id"] = ["p1", "p2"]
+    coco.write_text(json.dumps(document))
+    rules = RowRules(image_dir=str(planted))
+    with pytest.raises(ManifestError, match=r'image id 4: its video_id is \["p1", "p2"\]'):
+        list(image_attributes(str(coco), rules, "video_id", None))
+    del document["images"][3]["video_id"]  # an image without one is in no declared group
+    coco.write_text(json.dumps(document))
+    found = dict(image_attributes(str(coco), rules, "video_id", None))
+    assert len(found) == len(document["images"]) - 1
+    assert all(uri.startswith(str(planted)) for uri in found)

@@ -54,7 +54,13 @@ from image_tfrecords.core.records.choices import LabelMode, LeftOut
 from image_tfrecords.core.records.chunks import LineRange, ManifestSource
 from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.records import Box, ManifestRow
-from image_tfrecords.core.records.schema import IMAGE, SEGMENTATION, ExtraColumn, parse_value
+from image_tfrecords.core.records.schema import (
+    IMAGE,
+    SEGMENTATION,
+    STRING,
+    ExtraColumn,
+    parse_value,
+)
 from image_tfrecords.core.records.splits import (
     is_validation_flag_column,
     normalise_split,
@@ -706,6 +712,22 @@ class CsvFormat(InputFormat):
 
     def check_file(self, source: ManifestSource, rules: RowRules) -> None:
         read_header(source.path, rules)
+
+    def group_values(
+        self, source: ManifestSource, rules: RowRules, name: str
+    ) -> Iterator[tuple[str, str]]:
+        """The column `name`'s value of each row that has one (the rows only: no image)."""
+        rules = dataclasses.replace(
+            rules, extra_columns=(*rules.extra_columns, ExtraColumn(name, STRING))
+        )
+        try:
+            for item in self.checked_rows(source, rules):
+                if isinstance(item, ManifestRow) and item.extras[-1] != "":
+                    yield item.uri, str(item.extras[-1])
+        except ManifestError as error:  # a header without the column, said as for --schema
+            raise ManifestError(
+                str(error).replace("named in --schema", "named by --group_column")
+            ) from None
 
     def settled_rules(
         self, sources: Sequence[ManifestSource], rules: RowRules, say: Callable[[str], None]

@@ -194,6 +194,35 @@ def image_row(
     return ManifestRow(path, 0, raw, split, uri, (), image_size=size, listed_whole=True)
 
 
+def image_attributes(
+    path: str, rules: RowRules, name: str, split: str | None
+) -> Iterator[tuple[str, str]]:
+    """(image URI, the value of its entry's `name`) for each entry of `images` that has
+    one: a video_id, a sequence or a patient that a dataset adds to COCO's image fields
+    (--group_column NAME). A list, an object or true/false is refused naming the image; so
+    is a file where no image has `name` (a misspelt attribute would group nothing)."""
+    root, found = DatasetRoot.of(path, rules), False
+    for image in json_items(path, "images.item"):
+        value = image.get(name) if isinstance(image, dict) else None
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ManifestError(
+                f"{path}: image id {image.get('id')}: its {name} is "
+                f"{json.dumps(value, ensure_ascii=False)[:80]}; --group_column takes an "
+                "attribute whose values are strings or numbers"
+            )
+        found = True
+        row = image_row(path, image, rules, split, root)
+        if isinstance(row, ManifestRow) and str(value).strip():
+            yield row.uri, str(value).strip()
+    if not found:
+        raise ManifestError(
+            f"--group_column {name}: no image entry of {path} has an attribute {name!r} "
+            "(its images' own fields, beside file_name, width and height)"
+        )
+
+
 def undeclared_size(image: dict) -> bool:
     """An image entry without `width` and `height` (neither given): its boxes are read
     against the image's own size, as datumaro reads such a file; one without the other is
@@ -482,6 +511,11 @@ class CocoFormat(InputFormat):
     def labels_sampled(self, source: ManifestSource, rules: RowRules, rows: int) -> set[str]:
         """Its categories' names: the rows come only after the image table is read."""
         return category_names(source.path)
+
+    def group_values(
+        self, source: ManifestSource, rules: RowRules, name: str
+    ) -> Iterator[tuple[str, str]]:
+        return image_attributes(source.path, rules, name, source.split)
 
     def read(
         self, source: ManifestSource, rules: RowRules, lines: LineRange | None

@@ -32,6 +32,7 @@ from image_tfrecords.core.imaging.masks import rle_of
 from image_tfrecords.core.inputs.coco import (
     declared_categories,
     first_entry,
+    image_attributes,
     image_row,
     is_panoptic,
     object_box,
@@ -213,6 +214,11 @@ class CocoPanopticFormat(InputFormat):
     def declared_classes(self, source: ManifestSource) -> DeclaredClasses | None:
         """`categories`, read as an instances file's are (coco.declared_categories)."""
         return declared_categories(source.path)
+
+    def group_values(
+        self, source: ManifestSource, rules: RowRules, name: str
+    ) -> Iterator[tuple[str, str]]:
+        return image_attributes(source.path, rules, name, source.split)
 
     def read(
         self, source: ManifestSource, rules: RowRules, lines: LineRange | None

@@ -201,9 +201,9 @@ class InputFormat:
 
     def check(self, source: ManifestSource, rules: RowRules) -> None:
         """The checks before the job; raises ManifestError."""
-        if not self.named_columns and (
-            rules.uri_column or rules.label_column or rules.split_column
-        ):
+        # `--split_column none` (every split from the hash, as --split_by groups sets for
+        # its staging run) names no column, so any format takes it.
+        if not self.named_columns and rules.names_columns:
             raise ManifestError(
                 f"{source.path} is {self.title}: --uri_column, "
                 "--label_column and --split_column name columns of CSV "
@@ -231,6 +231,18 @@ class InputFormat:
         """The classes `source` declares, with their ids; None where it declares none
         (the ids are then learnt from TRAIN). Read in the launcher, before the job."""
         return None
+
+    def group_values(
+        self, source: ManifestSource, rules: RowRules, name: str
+    ) -> Iterator[tuple[str, str]]:
+        """(image URI, its group) for each image of `source` that has a value under `name`
+        (--group_column NAME: a manifest's column, an attribute of an annotation file's
+        image entries); ManifestError where the format has no such thing or the file has
+        no `name`. Read in the launcher, before any image is."""
+        raise ManifestError(
+            f"--group_column {name}: {source.path} is {self.title}, which has neither columns "
+            "nor image attributes to group by; give folder or folder:N for the images' folders"
+        )
 
     def labels_sampled(self, source: ManifestSource, rules: RowRules, rows: int) -> set[str]:
         """Labels `source` holds, from its first `rows` rows: what tells a label map's
