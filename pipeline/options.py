@@ -26,6 +26,7 @@ from image_tfrecords.core.file_formats import (
 from image_tfrecords.core.inputs.rows import (
     DEFAULT_LABEL_SEPARATOR,
     DEFAULT_SPLIT_FRACTIONS,
+    NO_SPLIT_COLUMN,
     RowRules,
 )
 from image_tfrecords.core.inputs.sources import MANIFEST_FORMATS, split_and_path
@@ -553,7 +554,9 @@ class ConvertOptions(PipelineOptions):
         if self.group_column and (folder := folder_group_level(self.group_column)) is not None:
             if folder < 1:
                 found.append(f"--group_column {self.group_column}: folder:N takes N >= 1")
-        if (self.uri_column or self.label_column or self.split_column) and self.image_folder:
+        # `--split_column none` names no column (it is how --split_by groups stages).
+        names_a_column = self.split_column not in (None, NO_SPLIT_COLUMN)
+        if (self.uri_column or self.label_column or names_a_column) and self.image_folder:
             found.append(
                 "--uri_column, --label_column and --split_column name columns of "
                 "a --manifest, not of --image_folder"

@@ -7,7 +7,8 @@
 3. The run asked for converts the rows again with the plan's splits, copying every
    example from the staging output (the examples hold no split, so a copy is the
    example a full read would write), and publishes with the plan's account in its
-   summary.json. The staging folder is removed either way.
+   summary.json. The staging folder is removed, unless the staging run failed: its
+   error names the dead letters and FAILED.json there.
 
 The second run's rows are read and checked again, so its summary accounts for every row
 as any run's does; an image the staging run could not write (a dead letter) is read again
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
@@ -37,6 +39,7 @@ from image_tfrecords.core.storage import storage
 from image_tfrecords.core.storage.redaction import redacted
 from image_tfrecords.pipeline.options import ConvertOptions, folder_group_level
 from image_tfrecords.pipeline.stage_lines import stage
+from image_tfrecords.transforms.outcome import RunFailed
 
 # What the staging run changes of the options asked: every row in TRAIN, each kept
 # (an unseen label gets the OOV id, no copy dropped, no error fraction fails it), quietly.
@@ -66,14 +69,26 @@ def convert_grouped(
     staged = naming.staged_output(staging)
     earlier = convert.earlier_output()
     group_of = _declared_groups(convert, manifests)  # before any image is read
+    keep_staging = False
     try:
         stage(
             "the grouped split: every row's split is made here (no split column is read); "
             "a staging run reads every image once"
         )
         reuse = [f"--reuse_from={earlier}"] if earlier and not convert.no_reuse else []
-        with contextlib.redirect_stdout(io.StringIO()):
-            convert_and_report([*argv, *_STAGING_OPTIONS, f"--output_dir={staged}", *reuse])
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                convert_and_report([*argv, *_STAGING_OPTIONS, f"--output_dir={staged}", *reuse])
+        except RunFailed:
+            # Its error names its dead letters and FAILED.json, in the staging folder.
+            keep_staging = True
+            print(
+                "image-tfrecords: the grouped split's staging run (every row in one split, "
+                f"to read each image once) failed; its folder is kept: {staging}",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise
         plan = plan_splits(
             [image._replace(group=group_of(image.uri)) for image in _staged_images(staged)],
             convert.split_fraction_values(),
@@ -90,7 +105,8 @@ def convert_grouped(
         write_plan(path, plan.splits, info)
         return convert_and_report([*argv, f"--split_plan={path}", f"--staged_output={staged}"])
     finally:
-        delete_tree(staging)
+        if not keep_staging:
+            delete_tree(staging)
 
 
 def _declared_groups(

@@ -7,7 +7,9 @@ import csv
 import io
 import itertools
 import json
+import os
 import random
+import re
 
 import pytest
 from conftest import SAMPLE_DATA, convert, feature, read_examples, row_accounting, shard_pattern
@@ -373,3 +375,41 @@ def test_a_coco_image_attribute_that_is_not_a_value_is_refused_naming_the_image(
     found = dict(image_attributes(str(coco), rules, "video_id", None))
     assert len(found) == len(document["images"]) - 1
     assert all(uri.startswith(str(planted)) for uri in found)
+
+
+def test_a_failed_staging_run_keeps_the_files_its_error_names(tmp_path, capsys):
+    """Every image missing: the staging run fails, and the dead letters and FAILED.json
+    its error names are still there (the staging folder is kept, and said)."""
+    from image_tfrecords.pipeline import run
+
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("".join(f"gone/{number}.jpg,cat\n" for number in range(4)))
+    output = tmp_path / "out"
+    argv = ["--manifest", str(manifest), "--output_dir", str(output), "--split_by", "groups"]
+    assert run.main([*argv, "--temp_location", str(tmp_path / "temp")]) == run.EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "the grouped split's staging run" in err and str(tmp_path / "temp") in err
+    named = re.findall(r"(/\S+\.json(?:l)?)\b", err.split("error:", 1)[1])
+    assert named and all(os.path.exists(path) for path in named), err
+    assert not output.exists()
+
+
+def test_an_image_folder_splits_by_groups(tmp_path):
+    """An image folder's rows have no split column: its staging run's `--split_column
+    none` was once refused as a column of a manifest. The output's own near-copy list
+    (the job's search, over every example) pairs no two splits.
+
+    Not `leaking_pairs`: that hashes each stored image whole, where the job hashes the
+    decode it checks (a JPEG's at 1/8 scale): cat_14.jpg and cat_11.gif are 10 bits apart
+    whole and 12 as the job hashes them, so they may part."""
+    output = convert(
+        tmp_path / "out", "--image_folder", str(SAMPLE_DATA / "images"), "--split_by", "groups"
+    )
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["split_groups"]["images"] == summary["examples_written"] > 0
+    pairs = [
+        json.loads(line)
+        for path in output.glob("near_duplicates-*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    assert pairs and all(pair["copy"]["split"] == pair["kept"]["split"] for pair in pairs)
