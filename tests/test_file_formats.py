@@ -205,6 +205,41 @@ def test_a_damaged_record_is_named_by_index_and_offset(tmp_path):
         next(reading)
 
 
+@pytest.mark.parametrize("name, compression, suffix", FORMATS)
+def test_records_at_positions_are_the_records_read_through(tmp_path, name, compression, suffix):
+    """read_at gives the wanted records, each as `read` gives it, whatever the format
+    skips; the TFRecord format skips a damaged record it is not asked for (its data is
+    not read) and names one it is asked for."""
+    fmt = shard_format(name, compression)
+    path = str(tmp_path / f"s{suffix}")
+    write(fmt, path, PipelineFiles())
+    for positions in ([], [0], [1, 3], [0, 1, 2, 3], [3]):
+        wanted = [(position, RECORDS[position]) for position in positions]
+        assert list(fmt.read_at(path, positions, GFiles())) == wanted
+    with pytest.raises(RecordError):
+        list(fmt.read_at(path, [len(RECORDS)], GFiles()))  # past the last
+
+
+def test_a_damaged_record_is_skipped_by_its_header_unless_asked_for(tmp_path):
+    fmt = shard_format("tfrecord")
+    path = tmp_path / "s.tfrecord"
+    write(fmt, str(path), PipelineFiles())
+    data = bytearray(path.read_bytes())
+    data[16 + 12] ^= 0xFF  # record 1's first byte: record 0 is 16 bytes, a header 12
+    path.write_bytes(bytes(data))
+    assert list(fmt.read_at(str(path), [0, 2, 3], GFiles())) == [
+        (0, RECORDS[0]),
+        (2, RECORDS[2]),
+        (3, RECORDS[3]),
+    ]
+    with pytest.raises(RecordError, match=r"record 1 \(byte 16\): data CRC mismatch"):
+        list(fmt.read_at(str(path), [1], GFiles()))
+    data[16 + 3] ^= 0xFF  # record 1's length: its header's CRC no longer matches
+    path.write_bytes(bytes(data))
+    with pytest.raises(RecordError, match=r"record 1 \(byte 16\): length CRC mismatch"):
+        list(fmt.read_at(str(path), [2], GFiles()))
+
+
 def test_a_registered_format_is_offered_everywhere_formats_are_listed(monkeypatch):
     """What adding a format takes: its class, listed in the registry under its name."""
 

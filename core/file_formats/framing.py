@@ -14,7 +14,7 @@ import gzip
 import io
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 import google_crc32c
@@ -68,19 +68,28 @@ def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
             body = stream.read(length + _CRC.size)
         except (OSError, EOFError, zlib.error) as problem:  # a damaged gzip stream
             raise RecordError(index, offset, f"gzip: {problem}") from problem
-        if len(body) < length + _CRC.size:
-            raise RecordError(
-                index,
-                offset,
-                f"truncated: the file ends {len(body)} of "
-                f"{length + _CRC.size} bytes into the record",
-            )
-        data = body[:length]
-        if _masked_crc(data) != _CRC.unpack(body[length:])[0]:
-            raise RecordError(index, offset, "data CRC mismatch")
-        yield data
+        yield _checked_data(body, length, index, offset)
         index += 1
         offset += _HEADER.size + len(body)
+
+
+def records_at(file: BinaryIO, positions: Iterable[int]) -> Iterator[tuple[int, bytes]]:
+    """(position, data) of the records at `positions` (ascending) of an uncompressed
+    file, each checked as read_records checks it; the records between are skipped by
+    their headers (each length's CRC checked, the data not read). A copy that wants a
+    few records of a large shard (a grouped split's run draws each of its shards from
+    every staging shard) reads their bytes and the headers, not the whole file."""
+    index = offset = 0
+    for wanted in positions:
+        while index < wanted:
+            length = _record_length(file.read(_HEADER.size), index, offset)
+            file.seek(length + _CRC.size, io.SEEK_CUR)
+            offset += framed_size(length)
+            index += 1
+        length = _record_length(file.read(_HEADER.size), index, offset)
+        yield index, _checked_data(file.read(length + _CRC.size), length, index, offset)
+        offset += framed_size(length)
+        index += 1
 
 
 def record_sizes(file: BinaryIO) -> Iterator[int]:
@@ -98,6 +107,21 @@ def record_sizes(file: BinaryIO) -> Iterator[int]:
         yield length
         index += 1
         offset += _HEADER.size + length + _CRC.size
+
+
+def _checked_data(body: bytes, length: int, index: int, offset: int) -> bytes:
+    """The data of the record at `index` from `body`, the bytes after its header; RecordError
+    where the file ends inside them or their CRC does not match."""
+    if len(body) < length + _CRC.size:
+        raise RecordError(
+            index,
+            offset,
+            f"truncated: the file ends {len(body)} of {length + _CRC.size} bytes into the record",
+        )
+    data = body[:length]
+    if _masked_crc(data) != _CRC.unpack(body[length:])[0]:
+        raise RecordError(index, offset, "data CRC mismatch")
+    return data
 
 
 def _record_length(header: bytes, index: int, offset: int) -> int:

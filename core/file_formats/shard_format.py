@@ -120,6 +120,25 @@ class ShardFormat(abc.ABC):
         """Every record of the shard at `path`, in order, each checked as the format
         can; raises RecordError at the first that cannot be read."""
 
+    def read_at(
+        self, path: str, positions: Sequence[int], files: Files
+    ) -> Iterator[tuple[int, bytes]]:
+        """(position, record) of the records at `positions` (ascending) of the shard at
+        `path`, each checked as `read` checks it. Here every record up to the last wanted
+        is read; a format that can reach a record without reading those before it does."""
+        wanted = iter(positions)
+        position_wanted = next(wanted, None)
+        if position_wanted is None:
+            return
+        count = 0
+        for count, record in enumerate(self.read(path, files), start=1):
+            if count - 1 == position_wanted:
+                yield position_wanted, record
+                position_wanted = next(wanted, None)
+                if position_wanted is None:
+                    return
+        raise RecordError(position_wanted, None, f"the shard ends after {count} records")
+
     def check_companions(  # noqa: B027 - a format without companions has none to check
         self, path: str, files: Files, record_sizes: Sequence[int]
     ) -> None:

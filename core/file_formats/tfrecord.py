@@ -24,6 +24,7 @@ from image_tfrecords.core.file_formats.framing import (
     framed_size,
     read_records,
     record_sizes,
+    records_at,
 )
 from image_tfrecords.core.file_formats.shard_format import Files, ShardFormat
 
@@ -75,6 +76,16 @@ class TFRecordFormat(ShardFormat):
     def read(self, path: str, files: Files) -> Iterator[bytes]:
         with files.open(path) as raw:
             yield from read_records(raw, self.compression == "gzip")
+
+    def read_at(
+        self, path: str, positions: Sequence[int], files: Files
+    ) -> Iterator[tuple[int, bytes]]:
+        """The records between are skipped by their headers; a gzip stream is read through."""
+        if self.compression == "gzip":
+            yield from super().read_at(path, positions, files)
+            return
+        with files.open(path) as raw:
+            yield from records_at(raw, positions)
 
     def check_companions(self, path: str, files: Files, record_sizes: Sequence[int]) -> None:
         # The index follows from the records' sizes alone: no second read of the shard.

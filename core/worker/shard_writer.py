@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from image_tfrecords.core.file_formats import PipelineFiles, RecordWriter, ShardFormat
-from image_tfrecords.core.file_formats.framing import FramedWriter, read_records, write_record
+from image_tfrecords.core.file_formats.framing import FramedWriter, records_at, write_record
 from image_tfrecords.core.imaging.image_files import read_image_bytes
 from image_tfrecords.core.imaging.images import (
     ImageRejected,
@@ -673,26 +673,19 @@ class _PreviousExamples:
         return entry, record, thumbnail
 
     def _records(self, shard: PreviousShard) -> Iterator[tuple[int, bytes, bytes]]:
-        wanted = iter(
-            sorted(
-                entry.position
-                for each, entry in self._reusable.values()
-                if each.shard == shard.shard
-            )
+        """The wanted examples of `shard`, in order; the format and the thumbnails'
+        framing skip the others without reading their bytes where they can (read_at)."""
+        positions = sorted(
+            entry.position for each, entry in self._reusable.values() if each.shard == shard.shard
         )
-        position_wanted = next(wanted, None)
         with storage.open_read(shard.thumbnails) as thumbnails:
             pairs = zip(
-                self._format.read(shard.shard, PipelineFiles()),
-                read_records(thumbnails),
+                self._format.read_at(shard.shard, positions, PipelineFiles()),
+                records_at(thumbnails, positions),
                 strict=True,
             )
-            for position, (record, thumbnail) in enumerate(pairs):
-                if position == position_wanted:
-                    yield position, record, thumbnail
-                    position_wanted = next(wanted, None)
-                    if position_wanted is None:
-                        return
+            for (position, record), (_, thumbnail) in pairs:
+                yield position, record, thumbnail
 
 
 def _check_copied(record: bytes, entry: IndexEntry) -> None:
