@@ -236,8 +236,22 @@ def test_a_damaged_record_is_skipped_by_its_header_unless_asked_for(tmp_path):
         list(fmt.read_at(str(path), [1], GFiles()))
     data[16 + 3] ^= 0xFF  # record 1's length: its header's CRC no longer matches
     path.write_bytes(bytes(data))
+    # Record 2 is sought at the offset the .idx lists; without the index, the skip over
+    # record 1 reads its header, and names it.
+    assert list(fmt.read_at(str(path), [2], GFiles())) == [(2, RECORDS[2])]
+    (tmp_path / "s.tfrecord.idx").unlink()
     with pytest.raises(RecordError, match=r"record 1 \(byte 16\): length CRC mismatch"):
         list(fmt.read_at(str(path), [2], GFiles()))
+
+
+def test_an_index_that_lies_gives_no_other_record_unchecked(tmp_path):
+    """A .idx is not trusted: an offset into the middle of a record fails its checks."""
+    fmt = shard_format("tfrecord")
+    path = tmp_path / "s.tfrecord"
+    write(fmt, str(path), PipelineFiles())
+    (tmp_path / "s.tfrecord.idx").write_text("0 16\n5 15\n")
+    with pytest.raises(RecordError, match=r"record 1 \(byte 5\): length CRC mismatch"):
+        list(fmt.read_at(str(path), [1], GFiles()))
 
 
 def test_a_registered_format_is_offered_everywhere_formats_are_listed(monkeypatch):

@@ -14,7 +14,7 @@ import gzip
 import io
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import BinaryIO
 
 import google_crc32c
@@ -25,6 +25,7 @@ _HEADER = struct.Struct("<QI")
 _CRC = struct.Struct("<I")
 _LENGTH = struct.Struct("<Q")
 _MASK_DELTA = 0xA282EAD8
+_READ_THROUGH = 64 * 1024  # bytes a skip reads rather than seeks past (a thumbnail is ~4 KB)
 
 
 def framed_size(size: int) -> int:
@@ -73,23 +74,40 @@ def read_records(file: BinaryIO, compressed: bool = False) -> Iterator[bytes]:
         offset += _HEADER.size + len(body)
 
 
-def records_at(file: BinaryIO, positions: Iterable[int]) -> Iterator[tuple[int, bytes]]:
+def records_at(
+    file: BinaryIO, positions: Iterable[int], starts: Sequence[int] | None = None
+) -> Iterator[tuple[int, bytes]]:
     """(position, data) of the records at `positions` (ascending) of an uncompressed
-    file, each checked as read_records checks it; the records between are skipped by
-    their headers (each length's CRC checked, the data not read). A copy that wants a
-    few records of a large shard (a grouped split's run draws each of its shards from
-    every staging shard) reads their bytes and the headers, not the whole file."""
+    file, each checked as read_records checks it. A record `starts` gives the offset of
+    (a shard's .idx) is sought; the others are reached by skipping the records before
+    them by their headers (each length's CRC checked, the data not checked). A copy that
+    wants a few records of each of many shards (a grouped split's run draws each of its
+    shards from every staging shard) reads their bytes, not the whole files. An offset
+    that is wrong gives a record whose CRCs fail, or another record, which the caller
+    checks is the one it wants (shard_writer._check_copied)."""
     index = offset = 0
     for wanted in positions:
+        if starts is not None and index != wanted < len(starts):
+            index, offset = wanted, starts[wanted]
+            file.seek(offset)
         while index < wanted:
             length = _record_length(file.read(_HEADER.size), index, offset)
-            file.seek(length + _CRC.size, io.SEEK_CUR)
+            _skip(file, length + _CRC.size)
             offset += framed_size(length)
             index += 1
         length = _record_length(file.read(_HEADER.size), index, offset)
         yield index, _checked_data(file.read(length + _CRC.size), length, index, offset)
         offset += framed_size(length)
         index += 1
+
+
+def _skip(file: BinaryIO, size: int) -> None:
+    """Past `size` bytes: read where they are few (a seek drops the read buffer, and the
+    next header would cost a read of its own), sought where they are many."""
+    if size > _READ_THROUGH:
+        file.seek(size, io.SEEK_CUR)
+    else:
+        file.read(size)
 
 
 def record_sizes(file: BinaryIO) -> Iterator[int]:

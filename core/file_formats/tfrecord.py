@@ -80,12 +80,13 @@ class TFRecordFormat(ShardFormat):
     def read_at(
         self, path: str, positions: Sequence[int], files: Files
     ) -> Iterator[tuple[int, bytes]]:
-        """The records between are skipped by their headers; a gzip stream is read through."""
+        """Each record sought at its offset in the shard's .idx (skipped to by the headers
+        where the index cannot be read); a gzip stream is read through."""
         if self.compression == "gzip":
             yield from super().read_at(path, positions, files)
             return
         with files.open(path) as raw:
-            yield from records_at(raw, positions)
+            yield from records_at(raw, positions, _listed_starts(path, files))
 
     def check_companions(self, path: str, files: Files, record_sizes: Sequence[int]) -> None:
         # The index follows from the records' sizes alone: no second read of the shard.
@@ -124,6 +125,16 @@ class TFRecordFormat(ShardFormat):
 def _write_index(path: str, record_sizes: Iterable[int], files: Files) -> None:
     with files.create(path + INDEX_SUFFIX) as index:
         index.write("".join(_index_lines(record_sizes)).encode("ascii"))
+
+
+def _listed_starts(path: str, files: Files) -> list[int] | None:
+    """Where each record starts, as the shard's .idx lists it; None where it cannot be
+    read. Not trusted: records_at checks what it finds there."""
+    try:
+        with files.open(path + INDEX_SUFFIX) as index:
+            return [int(line.split(maxsplit=1)[0]) for line in index.read().splitlines()]
+    except Exception:  # noqa: BLE001 - each filesystem's own (gfile's NotFoundError), a bad line
+        return None
 
 
 def _index_lines(record_sizes: Iterable[int]) -> Iterator[str]:
