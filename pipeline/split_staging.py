@@ -38,7 +38,7 @@ from image_tfrecords.core.records.summary import Summary
 from image_tfrecords.core.storage import storage
 from image_tfrecords.core.storage.redaction import redacted
 from image_tfrecords.pipeline.options import ConvertOptions, folder_group_level
-from image_tfrecords.pipeline.stage_lines import stage
+from image_tfrecords.pipeline.stage_lines import PREFIX, stage
 from image_tfrecords.transforms.outcome import RunFailed
 
 # What the staging run changes of the options asked: every row in TRAIN, each kept
@@ -83,8 +83,8 @@ def convert_grouped(
             # Its error names its dead letters and FAILED.json, in the staging folder.
             keep_staging = True
             print(
-                "image-tfrecords: the grouped split's staging run (every row in one split, "
-                f"to read each image once) failed; its folder is kept: {staging}",
+                f"{PREFIX}the grouped split's staging run (every row in one split, to read "
+                f"each image once) failed; its folder is kept: {staging}",
                 file=sys.stderr,
                 flush=True,
             )

@@ -277,3 +277,18 @@ def test_a_registered_format_is_offered_everywhere_formats_are_listed(monkeypatc
         "test-*-of-*.array_record*",
         "test-*-of-*.plain*",
     )
+
+
+def test_an_index_too_long_to_be_one_is_not_read(tmp_path, monkeypatch):
+    """An earlier output's .idx longer than any index could be is left unread (memory
+    follows the records copied): the records are reached by their headers instead."""
+    from image_tfrecords.core.file_formats import tfrecord
+
+    fmt = shard_format("tfrecord")
+    path = tmp_path / "s.tfrecord"
+    write(fmt, str(path), PipelineFiles())
+    assert tfrecord._listed_starts(str(path), GFiles()) is not None
+    monkeypatch.setattr(tfrecord, "_MAX_LISTED", 2)  # of 4 records: 2 lines of 8 bytes
+    monkeypatch.setattr(tfrecord, "_INDEX_LINE_BYTES", 8)
+    assert tfrecord._listed_starts(str(path), GFiles()) is None
+    assert list(fmt.read_at(str(path), [3], GFiles())) == [(3, RECORDS[3])]

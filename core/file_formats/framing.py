@@ -87,7 +87,7 @@ def records_at(
     checks is the one it wants (shard_writer._check_copied)."""
     index = offset = 0
     for wanted in positions:
-        if starts is not None and index != wanted < len(starts):
+        if starts is not None and wanted != index and wanted < len(starts):
             index, offset = wanted, starts[wanted]
             file.seek(offset)
         while index < wanted:

@@ -130,14 +130,14 @@ class ShardFormat(abc.ABC):
         position_wanted = next(wanted, None)
         if position_wanted is None:
             return
-        count = 0
-        for count, record in enumerate(self.read(path, files), start=1):
-            if count - 1 == position_wanted:
-                yield position_wanted, record
+        position = -1
+        for position, record in enumerate(self.read(path, files)):
+            if position == position_wanted:
+                yield position, record
                 position_wanted = next(wanted, None)
                 if position_wanted is None:
                     return
-        raise RecordError(position_wanted, None, f"the shard ends after {count} records")
+        raise RecordError(position_wanted, None, f"the shard ends after {position + 1} records")
 
     def check_companions(  # noqa: B027 - a format without companions has none to check
         self, path: str, files: Files, record_sizes: Sequence[int]

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 INDEX_SUFFIX = ".idx"
 _GZIP_LEVEL = 6  # zlib's default, as Beam's and TensorFlow's gzip writers use
 _READ_BUFFER = 8 << 20  # tf.data's bytes per shard reader: large sequential reads suit gs:// too
+# A shard's .idx read for copies: 1 million records of 40-byte lines at the most.
+_MAX_LISTED = 1_000_000
+_INDEX_LINE_BYTES = 40
 
 
 class TFRecordFormat(ShardFormat):
@@ -129,10 +132,15 @@ def _write_index(path: str, record_sizes: Iterable[int], files: Files) -> None:
 
 def _listed_starts(path: str, files: Files) -> list[int] | None:
     """Where each record starts, as the shard's .idx lists it; None where it cannot be
-    read. Not trusted: records_at checks what it finds there."""
+    read, or is longer than an index of _MAX_LISTED records (an earlier output is not
+    trusted: memory follows the records copied, not the file). Not trusted either way:
+    records_at checks what it finds at each offset."""
     try:
         with files.open(path + INDEX_SUFFIX) as index:
-            return [int(line.split(maxsplit=1)[0]) for line in index.read().splitlines()]
+            listed = index.read(_MAX_LISTED * _INDEX_LINE_BYTES + 1)
+        if len(listed) > _MAX_LISTED * _INDEX_LINE_BYTES:
+            return None
+        return [int(line.split(maxsplit=1)[0]) for line in listed.splitlines()]
     except Exception:  # noqa: BLE001 - each filesystem's own (gfile's NotFoundError), a bad line
         return None
 
