@@ -460,13 +460,15 @@ S3_SECRET_ACCESS_KEY = "s3-secret-key-never-shown"
 class Bucket:
     """A bucket on a running storage server, reached through a FaultProxy.
 
-    `flags` are the Beam options a run needs to reach it; `secrets` what must never show.
+    `flags` are the Beam options a run needs to reach it; `secrets` what must never show;
+    `server` the storage server behind the proxy.
     """
 
     url: str
     proxy: FaultProxy
     flags: list[str]
     secrets: tuple[str, ...]
+    server: GcsEmulator | S3Server
 
 
 @pytest.fixture(scope="session")
@@ -503,7 +505,7 @@ def _gcs_bucket(tmp_path_factory):
     os.environ.update(settings)
     try:
         server.create_bucket(BUCKET)
-        yield Bucket(f"gs://{BUCKET}", proxy, [], (GCS_TOKEN, GCS_CLIENT_SECRET))
+        yield Bucket(f"gs://{BUCKET}", proxy, [], (GCS_TOKEN, GCS_CLIENT_SECRET), server)
     finally:
         for name, value in previous.items():
             if value is None:
@@ -535,6 +537,7 @@ def _s3_bucket():
                 S3_SECRET_ACCESS_KEY,
             ],
             (S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY),
+            server,
         )
     finally:
         proxy.close()
@@ -543,7 +546,8 @@ def _s3_bucket():
 
 @pytest.fixture
 def gcs(_gcs_bucket):
-    """The session's GCS bucket, with no fault injected and an empty request log."""
+    """The session's GCS bucket, empty, with no fault injected and an empty request log."""
+    _gcs_bucket.server.wipe()
     _gcs_bucket.proxy.reset()
     yield _gcs_bucket
     _gcs_bucket.proxy.reset()
@@ -551,7 +555,9 @@ def gcs(_gcs_bucket):
 
 @pytest.fixture
 def s3(_s3_bucket):
-    """The session's S3 bucket, as `gcs`; Beam's filesystems are set up to reach it."""
+    """The session's S3 bucket, with no fault injected and an empty request log; Beam's
+    filesystems are set up to reach it. Not emptied: module fixtures keep their data in
+    it, and moto holds objects in a dict (a write costs the same however many it holds)."""
     _s3_bucket.proxy.reset()
     FileSystems.set_options(PipelineOptions(_s3_bucket.flags))
     yield _s3_bucket
