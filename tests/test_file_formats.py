@@ -185,6 +185,10 @@ def test_a_damaged_array_record_is_named_by_its_index(tmp_path):
     reading = fmt.read(str(path), GFiles())
     with pytest.raises(RecordError, match=r"record 5: .*hash mismatch"):
         list(reading)
+    # By index, the damaged record's chunk is read only when it is asked for.
+    assert list(fmt.read_at(str(path), [4, 6], GFiles())) == [(4, records[4]), (6, records[6])]
+    with pytest.raises(RecordError, match=r"record 5: .*hash mismatch"):
+        list(fmt.read_at(str(path), [3, 5, 7], GFiles()))
     path.write_bytes(b"not an ArrayRecord file")
     with pytest.raises(RecordError, match="record 0: not a readable ArrayRecord file"):
         list(fmt.read(str(path), GFiles()))

@@ -304,6 +304,21 @@ def test_a_changed_dataset_reuses_what_did_not_change_and_gives_a_full_runs_byte
     assert _summary(full)["examples_reused"] == 0
 
 
+def test_an_array_record_output_is_copied_by_index_and_gives_its_bytes(tmp_path, monkeypatch):
+    """ArrayRecord shards are copied from as TFRecord shards are: each wanted record read
+    at its index (read_at), no image read again, the output the first run's."""
+    images = _images(tmp_path / "images")[:12]
+    rows = [(SPLITS[i % len(SPLITS)], str(path), label) for i, (label, path) in enumerate(images)]
+    flags = ["--manifest", _manifest(tmp_path / "m.csv", rows), "--file_format", "array_record"]
+    first = convert(tmp_path / "first", *flags, "--num_shards", "2")
+    reads = _reads(monkeypatch)
+    flags += ["--num_shards", "2", "--reuse_from", str(first), "--worker_processes", "0"]
+    reused = convert(tmp_path / "reused", *flags)
+    assert reads == []
+    assert _summary(reused)["examples_reused"] == _summary(reused)["examples_written"] == 12
+    assert output_digests(reused) == output_digests(first)
+
+
 @pytest.mark.parametrize("bucket", ["gcs", "s3"])
 def test_reuse_on_a_bucket_is_decided_from_object_metadata_alone(bucket, request):
     """The unchanged images are not downloaded (the proxy's log of the server's requests):

@@ -14,11 +14,12 @@ is given; one read from there is copied to a local temporary file first.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
 from image_tfrecords.core.file_formats.shard_format import (
@@ -30,7 +31,7 @@ from image_tfrecords.core.file_formats.shard_format import (
 
 if TYPE_CHECKING:
     import tensorflow as tf
-    from array_record.python.array_record_module import ArrayRecordWriter
+    from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
 
 # One record per chunk (TFDS's and Grain's setting): random access reads one chunk.
 _WRITER_OPTIONS = {"none": "group_size:1,uncompressed", "zstd": "group_size:1,zstd:3"}
@@ -56,25 +57,24 @@ class ArrayRecordFormat(ShardFormat):
                 writer.close()
 
     def read(self, path: str, files: Files) -> Iterator[bytes]:
-        from array_record.python.array_record_module import ArrayRecordReader
+        with _opened(path, files) as reader:
+            count = reader.num_records()
+            for start in range(0, count, _READ_BATCH):
+                yield from _checked(reader, range(start, min(start + _READ_BATCH, count)))
 
-        with _on_local_disk(path, files, writing=False) as local:
-            reader = ArrayRecordReader(local)
-            try:
-                if not reader.ok():
-                    raise RecordError(0, None, _reader_error(reader))
-                count = reader.num_records()
-                for start in range(0, count, _READ_BATCH):
-                    try:
-                        records = reader.read(start, min(start + _READ_BATCH, count))
-                    except RuntimeError as problem:  # a chunk's hash does not match
-                        raise _first_bad_record(reader, start, count, problem) from problem
-                    yield from records
-            finally:
-                # Closing a reader that met a damaged file raises that damage again:
-                # it is reported above, as a RecordError naming the record.
-                with contextlib.suppress(RuntimeError):
-                    reader.close()
+    def read_at(
+        self, path: str, positions: Sequence[int], files: Files
+    ) -> Iterator[tuple[int, bytes]]:
+        """The records at `positions` read by index, as Grain reads them: the chunks of
+        the records between are not read."""
+        with _opened(path, files) as reader:
+            count = reader.num_records()
+            present = bisect.bisect_left(positions, count)
+            for start in range(0, present, _READ_BATCH):
+                batch = positions[start : min(start + _READ_BATCH, present)]
+                yield from zip(batch, _checked(reader, batch), strict=True)
+            if present < len(positions):
+                raise RecordError(positions[present], None, f"the shard ends after {count} records")
 
     def dataset(self, path: tf.Tensor) -> tf.data.Dataset:
         import tensorflow as tf
@@ -87,6 +87,24 @@ class ArrayRecordFormat(ShardFormat):
         )
 
 
+@contextlib.contextmanager
+def _opened(path: str, files: Files) -> Iterator[ArrayRecordReader]:
+    """A reader of the shard at `path`; RecordError for a file the library cannot read."""
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    with _on_local_disk(path, files, writing=False) as local:
+        reader = ArrayRecordReader(local)
+        try:
+            if not reader.ok():
+                raise RecordError(0, None, _reader_error(reader))
+            yield reader
+        finally:
+            # Closing a reader that met a damaged file raises that damage again: it is
+            # reported by _checked, as a RecordError naming the record.
+            with contextlib.suppress(RuntimeError):
+                reader.close()
+
+
 def _reader_error(reader) -> str:
     """What the library says is wrong with a file it opened as not ok."""
     try:
@@ -96,15 +114,20 @@ def _reader_error(reader) -> str:
     return "not a readable ArrayRecord file"
 
 
-def _first_bad_record(reader, start: int, count: int, problem: RuntimeError) -> RecordError:
-    """The first record of a batch from `start` that fails to read alone, with the
-    library's words."""
-    for index in range(start, min(start + _READ_BATCH, count)):
-        try:
-            reader.read([index])
-        except RuntimeError as alone:
-            return RecordError(index, None, str(alone))
-    return RecordError(start, None, str(problem))
+def _checked(reader, indices: Sequence[int]) -> list[bytes]:
+    """The records at `indices`, read at once; a RecordError naming the first that fails
+    to read alone, with the library's words, where a chunk's hash does not match."""
+    try:
+        if isinstance(indices, range):  # the library's read of a range of records
+            return reader.read(indices.start, indices.stop)
+        return reader.read(list(indices))
+    except RuntimeError as problem:
+        for index in indices:
+            try:
+                reader.read([index])
+            except RuntimeError as alone:
+                raise RecordError(index, None, str(alone)) from problem
+        raise RecordError(indices[0], None, str(problem)) from problem
 
 
 def _local_path(path: str) -> str | None:
