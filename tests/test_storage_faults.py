@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import download, encode, get, listing, output_digests, photo_like, put
+from conftest import download, encode, listing, output_digests, photo_like, put
 from storage_servers import CUT, Behaviour, ImageServer
 
 from image_tfrecords.pipeline import run
@@ -48,15 +48,16 @@ class Clean:
 def clean_runs(tmp_path_factory):
     """store -> its Clean, converted once for the module: every test here converts the
     same images, and compares its faulty run with this one (output_digests leaves each
-    output's own folder out). The proxy's record starts afresh after it."""
+    output's own folder out). The images and manifest are put for every test, as the
+    `gcs` fixture empties its bucket. The proxy's record starts afresh after it."""
     made: dict[str, Clean] = {}
 
     def clean(store: str, bucket) -> Clean:
+        folder = f"{bucket.url}/faults-{store}"
+        for name, data in images().items():
+            put(f"{folder}/img/{name}", data)
+        put(f"{folder}/manifest.csv", manifest_text("img/").encode())
         if store not in made:
-            folder = f"{bucket.url}/faults-{store}"
-            for name, data in images().items():
-                put(f"{folder}/img/{name}", data)
-            put(f"{folder}/manifest.csv", manifest_text("img/").encode())
             convert(f"{folder}/manifest.csv", f"{folder}/clean", *bucket.flags)
             local = tmp_path_factory.mktemp(f"clean-{store}")
             download(f"{folder}/clean", local)
@@ -154,11 +155,12 @@ def test_shards_that_cannot_be_put_in_place_fail_the_run_and_it_never_looks_good
     it again)."""
     bucket = request.getfixturevalue(store)
     clean = clean_runs(store, bucket)
-    # The earlier output: the clean run's files, copied (byte for byte, written before
-    # this run) into a folder of this test's, which the run replaces.
+    # The earlier output: the clean run's files, as downloaded, put (byte for byte, written
+    # before this run) into a folder of this test's, which the run replaces.
     output = f"{bucket.url}/place-faults-{store}/clean"
-    for relative in listing(f"{clean.folder}/clean"):
-        put(f"{output}/{relative}", get(f"{clean.folder}/clean/{relative}"))
+    for file in clean.local.rglob("*"):
+        if file.is_file():
+            put(f"{output}/{file.relative_to(clean.local).as_posix()}", file.read_bytes())
     bucket.proxy.reset()
     # Without the first row (a TRAIN one): a new TRAIN shard, the same TEST shard.
     put(f"{clean.folder}/fewer.csv", "".join(manifest_text("img/").splitlines(True)[1:]).encode())
