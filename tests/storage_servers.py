@@ -165,6 +165,23 @@ class HdfsCluster(_Server):
             port,
             "/webhdfs/v1/?op=LISTSTATUS&user.name=test",
         )
+        self._wait_until_writable()
+
+    def _wait_until_writable(self, timeout: float = 60.0) -> None:
+        """The NameNode answers WebHDFS before its DataNode has registered and before it
+        leaves safe mode: a write then fails with "Failed to find datanode" (CI did, on a
+        loaded machine). Waits for the NameNode's own count of live DataNodes, out of safe
+        mode, as MiniDFSCluster.waitActive does."""
+        query = "/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(self.url + query, timeout=5) as answer:
+                (state,) = json.load(answer)["beans"]
+            if state["NumLiveDataNodes"] >= 1 and state["FSState"] == "Operational":
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"HDFS had no live DataNode out of safe mode within {timeout:.0f} s")
 
 
 def gcs_error(status: int) -> tuple[str, bytes]:
