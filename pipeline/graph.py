@@ -9,11 +9,9 @@ shuffled or passed through TensorFlow, and no stage waits on a side input while 
 the manifest.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 import tensorflow_transform.beam as tft_beam
@@ -30,7 +28,7 @@ from image_tfrecords.core.records.example_index import PreviousOutput
 from image_tfrecords.core.records.failure import Failure
 from image_tfrecords.core.records.run_settings import RunSettings
 from image_tfrecords.core.records.summary import RunInfo, Summary
-from image_tfrecords.core.worker.label_checks import merge_seen
+from image_tfrecords.core.worker.label_checks import LabelSeen, merge_seen
 from image_tfrecords.core.worker.row_tasks import ChunkSurvey
 from image_tfrecords.pipeline import resume
 from image_tfrecords.pipeline.beam_lookups import cached_lookups
@@ -176,7 +174,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, job: JobInputs, folders: Jo
     # Labels that are probably a mistake: every split's, with their first rows.
     labels_seen = (
         surveys
-        | "LabelsSeen" >> beam.FlatMap(lambda survey: survey.labels_seen.items())
+        | "LabelsSeen" >> beam.FlatMap(_labels_seen)
         | "MergeLabelsSeen" >> beam.CombinePerKey(merge_seen)
     )
     transform_fn_written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(tft_dir)
@@ -213,7 +211,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, job: JobInputs, folders: Jo
     )
 
     dead_letters = (
-        surveys | "RowDeadLetters" >> beam.FlatMap(lambda s: s.dead_letters),
+        surveys | "RowDeadLetters" >> beam.FlatMap(_row_dead_letters),
         packed.dead_letters,
         written.dead_letters,
         deduped.dead_letters,
@@ -228,22 +226,22 @@ def build(p: beam.Pipeline, options: ConvertOptions, job: JobInputs, folders: Jo
     # DISCARD rows are left out on purpose: read, but neither examples nor dead letters.
     rows_discarded = (
         surveys
-        | "Discarded" >> beam.Map(lambda survey: survey.discarded)
-        | "CountDiscarded" >> beam.CombineGlobally(sum).without_defaults()
+        | "Discarded" >> beam.Map(_discarded)
+        | "CountDiscarded" >> beam.CombineGlobally(sum).without_defaults().with_output_types(int)
     )
     # Objects of shapes the examples cannot hold, by shape: among the discarded rows.
     objects_left_out = (
         surveys
-        | "LeftOut" >> beam.FlatMap(lambda s: s.objects_left_out.items())
+        | "LeftOut" >> beam.FlatMap(_objects_left_out)
         | "CountLeftOut" >> beam.CombinePerKey(sum)
     )
     # Boxes clipped to the image (their corners reached outside it): one count, none for 0.
     objects_clipped = (
         surveys
-        | "Clipped" >> beam.Map(lambda survey: survey.objects_clipped)
-        | "CountClipped" >> beam.CombineGlobally(sum).without_defaults()
+        | "Clipped" >> beam.Map(_objects_clipped)
+        | "CountClipped" >> beam.CombineGlobally(sum).without_defaults().with_output_types(int)
     )
-    row_counts = surveys | "RowsRead" >> beam.Map(lambda survey: survey.rows_read)
+    row_counts = surveys | "RowsRead" >> beam.Map(_rows_read)
 
     # What report.html shows besides summary.json: a sample, the first copies and dead letters.
     report_content = ReportSources(
@@ -257,7 +255,7 @@ def build(p: beam.Pipeline, options: ConvertOptions, job: JobInputs, folders: Jo
 
     _ = PublishInputs(
         shards=deduped.shards,
-        dead_letter_reasons=dead_letters | "Reasons" >> beam.Map(lambda d: d.reason),
+        dead_letter_reasons=dead_letters | "Reasons" >> beam.Map(_reason),
         row_counts=row_counts,
         rows_discarded=rows_discarded,
         objects_left_out=objects_left_out,
@@ -289,6 +287,37 @@ def _label_rows(survey: ChunkSurvey) -> Iterator[tuple[str, int]]:
     for group in survey.train_labels:
         for label in group.labels:
             yield label, group.rows
+
+
+# What each step takes from a chunk's survey. Named and annotated, not lambdas: Beam takes
+# a function's annotations as its output type, so every PCollection's coder is declared
+# (tests/test_coders.py), the same on every Beam release.
+def _labels_seen(survey: ChunkSurvey) -> Iterable[tuple[str, LabelSeen]]:
+    return survey.labels_seen.items()
+
+
+def _row_dead_letters(survey: ChunkSurvey) -> Iterable[DeadLetter]:
+    return survey.dead_letters
+
+
+def _discarded(survey: ChunkSurvey) -> int:
+    return survey.discarded
+
+
+def _objects_left_out(survey: ChunkSurvey) -> Iterable[tuple[str, int]]:
+    return survey.objects_left_out.items()
+
+
+def _objects_clipped(survey: ChunkSurvey) -> int:
+    return survey.objects_clipped
+
+
+def _rows_read(survey: ChunkSurvey) -> int:
+    return survey.rows_read
+
+
+def _reason(dead_letter: DeadLetter) -> str:
+    return dead_letter.reason
 
 
 def _recorded_failure(temp_dir: str) -> Failure | None:

@@ -10,6 +10,7 @@ import random
 import apache_beam as beam
 import numpy as np
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import convert, encode, feature, read_examples
 from hypothesis import given
@@ -288,8 +289,10 @@ def with_receipts(temp_dir, keyed):
 
 
 def assert_search_finds(temp_dir, keyed, max_distance, expected, workers=Workers(0)):
-    """The search in this process, or with `workers` its groups in worker processes."""
-    with beam.Pipeline() as p:
+    """The search in this process, or with `workers` its groups in worker processes; with
+    Beam's runtime type checks, each element against the type its step declares
+    (tests/test_coders.py)."""
+    with beam.Pipeline(options=PipelineOptions(["--runtime_type_check"])) as p:
         found = (
             p
             | beam.Create(with_receipts(temp_dir, keyed))

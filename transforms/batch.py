@@ -1,9 +1,9 @@
 """Small records that travel between the pipeline's steps together, as one element."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+import apache_beam as beam
 
 
 class Batch(tuple):
@@ -17,6 +17,11 @@ class Batch(tuple):
     """
 
     __slots__ = ()
+
+
+# Its coder, for the steps that declare a Batch as their output: pickled whole, as above.
+# Declared as the tuple of records it holds, Beam would encode the records one by one.
+beam.coders.registry.register_coder(Batch, beam.coders.PickleCoder)
 
 
 def batches_by_key(pairs: Iterable[tuple[Any, Any]]) -> Iterator[tuple[Any, Batch]]:

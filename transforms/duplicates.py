@@ -8,8 +8,6 @@ image out of TRAIN to leave it in TEST: a copy across splits is a leak. Dropping
 rewrites only the shards that hold a dropped copy, from their temp files.
 """
 
-from __future__ import annotations
-
 import collections
 import json
 from collections.abc import Iterable, Iterator
@@ -24,6 +22,7 @@ from image_tfrecords.core.inputs.rows import DEAD_LETTERS
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records import naming
 from image_tfrecords.core.records.choices import Dedupe
+from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.histograms import file_bytes_bin, longest_side_bin
 from image_tfrecords.core.records.naming import DUPLICATES, NEAR_DUPLICATES
 from image_tfrecords.core.records.records import ExampleRef, ShardExamples, ShardWritten
@@ -31,6 +30,7 @@ from image_tfrecords.core.records.run_settings import RunSettings
 from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
 from image_tfrecords.core.worker.examples import example_annotations
 from image_tfrecords.transforms.batch import Batch, batches_by_key
+from image_tfrecords.transforms.element_types import tagged
 from image_tfrecords.transforms.near_duplicates import (
     FindNearDuplicates,
     NearDuplicate,
@@ -133,7 +133,7 @@ class DropDuplicates(beam.PTransform):
         self._format = shard_format
         self._filesystems = filesystems
 
-    def expand(self, shards: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, shards: beam.PCollection):
         return (
             {
                 "shard": shards
@@ -164,7 +164,7 @@ class _RewriteShard(StorageDoFn):
 
     def process(
         self, keyed: tuple[tuple[str, int], dict[str, list]]
-    ) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
+    ) -> Iterator[ShardWritten | tagged(DEAD_LETTERS, DeadLetter)]:
         _, grouped = keyed
         (shard,) = grouped["shard"]
         copies: dict[int, Duplicate | NearDuplicate] = {}
@@ -257,7 +257,7 @@ class ReportDuplicates(beam.PTransform):
         self._temp_dir = temp_dir
         self._report_dir = report_dir
 
-    def expand(self, written: tuple[beam.PCollection, beam.PCollection]) -> DuplicatesResult:
+    def expand(self, written):  # (shards, example keys): not a PCollection, so not annotated
         shards, example_keys = written
         exact = example_keys | "Find" >> FindDuplicates()
         near = example_keys | "FindNear" >> FindNearDuplicates(

@@ -9,8 +9,6 @@ as there are workers. With --worker_processes 0, or for a task that must run whe
 is loaded (a source listed with Beam's FileSystems.match), it runs in this process.
 """
 
-from __future__ import annotations
-
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -20,6 +18,7 @@ from typing import Any, Protocol
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
+from apache_beam.typehints.decorators import IOTypeHints
 from apache_beam.utils.windowed_value import WindowedValue
 
 from image_tfrecords.core.records.run_settings import RunSettings
@@ -54,6 +53,20 @@ class RunInWorkers(StorageDoFn):
 
     def outputs(self, result: Any) -> Iterator[Any]:
         raise NotImplementedError
+
+    def default_type_hints(self) -> IOTypeHints:
+        """The output type is what `outputs` yields (from process or finish_bundle): Beam
+        takes it from outputs' annotation as it would from a plain DoFn's process, so
+        that each subclass's PCollection has its coder declared (tests/test_coders.py)."""
+        hints = super().default_type_hints()
+        outputs = IOTypeHints.from_callable(self.outputs)
+        if outputs is None or not outputs.has_simple_output_type():
+            return hints
+        outputs = outputs.strip_iterable()
+        # The tags of TaggedOutput[...] in the annotation, on the Beams that read them.
+        if hasattr(outputs, "extract_tagged_outputs"):
+            outputs = outputs.extract_tagged_outputs()
+        return hints.with_output_types_from(outputs)
 
     def setup(self) -> None:
         super().setup()  # before any storage is touched

@@ -28,8 +28,6 @@ no output needs; tests/test_labels.py feeds it `label` only). `frequency` is
 TFRecorder's order: every TRAIN row that passed the row checks counts once.
 """
 
-from __future__ import annotations
-
 import functools
 from collections.abc import Iterator, Sequence
 
@@ -162,7 +160,7 @@ class AnalyzeLabels(beam.PTransform):
         self._temp_dir = temp_dir
         self._pinned_file = pinned_file  # see write_pinned_vocabulary
 
-    def expand(self, surveys: beam.PCollection) -> tuple:
+    def expand(self, surveys: beam.PCollection):
         if self._sorted:
             batches = (
                 surveys

@@ -6,8 +6,6 @@ launcher's own process, so they tell a listener the launcher installs here; else
 (Dataflow, Flink, Spark workers) nobody listens and these calls cost a check each.
 """
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Iterator
 from typing import Protocol

@@ -14,11 +14,9 @@ thousand blank frames give 999 lines, not half a million pairs), and what --dedu
 drops. Byte-identical pairs are left to duplicates.py.
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -169,7 +167,9 @@ class _PackByBand(beam.DoFn):
         members = np.array(self._held, dtype=MEMBER)
         self._held = []
         for band, mask in enumerate(self._masks):
-            values = members["hash"] & np.uint64(mask)
+            # As signed 64-bit values: Beam encodes an int key as a VarInt, which holds
+            # -2**63 to 2**63 - 1, and the band values of the top bits reach 2**64 - 1.
+            values = (members["hash"] & np.uint64(mask)).view(np.int64)
             by_value = np.argsort(values, kind="stable")
             values = values[by_value]
             starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
@@ -190,7 +190,7 @@ class _CloseEarlier(RunInWorkers):
         (band, _), packs = group
         return CloseEarlierTask(band, tuple(packs), self._masks, self._max_distance)
 
-    def outputs(self, links: list[tuple[Shard, tuple[int, Link]]]) -> Iterator[Any]:
+    def outputs(self, links: list[tuple[Shard, tuple[int, Link]]]) -> Iterator[tuple[Shard, Batch]]:
         yield from batches_by_key(links)
 
 
@@ -203,9 +203,7 @@ class _CopyRefs(StorageDoFn):
         super().__init__(filesystems)
         self._temp_dir = temp_dir
 
-    def process(
-        self, shard_links: tuple[Shard, Iterable[list[tuple[int, Link]]]]
-    ) -> Iterator[tuple[Shard, list[tuple[int, int, ExampleRef]]]]:
+    def process(self, shard_links: tuple[Shard, Iterable[Batch]]) -> Iterator[tuple[Shard, Batch]]:
         (split, shard), batches = shard_links
         preferred: dict[int, Link] = {}
         for links in batches:
@@ -230,9 +228,7 @@ class _Pairs(StorageDoFn):
         super().__init__(filesystems)
         self._temp_dir = temp_dir
 
-    def process(
-        self, shard_copies: tuple[Shard, Iterable[list[tuple[int, int, ExampleRef]]]]
-    ) -> Iterator[tuple[NearDuplicate, ...]]:
+    def process(self, shard_copies: tuple[Shard, Iterable[Batch]]) -> Iterator[Batch]:
         (split, shard), batches = shard_copies
         refs = example_refs(self._temp_dir, split, shard)
         yield Batch(

@@ -7,8 +7,6 @@ FAILED.json's record, `Failure`, is core/records/failure.py's: the readers of an
 report) read it too.
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Sequence
 from typing import NamedTuple

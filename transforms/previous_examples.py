@@ -8,8 +8,6 @@ small records travel; the shard writer reads the records it copies from the earl
 shards itself.
 """
 
-from __future__ import annotations
-
 import collections
 import logging
 from collections.abc import Iterator
@@ -48,7 +46,7 @@ class RoutePreviousExamples(beam.PTransform):
     def expand(self, shard_plan: beam.PCollection) -> beam.PCollection:
         return (
             shard_plan.pipeline
-            | "PreviousShards" >> beam.Create(self._shards)
+            | "PreviousShards" >> beam.Create(self._shards).with_output_types(PreviousShardFiles)
             | "Route"
             >> beam.ParDo(
                 _Route(self._filesystems, self._split_plan), plans=beam.pvalue.AsDict(shard_plan)

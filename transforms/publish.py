@@ -20,8 +20,6 @@ would have published) beside its errors-*.jsonl and a report.html that opens on 
 failure, until the next run that publishes.
 """
 
-from __future__ import annotations
-
 import itertools
 import logging
 from typing import Any, NamedTuple
@@ -129,11 +127,14 @@ class PublishOutput(beam.PTransform):
         self._rules = rules
         self._run_id = naming.run_id_of(temp_dir)
 
-    def expand(self, inputs: PublishInputs) -> beam.PCollection:
+    # inputs: a PublishInputs. Not annotated: Beam reads expand's annotations as type hints,
+    # which are PCollections.
+    def expand(self, inputs) -> beam.PCollection:
         errors_by_reason = (
             inputs.dead_letter_reasons | "CountByReason" >> beam.combiners.Count.PerElement()
         )
-        written = inputs.written | "AllWritten" >> beam.Flatten()
+        # Paths of files written, and tf.Transform's None once it has written its own.
+        written = inputs.written | "AllWritten" >> beam.Flatten().with_output_types(str | None)
         return (
             inputs.row_counts.pipeline
             | "Once" >> beam.Create([None])

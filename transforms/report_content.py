@@ -7,8 +7,6 @@ from the files the shard writer wrote beside its shards: the writer's own decode
 image is read again.
 """
 
-from __future__ import annotations
-
 import collections
 import heapq
 from collections.abc import Iterable, Iterator
@@ -71,7 +69,9 @@ class GatherReportContent(beam.PTransform):
         self._filesystems = filesystems
         self._dropped = dropped
 
-    def expand(self, inputs: ReportSources) -> beam.PCollection:
+    # inputs: a ReportSources. Not annotated: Beam reads expand's annotations as type hints,
+    # which are PCollections.
+    def expand(self, inputs) -> beam.PCollection:
         examples = inputs.example_keys
         if self._dropped is not None:  # a join by shard, only when it can matter
             examples = (
@@ -234,10 +234,10 @@ class _FirstCopies(beam.CombineFn):
 @beam.ptransform_fn
 def _first_copies(batches: beam.PCollection) -> beam.PCollection:
     """Batches of copies -> [the copies the page takes, in report_page.copy_rank order]."""
-    return batches | "First" >> beam.CombineGlobally(_FirstCopies())
+    return batches | "First" >> beam.CombineGlobally(_FirstCopies()).with_output_types(Batch)
 
 
-def _refs_of_copies(copies: list[_ShownCopy]) -> Iterator[ExampleRef]:
+def _refs_of_copies(copies: Batch) -> Iterator[ExampleRef]:
     """The examples of the copies pictured (the rest are listed by name)."""
     for copy in copies[:PAIRS_SHOWN]:
         yield copy.kept
@@ -247,8 +247,8 @@ def _refs_of_copies(copies: list[_ShownCopy]) -> Iterator[ExampleRef]:
 def _assemble(
     _: None,
     samples: list[tuple[tuple[str, str], list[ExampleRef]]],
-    duplicates: list[_ShownCopy],
-    near: list[_ShownCopy],
+    duplicates: Batch,
+    near: Batch,
     rejected: list[tuple[str, list[DeadLetter]]],
     thumbnails: dict[Place, bytes],
 ) -> ReportContent:

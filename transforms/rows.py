@@ -3,10 +3,7 @@ processes in each pass (core/worker/row_tasks.py): the pipeline's process sees o
 per chunk, and per pack of rows bound for a shard, never one per row.
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterator
-from typing import Any
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -14,11 +11,13 @@ from apache_beam.metrics import Metrics
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS, RowRules
 from image_tfrecords.core.records import dead_letters as reasons
 from image_tfrecords.core.records.chunks import RowChunk
+from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.naming import LABEL_VOCABULARY
 from image_tfrecords.core.records.run_settings import RunSettings
 from image_tfrecords.core.worker.label_ids import LabelLookup
 from image_tfrecords.core.worker.row_tasks import ChunkPacks, ChunkSurvey, PackTask, SurveyTask
 from image_tfrecords.transforms import live_progress
+from image_tfrecords.transforms.element_types import tagged
 from image_tfrecords.transforms.in_workers import RunInWorkers
 from image_tfrecords.transforms.labels import categorical_columns
 from image_tfrecords.transforms.shards import SIZE_SAMPLE
@@ -87,7 +86,7 @@ class PackRows(beam.PTransform):
         self._settings = settings
         self._unseen_where = unseen_where
 
-    def expand(self, chunks: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, chunks: beam.PCollection):
         return chunks | "Pack" >> beam.ParDo(
             _Pack(self._rules, self._settings, self._unseen_where),
             beam.pvalue.AsDict(self._plan),
@@ -117,7 +116,9 @@ class _Pack(RunInWorkers):
             ),
         )
 
-    def outputs(self, packed: ChunkPacks) -> Iterator[Any]:
+    def outputs(
+        self, packed: ChunkPacks
+    ) -> Iterator[tuple[tuple[str, int], tuple[int, bytes]] | tagged(DEAD_LETTERS, DeadLetter)]:
         live_progress.planned(packed.rows)
         self._unseen.inc(
             sum(

@@ -17,8 +17,6 @@ bytes are those of the shard written whole, so the plan may depend on the number
 workers; where there are shards enough, none is cut (a join reads its examples again).
 """
 
-from __future__ import annotations
-
 import collections
 import concurrent.futures
 import functools
@@ -29,6 +27,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from image_tfrecords.core.inputs.rows import DEAD_LETTERS
+from image_tfrecords.core.records.dead_letters import DeadLetter
 from image_tfrecords.core.records.example_index import PreviousShard
 from image_tfrecords.core.records.records import ShardExamples, ShardOutcome, ShardWritten
 from image_tfrecords.core.records.run_settings import RunSettings
@@ -39,6 +38,7 @@ from image_tfrecords.core.storage.filesystem_options import FilesystemOptions
 from image_tfrecords.core.worker.row_tasks import sample_of
 from image_tfrecords.core.worker.shard_parts import JoinTask
 from image_tfrecords.core.worker.shard_writer import ShardTask, SplitPlan
+from image_tfrecords.transforms.element_types import tagged
 from image_tfrecords.transforms.in_workers import RunInWorkers
 from image_tfrecords.transforms.storage_steps import with_filesystems
 
@@ -102,7 +102,8 @@ class PlanShards(beam.PTransform):
     def expand(self, surveys: beam.PCollection) -> beam.PCollection:
         counts = (
             surveys
-            | "RowsBySplit" >> beam.FlatMap(lambda survey: survey.rows.items())
+            | "RowsBySplit"
+            >> beam.FlatMap(lambda survey: survey.rows.items()).with_output_types(tuple[str, int])
             | "CountRows" >> beam.CombinePerKey(sum)
         )
         if self._num_shards:
@@ -111,14 +112,17 @@ class PlanShards(beam.PTransform):
             )
         mean_sizes = (
             surveys
-            | "Samples" >> beam.FlatMap(lambda survey: survey.size_sample.items())
+            | "Samples"
+            >> beam.FlatMap(lambda survey: survey.size_sample.items()).with_output_types(
+                tuple[str, list[str]]
+            )
             | "SampleFiles" >> beam.CombinePerKey(_SampleOfSamples())
             | "MeanFileSize"
             >> beam.MapTuple(
                 with_filesystems(
                     lambda split, sample: (split, mean_file_size(sample)), self._filesystems
                 )
-            )
+            ).with_output_types(tuple[str, float])
         )
         return (
             {"rows": counts, "mean_bytes": mean_sizes}
@@ -173,7 +177,7 @@ class WriteShards(beam.PTransform):
         self._settings = settings
         self._resuming = resuming
 
-    def expand(self, packs: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, packs: beam.PCollection):
         writer = _WriteShardFile(self._temp_dir, self._settings, self._resuming)
         return (
             packs
@@ -263,7 +267,11 @@ class _WriteShardFile(RunInWorkers):
             )
         )
 
-    def outputs(self, outcome: ShardOutcome) -> Iterator[ShardWritten | beam.pvalue.TaggedOutput]:
+    def outputs(
+        self, outcome: ShardOutcome
+    ) -> Iterator[
+        ShardWritten | tagged(DEAD_LETTERS, DeadLetter) | tagged(EXAMPLE_KEYS, ShardExamples)
+    ]:
         written = outcome.written
         if written.resumed:
             self._resumed.inc()

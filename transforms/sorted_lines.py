@@ -1,8 +1,6 @@
 """Files of JSON lines that every runner writes with the same bytes: the dead letters'
 errors-*.jsonl and the copies' duplicates-*.jsonl and near_duplicates-*.jsonl."""
 
-from __future__ import annotations
-
 import heapq
 import json
 from collections.abc import Callable, Iterable, Iterator

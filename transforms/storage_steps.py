@@ -8,8 +8,6 @@ wrapped in with_filesystems, which applies them at each call (a few calls per ru
 once per file, shard or split).
 """
 
-from __future__ import annotations
-
 import functools
 from collections.abc import Callable
 from typing import Any

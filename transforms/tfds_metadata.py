@@ -12,8 +12,6 @@ one-channel Images, a segmentation map a one-channel Image; detection boxes stay
 lists, not TFDS's `BBoxFeature` (one [ymin, xmin, ymax, xmax] tensor per box under one key).
 """
 
-from __future__ import annotations
-
 import json
 from typing import Any
 

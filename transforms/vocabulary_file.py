@@ -6,8 +6,6 @@ that id and classification's label id - 1), or an earlier output (its vocabulary
 apart from labels.py so the launcher reads it without loading TensorFlow.
 """
 
-from __future__ import annotations
-
 import re
 from collections.abc import Callable, Iterable
 from typing import NamedTuple

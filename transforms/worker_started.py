@@ -8,8 +8,6 @@ which every worker reaches; the launcher (pipeline/stopping.py) gives up when th
 is not there within --worker_start_timeout. Only cluster runs have the step.
 """
 
-from __future__ import annotations
-
 import os
 import socket
 from collections.abc import Iterator
