@@ -77,7 +77,7 @@ from image_tfrecords.pipeline.stage_lines import stage
 from image_tfrecords.pipeline.stopping import JobWatch, Stopped, WorkersNeverStarted
 from image_tfrecords.pipeline.storage_probe import FILES_PER_SCHEME, probe_storage
 from image_tfrecords.pipeline.tft_storage import tensorflow_location_problem
-from image_tfrecords.pipeline.versions import installed_versions
+from image_tfrecords.pipeline.versions import installed_versions, say_once_if_untested
 from image_tfrecords.transforms.in_workers import workers_of_the_run
 from image_tfrecords.transforms.outcome import NO_TRAIN_ROWS, RunFailed, read_summary
 from image_tfrecords.transforms.vocabulary_file import (
@@ -168,6 +168,7 @@ def convert_and_report(argv: Sequence[str], started: float | None = None) -> Sum
     # here; the workers get them from Beam's harness or RunSettings.filesystems.
     FileSystems.set_options(options)
     settle_beam_filesystems()
+    say_once_if_untested()
     convert = options.view_as(ConvertOptions)
     try:
         with shown_progress(options), quiet_console(convert.verbose), _run_failed_unlogged():

@@ -15,6 +15,7 @@ from conftest import SAMPLE_DATA, encode, photo_like, tiny_manifest
 
 import image_tfrecords
 from image_tfrecords.pipeline import cli, run
+from image_tfrecords.pipeline.versions import TESTED
 
 
 def run_command(*args, cwd=None):
@@ -375,7 +376,7 @@ def test_version_names_the_package_and_the_libraries_its_output_depends_on(comma
         command = [sys.executable, *command]
     result = run_command(*command, "--version")
     assert result.returncode == 0, result.stderr
-    package, libraries = result.stdout.splitlines()
+    package, libraries, heading, *tested, verdict = result.stdout.splitlines()
     # Where the code runs from: this checkout (the tests put it first on the path).
     assert package.startswith(
         f"image-tfrecords {version('image-tfrecords')} from "
@@ -383,6 +384,10 @@ def test_version_names_the_package_and_the_libraries_its_output_depends_on(comma
     )
     for name in ("apache-beam", "tensorflow", "tensorflow-transform", "tfx-bsl"):
         assert f"{name} {version(name)}" in libraries.split(", "), name
+    # The combinations CI tests, this one (requirements.txt's) among them.
+    assert heading == "Tested combinations:"
+    assert len(tested) == len(TESTED)
+    assert verdict == "This combination is tested."
     assert result.stderr == ""
 
 
