@@ -354,7 +354,7 @@ def test_hdfs_manifest_images_and_output(hdfs_flags, tmp_path, file_format):
 
     Replacing is run once: a shard of either format reaches the temp folder in the first
     run (ArrayRecord's through a local file and a copy), and the publish step's renames over
-    the earlier files (core/storage/beam_filesystems.py's rename_over_files) never look at a file's
+    the earlier files (core/storage/beam_filesystems.py's _rename_over_files) never look at a file's
     format."""
     run_folder = f"hdfs://hdfs-run-{file_format}"
     data, output = f"{run_folder}/data", f"{run_folder}/out"
