@@ -11,7 +11,6 @@ import ast
 from pathlib import Path
 
 import apache_beam as beam
-import numpy as np
 import pytest
 from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -134,12 +133,3 @@ def test_the_transforms_keep_their_annotations_as_objects():
         )
     ]
     assert postponed == []
-
-
-def test_a_batch_is_pickled_whole():
-    from image_tfrecords.transforms.batch import Batch
-
-    coder = coders.registry.get_coder(Batch)
-    assert isinstance(coder, coders.PickleCoder)
-    batch = Batch([("a", np.uint64(2**64 - 1))])
-    assert coder.decode(coder.encode(batch)) == batch
