@@ -1,24 +1,31 @@
-"""The guard against a slowdown: ours, the one-loop script and the process pool side by
-side on two small photo sets, failing on a ratio, not on a time.
+"""The guard against a slowdown: ours beside the one-loop script, failing on ratios taken
+side by side, not on a time.
 
 A 1.25x slowdown once landed over a few issues with nothing to catch it (issue 53). This
-runs write_bench.py's tools on make_dataset.py's photos, SMALL and LARGE images, and
 exits 1 when
 
-- ours' marginal CPU per image (SMALL to LARGE, so the start-up is left out) is over
-  MAX_MARGINAL_CPU times the loop's: the work per image, whatever the machine; or
+- ours' work per image is over MAX_WORK_PER_IMAGE times the loop's: the shard writer
+  (what a worker process runs for each image) against the loop's read, full decode and
+  example, in this one process, on the same photos, in interleaved rounds
+  (work_per_image.py);
+- the pipeline's own process (the launcher, where Beam runs) spends more than
+  MAX_LAUNCHER_SHARE of the loop's CPU per image: issue 53's slowdown was there (records
+  pickled one by one between steps), and it grows with the images, not the start-up;
 - ours' wall time over the loop's at LARGE images is more than WALL_SLACK over the last
   recorded ratio (RECORDED, committed; `--record` writes this run's there once a change
   is accepted): the start-up and the parallel part, relative to the machine's own loop.
 
-Each ratio is taken within a round and the guard uses their median. A round runs each
-tool on SMALL then at once on LARGE (the tools in turn, each round starting with the
-next): the marginal CPU is a difference of two runs, and ours' start-up is ~6 CPU-s to
-the loop's 1, so a host that got 15% slower between all the SMALL runs and all the LARGE
-ones moved ours' marginal 30% and the loop's 15% (1.00 quiet, 1.13 in CI; issue 53).
+The launcher's CPU and the wall come from whole runs of write_bench.py's tools on
+make_dataset.py's photos, SMALL and LARGE images, the ratios taken within a round and
+their medians used. A round runs each tool on SMALL then at once on LARGE (the tools in
+turn, each round starting with the next). The whole runs' marginal CPU per image (SMALL
+to LARGE, every process of the tree) is printed and recorded, not checked: it was the
+check until issue 64, and it is not the same on every processor of CI's kind: a quiet
+AMD EPYC machine gave 1.28 where Intel Xeon ones gave 0.99-1.12 for the same code, while
+the work per image in one process gave 0.98 on the AMD one (bench/RESULTS.md).
 
-About two minutes on 2 cores (a third more `--with_pool`): `make guard`; CI runs it after
-the tests.
+About two and a half minutes on 2 cores (a third more `--with_pool`): `make guard`; CI
+runs it after the tests.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from work_per_image import median_ratio, per_image_ratios, photos_in
 from write_bench import (
     check_same,
     ensure_dataset,
@@ -45,7 +53,11 @@ from write_bench import (
 
 SMALL, LARGE = 100, 5000  # images
 ROUNDS = 3
-MAX_MARGINAL_CPU = 1.15  # ours / the loop, CPU per image
+MAX_WORK_PER_IMAGE = 1.15  # ours' shard writer / the loop, CPU per image, in one process
+# ours' launcher's CPU per image / the loop's whole CPU per image: 0.14 measured (issue 64,
+# bench/RESULTS.md); issue 53's slowdown, there, added about 0.25. Its reading is to
+# within the sampler's 0.5 s (write_bench.TreeSampler), ~0.1 ms an image at LARGE.
+MAX_LAUNCHER_SHARE = 0.25
 WALL_SLACK = 1.25  # ours / the loop's wall at LARGE, over the recorded ratio
 RECORDED = Path(__file__).resolve().parent / "guard-results.json"
 TOOLS = ("ours", "loop")  # and "pool" with --with_pool: a figure to record, no check
@@ -75,24 +87,42 @@ def main() -> int:
         rounds = [
             paired_round(number, manifests, workdir / "runs", tools) for number in range(ROUNDS)
         ]
+        work = per_image_ratios(photos_in(workdir / f"data-{LARGE}"))
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
     ms = {tool: statistics.median(r.ms_per_image[tool] for r in rounds) for tool in tools}
     cpu_ratio = statistics.median(r.ms_per_image["ours"] / r.ms_per_image["loop"] for r in rounds)
+    launcher_share = statistics.median(
+        r.launcher_ms_per_image / r.ms_per_image["loop"] for r in rounds
+    )
     wall_ratio = statistics.median(r.wall_s["ours"] / r.wall_s["loop"] for r in rounds)
     pool_ratio = (
         statistics.median(r.wall_s["ours"] / r.wall_s["pool"] for r in rounds)
         if args.with_pool
         else None
     )
+    work_ratio = median_ratio(work)
     recorded = json.loads(RECORDED.read_text()) if RECORDED.exists() else None
     wall_limit = recorded["wall_ratio"] * WALL_SLACK if recorded else None
-    by_round = ", ".join(f"{r.ms_per_image['ours'] / r.ms_per_image['loop']:.2f}" for r in rounds)
+    by_round = ", ".join(f"{ours / loop:.2f}" for ours, loop in zip(work["ours"], work["loop"]))
     print(
-        f"marginal CPU per image: ours {ms['ours']:.2f} ms, loop {ms['loop']:.2f} ms"
+        f"work per image, in one process: ours {statistics.median(work['ours']):.0f} us, "
+        f"loop {statistics.median(work['loop']):.0f} us: ours/loop {work_ratio:.2f} "
+        f"(at most {MAX_WORK_PER_IMAGE}; by round {by_round})"
+    )
+    print(
+        f"launcher CPU per image: {statistics.median(r.launcher_ms_per_image for r in rounds):.3f}"
+        f" ms, {launcher_share:.3f} of the loop's (at most {MAX_LAUNCHER_SHARE})"
+    )
+    whole_by_round = ", ".join(
+        f"{r.ms_per_image['ours'] / r.ms_per_image['loop']:.2f}" for r in rounds
+    )
+    print(
+        f"marginal CPU per image of the whole runs (not checked): ours {ms['ours']:.2f} ms, "
+        f"loop {ms['loop']:.2f} ms"
         + (f", pool {ms['pool']:.2f} ms" if args.with_pool else "")
-        + f": ours/loop {cpu_ratio:.2f} (at most {MAX_MARGINAL_CPU}; by round {by_round})"
+        + f": ours/loop {cpu_ratio:.2f} (by round {whole_by_round})"
     )
     print(
         f"wall at {LARGE} images: ours/loop {wall_ratio:.2f}"
@@ -108,6 +138,8 @@ def main() -> int:
             json.dumps(
                 {
                     "wall_ratio": round(wall_ratio, 3),
+                    "work_per_image_ratio": round(work_ratio, 3),
+                    "launcher_share": round(launcher_share, 3),
                     "marginal_cpu_ratio": round(cpu_ratio, 3),
                     **(
                         {"wall_ratio_to_pool": round(pool_ratio, 3)}
@@ -119,7 +151,7 @@ def main() -> int:
                         timespec="seconds"
                     ),
                     "platform": platform.platform(),
-                    "processor": platform.processor() or platform.machine(),
+                    "processor": _processor(),
                 },
                 indent=2,
             )
@@ -127,9 +159,12 @@ def main() -> int:
         )
         print(f"recorded in {RECORDED}")
     failed = []
-    if cpu_ratio > MAX_MARGINAL_CPU:
+    if work_ratio > MAX_WORK_PER_IMAGE:
+        failed.append(f"work per image {work_ratio:.2f}x the loop's (at most {MAX_WORK_PER_IMAGE})")
+    if launcher_share > MAX_LAUNCHER_SHARE:
         failed.append(
-            f"marginal CPU per image {cpu_ratio:.2f}x the loop's (at most {MAX_MARGINAL_CPU})"
+            f"the launcher's CPU per image {launcher_share:.3f} of the loop's "
+            f"(at most {MAX_LAUNCHER_SHARE})"
         )
     if wall_limit is not None and wall_ratio > wall_limit and not args.record:
         failed.append(
@@ -142,11 +177,23 @@ def main() -> int:
     return 0
 
 
+def _processor() -> str:
+    """The CPU's model name (/proc/cpuinfo), which platform.processor() leaves out."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 class Round(NamedTuple):
     """One round's measures, per tool."""
 
-    ms_per_image: dict[str, float]  # CPU, SMALL to LARGE
+    ms_per_image: dict[str, float]  # CPU of the process tree, SMALL to LARGE
     wall_s: dict[str, float]  # at LARGE
+    launcher_ms_per_image: float  # CPU of ours' own process, SMALL to LARGE
 
 
 def paired_round(
@@ -185,6 +232,9 @@ def paired_round(
             for tool, sizes in runs.items()
         },
         {tool: sizes[LARGE]["wall_s"] for tool, sizes in runs.items()},
+        1000
+        * (runs["ours"][LARGE]["root_cpu_s"] - runs["ours"][SMALL]["root_cpu_s"])
+        / (runs["ours"][LARGE]["examples"] - runs["ours"][SMALL]["examples"]),
     )
 
 
