@@ -16,7 +16,8 @@ AIRFLOW_INSTALLED := $(AIRFLOW_VENV)/.installed
 DOCS_VENV := .venv-docs
 DOCS_INSTALLED := $(DOCS_VENV)/.installed
 
-.PHONY: demo test test-fast guard lint bench clean job-servers airflow docs docs-serve
+.PHONY: demo test test-fast compat compat-test guard lint bench clean job-servers airflow docs \
+	docs-serve
 
 # The pinned sets are installed by uv (into venvs made by Python's venv, so pip is there
 # too): the same pins as pip installs, downloaded in parallel: the converter's set in about
@@ -151,6 +152,30 @@ test: lint $(TEST_NEEDS)
 test-fast: lint $(TEST_NEEDS)
 	$(VENV)/bin/python -m pytest -m fast tests $(PYTEST_PROCESSES)
 
+# The compatibility tier (CI runs it after `make test`): what setup.py admits, as a user's
+# `pip install .` gets it with no constraints file, in three fresh venvs under
+# .venv-compat/: Python 3.11 and 3.13 (pyenv's) with the newest versions that day, and
+# Python 3.11 with the oldest Beam setup.py admits (its floor, read from setup.py).
+# tests/compat/venvs.py builds them anew on every run, at once (uv resolves as pip does:
+# the newest version of each package that fits; each venv's versions are recorded in
+# .venv-compat/NAME/versions.json and printed); tests/compat/test_compat.py then runs each
+# venv's `image-tfrecords` from outside the checkout: the sample job against the pinned
+# set's bytes, a VOC export from S3 to HDFS read back with TFDS, Flink and Spark. About
+# 5 minutes on 2 cores (docs/development.md). `make compat-test` runs the tests again on
+# the venvs as they are.
+COMPAT_NEEDS := $(TEST_INSTALLED) $(JOB_SERVER_JARS) $(HDFS_CLUSTER_JAR)
+# Two processes, as `make test`: the runs wait on JVMs, servers and imports. The runs
+# both compare with are made once (tests/compat/test_compat.py's shared_run), and each
+# process takes whole scopes (the S3 and HDFS tests' class: one process starts the servers).
+COMPAT_TESTS := $(VENV)/bin/python -m pytest tests/compat -n 2 --dist loadscope
+
+compat: $(COMPAT_NEEDS)
+	$(VENV)/bin/python tests/compat/venvs.py
+	$(COMPAT_TESTS)
+
+compat-test: $(COMPAT_NEEDS)
+	$(COMPAT_TESTS)
+
 # The guard against a slowdown: ours beside the one-loop script on 100 and 5,000 photos,
 # failing on a ratio (bench/guard.py); about two minutes. CI runs it after the tests.
 guard: $(BENCH_INSTALLED)
@@ -167,6 +192,6 @@ bench: $(BENCH_INSTALLED)
 
 clean:
 	rm -rf $(VENV) $(AIRFLOW_VENV) $(DOCS_VENV) site ./*-output .airflow-home *.egg-info \
-		.test-durations.json \
+		.venv-compat .test-durations.json \
 		job_servers/*/target \
 		tests/hdfs_cluster/target tests/flink_cluster/target tests/spark_cluster/target

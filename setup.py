@@ -31,9 +31,9 @@ setup(
         "image_tfrecords.core": "core",
     },
     package_data={"image_tfrecords.core.report": ["report_page.html"]},  # report.html's template
-    python_requires=">=3.11",  # the code uses 3.11 syntax; tested on 3.11 only
+    python_requires=">=3.11,<3.14",  # the code uses 3.11 syntax; tested on 3.11 and 3.13
     install_requires=[
-        "apache-beam[gcp,aws,hadoop]>=2.77,<3",  # gs://, s3://, hdfs://
+        "apache-beam[gcp,aws,hadoop]>=2.69,<3",  # gs://, s3://, hdfs://
         "tensorflow>=2.21,<2.22",
         "tensorflow-transform>=1.21,<1.22",
         "tfx-bsl>=1.21,<1.22",
@@ -42,6 +42,7 @@ setup(
         "grpcio>=1.59,<2",  # a job server's errors (pipeline/run.py)
         "pillow>=11,<13",  # core/imaging/images.py runs Pillow's format search itself
         "pyarrow>=14",
+        "boto3>=1.26,<2",  # one S3 client per options (core/storage/beam_filesystems.py)
         "google-cloud-storage>=2.18,<4",
         "google-auth>=2.14,<3",  # gs:// without credentials (core/storage/gcs_access.py)
         "google-crc32c>=1.6,<2",  # every TFRecord CRC (core/file_formats/tfrecord.py)

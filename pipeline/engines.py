@@ -28,6 +28,7 @@ import psutil
 from apache_beam.options.pipeline_options import (
     FlinkRunnerOptions,
     GoogleCloudOptions,
+    JobServerOptions,
     PipelineOptions,
     PortableOptions,
     SparkRunnerOptions,
@@ -62,6 +63,11 @@ class Engine:
     # Beam's module whose JOB_SERVER_CACHE keeps a started job server for the process's
     # next run with the same options (SparkRunner's); None where Beam keeps none.
     job_server_cache: str | None = None
+    # What the engine needs its job server's JVM (Java 17) to open to it, and where Beam
+    # keeps the same list on the versions whose runner adds it ("module:ATTRIBUTE"): there
+    # Beam's is used; on the others (see java_17_flags) the launcher adds these.
+    java_17_flags: tuple[str, ...] = ()
+    java_17_flags_in_beam: str | None = None
 
     def master(self, options: PipelineOptions) -> str:
         return getattr(options.view_as(self.options_class), self.master_option)
@@ -88,6 +94,20 @@ ENGINES = {
         master_option="spark_master_url",
         local_master=re.compile(r"local(\[.+\])?"),
         job_server_cache="apache_beam.runners.portability.spark_runner",
+        # Spark 3 reads JDK internals (its StorageUtils, sun.nio.ch.DirectBuffer). Beam's
+        # SparkRunner opens them from apache/beam#39339 on; on Beam 2.69 (setup.py's floor)
+        # a run failed on the job server without them: "java.lang.IllegalAccessError: class
+        # org.apache.spark.storage.StorageUtils$ ... cannot access class
+        # sun.nio.ch.DirectBuffer (in module java.base)" (the compatibility tier, tests/compat/).
+        java_17_flags=(
+            "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+            "--add-opens=java.base/java.nio=ALL-UNNAMED",
+            "--add-opens=java.base/java.util=ALL-UNNAMED",
+            "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED",
+        ),
+        java_17_flags_in_beam=(
+            "apache_beam.runners.portability.spark_runner:SPARK_JAR_JOB_SERVER_JVM_ARGS"
+        ),
     ),
 }
 
@@ -138,6 +158,7 @@ def use_built_job_server(options: PipelineOptions) -> None:
     engine = engine_of(options)
     if engine is not None:
         _name_the_job_server(engine, options)
+        java_17_flags(engine, options)
     stage_no_jars_where_the_cluster_has_them(engine, options)
     if engine is not None and not (
         _runs_on_this_machine(engine, options) or options.view_as(GoogleCloudOptions).temp_location
@@ -162,6 +183,22 @@ def _name_the_job_server(engine: Engine, options: PipelineOptions) -> None:
                 "running one"
             )
         setattr(engine_options, engine.jar_option, str(engine.built_jar))
+
+
+def java_17_flags(engine: Engine, options: PipelineOptions) -> None:
+    """Adds the JVM flags the engine needs on Java 17 to --job_server_jvm_properties (for
+    the job server Beam starts from a jar), where this Beam's runner does not add them
+    itself: whether it does is read from its module (the list it adds), not its version."""
+    if not engine.java_17_flags:
+        return
+    module, _, attribute = (engine.java_17_flags_in_beam or "").partition(":")
+    if module and hasattr(importlib.import_module(module), attribute):
+        return
+    job_server = options.view_as(JobServerOptions)
+    given = list(job_server.job_server_jvm_properties or [])
+    job_server.job_server_jvm_properties = given + [
+        flag for flag in engine.java_17_flags if flag not in given
+    ]
 
 
 def stage_no_jars_where_the_cluster_has_them(

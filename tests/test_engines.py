@@ -314,6 +314,32 @@ def without_resume(files: dict) -> dict:
     return {**files, "summary.json": summary, "resumed_shards": summary.pop("resumed_shards")}
 
 
+@pytest.mark.parametrize("beam_adds_them", [True, False])
+def test_spark_gets_the_jvm_flags_java_17_needs_where_beam_adds_none(beam_adds_them, monkeypatch):
+    """Beam's SparkRunner opens the JDK's internals to Spark from apache/beam#39339 on (its
+    SPARK_JAR_JOB_SERVER_JVM_ARGS); on Beam 2.69 a Spark run failed on Java 17 without
+    them. Where Beam adds them, nothing is added; else the launcher adds them after the
+    user's own. Flink needs none."""
+    from apache_beam.options.pipeline_options import JobServerOptions, PipelineOptions
+    from apache_beam.runners.portability import spark_runner
+
+    if not beam_adds_them:
+        monkeypatch.delattr(spark_runner, "SPARK_JAR_JOB_SERVER_JVM_ARGS", raising=False)
+    else:
+        monkeypatch.setattr(spark_runner, "SPARK_JAR_JOB_SERVER_JVM_ARGS", [], raising=False)
+    given = ["--job_server_jvm_properties=-Xmx2g"]
+    spark = PipelineOptions(["--runner", "SparkRunner", "--spark_job_server_jar", "x.jar", *given])
+    engines.use_built_job_server(spark)
+    flags = engines.ENGINES["sparkrunner"].java_17_flags
+    assert "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED" in flags
+    assert spark.view_as(JobServerOptions).job_server_jvm_properties == (
+        ["-Xmx2g"] if beam_adds_them else ["-Xmx2g", *flags]
+    )
+    flink = PipelineOptions(["--runner", "FlinkRunner", "--flink_job_server_jar", "x.jar"])
+    engines.use_built_job_server(flink)
+    assert flink.view_as(JobServerOptions).job_server_jvm_properties == []
+
+
 def test_a_cluster_run_needs_a_temp_location_its_workers_reach(tmp_path, capsys):
     """Workers in containers elsewhere would write tf.Transform's files to their own /tmp."""
     code = run.main(

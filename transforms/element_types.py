@@ -19,8 +19,10 @@ import apache_beam as beam
 def tagged(tag: str, value_type: Any) -> Any:
     """A tagged output's type in a DoFn's return annotation: TaggedOutput[Literal[tag],
     value_type] on the Beams that type tagged outputs (2.72 on), where the tag's
-    PCollection gets value_type's coder. Before, the annotation is the main output's
-    and Beam checks every output against it, tagged ones too: there it is value_type."""
+    PCollection gets value_type's coder. Before, the annotation is the main output's, and
+    Beam checks every output against it, tagged ones too: there it is Any, which leaves
+    the main output's type Any (as those Beams saw it); value_type there made a step's
+    main output a Union its GroupByKey refused (tests/compat/, Beam 2.69)."""
     if getattr(beam.pvalue.TaggedOutput, "__parameters__", ()):
         return beam.pvalue.TaggedOutput[Literal[tag], value_type]
-    return value_type
+    return Any

@@ -133,8 +133,14 @@ class PublishOutput(beam.PTransform):
         errors_by_reason = (
             inputs.dead_letter_reasons | "CountByReason" >> beam.combiners.Count.PerElement()
         )
-        # Paths of files written, and tf.Transform's None once it has written its own.
-        written = inputs.written | "AllWritten" >> beam.Flatten().with_output_types(str | None)
+        # Paths of files written, and tf.Transform's None once it has written its own, made
+        # a path too: the Java runners' side inputs hold no null (Flink and Spark failed
+        # with a NullPointerException on a nullable coder's None).
+        written = (
+            inputs.written
+            | "AllWritten" >> beam.Flatten()
+            | "AsPaths" >> beam.Map(lambda path: path or "").with_output_types(str)
+        )
         return (
             inputs.row_counts.pipeline
             | "Once" >> beam.Create([None])
