@@ -28,8 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # tf.Transform's own steps declare what they declare.
 NOT_OURS = ("AnalyzeLabels", "WriteTransformFn")
 # A Batch's items, of whichever record the caller writes (a Duplicate, a NearDuplicate):
-# one ParDo, fused with the next, reads them.
-UNDECLARED = {"Duplicates/Write/Items", "Duplicates/WriteNear/Items"}
+# one ParDo, fused with the next, reads them. The files written, whose tf.Transform part
+# declares nothing: AsPaths, next, makes each a path, declared (the Java runners' side
+# inputs hold no None, and a nullable coder's gave them one).
+UNDECLARED = {"Duplicates/Write/Items", "Duplicates/WriteNear/Items", "Publish/AllWritten"}
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from image_tfrecords.pipeline import versions
-from image_tfrecords.pipeline.versions import TESTED, TestedSet
+from image_tfrecords.pipeline.versions import TESTED
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,12 +48,12 @@ def test_setup_admits_every_tested_combination_and_its_floor_is_tested():
     "here, nearest",
     [
         # A Beam released after the list: the newest tested on the same Python.
-        (TestedSet("3.11", "2.80.0", "2.21.0", "1.21.0", ""), TESTED[1]),
-        (TestedSet("3.13", "2.80.0", "2.21.0", "1.21.0", ""), TESTED[2]),
+        (versions.TestedSet("3.11", "2.80.0", "2.21.0", "1.21.0", ""), TESTED[1]),
+        (versions.TestedSet("3.13", "2.80.0", "2.21.0", "1.21.0", ""), TESTED[2]),
         # An older Beam than any tested, on a tested Python: the oldest.
-        (TestedSet("3.11", "2.70.0", "2.21.0", "1.21.0", ""), TESTED[3]),
+        (versions.TestedSet("3.11", "2.70.0", "2.21.0", "1.21.0", ""), TESTED[3]),
         # Python 3.12: no set of it is tested; the closest Beam on any Python.
-        (TestedSet("3.12", "2.77.0", "2.21.0", "1.21.0", ""), TESTED[0]),
+        (versions.TestedSet("3.12", "2.77.0", "2.21.0", "1.21.0", ""), TESTED[0]),
     ],
 )
 def test_an_untested_combination_names_the_nearest_tested(monkeypatch, here, nearest):
@@ -68,7 +68,9 @@ def test_an_untested_combination_names_the_nearest_tested(monkeypatch, here, nea
 
 def test_a_run_says_it_once(monkeypatch, capsys):
     monkeypatch.setattr(
-        versions, "this_combination", lambda: TestedSet("3.11", "2.80.0", "2.21.0", "1.21.0", "")
+        versions,
+        "this_combination",
+        lambda: versions.TestedSet("3.11", "2.80.0", "2.21.0", "1.21.0", ""),
     )
     monkeypatch.setattr(versions, "_said", False)
     versions.say_once_if_untested()
