@@ -32,3 +32,15 @@ def parsed(paths: Iterable[Path]) -> dict[Path, ast.Module]:
 
 def parse(path: Path) -> ast.Module:
     return parsed([path])[path]
+
+
+def install_requires(setup: Path) -> list[str]:
+    """setup.py's install_requires, as written, read from its tree (nothing of it runs)."""
+    [declared] = [
+        keyword.value
+        for node in ast.walk(parse(setup))
+        if isinstance(node, ast.Call)
+        for keyword in node.keywords
+        if keyword.arg == "install_requires"
+    ]
+    return ast.literal_eval(declared)

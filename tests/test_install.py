@@ -28,7 +28,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from source_trees import parse, parsed
+from source_trees import install_requires, parsed
 
 ROOT = Path(__file__).resolve().parent.parent
 # The folders setup.py packages (as templates/flex/Dockerfile copies them), and where each
@@ -169,15 +169,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_sample_job_outside_th
 
 
 def _install_requires() -> list[Requirement]:
-    setup = parse(ROOT / "setup.py")
-    [declared] = [
-        keyword.value
-        for node in ast.walk(setup)
-        if isinstance(node, ast.Call)
-        for keyword in node.keywords
-        if keyword.arg == "install_requires"
-    ]
-    return [Requirement(requirement) for requirement in ast.literal_eval(declared)]
+    return [Requirement(requirement) for requirement in install_requires(ROOT / "setup.py")]
 
 
 def _imported_modules() -> set[str]:

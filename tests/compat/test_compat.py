@@ -43,6 +43,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from conftest import SAMPLE_MANIFEST, download, encode, put
 from PIL import Image
+from test_engines import ENGINES as ENGINE_RUNS_OF_THE_SUITE
 from venvs import MAIN_VENV, ROOT, Venv, venvs
 
 from image_tfrecords.core.inputs.rows import RowRules, assign_split
@@ -60,31 +61,11 @@ ENGINE_RUNS = os.environ.get(
     "COMPAT_ENGINE_RUNS", "py3.11-newest:flink py3.11-oldest-beam:spark"
 ).split()
 SAMPLE_FLAGS = ["--manifest", str(SAMPLE_MANIFEST), "--max_error_fraction", "0.25"]
+# test_engines.py's runs of the engines, with the jars named: the installed package's
+# default (pipeline/engines.py's built_jar) is beside its own files, in site-packages.
 ENGINE_FLAGS = {
-    "flink": [
-        "--runner",
-        "FlinkRunner",
-        "--flink_master",
-        "[local]",
-        "--parallelism",
-        "2",
-        "--environment_type",
-        "LOOPBACK",
-        # The installed package's default (pipeline/engines.py's built_jar) is beside its
-        # own files, in site-packages: a wheel's user names the jar.
-        "--flink_job_server_jar",
-        str(ENGINES["flinkrunner"].built_jar),
-    ],
-    "spark": [
-        "--runner",
-        "SparkRunner",
-        "--spark_master_url",
-        "local[2]",
-        "--environment_type",
-        "LOOPBACK",
-        "--spark_job_server_jar",
-        str(ENGINES["sparkrunner"].built_jar),
-    ],
+    name: [*flags, f"--{name}_job_server_jar", str(ENGINES[f"{name}runner"].built_jar)]
+    for name, flags in ENGINE_RUNS_OF_THE_SUITE.items()
 }
 # What a run says of itself in summary.json, not of its output; each checked on its own.
 RUN_FACTS = ("started_at", "finished_at", "run_id", "versions")

@@ -22,7 +22,6 @@ the tier on them.
 from __future__ import annotations
 
 import argparse
-import ast
 import concurrent.futures
 import dataclasses
 import json
@@ -35,6 +34,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))  # run as a script too (make compat)
+from source_trees import install_requires  # noqa: E402
+
 COMPAT = ROOT / ".venv-compat"
 MAIN_VENV = ROOT / ".venv"
 UV = MAIN_VENV / "bin" / "uv"
@@ -69,17 +71,9 @@ def beam_floor() -> str:
     `apache-beam[gcp,aws,hadoop]>=2.69,<3` gives `apache-beam[gcp,aws,hadoop]==2.69`."""
     from packaging.requirements import Requirement
 
-    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
-    [declared] = [
-        keyword.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        for keyword in node.keywords
-        if keyword.arg == "install_requires"
-    ]
     [beam] = [
         Requirement(text)
-        for text in ast.literal_eval(declared)
+        for text in install_requires(ROOT / "setup.py")
         if Requirement(text).name == "apache-beam"
     ]
     [floor] = [spec.version for spec in beam.specifier if spec.operator == ">="]
